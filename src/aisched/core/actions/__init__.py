@@ -1,0 +1,1 @@
+"""Cycle actions: enqueue, allocate, preempt, reclaim, backfill."""

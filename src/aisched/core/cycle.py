@@ -1,0 +1,115 @@
+"""`run_cycle`: one scheduling cycle over one snapshot.
+
+Runs the policy's actions in order on a private session and returns the decisions, a status for
+every pending job, and counters. Pure: the snapshot is not changed, and the same inputs give the
+same result. With `validate`, invariants are checked after every action (on in tests and in the
+simulator's validate mode) and a violation raises InvariantViolation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from aisched.core.decisions import Bind, Decision, Preempt, Reserve
+from aisched.core.policy import Policy
+from aisched.core.session import Session
+from aisched.core.snapshot import PendingJob, Snapshot
+from aisched.core.status import JobStatus, StatusCode
+
+NOT_REACHED = JobStatus(StatusCode.NOT_CONSIDERED, "not reached by any action this cycle")
+
+
+class InvariantViolation(AssertionError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class CycleStats:
+    pending: int
+    placed: int
+    preempted: int
+    reserved: int
+    placement_attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    decisions: tuple[Decision, ...]
+    diagnostics: Mapping[str, JobStatus]
+    stats: CycleStats
+
+    @property
+    def binds(self) -> tuple[Bind, ...]:
+        return tuple(d for d in self.decisions if isinstance(d, Bind))
+
+    @property
+    def preempts(self) -> tuple[Preempt, ...]:
+        return tuple(d for d in self.decisions if isinstance(d, Preempt))
+
+    @property
+    def reserves(self) -> tuple[Reserve, ...]:
+        return tuple(d for d in self.decisions if isinstance(d, Reserve))
+
+
+def run_cycle(
+    snapshot: Snapshot,
+    pending: Sequence[PendingJob],
+    policy: Policy,
+    now: float,
+    *,
+    validate: bool = False,
+) -> CycleResult:
+    session = Session(snapshot, policy, now, tuple(pending))
+    if validate:
+        _check_inputs(session)
+    for action in policy.actions:
+        action.execute(session)
+        if validate:
+            _check(session, action.name)
+    diagnostics = {pj.id: session.statuses.get(pj.id, NOT_REACHED) for pj in session.pending}
+    decisions = tuple(session.decisions)
+    stats = CycleStats(
+        pending=len(session.pending),
+        placed=sum(isinstance(d, Bind) for d in decisions),
+        preempted=sum(isinstance(d, Preempt) for d in decisions),
+        reserved=sum(isinstance(d, Reserve) for d in decisions),
+        placement_attempts=session.placement_attempts,
+    )
+    return CycleResult(decisions, diagnostics, stats)
+
+
+def _check_inputs(session: Session) -> None:
+    ids = [pj.id for pj in session.pending]
+    if len(set(ids)) != len(ids):
+        raise InvariantViolation("a job is pending twice")
+    both = set(ids) & {r.id for r in session.snapshot.running}
+    if both:
+        raise InvariantViolation(f"jobs both pending and running: {sorted(both)[:5]}")
+
+
+def _check(session: Session, action: str) -> None:
+    f, a = session.free, session.arrays
+    for name, arr in (("cpu", f.cpu), ("mem", f.mem), ("gpu", f.gpu_milli), ("gpu_mem", f.gpu_mem)):
+        if (arr < 0).any():
+            node = a.names[int(np.argwhere(arr < 0)[0][0])]
+            raise InvariantViolation(f"after {action}: {name} over-allocated on {node}")
+    if (f.gpu_milli > np.where(a.gpu_valid, 1000, 0)).any():
+        raise InvariantViolation(f"after {action}: GPU share above a whole GPU")
+    if not np.array_equal(f.whole, (f.gpu_milli == 1000).sum(axis=1)):
+        raise InvariantViolation(f"after {action}: whole-GPU counts drifted")
+    if not np.array_equal(f.gpu_total, f.gpu_milli.sum(axis=1)):
+        raise InvariantViolation(f"after {action}: free GPU totals drifted")
+    bound: set[str] = set()
+    evicted = {d.job_id for d in session.decisions if isinstance(d, Preempt)}
+    for d in session.decisions:
+        if isinstance(d, Bind):
+            if d.job_id in bound:
+                raise InvariantViolation(f"after {action}: {d.job_id} bound twice")
+            bound.add(d.job_id)
+            if set(d.after) - evicted:
+                raise InvariantViolation(f"after {action}: {d.job_id} waits on a job not evicted")
+    if bound & evicted:
+        raise InvariantViolation(f"after {action}: a job bound and evicted in one cycle")

@@ -1,0 +1,53 @@
+"""Decisions a cycle hands to whoever acts on them (the service's executor or the simulator).
+
+Decisions are nouns; they say what should happen, not how. `Bind.after` lists jobs that must
+have stopped before the bound job may start (its victims).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class TaskBinding:
+    """One task on one node, with the concrete GPU indices it gets on that node.
+
+    `gpu_milli` is the share taken on each listed GPU: 1000 for whole devices, less for a task
+    that shares its single GPU.
+    """
+
+    group: str
+    index: int
+    node: str
+    gpus: tuple[int, ...] = ()
+    gpu_milli: int = 0
+    milli_cpu: int = 0
+    mem_mib: int = 0
+    gpu_mem_mib: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Bind:
+    job_id: str
+    tasks: tuple[TaskBinding, ...]
+    after: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    job_id: str
+    for_job: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reserve:
+    """Capacity held for a blocked job: these nodes, from `start_s` (None: not yet known)."""
+
+    job_id: str
+    nodes: tuple[str, ...]
+    start_s: float | None
+
+
+Decision = Bind | Preempt | Reserve

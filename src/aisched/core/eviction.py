@@ -1,0 +1,89 @@
+"""What-if eviction: would stopping these running jobs make room for a pending one?
+
+Simulate on the session, then undo (Kueue's preemption: simulate, then issue). Victims are
+tried as a prefix of their preference order; the shortest prefix that makes room is found by
+bisection (room only grows as more is evicted), and then only victims with a task on a node the
+placement uses are kept, so no job is stopped that did not need to be.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from aisched.core.decisions import TaskBinding
+from aisched.core.placement import place_job
+from aisched.core.session import bindings_vector
+from aisched.core.snapshot import RunningJob
+from aisched.core.statement import Statement
+from aisched.model.job import Job
+
+if TYPE_CHECKING:
+    from aisched.core.session import Session
+
+
+def evict(session: Session, st: Statement, victim: RunningJob) -> None:
+    """Remove `victim` from the session through `st` (undone by discard)."""
+    arrays = session.arrays
+    for t in victim.tasks:
+        st.give(arrays.index[t.node], t)
+    vec = bindings_vector(victim.tasks)
+    session.add_usage(victim.job, vec, -1.0)
+    del session.running[victim.id]
+
+    def undo() -> None:
+        session.running[victim.id] = victim
+        session.add_usage(victim.job, vec, 1.0)
+
+    st.on_discard(undo)
+
+
+def _fits_after(session: Session, job: Job, victims: Sequence[RunningJob]) -> bool:
+    st = Statement(session)
+    for v in victims:
+        evict(session, st, v)
+    ok = not isinstance(place_job(session, st, job, mask_key=("evict", len(victims))), str)
+    st.discard()
+    return ok
+
+
+def find_victims(
+    session: Session, job: Job, candidates: Sequence[RunningJob]
+) -> tuple[list[RunningJob], tuple[TaskBinding, ...]] | None:
+    """The victims to stop and the placement they make room for, applied to the session
+    through a committed statement; None (and nothing changed) when no prefix makes room."""
+    if not candidates or not _fits_after(session, job, candidates):
+        return None
+    lo, hi = 1, len(candidates)  # smallest k with fits(k): fits(hi) is known true
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _fits_after(session, job, candidates[:mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    prefix = list(candidates[:lo])
+    st = Statement(session)
+    for v in prefix:
+        evict(session, st, v)
+    res = place_job(session, st, job, mask_key=("evict-final", lo))
+    st.discard()
+    if isinstance(res, str):  # cannot happen after fits(lo); keep the session clean anyway
+        return None
+    used = {t.node for t in res}
+    needed = [v for v in prefix if any(t.node in used for t in v.tasks)]
+    st = Statement(session)
+    for v in needed:
+        evict(session, st, v)
+    final = place_job(session, st, job, mask_key=("evict-needed", len(needed)))
+    if isinstance(final, str):
+        st.discard()
+        needed = prefix
+        st = Statement(session)
+        for v in needed:
+            evict(session, st, v)
+        final = place_job(session, st, job, mask_key=("evict-final", lo))
+        if isinstance(final, str):
+            st.discard()
+            return None
+    st.commit()
+    return needed, final

@@ -1,0 +1,122 @@
+"""Extension points and the rules that combine their answers, written once.
+
+- Job order: each `JobOrder` gives a key; jobs compare on the first key that differs, then on
+  (priority desc, submit time, job id) so every ordering is total.
+- Filters: every filter must pass; a filter answers with a mask over nodes.
+- Scores: each `Score` gives raw values over the feasible nodes; the framework normalises each
+  to 0–100 over those nodes and sums them with the configured weights.
+- Victims: each `SelectVictims` gives a key; lower keys are evicted first; ties fall back to
+  (priority asc, started latest first, job id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from aisched.core.snapshot import BoolArray, FloatArray, IntArray, RunningJob
+from aisched.model.job import Job
+from aisched.model.resources import Resources
+
+if TYPE_CHECKING:
+    from aisched.core.session import Session
+
+
+class JobOrder(Protocol):
+    """Orders jobs. Called once per job per cycle (pending) and for running jobs when
+    preemption compares by order. Must not change anything; lower keys go first."""
+
+    name: str
+
+    def key(self, job: Job, attained_gpu_s: float, estimate_s: float | None) -> float: ...
+
+
+class Filter(Protocol):
+    """Restricts the nodes one task of `job` may use. Called per task group per placement
+    attempt; returns a mask (True = allowed) or None for no restriction. Must not mutate."""
+
+    name: str
+
+    def mask(self, session: Session, job: Job, request: Resources) -> BoolArray | None: ...
+
+
+class Score(Protocol):
+    """Rates feasible nodes for one task of `request`. `nodes` are indices of feasible nodes;
+    returns one raw value per node there, higher is better. Must not mutate the session."""
+
+    name: str
+
+    def score(
+        self, session: Session, job: Job, request: Resources, nodes: IntArray
+    ) -> FloatArray: ...
+
+
+class SelectVictims(Protocol):
+    """Ranks running jobs as preemption victims; lower keys are evicted first. Called while a
+    preemption is being simulated; must not mutate."""
+
+    name: str
+
+    def key(self, running: RunningJob, now: float) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class WeightedScore:
+    plugin: Score
+    weight: float
+
+
+def tie_break(job: Job) -> tuple[float, float, str]:
+    return (-job.priority, job.submit_time_s, job.id)
+
+
+def order_key(
+    orders: Sequence[JobOrder], job: Job, attained_gpu_s: float, estimate_s: float | None
+) -> tuple[float | str, ...]:
+    return (*(o.key(job, attained_gpu_s, estimate_s) for o in orders), *tie_break(job))
+
+
+def combined_score(
+    scores: Sequence[WeightedScore],
+    session: Session,
+    job: Job,
+    request: Resources,
+    nodes: IntArray,
+) -> FloatArray:
+    """Weighted sum of scores, each normalised to 0–100 over `nodes`."""
+    total = np.zeros(len(nodes), dtype=np.float64)
+    if len(nodes) == 0:
+        return total
+    for ws in scores:
+        raw = ws.plugin.score(session, job, request, nodes)
+        lo, hi = float(raw.min()), float(raw.max())
+        if hi > lo:
+            total += ws.weight * 100.0 * (raw - lo) / (hi - lo)
+        else:
+            total += ws.weight * 100.0
+    return total
+
+
+def all_filters(
+    filters: Sequence[Filter], session: Session, job: Job, request: Resources
+) -> BoolArray | None:
+    mask: BoolArray | None = None
+    for f in filters:
+        m = f.mask(session, job, request)
+        if m is not None:
+            mask = m if mask is None else (mask & m)
+    return mask
+
+
+def victim_key(
+    victims: Sequence[SelectVictims], running: RunningJob, now: float
+) -> tuple[float | str, ...]:
+    return (
+        *(v.key(running, now) for v in victims),
+        running.job.priority,
+        -running.started_s,
+        running.job.id,
+    )

@@ -1,0 +1,1 @@
+"""Built-in plugins: job orders, filters, scores and victim selectors."""

@@ -1,0 +1,176 @@
+"""A scheduling policy: which actions run, in which order, with which plugins.
+
+Built from a plain mapping (parsed from YAML at the edge) by `build_policy`, which checks every
+name and argument and reports problems with their path (`actions[2].by: ...`). The named
+presets are mappings too, so a preset and a file mean the same thing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from aisched.core.framework import Filter, JobOrder, SelectVictims, WeightedScore
+
+if TYPE_CHECKING:
+    from aisched.core.session import Session
+
+
+class Action(Protocol):
+    """One step of the cycle. Called once per cycle, in policy order; may change the session
+    (place, preempt, reserve) only through statements and the session's record methods."""
+
+    name: str
+
+    def execute(self, session: Session) -> None: ...
+
+
+class PolicyError(ValueError):
+    """A policy mapping names an unknown plugin or gives a bad argument."""
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    name: str
+    actions: tuple[Action, ...]
+    order: tuple[JobOrder, ...]
+    scores: tuple[WeightedScore, ...]
+    filters: tuple[Filter, ...] = ()
+    victims: tuple[SelectVictims, ...] = ()
+    queue_depth: int | None = None
+
+    @property
+    def fair_users(self) -> bool:
+        """drf in the job order: interleave a queue's users by dominant share."""
+        return any(o.name == "drf" for o in self.order)
+
+    @property
+    def strict_order(self) -> bool:
+        """With backfill configured, allocate stops at the first job that does not fit and
+        leaves the rest to backfill, so that job's reservation is honoured."""
+        return any(a.name == "backfill" for a in self.actions)
+
+    def action_names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.actions)
+
+
+_BASE_SCORE: list[Any] = ["binpack", "topology"]
+_VICTIMS: list[Any] = ["lowest-priority", "least-work-lost", "newest"]
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "fifo": {
+        "actions": ["enqueue", "allocate"],
+        "order": ["fifo"],
+        "score": _BASE_SCORE,
+    },
+    "fifo-backfill": {
+        "actions": ["enqueue", "allocate", {"name": "backfill", "reservations": 1}],
+        "order": ["fifo"],
+        "score": _BASE_SCORE,
+    },
+    "priority": {
+        "actions": ["enqueue", "allocate", {"name": "preempt", "by": "priority"}, "reclaim"],
+        "order": ["priority", "fifo"],
+        "score": _BASE_SCORE,
+        "victims": _VICTIMS,
+    },
+    "drf": {
+        "actions": ["enqueue", "allocate", "reclaim"],
+        "order": ["drf", "fifo"],
+        "score": _BASE_SCORE,
+        "victims": _VICTIMS,
+    },
+    "las": {
+        "actions": [
+            "enqueue",
+            "allocate",
+            {"name": "preempt", "by": "order", "scope": "cluster"},
+        ],
+        "order": [{"name": "las", "thresholds_gpu_s": [3600, 36000]}, "fifo"],
+        "score": _BASE_SCORE,
+        "victims": ["least-work-lost", "newest"],
+    },
+    "sjf": {
+        "actions": ["enqueue", "allocate"],
+        "order": ["sjf", "fifo"],
+        "score": _BASE_SCORE,
+    },
+    "default": {
+        "actions": [
+            "enqueue",
+            "allocate",
+            {"name": "preempt", "by": "priority"},
+            "reclaim",
+            {"name": "backfill", "reservations": 1},
+        ],
+        "order": ["priority", "fifo"],
+        "score": _BASE_SCORE,
+        "victims": _VICTIMS,
+    },
+}
+
+ALLOWED_KEYS = ("name", "actions", "order", "score", "filters", "victims", "queue_depth")
+
+
+def preset(name: str) -> Policy:
+    if name not in PRESETS:
+        raise PolicyError(
+            f"unknown policy {name!r}; presets: {', '.join(sorted(PRESETS))} (or a YAML file)"
+        )
+    return build_policy(PRESETS[name], name=name)
+
+
+def build_policy(config: Mapping[str, Any], name: str | None = None) -> Policy:
+    from aisched.core import registry
+
+    if not isinstance(config, Mapping):
+        raise PolicyError("policy: expected a mapping")
+    unknown = sorted(set(config) - set(ALLOWED_KEYS))
+    if unknown:
+        raise PolicyError(
+            f"policy: unknown key {unknown[0]!r}; allowed: {', '.join(ALLOWED_KEYS)}"
+        )
+    actions = config.get("actions")
+    if not actions:
+        raise PolicyError("policy.actions: at least one action is required")
+    depth = config.get("queue_depth")
+    if depth is not None and (not isinstance(depth, int) or isinstance(depth, bool) or depth < 1):
+        raise PolicyError("policy.queue_depth: expected a positive integer")
+    scores = config.get("score", _BASE_SCORE)
+    return Policy(
+        name=str(name or config.get("name") or "custom"),
+        actions=tuple(
+            registry.make("action", e, f"actions[{i}]") for i, e in enumerate(_seq(actions, "actions"))
+        ),
+        order=tuple(
+            registry.make("order", e, f"order[{i}]")
+            for i, e in enumerate(_seq(config.get("order", ["fifo"]), "order"))
+        ),
+        scores=tuple(
+            registry.make_score(e, f"score[{i}]") for i, e in enumerate(_seq(scores, "score"))
+        ),
+        filters=tuple(
+            registry.make("filter", e, f"filters[{i}]")
+            for i, e in enumerate(_seq(config.get("filters", []), "filters"))
+        ),
+        victims=tuple(
+            registry.make("victims", e, f"victims[{i}]")
+            for i, e in enumerate(_seq(config.get("victims", _VICTIMS), "victims"))
+        ),
+        queue_depth=depth,
+    )
+
+
+def _seq(value: Any, path: str) -> Sequence[Any]:
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise PolicyError(f"policy.{path}: expected a list")
+    return value
+
+
+def load_policy(spec: str | Mapping[str, Any]) -> Policy:
+    """A preset by name, or a policy mapping. Files are read at the edge
+    (`aisched.spec.policy.load_policy_file`), never here."""
+    if isinstance(spec, str):
+        return preset(spec)
+    return build_policy(spec)

@@ -1,0 +1,94 @@
+"""Queue arithmetic for one cycle: limits, guarantees, borrowing and fair-share keys.
+
+A zero in a queue's `limit` or `guarantee` means that resource is not governed there, so a
+queue can cap GPUs without also naming CPUs and memory.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from aisched.core.session import USAGE_DIMS, usage_vector
+from aisched.core.snapshot import FloatArray
+from aisched.model.job import Job
+from aisched.model.resources import Resources
+
+if TYPE_CHECKING:
+    from aisched.core.session import Session
+
+DIM_NAMES = ("milli_cpu", "mem_mib", "gpu_milli")
+
+
+def _over(usage: FloatArray, cap: Resources) -> int | None:
+    """The first governed dimension where `usage` exceeds `cap`, or None."""
+    capv = usage_vector(cap)
+    for i in range(USAGE_DIMS):
+        if capv[i] > 0 and usage[i] > capv[i]:
+            return i
+    return None
+
+
+def exceeds_limit_alone(session: Session, job: Job) -> str | None:
+    """Why the job could never run in its queue: it alone is above a limit on its path."""
+    req = usage_vector(job.total_request)
+    for qname in session.queue_path(job.queue):
+        q = session.queues.get(qname)
+        if q.limit is not None and (dim := _over(req, q.limit)) is not None:
+            return f"needs more {DIM_NAMES[dim]} than queue {qname}'s limit"
+        if not q.borrowing and (dim := _over(req, q.guarantee)) is not None:
+            return f"needs more {DIM_NAMES[dim]} than queue {qname}'s guarantee (no borrowing)"
+    return None
+
+
+def queue_blocks(session: Session, job: Job) -> str | None:
+    """Why the job's queue does not let it start now (limit reached, may not borrow)."""
+    req = usage_vector(job.total_request)
+    for qname in session.queue_path(job.queue):
+        q = session.queues.get(qname)
+        after = session.usage_of(qname) + req
+        if q.limit is not None and (dim := _over(after, q.limit)) is not None:
+            return f"queue {qname} would exceed its {DIM_NAMES[dim]} limit"
+        if not q.borrowing and (dim := _over(after, q.guarantee)) is not None:
+            return f"queue {qname} would exceed its {DIM_NAMES[dim]} guarantee and may not borrow"
+    return None
+
+
+def within_guarantee(session: Session, job: Job) -> bool:
+    """True when the job's leaf queue stays within its guarantee with the job added, on every
+    governed dimension, and the guarantee governs something."""
+    q = session.queues.get(job.queue)
+    g = usage_vector(q.guarantee)
+    if not (g > 0).any():
+        return False
+    after = session.usage_of(job.queue) + usage_vector(job.total_request)
+    return bool(np.all((g == 0) | (after <= g)))
+
+
+def borrowed(session: Session, queue: str, minus: FloatArray) -> bool:
+    """True when `queue` would still be at or above its guarantee after giving up `minus`
+    and is above it now on some governed dimension: its work there is borrowed."""
+    if not session.queues.has(queue):
+        return False
+    g = usage_vector(session.queues.get(queue).guarantee)
+    usage = session.usage_of(queue)
+    governed = g > 0
+    above_now = bool(np.any(usage > g)) if governed.any() else bool(np.any(usage > 0))
+    if not above_now:
+        return False
+    left = usage - minus
+    return bool(np.all(~governed | (left >= g)))
+
+
+def fair_key(session: Session, job: Job) -> tuple[float, ...]:
+    """Hierarchical weighted dominant share along the job's queue path (lower goes first),
+    then its user's share when drf is on."""
+    key: list[float] = []
+    for qname in session.queue_path(job.queue):
+        weight = session.queues.get(qname).weight if session.queues.has(qname) else 1.0
+        key.append(session.dominant_share(session.usage_of(qname)) / weight)
+    if session.policy.fair_users:
+        u = session.user_usage.get((job.queue, job.user))
+        key.append(session.dominant_share(u) if u is not None else 0.0)
+    return tuple(key)

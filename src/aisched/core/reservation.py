@@ -1,0 +1,78 @@
+"""Reservations: the earliest time and the nodes at which a blocked job can start.
+
+Running jobs are assumed to end at their expected end (None: never, as far as we know). The
+job fits after the first k of them, in end order, have ended; k is found by bisection, since
+room only grows as jobs end. The reservation holds the nodes of that placement from the k-th
+end time. Nodes already held by an earlier reservation are left out, so reservations never
+overlap. All work happens on a scratch copy of the free state; the session is left unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from aisched.core.placement import place_job
+from aisched.core.session import Reservation
+from aisched.core.snapshot import BoolArray, RunningJob
+from aisched.core.statement import Statement
+from aisched.model.job import Job
+
+if TYPE_CHECKING:
+    from aisched.core.session import Session
+
+NEVER = float("inf")
+
+
+def _end(r: RunningJob) -> float:
+    return NEVER if r.expected_end_s is None else r.expected_end_s
+
+
+def find_reservation(session: Session, job: Job) -> Reservation | None:
+    arrays = session.arrays
+    taken: BoolArray = np.zeros(arrays.num_nodes, dtype=np.bool_)
+    for res in session.reservations:
+        taken |= res.nodes
+    allowed = ~taken
+    releases = sorted(session.running.values(), key=lambda r: (_end(r), r.started_s, r.id))
+    base = session.free
+    saved_cache = session.fail_cache
+
+    def fits(k: int) -> tuple[bool, tuple[str, ...]]:
+        scratch = base.copy()
+        for r in releases[:k]:
+            for t in r.tasks:
+                scratch.give(arrays.index[t.node], t)
+        session.free, session.fail_cache = scratch, {}
+        st = Statement(session)
+        placed = place_job(session, st, job, allowed, mask_key=("reserve", k))
+        st.discard()
+        return (not isinstance(placed, str)), (
+            () if isinstance(placed, str) else tuple(t.node for t in placed)
+        )
+
+    try:
+        ok, nodes = fits(len(releases))
+        if not ok:
+            return None
+        lo, hi = 0, len(releases)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if fits(mid)[0]:
+                hi = mid
+            else:
+                lo = mid + 1
+        _, nodes = fits(lo)
+    finally:
+        session.free, session.fail_cache = base, saved_cache
+    start: float | None = session.now if lo == 0 else _end(releases[lo - 1])
+    if start is not None and start == NEVER:
+        start = None
+    if start is not None:
+        start = max(start, session.now)
+    mask: BoolArray = np.zeros(arrays.num_nodes, dtype=np.bool_)
+    mask[[arrays.index[n] for n in nodes]] = True
+    return Reservation(job.id, mask, start)
+
+

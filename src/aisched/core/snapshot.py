@@ -1,0 +1,295 @@
+"""The cluster as the core sees it: static node arrays, free capacity, running and pending work.
+
+`ClusterArrays` is built once per cluster shape and never changes. `FreeState` holds what is
+free on each node and each GPU; callers keep one up to date incrementally (`take`/`give`) so a
+cycle need not rebuild it from the running tasks. A cycle never mutates the `FreeState` it is
+given: it works on a copy.
+
+Invariant (checked by `validate_free`): free = capacity − Σ running tasks, per node and per GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from aisched.core.decisions import TaskBinding
+from aisched.model.cluster import Cluster, Node, TopologyLevel
+from aisched.model.job import Job
+from aisched.model.queue import QueueTree
+from aisched.model.resources import GPU_MILLI_WHOLE
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ClusterArrays:
+    """Per-node static facts as arrays indexed by node position (nodes sorted by name)."""
+
+    cluster: Cluster
+    names: tuple[str, ...]
+    index: dict[str, int]
+    cap_cpu: IntArray
+    cap_mem: IntArray
+    num_gpus: IntArray
+    gpu_valid: BoolArray  # (nodes, max_gpus): True where the node has that GPU index
+    gpu_mem_cap: IntArray  # (nodes, max_gpus)
+    nvlink: IntArray  # (nodes, max_gpus)
+    model_code: IntArray  # index into `models`, -1 for CPU-only nodes
+    models: tuple[str, ...]
+    rack: IntArray  # index into `racks`
+    racks: tuple[str, ...]
+    zone: IntArray
+    zones: tuple[str, ...]
+    healthy: BoolArray
+    nodes: tuple[Node, ...]
+    # Memo of pure functions of this (static) cluster, e.g. "can this shape ever fit".
+    memo: dict[object, object] = field(default_factory=dict)
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.names)
+
+    @property
+    def max_gpus(self) -> int:
+        return int(self.gpu_valid.shape[1])
+
+    def domain(self, level: TopologyLevel) -> IntArray:
+        """Domain id of every node at `level` (node index, rack, zone or 0 for the cluster)."""
+        if level == TopologyLevel.NODE:
+            return np.arange(self.num_nodes, dtype=np.int64)
+        if level == TopologyLevel.RACK:
+            return self.rack
+        if level == TopologyLevel.ZONE:
+            return self.zone
+        return np.zeros(self.num_nodes, dtype=np.int64)
+
+    def domain_name(self, level: TopologyLevel, idx: int) -> str:
+        if level == TopologyLevel.NODE:
+            return self.names[idx]
+        if level == TopologyLevel.RACK:
+            return self.racks[idx]
+        if level == TopologyLevel.ZONE:
+            return self.zones[idx]
+        return "cluster"
+
+    def totals(self) -> tuple[int, int, int]:
+        """Cluster capacity as (milli_cpu, mem_mib, gpu_milli) over healthy nodes."""
+        h = self.healthy
+        return (
+            int(self.cap_cpu[h].sum()),
+            int(self.cap_mem[h].sum()),
+            int(self.num_gpus[h].sum()) * GPU_MILLI_WHOLE,
+        )
+
+
+def build_arrays(cluster: Cluster) -> ClusterArrays:
+    nodes = tuple(sorted(cluster.nodes, key=lambda n: n.name))
+    n = len(nodes)
+    g = max((len(x.gpus) for x in nodes), default=0)
+    g = max(g, 1)  # keep 2-D arrays non-degenerate on CPU-only clusters
+    models = tuple(sorted({x.gpu_model for x in nodes if x.gpu_model is not None}))
+    racks = tuple(sorted({x.rack for x in nodes}))
+    zones = tuple(sorted({x.zone for x in nodes}))
+    model_idx = {m: i for i, m in enumerate(models)}
+    rack_idx = {r: i for i, r in enumerate(racks)}
+    zone_idx = {z: i for i, z in enumerate(zones)}
+    gpu_valid = np.zeros((n, g), dtype=np.bool_)
+    gpu_mem = np.zeros((n, g), dtype=np.int64)
+    nvlink = np.zeros((n, g), dtype=np.int64)
+    for i, node in enumerate(nodes):
+        for gpu in node.gpus:
+            if not 0 <= gpu.index < g:
+                raise ValueError(f"node {node.name}: GPU index {gpu.index} out of range")
+            gpu_valid[i, gpu.index] = True
+            gpu_mem[i, gpu.index] = gpu.mem_mib
+            nvlink[i, gpu.index] = gpu.nvlink_group
+    return ClusterArrays(
+        cluster=cluster,
+        names=tuple(x.name for x in nodes),
+        index={x.name: i for i, x in enumerate(nodes)},
+        cap_cpu=np.array([x.milli_cpu for x in nodes], dtype=np.int64),
+        cap_mem=np.array([x.mem_mib for x in nodes], dtype=np.int64),
+        num_gpus=gpu_valid.sum(axis=1).astype(np.int64),
+        gpu_valid=gpu_valid,
+        gpu_mem_cap=gpu_mem,
+        nvlink=nvlink,
+        model_code=np.array(
+            [model_idx[x.gpu_model] if x.gpu_model is not None else -1 for x in nodes],
+            dtype=np.int64,
+        ),
+        models=models,
+        rack=np.array([rack_idx[x.rack] for x in nodes], dtype=np.int64),
+        racks=racks,
+        zone=np.array([zone_idx[x.zone] for x in nodes], dtype=np.int64),
+        zones=zones,
+        healthy=np.array([x.healthy for x in nodes], dtype=np.bool_),
+        nodes=nodes,
+    )
+
+
+@dataclass(slots=True, eq=False)
+class FreeState:
+    """Free capacity per node and per GPU. Mutable; `copy()` before tentative work."""
+
+    cpu: IntArray
+    mem: IntArray
+    gpu_milli: IntArray  # (nodes, max_gpus); 0 where the GPU does not exist
+    gpu_mem: IntArray  # (nodes, max_gpus)
+    whole: IntArray  # GPUs per node with nothing allocated on them
+    gpu_total: IntArray  # free milli-GPU per node, summed over its GPUs
+
+    @classmethod
+    def empty(cls, arrays: ClusterArrays) -> FreeState:
+        milli = np.where(arrays.gpu_valid, GPU_MILLI_WHOLE, 0).astype(np.int64)
+        return cls(
+            cpu=arrays.cap_cpu.copy(),
+            mem=arrays.cap_mem.copy(),
+            gpu_milli=milli,
+            gpu_mem=arrays.gpu_mem_cap.copy(),
+            whole=arrays.num_gpus.copy(),
+            gpu_total=milli.sum(axis=1),
+        )
+
+    def copy(self) -> FreeState:
+        return FreeState(
+            self.cpu.copy(),
+            self.mem.copy(),
+            self.gpu_milli.copy(),
+            self.gpu_mem.copy(),
+            self.whole.copy(),
+            self.gpu_total.copy(),
+        )
+
+    def take(self, node: int, t: TaskBinding) -> None:
+        self._apply(node, t, -1)
+
+    def give(self, node: int, t: TaskBinding) -> None:
+        self._apply(node, t, +1)
+
+    def _apply(self, node: int, t: TaskBinding, sign: int) -> None:
+        self.cpu[node] += sign * t.milli_cpu
+        self.mem[node] += sign * t.mem_mib
+        if not t.gpus:
+            return
+        row = self.gpu_milli[node]
+        mem_row = self.gpu_mem[node]
+        self.gpu_total[node] += sign * t.gpu_milli * len(t.gpus)
+        per_gpu_mem = t.gpu_mem_mib // len(t.gpus)
+        for gi in t.gpus:
+            was_whole = row[gi] == GPU_MILLI_WHOLE
+            row[gi] += sign * t.gpu_milli
+            mem_row[gi] += sign * per_gpu_mem
+            now_whole = row[gi] == GPU_MILLI_WHOLE
+            self.whole[node] += int(now_whole) - int(was_whole)
+
+    def equals(self, other: FreeState) -> bool:
+        return (
+            np.array_equal(self.cpu, other.cpu)
+            and np.array_equal(self.mem, other.mem)
+            and np.array_equal(self.gpu_milli, other.gpu_milli)
+            and np.array_equal(self.gpu_mem, other.gpu_mem)
+            and np.array_equal(self.whole, other.whole)
+            and np.array_equal(self.gpu_total, other.gpu_total)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJob:
+    """A job waiting to run, with what the caller knows about it now.
+
+    `estimate_s` / `estimate_upper_s` come from the user or a predictor (attached before the
+    cycle; the core never predicts). `attained_gpu_s` is GPU-service received in earlier
+    attempts (Tiresias' attained service).
+    """
+
+    job: Job
+    attained_gpu_s: float = 0.0
+    restarts: int = 0
+    estimate_s: float | None = None
+    estimate_upper_s: float | None = None
+
+    @property
+    def id(self) -> str:
+        return self.job.id
+
+    @property
+    def runtime_bound_s(self) -> float | None:
+        """The longest this job is expected to run: the upper estimate, else the estimate,
+        else its time limit; None when nothing bounds it."""
+        for v in (self.estimate_upper_s, self.estimate_s, self.job.time_limit_s):
+            if v is not None:
+                return v
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    """A job holding resources: its tasks, when it started, and when it is expected to end."""
+
+    job: Job
+    tasks: tuple[TaskBinding, ...]
+    started_s: float
+    attained_gpu_s: float = 0.0
+    expected_end_s: float | None = None
+    last_checkpoint_s: float | None = None
+
+    @property
+    def id(self) -> str:
+        return self.job.id
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Snapshot:
+    arrays: ClusterArrays
+    free: FreeState
+    running: tuple[RunningJob, ...] = ()
+    queues: QueueTree = field(default_factory=QueueTree)
+
+
+def free_from_running(arrays: ClusterArrays, running: Iterable[RunningJob]) -> FreeState:
+    free = FreeState.empty(arrays)
+    for r in running:
+        for t in r.tasks:
+            free.take(arrays.index[t.node], t)
+    return free
+
+
+def snapshot_of(
+    cluster: Cluster | ClusterArrays,
+    running: Iterable[RunningJob] = (),
+    queues: QueueTree | None = None,
+) -> Snapshot:
+    """A snapshot whose free state is derived from the running jobs (simple, O(tasks))."""
+    arrays = cluster if isinstance(cluster, ClusterArrays) else build_arrays(cluster)
+    running = tuple(running)
+    return Snapshot(arrays, free_from_running(arrays, running), running, queues or QueueTree())
+
+
+def validate_free(snapshot: Snapshot) -> list[str]:
+    """Problems with the snapshot's free state: over-allocation or drift from the tasks."""
+    want = free_from_running(snapshot.arrays, snapshot.running)
+    got = snapshot.free
+    problems: list[str] = []
+    a = snapshot.arrays
+    for name, w, g in (
+        ("cpu", want.cpu, got.cpu),
+        ("mem", want.mem, got.mem),
+        ("gpu_milli", want.gpu_milli, got.gpu_milli),
+        ("gpu_mem", want.gpu_mem, got.gpu_mem),
+        ("whole", want.whole, got.whole),
+        ("gpu_total", want.gpu_total, got.gpu_total),
+    ):
+        if not np.array_equal(w, g):
+            bad = np.argwhere(w != g)[0]
+            problems.append(f"free {name} drifted on node {a.names[int(bad[0])]}")
+    for name, arr in (("cpu", got.cpu), ("mem", got.mem), ("gpu_milli", got.gpu_milli)):
+        if (arr < 0).any():
+            bad = np.argwhere(arr < 0)[0]
+            problems.append(f"{name} over-allocated on node {a.names[int(bad[0])]}")
+    return problems

@@ -1,0 +1,109 @@
+"""Job specifications: what a user asks for, frozen once submitted.
+
+A job is one or more task groups; each group has `replicas` identical tasks with the same
+per-replica request. A gang is the whole job: at least `min_available` tasks start together or
+none do. Runtime state (attempts, attained service, placement) lives elsewhere; a `Job` never
+changes after submission.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from aisched.model.cluster import TopologyLevel
+from aisched.model.resources import Resources
+
+
+class JobKind(str, Enum):
+    TRAIN = "train"
+    INFER = "infer"
+    BATCH = "batch"
+
+
+class RestartPolicy(str, Enum):
+    NEVER = "never"
+    ON_FAILURE = "on-failure"
+    ALWAYS = "always"
+
+
+class TopologyMode(str, Enum):
+    REQUIRED = "required"
+    PREFERRED = "preferred"
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyRequirement:
+    """Where a gang's tasks may go relative to each other.
+
+    `pack` keeps all tasks inside one domain of that level (one node, one rack, one zone);
+    `spread` puts at most one task of the job on each domain of that level.
+    """
+
+    pack: TopologyLevel | None = None
+    mode: TopologyMode = TopologyMode.REQUIRED
+    spread: TopologyLevel | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskGroup:
+    name: str
+    replicas: int
+    request: Resources
+    command: tuple[str, ...] = ()
+
+    @property
+    def total(self) -> Resources:
+        return self.request.times(self.replicas)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: str
+    groups: tuple[TaskGroup, ...]
+    name: str = ""
+    kind: JobKind = JobKind.BATCH
+    user: str = "default"
+    queue: str = "default"
+    priority: int = 0
+    preemptible: bool = True
+    min_available: int | None = None
+    topology: TopologyRequirement = field(default_factory=TopologyRequirement)
+    gpu_models: tuple[str, ...] = ()
+    restart_policy: RestartPolicy = RestartPolicy.ON_FAILURE
+    max_retries: int = 3
+    time_limit_s: float | None = None
+    estimate_s: float | None = None
+    checkpoint_interval_s: float | None = None
+    submit_time_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.groups:
+            raise ValueError(f"job {self.id}: needs at least one task group")
+        if any(g.replicas < 1 for g in self.groups):
+            raise ValueError(f"job {self.id}: every task group needs at least one replica")
+        if self.min_available is not None and not 1 <= self.min_available <= self.num_tasks:
+            raise ValueError(
+                f"job {self.id}: min_available {self.min_available} must be in 1..{self.num_tasks}"
+            )
+
+    @property
+    def num_tasks(self) -> int:
+        return sum(g.replicas for g in self.groups)
+
+    @property
+    def gang_min(self) -> int:
+        """Tasks that must start together: all of them unless `min_available` says fewer."""
+        return self.num_tasks if self.min_available is None else self.min_available
+
+    @property
+    def total_request(self) -> Resources:
+        total = Resources()
+        for g in self.groups:
+            total = total.plus(g.total)
+        return total
+
+    @property
+    def num_gpus(self) -> float:
+        """GPUs held by the whole job, shares counted as fractions."""
+        return self.total_request.gpu_equivalent_milli / 1000.0

@@ -1,0 +1,99 @@
+"""Resource quantities in integer units, the unit in each field's name.
+
+Invariants: every field is a non-negative integer except in a difference produced by
+`minus` (which callers check with `fits_in`). `gpu` counts whole devices; `gpu_milli` is a share
+of one device (1000 = whole) and is only meaningful on a task that asks for at most one GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+GPU_MILLI_WHOLE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    milli_cpu: int = 0
+    mem_mib: int = 0
+    gpu: int = 0
+    gpu_milli: int = 0
+    gpu_mem_mib: int = 0
+    extended: tuple[tuple[str, int], ...] = field(default=())
+
+    def plus(self, other: Resources) -> Resources:
+        return Resources(
+            self.milli_cpu + other.milli_cpu,
+            self.mem_mib + other.mem_mib,
+            self.gpu + other.gpu,
+            self.gpu_milli + other.gpu_milli,
+            self.gpu_mem_mib + other.gpu_mem_mib,
+            _merge(self.extended, other.extended, 1),
+        )
+
+    def minus(self, other: Resources) -> Resources:
+        return Resources(
+            self.milli_cpu - other.milli_cpu,
+            self.mem_mib - other.mem_mib,
+            self.gpu - other.gpu,
+            self.gpu_milli - other.gpu_milli,
+            self.gpu_mem_mib - other.gpu_mem_mib,
+            _merge(self.extended, other.extended, -1),
+        )
+
+    def times(self, n: int) -> Resources:
+        return Resources(
+            self.milli_cpu * n,
+            self.mem_mib * n,
+            self.gpu * n,
+            self.gpu_milli * n,
+            self.gpu_mem_mib * n,
+            tuple((k, v * n) for k, v in self.extended),
+        )
+
+    def fits_in(self, other: Resources) -> bool:
+        """True when every quantity here is at most the same quantity in `other`."""
+        ext = dict(other.extended)
+        return (
+            self.milli_cpu <= other.milli_cpu
+            and self.mem_mib <= other.mem_mib
+            and self.gpu <= other.gpu
+            and self.gpu_milli <= other.gpu_milli
+            and self.gpu_mem_mib <= other.gpu_mem_mib
+            and all(v <= ext.get(k, 0) for k, v in self.extended)
+        )
+
+    @property
+    def gpu_equivalent_milli(self) -> int:
+        """GPU demand in milli-GPUs, whole devices and shares together (for accounting)."""
+        return self.gpu * GPU_MILLI_WHOLE + self.gpu_milli
+
+    def describe(self) -> str:
+        """Short human form, e.g. `8 GPU, 24 CPU, 96 GiB`."""
+        parts: list[str] = []
+        if self.gpu:
+            parts.append(f"{self.gpu} GPU")
+        if self.gpu_milli:
+            parts.append(f"{self.gpu_milli / 1000:g} of a GPU")
+        if self.gpu_mem_mib:
+            parts.append(f"{self.gpu_mem_mib / 1024:g} GiB GPU memory")
+        if self.milli_cpu:
+            parts.append(f"{self.milli_cpu / 1000:g} CPU")
+        if self.mem_mib:
+            parts.append(f"{self.mem_mib / 1024:g} GiB")
+        parts.extend(f"{v} {k}" for k, v in self.extended)
+        return ", ".join(parts) or "nothing"
+
+    def is_zero(self) -> bool:
+        return self == Resources()
+
+
+def _merge(
+    a: tuple[tuple[str, int], ...], b: tuple[tuple[str, int], ...], sign: int
+) -> tuple[tuple[str, int], ...]:
+    if not a and not b:
+        return ()
+    out = dict(a)
+    for k, v in b:
+        out[k] = out.get(k, 0) + sign * v
+    return tuple(sorted((k, v) for k, v in out.items() if v != 0))
