@@ -199,10 +199,7 @@ def _place_groups(
         short = max(g.replicas - room, 0)
         if short > slack:
             undo_mark.rollback()
-            return (
-                f"room for {room} of {g.replicas} '{g.name}' tasks "
-                f"({req.describe()} each)"
-            )
+            return f"room for {room} of {g.replicas} '{g.name}' tasks ({req.describe()} each)"
         slack -= short
         want = g.replicas - short
         if want == 0:

@@ -128,9 +128,7 @@ def build_policy(config: Mapping[str, Any], name: str | None = None) -> Policy:
         raise PolicyError("policy: expected a mapping")
     unknown = sorted(set(config) - set(ALLOWED_KEYS))
     if unknown:
-        raise PolicyError(
-            f"policy: unknown key {unknown[0]!r}; allowed: {', '.join(ALLOWED_KEYS)}"
-        )
+        raise PolicyError(f"policy: unknown key {unknown[0]!r}; allowed: {', '.join(ALLOWED_KEYS)}")
     actions = config.get("actions")
     if not actions:
         raise PolicyError("policy.actions: at least one action is required")
@@ -141,7 +139,8 @@ def build_policy(config: Mapping[str, Any], name: str | None = None) -> Policy:
     return Policy(
         name=str(name or config.get("name") or "custom"),
         actions=tuple(
-            registry.make("action", e, f"actions[{i}]") for i, e in enumerate(_seq(actions, "actions"))
+            registry.make("action", e, f"actions[{i}]")
+            for i, e in enumerate(_seq(actions, "actions"))
         ),
         order=tuple(
             registry.make("order", e, f"order[{i}]")

@@ -74,5 +74,3 @@ def find_reservation(session: Session, job: Job) -> Reservation | None:
     mask: BoolArray = np.zeros(arrays.num_nodes, dtype=np.bool_)
     mask[[arrays.index[n] for n in nodes]] = True
     return Reservation(job.id, mask, start)
-
-

@@ -104,10 +104,14 @@ class Session:
         u = self.queue_usage.get(queue)
         return u if u is not None else np.zeros(USAGE_DIMS)
 
-    def set_status(self, job_id: str, code: StatusCode, reason: str, eta: float | None = None) -> None:
+    def set_status(
+        self, job_id: str, code: StatusCode, reason: str, eta: float | None = None
+    ) -> None:
         self.statuses[job_id] = JobStatus(code, reason, eta)
 
-    def bind(self, pj: PendingJob, tasks: tuple[TaskBinding, ...], after: tuple[str, ...] = ()) -> None:
+    def bind(
+        self, pj: PendingJob, tasks: tuple[TaskBinding, ...], after: tuple[str, ...] = ()
+    ) -> None:
         """Record a placement that the statement has already applied to `free`."""
         job = pj.job
         self.decisions.append(Bind(job.id, tasks, after))
@@ -131,9 +135,7 @@ class Session:
 
     def reserve(self, res: Reservation) -> None:
         self.reservations.append(res)
-        names = tuple(
-            self.snapshot.arrays.names[i] for i in np.flatnonzero(res.nodes).tolist()
-        )
+        names = tuple(self.snapshot.arrays.names[i] for i in np.flatnonzero(res.nodes).tolist())
         self.decisions.append(Reserve(res.job_id, names, res.start_s))
 
     def dominant_share(self, usage: FloatArray) -> float:

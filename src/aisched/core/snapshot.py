@@ -220,9 +220,14 @@ class PendingJob:
 
     @property
     def runtime_bound_s(self) -> float | None:
-        """The longest this job is expected to run: the upper estimate, else the estimate,
-        else its time limit; None when nothing bounds it."""
-        for v in (self.estimate_upper_s, self.estimate_s, self.job.time_limit_s):
+        """The longest this job is expected to run: the upper estimate, else the estimate
+        (attached, else the user's), else its time limit; None when nothing bounds it."""
+        for v in (
+            self.estimate_upper_s,
+            self.estimate_s,
+            self.job.estimate_s,
+            self.job.time_limit_s,
+        ):
             if v is not None:
                 return v
         return None

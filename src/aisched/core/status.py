@@ -8,10 +8,10 @@ UnschedulableAndUnresolvable.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 
-class StatusCode(str, Enum):
+class StatusCode(StrEnum):
     PLACED = "placed"
     PREEMPTING = "preempting"
     RESERVED = "reserved"

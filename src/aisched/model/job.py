@@ -9,25 +9,25 @@ changes after submission.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 from aisched.model.cluster import TopologyLevel
 from aisched.model.resources import Resources
 
 
-class JobKind(str, Enum):
+class JobKind(StrEnum):
     TRAIN = "train"
     INFER = "infer"
     BATCH = "batch"
 
 
-class RestartPolicy(str, Enum):
+class RestartPolicy(StrEnum):
     NEVER = "never"
     ON_FAILURE = "on-failure"
     ALWAYS = "always"
 
 
-class TopologyMode(str, Enum):
+class TopologyMode(StrEnum):
     REQUIRED = "required"
     PREFERRED = "preferred"
 

@@ -6,10 +6,10 @@ RUNNING → PENDING (failed attempt, retried per restart policy); any live state
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 
-class JobState(str, Enum):
+class JobState(StrEnum):
     PENDING = "pending"
     RUNNING = "running"
     PREEMPTED = "preempted"

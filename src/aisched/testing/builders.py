@@ -1,7 +1,7 @@
 """Fluent builders for nodes, jobs and snapshots (the Kubernetes `st.MakePod()` wrappers).
 
-    node("n1").gpus(8, model="A100").rack("r1").build()
-    job("j1").gang(4, gpu=8).priority(10).build()
+node("n1").gpus(8, model="A100").rack("r1").build()
+job("j1").gang(4, gpu=8).priority(10).build()
 """
 
 from __future__ import annotations
@@ -77,7 +77,9 @@ class JobBuilder:
         self._groups.append(TaskGroup(name or f"g{len(self._groups)}", replicas, req))
         return self
 
-    def gang(self, replicas: int, *, gpu: int = 0, cpu: float = 1.0, mem_gib: float = 1.0) -> JobBuilder:
+    def gang(
+        self, replicas: int, *, gpu: int = 0, cpu: float = 1.0, mem_gib: float = 1.0
+    ) -> JobBuilder:
         return self.task(replicas, gpu=gpu, cpu=cpu, mem_gib=mem_gib, name="worker")
 
     def _set(self, **kw: object) -> JobBuilder:

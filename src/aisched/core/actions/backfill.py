@@ -57,9 +57,11 @@ class Backfill:
                 r = find_reservation(session, pj.job)
                 if r is not None:
                     session.reserve(r)
-                    when = "when running jobs end" if r.start_s is None else f"at {r.start_s:g}"
+                    when = (
+                        "once running jobs end" if r.start_s is None else f"from t={r.start_s:g}s"
+                    )
                     session.set_status(
-                        pj.id, StatusCode.RESERVED, f"nodes reserved from {when}", r.start_s
+                        pj.id, StatusCode.RESERVED, f"nodes reserved {when}", r.start_s
                     )
                     continue
             code = StatusCode.WAIT_RESERVATION if key else StatusCode.WAIT_RESOURCES

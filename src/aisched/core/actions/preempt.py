@@ -71,9 +71,7 @@ class Preempt:
         first = session.policy.order[0] if session.policy.order else None
 
         def eligible_for(pj: PendingJob) -> Eligible:
-            mine = (
-                first.key(pj.job, pj.attained_gpu_s, pj.estimate_s) if first is not None else 0.0
-            )
+            mine = first.key(pj.job, pj.attained_gpu_s, pj.estimate_s) if first is not None else 0.0
 
             def eligible(p: PendingJob, r: RunningJob) -> bool:
                 if self.scope == "queue" and r.job.queue != p.job.queue:

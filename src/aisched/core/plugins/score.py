@@ -25,9 +25,7 @@ GPU_WEIGHT = 3.0
 CPU_ONLY_ON_GPU_NODE_PENALTY = 1.0
 
 
-def utilisation_after(
-    session: Session, request: Resources, nodes: IntArray
-) -> FloatArray:
+def utilisation_after(session: Session, request: Resources, nodes: IntArray) -> FloatArray:
     """Weighted share of each node in use once one task of `request` is added."""
     a, f = session.arrays, session.free
     cap_cpu = np.maximum(a.cap_cpu[nodes], 1)
@@ -55,9 +53,7 @@ def _cpu_only_penalty(session: Session, request: Resources, nodes: IntArray) -> 
 class BinPack:
     name: str = "binpack"
 
-    def score(
-        self, session: Session, job: Job, request: Resources, nodes: IntArray
-    ) -> FloatArray:
+    def score(self, session: Session, job: Job, request: Resources, nodes: IntArray) -> FloatArray:
         return utilisation_after(session, request, nodes) - _cpu_only_penalty(
             session, request, nodes
         )
@@ -67,9 +63,7 @@ class BinPack:
 class Spread:
     name: str = "spread"
 
-    def score(
-        self, session: Session, job: Job, request: Resources, nodes: IntArray
-    ) -> FloatArray:
+    def score(self, session: Session, job: Job, request: Resources, nodes: IntArray) -> FloatArray:
         return -utilisation_after(session, request, nodes) - _cpu_only_penalty(
             session, request, nodes
         )
@@ -79,9 +73,7 @@ class Spread:
 class TopologyLocality:
     name: str = "topology"
 
-    def score(
-        self, session: Session, job: Job, request: Resources, nodes: IntArray
-    ) -> FloatArray:
+    def score(self, session: Session, job: Job, request: Resources, nodes: IntArray) -> FloatArray:
         from aisched.core.placement import fit_counts
 
         if job.num_tasks == 1:

@@ -23,8 +23,10 @@ class LeastWorkLost:
     name: str = "least-work-lost"
 
     def key(self, running: RunningJob, now: float) -> float:
-        since = running.last_checkpoint_s if running.last_checkpoint_s is not None else (
-            running.started_s
+        since = (
+            running.last_checkpoint_s
+            if running.last_checkpoint_s is not None
+            else (running.started_s)
         )
         return max(now - since, 0.0) * max(running.job.num_gpus, 1.0)
 

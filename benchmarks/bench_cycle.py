@@ -1,0 +1,85 @@
+"""Placement throughput of one scheduling cycle on large synthetic clusters.
+
+For each cluster size (8 GPUs a node), one cycle places as many of 10,000 pending jobs as fit:
+a mix of single-task jobs (1, 2, 4 or 8 GPUs) and gangs (2-8 tasks of 8 GPUs). Prints the
+median over repeats of cycle time and placements per second, and writes a Markdown table.
+
+    python benchmarks/bench_cycle.py [--nodes 1000,5000,10000] [--jobs 10000] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from pathlib import Path
+
+from aisched.core.cycle import run_cycle
+from aisched.core.policy import preset
+from aisched.core.snapshot import PendingJob, snapshot_of
+from aisched.model.job import Job, TaskGroup
+from aisched.model.resources import Resources
+from aisched.sim.traces.synthetic import synthetic_cluster
+
+
+def pending_jobs(n: int, seed: int) -> list[PendingJob]:
+    rng = random.Random(seed)
+    jobs: list[PendingJob] = []
+    for i in range(n):
+        if rng.random() < 0.8:
+            gpus = rng.choice((1, 1, 1, 2, 4, 8))
+            group = TaskGroup(
+                "main", 1, Resources(milli_cpu=4000 * gpus, mem_mib=16384 * gpus, gpu=gpus)
+            )
+        else:
+            group = TaskGroup(
+                "worker", rng.choice((2, 4, 8)), Resources(milli_cpu=32000, mem_mib=131072, gpu=8)
+            )
+        jobs.append(PendingJob(Job(id=f"j{i:05d}", groups=(group,), submit_time_s=float(i))))
+    return jobs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", default="1000,5000,10000")
+    ap.add_argument("--jobs", type=int, default=10_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--policy", default="fifo")
+    ap.add_argument("--out", type=Path, default=None, help="write the Markdown table here")
+    args = ap.parse_args()
+    policy = preset(args.policy)
+    rows = []
+    for n in (int(x) for x in args.nodes.split(",")):
+        cluster = synthetic_cluster(n)
+        snap = snapshot_of(cluster)
+        pending = pending_jobs(args.jobs, seed=n)
+        times, placed_counts, tasks = [], [], 0
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            res = run_cycle(snap, pending, policy, now=0.0)
+            times.append(time.perf_counter() - t0)
+            placed_counts.append(res.stats.placed)
+            tasks = sum(len(b.tasks) for b in res.binds)
+        med = statistics.median(times)
+        placed = placed_counts[0]
+        rows.append((n, args.jobs, placed, tasks, med, placed / med, tasks / med))
+        print(
+            f"nodes={n:>6} pending={args.jobs} jobs_placed={placed} tasks_placed={tasks} "
+            f"cycle_median={med * 1000:.0f} ms jobs/s={placed / med:,.0f} tasks/s={tasks / med:,.0f}",
+            flush=True,
+        )
+    table = [
+        "| nodes (8 GPUs each) | pending jobs | jobs placed | tasks placed | cycle (median) | jobs placed/s | tasks placed/s |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for n, j, p, t, med, jps, tps in rows:
+        table.append(f"| {n:,} | {j:,} | {p:,} | {t:,} | {med:.2f} s | {jps:,.0f} | {tps:,.0f} |")
+    text = "\n".join(table)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The simulator: trace loaders, the discrete-event engine, metrics and reports."""

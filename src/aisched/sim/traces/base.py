@@ -1,0 +1,168 @@
+"""What every trace loader returns, where the trace files live, how bad rows are reported, and
+the gang shape shared by traces that record only a GPU count.
+
+Invariants of a `Trace`: its jobs are sorted by `(job.submit_time_s, job.id)`, the first one
+arrives at 0, and every `TraceJob.duration_s` is positive (`inf` means "holds its resources until
+the end of the run", for traces that record no lifetime). Loaders never guess at a row they
+cannot read: they raise `TraceError` naming the file, line and column.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from aisched.model.cluster import Cluster
+from aisched.model.job import Job, JobKind, TaskGroup
+from aisched.model.resources import Resources
+
+TRACES_ENV = "AISCHED_TRACES"
+
+GPUS_PER_SERVER = 8
+# Host resources asked per GPU by traces that record only GPUs; modest, so that a whole 8-GPU
+# server's worth (24 cores, 96 GiB) fits any common 8-GPU machine.
+MILLI_CPU_PER_GPU = 3000
+MEM_MIB_PER_GPU = 12288
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    """One job of a trace and its true service time.
+
+    `job.submit_time_s` is the arrival time in seconds from the start of the trace. `duration_s`
+    is the time it runs once started on the GPUs the trace recorded; the scheduler never sees it
+    (a user's guess, when the trace has one, is `job.estimate_s`).
+    """
+
+    job: Job
+    duration_s: float
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    name: str
+    jobs: tuple[TraceJob, ...]
+    # A cluster that comes with the trace (openb's node list); None when the trace has none.
+    cluster: Cluster | None = None
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+
+class TraceError(ValueError):
+    """A row of a trace file that cannot be read; the message says where and what is wrong."""
+
+    def __init__(self, file: Path | str, line: int, column: str, problem: str) -> None:
+        super().__init__(f"{file}:{line}: column {column!r}: {problem}")
+        self.file = str(file)
+        self.line = line
+        self.column = column
+        self.problem = problem
+
+
+def _candidates() -> list[Path]:
+    cwd = Path.cwd()
+    out = [cwd / "shared" / "traces", cwd.parent / "shared" / "traces"]
+    # Walk up from this file so an installed or editable checkout finds `<repo>/shared/traces`
+    # and `<repo>/../shared/traces` whatever the current directory is.
+    out.extend(parent / "shared" / "traces" for parent in Path(__file__).resolve().parents)
+    seen: set[Path] = set()
+    unique: list[Path] = []
+    for p in out:
+        if p not in seen:
+            seen.add(p)
+            unique.append(p)
+    return unique
+
+
+def find_traces_dir() -> Path:
+    """The folder holding the public traces (`philly-pollux/`, `alibaba-openb-v2023/`).
+
+    `$AISCHED_TRACES` wins when set; a value that is not a folder is an error rather than a
+    silent fallback, so a typo is not hidden by some other copy of the traces.
+    """
+    env = os.environ.get(TRACES_ENV)
+    if env:
+        p = Path(env)
+        if p.is_dir():
+            return p
+        raise FileNotFoundError(f"{TRACES_ENV}={env} is not a folder")
+    tried = _candidates()
+    for p in tried:
+        if p.is_dir():
+            return p
+    listed = "\n  ".join(str(p) for p in tried)
+    raise FileNotFoundError(
+        f"no traces folder found; tried:\n  {listed}\n"
+        f"set {TRACES_ENV} to the folder that holds philly-pollux/ and alibaba-openb-v2023/"
+    )
+
+
+def resolve_trace_file(path: Path | str | None, folder: str, filename: str) -> Path:
+    """`path` as given, `path/filename` when it is a folder, else the file in the traces dir."""
+    if path is None:
+        p = find_traces_dir() / folder / filename
+    else:
+        p = Path(path)
+        if p.is_dir():
+            p = p / filename
+    if not p.is_file():
+        raise FileNotFoundError(f"trace file not found: {p}")
+    return p
+
+
+def sort_key(tj: TraceJob) -> tuple[float, str]:
+    return (tj.job.submit_time_s, tj.job.id)
+
+
+def split_gpus(num_gpus: int) -> tuple[int, int]:
+    """(replicas, GPUs per replica) for a job holding `num_gpus` GPUs on 8-GPU servers.
+
+    Up to 8 GPUs is one task. More is a gang of equal replicas, each the largest of 8, 4, 2 that
+    divides the count (16 → 2×8, 24 → 3×8, 12 → 3×4), because power-of-two slices match how
+    servers group their GPUs; an odd count falls back to its largest divisor up to 8.
+    """
+    if num_gpus < 1:
+        raise ValueError(f"num_gpus must be >= 1, got {num_gpus}")
+    if num_gpus <= GPUS_PER_SERVER:
+        return 1, num_gpus
+    for per in (8, 4, 2):
+        if num_gpus % per == 0:
+            return num_gpus // per, per
+    per = max(d for d in range(1, GPUS_PER_SERVER + 1) if num_gpus % d == 0)
+    return num_gpus // per, per
+
+
+def gpu_train_job(
+    job_id: str,
+    num_gpus: int,
+    *,
+    user: str,
+    queue: str,
+    submit_time_s: float,
+    priority: int = 0,
+    estimate_s: float | None = None,
+) -> Job:
+    """A training gang for a trace row that records only a GPU count (see `split_gpus`)."""
+    return Job(
+        id=job_id,
+        groups=_train_groups(num_gpus),
+        kind=JobKind.TRAIN,
+        user=user,
+        queue=queue,
+        priority=priority,
+        estimate_s=estimate_s,
+        submit_time_s=submit_time_s,
+    )
+
+
+@lru_cache(maxsize=256)
+def _train_groups(num_gpus: int) -> tuple[TaskGroup, ...]:
+    # Task groups are immutable, so jobs of the same size share one; a trace of 80 k jobs then
+    # allocates a few dozen groups instead of 80 k, which halves its load time.
+    replicas, per = split_gpus(num_gpus)
+    request = Resources(milli_cpu=MILLI_CPU_PER_GPU * per, mem_mib=MEM_MIB_PER_GPU * per, gpu=per)
+    return (TaskGroup(name="worker", replicas=replicas, request=request),)

@@ -1,0 +1,117 @@
+"""Loader for the Microsoft Philly per-job table (`philly-pollux/philly.csv`).
+
+Each row becomes one training `Job` in the queue of its virtual cluster. The file's rows are not
+sorted; the loader sorts them by submission time, ties kept in file order, and numbers the jobs
+`philly-00000`, ... in that order over the whole file, so an id names the same job whatever
+`limit` or `min_duration_s` keep. Arrival times are wall-clock differences from the first kept
+job (no time zone, so no daylight-saving jumps). The trace records no user estimate, so
+`estimate_s` is None.
+
+The trace gives only a GPU count; `gpu_train_job` turns it into a gang (Philly servers held 8
+GPUs, so more than 8 GPUs is a gang of several replicas).
+"""
+
+from __future__ import annotations
+
+import csv
+from datetime import datetime
+from pathlib import Path
+
+from aisched.sim.traces.base import (
+    Trace,
+    TraceError,
+    TraceJob,
+    gpu_train_job,
+    resolve_trace_file,
+)
+
+_COLUMNS = ("timestamp", "duration", "num_gpus", "cluster")
+_EPOCH = datetime(1970, 1, 1)
+
+
+def load_philly(
+    path: Path | None = None, *, limit: int | None = None, min_duration_s: float = 0.0
+) -> Trace:
+    """Read the Philly trace; `path` is the CSV or its folder (default: the shared traces)."""
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    file = resolve_trace_file(path, "philly-pollux", "philly.csv")
+    rows: list[tuple[float, int, float, int, str]] = []
+    # Jobs submitted in the same second share a stamp; each distinct stamp is parsed once.
+    stamps: dict[str, float] = {}
+    with file.open(newline="", encoding="utf-8") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if header is None:
+            raise TraceError(file, 1, "timestamp", "file is empty, expected a header row")
+        idx = _column_indices(file, header)
+        i_ts, i_dur, i_gpu, i_vc = (idx[c] for c in _COLUMNS)
+        width = len(header)
+        for row in reader:
+            if not row or (len(row) == 1 and not row[0].strip()):
+                continue
+            line = reader.line_num
+            if len(row) != width:
+                raise TraceError(
+                    file,
+                    line,
+                    header[min(len(row), width - 1)],
+                    f"expected {width} fields, found {len(row)}",
+                )
+            ts = row[i_ts]
+            t = stamps.get(ts)
+            if t is None:
+                try:
+                    t = (datetime.fromisoformat(ts) - _EPOCH).total_seconds()
+                except ValueError:
+                    raise TraceError(
+                        file, line, "timestamp", f"expected YYYY-MM-DD HH:MM:SS, got {ts!r}"
+                    ) from None
+                stamps[ts] = t
+            try:
+                duration = float(row[i_dur])
+            except ValueError:
+                duration = float("nan")
+            if not 0.0 < duration < float("inf"):
+                raise TraceError(
+                    file, line, "duration", f"expected a positive number, got {row[i_dur]!r}"
+                )
+            try:
+                gpus = int(row[i_gpu])
+            except ValueError:
+                gpus = 0
+            if gpus < 1:
+                raise TraceError(
+                    file, line, "num_gpus", f"expected an integer >= 1, got {row[i_gpu]!r}"
+                )
+            vc = row[i_vc].strip()
+            if not vc:
+                raise TraceError(file, line, "cluster", "empty virtual-cluster id")
+            rows.append((t, len(rows), duration, gpus, vc))
+
+    rows.sort(key=lambda r: (r[0], r[1]))
+    kept = [(n, r) for n, r in enumerate(rows) if r[2] >= min_duration_s]
+    if limit is not None:
+        kept = kept[:limit]
+    t0 = kept[0][1][0] if kept else 0.0
+    jobs = tuple(
+        TraceJob(
+            job=gpu_train_job(
+                f"philly-{n:05d}", gpus, user=f"vc-{vc}", queue=f"vc-{vc}", submit_time_s=t - t0
+            ),
+            duration_s=duration,
+            source="philly",
+        )
+        for n, (t, _, duration, gpus, vc) in kept
+    )
+    return Trace(name="philly", jobs=jobs)
+
+
+def _column_indices(file: Path, header: list[str]) -> dict[str, int]:
+    names = [h.strip() for h in header]
+    missing = [c for c in _COLUMNS if c not in names]
+    if missing:
+        raise TraceError(
+            file, 1, missing[0], f"header lacks column(s) {', '.join(missing)}; found {names}"
+        )
+    return {c: names.index(c) for c in _COLUMNS}

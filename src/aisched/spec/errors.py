@@ -1,0 +1,85 @@
+"""Errors for every input file and document read at the edge (cluster files, job files, config).
+
+A `SpecError` carries one line per problem, each `source: field.path: message`, so the user can
+find every mistake in one go; it is raised instead of pydantic's or PyYAML's own exceptions,
+which never escape this package. `parse_yaml` is the one place YAML text is read, so that syntax
+errors and repeated keys are reported the same way for every kind of file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+
+class SpecError(ValueError):
+    """Invalid input; `problems` has one `source: path: message` line per mistake."""
+
+    def __init__(self, problems: str | Sequence[str]) -> None:
+        self.problems: tuple[str, ...] = (
+            (problems,) if isinstance(problems, str) else tuple(problems)
+        )
+        super().__init__("\n".join(self.problems))
+
+    @classmethod
+    def from_validation_error(cls, err: ValidationError, source: str) -> SpecError:
+        return cls(validation_problems(err, source))
+
+
+def validation_problems(err: ValidationError, source: str) -> list[str]:
+    """One `source: field.path: message` line per error pydantic found."""
+    out: list[str] = []
+    for e in err.errors(include_url=False):
+        path = ".".join(str(part) for part in e["loc"])
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif e["type"] == "value_error":
+            # Our own validators raise ValueError; pydantic's "Value error, " prefix is noise.
+            msg = msg.removeprefix("Value error, ")
+        out.append(f"{source}: {path}: {msg}" if path else f"{source}: {msg}")
+    return out
+
+
+def format_validation_error(err: ValidationError, source: str) -> str:
+    """The problems of `err`, one `source: field.path: message` per line."""
+    return "\n".join(validation_problems(err, source))
+
+
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    # PyYAML keeps the last of a repeated key; in a config file that hides a mistake.
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                "while reading a mapping",
+                node.start_mark,
+                f"key {key!r} appears twice",
+                key_node.start_mark,
+            )
+        seen.add(key)
+    mapping: dict[Any, Any] = loader.construct_mapping(node)
+    return mapping
+
+
+# A safe loader that rejects repeated keys. Made with type() because PyYAML may lack type stubs,
+# and mypy refuses a class statement whose base is untyped.
+_UniqueKeyLoader: Any = type("_UniqueKeyLoader", (yaml.SafeLoader,), {})
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """The document in `text`; syntax errors become a SpecError with line and column (1-based)."""
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # safe: a SafeLoader subclass
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        what = e.problem or e.context or "invalid YAML"
+        raise SpecError(f"{where}: YAML syntax error: {what}") from None
+    except yaml.YAMLError as e:
+        raise SpecError(f"{source}: YAML error: {e}") from None

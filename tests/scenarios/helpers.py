@@ -1,0 +1,50 @@
+"""Shared pieces of the scenario tables: a running-job helper and a compact decision view."""
+
+from __future__ import annotations
+
+from aisched.core.cycle import CycleResult
+from aisched.core.decisions import Bind, Preempt, Reserve, TaskBinding
+from aisched.core.snapshot import RunningJob
+from aisched.model.job import Job
+
+
+def running(
+    job: Job,
+    *placements: tuple[str, tuple[int, ...]],
+    started_s: float = 0.0,
+    expected_end_s: float | None = None,
+    checkpoint_s: float | None = None,
+) -> RunningJob:
+    """A running job: one task per (node, GPU indices) placement, its first group's request."""
+    g = job.groups[0]
+    tasks = tuple(
+        TaskBinding(
+            g.name,
+            i,
+            node,
+            gpus,
+            1000 if gpus else 0,
+            g.request.milli_cpu,
+            g.request.mem_mib,
+            g.request.gpu_mem_mib,
+        )
+        for i, (node, gpus) in enumerate(placements)
+    )
+    return RunningJob(
+        job, tasks, started_s, expected_end_s=expected_end_s, last_checkpoint_s=checkpoint_s
+    )
+
+
+def summary(result: CycleResult) -> list[tuple[str, ...]]:
+    """Decisions as short tuples: ("bind", job, "node:gpus", ...), ("preempt", victim, for)."""
+    out: list[tuple[str, ...]] = []
+    for d in result.decisions:
+        if isinstance(d, Bind):
+            out.append(
+                ("bind", d.job_id, *(f"{t.node}:{','.join(map(str, t.gpus))}" for t in d.tasks))
+            )
+        elif isinstance(d, Preempt):
+            out.append(("preempt", d.job_id, d.for_job))
+        elif isinstance(d, Reserve):
+            out.append(("reserve", d.job_id, *d.nodes))
+    return out

@@ -1,0 +1,376 @@
+"""Scenario tables for each action: enqueue, allocate, preempt, reclaim, backfill."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+from helpers import running, summary
+
+from aisched.core.cycle import run_cycle
+from aisched.core.policy import build_policy, preset
+from aisched.core.snapshot import RunningJob, snapshot_of
+from aisched.core.status import StatusCode
+from aisched.model.cluster import TopologyLevel
+from aisched.model.job import TopologyMode
+from aisched.model.queue import Queue, QueueTree
+from aisched.model.resources import Resources
+from aisched.testing import JobBuilder, NodeBuilder, cluster, job, node
+
+
+@dataclass
+class Case:
+    name: str
+    nodes: list[NodeBuilder]
+    jobs: list[JobBuilder]
+    policy: str
+    want: list[tuple[str, ...]]
+    want_status: dict[str, StatusCode] = field(default_factory=dict)
+    running: list[RunningJob] = field(default_factory=list)
+    queues: QueueTree = field(default_factory=QueueTree)
+    now: float = 0.0
+
+
+def two_racks() -> list[NodeBuilder]:
+    return [
+        node("a1").gpus(8).rack("ra"),
+        node("a2").gpus(8).rack("ra"),
+        node("b1").gpus(8).rack("rb"),
+        node("b2").gpus(8).rack("rb"),
+    ]
+
+
+TEAMS = QueueTree(
+    (
+        Queue("research", guarantee=Resources(gpu=8)),
+        Queue("prod", guarantee=Resources(gpu=8)),
+        Queue("capped", limit=Resources(gpu=4)),
+        Queue("strict", guarantee=Resources(gpu=2), borrowing=False),
+    )
+)
+
+CASES = [
+    # --- enqueue -------------------------------------------------------------------------
+    Case(
+        "enqueue refuses a task larger than any node",
+        [node("n1").gpus(8)],
+        [job("big").task(gpu=16)],
+        "fifo",
+        [],
+        {"big": StatusCode.NEVER_FITS},
+    ),
+    Case(
+        "enqueue refuses an unknown queue",
+        [node("n1").gpus(8)],
+        [job("j").task(gpu=1).queue("nope")],
+        "fifo",
+        [],
+        {"j": StatusCode.NEVER_FITS},
+    ),
+    Case(
+        "enqueue refuses a gang that no rack can hold when rack packing is required",
+        two_racks(),
+        [job("g").gang(3, gpu=8).pack(TopologyLevel.RACK)],
+        "fifo",
+        [],
+        {"g": StatusCode.NEVER_FITS},
+    ),
+    Case(
+        "enqueue refuses a job above its queue's limit on its own",
+        [node("n1").gpus(8)],
+        [job("j").task(gpu=8).queue("capped")],
+        "fifo",
+        [],
+        {"j": StatusCode.NEVER_FITS},
+        queues=TEAMS,
+    ),
+    Case(
+        "a job that fits the limit waits while the queue is at its limit",
+        [node("n1").gpus(8)],
+        [job("j1").task(gpu=4).queue("capped"), job("j2").task(gpu=1).queue("capped").submitted(1)],
+        "fifo",
+        [("bind", "j1", "n1:0,1,2,3")],
+        {"j1": StatusCode.PLACED, "j2": StatusCode.WAIT_QUEUE},
+        queues=TEAMS,
+    ),
+    Case(
+        "a queue that may not borrow stays within its guarantee",
+        [node("n1").gpus(8)],
+        [job("j1").task(gpu=2).queue("strict"), job("j2").task(gpu=1).queue("strict").submitted(1)],
+        "fifo",
+        [("bind", "j1", "n1:0,1")],
+        {"j2": StatusCode.WAIT_QUEUE},
+        queues=TEAMS,
+    ),
+    # --- allocate ------------------------------------------------------------------------
+    Case(
+        "allocate places a gang whole and picks concrete GPUs",
+        two_racks(),
+        [job("g").gang(2, gpu=4)],
+        "fifo",
+        [("bind", "g", "a1:0,1,2,3", "a1:4,5,6,7")],
+    ),
+    Case(
+        "allocate leaves no trace of a gang that cannot be completed",
+        [node("n1").gpus(8), node("n2").gpus(8)],
+        [job("g").gang(2, gpu=8), job("s").task(gpu=4).submitted(1)],
+        "fifo",
+        [("bind", "s", "n2:4,5,6,7")],
+        {"g": StatusCode.WAIT_RESOURCES, "s": StatusCode.PLACED},
+        running=[running(job("r").task(gpu=4).build(), ("n2", (0, 1, 2, 3)))],
+    ),
+    Case(
+        "allocate keeps a rack-packed gang inside one rack",
+        two_racks(),
+        [job("g").gang(2, gpu=8).pack(TopologyLevel.RACK)],
+        "fifo",
+        [("bind", "g", "b1:0,1,2,3,4,5,6,7", "b2:0,1,2,3,4,5,6,7")],
+        running=[running(job("r").task(gpu=4).build(), ("a1", (0, 1, 2, 3)))],
+    ),
+    Case(
+        "a required rack gang waits when no rack has room, though the cluster does",
+        two_racks(),
+        [job("g").gang(2, gpu=8).pack(TopologyLevel.RACK)],
+        "fifo",
+        [],
+        {"g": StatusCode.WAIT_RESOURCES},
+        running=[
+            running(job("r1").task(gpu=1).build(), ("a1", (0,))),
+            running(job("r2").task(gpu=1).build(), ("b1", (0,))),
+        ],
+    ),
+    Case(
+        "a preferred rack gang spans racks when it must",
+        two_racks(),
+        [job("g").gang(2, gpu=8).pack(TopologyLevel.RACK, TopologyMode.PREFERRED)],
+        "fifo",
+        [("bind", "g", "a2:0,1,2,3,4,5,6,7", "b2:0,1,2,3,4,5,6,7")],
+        running=[
+            running(job("r1").task(gpu=1).build(), ("a1", (0,))),
+            running(job("r2").task(gpu=1).build(), ("b1", (0,))),
+        ],
+    ),
+    Case(
+        "min_available lets an elastic gang start with fewer tasks",
+        [node("n1").gpus(8)],
+        [job("e").gang(4, gpu=4).min_available(2)],
+        "fifo",
+        [("bind", "e", "n1:0,1,2,3", "n1:4,5,6,7")],
+    ),
+    Case(
+        "GPU-model constraint keeps a job off other models",
+        [node("t4").gpus(4, model="T4"), node("v100").gpus(4, model="V100")],
+        [job("j").task(gpu=2).models("V100")],
+        "fifo",
+        [("bind", "j", "v100:0,1")],
+    ),
+    Case(
+        "an unhealthy node gets nothing",
+        [node("n1").gpus(8).unhealthy(), node("n2").gpus(8)],
+        [job("j").task(gpu=1)],
+        "fifo",
+        [("bind", "j", "n2:0")],
+    ),
+    # --- preempt -------------------------------------------------------------------------
+    Case(
+        "preempt evicts lower-priority work in the same queue",
+        [node("n1").gpus(8)],
+        [job("hi").task(gpu=8).priority(10)],
+        "priority",
+        [("preempt", "lo", "hi"), ("bind", "hi", "n1:0,1,2,3,4,5,6,7")],
+        {"hi": StatusCode.PREEMPTING},
+        running=[running(job("lo").task(gpu=8).priority(1).build(), ("n1", tuple(range(8))))],
+    ),
+    Case(
+        "preempt never evicts equal or higher priority",
+        [node("n1").gpus(8)],
+        [job("hi").task(gpu=8).priority(10)],
+        "priority",
+        [],
+        {"hi": StatusCode.WAIT_RESOURCES},
+        running=[running(job("eq").task(gpu=8).priority(10).build(), ("n1", tuple(range(8))))],
+    ),
+    Case(
+        "preempt spares a job that is not preemptible",
+        [node("n1").gpus(8)],
+        [job("hi").task(gpu=8).priority(10)],
+        "priority",
+        [],
+        {"hi": StatusCode.WAIT_RESOURCES},
+        running=[
+            running(
+                job("lo").task(gpu=8).priority(1).not_preemptible().build(),
+                ("n1", tuple(range(8))),
+            )
+        ],
+    ),
+    Case(
+        "preempt stays inside the queue",
+        [node("n1").gpus(8)],
+        [job("hi").task(gpu=8).priority(10).queue("prod")],
+        "priority",
+        [],
+        {"hi": StatusCode.WAIT_RESOURCES},
+        running=[
+            running(
+                job("lo").task(gpu=8).priority(1).queue("research").build(),
+                ("n1", tuple(range(8))),
+            )
+        ],
+        queues=QueueTree((Queue("research"), Queue("prod"))),
+    ),
+    Case(
+        "preempt evicts only as much as needed, the job that loses least work first",
+        [node("n1").gpus(8)],
+        [job("hi").task(gpu=4).priority(10)],
+        "priority",
+        [("preempt", "fresh", "hi"), ("bind", "hi", "n1:4,5,6,7")],
+        running=[
+            running(
+                job("old").task(gpu=4).priority(1).build(),
+                ("n1", (0, 1, 2, 3)),
+                started_s=0,
+                checkpoint_s=0,
+            ),
+            running(
+                job("fresh").task(gpu=4).priority(1).build(),
+                ("n1", (4, 5, 6, 7)),
+                started_s=0,
+                checkpoint_s=900,
+            ),
+        ],
+        now=1000,
+    ),
+    Case(
+        "las preempts a job that used more service for a fresh one",
+        [node("n1").gpus(8)],
+        [job("new").task(gpu=8).submitted(100)],
+        "las",
+        [("preempt", "long", "new"), ("bind", "new", "n1:0,1,2,3,4,5,6,7")],
+        running=[
+            RunningJob(
+                job("long").task(gpu=8).build(),
+                running(job("long").task(gpu=8).build(), ("n1", tuple(range(8)))).tasks,
+                started_s=0,
+                attained_gpu_s=8 * 3600.0,
+            )
+        ],
+        now=3600,
+    ),
+    # --- reclaim -------------------------------------------------------------------------
+    Case(
+        "reclaim takes back capacity another queue borrowed",
+        [node("n1").gpus(8), node("n2").gpus(8)],
+        [job("p").task(gpu=8).queue("prod")],
+        "priority",
+        [("preempt", "borrow", "p"), ("bind", "p", "n2:0,1,2,3,4,5,6,7")],
+        {"p": StatusCode.PREEMPTING},
+        running=[
+            running(
+                job("own").task(gpu=8).queue("research").priority(5).build(),
+                ("n1", tuple(range(8))),
+            ),
+            running(
+                job("borrow").task(gpu=8).queue("research").priority(5).build(),
+                ("n2", tuple(range(8))),
+            ),
+        ],
+        queues=TEAMS,
+    ),
+    Case(
+        "reclaim does not touch a queue within its guarantee",
+        [node("n1").gpus(8)],
+        [job("p").task(gpu=8).queue("prod")],
+        "priority",
+        [],
+        {"p": StatusCode.WAIT_RESOURCES},
+        running=[
+            running(job("own").task(gpu=8).queue("research").build(), ("n1", tuple(range(8))))
+        ],
+        queues=TEAMS,
+    ),
+    # --- backfill ------------------------------------------------------------------------
+    Case(
+        "backfill reserves for the blocked head and fills the hole with a short job",
+        [node("n1").gpus(8), node("n2").gpus(8)],
+        [
+            job("head").task(gpu=8).submitted(1),
+            job("short").task(gpu=4).estimate(500).submitted(2),
+        ],
+        "fifo-backfill",
+        [("reserve", "head", "n1"), ("bind", "short", "n1:4,5,6,7")],
+        {"head": StatusCode.RESERVED, "short": StatusCode.PLACED},
+        running=[
+            running(job("r1").task(gpu=4).build(), ("n1", (0, 1, 2, 3)), expected_end_s=1000),
+            running(job("r2").task(gpu=4).build(), ("n2", (0, 1, 2, 3)), expected_end_s=5000),
+        ],
+    ),
+    Case(
+        "backfill keeps a job that would overrun the reservation off the reserved node",
+        [node("n1").gpus(8), node("n2").gpus(8)],
+        [
+            job("head").task(gpu=8).submitted(1),
+            job("long").task(gpu=4).estimate(5000).submitted(2),
+        ],
+        "fifo-backfill",
+        [("reserve", "head", "n1"), ("bind", "long", "n2:4,5,6,7")],
+        {"head": StatusCode.RESERVED, "long": StatusCode.PLACED},
+        running=[
+            running(job("r1").task(gpu=4).build(), ("n1", (0, 1, 2, 3)), expected_end_s=1000),
+            running(job("r2").task(gpu=4).build(), ("n2", (0, 1, 2, 3)), expected_end_s=5000),
+        ],
+    ),
+    Case(
+        "backfill keeps a job without a runtime bound off reserved nodes",
+        [node("n1").gpus(8)],
+        [job("head").task(gpu=8).submitted(1), job("nobound").task(gpu=2).submitted(2)],
+        "fifo-backfill",
+        [("reserve", "head", "n1")],
+        {"head": StatusCode.RESERVED, "nobound": StatusCode.WAIT_RESERVATION},
+        running=[running(job("r1").task(gpu=4).build(), ("n1", (0, 1, 2, 3)), expected_end_s=900)],
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_action_scenarios(case: Case) -> None:
+    snap = snapshot_of(cluster(*case.nodes), case.running, case.queues)
+    pending = [j.pending() for j in case.jobs]
+    result = run_cycle(snap, pending, preset(case.policy), case.now, validate=True)
+    assert summary(result) == case.want
+    got = {k: result.diagnostics[k].code for k in case.want_status}
+    assert got == case.want_status
+    assert set(result.diagnostics) == {p.id for p in pending}
+
+
+def test_reservation_carries_the_start_time_as_eta() -> None:
+    snap = snapshot_of(
+        cluster(node("n1").gpus(8)),
+        [running(job("r").task(gpu=4).build(), ("n1", (0, 1, 2, 3)), expected_end_s=1200)],
+    )
+    res = run_cycle(snap, [job("head").task(gpu=8).pending()], preset("fifo-backfill"), 0.0)
+    assert res.diagnostics["head"].eta_s == 1200
+    assert res.reserves[0].start_s == 1200
+
+
+def test_queue_depth_cuts_the_list() -> None:
+    policy = build_policy({"actions": ["enqueue", "allocate"], "queue_depth": 1})
+    snap = snapshot_of(cluster(node("n1").gpus(8)))
+    res = run_cycle(
+        snap,
+        [job("a").task(gpu=1).pending(), job("b").task(gpu=1).submitted(1).pending()],
+        policy,
+        0.0,
+    )
+    assert summary(res) == [("bind", "a", "n1:0")]
+    assert res.diagnostics["b"].code == StatusCode.NOT_CONSIDERED
+
+
+def test_drf_across_queues_shares_a_contended_cluster() -> None:
+    queues = QueueTree((Queue("a"), Queue("b")))
+    snap = snapshot_of(cluster(node("n1").gpus(4)), queues=queues)
+    jobs = [job(f"a{i}").task(gpu=1).queue("a").submitted(i).pending() for i in range(4)]
+    jobs += [job(f"b{i}").task(gpu=1).queue("b").submitted(10 + i).pending() for i in range(4)]
+    res = run_cycle(snap, jobs, preset("fifo"), 0.0)
+    placed = sorted(b.job_id for b in res.binds)
+    assert placed == ["a0", "a1", "b0", "b1"]

@@ -1,0 +1,235 @@
+"""The cluster description file: what a valid file builds, and how each mistake is reported."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from aisched.model.cluster import LinkSpec, TopologyLevel
+from aisched.spec import (
+    SpecError,
+    builtin_cluster,
+    builtin_cluster_names,
+    cluster_from_dict,
+    format_validation_error,
+    load_cluster_file,
+    resolve_cluster,
+)
+
+EXAMPLE = """\
+# a cluster: node pools, each expanded into racks of nodes
+links:
+  node: {bandwidth_gbps: 600, latency_us: 2}
+  rack: {bandwidth_gbps: 100, latency_us: 5}
+  zone: {bandwidth_gbps: 25, latency_us: 50}
+  cluster: {bandwidth_gbps: 10, latency_us: 500}
+pools:
+  - name: a100
+    zones: 1
+    racks_per_zone: 4
+    nodes_per_rack: 8
+    gpus_per_node: 8
+    gpu_model: A100
+    gpu_mem_gib: 80
+    nvlink_group_size: 4
+    cpus: 96
+    mem_gib: 1024
+    labels: {tier: prod}
+nodes:
+  - {name: box1, rack: r1, zone: z1, cpus: 32, mem_gib: 256,
+     gpus: 4, gpu_model: V100, gpu_mem_gib: 32}
+"""
+
+
+@pytest.fixture
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    # Relative file names, so error messages can be compared whole.
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_example_file(in_tmp: Path) -> None:
+    (in_tmp / "cluster.yaml").write_text(EXAMPLE)
+    c = load_cluster_file("cluster.yaml")
+    assert len(c.nodes) == 4 * 8 + 1
+    assert c.total_gpus == 32 * 8 + 4
+    assert len({n.rack for n in c.nodes}) == 5
+    assert {n.zone for n in c.nodes} == {"zone-0", "z1"}
+
+    first, ninth, box = c.nodes[0], c.nodes[8], c.nodes[-1]
+    assert (first.name, first.rack, first.zone) == ("a100-0000", "a100-rack-00", "zone-0")
+    assert (ninth.name, ninth.rack) == ("a100-0008", "a100-rack-01")
+    assert (first.milli_cpu, first.mem_mib) == (96_000, 1024 * 1024)
+    assert first.labels == (("tier", "prod"),)
+    assert first.label("tier") == "prod"
+    assert [g.nvlink_group for g in first.gpus] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert {(g.model, g.mem_mib) for g in first.gpus} == {("A100", 80 * 1024)}
+    assert (box.name, box.rack, box.zone, box.gpu_model) == ("box1", "r1", "z1", "V100")
+    assert box.capacity.gpu_mem_mib == 4 * 32 * 1024
+    assert [g.nvlink_group for g in box.gpus] == [0, 0, 0, 0]  # no group size: one group
+    assert c.link(TopologyLevel.ZONE) == LinkSpec(bandwidth_gbps=25.0, latency_us=50.0)
+
+
+def test_links_default_per_level() -> None:
+    c = cluster_from_dict(
+        {
+            "links": {"rack": {"bandwidth_gbps": 200, "latency_us": 3}},
+            "nodes": [{"name": "n1", "cpus": 0.5, "mem_gib": 0.5}],
+        }
+    )
+    assert c.link(TopologyLevel.RACK) == LinkSpec(200.0, 3.0)
+    assert c.link(TopologyLevel.CLUSTER) == LinkSpec(10.0, 500.0)
+    assert [lv for lv, _ in c.links] == list(TopologyLevel)
+    assert (c.nodes[0].milli_cpu, c.nodes[0].mem_mib, c.nodes[0].gpus) == (500, 512, ())
+
+
+def _pool(**over: Any) -> dict[str, Any]:
+    return {"name": "p", "nodes_per_rack": 2, "cpus": 8, "mem_gib": 64, **over}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    data: Any
+    want: list[str]
+
+
+ERROR_CASES = [
+    Case(
+        "negative gpus",
+        {"pools": [_pool(gpus_per_node=-1)]},
+        ["c.yaml: pools.0.gpus_per_node: Input should be greater than or equal to 0"],
+    ),
+    Case(
+        "unknown key in a pool",
+        {"pools": [_pool(gpu_modle="A100")]},
+        ["c.yaml: pools.0.gpu_modle: unknown key"],
+    ),
+    Case("unknown top-level key", {"pool": [_pool()]}, ["c.yaml: pool: unknown key"]),
+    Case(
+        "two problems at once",
+        {"pools": [_pool(), _pool(name="q", nodes_per_rack=0, cpus="many")]},
+        [
+            "c.yaml: pools.1.nodes_per_rack: Input should be greater than or equal to 1",
+            "c.yaml: pools.1.cpus: Input should be a valid number, unable to parse string as a "
+            "number",
+        ],
+    ),
+    Case(
+        "missing field",
+        {"nodes": [{"name": "n", "cpus": 4}]},
+        ["c.yaml: nodes.0.mem_gib: Field required"],
+    ),
+    Case(
+        "bad link",
+        {"links": {"zone": {"bandwidth_gbps": 0, "latency_us": 1}}, "pools": [_pool()]},
+        ["c.yaml: links.zone.bandwidth_gbps: Input should be greater than 0"],
+    ),
+    Case("nothing in it", {}, ["c.yaml: a cluster needs at least one entry in pools or nodes"]),
+    Case("empty document", None, ["c.yaml: expected a mapping with pools and/or nodes, got empty"]),
+    Case("a list", [1], ["c.yaml: expected a mapping with pools and/or nodes, got a list"]),
+    Case(
+        "too big",
+        {"pools": [_pool(zones=10, racks_per_zone=100, nodes_per_rack=1000)]},
+        ["c.yaml: pools.0: pool expands to 1000000 nodes, more than the limit of 100000"],
+    ),
+    Case(
+        "duplicate node name",
+        {"pools": [_pool()], "nodes": [{"name": "p-0001", "cpus": 1, "mem_gib": 1}]},
+        ["c.yaml: nodes.0.name: duplicate node name 'p-0001' (already made by pools.0)"],
+    ),
+    Case(
+        "rack in two zones",
+        {
+            "nodes": [
+                {"name": "a", "rack": "r", "zone": "z1", "cpus": 1, "mem_gib": 1},
+                {"name": "b", "rack": "r", "zone": "z2", "cpus": 1, "mem_gib": 1},
+            ]
+        },
+        ["c.yaml: nodes.1.zone: rack 'r' is in zone 'z1' at nodes.0, not 'z2'"],
+    ),
+]
+
+
+@pytest.mark.parametrize("case", ERROR_CASES, ids=lambda c: c.name)
+def test_errors_name_the_field(case: Case) -> None:
+    with pytest.raises(SpecError) as info:
+        cluster_from_dict(case.data, "c.yaml")
+    assert list(info.value.problems) == case.want
+    assert str(info.value) == "\n".join(case.want)
+
+
+def test_negative_gpus_in_a_file(in_tmp: Path) -> None:
+    (in_tmp / "cluster.yaml").write_text(EXAMPLE.replace("gpus_per_node: 8", "gpus_per_node: -2"))
+    with pytest.raises(SpecError) as info:
+        load_cluster_file(Path("cluster.yaml"))
+    assert str(info.value) == (
+        "cluster.yaml: pools.0.gpus_per_node: Input should be greater than or equal to 0"
+    )
+
+
+def test_unknown_key_in_a_file(in_tmp: Path) -> None:
+    (in_tmp / "cluster.yaml").write_text(EXAMPLE.replace("labels:", "lables:"))
+    with pytest.raises(SpecError, match=r"^cluster\.yaml: pools\.0\.lables: unknown key$"):
+        load_cluster_file("cluster.yaml")
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("pools:\n  - name: [a\n    cpus: 4\n", "cluster.yaml:3:9: YAML syntax error: "),
+        ("pools: []\nnodes: []\npools: []\n", "cluster.yaml:3:1: YAML syntax error: key 'pools' "),
+        ("\tpools: []\n", "cluster.yaml:1:1: YAML syntax error: "),
+    ],
+)
+def test_bad_yaml_gives_line_and_column(in_tmp: Path, text: str, want: str) -> None:
+    (in_tmp / "cluster.yaml").write_text(text)
+    with pytest.raises(SpecError) as info:
+        load_cluster_file("cluster.yaml")
+    assert str(info.value).startswith(want)
+
+
+def test_unreadable_file(in_tmp: Path) -> None:
+    with pytest.raises(SpecError, match=r"^nope\.yaml: cannot read: "):
+        load_cluster_file("nope.yaml")
+
+
+def test_builtins() -> None:
+    assert set(builtin_cluster_names()) >= {"philly", "small"}
+    philly = builtin_cluster("philly")
+    assert (len(philly.nodes), philly.total_gpus) == (64, 512)
+    assert len({n.rack for n in philly.nodes}) == 8
+    assert {(n.gpu_model, n.gpus[0].mem_mib) for n in philly.nodes} == {("P100", 24 * 1024)}
+    small = builtin_cluster("small")
+    assert (len(small.nodes), small.total_gpus, len({n.rack for n in small.nodes})) == (8, 64, 2)
+
+
+def test_resolve_cluster(in_tmp: Path) -> None:
+    assert resolve_cluster("small") == builtin_cluster("small")
+    (in_tmp / "mine.yml").write_text(EXAMPLE)
+    assert len(resolve_cluster("mine.yml").nodes) == 33
+    (in_tmp / "noext").write_text("nodes: [{name: x, cpus: 1, mem_gib: 1}]\n")
+    assert [n.name for n in resolve_cluster("noext").nodes] == ["x"]
+    with pytest.raises(SpecError, match="cannot read"):
+        resolve_cluster("missing.yaml")
+    with pytest.raises(SpecError) as info:
+        resolve_cluster("openb-ish")
+    assert "unknown built-in cluster 'openb-ish'" in str(info.value)
+    assert "philly" in str(info.value) and "small" in str(info.value)
+
+
+def test_format_validation_error() -> None:
+    class M(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        a: int
+
+    with pytest.raises(ValidationError) as info:
+        M.model_validate({"a": "x", "b": 1})
+    assert format_validation_error(info.value, "f.yaml") == (
+        "f.yaml: a: Input should be a valid integer, unable to parse string as an integer\n"
+        "f.yaml: b: unknown key"
+    )
