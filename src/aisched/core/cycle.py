@@ -16,7 +16,7 @@ import numpy as np
 from aisched.core.decisions import Bind, Decision, Preempt, Reserve
 from aisched.core.policy import Policy
 from aisched.core.session import Session
-from aisched.core.snapshot import PendingJob, Snapshot
+from aisched.core.snapshot import PendingJob, Snapshot, usage_by_user
 from aisched.core.status import JobStatus, StatusCode
 
 NOT_REACHED = JobStatus(StatusCode.NOT_CONSIDERED, "not reached by any action this cycle")
@@ -85,7 +85,13 @@ def _check_inputs(session: Session) -> None:
     ids = [pj.id for pj in session.pending]
     if len(set(ids)) != len(ids):
         raise InvariantViolation("a job is pending twice")
-    both = set(ids) & {r.id for r in session.snapshot.running}
+    snap = session.snapshot
+    if snap.usage is not None:
+        want = usage_by_user(snap.running)
+        keys = {k for k, v in snap.usage.items() if any(v)} | set(want)
+        if any(tuple(snap.usage.get(k, (0.0, 0.0, 0.0))) != want.get(k) for k in keys):
+            raise InvariantViolation("snapshot usage differs from the running jobs' sum")
+    both = set(ids) & {r.id for r in snap.running}
     if both:
         raise InvariantViolation(f"jobs both pending and running: {sorted(both)[:5]}")
 

@@ -2,7 +2,7 @@
 
 Simulate on the session, then undo (Kueue's preemption: simulate, then issue). Victims are
 tried as a prefix of their preference order; the shortest prefix that makes room is found by
-bisection (room only grows as more is evicted), and then only victims with a task on a node the
+galloping then bisection (room only grows as more is evicted), and then only victims with a task on a node the
 placement uses are kept, so no job is stopped that did not need to be.
 """
 
@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from aisched.core.decisions import TaskBinding
 from aisched.core.placement import place_job
-from aisched.core.session import bindings_vector
 from aisched.core.snapshot import RunningJob
 from aisched.core.statement import Statement
 from aisched.model.job import Job
@@ -27,7 +26,7 @@ def evict(session: Session, st: Statement, victim: RunningJob) -> None:
     arrays = session.arrays
     for t in victim.tasks:
         st.give(arrays.index[t.node], t)
-    vec = bindings_vector(victim.tasks)
+    vec = victim.usage
     session.add_usage(victim.job, vec, -1.0)
     del session.running[victim.id]
 
@@ -52,9 +51,16 @@ def find_victims(
 ) -> tuple[list[RunningJob], tuple[TaskBinding, ...]] | None:
     """The victims to stop and the placement they make room for, applied to the session
     through a committed statement; None (and nothing changed) when no prefix makes room."""
-    if not candidates or not _fits_after(session, job, candidates):
+    if not candidates:
         return None
-    lo, hi = 1, len(candidates)  # smallest k with fits(k): fits(hi) is known true
+    # Gallop (1, 2, 4, ...) then bisect: few victims are usually enough, and evicting all of
+    # them to test the largest prefix first would cost O(running) every time.
+    n = len(candidates)
+    lo, hi = 1, 1
+    while not _fits_after(session, job, candidates[:hi]):
+        if hi == n:
+            return None
+        lo, hi = hi + 1, min(hi * 2, n)
     while lo < hi:
         mid = (lo + hi) // 2
         if _fits_after(session, job, candidates[:mid]):

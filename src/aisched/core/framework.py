@@ -69,14 +69,11 @@ class WeightedScore:
     weight: float
 
 
-def tie_break(job: Job) -> tuple[float, float, str]:
-    return (-job.priority, job.submit_time_s, job.id)
-
-
 def order_key(
     orders: Sequence[JobOrder], job: Job, attained_gpu_s: float, estimate_s: float | None
 ) -> tuple[float | str, ...]:
-    return (*(o.key(job, attained_gpu_s, estimate_s) for o in orders), *tie_break(job))
+    """Plugin keys in policy order, then `job.tie_break` (priority desc, submit time, id)."""
+    return (*(o.key(job, attained_gpu_s, estimate_s) for o in orders), *job.tie_break)
 
 
 def combined_score(

@@ -89,13 +89,9 @@ def fit_counts(session: Session, req: Resources, gpu_models: tuple[str, ...] = (
     return counts
 
 
-def shape_key(job: Job) -> Hashable:
-    return (
-        tuple((g.request, g.replicas) for g in job.groups),
-        job.gpu_models,
-        job.topology,
-        job.min_available,
-    )
+def known_failure(session: Session, job: Job, mask_key: Hashable = None) -> str | None:
+    """The cached reason a job of this shape did not fit under this mask, if any."""
+    return session.fail_cache.get((job.shape_id, mask_key))
 
 
 def place_job(
@@ -107,7 +103,7 @@ def place_job(
 ) -> tuple[TaskBinding, ...] | str:
     """Place every task of `job` (at least `gang_min`) via `st`; return the bindings, or a
     reason when the job does not fit now. `allowed` limits the nodes it may use."""
-    key = (shape_key(job), mask_key)
+    key = (job.shape_id, mask_key)
     cached = session.fail_cache.get(key)
     if cached is not None:
         return cached
@@ -135,7 +131,7 @@ def _place(
 
 
 def _wants_locality(session: Session) -> bool:
-    return any(ws.plugin.name == "topology" for ws in session.policy.scores)
+    return session.policy.locality
 
 
 def _place_in_domains(
@@ -181,6 +177,9 @@ def _place_groups(
     placed: list[TaskBinding] = []
     slack = job.num_tasks - job.gang_min  # tasks that may be left out (elastic part)
     policy = session.policy
+    spread = job.topology.spread
+    spread_dom = session.arrays.domain(spread) if spread is not None else None
+    used_domains: set[int] = set()
     for g in job.groups:
         req = g.request
         counts = fit_counts(session, req, job.gpu_models)
@@ -190,12 +189,15 @@ def _place_groups(
             mask = fmask if mask is None else (mask & fmask)
         if mask is not None:
             counts = np.where(mask, counts, 0)
-        if job.topology.spread == TopologyLevel.NODE:
+        if spread_dom is not None:
+            # At most one task of the job per domain, across all its groups.
             counts = np.minimum(counts, 1)
+            if used_domains:
+                counts[np.isin(spread_dom, list(used_domains))] = 0
         nodes = np.flatnonzero(counts)
         room = int(np.minimum(counts[nodes], g.replicas).sum()) if len(nodes) else 0
-        if job.topology.spread in (TopologyLevel.RACK, TopologyLevel.ZONE):
-            room = min(room, len(np.unique(session.arrays.domain(job.topology.spread)[nodes])))
+        if spread_dom is not None and job.topology.spread != TopologyLevel.NODE:
+            room = min(room, len(np.unique(spread_dom[nodes])))
         short = max(g.replicas - room, 0)
         if short > slack:
             undo_mark.rollback()
@@ -211,6 +213,8 @@ def _place_groups(
         else:
             order = nodes[np.lexsort((nodes, -scores))]
             chosen, takes = _fill(session, job, order, counts, want)
+        if spread_dom is not None:
+            used_domains.update(int(spread_dom[n]) for n in chosen)
         index = 0
         for node, k in zip(chosen, takes, strict=True):
             for _ in range(k):
@@ -239,7 +243,7 @@ def _fill(
             if d in seen_domains:
                 continue
             seen_domains.add(d)
-        k = min(int(counts[node]), remaining)
+        k = 1 if spread is not None else min(int(counts[node]), remaining)
         chosen.append(node)
         takes.append(k)
         remaining -= k
@@ -313,7 +317,7 @@ class _Mark:
 def never_fits(session: Session, job: Job) -> str | None:
     """Why `job` could not run even on the empty cluster, or None if it could."""
     arrays = session.arrays
-    key = ("never-fits", shape_key(job), tuple(ws.plugin.name for ws in session.policy.scores))
+    key = ("never-fits", job.shape_id, session.policy.locality)
     if key in arrays.memo:
         return arrays.memo[key]  # type: ignore[return-value]
     from aisched.core.statement import Statement

@@ -51,6 +51,11 @@ class Policy:
         leaves the rest to backfill, so that job's reservation is honoured."""
         return any(a.name == "backfill" for a in self.actions)
 
+    @property
+    def locality(self) -> bool:
+        """The topology score is on: gangs try one node, then one rack, then one zone."""
+        return any(ws.plugin.name == "topology" for ws in self.scores)
+
     def action_names(self) -> tuple[str, ...]:
         return tuple(a.name for a in self.actions)
 

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from aisched.core.session import USAGE_DIMS, usage_vector
-from aisched.core.snapshot import FloatArray
+from aisched.core.session import Usage, add, usage_vector
 from aisched.model.job import Job
 from aisched.model.resources import Resources
 
@@ -21,10 +18,10 @@ if TYPE_CHECKING:
 DIM_NAMES = ("milli_cpu", "mem_mib", "gpu_milli")
 
 
-def _over(usage: FloatArray, cap: Resources) -> int | None:
+def _over(usage: Usage, cap: Resources) -> int | None:
     """The first governed dimension where `usage` exceeds `cap`, or None."""
     capv = usage_vector(cap)
-    for i in range(USAGE_DIMS):
+    for i in range(3):
         if capv[i] > 0 and usage[i] > capv[i]:
             return i
     return None
@@ -44,10 +41,12 @@ def exceeds_limit_alone(session: Session, job: Job) -> str | None:
 
 def queue_blocks(session: Session, job: Job) -> str | None:
     """Why the job's queue does not let it start now (limit reached, may not borrow)."""
+    if job.queue in session.queues.ungoverned:
+        return None
     req = usage_vector(job.total_request)
     for qname in session.queue_path(job.queue):
         q = session.queues.get(qname)
-        after = session.usage_of(qname) + req
+        after = add(session.usage_of(qname), req)
         if q.limit is not None and (dim := _over(after, q.limit)) is not None:
             return f"queue {qname} would exceed its {DIM_NAMES[dim]} limit"
         if not q.borrowing and (dim := _over(after, q.guarantee)) is not None:
@@ -60,25 +59,23 @@ def within_guarantee(session: Session, job: Job) -> bool:
     governed dimension, and the guarantee governs something."""
     q = session.queues.get(job.queue)
     g = usage_vector(q.guarantee)
-    if not (g > 0).any():
+    if not any(x > 0 for x in g):
         return False
-    after = session.usage_of(job.queue) + usage_vector(job.total_request)
-    return bool(np.all((g == 0) | (after <= g)))
+    after = add(session.usage_of(job.queue), usage_vector(job.total_request))
+    return all(gi == 0 or ai <= gi for gi, ai in zip(g, after, strict=True))
 
 
-def borrowed(session: Session, queue: str, minus: FloatArray) -> bool:
+def borrowed(session: Session, queue: str, minus: Usage) -> bool:
     """True when `queue` would still be at or above its guarantee after giving up `minus`
     and is above it now on some governed dimension: its work there is borrowed."""
     if not session.queues.has(queue):
         return False
     g = usage_vector(session.queues.get(queue).guarantee)
     usage = session.usage_of(queue)
-    governed = g > 0
-    above_now = bool(np.any(usage > g)) if governed.any() else bool(np.any(usage > 0))
-    if not above_now:
+    if not any(u > gi for u, gi in zip(usage, g, strict=True)):
         return False
-    left = usage - minus
-    return bool(np.all(~governed | (left >= g)))
+    left = add(usage, minus, -1.0)
+    return all(gi == 0 or lf >= gi for gi, lf in zip(g, left, strict=True))
 
 
 def fair_key(session: Session, job: Job) -> tuple[float, ...]:

@@ -6,7 +6,6 @@ A session is created by `run_cycle` and dropped at its end; nothing outside the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,31 +15,29 @@ from aisched.core.policy import Policy
 from aisched.core.snapshot import (
     BoolArray,
     ClusterArrays,
-    FloatArray,
     FreeState,
     PendingJob,
     RunningJob,
     Snapshot,
+    usage_by_user,
 )
 from aisched.core.status import JobStatus, StatusCode
 from aisched.model.job import Job
 from aisched.model.queue import QueueTree
 from aisched.model.resources import Resources
 
-USAGE_DIMS = 3  # milli_cpu, mem_mib, gpu_milli
+# Usage is (milli_cpu, mem_mib, gpu_milli): three numbers, kept as a plain tuple because
+# numpy's per-call overhead dominates on vectors this small.
+Usage = tuple[float, float, float]
+ZERO: Usage = (0.0, 0.0, 0.0)
 
 
-def usage_vector(r: Resources) -> FloatArray:
-    return np.array([r.milli_cpu, r.mem_mib, r.gpu_equivalent_milli], dtype=np.float64)
+def usage_vector(r: Resources) -> Usage:
+    return (float(r.milli_cpu), float(r.mem_mib), float(r.gpu_equivalent_milli))
 
 
-def bindings_vector(tasks: Sequence[TaskBinding]) -> FloatArray:
-    v = np.zeros(USAGE_DIMS, dtype=np.float64)
-    for t in tasks:
-        v[0] += t.milli_cpu
-        v[1] += t.mem_mib
-        v[2] += t.gpu_milli * len(t.gpus)
-    return v
+def add(a: Usage, b: Usage, sign: float = 1.0) -> Usage:
+    return (a[0] + sign * b[0], a[1] + sign * b[1], a[2] + sign * b[2])
 
 
 @dataclass(slots=True)
@@ -62,13 +59,14 @@ class Session:
         self.now = now
         self.pending = pending
         self.free: FreeState = snapshot.free.copy()
-        self.totals: FloatArray = np.array(snapshot.arrays.totals(), dtype=np.float64)
+        cpu, mem, gpu = snapshot.arrays.totals()
+        self.totals: Usage = (float(cpu), float(mem), float(gpu))
         self.running: dict[str, RunningJob] = {r.id: r for r in snapshot.running}
         self.bound_now: set[str] = set()
         self.decisions: list[Decision] = []
         self.statuses: dict[str, JobStatus] = {}
-        self.queue_usage: dict[str, FloatArray] = {}
-        self.user_usage: dict[tuple[str, str], FloatArray] = {}
+        self.queue_usage: dict[str, Usage] = {}
+        self.user_usage: dict[tuple[str, str], Usage] = {}
         self.reservations: list[Reservation] = []
         # Jobs that allocate could not place, in scheduling order, for preempt/backfill.
         self.blocked: list[PendingJob] = []
@@ -76,8 +74,10 @@ class Session:
         self.candidates: list[PendingJob] = []
         self.fail_cache: dict[object, str] = {}
         self.placement_attempts = 0
-        for r in snapshot.running:
-            self.add_usage(r.job, bindings_vector(r.tasks))
+        self._status_cache: dict[tuple[StatusCode, str], JobStatus] = {}
+        by_user = snapshot.usage if snapshot.usage is not None else usage_by_user(snapshot.running)
+        for (queue, user), vec in by_user.items():
+            self._add(queue, user, vec, 1.0)
 
     @property
     def queues(self) -> QueueTree:
@@ -87,22 +87,32 @@ class Session:
         """Capacity was given back: cached placement failures may now succeed."""
         self.fail_cache.clear()
 
-    def add_usage(self, job: Job, vec: FloatArray, sign: float = 1.0) -> None:
-        for q in self.queue_path(job.queue):
-            cur = self.queue_usage.get(q)
-            self.queue_usage[q] = (cur if cur is not None else np.zeros(USAGE_DIMS)) + sign * vec
-        key = (job.queue, job.user)
-        cur = self.user_usage.get(key)
-        self.user_usage[key] = (cur if cur is not None else np.zeros(USAGE_DIMS)) + sign * vec
+    def add_usage(self, job: Job, vec: Usage, sign: float = 1.0) -> None:
+        self._add(job.queue, job.user, vec, sign)
+
+    def _add(self, queue: str, user: str, vec: Usage, sign: float) -> None:
+        qu = self.queue_usage
+        for q in self.queue_path(queue):
+            qu[q] = add(qu.get(q, ZERO), vec, sign)
+        key = (queue, user)
+        self.user_usage[key] = add(self.user_usage.get(key, ZERO), vec, sign)
 
     def queue_path(self, queue: str) -> tuple[str, ...]:
         if not self.queues.has(queue):
             return (queue,)
         return self.queues.path(queue)
 
-    def usage_of(self, queue: str) -> FloatArray:
-        u = self.queue_usage.get(queue)
-        return u if u is not None else np.zeros(USAGE_DIMS)
+    def usage_of(self, queue: str) -> Usage:
+        return self.queue_usage.get(queue, ZERO)
+
+    def set_status_cached(self, job_id: str, code: StatusCode, reason: str) -> None:
+        """Like set_status, sharing one status object per (code, reason): many waiting jobs
+        give the same reason, and a cycle may set thousands."""
+        key = (code, reason)
+        status = self._status_cache.get(key)
+        if status is None:
+            status = self._status_cache[key] = JobStatus(code, reason)
+        self.statuses[job_id] = status
 
     def set_status(
         self, job_id: str, code: StatusCode, reason: str, eta: float | None = None
@@ -122,10 +132,10 @@ class Session:
             started_s=self.now,
             attained_gpu_s=pj.attained_gpu_s,
             expected_end_s=None if bound is None else self.now + bound,
-            last_checkpoint_s=self.now,
+            checkpoint_interval_s=job.checkpoint_interval_s,
         )
         self.bound_now.add(job.id)
-        self.add_usage(job, bindings_vector(tasks))
+        self.add_usage(job, self.running[job.id].usage)
         reason = "placed" if not after else f"placed after preempting {', '.join(after)}"
         code = StatusCode.PLACED if not after else StatusCode.PREEMPTING
         self.set_status(job.id, code, reason)
@@ -138,7 +148,10 @@ class Session:
         names = tuple(self.snapshot.arrays.names[i] for i in np.flatnonzero(res.nodes).tolist())
         self.decisions.append(Reserve(res.job_id, names, res.start_s))
 
-    def dominant_share(self, usage: FloatArray) -> float:
-        totals = self.totals
-        shares = np.where(totals > 0, usage / np.maximum(totals, 1.0), 0.0)
-        return float(shares.max())
+    def dominant_share(self, usage: Usage) -> float:
+        t = self.totals
+        return max(
+            usage[0] / t[0] if t[0] > 0 else 0.0,
+            usage[1] / t[1] if t[1] > 0 else 0.0,
+            usage[2] / t[2] if t[2] > 0 else 0.0,
+        )

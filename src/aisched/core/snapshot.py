@@ -10,7 +10,7 @@ Invariant (checked by `validate_free`): free = capacity − Σ running tasks, pe
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -235,7 +235,14 @@ class PendingJob:
 
 @dataclass(frozen=True, slots=True)
 class RunningJob:
-    """A job holding resources: its tasks, when it started, and when it is expected to end."""
+    """A job holding resources: its tasks, when this attempt started, when it should end.
+
+    Fixed for the whole attempt, so a caller can keep one object per running job rather than
+    rebuild it every cycle: what grows with time is derived from `now` (`attained_at`,
+    `checkpoint_at`). `attained_gpu_s` is GPU-service received before this attempt.
+    `last_checkpoint_s`, when the caller knows it, overrides the periodic estimate from
+    `checkpoint_interval_s`; with neither, the attempt's start counts as its checkpoint.
+    """
 
     job: Job
     tasks: tuple[TaskBinding, ...]
@@ -243,6 +250,32 @@ class RunningJob:
     attained_gpu_s: float = 0.0
     expected_end_s: float | None = None
     last_checkpoint_s: float | None = None
+    checkpoint_interval_s: float | None = None
+    # (milli_cpu, mem_mib, gpu_milli) held, summed once: every cycle reads it.
+    usage: tuple[float, float, float] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        cpu = mem = gpu = 0.0
+        for t in self.tasks:
+            cpu += t.milli_cpu
+            mem += t.mem_mib
+            gpu += t.gpu_milli * len(t.gpus)
+        object.__setattr__(self, "usage", (cpu, mem, gpu))
+
+    def attained_at(self, now: float) -> float:
+        """GPU-seconds received up to `now`, this attempt included."""
+        return self.attained_gpu_s + self.usage[2] / GPU_MILLI_WHOLE * max(
+            now - self.started_s, 0.0
+        )
+
+    def checkpoint_at(self, now: float) -> float:
+        """Time of the last checkpoint at or before `now`."""
+        if self.last_checkpoint_s is not None:
+            return self.last_checkpoint_s
+        ck = self.checkpoint_interval_s
+        if ck is None or ck <= 0 or now <= self.started_s:
+            return self.started_s
+        return self.started_s + ((now - self.started_s) // ck) * ck
 
     @property
     def id(self) -> str:
@@ -251,10 +284,28 @@ class RunningJob:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Snapshot:
+    """What a cycle sees. `usage`, when the caller keeps it, is the running jobs' usage summed
+    per (queue, user); it must equal that sum (validate mode checks), and saves the cycle an
+    O(running) pass."""
+
     arrays: ClusterArrays
     free: FreeState
     running: tuple[RunningJob, ...] = ()
     queues: QueueTree = field(default_factory=QueueTree)
+    usage: Mapping[tuple[str, str], tuple[float, float, float]] | None = None
+
+
+def usage_by_user(
+    running: Iterable[RunningJob],
+) -> dict[tuple[str, str], tuple[float, float, float]]:
+    """Running usage summed per (queue, user), the form `Snapshot.usage` takes."""
+    out: dict[tuple[str, str], tuple[float, float, float]] = {}
+    for r in running:
+        key = (r.job.queue, r.job.user)
+        a = out.get(key, (0.0, 0.0, 0.0))
+        u = r.usage
+        out[key] = (a[0] + u[0], a[1] + u[1], a[2] + u[2])
+    return out
 
 
 def free_from_running(arrays: ClusterArrays, running: Iterable[RunningJob]) -> FreeState:

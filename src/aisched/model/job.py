@@ -15,6 +15,9 @@ from aisched.model.cluster import TopologyLevel
 from aisched.model.resources import Resources
 
 
+_SHAPES: dict[tuple[object, ...], tuple[object, ...]] = {}
+
+
 class JobKind(StrEnum):
     TRAIN = "train"
     INFER = "infer"
@@ -76,6 +79,10 @@ class Job:
     estimate_s: float | None = None
     checkpoint_interval_s: float | None = None
     submit_time_s: float = 0.0
+    # Derived once: read on every cycle the job waits.
+    _total: Resources = field(init=False, repr=False, compare=False)
+    _shape: tuple[object, ...] = field(init=False, repr=False, compare=False)
+    tie_break: tuple[float, float, str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.groups:
@@ -86,6 +93,20 @@ class Job:
             raise ValueError(
                 f"job {self.id}: min_available {self.min_available} must be in 1..{self.num_tasks}"
             )
+        total = Resources()
+        for g in self.groups:
+            total = total.plus(g.total)
+        object.__setattr__(self, "_total", total)
+        shape = (
+            tuple((g.request, g.replicas) for g in self.groups),
+            self.gpu_models,
+            self.topology,
+            self.min_available,
+        )
+        # Interned, so equal shapes are one object and `shape_id` names the class cheaply.
+        object.__setattr__(self, "_shape", _SHAPES.setdefault(shape, shape))
+        # The last word of every ordering: higher priority, then earlier, then by id.
+        object.__setattr__(self, "tie_break", (-self.priority, self.submit_time_s, self.id))
 
     @property
     def num_tasks(self) -> int:
@@ -98,10 +119,17 @@ class Job:
 
     @property
     def total_request(self) -> Resources:
-        total = Resources()
-        for g in self.groups:
-            total = total.plus(g.total)
-        return total
+        return self._total
+
+    @property
+    def shape(self) -> tuple[object, ...]:
+        """What placement depends on: jobs of one shape fit or fail alike (equivalence class)."""
+        return self._shape
+
+    @property
+    def shape_id(self) -> int:
+        """Equal for jobs of equal shape, different otherwise (the interned shape's id)."""
+        return id(self._shape)
 
     @property
     def num_gpus(self) -> float:

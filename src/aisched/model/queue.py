@@ -30,9 +30,16 @@ class QueueTree:
     """All queues by name. The root is implicit; a job's unknown queue is an input error."""
 
     queues: tuple[Queue, ...] = (Queue(DEFAULT_QUEUE),)
+    _by_name: dict[str, Queue] = field(init=False, repr=False, compare=False)
+    _paths: dict[str, tuple[str, ...]] = field(init=False, repr=False, compare=False)
+    ungoverned: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         names = {q.name for q in self.queues}
+        if len(names) != len(self.queues):
+            raise ValueError("queue names must be unique")
+        object.__setattr__(self, "_by_name", {q.name: q for q in self.queues})
+        object.__setattr__(self, "_paths", {})
         if ROOT_QUEUE in names:
             raise ValueError(f"queue name {ROOT_QUEUE!r} is reserved for the implicit root")
         for q in self.queues:
@@ -48,24 +55,38 @@ class QueueTree:
                     raise ValueError(f"queue {q.name}: parent chain has a cycle")
                 seen.add(p)
                 p = self.get(p).parent
+        object.__setattr__(
+            self,
+            "ungoverned",
+            frozenset(
+                q.name
+                for q in self.queues
+                if all(
+                    self.get(n).limit is None and self.get(n).borrowing for n in self.path(q.name)
+                )
+            ),
+        )
 
     def get(self, name: str) -> Queue:
-        for q in self.queues:
-            if q.name == name:
-                return q
-        raise KeyError(name)
+        return self._by_name[name]
 
     def has(self, name: str) -> bool:
-        return any(q.name == name for q in self.queues)
+        return name in self._by_name
 
     def path(self, name: str) -> tuple[str, ...]:
-        """Queue names from the top level down to `name` (the root left out)."""
+        """Queue names from the top level down to `name` (the root left out). An
+        `ungoverned` queue has no limit and allows borrowing all the way up its path."""
+        hit = self._paths.get(name)
+        if hit is not None:
+            return hit
         out: list[str] = []
         cur: str | None = name
         while cur not in (None, ROOT_QUEUE):
             out.append(cur)
             cur = self.get(cur).parent
-        return tuple(reversed(out))
+        path = tuple(reversed(out))
+        self._paths[name] = path
+        return path
 
     def children(self, name: str | None) -> tuple[Queue, ...]:
         parent = name or ROOT_QUEUE

@@ -201,8 +201,8 @@ def test_unreadable_file(in_tmp: Path) -> None:
 def test_builtins() -> None:
     assert set(builtin_cluster_names()) >= {"philly", "small"}
     philly = builtin_cluster("philly")
-    assert (len(philly.nodes), philly.total_gpus) == (64, 512)
-    assert len({n.rack for n in philly.nodes}) == 8
+    assert (len(philly.nodes), philly.total_gpus) == (96, 768)
+    assert len({n.rack for n in philly.nodes}) == 12
     assert {(n.gpu_model, n.gpus[0].mem_mib) for n in philly.nodes} == {("P100", 24 * 1024)}
     small = builtin_cluster("small")
     assert (len(small.nodes), small.total_gpus, len({n.rack for n in small.nodes})) == (8, 64, 2)

@@ -8,11 +8,12 @@ the rest go to the later actions in order, so the blocked job's reservation can 
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from aisched.core.placement import place_job
+from aisched.core.placement import known_failure, place_job
 from aisched.core.queues import fair_key, queue_blocks
 from aisched.core.snapshot import PendingJob
 from aisched.core.statement import Statement
@@ -21,61 +22,88 @@ from aisched.core.status import StatusCode
 if TYPE_CHECKING:
     from aisched.core.session import Session
 
+Bucket = tuple[str, str]  # (queue, user when drf interleaves users, else "")
+
 
 @dataclass(frozen=True, slots=True)
 class Allocate:
     name: str = "allocate"
 
     def execute(self, session: Session) -> None:
-        buckets: dict[tuple[str, str], deque[tuple[int, PendingJob]]] = {}
+        buckets: dict[Bucket, deque[tuple[int, PendingJob]]] = {}
         per_user = session.policy.fair_users
         for pos, pj in enumerate(session.candidates):
             key = (pj.job.queue, pj.job.user if per_user else "")
             buckets.setdefault(key, deque()).append((pos, pj))
+        # Heap of (fair-share key, position of the bucket's next job, bucket). Shares change
+        # only when a placement changes usage on a bucket's path; then the heap is rebuilt.
+        heap = [
+            (fair_key(session, items[0][1].job), items[0][0], b) for b, items in buckets.items()
+        ]
+        heapq.heapify(heap)
         strict = session.policy.strict_order
-        while buckets:
-            key = self._next_bucket(session, buckets)
-            _, pj = buckets[key].popleft()
-            if not buckets[key]:
+        # Shapes not yet known to fail. Capacity only shrinks in allocate, so once every
+        # remaining shape has failed, every remaining job fails for its shape's reason.
+        untried = {pj.job.shape_id for pj in session.candidates}
+        while heap:
+            if not untried and not strict:
+                self._fail_rest(session, buckets)
+                return
+            share, _, key = heapq.heappop(heap)
+            items = buckets[key]
+            _, pj = items.popleft()
+            if items:
+                heapq.heappush(heap, (share, items[0][0], key))
+            else:
                 del buckets[key]
             reason = queue_blocks(session, pj.job)
             if reason is not None:
-                session.set_status(pj.id, StatusCode.WAIT_QUEUE, reason)
+                session.set_status_cached(pj.id, StatusCode.WAIT_QUEUE, reason)
                 continue
-            st = Statement(session)
-            res = place_job(session, st, pj.job)
-            if isinstance(res, str):
-                st.discard()
-                session.set_status(pj.id, StatusCode.WAIT_RESOURCES, res)
-                session.blocked.append(pj)
-                if strict:
-                    self._defer_rest(session, buckets)
-                    return
-                continue
-            st.commit()
-            session.bind(pj, res)
+            res = known_failure(session, pj.job)
+            if res is None:
+                st = Statement(session)
+                placed = place_job(session, st, pj.job)
+                if isinstance(placed, str):
+                    st.discard()
+                    res = placed
+                else:
+                    st.commit()
+                    session.bind(pj, placed)
+                    if len(heap) > 1:
+                        heap = self._heap(session, buckets)
+                    continue
+            untried.discard(pj.job.shape_id)
+            session.set_status_cached(pj.id, StatusCode.WAIT_RESOURCES, res)
+            session.blocked.append(pj)
+            if strict:
+                self._defer_rest(session, buckets)
+                return
 
     @staticmethod
-    def _next_bucket(
-        session: Session, buckets: dict[tuple[str, str], deque[tuple[int, PendingJob]]]
-    ) -> tuple[str, str]:
-        if len(buckets) == 1:
-            return next(iter(buckets))
-        best_key: tuple[str, str] | None = None
-        best: tuple[object, ...] = ()
-        for key, items in buckets.items():
-            pos, pj = items[0]
-            rank = (*fair_key(session, pj.job), pos)
-            if best_key is None or rank < best:
-                best_key, best = key, rank
-        assert best_key is not None
-        return best_key
+    def _heap(
+        session: Session, buckets: dict[Bucket, deque[tuple[int, PendingJob]]]
+    ) -> list[tuple[tuple[float, ...], int, Bucket]]:
+        heap = [(fair_key(session, its[0][1].job), its[0][0], b) for b, its in buckets.items()]
+        heapq.heapify(heap)
+        return heap
 
     @staticmethod
-    def _defer_rest(
-        session: Session, buckets: dict[tuple[str, str], deque[tuple[int, PendingJob]]]
-    ) -> None:
+    def _fail_rest(session: Session, buckets: dict[Bucket, deque[tuple[int, PendingJob]]]) -> None:
         rest = sorted((item for items in buckets.values() for item in items), key=lambda x: x[0])
         for _, pj in rest:
-            session.set_status(pj.id, StatusCode.NOT_CONSIDERED, "behind a blocked job")
+            reason = queue_blocks(session, pj.job)
+            if reason is not None:
+                session.set_status_cached(pj.id, StatusCode.WAIT_QUEUE, reason)
+                continue
+            failed = known_failure(session, pj.job)
+            assert failed is not None
+            session.set_status_cached(pj.id, StatusCode.WAIT_RESOURCES, failed)
+            session.blocked.append(pj)
+
+    @staticmethod
+    def _defer_rest(session: Session, buckets: dict[Bucket, deque[tuple[int, PendingJob]]]) -> None:
+        rest = sorted((item for items in buckets.values() for item in items), key=lambda x: x[0])
+        for _, pj in rest:
+            session.set_status_cached(pj.id, StatusCode.NOT_CONSIDERED, "behind a blocked job")
             session.blocked.append(pj)

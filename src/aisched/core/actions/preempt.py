@@ -10,14 +10,13 @@ policy's victim selectors (lowest priority, least work lost since checkpoint, ne
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aisched.core.eviction import find_victims
 from aisched.core.framework import victim_key
 from aisched.core.queues import borrowed, queue_blocks, within_guarantee
-from aisched.core.session import bindings_vector
 from aisched.core.snapshot import PendingJob, RunningJob
 from aisched.core.status import StatusCode
 
@@ -25,29 +24,49 @@ if TYPE_CHECKING:
     from aisched.core.session import Session
 
 Eligible = Callable[[PendingJob, RunningJob], bool]
+# Who may be evicted for a job, and a key that is equal for jobs that may evict the same set.
+Eligibility = tuple[Eligible, Hashable]
 
 
-def _run(session: Session, eligible_for: Callable[[PendingJob], Eligible | None], why: str) -> None:
+def _run(
+    session: Session, eligible_for: Callable[[PendingJob], Eligibility | None], why: str
+) -> None:
+    # (shape, eligibility key) pairs that found no room this cycle: a job of the same shape
+    # that may evict the same jobs finds none either, until some preemption changes the state.
+    failed: set[tuple[int, Hashable]] = set()
+    # Candidates per eligibility key, sorted by victim preference; valid until a preemption.
+    by_sig: dict[Hashable, list[RunningJob]] = {}
     for pj in list(session.blocked):
         status = session.statuses.get(pj.id)
         if status is None or status.code != StatusCode.WAIT_RESOURCES:
             continue
         if queue_blocks(session, pj.job) is not None:
             continue
-        eligible = eligible_for(pj)
-        if eligible is None:
+        found_eligibility = eligible_for(pj)
+        if found_eligibility is None:
             continue
-        cands = [
-            r
-            for r in session.running.values()
-            if r.job.preemptible and r.id not in session.bound_now and eligible(pj, r)
-        ]
+        eligible, sig = found_eligibility
+        memo_key = (pj.job.shape_id, sig)
+        if memo_key in failed:
+            continue
+        cands = by_sig.get(sig)
+        if cands is None:
+            cands = [
+                r
+                for r in session.running.values()
+                if r.job.preemptible and r.id not in session.bound_now and eligible(pj, r)
+            ]
+            cands.sort(key=lambda r: victim_key(session.policy.victims, r, session.now))
+            by_sig[sig] = cands
         if not cands:
+            failed.add(memo_key)
             continue
-        cands.sort(key=lambda r: victim_key(session.policy.victims, r, session.now))
         found = find_victims(session, pj.job, cands)
         if found is None:
+            failed.add(memo_key)
             continue
+        failed.clear()
+        by_sig.clear()
         victims, tasks = found
         for v in victims:
             session.preempt(v, pj.id, f"{why} for {pj.id}")
@@ -70,17 +89,24 @@ class Preempt:
     def execute(self, session: Session) -> None:
         first = session.policy.order[0] if session.policy.order else None
 
-        def eligible_for(pj: PendingJob) -> Eligible:
+        by_priority = self.by == "priority" or first is None
+        running_keys: dict[str, float] = {}  # first order key of each running job, at now
+
+        def eligible_for(pj: PendingJob) -> Eligibility:
             mine = first.key(pj.job, pj.attained_gpu_s, pj.estimate_s) if first is not None else 0.0
 
             def eligible(p: PendingJob, r: RunningJob) -> bool:
                 if self.scope == "queue" and r.job.queue != p.job.queue:
                     return False
-                if self.by == "priority" or first is None:
+                if by_priority or first is None:
                     return r.job.priority < p.job.priority
-                return first.key(r.job, r.attained_gpu_s, None) > mine
+                k = running_keys.get(r.id)
+                if k is None:
+                    k = running_keys[r.id] = first.key(r.job, r.attained_at(session.now), None)
+                return k > mine
 
-            return eligible
+            scope = pj.job.queue if self.scope == "queue" else ""
+            return eligible, (scope, pj.job.priority if by_priority else mine)
 
         _run(session, eligible_for, "preempted")
 
@@ -90,15 +116,13 @@ class Reclaim:
     name: str = "reclaim"
 
     def execute(self, session: Session) -> None:
-        def eligible_for(pj: PendingJob) -> Eligible | None:
+        def eligible_for(pj: PendingJob) -> Eligibility | None:
             if not within_guarantee(session, pj.job):
                 return None
 
             def eligible(p: PendingJob, r: RunningJob) -> bool:
-                return r.job.queue != p.job.queue and borrowed(
-                    session, r.job.queue, bindings_vector(r.tasks)
-                )
+                return r.job.queue != p.job.queue and borrowed(session, r.job.queue, r.usage)
 
-            return eligible
+            return eligible, pj.job.queue
 
         _run(session, eligible_for, "reclaimed")

@@ -1,0 +1,271 @@
+"""`aisched simulate`: replay a trace under one or more policies and compare their figures.
+
+All input is resolved and checked before the first simulation starts (trace, cluster, every
+policy, the config), so a typo in the last policy name costs nothing. Results go to stdout as
+tables (`--json FILE` also writes them as JSON); progress goes to stderr, only when it is a
+terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from aisched.cli.errors import EXIT_FAILURE, CLIError
+from aisched.core.policy import PRESETS, Policy, load_policy
+from aisched.model.cluster import Cluster
+from aisched.sim.engine import SimConfig, SimulationError, simulate
+from aisched.sim.metrics import PolicyMetrics, compute_metrics
+from aisched.sim.report import metrics_table, queue_table, write_json
+from aisched.sim.traces import (
+    Trace,
+    load_openb_nodes,
+    load_openb_pods,
+    load_philly,
+    synthetic_trace,
+)
+from aisched.spec.cluster import resolve_cluster
+from aisched.spec.errors import parse_yaml
+
+TRACE_CHOICES = ("philly", "openb", "openb:VARIANT", "synthetic", "PATH")
+# The built-in cluster each built-in trace is replayed on when it brings none of its own.
+DEFAULT_CLUSTER = {"philly": "philly", "synthetic": "small"}
+_DEFAULTS = SimConfig()
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "simulate",
+        help="replay a trace under several policies and compare them",
+        description="Replay a workload trace in virtual time under each policy and print "
+        "JCT, queueing delay, utilisation and preemptions side by side.",
+    )
+    p.add_argument(
+        "--trace",
+        default="synthetic",
+        help="philly, openb (or openb:VARIANT, e.g. openb:gpushare40), synthetic, or a path "
+        "to a Philly or openb pod-list CSV (default: synthetic)",
+    )
+    p.add_argument(
+        "--cluster",
+        help="philly, small, openb or a cluster YAML file (default: the trace's own cluster, "
+        "else philly for philly and small for synthetic)",
+    )
+    p.add_argument(
+        "--policy",
+        default="fifo",
+        help=f"comma-separated presets or policy YAML files; presets: {', '.join(PRESETS)}",
+    )
+    p.add_argument("--limit", type=int, help="replay only the first N jobs by arrival")
+    p.add_argument("--jobs", type=int, default=500, help="synthetic trace: number of jobs")
+    p.add_argument("--seed", type=int, default=0, help="synthetic trace: random seed")
+    p.add_argument(
+        "--checkpoint-interval",
+        type=float,
+        default=_DEFAULTS.checkpoint_interval_s,
+        metavar="S",
+        help="seconds between checkpoints of a job that sets none (default: %(default)s)",
+    )
+    p.add_argument(
+        "--restart-cost",
+        type=float,
+        default=_DEFAULTS.restart_cost_s,
+        metavar="S",
+        help="seconds a restarted job spends restoring (default: %(default)s)",
+    )
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=_DEFAULTS.cycle_interval_s,
+        metavar="S",
+        help="scheduling period; 0 runs a cycle at every event (default: %(default)s)",
+    )
+    p.add_argument("--max-time", type=float, metavar="S", help="stop at this virtual time")
+    p.add_argument("--json", type=Path, metavar="FILE", help="also write the figures as JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--validate", action="store_true", help="check invariants after every cycle (slow)"
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    trace, kind = load_trace(args.trace, limit=args.limit, jobs=args.jobs, seed=args.seed)
+    cluster = choose_cluster(args.cluster, trace, kind)
+    policies = load_policies(args.policy)
+    try:
+        config = SimConfig(
+            checkpoint_interval_s=args.checkpoint_interval,
+            restart_cost_s=args.restart_cost,
+            cycle_interval_s=args.interval,
+            validate=args.validate,
+            max_time_s=args.max_time,
+        )
+    except ValueError as e:
+        raise CLIError(str(e)) from None
+    if args.json is not None and not args.json.parent.is_dir():
+        raise CLIError(f"--json: folder {args.json.parent} does not exist")
+
+    out = Console()
+    if not out.is_terminal:
+        # A pipe or file gets rich's 80 columns, which would wrap every label; give the tables
+        # the width they need instead.
+        out = Console(width=max(100, 36 + 14 * len(policies)))
+    show_progress = not args.no_progress and sys.stderr.isatty()
+    results: list[PolicyMetrics] = []
+    with ExitStack() as stack:
+        bar: Progress | None = None
+        if show_progress:
+            bar = stack.enter_context(
+                Progress(
+                    TextColumn("{task.description}"),
+                    BarColumn(),
+                    MofNCompleteColumn(),
+                    TimeElapsedColumn(),
+                    console=Console(stderr=True),
+                    transient=True,
+                )
+            )
+        for policy in policies:
+            callback = _progress_callback(bar, policy.name)
+            try:
+                result = simulate(trace, cluster, policy, config, callback)
+            except SimulationError as e:
+                raise CLIError(f"policy {policy.name}: {e}", EXIT_FAILURE) from None
+            results.append(compute_metrics(result))
+
+    gpus = cluster.total_gpus
+    out.print(
+        f"trace [bold]{trace.name}[/]: {len(trace):,} jobs; "
+        f"cluster: {len(cluster.nodes):,} nodes, {gpus:,} GPUs"
+    )
+    out.print(metrics_table(results))
+    out.print(queue_table(results, title="per queue"))
+    if args.json is not None:
+        try:
+            meta = {
+                "trace": trace.name,
+                "jobs": len(trace),
+                "cluster": {"nodes": len(cluster.nodes), "gpus": gpus},
+                "config": dataclasses.asdict(config),
+            }
+            write_json(args.json, results, meta)
+        except OSError as e:
+            raise CLIError(f"--json: cannot write {args.json}: {e.strerror or e}") from None
+    return 0
+
+
+def load_trace(name: str, *, limit: int | None, jobs: int, seed: int) -> tuple[Trace, str]:
+    """The trace and its kind (philly, openb, synthetic)."""
+    if limit is not None and limit < 0:
+        raise CLIError(f"--limit must be >= 0, got {limit}")
+    try:
+        if name == "philly":
+            return load_philly(limit=limit), "philly"
+        if name == "openb" or name.startswith("openb:"):
+            variant = name.partition(":")[2] or "default"
+            return load_openb_pods(variant=variant, limit=limit), "openb"
+        if name == "synthetic":
+            if jobs < 0:
+                raise CLIError(f"--jobs must be >= 0, got {jobs}")
+            trace = synthetic_trace(jobs, seed=seed)
+            if limit is not None:
+                trace = Trace(trace.name, trace.jobs[:limit], trace.cluster)
+            return trace, "synthetic"
+        path = Path(name)
+        if not path.exists():
+            raise CLIError(
+                f"--trace {name!r}: not a built-in trace and no such file; "
+                f"expected one of {', '.join(TRACE_CHOICES)}"
+            )
+        kind = _sniff(path)
+        if kind == "philly":
+            return load_philly(path, limit=limit), kind
+        return load_openb_pods(path, limit=limit), kind
+    except (OSError, ValueError) as e:  # missing trace files, TraceError
+        raise CLIError(str(e)) from None
+
+
+def _sniff(path: Path) -> str:
+    """philly or openb, from the CSV's header row."""
+    file = path / "philly.csv" if path.is_dir() and (path / "philly.csv").is_file() else path
+    if file.is_dir():
+        return "openb"  # a folder of openb pod lists; the loader names the file it wants
+    with file.open(encoding="utf-8", errors="replace") as fh:
+        header = {c.strip() for c in fh.readline().split(",")}
+    if {"timestamp", "duration", "num_gpus"} <= header:
+        return "philly"
+    if {"cpu_milli", "num_gpu", "gpu_milli"} <= header:
+        return "openb"
+    raise CLIError(f"--trace {path}: header matches neither a Philly nor an openb pod-list CSV")
+
+
+def choose_cluster(name: str | None, trace: Trace, kind: str) -> Cluster:
+    try:
+        if name is None:
+            if trace.cluster is not None:
+                return trace.cluster
+            if kind in DEFAULT_CLUSTER:
+                return resolve_cluster(DEFAULT_CLUSTER[kind])
+            raise CLIError(f"trace {trace.name} brings no cluster; give one with --cluster")
+        if name == "openb":
+            return load_openb_nodes()
+        return resolve_cluster(name)
+    except (OSError, ValueError) as e:  # SpecError, TraceError, missing node list
+        raise CLIError(str(e)) from None
+
+
+def load_policies(spec: str) -> list[Policy]:
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    if not names:
+        raise CLIError("--policy: give at least one policy")
+    policies: list[Policy] = []
+    for n in names:
+        try:
+            policies.append(_load_one_policy(n))
+        except (OSError, ValueError) as e:  # PolicyError, SpecError, unreadable file
+            raise CLIError(str(e)) from None
+    seen: set[str] = set()
+    for p in policies:
+        if p.name in seen:
+            raise CLIError(f"--policy: {p.name} is given twice")
+        seen.add(p.name)
+    return policies
+
+
+def _load_one_policy(spec: str) -> Policy:
+    """A preset by name, or a policy YAML file (named after the file unless it says `name`)."""
+    path = Path(spec)
+    if spec in PRESETS or not (path.suffix in (".yaml", ".yml") or path.exists()):
+        return load_policy(spec)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise CLIError(f"--policy {spec}: cannot read: {e.strerror or e}") from None
+    data = parse_yaml(text, spec)
+    if not isinstance(data, dict):
+        raise CLIError(f"--policy {spec}: expected a mapping of policy settings")
+    try:
+        return load_policy({"name": path.stem, **data})
+    except ValueError as e:  # PolicyError: name the file, the message names the field
+        raise CLIError(f"{spec}: {e}") from None
+
+
+def _progress_callback(bar: Progress | None, name: str) -> Callable[[int, int], None] | None:
+    if bar is None:
+        return None
+    task = bar.add_task(name, total=None)
+
+    def update(done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total)
+
+    return update
+

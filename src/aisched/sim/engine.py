@@ -1,0 +1,609 @@
+"""The discrete-event simulator: replays a trace through the real scheduling cycle in virtual time.
+
+One event heap and a virtual clock, in the shape of SimPy's core: events are popped in
+`(time, kind, sequence)` order, so at one instant every completion is handled before every
+arrival, and both before the scheduling cycle of that instant; equal kinds keep the order they
+were scheduled in. Nothing here reads the wall clock except to report how long a run took, and
+the same trace, cluster, policy and config always give the identical decision log.
+
+What the engine keeps, and its invariants:
+
+- `free` is updated incrementally (`take` on bind, `give` on finish and preemption) and is never
+  rebuilt from the running set; validate mode checks it against the running tasks after every
+  cycle (`validate_free`).
+- A job is in at most one of `pending` and `running`. A completion event carries the attempt
+  number it was scheduled for; a preempted attempt's completion is ignored when it pops.
+- `PendingJob.estimate_s` comes from the job's own estimate (or an `Estimator`), never from the
+  trace's true duration: the scheduler must not see the future.
+
+Work and checkpoints: an attempt checkpoints every checkpoint interval after it starts. An
+attempt after a preemption first spends `restart_cost_s` restoring (GPU time that makes no
+progress), then continues from the saved work. A preempted attempt keeps only the work up to its
+last checkpoint. GPU-seconds received (attained service) count every second on the GPUs,
+restore time and lost work included. `RunningJob.last_checkpoint_s` is the attempt's latest
+checkpoint, its start until the first one (the convention of the core's own binds).
+
+When cycles run: only after something changed (an arrival or a finish) and only while some job
+is pending, since every decision serves a pending job. A policy whose choices drift with time
+alone (LAS) is therefore re-evaluated at the next event, not in between. Applying a cycle's own
+decisions does not call for another cycle. A job whose first cycle says it can never fit the
+cluster (`NEVER_FITS`) is rejected and leaves the pending set; it is logged and counted.
+
+The engine never changes the snapshot it hands to `run_cycle` while the cycle runs, and never
+applies a decision it cannot honour: a `Bind` of a job that is not pending, or whose victims are
+still running, or a `Preempt` of a job that is not running, raises `SimulationError`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from aisched.core.cycle import InvariantViolation, run_cycle
+from aisched.core.decisions import Bind, Preempt, Reserve, TaskBinding
+from aisched.core.policy import Policy
+from aisched.core.snapshot import (
+    FreeState,
+    PendingJob,
+    RunningJob,
+    Snapshot,
+    build_arrays,
+    validate_free,
+)
+from aisched.core.status import StatusCode
+from aisched.model.cluster import Cluster
+from aisched.model.job import Job
+from aisched.model.queue import DEFAULT_QUEUE, Queue, QueueTree
+from aisched.model.resources import GPU_MILLI_WHOLE
+from aisched.sim.traces import Trace, TraceJob
+
+# Event kinds, in the order they are handled at one instant: capacity is released before new
+# work is seen, and the cycle sees everything that happened at its instant.
+_FINISH = 0
+_ARRIVE = 1
+_CYCLE = 2
+
+# Calls to `progress` are spaced by this many events: a call per event would cost more than the
+# event itself on a large trace.
+_PROGRESS_EVERY = 2000
+
+# (estimate_s, estimate_upper_s) for a job that is about to be pending.
+Estimator = Callable[[TraceJob], tuple[float | None, float | None]]
+
+# (time_s, kind, job_id, detail). Kinds: "bind" (detail: the node of each task, in task order),
+# "preempt" (detail: (for_job, reason)), "reserve" (detail: the nodes), "finish" (detail: ()),
+# "reject" (detail: (reason,)), for a job that can never fit the cluster.
+LogEntry = tuple[float, str, str, tuple[str, ...]]
+
+# (time_s, allocated GPUs, running jobs, pending jobs), one sample at each instant where any of
+# them changed; each value holds until the next sample.
+Sample = tuple[float, float, int, int]
+
+
+class SimulationError(RuntimeError):
+    """The run cannot go on: a decision that cannot be applied, or a broken invariant."""
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """How a run treats time and interruptions.
+
+    `checkpoint_interval_s` applies to jobs without their own `checkpoint_interval_s`; `inf`
+    means no checkpoints (a preempted job starts over). `cycle_interval_s` 0 runs a cycle at
+    every instant where something changed; a positive value runs at most one cycle per period,
+    on the period's boundary, batching the events in between (a scheduler's fixed period).
+    `max_time_s` stops the run at that virtual time; what is unfinished stays unfinished.
+    """
+
+    checkpoint_interval_s: float = 3600.0
+    restart_cost_s: float = 60.0
+    cycle_interval_s: float = 0.0
+    validate: bool = False
+    max_time_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.checkpoint_interval_s > 0:
+            raise ValueError(
+                f"checkpoint_interval_s must be positive, got {self.checkpoint_interval_s}"
+            )
+        if not 0 <= self.restart_cost_s < math.inf:
+            raise ValueError(f"restart_cost_s must be finite and >= 0, got {self.restart_cost_s}")
+        if not 0 <= self.cycle_interval_s < math.inf:
+            raise ValueError(
+                f"cycle_interval_s must be finite and >= 0, got {self.cycle_interval_s}"
+            )
+        if self.max_time_s is not None and math.isnan(self.max_time_s):
+            raise ValueError("max_time_s must be a number")
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """What happened to one job. Times are virtual seconds; None where it never happened.
+
+    `gpus` is the job's GPU demand in whole-GPU equivalents (shares as fractions). `gpu_s` is the
+    GPU-seconds it received over all attempts, up to the end of the run for unfinished work.
+    `preemptions` counts the times it was stopped, `restarts` the times it started again after.
+    """
+
+    job_id: str
+    queue: str
+    user: str
+    priority: int
+    submit_s: float
+    duration_s: float
+    gpus: float
+    first_start_s: float | None
+    finish_s: float | None
+    preemptions: int
+    restarts: int
+    gpu_s: float
+    rejected: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    """A run's outcome: one record per trace job (trace order), the decision log, the timeline.
+
+    `capacity_gpus` counts the healthy GPUs. `end_s` is the virtual time the run stopped.
+    `wall_s` and `cycle_wall_s` (time inside `run_cycle`) are the only figures that differ
+    between identical runs.
+    """
+
+    trace_name: str
+    policy_name: str
+    config: SimConfig
+    capacity_gpus: float
+    jobs: tuple[JobRecord, ...]
+    log: tuple[LogEntry, ...]
+    timeline: tuple[Sample, ...]
+    end_s: float
+    cycles: int
+    wall_s: float
+    cycle_wall_s: float
+    stats: Mapping[str, float] = field(default_factory=dict)
+
+
+def own_estimate(tj: TraceJob) -> tuple[float | None, float | None]:
+    """The default estimator: what the job itself declares (a user's guess), nothing more."""
+    return tj.job.estimate_s, None
+
+
+def queues_for(jobs: Iterable[Job]) -> QueueTree:
+    """A flat queue tree with one equal-weight queue for every queue name the jobs use."""
+    names = sorted({j.queue for j in jobs} | {DEFAULT_QUEUE})
+    return QueueTree(tuple(Queue(n) for n in names))
+
+
+class _Job:
+    """Mutable per-job state of a run; `Job` and `TraceJob` stay frozen."""
+
+    __slots__ = (
+        "tj",
+        "job",
+        "duration_s",
+        "ckpt_s",
+        "estimate_s",
+        "upper_s",
+        "saved_s",
+        "attained_gpu_s",
+        "preemptions",
+        "restarts",
+        "attempt",
+        "first_start_s",
+        "finish_s",
+        "rejected",
+        "tasks",
+        "milli",
+        "gpus",
+        "start_s",
+        "restore_s",
+        "expected_end_s",
+    )
+
+    def __init__(self, tj: TraceJob, ckpt_s: float) -> None:
+        self.tj = tj
+        self.job = tj.job
+        self.duration_s = tj.duration_s
+        self.ckpt_s = ckpt_s
+        self.estimate_s: float | None = None
+        self.upper_s: float | None = None
+        self.saved_s = 0.0  # work kept by checkpoints, in seconds of the job's runtime
+        self.attained_gpu_s = 0.0  # GPU-seconds of finished attempts
+        self.preemptions = 0
+        self.restarts = 0
+        self.attempt = 0
+        self.first_start_s: float | None = None
+        self.finish_s: float | None = None
+        self.rejected: str | None = None
+        self.tasks: tuple[TaskBinding, ...] = ()
+        self.milli = 0  # milli-GPUs held by the current attempt
+        self.gpus = 0.0  # the same in GPUs
+        self.start_s = 0.0
+        self.restore_s = 0.0  # restore time at the head of the current attempt
+        self.expected_end_s: float | None = None
+
+    def pending(self) -> PendingJob:
+        return PendingJob(
+            self.job, self.attained_gpu_s, self.preemptions, self.estimate_s, self.upper_s
+        )
+
+    def record(self, end_s: float) -> JobRecord:
+        gpu_s = self.attained_gpu_s
+        if self.tasks:  # still running at the end of the run
+            gpu_s += self.gpus * (end_s - self.start_s)
+        return JobRecord(
+            job_id=self.job.id,
+            queue=self.job.queue,
+            user=self.job.user,
+            priority=self.job.priority,
+            submit_s=self.job.submit_time_s,
+            duration_s=self.duration_s,
+            gpus=self.job.num_gpus,
+            first_start_s=self.first_start_s,
+            finish_s=self.finish_s,
+            preemptions=self.preemptions,
+            restarts=self.restarts,
+            gpu_s=gpu_s,
+            rejected=self.rejected,
+        )
+
+
+class _Engine:
+    def __init__(
+        self,
+        trace: Trace,
+        cluster: Cluster,
+        policy: Policy,
+        config: SimConfig,
+        progress: Callable[[int, int], None] | None,
+        estimator: Estimator,
+        queues: QueueTree | None,
+    ) -> None:
+        self.trace = trace
+        self.policy = policy
+        self.config = config
+        self.progress = progress
+        self.estimator = estimator
+        self.arrays = build_arrays(cluster)
+        self.index = self.arrays.index
+        self.free = FreeState.empty(self.arrays)
+        self.queues = queues if queues is not None else queues_for(tj.job for tj in trace.jobs)
+        self.jobs: dict[str, _Job] = {}
+        for tj in trace.jobs:
+            if tj.job.id in self.jobs:
+                raise SimulationError(f"trace {trace.name}: job id {tj.job.id} repeats")
+            own = tj.job.checkpoint_interval_s
+            ckpt = own if own is not None else config.checkpoint_interval_s
+            self.jobs[tj.job.id] = _Job(tj, ckpt)
+        # Insertion-ordered, so the pending tuple handed to a cycle is in a deterministic order
+        # (arrival, then requeue order) without sorting.
+        self.pending: dict[str, PendingJob] = {}
+        self.running: dict[str, _Job] = {}
+        # What the core sees of each running job: fixed for an attempt, so built once at bind.
+        self.running_view: dict[str, RunningJob] = {}
+        # Running usage per (queue, user), kept up to date so a cycle need not sum it.
+        self.usage: dict[tuple[str, str], tuple[float, float, float]] = {}
+        # Jobs pending since before their first cycle: only these can turn out never to fit
+        # (the cluster does not change, and a requeued job has fitted before).
+        self.fresh: list[str] = []
+        self.heap: list[tuple[float, int, int, str, int]] = []
+        self.seq = 0
+        self.cycle_at: float | None = None
+        self.dirty = False
+        self.alloc_milli = 0
+        self.log: list[LogEntry] = []
+        self.timeline: list[Sample] = []
+        self.cycles = 0
+        self.cycle_wall_s = 0.0
+        self.preempt_count = 0
+        self.events = 0
+        total_gpus = int(self.arrays.num_gpus[self.arrays.healthy].sum())
+        self.capacity_gpus = float(total_gpus)
+        finite = sum(1 for tj in trace.jobs if tj.duration_s != math.inf)
+        # Progress counts arrivals, finishes and rejections: 2 per finite job, 1 per endless one.
+        self.progress_total = len(trace.jobs) + finite
+        self.progress_done = 0
+
+    # --- the event loop ---------------------------------------------------------------------
+
+    def run(self) -> SimResult:
+        wall0 = time.perf_counter()
+        self.heap = [
+            (tj.job.submit_time_s, _ARRIVE, i, tj.job.id, 0) for i, tj in enumerate(self.trace.jobs)
+        ]
+        heapq.heapify(self.heap)
+        self.seq = len(self.heap)
+        max_t = self.config.max_time_s
+        now = self.heap[0][0] if self.heap else 0.0
+        stopped_early = False
+        heap = self.heap
+        pop = heapq.heappop
+        while heap:
+            t, kind, _, job_id, attempt = heap[0]
+            if max_t is not None and t > max_t:
+                stopped_early = True
+                break
+            pop(heap)
+            now = t
+            if kind == _FINISH:
+                st = self.running.get(job_id)
+                if st is not None and st.attempt == attempt:
+                    self._finish(st, now)
+            elif kind == _ARRIVE:
+                self._arrive(self.jobs[job_id], now)
+            else:
+                self.cycle_at = None
+                if self.dirty:
+                    self._cycle(now)
+            self._sample(now)
+            self.events += 1
+            if self.progress is not None and self.events % _PROGRESS_EVERY == 0:
+                self.progress(self.progress_done, self.progress_total)
+        end_s = max_t if stopped_early and max_t is not None else now
+        if self.progress is not None:
+            self.progress(self.progress_done, self.progress_total)
+        records = tuple(self.jobs[tj.job.id].record(end_s) for tj in self.trace.jobs)
+        wall = time.perf_counter() - wall0
+        return SimResult(
+            trace_name=self.trace.name,
+            policy_name=self.policy.name,
+            config=self.config,
+            capacity_gpus=self.capacity_gpus,
+            jobs=records,
+            log=tuple(self.log),
+            timeline=tuple(self.timeline),
+            end_s=end_s,
+            cycles=self.cycles,
+            wall_s=wall,
+            cycle_wall_s=self.cycle_wall_s,
+            stats={"events": float(self.events), "preemptions": float(self.preempt_count)},
+        )
+
+    def _push(self, t: float, kind: int, job_id: str, attempt: int) -> None:
+        heapq.heappush(self.heap, (t, kind, self.seq, job_id, attempt))
+        self.seq += 1
+
+    def _changed(self, now: float) -> None:
+        """Something a cycle could act on changed: make sure a cycle is coming."""
+        self.dirty = True
+        # With nothing pending a cycle has nothing to decide (every decision serves a pending
+        # job), so none is scheduled; the next arrival or requeue schedules one.
+        if self.cycle_at is not None or not self.pending:
+            return
+        period = self.config.cycle_interval_s
+        at = now if period == 0 else max(now, math.ceil(now / period) * period)
+        self.cycle_at = at
+        self._push(at, _CYCLE, "", 0)
+
+    def _sample(self, now: float) -> None:
+        point = (now, self.alloc_milli / GPU_MILLI_WHOLE, len(self.running), len(self.pending))
+        tl = self.timeline
+        if tl and tl[-1][1:] == point[1:]:
+            return
+        if tl and tl[-1][0] == now:
+            tl[-1] = point
+        else:
+            tl.append(point)
+
+    # --- state changes ----------------------------------------------------------------------
+
+    def _arrive(self, st: _Job, now: float) -> None:
+        st.estimate_s, st.upper_s = self.estimator(st.tj)
+        self.pending[st.job.id] = st.pending()
+        self.fresh.append(st.job.id)
+        self.progress_done += 1
+        self._changed(now)
+
+    def _finish(self, st: _Job, now: float) -> None:
+        self._release(st, now)
+        st.finish_s = now
+        st.saved_s = st.duration_s
+        self.log.append((now, "finish", st.job.id, ()))
+        self.progress_done += 1
+        self._changed(now)
+
+    def _release(self, st: _Job, now: float) -> None:
+        del self.running[st.job.id]
+        self._add_usage(self.running_view.pop(st.job.id), -1.0)
+        index, free = self.index, self.free
+        for t in st.tasks:
+            free.give(index[t.node], t)
+        st.attained_gpu_s += st.gpus * (now - st.start_s)
+        self.alloc_milli -= st.milli
+        st.tasks = ()
+        st.milli = 0
+        st.gpus = 0.0
+        st.attempt += 1  # any completion still queued for this attempt is now void
+
+    def _bind(self, d: Bind, now: float) -> None:
+        pj = self.pending.pop(d.job_id, None)
+        if pj is None:
+            raise SimulationError(f"t={now}: bind of {d.job_id}, which is not pending")
+        for victim in d.after:
+            if victim in self.running:
+                raise SimulationError(
+                    f"t={now}: bind of {d.job_id} after {victim}, which is still running"
+                )
+        if not d.tasks:
+            raise SimulationError(f"t={now}: bind of {d.job_id} with no tasks")
+        st = self.jobs[d.job_id]
+        index, free = self.index, self.free
+        milli = 0
+        for t in d.tasks:
+            node = index.get(t.node)
+            if node is None:
+                raise SimulationError(f"t={now}: bind of {d.job_id} to unknown node {t.node}")
+            free.take(node, t)
+            milli += len(t.gpus) * t.gpu_milli
+        st.tasks = d.tasks
+        st.milli = milli
+        st.gpus = milli / GPU_MILLI_WHOLE
+        st.start_s = now
+        restore = self.config.restart_cost_s if st.preemptions else 0.0
+        st.restore_s = restore
+        if st.preemptions:
+            st.restarts += 1
+        if st.first_start_s is None:
+            st.first_start_s = now
+        self.running[d.job_id] = st
+        self.alloc_milli += milli
+        remaining = restore + max(st.duration_s - st.saved_s, 0.0)
+        # The estimate, not the truth: what a real scheduler would believe about this attempt.
+        # Same bound as the core uses for a job it binds (upper estimate, estimate, time limit).
+        bound = pj.runtime_bound_s
+        st.expected_end_s = (
+            None if bound is None else now + restore + max(bound - st.saved_s, 0.0)
+        )
+        if remaining != math.inf:
+            self._push(now + remaining, _FINISH, d.job_id, st.attempt)
+        view = RunningJob(
+            st.job,
+            st.tasks,
+            now,
+            st.attained_gpu_s,
+            st.expected_end_s,
+            None,
+            None if st.ckpt_s == math.inf else st.ckpt_s,
+        )
+        self.running_view[d.job_id] = view
+        self._add_usage(view, 1.0)
+        self.log.append((now, "bind", d.job_id, tuple(t.node for t in d.tasks)))
+
+    def _preempt(self, d: Preempt, now: float) -> None:
+        st = self.running.get(d.job_id)
+        if st is None:
+            raise SimulationError(f"t={now}: preempt of {d.job_id}, which is not running")
+        elapsed = now - st.start_s
+        kept = math.floor(elapsed / st.ckpt_s) * st.ckpt_s if st.ckpt_s != math.inf else 0.0
+        # Checkpoints taken while restoring hold no new work.
+        st.saved_s = min(st.saved_s + max(kept - st.restore_s, 0.0), st.duration_s)
+        self._release(st, now)
+        st.preemptions += 1
+        self.preempt_count += 1
+        st.estimate_s, st.upper_s = self.estimator(st.tj)
+        self.pending[d.job_id] = st.pending()
+        self.log.append((now, "preempt", d.job_id, (d.for_job, d.reason)))
+
+    def _reject(self, job_id: str, reason: str, now: float) -> None:
+        del self.pending[job_id]
+        st = self.jobs[job_id]
+        st.rejected = reason
+        self.log.append((now, "reject", job_id, (reason,)))
+        # Its arrival is counted already; the rejection stands in for the finish it won't have.
+        if st.duration_s != math.inf:
+            self.progress_done += 1
+
+    # --- the cycle --------------------------------------------------------------------------
+
+    def _running_view(self, now: float) -> tuple[RunningJob, ...]:
+        return tuple(self.running_view.values())
+
+    def _add_usage(self, view: RunningJob, sign: float) -> None:
+        key = (view.job.queue, view.job.user)
+        a = self.usage.get(key, (0.0, 0.0, 0.0))
+        u = view.usage
+        self.usage[key] = (a[0] + sign * u[0], a[1] + sign * u[1], a[2] + sign * u[2])
+
+    def _cycle(self, now: float) -> None:
+        self.dirty = False
+        if not self.pending:
+            return
+        snapshot = Snapshot(
+            self.arrays, self.free, self._running_view(now), self.queues, self.usage
+        )
+        pending = tuple(self.pending.values())
+        before = self.free.copy() if self.config.validate else None
+        t0 = time.perf_counter()
+        try:
+            result = run_cycle(snapshot, pending, self.policy, now, validate=self.config.validate)
+        except InvariantViolation as e:  # the core's own validate mode caught a broken cycle
+            raise SimulationError(f"t={now}: {e}") from e
+        self.cycle_wall_s += time.perf_counter() - t0
+        self.cycles += 1
+        if before is not None:
+            self._check_cycle(now, before, pending, result.diagnostics)
+        for d in result.decisions:
+            if isinstance(d, Preempt):
+                self._preempt(d, now)
+            elif isinstance(d, Bind):
+                self._bind(d, now)
+            elif isinstance(d, Reserve):
+                self.log.append((now, "reserve", d.job_id, d.nodes))
+        # Only a job's first cycle can say it never fits; checking just those keeps this
+        # O(arrivals) instead of O(pending) per cycle.
+        diagnostics = result.diagnostics
+        for job_id in self.fresh:
+            status = diagnostics.get(job_id)
+            if (
+                status is not None
+                and status.code == StatusCode.NEVER_FITS
+                and job_id in self.pending
+            ):
+                self._reject(job_id, status.reason, now)
+        self.fresh.clear()
+        if self.config.validate:
+            self._check_state(now)
+        # A requeued victim is pending again: if the cycle left it there, it waits for the next
+        # change like any other job; it does not force a second cycle at the same instant.
+
+    # --- validate mode ----------------------------------------------------------------------
+
+    def _check_cycle(
+        self,
+        now: float,
+        before: FreeState,
+        pending: Sequence[PendingJob],
+        diagnostics: Mapping[str, object],
+    ) -> None:
+        problems: list[str] = []
+        if not self.free.equals(before):
+            problems.append("run_cycle changed the free state it was given")
+        missing = [p.id for p in pending if p.id not in diagnostics]
+        if missing:
+            problems.append(f"no status for pending job(s) {', '.join(missing[:5])}")
+        if problems:
+            raise SimulationError(f"t={now}: " + "; ".join(problems))
+
+    def _check_state(self, now: float) -> None:
+        snapshot = Snapshot(self.arrays, self.free, self._running_view(now), self.queues)
+        problems = validate_free(snapshot)
+        both = self.pending.keys() & self.running.keys()
+        if both:
+            problems.append(f"both pending and running: {', '.join(sorted(both)[:5])}")
+        held = sum(len(t.gpus) * t.gpu_milli for st in self.running.values() for t in st.tasks)
+        if held != self.alloc_milli:
+            problems.append(f"allocated GPU count drifted: {self.alloc_milli} vs {held}")
+        if problems:
+            raise SimulationError(f"t={now}: " + "; ".join(problems))
+
+
+def simulate(
+    trace: Trace,
+    cluster: Cluster,
+    policy: Policy,
+    config: SimConfig | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    *,
+    estimator: Estimator | None = None,
+    queues: QueueTree | None = None,
+) -> SimResult:
+    """Replay `trace` on `cluster` under `policy` and return what happened.
+
+    `progress(done, total)` is called now and then, counting arrivals, finishes and rejections.
+    `estimator` fills each pending job's runtime estimate (default: the job's own `estimate_s`);
+    it is called whenever a job becomes pending. `queues` defaults to one flat queue per queue
+    name the jobs use.
+    """
+    engine = _Engine(
+        trace,
+        cluster,
+        policy,
+        config if config is not None else SimConfig(),
+        progress,
+        estimator if estimator is not None else own_estimate,
+        queues,
+    )
+    return engine.run()

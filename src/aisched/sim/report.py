@@ -1,0 +1,127 @@
+"""Human and machine renderings of `PolicyMetrics`: rich tables side by side, and JSON.
+
+Tables only format; every figure comes from `aisched.sim.metrics`. Units are chosen for reading:
+times in hours with two decimals (queueing delay too, since Philly waits run to hours),
+utilisation as a percentage. A figure that does not exist (no finished job) shows as "-".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from rich.console import JustifyMethod
+from rich.table import Table
+
+from aisched.sim.metrics import PolicyMetrics, QueueMetrics
+
+
+def _hours(v: float | None) -> str:
+    return "-" if v is None else f"{v / 3600.0:.2f}"
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100.0 * v:.1f}%"
+
+
+def _int(v: int) -> str:
+    return f"{v:,}"
+
+
+def _num(v: float) -> str:
+    return f"{v:,.1f}"
+
+
+_ROWS: tuple[tuple[str, Callable[[PolicyMetrics], str]], ...] = (
+    ("jobs submitted", lambda m: _int(m.jobs_submitted)),
+    ("jobs finished", lambda m: _int(m.jobs_finished)),
+    ("jobs rejected (never fit)", lambda m: _int(m.jobs_rejected)),
+    ("jobs unfinished", lambda m: _int(m.jobs_unfinished)),
+    ("avg JCT (h)", lambda m: _hours(m.avg_jct_s)),
+    ("median JCT (h)", lambda m: _hours(m.median_jct_s)),
+    ("p95 JCT (h)", lambda m: _hours(m.p95_jct_s)),
+    ("p99 JCT (h)", lambda m: _hours(m.p99_jct_s)),
+    ("avg queueing delay (h)", lambda m: _hours(m.avg_queueing_s)),
+    ("median queueing delay (h)", lambda m: _hours(m.median_queueing_s)),
+    ("makespan (h)", lambda m: _hours(m.makespan_s)),
+    ("GPU utilisation", lambda m: _pct(m.gpu_utilisation)),
+    ("GPU-hours used", lambda m: _num(m.gpu_hours)),
+    ("preemptions", lambda m: _int(m.preemptions)),
+    ("restarts", lambda m: _int(m.restarts)),
+    ("scheduling cycles", lambda m: _int(m.cycles)),
+    ("wall time (s)", lambda m: f"{m.wall_s:.1f}"),
+)
+
+
+def metrics_table(results: Sequence[PolicyMetrics], title: str | None = None) -> Table:
+    """Policies as columns, figures as rows."""
+    table = Table(title=title)
+    table.add_column("metric", style="bold", no_wrap=True)
+    for m in results:
+        table.add_column(m.policy, justify="right", no_wrap=True)
+    for label, fmt in _ROWS:
+        table.add_row(label, *(fmt(m) for m in results))
+    return table
+
+
+_QUEUE_COLUMNS: tuple[tuple[str, JustifyMethod], ...] = (
+    ("queue", "left"),
+    ("policy", "left"),
+    ("jobs", "right"),
+    ("finished", "right"),
+    ("avg JCT (h)", "right"),
+    ("avg queueing (h)", "right"),
+    ("GPU-hours", "right"),
+)
+
+
+def queue_table(results: Sequence[PolicyMetrics], title: str | None = None) -> Table:
+    """One section per queue, one row per policy in it."""
+    table = Table(title=title)
+    for name, justify in _QUEUE_COLUMNS:
+        table.add_column(name, justify=justify)
+    per_policy = [{q.queue: q for q in m.queues} for m in results]
+    names = sorted({q for qs in per_policy for q in qs})
+    for qi, name in enumerate(names):
+        for pi, (m, qs) in enumerate(zip(results, per_policy, strict=True)):
+            q = qs.get(name, QueueMetrics(name, 0, 0, None, None, 0.0))
+            table.add_row(
+                name if pi == 0 else "",
+                m.policy,
+                _int(q.jobs),
+                _int(q.finished),
+                _hours(q.avg_jct_s),
+                _hours(q.avg_queueing_s),
+                _num(q.gpu_hours),
+                end_section=pi == len(results) - 1 and qi < len(names) - 1,
+            )
+    return table
+
+
+def to_json(
+    results: Sequence[PolicyMetrics], meta: Mapping[str, object] | None = None
+) -> dict[str, object]:
+    """`meta` (what was run: trace, cluster, config) goes first, then one entry per policy."""
+    doc = {**(meta or {}), "results": [m.to_dict() for m in results]}
+    return {k: _plain(v) for k, v in doc.items()}
+
+
+def _plain(v: object) -> object:
+    """JSON has no infinity (an endless checkpoint interval, say): write it as a string."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    if isinstance(v, Mapping):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_plain(x) for x in v]
+    return v
+
+
+def write_json(
+    path: Path | str, results: Sequence[PolicyMetrics], meta: Mapping[str, object] | None = None
+) -> None:
+    """Write the figures of every policy to `path` as one JSON document."""
+    text = json.dumps(to_json(results, meta), indent=2, allow_nan=False)
+    Path(path).write_text(text + "\n", encoding="utf-8")

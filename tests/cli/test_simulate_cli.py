@@ -1,0 +1,107 @@
+"""`aisched simulate` in process (through `main`) and for real, as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aisched import __version__
+from aisched.cli.main import main
+
+SMALL = ["simulate", "--trace", "synthetic", "--jobs", "40", "--seed", "2", "--no-progress"]
+
+
+def test_table_names_both_policies(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*SMALL, "--policy", "fifo,las", "--validate"]) == 0
+    out = capsys.readouterr().out
+    assert "fifo" in out and "las" in out
+    assert "avg JCT (h)" in out and "GPU utilisation" in out
+    assert "synthetic-2: 40 jobs" in out
+
+
+def test_json_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "out.json"
+    args = [*SMALL, "--policy", "fifo", "--checkpoint-interval", "inf", "--json", str(path)]
+    assert main(args) == 0
+    data = json.loads(path.read_text())
+    assert data["trace"] == "synthetic-2" and data["jobs"] == 40
+    assert data["config"]["checkpoint_interval_s"] == "inf"
+    assert [r["policy"] for r in data["results"]] == ["fifo"]
+    assert data["results"][0]["jobs_submitted"] == 40
+
+
+def test_bad_policy_exits_2_with_one_error_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*SMALL, "--policy", "fifo,nonsense"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "nonsense" in err
+    assert "Traceback" not in err
+
+
+def test_bad_cluster_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "c.yaml"
+    bad.write_text("pools: [{name: x}]\n")
+    assert main([*SMALL, "--cluster", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err
+
+
+def test_unknown_trace_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--trace", "no-such-trace.csv", "--no-progress"]) == 2
+    assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_missing_traces_dir_exits_2(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("AISCHED_TRACES", str(tmp_path / "nowhere"))
+    assert main(["simulate", "--trace", "philly", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "AISCHED_TRACES" in err
+
+
+def test_bad_config_value_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*SMALL, "--checkpoint-interval", "0"]) == 2
+    assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"aisched {__version__}"
+
+
+def test_subprocess_writes_json(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "aisched.cli.main", *SMALL, "--policy", "fifo,sjf",
+         "--json", str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "fifo" in proc.stdout and "sjf" in proc.stdout
+    data = json.loads(path.read_text())
+    assert [r["policy"] for r in data["results"]] == ["fifo", "sjf"]
+    assert all(r["jobs_finished"] == 40 for r in data["results"])
+
+
+def test_subprocess_bad_policy(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "aisched", *SMALL, "--policy", "bogus"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
