@@ -369,8 +369,9 @@ def check_never_over_allocates(scn: Scenario, result: CycleResult) -> None:
 
 def check_gangs_get_all_their_tasks_or_none(scn: Scenario, result: CycleResult) -> None:
     """A bound job has gang_min..num_tasks tasks with distinct indices per group, each with
-    its group's request, on healthy nodes of an allowed model (one rack when required); a job
-    not bound has no bindings, and its status says so."""
+    its group's request, on healthy nodes of an allowed model, inside one domain of a required
+    `pack` level and on distinct domains of its `spread` level; a job not bound has no
+    bindings, and its status says so."""
     arrays = scn.snapshot().arrays
     jobs_by_id = {p.id: p.job for p in scn.pending}
     bound_ids = [b.job_id for b in result.binds]

@@ -156,8 +156,7 @@ def violations(source: str, module: str, is_package: bool = False) -> list[str]:
             only = ONLY.get((me, theirs))
             if only and not any(imp.target == m or imp.target.startswith(m + ".") for m in only):
                 problems.append(
-                    f"{where}: {me} may import only {', '.join(only)} of {theirs}, "
-                    f"not {imp.target}"
+                    f"{where}: {me} may import only {', '.join(only)} of {theirs}, not {imp.target}"
                 )
             continue
         stdlib = top in sys.stdlib_module_names
@@ -173,8 +172,10 @@ def violations(source: str, module: str, is_package: bool = False) -> list[str]:
         if top == "pydantic" and me not in PYDANTIC_LAYERS:
             problems.append(f"{where}: pydantic belongs to the edges, not to {me}")
     if me == "core":
-        problems.extend(f"{module}:{line}: core must not draw random numbers (np.random)"
-                        for line in _numpy_random_uses(source))
+        problems.extend(
+            f"{module}:{line}: core must not draw random numbers (np.random)"
+            for line in _numpy_random_uses(source)
+        )
     return problems
 
 

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from aisched.cli.errors import EXIT_FAILURE, CLIError
-from aisched.core.policy import PRESETS, Policy, load_policy
+from aisched.core.policy import PRESETS, Policy
 from aisched.model.cluster import Cluster
 from aisched.sim.engine import SimConfig, SimulationError, simulate
 from aisched.sim.metrics import PolicyMetrics, compute_metrics
@@ -33,7 +33,8 @@ from aisched.sim.traces import (
     synthetic_trace,
 )
 from aisched.spec.cluster import resolve_cluster
-from aisched.spec.errors import parse_yaml
+from aisched.spec.errors import SpecError
+from aisched.spec.policy import load_policy
 
 TRACE_CHOICES = ("philly", "openb", "openb:VARIANT", "synthetic", "PATH")
 # The built-in cluster each built-in trace is replayed on when it brings none of its own.
@@ -243,20 +244,10 @@ def load_policies(spec: str) -> list[Policy]:
 
 def _load_one_policy(spec: str) -> Policy:
     """A preset by name, or a policy YAML file (named after the file unless it says `name`)."""
-    path = Path(spec)
-    if spec in PRESETS or not (path.suffix in (".yaml", ".yml") or path.exists()):
+    try:
         return load_policy(spec)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise CLIError(f"--policy {spec}: cannot read: {e.strerror or e}") from None
-    data = parse_yaml(text, spec)
-    if not isinstance(data, dict):
-        raise CLIError(f"--policy {spec}: expected a mapping of policy settings")
-    try:
-        return load_policy({"name": path.stem, **data})
-    except ValueError as e:  # PolicyError: name the file, the message names the field
-        raise CLIError(f"{spec}: {e}") from None
+    except SpecError as e:
+        raise CLIError(str(e)) from None
 
 
 def _progress_callback(bar: Progress | None, name: str) -> Callable[[int, int], None] | None:

@@ -34,7 +34,9 @@ def _run(
     # (shape, eligibility key) pairs that found no room this cycle: a job of the same shape
     # that may evict the same jobs finds none either, until some preemption changes the state.
     failed: set[tuple[int, Hashable]] = set()
-    # Candidates per eligibility key, sorted by victim preference; valid until a preemption.
+    # Every possible victim, in victim-preference order, computed once; candidates per
+    # eligibility key are filtered from it, and both are refreshed only after a preemption.
+    pool: list[RunningJob] | None = None
     by_sig: dict[Hashable, list[RunningJob]] = {}
     for pj in list(session.blocked):
         status = session.statuses.get(pj.id)
@@ -49,15 +51,16 @@ def _run(
         memo_key = (pj.job.shape_id, sig)
         if memo_key in failed:
             continue
-        cands = by_sig.get(sig)
-        if cands is None:
-            cands = [
+        if pool is None:
+            pool = [
                 r
                 for r in session.running.values()
-                if r.job.preemptible and r.id not in session.bound_now and eligible(pj, r)
+                if r.job.preemptible and r.id not in session.bound_now
             ]
-            cands.sort(key=lambda r: victim_key(session.policy.victims, r, session.now))
-            by_sig[sig] = cands
+            pool.sort(key=lambda r: victim_key(session.policy.victims, r, session.now))
+        cands = by_sig.get(sig)
+        if cands is None:
+            cands = by_sig[sig] = [r for r in pool if eligible(pj, r)]
         if not cands:
             failed.add(memo_key)
             continue
@@ -67,6 +70,8 @@ def _run(
             continue
         failed.clear()
         by_sig.clear()
+        gone = {v.id for v in found[0]}
+        pool = [r for r in pool if r.id not in gone]
         victims, tasks = found
         for v in victims:
             session.preempt(v, pj.id, f"{why} for {pj.id}")
