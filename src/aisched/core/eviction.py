@@ -2,8 +2,8 @@
 
 Simulate on the session, then undo (Kueue's preemption: simulate, then issue). Victims are
 tried as a prefix of their preference order; the shortest prefix that makes room is found by
-galloping then bisection (room only grows as more is evicted), and then only victims with a task on a node the
-placement uses are kept, so no job is stopped that did not need to be.
+galloping then bisection (room only grows as more is evicted), and then only victims with a
+task on a node the placement uses are kept, so no job is stopped that did not need to be.
 """
 
 from __future__ import annotations

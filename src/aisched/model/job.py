@@ -14,7 +14,6 @@ from enum import StrEnum
 from aisched.model.cluster import TopologyLevel
 from aisched.model.resources import Resources
 
-
 _SHAPES: dict[tuple[object, ...], tuple[object, ...]] = {}
 
 

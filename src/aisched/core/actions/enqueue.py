@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from aisched.core.framework import order_key
 from aisched.core.placement import never_fits
 from aisched.core.queues import exceeds_limit_alone
 from aisched.core.snapshot import PendingJob
@@ -28,7 +29,6 @@ class Enqueue:
 
     def execute(self, session: Session) -> None:
         admitted: list[tuple[tuple[float | str, ...], PendingJob]] = []
-        keys = [o.key for o in session.policy.order]
         order = session.policy.order
         # A pending job's order key and admission depend only on it, the policy and the queue
         # tree, so they are memoised by the (immutable) PendingJob object across cycles.
@@ -45,8 +45,7 @@ class Enqueue:
             else:
                 job = pj.job
                 reason = admission_refusal(session, job)
-                a, e = pj.attained_gpu_s, pj.estimate_s
-                key = (*[k(job, a, e) for k in keys], *job.tie_break)
+                key = order_key(order, job, pj.attained_gpu_s, pj.estimate_s)
                 memo[id(pj)] = (pj, key, reason)
             if reason is not None:
                 session.set_status_cached(pj.id, StatusCode.NEVER_FITS, reason)
