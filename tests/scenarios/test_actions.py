@@ -374,3 +374,16 @@ def test_drf_across_queues_shares_a_contended_cluster() -> None:
     res = run_cycle(snap, jobs, preset("fifo"), 0.0)
     placed = sorted(b.job_id for b in res.binds)
     assert placed == ["a0", "a1", "b0", "b1"]
+
+
+def test_least_work_lost_counts_periodic_checkpoints() -> None:
+    """Both started at 0; `hourly` checkpointed at 3600 and loses 400 s, `daily` loses 4000 s."""
+    a = running(job("daily").task(gpu=4).priority(1).build(), ("n1", (0, 1, 2, 3)))
+    b = running(job("hourly").task(gpu=4).priority(1).build(), ("n1", (4, 5, 6, 7)))
+    victims = [
+        RunningJob(a.job, a.tasks, 0.0, checkpoint_interval_s=86_400.0),
+        RunningJob(b.job, b.tasks, 0.0, checkpoint_interval_s=3600.0),
+    ]
+    snap = snapshot_of(cluster(node("n1").gpus(8)), victims)
+    res = run_cycle(snap, [job("hi").task(gpu=4).priority(9).pending()], preset("priority"), 4000.0)
+    assert summary(res) == [("preempt", "hourly", "hi"), ("bind", "hi", "n1:4,5,6,7")]

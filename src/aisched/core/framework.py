@@ -111,9 +111,6 @@ def all_filters(
 def victim_key(
     victims: Sequence[SelectVictims], running: RunningJob, now: float
 ) -> tuple[float | str, ...]:
-    return (
-        *(v.key(running, now) for v in victims),
-        running.job.priority,
-        -running.started_s,
-        running.job.id,
-    )
+    keys: list[float | str] = [v.key(running, now) for v in victims]
+    keys += (running.job.priority, -running.started_s, running.job.id)
+    return tuple(keys)

@@ -29,8 +29,14 @@ Eligibility = tuple[Eligible, Hashable]
 
 
 def _run(
-    session: Session, eligible_for: Callable[[PendingJob], Eligibility | None], why: str
+    session: Session,
+    eligible_for: Callable[[PendingJob], Eligibility | None],
+    why: str,
+    stable: bool,
 ) -> None:
+    """Preempt for each blocked job in turn. `stable`: whether a running job stays eligible
+    after others are evicted (true for rank-based preemption, false for reclaim, where
+    eviction changes which queues are borrowing)."""
     # (shape, eligibility key) pairs that found no room this cycle: a job of the same shape
     # that may evict the same jobs finds none either, until some preemption changes the state.
     failed: set[tuple[int, Hashable]] = set()
@@ -69,9 +75,13 @@ def _run(
             failed.add(memo_key)
             continue
         failed.clear()
-        by_sig.clear()
         gone = {v.id for v in found[0]}
         pool = [r for r in pool if r.id not in gone]
+        if stable:
+            for key, cs in by_sig.items():
+                by_sig[key] = [r for r in cs if r.id not in gone]
+        else:
+            by_sig.clear()
         victims, tasks = found
         for v in victims:
             session.preempt(v, pj.id, f"{why} for {pj.id}")
@@ -113,7 +123,7 @@ class Preempt:
             scope = pj.job.queue if self.scope == "queue" else ""
             return eligible, (scope, pj.job.priority if by_priority else mine)
 
-        _run(session, eligible_for, "preempted")
+        _run(session, eligible_for, "preempted", stable=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,4 +140,4 @@ class Reclaim:
 
             return eligible, pj.job.queue
 
-        _run(session, eligible_for, "reclaimed")
+        _run(session, eligible_for, "reclaimed", stable=False)

@@ -23,12 +23,8 @@ class LeastWorkLost:
     name: str = "least-work-lost"
 
     def key(self, running: RunningJob, now: float) -> float:
-        since = (
-            running.last_checkpoint_s
-            if running.last_checkpoint_s is not None
-            else (running.started_s)
-        )
-        return max(now - since, 0.0) * max(running.job.num_gpus, 1.0)
+        since = running.checkpoint_at(now)
+        return max(now - since, 0.0) * max(running.usage[2] / 1000.0, 1.0)
 
 
 @dataclass(frozen=True, slots=True)
