@@ -1,0 +1,81 @@
+"""Policy files: presets by name, YAML files, and errors that name the file and the entry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from aisched.core.policy import PRESETS, PolicyError, build_policy, preset
+from aisched.spec import SpecError, load_policy
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "policies"
+
+
+def write(tmp_path: Path, text: str) -> str:
+    p = tmp_path / "p.yaml"
+    p.write_text(text)
+    return str(p)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_builds(name: str) -> None:
+    assert load_policy(name).name == name
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+def test_example_policy_files_load(path: Path) -> None:
+    policy = load_policy(str(path))
+    assert policy.name == path.stem
+    assert policy.action_names()[0] == "enqueue"
+
+
+def test_a_file_means_what_its_preset_means(tmp_path: Path) -> None:
+    f = load_policy(
+        write(
+            tmp_path,
+            "actions: [enqueue, allocate, {name: backfill, reservations: 1}]\norder: [fifo]\n",
+        )
+    )
+    p = preset("fifo-backfill")
+    assert (f.actions, f.order, f.scores) == (p.actions, p.order, p.scores)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("actions: [enqueue, allocat]\n", "policy.actions[1]: unknown action 'allocat'"),
+        ("actions: [enqueue]\nordr: [fifo]\n", "policy: unknown key 'ordr'"),
+        (
+            "actions: [{name: backfill, reservations: lots}]\n",
+            "policy.actions[0].reservations: expected int",
+        ),
+        (
+            "actions: [{name: preempt, by: size}]\n",
+            "policy.actions[0]: by must be 'priority' or 'order'",
+        ),
+        ("actions: [enqueue]\nscore: [{name: binpack, weight: -1}]\n", "policy.score[0].weight"),
+        ("actions: [enqueue]\norder: [{name: las, thresholds_gpu_s: [10, 5]}]\n", "increasing"),
+        ("actions: []\n", "policy.actions: at least one action is required"),
+        ("actions: [enqueue\n", "p.yaml:2:1: YAML syntax error"),
+        ("- just a list\n", "must be a mapping"),
+    ],
+)
+def test_bad_policy_files_name_file_and_entry(tmp_path: Path, text: str, message: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(SpecError) as err:
+        load_policy(path)
+    assert path in str(err.value)
+    assert message in str(err.value)
+
+
+def test_unknown_preset_lists_the_presets() -> None:
+    with pytest.raises(SpecError, match="unknown policy 'nope'; presets: default, drf"):
+        load_policy("nope")
+    with pytest.raises(PolicyError, match="unknown policy"):
+        preset("nope")
+
+
+def test_build_policy_refuses_a_non_mapping() -> None:
+    with pytest.raises(PolicyError, match="expected a mapping"):
+        build_policy(["fifo"])  # type: ignore[arg-type]
