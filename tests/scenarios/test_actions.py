@@ -387,3 +387,50 @@ def test_least_work_lost_counts_periodic_checkpoints() -> None:
     snap = snapshot_of(cluster(node("n1").gpus(8)), victims)
     res = run_cycle(snap, [job("hi").task(gpu=4).priority(9).pending()], preset("priority"), 4000.0)
     assert summary(res) == [("preempt", "hourly", "hi"), ("bind", "hi", "n1:4,5,6,7")]
+
+
+def test_a_parent_queue_limit_holds_for_all_its_children() -> None:
+    queues = QueueTree(
+        (
+            Queue("org", limit=Resources(gpu=8)),
+            Queue("team-a", parent="org"),
+            Queue("team-b", parent="org"),
+            Queue("other"),
+        )
+    )
+    snap = snapshot_of(
+        cluster(node("n1").gpus(8), node("n2").gpus(8)),
+        [running(job("a1").task(gpu=8).queue("team-a").build(), ("n1", tuple(range(8))))],
+        queues,
+    )
+    pending = [
+        job("b1").task(gpu=1).queue("team-b").pending(),
+        job("o1").task(gpu=1).queue("other").submitted(1).pending(),
+    ]
+    res = run_cycle(snap, pending, preset("fifo"), 0.0, validate=True)
+    assert summary(res) == [("bind", "o1", "n2:0")]
+    assert res.diagnostics["b1"].code == StatusCode.WAIT_QUEUE
+    assert res.diagnostics["b1"].reason == "queue org would exceed its GPU limit"
+
+
+def test_hierarchical_fair_share_serves_the_emptier_parent_first() -> None:
+    queues = QueueTree(
+        (
+            Queue("busy"),
+            Queue("busy-child", parent="busy"),
+            Queue("idle"),
+            Queue("idle-child", parent="idle"),
+        )
+    )
+    snap = snapshot_of(
+        cluster(node("n1").gpus(8), node("n2").gpus(8)),
+        [running(job("r").task(gpu=6).queue("busy-child").build(), ("n1", tuple(range(6))))],
+        queues,
+    )
+    pending = [
+        job("b").task(gpu=2).queue("busy-child").pending(),
+        job("i").task(gpu=8).queue("idle-child").submitted(5).pending(),
+    ]
+    res = run_cycle(snap, pending, preset("fifo"), 0.0, validate=True)
+    # "idle" has the lower dominant share, so its later job is placed first and takes n2.
+    assert [b.job_id for b in res.binds] == ["i", "b"]

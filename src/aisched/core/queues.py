@@ -15,7 +15,7 @@ from aisched.model.resources import Resources
 if TYPE_CHECKING:
     from aisched.core.session import Session
 
-DIM_NAMES = ("milli_cpu", "mem_mib", "gpu_milli")
+DIM_NAMES = ("CPU", "memory", "GPU")
 
 
 def _over(usage: Usage, cap: Resources) -> int | None:
