@@ -69,7 +69,12 @@ def run_cycle(
         action.execute(session)
         if validate:
             _check(session, action.name)
-    diagnostics = {pj.id: session.statuses.get(pj.id, NOT_REACHED) for pj in session.pending}
+    statuses = session.statuses
+    # Statuses are only ever set for pending jobs, so equal sizes mean every job has one.
+    if len(statuses) == len(session.pending):
+        diagnostics: Mapping[str, JobStatus] = statuses
+    else:
+        diagnostics = {pj.id: statuses.get(pj.id, NOT_REACHED) for pj in session.pending}
     decisions = tuple(session.decisions)
     stats = CycleStats(
         pending=len(session.pending),

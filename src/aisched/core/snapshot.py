@@ -213,10 +213,10 @@ class PendingJob:
     restarts: int = 0
     estimate_s: float | None = None
     estimate_upper_s: float | None = None
+    id: str = field(init=False, repr=False, compare=False)  # the job's id, read very often
 
-    @property
-    def id(self) -> str:
-        return self.job.id
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "id", self.job.id)
 
     @property
     def runtime_bound_s(self) -> float | None:
@@ -253,8 +253,10 @@ class RunningJob:
     checkpoint_interval_s: float | None = None
     # (milli_cpu, mem_mib, gpu_milli) held, summed once: every cycle reads it.
     usage: tuple[float, float, float] = field(init=False, repr=False, compare=False)
+    id: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "id", self.job.id)
         cpu = mem = gpu = 0.0
         for t in self.tasks:
             cpu += t.milli_cpu
@@ -276,10 +278,6 @@ class RunningJob:
         if ck is None or ck <= 0 or now <= self.started_s:
             return self.started_s
         return self.started_s + ((now - self.started_s) // ck) * ck
-
-    @property
-    def id(self) -> str:
-        return self.job.id
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -82,6 +82,8 @@ class Job:
     _total: Resources = field(init=False, repr=False, compare=False)
     _shape: tuple[object, ...] = field(init=False, repr=False, compare=False)
     tie_break: tuple[float, float, str] = field(init=False, repr=False, compare=False)
+    # Equal for jobs of equal shape, different otherwise: the interned shape's id.
+    shape_id: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.groups:
@@ -104,6 +106,7 @@ class Job:
         )
         # Interned, so equal shapes are one object and `shape_id` names the class cheaply.
         object.__setattr__(self, "_shape", _SHAPES.setdefault(shape, shape))
+        object.__setattr__(self, "shape_id", id(self._shape))
         # The last word of every ordering: higher priority, then earlier, then by id.
         object.__setattr__(self, "tie_break", (-self.priority, self.submit_time_s, self.id))
 
@@ -125,10 +128,6 @@ class Job:
         """What placement depends on: jobs of one shape fit or fail alike (equivalence class)."""
         return self._shape
 
-    @property
-    def shape_id(self) -> int:
-        """Equal for jobs of equal shape, different otherwise (the interned shape's id)."""
-        return id(self._shape)
 
     @property
     def num_gpus(self) -> float:

@@ -17,7 +17,7 @@ from aisched.core.placement import known_failure, place_job
 from aisched.core.queues import fair_key, queue_blocks
 from aisched.core.snapshot import PendingJob
 from aisched.core.statement import Statement
-from aisched.core.status import StatusCode
+from aisched.core.status import JobStatus, StatusCode
 
 if TYPE_CHECKING:
     from aisched.core.session import Session
@@ -33,8 +33,12 @@ class Allocate:
         buckets: dict[Bucket, deque[tuple[int, PendingJob]]] = {}
         per_user = session.policy.fair_users
         for pos, pj in enumerate(session.candidates):
-            key = (pj.job.queue, pj.job.user if per_user else "")
-            buckets.setdefault(key, deque()).append((pos, pj))
+            job = pj.job
+            key = (job.queue, job.user if per_user else "")
+            bucket = buckets.get(key)
+            if bucket is None:
+                bucket = buckets[key] = deque()
+            bucket.append((pos, pj))
         # Heap of (fair-share key, position of the bucket's next job, bucket). Shares change
         # only when a placement changes usage on a bucket's path; then the heap is rebuilt.
         heap = [
@@ -89,17 +93,27 @@ class Allocate:
         return heap
 
     @staticmethod
-    def _fail_rest(session: Session, buckets: dict[Bucket, deque[tuple[int, PendingJob]]]) -> None:
+    def _fail_rest(
+        session: Session, buckets: dict[Bucket, deque[tuple[int, PendingJob]]]
+    ) -> None:
         rest = sorted((item for items in buckets.values() for item in items), key=lambda x: x[0])
+        ungoverned = session.queues.ungoverned
+        statuses, blocked = session.statuses, session.blocked
+        by_shape: dict[int, JobStatus] = {}  # one status object per shape's reason
         for _, pj in rest:
-            reason = queue_blocks(session, pj.job)
-            if reason is not None:
-                session.set_status_cached(pj.id, StatusCode.WAIT_QUEUE, reason)
-                continue
-            failed = known_failure(session, pj.job)
-            assert failed is not None
-            session.set_status_cached(pj.id, StatusCode.WAIT_RESOURCES, failed)
-            session.blocked.append(pj)
+            job = pj.job
+            if job.queue not in ungoverned:
+                reason = queue_blocks(session, job)
+                if reason is not None:
+                    session.set_status_cached(pj.id, StatusCode.WAIT_QUEUE, reason)
+                    continue
+            status = by_shape.get(job.shape_id)
+            if status is None:
+                failed = known_failure(session, job)
+                assert failed is not None
+                status = by_shape[job.shape_id] = JobStatus(StatusCode.WAIT_RESOURCES, failed)
+            statuses[pj.id] = status
+            blocked.append(pj)
 
     @staticmethod
     def _defer_rest(session: Session, buckets: dict[Bucket, deque[tuple[int, PendingJob]]]) -> None:
