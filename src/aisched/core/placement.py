@@ -322,14 +322,10 @@ def never_fits(session: Session, job: Job) -> str | None:
         return arrays.memo[key]  # type: ignore[return-value]
     from aisched.core.statement import Statement
 
-    saved_free, saved_cache = session.free, session.fail_cache
-    session.free, session.fail_cache = FreeState.empty(arrays), {}
-    try:
+    with session.scratch(FreeState.empty(arrays)):
         st = Statement(session)
         res = _place(session, st, job, None)
         st.discard()
-    finally:
-        session.free, session.fail_cache = saved_free, saved_cache
     reason = f"can never fit this cluster: {res}" if isinstance(res, str) else None
     arrays.memo[key] = reason
     return reason

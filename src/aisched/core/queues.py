@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from aisched.core.session import Usage, add, usage_vector
+from aisched.core.session import usage_vector
+from aisched.core.snapshot import Usage, add_usage
 from aisched.model.job import Job
 from aisched.model.resources import Resources
 
@@ -46,7 +47,7 @@ def queue_blocks(session: Session, job: Job) -> str | None:
     req = usage_vector(job.total_request)
     for qname in session.queue_path(job.queue):
         q = session.queues.get(qname)
-        after = add(session.usage_of(qname), req)
+        after = add_usage(session.usage_of(qname), req)
         if q.limit is not None and (dim := _over(after, q.limit)) is not None:
             return f"queue {qname} would exceed its {DIM_NAMES[dim]} limit"
         if not q.borrowing and (dim := _over(after, q.guarantee)) is not None:
@@ -61,7 +62,7 @@ def within_guarantee(session: Session, job: Job) -> bool:
     g = usage_vector(q.guarantee)
     if not any(x > 0 for x in g):
         return False
-    after = add(session.usage_of(job.queue), usage_vector(job.total_request))
+    after = add_usage(session.usage_of(job.queue), usage_vector(job.total_request))
     return all(gi == 0 or ai <= gi for gi, ai in zip(g, after, strict=True))
 
 
@@ -74,7 +75,7 @@ def borrowed(session: Session, queue: str, minus: Usage) -> bool:
     usage = session.usage_of(queue)
     if not any(u > gi for u, gi in zip(usage, g, strict=True)):
         return False
-    left = add(usage, minus, -1.0)
+    left = add_usage(usage, minus, -1.0)
     return all(gi == 0 or lf >= gi for gi, lf in zip(g, left, strict=True))
 
 

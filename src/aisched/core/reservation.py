@@ -37,35 +37,30 @@ def find_reservation(session: Session, job: Job) -> Reservation | None:
     allowed = ~taken
     releases = sorted(session.running.values(), key=lambda r: (_end(r), r.started_s, r.id))
     base = session.free
-    saved_cache = session.fail_cache
 
-    def fits(k: int) -> tuple[bool, tuple[str, ...]]:
+    def fits(k: int) -> tuple[str, ...] | None:
+        """Nodes of a placement once the first k releases have happened, or None."""
         scratch = base.copy()
         for r in releases[:k]:
             for t in r.tasks:
                 scratch.give(arrays.index[t.node], t)
-        session.free, session.fail_cache = scratch, {}
-        st = Statement(session)
-        placed = place_job(session, st, job, allowed, mask_key=("reserve", k))
-        st.discard()
-        return (not isinstance(placed, str)), (
-            () if isinstance(placed, str) else tuple(t.node for t in placed)
-        )
+        with session.scratch(scratch):
+            st = Statement(session)
+            placed = place_job(session, st, job, allowed, mask_key=("reserve", k))
+            st.discard()
+        return None if isinstance(placed, str) else tuple(t.node for t in placed)
 
-    try:
-        ok, nodes = fits(len(releases))
-        if not ok:
-            return None
-        lo, hi = 0, len(releases)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if fits(mid)[0]:
-                hi = mid
-            else:
-                lo = mid + 1
-        _, nodes = fits(lo)
-    finally:
-        session.free, session.fail_cache = base, saved_cache
+    lo, hi = 0, len(releases)
+    nodes = fits(hi)  # always the placement for `hi`, the smallest k known to fit
+    if nodes is None:
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        found = fits(mid)
+        if found is not None:
+            hi, nodes = mid, found
+        else:
+            lo = mid + 1
     start: float | None = session.now if lo == 0 else _end(releases[lo - 1])
     if start is not None and start == NEVER:
         start = None

@@ -6,6 +6,8 @@ A session is created by `run_cycle` and dropped at its end; nothing outside the 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,12 +15,15 @@ import numpy as np
 from aisched.core.decisions import Bind, Decision, Preempt, Reserve, TaskBinding
 from aisched.core.policy import Policy
 from aisched.core.snapshot import (
+    ZERO,
     BoolArray,
     ClusterArrays,
     FreeState,
     PendingJob,
     RunningJob,
     Snapshot,
+    Usage,
+    add_usage,
     usage_by_user,
 )
 from aisched.core.status import JobStatus, StatusCode
@@ -26,18 +31,9 @@ from aisched.model.job import Job
 from aisched.model.queue import QueueTree
 from aisched.model.resources import Resources
 
-# Usage is (milli_cpu, mem_mib, gpu_milli): three numbers, kept as a plain tuple because
-# numpy's per-call overhead dominates on vectors this small.
-Usage = tuple[float, float, float]
-ZERO: Usage = (0.0, 0.0, 0.0)
-
 
 def usage_vector(r: Resources) -> Usage:
     return (float(r.milli_cpu), float(r.mem_mib), float(r.gpu_equivalent_milli))
-
-
-def add(a: Usage, b: Usage, sign: float = 1.0) -> Usage:
-    return (a[0] + sign * b[0], a[1] + sign * b[1], a[2] + sign * b[2])
 
 
 @dataclass(slots=True)
@@ -83,6 +79,17 @@ class Session:
     def queues(self) -> QueueTree:
         return self.snapshot.queues
 
+    @contextmanager
+    def scratch(self, free: FreeState) -> Iterator[None]:
+        """Work on `free` instead of the session's free state, with an empty failure cache
+        (cached failures belong to the real state); both are put back on exit."""
+        saved = self.free, self.fail_cache
+        self.free, self.fail_cache = free, {}
+        try:
+            yield
+        finally:
+            self.free, self.fail_cache = saved
+
     def released(self) -> None:
         """Capacity was given back: cached placement failures may now succeed."""
         self.fail_cache.clear()
@@ -93,9 +100,9 @@ class Session:
     def _add(self, queue: str, user: str, vec: Usage, sign: float) -> None:
         qu = self.queue_usage
         for q in self.queue_path(queue):
-            qu[q] = add(qu.get(q, ZERO), vec, sign)
+            qu[q] = add_usage(qu.get(q, ZERO), vec, sign)
         key = (queue, user)
-        self.user_usage[key] = add(self.user_usage.get(key, ZERO), vec, sign)
+        self.user_usage[key] = add_usage(self.user_usage.get(key, ZERO), vec, sign)
 
     def queue_path(self, queue: str) -> tuple[str, ...]:
         if not self.queues.has(queue):

@@ -22,6 +22,16 @@ from aisched.model.job import Job
 from aisched.model.queue import QueueTree
 from aisched.model.resources import GPU_MILLI_WHOLE
 
+# (milli_cpu, mem_mib, gpu_milli): three numbers, kept as a plain tuple because numpy's
+# per-call overhead dominates on vectors this small.
+Usage = tuple[float, float, float]
+ZERO: Usage = (0.0, 0.0, 0.0)
+
+
+def add_usage(a: Usage, b: Usage, sign: float = 1.0) -> Usage:
+    return (a[0] + sign * b[0], a[1] + sign * b[1], a[2] + sign * b[2])
+
+
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 FloatArray = npt.NDArray[np.float64]
@@ -252,7 +262,7 @@ class RunningJob:
     last_checkpoint_s: float | None = None
     checkpoint_interval_s: float | None = None
     # (milli_cpu, mem_mib, gpu_milli) held, summed once: every cycle reads it.
-    usage: tuple[float, float, float] = field(init=False, repr=False, compare=False)
+    usage: Usage = field(init=False, repr=False, compare=False)
     id: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -290,19 +300,15 @@ class Snapshot:
     free: FreeState
     running: tuple[RunningJob, ...] = ()
     queues: QueueTree = field(default_factory=QueueTree)
-    usage: Mapping[tuple[str, str], tuple[float, float, float]] | None = None
+    usage: Mapping[tuple[str, str], Usage] | None = None
 
 
-def usage_by_user(
-    running: Iterable[RunningJob],
-) -> dict[tuple[str, str], tuple[float, float, float]]:
+def usage_by_user(running: Iterable[RunningJob]) -> dict[tuple[str, str], Usage]:
     """Running usage summed per (queue, user), the form `Snapshot.usage` takes."""
-    out: dict[tuple[str, str], tuple[float, float, float]] = {}
+    out: dict[tuple[str, str], Usage] = {}
     for r in running:
         key = (r.job.queue, r.job.user)
-        a = out.get(key, (0.0, 0.0, 0.0))
-        u = r.usage
-        out[key] = (a[0] + u[0], a[1] + u[1], a[2] + u[2])
+        out[key] = add_usage(out.get(key, ZERO), r.usage)
     return out
 
 

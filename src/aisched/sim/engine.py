@@ -46,10 +46,13 @@ from aisched.core.cycle import InvariantViolation, run_cycle
 from aisched.core.decisions import Bind, Preempt, Reserve, TaskBinding
 from aisched.core.policy import Policy
 from aisched.core.snapshot import (
+    ZERO,
     FreeState,
     PendingJob,
     RunningJob,
     Snapshot,
+    Usage,
+    add_usage,
     build_arrays,
     validate_free,
 )
@@ -285,7 +288,7 @@ class _Engine:
         # What the core sees of each running job: fixed for an attempt, so built once at bind.
         self.running_view: dict[str, RunningJob] = {}
         # Running usage per (queue, user), kept up to date so a cycle need not sum it.
-        self.usage: dict[tuple[str, str], tuple[float, float, float]] = {}
+        self.usage: dict[tuple[str, str], Usage] = {}
         # Jobs pending since before their first cycle: only these can turn out never to fit
         # (the cluster does not change, and a requeued job has fitted before).
         self.fresh: list[str] = []
@@ -454,9 +457,7 @@ class _Engine:
         # The estimate, not the truth: what a real scheduler would believe about this attempt.
         # Same bound as the core uses for a job it binds (upper estimate, estimate, time limit).
         bound = pj.runtime_bound_s
-        st.expected_end_s = (
-            None if bound is None else now + restore + max(bound - st.saved_s, 0.0)
-        )
+        st.expected_end_s = None if bound is None else now + restore + max(bound - st.saved_s, 0.0)
         if remaining != math.inf:
             self._push(now + remaining, _FINISH, d.job_id, st.attempt)
         view = RunningJob(
@@ -498,21 +499,16 @@ class _Engine:
 
     # --- the cycle --------------------------------------------------------------------------
 
-    def _running_view(self, now: float) -> tuple[RunningJob, ...]:
-        return tuple(self.running_view.values())
-
     def _add_usage(self, view: RunningJob, sign: float) -> None:
         key = (view.job.queue, view.job.user)
-        a = self.usage.get(key, (0.0, 0.0, 0.0))
-        u = view.usage
-        self.usage[key] = (a[0] + sign * u[0], a[1] + sign * u[1], a[2] + sign * u[2])
+        self.usage[key] = add_usage(self.usage.get(key, ZERO), view.usage, sign)
 
     def _cycle(self, now: float) -> None:
         self.dirty = False
         if not self.pending:
             return
         snapshot = Snapshot(
-            self.arrays, self.free, self._running_view(now), self.queues, self.usage
+            self.arrays, self.free, tuple(self.running_view.values()), self.queues, self.usage
         )
         pending = tuple(self.pending.values())
         before = self.free.copy() if self.config.validate else None
@@ -568,7 +564,7 @@ class _Engine:
             raise SimulationError(f"t={now}: " + "; ".join(problems))
 
     def _check_state(self, now: float) -> None:
-        snapshot = Snapshot(self.arrays, self.free, self._running_view(now), self.queues)
+        snapshot = Snapshot(self.arrays, self.free, tuple(self.running_view.values()), self.queues)
         problems = validate_free(snapshot)
         both = self.pending.keys() & self.running.keys()
         if both:

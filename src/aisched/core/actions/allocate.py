@@ -93,9 +93,7 @@ class Allocate:
         return heap
 
     @staticmethod
-    def _fail_rest(
-        session: Session, buckets: dict[Bucket, deque[tuple[int, PendingJob]]]
-    ) -> None:
+    def _fail_rest(session: Session, buckets: dict[Bucket, deque[tuple[int, PendingJob]]]) -> None:
         rest = sorted((item for items in buckets.values() for item in items), key=lambda x: x[0])
         ungoverned = session.queues.ungoverned
         statuses, blocked = session.statuses, session.blocked
