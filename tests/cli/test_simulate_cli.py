@@ -80,8 +80,16 @@ def test_subprocess_writes_json(tmp_path: Path) -> None:
     path = tmp_path / "r.json"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
     proc = subprocess.run(
-        [sys.executable, "-m", "aisched.cli.main", *SMALL, "--policy", "fifo,sjf",
-         "--json", str(path)],
+        [
+            sys.executable,
+            "-m",
+            "aisched.cli.main",
+            *SMALL,
+            "--policy",
+            "fifo,sjf",
+            "--json",
+            str(path),
+        ],
         capture_output=True,
         text=True,
         env=env,

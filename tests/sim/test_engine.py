@@ -207,11 +207,15 @@ def test_the_cycle_sees_attained_service_and_estimates_not_true_durations(
     seen: list[tuple[float, tuple[tuple[str, float, float | None], ...], tuple[PendingJob, ...]]]
     seen = []
 
-    def spy(snapshot: Snapshot, pending: Sequence[PendingJob], policy: Policy, now: float,
-            **kw: bool) -> CycleResult:
+    def spy(
+        snapshot: Snapshot, pending: Sequence[PendingJob], policy: Policy, now: float, **kw: bool
+    ) -> CycleResult:
         seen.append(
-            (now, tuple((r.id, r.attained_at(now), r.expected_end_s) for r in snapshot.running),
-             tuple(pending))
+            (
+                now,
+                tuple((r.id, r.attained_at(now), r.expected_end_s) for r in snapshot.running),
+                tuple(pending),
+            )
         )
         return run_cycle(snapshot, pending, policy, now, **kw)
 
@@ -227,8 +231,9 @@ def test_the_cycle_sees_attained_service_and_estimates_not_true_durations(
 def test_estimator_hook_fills_pending_estimates(monkeypatch: pytest.MonkeyPatch) -> None:
     got: list[float | None] = []
 
-    def spy(snapshot: Snapshot, pending: Sequence[PendingJob], policy: Policy, now: float,
-            **kw: bool) -> CycleResult:
+    def spy(
+        snapshot: Snapshot, pending: Sequence[PendingJob], policy: Policy, now: float, **kw: bool
+    ) -> CycleResult:
         got.extend(p.estimate_s for p in pending)
         return run_cycle(snapshot, pending, policy, now, **kw)
 
@@ -244,8 +249,9 @@ def test_estimator_hook_fills_pending_estimates(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_a_decision_that_cannot_be_applied_raises(monkeypatch: pytest.MonkeyPatch) -> None:
-    def bogus(snapshot: Snapshot, pending: Sequence[PendingJob], policy: Policy, now: float,
-              **kw: bool) -> CycleResult:
+    def bogus(
+        snapshot: Snapshot, pending: Sequence[PendingJob], policy: Policy, now: float, **kw: bool
+    ) -> CycleResult:
         task = TaskBinding("g0", 0, "n1", (0,), 1000)
         return CycleResult((Bind("ghost", (task,)),), {}, CycleStats(0, 0, 0, 0, 0))
 

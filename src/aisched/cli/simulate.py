@@ -259,4 +259,3 @@ def _progress_callback(bar: Progress | None, name: str) -> Callable[[int, int], 
         bar.update(task, completed=done, total=total)
 
     return update
-

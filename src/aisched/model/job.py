@@ -49,10 +49,15 @@ class TopologyRequirement:
 
 @dataclass(frozen=True, slots=True)
 class TaskGroup:
+    """`replicas` identical tasks. `command`, `env` and `workdir` say how an executor runs each
+    one; the core never reads them (placement depends on `request` and `replicas` only)."""
+
     name: str
     replicas: int
     request: Resources
     command: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    workdir: str | None = None
 
     @property
     def total(self) -> Resources:
@@ -78,6 +83,10 @@ class Job:
     estimate_s: float | None = None
     checkpoint_interval_s: float | None = None
     submit_time_s: float = 0.0
+    # How a live executor stops and retries the job: SIGTERM, this long, then SIGKILL; a failed
+    # attempt waits `backoff_s * 2**(failures-1)` (capped by the service) before it is retried.
+    grace_period_s: float = 30.0
+    backoff_s: float = 10.0
     # Derived once: read on every cycle the job waits.
     _total: Resources = field(init=False, repr=False, compare=False)
     _shape: tuple[object, ...] = field(init=False, repr=False, compare=False)
@@ -127,7 +136,6 @@ class Job:
     def shape(self) -> tuple[object, ...]:
         """What placement depends on: jobs of one shape fit or fail alike (equivalence class)."""
         return self._shape
-
 
     @property
     def num_gpus(self) -> float:

@@ -1,0 +1,1 @@
+"""How decisions become running work: local processes, a Ray cluster, virtual time."""

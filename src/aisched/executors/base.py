@@ -1,0 +1,221 @@
+"""The executor protocol: how a bound task becomes a running process, and how its end is seen.
+
+Every executor (local processes, a Ray cluster, the simulator's virtual time) takes the same
+requests and reports the same events, so the service's loop does not care where work runs.
+The environment contract of shared/DESIGN.md is built here, once, by `contract_env`, so every
+executor hands a task the same variables.
+
+Invariants an executor keeps:
+
+- A task is identified by `(job_id, attempt, task)`; launching the same key twice is a bug of
+  the caller and is refused (`LaunchError`).
+- `launch` returns only once the task's process exists (or raises); its `TaskHandle` is
+  everything needed to find the task again after the scheduler itself restarts (`adopt`).
+- Every launched task ends with exactly one `TaskExited` event, whether it exits by itself, is
+  stopped, is killed for exceeding its memory, or is found gone (`lost`). Stopping a task that
+  has already exited is not an error.
+
+Nothing here touches a database or the scheduling core's decisions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+from aisched.model.cluster import Node
+
+# JSON-serialisable; the service stores it with the task and hands it back to `adopt`.
+HandleData = dict[str, Any]
+
+
+class LaunchError(RuntimeError):
+    """A task could not be started (bad command, missing working directory, no such node...).
+    The message says what and is shown to the user."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskLaunch:
+    """Everything an executor needs to start one task of one attempt of a job.
+
+    `task` is the task's name, `<group>-<index>` (e.g. `worker-1`), unique within the job.
+    `env` is the full contract environment (`contract_env`) plus the user's own variables; the
+    executor adds nothing else but what it alone knows (e.g. nothing, for the local executor).
+    `milli_cpu` is what the core reserved; the executor pins the task to `ceil(milli_cpu/1000)`
+    cores where it can. `mem_limit_mib` 0 means no limit. `gpus` are device indices on `node`.
+    `log_path` receives stdout and stderr together. `grace_period_s` is the time between
+    SIGTERM and SIGKILL when the task is stopped.
+    """
+
+    job_id: str
+    attempt: int
+    task: str
+    node: str
+    command: tuple[str, ...]
+    env: Mapping[str, str]
+    workdir: str | None
+    milli_cpu: int
+    mem_limit_mib: int
+    gpus: tuple[int, ...]
+    log_path: str
+    grace_period_s: float
+
+    @property
+    def key(self) -> TaskKey:
+        return (self.job_id, self.attempt, self.task)
+
+
+TaskKey = tuple[str, int, str]  # (job_id, attempt, task)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskHandle:
+    """Where a launched task is: enough to signal it, watch it and adopt it after a restart.
+
+    `data` is executor-specific and JSON-serialisable (for the local executor: the supervisor's
+    pid and start time, the task's directory, the cores it was pinned to, its cgroup).
+    """
+
+    key: TaskKey
+    node: str
+    data: HandleData = field(default_factory=dict)
+
+
+class ExitKind(StrEnum):
+    EXITED = "exited"  # the process ended; `exit_code` says how (negative: killed by signal -N)
+    STOPPED = "stopped"  # ended after `stop()` was asked for it
+    OOM = "oom"  # killed for exceeding its memory limit
+    LOST = "lost"  # the task cannot be found any more (process gone without a record, node gone)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskExited:
+    key: TaskKey
+    kind: ExitKind
+    exit_code: int | None
+    message: str = ""
+    time_s: float = 0.0
+
+
+class AdoptState(StrEnum):
+    RUNNING = "running"  # alive: the executor watches it again and will report its exit
+    EXITED = "exited"  # it ended while nobody watched; the TaskExited is returned with it
+    LOST = "lost"  # nothing is left of it and nothing says how it ended
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorInfo:
+    """What an executor can enforce, for `aisched nodes`: e.g. memory_limit 'cgroup-v1',
+    'cgroup-v2', 'rlimit' or 'none'; cpu_affinity True where tasks are pinned to cores."""
+
+    name: str
+    memory_limit: str
+    cpu_affinity: bool
+    notes: tuple[str, ...] = ()
+
+
+class Executor(Protocol):
+    """Starts, stops and watches tasks. Called from the service's loop thread only, except
+    `wakeup`, which the executor may call from any thread."""
+
+    def info(self) -> ExecutorInfo:
+        """Called once at start and by status queries; no side effects."""
+        ...
+
+    def nodes(self) -> Sequence[Node]:
+        """The nodes this executor can run on, as the core sees them. Called at start and on
+        every loop iteration (a cluster executor may gain or lose nodes); must be cheap."""
+        ...
+
+    def launch(self, req: TaskLaunch) -> TaskHandle:
+        """Start one task. Returns once the task's process exists. Raises LaunchError (with a
+        message for the user) when it cannot start; then nothing of it is left running."""
+        ...
+
+    def stop(self, key: TaskKey, grace_period_s: float | None = None) -> None:
+        """Ask a task to stop: SIGTERM to its whole process group, then SIGKILL after the
+        grace period (the launch's, unless given). Returns at once; the end is reported by
+        `poll` as STOPPED. Idempotent; a task already gone is ignored."""
+        ...
+
+    def poll(self) -> list[TaskExited]:
+        """Events since the last call; never blocks. Each task's exit is reported once."""
+        ...
+
+    def adopt(self, handle: TaskHandle) -> tuple[AdoptState, TaskExited | None]:
+        """After a restart of the scheduler: take charge again of a task launched before.
+        RUNNING: it is watched again (its exit will come through `poll`); EXITED: it ended in
+        the meantime, and here is how; LOST: nothing says how it ended."""
+        ...
+
+    def set_wakeup(self, wakeup: Callable[[], None]) -> None:
+        """`wakeup()` is called (from any thread) when `poll` has something new, so the loop
+        can react at once instead of at its next tick."""
+        ...
+
+    def close(self) -> None:
+        """The service is shutting down: stop watching. Tasks keep running (they are adopted
+        at the next start); nothing is killed."""
+        ...
+
+
+def task_name(group: str, index: int) -> str:
+    return f"{group}-{index}"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPlace:
+    """One bound task as the environment contract needs it: its name, node and GPUs, in the
+    job's rank order."""
+
+    task: str
+    node: str
+    gpus: tuple[int, ...]
+    milli_cpu: int
+
+
+def contract_env(
+    *,
+    job_id: str,
+    places: Sequence[TaskPlace],
+    rank: int,
+    restart_count: int,
+    checkpoint_dir: str,
+    master_addr: str,
+    master_port: int,
+) -> dict[str, str]:
+    """The DESIGN.md environment of task `places[rank]`.
+
+    Ranks follow `places` (the job's task order); node ranks follow the first appearance of each
+    node in that order, so rank 0 is on node rank 0, whose address is MASTER_ADDR.
+    `CUDA_DEVICE_ORDER=PCI_BUS_ID` makes CUDA number devices as NVML and nvidia-smi do, so the
+    indices in CUDA_VISIBLE_DEVICES mean the GPUs the scheduler chose. A task without GPUs gets
+    an empty CUDA_VISIBLE_DEVICES: it must not see (and use) GPUs it was not given.
+    """
+    me = places[rank]
+    node_order: list[str] = []
+    for p in places:
+        if p.node not in node_order:
+            node_order.append(p.node)
+    on_my_node = [i for i, p in enumerate(places) if p.node == me.node]
+    threads = max(1, -(-me.milli_cpu // 1000))
+    return {
+        "AISCHED_JOB_ID": job_id,
+        "AISCHED_TASK": me.task,
+        "AISCHED_TASK_INDEX": str(rank),
+        "AISCHED_RESTART_COUNT": str(restart_count),
+        "AISCHED_CHECKPOINT_DIR": checkpoint_dir,
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in me.gpus),
+        "OMP_NUM_THREADS": str(threads),
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(master_port),
+        "WORLD_SIZE": str(len(places)),
+        "RANK": str(rank),
+        "LOCAL_RANK": str(on_my_node.index(rank)),
+        "LOCAL_WORLD_SIZE": str(len(on_my_node)),
+        "NODE_RANK": str(node_order.index(me.node)),
+        "GROUP_WORLD_SIZE": str(len(node_order)),
+    }
