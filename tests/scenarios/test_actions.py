@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 from helpers import running, summary
@@ -201,6 +201,35 @@ CASES = [
             running(
                 job("lo").task(gpu=8).priority(1).not_preemptible().build(),
                 ("n1", tuple(range(8))),
+            )
+        ],
+    ),
+    Case(
+        "preempt never picks a job that is already terminating, and picks another",
+        [node("n1").gpus(8)],
+        [job("hi").task(gpu=4).priority(10)],
+        "priority",
+        [("preempt", "other", "hi"), ("bind", "hi", "n1:4,5,6,7")],
+        {"hi": StatusCode.PREEMPTING},
+        running=[
+            replace(
+                running(job("going").task(gpu=4).priority(1).build(), ("n1", (0, 1, 2, 3))),
+                terminating=True,
+            ),
+            running(job("other").task(gpu=4).priority(2).build(), ("n1", (4, 5, 6, 7))),
+        ],
+    ),
+    Case(
+        "preempt waits rather than evict a job that is already terminating",
+        [node("n1").gpus(8)],
+        [job("hi").task(gpu=8).priority(10)],
+        "priority",
+        [],
+        {"hi": StatusCode.WAIT_RESOURCES},
+        running=[
+            replace(
+                running(job("going").task(gpu=8).priority(1).build(), ("n1", tuple(range(8)))),
+                terminating=True,
             )
         ],
     ),

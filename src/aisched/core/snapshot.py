@@ -252,6 +252,8 @@ class RunningJob:
     `checkpoint_at`). `attained_gpu_s` is GPU-service received before this attempt.
     `last_checkpoint_s`, when the caller knows it, overrides the periodic estimate from
     `checkpoint_interval_s`; with neither, the attempt's start counts as its checkpoint.
+    `terminating`: a live executor is already stopping it (preempted or cancelled, within its
+    grace period); it still holds its resources but is never chosen as a victim again.
     """
 
     job: Job
@@ -261,6 +263,7 @@ class RunningJob:
     expected_end_s: float | None = None
     last_checkpoint_s: float | None = None
     checkpoint_interval_s: float | None = None
+    terminating: bool = False
     # (milli_cpu, mem_mib, gpu_milli) held, summed once: every cycle reads it.
     usage: Usage = field(init=False, repr=False, compare=False)
     id: str = field(init=False, repr=False, compare=False)

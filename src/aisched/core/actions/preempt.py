@@ -4,8 +4,9 @@ preempt works inside a queue (or the whole cluster, `scope: cluster`): victims m
 strictly below the blocked job, by priority (`by: priority`) or by the policy's first job-order
 key (`by: order`, e.g. Tiresias' LAS queue). reclaim works across queues: a queue within its
 guarantee takes back capacity that other queues borrowed beyond theirs, whatever the priorities.
-Only preemptible jobs are victims, never one placed in this cycle. Victims are ordered by the
-policy's victim selectors (lowest priority, least work lost since checkpoint, newest).
+Only preemptible jobs are victims, never one placed in this cycle nor one already terminating.
+Victims are ordered by the policy's victim selectors (lowest priority, least work lost since
+checkpoint, newest).
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def _run(
             pool = [
                 r
                 for r in session.running.values()
-                if r.job.preemptible and r.id not in session.bound_now
+                if r.job.preemptible and not r.terminating and r.id not in session.bound_now
             ]
             pool.sort(key=lambda r: victim_key(session.policy.victims, r, session.now))
         cands = by_sig.get(sig)
