@@ -34,7 +34,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "spec": frozenset({"core", "model"}),
     "sim": frozenset({"spec", "executors", "predict", "core", "model"}),
     "service": frozenset({"store", "executors", "predict", "spec", "core", "model"}),
-    "testing": frozenset({"spec", "core", "model"}),
+    "testing": frozenset({"spec", "executors", "core", "model"}),
     "cli": frozenset(
         {"service", "sim", "store", "executors", "predict", "spec", "testing", "core", "model"}
     ),

@@ -12,11 +12,11 @@ import sys
 from collections.abc import Callable, Sequence
 
 from aisched import __version__
-from aisched.cli import simulate
+from aisched.cli import cluster, jobs, simulate, up
 from aisched.cli.errors import CLIError
 
 # Subcommand modules, in the order `aisched --help` lists them.
-COMMANDS = (simulate,)
+COMMANDS = (up, jobs, cluster, simulate)
 
 Handler = Callable[[argparse.Namespace], int]
 

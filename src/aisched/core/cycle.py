@@ -13,11 +13,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from aisched.core.actions.enqueue import admission_refusal
 from aisched.core.decisions import Bind, Decision, Preempt, Reserve
 from aisched.core.policy import Policy
 from aisched.core.session import Session
 from aisched.core.snapshot import PendingJob, Snapshot, usage_by_user
 from aisched.core.status import JobStatus, StatusCode
+from aisched.model.job import Job
 
 NOT_REACHED = JobStatus(StatusCode.NOT_CONSIDERED, "not reached by any action this cycle")
 
@@ -84,6 +86,13 @@ def run_cycle(
         placement_attempts=session.placement_attempts,
     )
     return CycleResult(decisions, diagnostics, stats)
+
+
+def never_runs(snapshot: Snapshot, policy: Policy, job: Job) -> str | None:
+    """Why `job` could never run on this cluster and queue tree (unknown queue, above its
+    queue's limit on its own, larger than any place it may go), or None. The check enqueue
+    makes, without a whole cycle: for refusing a job at submission."""
+    return admission_refusal(Session(snapshot, policy, 0.0, ()), job)
 
 
 def _check_inputs(session: Session) -> None:

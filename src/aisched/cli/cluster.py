@@ -1,0 +1,102 @@
+"""`aisched nodes` and `aisched queues`: what the cluster has, who uses it, how it is enforced."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from aisched.cli.client import Client, add_server_option
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("nodes", help="nodes: capacity, free resources, each GPU and its users")
+    add_server_option(p)
+    p.set_defaults(func=cmd_nodes)
+    p = sub.add_parser("queues", help="queues: guarantee, limit, usage, waiting and running jobs")
+    add_server_option(p)
+    p.set_defaults(func=cmd_queues)
+
+
+def cmd_nodes(args: argparse.Namespace) -> int:
+    out = Client.from_args(args).request("GET", "/v1/nodes")
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    con = Console(highlight=False)
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("NODE", "RACK", "CPUS FREE", "MEM FREE", "GPUS FREE", "MEMORY LIMIT", "PINNING"):
+        table.add_column(col)
+    for n in out["nodes"]:
+        free_gpus = sum(g["free_milli"] for g in n["gpus"]) / 1000
+        table.add_row(
+            n["name"] + ("" if n["healthy"] else " [red](unhealthy)[/]"),
+            n["rack"],
+            f"{n['free_milli_cpu'] / 1000:g} / {n['milli_cpu'] / 1000:g}",
+            f"{n['free_mem_mib'] / 1024:.1f} / {n['mem_mib'] / 1024:.1f} GiB",
+            f"{free_gpus:g} / {len(n['gpus'])}",
+            n["memory_limit"],
+            "cpu affinity" if n["cpu_affinity"] else "none",
+        )
+    con.print(table)
+    for n in out["nodes"]:
+        if n["gpus"]:
+            gt = Table(
+                box=None, header_style="bold", title=f"{n['name']} GPUs", title_justify="left"
+            )
+            for col in ("GPU", "MODEL", "MEMORY", "FREE", "USED BY"):
+                gt.add_column(col)
+            for g in n["gpus"]:
+                users = ", ".join(
+                    f"job {u['job']} {u['task']}"
+                    + (f" ({u['gpu_milli'] / 1000:g})" if u["gpu_milli"] < 1000 else "")
+                    for u in g["used_by"]
+                )
+                gt.add_row(
+                    str(g["index"]),
+                    g["model"],
+                    f"{g['mem_mib'] / 1024:g} GiB" if g["mem_mib"] else "-",
+                    f"{g['free_milli'] / 1000:g}",
+                    users or "-",
+                )
+            con.print(gt)
+        for note in n["notes"]:
+            con.print(f"  [dim]{note}[/]")
+    return 0
+
+
+def cmd_queues(args: argparse.Namespace) -> int:
+    out = Client.from_args(args).request("GET", "/v1/queues")
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("QUEUE", "PARENT", "WEIGHT", "GUARANTEE", "LIMIT", "USED", "PENDING", "RUNNING"):
+        table.add_column(col)
+    for q in out["queues"]:
+        table.add_row(
+            q["name"],
+            q["parent"] or "-",
+            f"{q['weight']:g}",
+            _amount(q["guarantee"]),
+            "-" if q["limit"] is None else _amount(q["limit"]),
+            _amount(q["used"]),
+            str(q["pending"]),
+            str(q["running"]),
+        )
+    Console(highlight=False).print(table)
+    return 0
+
+
+def _amount(a: dict[str, float]) -> str:
+    parts = []
+    if a.get("gpus"):
+        parts.append(f"{a['gpus']:g} GPU")
+    if a.get("cpus"):
+        parts.append(f"{a['cpus']:g} CPU")
+    if a.get("mem_gib"):
+        parts.append(f"{a['mem_gib']:.3g} GiB")
+    return ", ".join(parts) or "-"

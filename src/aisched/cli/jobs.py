@@ -1,0 +1,447 @@
+"""Job commands: `run`, `submit`, `jobs`, `show`, `logs`, `cancel` — clients of the REST API.
+
+`run` builds a native job document from its flags and the command after `--`; like Slurm's
+`srun`/`sbatch`, the job runs in the current directory with the caller's environment (`--no-env`
+sends none). `submit` sends a job file as it is; the service parses it, so errors name the file
+and field. Output is a readable table, or JSON with `--json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from aisched.cli.client import Client, add_server_option
+from aisched.cli.errors import CLIError
+from aisched.spec.errors import SpecError
+from aisched.spec.units import parse_duration_s, parse_mem_mib
+
+# What `run` never exports: names the scheduler sets itself, and shell noise.
+_OWNED = re.compile(
+    r"^(AISCHED_.*|CUDA_VISIBLE_DEVICES|CUDA_DEVICE_ORDER|OMP_NUM_THREADS|MASTER_ADDR|MASTER_PORT"
+    r"|WORLD_SIZE|RANK|LOCAL_RANK|LOCAL_WORLD_SIZE|NODE_RANK|GROUP_WORLD_SIZE)$"
+)
+_NOISE = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "PS1", "PS2", "PROMPT_COMMAND"})
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_STATE_STYLE = {
+    "pending": "yellow",
+    "running": "green",
+    "succeeded": "blue",
+    "failed": "red",
+    "cancelled": "magenta",
+}
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run a command as a job (queued until its resources are free)",
+        description="Queue COMMAND as a job. It runs in the current directory with your "
+        "environment once the resources are free: only its GPUs in CUDA_VISIBLE_DEVICES, "
+        "pinned to its CPU cores, its memory bounded, its output in `aisched logs ID`.",
+    )
+    add_server_option(p)
+    p.add_argument("--gpus", type=float, default=0, help="GPUs per task (a fraction shares one)")
+    p.add_argument("--cpus", type=float, default=1, help="CPU cores per task (default 1)")
+    p.add_argument("--mem", default="1G", help="memory per task, e.g. 512M, 8G (default 1G)")
+    p.add_argument("--gpu-mem", help="GPU memory per task, e.g. 20G")
+    p.add_argument("--replicas", type=int, default=1, help="tasks, started together (a gang)")
+    p.add_argument("--min-available", type=int, help="start with at least this many tasks")
+    p.add_argument("--name", help="job name (default: the command's name)")
+    p.add_argument("--queue", help="queue (default: default)")
+    p.add_argument("--priority", help="an integer, or a priority class such as high or low")
+    p.add_argument("--kind", choices=("train", "infer", "batch"), help="workload kind")
+    p.add_argument("--restart", choices=("never", "on-failure", "always"), help="restart policy")
+    p.add_argument("--max-retries", type=int, help="retries after failures (default 3)")
+    p.add_argument("--time-limit", help="stop the job after this long, e.g. 2h")
+    p.add_argument("--grace-period", help="SIGTERM to SIGKILL delay when stopped, e.g. 30s")
+    p.add_argument("--not-preemptible", action="store_true", help="never preempt this job")
+    p.add_argument(
+        "--env", action="append", default=[], metavar="K=V", help="set a variable (repeatable)"
+    )
+    p.add_argument("--no-env", action="store_true", help="do not export your environment")
+    p.add_argument("--workdir", help="working directory (default: the current one)")
+    p.add_argument(
+        "-f", "--follow", action="store_true", help="stream its logs and wait until it ends"
+    )
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("submit", help="submit a job file (native YAML or a Volcano Job)")
+    add_server_option(p)
+    p.add_argument("file", help="the job file; - reads standard input")
+    p.add_argument(
+        "-f", "--follow", action="store_true", help="stream its logs and wait until it ends"
+    )
+    p.set_defaults(func=cmd_submit)
+
+    p = sub.add_parser("jobs", help="list jobs (live ones unless --all or --state)")
+    add_server_option(p)
+    p.add_argument("-a", "--all", action="store_true", help="include finished jobs")
+    p.add_argument("--state", help="comma-separated states, e.g. pending,running")
+    p.add_argument("--queue", help="only this queue")
+    p.add_argument("--user", help="only this user")
+    p.add_argument("--limit", type=int, default=1000, help="at most this many (newest first)")
+    p.set_defaults(func=cmd_jobs)
+
+    p = sub.add_parser("show", help="one job in detail: why it waits, its tasks, its events")
+    add_server_option(p)
+    p.add_argument("id")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("logs", help="print a job's output")
+    add_server_option(p)
+    p.add_argument("id")
+    p.add_argument("-f", "--follow", action="store_true", help="keep streaming until it ends")
+    p.add_argument("--task", help="only this task, e.g. worker-1")
+    p.add_argument("--attempt", type=int, help="an earlier attempt (default: the latest)")
+    p.set_defaults(func=cmd_logs)
+
+    p = sub.add_parser("cancel", help="cancel jobs (running ones get SIGTERM, then SIGKILL)")
+    add_server_option(p)
+    p.add_argument("ids", nargs="+", metavar="ID")
+    p.set_defaults(func=cmd_cancel)
+
+
+# --- run / submit ---------------------------------------------------------------------------
+
+
+def run_document(args: argparse.Namespace) -> dict[str, Any]:
+    """The native job document `run` submits (checked here only as far as flags go; the
+    service validates the whole)."""
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise CLIError(
+            "aisched run: give the command after --, e.g. aisched run -- python train.py"
+        )
+    resources: dict[str, Any] = {"cpus": args.cpus, "mem": args.mem}
+    if args.gpus:
+        resources["gpus"] = int(args.gpus) if float(args.gpus).is_integer() else args.gpus
+    if args.gpu_mem:
+        resources["gpu_mem"] = args.gpu_mem
+    try:
+        parse_mem_mib(args.mem, "--mem")
+        if args.gpu_mem:
+            parse_mem_mib(args.gpu_mem, "--gpu-mem")
+        for flag, value in (
+            ("--time-limit", args.time_limit),
+            ("--grace-period", args.grace_period),
+        ):
+            if value is not None:
+                parse_duration_s(value, flag)
+    except (SpecError, ValueError) as e:
+        raise CLIError(str(e)) from None
+    env: dict[str, str] = {}
+    if not args.no_env:
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if _ENV_NAME.match(k) and not _OWNED.match(k) and k not in _NOISE
+        }
+    for item in args.env:
+        key, sep, value = item.partition("=")
+        if not sep or not _ENV_NAME.match(key):
+            raise CLIError(f"--env {item!r}: expected NAME=VALUE")
+        env[key] = value
+    doc: dict[str, Any] = {
+        "command": command,
+        "replicas": args.replicas,
+        "resources": resources,
+        "workdir": args.workdir or os.getcwd(),
+    }
+    if env:
+        doc["env"] = env
+    for key, value in (
+        ("name", args.name),
+        ("queue", args.queue),
+        ("kind", args.kind),
+        ("min_available", args.min_available),
+        ("time_limit", args.time_limit),
+        ("grace_period", args.grace_period),
+    ):
+        if value is not None:
+            doc[key] = value
+    if args.priority is not None:
+        try:
+            doc["priority"] = int(args.priority)
+        except ValueError:
+            doc["priority_class"] = args.priority
+    if args.not_preemptible:
+        doc["preemptible"] = False
+    if args.restart is not None or args.max_retries is not None:
+        restart: dict[str, Any] = {}
+        if args.restart is not None:
+            restart["policy"] = args.restart
+        if args.max_retries is not None:
+            restart["max_retries"] = args.max_retries
+        doc["restart"] = restart
+    return doc
+
+
+def _headers() -> dict[str, str]:
+    try:
+        return {"X-Aisched-User": getpass.getuser()}
+    except (KeyError, OSError):
+        return {}
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    doc = run_document(args)
+    client = Client.from_args(args)
+    out = client.request(
+        "POST", "/v1/jobs", json=doc, headers=_headers(), params={"source": "aisched run"}
+    )
+    return _submitted(client, args, out)
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    if args.file == "-":
+        text, source = sys.stdin.read(), "<stdin>"
+    else:
+        path = Path(args.file)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as e:
+            raise CLIError(f"{path}: cannot read: {e.strerror or e}") from None
+        except UnicodeDecodeError:
+            raise CLIError(f"{path}: not UTF-8 text") from None
+        source = path.name
+    client = Client.from_args(args)
+    out = client.request(
+        "POST",
+        "/v1/jobs",
+        content=text.encode("utf-8"),
+        headers={**_headers(), "Content-Type": "application/yaml"},
+        params={"source": source, "workdir": os.getcwd()},
+    )
+    return _submitted(client, args, out)
+
+
+def _submitted(client: Client, args: argparse.Namespace, out: dict[str, Any]) -> int:
+    if args.json and not args.follow:
+        print(json.dumps(out, indent=2))
+        return 0
+    err = Console(stderr=True, highlight=False)
+    for w in out.get("warnings") or []:
+        err.print(f"[yellow]warning:[/] {w}")
+    job_id = out["id"]
+    if not args.follow:
+        print(job_id if not sys.stdout.isatty() else f"submitted job {job_id}")
+        return 0
+    err.print(f"submitted job {job_id}; following its logs (Ctrl-C stops following)")
+    return _follow(client, job_id)
+
+
+def _follow(client: Client, job_id: str) -> int:
+    for chunk in client.stream(f"/v1/jobs/{job_id}/logs", {"follow": "true"}):
+        sys.stdout.write(chunk)
+        sys.stdout.flush()
+    job = client.request("GET", f"/v1/jobs/{job_id}")
+    while job["state"] in ("pending", "running"):  # the stream ended with the job; settle
+        time.sleep(0.2)
+        job = client.request("GET", f"/v1/jobs/{job_id}")
+    Console(stderr=True, highlight=False).print(
+        f"job {job_id} {job['state']}" + (f": {job['message']}" if job.get("message") else "")
+    )
+    if job["state"] == "succeeded":
+        return 0
+    code = job.get("exit_code")
+    return code if isinstance(code, int) and 0 < code < 256 else 1
+
+
+# --- jobs / show / logs / cancel ------------------------------------------------------------
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    params: dict[str, Any] = {"limit": args.limit}
+    for key in ("state", "queue", "user"):
+        if getattr(args, key):
+            params[key] = getattr(args, key)
+    if args.all:
+        params["all"] = "true"
+    out = Client.from_args(args).request("GET", "/v1/jobs", params=params)
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("ID", "NAME", "USER", "QUEUE", "PRI", "STATE", "GPUS", "AGE", "WHY / ETA"):
+        table.add_column(col, justify="right" if col in ("ID", "PRI", "GPUS") else "left")
+    now = time.time()
+    for j in out["jobs"]:
+        table.add_row(
+            j["id"],
+            j["name"],
+            j["user"],
+            j["queue"],
+            str(j["priority"]),
+            f"[{_STATE_STYLE.get(j['state'], '')}]{j['state']}[/]"
+            + (f" ({j['stopping']})" if j.get("stopping") else ""),
+            f"{j['gpus']:g}",
+            _age(now - j["submitted_at"]),
+            _why(j, now),
+        )
+    Console(highlight=False).print(table)
+    return 0
+
+
+def _why(j: dict[str, Any], now: float) -> str:
+    if j["state"] == "pending":
+        text = j.get("reason") or ""
+        if j.get("eta"):
+            text += f" (ETA {_clock(j['eta'], now)})"
+        return text
+    if j["state"] == "running":
+        return f"attempt {j['attempt']}"
+    return j.get("message") or ""
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    j = Client.from_args(args).request("GET", f"/v1/jobs/{args.id}")
+    if args.json:
+        print(json.dumps(j, indent=2))
+        return 0
+    now = time.time()
+    con = Console(highlight=False)
+    con.print(f"[bold]job {j['id']}[/] {j['name']}")
+    rows = [
+        ("state", f"[{_STATE_STYLE.get(j['state'], '')}]{j['state']}[/]"
+         + (f" (stopping: {j['stopping']})" if j.get("stopping") else "")),
+        ("user / queue", f"{j['user']} / {j['queue']}"),
+        ("priority", str(j["priority"])),
+        ("kind", j["kind"]),
+        ("submitted", _when(j["submitted_at"], now)),
+    ]  # fmt: skip
+    if j["state"] == "pending":
+        rows.append(("waiting because", j.get("reason") or "not yet considered"))
+        if j.get("eta"):
+            rows.append(("estimated start", _when(j["eta"], now)))
+    if j.get("started_at"):
+        rows.append(("first started", _when(j["started_at"], now)))
+    if j.get("finished_at"):
+        rows.append(("finished", _when(j["finished_at"], now)))
+    rows.append(
+        (
+            "attempts",
+            f"{j['attempt']} (preempted {j['preemptions']}x, failed {j['failures']}x; "
+            f"restart {j['restart_policy']}, max retries {j['max_retries']})",
+        )
+    )
+    if j.get("message"):
+        rows.append(("result", j["message"]))
+    if j.get("exit_code") is not None:
+        rows.append(("exit code", str(j["exit_code"])))
+    rows.append(("checkpoint dir", j["checkpoint_dir"]))
+    for g in j["groups"]:
+        req = [f"{g['milli_cpu'] / 1000:g} CPU", f"{g['mem_mib'] / 1024:g} GiB"]
+        if g["gpu"] or g["gpu_milli"]:
+            req.insert(0, f"{g['gpu'] + g['gpu_milli'] / 1000:g} GPU")
+        rows.append(
+            (
+                f"tasks {g['name']}",
+                f"{g['replicas']} x ({', '.join(req)}): {' '.join(g['command'])}",
+            )
+        )
+    for w in j.get("warnings") or []:
+        rows.append(("warning", w))
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        con.print(f"  {k:<{width}}  {v}")
+    if j["tasks"]:
+        t = Table(
+            box=None, header_style="bold", title=f"attempt {j['attempt']}", title_justify="left"
+        )
+        for col in ("TASK", "NODE", "GPUS", "STATE", "EXIT", "LOG"):
+            t.add_column(col)
+        for task in j["tasks"]:
+            exit_text = ""
+            if task["state"] == "exited":
+                exit_text = task["exit_kind"] or ""
+                if task["exit_code"] is not None:
+                    exit_text += f" {task['exit_code']}"
+            t.add_row(
+                task["name"],
+                task["node"],
+                ",".join(map(str, task["gpus"])) or "-",
+                task["state"],
+                exit_text,
+                task["log_path"],
+            )
+        con.print(t)
+    if j["events"]:
+        con.print("[bold]events[/]")
+        for e in j["events"][-20:]:
+            con.print(f"  {_clock(e['time'], now)}  {e['kind']:<12} {e['message']}")
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    client = Client.from_args(args)
+    params: dict[str, Any] = {}
+    if args.task:
+        params["task"] = args.task
+    if args.attempt:
+        params["attempt"] = args.attempt
+    if args.follow:
+        params["follow"] = "true"
+        for chunk in client.stream(f"/v1/jobs/{args.id}/logs", params):
+            sys.stdout.write(chunk)
+            sys.stdout.flush()
+        return 0
+    sys.stdout.write(client.text(f"/v1/jobs/{args.id}/logs", params))
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    client = Client.from_args(args)
+    results = []
+    failed = None
+    for job_id in args.ids:
+        try:
+            results.append(client.request("POST", f"/v1/jobs/{job_id}/cancel"))
+        except CLIError as e:
+            failed = e
+            Console(stderr=True, highlight=False).print(f"error: {e}")
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        for r in results:
+            what = "cancelled" if r["state"] == "cancelled" else "cancelling (tasks stopping)"
+            print(f"job {r['id']}: {what}")
+    return 0 if failed is None else failed.status
+
+
+# --- formatting -----------------------------------------------------------------------------
+
+
+def _age(seconds: float) -> str:
+    s = max(int(seconds), 0)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d{(s % 86400) // 3600}h"
+
+
+def _clock(t: float, now: float) -> str:
+    fmt = "%H:%M:%S" if abs(now - t) < 43200 else "%Y-%m-%d %H:%M"
+    return time.strftime(fmt, time.localtime(t))
+
+
+def _when(t: float, now: float) -> str:
+    delta = now - t
+    rel = f"{_age(delta)} ago" if delta >= 0 else f"in {_age(-delta)}"
+    return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t))} ({rel})"

@@ -1,0 +1,416 @@
+"""The REST API under `/v1` (FastAPI; its OpenAPI document at `/openapi.json`) and `/metrics`.
+
+Handlers never change live state themselves: submissions and cancellations go to the loop
+(`Scheduler.submit` / `cancel`) and are answered once the loop has committed them; everything
+else is read from the store or from the loop's published figures. Every error is a `Problem`
+document with a status code: 422 for input that is wrong (with one line per problem, each
+naming its field), 404 for an unknown job, 409 for a command that no longer applies, 413 for an
+oversized body. The service never answers a bad request with a 500 or dies of one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import replace
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException
+
+from aisched import __version__
+from aisched.model.states import JobState
+from aisched.service.app import Service
+from aisched.service.loop import Rejected
+from aisched.service.metrics import CONTENT_TYPE
+from aisched.service.schemas import (
+    CancelOut,
+    EventOut,
+    GPUOut,
+    Info,
+    JobDetail,
+    JobList,
+    NodeList,
+    NodeOut,
+    Problem,
+    QueueList,
+    QueueOut,
+    SubmitOut,
+    job_out,
+)
+from aisched.spec.errors import SpecError
+from aisched.spec.job import parse_job_document, parse_job_text
+
+MAX_BODY = 1 << 20  # a job file larger than 1 MiB is a mistake, not a job
+LIVE_STATES = (JobState.PENDING.value, JobState.RUNNING.value)
+
+_SUBMIT_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "description": "A job file: the native format (JSON or YAML) or a Volcano "
+        "batch.volcano.sh/v1alpha1 Job (see docs/jobs.md).",
+        "content": {
+            "application/json": {"schema": {"type": "object"}},
+            "application/yaml": {"schema": {"type": "string"}},
+        },
+    }
+}
+
+
+def problem(status: int, error: str, problems: list[str] | None = None) -> JSONResponse:
+    return JSONResponse(
+        status_code=status, content=Problem(error=error, problems=problems or []).model_dump()
+    )
+
+
+def create_app(svc: Service) -> FastAPI:
+    app = FastAPI(
+        title="aisched",
+        version=__version__,
+        description="An AI compute-resource scheduler: queue, place and run AI workloads.",
+        docs_url=None,  # the interactive page loads its scripts from a CDN; offline, it breaks
+        redoc_url=None,
+    )
+    sched = svc.scheduler
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
+        lines = []
+        for e in exc.errors():
+            where = ".".join(str(p) for p in e["loc"])
+            lines.append(f"{where}: {e['msg']}")
+        return problem(422, "invalid request", lines)
+
+    @app.exception_handler(HTTPException)
+    async def _http(_req: Request, exc: HTTPException) -> JSONResponse:
+        return problem(exc.status_code, str(exc.detail))
+
+    @app.get("/", include_in_schema=False)
+    def root() -> dict[str, Any]:
+        return {
+            "service": "aisched",
+            "version": __version__,
+            "api": "/v1",
+            "openapi": "/openapi.json",
+            "metrics": "/metrics",
+        }
+
+    @app.get("/v1/healthz")
+    def healthz() -> dict[str, bool]:
+        alive = sched.thread is not None and sched.thread.is_alive()
+        return {"ok": alive}
+
+    @app.get("/v1/info", response_model=Info)
+    def info() -> Info:
+        return Info(
+            version=__version__,
+            policy=svc.policy.name,
+            data_dir=str(svc.home),
+            database=svc.store.url,
+            started_at=svc.started_at,
+            executor=svc.executor.info().name,
+        )
+
+    @app.post(
+        "/v1/jobs",
+        status_code=201,
+        response_model=SubmitOut,
+        responses={422: {"model": Problem}, 413: {"model": Problem}},
+        openapi_extra=_SUBMIT_BODY,
+    )
+    async def submit(
+        request: Request,
+        x_aisched_user: Annotated[str | None, Header(max_length=128)] = None,
+        source: Annotated[str | None, Query(max_length=256)] = None,
+        workdir: Annotated[
+            str | None, Query(max_length=4096, description="for tasks that name none")
+        ] = None,
+    ) -> Response:
+        body = await request.body()
+        if len(body) > MAX_BODY:
+            return problem(413, f"the job document is larger than {MAX_BODY} bytes")
+        src = source or "request"
+        defaults = svc.config.job_defaults(x_aisched_user or "default")
+        try:
+            if "json" in request.headers.get("content-type", ""):
+                try:
+                    data = json.loads(body)
+                except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                    raise SpecError(f"{src}: not valid JSON: {e}") from None
+                parsed = parse_job_document(data, src, defaults)
+            else:
+                try:
+                    text = body.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise SpecError(f"{src}: not UTF-8 text") from None
+                parsed = parse_job_text(text, src, defaults)
+        except SpecError as e:
+            return problem(422, "invalid job", list(e.problems))
+        job = parsed.job
+        if workdir is not None:
+            job = replace(
+                job,
+                groups=tuple(
+                    g if g.workdir is not None else replace(g, workdir=workdir) for g in job.groups
+                ),
+            )
+        try:
+            job_id = await asyncio.wrap_future(sched.submit(job, parsed.format, parsed.warnings))
+        except Rejected as e:
+            return problem(e.status, "job refused", [f"{src}: {e}"])
+        with svc.store.read() as tx:
+            row = tx.get_job(job_id)
+        assert row is not None
+        out = SubmitOut(id=job_id, warnings=list(parsed.warnings), job=job_out(row))
+        return JSONResponse(status_code=201, content=out.model_dump())
+
+    @app.get("/v1/jobs", response_model=JobList)
+    def list_jobs(
+        state: Annotated[str | None, Query(description="comma-separated states")] = None,
+        queue: str | None = None,
+        user: str | None = None,
+        all: Annotated[bool, Query(description="every state, not just live jobs")] = False,
+        limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
+    ) -> Response:
+        states: list[str] | None
+        if state:
+            states = [s.strip() for s in state.split(",") if s.strip()]
+            bad = [s for s in states if s not in {js.value for js in JobState}]
+            if bad:
+                known = ", ".join(js.value for js in JobState)
+                return problem(
+                    422, "invalid request", [f"state: unknown {bad[0]!r}; one of {known}"]
+                )
+        else:
+            states = None if all else list(LIVE_STATES)
+        with svc.store.read() as tx:
+            rows = tx.list_jobs(states=states, queue=queue, user=user, limit=limit)
+        return JSONResponse(JobList(jobs=[job_out(r) for r in rows]).model_dump())
+
+    @app.get("/v1/jobs/{job_id}", response_model=JobDetail, responses={404: {"model": Problem}})
+    def show(job_id: str) -> Response:
+        with svc.store.read() as tx:
+            row = tx.get_job(job_id)
+            if row is None:
+                return problem(404, f"no job {job_id}")
+            tasks = tx.tasks_of(job_id, row["attempt"]) if row["attempt"] else []
+            events = tx.events_of(job_id)
+        base = job_out(row, tasks)
+        detail = JobDetail(
+            **base.model_dump(),
+            events=[
+                EventOut(seq=e["seq"], time=e["time"], kind=e["kind"], message=e["message"])
+                for e in events
+            ],
+        )
+        return JSONResponse(detail.model_dump())
+
+    @app.post(
+        "/v1/jobs/{job_id}/cancel",
+        status_code=202,
+        response_model=CancelOut,
+        responses={404: {"model": Problem}, 409: {"model": Problem}},
+    )
+    async def cancel(job_id: str) -> Response:
+        try:
+            state = await asyncio.wrap_future(sched.cancel(job_id))
+        except Rejected as e:
+            return problem(e.status, str(e))
+        return JSONResponse(status_code=202, content=CancelOut(id=job_id, state=state).model_dump())
+
+    @app.get(
+        "/v1/jobs/{job_id}/logs",
+        response_class=PlainTextResponse,
+        responses={404: {"model": Problem}},
+    )
+    async def logs(
+        job_id: str,
+        task: str | None = None,
+        attempt: Annotated[int | None, Query(ge=1)] = None,
+        follow: bool = False,
+    ) -> Response:
+        with svc.store.read() as tx:
+            row = tx.get_job(job_id)
+        if row is None:
+            return problem(404, f"no job {job_id}")
+        if attempt is not None and attempt > row["attempt"]:
+            return problem(404, f"job {job_id} has had {row['attempt']} attempt(s), not {attempt}")
+        if not follow:
+            text = "".join(_read_logs(svc, job_id, attempt or row["attempt"], task))
+            return PlainTextResponse(text)
+        return StreamingResponse(
+            _follow_logs(svc, job_id, task, attempt), media_type="text/plain; charset=utf-8"
+        )
+
+    @app.get("/v1/nodes", response_model=NodeList)
+    def nodes() -> Response:
+        info = svc.executor.info()
+        owners = sched.gpu_owners()
+        a, f = sched.arrays, sched.free
+        out = []
+        for i, node in enumerate(a.nodes):
+            gpus = [
+                GPUOut(
+                    index=g.index,
+                    model=g.model,
+                    mem_mib=g.mem_mib,
+                    free_milli=int(f.gpu_milli[i, g.index]),
+                    used_by=[
+                        {"job": j, "task": t, "gpu_milli": m}
+                        for j, t, m in owners.get((node.name, g.index), [])
+                    ],
+                )
+                for g in node.gpus
+            ]
+            out.append(
+                NodeOut(
+                    name=node.name,
+                    rack=node.rack,
+                    zone=node.zone,
+                    healthy=node.healthy,
+                    milli_cpu=node.milli_cpu,
+                    mem_mib=node.mem_mib,
+                    free_milli_cpu=int(f.cpu[i]),
+                    free_mem_mib=int(f.mem[i]),
+                    gpus=gpus,
+                    memory_limit=info.memory_limit,
+                    cpu_affinity=info.cpu_affinity,
+                    notes=[*svc.node_notes, *info.notes],
+                )
+            )
+        return JSONResponse(NodeList(nodes=out).model_dump())
+
+    @app.get("/v1/queues", response_model=QueueList)
+    def queues() -> Response:
+        _, per_queue = sched.live_summary()
+        used: dict[str, list[float]] = {}
+        for (qname, _user), (cpu, mem, gpu) in list(sched.usage.items()):
+            path = sched.queues.path(qname) if sched.queues.has(qname) else (qname,)
+            for q in path:
+                acc = used.setdefault(q, [0.0, 0.0, 0.0])
+                acc[0] += cpu
+                acc[1] += mem
+                acc[2] += gpu
+        out = []
+        for q in sched.queues.queues:
+            u = used.get(q.name, [0.0, 0.0, 0.0])
+            p, r = per_queue.get(q.name, (0, 0))
+            out.append(
+                QueueOut(
+                    name=q.name,
+                    parent=q.parent,
+                    weight=q.weight,
+                    guarantee=_amount(q.guarantee),
+                    limit=None if q.limit is None else _amount(q.limit),
+                    borrowing=q.borrowing,
+                    used={"cpus": u[0] / 1000, "mem_gib": u[1] / 1024, "gpus": u[2] / 1000},
+                    pending=p,
+                    running=r,
+                )
+            )
+        return JSONResponse(QueueList(queues=out).model_dump())
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics() -> Response:
+        return Response(svc.metrics.render(), media_type=CONTENT_TYPE)
+
+    return app
+
+
+def _amount(r: Any) -> dict[str, float]:
+    return {
+        "cpus": r.milli_cpu / 1000,
+        "mem_gib": r.mem_mib / 1024,
+        "gpus": r.gpu + r.gpu_milli / 1000,
+    }
+
+
+def _log_paths(svc: Service, job_id: str, attempt: int, task: str | None) -> list[tuple[str, Path]]:
+    if attempt < 1:
+        return []
+    with svc.store.read() as tx:
+        rows = tx.tasks_of(job_id, attempt)
+    return [(r["name"], Path(r["log_path"])) for r in rows if task is None or r["name"] == task]
+
+
+def _read_logs(svc: Service, job_id: str, attempt: int, task: str | None) -> list[str]:
+    paths = _log_paths(svc, job_id, attempt, task)
+    out: list[str] = []
+    for name, path in paths:
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if len(paths) > 1:
+            out.extend(f"[{name}] {line}\n" for line in text.splitlines())
+        else:
+            out.append(text)
+    return out
+
+
+async def _follow_logs(
+    svc: Service, job_id: str, task: str | None, attempt: int | None
+) -> AsyncIterator[bytes]:
+    """Stream the logs of the current attempt as they grow; on a restart, go on with the next
+    attempt's; end when the job has ended and everything is sent."""
+    shown = 0  # the attempt whose logs are being streamed
+    offsets: dict[str, int] = {}
+    partial: dict[str, bytes] = {}
+    while True:
+        with svc.store.read() as tx:
+            row = tx.get_job(job_id)
+        if row is None:
+            return
+        current = attempt or row["attempt"]
+        if current > shown:
+            if shown:
+                for chunk in _drain(svc, job_id, shown, task, offsets, partial, final=True):
+                    yield chunk
+                yield f"--- attempt {current} ---\n".encode()
+            shown, offsets, partial = current, {}, {}
+        for chunk in _drain(svc, job_id, shown, task, offsets, partial, final=False):
+            yield chunk
+        ended = row["state"] not in LIVE_STATES or (
+            attempt is not None and row["attempt"] > attempt
+        )
+        if ended:
+            for chunk in _drain(svc, job_id, shown, task, offsets, partial, final=True):
+                yield chunk
+            return
+        await asyncio.sleep(0.2)
+
+
+def _drain(
+    svc: Service,
+    job_id: str,
+    attempt: int,
+    task: str | None,
+    offsets: dict[str, int],
+    partial: dict[str, bytes],
+    *,
+    final: bool,
+) -> list[bytes]:
+    paths = _log_paths(svc, job_id, attempt, task)
+    out: list[bytes] = []
+    for name, path in paths:
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(offsets.get(name, 0))
+                data = fh.read()
+        except OSError:
+            continue
+        offsets[name] = offsets.get(name, 0) + len(data)
+        buf = partial.get(name, b"") + data
+        lines = buf.split(b"\n")
+        rest = lines.pop()
+        if final and rest:
+            lines.append(rest)
+            rest = b""
+        partial[name] = rest
+        prefix = f"[{name}] ".encode() if len(paths) > 1 else b""
+        out.extend(prefix + line + b"\n" for line in lines)
+    return out

@@ -1,0 +1,149 @@
+"""The embedded service: configuration → data directory, store, executor, loop, metrics.
+
+`Service.open(config)` takes the data directory's lock (two schedulers on one data directory
+would each start the same tasks), opens the store, discovers this machine, and builds the
+loop; `start()` recovers live state (adopting tasks still running) before the first cycle;
+`close()` stops the loop but leaves tasks running, to be adopted by the next start.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from aisched.core.policy import Policy
+from aisched.executors.base import Executor
+from aisched.service.config import ServiceConfig
+from aisched.service.loop import LoopConfig, Scheduler
+from aisched.service.metrics import Metrics
+from aisched.spec.units import parse_mem_mib
+from aisched.store.db import Store
+
+log = logging.getLogger("aisched.service")
+
+
+class ServiceError(RuntimeError):
+    """The service cannot start (data directory in use, database unusable, bad node...)."""
+
+
+@dataclass
+class Service:
+    config: ServiceConfig
+    home: Path
+    store: Store
+    executor: Executor
+    scheduler: Scheduler
+    policy: Policy
+    metrics: Metrics
+    node_notes: list[str]
+    lock_file: IO[str]
+    started_at: float = field(default_factory=time.time)
+    recovery_notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, config: ServiceConfig, executor: Executor | None = None) -> Service:
+        home = config.home()
+        try:
+            home.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ServiceError(f"cannot create the data directory {home}: {e.strerror}") from None
+        lock_file = _lock(home)
+        try:
+            store = Store(config.database_url())
+            notes: list[str] = []
+            if executor is None:
+                executor, notes = _local_executor(config, home)
+            policy = config.build_policy()
+            metrics = Metrics()
+            scheduler = Scheduler(
+                store,
+                executor,
+                policy,
+                config.queue_tree(),
+                LoopConfig(
+                    data_dir=home,
+                    cycle_interval_s=config.cycle_interval_s(),
+                    max_backoff_s=config.max_backoff_s(),
+                    base_env=base_env(),
+                ),
+                on_cycle=metrics.observe_cycle,
+            )
+            metrics.watch(scheduler)
+        except Exception:
+            lock_file.close()
+            raise
+        return cls(config, home, store, executor, scheduler, policy, metrics, notes, lock_file)
+
+    def start(self) -> None:
+        self.recovery_notes = self.scheduler.recover()
+        for note in self.recovery_notes:
+            log.info("recovery: %s", note)
+        self.scheduler.start()
+
+    def announce(self, url: str) -> None:
+        """Tell local clients where the API is (`aisched` reads it when no --server is given)."""
+        path = self.home / "server.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"url": url, "pid": os.getpid()}), encoding="utf-8")
+        tmp.replace(path)
+
+    def close(self) -> None:
+        self.scheduler.shutdown()
+        self.store.close()
+        try:
+            (self.home / "server.json").unlink(missing_ok=True)
+        finally:
+            self.lock_file.close()
+
+
+# What a task inherits from the service's own environment when its job says nothing else.
+_BASE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "TZ", "TMPDIR")
+
+
+def base_env() -> tuple[tuple[str, str], ...]:
+    return tuple((k, os.environ[k]) for k in _BASE_ENV if k in os.environ)
+
+
+def _lock(home: Path) -> IO[str]:
+    f = open(home / "lock", "a+", encoding="utf-8")  # noqa: SIM115 - held for the service's life
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        f.close()
+        raise ServiceError(
+            f"the data directory {home} is in use by a running aisched (pid {holder}); "
+            "stop it, or give another --data-dir"
+        ) from None
+    f.seek(0)
+    f.truncate()
+    f.write(str(os.getpid()))
+    f.flush()
+    return f
+
+
+def _local_executor(config: ServiceConfig, home: Path) -> tuple[Executor, list[str]]:
+    from aisched.executors.discovery import DiscoveryError, discover_node
+    from aisched.executors.local import LocalExecutor
+
+    n = config.node
+    try:
+        node, notes = discover_node(
+            n.name,
+            gpus=n.gpus,
+            gpu_model=n.gpu_model,
+            gpu_mem_mib=None if n.gpu_mem is None else parse_mem_mib(n.gpu_mem, "node.gpu_mem"),
+            cpus=n.cpus,
+            mem_mib=None if n.mem is None else parse_mem_mib(n.mem, "node.mem"),
+        )
+    except DiscoveryError as e:
+        raise ServiceError(str(e)) from None
+    executor = LocalExecutor(home / "tasks", node, mem_mechanism=config.memory_limit)
+    return executor, list(notes)

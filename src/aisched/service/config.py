@@ -1,0 +1,213 @@
+"""The service's configuration: embedded defaults, an optional YAML file, then command-line flags.
+
+`aisched up` with no file and no flags is a complete configuration: loopback port 8470, state in
+`$AISCHED_HOME` (default `~/.aisched`), this machine's CPUs, memory and GPUs, one `default`
+queue, the `default` policy. Every problem in a file is a `SpecError` naming the file and field.
+Pydantic stays in this module: `ServiceConfig` is turned into model types (`QueueTree`,
+`Policy`, `JobDefaults`) by its methods.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from aisched.core.policy import Policy, PolicyError, build_policy
+from aisched.model.queue import DEFAULT_QUEUE, Queue, QueueTree
+from aisched.model.resources import Resources
+from aisched.spec.errors import SpecError, parse_yaml
+from aisched.spec.job import DEFAULT_PRIORITY_CLASSES, JobDefaults
+from aisched.spec.policy import load_policy
+from aisched.spec.units import parse_duration_s, parse_mem_mib
+
+DEFAULT_PORT = 8470
+MemoryLimit = Literal["auto", "cgroup-v2", "cgroup-v1", "rlimit", "none"]
+Name = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+
+
+def default_home() -> Path:
+    env = os.environ.get("AISCHED_HOME")
+    return Path(env).expanduser() if env else Path.home() / ".aisched"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _duration(v: Any, what: str) -> float:
+    if isinstance(v, bool):
+        raise ValueError(f"{what}: expected a duration such as 30s or 5m")
+    return parse_duration_s(v, what)
+
+
+class AmountModel(_Model):
+    """An amount of resources: `{gpus: 2, cpus: 8, mem: 64G}`."""
+
+    gpus: Annotated[float, Field(ge=0, le=100_000)] = 0
+    cpus: Annotated[float, Field(ge=0, le=10_000_000)] = 0
+    mem: str | None = None
+
+    def to_resources(self) -> Resources:
+        gpus = int(self.gpus)
+        return Resources(
+            milli_cpu=round(self.cpus * 1000),
+            mem_mib=0 if self.mem is None else parse_mem_mib(self.mem, "mem"),
+            gpu=gpus,
+            gpu_milli=round((self.gpus - gpus) * 1000),
+        )
+
+    @field_validator("mem")
+    @classmethod
+    def _mem(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_mem_mib(v, "mem")
+        return v
+
+
+class QueueModel(_Model):
+    name: Name
+    parent: Name | None = None
+    weight: Annotated[float, Field(gt=0, le=1_000_000)] = 1.0
+    guarantee: AmountModel = AmountModel()
+    limit: AmountModel | None = None
+    borrowing: bool = True
+
+
+class NodeModel(_Model):
+    """Overrides of what discovery finds on this machine."""
+
+    name: Name | None = None
+    gpus: Annotated[int, Field(ge=0, le=1024)] | None = None
+    gpu_model: Name | None = None
+    gpu_mem: str | None = None
+    cpus: Annotated[float, Field(gt=0, le=100_000)] | None = None
+    mem: str | None = None
+
+    @field_validator("gpu_mem", "mem")
+    @classmethod
+    def _mem(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_mem_mib(v, "mem")
+        return v
+
+
+class DefaultsModel(_Model):
+    grace_period: Any = "30s"
+    max_retries: Annotated[int, Field(ge=0, le=1000)] = 3
+    backoff: Any = "10s"
+
+    @field_validator("grace_period", "backoff")
+    @classmethod
+    def _dur(cls, v: Any) -> Any:
+        _duration(v, "duration")
+        return v
+
+
+class ServiceConfig(_Model):
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, le=65535)] = DEFAULT_PORT
+    data_dir: str | None = None
+    database: str | None = None
+    policy: str | dict[str, Any] = "default"
+    cycle_interval: Any = "5s"
+    max_backoff: Any = "5m"
+    memory_limit: MemoryLimit = "auto"
+    defaults: DefaultsModel = DefaultsModel()
+    priority_classes: dict[Name, int] = Field(
+        default_factory=lambda: dict(DEFAULT_PRIORITY_CLASSES)
+    )
+    node: NodeModel = NodeModel()
+    queues: list[QueueModel] = Field(default_factory=lambda: [QueueModel(name=DEFAULT_QUEUE)])
+
+    @field_validator("cycle_interval", "max_backoff")
+    @classmethod
+    def _dur(cls, v: Any) -> Any:
+        _duration(v, "duration")
+        return v
+
+    # --- conversions to what the service uses ---------------------------------------------
+
+    def home(self) -> Path:
+        return Path(self.data_dir).expanduser() if self.data_dir else default_home()
+
+    def database_url(self) -> str:
+        return self.database or f"sqlite:///{self.home() / 'state.db'}"
+
+    def queue_tree(self, source: str = "config") -> QueueTree:
+        try:
+            return QueueTree(
+                tuple(
+                    Queue(
+                        name=q.name,
+                        parent=q.parent,
+                        weight=q.weight,
+                        guarantee=q.guarantee.to_resources(),
+                        limit=None if q.limit is None else q.limit.to_resources(),
+                        borrowing=q.borrowing,
+                    )
+                    for q in self.queues
+                )
+            )
+        except ValueError as e:
+            raise SpecError(f"{source}: queues: {e}") from None
+
+    def build_policy(self, source: str = "config") -> Policy:
+        if isinstance(self.policy, str):
+            return load_policy(self.policy)
+        try:
+            return build_policy(self.policy, name=str(self.policy.get("name") or "config"))
+        except PolicyError as e:
+            raise SpecError(f"{source}: {e}") from None
+
+    def job_defaults(self, user: str) -> JobDefaults:
+        return JobDefaults(
+            user=user,
+            priority_classes=dict(self.priority_classes),
+            grace_period_s=_duration(self.defaults.grace_period, "defaults.grace_period"),
+            max_retries=self.defaults.max_retries,
+            backoff_s=_duration(self.defaults.backoff, "defaults.backoff"),
+        )
+
+    def cycle_interval_s(self) -> float:
+        return _duration(self.cycle_interval, "cycle_interval")
+
+    def max_backoff_s(self) -> float:
+        return _duration(self.max_backoff, "max_backoff")
+
+
+def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> ServiceConfig:
+    """The embedded defaults, updated by the file at `path` (if any), then by `overrides`
+    (flags; None values are ignored; `node` overrides merge key by key)."""
+    data: dict[str, Any] = {}
+    source = "defaults"
+    if path is not None:
+        source = str(path)
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as e:
+            raise SpecError(f"{source}: cannot read config file: {e.strerror or e}") from None
+        parsed = parse_yaml(text, source)
+        if parsed is None:
+            parsed = {}
+        if not isinstance(parsed, dict):
+            raise SpecError(f"{source}: a config file must be a mapping")
+        data = parsed
+    for key, value in (overrides or {}).items():
+        if value is None:
+            continue
+        if key == "node":
+            node = dict(data.get("node") or {})
+            node.update({k: v for k, v in value.items() if v is not None})
+            data["node"] = node
+        else:
+            data[key] = value
+    try:
+        cfg = ServiceConfig.model_validate(data)
+    except ValidationError as e:
+        raise SpecError.from_validation_error(e, source) from None
+    cfg.queue_tree(source)
+    cfg.build_policy(source)
+    return cfg

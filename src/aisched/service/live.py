@@ -1,0 +1,131 @@
+"""The loop's in-memory view of one live job and its tasks, and the write batch.
+
+`LiveJob` mirrors a `jobs` row that is not yet terminal; `LiveTask` mirrors a `tasks` row of
+the job's current attempt. The loop thread alone owns them. Every change to them that must
+survive a crash goes through a `Batch`, which the loop flushes in one transaction *before* it
+acts on the change (launch, signal): state is written before it is acted on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from aisched.core.decisions import TaskBinding
+from aisched.core.snapshot import PendingJob, RunningJob
+from aisched.executors.base import TaskExited, TaskHandle, TaskKey
+from aisched.model.job import Job
+from aisched.model.resources import GPU_MILLI_WHOLE
+from aisched.model.states import JobState
+from aisched.store.db import Store
+
+
+class Stop(StrEnum):
+    """Why a running attempt is being stopped; decides what the job becomes when it has."""
+
+    PREEMPT = "preempt"  # requeued, restart count up, no failure counted
+    CANCEL = "cancel"  # cancelled
+    FAILED = "failed"  # a task failed: the rest of the gang is stopped, then retry or fail
+    TIMEOUT = "timeout"  # over its time limit: failed, no retry
+    REQUEUE = "requeue"  # the attempt never fully started (scheduler restart): requeued, free
+
+
+class TaskPhase(StrEnum):
+    LAUNCHING = "launching"  # written, maybe started: a restart must look for it
+    RUNNING = "running"
+    EXITED = "exited"
+
+
+@dataclass(slots=True)
+class LiveTask:
+    name: str
+    rank: int
+    binding: TaskBinding
+    log_path: str
+    phase: TaskPhase = TaskPhase.LAUNCHING
+    handle: TaskHandle | None = None
+    exit: TaskExited | None = None
+
+
+@dataclass(slots=True)
+class LiveJob:
+    job: Job
+    state: JobState
+    submitted_at: float
+    checkpoint_dir: str
+    attempt: int = 0  # attempts started so far; the current one while running
+    failures: int = 0
+    preemptions: int = 0
+    started_at: float | None = None
+    attempt_started_at: float | None = None
+    not_before: float | None = None
+    stopping: Stop | None = None
+    stop_message: str = ""
+    # Victims of a preemption made for this job: it waits, out of the cycle, until they stop.
+    waiting_for: frozenset[str] = frozenset()
+    waiting_since: float | None = None
+    tasks: list[LiveTask] = field(default_factory=list)
+    attained_gpu_s: float = 0.0
+    exit_code: int | None = None
+    # (code, reason, eta) last written for this job, so unchanged statuses cost no write.
+    written_status: tuple[str, str, float | None] | None = None
+    pending_view: PendingJob | None = None
+    running_view: RunningJob | None = None
+
+    @property
+    def id(self) -> str:
+        return self.job.id
+
+    def key(self, task: LiveTask) -> TaskKey:
+        return (self.job.id, self.attempt, task.name)
+
+    def gpus_held(self) -> float:
+        return sum(len(t.binding.gpus) * t.binding.gpu_milli for t in self.tasks) / float(
+            GPU_MILLI_WHOLE
+        )
+
+    def live_tasks(self) -> list[LiveTask]:
+        return [t for t in self.tasks if t.phase != TaskPhase.EXITED]
+
+
+@dataclass(slots=True)
+class Batch:
+    """Writes of one step of the loop, applied in one transaction by `flush`; `after` runs once
+    the transaction has committed (replies to callers, signals to the executor)."""
+
+    new_jobs: list[dict[str, Any]] = field(default_factory=list)
+    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    new_tasks: list[dict[str, Any]] = field(default_factory=list)
+    tasks: dict[TaskKey, dict[str, Any]] = field(default_factory=dict)
+    events: list[tuple[float, str, str, str]] = field(default_factory=list)
+    after: list[Callable[[], None]] = field(default_factory=list)
+
+    def job(self, job_id: str, **values: Any) -> None:
+        self.jobs.setdefault(job_id, {}).update(values)
+
+    def task(self, key: TaskKey, **values: Any) -> None:
+        self.tasks.setdefault(key, {}).update(values)
+
+    def event(self, time_s: float, job_id: str, kind: str, message: str) -> None:
+        self.events.append((time_s, job_id, kind, message))
+
+    def empty(self) -> bool:
+        return not (self.new_jobs or self.jobs or self.new_tasks or self.tasks or self.events)
+
+    def flush(self, store: Store) -> None:
+        if not self.empty():
+            with store.tx() as tx:
+                tx.insert_jobs(self.new_jobs)
+                for job_id, values in self.jobs.items():
+                    tx.update_job(job_id, values)
+                tx.insert_tasks(self.new_tasks)
+                for (job_id, attempt, name), values in self.tasks.items():
+                    tx.update_task(job_id, attempt, name, values)
+                tx.add_events(self.events)
+        after = self.after
+        self.new_jobs, self.jobs, self.new_tasks, self.tasks, self.events = [], {}, [], {}, []
+        self.after = []
+        for fn in after:
+            fn()

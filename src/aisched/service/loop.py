@@ -1,0 +1,910 @@
+"""The scheduler's control loop: read state → run the core → write intent → act → observe.
+
+One thread owns all live state (`LiveJob`s, the free capacity, the running views) and is the
+only writer of the store. Other threads talk to it through `submit` / `cancel`, which queue a
+command and return a Future, and read finished facts from the store.
+
+A step of the loop:
+
+1. Take the queued commands (submissions, cancellations) and the executor's task exits, and
+   the timers that fell due (time limits, retry backoff, victims that take too long).
+2. Flush those changes in one transaction; only then reply to callers and signal tasks.
+3. When something changed (or `cycle_interval_s` passed with work waiting), run one cycle of
+   the pure core on a snapshot of the live state.
+4. Write every decision's intent (the job RUNNING, its task rows `launching`; the victims'
+   `stopping`), commit, then act: stop victims, launch tasks, record their handles.
+
+Invariants: a job is in at most one of pending and running; resources are taken from `free`
+when an attempt is bound and given back only when every task of it has exited; a task row is
+written before its process may exist; a preemption's beneficiary waits (out of the cycle) until
+its victims have stopped, so it never runs beside them. After a crash, `recover` rebuilds all of
+this from the store and the executor's `adopt`, before the first cycle.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from aisched.core.cycle import CycleResult, never_runs, run_cycle
+from aisched.core.decisions import Bind, Preempt, TaskBinding
+from aisched.core.policy import Policy
+from aisched.core.snapshot import (
+    ZERO,
+    FreeState,
+    PendingJob,
+    RunningJob,
+    Snapshot,
+    Usage,
+    add_usage,
+    build_arrays,
+)
+from aisched.core.status import JobStatus, StatusCode
+from aisched.executors.base import (
+    AdoptState,
+    Executor,
+    ExitKind,
+    LaunchError,
+    TaskExited,
+    TaskHandle,
+    TaskLaunch,
+    TaskPlace,
+    contract_env,
+    task_name,
+)
+from aisched.model.cluster import Cluster
+from aisched.model.job import Job, RestartPolicy
+from aisched.model.queue import QueueTree
+from aisched.model.states import JobState
+from aisched.service.live import Batch, LiveJob, LiveTask, Stop, TaskPhase
+from aisched.store.codec import job_from_dict, job_to_dict
+from aisched.store.db import Row, Store
+
+log = logging.getLogger("aisched.loop")
+
+
+@dataclass(frozen=True, slots=True)
+class LoopConfig:
+    data_dir: Path
+    cycle_interval_s: float = 5.0
+    max_backoff_s: float = 300.0
+    # The longest the loop sleeps without being woken (a safety net for missed wake-ups).
+    tick_s: float = 1.0
+    # A preemption's beneficiary gives up waiting for its victims after their grace period plus
+    # this, and is scheduled afresh (a victim that never stops must not block it forever).
+    victim_wait_s: float = 30.0
+    master_addr: str = "127.0.0.1"
+    # Variables every task starts with, under its own and the contract's (PATH, HOME, ...).
+    base_env: tuple[tuple[str, str], ...] = ()
+
+
+class Rejected(Exception):
+    """A command refused: `status` is the HTTP status the API answers with."""
+
+    def __init__(self, message: str, status: int = 422) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class _Submit:
+    job: Job
+    fmt: str
+    warnings: tuple[str, ...]
+    future: Future[str]
+
+
+@dataclass(frozen=True, slots=True)
+class _Cancel:
+    job_id: str
+    future: Future[str]
+
+
+@dataclass(slots=True)
+class LoopStats:
+    """Counters the metrics endpoint reads (written by the loop thread only)."""
+
+    cycles: int = 0
+    last_cycle_s: float = 0.0
+    cycle_durations: list[float] | None = None
+
+
+class Scheduler:
+    def __init__(
+        self,
+        store: Store,
+        executor: Executor,
+        policy: Policy,
+        queues: QueueTree,
+        config: LoopConfig,
+        *,
+        clock: Callable[[], float] = time.time,
+        on_cycle: Callable[[float, CycleResult], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.executor = executor
+        self.policy = policy
+        self.queues = queues
+        self.config = config
+        self.clock = clock
+        self.on_cycle = on_cycle
+        self.nodes = tuple(executor.nodes())
+        self.arrays = build_arrays(Cluster(self.nodes))
+        self.free = FreeState.empty(self.arrays)
+        self.jobs: dict[str, LiveJob] = {}
+        self.usage: dict[tuple[str, str], Usage] = {}
+        self.commands: queue.SimpleQueue[_Submit | _Cancel] = queue.SimpleQueue()
+        self.wake = threading.Event()
+        self.stopping = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.next_seq = 1
+        self.last_submit_s = 0.0
+        self.dirty = True
+        self.last_cycle_at = -math.inf
+        self.terminal_counts: dict[str, int] = {}
+        self.stats = LoopStats()
+        self.lock = threading.Lock()  # guards what readers of `view()` see
+        self._empty_snapshot = Snapshot(self.arrays, FreeState.empty(self.arrays), (), queues)
+        executor.set_wakeup(self.wake.set)
+
+    # --- the public face (any thread) -------------------------------------------------------
+
+    def submit(self, job: Job, fmt: str = "native", warnings: tuple[str, ...] = ()) -> Future[str]:
+        """Queue a job (its id and submit time are set here); the Future gives its id once it
+        is durably stored, or raises Rejected (e.g. it can never fit this machine)."""
+        fut: Future[str] = Future()
+        self.commands.put(_Submit(job, fmt, warnings, fut))
+        self.wake.set()
+        return fut
+
+    def cancel(self, job_id: str) -> Future[str]:
+        """Cancel a job: at once if pending, after its tasks stopped if running. The Future
+        gives the job's state after the command; Rejected(404/409) if unknown or finished."""
+        fut: Future[str] = Future()
+        self.commands.put(_Cancel(job_id, fut))
+        self.wake.set()
+        return fut
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self._run, name="aisched-loop", daemon=True)
+        self.thread.start()
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        """Stop the loop; running tasks keep running and are adopted at the next start."""
+        self.stopping.set()
+        self.wake.set()
+        if self.thread is not None:
+            self.thread.join(timeout_s)
+        self.executor.close()
+
+    def _run(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                delay = self.step()
+            except Exception:  # a bug must not kill the service; it is logged loudly
+                log.exception("scheduler step failed")
+                delay = self.config.tick_s
+            self.wake.wait(delay)
+            self.wake.clear()
+
+    # --- recovery ---------------------------------------------------------------------------
+
+    def recover(self) -> list[str]:
+        """Rebuild live state from the store; adopt or account for every task that may be
+        running. Returns a line per notable finding (for the service log)."""
+        notes: list[str] = []
+        now = self.clock()
+        batch = Batch()
+        with self.store.read() as tx:
+            self.next_seq = tx.max_seq() + 1
+            rows = tx.live_jobs()
+            task_rows = {(r["job_id"], r["attempt"], r["name"]): r for r in tx.running_tasks()}
+            counts = tx.count_by_state()
+        self.terminal_counts = {s: counts.get(s, 0) for s in ("succeeded", "failed", "cancelled")}
+        for row in rows:
+            lj = self._live_from_row(row)
+            self.jobs[lj.id] = lj
+            if row["submitted_at"] > self.last_submit_s:
+                self.last_submit_s = row["submitted_at"]
+            if lj.state != JobState.RUNNING:
+                self._make_pending(lj)
+                continue
+            with self.store.read() as tx:
+                trows = tx.tasks_of(lj.id, lj.attempt)
+            lj.tasks = [self._task_from_row(r) for r in trows]
+            if not lj.tasks:  # running with no task written: the bind never got that far
+                lj.state = JobState.PENDING
+                batch.job(lj.id, state=JobState.PENDING.value, stopping=None)
+                batch.event(now, lj.id, "requeued", "requeued: no task was started")
+                self._make_pending(lj)
+                continue
+            self._take(lj)
+            exits: list[TaskExited] = []
+            for t in lj.tasks:
+                if t.phase == TaskPhase.EXITED:
+                    continue
+                key = lj.key(t)
+                handle = t.handle or TaskHandle(key, t.binding.node, {})
+                state, exited = self.executor.adopt(handle)
+                if state == AdoptState.RUNNING:
+                    t.phase = TaskPhase.RUNNING
+                    batch.event(now, lj.id, "adopted", f"task {t.name} still running: adopted")
+                    notes.append(f"job {lj.id}: adopted task {t.name}")
+                elif state == AdoptState.EXITED and exited is not None:
+                    exits.append(exited)
+                else:
+                    never_started = key in task_rows and task_rows[key]["state"] == "launching"
+                    if never_started and lj.stopping is None:
+                        lj.stopping = Stop.REQUEUE
+                        lj.stop_message = "its launch was interrupted by a scheduler restart"
+                    exits.append(
+                        TaskExited(
+                            key,
+                            ExitKind.LOST,
+                            None,
+                            "lost: the task's process was gone when the scheduler restarted",
+                            now,
+                        )
+                    )
+                    notes.append(f"job {lj.id}: task {t.name} lost")
+            if lj.stopping is not None:  # a stop was under way: finish it
+                for t in lj.live_tasks():
+                    if t.phase == TaskPhase.RUNNING:
+                        self.executor.stop(lj.key(t), lj.job.grace_period_s)
+            for ev in exits:
+                self._on_exit(ev, batch, now)
+        batch.flush(self.store)
+        self.dirty = True
+        return notes
+
+    def _live_from_row(self, row: Row) -> LiveJob:
+        job = job_from_dict(row["spec"])
+        return LiveJob(
+            job=job,
+            state=JobState(row["state"]),
+            submitted_at=row["submitted_at"],
+            checkpoint_dir=row["checkpoint_dir"],
+            attempt=row["attempt"],
+            failures=row["failures"],
+            preemptions=row["preemptions"],
+            started_at=row["started_at"],
+            attempt_started_at=row["attempt_started_at"],
+            not_before=row["not_before"],
+            stopping=Stop(row["stopping"]) if row["stopping"] else None,
+            attained_gpu_s=row["attained_gpu_s"],
+            exit_code=row["exit_code"],
+            written_status=(row["reason_code"] or "", row["reason"] or "", row["eta"]),
+        )
+
+    def _task_from_row(self, r: Row) -> LiveTask:
+        binding = TaskBinding(
+            group=r["grp"],
+            index=r["idx"],
+            node=r["node"],
+            gpus=tuple(r["gpus"]),
+            gpu_milli=r["gpu_milli"],
+            milli_cpu=r["milli_cpu"],
+            mem_mib=r["mem_mib"],
+            gpu_mem_mib=r["gpu_mem_mib"],
+        )
+        handle = None
+        if r["handle"] is not None:
+            handle = TaskHandle((r["job_id"], r["attempt"], r["name"]), r["node"], r["handle"])
+        phase = TaskPhase(r["state"])
+        exited = None
+        if phase == TaskPhase.EXITED:
+            exited = TaskExited(
+                (r["job_id"], r["attempt"], r["name"]),
+                ExitKind(r["exit_kind"]),
+                r["exit_code"],
+                r["message"] or "",
+                r["finished_at"] or 0.0,
+            )
+        return LiveTask(r["name"], r["rank"], binding, r["log_path"], phase, handle, exited)
+
+    # --- one step ---------------------------------------------------------------------------
+
+    def step(self) -> float:
+        """Run one step; returns how long the loop may sleep before the next one."""
+        now = self.clock()
+        batch = Batch()
+        while True:
+            try:
+                cmd = self.commands.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(cmd, _Submit):
+                self._on_submit(cmd, batch, now)
+            else:
+                self._on_cancel(cmd, batch, now)
+        for ev in self.executor.poll():
+            self._on_exit(ev, batch, now)
+        self._timers(batch, now)
+        batch.flush(self.store)
+        pending = [
+            lj.pending_view
+            for lj in self.jobs.values()
+            if lj.pending_view is not None
+            and not lj.waiting_for
+            and (lj.not_before is None or lj.not_before <= now)
+        ]
+        due = now - self.last_cycle_at >= self.config.cycle_interval_s
+        if pending and (self.dirty or due):
+            self._cycle(now, pending)
+        elif not pending:
+            self.dirty = False
+        return self._sleep_for(now)
+
+    def _sleep_for(self, now: float) -> float:
+        delay = self.config.tick_s
+        waiting = False
+        for lj in self.jobs.values():
+            if lj.not_before is not None and lj.state == JobState.PENDING:
+                delay = min(delay, max(lj.not_before - now, 0.0))
+            limit = lj.job.time_limit_s
+            if (
+                limit is not None
+                and lj.attempt_started_at is not None
+                and lj.state == JobState.RUNNING
+                and lj.stopping is None
+            ):
+                delay = min(delay, max(lj.attempt_started_at + limit - now, 0.0))
+            waiting = waiting or lj.pending_view is not None
+        if waiting:
+            delay = min(delay, max(self.last_cycle_at + self.config.cycle_interval_s - now, 0.0))
+        return max(delay, 0.0)
+
+    # --- commands ---------------------------------------------------------------------------
+
+    def _on_submit(self, cmd: _Submit, batch: Batch, now: float) -> None:
+        refusal = never_runs(self._empty_snapshot, self.policy, replace(cmd.job, id="?"))
+        if refusal is not None:
+            cmd.future.set_exception(Rejected(refusal))
+            return
+        seq = self.next_seq
+        self.next_seq += 1
+        job_id = str(seq)
+        # Strictly increasing submit times keep FIFO order equal to submission order.
+        submitted = max(now, self.last_submit_s + 1e-6)
+        self.last_submit_s = submitted
+        job = replace(cmd.job, id=job_id, submit_time_s=submitted)
+        ckpt = str(self.config.data_dir / "checkpoints" / job_id)
+        lj = LiveJob(job=job, state=JobState.PENDING, submitted_at=submitted, checkpoint_dir=ckpt)
+        self.jobs[job_id] = lj
+        self._make_pending(lj)
+        batch.new_jobs.append(
+            {
+                "seq": seq,
+                "id": job_id,
+                "name": job.name,
+                "user": job.user,
+                "queue": job.queue,
+                "priority": job.priority,
+                "kind": job.kind.value,
+                "format": cmd.fmt,
+                "spec": job_to_dict(job),
+                "state": JobState.PENDING.value,
+                "submitted_at": submitted,
+                "attempt": 0,
+                "failures": 0,
+                "preemptions": 0,
+                "attained_gpu_s": 0.0,
+                "checkpoint_dir": ckpt,
+                "warnings": list(cmd.warnings),
+                "reason_code": StatusCode.NOT_CONSIDERED.value,
+                "reason": "waiting for the next scheduling cycle",
+            }
+        )
+        lj.written_status = (StatusCode.NOT_CONSIDERED.value, "", None)
+        batch.event(submitted, job_id, "submitted", f"submitted to queue {job.queue}")
+        batch.after.append(lambda: cmd.future.set_result(job_id))
+        self.dirty = True
+
+    def _on_cancel(self, cmd: _Cancel, batch: Batch, now: float) -> None:
+        lj = self.jobs.get(cmd.job_id)
+        if lj is None:
+            with self.store.read() as tx:
+                row = tx.get_job(cmd.job_id)
+            if row is None:
+                cmd.future.set_exception(Rejected(f"no job {cmd.job_id}", 404))
+            else:
+                cmd.future.set_exception(
+                    Rejected(f"job {cmd.job_id} has already ended ({row['state']})", 409)
+                )
+            return
+        if lj.state == JobState.RUNNING:
+            if lj.stopping != Stop.CANCEL:
+                lj.stopping = Stop.CANCEL
+                lj.stop_message = "cancelled"
+                batch.job(lj.id, stopping=Stop.CANCEL.value)
+                batch.event(now, lj.id, "cancelling", "cancel requested: stopping its tasks")
+                self._stop_tasks(lj, batch)
+            batch.after.append(lambda: cmd.future.set_result(JobState.RUNNING.value))
+            return
+        self._finish(lj, JobState.CANCELLED, batch, now, "cancelled while pending")
+        batch.after.append(lambda: cmd.future.set_result(JobState.CANCELLED.value))
+
+    # --- timers -----------------------------------------------------------------------------
+
+    def _timers(self, batch: Batch, now: float) -> None:
+        for lj in list(self.jobs.values()):
+            if (
+                lj.state == JobState.RUNNING
+                and lj.stopping is None
+                and lj.job.time_limit_s is not None
+                and lj.attempt_started_at is not None
+                and now >= lj.attempt_started_at + lj.job.time_limit_s
+            ):
+                lj.stopping = Stop.TIMEOUT
+                lj.stop_message = f"exceeded its time limit of {lj.job.time_limit_s:g}s"
+                batch.job(lj.id, stopping=Stop.TIMEOUT.value)
+                batch.event(now, lj.id, "timeout", lj.stop_message)
+                self._stop_tasks(lj, batch)
+            if lj.not_before is not None and lj.not_before <= now:
+                lj.not_before = None
+                batch.job(lj.id, not_before=None)
+                self.dirty = True
+            if lj.waiting_for:
+                still = frozenset(
+                    v
+                    for v in lj.waiting_for
+                    if v in self.jobs and self.jobs[v].state == JobState.RUNNING
+                )
+                limit = (
+                    max((self.jobs[v].job.grace_period_s for v in still), default=0.0)
+                    + self.config.victim_wait_s
+                )
+                if not still or (lj.waiting_since is not None and now - lj.waiting_since > limit):
+                    lj.waiting_for = frozenset()
+                    lj.waiting_since = None
+                    self.dirty = True
+                else:
+                    lj.waiting_for = still
+
+    # --- task exits -------------------------------------------------------------------------
+
+    def _on_exit(self, ev: TaskExited, batch: Batch, now: float) -> None:
+        job_id, attempt, name = ev.key
+        lj = self.jobs.get(job_id)
+        if lj is None or lj.attempt != attempt or lj.state != JobState.RUNNING:
+            log.warning("exit of unknown task %s (ignored)", ev.key)
+            return
+        task = next((t for t in lj.tasks if t.name == name), None)
+        if task is None or task.phase == TaskPhase.EXITED:
+            return
+        task.phase = TaskPhase.EXITED
+        task.exit = ev
+        finished = ev.time_s or now
+        batch.task(
+            ev.key,
+            state=TaskPhase.EXITED.value,
+            exit_kind=ev.kind.value,
+            exit_code=ev.exit_code,
+            message=ev.message,
+            finished_at=finished,
+        )
+        ok = ev.kind == ExitKind.EXITED and ev.exit_code == 0
+        if ok:
+            batch.event(now, job_id, "task-exited", f"task {name} exited with code 0")
+        else:
+            batch.event(now, job_id, "task-exited", f"task {name}: {_describe_exit(ev)}")
+        if not ok and lj.stopping is None:
+            lj.stopping = Stop.FAILED
+            lj.stop_message = f"task {name} {_describe_exit(ev)}"
+            lj.exit_code = ev.exit_code
+            batch.job(lj.id, stopping=Stop.FAILED.value, exit_code=ev.exit_code)
+            self._stop_tasks(lj, batch)
+        if not lj.live_tasks():
+            self._end_attempt(lj, batch, now)
+
+    def _stop_tasks(self, lj: LiveJob, batch: Batch) -> None:
+        """Ask every live task of the job to stop, once the batch has committed."""
+        keys = [lj.key(t) for t in lj.live_tasks() if t.phase == TaskPhase.RUNNING]
+        grace = lj.job.grace_period_s
+
+        def act() -> None:
+            for k in keys:
+                self.executor.stop(k, grace)
+
+        batch.after.append(act)
+
+    def _end_attempt(self, lj: LiveJob, batch: Batch, now: float) -> None:
+        """Every task of the running attempt has exited: release, then decide what is next."""
+        self._give(lj, now)
+        self.dirty = True  # capacity came back
+        reason, message = lj.stopping, lj.stop_message
+        lj.stopping, lj.stop_message = None, ""
+        batch.job(lj.id, stopping=None, attained_gpu_s=lj.attained_gpu_s)
+        job = lj.job
+        if reason == Stop.CANCEL:
+            self._finish(lj, JobState.CANCELLED, batch, now, "cancelled")
+        elif reason == Stop.PREEMPT:
+            lj.preemptions += 1
+            batch.job(lj.id, preemptions=lj.preemptions)
+            batch.event(now, lj.id, "preempted", f"{message}; requeued")
+            self._requeue(lj, batch, now)
+        elif reason == Stop.REQUEUE:
+            batch.event(now, lj.id, "requeued", f"{message}; requeued")
+            self._requeue(lj, batch, now)
+        elif reason == Stop.TIMEOUT:
+            self._finish(lj, JobState.FAILED, batch, now, message)
+        elif reason == Stop.FAILED:
+            lj.failures += 1
+            batch.job(lj.id, failures=lj.failures)
+            retry = job.restart_policy != RestartPolicy.NEVER and lj.failures <= job.max_retries
+            if retry:
+                wait = min(job.backoff_s * 2 ** (lj.failures - 1), self.config.max_backoff_s)
+                lj.not_before = now + wait
+                batch.job(lj.id, not_before=lj.not_before)
+                self._write_status(
+                    lj,
+                    JobStatus(
+                        StatusCode.WAIT_RESOURCES,
+                        f"retry {lj.failures} of {job.max_retries} after a failure, "
+                        f"not before {time.strftime('%H:%M:%S', time.localtime(lj.not_before))}",
+                        lj.not_before,
+                    ),
+                    batch,
+                )
+                batch.event(
+                    now,
+                    lj.id,
+                    "retrying",
+                    f"{message}; retry {lj.failures} of {job.max_retries} in {wait:g}s",
+                )
+                self._requeue(lj, batch, now)
+            else:
+                why = (
+                    f"{message}; no retries left ({job.max_retries})"
+                    if job.restart_policy != RestartPolicy.NEVER
+                    else f"{message}; restart policy is never"
+                )
+                self._finish(lj, JobState.FAILED, batch, now, why)
+        elif job.restart_policy == RestartPolicy.ALWAYS:
+            batch.event(now, lj.id, "restarting", "all tasks exited; restart policy is always")
+            self._requeue(lj, batch, now)
+        else:
+            lj.exit_code = 0
+            batch.job(lj.id, exit_code=0)
+            self._finish(lj, JobState.SUCCEEDED, batch, now, "all tasks exited with code 0")
+
+    def _requeue(self, lj: LiveJob, batch: Batch, now: float) -> None:
+        lj.state = JobState.PENDING
+        lj.tasks = []
+        batch.job(lj.id, state=JobState.PENDING.value)
+        self._make_pending(lj)
+        self.dirty = True
+
+    def _finish(self, lj: LiveJob, state: JobState, batch: Batch, now: float, why: str) -> None:
+        lj.state = state
+        lj.pending_view = None
+        del self.jobs[lj.id]
+        self.terminal_counts[state.value] = self.terminal_counts.get(state.value, 0) + 1
+        batch.job(
+            lj.id,
+            state=state.value,
+            finished_at=now,
+            message=why,
+            reason_code=None,
+            reason=None,
+            eta=None,
+            not_before=None,
+        )
+        batch.event(now, lj.id, state.value, why)
+        for other in self.jobs.values():
+            if lj.id in other.waiting_for:
+                self.dirty = True
+
+    # --- resources --------------------------------------------------------------------------
+
+    def _make_pending(self, lj: LiveJob) -> None:
+        lj.running_view = None
+        lj.pending_view = PendingJob(lj.job, lj.attained_gpu_s, lj.attempt)
+
+    def _take(self, lj: LiveJob) -> None:
+        for t in lj.tasks:
+            self.free.take(self.arrays.index[t.binding.node], t.binding)
+        start = lj.attempt_started_at or self.clock()
+        bound = lj.job.estimate_s or lj.job.time_limit_s
+        view = RunningJob(
+            lj.job,
+            tuple(t.binding for t in lj.tasks),
+            start,
+            lj.attained_gpu_s,
+            expected_end_s=None if bound is None else start + bound,
+            checkpoint_interval_s=lj.job.checkpoint_interval_s,
+            terminating=lj.stopping is not None,
+        )
+        lj.running_view = view
+        self._add_usage(view, 1.0)
+
+    def _give(self, lj: LiveJob, now: float) -> None:
+        view = lj.running_view
+        if view is None:
+            return
+        for t in lj.tasks:
+            self.free.give(self.arrays.index[t.binding.node], t.binding)
+        self._add_usage(view, -1.0)
+        lj.attained_gpu_s = view.attained_at(now)
+        lj.running_view = None
+
+    def _add_usage(self, view: RunningJob, sign: float) -> None:
+        key = (view.job.queue, view.job.user)
+        self.usage[key] = add_usage(self.usage.get(key, ZERO), view.usage, sign)
+
+    # --- the cycle --------------------------------------------------------------------------
+
+    def _cycle(self, now: float, pending: list[PendingJob]) -> None:
+        running = []
+        for lj in self.jobs.values():
+            view = lj.running_view
+            if view is None:
+                continue
+            if lj.stopping is not None and not view.terminating:
+                view = lj.running_view = replace(view, terminating=True)
+            running.append(view)
+        snapshot = Snapshot(self.arrays, self.free, tuple(running), self.queues, self.usage)
+        t0 = time.perf_counter()
+        result = run_cycle(snapshot, pending, self.policy, now)
+        took = time.perf_counter() - t0
+        self.stats.cycles += 1
+        self.stats.last_cycle_s = took
+        self.last_cycle_at = now
+        self.dirty = False
+        if self.on_cycle is not None:
+            self.on_cycle(took, result)
+        batch = Batch()
+        launches: list[tuple[LiveJob, list[TaskLaunch]]] = []
+        for d in result.decisions:
+            if isinstance(d, Preempt):
+                self._apply_preempt(d, batch, now)
+            elif isinstance(d, Bind):
+                planned = self._apply_bind(d, batch, now)
+                if planned is not None:
+                    launches.append(planned)
+        for job_id, status in result.diagnostics.items():
+            waiting = self.jobs.get(job_id)
+            if waiting is None or waiting.state != JobState.PENDING or waiting.waiting_for:
+                continue
+            if status.code == StatusCode.NEVER_FITS:
+                self._finish(waiting, JobState.FAILED, batch, now, status.reason)
+                continue
+            self._write_status(waiting, status, batch)
+        batch.flush(self.store)
+        self._launch_all(launches, now)
+
+    def _write_status(self, lj: LiveJob, status: JobStatus, batch: Batch) -> None:
+        eta = status.eta_s if status.eta_s is not None and math.isfinite(status.eta_s) else None
+        got = (status.code.value, status.reason, eta)
+        if got != lj.written_status:
+            lj.written_status = got
+            batch.job(lj.id, reason_code=got[0], reason=got[1], eta=eta)
+
+    def _apply_preempt(self, d: Preempt, batch: Batch, now: float) -> None:
+        lj = self.jobs.get(d.job_id)
+        if lj is None or lj.state != JobState.RUNNING or lj.stopping is not None:
+            return
+        lj.stopping = Stop.PREEMPT
+        lj.stop_message = d.reason
+        batch.job(lj.id, stopping=Stop.PREEMPT.value)
+        batch.event(now, lj.id, "preempting", f"{d.reason}: stopping its tasks")
+        self._stop_tasks(lj, batch)
+
+    def _apply_bind(
+        self, d: Bind, batch: Batch, now: float
+    ) -> tuple[LiveJob, list[TaskLaunch]] | None:
+        lj = self.jobs.get(d.job_id)
+        if lj is None or lj.state != JobState.PENDING:
+            return None
+        if d.after:
+            lj.waiting_for = frozenset(d.after)
+            lj.waiting_since = now
+            victims = ", ".join(sorted(d.after))
+            self._write_status(
+                lj,
+                JobStatus(StatusCode.PREEMPTING, f"waiting for preempted job(s) {victims} to stop"),
+                batch,
+            )
+            return None
+        lj.state = JobState.RUNNING
+        lj.attempt += 1
+        lj.attempt_started_at = now
+        if lj.started_at is None:
+            lj.started_at = now
+        lj.pending_view = None
+        logs = self.config.data_dir / "logs" / lj.id / str(lj.attempt)
+        ordered = sorted(d.tasks, key=lambda t: (_group_index(lj.job, t.group), t.index))
+        lj.tasks = [
+            LiveTask(
+                task_name(b.group, b.index),
+                rank,
+                b,
+                str(logs / f"{task_name(b.group, b.index)}.log"),
+            )
+            for rank, b in enumerate(ordered)
+        ]
+        self._take(lj)
+        batch.job(
+            lj.id,
+            state=JobState.RUNNING.value,
+            attempt=lj.attempt,
+            started_at=lj.started_at,
+            attempt_started_at=now,
+            not_before=None,
+            reason_code=None,
+            reason=None,
+            eta=None,
+        )
+        lj.written_status = None
+        for t in lj.tasks:
+            b = t.binding
+            batch.new_tasks.append(
+                {
+                    "job_id": lj.id,
+                    "attempt": lj.attempt,
+                    "name": t.name,
+                    "rank": t.rank,
+                    "grp": b.group,
+                    "idx": b.index,
+                    "node": b.node,
+                    "gpus": list(b.gpus),
+                    "gpu_milli": b.gpu_milli,
+                    "milli_cpu": b.milli_cpu,
+                    "mem_mib": b.mem_mib,
+                    "gpu_mem_mib": b.gpu_mem_mib,
+                    "state": TaskPhase.LAUNCHING.value,
+                    "log_path": t.log_path,
+                }
+            )
+        where = ", ".join(
+            f"{t.name} on {t.binding.node}"
+            + (f" GPU {','.join(map(str, t.binding.gpus))}" if t.binding.gpus else "")
+            for t in lj.tasks
+        )
+        batch.event(now, lj.id, "started", f"attempt {lj.attempt}: {where}")
+        return lj, self._launch_requests(lj)
+
+    def _launch_requests(self, lj: LiveJob) -> list[TaskLaunch]:
+        places = [
+            TaskPlace(t.name, t.binding.node, t.binding.gpus, t.binding.milli_cpu) for t in lj.tasks
+        ]
+        port = _free_port(self.config.master_addr)
+        out = []
+        for t in lj.tasks:
+            group = next(g for g in lj.job.groups if g.name == t.binding.group)
+            env = dict(self.config.base_env)
+            env.update(group.env)
+            env.update(
+                contract_env(
+                    job_id=lj.id,
+                    places=places,
+                    rank=t.rank,
+                    restart_count=lj.attempt - 1,
+                    checkpoint_dir=lj.checkpoint_dir,
+                    master_addr=self.config.master_addr,
+                    master_port=port,
+                )
+            )
+            out.append(
+                TaskLaunch(
+                    job_id=lj.id,
+                    attempt=lj.attempt,
+                    task=t.name,
+                    node=t.binding.node,
+                    command=group.command,
+                    env=env,
+                    workdir=group.workdir,
+                    milli_cpu=t.binding.milli_cpu,
+                    mem_limit_mib=t.binding.mem_mib,
+                    gpus=t.binding.gpus,
+                    log_path=t.log_path,
+                    grace_period_s=lj.job.grace_period_s,
+                )
+            )
+        return out
+
+    def _launch_all(self, launches: list[tuple[LiveJob, list[TaskLaunch]]], now: float) -> None:
+        batch = Batch()
+        for lj, reqs in launches:
+            Path(lj.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+            for req, task in zip(reqs, lj.tasks, strict=True):
+                if lj.stopping is not None:  # an earlier task failed to launch: roll back
+                    self._on_exit(
+                        TaskExited(req.key, ExitKind.STOPPED, None, "not started", now),
+                        batch,
+                        now,
+                    )
+                    continue
+                try:
+                    Path(req.log_path).parent.mkdir(parents=True, exist_ok=True)
+                    handle = self.executor.launch(req)
+                except (LaunchError, OSError) as e:
+                    self._on_exit(
+                        TaskExited(req.key, ExitKind.LOST, None, f"could not start: {e}", now),
+                        batch,
+                        now,
+                    )
+                    continue
+                task.handle = handle
+                task.phase = TaskPhase.RUNNING
+                batch.task(
+                    req.key, state=TaskPhase.RUNNING.value, handle=handle.data, started_at=now
+                )
+        batch.flush(self.store)
+
+    # --- what readers see -------------------------------------------------------------------
+
+    def allocation(self) -> dict[str, tuple[float, float]]:
+        """(allocated, total) per resource over healthy nodes, for metrics and `nodes`."""
+        a, f = self.arrays, self.free
+        h = a.healthy
+        return {
+            "cpu": (float((a.cap_cpu - f.cpu)[h].sum()) / 1000, float(a.cap_cpu[h].sum()) / 1000),
+            "memory_bytes": (
+                float((a.cap_mem - f.mem)[h].sum()) * 2**20,
+                float(a.cap_mem[h].sum()) * 2**20,
+            ),
+            "gpu": (
+                float(a.num_gpus[h].sum()) - float(f.gpu_total[h].sum()) / 1000,
+                float(a.num_gpus[h].sum()),
+            ),
+        }
+
+    def live_summary(self) -> tuple[dict[str, int], dict[str, tuple[int, int]]]:
+        """Live jobs by state, and (pending, running) per queue."""
+        states: dict[str, int] = {}
+        per_queue: dict[str, tuple[int, int]] = {}
+        for lj in list(self.jobs.values()):
+            states[lj.state.value] = states.get(lj.state.value, 0) + 1
+            p, r = per_queue.get(lj.job.queue, (0, 0))
+            if lj.state == JobState.RUNNING:
+                r += 1
+            else:
+                p += 1
+            per_queue[lj.job.queue] = (p, r)
+        return states, per_queue
+
+    def gpu_owners(self) -> dict[tuple[str, int], list[tuple[str, str, int]]]:
+        """(node, GPU index) → [(job id, task, milli-GPU)] for every running task."""
+        out: dict[tuple[str, int], list[tuple[str, str, int]]] = {}
+        for lj in list(self.jobs.values()):
+            if lj.state != JobState.RUNNING:
+                continue
+            for t in list(lj.tasks):
+                for g in t.binding.gpus:
+                    out.setdefault((t.binding.node, g), []).append(
+                        (lj.id, t.name, t.binding.gpu_milli)
+                    )
+        return out
+
+
+def _group_index(job: Job, group: str) -> int:
+    for i, g in enumerate(job.groups):
+        if g.name == group:
+            return i
+    return len(job.groups)
+
+
+def _describe_exit(ev: TaskExited) -> str:
+    if ev.kind == ExitKind.OOM:
+        return ev.message or "was killed for exceeding its memory limit"
+    if ev.kind == ExitKind.LOST:
+        return ev.message or "was lost"
+    if ev.exit_code is not None and ev.exit_code < 0:
+        return f"was killed by signal {-ev.exit_code}" + (f" ({ev.message})" if ev.message else "")
+    text = f"exited with code {ev.exit_code}"
+    return f"{text} ({ev.message})" if ev.message else text
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])

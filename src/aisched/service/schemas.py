@@ -1,0 +1,230 @@
+"""The REST API's response documents (pydantic, so they appear in the OpenAPI document).
+
+Times are Unix seconds (floats); resources use the units of the model (`milli_cpu`, `mem_mib`,
+`gpu`, `gpu_milli`). Built from store rows and live state here, in one place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from aisched.store.db import Row
+
+
+class TaskOut(BaseModel):
+    name: str
+    attempt: int
+    rank: int
+    node: str
+    gpus: list[int]
+    gpu_milli: int
+    milli_cpu: int
+    mem_mib: int
+    state: str
+    exit_kind: str | None = None
+    exit_code: int | None = None
+    message: str | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    log_path: str
+
+
+class GroupOut(BaseModel):
+    name: str
+    replicas: int
+    command: list[str]
+    milli_cpu: int
+    mem_mib: int
+    gpu: int
+    gpu_milli: int
+    gpu_mem_mib: int
+
+
+class JobOut(BaseModel):
+    id: str
+    name: str
+    user: str
+    queue: str
+    priority: int
+    kind: str
+    format: str
+    state: str
+    submitted_at: float
+    started_at: float | None
+    attempt_started_at: float | None
+    finished_at: float | None
+    attempt: int
+    restarts: int
+    failures: int
+    preemptions: int
+    max_retries: int
+    restart_policy: str
+    stopping: str | None
+    reason_code: str | None
+    reason: str | None
+    eta: float | None
+    not_before: float | None
+    exit_code: int | None
+    message: str | None
+    checkpoint_dir: str
+    gpus: float
+    groups: list[GroupOut]
+    warnings: list[str]
+    tasks: list[TaskOut] = []
+
+
+class EventOut(BaseModel):
+    seq: int
+    time: float
+    kind: str
+    message: str
+
+
+class JobDetail(JobOut):
+    events: list[EventOut] = []
+
+
+class JobList(BaseModel):
+    jobs: list[JobOut]
+
+
+class SubmitOut(BaseModel):
+    id: str
+    warnings: list[str]
+    job: JobOut
+
+
+class CancelOut(BaseModel):
+    id: str
+    state: str
+
+
+class GPUOut(BaseModel):
+    index: int
+    model: str
+    mem_mib: int
+    free_milli: int
+    used_by: list[dict[str, Any]]
+
+
+class NodeOut(BaseModel):
+    name: str
+    rack: str
+    zone: str
+    healthy: bool
+    milli_cpu: int
+    mem_mib: int
+    free_milli_cpu: int
+    free_mem_mib: int
+    gpus: list[GPUOut]
+    memory_limit: str
+    cpu_affinity: bool
+    notes: list[str]
+
+
+class NodeList(BaseModel):
+    nodes: list[NodeOut]
+
+
+class QueueOut(BaseModel):
+    name: str
+    parent: str | None
+    weight: float
+    guarantee: dict[str, float]
+    limit: dict[str, float] | None
+    borrowing: bool
+    used: dict[str, float]
+    pending: int
+    running: int
+
+
+class QueueList(BaseModel):
+    queues: list[QueueOut]
+
+
+class Problem(BaseModel):
+    """Every error answer: what is wrong, and one line per problem with its field path."""
+
+    error: str
+    problems: list[str] = []
+
+
+class Info(BaseModel):
+    version: str
+    policy: str
+    data_dir: str
+    database: str
+    started_at: float
+    executor: str
+
+
+def job_out(row: Row, tasks: list[Row] | None = None) -> JobOut:
+    spec = row["spec"]
+    groups = [
+        GroupOut(
+            name=g["name"],
+            replicas=g["replicas"],
+            command=list(g["command"]),
+            milli_cpu=g["request"]["milli_cpu"],
+            mem_mib=g["request"]["mem_mib"],
+            gpu=g["request"]["gpu"],
+            gpu_milli=g["request"]["gpu_milli"],
+            gpu_mem_mib=g["request"]["gpu_mem_mib"],
+        )
+        for g in spec["groups"]
+    ]
+    gpus = sum((g.gpu * 1000 + g.gpu_milli) * g.replicas for g in groups) / 1000
+    return JobOut(
+        id=row["id"],
+        name=row["name"],
+        user=row["user"],
+        queue=row["queue"],
+        priority=row["priority"],
+        kind=row["kind"],
+        format=row["format"],
+        state=row["state"],
+        submitted_at=row["submitted_at"],
+        started_at=row["started_at"],
+        attempt_started_at=row["attempt_started_at"],
+        finished_at=row["finished_at"],
+        attempt=row["attempt"],
+        restarts=max(row["attempt"] - 1, 0),
+        failures=row["failures"],
+        preemptions=row["preemptions"],
+        max_retries=spec["max_retries"],
+        restart_policy=spec["restart_policy"],
+        stopping=row["stopping"],
+        reason_code=row["reason_code"],
+        reason=row["reason"],
+        eta=row["eta"],
+        not_before=row["not_before"],
+        exit_code=row["exit_code"],
+        message=row["message"],
+        checkpoint_dir=row["checkpoint_dir"],
+        gpus=gpus,
+        groups=groups,
+        warnings=list(row["warnings"] or []),
+        tasks=[task_out(t) for t in tasks or []],
+    )
+
+
+def task_out(t: Row) -> TaskOut:
+    return TaskOut(
+        name=t["name"],
+        attempt=t["attempt"],
+        rank=t["rank"],
+        node=t["node"],
+        gpus=list(t["gpus"]),
+        gpu_milli=t["gpu_milli"],
+        milli_cpu=t["milli_cpu"],
+        mem_mib=t["mem_mib"],
+        state=t["state"],
+        exit_kind=t["exit_kind"],
+        exit_code=t["exit_code"],
+        message=t["message"],
+        started_at=t["started_at"],
+        finished_at=t["finished_at"],
+        log_path=t["log_path"],
+    )

@@ -1,0 +1,144 @@
+"""The model's `Job` as JSON for the store, and back: `job_from_dict(job_to_dict(j)) == j`.
+
+The encoding is the store's own (plain field names, integer units), not a user-facing format:
+users write job files (`aisched.spec.job`); the store keeps what those files were turned into,
+so a restart rebuilds exactly the job that was accepted, whatever the config says meanwhile.
+Unknown keys are an error: a row this code did not write is not guessed at.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aisched.model.cluster import TopologyLevel
+from aisched.model.job import (
+    Job,
+    JobKind,
+    RestartPolicy,
+    TaskGroup,
+    TopologyMode,
+    TopologyRequirement,
+)
+from aisched.model.resources import Resources
+
+
+class CodecError(ValueError):
+    """A stored document is not a job this code can read."""
+
+
+def resources_to_dict(r: Resources) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "milli_cpu": r.milli_cpu,
+        "mem_mib": r.mem_mib,
+        "gpu": r.gpu,
+        "gpu_milli": r.gpu_milli,
+        "gpu_mem_mib": r.gpu_mem_mib,
+    }
+    if r.extended:
+        out["extended"] = [[k, v] for k, v in r.extended]
+    return out
+
+
+def resources_from_dict(d: dict[str, Any]) -> Resources:
+    return Resources(
+        milli_cpu=int(d["milli_cpu"]),
+        mem_mib=int(d["mem_mib"]),
+        gpu=int(d["gpu"]),
+        gpu_milli=int(d["gpu_milli"]),
+        gpu_mem_mib=int(d["gpu_mem_mib"]),
+        extended=tuple((str(k), int(v)) for k, v in d.get("extended", ())),
+    )
+
+
+def _level(v: TopologyLevel | None) -> str | None:
+    return None if v is None else v.name.lower()
+
+
+def _from_level(v: str | None) -> TopologyLevel | None:
+    return None if v is None else TopologyLevel[v.upper()]
+
+
+def job_to_dict(job: Job) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "name": job.name,
+        "kind": job.kind.value,
+        "user": job.user,
+        "queue": job.queue,
+        "priority": job.priority,
+        "preemptible": job.preemptible,
+        "min_available": job.min_available,
+        "topology": {
+            "pack": _level(job.topology.pack),
+            "mode": job.topology.mode.value,
+            "spread": _level(job.topology.spread),
+        },
+        "gpu_models": list(job.gpu_models),
+        "restart_policy": job.restart_policy.value,
+        "max_retries": job.max_retries,
+        "time_limit_s": job.time_limit_s,
+        "estimate_s": job.estimate_s,
+        "checkpoint_interval_s": job.checkpoint_interval_s,
+        "submit_time_s": job.submit_time_s,
+        "grace_period_s": job.grace_period_s,
+        "backoff_s": job.backoff_s,
+        "groups": [
+            {
+                "name": g.name,
+                "replicas": g.replicas,
+                "request": resources_to_dict(g.request),
+                "command": list(g.command),
+                "env": [[k, v] for k, v in g.env],
+                "workdir": g.workdir,
+            }
+            for g in job.groups
+        ],
+    }
+
+
+_JOB_KEYS = frozenset(job_to_dict(Job("x", (TaskGroup("g", 1, Resources()),))))
+
+
+def job_from_dict(d: dict[str, Any]) -> Job:
+    unknown = set(d) - _JOB_KEYS
+    if unknown:
+        raise CodecError(f"stored job has unknown fields: {', '.join(sorted(unknown))}")
+    try:
+        topo = d["topology"]
+        return Job(
+            id=str(d["id"]),
+            name=str(d["name"]),
+            kind=JobKind(d["kind"]),
+            user=str(d["user"]),
+            queue=str(d["queue"]),
+            priority=int(d["priority"]),
+            preemptible=bool(d["preemptible"]),
+            min_available=d["min_available"],
+            topology=TopologyRequirement(
+                pack=_from_level(topo["pack"]),
+                mode=TopologyMode(topo["mode"]),
+                spread=_from_level(topo["spread"]),
+            ),
+            gpu_models=tuple(d["gpu_models"]),
+            restart_policy=RestartPolicy(d["restart_policy"]),
+            max_retries=int(d["max_retries"]),
+            time_limit_s=d["time_limit_s"],
+            estimate_s=d["estimate_s"],
+            checkpoint_interval_s=d["checkpoint_interval_s"],
+            submit_time_s=float(d["submit_time_s"]),
+            grace_period_s=float(d["grace_period_s"]),
+            backoff_s=float(d["backoff_s"]),
+            groups=tuple(
+                TaskGroup(
+                    name=str(g["name"]),
+                    replicas=int(g["replicas"]),
+                    request=resources_from_dict(g["request"]),
+                    command=tuple(str(c) for c in g["command"]),
+                    env=tuple((str(k), str(v)) for k, v in g["env"]),
+                    workdir=g["workdir"],
+                )
+                for g in d["groups"]
+            ),
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise CodecError(f"stored job {d.get('id')!r} cannot be read: {e!r}") from None

@@ -1,0 +1,187 @@
+"""The service's durable state behind one small interface: `Store.tx()` for a transaction that
+writes, `Store.read()` for a consistent read, both yielding a `Tx` with typed helpers.
+
+SQLite by default (one file, WAL, so readers never block the single writer and a commit costs
+one fsync-free append with `synchronous=NORMAL`); any SQLAlchemy URL works, PostgreSQL
+included. The schema is created on first open and its version checked on every open.
+
+Who writes: only the service's loop thread; API threads only read. Rows come back as plain
+dicts (column name → value); the store knows tables, not scheduling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, func, insert, select, update
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import SQLAlchemyError
+
+from aisched.store import schema
+from aisched.store.schema import SCHEMA_VERSION, events, jobs, meta, tasks
+
+Row = dict[str, Any]
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+class StoreError(RuntimeError):
+    """The state database cannot be opened or used (wrong schema, unreadable file...)."""
+
+
+class Store:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        kwargs: dict[str, Any] = {}
+        if url.startswith("sqlite"):
+            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+        try:
+            self.engine: Engine = create_engine(url, **kwargs)
+            if url.startswith("sqlite"):
+                event.listen(self.engine, "connect", _sqlite_pragmas)
+            schema.metadata.create_all(self.engine)
+            self._check_version()
+        except SQLAlchemyError as e:
+            raise StoreError(f"cannot open the state database {url}: {e}") from None
+
+    @classmethod
+    def sqlite(cls, path: Path) -> Store:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return cls(f"sqlite:///{path}")
+
+    def _check_version(self) -> None:
+        with self.engine.begin() as conn:
+            got = conn.execute(select(meta.c.value).where(meta.c.key == "schema")).scalar()
+            if got is None:
+                conn.execute(insert(meta).values(key="schema", value=str(SCHEMA_VERSION)))
+            elif got != str(SCHEMA_VERSION):
+                raise StoreError(
+                    f"the state database has schema version {got}; this aisched reads "
+                    f"version {SCHEMA_VERSION}"
+                )
+
+    @contextmanager
+    def tx(self) -> Iterator[Tx]:
+        """A write transaction: committed when the block ends, rolled back on an exception."""
+        with self.engine.begin() as conn:
+            yield Tx(conn)
+
+    @contextmanager
+    def read(self) -> Iterator[Tx]:
+        with self.engine.connect() as conn:
+            yield Tx(conn)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.close()
+
+
+class Tx:
+    """Typed helpers over one connection (inside a transaction for `Store.tx`)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    # --- jobs -------------------------------------------------------------------------------
+
+    def max_seq(self) -> int:
+        return int(self.conn.execute(select(func.max(jobs.c.seq))).scalar() or 0)
+
+    def insert_jobs(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        if rows:
+            self.conn.execute(insert(jobs), list(rows))
+
+    def update_job(self, job_id: str, values: Mapping[str, Any]) -> None:
+        if values:
+            self.conn.execute(update(jobs).where(jobs.c.id == job_id).values(**values))
+
+    def get_job(self, job_id: str) -> Row | None:
+        r = self.conn.execute(select(jobs).where(jobs.c.id == job_id)).mappings().first()
+        return dict(r) if r is not None else None
+
+    def list_jobs(
+        self,
+        *,
+        states: Iterable[str] | None = None,
+        queue: str | None = None,
+        user: str | None = None,
+        limit: int | None = None,
+        newest_first: bool = True,
+    ) -> list[Row]:
+        q = select(jobs)
+        if states is not None:
+            q = q.where(jobs.c.state.in_(list(states)))
+        if queue is not None:
+            q = q.where(jobs.c.queue == queue)
+        if user is not None:
+            q = q.where(jobs.c.user == user)
+        q = q.order_by(jobs.c.seq.desc() if newest_first else jobs.c.seq.asc())
+        if limit is not None:
+            q = q.limit(limit)
+        return [dict(r) for r in self.conn.execute(q).mappings()]
+
+    def live_jobs(self) -> list[Row]:
+        """Jobs not yet in a terminal state, oldest first."""
+        q = select(jobs).where(jobs.c.state.not_in(TERMINAL)).order_by(jobs.c.seq)
+        return [dict(r) for r in self.conn.execute(q).mappings()]
+
+    def count_by_state(self) -> dict[str, int]:
+        q = select(jobs.c.state, func.count()).group_by(jobs.c.state)
+        return {str(s): int(n) for s, n in self.conn.execute(q)}
+
+    # --- tasks ------------------------------------------------------------------------------
+
+    def insert_tasks(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        if rows:
+            self.conn.execute(insert(tasks), list(rows))
+
+    def update_task(self, job_id: str, attempt: int, name: str, values: Mapping[str, Any]) -> None:
+        self.conn.execute(
+            update(tasks)
+            .where(tasks.c.job_id == job_id, tasks.c.attempt == attempt, tasks.c.name == name)
+            .values(**values)
+        )
+
+    def tasks_of(self, job_id: str, attempt: int | None = None) -> list[Row]:
+        q = select(tasks).where(tasks.c.job_id == job_id)
+        if attempt is not None:
+            q = q.where(tasks.c.attempt == attempt)
+        q = q.order_by(tasks.c.attempt, tasks.c.rank)
+        return [dict(r) for r in self.conn.execute(q).mappings()]
+
+    def running_tasks(self) -> list[Row]:
+        """Tasks that may still hold resources: launching or running."""
+        q = (
+            select(tasks)
+            .where(tasks.c.state.in_(("launching", "running")))
+            .order_by(tasks.c.job_id, tasks.c.rank)
+        )
+        return [dict(r) for r in self.conn.execute(q).mappings()]
+
+    # --- events -----------------------------------------------------------------------------
+
+    def add_events(self, rows: Sequence[tuple[float, str, str, str]]) -> None:
+        """(time, job_id, kind, message) rows, in order."""
+        if rows:
+            self.conn.execute(
+                insert(events),
+                [{"time": t, "job_id": j, "kind": k, "message": m} for t, j, k, m in rows],
+            )
+
+    def events_of(self, job_id: str, after_seq: int = 0) -> list[Row]:
+        q = (
+            select(events)
+            .where(events.c.job_id == job_id, events.c.seq > after_seq)
+            .order_by(events.c.seq)
+        )
+        return [dict(r) for r in self.conn.execute(q).mappings()]

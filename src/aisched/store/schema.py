@@ -1,0 +1,108 @@
+"""The tables of the service's durable state (SQLAlchemy Core; SQLite by default, PostgreSQL
+later through the same definitions).
+
+- `jobs`: one row per submitted job, never deleted. `id` is the decimal form of `seq`, so ids
+  are short and ordered (`aisched show 42`). `spec` is the job as submitted (the model `Job`,
+  encoded by `store.codec`), fixed once written; every other column is the job's live state.
+- `tasks`: one row per task per attempt, `(job_id, attempt, name)`. A row is written (state
+  `launching`) *before* the task is started and carries the executor's handle once it runs, so
+  a restarted scheduler can find every task it may have started.
+- `events`: the append-only log of every state change, in commit order.
+- `meta`: the schema version.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+SCHEMA_VERSION = 1
+
+metadata = MetaData()
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=False),
+    Column("id", String(32), nullable=False, unique=True),
+    Column("name", String(128), nullable=False),
+    Column("user", String(128), nullable=False),
+    Column("queue", String(128), nullable=False),
+    Column("priority", Integer, nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("format", String(16), nullable=False),
+    Column("spec", JSON, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("submitted_at", Float, nullable=False),
+    Column("started_at", Float),  # first start
+    Column("attempt_started_at", Float),
+    Column("finished_at", Float),
+    Column("attempt", Integer, nullable=False, default=0),
+    Column("failures", Integer, nullable=False, default=0),
+    Column("preemptions", Integer, nullable=False, default=0),
+    Column("not_before", Float),
+    Column("stopping", String(16)),
+    Column("waiting_for", JSON),
+    Column("reason_code", String(32)),
+    Column("reason", Text),
+    Column("eta", Float),
+    Column("exit_code", Integer),
+    Column("message", Text),
+    Column("attained_gpu_s", Float, nullable=False, default=0.0),
+    Column("checkpoint_dir", Text, nullable=False),
+    Column("warnings", JSON),
+    Index("ix_jobs_state", "state"),
+)
+
+tasks = Table(
+    "tasks",
+    metadata,
+    Column("job_id", String(32), ForeignKey("jobs.id"), primary_key=True),
+    Column("attempt", Integer, primary_key=True),
+    Column("name", String(160), primary_key=True),
+    Column("rank", Integer, nullable=False),
+    Column("grp", String(128), nullable=False),
+    Column("idx", Integer, nullable=False),
+    Column("node", String(256), nullable=False),
+    Column("gpus", JSON, nullable=False),
+    Column("gpu_milli", Integer, nullable=False),
+    Column("milli_cpu", Integer, nullable=False),
+    Column("mem_mib", Integer, nullable=False),
+    Column("gpu_mem_mib", Integer, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("handle", JSON),
+    Column("exit_kind", String(16)),
+    Column("exit_code", Integer),
+    Column("message", Text),
+    Column("started_at", Float),
+    Column("finished_at", Float),
+    Column("log_path", Text, nullable=False),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("time", Float, nullable=False),
+    Column("job_id", String(32), nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("message", Text, nullable=False),
+    Index("ix_events_job", "job_id", "seq"),
+)
+
+meta = Table(
+    "meta",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+)

@@ -1,0 +1,298 @@
+"""The control loop over a fake executor and a fake clock: every state change, step by step.
+
+The store is a real SQLite file; only the executor (processes) and the clock are fakes, so each
+test drives the loop exactly: submit, step, end a task, step, and looks at the whole outcome.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from aisched.core.policy import preset
+from aisched.executors.base import ExitKind
+from aisched.model.job import Job, RestartPolicy
+from aisched.model.queue import QueueTree
+from aisched.service.loop import LoopConfig, Rejected, Scheduler
+from aisched.store.db import Store
+from aisched.testing import job
+from aisched.testing.fakes import FakeExecutor, fake_node
+
+
+class Clock:
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@dataclass
+class World:
+    store: Store
+    fx: FakeExecutor
+    clock: Clock
+    sched: Scheduler
+    home: Path
+
+    def submit(self, j: Job) -> str:
+        fut = self.sched.submit(j)
+        self.sched.step()
+        return fut.result(0)
+
+    def state(self, job_id: str) -> dict[str, object]:
+        with self.store.read() as tx:
+            row = tx.get_job(job_id)
+        assert row is not None
+        return row
+
+    def events(self, job_id: str) -> list[str]:
+        with self.store.read() as tx:
+            return [e["kind"] for e in tx.events_of(job_id)]
+
+    def restart(self) -> Scheduler:
+        """A new loop over the same store and executor: the scheduler process restarted."""
+        self.sched = make_scheduler(self.store, self.fx, self.clock, self.home)
+        self.sched.recover()
+        return self.sched
+
+
+def make_scheduler(store: Store, fx: FakeExecutor, clock: Clock, home: Path) -> Scheduler:
+    return Scheduler(
+        store,
+        fx,
+        preset("default"),
+        QueueTree(),
+        LoopConfig(data_dir=home, cycle_interval_s=5.0, max_backoff_s=60.0),
+        clock=clock,
+    )
+
+
+@pytest.fixture
+def w(tmp_path: Path) -> World:
+    store = Store.sqlite(tmp_path / "state.db")
+    fx = FakeExecutor([fake_node(gpus=4)])
+    clock = Clock()
+    sched = make_scheduler(store, fx, clock, tmp_path)
+    sched.recover()
+    return World(store, fx, clock, sched, tmp_path)
+
+
+def test_a_gang_starts_whole_with_distinct_gpus_and_ranks(w: World) -> None:
+    jid = w.submit(job("x").task(2, gpu=2, cpu=2).build())
+    launches = sorted(w.fx.launched, key=lambda t: t.task)
+    assert [(t.task, t.gpus, t.env["RANK"], t.env["WORLD_SIZE"]) for t in launches] == [
+        ("g0-0", (0, 1), "0", "2"),
+        ("g0-1", (2, 3), "1", "2"),
+    ]
+    assert [t.env["CUDA_VISIBLE_DEVICES"] for t in launches] == ["0,1", "2,3"]
+    assert {t.env["MASTER_PORT"] for t in launches} == {launches[0].env["MASTER_PORT"]}
+    assert launches[0].env["AISCHED_CHECKPOINT_DIR"] == str(w.home / "checkpoints" / jid)
+    row = w.state(jid)
+    assert (row["state"], row["attempt"]) == ("running", 1)
+    with w.store.read() as tx:
+        assert [(t["name"], t["state"]) for t in tx.tasks_of(jid)] == [
+            ("g0-0", "running"),
+            ("g0-1", "running"),
+        ]
+    for key in w.fx.keys(jid):
+        w.fx.exit(key, 0)
+    w.sched.step()
+    assert w.state(jid)["state"] == "succeeded"
+    assert w.events(jid) == ["submitted", "started", "task-exited", "task-exited", "succeeded"]
+
+
+def test_a_job_waits_for_busy_gpus_then_starts(w: World) -> None:
+    first = w.submit(job("a").task(gpu=4).build())
+    second = w.submit(job("b").task(gpu=2).build())
+    row = w.state(second)
+    assert row["state"] == "pending"
+    # The default policy reserves the machine for the blocked head job (backfill).
+    assert (row["reason_code"], row["reason"]) == (
+        "reserved",
+        "nodes reserved once running jobs end",
+    )
+    w.fx.exit(w.fx.keys(first)[0], 0)
+    w.sched.step()
+    assert w.state(second)["state"] == "running"
+    assert w.state(first)["state"] == "succeeded"
+
+
+def test_higher_priority_preempts_and_the_victim_restarts_with_its_checkpoint_dir(w: World) -> None:
+    low = w.submit(job("low").task(gpu=4).priority(0).build())
+    (low_key,) = w.fx.keys(low)
+    high = w.submit(job("high").task(gpu=4).priority(10).build())
+    # The victim is asked to stop; the preemptor waits for it and does not start beside it.
+    assert w.fx.stops == [low_key]
+    assert w.state(low)["stopping"] == "preempt"
+    assert w.state(high)["state"] == "pending"
+    assert "waiting for preempted job(s) 1" in str(w.state(high)["reason"])
+    assert w.fx.keys(high) == []
+    w.sched.step()  # the stop is reported; the victim is requeued, the preemptor starts
+    assert w.state(low)["state"] == "pending"
+    assert w.state(low)["preemptions"] == 1
+    assert w.state(high)["state"] == "running"
+    w.fx.exit(w.fx.keys(high)[0], 0)
+    w.sched.step()
+    relaunch = w.fx.launched[-1]
+    assert (relaunch.job_id, relaunch.attempt) == (low, 2)
+    assert relaunch.env["AISCHED_RESTART_COUNT"] == "1"
+    assert relaunch.env["AISCHED_CHECKPOINT_DIR"] == w.fx.launched[0].env["AISCHED_CHECKPOINT_DIR"]
+    assert w.events(low) == ["submitted", "started", "preempting", "task-exited", "preempted",
+                             "started"]  # fmt: skip
+
+
+def test_a_failing_job_is_retried_with_backoff_up_to_its_limit(w: World) -> None:
+    j = job("f").task(gpu=1).build()
+    jid = w.submit(Job(**{**_fields(j), "max_retries": 2, "backoff_s": 10.0}))
+    for attempt, wait in ((1, 10.0), (2, 20.0)):
+        w.fx.exit(w.fx.keys(jid)[0], 3)
+        w.sched.step()
+        row = w.state(jid)
+        assert (row["state"], row["failures"], row["not_before"]) == (
+            "pending",
+            attempt,
+            w.clock.t + wait,
+        )
+        w.sched.step()
+        assert w.fx.keys(jid) == []  # backing off
+        w.clock.t += wait
+        w.sched.step()
+        assert w.state(jid)["attempt"] == attempt + 1
+    w.fx.exit(w.fx.keys(jid)[0], 3)
+    w.sched.step()
+    row = w.state(jid)
+    assert (row["state"], row["failures"], row["exit_code"]) == ("failed", 3, 3)
+    assert row["message"] == "task g0-0 exited with code 3; no retries left (2)"
+
+
+def test_restart_policy_never_fails_at_once(w: World) -> None:
+    j = job("n").task(cpu=1).build()
+    jid = w.submit(Job(**{**_fields(j), "restart_policy": RestartPolicy.NEVER}))
+    w.fx.exit(w.fx.keys(jid)[0], 1, ExitKind.OOM)
+    w.sched.step()
+    row = w.state(jid)
+    assert row["state"] == "failed"
+    assert row["message"] == "task g0-0 was killed for exceeding its memory limit; restart " \
+        "policy is never"  # fmt: skip
+
+
+def test_one_failed_task_stops_the_rest_of_the_gang(w: World) -> None:
+    jid = w.submit(job("g").task(3, cpu=1).build())
+    keys = w.fx.keys(jid)
+    w.fx.exit(keys[1], 2)
+    w.sched.step()
+    assert sorted(w.fx.stops) == [keys[0], keys[2]]
+    w.sched.step()
+    row = w.state(jid)
+    assert (row["state"], row["failures"]) == ("pending", 1)
+
+
+def test_cancel_pending_running_finished_and_unknown(w: World) -> None:
+    running = w.submit(job("r").task(gpu=4).build())
+    waiting = w.submit(job("p").task(gpu=4).build())
+    f1, f2 = w.sched.cancel(waiting), w.sched.cancel(running)
+    w.sched.step()
+    assert (f1.result(0), f2.result(0)) == ("cancelled", "running")
+    assert w.state(waiting)["state"] == "cancelled"
+    assert w.fx.stops == [(running, 1, "g0-0")]
+    w.sched.step()
+    assert w.state(running)["state"] == "cancelled"
+    for job_id, status in ((running, 409), ("999", 404)):
+        fut = w.sched.cancel(job_id)
+        w.sched.step()
+        with pytest.raises(Rejected) as e:
+            fut.result(0)
+        assert e.value.status == status
+
+
+def test_a_job_that_can_never_fit_is_refused_and_nothing_is_stored(w: World) -> None:
+    fut = w.sched.submit(job("big").task(gpu=8).build())
+    w.sched.step()
+    with pytest.raises(Rejected, match="can never fit"):
+        fut.result(0)
+    with w.store.read() as tx:
+        assert tx.list_jobs() == []
+
+
+def test_unknown_queue_is_refused(w: World) -> None:
+    fut = w.sched.submit(job("q").task(cpu=1).queue("nope").build())
+    w.sched.step()
+    with pytest.raises(Rejected, match="unknown queue 'nope'"):
+        fut.result(0)
+
+
+def test_time_limit_stops_and_fails_the_job(w: World) -> None:
+    j = job("t").task(cpu=1).build()
+    jid = w.submit(Job(**{**_fields(j), "time_limit_s": 60.0}))
+    w.clock.t += 61
+    w.sched.step()
+    assert w.fx.stops == [(jid, 1, "g0-0")]
+    w.sched.step()
+    row = w.state(jid)
+    assert (row["state"], row["message"]) == ("failed", "exceeded its time limit of 60s")
+
+
+def test_restart_adopts_running_tasks_and_never_launches_them_twice(w: World) -> None:
+    jid = w.submit(job("a").task(2, gpu=1).build())
+    launched = len(w.fx.launched)
+    w.restart()
+    w.sched.step()
+    assert len(w.fx.launched) == launched
+    assert w.state(jid)["state"] == "running"
+    assert "adopted" in w.events(jid)
+    # The adopted job's resources are held: a job needing every GPU waits.
+    other = w.submit(job("b").task(gpu=4).build())
+    assert w.state(other)["state"] == "pending"
+    for key in w.fx.keys(jid):
+        w.fx.exit(key, 0)
+    w.sched.step()
+    assert w.state(jid)["state"] == "succeeded"
+    assert w.state(other)["state"] == "running"
+
+
+def test_restart_finds_a_task_that_ended_while_it_was_down(w: World) -> None:
+    jid = w.submit(job("a").task(2, gpu=1).build())
+    k0, k1 = w.fx.keys(jid)
+    w.fx.crash_while_down(k0, 9)
+    w.restart()
+    assert w.fx.stops == [k1]  # the rest of the gang is stopped
+    w.sched.step()
+    row = w.state(jid)
+    assert (row["state"], row["failures"], row["exit_code"]) == ("pending", 1, 9)
+
+
+def test_restart_requeues_a_launch_that_never_happened_without_counting_a_failure(
+    w: World,
+) -> None:
+    w.fx.fail_launch.add("never")  # irrelevant name: nothing fails
+    jid = w.submit(job("a").task(gpu=1).build())
+    (key,) = w.fx.keys(jid)
+    # As if the scheduler died after writing the task row but before starting it.
+    del w.fx.running[key]
+    with w.store.tx() as tx:
+        tx.update_task(*key, {"state": "launching", "handle": None})
+    w.restart()
+    row = w.state(jid)
+    assert (row["state"], row["failures"]) in {("pending", 0), ("running", 0)}
+    w.sched.step()
+    assert w.state(jid)["attempt"] == 2
+    assert "requeued" in w.events(jid)
+
+
+def test_a_launch_failure_rolls_the_gang_back(w: World) -> None:
+    w.fx.fail_launch.add("g0-1")
+    jid = w.submit(job("a").task(2, gpu=1).build())
+    w.sched.step()
+    row = w.state(jid)
+    assert (row["state"], row["failures"]) == ("pending", 1)
+    assert w.fx.running == {}
+    assert "could not start" in str(row["reason"]) or row["not_before"] is not None
+
+
+def _fields(j: Job) -> dict[str, object]:
+    from dataclasses import fields
+
+    return {f.name: getattr(j, f.name) for f in fields(j) if f.init}
