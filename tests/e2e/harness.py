@@ -1,0 +1,132 @@
+"""A real `aisched up` on a loopback port, driven by the real `aisched` command (subprocesses).
+
+Each test gets its own service (its own data directory and port) with 4 declared GPUs, 4 CPUs
+and 8 GiB, so the whole flow runs on a machine without GPUs. Tasks outlive the service by
+design (the next start adopts them), so teardown cancels every live job before stopping it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 30.0) -> Any:
+    """Poll `check` until it returns something truthy; fail with `what` after the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(0.05)
+
+
+@dataclass
+class Service:
+    home: Path
+    port: int
+    work: Path
+    args: list[str]
+    proc: subprocess.Popen[bytes] | None = None
+    log: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.log = self.home / "service.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "AISCHED_SERVER": self.url, "AISCHED_HOME": str(self.home)}
+
+    def start(self) -> None:
+        out = open(self.log, "ab")  # noqa: SIM115 - the child owns it
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "aisched", "up", "--port", str(self.port),
+             "--data-dir", str(self.home), *self.args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=self.env(),
+            start_new_session=True,
+        )  # fmt: skip
+        out.close()
+
+        def up() -> bool:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"aisched up exited:\n{self.log.read_text()}")
+            try:
+                return bool(httpx.get(f"{self.url}/v1/healthz", timeout=1).json()["ok"])
+            except httpx.HTTPError:
+                return False
+
+        wait_for("the service to answer", up)
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def cli(
+        self, *args: str, check: bool = True, stdin: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "aisched", *args],
+            capture_output=True,
+            text=True,
+            env=self.env(),
+            cwd=self.work,
+            input=stdin,
+            timeout=60,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(
+                f"aisched {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+            )
+        return proc
+
+    def cli_json(self, *args: str) -> Any:
+        return json.loads(self.cli(*args, "--json").stdout)
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return self.cli_json("show", job_id)  # type: ignore[no-any-return]
+
+    def wait_state(self, job_id: str, *states: str, timeout_s: float = 30.0) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            j = self.job(job_id)
+            return j if j["state"] in states else None
+
+        return wait_for(f"job {job_id} to be {' or '.join(states)}", check, timeout_s)  # type: ignore[no-any-return]
+
+    def run(self, *args: str) -> str:
+        """`aisched run ARGS`; returns the new job's id."""
+        return str(self.cli_json("run", *args)["id"])

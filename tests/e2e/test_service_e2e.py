@@ -1,0 +1,345 @@
+"""End to end: the real service on a loopback port, driven by the real CLI, running real tasks.
+
+Tasks coordinate through files in the test's work directory (the jobs' working directory), so
+nothing depends on timing: a task that must wait blocks until a release file appears.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import textwrap
+import time
+
+import httpx
+import pytest
+from harness import Service, wait_for
+
+PY = sys.executable
+
+# Appends "start RANK ATTEMPT PID TIME" to starts.log, blocks until `release` exists, and on
+# SIGTERM appends "stop RANK ATTEMPT TIME" and exits.
+HOLD = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    rank, attempt = os.environ["RANK"], os.environ["AISCHED_RESTART_COUNT"]
+    def log(line):
+        with open("starts.log", "a") as f:
+            f.write(line + "\\n")
+    def term(*_):
+        log(f"stop {rank} {attempt} {time.time()}")
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, term)
+    log(f"start {rank} {attempt} {os.getpid()} {time.time()}")
+    with open(f"pid-{rank}-{attempt}", "w") as f:
+        f.write(str(os.getpid()))
+    while not os.path.exists(sys.argv[1]):
+        time.sleep(0.05)
+    """
+)
+
+WAIT = "import os, sys, time\nwhile not os.path.exists(sys.argv[1]): time.sleep(0.05)"
+
+
+def write(service: Service, name: str, text: str) -> str:
+    (service.work / name).write_text(text)
+    return name
+
+
+def starts(service: Service) -> list[list[str]]:
+    path = service.work / "starts.log"
+    if not path.exists():
+        return []
+    return [line.split() for line in path.read_text().splitlines() if line.startswith("start")]
+
+
+def test_a_gang_starts_together_each_task_with_its_own_gpu_rank_and_cores(service: Service) -> None:
+    script = write(
+        service,
+        "gang.py",
+        textwrap.dedent(
+            """
+            import json, os, sys, time
+            env = {k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES", "RANK", "WORLD_SIZE",
+                   "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "AISCHED_TASK", "OMP_NUM_THREADS")}
+            env["cores"] = sorted(os.sched_getaffinity(0))
+            open(f"ready-{env['RANK']}", "w").close()
+            deadline = time.time() + 20   # both tasks must be running at the same time
+            while not (os.path.exists("ready-0") and os.path.exists("ready-1")):
+                if time.time() > deadline:
+                    sys.exit("the other task never started")
+                time.sleep(0.05)
+            print(json.dumps(env))
+            """
+        ),
+    )
+    jid = service.run("--gpus", "1", "--replicas", "2", "--name", "gang", "--", PY, script)
+    job = service.wait_state(jid, "succeeded", "failed")
+    assert job["state"] == "succeeded", service.cli("logs", jid).stdout
+    seen = {}
+    for line in service.cli("logs", jid).stdout.splitlines():
+        task, _, payload = line.partition(" ")
+        seen[task] = json.loads(payload)
+    assert sorted(seen) == ["[main-0]", "[main-1]"]
+    a, b = seen["[main-0]"], seen["[main-1]"]
+    assert (a["RANK"], b["RANK"], a["WORLD_SIZE"], b["WORLD_SIZE"]) == ("0", "1", "2", "2")
+    assert {a["CUDA_VISIBLE_DEVICES"], b["CUDA_VISIBLE_DEVICES"]} == {"0", "1"}
+    assert (a["LOCAL_RANK"], b["LOCAL_RANK"]) == ("0", "1")
+    assert a["MASTER_PORT"] == b["MASTER_PORT"] and a["MASTER_ADDR"] == "127.0.0.1"
+    assert len(a["cores"]) == len(b["cores"]) == 1 and a["cores"] != b["cores"]
+    assert [t["gpus"] for t in job["tasks"]] in ([[0], [1]], [[1], [0]])
+
+
+def test_a_job_waits_while_gpus_are_busy_and_starts_when_they_free_up(service: Service) -> None:
+    first = service.run("--gpus", "4", "--", PY, "-c", WAIT, "release-first")
+    service.wait_state(first, "running")
+    second = service.run("--gpus", "2", "--", PY, "-c", "print('second ran')")
+    time.sleep(0.5)
+    shown = service.cli("show", second).stdout
+    assert "pending" in shown and "waiting because" in shown
+    assert service.job(second)["reason"]
+    listed = service.cli("jobs").stdout
+    assert first in listed and "running" in listed and "pending" in listed
+    (service.work / "release-first").touch()
+    done = service.wait_state(second, "succeeded", "failed")
+    assert done["state"] == "succeeded"
+    assert done["started_at"] >= service.job(first)["finished_at"]
+    assert service.cli("logs", second).stdout == "second ran\n"
+
+
+def test_high_priority_preempts_low_which_resumes_from_its_checkpoint(service: Service) -> None:
+    script = write(
+        service,
+        "train.py",
+        textwrap.dedent(
+            """
+            import os, pathlib, signal, sys, time
+            ckpt = pathlib.Path(os.environ["AISCHED_CHECKPOINT_DIR"]) / "step"
+            step = int(ckpt.read_text()) if ckpt.exists() else 0
+            print(f"restart={os.environ['AISCHED_RESTART_COUNT']} step={step} "
+                  f"dir={os.environ['AISCHED_CHECKPOINT_DIR']}", flush=True)
+            def term(*_):
+                ckpt.write_text(str(step))
+                print(f"checkpointed step={step}", flush=True)
+                sys.exit(0)
+            signal.signal(signal.SIGTERM, term)
+            open("low-started", "w").close()
+            while not os.path.exists("release-low"):
+                step += 1
+                time.sleep(0.01)
+            print("done", flush=True)
+            """
+        ),
+    )
+    low = service.run("--gpus", "4", "--priority", "0", "--name", "low", "--", PY, script)
+    wait_for("the low job's signal handler", (service.work / "low-started").exists)
+    time.sleep(0.2)
+    (service.work / "low-started").unlink()
+    high = service.run("--gpus", "4", "--priority", "10", "--", PY, "-c", "print('high ran')")
+    assert service.wait_state(high, "succeeded", "failed")["state"] == "succeeded"
+    again = service.wait_state(low, "running")
+    assert again["attempt"] == 2 and again["preemptions"] == 1
+    wait_for("the low job to restart", (service.work / "low-started").exists)
+    (service.work / "release-low").touch()
+    final = service.wait_state(low, "succeeded", "failed")
+    assert final["state"] == "succeeded"
+    kinds = [e["kind"] for e in final["events"]]
+    assert "preempting" in kinds and "preempted" in kinds
+    first = service.cli("logs", low, "--attempt", "1").stdout.splitlines()
+    second = service.cli("logs", low).stdout.splitlines()
+    ckpt_dir = final["checkpoint_dir"]
+    assert first[0] == f"restart=0 step=0 dir={ckpt_dir}"
+    assert first[1].startswith("checkpointed step=")
+    saved = int(first[1].split("=")[1])
+    assert saved > 0
+    assert second[0] == f"restart=1 step={saved} dir={ckpt_dir}"
+    assert second[-1] == "done"
+
+
+def test_a_failing_job_is_retried_up_to_its_limit(service: Service) -> None:
+    write(
+        service,
+        "flaky.yaml",
+        textwrap.dedent(
+            f"""
+            name: flaky
+            command: ["{PY}", "-c", "import sys; print('trying'); sys.exit(3)"]
+            resources: {{cpus: 1, mem: 256M}}
+            restart: {{policy: on-failure, max_retries: 2, backoff: 0.2s}}
+            """
+        ),
+    )
+    jid = service.cli_json("submit", "flaky.yaml")["id"]
+    job = service.wait_state(jid, "failed", "succeeded")
+    assert (job["state"], job["attempt"], job["failures"], job["exit_code"]) == ("failed", 3, 3, 3)
+    assert job["message"] == "task main-0 exited with code 3; no retries left (2)"
+    assert [e["kind"] for e in job["events"]].count("retrying") == 2
+    for attempt in ("1", "2", "3"):
+        assert service.cli("logs", jid, "--attempt", attempt).stdout == "trying\n"
+
+
+def test_kill_9_of_the_service_loses_nothing_and_runs_nothing_twice(service: Service) -> None:
+    hold = write(service, "hold.py", HOLD)
+    gang = service.run("--gpus", "1", "--replicas", "2", "--", PY, hold, "release")
+    wait_for("both tasks to start", lambda: len(starts(service)) == 2)
+    waiting = service.run("--gpus", "4", "--", PY, "-c", "print('after the gang')")
+    wait_for("the waiting job's reason", lambda: service.job(waiting)["reason"])
+    service.kill9()
+    pids = [int(s[3]) for s in starts(service)]
+    for pid in pids:
+        os.kill(pid, 0)  # the tasks live on without the scheduler
+    service.start()
+    job = service.job(gang)
+    assert (job["state"], job["attempt"]) == ("running", 1)
+    assert [e["kind"] for e in job["events"]].count("adopted") == 2
+    assert service.job(waiting)["state"] == "pending"
+    (service.work / "release").touch()
+    assert service.wait_state(gang, "succeeded", "failed")["state"] == "succeeded"
+    assert service.wait_state(waiting, "succeeded", "failed")["state"] == "succeeded"
+    assert len(starts(service)) == 2  # each task ran exactly once
+
+
+def test_a_task_that_dies_while_the_service_is_down_is_retried_after_its_gang_stopped(
+    service: Service,
+) -> None:
+    hold = write(service, "hold.py", HOLD)
+    gang = service.run("--gpus", "1", "--replicas", "2", "--", PY, hold, "release")
+    wait_for("both tasks to start", lambda: len(starts(service)) == 2)
+    service.kill9()
+    victim = next(int(s[3]) for s in starts(service) if s[1] == "1")
+    os.kill(victim, signal.SIGKILL)
+    service.start()
+    wait_for("the retry", lambda: len(starts(service)) == 4, timeout_s=40)
+    job = service.job(gang)
+    assert (job["attempt"], job["failures"]) == (2, 1)
+    lines = (service.work / "starts.log").read_text().splitlines()
+    stopped = [float(x.split()[3]) for x in lines if x.startswith("stop 0 0")]
+    retried = [float(x.split()[4]) for x in lines if x.startswith("start") and x.split()[2] == "1"]
+    # The surviving task of attempt 1 was stopped before any task of attempt 2 started.
+    assert len(stopped) == 1 and len(retried) == 2 and stopped[0] <= min(retried)
+    (service.work / "release").touch()
+    assert service.wait_state(gang, "succeeded", "failed")["state"] == "succeeded"
+
+
+def test_cancel_stops_a_running_job_and_its_processes(service: Service) -> None:
+    hold = write(service, "hold.py", HOLD)
+    jid = service.run("--gpus", "2", "--", PY, hold, "never")
+    wait_for("the task to start", lambda: len(starts(service)) == 1)
+    pid = int(starts(service)[0][3])
+    out = service.cli("cancel", jid).stdout
+    assert out == f"job {jid}: cancelling (tasks stopping)\n"
+    assert service.wait_state(jid, "cancelled")["message"] == "cancelled"
+
+    def gone() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    wait_for("the task's process to end", gone)
+    bad = service.cli("cancel", jid, check=False)
+    assert bad.returncode == 2 and "has already ended (cancelled)" in bad.stderr
+
+
+def test_a_task_over_its_memory_limit_is_stopped(service: Service) -> None:
+    jid = service.run(
+        "--mem", "64M", "--restart", "never", "--",
+        PY, "-c", "x = bytearray(512 * 1024 * 1024); print('allocated')",
+    )  # fmt: skip
+    job = service.wait_state(jid, "failed", "succeeded")
+    assert job["state"] == "failed"
+    logs = service.cli("logs", jid).stdout
+    assert "memory limit" in job["message"] or "MemoryError" in logs
+    assert "allocated" not in logs
+
+
+BAD_FILES = [
+    ("syntax.yaml", "name: x\ncommand: [a, b\n", ["syntax.yaml:3:1: YAML syntax error"]),
+    ("unknown.yaml", "command: [true]\nresources: {cpus: 1, gpuz: 2}\n", ["resources.gpuz"]),
+    ("negative.yaml", "command: [true]\nresources: {cpus: -1}\n", ["resources.cpus"]),
+    ("absurd.yaml", "command: [true]\nreplicas: 100000000\n", ["replicas"]),
+    ("toobig.yaml", "command: [true]\nresources: {gpus: 8}\n", ["can never fit"]),
+    ("toomany.yaml", "command: [true]\nreplicas: 5\nresources: {gpus: 1}\n", ["can never fit"]),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "wants"), BAD_FILES, ids=[b[0] for b in BAD_FILES])
+def test_bad_input_is_refused_with_its_field_and_nothing_is_created(
+    service: Service, name: str, text: str, wants: list[str]
+) -> None:
+    write(service, name, text)
+    proc = service.cli("submit", name, check=False)
+    assert proc.returncode == 2, proc.stdout
+    assert proc.stderr.startswith("error: ")
+    for want in wants:
+        assert want in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert service.cli_json("jobs", "--all")["jobs"] == []
+    assert httpx.get(f"{service.url}/v1/healthz").json() == {"ok": True}
+
+
+def test_bad_requests_over_http_get_4xx_and_the_service_stays_up(service: Service) -> None:
+    url = service.url
+    cases = [
+        httpx.post(f"{url}/v1/jobs", content=b"\xff\xfe", headers={"content-type": "text/yaml"}),
+        httpx.post(
+            f"{url}/v1/jobs", content=b"[1, 2", headers={"content-type": "application/json"}
+        ),
+        httpx.post(f"{url}/v1/jobs", json=[1, 2]),
+        httpx.post(f"{url}/v1/jobs", json={"command": ["true"], "resources": {"mem": "lots"}}),
+        httpx.post(f"{url}/v1/jobs", content=b"x" * (2 << 20)),
+        httpx.get(f"{url}/v1/jobs/404"),
+        httpx.get(f"{url}/v1/jobs", params={"state": "sleeping"}),
+        httpx.get(f"{url}/v1/jobs", params={"limit": "-3"}),
+        httpx.post(f"{url}/v1/jobs/404/cancel"),
+    ]
+    assert [r.status_code for r in cases] == [422, 422, 422, 422, 413, 404, 422, 422, 404]
+    for r in cases:
+        assert r.json()["error"]
+    assert "resources.mem" in "\n".join(cases[3].json()["problems"])
+    proc = service.cli("run", "--cpus", "-2", "--", "true", check=False)
+    assert proc.returncode == 2 and "resources.cpus" in proc.stderr
+    proc = service.cli("run", "--mem", "12", "--", "true", check=False)
+    assert proc.returncode == 2 and "give a unit" in proc.stderr
+    assert httpx.get(f"{url}/v1/healthz").json() == {"ok": True}
+    assert service.cli_json("jobs", "--all")["jobs"] == []
+
+
+def test_nodes_queues_metrics_and_openapi(service: Service) -> None:
+    hold = write(service, "hold.py", HOLD)
+    jid = service.run("--gpus", "2", "--", PY, hold, "release")
+    wait_for("the task to start", lambda: len(starts(service)) == 1)
+    nodes = service.cli_json("nodes")["nodes"]
+    assert len(nodes) == 1
+    node = nodes[0]
+    assert len(node["gpus"]) == 4 and node["memory_limit"] in ("cgroup-v2", "cgroup-v1", "rlimit")
+    used = [g for g in node["gpus"] if g["used_by"]]
+    assert [u["job"] for g in used for u in g["used_by"]] == [jid, jid]
+    text = service.cli("nodes").stdout
+    assert "GPUs" in text and f"job {jid}" in text
+    queues = service.cli_json("queues")["queues"]
+    assert [(q["name"], q["running"], q["used"]["gpus"]) for q in queues] == [("default", 1, 2.0)]
+    metrics = httpx.get(f"{service.url}/metrics").text
+    assert 'aisched_jobs{state="running"} 1.0' in metrics
+    assert "aisched_allocated_gpus 2.0" in metrics and "aisched_capacity_gpus 4.0" in metrics
+    assert 'aisched_queue_running_jobs{queue="default"} 1.0' in metrics
+    assert "aisched_scheduling_cycle_duration_seconds_count" in metrics
+    spec = httpx.get(f"{service.url}/openapi.json").json()
+    assert {"/v1/jobs", "/v1/jobs/{job_id}", "/v1/nodes", "/v1/queues"} <= set(spec["paths"])
+    (service.work / "release").touch()
+    service.wait_state(jid, "succeeded")
+
+
+def test_logs_follow_streams_until_the_job_ends(service: Service) -> None:
+    script = "import time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.2)\n"
+    write(service, "count.py", script)
+    jid = service.run("--", PY, "count.py")
+    out = service.cli("logs", jid, "-f").stdout
+    assert out == "0\n1\n2\n"
+    proc = service.cli(
+        "run", "-f", "--", PY, "-c", "import sys; print('hi'); sys.exit(4)", check=False
+    )
+    assert proc.stdout == "hi\n" and proc.returncode == 4
