@@ -83,3 +83,8 @@ def parse_yaml(text: str, source: str) -> Any:
         raise SpecError(f"{where}: YAML syntax error: {what}") from None
     except yaml.YAMLError as e:
         raise SpecError(f"{source}: YAML error: {e}") from None
+    except ValueError as e:
+        # PyYAML's int() of a number longer than Python's digit limit.
+        raise SpecError(f"{source}: YAML error: {e}") from None
+    except RecursionError:
+        raise SpecError(f"{source}: YAML error: nested too deeply") from None

@@ -1,0 +1,346 @@
+"""What the two job-file formats (native, Volcano) share: limits, field types, defaults, results.
+
+The pydantic field types here carry their own checks and limits, so a mistake is reported at its
+field path by pydantic together with every other field's mistake. The limits refuse values that
+can only be typos (a million replicas, a petabyte per task, a retry budget of ten thousand)
+before they reach the scheduler. Environment names the scheduler sets for every task (the
+contract of `executors.base.contract_env`) are refused here, so a job file can never override
+them.
+
+Nothing here reads files or builds a `Job`; `job_native` and `job_volcano` do.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BeforeValidator, Field, StrictInt, StrictStr, ValidationError
+
+from aisched.model.job import Job
+from aisched.spec.units import (
+    UnitError,
+    k8s_count,
+    k8s_cpu_milli,
+    k8s_mem_mib,
+    to_duration_s,
+    to_gpus,
+    to_mem_mib,
+    to_milli_cpu,
+)
+
+# --- limits (anything beyond is a typo, not a job) ------------------------------------------
+
+MAX_REPLICAS = 10_000  # per task group
+MAX_TASKS = 10_000  # per job, all groups together
+MAX_MILLI_CPU = 100_000 * 1000  # 100,000 CPUs per task
+MAX_MEM_MIB = 1024**3  # 1 PiB per task (and per GPU for gpu_mem)
+MAX_GPUS = 4096  # per task
+MAX_DURATION_S = 366 * 86400.0
+MAX_RETRIES = 1000
+MAX_GRACE_S = 3600.0
+MAX_PRIORITY = 1_000_000_000  # Kubernetes' own bound for user priorities
+MAX_NAME_LEN = 63
+MAX_PATH_LEN = 4096
+
+# --- environment the scheduler owns ---------------------------------------------------------
+
+SCHEDULER_ENV = frozenset(
+    {
+        "CUDA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_ORDER",
+        "OMP_NUM_THREADS",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "WORLD_SIZE",
+        "RANK",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "NODE_RANK",
+        "GROUP_WORLD_SIZE",
+    }
+)
+SCHEDULER_ENV_PREFIX = "AISCHED_"
+
+# --- defaults and results -------------------------------------------------------------------
+
+DEFAULT_PRIORITY_CLASSES: Mapping[str, int] = MappingProxyType(
+    {"low": -100, "normal": 0, "high": 100, "critical": 1000}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class JobDefaults:
+    """What a job file leaves out, as the service is configured. `priority_classes` names the
+    priorities a file may ask for by name (`priority_class`, Volcano's `priorityClassName`)."""
+
+    user: str = "default"
+    queue: str = "default"
+    priority_classes: Mapping[str, int] = field(default_factory=lambda: DEFAULT_PRIORITY_CLASSES)
+    grace_period_s: float = 30.0
+    max_retries: int = 3
+    backoff_s: float = 10.0
+
+
+DEFAULTS = JobDefaults()
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedJob:
+    """A job read from a file or request body.
+
+    `job` has `id=""` and `submit_time_s=0.0`: the service sets both. `format` is "native" or
+    "volcano". `warnings` are `source: field.path: message` lines about what was accepted but
+    will not act as the author may expect (a container image, a volume, a node selector...).
+    """
+
+    job: Job
+    format: str
+    warnings: tuple[str, ...] = ()
+
+
+class Problems:
+    """Collects `source: path: message` lines, so every mistake of a stage is reported at once."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.lines: list[str] = []
+
+    def add(self, path: str, message: str) -> None:
+        self.lines.append(
+            f"{self.source}: {path}: {message}" if path else f"{self.source}: {message}"
+        )
+
+
+def problem_lines(err: ValidationError, source: str) -> list[str]:
+    """One `source: field.path: message` line per pydantic error, with the messages of nested
+    models and dict keys put in job-file terms."""
+    out: list[str] = []
+    for e in err.errors(include_url=False):
+        # A dict key's own error is located at the key, with a "[key]" marker we drop.
+        path = ".".join(str(part) for part in e["loc"] if part != "[key]")
+        msg = e["msg"]
+        kind = e["type"]
+        if kind == "extra_forbidden":
+            msg = "unknown key"
+        elif kind in ("model_type", "model_attributes_type", "dict_type"):
+            msg = "Input should be a mapping (key: value pairs)"
+        elif kind == "value_error":
+            msg = msg.removeprefix("Value error, ")
+        elif kind == "invalid_key":
+            msg = "keys should be strings"
+        out.append(f"{source}: {path}: {msg}" if path else f"{source}: {msg}")
+    return out
+
+
+def describe(value: Any) -> str:
+    """A short description of a value of the wrong type, for messages."""
+    if value is None:
+        return "nothing"
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (a boolean)"
+    if isinstance(value, str | int | float):
+        return f"{value!r} (a {type(value).__name__})"
+    return f"a {type(value).__name__}"
+
+
+def priority_of_class(name: str, classes: Mapping[str, int]) -> int:
+    """The priority of a named class; ValueError naming the known classes otherwise."""
+    if name in classes:
+        return classes[name]
+    known = ", ".join(f"{k} ({v})" for k, v in sorted(classes.items(), key=lambda kv: -kv[1]))
+    raise ValueError(f"unknown priority class {name!r}; known: {known or '(none configured)'}")
+
+
+def duplicates(names: Iterable[str]) -> list[tuple[int, int]]:
+    """`(index, index of the first with the same name)` for every repeated name."""
+    first: dict[str, int] = {}
+    out: list[tuple[int, int]] = []
+    for i, n in enumerate(names):
+        if n in first:
+            out.append((i, first[n]))
+        else:
+            first[n] = i
+    return out
+
+
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def name_from_command(command: tuple[str, ...]) -> str:
+    """A job name from its command: the base name of the program (`python` for
+    `["python", "train.py"]`; `sh -c` strings are looked into), made a valid name."""
+    words = list(command)
+    if len(words) >= 3 and words[0] in ("/bin/sh", "sh", "/bin/bash", "bash") and words[1] == "-c":
+        words = words[2].split()
+    word = words[0] if words else ""
+    base = word.rstrip("/").rsplit("/", 1)[-1]
+    clean = _NAME_CHARS.sub("-", base).lstrip("._-")[:MAX_NAME_LEN]
+    return clean or "job"
+
+
+# --- field types ----------------------------------------------------------------------------
+
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _name(v: str) -> str:
+    if len(v) > MAX_NAME_LEN or not _NAME_RE.fullmatch(v):
+        raise ValueError(
+            f"{v!r} is not a valid name: 1 to {MAX_NAME_LEN} letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return v
+
+
+def _gpu_model(v: str) -> str:
+    if len(v) > 128 or not _NAME_RE.fullmatch(v):
+        raise ValueError(f"{v!r} is not a GPU model name such as A100 or H100-80GB")
+    return v
+
+
+def _env_name(v: str) -> str:
+    if not _ENV_NAME_RE.fullmatch(v):
+        raise ValueError(
+            f"{v!r} is not a valid environment variable name: letters, digits and '_', "
+            "not starting with a digit"
+        )
+    if v in SCHEDULER_ENV or v.startswith(SCHEDULER_ENV_PREFIX):
+        raise ValueError("set by the scheduler; cannot be overridden")
+    return v
+
+
+def _text(v: Any) -> str:
+    """A word of a command or an environment value: a string, or an integer written bare."""
+    if isinstance(v, str):
+        if "\x00" in v:
+            raise ValueError("contains a NUL character")
+        return v
+    if isinstance(v, int) and not isinstance(v, bool):
+        return str(v)
+    if isinstance(v, float | bool):
+        # YAML turns 1e-3 into 0.001 and `on` into true: the process would not see what was written.
+        raise ValueError(f"expected a string, got {describe(v)}: quote it")
+    raise ValueError(f"expected a string, got {describe(v)}")
+
+
+def _shell_or_words(v: Any) -> Any:
+    if isinstance(v, str):
+        if not v.strip():
+            raise ValueError("is empty: give the program to run")
+        return ["/bin/sh", "-c", v]
+    if not isinstance(v, list | tuple):
+        raise ValueError(
+            f"expected a list of words (e.g. [python, train.py]) or a shell command string, "
+            f"got {describe(v)}"
+        )
+    return v
+
+
+def nonempty_command(v: tuple[str, ...]) -> tuple[str, ...]:
+    if not v:
+        raise ValueError("is empty: give the program and its arguments, e.g. [python, train.py]")
+    if not v[0].strip():
+        raise ValueError("the program name (the first word) is empty")
+    return v
+
+
+def at_least_one_task(v: list[Any]) -> list[Any]:
+    if not v:
+        raise ValueError("a job needs at least one task")
+    return v
+
+
+def _path(v: str) -> str:
+    if not v:
+        raise ValueError("is empty")
+    if "\x00" in v:
+        raise ValueError("contains a NUL character")
+    if len(v) > MAX_PATH_LEN:
+        raise ValueError(f"is longer than {MAX_PATH_LEN} characters")
+    return v
+
+
+def _unit(parse: Callable[[Any], Any], check: Callable[[Any, Any], None]) -> Callable[[Any], Any]:
+    def validate(v: Any) -> Any:
+        try:
+            out = parse(v)
+        except UnitError as e:
+            raise ValueError(str(e)) from None
+        check(v, out)
+        return out
+
+    return validate
+
+
+def _positive_limited(limit: int, what: str) -> Callable[[Any, int], None]:
+    def check(v: Any, out: int) -> None:
+        if out <= 0:
+            raise ValueError("must be more than 0")
+        if out > limit:
+            raise ValueError(f"{v} is more than the limit of {what}")
+
+    return check
+
+
+def _duration_check(limit: float, what: str, allow_zero: bool) -> Callable[[Any, float], None]:
+    # Negative durations are refused by the parser itself.
+    def check(v: Any, out: float) -> None:
+        if out == 0 and not allow_zero:
+            raise ValueError("must be more than 0")
+        if out > limit:
+            raise ValueError(f"{v} is more than the limit of {what}")
+
+    return check
+
+
+def _gpus_check(v: Any, out: tuple[int, int]) -> None:
+    if out[0] > MAX_GPUS:
+        raise ValueError(f"{v} is more than the limit of {MAX_GPUS} GPUs per task")
+
+
+def _gpu_count_check(v: Any, out: int) -> None:
+    if out > MAX_GPUS:
+        raise ValueError(f"{v} is more than the limit of {MAX_GPUS} GPUs per task")
+
+
+Name = Annotated[StrictStr, AfterValidator(_name)]
+GpuModel = Annotated[StrictStr, AfterValidator(_gpu_model)]
+EnvName = Annotated[StrictStr, AfterValidator(_env_name)]
+Text = Annotated[str, BeforeValidator(_text)]
+Command = Annotated[
+    tuple[Text, ...], BeforeValidator(_shell_or_words), AfterValidator(nonempty_command)
+]
+Path = Annotated[StrictStr, AfterValidator(_path)]
+Replicas = Annotated[StrictInt, Field(ge=1, le=MAX_REPLICAS)]
+Retries = Annotated[StrictInt, Field(ge=0, le=MAX_RETRIES)]
+Priority = Annotated[StrictInt, Field(ge=-MAX_PRIORITY, le=MAX_PRIORITY)]
+
+MilliCpu = Annotated[
+    int, BeforeValidator(_unit(to_milli_cpu, _positive_limited(MAX_MILLI_CPU, "100,000 CPUs")))
+]
+MemMib = Annotated[int, BeforeValidator(_unit(to_mem_mib, _positive_limited(MAX_MEM_MIB, "1P")))]
+Gpus = Annotated[tuple[int, int], BeforeValidator(_unit(to_gpus, _gpus_check))]
+# A span of time the job runs or waits (time limit, estimate, checkpoint interval): above 0.
+Span = Annotated[
+    float, BeforeValidator(_unit(to_duration_s, _duration_check(MAX_DURATION_S, "366d", False)))
+]
+# A delay that may be 0 (backoff between retries).
+Delay = Annotated[
+    float, BeforeValidator(_unit(to_duration_s, _duration_check(MAX_DURATION_S, "366d", True)))
+]
+Grace = Annotated[
+    float, BeforeValidator(_unit(to_duration_s, _duration_check(MAX_GRACE_S, "1h", True)))
+]
+
+K8sMilliCpu = Annotated[
+    int, BeforeValidator(_unit(k8s_cpu_milli, _positive_limited(MAX_MILLI_CPU, "100,000 CPUs")))
+]
+K8sMemMib = Annotated[
+    int, BeforeValidator(_unit(k8s_mem_mib, _positive_limited(MAX_MEM_MIB, "1Pi")))
+]
+K8sGpus = Annotated[int, BeforeValidator(_unit(k8s_count, _gpu_count_check))]

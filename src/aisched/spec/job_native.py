@@ -1,0 +1,249 @@
+"""The native job file (YAML or JSON): validated with pydantic, converted to a `model.Job`.
+
+Two stages, each reporting every problem it finds: (1) pydantic checks every field (types,
+units, limits, names, environment); (2) only when all fields are valid, the checks that relate
+fields to each other (tasks vs the one-task shorthand, task names unique, `min_available` within
+the job's task count, `priority` vs `priority_class`, topology levels, `gpu_mem` without GPUs).
+
+Unknown keys are errors. Pydantic types stay in this module and `job_common`; `native_job` is
+the one place they become a `Job`. The job's id, submit time and the submitting OS user are not
+read here: the service sets them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    ValidationError,
+)
+
+from aisched.model.cluster import TopologyLevel
+from aisched.model.job import (
+    Job,
+    JobKind,
+    RestartPolicy,
+    TaskGroup,
+    TopologyMode,
+    TopologyRequirement,
+)
+from aisched.model.resources import Resources
+from aisched.spec.errors import SpecError
+from aisched.spec.job_common import (
+    MAX_TASKS,
+    Command,
+    Delay,
+    EnvName,
+    GpuModel,
+    Gpus,
+    Grace,
+    JobDefaults,
+    MemMib,
+    MilliCpu,
+    Name,
+    ParsedJob,
+    Path,
+    Priority,
+    Problems,
+    Replicas,
+    Retries,
+    Span,
+    Text,
+    at_least_one_task,
+    duplicates,
+    name_from_command,
+    priority_of_class,
+    problem_lines,
+)
+
+FORMAT = "native"
+DEFAULT_MILLI_CPU = 1000
+DEFAULT_MEM_MIB = 1024
+SHORTHAND_GROUP = "main"
+_SHORTHAND_KEYS = ("command", "replicas", "resources", "env", "workdir")
+
+Level = Literal["node", "rack", "zone"]
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ResourcesModel(_Spec):
+    cpus: MilliCpu = DEFAULT_MILLI_CPU
+    mem: MemMib = DEFAULT_MEM_MIB
+    gpus: Gpus = (0, 0)
+    gpu_mem: MemMib | None = None  # per GPU (or for the share, with a fractional `gpus`)
+
+
+class TaskModel(_Spec):
+    name: Name
+    replicas: Replicas = 1
+    command: Command
+    env: dict[EnvName, Text] = Field(default_factory=dict)
+    workdir: Path | None = None
+    resources: ResourcesModel = Field(default_factory=ResourcesModel)
+
+
+class TopologyModel(_Spec):
+    pack: Level | None = None
+    spread: Level | None = None
+    mode: TopologyMode = TopologyMode.REQUIRED
+
+
+class RestartModel(_Spec):
+    policy: RestartPolicy = RestartPolicy.ON_FAILURE
+    max_retries: Retries | None = None
+    backoff: Delay | None = None
+
+
+class NativeJobModel(_Spec):
+    name: Name | None = None
+    kind: JobKind = JobKind.BATCH
+    queue: Name | None = None
+    user: Name | None = None
+    priority: Priority | None = None
+    priority_class: StrictStr | None = None
+    preemptible: StrictBool = True
+    min_available: Replicas | None = None
+    gpu_models: list[GpuModel] = Field(default_factory=list)
+    topology: TopologyModel | None = None
+    restart: RestartModel | None = None
+    time_limit: Span | None = None
+    estimate: Span | None = None
+    checkpoint_interval: Span | None = None
+    grace_period: Grace | None = None
+    tasks: Annotated[list[TaskModel], AfterValidator(at_least_one_task)] | None = None
+    # The one-task shorthand: a group named "main".
+    command: Command | None = None
+    replicas: Replicas | None = None
+    resources: ResourcesModel | None = None
+    env: dict[EnvName, Text] | None = None
+    workdir: Path | None = None
+
+
+def native_job(data: dict[Any, Any], source: str, defaults: JobDefaults) -> ParsedJob:
+    """Validate a native job document and build its `Job`; every problem is a SpecError."""
+    try:
+        spec = NativeJobModel.model_validate(data)
+    except ValidationError as e:
+        raise SpecError(problem_lines(e, source)) from None
+    p = Problems(source)
+    groups = _groups(spec, p)
+    num_tasks = sum(g.replicas for g in groups)
+    if num_tasks > MAX_TASKS:
+        p.add("tasks", f"{num_tasks} tasks in all, more than the limit of {MAX_TASKS}")
+    if spec.min_available is not None and groups and spec.min_available > num_tasks:
+        p.add("min_available", f"{spec.min_available} is more than the job's {num_tasks} tasks")
+    priority = _priority(spec, defaults, p)
+    topology = _topology(spec.topology, p)
+    if p.lines:
+        raise SpecError(p.lines)
+
+    restart = spec.restart or RestartModel()
+    job = Job(
+        id="",
+        groups=tuple(groups),
+        name=spec.name or name_from_command(groups[0].command),
+        kind=spec.kind,
+        user=spec.user or defaults.user,
+        queue=spec.queue or defaults.queue,
+        priority=priority,
+        preemptible=spec.preemptible,
+        min_available=spec.min_available,
+        topology=topology,
+        gpu_models=tuple(spec.gpu_models),
+        restart_policy=restart.policy,
+        max_retries=defaults.max_retries if restart.max_retries is None else restart.max_retries,
+        time_limit_s=spec.time_limit,
+        estimate_s=spec.estimate,
+        checkpoint_interval_s=spec.checkpoint_interval,
+        grace_period_s=defaults.grace_period_s if spec.grace_period is None else spec.grace_period,
+        backoff_s=defaults.backoff_s if restart.backoff is None else restart.backoff,
+    )
+    return ParsedJob(job=job, format=FORMAT)
+
+
+def _groups(spec: NativeJobModel, p: Problems) -> list[TaskGroup]:
+    given = [k for k in _SHORTHAND_KEYS if k in spec.model_fields_set]
+    if spec.tasks is not None:
+        for k in given:
+            p.add(k, "cannot be used together with tasks: put it inside a task")
+        for i, first in duplicates(t.name for t in spec.tasks):
+            p.add(f"tasks.{i}.name", f"{spec.tasks[i].name!r} is already the name of tasks.{first}")
+        return [_group(t, f"tasks.{i}", p) for i, t in enumerate(spec.tasks)]
+    if spec.command is None:
+        p.add("command", "a job needs a command (or a list of tasks)")
+        return []
+    # Already validated field by field; model_construct keeps the values as they are.
+    one = TaskModel.model_construct(
+        name=SHORTHAND_GROUP,
+        replicas=spec.replicas or 1,
+        command=spec.command,
+        env=spec.env or {},
+        workdir=spec.workdir,
+        resources=spec.resources or ResourcesModel(),
+    )
+    return [_group(one, "", p)]
+
+
+def _group(t: TaskModel, path: str, p: Problems) -> TaskGroup:
+    r = t.resources
+    gpu, gpu_milli = r.gpus
+    gpu_mem_mib = 0
+    if r.gpu_mem is not None:
+        if not gpu and not gpu_milli:
+            p.add(_join(path, "resources.gpu_mem"), "needs gpus: ask for a GPU or a share of one")
+        # `gpu_mem` is per GPU; the model counts the task's total over its whole GPUs.
+        gpu_mem_mib = r.gpu_mem * gpu if gpu else r.gpu_mem
+    return TaskGroup(
+        name=t.name,
+        replicas=t.replicas,
+        request=Resources(
+            milli_cpu=r.cpus,
+            mem_mib=r.mem,
+            gpu=gpu,
+            gpu_milli=gpu_milli,
+            gpu_mem_mib=gpu_mem_mib,
+        ),
+        command=t.command,
+        env=tuple(t.env.items()),
+        workdir=t.workdir,
+    )
+
+
+def _priority(spec: NativeJobModel, defaults: JobDefaults, p: Problems) -> int:
+    if spec.priority_class is None:
+        return spec.priority or 0
+    if spec.priority is not None:
+        p.add("priority_class", "give priority or priority_class, not both")
+        return 0
+    try:
+        return priority_of_class(spec.priority_class, defaults.priority_classes)
+    except ValueError as e:
+        p.add("priority_class", str(e))
+        return 0
+
+
+def _topology(t: TopologyModel | None, p: Problems) -> TopologyRequirement:
+    if t is None:
+        return TopologyRequirement()
+    pack = None if t.pack is None else TopologyLevel[t.pack.upper()]
+    spread = None if t.spread is None else TopologyLevel[t.spread.upper()]
+    if pack is not None and spread is not None and spread >= pack:
+        p.add(
+            "topology.spread",
+            f"must be a smaller level than pack ({t.pack}): one task per {t.spread} "
+            f"inside one {t.pack} leaves room for one task",
+        )
+    return TopologyRequirement(pack=pack, mode=t.mode, spread=spread)
+
+
+def _join(prefix: str, path: str) -> str:
+    return f"{prefix}.{path}" if prefix else path

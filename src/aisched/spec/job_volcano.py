@@ -1,0 +1,540 @@
+"""Volcano `batch.volcano.sh/v1alpha1` Job files, accepted as users have them, made a `model.Job`.
+
+Kubernetes and Volcano add fields over versions, so unknown keys are accepted everywhere; every
+field aisched acts on is type-checked. Fields that would change what the author expects but that
+aisched cannot honour on a host (an image, volumes, a node selector, init containers, other
+extended resources, per-task retry limits...) give a warning with their path; fields that cannot
+be honoured at all give an error (a second container, an environment value taken from a Secret,
+a container without a command: aisched runs a command, and an image's entrypoint is unknown).
+
+The mapping (docs/jobs.md has it as a table):
+
+- `metadata.name` -> name (required); `metadata.namespace` is ignored: aisched has no namespaces.
+- `spec.queue`, `spec.minAvailable` (0 or absent: the sum of the tasks' `minAvailable`, each
+  defaulting to its replicas, as Volcano's webhook does), `spec.priorityClassName` (through the
+  configured priority classes), `spec.maxRetry` (absent: 3, Volcano's default),
+  `spec.runningEstimate` -> estimate.
+- `spec.tasks[i]`: `name` (absent: `default<i>`, as Volcano names it), `replicas` (absent: 1),
+  `template.spec.containers[0]`: `command` + `args`, `env`, `workingDir`,
+  `resources.limits` else `resources.requests` per resource (`cpu`, default 1; `memory`,
+  default 1Gi; `nvidia.com/gpu`).
+- Pod `activeDeadlineSeconds` -> time limit (the smallest over the tasks);
+  `terminationGracePeriodSeconds` -> grace period (the largest over the tasks).
+- Restart policy: (1) a lifecycle policy (job's or a task's) that restarts on a failure event
+  (`PodFailed`, `TaskFailed`, `Unknown`, `*`) or on an exit code -> on-failure; (2) else one
+  that aborts or terminates the job on such an event -> never; (3) else the pods'
+  `restartPolicy`: all `Never` -> never, all `Always` -> always, anything else or none given ->
+  on-failure (not Kubernetes' default `Always`, which would run finished work again forever).
+  `PodEvicted` policies are accepted silently: aisched requeues preempted work by itself.
+- Kind: train when a `pytorch`, `tensorflow` or `mpi` plugin is on, else batch.
+- `volcano.sh/preemptable: "false"` (job annotation, else any task template's) -> not
+  preemptible.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+)
+from pydantic.alias_generators import to_camel
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from aisched.model.job import Job, JobKind, RestartPolicy, TaskGroup
+from aisched.model.resources import Resources
+from aisched.spec.errors import SpecError
+from aisched.spec.job_common import (
+    MAX_DURATION_S,
+    MAX_GRACE_S,
+    MAX_TASKS,
+    EnvName,
+    JobDefaults,
+    K8sGpus,
+    K8sMemMib,
+    K8sMilliCpu,
+    Name,
+    ParsedJob,
+    Path,
+    Problems,
+    Replicas,
+    Retries,
+    Span,
+    Text,
+    at_least_one_task,
+    describe,
+    duplicates,
+    nonempty_command,
+    priority_of_class,
+    problem_lines,
+)
+
+FORMAT = "volcano"
+API_VERSION = "batch.volcano.sh/v1alpha1"
+KIND = "Job"
+# Volcano's own default for spec.maxRetry.
+DEFAULT_MAX_RETRY = 3
+DEFAULT_MILLI_CPU = 1000
+DEFAULT_MEM_MIB = 1024
+PREEMPTABLE_ANNOTATION = "volcano.sh/preemptable"
+
+FAILURE_EVENTS = frozenset({"PodFailed", "TaskFailed", "Unknown", "*"})
+KNOWN_EVENTS = FAILURE_EVENTS | {
+    "PodEvicted",
+    "PodPending",
+    "PodRunning",
+    "TaskCompleted",
+    "OutOfSync",
+    "CommandIssued",
+    "JobUpdated",
+}
+RESTART_ACTIONS = frozenset({"RestartJob", "RestartTask", "RestartPod", "RestartPartition"})
+STOP_ACTIONS = frozenset({"AbortJob", "TerminateJob"})
+KNOWN_ACTIONS = (
+    RESTART_ACTIONS
+    | STOP_ACTIONS
+    | {"CompleteJob", "ResumeJob", "SyncJob", "EnqueueJob", "SyncQueue", "OpenQueue", "CloseQueue"}
+)
+TRAIN_PLUGINS = frozenset({"pytorch", "tensorflow", "mpi"})
+# The pytorch plugin's variables are the ones aisched sets for every task.
+SILENT_PLUGINS = frozenset({"pytorch"})
+_BOOL_WORDS = {"1": True, "t": True, "true": True, "0": False, "f": False, "false": False}
+
+# --- warnings, by what was ignored ----------------------------------------------------------
+
+_IGNORED_IMAGE = "ignored: aisched runs the command on the host, not in a container image"
+_IGNORED_VOLUMES = "ignored: aisched mounts nothing; the task sees the host's files"
+_IGNORED_PLACEMENT = "ignored: aisched does not place tasks by node labels or affinity"
+_IGNORED_INIT = "not run: aisched runs only the task's container"
+_IGNORED_TOPOLOGY = "ignored: use a native job file's topology (pack/spread) instead"
+
+
+def _refuse_value_from(v: Any) -> Any:
+    if v is not None:
+        raise ValueError(
+            "aisched cannot read ConfigMaps, Secrets or pod fields: give the value itself"
+        )
+    return v
+
+
+def _refuse_env_from(v: Any) -> Any:
+    if v is not None:
+        raise ValueError(
+            "aisched cannot read ConfigMaps or Secrets: list each variable under env with its value"
+        )
+    return v
+
+
+def _one_container(v: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """Exactly one container; a second one is reported together with the first one's mistakes."""
+    if not isinstance(v, list) or len(v) <= 1:
+        out = handler(v)
+        if not out:
+            raise ValueError("a task needs one container with a command")
+        return out
+    errors: list[InitErrorDetails] = []
+    try:
+        handler(v)
+    except ValidationError as e:
+        errors = [
+            InitErrorDetails(
+                type=PydanticCustomError(x["type"], x["msg"]), loc=x["loc"], input=x["input"]
+            )
+            for x in e.errors(include_url=False)
+        ]
+    errors.append(
+        InitErrorDetails(
+            type=PydanticCustomError(
+                "value_error",
+                "aisched runs one process per task; this task has {n} containers (make each its "
+                "own task, or start them all from one command)",
+                {"n": len(v)},
+            ),
+            loc=(),
+            input=v,
+        )
+    )
+    raise ValidationError.from_exception_data("containers", errors)
+
+
+class _K8s(BaseModel):
+    """Kubernetes objects: camelCase keys, unknown keys accepted (and not kept)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, alias_generator=to_camel)
+
+
+class ResourceList(BaseModel):
+    # Extra keys are kept so that unsupported extended resources can be warned about.
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    cpu: K8sMilliCpu | None = None
+    memory: K8sMemMib | None = None
+    gpu: K8sGpus | None = Field(default=None, alias="nvidia.com/gpu")
+
+
+class ContainerResources(_K8s):
+    limits: ResourceList | None = None
+    requests: ResourceList | None = None
+
+
+class EnvVar(_K8s):
+    name: EnvName
+    value: Text = ""
+    value_from: Annotated[Any, AfterValidator(_refuse_value_from)] = None
+
+
+class Container(_K8s):
+    image: Any = None
+    command: list[Text] | None = None
+    args: list[Text] | None = None
+    env: list[EnvVar] = Field(default_factory=list)
+    env_from: Annotated[Any, AfterValidator(_refuse_env_from)] = None
+    working_dir: Path | None = None
+    resources: ContainerResources | None = None
+    volume_mounts: Any = None
+
+
+class PodSpec(_K8s):
+    containers: Annotated[list[Container], WrapValidator(_one_container)]
+    init_containers: Any = None
+    restart_policy: Literal["Always", "OnFailure", "Never"] | None = None
+    active_deadline_seconds: StrictInt | None = Field(default=None, ge=1, le=int(MAX_DURATION_S))
+    termination_grace_period_seconds: StrictInt | None = Field(
+        default=None, ge=0, le=int(MAX_GRACE_S)
+    )
+    volumes: Any = None
+    node_selector: Any = None
+    affinity: Any = None
+    node_name: Any = None
+    priority_class_name: Any = None
+
+
+class TemplateMeta(_K8s):
+    annotations: dict[StrictStr, Any] | None = None
+
+
+class PodTemplate(_K8s):
+    metadata: TemplateMeta | None = None
+    spec: PodSpec
+
+
+class LifecyclePolicy(_K8s):
+    event: StrictStr | None = None
+    events: list[StrictStr] | None = None
+    action: StrictStr | None = None
+    exit_code: StrictInt | None = None
+
+
+class TaskSpec(_K8s):
+    name: Name | None = None
+    replicas: Replicas = 1
+    min_available: StrictInt | None = Field(default=None, ge=0)
+    template: PodTemplate
+    policies: list[LifecyclePolicy] = Field(default_factory=list)
+    max_retry: Any = None
+    depends_on: Any = None
+    partition_policy: Any = None
+
+
+class JobSpec(_K8s):
+    min_available: StrictInt | None = Field(default=None, ge=0)
+    queue: Name | None = None
+    priority_class_name: StrictStr | None = None
+    max_retry: Retries | None = None
+    running_estimate: Span | None = None
+    policies: list[LifecyclePolicy] = Field(default_factory=list)
+    plugins: dict[StrictStr, list[StrictStr] | None] | None = None
+    tasks: Annotated[list[TaskSpec], AfterValidator(at_least_one_task)]
+    volumes: Any = None
+    network_topology: Any = None
+    min_success: Any = None
+
+
+class ObjectMeta(_K8s):
+    name: Name
+    annotations: dict[StrictStr, Any] | None = None
+
+
+class VolcanoJob(_K8s):
+    metadata: ObjectMeta
+    spec: JobSpec
+
+
+def volcano_job(data: dict[Any, Any], source: str, defaults: JobDefaults) -> ParsedJob:
+    """Validate a Volcano Job document (its apiVersion and kind already checked) and build its
+    `Job`; every problem is a SpecError, every ignored-but-meaningful field a warning."""
+    try:
+        doc = VolcanoJob.model_validate(data)
+    except ValidationError as e:
+        raise SpecError(problem_lines(e, source)) from None
+    spec = doc.spec
+    p = Problems(source)
+    w = Problems(source)
+
+    groups = [_group(t, i, p, w) for i, t in enumerate(spec.tasks)]
+    for i, first in duplicates(g.name for g in groups):
+        p.add(
+            f"spec.tasks.{i}.name", f"{groups[i].name!r} is already the name of spec.tasks.{first}"
+        )
+    num_tasks = sum(g.replicas for g in groups)
+    if num_tasks > MAX_TASKS:
+        p.add("spec.tasks", f"{num_tasks} tasks in all, more than the limit of {MAX_TASKS}")
+    min_available = _min_available(spec, num_tasks, p, w)
+
+    priority = 0
+    if spec.priority_class_name is not None:
+        try:
+            priority = priority_of_class(spec.priority_class_name, defaults.priority_classes)
+        except ValueError as e:
+            p.add("spec.priorityClassName", str(e))
+    preemptible = _preemptible(doc, p)
+    restart = _restart_policy(spec, w)
+    kind = _kind(spec, w)
+    _warn_job_level(spec, w)
+    if p.lines:
+        raise SpecError(p.lines)
+
+    pods = [t.template.spec for t in spec.tasks]
+    deadlines = [s.active_deadline_seconds for s in pods if s.active_deadline_seconds is not None]
+    graces = [
+        s.termination_grace_period_seconds
+        for s in pods
+        if s.termination_grace_period_seconds is not None
+    ]
+    job = Job(
+        id="",
+        groups=tuple(groups),
+        name=doc.metadata.name,
+        kind=kind,
+        user=defaults.user,
+        queue=spec.queue or defaults.queue,
+        priority=priority,
+        preemptible=preemptible,
+        min_available=min_available,
+        restart_policy=restart,
+        max_retries=DEFAULT_MAX_RETRY if spec.max_retry is None else spec.max_retry,
+        time_limit_s=float(min(deadlines)) if deadlines else None,
+        estimate_s=spec.running_estimate,
+        grace_period_s=float(max(graces)) if graces else defaults.grace_period_s,
+        backoff_s=defaults.backoff_s,
+    )
+    return ParsedJob(job=job, format=FORMAT, warnings=tuple(w.lines))
+
+
+def _group(t: TaskSpec, i: int, p: Problems, w: Problems) -> TaskGroup:
+    tp = f"spec.tasks.{i}"
+    pod = t.template.spec
+    c = pod.containers[0]
+    cp = f"{tp}.template.spec.containers.0"
+
+    command = tuple(c.command or ()) + tuple(c.args or ())
+    if not c.command:
+        p.add(
+            f"{cp}.command",
+            "required: aisched runs a command, and the image's entrypoint is not known"
+            + (" (args alone are not enough)" if c.args else ""),
+        )
+    else:
+        try:
+            nonempty_command(command)
+        except ValueError as e:
+            p.add(f"{cp}.command", str(e))
+    names = [e.name for e in c.env]
+    for j, first in duplicates(names):
+        p.add(f"{cp}.env.{j}.name", f"{names[j]!r} is already set by env.{first}")
+
+    if c.image is not None:
+        w.add(f"{cp}.image", _IGNORED_IMAGE)
+    if c.volume_mounts:
+        w.add(f"{cp}.volumeMounts", _IGNORED_VOLUMES)
+    request = _request(c.resources, f"{cp}.resources", w)
+    sp = f"{tp}.template.spec"
+    for value, key, message in (
+        (pod.volumes, "volumes", _IGNORED_VOLUMES),
+        (pod.init_containers, "initContainers", _IGNORED_INIT),
+        (pod.node_selector, "nodeSelector", _IGNORED_PLACEMENT),
+        (pod.affinity, "affinity", _IGNORED_PLACEMENT),
+        (pod.node_name, "nodeName", _IGNORED_PLACEMENT),
+        (
+            pod.priority_class_name,
+            "priorityClassName",
+            "ignored: aisched reads spec.priorityClassName",
+        ),
+    ):
+        if value:
+            w.add(f"{sp}.{key}", message)
+    if t.max_retry is not None:
+        w.add(f"{tp}.maxRetry", "ignored: aisched retries the whole job, up to spec.maxRetry")
+    if t.depends_on:
+        w.add(f"{tp}.dependsOn", "ignored: aisched starts a job's tasks together")
+    if t.partition_policy:
+        w.add(f"{tp}.partitionPolicy", _IGNORED_TOPOLOGY)
+
+    return TaskGroup(
+        name=t.name or f"default{i}",
+        replicas=t.replicas,
+        request=request,
+        command=command,
+        env=tuple((e.name, e.value) for e in c.env),
+        workdir=c.working_dir,
+    )
+
+
+def _request(r: ContainerResources | None, path: str, w: Problems) -> Resources:
+    limits = (r.limits if r else None) or ResourceList()
+    requests = (r.requests if r else None) or ResourceList()
+    for key, rl in (("limits", limits), ("requests", requests)):
+        for name in sorted((rl.model_extra or {}).keys()):
+            # Standard resources (ephemeral-storage, hugepages-*) do not change what runs.
+            if "/" in name:
+                w.add(f"{path}.{key}.{name}", f"ignored: aisched does not manage {name}")
+
+    def pick(attr: str, default: int) -> int:
+        for rl in (limits, requests):
+            v: int | None = getattr(rl, attr)
+            if v is not None:
+                return v
+        return default
+
+    return Resources(
+        milli_cpu=pick("cpu", DEFAULT_MILLI_CPU),
+        mem_mib=pick("memory", DEFAULT_MEM_MIB),
+        gpu=pick("gpu", 0),
+    )
+
+
+def _min_available(spec: JobSpec, num_tasks: int, p: Problems, w: Problems) -> int | None:
+    per_task = 0
+    for i, t in enumerate(spec.tasks):
+        if t.min_available is None:
+            per_task += t.replicas
+            continue
+        if t.min_available > t.replicas:
+            p.add(
+                f"spec.tasks.{i}.minAvailable",
+                f"{t.min_available} is more than the task's {t.replicas} replicas",
+            )
+        per_task += min(t.min_available, t.replicas)
+    if spec.min_available:
+        if spec.min_available > num_tasks:
+            p.add(
+                "spec.minAvailable",
+                f"{spec.min_available} is more than the job's {num_tasks} tasks",
+            )
+            return None
+        want = spec.min_available
+    else:
+        # Go's zero value: Volcano reads 0 as "not set" and sums the tasks' minimums.
+        want = max(1, per_task)
+    for i, t in enumerate(spec.tasks):
+        if t.min_available is not None and t.min_available != t.replicas:
+            w.add(
+                f"spec.tasks.{i}.minAvailable",
+                f"aisched keeps one minimum for the whole job ({want} of {num_tasks} tasks), "
+                "not one per task",
+            )
+    return None if want >= num_tasks else want
+
+
+def _preemptible(doc: VolcanoJob, p: Problems) -> bool:
+    found: list[tuple[str, Any]] = []
+    if doc.metadata.annotations and PREEMPTABLE_ANNOTATION in doc.metadata.annotations:
+        found.append(("metadata", doc.metadata.annotations[PREEMPTABLE_ANNOTATION]))
+    else:
+        for i, t in enumerate(doc.spec.tasks):
+            meta = t.template.metadata
+            if meta and meta.annotations and PREEMPTABLE_ANNOTATION in meta.annotations:
+                found.append(
+                    (f"spec.tasks.{i}.template.metadata", meta.annotations[PREEMPTABLE_ANNOTATION])
+                )
+    preemptible = True
+    for where, value in found:
+        flag = _BOOL_WORDS.get(value.lower()) if isinstance(value, str) else None
+        if flag is None:
+            p.add(
+                f"{where}.annotations.{PREEMPTABLE_ANNOTATION}",
+                f'expected "true" or "false", got {describe(value)}',
+            )
+        preemptible = preemptible and flag is not False
+    return preemptible
+
+
+def _restart_policy(spec: JobSpec, w: Problems) -> RestartPolicy:
+    policies = [(f"spec.policies.{k}", pol) for k, pol in enumerate(spec.policies)] + [
+        (f"spec.tasks.{i}.policies.{k}", pol)
+        for i, t in enumerate(spec.tasks)
+        for k, pol in enumerate(t.policies)
+    ]
+    restarts = stops = False
+    for path, pol in policies:
+        events = ([pol.event] if pol.event else []) + list(pol.events or [])
+        action = pol.action or ""
+        unknown = [e for e in events if e not in KNOWN_EVENTS]
+        if action and action not in KNOWN_ACTIONS:
+            unknown.append(action)
+        if unknown:
+            w.add(path, f"ignored: {', '.join(unknown)} unknown to aisched")
+            continue
+        on_failure = pol.exit_code is not None or bool(FAILURE_EVENTS.intersection(events))
+        if action in RESTART_ACTIONS and on_failure:
+            restarts = True
+            if action != "RestartJob":
+                w.add(f"{path}.action", f"{action}: aisched restarts the whole job")
+            if pol.exit_code is not None:
+                w.add(
+                    f"{path}.exitCode",
+                    f"aisched restarts on any failure, not only on exit code {pol.exit_code}",
+                )
+        elif action in STOP_ACTIONS and on_failure:
+            stops = True
+        elif action in RESTART_ACTIONS and events == ["PodEvicted"]:
+            pass  # aisched requeues preempted work by itself
+        else:
+            when = ", ".join(events) or (
+                f"exit code {pol.exit_code}" if pol.exit_code is not None else "no event"
+            )
+            w.add(path, f"ignored: aisched does not act on {when} -> {action or 'no action'}")
+    if restarts:
+        return RestartPolicy.ON_FAILURE
+    if stops:
+        return RestartPolicy.NEVER
+    given = {t.template.spec.restart_policy for t in spec.tasks} - {None}
+    if given == {"Never"}:
+        return RestartPolicy.NEVER
+    if given == {"Always"}:
+        return RestartPolicy.ALWAYS
+    if len(given) > 1:
+        w.add(
+            "spec.tasks",
+            "the tasks' restartPolicy differ; aisched restarts the whole job on failure",
+        )
+    return RestartPolicy.ON_FAILURE
+
+
+def _kind(spec: JobSpec, w: Problems) -> JobKind:
+    plugins = spec.plugins or {}
+    for name in plugins:
+        if name not in SILENT_PLUGINS:
+            w.add(
+                f"spec.plugins.{name}",
+                "ignored: aisched sets its own environment in every task (AISCHED_TASK_INDEX, "
+                "MASTER_ADDR, WORLD_SIZE, RANK...; see docs/jobs.md)",
+            )
+    return JobKind.TRAIN if TRAIN_PLUGINS.intersection(plugins) else JobKind.BATCH
+
+
+def _warn_job_level(spec: JobSpec, w: Problems) -> None:
+    if spec.volumes:
+        w.add("spec.volumes", _IGNORED_VOLUMES)
+    if spec.network_topology:
+        w.add("spec.networkTopology", _IGNORED_TOPOLOGY)
+    if spec.min_success is not None:
+        w.add("spec.minSuccess", "ignored by aisched")

@@ -1,0 +1,1061 @@
+"""Job files, native and Volcano: the whole `Job` each valid document builds, the exact lines
+each mistake gives, the warnings for what aisched cannot honour, and junk never escaping as
+anything but a SpecError."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from aisched.executors.base import TaskPlace, contract_env
+from aisched.model.cluster import TopologyLevel
+from aisched.model.job import (
+    Job,
+    JobKind,
+    RestartPolicy,
+    TaskGroup,
+    TopologyMode,
+    TopologyRequirement,
+)
+from aisched.model.resources import Resources
+from aisched.spec import (
+    DEFAULT_PRIORITY_CLASSES,
+    JobDefaults,
+    ParsedJob,
+    SpecError,
+    load_job_file,
+    parse_job_document,
+    parse_job_text,
+)
+from aisched.spec.job_common import SCHEDULER_ENV
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "jobs"
+GIB = 1024
+KNOWN_CLASSES = "critical (1000), high (100), normal (0), low (-100)"
+
+
+def group(
+    name: str = "main",
+    replicas: int = 1,
+    command: tuple[str, ...] = ("python", "x.py"),
+    *,
+    cpu: int = 1000,
+    mem: int = 1024,
+    gpu: int = 0,
+    gpu_milli: int = 0,
+    gpu_mem: int = 0,
+    env: tuple[tuple[str, str], ...] = (),
+    workdir: str | None = None,
+) -> TaskGroup:
+    return TaskGroup(
+        name=name,
+        replicas=replicas,
+        request=Resources(
+            milli_cpu=cpu, mem_mib=mem, gpu=gpu, gpu_milli=gpu_milli, gpu_mem_mib=gpu_mem
+        ),
+        command=command,
+        env=env,
+        workdir=workdir,
+    )
+
+
+def job(*groups: TaskGroup, **over: Any) -> Job:
+    over.setdefault("name", "python")
+    return Job(id="", groups=groups or (group(),), **over)
+
+
+@dataclass(frozen=True)
+class Valid:
+    name: str
+    doc: Any
+    want: Job
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Invalid:
+    name: str
+    doc: Any
+    want: list[str] = field(default_factory=list)
+
+
+# --- native: valid --------------------------------------------------------------------------
+
+NATIVE_VALID = [
+    Valid("a command list", {"command": ["python", "x.py"]}, job()),
+    Valid(
+        "a shell string",
+        {"command": "python x.py > out.txt"},
+        job(group(command=("/bin/sh", "-c", "python x.py > out.txt"))),
+    ),
+    Valid(
+        "the name comes from the program's base name",
+        {"command": ["/usr/bin/python3.11", "x.py"]},
+        job(group(command=("/usr/bin/python3.11", "x.py")), name="python3.11"),
+    ),
+    Valid(
+        "a program name made a valid job name",
+        {"command": ["./run me!.sh"]},
+        job(group(command=("./run me!.sh",)), name="run-me-.sh"),
+    ),
+    Valid(
+        "integers in a command and env become strings",
+        {"command": ["python", "x.py", "--epochs", 10], "env": {"SEED": 7}},
+        job(group(command=("python", "x.py", "--epochs", "10"), env=(("SEED", "7"),))),
+    ),
+    Valid(
+        "the one-task shorthand",
+        {
+            "name": "sweep",
+            "command": ["python", "x.py"],
+            "replicas": 3,
+            "env": {"B": "2", "A": "1"},
+            "workdir": "/srv/exp",
+            "resources": {"cpus": "500m", "mem": "2G", "gpus": 1, "gpu_mem": "16G"},
+        },
+        job(
+            group(
+                replicas=3,
+                cpu=500,
+                mem=2 * GIB,
+                gpu=1,
+                gpu_mem=16 * GIB,
+                env=(("B", "2"), ("A", "1")),  # file order kept
+                workdir="/srv/exp",
+            ),
+            name="sweep",
+        ),
+    ),
+    Valid(
+        "gpu_mem is per GPU",
+        {"command": ["python", "x.py"], "resources": {"gpus": 4, "gpu_mem": "20G"}},
+        job(group(gpu=4, gpu_mem=80 * GIB)),
+    ),
+    Valid(
+        "a share of a GPU",
+        {"command": ["python", "x.py"], "resources": {"gpus": 0.25, "gpu_mem": "10G"}},
+        job(group(gpu_milli=250, gpu_mem=10 * GIB)),
+    ),
+    Valid(
+        "a gang with every field",
+        {
+            "name": "train-llm",
+            "kind": "train",
+            "queue": "research",
+            "user": "alice",
+            "priority": -5,
+            "preemptible": False,
+            "min_available": 3,
+            "gpu_models": ["A100", "H100-80GB"],
+            "topology": {"pack": "rack", "spread": "node", "mode": "preferred"},
+            "restart": {"policy": "always", "max_retries": 0, "backoff": 0},
+            "time_limit": "2h",
+            "estimate": "1h30m",
+            "checkpoint_interval": 600,
+            "grace_period": "0s",
+            "tasks": [
+                {
+                    "name": "ps",
+                    "command": "python ps.py",
+                    "resources": {"cpus": 2, "mem": "8G"},
+                },
+                {
+                    "name": "worker",
+                    "replicas": 4,
+                    "command": ["torchrun", "train.py"],
+                    "resources": {"cpus": 8, "mem": "64G", "gpus": 2},
+                },
+            ],
+        },
+        Job(
+            id="",
+            groups=(
+                group("ps", command=("/bin/sh", "-c", "python ps.py"), cpu=2000, mem=8 * GIB),
+                group("worker", 4, ("torchrun", "train.py"), cpu=8000, mem=64 * GIB, gpu=2),
+            ),
+            name="train-llm",
+            kind=JobKind.TRAIN,
+            user="alice",
+            queue="research",
+            priority=-5,
+            preemptible=False,
+            min_available=3,
+            topology=TopologyRequirement(
+                pack=TopologyLevel.RACK, mode=TopologyMode.PREFERRED, spread=TopologyLevel.NODE
+            ),
+            gpu_models=("A100", "H100-80GB"),
+            restart_policy=RestartPolicy.ALWAYS,
+            max_retries=0,
+            time_limit_s=7200.0,
+            estimate_s=5400.0,
+            checkpoint_interval_s=600.0,
+            grace_period_s=0.0,
+            backoff_s=0.0,
+        ),
+    ),
+    Valid(
+        "a priority class",
+        {"command": ["python", "x.py"], "priority_class": "critical"},
+        job(priority=1000),
+    ),
+    Valid(
+        "restart never, other fields from the defaults",
+        {"command": ["python", "x.py"], "restart": {"policy": "never"}, "kind": "infer"},
+        job(restart_policy=RestartPolicy.NEVER, kind=JobKind.INFER),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", NATIVE_VALID, ids=lambda c: c.name)
+def test_native_valid(case: Valid) -> None:
+    assert parse_job_document(case.doc, "j.yaml") == ParsedJob(case.want, "native", ())
+
+
+def test_native_yaml_and_json_text_alike() -> None:
+    doc = NATIVE_VALID[5].doc
+    from_yaml = parse_job_text(yaml.safe_dump(doc, sort_keys=False), "j.yaml")
+    from_json = parse_job_text(json.dumps(doc), "j.json")
+    assert from_yaml == from_json == ParsedJob(NATIVE_VALID[5].want, "native")
+
+
+def test_defaults_fill_what_the_file_leaves_out() -> None:
+    defaults = JobDefaults(
+        user="bob",
+        queue="batch",
+        priority_classes={"urgent": 50},
+        grace_period_s=5.0,
+        max_retries=7,
+        backoff_s=1.0,
+    )
+    got = parse_job_document(
+        {"command": ["python", "x.py"], "priority_class": "urgent"}, "j.yaml", defaults
+    )
+    assert got.job == job(
+        user="bob", queue="batch", priority=50, grace_period_s=5.0, max_retries=7, backoff_s=1.0
+    )
+    with pytest.raises(SpecError) as info:
+        parse_job_document({"command": ["x"], "priority_class": "high"}, "j.yaml", defaults)
+    assert info.value.problems == (
+        "j.yaml: priority_class: unknown priority class 'high'; known: urgent (50)",
+    )
+
+
+def test_default_priority_classes() -> None:
+    assert dict(DEFAULT_PRIORITY_CLASSES) == {
+        "low": -100,
+        "normal": 0,
+        "high": 100,
+        "critical": 1000,
+    }
+    assert JobDefaults().priority_classes == DEFAULT_PRIORITY_CLASSES
+
+
+# --- native: errors -------------------------------------------------------------------------
+
+CMD = {"command": ["python", "x.py"]}
+
+
+def _res(**r: Any) -> dict[str, Any]:
+    return {**CMD, "resources": r}
+
+
+NATIVE_INVALID = [
+    Invalid("not a mapping", [1], ["j.yaml: expected a job: a mapping with a command or tasks, "
+                                   "or a Volcano Job; got a list"]),
+    Invalid("empty", None, ["j.yaml: expected a job: a mapping with a command or tasks, or a "
+                            "Volcano Job; got an empty document"]),
+    Invalid("no command", {"name": "x"}, ["j.yaml: command: a job needs a command (or a list of "
+                                          "tasks)"]),
+    Invalid("unknown key", {**CMD, "gpu": 1}, ["j.yaml: gpu: unknown key"]),
+    Invalid("empty command list", {"command": []}, ["j.yaml: command: is empty: give the program "
+                                                    "and its arguments, e.g. [python, train.py]"]),
+    Invalid("blank command string", {"command": "  "}, ["j.yaml: command: is empty: give the "
+                                                        "program to run"]),
+    Invalid("empty program", {"command": ["", "x"]}, ["j.yaml: command: the program name (the "
+                                                      "first word) is empty"]),
+    Invalid("command of the wrong type", {"command": {"python": 1}},
+            ["j.yaml: command: expected a list of words (e.g. [python, train.py]) or a shell "
+             "command string, got a dict"]),
+    Invalid("a float word", {"command": ["x", 1.5]},
+            ["j.yaml: command.1: expected a string, got 1.5 (a float): quote it"]),
+    Invalid("replicas above the limit", {**CMD, "replicas": 10_001},
+            ["j.yaml: replicas: Input should be less than or equal to 10000"]),
+    Invalid("zero replicas", {**CMD, "replicas": 0},
+            ["j.yaml: replicas: Input should be greater than or equal to 1"]),
+    Invalid("a boolean for a count", {**CMD, "replicas": True},
+            ["j.yaml: replicas: Input should be a valid integer"]),
+    Invalid("cpus above the limit", _res(cpus=100_001),
+            ["j.yaml: resources.cpus: 100001 is more than the limit of 100,000 CPUs"]),
+    Invalid("zero cpus", _res(cpus=0), ["j.yaml: resources.cpus: must be more than 0"]),
+    Invalid("mem above the limit", _res(mem="2P"),
+            ["j.yaml: resources.mem: 2P is more than the limit of 1P"]),
+    Invalid("mem without a unit", _res(mem=8),
+            ["j.yaml: resources.mem: 8 has no unit: give a unit, e.g. 8G or 512M"]),
+    Invalid("gpus above the limit", _res(gpus=4097),
+            ["j.yaml: resources.gpus: 4097 is more than the limit of 4096 GPUs per task"]),
+    Invalid("a fraction above one GPU", _res(gpus=1.5),
+            ["j.yaml: resources.gpus: 1.5: more than one GPU must be a whole number; a share "
+             "(0 to 1) is of one GPU"]),
+    Invalid("negative gpus", _res(gpus=-1), ["j.yaml: resources.gpus: -1 is negative"]),
+    Invalid("gpu_mem without gpus", _res(gpu_mem="8G"),
+            ["j.yaml: resources.gpu_mem: needs gpus: ask for a GPU or a share of one"]),
+    Invalid("time limit above 366 days", {**CMD, "time_limit": "367d"},
+            ["j.yaml: time_limit: 367d is more than the limit of 366d"]),
+    Invalid("zero estimate", {**CMD, "estimate": 0}, ["j.yaml: estimate: must be more than 0"]),
+    Invalid("negative backoff", {**CMD, "restart": {"backoff": -1}},
+            ["j.yaml: restart.backoff: -1 is negative"]),
+    Invalid("max_retries above the limit", {**CMD, "restart": {"max_retries": 1001}},
+            ["j.yaml: restart.max_retries: Input should be less than or equal to 1000"]),
+    Invalid("unknown restart policy", {**CMD, "restart": {"policy": "OnFailure"}},
+            ["j.yaml: restart.policy: Input should be 'never', 'on-failure' or 'always'"]),
+    Invalid("grace period above an hour", {**CMD, "grace_period": "61m"},
+            ["j.yaml: grace_period: 61m is more than the limit of 1h"]),
+    Invalid("bad job name", {**CMD, "name": "my job"},
+            ["j.yaml: name: 'my job' is not a valid name: 1 to 63 letters, digits, '.', '_' or "
+             "'-', starting with a letter or digit"]),
+    Invalid("task name too long", {"tasks": [{"name": "t" * 64, **CMD}]},
+            [f"j.yaml: tasks.0.name: '{'t' * 64}' is not a valid name: 1 to 63 letters, digits, "
+             "'.', '_' or '-', starting with a letter or digit"]),
+    Invalid("task names repeat", {"tasks": [{"name": "w", **CMD}, {"name": "w", **CMD}]},
+            ["j.yaml: tasks.1.name: 'w' is already the name of tasks.0"]),
+    Invalid("a task needs a name and a command", {"tasks": [{"replicas": 2}]},
+            ["j.yaml: tasks.0.name: Field required", "j.yaml: tasks.0.command: Field required"]),
+    Invalid("no tasks", {"tasks": []}, ["j.yaml: tasks: a job needs at least one task"]),
+    Invalid("tasks and the shorthand together",
+            {"tasks": [{"name": "w", **CMD}], **CMD, "replicas": 2},
+            ["j.yaml: command: cannot be used together with tasks: put it inside a task",
+             "j.yaml: replicas: cannot be used together with tasks: put it inside a task"]),
+    Invalid("bad env name", {**CMD, "env": {"MY-VAR": "1"}},
+            ["j.yaml: env.MY-VAR: 'MY-VAR' is not a valid environment variable name: letters, "
+             "digits and '_', not starting with a digit"]),
+    Invalid("env value of the wrong type", {**CMD, "env": {"DEBUG": True, "LR": 0.1}},
+            ["j.yaml: env.DEBUG: expected a string, got true (a boolean): quote it",
+             "j.yaml: env.LR: expected a string, got 0.1 (a float): quote it"]),
+    Invalid("unknown priority class", {**CMD, "priority_class": "urgent"},
+            [f"j.yaml: priority_class: unknown priority class 'urgent'; known: {KNOWN_CLASSES}"]),
+    Invalid("priority and a class", {**CMD, "priority": 5, "priority_class": "high"},
+            ["j.yaml: priority_class: give priority or priority_class, not both"]),
+    Invalid("absurd priority", {**CMD, "priority": 10**12},
+            ["j.yaml: priority: Input should be less than or equal to 1000000000"]),
+    Invalid("min_available zero", {**CMD, "min_available": 0},
+            ["j.yaml: min_available: Input should be greater than or equal to 1"]),
+    Invalid("min_available above the tasks", {**CMD, "replicas": 2, "min_available": 3},
+            ["j.yaml: min_available: 3 is more than the job's 2 tasks"]),
+    Invalid("spread not inside pack", {**CMD, "topology": {"pack": "node", "spread": "rack"}},
+            ["j.yaml: topology.spread: must be a smaller level than pack (node): one task per "
+             "rack inside one node leaves room for one task"]),
+    Invalid("unknown topology level", {**CMD, "topology": {"pack": "cluster"}},
+            ["j.yaml: topology.pack: Input should be 'node', 'rack' or 'zone'"]),
+    Invalid("unknown kind", {**CMD, "kind": "training"},
+            ["j.yaml: kind: Input should be 'train', 'infer' or 'batch'"]),
+    Invalid("a Kubernetes kind without apiVersion", {"kind": "Job", "spec": {}},
+            ["j.yaml: kind: 'Job' without apiVersion; a Volcano Job needs apiVersion: "
+             "batch.volcano.sh/v1alpha1, and a native job's kind is train, infer or batch"]),
+    Invalid("resources not a mapping", {**CMD, "resources": [1]},
+            ["j.yaml: resources: Input should be a mapping (key: value pairs)"]),
+    Invalid("a bad workdir", {**CMD, "workdir": ""}, ["j.yaml: workdir: is empty"]),
+    Invalid(
+        "every field problem at once",
+        {"name": "", "command": [], "replicas": -1, "resources": {"cpus": "x", "mem": "1"},
+         "typo": 1},
+        ["j.yaml: name: '' is not a valid name: 1 to 63 letters, digits, '.', '_' or '-', "
+         "starting with a letter or digit",
+         "j.yaml: command: is empty: give the program and its arguments, e.g. [python, train.py]",
+         "j.yaml: replicas: Input should be greater than or equal to 1",
+         "j.yaml: resources.cpus: 'x' is not a CPU count: give e.g. 4, 0.5 or 500m",
+         "j.yaml: resources.mem: '1' has no unit: give a unit, e.g. 8G or 512M",
+         "j.yaml: typo: unknown key"],
+    ),
+    Invalid(
+        "every cross-field problem at once",
+        {"tasks": [{"name": "a", **CMD}, {"name": "a", **CMD}], "env": {}, "min_available": 5,
+         "priority": 1, "priority_class": "low"},
+        ["j.yaml: env: cannot be used together with tasks: put it inside a task",
+         "j.yaml: tasks.1.name: 'a' is already the name of tasks.0",
+         "j.yaml: min_available: 5 is more than the job's 2 tasks",
+         "j.yaml: priority_class: give priority or priority_class, not both"],
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", NATIVE_INVALID, ids=lambda c: c.name)
+def test_native_errors(case: Invalid) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_job_document(case.doc, "j.yaml")
+    assert list(info.value.problems) == case.want
+
+
+RESERVED = sorted(SCHEDULER_ENV) + ["AISCHED_JOB_ID", "AISCHED_ANYTHING"]
+
+
+@pytest.mark.parametrize("name", RESERVED)
+def test_scheduler_env_cannot_be_overridden(name: str) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_job_document({**CMD, "env": {name: "x"}}, "j.yaml")
+    assert info.value.problems == (
+        f"j.yaml: env.{name}: set by the scheduler; cannot be overridden",
+    )
+
+
+def test_every_contract_variable_is_reserved() -> None:
+    env = contract_env(
+        job_id="j",
+        places=[TaskPlace("w-0", "n1", (0,), 1000)],
+        rank=0,
+        restart_count=0,
+        checkpoint_dir="/c",
+        master_addr="n1",
+        master_port=29500,
+    )
+    assert all(k in SCHEDULER_ENV or k.startswith("AISCHED_") for k in env)
+
+
+# --- Volcano --------------------------------------------------------------------------------
+
+
+def vc(*tasks: dict[str, Any], name: str = "vj", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {**spec, "tasks": list(tasks) or [task()]},
+    }
+
+
+def task(name: str | None = "w", replicas: int | None = None, **container: Any) -> dict[str, Any]:
+    pod = container.pop("pod", {})
+    task_extra = container.pop("task", {})
+    c = {"name": "c", "image": "busybox", "command": ["python", "x.py"], **container}
+    t: dict[str, Any] = {"template": {"spec": {"containers": [c], **pod}}, **task_extra}
+    if name is not None:
+        t["name"] = name
+    if replicas is not None:
+        t["replicas"] = replicas
+    return t
+
+
+C0 = "spec.tasks.0.template.spec.containers.0"
+IMAGE = (
+    f"v.yaml: {C0}.image: ignored: aisched runs the command on the host, not in a container image"
+)
+
+
+def vjob(*groups: TaskGroup, **over: Any) -> Job:
+    over.setdefault("name", "vj")
+    return Job(id="", groups=groups or (group("w"),), **over)
+
+
+VOLCANO_VALID = [
+    Valid("the least", vc(), vjob(), (IMAGE,)),
+    Valid(
+        "no image, no name, no replicas: Volcano's defaults",
+        vc({"template": {"spec": {"containers": [{"command": ["python", "x.py"]}]}}}),
+        vjob(group("default0")),
+    ),
+    Valid(
+        "command and args, env, workingDir, limits over requests",
+        vc(
+            task(
+                replicas=2,
+                command=["python"],
+                args=["x.py", "--lr", "0.1"],
+                env=[{"name": "A", "value": "1"}, {"name": "EMPTY"}],
+                workingDir="/work",
+                resources={
+                    "requests": {"cpu": "500m", "memory": "1Gi"},
+                    "limits": {"memory": "2Gi", "nvidia.com/gpu": 1},
+                },
+            )
+        ),
+        vjob(
+            group(
+                "w",
+                2,
+                ("python", "x.py", "--lr", "0.1"),
+                cpu=500,
+                mem=2 * GIB,
+                gpu=1,
+                env=(("A", "1"), ("EMPTY", "")),
+                workdir="/work",
+            )
+        ),
+        (IMAGE,),
+    ),
+    Valid(
+        "job fields",
+        vc(
+            task(pod={"activeDeadlineSeconds": 600, "terminationGracePeriodSeconds": 45}),
+            task(
+                "ps",
+                pod={"activeDeadlineSeconds": 900, "terminationGracePeriodSeconds": 5},
+                image=None,
+            ),
+            queue="team-a",
+            priorityClassName="low",
+            maxRetry=9,
+            minAvailable=1,
+            runningEstimate="1h30m",
+            plugins={"pytorch": ["--port=23456"]},
+        ),
+        vjob(
+            group("w"),
+            group("ps"),
+            kind=JobKind.TRAIN,
+            queue="team-a",
+            priority=-100,
+            min_available=1,
+            max_retries=9,
+            time_limit_s=600.0,  # the smallest deadline
+            estimate_s=5400.0,
+            grace_period_s=45.0,  # the largest grace period
+        ),
+        (IMAGE,),
+    ),
+    Valid(
+        "minAvailable 0 means all tasks",
+        vc(task(replicas=3, image=None), minAvailable=0),
+        vjob(group("w", 3)),
+    ),
+    Valid(
+        "the tasks' minAvailable add up",
+        vc(
+            task("m", image=None),
+            task("w", replicas=4, image=None, task={"minAvailable": 2}),
+        ),
+        vjob(group("m"), group("w", 4), min_available=3),
+        (
+            "v.yaml: spec.tasks.1.minAvailable: aisched keeps one minimum for the whole job "
+            "(3 of 5 tasks), not one per task",
+        ),
+    ),
+    Valid(
+        "not preemptible by annotation",
+        {**vc(task(image=None)), "metadata": {
+            "name": "vj", "annotations": {"volcano.sh/preemptable": "false"}}},
+        vjob(preemptible=False),
+    ),
+    Valid(
+        "not preemptible when a task's template says so",
+        vc(task(image=None), task("b", image=None, task={"template": {
+            "metadata": {"annotations": {"volcano.sh/preemptable": "False"}},
+            "spec": {"containers": [{"command": ["python", "x.py"]}]}}})),
+        vjob(group("w"), group("b"), preemptible=False),
+    ),
+    Valid(
+        "what aisched cannot honour is warned about, with its path",
+        vc(
+            task(
+                volumeMounts=[{"name": "d", "mountPath": "/d"}],
+                resources={"limits": {"example.com/fpga": 1, "ephemeral-storage": "1Gi"},
+                           "requests": {"amd.com/gpu": 1}},
+                pod={"volumes": [{"name": "d"}], "nodeSelector": {"gpu": "a100"},
+                     "initContainers": [{"name": "i"}], "affinity": {"nodeAffinity": {}},
+                     "priorityClassName": "high", "tolerations": [{"key": "k"}]},
+                task={"maxRetry": 1, "dependsOn": {"name": ["m"]}, "topologyPolicy": "none"},
+            ),
+            volumes=[{"mountPath": "/data"}],
+            plugins={"ssh": [], "svc": None, "env": []},
+            networkTopology={"mode": "hard"},
+            ttlSecondsAfterFinished=60,
+            schedulerName="volcano",
+        ),
+        vjob(),
+        (
+            IMAGE,
+            f"v.yaml: {C0}.volumeMounts: ignored: aisched mounts nothing; the task sees the "
+            "host's files",
+            f"v.yaml: {C0}.resources.limits.example.com/fpga: ignored: aisched does not manage "
+            "example.com/fpga",
+            f"v.yaml: {C0}.resources.requests.amd.com/gpu: ignored: aisched does not manage "
+            "amd.com/gpu",
+            "v.yaml: spec.tasks.0.template.spec.volumes: ignored: aisched mounts nothing; the "
+            "task sees the host's files",
+            "v.yaml: spec.tasks.0.template.spec.initContainers: not run: aisched runs only the "
+            "task's container",
+            "v.yaml: spec.tasks.0.template.spec.nodeSelector: ignored: aisched does not place "
+            "tasks by node labels or affinity",
+            "v.yaml: spec.tasks.0.template.spec.affinity: ignored: aisched does not place tasks "
+            "by node labels or affinity",
+            "v.yaml: spec.tasks.0.template.spec.priorityClassName: ignored: aisched reads "
+            "spec.priorityClassName",
+            "v.yaml: spec.tasks.0.maxRetry: ignored: aisched retries the whole job, up to "
+            "spec.maxRetry",
+            "v.yaml: spec.tasks.0.dependsOn: ignored: aisched starts a job's tasks together",
+            *(
+                f"v.yaml: spec.plugins.{p}: ignored: aisched sets its own environment in every "
+                "task (AISCHED_TASK_INDEX, MASTER_ADDR, WORLD_SIZE, RANK...; see docs/jobs.md)"
+                for p in ("ssh", "svc", "env")
+            ),
+            "v.yaml: spec.volumes: ignored: aisched mounts nothing; the task sees the host's files",
+            "v.yaml: spec.networkTopology: ignored: use a native job file's topology "
+            "(pack/spread) instead",
+        ),
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", VOLCANO_VALID, ids=lambda c: c.name)
+def test_volcano_valid(case: Valid) -> None:
+    assert parse_job_document(case.doc, "v.yaml") == ParsedJob(case.want, "volcano", case.warnings)
+
+
+def _policies(
+    job_policies: list[dict[str, Any]],
+    task_policies: list[dict[str, Any]],
+    restart_policies: list[str | None],
+) -> dict[str, Any]:
+    tasks = []
+    for i, rp in enumerate(restart_policies):
+        t = task(f"t{i}", image=None, pod={"restartPolicy": rp} if rp else {})
+        if i == 0 and task_policies:
+            t["policies"] = task_policies
+        tasks.append(t)
+    return vc(*tasks, policies=job_policies)
+
+
+ON_FAILURE, NEVER, ALWAYS = RestartPolicy.ON_FAILURE, RestartPolicy.NEVER, RestartPolicy.ALWAYS
+RESTART_MAP: list[tuple[str, dict[str, Any], RestartPolicy, tuple[str, ...]]] = [
+    ("nothing said", _policies([], [], [None]), ON_FAILURE, ()),
+    ("pods never restart", _policies([], [], ["Never", "Never"]), NEVER, ()),
+    ("pods always restart", _policies([], [], ["Always"]), ALWAYS, ()),
+    ("pods restart on failure", _policies([], [], ["OnFailure"]), ON_FAILURE, ()),
+    (
+        "pods differ",
+        _policies([], [], ["Never", "Always"]),
+        ON_FAILURE,
+        ("v.yaml: spec.tasks: the tasks' restartPolicy differ; aisched restarts the whole job "
+         "on failure",),
+    ),
+    (
+        "PodFailed -> RestartJob beats pods that never restart",
+        _policies([{"event": "PodFailed", "action": "RestartJob"}], [], ["Never"]),
+        ON_FAILURE,
+        (),
+    ),
+    (
+        "any event, in a task's policies",
+        _policies([], [{"events": ["*"], "action": "RestartJob"}], ["Never"]),
+        ON_FAILURE,
+        (),
+    ),
+    (
+        "a restart of one task restarts the job",
+        _policies([{"event": "TaskFailed", "action": "RestartTask"}], [], ["Never"]),
+        ON_FAILURE,
+        ("v.yaml: spec.policies.0.action: RestartTask: aisched restarts the whole job",),
+    ),
+    (
+        "an exit code",
+        _policies([{"exitCode": 3, "action": "RestartJob"}], [], ["Never"]),
+        ON_FAILURE,
+        ("v.yaml: spec.policies.0.exitCode: aisched restarts on any failure, not only on exit "
+         "code 3",),
+    ),
+    (
+        "PodFailed -> AbortJob",
+        _policies([{"event": "PodFailed", "action": "AbortJob"}], [], ["OnFailure"]),
+        NEVER,
+        (),
+    ),
+    (
+        "PodEvicted -> RestartJob says nothing about failures",
+        _policies([{"event": "PodEvicted", "action": "RestartJob"}], [], ["Never"]),
+        NEVER,
+        (),
+    ),
+    (
+        "TaskCompleted -> CompleteJob is ignored",
+        _policies([], [{"event": "TaskCompleted", "action": "CompleteJob"}], ["OnFailure"]),
+        ON_FAILURE,
+        ("v.yaml: spec.tasks.0.policies.0: ignored: aisched does not act on TaskCompleted -> "
+         "CompleteJob",),
+    ),
+    (
+        "unknown names are ignored",
+        _policies([{"event": "PodFailled", "action": "RestartJob"}], [], ["Never"]),
+        NEVER,
+        ("v.yaml: spec.policies.0: ignored: PodFailled unknown to aisched",),
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("doc", "want", "warnings"), [c[1:] for c in RESTART_MAP], ids=[c[0] for c in RESTART_MAP]
+)
+def test_volcano_restart_mapping(
+    doc: dict[str, Any], want: RestartPolicy, warnings: tuple[str, ...]
+) -> None:
+    got = parse_job_document(doc, "v.yaml")
+    assert (got.job.restart_policy, got.warnings) == (want, warnings)
+
+
+VOLCANO_INVALID = [
+    Invalid("another apiVersion", {**vc(), "apiVersion": "batch/v1"},
+            ["v.yaml: apiVersion: 'batch/v1' is not accepted; aisched reads Volcano Jobs "
+             "(apiVersion: batch.volcano.sh/v1alpha1, kind: Job) and native job files (no "
+             "apiVersion)"]),
+    Invalid("another kind", {**vc(), "kind": "CronJob"},
+            ["v.yaml: kind: batch.volcano.sh/v1alpha1 'CronJob' is not accepted; aisched reads "
+             "Volcano Jobs (apiVersion: batch.volcano.sh/v1alpha1, kind: Job) and native job "
+             "files (no apiVersion)"]),
+    Invalid("no name", {**vc(), "metadata": {"namespace": "ns", "generateName": "x-"}},
+            ["v.yaml: metadata.name: Field required"]),
+    Invalid("no spec", {k: v for k, v in vc().items() if k != "spec"},
+            ["v.yaml: spec: Field required"]),
+    Invalid("no tasks", vc(tasks=[]) | {"spec": {"tasks": []}},
+            ["v.yaml: spec.tasks: a job needs at least one task"]),
+    Invalid("args without a command", vc(task(command=None, args=["x.py"])),
+            [f"v.yaml: {C0}.command: required: aisched runs a command, and the image's "
+             "entrypoint is not known (args alone are not enough)"]),
+    Invalid("no command", vc(task(command=None)),
+            [f"v.yaml: {C0}.command: required: aisched runs a command, and the image's "
+             "entrypoint is not known"]),
+    Invalid("a command given as a string", vc(task(command="python x.py")),
+            [f"v.yaml: {C0}.command: Input should be a valid list"]),
+    Invalid("two containers", vc({"name": "w", "template": {"spec": {"containers": [
+                {"command": ["a"], "resources": {"limits": {"cpu": "lots"}}},
+                {"command": ["b"]}]}}}),
+            [f"v.yaml: {C0}.resources.limits.cpu: 'lots' is not a Kubernetes quantity (e.g. 8Gi, "
+             "512Mi, 500m, 2)",
+             "v.yaml: spec.tasks.0.template.spec.containers: aisched runs one process per task; "
+             "this task has 2 containers (make each its own task, or start them all from one "
+             "command)"]),
+    Invalid("no container", vc({"name": "w", "template": {"spec": {"containers": []}}}),
+            ["v.yaml: spec.tasks.0.template.spec.containers: a task needs one container with a "
+             "command"]),
+    Invalid("valueFrom and envFrom", vc(task(
+                env=[{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}],
+                envFrom=[{"configMapRef": {"name": "cm"}}])),
+            [f"v.yaml: {C0}.env.0.valueFrom: aisched cannot read ConfigMaps, Secrets or pod "
+             "fields: give the value itself",
+             f"v.yaml: {C0}.envFrom: aisched cannot read ConfigMaps or Secrets: list each "
+             "variable under env with its value"]),
+    Invalid("env the scheduler sets, env set twice",
+            vc(task(env=[{"name": "RANK", "value": "0"}, {"name": "A", "value": "1"},
+                         {"name": "A", "value": "2"}])),
+            [f"v.yaml: {C0}.env.0.name: set by the scheduler; cannot be overridden"]),
+    Invalid("env set twice", vc(task(env=[{"name": "A", "value": "1"}, {"name": "A"}])),
+            [f"v.yaml: {C0}.env.1.name: 'A' is already set by env.0"]),
+    Invalid("a fraction of nvidia.com/gpu",
+            vc(task(resources={"limits": {"nvidia.com/gpu": "0.5"}})),
+            [f"v.yaml: {C0}.resources.limits.nvidia.com/gpu: 0.5 is not a whole number "
+             "(extended resources are counted whole)"]),
+    Invalid("absurd resources", vc(task(resources={"limits": {
+                "cpu": "200k", "memory": "2Pi", "nvidia.com/gpu": 5000}})),
+            [f"v.yaml: {C0}.resources.limits.cpu: 200k is more than the limit of 100,000 CPUs",
+             f"v.yaml: {C0}.resources.limits.memory: 2Pi is more than the limit of 1Pi",
+             f"v.yaml: {C0}.resources.limits.nvidia.com/gpu: 5000 is more than the limit of 4096 "
+             "GPUs per task"]),
+    Invalid("zero cpu", vc(task(resources={"requests": {"cpu": "0"}})),
+            [f"v.yaml: {C0}.resources.requests.cpu: must be more than 0"]),
+    Invalid("unknown priority class", vc(priorityClassName="system-node-critical"),
+            ["v.yaml: spec.priorityClassName: unknown priority class 'system-node-critical'; "
+             f"known: {KNOWN_CLASSES}"]),
+    Invalid("minAvailable above the tasks", vc(task(replicas=2), minAvailable=3),
+            ["v.yaml: spec.minAvailable: 3 is more than the job's 2 tasks"]),
+    Invalid("a task's minAvailable above its replicas",
+            vc(task(replicas=2, task={"minAvailable": 3})),
+            ["v.yaml: spec.tasks.0.minAvailable: 3 is more than the task's 2 replicas"]),
+    Invalid("task names repeat", vc(task("a"), task("a")),
+            ["v.yaml: spec.tasks.1.name: 'a' is already the name of spec.tasks.0"]),
+    Invalid("zero replicas", vc(task(replicas=0)),
+            ["v.yaml: spec.tasks.0.replicas: Input should be greater than or equal to 1"]),
+    Invalid("maxRetry of the wrong type", vc(maxRetry="3"),
+            ["v.yaml: spec.maxRetry: Input should be a valid integer"]),
+    Invalid("bad grace period", vc(task(pod={"terminationGracePeriodSeconds": 7200})),
+            ["v.yaml: spec.tasks.0.template.spec.terminationGracePeriodSeconds: Input should be "
+             "less than or equal to 3600"]),
+    Invalid("bad restartPolicy", vc(task(pod={"restartPolicy": "Sometimes"})),
+            ["v.yaml: spec.tasks.0.template.spec.restartPolicy: Input should be 'Always', "
+             "'OnFailure' or 'Never'"]),
+    Invalid("preemptable not a boolean", {**vc(), "metadata": {
+                "name": "vj", "annotations": {"volcano.sh/preemptable": "maybe"}}},
+            ["v.yaml: metadata.annotations.volcano.sh/preemptable: expected \"true\" or "
+             "\"false\", got 'maybe' (a str)"]),
+    Invalid("a bad job name", vc(name="x" * 64),
+            [f"v.yaml: metadata.name: '{'x' * 64}' is not a valid name: 1 to 63 letters, digits, "
+             "'.', '_' or '-', starting with a letter or digit"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", VOLCANO_INVALID, ids=lambda c: c.name)
+def test_volcano_errors(case: Invalid) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_job_document(case.doc, "v.yaml")
+    assert list(info.value.problems) == case.want
+
+
+# --- example files --------------------------------------------------------------------------
+
+IMAGE_AT = "ignored: aisched runs the command on the host, not in a container image"
+EXAMPLE_JOBS = {
+    "hello.yaml": ParsedJob(
+        job(
+            group(
+                command=(
+                    "/bin/sh",
+                    "-c",
+                    'echo "hello from task $AISCHED_TASK of job $AISCHED_JOB_ID"',
+                )
+            ),
+            name="echo",
+        ),
+        "native",
+    ),
+    "train.yaml": ParsedJob(
+        Job(
+            id="",
+            groups=(
+                group(
+                    "worker",
+                    4,
+                    ("python", "train.py", "--config", "configs/llm-7b.yaml"),
+                    cpu=16000,
+                    mem=128 * GIB,
+                    gpu=2,
+                    gpu_mem=80 * GIB,
+                    env=(("NCCL_DEBUG", "WARN"), ("HF_HOME", "/srv/cache/huggingface")),
+                    workdir="/srv/llm",
+                ),
+            ),
+            name="train-llm",
+            kind=JobKind.TRAIN,
+            queue="research",
+            priority=100,
+            topology=TopologyRequirement(pack=TopologyLevel.RACK),
+            gpu_models=("A100", "H100"),
+            max_retries=5,
+            time_limit_s=12 * 3600.0,
+            estimate_s=8 * 3600.0,
+            checkpoint_interval_s=1800.0,
+            grace_period_s=120.0,
+            backoff_s=30.0,
+        ),
+        "native",
+    ),
+    "volcano-pytorch.yaml": ParsedJob(
+        Job(
+            id="",
+            groups=(
+                group(
+                    "master",
+                    1,
+                    ("python", "/opt/mnist/main.py", "--epochs", "10", "--backend", "nccl"),
+                    cpu=4000,
+                    mem=16 * GIB,
+                    gpu=1,
+                    env=(("NCCL_DEBUG", "INFO"),),
+                    workdir="/opt/mnist",
+                ),
+                group(
+                    "worker",
+                    2,
+                    ("python", "/opt/mnist/main.py", "--epochs", "10", "--backend", "nccl"),
+                    cpu=3500,  # from requests: the limits give no cpu
+                    mem=16 * GIB,  # from limits, over requests' 12Gi
+                    gpu=2,
+                    env=(("NCCL_DEBUG", "INFO"),),
+                    workdir="/opt/mnist",
+                ),
+            ),
+            name="pytorch-mnist",
+            kind=JobKind.TRAIN,
+            queue="research",
+            priority=100,
+            max_retries=5,
+        ),
+        "volcano",
+        (
+            f"volcano-pytorch.yaml: spec.tasks.0.template.spec.containers.0.image: {IMAGE_AT}",
+            f"volcano-pytorch.yaml: spec.tasks.1.template.spec.containers.0.image: {IMAGE_AT}",
+            "volcano-pytorch.yaml: spec.tasks.0.policies.0: ignored: aisched does not act on "
+            "TaskCompleted -> CompleteJob",
+        ),
+    ),
+    "volcano-batch.yaml": ParsedJob(
+        Job(
+            id="",
+            groups=(
+                group(
+                    "shard",
+                    8,
+                    (
+                        "/bin/sh",
+                        "-c",
+                        "python preprocess.py --shard ${VC_TASK_INDEX:-$AISCHED_TASK_INDEX} --of 8",
+                    ),
+                    cpu=2000,
+                    mem=4 * GIB,
+                ),
+            ),
+            name="preprocess-shards",
+            queue="batch",
+            min_available=1,
+            restart_policy=RestartPolicy.NEVER,
+            max_retries=0,
+            time_limit_s=3600.0,
+            estimate_s=1200.0,
+            grace_period_s=10.0,
+        ),
+        "volcano",
+        (
+            f"volcano-batch.yaml: spec.tasks.0.template.spec.containers.0.image: {IMAGE_AT}",
+            "volcano-batch.yaml: spec.plugins.env: ignored: aisched sets its own environment in "
+            "every task (AISCHED_TASK_INDEX, MASTER_ADDR, WORLD_SIZE, RANK...; see docs/jobs.md)",
+        ),
+    ),
+}
+
+
+def test_every_example_is_tested() -> None:
+    assert sorted(p.name for p in EXAMPLES.glob("*.yaml")) == sorted(EXAMPLE_JOBS)
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLE_JOBS))
+def test_example_files(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(EXAMPLES)
+    assert load_job_file(name) == EXAMPLE_JOBS[name]
+
+
+# --- text and files -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("command: [python, x.py\nreplicas: 2\n", "j.yaml:2:9: YAML syntax error: "),
+        ("command: x\nname: a\ncommand: y\n", "j.yaml:3:1: YAML syntax error: key 'command' "),
+        ("\tcommand: x\n", "j.yaml:1:1: YAML syntax error: "),
+        ("command: x\n---\ncommand: y\n", "j.yaml:2:1: YAML syntax error: "),
+        ('{"command": ["x"] "replicas": 2}', "j.yaml:1:19: YAML syntax error: expected ','"),
+        ("replicas: " + "9" * 5000, "j.yaml: YAML error: Exceeds the limit"),
+        ("[" * 1500 + "]" * 1500, "j.yaml: YAML error: nested too deeply"),
+    ],
+)
+def test_yaml_errors_give_line_and_column(text: str, want: str) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_job_text(text, "j.yaml")
+    assert len(info.value.problems) == 1
+    assert info.value.problems[0].startswith(want)
+
+
+def test_a_real_file_and_an_unreadable_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("job.yaml").write_text("# comment\ncommand: [python, x.py]\nresources:\n  gpus: two\n")
+    with pytest.raises(SpecError) as info:
+        load_job_file("job.yaml")
+    assert info.value.problems == (
+        "job.yaml: resources.gpus: 'two' is not a GPU count: give e.g. 1, 4 or 0.5",
+    )
+    with pytest.raises(SpecError, match=r"^missing\.yaml: cannot read: "):
+        load_job_file("missing.yaml")
+    Path("bin.yaml").write_bytes(b"command: \xff\xfe\n")
+    with pytest.raises(SpecError, match=r"^bin\.yaml: not UTF-8 text: "):
+        load_job_file("bin.yaml")
+
+
+def test_a_cyclic_document_is_an_error() -> None:
+    with pytest.raises(SpecError):
+        parse_job_text("command: &c [python, *c]\n", "j.yaml")
+
+
+# --- junk never escapes as anything but a SpecError -----------------------------------------
+
+# The keys of both formats, so that junk often reaches deep into a document.
+KEYS = (
+    "name", "kind", "queue", "user", "priority", "priority_class", "preemptible",
+    "min_available", "gpu_models", "topology", "pack", "spread", "mode", "restart", "policy",
+    "max_retries", "backoff", "time_limit", "estimate", "checkpoint_interval", "grace_period",
+    "tasks", "command", "replicas", "resources", "cpus", "mem", "gpus", "gpu_mem", "env",
+    "workdir", "apiVersion", "metadata", "spec", "minAvailable", "priorityClassName", "maxRetry",
+    "runningEstimate", "policies", "plugins", "template", "containers", "image", "args",
+    "workingDir", "limits", "requests", "cpu", "memory", "nvidia.com/gpu", "value", "valueFrom",
+    "envFrom", "restartPolicy", "event", "events", "action", "exitCode", "annotations",
+    "volcano.sh/preemptable", "activeDeadlineSeconds", "terminationGracePeriodSeconds",
+    "initContainers", "volumes", "nodeSelector",
+)  # fmt: skip
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.text(max_size=6),
+    st.sampled_from(
+        ["batch.volcano.sh/v1alpha1", "Job", "train", "8G", "8Gi", "500m", "0.5", "1h30m",
+         "PodFailed", "RestartJob", "Never", "high", "rack", "false", "1e999", "RANK"]
+    ),
+)  # fmt: skip
+JUNK = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(st.one_of(st.sampled_from(KEYS), SCALARS), inner, max_size=5),
+    ),
+    max_leaves=30,
+)
+VALID_DOCS = [c.doc for c in NATIVE_VALID + VOLCANO_VALID] + [
+    yaml.safe_load((EXAMPLES / name).read_text()) for name in sorted(EXAMPLE_JOBS)
+]
+
+
+def _nodes(doc: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [path]
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            out += _nodes(v, (*path, k))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            out += _nodes(v, (*path, i))
+    return out
+
+
+def _replace(doc: Any, path: tuple[Any, ...], value: Any) -> Any:
+    if not path:
+        return value
+    doc = copy.deepcopy(doc)
+    parent = doc
+    for part in path[:-1]:
+        parent = parent[part]
+    parent[path[-1]] = value
+    return doc
+
+
+def _parses_or_says_why(doc: Any) -> None:
+    try:
+        got = parse_job_document(doc, "junk.yaml")
+    except SpecError as e:
+        assert e.problems and all(p.startswith("junk.yaml") for p in e.problems)
+    else:
+        assert got.job.id == "" and got.format in ("native", "volcano")
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(JUNK)
+def test_junk_documents(doc: Any) -> None:
+    _parses_or_says_why(doc)
+    _parses_or_says_why({"tasks": doc})
+    _parses_or_says_why(vc() | {"spec": doc})
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_valid_documents_with_one_part_replaced_by_junk(data: st.DataObject) -> None:
+    doc = data.draw(st.sampled_from(VALID_DOCS))
+    path = data.draw(st.sampled_from(_nodes(doc)))
+    _parses_or_says_why(_replace(doc, path, data.draw(JUNK)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=200))
+def test_junk_text(text: str) -> None:
+    with contextlib.suppress(SpecError):
+        parse_job_text(text, "junk.yaml")
