@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import replace
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -290,8 +290,8 @@ def create_app(svc: Service) -> FastAPI:
         used: dict[str, list[float]] = {}
         for (qname, _user), (cpu, mem, gpu) in list(sched.usage.items()):
             path = sched.queues.path(qname) if sched.queues.has(qname) else (qname,)
-            for q in path:
-                acc = used.setdefault(q, [0.0, 0.0, 0.0])
+            for name in path:
+                acc = used.setdefault(name, [0.0, 0.0, 0.0])
                 acc[0] += cpu
                 acc[1] += mem
                 acc[2] += gpu

@@ -1,0 +1,196 @@
+"""The live service's speed: submit-to-running latency and sustained submissions per second.
+
+Starts a real `aisched up` (a subprocess, its own data directory, a loopback port) and talks to
+it over HTTP, as the CLI does.
+
+1. Latency: `--latency-jobs` tiny jobs (`true`, 0.01 CPU), submitted one after another with a
+   short pause, so each meets an idle scheduler. Submit-to-running is measured by the service's
+   own clock: from the job's submission time to the moment its task's process was started
+   (`tasks[0].started_at - submitted_at`). The client's round trip of the submission is
+   reported too.
+2. Throughput: `--burst-jobs` submissions from `--clients` concurrent HTTP clients, as fast as
+   they go, in two regimes: jobs that must wait (every GPU is held, so the burst measures the
+   submission path and cycles over a growing queue), and jobs that start at once (`true`), so
+   launching competes with submitting for the same 2 cores.
+
+Prints the figures (medians, p99, rates) and writes them to docs/benchmarks.md.
+
+    python benchmarks/bench_service.py [--latency-jobs 200] [--burst-jobs 2000] [--clients 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _report import write_section  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_service(home: Path, port: int) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aisched", "up", "--port", str(port), "--data-dir", str(home),
+         "--gpus", "4", "--cpus", "64", "--mem", "64G"],
+        stdout=subprocess.DEVNULL,
+        stderr=open(home / "service.log", "wb"),  # noqa: SIM115
+        start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/v1/healthz", timeout=1).json()["ok"]:
+                return proc
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    raise SystemExit(f"the service did not start:\n{(home / 'service.log').read_text()}")
+
+
+TINY = {"command": ["true"], "resources": {"cpus": 0.01, "mem": "16M"}, "workdir": "/"}
+
+
+def percentile(xs: list[float], p: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
+
+
+def wait_all(http: httpx.Client, ids: list[str], states: tuple[str, ...]) -> list[dict[str, Any]]:
+    out = []
+    for job_id in ids:
+        while True:
+            j = http.get(f"/v1/jobs/{job_id}").json()
+            if j["state"] in states:
+                out.append(j)
+                break
+            time.sleep(0.02)
+    return out
+
+
+def latency(http: httpx.Client, n: int) -> dict[str, float]:
+    ids, rtts = [], []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        r = http.post("/v1/jobs", json=TINY)
+        rtts.append(time.perf_counter() - t0)
+        ids.append(r.json()["id"])
+        time.sleep(0.03)
+    jobs = wait_all(http, ids, ("succeeded", "failed"))
+    lat = [j["tasks"][0]["started_at"] - j["submitted_at"] for j in jobs]
+    return {
+        "median_ms": statistics.median(lat) * 1000,
+        "p99_ms": percentile(lat, 99) * 1000,
+        "rtt_median_ms": statistics.median(rtts) * 1000,
+        "rtt_p99_ms": percentile(rtts, 99) * 1000,
+        "failed": float(sum(j["state"] != "succeeded" for j in jobs)),
+    }
+
+
+def burst(url: str, n: int, clients: int, doc: dict[str, Any]) -> tuple[float, list[str]]:
+    ids: list[str] = []
+    lock = threading.Lock()
+    errors: list[str] = []
+
+    def worker(count: int) -> None:
+        with httpx.Client(base_url=url, timeout=60) as http:
+            for _ in range(count):
+                r = http.post("/v1/jobs", json=doc)
+                if r.status_code != 201:
+                    errors.append(r.text)
+                    continue
+                with lock:
+                    ids.append(r.json()["id"])
+
+    per = [n // clients + (1 if i < n % clients else 0) for i in range(clients)]
+    threads = [threading.Thread(target=worker, args=(k,)) for k in per]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    took = time.perf_counter() - t0
+    if errors:
+        raise SystemExit(f"{len(errors)} submissions failed, e.g. {errors[0]}")
+    return n / took, ids
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--latency-jobs", type=int, default=200)
+    ap.add_argument("--burst-jobs", type=int, default=2000)
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--no-write", action="store_true", help="print only; leave docs alone")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp)
+        port = free_port()
+        proc = start_service(home, port)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            with httpx.Client(base_url=url, timeout=60) as http:
+                lat = latency(http, args.latency_jobs)
+                print(
+                    f"submit-to-running over {args.latency_jobs} tiny jobs: median "
+                    f"{lat['median_ms']:.1f} ms, p99 {lat['p99_ms']:.1f} ms; submission round "
+                    f"trip median {lat['rtt_median_ms']:.1f} ms, p99 {lat['rtt_p99_ms']:.1f} ms",
+                    flush=True,
+                )
+                blocker = http.post(
+                    "/v1/jobs",
+                    json={"command": ["sleep", "3600"], "resources": {"gpus": 4}, "workdir": "/"},
+                ).json()["id"]
+                wait_all(http, [blocker], ("running",))
+                waiting = {**TINY, "resources": {"cpus": 0.01, "mem": "16M", "gpus": 1}}
+                rate_wait, wait_ids = burst(url, args.burst_jobs, args.clients, waiting)
+                print(f"burst of {args.burst_jobs} waiting jobs: {rate_wait:.0f} submissions/s",
+                      flush=True)  # fmt: skip
+                for job_id in [*wait_ids, blocker]:
+                    http.post(f"/v1/jobs/{job_id}/cancel")
+                rate_run, run_ids = burst(url, args.burst_jobs, args.clients, TINY)
+                print(f"burst of {args.burst_jobs} jobs that run at once: {rate_run:.0f} "
+                      "submissions/s", flush=True)  # fmt: skip
+                t0 = time.perf_counter()
+                done = wait_all(http, run_ids, ("succeeded", "failed"))
+                drain = time.perf_counter() - t0
+                ok = sum(j["state"] == "succeeded" for j in done)
+                print(f"  all {len(done)} ran ({ok} succeeded) {drain:.1f} s after the burst",
+                      flush=True)  # fmt: skip
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(30)
+    body = f"""
+A real `aisched up` (declared 4 GPUs, 64 CPUs) on loopback, driven over HTTP. Latency is the
+service's own clock from submission to the task's process being started; tiny jobs (`true`),
+one at a time.
+
+| figure | value | target |
+| --- | ---: | ---: |
+| submit-to-running, median ({args.latency_jobs} jobs) | {lat['median_ms']:.1f} ms | < 100 ms |
+| submit-to-running, p99 | {lat['p99_ms']:.1f} ms | |
+| submission round trip (HTTP), median / p99 | {lat['rtt_median_ms']:.1f} / {lat['rtt_p99_ms']:.1f} ms | |
+| submissions/s, {args.burst_jobs} jobs that wait, {args.clients} clients | {rate_wait:.0f} | ≥ 500 |
+| submissions/s, {args.burst_jobs} jobs that start at once, {args.clients} clients | {rate_run:.0f} | |
+| time for all of those to run after the burst | {drain:.1f} s | |
+"""
+    if not args.no_write:
+        write_section("service", "## The live service: latency and submission rate\n" + body)
+
+
+if __name__ == "__main__":
+    main()
