@@ -159,7 +159,7 @@ def run_document(args: argparse.Namespace) -> dict[str, Any]:
         "command": command,
         "replicas": args.replicas,
         "resources": resources,
-        "workdir": args.workdir or os.getcwd(),
+        "workdir": os.path.abspath(args.workdir or os.getcwd()),
     }
     if env:
         doc["env"] = env

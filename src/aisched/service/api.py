@@ -152,10 +152,14 @@ def create_app(svc: Service) -> FastAPI:
             return problem(422, "invalid job", list(e.problems))
         job = parsed.job
         if workdir is not None:
+            # Relative (or missing) working directories are the submitter's, like Slurm's.
             job = replace(
                 job,
                 groups=tuple(
-                    g if g.workdir is not None else replace(g, workdir=workdir) for g in job.groups
+                    replace(g, workdir=str(Path(workdir) / (g.workdir or "")).rstrip("/") or "/")
+                    if g.workdir is None or not Path(g.workdir).is_absolute()
+                    else g
+                    for g in job.groups
                 ),
             )
         try:

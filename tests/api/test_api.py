@@ -1,0 +1,169 @@
+"""The REST API in process: FastAPI's test client over the real app, store and loop thread, with
+the fake executor standing in for processes (the e2e tests run real ones)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from aisched.service.api import create_app
+from aisched.service.app import Service
+from aisched.service.config import load_config
+from aisched.testing.fakes import FakeExecutor, fake_node
+
+VOLCANO = """
+apiVersion: batch.volcano.sh/v1alpha1
+kind: Job
+metadata: {name: pt}
+spec:
+  minAvailable: 2
+  queue: default
+  priorityClassName: high
+  tasks:
+    - name: worker
+      replicas: 2
+      template:
+        spec:
+          containers:
+            - name: c
+              image: pytorch/pytorch
+              command: [python, train.py]
+              resources: {limits: {nvidia.com/gpu: 1, cpu: "2", memory: 4Gi}}
+"""
+
+
+@pytest.fixture
+def fx() -> FakeExecutor:
+    return FakeExecutor([fake_node(gpus=4)])
+
+
+@pytest.fixture
+def client(tmp_path: Path, fx: FakeExecutor) -> Iterator[TestClient]:
+    cfg = load_config(None, {"data_dir": str(tmp_path), "cycle_interval": "0.2s"})
+    svc = Service.open(cfg, executor=fx)
+    svc.start()
+    try:
+        yield TestClient(create_app(svc))
+    finally:
+        svc.close()
+
+
+def wait(client: TestClient, job_id: str, state: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 10
+    while True:
+        j: dict[str, Any] = client.get(f"/v1/jobs/{job_id}").json()
+        if j["state"] == state:
+            return j
+        assert time.monotonic() < deadline, f"job {job_id} is {j['state']}, not {state}"
+        time.sleep(0.02)
+
+
+def test_submit_json_then_show_list_and_finish(client: TestClient, fx: FakeExecutor) -> None:
+    r = client.post(
+        "/v1/jobs",
+        json={"command": ["echo", "hi"], "resources": {"gpus": 2}},
+        headers={"X-Aisched-User": "ana"},
+        params={"workdir": "/work"},
+    )
+    assert r.status_code == 201, r.text
+    body = r.json()
+    jid = body["id"]
+    assert (body["job"]["user"], body["job"]["name"], body["job"]["gpus"]) == ("ana", "echo", 2.0)
+    running = wait(client, jid, "running")
+    assert [(t["name"], t["gpus"]) for t in running["tasks"]] == [("main-0", [0, 1])]
+    assert fx.launched[0].workdir == "/work"
+    assert [j["id"] for j in client.get("/v1/jobs").json()["jobs"]] == [jid]
+    fx.exit(fx.keys(jid)[0], 0)
+    fx._wakeup and fx._wakeup()
+    done = wait(client, jid, "succeeded")
+    assert [e["kind"] for e in done["events"]] == ["submitted", "started", "task-exited",
+                                                    "succeeded"]  # fmt: skip
+    assert client.get("/v1/jobs").json()["jobs"] == []
+    assert [j["id"] for j in client.get("/v1/jobs", params={"all": "true"}).json()["jobs"]] == [jid]
+
+
+def test_submit_a_volcano_job_as_yaml(client: TestClient, fx: FakeExecutor) -> None:
+    r = client.post(
+        "/v1/jobs",
+        content=VOLCANO,
+        headers={"content-type": "application/yaml"},
+        params={"source": "pt.yaml"},
+    )
+    assert r.status_code == 201, r.text
+    body = r.json()
+    assert body["job"]["format"] == "volcano"
+    assert body["job"]["priority"] == 100
+    assert any("image" in w for w in body["warnings"])
+    wait(client, body["id"], "running")
+    assert sorted((t.task, t.env["RANK"], t.gpus) for t in fx.launched) == [
+        ("worker-0", "0", (0,)),
+        ("worker-1", "1", (1,)),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("body", "ctype", "status", "want"),
+    [
+        (b"name: [", "application/yaml", 422, "j.yaml:1:8: YAML syntax error"),
+        (b"command: [x]\nbogus: 1\n", "application/yaml", 422, "j.yaml: bogus: unknown key"),
+        (b'{"command": ["x"], "resources": {"gpus": 5}}', "application/json", 422, "never fit"),
+        (b'{"command": ["x"], "queue": "nope"}', "application/json", 422, "unknown queue"),
+        (b"kind: Pod\napiVersion: v1\n", "application/yaml", 422, "aisched reads Volcano Jobs"),
+    ],
+)
+def test_bad_documents_are_refused_with_a_problem(
+    client: TestClient, body: bytes, ctype: str, status: int, want: str
+) -> None:
+    r = client.post(
+        "/v1/jobs", content=body, headers={"content-type": ctype}, params={"source": "j.yaml"}
+    )
+    assert r.status_code == status
+    problem = r.json()
+    assert want in "\n".join([problem["error"], *problem["problems"]])
+    assert client.get("/v1/jobs", params={"all": "true"}).json()["jobs"] == []
+
+
+def test_cancel_pending_and_unknown(client: TestClient) -> None:
+    big = client.post("/v1/jobs", json={"command": ["x"], "resources": {"gpus": 4}}).json()["id"]
+    wait(client, big, "running")
+    small = client.post("/v1/jobs", json={"command": ["x"], "resources": {"gpus": 1}}).json()["id"]
+    shown = client.get(f"/v1/jobs/{small}").json()
+    assert shown["state"] == "pending"
+    r = client.post(f"/v1/jobs/{small}/cancel")
+    assert (r.status_code, r.json()) == (202, {"id": small, "state": "cancelled"})
+    assert client.post(f"/v1/jobs/{small}/cancel").status_code == 409
+    assert client.post("/v1/jobs/77/cancel").status_code == 404
+    assert client.get("/v1/jobs/77").status_code == 404
+
+
+def test_nodes_queues_and_metrics(client: TestClient) -> None:
+    jid = client.post("/v1/jobs", json={"command": ["x"], "resources": {"gpus": 3}}).json()["id"]
+    wait(client, jid, "running")
+    node = client.get("/v1/nodes").json()["nodes"][0]
+    assert [g["free_milli"] for g in node["gpus"]] == [0, 0, 0, 1000]
+    assert node["gpus"][0]["used_by"] == [{"job": jid, "task": "main-0", "gpu_milli": 1000}]
+    (q,) = client.get("/v1/queues").json()["queues"]
+    assert (q["name"], q["running"], q["pending"], q["used"]["gpus"]) == ("default", 1, 0, 3.0)
+    text = client.get("/metrics").text
+    assert "aisched_allocated_gpus 3.0" in text
+    assert 'aisched_jobs{state="running"} 1.0' in text
+    info = client.get("/v1/info").json()
+    assert (info["policy"], info["executor"]) == ("default", "fake")
+
+
+def test_logs_of_an_attempt(client: TestClient, fx: FakeExecutor) -> None:
+    jid = client.post("/v1/jobs", json={"command": ["x"], "replicas": 2}).json()["id"]
+    wait(client, jid, "running")
+    for launch in fx.launched:
+        Path(launch.log_path).write_text(f"hello from {launch.task}\n")
+    text = client.get(f"/v1/jobs/{jid}/logs").text
+    assert text == "[main-0] hello from main-0\n[main-1] hello from main-1\n"
+    assert client.get(f"/v1/jobs/{jid}/logs", params={"task": "main-1"}).text == (
+        "hello from main-1\n"
+    )
+    assert client.get(f"/v1/jobs/{jid}/logs", params={"attempt": 5}).status_code == 404
