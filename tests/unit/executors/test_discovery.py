@@ -1,15 +1,24 @@
-"""Machine discovery: measured and declared figures, NVML present (a fake), failing or absent."""
+"""Machine discovery: measured and declared figures, NVML present (a fake), failing or absent;
+and the choice of a memory-limit mechanism on a cgroup parent we are given."""
 
 from __future__ import annotations
 
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from aisched.executors import discovery
+from aisched.executors.cgroups import (
+    MemoryControl,
+    MemoryControlError,
+    cgroup_name,
+    choose_memory_control,
+    create_task_cgroup,
+)
 from aisched.executors.discovery import DiscoveryError, discover_node, gpu_memory, short_model
 from aisched.model.cluster import GPU
 
@@ -235,3 +244,64 @@ def test_gpu_memory_lists_processes_per_gpu(nvml: Callable) -> None:
 )
 def test_short_model_names(name: str, model: str) -> None:
     assert short_model(name) == model
+
+
+# --- memory mechanisms on a cgroup parent we are given ---------------------------------------
+
+
+def fake_cgroup(path: Path, files: dict[str, str]) -> str:
+    path.mkdir()
+    for name, text in files.items():
+        (path / name).write_text(text)
+    return str(path)
+
+
+def test_cgroup_v2_needs_the_memory_controller(tmp_path: Path) -> None:
+    parent = fake_cgroup(tmp_path / "cg", {"cgroup.controllers": "cpu io\n"})
+    with pytest.raises(MemoryControlError) as err:
+        choose_memory_control("cgroup-v2", cgroup_parent=parent)
+    assert str(err.value) == (
+        f"memory mechanism cgroup-v2 is not available: the memory controller is not available"
+        f" in {parent}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "want"),
+    [
+        (
+            "cgroup-v2",
+            {"memory.max": str(512 << 20), "memory.swap.max": "0", "memory.oom.group": "1"},
+        ),
+        (
+            "cgroup-v1",
+            {
+                "memory.limit_in_bytes": str(512 << 20),
+                "memory.memsw.limit_in_bytes": str(512 << 20),
+            },
+        ),
+    ],
+)
+def test_a_task_cgroup_gets_its_limit(tmp_path: Path, mechanism: str, want: dict[str, str]) -> None:
+    # A plain directory stands in for the parent cgroup: only the files written are checked.
+    ctrl = MemoryControl(mechanism, str(tmp_path))
+    path = create_task_cgroup(ctrl, cgroup_name("job/1", 0, "w-0"), 512)
+    assert path == str(tmp_path / "job_1.0.w-0")
+    assert {p.name: p.read_text() for p in Path(path).iterdir()} == want
+    assert create_task_cgroup(MemoryControl("rlimit"), "x", 512) is None
+
+
+def test_cgroup_v1_needs_a_memory_cgroup(tmp_path: Path) -> None:
+    parent = fake_cgroup(tmp_path / "cg", {})
+    with pytest.raises(MemoryControlError, match=f"{parent} is not a cgroup v1 memory cgroup"):
+        choose_memory_control("cgroup-v1", cgroup_parent=parent)
+
+
+def test_auto_falls_back_to_an_rlimit_and_says_why(tmp_path: Path) -> None:
+    parent = fake_cgroup(tmp_path / "cg", {"cgroup.controllers": ""})
+    ctrl = choose_memory_control("auto", cgroup_parent=parent)
+    assert ctrl.mechanism == "rlimit"
+    assert ctrl.notes[1:] == (
+        f"cgroup-v2: the memory controller is not available in {parent}",
+        f"cgroup-v1: {parent} is not a cgroup v1 memory cgroup",
+    )

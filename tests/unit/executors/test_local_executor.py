@@ -499,3 +499,31 @@ def test_the_supervisor_needs_nothing_but_the_standard_library() -> None:
     code = f"import runpy; runpy.run_path({SUPERVISOR_SCRIPT!r}, run_name='not-main')"
     out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True)
     assert (out.returncode, out.stderr) == (0, "")
+
+
+CGROUPS = [m for m, why in MECHANISMS.items() if why is None and m.startswith("cgroup")]
+WITH_CGROUP = pytest.mark.skipif(not CGROUPS, reason="no usable memory cgroups here")
+
+
+@WITH_CGROUP
+def test_under_a_cgroup_an_oom_kill_of_any_process_ends_the_whole_task(harness: Harness) -> None:
+    harness.new_executor(mem_mechanism=CGROUPS[0])
+    hog = shlex.quote(ALLOCATE.format(n=32))
+    # The shell would carry on after its child is killed: the task must end anyway.
+    h = harness.launch("t-0", ["sh", "-c", f"{PY} -c {hog}; sleep 60"], mem_limit_mib=256)
+    ev = harness.exit_of(h.key)
+    assert (ev.kind, ev.message) == (ExitKind.OOM, OVER_LIMIT[CGROUPS[0]])
+
+
+@WITH_CGROUP
+def test_under_a_cgroup_processes_that_left_the_session_are_killed_too(
+    harness: Harness, tmp_path: Path
+) -> None:
+    harness.new_executor(mem_mechanism=CGROUPS[0])
+    pidfile = tmp_path / "escaped.pid"
+    escape = f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 60' &"
+    h = harness.launch(
+        "t-0", ["sh", "-c", f"{escape} while [ ! -s {pidfile} ]; do sleep 0.01; done"]
+    )
+    assert harness.exit_of(h.key).kind == ExitKind.EXITED
+    wait_for(lambda: gone(int(pidfile.read_text())), what="the escaped process to die")
