@@ -202,6 +202,11 @@ def create_task_cgroup(ctrl: MemoryControl, name: str, mem_limit_mib: int) -> st
     cgroups. A leftover of the same name is emptied and replaced. Raises OSError."""
     if ctrl.base is None or ctrl.mechanism not in ("cgroup-v1", "cgroup-v2"):
         return None
+    if not os.path.isdir(ctrl.base):
+        # Removed when another executor sharing it closed while it was empty.
+        os.makedirs(ctrl.base, exist_ok=True)
+        if ctrl.mechanism == "cgroup-v2" and ctrl.owned:
+            _try_write(os.path.join(ctrl.base, "cgroup.subtree_control"), "+memory")
     path = os.path.join(ctrl.base, name)
     if os.path.isdir(path):
         remove_cgroup(path)

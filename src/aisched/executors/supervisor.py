@@ -442,6 +442,8 @@ class Supervisor:
         )
 
     def kill_task(self, sig: int) -> None:
+        if self.child <= 0:  # killpg(0) would hit our own group
+            return
         killpg_quietly(self.child, sig)
         if self.cgroup:
             signal_cgroup(self.cgroup, sig)
