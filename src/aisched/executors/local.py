@@ -158,6 +158,11 @@ class LocalExecutor:
     def nodes(self) -> Sequence[Node]:
         return (self._node,)
 
+    @property
+    def memory_control(self) -> MemoryControl:
+        """The memory-limit mechanism in use and where its cgroups live."""
+        return self._mem
+
     def task_dir(self, key: TaskKey) -> Path:
         job_id, attempt, task = key
         _check_name("job id", job_id)

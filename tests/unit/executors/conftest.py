@@ -18,7 +18,7 @@ import pytest
 from aisched.executors import supervisor as sup
 from aisched.executors.base import TaskExited, TaskHandle, TaskKey, TaskLaunch, TaskPlace
 from aisched.executors.base import contract_env as make_contract_env
-from aisched.executors.cgroups import MemoryControlError, choose_memory_control
+from aisched.executors.cgroups import MemoryControlError, choose_memory_control, release_base
 from aisched.executors.local import LocalExecutor
 from aisched.model.cluster import GPU, Node
 
@@ -172,6 +172,8 @@ class Harness:
                 cgroup=rec.get("cgroup"),
             )
             sup.remove_cgroup(rec.get("cgroup"))
+        for ex in self.made:  # the parent cgroup too, once empty (a killed scheduler's stays)
+            release_base(ex.memory_control)
 
 
 @pytest.fixture
