@@ -43,6 +43,8 @@ class TaskLaunch:
     `task` is the task's name, `<group>-<index>` (e.g. `worker-1`), unique within the job.
     `env` is the full contract environment (`contract_env`) plus the user's own variables; the
     executor adds nothing else but what it alone knows (e.g. nothing, for the local executor).
+    The process gets exactly this environment, so it must carry PATH, HOME and whatever else
+    the command needs (the command is looked up on `env`'s PATH, else on /bin:/usr/bin).
     `milli_cpu` is what the core reserved; the executor pins the task to `ceil(milli_cpu/1000)`
     cores where it can. `mem_limit_mib` 0 means no limit. `gpus` are device indices on `node`.
     `log_path` receives stdout and stderr together. `grace_period_s` is the time between
@@ -130,8 +132,12 @@ class Executor(Protocol):
         ...
 
     def launch(self, req: TaskLaunch) -> TaskHandle:
-        """Start one task. Returns once the task's process exists. Raises LaunchError (with a
-        message for the user) when it cannot start; then nothing of it is left running."""
+        """Start one task. Returns once the task's process (or the supervisor that starts it)
+        exists; it does not wait for the command itself. Raises LaunchError (with a message
+        for the user) when the request is refused or nothing could be started; then nothing of
+        it is left running. A command that cannot be executed (not found: 127, not runnable or
+        bad working directory: 126) is not a LaunchError: it ends with an EXITED event with
+        that code and a message naming the command."""
         ...
 
     def stop(self, key: TaskKey, grace_period_s: float | None = None) -> None:
@@ -146,8 +152,12 @@ class Executor(Protocol):
 
     def adopt(self, handle: TaskHandle) -> tuple[AdoptState, TaskExited | None]:
         """After a restart of the scheduler: take charge again of a task launched before.
-        RUNNING: it is watched again (its exit will come through `poll`); EXITED: it ended in
-        the meantime, and here is how; LOST: nothing says how it ended."""
+        RUNNING: it is watched again (its exit will come through `poll`), event None; EXITED:
+        it ended in the meantime, and the event says how (kind exited, stopped or oom); LOST:
+        nothing says how it ended, whatever was left of it has been killed, and the event
+        (kind LOST) says why. Never runs the task again. An executor that can find a task
+        from its key alone accepts a handle with empty `data` (the scheduler died before it
+        could store the handle `launch` returned)."""
         ...
 
     def set_wakeup(self, wakeup: Callable[[], None]) -> None:

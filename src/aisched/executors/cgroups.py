@@ -1,0 +1,270 @@
+"""How the local executor bounds a task's memory: which mechanism, and the cgroups it uses.
+
+`choose_memory_control` decides once, at the executor's start: cgroup v2 where a cgroup with the
+memory controller can be delegated to us, else cgroup v1 where the memory hierarchy is writable,
+else a per-process rlimit (which the supervisor backs with a watch of the group's RSS), or none.
+A forced mechanism that is not available is an error that says why.
+
+Task cgroups live under one parent (`<own cgroup>/aisched/` unless a parent is given) and are
+named `<job>.<attempt>.<task>`; the supervisor removes its task's cgroup when the task ends.
+
+Never moves an existing process (the scheduler included) between cgroups: only a task's own
+child joins its cgroup, before it execs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from dataclasses import dataclass
+
+from aisched.executors.supervisor import remove_cgroup
+
+MECHANISMS = ("auto", "cgroup-v2", "cgroup-v1", "rlimit", "none")
+PARENT_NAME = "aisched"
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+class MemoryControlError(ValueError):
+    """A memory mechanism was asked for that this machine cannot provide; says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryControl:
+    """The chosen mechanism; `base` is the parent of the task cgroups (cgroup mechanisms),
+    `owned` whether we created it (and may remove it when empty)."""
+
+    mechanism: str
+    base: str | None = None
+    owned: bool = False
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class _Mount:
+    root: str
+    point: str
+    fstype: str
+    options: frozenset[str]
+
+
+def _mounts() -> list[_Mount]:
+    out = []
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        left, sep, right = line.partition(" - ")
+        if not sep:
+            continue
+        fields, tail = left.split(), right.split()
+        if len(fields) < 5 or len(tail) < 3:
+            continue
+        out.append(_Mount(fields[3], fields[4], tail[0], frozenset(tail[2].split(","))))
+    return out
+
+
+def _own_cgroups() -> dict[str, str]:
+    """Controller (or "" for v2) -> our cgroup's path in that hierarchy."""
+    out: dict[str, str] = {}
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        for ctrl in parts[1].split(",") if parts[1] else [""]:
+            out[ctrl] = parts[2]
+    return out
+
+
+def _join(mount: _Mount, path: str) -> str:
+    """Our cgroup's directory under a mount whose root may itself be a sub-cgroup."""
+    root = mount.root.rstrip("/")
+    if root and path.startswith(root):
+        path = path[len(root) :]
+    return os.path.join(mount.point, path.lstrip("/"))
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="ascii") as f:
+        return f.read()
+
+
+def _write(path: str, value: str) -> None:
+    with open(path, "w", encoding="ascii") as f:
+        f.write(value)
+
+
+def _probe(base: str, limit_file: str) -> None:
+    """Creates a throwaway child with a memory limit, then removes it: raises OSError unless
+    task cgroups can really be made here."""
+    probe = os.path.join(base, f".probe-{os.getpid()}")
+    os.mkdir(probe)
+    try:
+        _write(os.path.join(probe, limit_file), str(64 << 20))
+    finally:
+        os.rmdir(probe)
+
+
+def _v1(parent: str | None) -> tuple[MemoryControl | None, str]:
+    if parent is None:
+        mount = next((m for m in _mounts() if m.fstype == "cgroup" and "memory" in m.options), None)
+        own = _own_cgroups().get("memory")
+        if mount is None or own is None:
+            return None, "no cgroup v1 memory hierarchy is mounted"
+        base, owned = os.path.join(_join(mount, own), PARENT_NAME), True
+    else:
+        base, owned = parent, False
+    try:
+        os.makedirs(base, exist_ok=True)
+        if not os.path.exists(os.path.join(base, "memory.limit_in_bytes")):
+            return None, f"{base} is not a cgroup v1 memory cgroup"
+        _probe(base, "memory.limit_in_bytes")
+    except OSError as exc:
+        return None, f"cannot create memory cgroups under {base}: {exc.strerror or exc}"
+    return MemoryControl("cgroup-v1", base, owned, (f"memory cgroups (v1) under {base}",)), ""
+
+
+def _v2(parent: str | None) -> tuple[MemoryControl | None, str]:
+    if parent is None:
+        mount = next((m for m in _mounts() if m.fstype == "cgroup2"), None)
+        own = _own_cgroups().get("")
+        if mount is None or own is None:
+            return None, "no cgroup v2 hierarchy is mounted"
+        holder = _join(mount, own)
+        base, owned = os.path.join(holder, PARENT_NAME), True
+    else:
+        holder = base = parent
+        owned = False
+    try:
+        if "memory" not in _read(os.path.join(holder, "cgroup.controllers")).split():
+            return None, f"the memory controller is not available in {holder}"
+        if "memory" not in _read(os.path.join(holder, "cgroup.subtree_control")).split():
+            # Fails (EBUSY) when the cgroup holds processes: v2 has no internal processes.
+            _write(os.path.join(holder, "cgroup.subtree_control"), "+memory")
+        if base != holder:
+            os.makedirs(base, exist_ok=True)
+            if "memory" not in _read(os.path.join(base, "cgroup.subtree_control")).split():
+                _write(os.path.join(base, "cgroup.subtree_control"), "+memory")
+        _probe(base, "memory.max")
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        return None, (
+            f"cannot delegate the memory controller below {holder}: {why} (run the scheduler "
+            "in a delegated cgroup, or give a cgroup parent)"
+        )
+    return MemoryControl("cgroup-v2", base, owned, (f"memory cgroups (v2) under {base}",)), ""
+
+
+def choose_memory_control(wanted: str = "auto", cgroup_parent: str | None = None) -> MemoryControl:
+    """The mechanism to use. `auto` takes the first available of cgroup-v2, cgroup-v1, rlimit;
+    anything else is used if available, else MemoryControlError says why not."""
+    if wanted not in MECHANISMS:
+        raise MemoryControlError(
+            f"memory mechanism {wanted!r} is not one of {', '.join(MECHANISMS)}"
+        )
+    if wanted == "none":
+        return MemoryControl("none", notes=("memory limits are not enforced",))
+    if wanted == "rlimit":
+        return MemoryControl("rlimit", notes=_RLIMIT_NOTES)
+    reasons: list[str] = []
+    for name, probe in (("cgroup-v2", _v2), ("cgroup-v1", _v1)):
+        if wanted not in ("auto", name):
+            continue
+        ctrl, why = probe(cgroup_parent)
+        if ctrl is not None:
+            return ctrl
+        if wanted == name:
+            raise MemoryControlError(f"memory mechanism {name} is not available: {why}")
+        reasons.append(f"{name}: {why}")
+    return MemoryControl("rlimit", notes=(*_RLIMIT_NOTES, *reasons))
+
+
+_RLIMIT_NOTES = (
+    "memory limits by RLIMIT_DATA per process, and the supervisor kills a task whose processes "
+    "together hold more than its limit (checked every 0.5 s)",
+)
+
+
+def cgroup_name(job_id: str, attempt: int, task: str) -> str:
+    return _UNSAFE.sub("_", f"{job_id}.{attempt}.{task}")[:200]
+
+
+def create_task_cgroup(ctrl: MemoryControl, name: str, mem_limit_mib: int) -> str | None:
+    """The task's cgroup, created with its limit (0: none), or None when the mechanism uses no
+    cgroups. A leftover of the same name is emptied and replaced. Raises OSError."""
+    if ctrl.base is None or ctrl.mechanism not in ("cgroup-v1", "cgroup-v2"):
+        return None
+    if not os.path.isdir(ctrl.base):
+        # Removed when another executor sharing it closed while it was empty.
+        os.makedirs(ctrl.base, exist_ok=True)
+        if ctrl.mechanism == "cgroup-v2" and ctrl.owned:
+            _try_write(os.path.join(ctrl.base, "cgroup.subtree_control"), "+memory")
+    path = os.path.join(ctrl.base, name)
+    if os.path.isdir(path):
+        remove_cgroup(path)
+    os.mkdir(path)
+    try:
+        limit = str(mem_limit_mib << 20)
+        if ctrl.mechanism == "cgroup-v1":
+            if mem_limit_mib:
+                _write(os.path.join(path, "memory.limit_in_bytes"), limit)
+                _try_write(os.path.join(path, "memory.memsw.limit_in_bytes"), limit)
+        else:
+            if mem_limit_mib:
+                _write(os.path.join(path, "memory.max"), limit)
+                _try_write(os.path.join(path, "memory.swap.max"), "0")
+            # One OOM kill takes the whole task, as the v1 path does by hand.
+            _try_write(os.path.join(path, "memory.oom.group"), "1")
+    except OSError:
+        remove_cgroup(path)
+        raise
+    return path
+
+
+def _try_write(path: str, value: str) -> None:
+    """For knobs that exist only with some kernel options (swap accounting...)."""
+    with contextlib.suppress(OSError):
+        _write(path, value)
+
+
+def release_base(ctrl: MemoryControl) -> None:
+    """Removes the parent cgroup we created, when no task cgroup is left in it."""
+    if ctrl.owned and ctrl.base:
+        with contextlib.suppress(OSError):
+            os.rmdir(ctrl.base)
+
+
+def own_memory_limit_mib() -> int | None:
+    """The memory limit of the cgroup this process runs in (v2 `memory.max`, else v1
+    `memory.limit_in_bytes`), or None when there is none or it cannot be read."""
+    mounts = _mounts()
+    own = _own_cgroups()
+    candidates: list[str] = []
+    v2 = next((m for m in mounts if m.fstype == "cgroup2"), None)
+    if v2 is not None and "" in own:
+        candidates.append(os.path.join(_join(v2, own[""]), "memory.max"))
+    v1 = next((m for m in mounts if m.fstype == "cgroup" and "memory" in m.options), None)
+    if v1 is not None and "memory" in own:
+        candidates.append(os.path.join(_join(v1, own["memory"]), "memory.limit_in_bytes"))
+    for path in candidates:
+        try:
+            value = _read(path).strip()
+        except OSError:
+            continue
+        if value == "max":
+            return None
+        try:
+            limit = int(value)
+        except ValueError:
+            continue
+        # v1 writes "no limit" as a huge page-rounded number.
+        return limit >> 20 if limit < (1 << 60) else None
+    return None

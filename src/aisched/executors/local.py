@@ -1,0 +1,590 @@
+"""The local executor: tasks as processes on this machine, each under its own supervisor.
+
+`launch` writes the request to `<state_dir>/<job>/<attempt>/<task>/launch.json`, creates the
+task's memory cgroup (when that is the mechanism), and starts `supervisor.py` in a new session;
+the supervisor starts the task, enforces its limits, runs the SIGTERM-grace-SIGKILL of a stop,
+and records the end in `exit.json` (see `supervisor.py`). One watcher thread waits on a pidfd
+per supervisor (or, where pidfds are missing, polls every 0.1 s) and turns each supervisor's
+end into one `TaskExited`: the recorded one, or LOST after killing whatever the task left when
+the supervisor died without a record.
+
+Invariants:
+- a task directory is launched at most once; its supervisor runs the task at most once;
+- every launched or adopted task yields exactly one `TaskExited` (through `poll`, or returned
+  by `adopt` when it ended while nobody watched);
+- a process is only signalled after its identity (pid and start time, or a pidfd) is checked,
+  so a reused pid is never hit;
+- the scheduler may die at any moment (SIGKILL included): tasks keep running under their
+  supervisors, and a new executor `adopt`s them from their handles (or from the task directory
+  alone when the handle's data was never stored).
+
+It never decides what runs where (the core does) and never touches the scheduler's database.
+Linux only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import shutil
+import signal
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aisched.executors import supervisor as sup
+from aisched.executors.base import (
+    AdoptState,
+    ExecutorInfo,
+    ExitKind,
+    LaunchError,
+    TaskExited,
+    TaskHandle,
+    TaskKey,
+    TaskLaunch,
+)
+from aisched.executors.cgroups import (
+    MemoryControl,
+    cgroup_name,
+    choose_memory_control,
+    create_task_cgroup,
+    release_base,
+)
+from aisched.executors.discovery import discover_node
+from aisched.model.cluster import Node
+
+log = logging.getLogger(__name__)
+
+SUPERVISOR_SCRIPT = os.path.abspath(sup.__file__)
+POLL_INTERVAL_S = 0.1
+# How long adopt waits for a supervisor that holds its lock to say who it is (it does so
+# right after taking the lock; this only covers a scheduler restarted within milliseconds).
+ADOPT_IDENTIFY_S = 5.0
+
+
+@dataclass(slots=True)
+class _Watched:
+    key: TaskKey
+    dir: str
+    sup_pid: int
+    sup_start: int
+    cores: tuple[int, ...]
+    cgroup: str | None
+    grace_period_s: float
+    own_child: bool
+    report: bool = True  # False: only reap it (its exit was already handed out by adopt)
+    pidfd: int | None = None
+
+
+def _pidfd_works() -> bool:
+    if not hasattr(os, "pidfd_open") or not hasattr(signal, "pidfd_send_signal"):
+        return False
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError:
+        return False
+    return True
+
+
+def _check_name(what: str, value: str) -> None:
+    if not value or value in (".", "..") or "/" in value or "\0" in value:
+        raise LaunchError(f"{what}: {value!r} cannot name a task directory")
+
+
+class LocalExecutor:
+    """Runs tasks as processes on this machine (see the module docstring).
+
+    `node`: the machine as the core sees it (`discover_node()` when None). `mem_mechanism`:
+    auto | cgroup-v2 | cgroup-v1 | rlimit | none (a forced one that is unavailable raises
+    `MemoryControlError`); `cgroup_parent`: an existing cgroup to create task cgroups in.
+    `use_pidfd`: None picks pidfds where the kernel has them; False forces polling.
+    """
+
+    def __init__(
+        self,
+        state_dir: str | os.PathLike[str],
+        node: Node | None = None,
+        *,
+        mem_mechanism: str = "auto",
+        cgroup_parent: str | None = None,
+        use_pidfd: bool | None = None,
+        notes: Sequence[str] = (),
+    ) -> None:
+        self._state = Path(state_dir).resolve()
+        self._state.mkdir(parents=True, exist_ok=True)
+        if node is None:
+            node, found = discover_node()
+            notes = (*notes, *found)
+        self._node = node
+        self._mem: MemoryControl = choose_memory_control(mem_mechanism, cgroup_parent)
+        self._cores = tuple(sorted(os.sched_getaffinity(0)))
+        self._pidfd = _pidfd_works() if use_pidfd is None else use_pidfd and _pidfd_works()
+        self._notes = (
+            *notes,
+            *self._mem.notes,
+            "exits seen through pidfds" if self._pidfd else "exits seen by polling every 0.1 s",
+        )
+        self._lock = threading.Lock()
+        self._watched: dict[TaskKey, _Watched] = {}
+        self._reap_only: list[_Watched] = []
+        self._by_fd: dict[int, _Watched] = {}
+        self._events: list[TaskExited] = []
+        self._wakeup: Callable[[], None] | None = None
+        self._closed = False
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._epoll = select.epoll() if self._pidfd else None
+        if self._epoll is not None:
+            self._epoll.register(self._wake_r, select.EPOLLIN)
+        self._thread = threading.Thread(target=self._watch_loop, name="aisched-exits", daemon=True)
+        self._thread.start()
+
+    # --- the protocol --------------------------------------------------------------------
+
+    def info(self) -> ExecutorInfo:
+        return ExecutorInfo(
+            name="local",
+            memory_limit=self._mem.mechanism,
+            cpu_affinity=True,
+            notes=tuple(self._notes),
+        )
+
+    def nodes(self) -> Sequence[Node]:
+        return (self._node,)
+
+    @property
+    def memory_control(self) -> MemoryControl:
+        """The memory-limit mechanism in use and where its cgroups live."""
+        return self._mem
+
+    def task_dir(self, key: TaskKey) -> Path:
+        job_id, attempt, task = key
+        _check_name("job id", job_id)
+        _check_name("task", task)
+        return self._state / job_id / str(attempt) / task
+
+    def launch(self, req: TaskLaunch) -> TaskHandle:
+        key = req.key
+        if self._closed:
+            raise LaunchError(f"task {_show(key)}: the executor is closed")
+        if req.node != self._node.name:
+            raise LaunchError(
+                f"task {_show(key)}: node {req.node!r} is not this machine ({self._node.name!r})"
+            )
+        if not req.command or not req.command[0]:
+            raise LaunchError(f"task {_show(key)}: command: empty")
+        for field, value in (
+            ("attempt", req.attempt),
+            ("milli_cpu", req.milli_cpu),
+            ("mem_limit_mib", req.mem_limit_mib),
+            ("grace_period_s", req.grace_period_s),
+        ):
+            if value < 0:
+                raise LaunchError(f"task {_show(key)}: {field}: must be >= 0, got {value}")
+        known = {g.index for g in self._node.gpus}
+        if missing := [g for g in req.gpus if g not in known]:
+            raise LaunchError(f"task {_show(key)}: gpus: {missing} not on node {req.node!r}")
+        tdir = self.task_dir(key)
+        with self._lock:
+            if key in self._watched:
+                raise LaunchError(f"task {_show(key)} is already running")
+        if (tdir / sup.LAUNCH).exists():
+            raise LaunchError(
+                f"task {_show(key)} was launched before on this node ({tdir} exists); "
+                "a new run needs a new attempt number"
+            )
+        try:
+            Path(req.log_path).parent.mkdir(parents=True, exist_ok=True)
+            with open(req.log_path, "a", encoding="utf-8"):
+                pass
+        except OSError as exc:
+            raise LaunchError(
+                f"task {_show(key)}: log_path: cannot write {req.log_path}: {exc.strerror or exc}"
+            ) from None
+        with self._lock:
+            cores = self._pick_cores(req.milli_cpu)
+        cgroup = (
+            os.path.join(self._mem.base, cgroup_name(*key)) if self._mem.base is not None else None
+        )
+        tdir.mkdir(parents=True, exist_ok=True)
+        # 1. The request is durable before anything runs: after a crash, adopt finds it.
+        sup.write_json_atomic(
+            str(tdir / sup.LAUNCH),
+            {
+                "key": list(key),
+                "command": list(req.command),
+                "env": dict(req.env),
+                "workdir": req.workdir,
+                "log_path": os.path.abspath(req.log_path),
+                "cores": list(cores),
+                "mem_limit_mib": req.mem_limit_mib,
+                "mechanism": self._mem.mechanism,
+                "cgroup": cgroup,
+                "grace_period_s": req.grace_period_s,
+                "gpus": list(req.gpus),
+            },
+        )
+        try:
+            # 2. Its cgroup, with the limit, before the supervisor can fork into it.
+            create_task_cgroup(self._mem, cgroup_name(*key), req.mem_limit_mib)
+            # 3. The supervisor, in its own session so it outlives us; SIGTERM blocked until
+            #    its handler is in place, so an early stop is not lost.
+            pid = os.posix_spawn(
+                sys.executable,
+                [sys.executable, "-I", "-S", SUPERVISOR_SCRIPT, str(tdir)],
+                {},
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (
+                        os.POSIX_SPAWN_OPEN,
+                        1,
+                        str(tdir / sup.LOG),
+                        os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                        0o644,
+                    ),
+                    (os.POSIX_SPAWN_DUP2, 1, 2),
+                ],
+                setsid=True,
+                setsigmask={signal.SIGTERM},
+            )
+        except OSError as exc:
+            sup.remove_cgroup(cgroup)
+            shutil.rmtree(tdir, ignore_errors=True)
+            raise LaunchError(
+                f"task {_show(key)}: cannot start its supervisor: {exc.strerror or exc}"
+            ) from None
+        start = sup.start_time(pid)
+        assert start is not None  # our unreaped child: /proc keeps it at least as a zombie
+        watched = _Watched(
+            key, str(tdir), pid, start, cores, cgroup, req.grace_period_s, own_child=True
+        )
+        self._watch(watched)
+        return TaskHandle(
+            key=key,
+            node=self._node.name,
+            data={
+                "dir": str(tdir),
+                "supervisor_pid": pid,
+                "supervisor_start": start,
+                "cores": list(cores),
+                "cgroup": cgroup,
+                "memory_limit": self._mem.mechanism,
+            },
+        )
+
+    def stop(self, key: TaskKey, grace_period_s: float | None = None) -> None:
+        with self._lock:
+            w = self._watched.get(key)
+            if w is None:
+                return
+            grace = w.grace_period_s if grace_period_s is None else grace_period_s
+            sup.write_json_atomic(
+                os.path.join(w.dir, sup.STOP),
+                {"grace_period_s": max(0.0, grace), "requested_at": time.time()},
+            )
+            # Under the lock: the watcher closes pidfds and reaps under it too, so neither the
+            # fd nor (for our own children) the pid can name another process here.
+            try:
+                if w.pidfd is not None:
+                    signal.pidfd_send_signal(w.pidfd, signal.SIGTERM)
+                elif sup.is_alive(w.sup_pid, w.sup_start):
+                    os.kill(w.sup_pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    def poll(self) -> list[TaskExited]:
+        with self._lock:
+            out, self._events = self._events, []
+        return out
+
+    def adopt(self, handle: TaskHandle) -> tuple[AdoptState, TaskExited | None]:
+        key = handle.key
+        with self._lock:
+            if key in self._watched:
+                return AdoptState.RUNNING, None
+        data = handle.data
+        tdir = str(data.get("dir") or self.task_dir(key))
+        launch = sup.read_json(os.path.join(tdir, sup.LAUNCH))
+        if launch is None:
+            return AdoptState.LOST, _lost(key, f"no record of this task in {tdir}")
+        cgroup: str | None = launch.get("cgroup")
+        ident: tuple[int, int] | None = None
+        if isinstance(data.get("supervisor_pid"), int) and isinstance(
+            data.get("supervisor_start"), int
+        ):
+            ident = (data["supervisor_pid"], data["supervisor_start"])
+        else:
+            ident = sup.read_lock_owner(tdir)
+
+        # 1. Recorded: hand out the record. 2. Alive: watch it again. 3. Else make sure no
+        #    supervisor can still start it, kill what is left, and call it lost. (A supervisor
+        #    records the end before it exits, so "not alive" is checked before the record.)
+        deadline = time.monotonic() + ADOPT_IDENTIFY_S
+        while True:
+            recorded = self._recorded(key, tdir)
+            if recorded is None and ident is not None:
+                if self._try_watch(key, tdir, ident, launch):
+                    return AdoptState.RUNNING, None
+                recorded = self._recorded(key, tdir)
+            if recorded is not None:
+                self._reap_later(key, tdir, ident)
+                sup.remove_cgroup(cgroup)
+                return AdoptState.EXITED, recorded
+            if not sup.supervisor_alive_or_abandon(tdir):
+                break
+            # Its lock is held by a supervisor the handle did not name (it writes who it is
+            # right after taking the lock).
+            owner = sup.read_lock_owner(tdir)
+            if owner is not None and owner != ident:
+                ident = owner
+            elif time.monotonic() > deadline:
+                log.error("task %s: its supervisor holds its lock but cannot be identified", key)
+                break
+            else:
+                time.sleep(0.005)
+        recorded = self._recorded(key, tdir)
+        if recorded is not None:
+            return AdoptState.EXITED, recorded
+        started = sup.read_json(os.path.join(tdir, sup.STARTED)) or {}
+        sup.kill_leftovers(
+            sup_pid=ident[0] if ident else None,
+            sup_start=ident[1] if ident else None,
+            child_pid=started.get("child_pid"),
+            child_start=started.get("child_start"),
+            cgroup=cgroup,
+        )
+        sup.remove_cgroup(cgroup)
+        if not started:
+            why = "it never started (the scheduler stopped while launching it)"
+        else:
+            why = "its supervisor is gone without a record; what was left of it was killed"
+        return AdoptState.LOST, _lost(key, why)
+
+    def set_wakeup(self, wakeup: Callable[[], None]) -> None:
+        self._wakeup = wakeup
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        os.write(self._wake_w, b"x")
+        self._thread.join(timeout=5.0)
+        with self._lock:
+            for fd in list(self._by_fd):
+                self._forget_fd(fd)
+        if self._epoll is not None:
+            self._epoll.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+        release_base(self._mem)
+
+    # --- cores ---------------------------------------------------------------------------
+
+    def _pick_cores(self, milli_cpu: int) -> tuple[int, ...]:
+        """`ceil(milli_cpu/1000)` cores, least loaded first (ties: lowest id), counting the
+        cores of every task watched. 0 CPUs: not pinned (inherits ours)."""
+        n = -(-milli_cpu // 1000)
+        if n <= 0:
+            return ()
+        load = Counter(c for w in self._watched.values() for c in w.cores)
+        ranked = sorted(self._cores, key=lambda c: (load[c], c))
+        return tuple(sorted(ranked[:n]))
+
+    # --- watching ------------------------------------------------------------------------
+
+    def _watch(self, w: _Watched, pidfd: int | None = None) -> None:
+        """Starts watching `w` (with `pidfd` when the caller already opened one)."""
+        if pidfd is None and self._epoll is not None:
+            try:
+                pidfd = os.pidfd_open(w.sup_pid)
+            except OSError:  # out of fds, or reaped by someone else already: polled instead
+                pidfd = None
+        with self._lock:
+            if w.report:
+                self._watched[w.key] = w
+            else:
+                self._reap_only.append(w)
+            if pidfd is not None and self._epoll is not None:
+                w.pidfd = pidfd
+                self._by_fd[pidfd] = w
+                self._epoll.register(pidfd, select.EPOLLIN)
+        os.write(self._wake_w, b"x")
+
+    def _try_watch(self, key: TaskKey, tdir: str, ident: tuple[int, int], launch: Any) -> bool:
+        """Watches an adopted supervisor if it is still the process `ident` names."""
+        pid, start = ident
+        st = sup.proc_stat(pid)
+        if st is None or st.start != start or st.state in ("Z", "X"):
+            return False
+        pidfd: int | None = None
+        if self._epoll is not None:
+            try:
+                pidfd = os.pidfd_open(pid)
+            except ProcessLookupError:
+                return False
+            except OSError:  # out of fds: this one is polled instead
+                pidfd = None
+        # Checked again after opening the pidfd: then the fd is the right process (a pid is
+        # not reused while its process is alive).
+        if not sup.is_alive(pid, start):
+            if pidfd is not None:
+                os.close(pidfd)
+            return False
+        w = _Watched(
+            key,
+            tdir,
+            pid,
+            start,
+            tuple(launch.get("cores") or ()),
+            launch.get("cgroup"),
+            float(launch.get("grace_period_s") or 0.0),
+            own_child=st.ppid == os.getpid(),
+        )
+        self._watch(w, pidfd)
+        return True
+
+    def _reap_later(self, key: TaskKey, tdir: str, ident: tuple[int, int] | None) -> None:
+        """An adopted supervisor that is our own child still needs reaping after its end."""
+        if ident is None:
+            return
+        st = sup.proc_stat(ident[0])
+        if st is not None and st.start == ident[1] and st.ppid == os.getpid():
+            self._watch(_Watched(key, tdir, *ident, (), None, 0.0, own_child=True, report=False))
+
+    def _recorded(self, key: TaskKey, tdir: str) -> TaskExited | None:
+        rec = sup.read_json(os.path.join(tdir, sup.EXIT))
+        if rec is None:
+            return None
+        try:
+            kind = ExitKind(str(rec.get("kind")))
+        except ValueError:
+            kind = ExitKind.EXITED
+        code = rec.get("exit_code")
+        return TaskExited(
+            key=key,
+            kind=kind,
+            exit_code=code if isinstance(code, int) else None,
+            message=str(rec.get("message") or ""),
+            time_s=float(rec.get("finished_at") or time.time()),
+        )
+
+    def _forget_fd(self, fd: int) -> None:
+        """Under the lock."""
+        self._by_fd.pop(fd, None)
+        if self._epoll is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self._epoll.unregister(fd)
+        os.close(fd)
+
+    def _watch_loop(self) -> None:
+        while not self._closed:
+            try:
+                if self._epoll is not None:
+                    ready = [fd for fd, _ in self._epoll.poll(POLL_INTERVAL_S * 10)]
+                else:
+                    select.select([self._wake_r], [], [], POLL_INTERVAL_S)
+                    ready = []
+                self._drain_wake()
+                if self._closed:
+                    return
+                for w in self._gone(ready):
+                    self._on_gone(w)
+            except Exception:  # the watcher must outlive any one task's trouble
+                log.exception("exit watcher")
+                time.sleep(POLL_INTERVAL_S)
+
+    def _drain_wake(self) -> None:
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _gone(self, ready: list[int]) -> list[_Watched]:
+        """The watched supervisors that have ended: pidfds that fired, and (without pidfds,
+        or for those that could not get one) a liveness check of each."""
+        with self._lock:
+            gone = [self._by_fd[fd] for fd in ready if fd in self._by_fd]
+            polled = [w for w in (*self._watched.values(), *self._reap_only) if w.pidfd is None]
+        for w in polled:
+            if w.own_child:
+                # WNOWAIT: seen, not reaped, so its pid stays its own until _on_gone is done.
+                try:
+                    if os.waitid(os.P_PID, w.sup_pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+                        continue
+                except ChildProcessError:
+                    w.own_child = False
+                    if sup.is_alive(w.sup_pid, w.sup_start):
+                        continue
+                gone.append(w)
+            elif not sup.is_alive(w.sup_pid, w.sup_start):
+                gone.append(w)
+        return gone
+
+    def _on_gone(self, w: _Watched) -> None:
+        event = self._recorded(w.key, w.dir) if w.report else None
+        if w.report and event is None:
+            # Killed before it could record the end (SIGKILL, OOM...): its zombie still holds
+            # its pid, so its session can be told apart from a newcomer's.
+            started = sup.read_json(os.path.join(w.dir, sup.STARTED)) or {}
+            sup.kill_leftovers(
+                sup_pid=w.sup_pid,
+                sup_start=w.sup_start,
+                child_pid=started.get("child_pid"),
+                child_start=started.get("child_start"),
+                cgroup=w.cgroup,
+            )
+            event = _lost(
+                w.key,
+                f"its supervisor (pid {w.sup_pid}) ended without recording how the task ended;"
+                f" what was left of the task was killed{_last_line(w.dir)}",
+            )
+        if w.report:
+            sup.remove_cgroup(w.cgroup)
+        with self._lock:
+            if w.own_child:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(w.sup_pid, os.WNOHANG)
+            if w.pidfd is not None:
+                self._forget_fd(w.pidfd)
+                w.pidfd = None
+            if w in self._reap_only:
+                self._reap_only.remove(w)
+            if not w.report:
+                return
+            self._watched.pop(w.key, None)
+            assert event is not None
+            self._events.append(event)
+            wakeup = self._wakeup
+        if wakeup is not None:
+            try:
+                wakeup()
+            except Exception:
+                log.exception("wakeup callback")
+
+
+def _lost(key: TaskKey, message: str) -> TaskExited:
+    return TaskExited(
+        key=key, kind=ExitKind.LOST, exit_code=None, message=message, time_s=time.time()
+    )
+
+
+def _last_line(tdir: str) -> str:
+    """The supervisor's last words (a traceback's last line), if it left any."""
+    try:
+        with open(os.path.join(tdir, sup.LOG), "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 2048))
+            lines = f.read().decode("utf-8", "replace").strip().splitlines()
+    except OSError:
+        return ""
+    return f" (its log: {lines[-1]})" if lines else ""
+
+
+def _show(key: TaskKey) -> str:
+    return f"{key[0]}/{key[1]}/{key[2]}"

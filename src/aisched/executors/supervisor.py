@@ -1,0 +1,621 @@
+"""The per-task supervisor: runs one task's process and records how it ended, on its own.
+
+Started by the local executor as `python -I -S supervisor.py TASK_DIR` in a new session, so it
+outlives the scheduler (the role containerd-shim or conmon play for containers). It reads
+`launch.json`, forks the task in a new process group (joining the task's cgroup, pinning its
+cores, setting its rlimit, redirecting its output, then exec), writes `started.json`, waits, and
+writes `exit.json`. A stop is a SIGTERM to the supervisor; the SIGTERM-grace-SIGKILL escalation
+runs here, so it completes even when the scheduler dies meanwhile.
+
+Files of a task directory (each JSON file is written whole: temp file, then rename):
+
+- `launch.json`   the request (written by the executor before this process starts)
+- `supervisor.lock` locked by the supervisor for its whole life; holds "PID STARTTIME"
+- `started.json`  supervisor and child pids and start times (after a successful exec)
+- `stop.json`     the grace period of a stop (written by the executor before its SIGTERM)
+- `exit.json`     how the task ended: kind exited|stopped|oom, exit code, message, time
+- `abandoned`     the executor gave the task up before a supervisor took it: never start it
+- `supervisor.log` this process's own stdout/stderr (tracebacks, if it ever fails)
+
+Invariants: the child is started at most once per task directory (the lock and the `abandoned`
+and `exit.json` checks under it); `exit.json` is written at most once, after the child and every
+process left in its group (and cgroup) has been killed; nothing of the task survives the
+supervisor's normal exit.
+
+It must never import anything outside the standard library (it runs with `-I -S`, without the
+package on its path), and the helpers below that the executor shares must stay side-effect free
+at import. Linux only (/proc, process groups, cgroups).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import resource
+import select
+import signal
+import sys
+import time
+
+# Without importing typing (start-up time counts): mypy treats this name as always true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+LAUNCH = "launch.json"
+STARTED = "started.json"
+STOP = "stop.json"
+EXIT = "exit.json"
+LOCK = "supervisor.lock"
+ABANDONED = "abandoned"
+LOG = "supervisor.log"
+
+MIB = 1 << 20
+# How often memory is checked (group RSS under an rlimit, the OOM counter under a cgroup).
+MEMORY_CHECK_S = 0.5
+# How long emptying a cgroup may take before it is left behind (its processes are SIGKILLed).
+CGROUP_DRAIN_S = 2.0
+# Words a program prints when an allocation fails: under an rlimit that is how a task that
+# went over its limit usually ends (malloc fails, nothing is killed).
+ALLOCATION_FAILURES = (b"MemoryError", b"Cannot allocate memory", b"std::bad_alloc")
+
+
+# --- small shared helpers (also used by the executor) -----------------------------------------
+
+
+def write_json_atomic(path: str, obj: object) -> None:
+    """Readers see the old file, no file, or the whole new one: never a partial write."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f)
+    os.replace(tmp, path)
+
+
+def read_json(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (FileNotFoundError, ValueError):  # a torn file cannot happen; a foreign one can
+        return None
+    return data if isinstance(data, dict) else None
+
+
+class ProcStat:
+    """The fields of /proc/PID/stat that identify and group a process."""
+
+    __slots__ = ("pid", "state", "ppid", "pgid", "sid", "start", "rss_pages")
+
+    def __init__(
+        self, pid: int, state: str, ppid: int, pgid: int, sid: int, start: int, rss_pages: int
+    ) -> None:
+        self.pid = pid
+        self.state = state
+        self.ppid = ppid
+        self.pgid = pgid
+        self.sid = sid
+        self.start = start  # clock ticks since boot: with the pid, a process's identity
+        self.rss_pages = rss_pages
+
+
+def proc_stat(pid: int) -> ProcStat | None:
+    """None when the process does not exist (or /proc cannot tell)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # The command name may hold spaces and parentheses: the fields start after the last ')'.
+    rest = data[data.rindex(b")") + 2 :].split()
+    try:
+        return ProcStat(
+            pid,
+            rest[0].decode(),
+            int(rest[1]),
+            int(rest[2]),
+            int(rest[3]),
+            int(rest[19]),
+            int(rest[21]),
+        )
+    except (IndexError, ValueError):
+        return None
+
+
+def start_time(pid: int) -> int | None:
+    st = proc_stat(pid)
+    return None if st is None else st.start
+
+
+def is_alive(pid: int, start: int) -> bool:
+    """True when `pid` is still the process that started at `start` and has not exited.
+    A zombie counts as gone; a pid reused by another process counts as gone."""
+    st = proc_stat(pid)
+    return st is not None and st.start == start and st.state not in ("Z", "X")
+
+
+def all_procs() -> list[ProcStat]:
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            st = proc_stat(int(name))
+            if st is not None:
+                out.append(st)
+    return out
+
+
+def kill_quietly(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+def killpg_quietly(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def cgroup_pids(cgroup: str) -> list[int]:
+    try:
+        with open(os.path.join(cgroup, "cgroup.procs"), encoding="ascii") as f:
+            return [int(x) for x in f.read().split()]
+    except (FileNotFoundError, ValueError):
+        return []
+
+
+def signal_cgroup(cgroup: str, sig: int) -> None:
+    """Signals every process of the cgroup. Under v2, SIGKILL goes through `cgroup.kill`,
+    which cannot miss a process forked meanwhile."""
+    if sig == signal.SIGKILL:
+        try:
+            with open(os.path.join(cgroup, "cgroup.kill"), "w", encoding="ascii") as f:
+                f.write("1")
+        except OSError:
+            pass
+    for pid in cgroup_pids(cgroup):
+        kill_quietly(pid, sig)
+
+
+def remove_cgroup(cgroup: str | None, drain_s: float = CGROUP_DRAIN_S) -> None:
+    """Kills whatever is left in the cgroup, waits for it to empty, and removes it. Idempotent;
+    a cgroup that will not empty is left behind (rmdir fails) rather than waited on forever."""
+    if not cgroup or not os.path.isdir(cgroup):
+        return
+    deadline = time.monotonic() + drain_s
+    while True:
+        pids = cgroup_pids(cgroup)
+        if not pids:
+            break
+        signal_cgroup(cgroup, signal.SIGKILL)
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.005)
+    with contextlib.suppress(OSError):
+        os.rmdir(cgroup)
+
+
+def oom_kills(cgroup: str | None) -> int:
+    """How many processes the kernel OOM-killed in the cgroup: v2 `memory.events` or v1
+    `memory.oom_control` (kernels >= 4.13), both with an `oom_kill N` line."""
+    if not cgroup:
+        return 0
+    for name in ("memory.events", "memory.oom_control"):
+        try:
+            with open(os.path.join(cgroup, name), encoding="ascii") as f:
+                for line in f:
+                    k, _, v = line.partition(" ")
+                    if k == "oom_kill":
+                        return int(v)
+        except (FileNotFoundError, ValueError):
+            continue
+    return 0
+
+
+def kill_leftovers(
+    *,
+    sup_pid: int | None,
+    sup_start: int | None,
+    child_pid: int | None,
+    child_start: int | None,
+    cgroup: str | None,
+    skip: int | None = None,
+) -> None:
+    """SIGKILLs every process of a task: its cgroup's, those of the supervisor's session (the
+    task's processes that kept it) and those of the child's process group. Identity is checked
+    against pid reuse: a session or group member must have started no earlier than its leader,
+    and the supervisor's session is not touched when its pid now names another process."""
+    if cgroup:
+        signal_cgroup(cgroup, signal.SIGKILL)
+    me = os.getpid()
+    sup_reused = False
+    if sup_pid is not None:
+        st = proc_stat(sup_pid)
+        sup_reused = st is not None and st.start != sup_start
+    for p in all_procs():
+        if p.pid in (me, 1, skip):
+            continue
+        in_session = (
+            sup_pid is not None
+            and sup_start is not None
+            and not sup_reused
+            and p.sid == sup_pid
+            and p.start >= sup_start
+        )
+        in_group = (
+            child_pid is not None
+            and child_start is not None
+            and p.pgid == child_pid
+            and p.start >= child_start
+        )
+        if in_session or in_group:
+            kill_quietly(p.pid, signal.SIGKILL)
+
+
+def group_rss_bytes(pgid: int) -> int:
+    page = os.sysconf("SC_PAGE_SIZE")
+    return sum(p.rss_pages for p in all_procs() if p.pgid == pgid) * page
+
+
+def signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def describe_code(code: int) -> str:
+    if code < 0:
+        return f"killed by signal {-code} ({signal_name(-code)})"
+    return f"exited with code {code}"
+
+
+# --- the supervisor --------------------------------------------------------------------------
+
+
+class _Signals:
+    """What the signal handlers saw; the main loop acts on it (handlers only set fields)."""
+
+    __slots__ = ("stops",)
+
+    def __init__(self) -> None:
+        self.stops = 0
+
+
+class _ExecFailed(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _exec_failure(stage: str, exc: BaseException, command: list[str], workdir: str | None) -> str:
+    """`CODE\\nMESSAGE` for a child that could not exec (127: not found, 126: cannot run)."""
+    name = command[0] if command else "(empty command)"
+    if stage == "workdir":
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return f"126\ncannot run {name}: working directory {workdir}: {why}"
+    if stage == "exec" and isinstance(exc, FileNotFoundError):
+        what = "no such file" if "/" in name else "command not found"
+        return f"127\n{what}: {name}"
+    if stage == "exec" and isinstance(exc, PermissionError):
+        return f"126\ncannot run {name}: permission denied"
+    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
+    return f"126\ncannot run {name}: {stage}: {why}"
+
+
+def _child(launch: dict[str, Any], log_fd: int, err_w: int) -> None:
+    """In the forked child, before exec. Never returns; failures go to `err_w`."""
+    command = [str(c) for c in launch["command"]]
+    stage = "setup"
+    try:
+        os.setpgid(0, 0)
+        # Dispositions we set would survive exec (ignored ones) or be meaningless there.
+        # Python itself ignores SIGPIPE and SIGXFSZ; a task expects the defaults.
+        for sig in (
+            signal.SIGINT,
+            signal.SIGHUP,
+            signal.SIGTERM,
+            signal.SIGCHLD,
+            signal.SIGPIPE,
+            signal.SIGXFSZ,
+        ):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.set_wakeup_fd(-1)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        stage = "cgroup"
+        # Join before exec, so every byte the task allocates counts against its limit.
+        if launch.get("cgroup"):
+            with open(os.path.join(launch["cgroup"], "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+        stage = "cpu affinity"
+        if launch.get("cores"):
+            os.sched_setaffinity(0, launch["cores"])
+        stage = "rlimit"
+        limit = int(launch.get("mem_limit_mib") or 0) * MIB
+        if launch.get("mechanism") == "rlimit" and limit:
+            # RLIMIT_DATA, not RLIMIT_AS: CUDA reserves huge (unbacked) address ranges.
+            resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+        stage = "output"
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        stage = "workdir"
+        if launch.get("workdir"):
+            os.chdir(launch["workdir"])
+        stage = "exec"
+        env = {str(k): str(v) for k, v in launch["env"].items()}
+        os.execvpe(command[0], command, env)
+    except BaseException as exc:
+        report = _exec_failure(stage, exc, command, launch.get("workdir"))
+        try:
+            os.write(err_w, report.encode("utf-8", "replace"))
+        finally:
+            os._exit(int(report.split("\n", 1)[0]))
+
+
+class Supervisor:
+    def __init__(self, task_dir: str, launch: dict[str, Any], wake_r: int, sigs: _Signals):
+        self.dir = task_dir
+        self.launch = launch
+        self.wake_r = wake_r
+        self.sigs = sigs
+        self.cgroup: str | None = launch.get("cgroup") or None
+        self.mechanism = str(launch.get("mechanism") or "none")
+        self.limit_mib = int(launch.get("mem_limit_mib") or 0)
+        self.log_fd = -1
+        self.log_start = 0
+        self.child = 0
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.dir, name)
+
+    def log(self, line: str) -> None:
+        """A line from aisched itself in the task's log, where the user will look."""
+        if self.log_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.write(self.log_fd, f"aisched: {line}\n".encode())
+
+    def finish(self, kind: str, code: int | None, message: str) -> int:
+        remove_cgroup(self.cgroup)
+        write_json_atomic(
+            self.path(EXIT),
+            {
+                "kind": kind,
+                "exit_code": code,
+                "message": message,
+                "finished_at": time.time(),
+            },
+        )
+        return 0
+
+    def grace(self) -> float:
+        stop = read_json(self.path(STOP)) or {}
+        g = stop.get("grace_period_s")
+        return float(g if g is not None else self.launch.get("grace_period_s", 0.0))
+
+    def run(self) -> int:
+        try:
+            self.log_fd = os.open(
+                self.launch["log_path"], os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644
+            )
+        except OSError as exc:
+            return self.finish("exited", 126, f"cannot open the log {exc.filename}: {exc.strerror}")
+        self.log_start = os.fstat(self.log_fd).st_size
+        if self.sigs.stops:
+            return self.finish("stopped", None, "stopped before it started")
+        try:
+            self.spawn()
+        except _ExecFailed as failed:
+            self.log(failed.message)
+            return self.finish("exited", failed.code, failed.message)
+        return self.watch()
+
+    def spawn(self) -> None:
+        err_r, err_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child execs or _exits
+            os.close(err_r)
+            _child(self.launch, self.log_fd, err_w)
+        os.close(err_w)
+        self.child = pid
+        # Also here, so the group exists whichever of the two runs first.
+        with contextlib.suppress(OSError):
+            os.setpgid(pid, pid)
+        chunks = []
+        while chunk := os.read(err_r, 4096):
+            chunks.append(chunk)
+        os.close(err_r)
+        if chunks:
+            os.waitpid(pid, 0)
+            code, _, message = b"".join(chunks).decode("utf-8", "replace").partition("\n")
+            raise _ExecFailed(int(code), message)
+        write_json_atomic(
+            self.path(STARTED),
+            {
+                "supervisor_pid": os.getpid(),
+                "supervisor_start": start_time(os.getpid()),
+                "child_pid": pid,
+                "child_start": start_time(pid),
+                "started_at": time.time(),
+            },
+        )
+
+    def kill_task(self, sig: int) -> None:
+        if self.child <= 0:  # killpg(0) would hit our own group
+            return
+        killpg_quietly(self.child, sig)
+        if self.cgroup:
+            signal_cgroup(self.cgroup, sig)
+
+    def memory_exceeded(self) -> str | None:
+        """A message when the task went over its memory limit and must be killed."""
+        if self.mechanism == "rlimit" and self.limit_mib:
+            rss = group_rss_bytes(self.child)
+            if rss > self.limit_mib * MIB:
+                return (
+                    f"killed: exceeded its memory limit of {self.limit_mib} MiB "
+                    f"(its processes held {rss // MIB} MiB)"
+                )
+        elif self.cgroup and oom_kills(self.cgroup):
+            return self.oom_message()
+        return None
+
+    def oom_message(self) -> str:
+        if self.limit_mib:
+            return f"killed: exceeded its memory limit of {self.limit_mib} MiB"
+        return "killed by the kernel's out-of-memory killer"
+
+    def watch(self) -> int:
+        seen_stops = 0
+        kill_at: float | None = None
+        killed_after_grace = False
+        oom: str | None = None
+        check_memory = self.limit_mib > 0 or self.cgroup is not None
+        next_check = time.monotonic() + MEMORY_CHECK_S
+        while True:
+            # 1. Exited? WNOWAIT keeps the zombie, so its pid (and group id) stay the task's
+            #    until the group has been killed.
+            if os.waitid(os.P_PID, self.child, os.WEXITED | os.WNOHANG | os.WNOWAIT):
+                break
+            now = time.monotonic()
+            # 2. Stop: SIGTERM to the group now, SIGKILL after the grace (a later stop may
+            #    shorten it, never extend it).
+            if self.sigs.stops != seen_stops:
+                first = seen_stops == 0
+                seen_stops = self.sigs.stops
+                grace = max(0.0, self.grace())
+                if first:
+                    self.log(f"stop requested: SIGTERM, then SIGKILL after {grace:g} s")
+                    self.kill_task(signal.SIGTERM)
+                deadline = now + grace
+                kill_at = deadline if kill_at is None else min(kill_at, deadline)
+            if kill_at is not None and now >= kill_at and not killed_after_grace:
+                killed_after_grace = True
+                self.kill_task(signal.SIGKILL)
+            # 3. Memory.
+            if check_memory and now >= next_check and oom is None:
+                next_check = now + MEMORY_CHECK_S
+                oom = self.memory_exceeded()
+                if oom:
+                    self.log(oom)
+                    self.kill_task(signal.SIGKILL)
+            waits = [next_check - now] if check_memory and oom is None else []
+            if kill_at is not None and not killed_after_grace:
+                waits.append(kill_at - now)
+            timeout = max(0.0, min(waits)) if waits else None
+            ready, _, _ = select.select([self.wake_r], [], [], timeout)
+            if ready:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(self.wake_r, 512)
+        return self.reap(seen_stops > 0, killed_after_grace, oom)
+
+    def reap(self, stopped: bool, killed_after_grace: bool, oom: str | None) -> int:
+        logged_oom = oom is not None
+        # Orphans of the task first: the leader's zombie still holds the group id.
+        self.kill_task(signal.SIGKILL)
+        _, status = os.waitpid(self.child, 0)
+        code = os.waitstatus_to_exitcode(status)
+        kill_leftovers(
+            sup_pid=os.getpid(),
+            sup_start=start_time(os.getpid()),
+            child_pid=None,
+            child_start=None,
+            cgroup=None,
+        )
+        if oom is None and self.cgroup and oom_kills(self.cgroup) and code != 0:
+            oom = self.oom_message()
+        remove_cgroup(self.cgroup)
+        if oom is None and self.mechanism == "rlimit" and self.limit_mib and code != 0:
+            oom = self.allocation_failure()
+        if oom is not None:
+            if not logged_oom:
+                self.log(oom)
+            return self.finish("oom", code, oom)
+        if stopped:
+            if killed_after_grace:
+                message = f"stopped: still running after the grace period, {describe_code(code)}"
+            else:
+                message = f"stopped: {describe_code(code)} after SIGTERM"
+            return self.finish("stopped", code, message)
+        return self.finish("exited", code, describe_code(code))
+
+    def allocation_failure(self) -> str | None:
+        """Under an rlimit an over-limit task usually dies of a failed allocation, not a kill:
+        recognised by what it printed during this run (the end of its log)."""
+        try:
+            size = os.fstat(self.log_fd).st_size
+            start = max(self.log_start, size - 8192)
+            tail = os.pread(self.log_fd, size - start, start) if size > start else b""
+        except OSError:
+            return None
+        if any(word in tail for word in ALLOCATION_FAILURES):
+            return (
+                f"failed to allocate memory beyond its limit of {self.limit_mib} MiB "
+                "(data-segment rlimit)"
+            )
+        return None
+
+
+def main(argv: list[str]) -> int:
+    task_dir = argv[0]
+    sigs = _Signals()
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+
+    def on_term(signum: int, frame: object) -> None:
+        sigs.stops += 1
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # wakes the loop via the fd
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # The executor starts us with SIGTERM blocked: a stop sent during start-up waits here.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])
+
+    lock_fd = os.open(os.path.join(task_dir, LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(lock_fd, fcntl.LOCK_EX)
+    os.ftruncate(lock_fd, 0)
+    os.pwrite(lock_fd, f"{os.getpid()} {start_time(os.getpid())}\n".encode(), 0)
+    if os.path.exists(os.path.join(task_dir, EXIT)) or os.path.exists(
+        os.path.join(task_dir, ABANDONED)
+    ):
+        return 0  # already run, or given up by the executor: never start it (again)
+    launch = read_json(os.path.join(task_dir, LAUNCH))
+    if launch is None:
+        print(f"no {LAUNCH} in {task_dir}", file=sys.stderr)
+        return 2
+    return Supervisor(task_dir, launch, wake_r, sigs).run()
+
+
+def read_lock_owner(task_dir: str) -> tuple[int, int] | None:
+    """(pid, start time) a supervisor wrote into its lock file, if any."""
+    try:
+        with open(os.path.join(task_dir, LOCK), encoding="ascii") as f:
+            pid, start = f.read().split()
+        return int(pid), int(start)
+    except (OSError, ValueError):
+        return None
+
+
+def supervisor_alive_or_abandon(task_dir: str) -> bool:
+    """True while a supervisor lives in `task_dir`. Otherwise marks the task `abandoned` while
+    holding the lock and returns False: a supervisor still starting will then see the mark
+    and exit without running the task, so the caller may treat it as gone for good."""
+    fd = os.open(os.path.join(task_dir, LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                return True
+            raise
+        with open(os.path.join(task_dir, ABANDONED), "w", encoding="ascii"):
+            pass
+        return False
+    finally:
+        os.close(fd)  # releases the lock
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

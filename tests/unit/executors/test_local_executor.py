@@ -1,0 +1,529 @@
+"""The local executor with real processes and real signals: what a task sees, how each kind of
+end is reported, stops, memory limits, and taking tasks over after the scheduler died."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from conftest import MECHANISMS, NODE, PY, Harness, wait_for
+
+from aisched.executors import supervisor as sup
+from aisched.executors.base import (
+    AdoptState,
+    ExitKind,
+    LaunchError,
+    TaskExited,
+    TaskHandle,
+    TaskLaunch,
+)
+from aisched.executors.cgroups import MemoryControlError
+from aisched.executors.local import SUPERVISOR_SCRIPT, LocalExecutor
+
+USABLE = sorted(os.sched_getaffinity(0))
+SHOW = (
+    "import json, os; print(json.dumps({'env': dict(os.environ), 'cwd': os.getcwd(),"
+    " 'cores': sorted(os.sched_getaffinity(0))}))"
+)
+
+
+def gone(pid: int) -> bool:
+    st = sup.proc_stat(pid)
+    return st is None or st.state in ("Z", "X")
+
+
+def exited(h: TaskHandle, kind: ExitKind, code: int | None, message: str, ev: TaskExited) -> bool:
+    """`ev` is exactly this end (its time aside)."""
+    return ev == TaskExited(h.key, kind, code, message, ev.time_s)
+
+
+# --- what a task sees ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("milli_cpu", "pinned"), [(1000, 1), (0, len(USABLE))])
+def test_a_task_gets_exactly_its_env_its_workdir_and_its_cores(
+    harness: Harness, tmp_path: Path, milli_cpu: int, pinned: int
+) -> None:
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    mine = {"MY_VAR": "a b", "LANG": "C.UTF-8"}
+    h = harness.launch(
+        "show-0", [PY, "-c", SHOW], env=mine, workdir=str(workdir), milli_cpu=milli_cpu
+    )
+    ev = harness.exit_of(h.key)
+    assert exited(h, ExitKind.EXITED, 0, "exited with code 0", ev)
+    seen = json.loads(harness.log("show-0"))
+    want_env = {**harness.contract_env("show-0", milli_cpu), "PATH": os.environ["PATH"], **mine}
+    want_cores = h.data["cores"] or USABLE
+    assert seen == {"env": want_env, "cwd": str(workdir), "cores": want_cores}
+    assert len(want_cores) == pinned
+
+
+@pytest.mark.skipif(len(USABLE) < 2, reason="needs at least 2 usable cores")
+def test_tasks_get_distinct_cores_while_there_are_enough(harness: Harness) -> None:
+    first = [harness.launch(f"w-{i}", ["sleep", "30"]) for i in range(len(USABLE))]
+    assert sorted(c for h in first for c in h.data["cores"]) == USABLE
+    # Every core has one task now: the next goes to the lowest id; a 2-CPU one takes two.
+    assert harness.launch("extra-0", ["sleep", "30"]).data["cores"] == USABLE[:1]
+    wide = harness.launch("wide-0", ["sleep", "30"], milli_cpu=1500)
+    assert wide.data["cores"] == (USABLE[:2] if len(USABLE) == 2 else USABLE[1:3])
+    # An adopted task's cores still count.
+    harness.new_executor()
+    for h in [*first]:
+        assert harness.ex.adopt(h) == (AdoptState.RUNNING, None)
+    assert harness.launch("after-0", ["sleep", "30"]).data["cores"] == USABLE[:1]
+
+
+# --- how tasks end ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("script", "code", "message"),
+    [
+        ("exit 0", 0, "exited with code 0"),
+        ("exit 3", 3, "exited with code 3"),
+        ("kill -9 $$", -9, "killed by signal 9 (SIGKILL)"),
+        ("kill -SEGV $$", -11, "killed by signal 11 (SIGSEGV)"),
+    ],
+)
+def test_exit_codes_and_signal_deaths(
+    any_watch: Harness, script: str, code: int, message: str
+) -> None:
+    h = any_watch.launch("t-0", ["sh", "-c", script])
+    assert exited(h, ExitKind.EXITED, code, message, any_watch.exit_of(h.key))
+
+
+@pytest.mark.parametrize(
+    ("command", "workdir", "code", "message"),
+    [
+        (["no-such-command-xyz"], None, 127, "command not found: no-such-command-xyz"),
+        (["/no/such/file"], None, 127, "no such file: /no/such/file"),
+        (["{tmp}/not-executable"], None, 126, "cannot run {tmp}/not-executable: permission denied"),
+        (
+            ["true"],
+            "/no/such/dir",
+            126,
+            "cannot run true: working directory /no/such/dir: No such file or directory",
+        ),
+    ],
+    ids=["not-found", "no-such-file", "not-executable", "bad-workdir"],
+)
+def test_a_command_that_cannot_run_ends_with_127_or_126_and_says_why(
+    harness: Harness,
+    tmp_path: Path,
+    command: list[str],
+    workdir: str | None,
+    code: int,
+    message: str,
+) -> None:
+    (tmp_path / "not-executable").write_text("#!/bin/sh\n")
+    command = [c.format(tmp=tmp_path) for c in command]
+    message = message.format(tmp=tmp_path)
+    h = harness.launch("t-0", command, workdir=workdir)
+    assert exited(h, ExitKind.EXITED, code, message, harness.exit_of(h.key))
+    assert harness.log("t-0") == f"aisched: {message}\n"
+
+
+def test_processes_the_task_leaves_behind_are_killed(harness: Harness, tmp_path: Path) -> None:
+    pidfile = tmp_path / "orphan.pid"
+    script = f"(trap '' TERM; exec sleep 60) & echo $! > {pidfile}; exit 0"
+    h = harness.launch("t-0", ["sh", "-c", script])
+    assert exited(h, ExitKind.EXITED, 0, "exited with code 0", harness.exit_of(h.key))
+    orphan = int(pidfile.read_text())
+    wait_for(lambda: gone(orphan), what="the orphaned grandchild to die")
+
+
+def test_the_wakeup_callback_is_called_when_a_task_ends(harness: Harness) -> None:
+    woken = threading.Event()
+    harness.ex.set_wakeup(woken.set)
+    h = harness.launch("t-0", ["true"])
+    assert woken.wait(20)
+    assert [ev.key for ev in harness.ex.poll()] == [h.key]
+    assert harness.ex.poll() == []
+
+
+# --- stopping --------------------------------------------------------------------------------
+
+
+def test_stop_lets_a_task_that_traps_sigterm_finish(harness: Harness, tmp_path: Path) -> None:
+    trapped = tmp_path / "trapped"
+    script = f"trap 'echo bye > {trapped}; exit 0' TERM; echo ready; while :; do sleep 0.05; done"
+    h = harness.launch("t-0", ["sh", "-c", script])
+    wait_for(lambda: "ready" in harness.log("t-0"), what="the task to start")
+    harness.ex.stop(h.key)
+    ev = harness.exit_of(h.key)
+    assert exited(h, ExitKind.STOPPED, 0, "stopped: exited with code 0 after SIGTERM", ev)
+    assert trapped.read_text() == "bye\n"
+
+
+def test_stop_kills_a_task_ignoring_sigterm_after_the_grace_period(harness: Harness) -> None:
+    script = "trap '' TERM; echo ready; while :; do sleep 0.05; done"
+    h = harness.launch("t-0", ["sh", "-c", script], grace_period_s=600)
+    wait_for(lambda: "ready" in harness.log("t-0"), what="the task to start")
+    harness.ex.stop(h.key, grace_period_s=0.2)  # the stop's grace overrides the launch's
+    ev = harness.exit_of(h.key)
+    message = "stopped: still running after the grace period, killed by signal 9 (SIGKILL)"
+    assert exited(h, ExitKind.STOPPED, -9, message, ev)
+    assert (
+        harness.log("t-0") == "ready\naisched: stop requested: SIGTERM, then SIGKILL after 0.2 s\n"
+    )
+
+
+def test_stop_kills_the_whole_process_group(harness: Harness, tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    h = harness.launch("t-0", ["sh", "-c", f"sleep 60 & echo $! > {pidfile}; wait"])
+    wait_for(lambda: pidfile.exists() and pidfile.read_text().strip() != "", what="the pid file")
+    harness.ex.stop(h.key, grace_period_s=5)
+    ev = harness.exit_of(h.key)
+    assert (ev.kind, ev.exit_code) == (ExitKind.STOPPED, -15)
+    wait_for(lambda: gone(int(pidfile.read_text())), what="the task's child to die")
+
+
+def test_stop_right_after_launch_is_not_lost(harness: Harness) -> None:
+    h = harness.launch("t-0", ["sleep", "60"])
+    harness.ex.stop(h.key, grace_period_s=0.5)
+    ev = harness.exit_of(h.key)
+    assert ev.kind == ExitKind.STOPPED
+    assert ev.message.startswith("stopped")
+
+
+def test_stop_is_idempotent_and_ignores_what_is_gone(harness: Harness) -> None:
+    h = harness.launch("t-0", ["sleep", "60"])
+    harness.ex.stop(h.key, grace_period_s=1)
+    harness.ex.stop(h.key, grace_period_s=1)
+    harness.ex.stop(("j1", 0, "never-launched"))
+    assert harness.exit_of(h.key).kind == ExitKind.STOPPED
+    harness.ex.stop(h.key)
+    assert harness.ex.poll() == []
+
+
+# --- memory limits ---------------------------------------------------------------------------
+
+ALLOCATE = "import time; b = [b'x' * (16 << 20) for _ in range({n})]; time.sleep(0.1)"
+OVER_LIMIT = {
+    "cgroup-v2": "killed: exceeded its memory limit of 256 MiB",
+    "cgroup-v1": "killed: exceeded its memory limit of 256 MiB",
+    "rlimit": "failed to allocate memory beyond its limit of 256 MiB (data-segment rlimit)",
+}
+WITH_MECHANISM = [
+    pytest.param(m, marks=pytest.mark.skipif(why is not None, reason=str(why)))
+    for m, why in MECHANISMS.items()
+]
+
+
+@pytest.mark.parametrize("mechanism", WITH_MECHANISM)
+def test_a_task_over_its_memory_limit_ends_as_oom_and_one_under_it_succeeds(
+    harness: Harness, mechanism: str
+) -> None:
+    ex = harness.new_executor(mem_mechanism=mechanism)
+    assert ex.info().memory_limit == mechanism
+    over = harness.launch("over-0", [PY, "-c", ALLOCATE.format(n=32)], mem_limit_mib=256)
+    under = harness.launch("under-0", [PY, "-c", ALLOCATE.format(n=4)], mem_limit_mib=256)
+    ev = harness.exit_of(over.key)
+    assert (ev.kind, ev.message) == (ExitKind.OOM, OVER_LIMIT[mechanism])
+    assert f"aisched: {OVER_LIMIT[mechanism]}\n" in harness.log("over-0")
+    assert exited(under, ExitKind.EXITED, 0, "exited with code 0", harness.exit_of(under.key))
+    cgroup = over.data["cgroup"]
+    assert (cgroup is not None) == mechanism.startswith("cgroup")
+    assert cgroup is None or not os.path.exists(cgroup)
+
+
+@pytest.mark.skipif(MECHANISMS["rlimit"] is not None, reason=str(MECHANISMS["rlimit"]))
+def test_under_an_rlimit_the_processes_of_a_task_are_limited_together(harness: Harness) -> None:
+    harness.new_executor(mem_mechanism="rlimit")
+    hold = shlex.quote("import time; b = b'x' * (150 << 20); time.sleep(60)")
+    script = f"{PY} -c {hold} & {PY} -c {hold} & wait"
+    h = harness.launch("t-0", ["sh", "-c", script], mem_limit_mib=256)
+    ev = harness.exit_of(h.key)
+    assert ev.kind == ExitKind.OOM
+    assert ev.message.startswith("killed: exceeded its memory limit of 256 MiB (its processes held")
+
+
+def test_without_a_mechanism_limits_are_not_enforced(harness: Harness) -> None:
+    ex = harness.new_executor(mem_mechanism="none")
+    assert ex.info().memory_limit == "none"
+    h = harness.launch("t-0", [PY, "-c", ALLOCATE.format(n=6)], mem_limit_mib=32)
+    assert exited(h, ExitKind.EXITED, 0, "exited with code 0", harness.exit_of(h.key))
+
+
+def test_a_forced_mechanism_must_exist(harness: Harness) -> None:
+    with pytest.raises(MemoryControlError, match="not one of auto, cgroup-v2"):
+        harness.new_executor(mem_mechanism="cgroup-v3")
+    missing = [m for m, why in MECHANISMS.items() if why is not None]
+    for m in missing:
+        with pytest.raises(MemoryControlError, match=f"memory mechanism {m} is not available: "):
+            harness.new_executor(mem_mechanism=m)
+
+
+# --- adoption after the scheduler died ---------------------------------------------------------
+
+
+def wait_for_file(path: Path) -> str:
+    return f"while [ ! -e {path} ]; do sleep 0.02; done"
+
+
+def test_an_adopted_task_reports_its_exit(any_watch: Harness, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    h = any_watch.launch("t-0", ["sh", "-c", f"{wait_for_file(go)}; exit 7"])
+    any_watch.started(h.key)
+    any_watch.ex.close()  # the scheduler goes away; the task is left running
+    ex = any_watch.new_executor()
+    assert ex.adopt(h) == (AdoptState.RUNNING, None)
+    assert ex.adopt(h) == (AdoptState.RUNNING, None)  # already watched: nothing changes
+    go.touch()
+    assert exited(h, ExitKind.EXITED, 7, "exited with code 7", any_watch.exit_of(h.key))
+
+
+@pytest.mark.parametrize("with_data", [True, False], ids=["handle", "key-only"])
+def test_a_task_that_ended_while_nobody_watched_is_adopted_as_exited(
+    harness: Harness, with_data: bool
+) -> None:
+    h = harness.launch("t-0", ["sh", "-c", "exit 5"])
+    harness.ex.close()
+    wait_for((harness.ex.task_dir(h.key) / sup.EXIT).exists, what="the exit record")
+    ex = harness.new_executor()
+    handle = h if with_data else TaskHandle(h.key, h.node, {})
+    state, ev = ex.adopt(handle)
+    assert state == AdoptState.EXITED
+    assert ev is not None and exited(h, ExitKind.EXITED, 5, "exited with code 5", ev)
+    assert ex.poll() == []
+
+
+def test_a_supervisor_killed_while_watched_is_lost_and_its_task_killed(any_watch: Harness) -> None:
+    h = any_watch.launch("t-0", ["sleep", "60"])
+    started = any_watch.started(h.key)
+    os.kill(h.data["supervisor_pid"], signal.SIGKILL)
+    ev = any_watch.exit_of(h.key)
+    assert (ev.kind, ev.exit_code) == (ExitKind.LOST, None)
+    assert ev.message.startswith(f"its supervisor (pid {h.data['supervisor_pid']}) ended without")
+    wait_for(lambda: gone(started["child_pid"]), what="the orphaned task to be killed")
+
+
+def test_a_supervisor_killed_while_nobody_watched_is_adopted_as_lost(harness: Harness) -> None:
+    h = harness.launch("t-0", ["sleep", "60"])
+    started = harness.started(h.key)
+    harness.ex.close()
+    os.kill(h.data["supervisor_pid"], signal.SIGKILL)
+    wait_for(lambda: gone(h.data["supervisor_pid"]), what="the supervisor to die")
+    state, ev = harness.new_executor().adopt(h)
+    assert state == AdoptState.LOST
+    assert ev == TaskExited(
+        h.key,
+        ExitKind.LOST,
+        None,
+        "its supervisor is gone without a record; what was left of it was killed",
+        ev.time_s if ev else 0.0,
+    )
+    wait_for(lambda: gone(started["child_pid"]), what="the orphaned task to be killed")
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {},
+        {"supervisor_pid": 4_194_000, "supervisor_start": 12},
+        {"supervisor_pid": os.getpid(), "supervisor_start": 1},  # a pid now used by another
+    ],
+    ids=["no-data", "garbage-pid", "reused-pid"],
+)
+def test_a_task_that_never_started_is_lost_and_can_never_start(
+    harness: Harness, data: dict[str, int]
+) -> None:
+    # The scheduler died between writing the request and starting its supervisor.
+    key = ("j1", 0, "t-0")
+    tdir = harness.ex.task_dir(key)
+    tdir.mkdir(parents=True)
+    log = harness.log_path("t-0")
+    launch = {"command": ["sh", "-c", "echo ran"], "env": {}, "log_path": str(log)}
+    sup.write_json_atomic(str(tdir / sup.LAUNCH), launch)
+    state, ev = harness.ex.adopt(TaskHandle(key, NODE.name, data))
+    assert state == AdoptState.LOST
+    assert (
+        ev is not None
+        and ev.message == "it never started (the scheduler stopped while launching it)"
+    )
+    # A supervisor that turns up only now finds the task given up and runs nothing.
+    assert subprocess.run([PY, "-I", "-S", SUPERVISOR_SCRIPT, str(tdir)]).returncode == 0
+    assert not log.exists()
+    assert not (tdir / sup.EXIT).exists()
+
+
+def test_a_task_never_launched_here_is_lost(harness: Harness) -> None:
+    state, ev = harness.ex.adopt(TaskHandle(("nope", 0, "t-0"), NODE.name, {}))
+    assert state == AdoptState.LOST
+    assert ev is not None and ev.message.startswith("no record of this task in ")
+
+
+def test_a_supervisor_never_runs_a_task_twice(harness: Harness) -> None:
+    h = harness.launch("t-0", ["sh", "-c", "echo ran"])
+    assert harness.exit_of(h.key).exit_code == 0
+    tdir = harness.ex.task_dir(h.key)
+    assert subprocess.run([PY, "-I", "-S", SUPERVISOR_SCRIPT, str(tdir)]).returncode == 0
+    assert harness.log("t-0") == "ran\n"
+
+
+SCHEDULER = """
+import json, os, sys, time
+from aisched.executors.base import TaskLaunch
+from aisched.executors.local import LocalExecutor
+from aisched.model.cluster import Node
+
+state, node, script, log = sys.argv[1:5]
+ex = LocalExecutor(state, Node(node, 2000, 4096))
+h = ex.launch(TaskLaunch("j1", 0, "t-0", node, ("sh", "-c", script),
+                         {"PATH": os.environ["PATH"]}, None, 1000, 0, (), log, 5.0))
+print(json.dumps({"key": h.key, "node": h.node, "data": h.data}), flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_scheduler_killed_with_sigkill_leaves_its_task_running_for_the_next(
+    harness: Harness, tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    script = f"{wait_for_file(go)}; exit 7"
+    log = harness.log_path("t-0")
+    log.parent.mkdir(parents=True)
+    args = [PY, "-c", SCHEDULER, str(harness.state), NODE.name, script, str(log)]
+    with subprocess.Popen(args, stdout=subprocess.PIPE, text=True) as scheduler:
+        assert scheduler.stdout is not None
+        line = scheduler.stdout.readline()
+        scheduler.kill()
+    saved = json.loads(line)
+    handle = TaskHandle(tuple(saved["key"]), saved["node"], saved["data"])  # type: ignore[arg-type]
+    harness.started(handle.key)
+    assert harness.new_executor().adopt(handle) == (AdoptState.RUNNING, None)
+    go.touch()
+    ev = harness.exit_of(handle.key)
+    assert ev == TaskExited(handle.key, ExitKind.EXITED, 7, "exited with code 7", ev.time_s)
+
+
+# --- refused launches ------------------------------------------------------------------------
+
+
+def request(harness: Harness, **change: object) -> TaskLaunch:
+    base = TaskLaunch(
+        job_id="j1",
+        attempt=0,
+        task="t-0",
+        node=NODE.name,
+        command=("true",),
+        env={"PATH": os.environ["PATH"]},
+        workdir=None,
+        milli_cpu=1000,
+        mem_limit_mib=0,
+        gpus=(),
+        log_path=str(harness.log_path("t-0")),
+        grace_period_s=1.0,
+    )
+    return dataclasses.replace(base, **change)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"node": "elsewhere"},
+            "task j1/0/t-0: node 'elsewhere' is not this machine ('local-test')",
+        ),
+        ({"command": ()}, "task j1/0/t-0: command: empty"),
+        ({"job_id": "a/b"}, "job id: 'a/b' cannot name a task directory"),
+        ({"task": ".."}, "task: '..' cannot name a task directory"),
+        ({"gpus": (1, 5)}, "task j1/0/t-0: gpus: [5] not on node 'local-test'"),
+        ({"attempt": -1}, "task j1/-1/t-0: attempt: must be >= 0, got -1"),
+        ({"mem_limit_mib": -1}, "task j1/0/t-0: mem_limit_mib: must be >= 0, got -1"),
+        ({"grace_period_s": -0.5}, "task j1/0/t-0: grace_period_s: must be >= 0, got -0.5"),
+    ],
+)
+def test_bad_launch_requests_are_refused_with_the_reason(
+    harness: Harness, change: dict[str, object], message: str
+) -> None:
+    with pytest.raises(LaunchError) as err:
+        harness.ex.launch(request(harness, **change))
+    assert str(err.value) == message
+    assert not harness.state.joinpath("j1", "0", "t-0").exists()
+
+
+def test_a_log_that_cannot_be_written_is_refused(harness: Harness, tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(LaunchError, match="task j1/0/t-0: log_path: cannot write .*a-file/t.log"):
+        harness.ex.launch(request(harness, log_path=str(tmp_path / "a-file" / "t.log")))
+
+
+def test_a_task_is_launched_once(harness: Harness) -> None:
+    h = harness.launch("t-0", ["sleep", "60"])
+    with pytest.raises(LaunchError, match="task j1/0/t-0 is already running"):
+        harness.launch("t-0", ["true"])
+    harness.ex.stop(h.key, 0)
+    harness.exit_of(h.key)
+    with pytest.raises(LaunchError, match="was launched before on this node"):
+        harness.launch("t-0", ["true"])
+    retry = harness.launch("t-0", ["true"], attempt=1)
+    assert harness.exit_of(retry.key).exit_code == 0
+
+
+def test_a_closed_executor_launches_nothing(harness: Harness) -> None:
+    harness.ex.close()
+    harness.ex.close()
+    with pytest.raises(LaunchError, match="the executor is closed"):
+        harness.launch("t-0", ["true"])
+
+
+def test_info_and_nodes(harness: Harness) -> None:
+    ex = LocalExecutor(harness.state, NODE, mem_mechanism="rlimit", notes=["cpus: declared"])
+    harness.made.append(ex)
+    info = ex.info()
+    assert (info.name, info.memory_limit, info.cpu_affinity) == ("local", "rlimit", True)
+    assert info.notes[0] == "cpus: declared"
+    assert ex.nodes() == (NODE,)
+
+
+def test_without_a_node_the_executor_discovers_this_machine(harness: Harness) -> None:
+    ex = LocalExecutor(harness.state, mem_mechanism="none")
+    harness.made.append(ex)
+    (node,) = ex.nodes()
+    assert node.milli_cpu == len(USABLE) * 1000
+    assert any(n.startswith("cpus: ") for n in ex.info().notes)
+
+
+def test_the_supervisor_needs_nothing_but_the_standard_library() -> None:
+    # It runs with -I -S: importing it there must work (no package, no site-packages).
+    code = f"import runpy; runpy.run_path({SUPERVISOR_SCRIPT!r}, run_name='not-main')"
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True)
+    assert (out.returncode, out.stderr) == (0, "")
+
+
+CGROUPS = [m for m, why in MECHANISMS.items() if why is None and m.startswith("cgroup")]
+WITH_CGROUP = pytest.mark.skipif(not CGROUPS, reason="no usable memory cgroups here")
+
+
+@WITH_CGROUP
+def test_under_a_cgroup_an_oom_kill_of_any_process_ends_the_whole_task(harness: Harness) -> None:
+    harness.new_executor(mem_mechanism=CGROUPS[0])
+    hog = shlex.quote(ALLOCATE.format(n=32))
+    # The shell would carry on after its child is killed: the task must end anyway.
+    h = harness.launch("t-0", ["sh", "-c", f"{PY} -c {hog}; sleep 60"], mem_limit_mib=256)
+    ev = harness.exit_of(h.key)
+    assert (ev.kind, ev.message) == (ExitKind.OOM, OVER_LIMIT[CGROUPS[0]])
+
+
+@WITH_CGROUP
+def test_under_a_cgroup_processes_that_left_the_session_are_killed_too(
+    harness: Harness, tmp_path: Path
+) -> None:
+    harness.new_executor(mem_mechanism=CGROUPS[0])
+    pidfile = tmp_path / "escaped.pid"
+    escape = f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 60' &"
+    h = harness.launch(
+        "t-0", ["sh", "-c", f"{escape} while [ ! -s {pidfile} ]; do sleep 0.01; done"]
+    )
+    assert harness.exit_of(h.key).kind == ExitKind.EXITED
+    wait_for(lambda: gone(int(pidfile.read_text())), what="the escaped process to die")
