@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import MECHANISMS, NODE, PY, Harness, wait_for
+from executor_harness import MECHANISMS, NODE, PY, Harness, wait_for
 
 from aisched.executors import supervisor as sup
 from aisched.executors.base import (
