@@ -181,9 +181,9 @@ one at a time.
 
 | figure | value | target |
 | --- | ---: | ---: |
-| submit-to-running, median ({args.latency_jobs} jobs) | {lat['median_ms']:.1f} ms | < 100 ms |
-| submit-to-running, p99 | {lat['p99_ms']:.1f} ms | |
-| submission round trip (HTTP), median / p99 | {lat['rtt_median_ms']:.1f} / {lat['rtt_p99_ms']:.1f} ms | |
+| submit-to-running, median ({args.latency_jobs} jobs) | {lat["median_ms"]:.1f} ms | < 100 ms |
+| submit-to-running, p99 | {lat["p99_ms"]:.1f} ms | |
+| submission round trip (HTTP), median / p99 | {lat["rtt_median_ms"]:.1f} / {lat["rtt_p99_ms"]:.1f} ms | |
 | submissions/s, {args.burst_jobs} jobs that wait, {args.clients} clients | {rate_wait:.0f} | ≥ 500 |
 | submissions/s, {args.burst_jobs} jobs that start at once, {args.clients} clients | {rate_run:.0f} | |
 | time for all of those to run after the burst | {drain:.1f} s | |

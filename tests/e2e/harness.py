@@ -115,7 +115,8 @@ class Service:
         return proc
 
     def cli_json(self, *args: str) -> Any:
-        return json.loads(self.cli(*args, "--json").stdout)
+        # Right after the subcommand: anything after `--` belongs to the job's command.
+        return json.loads(self.cli(args[0], "--json", *args[1:]).stdout)
 
     def job(self, job_id: str) -> dict[str, Any]:
         return self.cli_json("show", job_id)  # type: ignore[no-any-return]

@@ -147,7 +147,10 @@ def test_high_priority_preempts_low_which_resumes_from_its_checkpoint(service: S
     assert final["state"] == "succeeded"
     kinds = [e["kind"] for e in final["events"]]
     assert "preempting" in kinds and "preempted" in kinds
+    # Like slurmstepd, the supervisor notes a stop in the task's log ("aisched: ...").
     first = service.cli("logs", low, "--attempt", "1").stdout.splitlines()
+    assert any(line.startswith("aisched: stop requested") for line in first)
+    first = [line for line in first if not line.startswith("aisched:")]
     second = service.cli("logs", low).stdout.splitlines()
     ckpt_dir = final["checkpoint_dir"]
     assert first[0] == f"restart=0 step=0 dir={ckpt_dir}"
@@ -258,11 +261,11 @@ def test_a_task_over_its_memory_limit_is_stopped(service: Service) -> None:
 
 BAD_FILES = [
     ("syntax.yaml", "name: x\ncommand: [a, b\n", ["syntax.yaml:3:1: YAML syntax error"]),
-    ("unknown.yaml", "command: [true]\nresources: {cpus: 1, gpuz: 2}\n", ["resources.gpuz"]),
-    ("negative.yaml", "command: [true]\nresources: {cpus: -1}\n", ["resources.cpus"]),
-    ("absurd.yaml", "command: [true]\nreplicas: 100000000\n", ["replicas"]),
-    ("toobig.yaml", "command: [true]\nresources: {gpus: 8}\n", ["can never fit"]),
-    ("toomany.yaml", "command: [true]\nreplicas: 5\nresources: {gpus: 1}\n", ["can never fit"]),
+    ("unknown.yaml", "command: ['true']\nresources: {cpus: 1, gpuz: 2}\n", ["resources.gpuz"]),
+    ("negative.yaml", "command: ['true']\nresources: {cpus: -1}\n", ["resources.cpus"]),
+    ("absurd.yaml", "command: ['true']\nreplicas: 100000000\n", ["replicas"]),
+    ("toobig.yaml", "command: ['true']\nresources: {gpus: 8}\n", ["can never fit"]),
+    ("toomany.yaml", "command: ['true']\nreplicas: 5\nresources: {gpus: 1}\n", ["can never fit"]),
 ]
 
 
@@ -339,7 +342,6 @@ def test_logs_follow_streams_until_the_job_ends(service: Service) -> None:
     jid = service.run("--", PY, "count.py")
     out = service.cli("logs", jid, "-f").stdout
     assert out == "0\n1\n2\n"
-    proc = service.cli(
-        "run", "-f", "--", PY, "-c", "import sys; print('hi'); sys.exit(4)", check=False
-    )
+    exits_4 = "import sys; print('hi'); sys.exit(4)"
+    proc = service.cli("run", "-f", "--restart", "never", "--", PY, "-c", exits_4, check=False)
     assert proc.stdout == "hi\n" and proc.returncode == 4

@@ -246,7 +246,8 @@ class Scheduler:
                         lj.stopping = Stop.REQUEUE
                         lj.stop_message = "its launch was interrupted by a scheduler restart"
                     exits.append(
-                        TaskExited(
+                        exited
+                        or TaskExited(
                             key,
                             ExitKind.LOST,
                             None,
@@ -894,14 +895,16 @@ def _group_index(job: Job, group: str) -> int:
 
 
 def _describe_exit(ev: TaskExited) -> str:
+    """How a task ended, in words: the executor's own, else from the exit code."""
+    if ev.message:
+        return ev.message
     if ev.kind == ExitKind.OOM:
-        return ev.message or "was killed for exceeding its memory limit"
+        return "was killed for exceeding its memory limit"
     if ev.kind == ExitKind.LOST:
-        return ev.message or "was lost"
+        return "was lost"
     if ev.exit_code is not None and ev.exit_code < 0:
-        return f"was killed by signal {-ev.exit_code}" + (f" ({ev.message})" if ev.message else "")
-    text = f"exited with code {ev.exit_code}"
-    return f"{text} ({ev.message})" if ev.message else text
+        return f"was killed by signal {-ev.exit_code}"
+    return f"exited with code {ev.exit_code}"
 
 
 def _free_port(host: str) -> int:
