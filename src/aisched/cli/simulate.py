@@ -20,9 +20,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from aisched.cli.errors import EXIT_FAILURE, CLIError
-from aisched.core.policy import PRESETS, Policy
+from aisched.core.policy import PRESETS, Policy, with_eta
 from aisched.model.cluster import Cluster
 from aisched.sim.engine import SimConfig, SimulationError, simulate
+from aisched.sim.estimators import ESTIMATORS, estimator_for
 from aisched.sim.metrics import PolicyMetrics, compute_metrics
 from aisched.sim.report import metrics_table, queue_table, write_json
 from aisched.sim.traces import (
@@ -89,6 +90,20 @@ def register(sub: Any) -> None:
         metavar="S",
         help="scheduling period; 0 runs a cycle at every event (default: %(default)s)",
     )
+    p.add_argument(
+        "--estimator",
+        choices=ESTIMATORS,
+        default="auto",
+        help="runtime estimates given to the scheduler: the learned predictor (predict), the "
+        "true durations (oracle), the jobs' own (own); auto: oracle for *-oracle policies, "
+        "predict for the rest (default: %(default)s)",
+    )
+    p.add_argument(
+        "--eta",
+        action="store_true",
+        help="estimate a start time for every waiting job in every cycle and report how "
+        "accurate the first one was (costs time on a long queue)",
+    )
     p.add_argument("--max-time", type=float, metavar="S", help="stop at this virtual time")
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the figures as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -102,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
     trace, kind = load_trace(args.trace, limit=args.limit, jobs=args.jobs, seed=args.seed)
     cluster = choose_cluster(args.cluster, trace, kind)
     policies = load_policies(args.policy)
+    if args.eta:
+        policies = [with_eta(p) for p in policies]
     try:
         config = SimConfig(
             checkpoint_interval_s=args.checkpoint_interval,
@@ -138,7 +155,14 @@ def run(args: argparse.Namespace) -> int:
         for policy in policies:
             callback = _progress_callback(bar, policy.name)
             try:
-                result = simulate(trace, cluster, policy, config, callback)
+                result = simulate(
+                    trace,
+                    cluster,
+                    policy,
+                    config,
+                    callback,
+                    estimator=estimator_for(policy.name, args.estimator),
+                )
             except SimulationError as e:
                 raise CLIError(f"policy {policy.name}: {e}", EXIT_FAILURE) from None
             results.append(compute_metrics(result))
@@ -157,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
                 "jobs": len(trace),
                 "cluster": {"nodes": len(cluster.nodes), "gpus": gpus},
                 "config": dataclasses.asdict(config),
+                "estimator": args.estimator,
             }
             write_json(args.json, results, meta)
         except OSError as e:

@@ -30,9 +30,15 @@ class Allocate:
     name: str = "allocate"
 
     def execute(self, session: Session) -> None:
+        strict = session.policy.strict_order
+        head = session.candidates[: session.promoted]
+        for i, pj in enumerate(head):
+            if not self._place_promoted(session, pj) and strict:
+                self._defer(session, session.candidates[i + 1 :])
+                return
         buckets: dict[Bucket, deque[tuple[int, PendingJob]]] = {}
         per_user = session.policy.fair_users
-        for pos, pj in enumerate(session.candidates):
+        for pos, pj in enumerate(session.candidates[session.promoted :], session.promoted):
             job = pj.job
             key = (job.queue, job.user if per_user else "")
             bucket = buckets.get(key)
@@ -45,10 +51,9 @@ class Allocate:
             (fair_key(session, items[0][1].job), items[0][0], b) for b, items in buckets.items()
         ]
         heapq.heapify(heap)
-        strict = session.policy.strict_order
         # Shapes not yet known to fail. Capacity only shrinks in allocate, so once every
         # remaining shape has failed, every remaining job fails for its shape's reason.
-        untried = {pj.job.shape_id for pj in session.candidates}
+        untried = {pj.job.shape_id for pj in session.candidates[session.promoted :]}
         while heap:
             if not untried and not strict:
                 self._fail_rest(session, buckets)
@@ -83,6 +88,30 @@ class Allocate:
             if strict:
                 self._defer_rest(session, buckets)
                 return
+
+    @staticmethod
+    def _place_promoted(session: Session, pj: PendingJob) -> bool:
+        """Try a job promoted for starving, before any fair-share interleaving."""
+        reason = queue_blocks(session, pj.job)
+        if reason is not None:
+            session.set_status_cached(pj.id, StatusCode.WAIT_QUEUE, reason)
+            return True  # its queue holds it, not the cluster: the rest may go on
+        st = Statement(session)
+        placed = place_job(session, st, pj.job)
+        if isinstance(placed, str):
+            st.discard()
+            session.set_status_cached(pj.id, StatusCode.WAIT_RESOURCES, placed)
+            session.blocked.append(pj)
+            return False
+        st.commit()
+        session.bind(pj, placed)
+        return True
+
+    @staticmethod
+    def _defer(session: Session, rest: list[PendingJob]) -> None:
+        for pj in rest:
+            session.set_status_cached(pj.id, StatusCode.NOT_CONSIDERED, "behind a blocked job")
+            session.blocked.append(pj)
 
     @staticmethod
     def _heap(
