@@ -31,6 +31,7 @@ from aisched.sim.traces import (
     load_openb_nodes,
     load_openb_pods,
     load_philly,
+    one_queue,
     synthetic_trace,
 )
 from aisched.spec.cluster import resolve_cluster
@@ -67,6 +68,12 @@ def register(sub: Any) -> None:
         help=f"comma-separated presets or policy YAML files; presets: {', '.join(PRESETS)}",
     )
     p.add_argument("--limit", type=int, help="replay only the first N jobs by arrival")
+    p.add_argument(
+        "--one-queue",
+        action="store_true",
+        help="put every job in one queue: a cluster-wide order instead of one fair-shared "
+        "queue per Philly VC or openb tenant",
+    )
     p.add_argument("--jobs", type=int, default=500, help="synthetic trace: number of jobs")
     p.add_argument("--seed", type=int, default=0, help="synthetic trace: random seed")
     p.add_argument(
@@ -116,6 +123,8 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     trace, kind = load_trace(args.trace, limit=args.limit, jobs=args.jobs, seed=args.seed)
     cluster = choose_cluster(args.cluster, trace, kind)
+    if args.one_queue:
+        trace = one_queue(trace)
     policies = load_policies(args.policy)
     if args.eta:
         policies = [with_eta(p) for p in policies]

@@ -101,10 +101,19 @@ PRESETS: dict[str, dict[str, Any]] = {
         "order": ["sjf", "fifo"],
         "score": _BASE_SCORE,
     },
-    # Helios' QSSF: shortest predicted GPU-time first. Backfill holds a reservation for the
-    # blocked head and starts later jobs only where their upper estimate ends before it; a gang
-    # of 16 GPUs or more that has waited 12 h goes to the head, so it cannot starve.
+    # Helios' QSSF: shortest predicted GPU-time first, greedy. A gang of 16 GPUs or more that
+    # has waited 12 h goes to the head and holds a reservation that later jobs may use only if
+    # their upper estimate ends before it starts, so it cannot starve.
     "qssf": {
+        "actions": [
+            {"name": "enqueue", "starving_after_s": 43200, "starving_min_gpus": 16},
+            "allocate",
+        ],
+        "order": ["qssf", "fifo"],
+        "score": _BASE_SCORE,
+    },
+    # The same order with EASY backfill: the blocked head always holds a reservation.
+    "qssf-backfill": {
         "actions": [
             {"name": "enqueue", "starving_after_s": 43200, "starving_min_gpus": 16},
             "allocate",

@@ -4,6 +4,11 @@ The next job comes from the queue (and, with drf, the user) with the lowest weig
 share, so placements are shared out as they happen rather than by a share fixed at cycle start.
 With backfill configured (strict order) allocation stops at the first job that does not fit;
 the rest go to the later actions in order, so the blocked job's reservation can be honoured.
+
+Jobs promoted by enqueue for starving come first, before any interleaving. Without backfill, a
+promoted job that does not fit gets a reservation here, and every later job in the cycle keeps
+off its nodes unless its runtime bound (upper estimate first) ends before the reservation
+starts: greedy for everyone else, but a starving gang's start is not pushed back.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from aisched.core.placement import known_failure, place_job
 from aisched.core.queues import fair_key, queue_blocks
+from aisched.core.reservation import allowed_nodes, reserve_for
 from aisched.core.snapshot import PendingJob
 from aisched.core.statement import Statement
 from aisched.core.status import JobStatus, StatusCode
@@ -33,9 +39,14 @@ class Allocate:
         strict = session.policy.strict_order
         head = session.candidates[: session.promoted]
         for i, pj in enumerate(head):
-            if not self._place_promoted(session, pj) and strict:
+            if self._place_promoted(session, pj):
+                continue
+            if strict:
                 self._defer(session, session.candidates[i + 1 :])
                 return
+            # Without backfill, allocate holds the reservation itself, and every job after
+            # this one keeps off its nodes unless it ends (upper estimate) before it starts.
+            reserve_for(session, pj)
         buckets: dict[Bucket, deque[tuple[int, PendingJob]]] = {}
         per_user = session.policy.fair_users
         for pos, pj in enumerate(session.candidates[session.promoted :], session.promoted):
@@ -54,8 +65,9 @@ class Allocate:
         # Shapes not yet known to fail. Capacity only shrinks in allocate, so once every
         # remaining shape has failed, every remaining job fails for its shape's reason.
         untried = {pj.job.shape_id for pj in session.candidates[session.promoted :]}
+        guarded = bool(session.reservations)
         while heap:
-            if not untried and not strict:
+            if not untried and not strict and not guarded:
                 self._fail_rest(session, buckets)
                 return
             share, _, key = heapq.heappop(heap)
@@ -69,10 +81,11 @@ class Allocate:
             if reason is not None:
                 session.set_status_cached(pj.id, StatusCode.WAIT_QUEUE, reason)
                 continue
-            res = known_failure(session, pj.job)
+            allowed, mask_key = allowed_nodes(session, pj) if guarded else (None, ())
+            res = known_failure(session, pj.job, mask_key or None)
             if res is None:
                 st = Statement(session)
-                placed = place_job(session, st, pj.job)
+                placed = place_job(session, st, pj.job, allowed, mask_key or None)
                 if isinstance(placed, str):
                     st.discard()
                     res = placed
@@ -83,7 +96,12 @@ class Allocate:
                         heap = self._heap(session, buckets)
                     continue
             untried.discard(pj.job.shape_id)
-            session.set_status_cached(pj.id, StatusCode.WAIT_RESOURCES, res)
+            if mask_key:
+                session.set_status_cached(
+                    pj.id, StatusCode.WAIT_RESERVATION, f"{res}; reserved nodes held"
+                )
+            else:
+                session.set_status_cached(pj.id, StatusCode.WAIT_RESOURCES, res)
             session.blocked.append(pj)
             if strict:
                 self._defer_rest(session, buckets)
