@@ -113,3 +113,18 @@ def test_subprocess_bad_policy(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
+
+
+def test_learned_and_oracle_policies_with_etas(capsys: pytest.CaptureFixture[str]) -> None:
+    args = [*SMALL, "--policy", "qssf,sjf-oracle,srtf-oracle", "--eta", "--one-queue"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "qssf" in out and "srtf-oracle" in out
+    assert "runtime estimate: true <= upper" in out and "ETA: median abs. error (h)" in out
+
+
+def test_bad_estimator_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main([*SMALL, "--estimator", "magic"])
+    assert e.value.code == 2
+    assert "--estimator" in capsys.readouterr().err

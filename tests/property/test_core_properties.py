@@ -57,7 +57,19 @@ from aisched.model.queue import Queue, QueueTree
 from aisched.model.resources import GPU_MILLI_WHOLE, Resources
 from aisched.testing import cluster, job, node
 
-POLICIES = ("fifo", "fifo-backfill", "priority", "drf", "las", "sjf", "default")
+POLICIES = (
+    "fifo",
+    "fifo-backfill",
+    "priority",
+    "drf",
+    "las",
+    "sjf",
+    "qssf",
+    "qssf-backfill",
+    "sjf-oracle",
+    "srtf-oracle",
+    "default",
+)
 assert set(POLICIES) == set(PRESETS), "a preset was added or removed: update POLICIES"
 
 MODELS = ("A100", "H100")
@@ -418,7 +430,8 @@ def check_victims_rank_below_the_job_they_make_room_for(
     scn: Scenario, result: CycleResult, policy: str
 ) -> None:
     """Victims were running, are preemptible, were not bound now, and rank strictly below the
-    job they make room for: under las by LAS queue, cluster-wide; under priority and default
+    job they make room for: under las by LAS queue and under srtf-oracle by remaining GPU-time,
+    cluster-wide; under priority and default
     by priority inside the queue, and a victim in another queue comes from reclaim."""
     was_running = {r.id: r for r in scn.running}
     pending = {p.id: p for p in scn.pending}
@@ -443,6 +456,13 @@ def check_victims_rank_below_the_job_they_make_room_for(
             theirs = first_order.key(v.job, attained, None)
             mine = first_order.key(pj.job, pj.attained_gpu_s, pj.estimate_s)
             assert theirs > mine, (p, attained, pj.attained_gpu_s)
+        elif policy == "srtf-oracle":
+            # Cluster-wide, by remaining GPU-time: a running job's is the time to its end.
+            end = v.expected_end_s
+            left = None if end is None else max(end - scn.now, 0.0)
+            theirs = first_order.key(v.job, v.attained_at(scn.now), left)
+            mine = first_order.key(pj.job, pj.attained_gpu_s, pj.estimate_s)
+            assert theirs > mine, (p, left, pj.estimate_s)
         elif v.job.queue != pj.job.queue:
             assert "reclaim" in actions, p
         elif policy in ("priority", "default"):

@@ -20,9 +20,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from aisched.cli.errors import EXIT_FAILURE, CLIError
-from aisched.core.policy import PRESETS, Policy
+from aisched.core.policy import PRESETS, Policy, with_eta
 from aisched.model.cluster import Cluster
 from aisched.sim.engine import SimConfig, SimulationError, simulate
+from aisched.sim.estimators import ESTIMATORS, estimator_for
 from aisched.sim.metrics import PolicyMetrics, compute_metrics
 from aisched.sim.report import metrics_table, queue_table, write_json
 from aisched.sim.traces import (
@@ -30,6 +31,7 @@ from aisched.sim.traces import (
     load_openb_nodes,
     load_openb_pods,
     load_philly,
+    one_queue,
     synthetic_trace,
 )
 from aisched.spec.cluster import resolve_cluster
@@ -66,6 +68,12 @@ def register(sub: Any) -> None:
         help=f"comma-separated presets or policy YAML files; presets: {', '.join(PRESETS)}",
     )
     p.add_argument("--limit", type=int, help="replay only the first N jobs by arrival")
+    p.add_argument(
+        "--one-queue",
+        action="store_true",
+        help="put every job in one queue: a cluster-wide order instead of one fair-shared "
+        "queue per Philly VC or openb tenant",
+    )
     p.add_argument("--jobs", type=int, default=500, help="synthetic trace: number of jobs")
     p.add_argument("--seed", type=int, default=0, help="synthetic trace: random seed")
     p.add_argument(
@@ -89,6 +97,20 @@ def register(sub: Any) -> None:
         metavar="S",
         help="scheduling period; 0 runs a cycle at every event (default: %(default)s)",
     )
+    p.add_argument(
+        "--estimator",
+        choices=ESTIMATORS,
+        default="auto",
+        help="runtime estimates given to the scheduler: the learned predictor (predict), the "
+        "true durations (oracle), the jobs' own (own); auto: oracle for *-oracle policies, "
+        "predict for the rest (default: %(default)s)",
+    )
+    p.add_argument(
+        "--eta",
+        action="store_true",
+        help="estimate a start time for every waiting job in every cycle and report how "
+        "accurate the first one was (costs time on a long queue)",
+    )
     p.add_argument("--max-time", type=float, metavar="S", help="stop at this virtual time")
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the figures as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -101,7 +123,11 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     trace, kind = load_trace(args.trace, limit=args.limit, jobs=args.jobs, seed=args.seed)
     cluster = choose_cluster(args.cluster, trace, kind)
+    if args.one_queue:
+        trace = one_queue(trace)
     policies = load_policies(args.policy)
+    if args.eta:
+        policies = [with_eta(p) for p in policies]
     try:
         config = SimConfig(
             checkpoint_interval_s=args.checkpoint_interval,
@@ -138,7 +164,14 @@ def run(args: argparse.Namespace) -> int:
         for policy in policies:
             callback = _progress_callback(bar, policy.name)
             try:
-                result = simulate(trace, cluster, policy, config, callback)
+                result = simulate(
+                    trace,
+                    cluster,
+                    policy,
+                    config,
+                    callback,
+                    estimator=estimator_for(policy.name, args.estimator),
+                )
             except SimulationError as e:
                 raise CLIError(f"policy {policy.name}: {e}", EXIT_FAILURE) from None
             results.append(compute_metrics(result))
@@ -157,6 +190,7 @@ def run(args: argparse.Namespace) -> int:
                 "jobs": len(trace),
                 "cluster": {"nodes": len(cluster.nodes), "gpus": gpus},
                 "config": dataclasses.asdict(config),
+                "estimator": args.estimator,
             }
             write_json(args.json, results, meta)
         except OSError as e:

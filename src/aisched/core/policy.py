@@ -8,7 +8,7 @@ presets are mappings too, so a preset and a file mean the same thing.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from aisched.core.framework import Filter, JobOrder, SelectVictims, WeightedScore
@@ -101,6 +101,40 @@ PRESETS: dict[str, dict[str, Any]] = {
         "order": ["sjf", "fifo"],
         "score": _BASE_SCORE,
     },
+    # Helios' QSSF: shortest predicted GPU-time first, greedy. A gang of 16 GPUs or more that
+    # has waited 12 h goes to the head and holds a reservation that later jobs may use only if
+    # their upper estimate ends before it starts, so it cannot starve.
+    "qssf": {
+        "actions": [
+            {"name": "enqueue", "starving_after_s": 43200, "starving_min_gpus": 16},
+            "allocate",
+        ],
+        "order": ["qssf", "fifo"],
+        "score": _BASE_SCORE,
+    },
+    # The same order with EASY backfill: the blocked head always holds a reservation.
+    "qssf-backfill": {
+        "actions": [
+            {"name": "enqueue", "starving_after_s": 43200, "starving_min_gpus": 16},
+            "allocate",
+            {"name": "backfill", "reservations": 1},
+        ],
+        "order": ["qssf", "fifo"],
+        "score": _BASE_SCORE,
+    },
+    # Bounds for comparison, only in the simulator (which gives them the true durations):
+    # shortest GPU-time first without preemption, and shortest remaining GPU-time first.
+    "sjf-oracle": {
+        "actions": ["enqueue", "allocate"],
+        "order": ["qssf", "fifo"],
+        "score": _BASE_SCORE,
+    },
+    "srtf-oracle": {
+        "actions": ["enqueue", "allocate", {"name": "preempt", "by": "order", "scope": "cluster"}],
+        "order": ["qssf", "fifo"],
+        "score": _BASE_SCORE,
+        "victims": ["longest-remaining", "least-work-lost"],
+    },
     "default": {
         "actions": [
             "enqueue",
@@ -108,6 +142,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             {"name": "preempt", "by": "priority"},
             "reclaim",
             {"name": "backfill", "reservations": 1},
+            "eta",
         ],
         "order": ["priority", "fifo"],
         "score": _BASE_SCORE,
@@ -116,6 +151,17 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 ALLOWED_KEYS = ("name", "actions", "order", "score", "filters", "victims", "queue_depth")
+
+
+def with_eta(policy: Policy) -> Policy:
+    """The policy with the `eta` action last (unchanged if it has one): every waiting job's
+    status then carries an estimated start time. Decisions are the same."""
+    from aisched.core.actions.eta import EstimateStart
+
+    if "eta" in policy.action_names():
+        return policy
+    eta: Action = EstimateStart()  # type: ignore[assignment]  # frozen name, as every action
+    return replace(policy, actions=(*policy.actions, eta))
 
 
 def preset(name: str) -> Policy:

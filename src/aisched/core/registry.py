@@ -13,6 +13,7 @@ from typing import Any
 from aisched.core.actions.allocate import Allocate
 from aisched.core.actions.backfill import Backfill
 from aisched.core.actions.enqueue import Enqueue
+from aisched.core.actions.eta import EstimateStart
 from aisched.core.actions.preempt import Preempt, Reclaim
 from aisched.core.framework import WeightedScore
 from aisched.core.plugins import order, score, victims
@@ -25,12 +26,14 @@ REGISTRY: dict[str, dict[str, Callable[..., Any]]] = {
         "preempt": Preempt,
         "reclaim": Reclaim,
         "backfill": Backfill,
+        "eta": EstimateStart,
     },
     "order": {
         "fifo": order.Fifo,
         "priority": order.Priority,
         "las": order.Las,
         "sjf": order.ShortestFirst,
+        "qssf": order.PredictedGpuTime,
         "drf": order.DominantResourceFairness,
     },
     "score": {
@@ -43,6 +46,7 @@ REGISTRY: dict[str, dict[str, Callable[..., Any]]] = {
         "lowest-priority": victims.LowestPriority,
         "least-work-lost": victims.LeastWorkLost,
         "newest": victims.Newest,
+        "longest-remaining": victims.LongestRemaining,
     },
 }
 

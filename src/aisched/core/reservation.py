@@ -15,7 +15,7 @@ import numpy as np
 
 from aisched.core.placement import place_job
 from aisched.core.session import Reservation
-from aisched.core.snapshot import BoolArray, RunningJob
+from aisched.core.snapshot import BoolArray, PendingJob, RunningJob
 from aisched.core.statement import Statement
 from aisched.model.job import Job
 
@@ -69,3 +69,34 @@ def find_reservation(session: Session, job: Job) -> Reservation | None:
     mask: BoolArray = np.zeros(arrays.num_nodes, dtype=np.bool_)
     mask[[arrays.index[n] for n in nodes]] = True
     return Reservation(job.id, mask, start)
+
+
+def allowed_nodes(session: Session, pj: PendingJob) -> tuple[BoolArray | None, tuple[str, ...]]:
+    """Nodes `pj` may use without delaying a reservation: all but those of reservations it would
+    run into, i.e. whose start comes before its runtime bound (upper estimate first) ends; a job
+    with no bound runs into every reservation. Also the ids of those reservations (a cache key)."""
+    bound = pj.runtime_bound_s
+    end = None if bound is None else session.now + bound
+    blocked_by = [
+        r for r in session.reservations if r.start_s is None or end is None or end > r.start_s
+    ]
+    if not blocked_by:
+        return None, ()
+    taken = np.zeros(session.arrays.num_nodes, dtype=np.bool_)
+    for r in blocked_by:
+        taken |= r.nodes
+    return ~taken, tuple(r.job_id for r in blocked_by)
+
+
+def reserve_for(session: Session, pj: PendingJob) -> bool:
+    """Give `pj` a reservation and the RESERVED status with its start as ETA; False when no
+    placement is possible even once every running job with an expected end has ended."""
+    from aisched.core.status import StatusCode
+
+    r = find_reservation(session, pj.job)
+    if r is None:
+        return False
+    session.reserve(r)
+    when = "once running jobs end" if r.start_s is None else f"from t={r.start_s:g}s"
+    session.set_status(pj.id, StatusCode.RESERVED, f"nodes reserved {when}", r.start_s)
+    return True

@@ -68,6 +68,8 @@ class Session:
         self.blocked: list[PendingJob] = []
         # Jobs admitted by enqueue, in scheduling order (before fair-share interleaving).
         self.candidates: list[PendingJob] = []
+        # How many candidates at the head were promoted for starving: allocate takes them first.
+        self.promoted = 0
         self.fail_cache: dict[object, str] = {}
         self.placement_attempts = 0
         self._status_cache: dict[tuple[StatusCode, str], JobStatus] = {}

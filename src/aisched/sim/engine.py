@@ -14,7 +14,12 @@ What the engine keeps, and its invariants:
 - A job is in at most one of `pending` and `running`. A completion event carries the attempt
   number it was scheduled for; a preempted attempt's completion is ignored when it pops.
 - `PendingJob.estimate_s` comes from the job's own estimate (or an `Estimator`), never from the
-  trace's true duration: the scheduler must not see the future.
+  trace's true duration (an oracle estimator, for comparison, is the one exception): the
+  scheduler must not see the future. An estimator gives the job's whole runtime; the engine
+  hands the core the time the next attempt will take, `restart_cost_s` of restore (after a
+  preemption) plus the estimate less the work kept by checkpoints, and a running attempt's
+  expected end is its start plus that. An estimator learns only at finishes (`observe`, with
+  the finish time), and is asked (`estimate`) at arrivals and requeues, at the current time.
 
 Work and checkpoints: an attempt checkpoints every checkpoint interval after it starts. An
 attempt after a preemption first spends `restart_cost_s` restoring (GPU time that makes no
@@ -41,6 +46,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, cast
 
 from aisched.core.cycle import InvariantViolation, run_cycle
 from aisched.core.decisions import Bind, Preempt, Reserve, TaskBinding
@@ -73,8 +79,32 @@ _CYCLE = 2
 # event itself on a large trace.
 _PROGRESS_EVERY = 2000
 
-# (estimate_s, estimate_upper_s) for a job that is about to be pending.
-Estimator = Callable[[TraceJob], tuple[float | None, float | None]]
+# (estimate_s, estimate_upper_s) of a job's whole runtime, for a job about to be pending.
+Estimate = tuple[float | None, float | None]
+
+
+class Estimator(Protocol):
+    """Runtime estimates for the simulated scheduler. `estimate` is called whenever a job
+    becomes pending (arrival, requeue) with the current time; `observe` when a job finishes,
+    with its true runtime and the finish time. The engine calls them in time order."""
+
+    def estimate(self, tj: TraceJob, now_s: float) -> Estimate: ...
+
+    def observe(self, tj: TraceJob, runtime_s: float, finished_s: float) -> None: ...
+
+
+class _Plain:
+    """A bare function `TraceJob -> Estimate` as an estimator that learns nothing."""
+
+    def __init__(self, fn: Callable[[TraceJob], Estimate]) -> None:
+        self._fn = fn
+
+    def estimate(self, tj: TraceJob, now_s: float) -> Estimate:
+        return self._fn(tj)
+
+    def observe(self, tj: TraceJob, runtime_s: float, finished_s: float) -> None:
+        return None
+
 
 # (time_s, kind, job_id, detail). Kinds: "bind" (detail: the node of each task, in task order),
 # "preempt" (detail: (for_job, reason)), "reserve" (detail: the nodes), "finish" (detail: ()),
@@ -129,6 +159,8 @@ class JobRecord:
     `gpus` is the job's GPU demand in whole-GPU equivalents (shares as fractions). `gpu_s` is the
     GPU-seconds it received over all attempts, up to the end of the run for unfinished work.
     `preemptions` counts the times it was stopped, `restarts` the times it started again after.
+    `estimate_s` / `estimate_upper_s` are the runtime estimate it had when it arrived;
+    `eta_s` is the start time its first cycle estimated, when it had to wait (None otherwise).
     """
 
     job_id: str
@@ -144,6 +176,9 @@ class JobRecord:
     restarts: int
     gpu_s: float
     rejected: str | None = None
+    estimate_s: float | None = None
+    estimate_upper_s: float | None = None
+    eta_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,8 +204,8 @@ class SimResult:
     stats: Mapping[str, float] = field(default_factory=dict)
 
 
-def own_estimate(tj: TraceJob) -> tuple[float | None, float | None]:
-    """The default estimator: what the job itself declares (a user's guess), nothing more."""
+def own_estimate(tj: TraceJob) -> Estimate:
+    """The default estimate: what the job itself declares (a user's guess), nothing more."""
     return tj.job.estimate_s, None
 
 
@@ -204,6 +239,8 @@ class _Job:
         "start_s",
         "restore_s",
         "expected_end_s",
+        "first_estimate",
+        "eta_s",
     )
 
     def __init__(self, tj: TraceJob, ckpt_s: float) -> None:
@@ -227,10 +264,22 @@ class _Job:
         self.start_s = 0.0
         self.restore_s = 0.0  # restore time at the head of the current attempt
         self.expected_end_s: float | None = None
+        self.first_estimate: Estimate | None = None
+        self.eta_s: float | None = None
 
-    def pending(self) -> PendingJob:
+    def pending(self, restart_cost_s: float) -> PendingJob:
+        restore = restart_cost_s if self.preemptions else 0.0
+        saved = self.saved_s
+
+        def left(total: float | None) -> float | None:
+            return None if total is None else restore + max(total - saved, 0.0)
+
         return PendingJob(
-            self.job, self.attained_gpu_s, self.preemptions, self.estimate_s, self.upper_s
+            self.job,
+            self.attained_gpu_s,
+            self.preemptions,
+            left(self.estimate_s),
+            left(self.upper_s),
         )
 
     def record(self, end_s: float) -> JobRecord:
@@ -251,6 +300,9 @@ class _Job:
             restarts=self.restarts,
             gpu_s=gpu_s,
             rejected=self.rejected,
+            estimate_s=None if self.first_estimate is None else self.first_estimate[0],
+            estimate_upper_s=None if self.first_estimate is None else self.first_estimate[1],
+            eta_s=self.eta_s,
         )
 
 
@@ -394,8 +446,9 @@ class _Engine:
     # --- state changes ----------------------------------------------------------------------
 
     def _arrive(self, st: _Job, now: float) -> None:
-        st.estimate_s, st.upper_s = self.estimator(st.tj)
-        self.pending[st.job.id] = st.pending()
+        st.estimate_s, st.upper_s = self.estimator.estimate(st.tj, now)
+        st.first_estimate = (st.estimate_s, st.upper_s)
+        self.pending[st.job.id] = st.pending(self.config.restart_cost_s)
         self.fresh.append(st.job.id)
         self.progress_done += 1
         self._changed(now)
@@ -404,6 +457,7 @@ class _Engine:
         self._release(st, now)
         st.finish_s = now
         st.saved_s = st.duration_s
+        self.estimator.observe(st.tj, st.duration_s, now)
         self.log.append((now, "finish", st.job.id, ()))
         self.progress_done += 1
         self._changed(now)
@@ -455,9 +509,10 @@ class _Engine:
         self.alloc_milli += milli
         remaining = restore + max(st.duration_s - st.saved_s, 0.0)
         # The estimate, not the truth: what a real scheduler would believe about this attempt.
-        # Same bound as the core uses for a job it binds (upper estimate, estimate, time limit).
+        # Same bound as the core uses for a job it binds (upper estimate, estimate, time limit);
+        # attached estimates already count restore and saved work (`_Job.pending`).
         bound = pj.runtime_bound_s
-        st.expected_end_s = None if bound is None else now + restore + max(bound - st.saved_s, 0.0)
+        st.expected_end_s = None if bound is None else now + bound
         if remaining != math.inf:
             self._push(now + remaining, _FINISH, d.job_id, st.attempt)
         view = RunningJob(
@@ -484,8 +539,8 @@ class _Engine:
         self._release(st, now)
         st.preemptions += 1
         self.preempt_count += 1
-        st.estimate_s, st.upper_s = self.estimator(st.tj)
-        self.pending[d.job_id] = st.pending()
+        st.estimate_s, st.upper_s = self.estimator.estimate(st.tj, now)
+        self.pending[d.job_id] = st.pending(self.config.restart_cost_s)
         self.log.append((now, "preempt", d.job_id, (d.for_job, d.reason)))
 
     def _reject(self, job_id: str, reason: str, now: float) -> None:
@@ -533,12 +588,12 @@ class _Engine:
         diagnostics = result.diagnostics
         for job_id in self.fresh:
             status = diagnostics.get(job_id)
-            if (
-                status is not None
-                and status.code == StatusCode.NEVER_FITS
-                and job_id in self.pending
-            ):
+            if status is None or job_id not in self.pending:
+                continue
+            if status.code == StatusCode.NEVER_FITS:
                 self._reject(job_id, status.reason, now)
+            else:
+                self.jobs[job_id].eta_s = status.eta_s
         self.fresh.clear()
         if self.config.validate:
             self._check_state(now)
@@ -583,15 +638,15 @@ def simulate(
     config: SimConfig | None = None,
     progress: Callable[[int, int], None] | None = None,
     *,
-    estimator: Estimator | None = None,
+    estimator: Estimator | Callable[[TraceJob], Estimate] | None = None,
     queues: QueueTree | None = None,
 ) -> SimResult:
     """Replay `trace` on `cluster` under `policy` and return what happened.
 
     `progress(done, total)` is called now and then, counting arrivals, finishes and rejections.
-    `estimator` fills each pending job's runtime estimate (default: the job's own `estimate_s`);
-    it is called whenever a job becomes pending. `queues` defaults to one flat queue per queue
-    name the jobs use.
+    `estimator` fills each pending job's runtime estimate (default: the job's own `estimate_s`)
+    and learns from finished jobs; a bare function of the trace job also does, learning nothing.
+    `queues` defaults to one flat queue per queue name the jobs use.
     """
     engine = _Engine(
         trace,
@@ -599,7 +654,15 @@ def simulate(
         policy,
         config if config is not None else SimConfig(),
         progress,
-        estimator if estimator is not None else own_estimate,
+        _as_estimator(estimator),
         queues,
     )
     return engine.run()
+
+
+def _as_estimator(e: Estimator | Callable[[TraceJob], Estimate] | None) -> Estimator:
+    if e is None:
+        return _Plain(own_estimate)
+    if isinstance(e, _Plain) or (hasattr(e, "estimate") and hasattr(e, "observe")):
+        return cast(Estimator, e)
+    return _Plain(e)

@@ -10,6 +10,12 @@ recomputed. Definitions:
   finish] (the end of the run when nothing finished); a GPU share counts as gpu_milli / 1000.
 - restarts = starts after a preemption; a job preempted at the end of a run has no restart.
 
+- runtime estimates (over jobs that finished and had one when they arrived): the median
+  absolute error |estimate − true runtime|, the median ratio max(est/true, true/est), and the
+  share of jobs whose true runtime was at most the upper estimate.
+- ETAs (over jobs that had to wait, got an ETA in their first cycle, and started): the median
+  absolute error |ETA − first start|, and the share that started within an hour of their ETA.
+
 An average of nothing is None, not 0, so "no data" never reads as "instant".
 """
 
@@ -18,6 +24,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -60,6 +67,13 @@ class PolicyMetrics:
     cycles: int
     wall_s: float
     queues: tuple[QueueMetrics, ...]
+    estimated_jobs: int = 0
+    estimate_mdae_s: float | None = None
+    estimate_median_ratio: float | None = None
+    estimate_under_upper: float | None = None
+    eta_jobs: int = 0
+    eta_mdae_s: float | None = None
+    eta_within_1h: float | None = None
 
     def to_dict(self) -> dict[str, object]:
         """Plain JSON-ready values; queues as a list of mappings."""
@@ -106,7 +120,39 @@ def compute_metrics(result: SimResult) -> PolicyMetrics:
         cycles=result.cycles,
         wall_s=result.wall_s,
         queues=queue_metrics(jobs),
+        **estimate_metrics(jobs),
+        **eta_metrics(jobs),
     )
+
+
+def estimate_metrics(jobs: Sequence[JobRecord]) -> dict[str, Any]:
+    done = [j for j in jobs if j.finish_s is not None and j.estimate_s is not None]
+    if not done:
+        return {}
+    est = np.array([j.estimate_s for j in done], dtype=np.float64)
+    true = np.array([j.duration_s for j in done], dtype=np.float64)
+    ratio = np.maximum(est / true, true / est)
+    uppers = [(j.duration_s, j.estimate_upper_s) for j in done if j.estimate_upper_s is not None]
+    return {
+        "estimated_jobs": len(done),
+        "estimate_mdae_s": float(np.median(np.abs(est - true))),
+        "estimate_median_ratio": float(np.median(ratio)),
+        "estimate_under_upper": (
+            sum(1 for t, u in uppers if u is not None and t <= u) / len(uppers) if uppers else None
+        ),
+    }
+
+
+def eta_metrics(jobs: Sequence[JobRecord]) -> dict[str, Any]:
+    pairs = [(j.eta_s, j.first_start_s) for j in jobs if j.eta_s is not None]
+    errs = np.array([abs(s - e) for e, s in pairs if s is not None], dtype=np.float64)
+    if not errs.size:
+        return {}
+    return {
+        "eta_jobs": int(errs.size),
+        "eta_mdae_s": float(np.median(errs)),
+        "eta_within_1h": float((errs <= 3600.0).mean()),
+    }
 
 
 def queue_metrics(jobs: Sequence[JobRecord]) -> tuple[QueueMetrics, ...]:

@@ -30,6 +30,10 @@ def _int(v: int) -> str:
     return f"{v:,}"
 
 
+def _ratio(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
 def _num(v: float) -> str:
     return f"{v:,.1f}"
 
@@ -50,6 +54,12 @@ _ROWS: tuple[tuple[str, Callable[[PolicyMetrics], str]], ...] = (
     ("GPU-hours used", lambda m: _num(m.gpu_hours)),
     ("preemptions", lambda m: _int(m.preemptions)),
     ("restarts", lambda m: _int(m.restarts)),
+    ("runtime estimate: median abs. error (h)", lambda m: _hours(m.estimate_mdae_s)),
+    ("runtime estimate: median ratio", lambda m: _ratio(m.estimate_median_ratio)),
+    ("runtime estimate: true <= upper", lambda m: _pct(m.estimate_under_upper)),
+    ("ETA: jobs with one", lambda m: _int(m.eta_jobs) if m.eta_jobs else "-"),
+    ("ETA: median abs. error (h)", lambda m: _hours(m.eta_mdae_s)),
+    ("ETA: started within 1 h of it", lambda m: _pct(m.eta_within_1h)),
     ("scheduling cycles", lambda m: _int(m.cycles)),
     ("wall time (s)", lambda m: f"{m.wall_s:.1f}"),
 )

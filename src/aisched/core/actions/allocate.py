@@ -4,6 +4,11 @@ The next job comes from the queue (and, with drf, the user) with the lowest weig
 share, so placements are shared out as they happen rather than by a share fixed at cycle start.
 With backfill configured (strict order) allocation stops at the first job that does not fit;
 the rest go to the later actions in order, so the blocked job's reservation can be honoured.
+
+Jobs promoted by enqueue for starving come first, before any interleaving. Without backfill, a
+promoted job that does not fit gets a reservation here, and every later job in the cycle keeps
+off its nodes unless its runtime bound (upper estimate first) ends before the reservation
+starts: greedy for everyone else, but a starving gang's start is not pushed back.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from aisched.core.placement import known_failure, place_job
 from aisched.core.queues import fair_key, queue_blocks
+from aisched.core.reservation import allowed_nodes, reserve_for
 from aisched.core.snapshot import PendingJob
 from aisched.core.statement import Statement
 from aisched.core.status import JobStatus, StatusCode
@@ -30,9 +36,20 @@ class Allocate:
     name: str = "allocate"
 
     def execute(self, session: Session) -> None:
+        strict = session.policy.strict_order
+        head = session.candidates[: session.promoted]
+        for i, pj in enumerate(head):
+            if self._place_promoted(session, pj):
+                continue
+            if strict:
+                self._defer(session, session.candidates[i + 1 :])
+                return
+            # Without backfill, allocate holds the reservation itself, and every job after
+            # this one keeps off its nodes unless it ends (upper estimate) before it starts.
+            reserve_for(session, pj)
         buckets: dict[Bucket, deque[tuple[int, PendingJob]]] = {}
         per_user = session.policy.fair_users
-        for pos, pj in enumerate(session.candidates):
+        for pos, pj in enumerate(session.candidates[session.promoted :], session.promoted):
             job = pj.job
             key = (job.queue, job.user if per_user else "")
             bucket = buckets.get(key)
@@ -45,12 +62,12 @@ class Allocate:
             (fair_key(session, items[0][1].job), items[0][0], b) for b, items in buckets.items()
         ]
         heapq.heapify(heap)
-        strict = session.policy.strict_order
         # Shapes not yet known to fail. Capacity only shrinks in allocate, so once every
         # remaining shape has failed, every remaining job fails for its shape's reason.
-        untried = {pj.job.shape_id for pj in session.candidates}
+        untried = {pj.job.shape_id for pj in session.candidates[session.promoted :]}
+        guarded = bool(session.reservations)
         while heap:
-            if not untried and not strict:
+            if not untried and not strict and not guarded:
                 self._fail_rest(session, buckets)
                 return
             share, _, key = heapq.heappop(heap)
@@ -64,10 +81,11 @@ class Allocate:
             if reason is not None:
                 session.set_status_cached(pj.id, StatusCode.WAIT_QUEUE, reason)
                 continue
-            res = known_failure(session, pj.job)
+            allowed, mask_key = allowed_nodes(session, pj) if guarded else (None, ())
+            res = known_failure(session, pj.job, mask_key or None)
             if res is None:
                 st = Statement(session)
-                placed = place_job(session, st, pj.job)
+                placed = place_job(session, st, pj.job, allowed, mask_key or None)
                 if isinstance(placed, str):
                     st.discard()
                     res = placed
@@ -78,11 +96,40 @@ class Allocate:
                         heap = self._heap(session, buckets)
                     continue
             untried.discard(pj.job.shape_id)
-            session.set_status_cached(pj.id, StatusCode.WAIT_RESOURCES, res)
+            if mask_key:
+                session.set_status_cached(
+                    pj.id, StatusCode.WAIT_RESERVATION, f"{res}; reserved nodes held"
+                )
+            else:
+                session.set_status_cached(pj.id, StatusCode.WAIT_RESOURCES, res)
             session.blocked.append(pj)
             if strict:
                 self._defer_rest(session, buckets)
                 return
+
+    @staticmethod
+    def _place_promoted(session: Session, pj: PendingJob) -> bool:
+        """Try a job promoted for starving, before any fair-share interleaving."""
+        reason = queue_blocks(session, pj.job)
+        if reason is not None:
+            session.set_status_cached(pj.id, StatusCode.WAIT_QUEUE, reason)
+            return True  # its queue holds it, not the cluster: the rest may go on
+        st = Statement(session)
+        placed = place_job(session, st, pj.job)
+        if isinstance(placed, str):
+            st.discard()
+            session.set_status_cached(pj.id, StatusCode.WAIT_RESOURCES, placed)
+            session.blocked.append(pj)
+            return False
+        st.commit()
+        session.bind(pj, placed)
+        return True
+
+    @staticmethod
+    def _defer(session: Session, rest: list[PendingJob]) -> None:
+        for pj in rest:
+            session.set_status_cached(pj.id, StatusCode.NOT_CONSIDERED, "behind a blocked job")
+            session.blocked.append(pj)
 
     @staticmethod
     def _heap(

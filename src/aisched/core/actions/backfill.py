@@ -12,12 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from aisched.core.placement import place_job
 from aisched.core.queues import queue_blocks
-from aisched.core.reservation import find_reservation
-from aisched.core.snapshot import BoolArray, PendingJob
+from aisched.core.reservation import allowed_nodes, reserve_for
 from aisched.core.statement import Statement
 from aisched.core.status import StatusCode
 
@@ -43,7 +40,7 @@ class Backfill:
             if reason is not None:
                 session.set_status(pj.id, StatusCode.WAIT_QUEUE, reason)
                 continue
-            allowed, key = self._allowed(session, pj)
+            allowed, key = allowed_nodes(session, pj)
             st = Statement(session)
             res = place_job(session, st, pj.job, allowed, mask_key=key)
             if not isinstance(res, str):
@@ -53,31 +50,7 @@ class Backfill:
                     session.set_status(pj.id, StatusCode.PLACED, "backfilled")
                 continue
             st.discard()
-            if len(session.reservations) < self.reservations:
-                r = find_reservation(session, pj.job)
-                if r is not None:
-                    session.reserve(r)
-                    when = (
-                        "once running jobs end" if r.start_s is None else f"from t={r.start_s:g}s"
-                    )
-                    session.set_status(
-                        pj.id, StatusCode.RESERVED, f"nodes reserved {when}", r.start_s
-                    )
-                    continue
+            if len(session.reservations) < self.reservations and reserve_for(session, pj):
+                continue
             code = StatusCode.WAIT_RESERVATION if key else StatusCode.WAIT_RESOURCES
             session.set_status(pj.id, code, res if not key else f"{res}; reserved nodes held")
-
-    @staticmethod
-    def _allowed(session: Session, pj: PendingJob) -> tuple[BoolArray | None, tuple[str, ...]]:
-        """Nodes the job may use: all but those of reservations it would run into."""
-        bound = pj.runtime_bound_s
-        end = None if bound is None else session.now + bound
-        blocked_by = [
-            r for r in session.reservations if r.start_s is None or end is None or end > r.start_s
-        ]
-        if not blocked_by:
-            return None, ()
-        taken = np.zeros(session.arrays.num_nodes, dtype=np.bool_)
-        for r in blocked_by:
-            taken |= r.nodes
-        return ~taken, tuple(r.job_id for r in blocked_by)

@@ -3,6 +3,12 @@
 Refuses jobs that can never run (unknown queue, larger than any node or rack they require,
 above their queue's limit on their own) with NEVER_FITS, orders the rest by the policy's job
 order, and cuts the list at `queue_depth` when one is set.
+
+Starving large jobs: with `starving_after_s` set, a job of at least `starving_min_gpus` GPUs
+that has waited that long since submission goes to the front, oldest first, whatever the job
+order says. Allocate tries those first, and with backfill in the policy the first of them that
+does not fit holds the reservation, so a large gang waits at most that long plus the time for
+the running work in its way to end, however many short jobs keep arriving.
 """
 
 from __future__ import annotations
@@ -25,7 +31,13 @@ MEMO_LIMIT = 500_000
 
 @dataclass(frozen=True, slots=True)
 class Enqueue:
+    starving_after_s: float = 0.0
+    starving_min_gpus: float = 16.0
     name: str = "enqueue"
+
+    def __post_init__(self) -> None:
+        if self.starving_after_s < 0:
+            raise ValueError("starving_after_s must be 0 (off) or more")
 
     def execute(self, session: Session) -> None:
         admitted: list[tuple[tuple[float | str, ...], PendingJob]] = []
@@ -52,6 +64,8 @@ class Enqueue:
             else:
                 admitted.append((key, pj))
         admitted.sort(key=lambda kv: kv[0])
+        if self.starving_after_s > 0 and admitted:
+            admitted = self._promote_starving(session, admitted)
         depth = session.policy.queue_depth
         if depth is not None and len(admitted) > depth:
             for _, pj in admitted[depth:]:
@@ -60,6 +74,23 @@ class Enqueue:
                 )
             del admitted[depth:]
         session.candidates.extend(pj for _, pj in admitted)
+
+    def _promote_starving(
+        self, session: Session, admitted: list[tuple[tuple[float | str, ...], PendingJob]]
+    ) -> list[tuple[tuple[float | str, ...], PendingJob]]:
+        cutoff = session.now - self.starving_after_s
+        least = self.starving_min_gpus
+        starving = [
+            kv
+            for kv in admitted
+            if kv[1].job.submit_time_s <= cutoff and kv[1].job.num_gpus >= least
+        ]
+        if not starving:
+            return admitted
+        starving.sort(key=lambda kv: kv[1].job.tie_break)
+        moved = {id(kv[1]) for kv in starving}
+        session.promoted = len(starving)
+        return starving + [kv for kv in admitted if id(kv[1]) not in moved]
 
 
 def admission_refusal(session: Session, job: Job) -> str | None:

@@ -2,7 +2,8 @@
 
 preempt works inside a queue (or the whole cluster, `scope: cluster`): victims must rank
 strictly below the blocked job, by priority (`by: priority`) or by the policy's first job-order
-key (`by: order`, e.g. Tiresias' LAS queue). reclaim works across queues: a queue within its
+key (`by: order`: Tiresias' LAS queue, or shortest-remaining-time first, where a running job's
+estimate is the time to its expected end). reclaim works across queues: a queue within its
 guarantee takes back capacity that other queues borrowed beyond theirs, whatever the priorities.
 Only preemptible jobs are victims, never one placed in this cycle nor one already terminating.
 Victims are ordered by the policy's victim selectors (lowest priority, least work lost since
@@ -25,8 +26,9 @@ if TYPE_CHECKING:
     from aisched.core.session import Session
 
 Eligible = Callable[[PendingJob, RunningJob], bool]
-# Who may be evicted for a job, and a key that is equal for jobs that may evict the same set.
-Eligibility = tuple[Eligible, Hashable]
+# Who may be evicted for a job; a group and a rank such that, within one group, a job of higher
+# rank may evict only a subset of what a job of lower rank may (equal: the same set).
+Eligibility = tuple[Eligible, Hashable, float]
 
 
 def _run(
@@ -38,9 +40,11 @@ def _run(
     """Preempt for each blocked job in turn. `stable`: whether a running job stays eligible
     after others are evicted (true for rank-based preemption, false for reclaim, where
     eviction changes which queues are borrowing)."""
-    # (shape, eligibility key) pairs that found no room this cycle: a job of the same shape
-    # that may evict the same jobs finds none either, until some preemption changes the state.
-    failed: set[tuple[int, Hashable]] = set()
+    # (shape, group) -> the lowest rank that found no room this cycle: a job of the same shape
+    # and group and no lower rank may evict no more, so it finds none either, until some
+    # preemption changes the state. Blocked jobs come in order, so with a rank that follows the
+    # order (shortest remaining first) one failure settles the rest of its shape.
+    failed: dict[tuple[int, Hashable], float] = {}
     # Every possible victim, in victim-preference order, computed once; candidates per
     # eligibility key are filtered from it, and both are refreshed only after a preemption.
     pool: list[RunningJob] | None = None
@@ -54,9 +58,10 @@ def _run(
         found_eligibility = eligible_for(pj)
         if found_eligibility is None:
             continue
-        eligible, sig = found_eligibility
-        memo_key = (pj.job.shape_id, sig)
-        if memo_key in failed:
+        eligible, group, rank = found_eligibility
+        sig = (group, rank)
+        memo_key = (pj.job.shape_id, group)
+        if memo_key in failed and rank >= failed[memo_key]:
             continue
         if pool is None:
             pool = [
@@ -69,11 +74,11 @@ def _run(
         if cands is None:
             cands = by_sig[sig] = [r for r in pool if eligible(pj, r)]
         if not cands:
-            failed.add(memo_key)
+            failed[memo_key] = rank
             continue
         found = find_victims(session, pj.job, cands)
         if found is None:
-            failed.add(memo_key)
+            failed[memo_key] = rank
             continue
         failed.clear()
         gone = {v.id for v in found[0]}
@@ -118,11 +123,13 @@ class Preempt:
                     return r.job.priority < p.job.priority
                 k = running_keys.get(r.id)
                 if k is None:
-                    k = running_keys[r.id] = first.key(r.job, r.attained_at(session.now), None)
+                    end = r.expected_end_s
+                    left = None if end is None else max(end - session.now, 0.0)
+                    k = running_keys[r.id] = first.key(r.job, r.attained_at(session.now), left)
                 return k > mine
 
             scope = pj.job.queue if self.scope == "queue" else ""
-            return eligible, (scope, pj.job.priority if by_priority else mine)
+            return eligible, scope, -float(pj.job.priority) if by_priority else mine
 
         _run(session, eligible_for, "preempted", stable=True)
 
@@ -139,6 +146,6 @@ class Reclaim:
             def eligible(p: PendingJob, r: RunningJob) -> bool:
                 return r.job.queue != p.job.queue and borrowed(session, r.job.queue, r.usage)
 
-            return eligible, pj.job.queue
+            return eligible, pj.job.queue, 0.0
 
         _run(session, eligible_for, "reclaimed", stable=False)

@@ -1,10 +1,16 @@
 """Job-order plugins. Lower keys run first.
 
-`las` is Tiresias' discretised least-attained-service: a job's queue is the number of
-thresholds its attained GPU-service has passed, so jobs move to a lower-priority queue as they
-consume service and long jobs cannot block short ones; inside a queue the next plugin (fifo)
-decides. `drf` is not a static key: its presence makes allocation interleave users of a queue
-by dominant resource share (see the allocate action); its key here is constant.
+`qssf` is Helios' quasi-shortest-service-first: the predicted GPU-time (estimated runtime ×
+GPUs) of a job, shortest first; with a remaining-time estimate (as the simulator's oracle gives
+after a preemption) the same key is shortest-remaining-service first. Estimates arrive attached
+to the pending job (`PendingJob.estimate_s`); for a running job, preemption passes the time to
+its expected end.
+
+`las` is Tiresias' discretised least-attained-service: a job's queue is the number of thresholds
+its attained GPU-service has passed, so jobs move to a lower-priority queue as they consume
+service and long jobs cannot block short ones; inside a queue the next plugin (fifo) decides.
+`drf` is not a static key: its presence makes allocation interleave users of a queue by dominant
+resource share (see the allocate action); its key here is constant.
 """
 
 from __future__ import annotations
@@ -67,6 +73,19 @@ class ShortestFirst:
         if est is None:
             return INFINITE
         return est * max(job.num_gpus, 1.0) if self.by == "gpu_time" else est
+
+
+@dataclass(frozen=True, slots=True)
+class PredictedGpuTime:
+    """Predicted GPU-time first (Helios' QSSF). Jobs without an estimate go last."""
+
+    name: str = "qssf"
+
+    def key(self, job: Job, attained_gpu_s: float, estimate_s: float | None) -> float:
+        est = estimate_s if estimate_s is not None else job.estimate_s
+        if est is None:
+            return INFINITE
+        return est * max(job.num_gpus, 1.0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,3 +33,17 @@ class Newest:
 
     def key(self, running: RunningJob, now: float) -> float:
         return -running.started_s
+
+
+@dataclass(frozen=True, slots=True)
+class LongestRemaining:
+    """Most GPU-time left until the expected end first (shortest-remaining-time preemption
+    evicts the job furthest from done); a job with no expected end counts as endless."""
+
+    name: str = "longest-remaining"
+
+    def key(self, running: RunningJob, now: float) -> float:
+        end = running.expected_end_s
+        if end is None:
+            return -float("inf")
+        return -max(end - now, 0.0) * max(running.usage[2] / 1000.0, 1.0)

@@ -11,6 +11,7 @@ from aisched.sim.traces.base import (
     TraceJob,
     find_traces_dir,
     gpu_train_job,
+    one_queue,
     split_gpus,
 )
 from aisched.sim.traces.openb import load_openb_nodes, load_openb_pods
@@ -26,6 +27,7 @@ __all__ = [
     "load_openb_nodes",
     "load_openb_pods",
     "load_philly",
+    "one_queue",
     "split_gpus",
     "synthetic_cluster",
     "synthetic_trace",

@@ -10,7 +10,7 @@ cannot read: they raise `TraceError` naming the file, line and column.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -112,6 +112,15 @@ def resolve_trace_file(path: Path | str | None, folder: str, filename: str) -> P
     if not p.is_file():
         raise FileNotFoundError(f"trace file not found: {p}")
     return p
+
+
+def one_queue(trace: Trace, queue: str = "default") -> Trace:
+    """The trace with every job in `queue` (users kept): a cluster-wide order, as in the
+    Helios and Tiresias replays, instead of one fair-shared queue per team or VC."""
+    jobs = tuple(
+        TraceJob(replace(tj.job, queue=queue), tj.duration_s, tj.source) for tj in trace.jobs
+    )
+    return Trace(trace.name, jobs, trace.cluster)
 
 
 def sort_key(tj: TraceJob) -> tuple[float, str]:

@@ -1,0 +1,109 @@
+"""Learned runtimes on a loaded cluster: fifo, las, qssf and the oracles on the Philly trace.
+
+The first N Philly jobs (default 10,000) on 512 GPUs (8 racks x 8 nodes x 8 GPUs), every job in
+one queue (a cluster-wide order, as in the Helios replay), checkpoints every hour, 60 s restart
+cost. The same as
+
+    aisched simulate --trace philly --cluster benchmarks/philly-512.yaml --one-queue \\
+        --limit 10000 --policy fifo,las,qssf,sjf-oracle,srtf-oracle
+
+Prints per policy the headline figures, the runtime predictor's accuracy (online: each job is
+predicted when it arrives, from jobs finished by then) and, for qssf, how accurate the ETAs of
+its first cycle were; writes the table into docs/benchmarks.md.
+
+    python benchmarks/bench_qssf.py [--limit 10000] [--policy ...] [--no-write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from aisched.core.policy import preset, with_eta
+from aisched.sim.engine import SimConfig, simulate
+from aisched.sim.estimators import PredictedRuntime, estimator_for
+from aisched.sim.metrics import compute_metrics
+from aisched.sim.traces import load_philly, one_queue
+from aisched.spec import resolve_cluster
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _report import write_section  # noqa: E402
+
+CLUSTER = Path(__file__).parent / "philly-512.yaml"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--policy", default="fifo,las,qssf,sjf-oracle,srtf-oracle")
+    ap.add_argument("--limit", type=int, default=10_000)
+    ap.add_argument("--eta", default="qssf", help="policies to run with ETAs (comma-separated)")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave docs alone")
+    args = ap.parse_args()
+    trace = one_queue(load_philly(limit=args.limit))
+    cluster = resolve_cluster(str(CLUSTER))
+    mean_run_h = float(np.mean([tj.duration_s for tj in trace.jobs])) / 3600
+    gpus = cluster.total_gpus
+    print(f"{len(trace.jobs):,} jobs, mean runtime {mean_run_h:.2f} h, {gpus} GPUs", flush=True)
+    rows = [
+        "| policy | avg JCT (h) | vs fifo | vs srtf-oracle | avg queueing (h) | median JCT (h) | preemptions | estimates | wall |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
+    ]
+    results = {}
+    notes: list[str] = []
+    eta_on = set(args.eta.split(","))
+    for name in args.policy.split(","):
+        policy = preset(name)
+        if name in eta_on:
+            policy = with_eta(policy)
+        est = estimator_for(name)
+        t0 = time.perf_counter()
+        result = simulate(trace, cluster, policy, SimConfig(), estimator=est)
+        wall = time.perf_counter() - t0
+        m = compute_metrics(result)
+        results[name] = (m, wall, "oracle" if name.endswith("-oracle") else "predicted")
+        print(f"{name}: avg JCT {(m.avg_jct_s or 0) / 3600:.2f} h, wall {wall:.1f} s", flush=True)
+        if isinstance(est, PredictedRuntime) and name == "qssf":
+            s = est.predictor.stats
+            notes.append(
+                f"Predictor (qssf run, online, no leakage): {m.estimated_jobs:,} finished jobs; "
+                f"median absolute error {(m.estimate_mdae_s or 0) / 60:.1f} min; median ratio "
+                f"max(pred/true, true/pred) {m.estimate_median_ratio or 0:.2f}; true runtime "
+                f"under the predicted upper bound (0.9 quantile) for {m.estimate_under_upper or 0:.1%} "
+                f"of jobs; {s.fits} fits taking {s.fit_wall_s:.1f} s in all; answers by source: "
+                + ", ".join(f"{k} {v:,}" for k, v in sorted(s.by_source.items()))
+                + "."
+            )
+        if m.eta_jobs:
+            notes.append(
+                f"ETAs ({name}): {m.eta_jobs:,} jobs had to wait and got an ETA in their first "
+                f"cycle; median absolute error {(m.eta_mdae_s or 0) / 3600:.2f} h; "
+                f"{m.eta_within_1h or 0:.1%} started within an hour of it."
+            )
+    fifo = results.get("fifo", (None,))[0]
+    srtf = results.get("srtf-oracle", (None,))[0]
+    for name, (m, wall, kind) in results.items():
+        jct = m.avg_jct_s or 0.0
+        vs_fifo = f"{(fifo.avg_jct_s or 0) / jct:.2f}x lower" if fifo and jct else "-"
+        vs_srtf = f"{jct / (srtf.avg_jct_s or 1):.2f}x" if srtf else "-"
+        rows.append(
+            f"| {name} | {jct / 3600:.2f} | {vs_fifo} | {vs_srtf} | {(m.avg_queueing_s or 0) / 3600:.2f} "
+            f"| {(m.median_jct_s or 0) / 3600:.2f} | {m.preemptions:,} | {kind} | {wall:.0f} s |"
+        )
+    head = f"First {len(trace.jobs):,} Philly jobs (mean runtime {mean_run_h:.2f} h), {gpus} GPUs, one queue."
+    if fifo is not None:
+        head += (
+            f" fifo's average queueing delay is {(fifo.avg_queueing_s or 0) / 3600:.2f} h, above the "
+            f"mean runtime: the cluster is loaded."
+        )
+    text = head + "\n\n" + "\n".join(rows) + "\n\n" + "\n\n".join(notes)
+    print(text)
+    if not args.no_write:
+        write_section("qssf", text)
+
+
+if __name__ == "__main__":
+    main()

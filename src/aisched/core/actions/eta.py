@@ -1,0 +1,68 @@
+"""eta: an estimated start time for every job still waiting at the end of the cycle.
+
+Runs last. The cluster is seen as one pool of GPUs (whole-GPU equivalents; fragmentation, gang
+shape and queue limits are not modelled): it holds what is free after this cycle's decisions,
+and each running job gives its GPUs back at its expected end. Waiting jobs are taken in
+scheduling order, each starting as soon as the pool has room for it after every job ahead of it
+has started (no overtaking), and giving its GPUs back at its start plus its runtime bound
+(upper estimate, estimate or time limit). A job's ETA is that start, written into its status
+(`JobStatus.eta_s`); a reserved job keeps its reservation's start.
+
+Where the pool never gets enough GPUs back (running or earlier jobs with no expected end), the
+ETA is unknown (None) for that job and every job behind it. Jobs that can never fit get none.
+Jobs that need no GPU start now as far as this estimate goes. Costs O(waiting · log running).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from aisched.core.status import StatusCode
+from aisched.model.resources import GPU_MILLI_WHOLE
+
+if TYPE_CHECKING:
+    from aisched.core.session import Session
+
+_EPS = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class EstimateStart:
+    name: str = "eta"
+
+    def execute(self, session: Session) -> None:
+        arrays = session.arrays
+        capacity = float(arrays.num_gpus[arrays.healthy].sum())
+        free = float(session.free.gpu_total[arrays.healthy].sum()) / GPU_MILLI_WHOLE
+        releases = [
+            (r.expected_end_s, r.usage[2] / GPU_MILLI_WHOLE)
+            for r in session.running.values()
+            if r.expected_end_s is not None and r.usage[2] > 0
+        ]
+        heapq.heapify(releases)
+        t = session.now
+        statuses = session.statuses
+        known = True
+        for pj in session.candidates:
+            status = statuses.get(pj.id)
+            if status is None or status.code.is_placed or status.code == StatusCode.NEVER_FITS:
+                continue
+            gpus = pj.job.num_gpus
+            eta: float | None = None
+            if known and gpus <= capacity + _EPS:
+                while free + _EPS < gpus and releases:
+                    end, back = heapq.heappop(releases)
+                    t = max(t, end)
+                    free += back
+                if free + _EPS >= gpus:
+                    eta = t
+                    free -= gpus
+                    bound = pj.runtime_bound_s
+                    if bound is not None and gpus > 0:
+                        heapq.heappush(releases, (t + bound, gpus))
+                else:
+                    known = False
+            if status.eta_s is None and eta is not None:
+                statuses[pj.id] = replace(status, eta_s=eta)

@@ -1,0 +1,255 @@
+"""`RuntimePredictor`: a job's runtime (median and upper bound) learned online from the jobs
+that have finished.
+
+How it is fed: call `observe(features, runtime_s, finished_s)` when a job finishes (its run
+time, not its wait), and `predict(features)` when a job becomes pending. Both the simulator and
+the service do exactly that.
+
+How it answers:
+1. Each job is turned into a numeric row once, when it is first predicted: its GPU count,
+   tasks, kind, hour of submission, how many jobs its user submitted in the hour before and how
+   long since the previous one, and the median and last runtimes of recently finished jobs of
+   the same name, user, user and GPU count, queue, and queue and GPU count. That row is kept,
+   and becomes a training example when the job finishes.
+2. Until `min_fit` jobs have finished, the answer is a history median: of the same job name,
+   else the same user and GPU count, else the user, the queue and GPU count, the queue, all
+   jobs, and finally `prior_s`. The upper bound is the same group's `upper_quantile`, or the
+   median times `upper_factor` when the group is small.
+3. From then on two gradient-boosted models on log runtime, one for the median and one for the
+   `upper_quantile`, are refitted every `refit_every` finished jobs on the last `window` of them,
+   and every prediction uses the latest fit.
+
+No leakage: a prediction asked at `features.now_s` must never use a job that finished after it.
+Jobs are observed as they finish, so `predict` refuses (`LeakageError`) a question about a time
+before the latest finish it has seen; a training row is the one built when its job was
+predicted, or, if it never was, rebuilt from the history cut at its `now_s`.
+
+Deterministic: the same sequence of calls gives the same answers (fits are seeded).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from aisched.predict.features import JobFeatures
+from aisched.predict.history import RuntimeHistory, Submissions, median, quantile
+from aisched.predict.model import FloatArray, QuantileModel
+
+_KINDS = {"train": 0.0, "infer": 1.0, "batch": 2.0}
+_NAN = math.nan
+# Runtimes are learned as log seconds; one second is the floor.
+_MIN_S = 1.0
+
+
+class LeakageError(ValueError):
+    """A prediction was asked for a time before a finish the predictor has already seen."""
+
+
+@dataclass(frozen=True, slots=True)
+class PredictorConfig:
+    """`refit_every`: finished jobs between fits; `window`: finished jobs a fit learns from;
+    `min_fit`: finished jobs before the first fit; `per_key`: recent runtimes kept per group;
+    `burst_window_s`: how far back submissions count as one burst; `max_iter`, `max_depth`:
+    trees per model and their depth."""
+
+    upper_quantile: float = 0.9
+    refit_every: int = 2000
+    window: int = 20_000
+    min_fit: int = 1000
+    per_key: int = 32
+    prior_s: float = 3600.0
+    upper_factor: float = 4.0
+    burst_window_s: float = 3600.0
+    max_iter: int = 60
+    max_depth: int = 6
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.5 < self.upper_quantile < 1.0:
+            raise ValueError(f"upper_quantile must be in (0.5, 1), got {self.upper_quantile}")
+        for name in ("refit_every", "window", "min_fit", "per_key", "max_iter", "max_depth"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not self.prior_s > 0 or not self.upper_factor >= 1:
+            raise ValueError("prior_s must be positive and upper_factor at least 1")
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """Median and upper-bound runtime in seconds (upper >= median), and what gave them:
+    `model`, `history:<group>` or `prior`."""
+
+    median_s: float
+    upper_s: float
+    source: str
+
+
+@dataclass(slots=True)
+class PredictorStats:
+    observed: int = 0
+    predicted: int = 0
+    fits: int = 0
+    fit_wall_s: float = 0.0
+    by_source: dict[str, int] = field(default_factory=dict)
+
+
+class RuntimePredictor:
+    def __init__(self, config: PredictorConfig | None = None) -> None:
+        self.config = config if config is not None else PredictorConfig()
+        c = self.config
+        self._history = RuntimeHistory(c.per_key)
+        self._submissions = Submissions()
+        self._rows: dict[str, FloatArray] = {}  # job id -> its row, from its first prediction
+        self._train_x: deque[FloatArray] = deque(maxlen=c.window)
+        self._train_y: deque[float] = deque(maxlen=c.window)
+        self._since_fit = 0
+        self._median: QuantileModel | None = None
+        self._upper: QuantileModel | None = None
+        self._latest_finish_s = -math.inf
+        self.stats = PredictorStats()
+
+    # --- feeding ----------------------------------------------------------------------------
+
+    def observe(self, features: JobFeatures, runtime_s: float, finished_s: float) -> None:
+        """A job finished at `finished_s` after running `runtime_s` seconds in all."""
+        if not (runtime_s > 0 and math.isfinite(runtime_s)):
+            raise ValueError(f"job {features.job_id}: runtime_s must be positive, got {runtime_s}")
+        row = self._rows.pop(features.job_id, None)
+        if row is None:
+            row = self._row(features, cut_s=features.now_s)
+        y = math.log(max(runtime_s, _MIN_S))
+        self._train_x.append(row)
+        self._train_y.append(y)
+        self._history.add(_keys(features), finished_s, y)
+        self._latest_finish_s = max(self._latest_finish_s, finished_s)
+        self.stats.observed += 1
+        self._since_fit += 1
+        c = self.config
+        if self.stats.observed >= c.min_fit and (
+            self._median is None or self._since_fit >= c.refit_every
+        ):
+            self._fit()
+
+    def forget(self, job_id: str) -> None:
+        """The job will never finish (cancelled, rejected): drop its kept row."""
+        self._rows.pop(job_id, None)
+
+    # --- asking -----------------------------------------------------------------------------
+
+    def predict(self, features: JobFeatures) -> Prediction:
+        if features.now_s < self._latest_finish_s:
+            raise LeakageError(
+                f"job {features.job_id}: prediction asked at t={features.now_s:g}s, but a job "
+                f"that finished at t={self._latest_finish_s:g}s has been observed"
+            )
+        row = self._rows.get(features.job_id)
+        if row is None:
+            row = self._row(features, cut_s=math.inf)
+            self._rows[features.job_id] = row
+            self._submissions.add(features.user, features.submit_s)
+        if self._median is not None and self._upper is not None:
+            mid = self._median.predict_one(row)
+            up = max(self._upper.predict_one(row), mid)
+            source = "model"
+        else:
+            mid, up, source = self._fallback(features)
+        self.stats.predicted += 1
+        self.stats.by_source[source] = self.stats.by_source.get(source, 0) + 1
+        return Prediction(math.exp(mid), math.exp(up), source)
+
+    @property
+    def fitted(self) -> bool:
+        return self._median is not None
+
+    # --- internals --------------------------------------------------------------------------
+
+    def _fallback(self, f: JobFeatures) -> tuple[float, float, str]:
+        c = self.config
+        for key, label in _fallback_keys(f):
+            vals = self._history.values(key)
+            if len(vals) >= 3 or (label == "all" and vals):
+                mid = median(vals)
+                if len(vals) >= 5:
+                    up = max(quantile(vals, c.upper_quantile), mid)
+                else:
+                    up = mid + math.log(c.upper_factor)
+                return mid, up, f"history:{label}"
+        mid = math.log(c.prior_s)
+        return mid, mid + math.log(c.upper_factor), "prior"
+
+    def _row(self, f: JobFeatures, cut_s: float) -> FloatArray:
+        h = self._history
+        burst, gap = self._submissions.recent(f.user, f.submit_s, self.config.burst_window_s)
+
+        def med(key: Hashable) -> float:
+            vals = h.values(key, cut_s)
+            return median(vals) if vals else _NAN
+
+        def last(key: Hashable) -> float:
+            vals = h.values(key, cut_s)
+            return vals[-1] if vals else _NAN
+
+        return np.array(
+            [
+                f.gpus,
+                float(f.tasks),
+                _KINDS.get(f.kind, 3.0),
+                (f.submit_s / 3600.0) % 24.0,
+                med(("name", f.name)) if f.name else _NAN,
+                med(("user-gpus", f.user, f.gpus)),
+                med(("user", f.user)),
+                last(("user", f.user)),
+                last(("user-gpus", f.user, f.gpus)),
+                med(("queue-gpus", f.queue, f.gpus)),
+                med(("queue", f.queue)),
+                math.log1p(h.count(("user", f.user))),
+                float(burst),
+                math.log1p(gap) if not math.isnan(gap) else _NAN,
+            ],
+            dtype=np.float64,
+        )
+
+    def _fit(self) -> None:
+        c = self.config
+        t0 = time.perf_counter()
+        x = np.vstack(list(self._train_x))
+        y = np.fromiter(self._train_y, dtype=np.float64, count=len(self._train_y))
+        kw = {"max_iter": c.max_iter, "max_depth": c.max_depth, "seed": c.seed}
+        self._median = QuantileModel.fit(x, y, 0.5, **kw)
+        self._upper = QuantileModel.fit(x, y, c.upper_quantile, **kw)
+        self._since_fit = 0
+        self.stats.fits += 1
+        self.stats.fit_wall_s += time.perf_counter() - t0
+
+
+def _keys(f: JobFeatures) -> tuple[Hashable, ...]:
+    keys: list[Hashable] = [
+        ("user", f.user),
+        ("user-gpus", f.user, f.gpus),
+        ("queue", f.queue),
+        ("queue-gpus", f.queue, f.gpus),
+        ("all",),
+    ]
+    if f.name:
+        keys.append(("name", f.name))
+    return tuple(keys)
+
+
+def _fallback_keys(f: JobFeatures) -> list[tuple[Hashable, str]]:
+    out: list[tuple[Hashable, str]] = []
+    if f.name:
+        out.append((("name", f.name), "name"))
+    out += [
+        (("user-gpus", f.user, f.gpus), "user-gpus"),
+        (("user", f.user), "user"),
+        (("queue-gpus", f.queue, f.gpus), "queue-gpus"),
+        (("queue", f.queue), "queue"),
+        (("all",), "all"),
+    ]
+    return out

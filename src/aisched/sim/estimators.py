@@ -1,0 +1,75 @@
+"""Estimators the simulator can plug in: the job's own estimate, a learned predictor, the oracle.
+
+- `OwnEstimate`: what the job declares (`Job.estimate_s`), nothing learned.
+- `PredictedRuntime`: `aisched.predict.RuntimePredictor`, fed online: each job is predicted
+  when it arrives (at that time) and observed when it finishes, so it only ever learns from
+  jobs that have finished (the predictor refuses anything else).
+- `Oracle`: the trace's true duration, for the `*-oracle` policies only, which are bounds to
+  compare against, not schedulers one could run.
+
+`estimator_for` picks one per policy: `auto` gives the oracle to a policy whose name ends in
+`-oracle` and the predictor to every other one.
+"""
+
+from __future__ import annotations
+
+from aisched.predict import JobFeatures, PredictorConfig, RuntimePredictor
+from aisched.sim.engine import Estimate, Estimator
+from aisched.sim.traces import TraceJob
+
+ESTIMATORS = ("auto", "own", "predict", "oracle")
+ORACLE_SUFFIX = "-oracle"
+
+
+class OwnEstimate:
+    def estimate(self, tj: TraceJob, now_s: float) -> Estimate:
+        return tj.job.estimate_s, None
+
+    def observe(self, tj: TraceJob, runtime_s: float, finished_s: float) -> None:
+        return None
+
+
+class Oracle:
+    def estimate(self, tj: TraceJob, now_s: float) -> Estimate:
+        return tj.duration_s, tj.duration_s
+
+    def observe(self, tj: TraceJob, runtime_s: float, finished_s: float) -> None:
+        return None
+
+
+class PredictedRuntime:
+    """A job keeps the prediction made when it arrived: requeues reuse it (Helios' QSSF
+    predicts once per job), and its features say when it was asked."""
+
+    def __init__(self, config: PredictorConfig | None = None) -> None:
+        self.predictor = RuntimePredictor(config)
+        self._asked: dict[str, JobFeatures] = {}
+        self._answer: dict[str, Estimate] = {}
+
+    def estimate(self, tj: TraceJob, now_s: float) -> Estimate:
+        known = self._answer.get(tj.job.id)
+        if known is not None:
+            return known
+        features = JobFeatures.from_job(tj.job, now_s)
+        p = self.predictor.predict(features)
+        self._asked[tj.job.id] = features
+        answer = self._answer[tj.job.id] = (p.median_s, p.upper_s)
+        return answer
+
+    def observe(self, tj: TraceJob, runtime_s: float, finished_s: float) -> None:
+        features = self._asked.pop(tj.job.id, None) or JobFeatures.from_job(tj.job, finished_s)
+        self._answer.pop(tj.job.id, None)
+        self.predictor.observe(features, runtime_s, finished_s)
+
+
+def estimator_for(policy_name: str, choice: str = "auto") -> Estimator:
+    """A fresh estimator for one run of `policy_name` (`choice`: one of ESTIMATORS)."""
+    if choice not in ESTIMATORS:
+        raise ValueError(f"unknown estimator {choice!r}; expected one of {', '.join(ESTIMATORS)}")
+    if choice == "auto":
+        choice = "oracle" if policy_name.endswith(ORACLE_SUFFIX) else "predict"
+    if choice == "oracle":
+        return Oracle()
+    if choice == "predict":
+        return PredictedRuntime()
+    return OwnEstimate()

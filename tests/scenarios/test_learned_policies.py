@@ -1,0 +1,193 @@
+"""Scenario tables for the policies that use runtime estimates: qssf order, shortest-remaining
+preemption, starving-gang reservations without backfill, and the eta action."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+from helpers import running, summary
+
+from aisched.core.cycle import run_cycle
+from aisched.core.policy import PolicyError, build_policy, preset, with_eta
+from aisched.core.snapshot import PendingJob, RunningJob, snapshot_of
+from aisched.core.status import StatusCode
+from aisched.testing import NodeBuilder, cluster, job, node
+
+
+@dataclass
+class Case:
+    name: str
+    nodes: list[NodeBuilder]
+    pending: list[PendingJob]
+    policy: str
+    want: list[tuple[str, ...]]
+    want_status: dict[str, StatusCode] = field(default_factory=dict)
+    running: list[RunningJob] = field(default_factory=list)
+    now: float = 0.0
+
+
+HALF = (0, 1, 2, 3)
+OTHER_HALF = (4, 5, 6, 7)
+DAY = 86_400.0
+
+CASES = [
+    Case(
+        "qssf orders by predicted GPU-time, not by runtime",
+        [node("n1").gpus(8)],
+        [
+            job("wide").task(gpu=8).pending(estimate_s=100.0),  # 800 GPU-s
+            job("narrow").task(gpu=1).submitted(1).pending(estimate_s=500.0),  # 500 GPU-s
+        ],
+        "qssf",
+        [("bind", "narrow", "n1:0")],
+        {"wide": StatusCode.WAIT_RESOURCES},
+    ),
+    Case(
+        "qssf puts a job without an estimate last",
+        [node("n1").gpus(1)],
+        [
+            job("unknown").task(gpu=1).pending(),
+            job("known").task(gpu=1).submitted(1).pending(estimate_s=9e6),
+        ],
+        "qssf",
+        [("bind", "known", "n1:0")],
+    ),
+    Case(
+        "srtf preempts the running job with the most remaining GPU-time",
+        [node("n1").gpus(8)],
+        [job("short").task(gpu=4).pending(estimate_s=100.0)],
+        "srtf-oracle",
+        [("preempt", "far", "short"), ("bind", "short", "n1:4,5,6,7")],
+        running=[
+            running(job("near").task(gpu=4).build(), ("n1", HALF), expected_end_s=500.0),
+            running(job("far").task(gpu=4).build(), ("n1", OTHER_HALF), expected_end_s=9000.0),
+        ],
+    ),
+    Case(
+        "srtf leaves running work alone when the waiting job is longer",
+        [node("n1").gpus(8)],
+        [job("long").task(gpu=4).pending(estimate_s=50_000.0)],
+        "srtf-oracle",
+        [],
+        {"long": StatusCode.WAIT_RESOURCES},
+        running=[
+            running(job("r1").task(gpu=4).build(), ("n1", HALF), expected_end_s=500.0),
+            running(job("r2").task(gpu=4).build(), ("n1", OTHER_HALF), expected_end_s=9000.0),
+        ],
+    ),
+    Case(
+        "a starving gang goes first and holds a reservation without backfill",
+        [node("n1").gpus(8), node("n2").gpus(8)],
+        [
+            job("gang").gang(2, gpu=8).pending(estimate_s=5000.0),
+            job("fits-before").task(gpu=4).submitted(DAY).pending(estimate_s=100.0),
+            job("too-long")
+            .task(gpu=4)
+            .submitted(DAY)
+            .pending(estimate_s=200.0, estimate_upper_s=5000.0),
+        ],
+        "qssf",
+        [("reserve", "gang", "n1", "n2"), ("bind", "fits-before", "n1:4,5,6,7")],
+        {
+            "gang": StatusCode.RESERVED,
+            "fits-before": StatusCode.PLACED,
+            "too-long": StatusCode.WAIT_RESERVATION,
+        },
+        running=[
+            running(job("r1").task(gpu=4).build(), ("n1", HALF), expected_end_s=DAY + 1000),
+            running(job("r2").task(gpu=4).build(), ("n2", HALF), expected_end_s=DAY + 1000),
+        ],
+        now=DAY,
+    ),
+    Case(
+        "a gang that has not waited long enough is not promoted",
+        [node("n1").gpus(8), node("n2").gpus(8)],
+        [
+            job("gang").gang(2, gpu=8).submitted(DAY - 100).pending(estimate_s=5000.0),
+            job("small")
+            .task(gpu=4)
+            .submitted(DAY)
+            .pending(estimate_s=200.0, estimate_upper_s=5000.0),
+        ],
+        "qssf",
+        [("bind", "small", "n1:4,5,6,7")],
+        {"gang": StatusCode.WAIT_RESOURCES},
+        running=[
+            running(job("r1").task(gpu=4).build(), ("n1", HALF), expected_end_s=DAY + 1000),
+            running(job("r2").task(gpu=4).build(), ("n2", HALF), expected_end_s=DAY + 1000),
+        ],
+        now=DAY,
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_learned_policy_scenarios(case: Case) -> None:
+    snap = snapshot_of(cluster(*case.nodes), case.running)
+    result = run_cycle(snap, case.pending, preset(case.policy), case.now, validate=True)
+    assert summary(result) == case.want
+    assert {k: result.diagnostics[k].code for k in case.want_status} == case.want_status
+    assert set(result.diagnostics) == {p.id for p in case.pending}
+
+
+def test_eta_walks_the_queue_over_expected_ends() -> None:
+    """8 GPUs, all held until t=100. a (4 GPUs, 50 s) starts at 100; b (8 GPUs) needs a's GPUs
+    back too, so 150; c (4 GPUs) waits for b to end at 160; d's GPUs never come back after c,
+    which has no bound, so d has no ETA."""
+    snap = snapshot_of(
+        cluster(node("n1").gpus(8)),
+        [running(job("r").task(gpu=8).build(), ("n1", tuple(range(8))), expected_end_s=100.0)],
+    )
+    pending = [
+        job("a").task(gpu=4).submitted(1).pending(estimate_s=50.0),
+        job("b").task(gpu=8).submitted(2).pending(estimate_s=10.0),
+        job("c").task(gpu=4).submitted(3).pending(),
+        job("d").task(gpu=8).submitted(4).pending(estimate_s=1.0),
+    ]
+    res = run_cycle(snap, pending, with_eta(preset("fifo")), 0.0, validate=True)
+    assert {k: s.eta_s for k, s in res.diagnostics.items()} == {
+        "a": 100.0,
+        "b": 150.0,
+        "c": 160.0,
+        "d": None,
+    }
+    assert {s.code for s in res.diagnostics.values()} == {StatusCode.WAIT_RESOURCES}
+
+
+def test_eta_keeps_a_reservation_start_and_skips_what_never_fits() -> None:
+    snap = snapshot_of(
+        cluster(node("n1").gpus(8)),
+        [running(job("r").task(gpu=4).build(), ("n1", HALF), expected_end_s=1200.0)],
+    )
+    pending = [job("head").task(gpu=8).pending(), job("huge").task(gpu=64).pending()]
+    res = run_cycle(snap, pending, with_eta(preset("fifo-backfill")), 0.0)
+    assert res.diagnostics["head"].eta_s == 1200.0
+    assert res.diagnostics["huge"].code == StatusCode.NEVER_FITS
+    assert res.diagnostics["huge"].eta_s is None
+
+
+def test_with_eta_adds_the_action_once_and_default_has_it() -> None:
+    p = with_eta(preset("qssf"))
+    assert p.action_names() == ("enqueue", "allocate", "eta")
+    assert with_eta(p) is p
+    assert preset("default").action_names()[-1] == "eta"
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (
+            {"actions": [{"name": "enqueue", "starving_after_s": -1}]},
+            "policy.actions[0]: starving_after_s must be 0 (off) or more",
+        ),
+        (
+            {"actions": ["enqueue"], "victims": ["longest-remainder"]},
+            "policy.victims[0]: unknown victims 'longest-remainder'",
+        ),
+    ],
+)
+def test_bad_arguments_are_named(config: dict[str, object], message: str) -> None:
+    with pytest.raises(PolicyError) as e:
+        build_policy(config)
+    assert str(e.value).startswith(message)

@@ -1,0 +1,193 @@
+"""The simulator with learned and oracle runtimes: no leakage from the future, reservations that
+backfill never delays, ETAs and accuracy figures, and the estimator hook's contract."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+import aisched.sim.engine as engine_mod
+from aisched.core.cycle import CycleResult, run_cycle
+from aisched.core.policy import Policy, preset, with_eta
+from aisched.core.snapshot import PendingJob, Snapshot
+from aisched.predict import JobFeatures, LeakageError, Prediction, RuntimePredictor
+from aisched.sim.engine import SimConfig, simulate
+from aisched.sim.estimators import Oracle, OwnEstimate, PredictedRuntime, estimator_for
+from aisched.sim.metrics import compute_metrics
+from aisched.sim.traces import Trace, TraceJob, load_philly, one_queue, synthetic_trace
+from aisched.testing import cluster, job, node
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+class SpyPredictor(RuntimePredictor):
+    """Records, for every prediction, the latest finish observed before it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.finished: dict[str, float] = {}
+        self.asked: list[tuple[float, float]] = []  # (prediction time, latest finish seen)
+
+    def observe(self, features: JobFeatures, runtime_s: float, finished_s: float) -> None:
+        self.finished[features.job_id] = finished_s
+        super().observe(features, runtime_s, finished_s)
+
+    def predict(self, features: JobFeatures) -> Prediction:
+        self.asked.append((features.now_s, max(self.finished.values(), default=-1.0)))
+        return super().predict(features)
+
+
+def test_the_predictor_never_sees_a_job_that_has_not_finished() -> None:
+    trace = load_philly(GOLDEN / "tiny-philly.csv")
+    est = PredictedRuntime()
+    spy = SpyPredictor()
+    est.predictor = spy
+    c = cluster(node("n1").gpus(8), node("n2").gpus(8))
+    result = simulate(trace, c, preset("qssf"), SimConfig(validate=True), estimator=est)
+    assert spy.asked and all(latest <= now for now, latest in spy.asked)
+    # Every observation is a real finish, at its real time, and only finished jobs are seen.
+    finishes = {r.job_id: r.finish_s for r in result.jobs if r.finish_s is not None}
+    assert spy.finished == finishes
+
+
+def test_a_predictor_asked_about_the_past_refuses() -> None:
+    est = PredictedRuntime()
+    tj = TraceJob(job("a").task(gpu=1).build(), 100.0)
+    est.observe(tj, 100.0, 100.0)
+    with pytest.raises(LeakageError):
+        est.estimate(TraceJob(job("b").task(gpu=1).build(), 5.0), 50.0)
+
+
+def test_the_engine_feeds_estimators_in_time_order() -> None:
+    calls: list[tuple[str, str, float]] = []
+
+    class Recorder:
+        def estimate(self, tj: TraceJob, now_s: float) -> tuple[float | None, float | None]:
+            calls.append(("estimate", tj.job.id, now_s))
+            return None, None
+
+        def observe(self, tj: TraceJob, runtime_s: float, finished_s: float) -> None:
+            calls.append(("observe", tj.job.id, finished_s))
+
+    trace = Trace(
+        "t",
+        (
+            TraceJob(job("a").task(gpu=8).build(), 100.0),
+            TraceJob(job("b").task(gpu=8).submitted(10.0).build(), 50.0),
+        ),
+    )
+    simulate(trace, cluster(node("n1").gpus(8)), preset("fifo"), estimator=Recorder())
+    assert calls == [
+        ("estimate", "a", 0.0),
+        ("estimate", "b", 10.0),
+        ("observe", "a", 100.0),
+        ("observe", "b", 150.0),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("policy", "choice", "kind"),
+    [
+        ("qssf", "auto", PredictedRuntime),
+        ("fifo", "auto", PredictedRuntime),
+        ("srtf-oracle", "auto", Oracle),
+        ("sjf-oracle", "auto", Oracle),
+        ("qssf", "oracle", Oracle),
+        ("qssf", "own", OwnEstimate),
+    ],
+)
+def test_estimator_choice(policy: str, choice: str, kind: type) -> None:
+    assert isinstance(estimator_for(policy, choice), kind)
+
+
+def test_an_unknown_estimator_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown estimator 'magic'"):
+        estimator_for("qssf", "magic")
+
+
+def _reservation_starts(monkeypatch: pytest.MonkeyPatch) -> dict[str, float]:
+    """First reservation start of every job that got one, recorded from the cycles."""
+    first: dict[str, float] = {}
+
+    def spy(
+        snapshot: Snapshot, pending: Sequence[PendingJob], policy: Policy, now: float, **kw: bool
+    ) -> CycleResult:
+        result = run_cycle(snapshot, pending, policy, now, **kw)
+        for r in result.reserves:
+            if r.start_s is not None:
+                first.setdefault(r.job_id, r.start_s)
+        return result
+
+    monkeypatch.setattr(engine_mod, "run_cycle", spy)
+    return first
+
+
+def test_backfill_never_delays_the_reserved_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Exact runtimes, one queue, FIFO order: each reserved job starts no later than the first
+    reservation it was given, however much was backfilled meanwhile."""
+    starts = _reservation_starts(monkeypatch)
+    trace = one_queue(synthetic_trace(300, seed=4, arrival_rate_per_h=120.0))
+    c = cluster(*(node(f"n{i}").gpus(8).rack(f"r{i // 2}") for i in range(4)))
+    result = simulate(
+        trace, c, preset("fifo-backfill"), SimConfig(validate=True), estimator=Oracle()
+    )
+    backfilled = sum(1 for e in result.log if e[1] == "bind")
+    assert len(starts) >= 10 and backfilled == 300
+    first_start = {r.job_id: r.first_start_s for r in result.jobs}
+    late = {j: (s, first_start[j]) for j, s in starts.items() if first_start[j] > s}  # type: ignore[operator]
+    assert late == {}
+
+
+STREAM_END_S = 60_000.0
+
+
+def stream_trace() -> Trace:
+    """A 16-GPU gang of 500 s at t=50, and 1-GPU jobs of 1,000 s every 100 s: the gang never
+    finds two empty nodes while the stream lasts unless someone holds them for it."""
+    jobs = [TraceJob(job("gang").gang(2, gpu=8).submitted(50.0).build(), 500.0)]
+    for i in range(int(STREAM_END_S // 100)):
+        jobs.append(TraceJob(job(f"s{i:04d}").task(gpu=1).submitted(i * 100.0).build(), 1000.0))
+    return Trace("stream", tuple(sorted(jobs, key=lambda tj: (tj.job.submit_time_s, tj.job.id))))
+
+
+def gang_start(policy: str) -> float | None:
+    c = cluster(node("n1").gpus(8), node("n2").gpus(8))
+    result = simulate(stream_trace(), c, preset(policy), estimator=Oracle())
+    return next(r.first_start_s for r in result.jobs if r.job_id == "gang")
+
+
+def test_shortest_first_alone_starves_the_large_gang() -> None:
+    start = gang_start("sjf-oracle")
+    assert start is not None and start > STREAM_END_S
+
+
+@pytest.mark.parametrize("policy", ["qssf", "qssf-backfill"])
+def test_qssf_promotes_the_starving_gang_and_holds_nodes_for_it(policy: str) -> None:
+    start = gang_start(policy)
+    # Promoted at the first cycle after 12 h of waiting (cycles come every 100 s), then it
+    # waits only for the 1,000 s jobs already running.
+    assert start is not None and 43_250.0 <= start <= 43_250.0 + 100.0 + 1000.0
+
+
+def test_eta_and_estimate_accuracy_are_reported() -> None:
+    trace = one_queue(synthetic_trace(200, seed=5, arrival_rate_per_h=200.0))
+    c = cluster(node("n1").gpus(8), node("n2").gpus(8))
+    exact = simulate(trace, c, with_eta(preset("fifo")), SimConfig(), estimator=Oracle())
+    m = compute_metrics(exact)
+    assert m.estimate_mdae_s == 0.0 and m.estimate_under_upper == 1.0
+    assert m.estimate_median_ratio == 1.0
+    assert m.eta_jobs > 50 and m.eta_mdae_s is not None and m.eta_within_1h is not None
+    learned = compute_metrics(simulate(trace, c, preset("fifo"), estimator=PredictedRuntime()))
+    assert learned.estimated_jobs == learned.jobs_finished > 150
+    assert learned.estimate_mdae_s is not None
+    assert learned.eta_jobs == 0 and learned.eta_mdae_s is None  # no eta action, no ETAs
+
+
+def test_decisions_do_not_depend_on_the_eta_action() -> None:
+    trace = synthetic_trace(150, seed=6, arrival_rate_per_h=200.0)
+    c = cluster(node("n1").gpus(8), node("n2").gpus(8))
+    plain = simulate(trace, c, preset("qssf"), estimator=Oracle())
+    with_etas = simulate(trace, c, with_eta(preset("qssf")), estimator=Oracle())
+    assert plain.log == with_etas.log
