@@ -296,3 +296,36 @@ def _fields(j: Job) -> dict[str, object]:
     from dataclasses import fields
 
     return {f.name: getattr(j, f.name) for f in fields(j) if f.init}
+
+
+def test_the_predictor_learns_runtimes_and_relearns_them_after_a_restart(tmp_path: Path) -> None:
+    from aisched.predict.runtime import RuntimePredictor
+
+    store, fx, clock = Store.sqlite(tmp_path / "s.db"), FakeExecutor([fake_node()]), Clock()
+
+    def scheduler() -> Scheduler:
+        s = Scheduler(
+            store,
+            fx,
+            preset("default"),
+            QueueTree(),
+            LoopConfig(data_dir=tmp_path),
+            clock=clock,
+            predictor=RuntimePredictor(),
+        )
+        s.recover()
+        return s
+
+    w = World(store, fx, clock, scheduler(), tmp_path)
+    first = w.submit(job("train-1").task(gpu=1).build())
+    assert w.state(first)["predicted_s"] == pytest.approx(3600.0)  # no history yet: the prior
+    for n in range(3):  # three runs of one sweep, 100 s, 200 s, 300 s
+        jid = w.submit(job(f"sweep-{n}").task(gpu=1).name(f"sweep-{n}").build())
+        w.clock.t += 100.0 * (n + 1)
+        w.fx.exit(w.fx.keys(jid)[0], 0)
+        w.sched.step()
+    nxt = w.submit(job("sweep-9").task(gpu=1).name("sweep-9").build())
+    assert w.state(nxt)["predicted_s"] == pytest.approx(200.0)  # the sweep's median
+    w.sched = scheduler()  # restart: a fresh predictor warms up from the store
+    later = w.submit(job("sweep-10").task(gpu=1).name("sweep-10").build())
+    assert w.state(later)["predicted_s"] == pytest.approx(200.0)

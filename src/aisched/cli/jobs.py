@@ -327,6 +327,13 @@ def cmd_show(args: argparse.Namespace) -> int:
         rows.append(("waiting because", j.get("reason") or "not yet considered"))
         if j.get("eta"):
             rows.append(("estimated start", _when(j["eta"], now)))
+    if j.get("predicted_s") and j["state"] in ("pending", "running"):
+        rows.append(
+            (
+                "predicted runtime",
+                f"{_age(j['predicted_s'])} (90% within {_age(j['predicted_upper_s'])})",
+            )
+        )
     if j.get("started_at"):
         rows.append(("first started", _when(j["started_at"], now)))
     if j.get("finished_at"):

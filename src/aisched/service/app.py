@@ -19,6 +19,7 @@ from typing import IO
 
 from aisched.core.policy import Policy
 from aisched.executors.base import Executor
+from aisched.predict.runtime import RuntimePredictor
 from aisched.service.config import ServiceConfig
 from aisched.service.loop import LoopConfig, Scheduler
 from aisched.service.metrics import Metrics
@@ -73,6 +74,7 @@ class Service:
                     base_env=base_env(),
                 ),
                 on_cycle=metrics.observe_cycle,
+                predictor=RuntimePredictor() if config.predict_runtimes else None,
             )
             metrics.watch(scheduler)
         except Exception:

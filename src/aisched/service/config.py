@@ -115,6 +115,8 @@ class ServiceConfig(_Model):
     cycle_interval: Any = "5s"
     max_backoff: Any = "5m"
     memory_limit: MemoryLimit = "auto"
+    # Learn runtimes from finished jobs (median and upper bound for qssf, backfill and ETAs).
+    predict_runtimes: bool = True
     defaults: DefaultsModel = DefaultsModel()
     priority_classes: dict[Name, int] = Field(
         default_factory=lambda: dict(DEFAULT_PRIORITY_CLASSES)

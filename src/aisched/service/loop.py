@@ -64,6 +64,8 @@ from aisched.model.cluster import Cluster
 from aisched.model.job import Job, RestartPolicy
 from aisched.model.queue import QueueTree
 from aisched.model.states import JobState
+from aisched.predict.features import JobFeatures
+from aisched.predict.runtime import RuntimePredictor
 from aisched.service.live import Batch, LiveJob, LiveTask, Stop, TaskPhase
 from aisched.store.codec import job_from_dict, job_to_dict
 from aisched.store.db import Row, Store
@@ -128,6 +130,7 @@ class Scheduler:
         *,
         clock: Callable[[], float] = time.time,
         on_cycle: Callable[[float, CycleResult], None] | None = None,
+        predictor: RuntimePredictor | None = None,
     ) -> None:
         self.store = store
         self.executor = executor
@@ -136,6 +139,9 @@ class Scheduler:
         self.config = config
         self.clock = clock
         self.on_cycle = on_cycle
+        # Learned runtimes for pending jobs (qssf order, backfill, reservations, ETAs); fed
+        # with every job that succeeds, warmed from the store's history at start.
+        self.predictor = predictor
         self.nodes = tuple(executor.nodes())
         self.arrays = build_arrays(Cluster(self.nodes))
         self.free = FreeState.empty(self.arrays)
@@ -151,6 +157,7 @@ class Scheduler:
         self.last_cycle_at = -math.inf
         self.terminal_counts: dict[str, int] = {}
         self.stats = LoopStats()
+        self.last_observed_s = -math.inf
         self.lock = threading.Lock()  # guards what readers of `view()` see
         self._empty_snapshot = Snapshot(self.arrays, FreeState.empty(self.arrays), (), queues)
         executor.set_wakeup(self.wake.set)
@@ -201,6 +208,9 @@ class Scheduler:
         """Rebuild live state from the store; adopt or account for every task that may be
         running. Returns a line per notable finding (for the service log)."""
         notes: list[str] = []
+        learned = self.warm_up()
+        if learned:
+            notes.append(f"runtime predictor learned from {learned} finished jobs")
         now = self.clock()
         batch = Batch()
         with self.store.read() as tx:
@@ -215,7 +225,7 @@ class Scheduler:
             if row["submitted_at"] > self.last_submit_s:
                 self.last_submit_s = row["submitted_at"]
             if lj.state != JobState.RUNNING:
-                self._make_pending(lj)
+                self._make_pending(lj, batch)
                 continue
             with self.store.read() as tx:
                 trows = tx.tasks_of(lj.id, lj.attempt)
@@ -224,7 +234,7 @@ class Scheduler:
                 lj.state = JobState.PENDING
                 batch.job(lj.id, state=JobState.PENDING.value, stopping=None)
                 batch.event(now, lj.id, "requeued", "requeued: no task was started")
-                self._make_pending(lj)
+                self._make_pending(lj, batch)
                 continue
             self._take(lj)
             exits: list[TaskExited] = []
@@ -380,7 +390,7 @@ class Scheduler:
         ckpt = str(self.config.data_dir / "checkpoints" / job_id)
         lj = LiveJob(job=job, state=JobState.PENDING, submitted_at=submitted, checkpoint_dir=ckpt)
         self.jobs[job_id] = lj
-        self._make_pending(lj)
+        self._make_pending(lj, batch)
         batch.new_jobs.append(
             {
                 "seq": seq,
@@ -575,16 +585,40 @@ class Scheduler:
         else:
             lj.exit_code = 0
             batch.job(lj.id, exit_code=0)
+            self._observe(lj.job, (lj.attempt_started_at or now), now)
             self._finish(lj, JobState.SUCCEEDED, batch, now, "all tasks exited with code 0")
+
+    def _observe(self, job: Job, started_s: float, finished_s: float) -> None:
+        """Teach the predictor a runtime (of the attempt that succeeded: earlier attempts'
+        work was either lost or is what the checkpoint saved it)."""
+        if self.predictor is None or finished_s <= started_s:
+            return
+        finished_s = max(finished_s, self.last_observed_s)  # a clock step back is no leak
+        self.predictor.observe(
+            JobFeatures.from_job(job, job.submit_time_s), finished_s - started_s, finished_s
+        )
+        self.last_observed_s = finished_s
+
+    def warm_up(self) -> int:
+        """Feed the predictor the store's finished jobs, oldest finish first; returns how many."""
+        if self.predictor is None:
+            return 0
+        with self.store.read() as tx:
+            rows = tx.succeeded_jobs(self.predictor.config.window)
+        for row in rows:
+            self._observe(job_from_dict(row["spec"]), row["attempt_started_at"], row["finished_at"])
+        return len(rows)
 
     def _requeue(self, lj: LiveJob, batch: Batch, now: float) -> None:
         lj.state = JobState.PENDING
         lj.tasks = []
         batch.job(lj.id, state=JobState.PENDING.value)
-        self._make_pending(lj)
+        self._make_pending(lj, batch)
         self.dirty = True
 
     def _finish(self, lj: LiveJob, state: JobState, batch: Batch, now: float, why: str) -> None:
+        if self.predictor is not None and state != JobState.SUCCEEDED:
+            self.predictor.forget(lj.id)
         lj.state = state
         lj.pending_view = None
         del self.jobs[lj.id]
@@ -606,9 +640,18 @@ class Scheduler:
 
     # --- resources --------------------------------------------------------------------------
 
-    def _make_pending(self, lj: LiveJob) -> None:
+    def _make_pending(self, lj: LiveJob, batch: Batch) -> None:
         lj.running_view = None
-        lj.pending_view = PendingJob(lj.job, lj.attained_gpu_s, lj.attempt)
+        estimate = upper = None
+        if self.predictor is not None:
+            now = max(self.clock(), self.last_observed_s)
+            p = self.predictor.predict(JobFeatures.from_job(lj.job, now))
+            estimate, upper = p.median_s, p.upper_s
+            if lj.job.time_limit_s is not None:  # it cannot run longer than its limit
+                estimate = min(estimate, lj.job.time_limit_s)
+                upper = min(upper, lj.job.time_limit_s)
+            batch.job(lj.id, predicted_s=estimate, predicted_upper_s=upper)
+        lj.pending_view = PendingJob(lj.job, lj.attained_gpu_s, lj.attempt, estimate, upper)
 
     def _take(self, lj: LiveJob) -> None:
         for t in lj.tasks:

@@ -65,6 +65,8 @@ class JobOut(BaseModel):
     reason_code: str | None
     reason: str | None
     eta: float | None
+    predicted_s: float | None
+    predicted_upper_s: float | None
     not_before: float | None
     exit_code: int | None
     message: str | None
@@ -199,6 +201,8 @@ def job_out(row: Row, tasks: list[Row] | None = None) -> JobOut:
         reason_code=row["reason_code"],
         reason=row["reason"],
         eta=row["eta"],
+        predicted_s=row["predicted_s"],
+        predicted_upper_s=row["predicted_upper_s"],
         not_before=row["not_before"],
         exit_code=row["exit_code"],
         message=row["message"],

@@ -135,6 +135,17 @@ class Tx:
         q = select(jobs).where(jobs.c.state.not_in(TERMINAL)).order_by(jobs.c.seq)
         return [dict(r) for r in self.conn.execute(q).mappings()]
 
+    def succeeded_jobs(self, limit: int) -> list[Row]:
+        """The `limit` most recently finished successful jobs, oldest finish first."""
+        q = (
+            select(jobs)
+            .where(jobs.c.state == "succeeded", jobs.c.attempt_started_at.is_not(None))
+            .order_by(jobs.c.finished_at.desc())
+            .limit(limit)
+        )
+        rows = [dict(r) for r in self.conn.execute(q).mappings()]
+        return rows[::-1]
+
     def count_by_state(self) -> dict[str, int]:
         q = select(jobs.c.state, func.count()).group_by(jobs.c.state)
         return {str(s): int(n) for s, n in self.conn.execute(q)}

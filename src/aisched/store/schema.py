@@ -56,6 +56,8 @@ jobs = Table(
     Column("reason_code", String(32)),
     Column("reason", Text),
     Column("eta", Float),
+    Column("predicted_s", Float),  # the predictor's median runtime, when it was last pending
+    Column("predicted_upper_s", Float),
     Column("exit_code", Integer),
     Column("message", Text),
     Column("attained_gpu_s", Float, nullable=False, default=0.0),

@@ -86,6 +86,9 @@ class JobBuilder:
         self._fields.update(kw)
         return self
 
+    def name(self, n: str) -> JobBuilder:
+        return self._set(name=n)
+
     def priority(self, p: int) -> JobBuilder:
         return self._set(priority=p)
 
