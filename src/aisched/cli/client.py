@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from aisched.cli.errors import EXIT_FAILURE, CLIError
-from aisched.service.config import DEFAULT_PORT, default_home
+from aisched.service.defaults import DEFAULT_PORT, default_home
 
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 

@@ -23,8 +23,6 @@ from rich.table import Table
 
 from aisched.cli.client import Client, add_server_option
 from aisched.cli.errors import CLIError
-from aisched.spec.errors import SpecError
-from aisched.spec.units import parse_duration_s, parse_mem_mib
 
 # What `run` never exports: names the scheduler sets itself, and shell noise.
 _OWNED = re.compile(
@@ -119,6 +117,9 @@ def register(sub: Any) -> None:
 def run_document(args: argparse.Namespace) -> dict[str, Any]:
     """The native job document `run` submits (checked here only as far as flags go; the
     service validates the whole)."""
+    from aisched.spec.errors import SpecError
+    from aisched.spec.units import parse_duration_s, parse_mem_mib
+
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]

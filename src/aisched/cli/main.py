@@ -8,27 +8,41 @@ exit 2 as usual. Unexpected exceptions are bugs and keep their traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable, Sequence
+from types import ModuleType
 
 from aisched import __version__
-from aisched.cli import cluster, jobs, simulate, up
 from aisched.cli.errors import CLIError
 
-# Subcommand modules, in the order `aisched --help` lists them.
-COMMANDS = (up, jobs, cluster, simulate)
+# Subcommand modules, in the order `aisched --help` lists them, and the commands each adds.
+COMMANDS: dict[str, tuple[str, ...]] = {
+    "up": ("up",),
+    "jobs": ("run", "submit", "jobs", "show", "logs", "cancel"),
+    "cluster": ("nodes", "queues"),
+    "simulate": ("simulate",),
+}
 
 Handler = Callable[[argparse.Namespace], int]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _modules(argv: Sequence[str]) -> list[ModuleType]:
+    """The subcommand modules to load: only the invoked command's (a client command should not
+    import the simulator or the server), all of them for `--help` or a mistake."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    names = [m for m, cmds in COMMANDS.items() if first in cmds] or list(COMMANDS)
+    return [importlib.import_module(f"aisched.cli.{m}") for m in names]
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="aisched",
         description="An AI compute-resource scheduler and its trace-driven simulator.",
     )
     parser.add_argument("--version", action="version", version=f"aisched {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in COMMANDS:
+    for module in _modules([] if argv is None else argv):
         module.register(sub)
     return parser
 
@@ -41,8 +55,9 @@ def print_error(message: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(list(argv) if argv is not None else None)
+    argv = list(argv) if argv is not None else sys.argv[1:]
+    parser = build_parser(argv)
+    args = parser.parse_args(argv)
     func: Handler | None = getattr(args, "func", None)
     if func is None:
         parser.print_help(sys.stderr)

@@ -15,9 +15,7 @@ from typing import Any
 
 from aisched import __version__
 from aisched.cli.errors import EXIT_FAILURE, CLIError
-from aisched.service.config import DEFAULT_PORT, load_config
-from aisched.spec.errors import SpecError
-from aisched.store.db import StoreError
+from aisched.service.defaults import DEFAULT_PORT
 
 
 def register(sub: Any) -> None:
@@ -57,10 +55,14 @@ def register(sub: Any) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    # Imported here: the other commands should not pay for the server's start-up.
     import uvicorn
 
     from aisched.service.api import create_app
     from aisched.service.app import Service, ServiceError
+    from aisched.service.config import load_config
+    from aisched.spec.errors import SpecError
+    from aisched.store.db import StoreError
 
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

@@ -9,7 +9,6 @@ Pydantic stays in this module: `ServiceConfig` is turned into model types (`Queu
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -18,19 +17,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from aisched.core.policy import Policy, PolicyError, build_policy
 from aisched.model.queue import DEFAULT_QUEUE, Queue, QueueTree
 from aisched.model.resources import Resources
+from aisched.service.defaults import DEFAULT_PORT, default_home
 from aisched.spec.errors import SpecError, parse_yaml
 from aisched.spec.job import DEFAULT_PRIORITY_CLASSES, JobDefaults
 from aisched.spec.policy import load_policy
 from aisched.spec.units import parse_duration_s, parse_mem_mib
 
-DEFAULT_PORT = 8470
 MemoryLimit = Literal["auto", "cgroup-v2", "cgroup-v1", "rlimit", "none"]
 Name = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
-
-
-def default_home() -> Path:
-    env = os.environ.get("AISCHED_HOME")
-    return Path(env).expanduser() if env else Path.home() / ".aisched"
 
 
 class _Model(BaseModel):

@@ -1,0 +1,1 @@
+"""The live scheduler service: the control loop, the REST API, metrics, configuration."""
