@@ -25,6 +25,7 @@ from starlette.exceptions import HTTPException
 from aisched import __version__
 from aisched.model.states import JobState
 from aisched.service.app import Service
+from aisched.service.dashboard import dashboard_router
 from aisched.service.loop import Rejected
 from aisched.service.metrics import CONTENT_TYPE
 from aisched.service.schemas import (
@@ -89,15 +90,7 @@ def create_app(svc: Service) -> FastAPI:
     async def _http(_req: Request, exc: HTTPException) -> JSONResponse:
         return problem(exc.status_code, str(exc.detail))
 
-    @app.get("/", include_in_schema=False)
-    def root() -> dict[str, Any]:
-        return {
-            "service": "aisched",
-            "version": __version__,
-            "api": "/v1",
-            "openapi": "/openapi.json",
-            "metrics": "/metrics",
-        }
+    app.include_router(dashboard_router(svc))  # the page at /, its JSON at /v1/dashboard
 
     @app.get("/v1/healthz")
     def healthz() -> dict[str, bool]:

@@ -1,0 +1,366 @@
+"""The web dashboard: the page at `/`, its JSON at `/v1/dashboard`, and the utilisation ring.
+
+The page (static files shipped in `aisched/service/static/`, no CDN, no external fonts) polls
+`/v1/dashboard` and draws racks and GPUs, queues, waiting jobs with their reasons, a timeline of
+recent jobs and utilisation over time. The JSON is built from the loop's published state and the
+store, read-only.
+
+The endpoint must never take the service down or answer a 500 because of odd state (a node
+without GPUs, a queue that no longer exists, a job row half-written, a dictionary changing while
+it is read by another thread): every section is built on its own, and a section that fails is
+answered empty with a line in `errors`, the rest of the document intact.
+
+Utilisation over time comes from a bounded in-memory ring of samples, taken by a daemon thread
+that ends when the scheduler stops; it is lost on restart by design (Prometheus keeps history).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from importlib import resources
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+
+from aisched import __version__
+from aisched.model.states import JobState
+from aisched.service.app import Service
+from aisched.service.loop import Scheduler
+
+log = logging.getLogger("aisched.dashboard")
+
+SAMPLE_INTERVAL_S = 2.0
+RING_SAMPLES = 1800  # one hour at the default interval
+TIMELINE_JOBS = 40
+PENDING_SHOWN = 200
+STATIC_FILES = {
+    "dashboard.js": "text/javascript; charset=utf-8",
+    "dashboard.css": "text/css; charset=utf-8",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class UtilisationSample:
+    time: float
+    gpus_used: float
+    gpus_total: float
+    cpus_used: float
+    cpus_total: float
+    mem_used_bytes: float
+    mem_total_bytes: float
+    running_jobs: int
+    pending_jobs: int
+
+
+class UtilisationRing:
+    """The last `size` samples of what is allocated; thread-safe (the sampler writes, requests
+    read)."""
+
+    def __init__(self, size: int = RING_SAMPLES) -> None:
+        self._samples: deque[UtilisationSample] = deque(maxlen=size)
+        self._lock = threading.Lock()
+
+    def add(self, sample: UtilisationSample) -> None:
+        with self._lock:
+            self._samples.append(sample)
+
+    def samples(self) -> list[UtilisationSample]:
+        with self._lock:
+            return list(self._samples)
+
+    def last_time(self) -> float:
+        with self._lock:
+            return self._samples[-1].time if self._samples else -math.inf
+
+
+def take_sample(sched: Scheduler, now: float) -> UtilisationSample:
+    alloc = sched.allocation()
+    states, _ = sched.live_summary()
+    cpu, mem, gpu = alloc["cpu"], alloc["memory_bytes"], alloc["gpu"]
+    return UtilisationSample(
+        time=now,
+        gpus_used=gpu[0],
+        gpus_total=gpu[1],
+        cpus_used=cpu[0],
+        cpus_total=cpu[1],
+        mem_used_bytes=mem[0],
+        mem_total_bytes=mem[1],
+        running_jobs=states.get(JobState.RUNNING.value, 0),
+        pending_jobs=states.get(JobState.PENDING.value, 0),
+    )
+
+
+def start_sampler(
+    sched: Scheduler,
+    ring: UtilisationRing,
+    interval_s: float = SAMPLE_INTERVAL_S,
+    clock: Callable[[], float] = time.time,
+) -> threading.Thread:
+    """Sample every `interval_s` until the scheduler is told to stop."""
+
+    def run() -> None:
+        while not sched.stopping.wait(interval_s):
+            try:
+                ring.add(take_sample(sched, clock()))
+            except Exception:  # a bad sample is skipped; the next one may be fine
+                log.exception("utilisation sample failed")
+
+    thread = threading.Thread(target=run, name="aisched-dashboard-sampler", daemon=True)
+    thread.start()
+    return thread
+
+
+# --- the document ------------------------------------------------------------------------------
+
+
+def _gpu_state(free_milli: int, users: list[dict[str, Any]]) -> str:
+    """free: nobody on it; used: one task holds it whole; shared: held in parts."""
+    if not users:
+        return "free"
+    if len(users) == 1 and users[0]["gpu_milli"] >= 1000 and free_milli <= 0:
+        return "used"
+    return "shared"
+
+
+def racks_section(sched: Scheduler) -> list[dict[str, Any]]:
+    owners = sched.gpu_owners()
+    live = dict(sched.jobs)
+    a, f = sched.arrays, sched.free
+    racks: dict[str, list[dict[str, Any]]] = {}
+    for i, node in enumerate(a.nodes):
+        gpus = []
+        for g in node.gpus:
+            users = []
+            for job_id, task, milli in owners.get((node.name, g.index), []):
+                lj = live.get(job_id)
+                users.append(
+                    {
+                        "job": job_id,
+                        "task": task,
+                        "gpu_milli": milli,
+                        "name": lj.job.name if lj is not None else "",
+                        "queue": lj.job.queue if lj is not None else "",
+                    }
+                )
+            free_milli = int(f.gpu_milli[i, g.index])
+            gpus.append(
+                {
+                    "index": g.index,
+                    "model": g.model,
+                    "mem_mib": g.mem_mib,
+                    "free_milli": free_milli,
+                    "state": _gpu_state(free_milli, users),
+                    "users": users,
+                }
+            )
+        racks.setdefault(node.rack, []).append(
+            {
+                "name": node.name,
+                "zone": node.zone,
+                "healthy": node.healthy,
+                "cpus": node.milli_cpu / 1000,
+                "free_cpus": int(f.cpu[i]) / 1000,
+                "mem_gib": node.mem_mib / 1024,
+                "free_mem_gib": int(f.mem[i]) / 1024,
+                "gpus": gpus,
+            }
+        )
+    return [{"name": name, "nodes": nodes} for name, nodes in sorted(racks.items())]
+
+
+def queues_section(sched: Scheduler) -> list[dict[str, Any]]:
+    """Per queue: its guarantee, what it uses (its descendants included), and the part of that
+    above its guarantee (borrowed from idle capacity)."""
+    _, per_queue = sched.live_summary()
+    capacity_gpus = sched.allocation()["gpu"][1]
+    used: dict[str, list[float]] = {}
+    for (qname, _user), (cpu, mem, gpu) in list(sched.usage.items()):
+        path = sched.queues.path(qname) if sched.queues.has(qname) else (qname,)
+        for name in path:
+            acc = used.setdefault(name, [0.0, 0.0, 0.0])
+            acc[0] += cpu / 1000
+            acc[1] += mem / 1024
+            acc[2] += gpu / 1000
+    roots = [q for q in sched.queues.queues if q.parent is None]
+    out = []
+    for q in sched.queues.queues:
+        cpus, mem_gib, gpus = used.get(q.name, [0.0, 0.0, 0.0])
+        guarantee_gpus = q.guarantee.gpu + q.guarantee.gpu_milli / 1000
+        if roots == [q]:
+            # The only top-level queue owns the whole cluster: nothing it uses is borrowed.
+            guarantee_gpus = max(guarantee_gpus, capacity_gpus)
+        limit_gpus = None if q.limit is None else q.limit.gpu + q.limit.gpu_milli / 1000
+        pending, running = per_queue.get(q.name, (0, 0))
+        out.append(
+            {
+                "name": q.name,
+                "parent": q.parent,
+                "weight": q.weight,
+                "borrowing": q.borrowing,
+                "guarantee_gpus": guarantee_gpus,
+                "limit_gpus": limit_gpus,
+                "used_gpus": gpus,
+                "used_cpus": cpus,
+                "used_mem_gib": mem_gib,
+                "borrowed_gpus": max(gpus - guarantee_gpus, 0.0),
+                "share": gpus / capacity_gpus if capacity_gpus > 0 else 0.0,
+                "pending": pending,
+                "running": running,
+            }
+        )
+    return out
+
+
+def _job_gpus(row: dict[str, Any]) -> float:
+    total = 0
+    for g in (row.get("spec") or {}).get("groups", []):
+        req = g.get("request", {})
+        total += (req.get("gpu", 0) * 1000 + req.get("gpu_milli", 0)) * g.get("replicas", 1)
+    return total / 1000
+
+
+def pending_section(svc: Service, now: float) -> list[dict[str, Any]]:
+    with svc.store.read() as tx:
+        rows = tx.list_jobs(states=[JobState.PENDING.value], limit=PENDING_SHOWN)
+    rows.sort(key=lambda r: r["seq"])  # the longest waiting first
+    return [
+        {
+            "id": r["id"],
+            "name": r["name"],
+            "queue": r["queue"],
+            "user": r["user"],
+            "priority": r["priority"],
+            "gpus": _job_gpus(r),
+            "submitted_at": r["submitted_at"],
+            "waited_s": max(now - (r["submitted_at"] or now), 0.0),
+            "reason_code": r["reason_code"],
+            "reason": r["reason"] or "not yet considered by a scheduling cycle",
+            "eta": r["eta"],
+        }
+        for r in rows
+    ]
+
+
+def timeline_section(svc: Service) -> list[dict[str, Any]]:
+    with svc.store.read() as tx:
+        rows = tx.list_jobs(limit=TIMELINE_JOBS)
+    return [
+        {
+            "id": r["id"],
+            "name": r["name"],
+            "queue": r["queue"],
+            "state": r["state"],
+            "gpus": _job_gpus(r),
+            "submitted_at": r["submitted_at"],
+            "started_at": r["started_at"],
+            "finished_at": r["finished_at"],
+        }
+        for r in reversed(rows)  # oldest first, as a Gantt chart reads
+    ]
+
+
+def summary_section(sched: Scheduler) -> dict[str, Any]:
+    states, _ = sched.live_summary()
+    jobs = {s.value: states.get(s.value, 0) for s in (JobState.PENDING, JobState.RUNNING)}
+    for state, n in sched.terminal_counts.items():
+        jobs[state] = n
+    alloc = sched.allocation()
+    return {
+        "jobs": jobs,
+        "gpus": {"used": alloc["gpu"][0], "total": alloc["gpu"][1]},
+        "cpus": {"used": alloc["cpu"][0], "total": alloc["cpu"][1]},
+        "mem_gib": {
+            "used": alloc["memory_bytes"][0] / 2**30,
+            "total": alloc["memory_bytes"][1] / 2**30,
+        },
+    }
+
+
+def dashboard_document(
+    svc: Service, ring: UtilisationRing, now: float, since: float | None = None
+) -> dict[str, Any]:
+    """Every section of the page; a section that cannot be built is empty, with an error line."""
+    sched = svc.scheduler
+    errors: list[str] = []
+
+    def section(name: str, build: Callable[[], Any], empty: Any) -> Any:
+        try:
+            return build()
+        except Exception as e:  # odd state must not cost the rest of the page
+            log.exception("dashboard section %s failed", name)
+            errors.append(f"{name}: {e.__class__.__name__}: {e}")
+            return empty
+
+    samples = ring.samples()
+    if since is not None:
+        samples = [s for s in samples if s.time > since]
+    return {
+        "time": now,
+        "version": __version__,
+        "policy": section("policy", lambda: svc.policy.name, ""),
+        "summary": section("summary", lambda: summary_section(sched), {}),
+        "racks": section("racks", lambda: racks_section(sched), []),
+        "queues": section("queues", lambda: queues_section(sched), []),
+        "pending": section("pending", lambda: pending_section(svc, now), []),
+        "timeline": section("timeline", lambda: timeline_section(svc), []),
+        "utilisation": [asdict(s) for s in samples],
+        "errors": errors,
+    }
+
+
+def dashboard_router(svc: Service, clock: Callable[[], float] = time.time) -> APIRouter:
+    """The page, its static files and its JSON; starts the sampler of the utilisation ring."""
+    router = APIRouter()
+    ring = UtilisationRing()
+    start_sampler(svc.scheduler, ring, clock=clock)
+
+    @router.get("/", include_in_schema=False)
+    def page() -> Response:
+        return HTMLResponse(_static("dashboard.html"))
+
+    @router.get("/static/{name}", include_in_schema=False)
+    def static(name: str) -> Response:
+        media = STATIC_FILES.get(name)
+        if media is None:
+            return JSONResponse(status_code=404, content={"error": f"no static file {name}"})
+        return Response(_static(name), media_type=media)
+
+    @router.get("/v1/dashboard")
+    def dashboard(
+        since: Annotated[
+            float | None, Query(description="only utilisation samples after this Unix time")
+        ] = None,
+    ) -> Response:
+        """Everything the dashboard page shows; `since` keeps only newer utilisation samples."""
+        now = clock()
+        if now - ring.last_time() >= SAMPLE_INTERVAL_S:
+            # A page opened right after start still gets a point to draw.
+            try:
+                ring.add(take_sample(svc.scheduler, now))
+            except Exception:
+                log.exception("utilisation sample failed")
+        return JSONResponse(_finite(dashboard_document(svc, ring, now, since)))
+
+    return router
+
+
+def _static(name: str) -> str:
+    return (resources.files("aisched.service") / "static" / name).read_text(encoding="utf-8")
+
+
+def _finite(v: Any) -> Any:
+    """JSON has no NaN or infinity; an odd figure becomes null rather than a 500."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_finite(x) for x in v]
+    return v

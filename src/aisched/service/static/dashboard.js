@@ -1,0 +1,270 @@
+// The aisched dashboard: polls /v1/dashboard and redraws. Plain DOM and inline SVG, nothing
+// loaded from elsewhere. Text from the service (job names, reasons) only ever goes in as text.
+"use strict";
+
+const POLL_MS = 2000;
+const MAX_SAMPLES = 1800;
+const SVG = "http://www.w3.org/2000/svg";
+let samples = [];
+let lastSample = null;
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v !== null && v !== undefined) node.setAttribute(k, v);
+  }
+  for (const c of children) {
+    if (c === null || c === undefined) continue;
+    node.append(c instanceof Node ? c : String(c));
+  }
+  return node;
+}
+
+function svgEl(tag, attrs, text) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function num(v, digits = 1) {
+  if (v === null || v === undefined) return "-";
+  return Number.isInteger(v) ? String(v) : v.toFixed(digits);
+}
+
+function duration(s) {
+  if (s === null || s === undefined) return "-";
+  if (s < 90) return `${Math.round(s)}s`;
+  if (s < 5400) return `${Math.round(s / 60)}m`;
+  if (s < 172800) return `${(s / 3600).toFixed(1)}h`;
+  return `${(s / 86400).toFixed(1)}d`;
+}
+
+function clock(t) {
+  return new Date(t * 1000).toLocaleTimeString([], { hour12: false });
+}
+
+function drawSummary(doc) {
+  const s = doc.summary || {};
+  const jobs = s.jobs || {};
+  const box = document.getElementById("summary");
+  const item = (label, value) => el("span", {}, `${label} `, el("b", {}, value));
+  const pair = (p) => (p ? `${num(p.used)} / ${num(p.total)}` : "-");
+  box.replaceChildren(
+    item("running", jobs.running ?? 0),
+    item("waiting", jobs.pending ?? 0),
+    item("GPUs", pair(s.gpus)),
+    item("CPUs", pair(s.cpus)),
+    item("memory GiB", pair(s.mem_gib)),
+    item("policy", doc.policy || "-"),
+  );
+}
+
+function gpuLabel(gpu) {
+  if (gpu.state === "free") return "free";
+  return gpu.users
+    .map((u) => `job ${u.job}${u.gpu_milli < 1000 ? ` ×${(u.gpu_milli / 1000).toFixed(2)}` : ""}`)
+    .join(", ");
+}
+
+function drawRacks(doc) {
+  const racks = (doc.racks || []).map((rack) =>
+    el(
+      "div",
+      { class: "rack", "data-rack": rack.name },
+      el("div", { class: "title" }, `rack ${rack.name}`),
+      ...rack.nodes.map((node) =>
+        el(
+          "div",
+          { class: `node${node.healthy ? "" : " unhealthy"}`, "data-node": node.name },
+          el(
+            "div",
+            { class: "title" },
+            node.name + (node.healthy ? "" : " (unhealthy)"),
+            el(
+              "small",
+              {},
+              `CPUs ${num(node.free_cpus)} / ${num(node.cpus)} free · ` +
+                `memory ${num(node.free_mem_gib)} / ${num(node.mem_gib)} GiB free`,
+            ),
+          ),
+          node.gpus.length
+            ? el(
+                "div",
+                { class: "gpus" },
+                ...node.gpus.map((gpu) =>
+                  el(
+                    "div",
+                    {
+                      class: "gpu",
+                      "data-node": node.name,
+                      "data-gpu": gpu.index,
+                      "data-state": gpu.state,
+                      title: gpu.users.map((u) => `job ${u.job} ${u.name} (${u.queue}) ${u.task}`).join("\n")
+                        || `${gpu.model}, free`,
+                    },
+                    el("div", { class: "idx" }, `GPU ${gpu.index}`),
+                    el("div", { class: "who" }, gpuLabel(gpu)),
+                    el("div", { class: "who" }, gpu.users.map((u) => u.name).filter(Boolean).join(", ")),
+                  ),
+                ),
+              )
+            : el("div", { class: "who" }, "no GPUs"),
+        ),
+      ),
+    ),
+  );
+  document.getElementById("racks").replaceChildren(...racks);
+}
+
+function queueBar(q) {
+  // One scale for every queue: the larger of its limit, guarantee and use, at least one GPU.
+  const top = Math.max(q.limit_gpus ?? 0, q.guarantee_gpus, q.used_gpus, 1);
+  const pct = (v) => `${(100 * v) / top}%`;
+  const within = Math.min(q.used_gpus, q.guarantee_gpus);
+  const bar = el("div", { class: "qbar" });
+  bar.append(el("span", { class: "used", style: `left:0;width:${pct(within)}` }));
+  if (q.borrowed_gpus > 0) {
+    bar.append(el("span", { class: "borrowed", style: `left:${pct(within)};width:${pct(q.borrowed_gpus)}` }));
+  }
+  if (q.guarantee_gpus > 0) {
+    bar.append(el("span", { class: "guarantee", style: `left:calc(${pct(q.guarantee_gpus)} - 1px)` }));
+  }
+  return bar;
+}
+
+function drawQueues(doc) {
+  const head = el(
+    "tr",
+    {},
+    ...["queue", "GPUs", "used", "guarantee", "borrowed", "share", "waiting", "running"].map((h) => el("th", {}, h)),
+  );
+  const rows = (doc.queues || []).map((q) =>
+    el(
+      "tr",
+      { "data-queue": q.name },
+      el("td", {}, q.parent ? `${q.parent} / ${q.name}` : q.name),
+      el("td", {}, queueBar(q)),
+      el("td", { class: "num" }, num(q.used_gpus, 2)),
+      el("td", { class: "num" }, num(q.guarantee_gpus, 2) + (q.limit_gpus !== null ? ` (limit ${num(q.limit_gpus)})` : "")),
+      el("td", { class: "num" }, num(q.borrowed_gpus, 2)),
+      el("td", { class: "num" }, `${(100 * q.share).toFixed(0)}%`),
+      el("td", { class: "num" }, q.pending),
+      el("td", { class: "num" }, q.running),
+    ),
+  );
+  document.getElementById("queues").replaceChildren(head, ...rows);
+}
+
+function drawPending(doc) {
+  const head = el("tr", {}, ...["job", "queue", "GPUs", "waiting", "reason", "estimated start"].map((h) => el("th", {}, h)));
+  const rows = (doc.pending || []).map((j) =>
+    el(
+      "tr",
+      { "data-job": j.id },
+      el("td", {}, `${j.id} ${j.name}`),
+      el("td", {}, j.queue),
+      el("td", { class: "num" }, num(j.gpus, 2)),
+      el("td", { class: "num" }, duration(j.waited_s)),
+      el("td", { class: "reason" }, j.reason),
+      el("td", {}, j.eta ? `${clock(j.eta)} (in ${duration(Math.max(j.eta - doc.time, 0))})` : "-"),
+    ),
+  );
+  if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: 6, class: "empty" }, "no job is waiting")));
+  document.getElementById("pending").replaceChildren(head, ...rows);
+}
+
+function drawTimeline(doc) {
+  const jobs = doc.timeline || [];
+  const box = document.getElementById("timeline");
+  if (!jobs.length) {
+    box.replaceChildren(el("div", { class: "who" }, "no jobs yet"));
+    return;
+  }
+  const now = doc.time;
+  const t0 = Math.min(...jobs.map((j) => j.submitted_at));
+  const span = Math.max(now - t0, 1);
+  const W = 1000, left = 190, right = 10, rowH = 16, top = 4;
+  const H = top + rowH * jobs.length + 22;
+  const x = (t) => left + ((W - left - right) * (t - t0)) / span;
+  const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "recent jobs over time" });
+  jobs.forEach((j, i) => {
+    const y = top + i * rowH;
+    const g = svgEl("g", { "data-job": j.id });
+    const label = `${j.id} ${j.name}`.slice(0, 28);
+    g.append(svgEl("text", { x: 4, y: y + 11 }, label));
+    const start = j.started_at ?? j.finished_at ?? now;
+    g.append(svgEl("rect", { class: "bar-wait", x: x(j.submitted_at), y: y + 3, width: Math.max(x(start) - x(j.submitted_at), 1), height: rowH - 6 }));
+    if (j.started_at !== null) {
+      const end = j.finished_at ?? now;
+      const cls = `bar-${j.state === "pending" ? "wait" : j.state}`;
+      const bar = svgEl("rect", { class: cls, x: x(j.started_at), y: y + 1, width: Math.max(x(end) - x(j.started_at), 2), height: rowH - 2 });
+      bar.append(svgEl("title", {}, `job ${j.id} ${j.name}: ${j.state}, ${num(j.gpus)} GPUs, ran ${duration(end - j.started_at)}`));
+      g.append(bar);
+    }
+    svg.append(g);
+  });
+  const axisY = top + rowH * jobs.length + 2;
+  svg.append(svgEl("line", { class: "axis", x1: left, x2: W - right, y1: axisY, y2: axisY }));
+  svg.append(svgEl("text", { x: left, y: axisY + 14 }, clock(t0)));
+  svg.append(svgEl("text", { x: W - right, y: axisY + 14, "text-anchor": "end" }, `${clock(now)} (now)`));
+  svg.append(svgEl("text", { x: (left + W) / 2, y: axisY + 14, "text-anchor": "middle" }, "grey: waiting · blue: running · green: succeeded · red: failed"));
+  box.replaceChildren(svg);
+}
+
+function drawUtilisation() {
+  const box = document.getElementById("utilisation");
+  if (samples.length < 1) {
+    box.replaceChildren(el("div", { class: "who" }, "no samples yet"));
+    return;
+  }
+  const W = 1000, H = 180, left = 40, right = 10, top = 8, bottom = 22;
+  const t0 = samples[0].time, t1 = Math.max(samples[samples.length - 1].time, t0 + 1);
+  const x = (t) => left + ((W - left - right) * (t - t0)) / (t1 - t0);
+  const y = (f) => top + (H - top - bottom) * (1 - Math.min(Math.max(f, 0), 1));
+  const frac = (used, total) => (total > 0 ? used / total : 0);
+  const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "utilisation over time" });
+  for (const f of [0, 0.5, 1]) {
+    svg.append(svgEl("line", { class: "axis", x1: left, x2: W - right, y1: y(f), y2: y(f) }));
+    svg.append(svgEl("text", { x: left - 4, y: y(f) + 4, "text-anchor": "end" }, `${f * 100}%`));
+  }
+  const line = (cls, pick) => {
+    const pts = samples.map((s) => `${x(s.time).toFixed(1)},${y(pick(s)).toFixed(1)}`).join(" ");
+    svg.append(svgEl("polyline", { class: cls, points: samples.length > 1 ? pts : `${left},${y(pick(samples[0]))} ${W - right},${y(pick(samples[0]))}` }));
+  };
+  line("line-mem", (s) => frac(s.mem_used_bytes, s.mem_total_bytes));
+  line("line-cpu", (s) => frac(s.cpus_used, s.cpus_total));
+  line("line-gpu", (s) => frac(s.gpus_used, s.gpus_total));
+  svg.append(svgEl("text", { x: left, y: H - 6 }, clock(t0)));
+  svg.append(svgEl("text", { x: W - right, y: H - 6, "text-anchor": "end" }, clock(t1)));
+  svg.append(svgEl("text", { x: (left + W) / 2, y: H - 6, "text-anchor": "middle" }, "blue: GPUs · orange: CPUs · purple: memory (allocated share)"));
+  box.replaceChildren(svg);
+}
+
+async function poll() {
+  const status = document.getElementById("status");
+  try {
+    const url = lastSample === null ? "/v1/dashboard" : `/v1/dashboard?since=${lastSample}`;
+    const r = await fetch(url, { cache: "no-store" });
+    if (!r.ok) throw new Error(`the service answered ${r.status}`);
+    const doc = await r.json();
+    samples = samples.concat(doc.utilisation || []).slice(-MAX_SAMPLES);
+    if (samples.length) lastSample = samples[samples.length - 1].time;
+    drawSummary(doc);
+    drawRacks(doc);
+    drawQueues(doc);
+    drawPending(doc);
+    drawTimeline(doc);
+    drawUtilisation();
+    const problems = (doc.errors || []).length ? ` · ${doc.errors.length} section(s) failed: ${doc.errors.join("; ")}` : "";
+    status.textContent = `aisched ${doc.version} · updated ${clock(doc.time)}${problems}`;
+    status.className = problems ? "status error" : "status";
+    document.body.dataset.loaded = "true";
+  } catch (e) {
+    status.textContent = `cannot reach the service: ${e.message}`;
+    status.className = "status error";
+  }
+  setTimeout(poll, POLL_MS);
+}
+
+poll();

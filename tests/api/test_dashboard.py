@@ -1,0 +1,173 @@
+"""The dashboard's page and JSON in process, over the real app, store and loop thread, with the
+fake executor standing in for processes (the browser test drives the real service)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from aisched.service.api import create_app
+from aisched.service.app import Service
+from aisched.service.config import load_config
+from aisched.service.dashboard import UtilisationRing, UtilisationSample
+from aisched.testing.fakes import FakeExecutor, fake_node
+
+QUEUES = {
+    "queues": [
+        {"name": "research", "guarantee": {"gpus": 1}, "borrowing": True},
+        {"name": "prod", "guarantee": {"gpus": 3}},
+    ]
+}
+
+
+@pytest.fixture
+def fx() -> FakeExecutor:
+    return FakeExecutor([fake_node(gpus=4)])
+
+
+def _open(tmp_path: Path, fx: FakeExecutor, **extra: Any) -> Service:
+    cfg = load_config(None, {"data_dir": str(tmp_path), "cycle_interval": "0.2s", **extra})
+    svc = Service.open(cfg, executor=fx)
+    svc.start()
+    return svc
+
+
+@pytest.fixture
+def svc(tmp_path: Path, fx: FakeExecutor) -> Iterator[Service]:
+    service = _open(tmp_path, fx)
+    try:
+        yield service
+    finally:
+        service.close()
+
+
+@pytest.fixture
+def client(svc: Service) -> TestClient:
+    return TestClient(create_app(svc))
+
+
+def submit(client: TestClient, gpus: float, **extra: Any) -> str:
+    r = client.post("/v1/jobs", json={"command": ["x"], "resources": {"gpus": gpus}, **extra})
+    assert r.status_code == 201, r.text
+    return str(r.json()["id"])
+
+
+def wait_for(client: TestClient, what: str, check: Any) -> dict[str, Any]:
+    deadline = time.monotonic() + 10
+    while True:
+        doc: dict[str, Any] = client.get("/v1/dashboard").json()
+        if check(doc):
+            return doc
+        assert time.monotonic() < deadline, f"{what}: {doc}"
+        time.sleep(0.02)
+
+
+def gpus_of(doc: dict[str, Any]) -> list[tuple[int, str, list[str]]]:
+    (rack,) = doc["racks"]
+    (node,) = rack["nodes"]
+    return [(g["index"], g["state"], [u["job"] for u in g["users"]]) for g in node["gpus"]]
+
+
+def test_the_page_and_its_files_ship_with_the_package(client: TestClient) -> None:
+    page = client.get("/")
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    # Nothing is fetched from elsewhere: every script and stylesheet is the service's own.
+    assert 'src="/static/dashboard.js"' in page.text
+    assert "http://" not in page.text and "https://" not in page.text
+    js = client.get("/static/dashboard.js")
+    assert js.status_code == 200 and "/v1/dashboard" in js.text
+    assert client.get("/static/dashboard.css").status_code == 200
+    assert client.get("/static/..%2Fapi.py").status_code == 404
+
+
+def test_running_job_on_its_gpus_and_a_waiting_job_with_its_reason(client: TestClient) -> None:
+    big = submit(client, 3, name="train")
+    doc = wait_for(client, "the job on its GPUs", lambda d: d["summary"]["jobs"]["running"] == 1)
+    assert gpus_of(doc) == [
+        (0, "used", [big]),
+        (1, "used", [big]),
+        (2, "used", [big]),
+        (3, "free", []),
+    ]
+    assert doc["racks"][0]["nodes"][0]["gpus"][0]["users"][0]["name"] == "train"
+    waiting = submit(client, 2, name="eval")
+    doc = wait_for(
+        client,
+        "a reason for the waiting job",
+        lambda d: d["pending"] and d["pending"][0]["reason_code"],
+    )
+    (p,) = doc["pending"]
+    assert (p["id"], p["name"], p["gpus"]) == (waiting, "eval", 2.0)
+    shown = client.get(f"/v1/jobs/{waiting}").json()
+    assert (p["reason_code"], p["reason"]) == (shown["reason_code"], shown["reason"])
+    assert p["reason"]
+    assert [(j["id"], j["state"]) for j in doc["timeline"]] == [
+        (big, "running"),
+        (waiting, "pending"),
+    ]
+    (q,) = doc["queues"]
+    assert (q["name"], q["used_gpus"], q["running"], q["pending"]) == ("default", 3.0, 1, 1)
+    assert q["borrowed_gpus"] == 0.0  # the only queue owns the cluster
+    assert doc["summary"]["gpus"] == {"used": 3.0, "total": 4.0}
+    assert doc["errors"] == []
+
+
+def test_shared_gpus_are_marked_shared(client: TestClient) -> None:
+    a = submit(client, 0.5)
+    b = submit(client, 0.5)
+    doc = wait_for(client, "both running", lambda d: d["summary"]["jobs"]["running"] == 2)
+    assert gpus_of(doc) == [
+        (0, "shared", [a, b]),
+        (1, "free", []),
+        (2, "free", []),
+        (3, "free", []),
+    ]
+
+
+def test_queues_show_guarantee_usage_and_borrowed(tmp_path: Path, fx: FakeExecutor) -> None:
+    svc = _open(tmp_path, fx, **QUEUES)
+    try:
+        client = TestClient(create_app(svc))
+        submit(client, 3, queue="research")
+        doc = wait_for(client, "research running", lambda d: d["summary"]["jobs"]["running"] == 1)
+        by_name = {q["name"]: q for q in doc["queues"]}
+        r, p = by_name["research"], by_name["prod"]
+        assert (r["guarantee_gpus"], r["used_gpus"], r["borrowed_gpus"]) == (1.0, 3.0, 2.0)
+        assert r["share"] == 0.75
+        assert (p["guarantee_gpus"], p["used_gpus"], p["borrowed_gpus"]) == (3.0, 0.0, 0.0)
+    finally:
+        svc.close()
+
+
+def test_utilisation_samples_and_since(client: TestClient) -> None:
+    first = client.get("/v1/dashboard").json()["utilisation"]
+    assert len(first) == 1 and first[0]["gpus_total"] == 4.0
+    later = client.get("/v1/dashboard", params={"since": first[-1]["time"]}).json()
+    assert all(s["time"] > first[-1]["time"] for s in later["utilisation"])
+
+
+def test_the_ring_keeps_only_the_newest_samples() -> None:
+    ring = UtilisationRing(size=3)
+    for t in range(5):
+        ring.add(UtilisationSample(float(t), 0, 4, 0, 16, 0, 1, 0, 0))
+    assert [s.time for s in ring.samples()] == [2.0, 3.0, 4.0]
+
+
+def test_odd_state_costs_one_section_not_the_page(svc: Service, client: TestClient) -> None:
+    # A usage entry for a queue that does not exist, with a value that is not a triple.
+    svc.scheduler.usage[("ghost", "nobody")] = "garbage"  # type: ignore[assignment]
+    try:
+        r = client.get("/v1/dashboard")
+        assert r.status_code == 200
+        doc = r.json()
+        assert doc["queues"] == [] and doc["errors"][0].startswith("queues: ")
+        assert doc["racks"] and doc["summary"]["gpus"]["total"] == 4.0
+    finally:
+        del svc.scheduler.usage[("ghost", "nobody")]
+    assert client.get("/v1/dashboard").json()["errors"] == []
