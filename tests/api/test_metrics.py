@@ -1,0 +1,128 @@
+"""/metrics in process: the Prometheus naming conventions, the figures after real decisions, and
+that the Grafana dashboard in docs/ asks only for metrics the service exports."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from aisched.service.api import create_app
+from aisched.service.app import Service
+from aisched.service.config import load_config
+from aisched.testing.fakes import FakeExecutor, fake_node
+
+GRAFANA = Path(__file__).parents[2] / "docs" / "grafana" / "aisched.json"
+UNITS = ("_seconds", "_bytes", "_ratio", "_gpus", "_cpu_cores", "_jobs", "_info")
+
+
+@pytest.fixture
+def fx() -> FakeExecutor:
+    return FakeExecutor([fake_node(gpus=4)])
+
+
+@pytest.fixture
+def client(tmp_path: Path, fx: FakeExecutor) -> Iterator[TestClient]:
+    cfg = load_config(None, {"data_dir": str(tmp_path), "cycle_interval": "0.2s"})
+    svc = Service.open(cfg, executor=fx)
+    svc.start()
+    try:
+        yield TestClient(create_app(svc))
+    finally:
+        svc.close()
+
+
+def wait(client: TestClient, job_id: str, state: str) -> None:
+    deadline = time.monotonic() + 10
+    while client.get(f"/v1/jobs/{job_id}").json()["state"] != state:
+        assert time.monotonic() < deadline, f"job {job_id} never became {state}"
+        time.sleep(0.02)
+
+
+def samples(client: TestClient) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = client.get("/metrics").text
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_names_follow_the_prometheus_conventions(client: TestClient) -> None:
+    families = list(text_string_to_metric_families(client.get("/metrics").text))
+    assert families
+    for f in families:
+        if f.name.endswith("_created"):
+            continue  # the client library's creation timestamps of counters and histograms
+        assert f.name.startswith("aisched_"), f.name
+        assert re.fullmatch(r"[a-z_]+", f.name), f.name
+        if f.type == "counter":
+            assert all(s.name.endswith(("_total", "_created")) for s in f.samples), f.name
+        else:
+            assert not f.name.endswith("_total"), f.name
+            assert f.name.endswith(UNITS) or f.name == "aisched_jobs", f"{f.name}: no unit"
+
+
+def test_figures_follow_what_the_scheduler_did(client: TestClient, fx: FakeExecutor) -> None:
+    jid = client.post("/v1/jobs", json={"command": ["x"], "resources": {"gpus": 3}}).json()["id"]
+    wait(client, jid, "running")
+    got = samples(client)
+    assert got[("aisched_jobs", (("state", "running"),))] == 1
+    assert got[("aisched_jobs", (("state", "pending"),))] == 0
+    assert got[("aisched_jobs_submitted_total", ())] == 1
+    assert got[("aisched_queue_allocated_gpus", (("queue", "default"),))] == 3
+    ratios = sorted(
+        (dict(labels)["gpu"], v)
+        for (name, labels), v in got.items()
+        if name == "aisched_gpu_allocated_ratio"
+    )
+    assert ratios == [("0", 1.0), ("1", 1.0), ("2", 1.0), ("3", 0.0)]
+    delay = ("aisched_job_queueing_delay_seconds_count", (("queue", "default"),))
+    assert got[delay] == 1
+    fx.exit(fx.keys(jid)[0], 0)
+    fx._wakeup and fx._wakeup()
+    wait(client, jid, "succeeded")
+    got = samples(client)
+    assert got[("aisched_jobs_finished_total", (("state", "succeeded"),))] == 1
+    assert got[("aisched_jobs_submitted_total", ())] == 1
+    assert got[("aisched_allocated_gpus", ())] == 0
+
+
+def test_preemptions_are_counted(tmp_path: Path, fx: FakeExecutor) -> None:
+    cfg = load_config(None, {"data_dir": str(tmp_path), "cycle_interval": "0.2s"})
+    svc = Service.open(cfg, executor=fx)
+    svc.start()
+    try:
+        client = TestClient(create_app(svc))
+        low = client.post("/v1/jobs", json={"command": ["x"], "resources": {"gpus": 4}})
+        wait(client, low.json()["id"], "running")
+        high = client.post(
+            "/v1/jobs", json={"command": ["x"], "resources": {"gpus": 4}, "priority": 10}
+        )
+        wait(client, high.json()["id"], "running")
+        assert samples(client)[("aisched_preemptions_total", ())] == 1
+    finally:
+        svc.close()
+
+
+def _grafana_metrics(doc: dict[str, Any]) -> set[str]:
+    names: set[str] = set()
+    for panel in doc["panels"]:
+        for target in panel["targets"]:
+            names |= set(re.findall(r"\baisched_[a-z_]+", target["expr"]))
+    return names
+
+
+def test_the_grafana_dashboard_uses_only_exported_metrics(client: TestClient) -> None:
+    jid = client.post("/v1/jobs", json={"command": ["x"], "resources": {"gpus": 1}}).json()["id"]
+    wait(client, jid, "running")  # so that labelled series (queueing delay) exist
+    exported = {name for name, _ in samples(client)}
+    used = _grafana_metrics(json.loads(GRAFANA.read_text()))
+    assert used and used <= exported, sorted(used - exported)
