@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "up": ("up",),
     "jobs": ("run", "submit", "jobs", "show", "logs", "cancel"),
     "cluster": ("nodes", "queues"),
+    "top": ("top",),
     "simulate": ("simulate",),
 }
 
