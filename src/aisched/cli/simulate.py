@@ -24,8 +24,10 @@ from aisched.core.policy import PRESETS, Policy, with_eta
 from aisched.model.cluster import Cluster
 from aisched.sim.engine import SimConfig, SimulationError, simulate
 from aisched.sim.estimators import ESTIMATORS, estimator_for
+from aisched.sim.html_report import ReportUnavailable, require_matplotlib, write_report
 from aisched.sim.metrics import PolicyMetrics, compute_metrics
 from aisched.sim.report import metrics_table, queue_table, write_json
+from aisched.sim.series import PolicySeries, compute_series
 from aisched.sim.traces import (
     Trace,
     load_openb_nodes,
@@ -113,6 +115,12 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--max-time", type=float, metavar="S", help="stop at this virtual time")
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the figures as JSON")
+    p.add_argument(
+        "--report",
+        type=Path,
+        metavar="DIR",
+        help="also write DIR/index.html: the figures with plots (needs the report extra)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
         "--validate", action="store_true", help="check invariants after every cycle (slow)"
@@ -140,6 +148,13 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(str(e)) from None
     if args.json is not None and not args.json.parent.is_dir():
         raise CLIError(f"--json: folder {args.json.parent} does not exist")
+    series: list[PolicySeries] | None = None
+    if args.report is not None:
+        try:
+            require_matplotlib()
+        except ReportUnavailable as e:
+            raise CLIError(str(e)) from None
+        series = []
 
     out = Console()
     if not out.is_terminal:
@@ -175,6 +190,8 @@ def run(args: argparse.Namespace) -> int:
             except SimulationError as e:
                 raise CLIError(f"policy {policy.name}: {e}", EXIT_FAILURE) from None
             results.append(compute_metrics(result))
+            if series is not None:
+                series.append(compute_series(result))
 
     gpus = cluster.total_gpus
     out.print(
@@ -183,18 +200,24 @@ def run(args: argparse.Namespace) -> int:
     )
     out.print(metrics_table(results))
     out.print(queue_table(results, title="per queue"))
+    meta = {
+        "trace": trace.name,
+        "jobs": len(trace),
+        "cluster": {"nodes": len(cluster.nodes), "gpus": gpus},
+        "config": dataclasses.asdict(config),
+        "estimator": args.estimator,
+    }
     if args.json is not None:
         try:
-            meta = {
-                "trace": trace.name,
-                "jobs": len(trace),
-                "cluster": {"nodes": len(cluster.nodes), "gpus": gpus},
-                "config": dataclasses.asdict(config),
-                "estimator": args.estimator,
-            }
             write_json(args.json, results, meta)
         except OSError as e:
             raise CLIError(f"--json: cannot write {args.json}: {e.strerror or e}") from None
+    if args.report is not None and series is not None:
+        try:
+            page = write_report(args.report, results, series, meta)
+        except OSError as e:
+            raise CLIError(f"--report: cannot write {args.report}: {e.strerror or e}") from None
+        out.print(f"report: {page}")
     return 0
 
 

@@ -38,7 +38,7 @@ def _num(v: float) -> str:
     return f"{v:,.1f}"
 
 
-_ROWS: tuple[tuple[str, Callable[[PolicyMetrics], str]], ...] = (
+METRIC_ROWS: tuple[tuple[str, Callable[[PolicyMetrics], str]], ...] = (
     ("jobs submitted", lambda m: _int(m.jobs_submitted)),
     ("jobs finished", lambda m: _int(m.jobs_finished)),
     ("jobs rejected (never fit)", lambda m: _int(m.jobs_rejected)),
@@ -71,7 +71,7 @@ def metrics_table(results: Sequence[PolicyMetrics], title: str | None = None) ->
     table.add_column("metric", style="bold", no_wrap=True)
     for m in results:
         table.add_column(m.policy, justify="right", no_wrap=True)
-    for label, fmt in _ROWS:
+    for label, fmt in METRIC_ROWS:
         table.add_row(label, *(fmt(m) for m in results))
     return table
 
