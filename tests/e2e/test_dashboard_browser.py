@@ -13,8 +13,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
-from harness import Service, wait_for
+from harness import Service, free_port, wait_for
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 CHROMIUM = "/usr/bin/chromium"
@@ -29,6 +30,11 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 WAIT = "import os, sys, time\nwhile not os.path.exists(sys.argv[1]): time.sleep(0.05)"
+QUEUES = """
+queues:
+  - {name: research, guarantee: {gpus: 1}, borrowing: true}
+  - {name: prod, guarantee: {gpus: 3}}
+"""
 
 pytestmark = pytest.mark.skipif(
     not os.access(CHROMIUM, os.X_OK),
@@ -55,33 +61,69 @@ def page(browser: Browser) -> Iterator[Page]:
         p.close()
 
 
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Service]:
+    """The e2e service (4 declared GPUs) with two queues: research (guarantee 1 GPU, may
+    borrow) and prod (guarantee 3)."""
+    config = tmp_path / "aisched.yaml"
+    config.write_text(QUEUES)
+    work = tmp_path / "work"
+    work.mkdir()
+    args = ["--gpus", "4", "--cpus", "4", "--mem", "8G", "--config", str(config)]
+    svc = Service(tmp_path / "home", free_port(), work, args)
+    svc.home.mkdir()
+    svc.start()
+    try:
+        yield svc
+    finally:
+        (work / "go").touch()  # every holding task ends; nothing outlives the test
+        try:
+            wait_for("every job to end", lambda: not httpx.get(f"{svc.url}/v1/jobs").json()["jobs"])
+        finally:
+            svc.stop()
+
+
+def hold(service: Service, *args: str) -> str:
+    job_id = service.run(*args, "--", sys.executable, "-c", WAIT, "go")
+    service.wait_state(job_id, "running")
+    return job_id
+
+
 def test_dashboard_shows_the_running_job_on_its_gpus_and_why_another_waits(
     service: Service, page: Page, tmp_path: Path
 ) -> None:
-    done = service.run("--gpus", "1", "--name", "prep", "--", sys.executable, "-c", "pass")
+    done = service.run("--gpus", "1", "--queue", "research", "--name", "prep", "--", "true")
     service.wait_state(done, "succeeded")
-    train = service.run("--gpus", "3", "--name", "train", "--", sys.executable, "-c", WAIT, "go")
-    service.wait_state(train, "running")
-    evaluate = service.run("--gpus", "2", "--name", "eval", "--", sys.executable, "-c", "pass")
+    train = hold(service, "--gpus", "2", "--queue", "research", "--name", "train")
+    serve_a = hold(service, "--gpus", "0.5", "--queue", "prod", "--name", "serve-a")
+    serve_b = hold(service, "--gpus", "0.5", "--queue", "prod", "--name", "serve-b")
+    evaluate = service.run("--gpus", "2", "--queue", "research", "--name", "eval", "--", "true")
     reason = wait_for("a reason for the waiting job", lambda: service.job(evaluate)["reason"])
     node = service.cli_json("nodes")["nodes"][0]
-    held = sorted(g["index"] for g in node["gpus"] if g["used_by"])
-    assert len(held) == 3
+    users = {g["index"]: sorted(u["job"] for u in g["used_by"]) for g in node["gpus"]}
+    assert sorted(users.values()) == sorted([[], sorted([serve_a, serve_b]), [train], [train]])
 
     page.goto(f"{service.url}/")
     expect(page.locator("body[data-loaded=true]")).to_have_count(1)
-    for gpu in node["gpus"]:
-        cell = page.locator(f'.gpu[data-node="{node["name"]}"][data-gpu="{gpu["index"]}"]')
-        if gpu["index"] in held:
+    for index, jobs in users.items():
+        cell = page.locator(f'.gpu[data-node="{node["name"]}"][data-gpu="{index}"]')
+        if jobs == [train]:
             expect(cell).to_have_attribute("data-state", "used")
             expect(cell).to_contain_text(f"job {train}")
             expect(cell).to_contain_text("train")
+        elif jobs:
+            expect(cell).to_have_attribute("data-state", "shared")
+            expect(cell).to_contain_text(f"job {serve_a}")
+            expect(cell).to_contain_text(f"job {serve_b}")
         else:
             expect(cell).to_have_attribute("data-state", "free")
     row = page.locator(f'#pending tr[data-job="{evaluate}"]')
     expect(row).to_contain_text("eval")
     expect(row.locator("td.reason")).to_have_text(reason)
-    expect(page.locator('#queues tr[data-queue="default"]')).to_contain_text("3")
+    research = page.locator('#queues tr[data-queue="research"] td')
+    # used 2, guarantee 1, borrowed 1
+    expect(research.nth(2)).to_have_text("2")
+    expect(research.nth(4)).to_have_text("1")
     expect(page.locator(f'#timeline g[data-job="{train}"] rect.bar-running')).to_have_count(1)
     expect(page.locator(f'#timeline g[data-job="{done}"] rect.bar-succeeded')).to_have_count(1)
     expect(page.locator("#utilisation polyline.line-gpu")).to_have_count(1)
@@ -91,5 +133,3 @@ def test_dashboard_shows_the_running_job_on_its_gpus_and_why_another_waits(
     assert shot.stat().st_size > 10_000
     if out := os.environ.get("AISCHED_SCREENSHOT_DIR"):
         shutil.copy(shot, Path(out) / "dashboard.png")
-    (service.work / "go").touch()
-    service.wait_state(train, "succeeded")

@@ -63,7 +63,7 @@ function drawSummary(doc) {
 function gpuLabel(gpu) {
   if (gpu.state === "free") return "free";
   return gpu.users
-    .map((u) => `job ${u.job}${u.gpu_milli < 1000 ? ` ×${(u.gpu_milli / 1000).toFixed(2)}` : ""}`)
+    .map((u) => `job ${u.job}${u.gpu_milli < 1000 ? ` ×${u.gpu_milli / 1000}` : ""}`)
     .join(", ");
 }
 
@@ -104,7 +104,7 @@ function drawRacks(doc) {
                         || `${gpu.model}, free`,
                     },
                     el("div", { class: "idx" }, `GPU ${gpu.index}`),
-                    el("div", { class: "who" }, gpuLabel(gpu)),
+                    el("div", { class: "jobs" }, gpuLabel(gpu)),
                     el("div", { class: "who" }, gpu.users.map((u) => u.name).filter(Boolean).join(", ")),
                   ),
                 ),
