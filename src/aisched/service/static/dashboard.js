@@ -229,7 +229,13 @@ function drawUtilisation() {
     svg.append(svgEl("text", { x: left - 4, y: y(f) + 4, "text-anchor": "end" }, `${f * 100}%`));
   }
   const line = (cls, pick) => {
-    const pts = samples.map((s) => `${x(s.time).toFixed(1)},${y(pick(s)).toFixed(1)}`).join(" ");
+    // A step line: each sample holds until the next one.
+    const pts = samples
+      .map((s, i) => {
+        const here = `${x(s.time).toFixed(1)},${y(pick(s)).toFixed(1)}`;
+        return i ? `${x(s.time).toFixed(1)},${y(pick(samples[i - 1])).toFixed(1)} ${here}` : here;
+      })
+      .join(" ");
     svg.append(svgEl("polyline", { class: cls, points: samples.length > 1 ? pts : `${left},${y(pick(samples[0]))} ${W - right},${y(pick(samples[0]))}` }));
   };
   line("line-mem", (s) => frac(s.mem_used_bytes, s.mem_total_bytes));
