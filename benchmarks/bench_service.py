@@ -205,9 +205,7 @@ def main() -> None:
 A real `aisched up` (declared 4 GPUs, 64 CPUs) on loopback, driven over HTTP from the same
 machine ({os.cpu_count()} cores; load average {load:.1f} when the run ended). Latency is the
 service's own clock from the submission's arrival to the task's supervisor being started;
-tiny jobs (`true`), one at a time. Produced by:
-
-    python benchmarks/bench_service.py --latency-jobs {args.latency_jobs} --burst-jobs {args.burst_jobs} --clients {args.clients}
+tiny jobs (`true`), one at a time.
 
 | figure | value | target |
 | --- | ---: | ---: |
@@ -220,7 +218,7 @@ tiny jobs (`true`), one at a time. Produced by:
 | time for all of those to run after the burst | {drain:.1f} s | |
 """
     if not args.no_write:
-        write_section("service", "## The live service: latency and submission rate\n" + body)
+        write_section("service", body)
 
 
 if __name__ == "__main__":
