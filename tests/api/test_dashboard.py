@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from aisched.service.api import create_app
 from aisched.service.app import Service
 from aisched.service.config import load_config
-from aisched.service.dashboard import UtilisationRing, UtilisationSample
+from aisched.service.dashboard import UtilisationRing, UtilisationSample, start_sampler
 from aisched.testing.fakes import FakeExecutor, fake_node
 
 QUEUES = {
@@ -171,3 +171,19 @@ def test_odd_state_costs_one_section_not_the_page(svc: Service, client: TestClie
     finally:
         del svc.scheduler.usage[("ghost", "nobody")]
     assert client.get("/v1/dashboard").json()["errors"] == []
+
+
+def test_the_sampler_fills_the_ring_until_the_scheduler_stops(tmp_path: Path) -> None:
+    svc = _open(tmp_path, FakeExecutor([fake_node(gpus=2)]))
+    ring = UtilisationRing()
+    try:
+        thread = start_sampler(svc.scheduler, ring, interval_s=0.01)
+        deadline = time.monotonic() + 10
+        while len(ring.samples()) < 3:
+            assert time.monotonic() < deadline, "no samples"
+            time.sleep(0.01)
+        assert {(s.gpus_total, s.cpus_total) for s in ring.samples()} == {(2.0, 16.0)}
+    finally:
+        svc.close()
+    thread.join(10)
+    assert not thread.is_alive()
