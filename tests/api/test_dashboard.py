@@ -78,10 +78,10 @@ def test_the_page_and_its_files_ship_with_the_package(client: TestClient) -> Non
     assert page.status_code == 200
     assert page.headers["content-type"].startswith("text/html")
     # Nothing is fetched from elsewhere: every script and stylesheet is the service's own.
-    assert 'src="/static/dashboard.js"' in page.text
+    assert 'src="static/dashboard.js"' in page.text
     assert "http://" not in page.text and "https://" not in page.text
     js = client.get("/static/dashboard.js")
-    assert js.status_code == 200 and "/v1/dashboard" in js.text
+    assert js.status_code == 200 and "v1/dashboard" in js.text
     assert client.get("/static/dashboard.css").status_code == 200
     assert client.get("/static/..%2Fapi.py").status_code == 404
 

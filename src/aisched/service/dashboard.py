@@ -329,7 +329,9 @@ def dashboard_router(svc: Service, clock: Callable[[], float] = time.time) -> AP
     def static(name: str) -> Response:
         media = STATIC_FILES.get(name)
         if media is None:
-            return JSONResponse(status_code=404, content={"error": f"no static file {name}"})
+            return JSONResponse(
+                status_code=404, content={"error": f"no static file {name}", "problems": []}
+            )
         return Response(_static(name), media_type=media)
 
     @router.get("/v1/dashboard")

@@ -250,7 +250,8 @@ function drawUtilisation() {
 async function poll() {
   const status = document.getElementById("status");
   try {
-    const url = lastSample === null ? "/v1/dashboard" : `/v1/dashboard?since=${lastSample}`;
+    // Relative, so the page also works behind a proxy that serves it under a path prefix.
+    const url = lastSample === null ? "v1/dashboard" : `v1/dashboard?since=${lastSample}`;
     const r = await fetch(url, { cache: "no-store" });
     if (!r.ok) throw new Error(`the service answered ${r.status}`);
     const doc = await r.json();
