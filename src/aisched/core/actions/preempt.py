@@ -8,6 +8,16 @@ guarantee takes back capacity that other queues borrowed beyond theirs, whatever
 Only preemptible jobs are victims, never one placed in this cycle nor one already terminating.
 Victims are ordered by the policy's victim selectors (lowest priority, least work lost since
 checkpoint, newest).
+
+With estimates that may be wrong (learned runtimes), `by: order` takes three guards against
+evicting for too little gain (all off by default, as the oracle bounds need none):
+- `factor`: a victim's key must exceed the blocked job's by this factor, not just be larger.
+- `min_run_s`: a victim must have run this long in its current attempt, so a restarted job
+  makes progress and two jobs cannot evict each other back and forth.
+- `count_lost_work`: a victim's key is lowered by the GPU-time it would lose (since its last
+  checkpoint), the work it must redo, so preemption pays for itself.
+A running job that has outlived its expected end is expected to run about as long again as it
+has run in all (its attained GPU-time): it is not done, and it is probably long.
 """
 
 from __future__ import annotations
@@ -18,6 +28,8 @@ from typing import TYPE_CHECKING
 
 from aisched.core.eviction import find_victims
 from aisched.core.framework import victim_key
+from aisched.core.plugins.order import INFINITE
+from aisched.core.plugins.victims import LeastWorkLost, time_left_s
 from aisched.core.queues import borrowed, queue_blocks, within_guarantee
 from aisched.core.snapshot import PendingJob, RunningJob
 from aisched.core.status import StatusCode
@@ -26,6 +38,7 @@ if TYPE_CHECKING:
     from aisched.core.session import Session
 
 Eligible = Callable[[PendingJob, RunningJob], bool]
+LEAST_WORK_LOST = LeastWorkLost()
 # Who may be evicted for a job; a group and a rank such that, within one group, a job of higher
 # rank may evict only a subset of what a job of lower rank may (equal: the same set).
 Eligibility = tuple[Eligible, Hashable, float]
@@ -99,6 +112,9 @@ def _run(
 class Preempt:
     by: str = "priority"
     scope: str = "queue"
+    factor: float = 1.0
+    min_run_s: float = 0.0
+    count_lost_work: bool = False
     name: str = "preempt"
 
     def __post_init__(self) -> None:
@@ -106,27 +122,40 @@ class Preempt:
             raise ValueError(f"by must be 'priority' or 'order', not {self.by!r}")
         if self.scope not in ("queue", "cluster"):
             raise ValueError(f"scope must be 'queue' or 'cluster', not {self.scope!r}")
+        if not self.factor >= 1.0:
+            raise ValueError(f"factor must be at least 1, got {self.factor}")
+        if not self.min_run_s >= 0.0:
+            raise ValueError(f"min_run_s must be 0 or more, got {self.min_run_s}")
 
     def execute(self, session: Session) -> None:
         first = session.policy.order[0] if session.policy.order else None
-
         by_priority = self.by == "priority" or first is None
+        now = session.now
         running_keys: dict[str, float] = {}  # first order key of each running job, at now
+
+        def running_key(r: RunningJob) -> float:
+            assert first is not None
+            if now - r.started_s < self.min_run_s:
+                return -INFINITE  # too fresh to stop
+            k = first.key(r.job, r.attained_at(now), time_left_s(r, now))
+            if self.count_lost_work:
+                k -= LEAST_WORK_LOST.key(r, now)
+            return k
 
         def eligible_for(pj: PendingJob) -> Eligibility:
             mine = first.key(pj.job, pj.attained_gpu_s, pj.estimate_s) if first is not None else 0.0
+            # The bar a victim's key must clear; with `factor`, above the job's own key by it.
+            bar = mine * self.factor if mine > 0 else mine
 
             def eligible(p: PendingJob, r: RunningJob) -> bool:
                 if self.scope == "queue" and r.job.queue != p.job.queue:
                     return False
-                if by_priority or first is None:
+                if by_priority:
                     return r.job.priority < p.job.priority
                 k = running_keys.get(r.id)
                 if k is None:
-                    end = r.expected_end_s
-                    left = None if end is None else max(end - session.now, 0.0)
-                    k = running_keys[r.id] = first.key(r.job, r.attained_at(session.now), left)
-                return k > mine
+                    k = running_keys[r.id] = running_key(r)
+                return k > bar
 
             scope = pj.job.queue if self.scope == "queue" else ""
             return eligible, scope, -float(pj.job.priority) if by_priority else mine
