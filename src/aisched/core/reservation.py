@@ -140,6 +140,11 @@ def allowed_nodes(session: Session, pj: PendingJob) -> tuple[BoolArray | None, t
     ]
     if not blocked_by:
         return None, ()
+    if len(blocked_by) == 1:  # the common case, asked for every later job: one shared mask
+        r = blocked_by[0]
+        if r.outside is None:
+            r.outside = ~r.nodes
+        return r.outside, (r.job_id,)
     taken = np.zeros(session.arrays.num_nodes, dtype=np.bool_)
     for r in blocked_by:
         taken |= r.nodes
