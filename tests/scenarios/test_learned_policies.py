@@ -253,6 +253,35 @@ CASES = [
         now=DAY,
     ),
     Case(
+        "a job kept off a starving gang's nodes may evict elsewhere, never on them",
+        [node("n1").gpus(8), node("n2").gpus(8), node("n3").gpus(8)],
+        [
+            job("gang").gang(2, gpu=8).pending(estimate_s=5000.0),
+            job("short")
+            .task(gpu=4)
+            .submitted(DAY)
+            .pending(estimate_s=600.0, estimate_upper_s=5000.0),
+        ],
+        "qssf",
+        [
+            ("reserve", "gang", "n1", "n2"),
+            ("preempt", "long", "short"),
+            ("bind", "short", "n3:0,1,2,3"),
+        ],
+        {"gang": StatusCode.RESERVED, "short": StatusCode.PREEMPTING},
+        running=[
+            running(job("r1").task(gpu=4).build(), ("n1", HALF), expected_end_s=DAY + 1000),
+            running(job("r2").task(gpu=4).build(), ("n2", HALF), expected_end_s=DAY + 1000),
+            running(
+                job("long").task(gpu=8).build(),
+                ("n3", tuple(range(8))),
+                expected_end_s=DAY + 100_000,
+                checkpoint_s=DAY,
+            ),
+        ],
+        now=DAY,
+    ),
+    Case(
         "a gang that has not waited long enough is not promoted",
         [node("n1").gpus(8), node("n2").gpus(8)],
         [

@@ -5,6 +5,7 @@ strictly below the blocked job, by priority (`by: priority`) or by the policy's 
 key (`by: order`: Tiresias' LAS queue, or shortest-remaining-time first, where a running job's
 estimate is the time to its expected end). reclaim works across queues: a queue within its
 guarantee takes back capacity that other queues borrowed beyond theirs, whatever the priorities.
+A blocked job kept off a reservation's nodes may make room elsewhere, never on those nodes.
 Only preemptible jobs are victims, never one placed in this cycle nor one already terminating.
 Victims are ordered by the policy's victim selectors (lowest priority, least work lost since
 checkpoint, newest).
@@ -31,6 +32,7 @@ from aisched.core.framework import victim_key
 from aisched.core.plugins.order import INFINITE
 from aisched.core.plugins.victims import LeastWorkLost, time_left_s
 from aisched.core.queues import borrowed, queue_blocks, within_guarantee
+from aisched.core.reservation import allowed_nodes
 from aisched.core.snapshot import PendingJob, RunningJob
 from aisched.core.status import StatusCode
 
@@ -39,6 +41,9 @@ if TYPE_CHECKING:
 
 Eligible = Callable[[PendingJob, RunningJob], bool]
 LEAST_WORK_LOST = LeastWorkLost()
+# Blocked jobs that may make room by eviction: those that found no room, and those kept off a
+# reservation's nodes (which may find room off them).
+_MAY_EVICT = (StatusCode.WAIT_RESOURCES, StatusCode.WAIT_RESERVATION)
 # Who may be evicted for a job; a group and a rank such that, within one group, a job of higher
 # rank may evict only a subset of what a job of lower rank may (equal: the same set).
 Eligibility = tuple[Eligible, Hashable, float]
@@ -57,14 +62,14 @@ def _run(
     # and group and no lower rank may evict no more, so it finds none either, until some
     # preemption changes the state. Blocked jobs come in order, so with a rank that follows the
     # order (shortest remaining first) one failure settles the rest of its shape.
-    failed: dict[tuple[int, Hashable], float] = {}
+    failed: dict[tuple[int, Hashable, tuple[str, ...]], float] = {}
     # Every possible victim, in victim-preference order, computed once; candidates per
     # eligibility key are filtered from it, and both are refreshed only after a preemption.
     pool: list[RunningJob] | None = None
     by_sig: dict[Hashable, list[RunningJob]] = {}
     for pj in list(session.blocked):
         status = session.statuses.get(pj.id)
-        if status is None or status.code != StatusCode.WAIT_RESOURCES:
+        if status is None or status.code not in _MAY_EVICT:
             continue
         if queue_blocks(session, pj.job) is not None:
             continue
@@ -73,7 +78,11 @@ def _run(
             continue
         eligible, group, rank = found_eligibility
         sig = (group, rank)
-        memo_key = (pj.job.shape_id, group)
+        # A job kept off reserved nodes may still make room elsewhere, never on them.
+        allowed, mask_key = (
+            allowed_nodes(session, pj) if status.code == StatusCode.WAIT_RESERVATION else (None, ())
+        )
+        memo_key = (pj.job.shape_id, group, mask_key)
         if memo_key in failed and rank >= failed[memo_key]:
             continue
         if pool is None:
@@ -89,7 +98,7 @@ def _run(
         if not cands:
             failed[memo_key] = rank
             continue
-        found = find_victims(session, pj.job, cands)
+        found = find_victims(session, pj.job, cands, allowed, mask_key or None)
         if found is None:
             failed[memo_key] = rank
             continue
