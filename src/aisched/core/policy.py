@@ -103,9 +103,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     # Helios' QSSF order (shortest predicted GPU-time first), made preemptive: a waiting job
     # evicts running work whose predicted remaining GPU-time, less the work it would lose since
-    # its checkpoint, is over FACTOR times its own, once that work has run an hour (one
-    # checkpoint). A gang of 16 GPUs or more that has waited 12 h goes to the head and holds a
-    # reservation that later jobs may use only if their upper estimate ends before it starts.
+    # its checkpoint, is over twice its own, once that work has run an hour (one checkpoint).
+    # A gang of 16 GPUs or more that has waited 12 h goes to the head and holds a reservation
+    # that later jobs may use only if their upper estimate ends before it starts.
     "qssf": {
         "actions": [
             {"name": "enqueue", "starving_after_s": 43200, "starving_min_gpus": 16},
