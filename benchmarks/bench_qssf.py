@@ -11,12 +11,13 @@ Prints per policy the headline figures, the runtime predictor's accuracy (online
 predicted when it arrives, from jobs finished by then) and, for qssf, how accurate the ETAs of
 its first cycle were; writes the table into docs/benchmarks.md.
 
-    python benchmarks/bench_qssf.py [--limit 10000] [--policy ...] [--jobs N] [--no-write]
+    python benchmarks/bench_qssf.py [--limit 10000] [--policy ...] [--jobs N (default: one per core)] [--no-write]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -45,7 +46,9 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=10_000)
     ap.add_argument("--eta", default="qssf", help="policies to run with ETAs (comma-separated)")
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs alone")
-    ap.add_argument("--jobs", type=int, default=1, help="replays to run side by side")
+    ap.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 1, help="replays to run side by side"
+    )
     args = ap.parse_args()
     trace = one_queue(load_philly(limit=args.limit))
     cluster = resolve_cluster(str(CLUSTER))
@@ -95,7 +98,9 @@ def main() -> None:
         )
     total_wall = sum(wall for _, wall, _ in results.values())
     side_by_side = (
-        f" ({elapsed / 60:.1f} min end to end, {args.jobs} side by side)" if args.jobs > 1 else ""
+        f", {elapsed / 60:.1f} min end to end with {args.jobs} side by side"
+        if args.jobs > 1
+        else ""
     )
     verdicts = _verdicts(results)
     text = (
@@ -104,7 +109,7 @@ def main() -> None:
         + "\n".join(rows)
         + f"\n\nThe {len(results)} replays took {total_wall / 60:.1f} min of wall time in all"
         + side_by_side
-        + " (wall: on 2 cores shared with other work, so only a rough figure)."
+        + ". Wall times are rough: the machine's cores were shared with other work."
         + ("\n\n" + verdicts if verdicts else "")
         + "\n\n"
         + "\n\n".join(notes)
