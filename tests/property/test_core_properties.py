@@ -42,6 +42,7 @@ from aisched.core.placement import place_job
 from aisched.core.plugins.order import Las
 from aisched.core.plugins.victims import LeastWorkLost, time_left_s
 from aisched.core.policy import PRESETS, Policy, preset
+from aisched.core.reservation import find_reservation
 from aisched.core.session import Session
 from aisched.core.snapshot import (
     FreeState,
@@ -669,3 +670,39 @@ def test_strategies_reach_the_interesting_cases() -> None:
     probe()
     for want in ("Bind", "Preempt", "Reserve", "gang", "never-fits", "wait-resources"):
         assert want in seen, f"no generated example reached {want}: {sorted(seen)}"
+
+
+@SETTINGS
+@given(scn=scenarios())
+def test_a_reservation_starts_at_the_first_release_after_which_the_job_fits(
+    scn: Scenario,
+) -> None:
+    """The reservation search (a GPU-count bound, then gallop and bisection) gives the same
+    start as trying every number of releases in end order, smallest first."""
+    session = Session(scn.snapshot(), policy_of("fifo-backfill"), scn.now, scn.pending)
+    arrays = session.arrays
+    releases = sorted(
+        session.running.values(),
+        key=lambda r: (
+            math.inf if r.expected_end_s is None else r.expected_end_s,
+            r.started_s,
+            r.id,
+        ),
+    )
+    for pj in scn.pending:
+        found = find_reservation(session, pj.job)
+        scan: float | None | str = "never"
+        for k in range(len(releases) + 1):
+            free = session.free.copy()
+            for r in releases[:k]:
+                for t in r.tasks:
+                    free.give(arrays.index[t.node], t)
+            with session.scratch(free):
+                st_ = Statement(session)
+                placed = place_job(session, st_, pj.job)
+                st_.discard()
+            if not isinstance(placed, str):
+                end = scn.now if k == 0 else releases[k - 1].expected_end_s
+                scan = None if end is None else max(end, scn.now)
+                break
+        assert (found.start_s if found is not None else "never") == scan, pj.id
