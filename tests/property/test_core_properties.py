@@ -34,12 +34,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from aisched.core.actions.preempt import Preempt as PreemptAction
 from aisched.core.cycle import CycleResult, run_cycle
 from aisched.core.decisions import Bind, Reserve, TaskBinding
 from aisched.core.eviction import evict
 from aisched.core.placement import place_job
 from aisched.core.plugins.order import Las
+from aisched.core.plugins.victims import LeastWorkLost, time_left_s
 from aisched.core.policy import PRESETS, Policy, preset
+from aisched.core.reservation import find_reservation
 from aisched.core.session import Session
 from aisched.core.snapshot import (
     FreeState,
@@ -430,7 +433,8 @@ def check_victims_rank_below_the_job_they_make_room_for(
     scn: Scenario, result: CycleResult, policy: str
 ) -> None:
     """Victims were running, are preemptible, were not bound now, and rank strictly below the
-    job they make room for: under las by LAS queue and under srtf-oracle by remaining GPU-time,
+    job they make room for: under las by LAS queue, under srtf-oracle by remaining GPU-time and
+    under qssf by predicted remaining GPU-time (with its margin, lost work and minimum run),
     cluster-wide; under priority and default
     by priority inside the queue, and a victim in another queue comes from reclaim."""
     was_running = {r.id: r for r in scn.running}
@@ -457,12 +461,21 @@ def check_victims_rank_below_the_job_they_make_room_for(
             mine = first_order.key(pj.job, pj.attained_gpu_s, pj.estimate_s)
             assert theirs > mine, (p, attained, pj.attained_gpu_s)
         elif policy == "srtf-oracle":
-            # Cluster-wide, by remaining GPU-time: a running job's is the time to its end.
-            end = v.expected_end_s
-            left = None if end is None else max(end - scn.now, 0.0)
+            # Cluster-wide, by remaining GPU-time: a running job's is the time to its end, or
+            # once past it, as long again as it has run.
+            left = time_left_s(v, scn.now)
             theirs = first_order.key(v.job, v.attained_at(scn.now), left)
             mine = first_order.key(pj.job, pj.attained_gpu_s, pj.estimate_s)
             assert theirs > mine, (p, left, pj.estimate_s)
+        elif policy == "qssf":
+            # Cluster-wide, by predicted remaining GPU-time less the work the victim loses,
+            # above `factor` times the job's own, and only after the victim's minimum run.
+            pre = next(a for a in policy_of(policy).actions if isinstance(a, PreemptAction))
+            assert scn.now - v.started_s >= pre.min_run_s, (p, v.started_s)
+            theirs = first_order.key(v.job, v.attained_at(scn.now), time_left_s(v, scn.now))
+            theirs -= LeastWorkLost().key(v, scn.now) if pre.count_lost_work else 0.0
+            mine = first_order.key(pj.job, pj.attained_gpu_s, pj.estimate_s)
+            assert theirs > mine * pre.factor, (p, theirs, mine)
         elif v.job.queue != pj.job.queue:
             assert "reclaim" in actions, p
         elif policy in ("priority", "default"):
@@ -657,3 +670,39 @@ def test_strategies_reach_the_interesting_cases() -> None:
     probe()
     for want in ("Bind", "Preempt", "Reserve", "gang", "never-fits", "wait-resources"):
         assert want in seen, f"no generated example reached {want}: {sorted(seen)}"
+
+
+@SETTINGS
+@given(scn=scenarios())
+def test_a_reservation_starts_at_the_first_release_after_which_the_job_fits(
+    scn: Scenario,
+) -> None:
+    """The reservation search (a GPU-count bound, then gallop and bisection) gives the same
+    start as trying every number of releases in end order, smallest first."""
+    session = Session(scn.snapshot(), policy_of("fifo-backfill"), scn.now, scn.pending)
+    arrays = session.arrays
+    releases = sorted(
+        session.running.values(),
+        key=lambda r: (
+            math.inf if r.expected_end_s is None else r.expected_end_s,
+            r.started_s,
+            r.id,
+        ),
+    )
+    for pj in scn.pending:
+        found = find_reservation(session, pj.job)
+        scan: float | None | str = "never"
+        for k in range(len(releases) + 1):
+            free = session.free.copy()
+            for r in releases[:k]:
+                for t in r.tasks:
+                    free.give(arrays.index[t.node], t)
+            with session.scratch(free):
+                st_ = Statement(session)
+                placed = place_job(session, st_, pj.job)
+                st_.discard()
+            if not isinstance(placed, str):
+                end = scn.now if k == 0 else releases[k - 1].expected_end_s
+                scan = None if end is None else max(end, scn.now)
+                break
+        assert (found.start_s if found is not None else "never") == scan, pj.id

@@ -30,6 +30,7 @@ class Case:
 HALF = (0, 1, 2, 3)
 OTHER_HALF = (4, 5, 6, 7)
 DAY = 86_400.0
+HOUR = 3600.0
 
 CASES = [
     Case(
@@ -76,6 +77,128 @@ CASES = [
             running(job("r2").task(gpu=4).build(), ("n1", OTHER_HALF), expected_end_s=9000.0),
         ],
     ),
+    # qssf preempts with predictions: factor 2, an hour's minimum run, lost work counted.
+    Case(
+        "qssf evicts work with over twice the waiting job's predicted GPU-time left",
+        [node("n1").gpus(8)],
+        [job("short").task(gpu=4).pending(estimate_s=600.0)],  # 2,400 GPU-s
+        "qssf",
+        [("preempt", "long", "short"), ("bind", "short", "n1:0,1,2,3")],
+        running=[
+            running(
+                job("long").task(gpu=8).build(),
+                ("n1", tuple(range(8))),
+                expected_end_s=100_000.0,
+                checkpoint_s=HOUR,
+            )
+        ],
+        now=HOUR,
+    ),
+    Case(
+        "qssf evicts the running job with the most predicted GPU-time left",
+        [node("n1").gpus(8)],
+        [job("short").task(gpu=4).pending(estimate_s=600.0)],
+        "qssf",
+        [("preempt", "far", "short"), ("bind", "short", "n1:4,5,6,7")],
+        running=[
+            running(
+                job("near").task(gpu=4).build(),
+                ("n1", HALF),
+                expected_end_s=20_000.0,
+                checkpoint_s=HOUR,
+            ),
+            running(
+                job("far").task(gpu=4).build(),
+                ("n1", OTHER_HALF),
+                expected_end_s=90_000.0,
+                checkpoint_s=HOUR,
+            ),
+        ],
+        now=HOUR,
+    ),
+    Case(
+        "qssf leaves alone work that has run less than an hour",
+        [node("n1").gpus(8)],
+        [job("short").task(gpu=4).pending(estimate_s=600.0)],
+        "qssf",
+        [],
+        {"short": StatusCode.WAIT_RESOURCES},
+        running=[
+            running(
+                job("long").task(gpu=8).build(),
+                ("n1", tuple(range(8))),
+                started_s=HOUR / 2,
+                expected_end_s=100_000.0,
+            )
+        ],
+        now=HOUR,
+    ),
+    Case(
+        "qssf does not evict for less than twice the gain",
+        [node("n1").gpus(8)],
+        [job("short").task(gpu=4).pending(estimate_s=600.0)],  # bar: 4,800 GPU-s
+        "qssf",
+        [],
+        {"short": StatusCode.WAIT_RESOURCES},
+        running=[
+            running(
+                job("near").task(gpu=8).build(),
+                ("n1", tuple(range(8))),
+                expected_end_s=HOUR + 500,  # 4,000 GPU-s left
+                checkpoint_s=HOUR,
+            )
+        ],
+        now=HOUR,
+    ),
+    Case(
+        "qssf counts the work a victim would lose since its checkpoint",
+        [node("n1").gpus(8)],
+        [job("short").task(gpu=4).pending(estimate_s=600.0)],
+        "qssf",
+        [],
+        {"short": StatusCode.WAIT_RESOURCES},
+        running=[
+            running(
+                job("mid").task(gpu=8).build(),
+                ("n1", tuple(range(8))),
+                expected_end_s=2 * HOUR + 1000,  # 8,000 GPU-s left, 7,200 of them to redo
+                checkpoint_s=2 * HOUR - 900,
+            )
+        ],
+        now=2 * HOUR,
+    ),
+    Case(
+        "qssf evicts the same job right after its checkpoint",
+        [node("n1").gpus(8)],
+        [job("short").task(gpu=4).pending(estimate_s=600.0)],
+        "qssf",
+        [("preempt", "mid", "short"), ("bind", "short", "n1:0,1,2,3")],
+        running=[
+            running(
+                job("mid").task(gpu=8).build(),
+                ("n1", tuple(range(8))),
+                expected_end_s=2 * HOUR + 1000,
+                checkpoint_s=2 * HOUR,
+            )
+        ],
+        now=2 * HOUR,
+    ),
+    Case(
+        "qssf takes a job past its expected end as long as it has run",
+        [node("n1").gpus(8)],
+        [job("short").task(gpu=4).pending(estimate_s=600.0)],
+        "qssf",
+        [("preempt", "overdue", "short"), ("bind", "short", "n1:0,1,2,3")],
+        running=[
+            running(
+                job("overdue").task(gpu=8).build(),
+                ("n1", tuple(range(8))),
+                expected_end_s=HOUR / 2,
+                checkpoint_s=HOUR,
+            )
+        ],
+        now=HOUR,
+    ),
     Case(
         "a starving gang goes first and holds a reservation without backfill",
         [node("n1").gpus(8), node("n2").gpus(8)],
@@ -97,6 +220,64 @@ CASES = [
         running=[
             running(job("r1").task(gpu=4).build(), ("n1", HALF), expected_end_s=DAY + 1000),
             running(job("r2").task(gpu=4).build(), ("n2", HALF), expected_end_s=DAY + 1000),
+        ],
+        now=DAY,
+    ),
+    Case(
+        "only the oldest starving gang holds a reservation",
+        [node("n1").gpus(8), node("n2").gpus(8), node("n3").gpus(8), node("n4").gpus(8)],
+        [
+            job("old-gang").gang(2, gpu=8).pending(estimate_s=5000.0),
+            job("young-gang").gang(2, gpu=8).submitted(1).pending(estimate_s=5000.0),
+        ],
+        "qssf",
+        [("reserve", "old-gang", "n1", "n2")],
+        {"old-gang": StatusCode.RESERVED, "young-gang": StatusCode.WAIT_RESERVATION},
+        running=[
+            running(job(f"r{i}").task(gpu=4).build(), (f"n{i}", HALF), expected_end_s=DAY + 1000)
+            for i in range(1, 5)
+        ],
+        now=DAY,
+    ),
+    Case(
+        "a younger starving gang keeps off the reserved nodes of an older one",
+        [node("n1").gpus(8), node("n2").gpus(8), node("n3").gpus(8)],
+        [
+            job("old-gang").gang(3, gpu=8).pending(estimate_s=5000.0),
+            job("young-gang").gang(2, gpu=8).submitted(1).pending(estimate_s=5000.0),
+        ],
+        "qssf",
+        [("reserve", "old-gang", "n1", "n2", "n3")],
+        {"old-gang": StatusCode.RESERVED, "young-gang": StatusCode.WAIT_RESERVATION},
+        running=[running(job("r3").task(gpu=4).build(), ("n3", HALF), expected_end_s=DAY + 1000)],
+        now=DAY,
+    ),
+    Case(
+        "a job kept off a starving gang's nodes may evict elsewhere, never on them",
+        [node("n1").gpus(8), node("n2").gpus(8), node("n3").gpus(8)],
+        [
+            job("gang").gang(2, gpu=8).pending(estimate_s=5000.0),
+            job("short")
+            .task(gpu=4)
+            .submitted(DAY)
+            .pending(estimate_s=600.0, estimate_upper_s=5000.0),
+        ],
+        "qssf",
+        [
+            ("reserve", "gang", "n1", "n2"),
+            ("preempt", "long", "short"),
+            ("bind", "short", "n3:0,1,2,3"),
+        ],
+        {"gang": StatusCode.RESERVED, "short": StatusCode.PREEMPTING},
+        running=[
+            running(job("r1").task(gpu=4).build(), ("n1", HALF), expected_end_s=DAY + 1000),
+            running(job("r2").task(gpu=4).build(), ("n2", HALF), expected_end_s=DAY + 1000),
+            running(
+                job("long").task(gpu=8).build(),
+                ("n3", tuple(range(8))),
+                expected_end_s=DAY + 100_000,
+                checkpoint_s=DAY,
+            ),
         ],
         now=DAY,
     ),
@@ -169,7 +350,7 @@ def test_eta_keeps_a_reservation_start_and_skips_what_never_fits() -> None:
 
 def test_with_eta_adds_the_action_once_and_default_has_it() -> None:
     p = with_eta(preset("qssf"))
-    assert p.action_names() == ("enqueue", "allocate", "eta")
+    assert p.action_names() == ("enqueue", "allocate", "preempt", "eta")
     assert with_eta(p) is p
     assert preset("default").action_names()[-1] == "eta"
 
@@ -180,6 +361,10 @@ def test_with_eta_adds_the_action_once_and_default_has_it() -> None:
         (
             {"actions": [{"name": "enqueue", "starving_after_s": -1}]},
             "policy.actions[0]: starving_after_s must be 0 (off) or more",
+        ),
+        (
+            {"actions": [{"name": "preempt", "by": "order", "factor": 0.5}]},
+            "policy.actions[0]: factor must be at least 1, got 0.5",
         ),
         (
             {"actions": ["enqueue"], "victims": ["longest-remainder"]},

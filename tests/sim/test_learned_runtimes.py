@@ -191,3 +191,44 @@ def test_decisions_do_not_depend_on_the_eta_action() -> None:
     plain = simulate(trace, c, preset("qssf"), estimator=Oracle())
     with_etas = simulate(trace, c, with_eta(preset("qssf")), estimator=Oracle())
     assert plain.log == with_etas.log
+
+
+def test_a_job_past_its_estimate_is_preempted_and_requeued_as_long(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`long` is estimated at 1 h but runs 20,000 s. At 9,000 s it has outlived its estimate,
+    so qssf takes it to have as long again to go and evicts it for a short job; requeued with
+    7,200 s of checkpointed work, it is estimated at that much again (plus the restore), not at
+    the restore alone, which would put it ahead of every job."""
+    seen: dict[str, list[float | None]] = {}
+
+    def spy(
+        snapshot: Snapshot, pending: Sequence[PendingJob], policy: Policy, now: float, **kw: bool
+    ) -> CycleResult:
+        for pj in pending:
+            seen.setdefault(pj.id, []).append(pj.estimate_s)
+        return run_cycle(snapshot, pending, policy, now, **kw)
+
+    monkeypatch.setattr(engine_mod, "run_cycle", spy)
+    trace = Trace(
+        "overdue",
+        (
+            TraceJob(job("long").task(gpu=8).build(), 20_000.0),
+            TraceJob(job("short").task(gpu=8).submitted(9000.0).build(), 100.0),
+        ),
+    )
+    guesses = {"long": 3600.0, "short": 100.0}
+    result = simulate(
+        trace,
+        cluster(node("n1").gpus(8)),
+        preset("qssf"),
+        SimConfig(validate=True),
+        estimator=lambda tj: (guesses[tj.job.id], None),
+    )
+    assert [e[:3] for e in result.log if e[1] != "finish"] == [
+        (0.0, "bind", "long"),
+        (9000.0, "preempt", "long"),
+        (9000.0, "bind", "short"),
+        (9100.0, "bind", "long"),
+    ]
+    assert seen["long"] == [3600.0, 60.0 + 7200.0]

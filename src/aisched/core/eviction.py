@@ -8,12 +8,12 @@ task on a node the placement uses are kept, so no job is stopped that did not ne
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING
 
 from aisched.core.decisions import TaskBinding
 from aisched.core.placement import place_job
-from aisched.core.snapshot import RunningJob
+from aisched.core.snapshot import BoolArray, RunningJob
 from aisched.core.statement import Statement
 from aisched.model.job import Job
 
@@ -37,33 +37,45 @@ def evict(session: Session, st: Statement, victim: RunningJob) -> None:
     st.on_discard(undo)
 
 
-def _fits_after(session: Session, job: Job, victims: Sequence[RunningJob]) -> bool:
+def _fits_after(
+    session: Session,
+    job: Job,
+    victims: Sequence[RunningJob],
+    allowed: BoolArray | None,
+    mask_key: Hashable,
+) -> bool:
     st = Statement(session)
     for v in victims:
         evict(session, st, v)
-    ok = not isinstance(place_job(session, st, job, mask_key=("evict", len(victims))), str)
+    placed = place_job(session, st, job, allowed, ("evict", len(victims), mask_key))
+    ok = not isinstance(placed, str)
     st.discard()
     return ok
 
 
 def find_victims(
-    session: Session, job: Job, candidates: Sequence[RunningJob]
+    session: Session,
+    job: Job,
+    candidates: Sequence[RunningJob],
+    allowed: BoolArray | None = None,
+    mask_key: Hashable = None,
 ) -> tuple[list[RunningJob], tuple[TaskBinding, ...]] | None:
     """The victims to stop and the placement they make room for, applied to the session
-    through a committed statement; None (and nothing changed) when no prefix makes room."""
+    through a committed statement; None (and nothing changed) when no prefix makes room.
+    `allowed` limits the nodes the placement may use (`mask_key` names that limit)."""
     if not candidates:
         return None
     # Gallop (1, 2, 4, ...) then bisect: few victims are usually enough, and evicting all of
     # them to test the largest prefix first would cost O(running) every time.
     n = len(candidates)
     lo, hi = 1, 1
-    while not _fits_after(session, job, candidates[:hi]):
+    while not _fits_after(session, job, candidates[:hi], allowed, mask_key):
         if hi == n:
             return None
         lo, hi = hi + 1, min(hi * 2, n)
     while lo < hi:
         mid = (lo + hi) // 2
-        if _fits_after(session, job, candidates[:mid]):
+        if _fits_after(session, job, candidates[:mid], allowed, mask_key):
             hi = mid
         else:
             lo = mid + 1
@@ -71,7 +83,7 @@ def find_victims(
     st = Statement(session)
     for v in prefix:
         evict(session, st, v)
-    res = place_job(session, st, job, mask_key=("evict-final", lo))
+    res = place_job(session, st, job, allowed, ("evict-final", lo, mask_key))
     st.discard()
     if isinstance(res, str):  # cannot happen after fits(lo); keep the session clean anyway
         return None
@@ -80,14 +92,14 @@ def find_victims(
     st = Statement(session)
     for v in needed:
         evict(session, st, v)
-    final = place_job(session, st, job, mask_key=("evict-needed", len(needed)))
+    final = place_job(session, st, job, allowed, ("evict-needed", len(needed), mask_key))
     if isinstance(final, str):
         st.discard()
         needed = prefix
         st = Statement(session)
         for v in needed:
             evict(session, st, v)
-        final = place_job(session, st, job, mask_key=("evict-final", lo))
+        final = place_job(session, st, job, allowed, ("evict-final", lo, mask_key))
         if isinstance(final, str):
             st.discard()
             return None

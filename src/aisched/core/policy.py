@@ -101,18 +101,30 @@ PRESETS: dict[str, dict[str, Any]] = {
         "order": ["sjf", "fifo"],
         "score": _BASE_SCORE,
     },
-    # Helios' QSSF: shortest predicted GPU-time first, greedy. A gang of 16 GPUs or more that
-    # has waited 12 h goes to the head and holds a reservation that later jobs may use only if
-    # their upper estimate ends before it starts, so it cannot starve.
+    # Helios' QSSF order (shortest predicted GPU-time first), made preemptive: a waiting job
+    # evicts running work whose predicted remaining GPU-time, less the work it would lose since
+    # its checkpoint, is over twice its own, once that work has run an hour (one checkpoint).
+    # A gang of 16 GPUs or more that has waited 12 h goes to the head and holds a reservation
+    # that later jobs may use only if their upper estimate ends before it starts.
     "qssf": {
         "actions": [
             {"name": "enqueue", "starving_after_s": 43200, "starving_min_gpus": 16},
             "allocate",
+            {
+                "name": "preempt",
+                "by": "order",
+                "scope": "cluster",
+                "factor": 2.0,
+                "min_run_s": 3600,
+                "count_lost_work": True,
+            },
         ],
         "order": ["qssf", "fifo"],
         "score": _BASE_SCORE,
+        "victims": ["longest-remaining", "least-work-lost"],
     },
-    # The same order with EASY backfill: the blocked head always holds a reservation.
+    # The order without preemption, with EASY backfill: the blocked head always holds a
+    # reservation.
     "qssf-backfill": {
         "actions": [
             {"name": "enqueue", "starving_after_s": 43200, "starving_min_gpus": 16},

@@ -41,6 +41,7 @@ class Reservation:
     job_id: str
     nodes: BoolArray
     start_s: float | None
+    outside: BoolArray | None = None  # ~nodes, made once when first asked (read-only)
 
 
 class Session:

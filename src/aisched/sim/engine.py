@@ -17,8 +17,9 @@ What the engine keeps, and its invariants:
   trace's true duration (an oracle estimator, for comparison, is the one exception): the
   scheduler must not see the future. An estimator gives the job's whole runtime; the engine
   hands the core the time the next attempt will take, `restart_cost_s` of restore (after a
-  preemption) plus the estimate less the work kept by checkpoints, and a running attempt's
-  expected end is its start plus that. An estimator learns only at finishes (`observe`, with
+  preemption) plus the estimate less the work kept by checkpoints (or, once the kept work
+  exceeds the estimate, as much again as was kept), and a running attempt's expected end is its
+  start plus that. An estimator learns only at finishes (`observe`, with
   the finish time), and is asked (`estimate`) at arrivals and requeues, at the current time.
 
 Work and checkpoints: an attempt checkpoints every checkpoint interval after it starts. An
@@ -272,7 +273,12 @@ class _Job:
         saved = self.saved_s
 
         def left(total: float | None) -> float | None:
-            return None if total is None else restore + max(total - saved, 0.0)
+            if total is None:
+                return None
+            # Past its estimate, a job is expected to run about as long again as it has (the
+            # rule preemption applies to a running job that outlives its expected end); the
+            # oracle's total is the truth, which a preempted job has not reached.
+            return restore + (total - saved if total > saved else saved)
 
         return PendingJob(
             self.job,

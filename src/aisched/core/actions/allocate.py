@@ -5,10 +5,13 @@ share, so placements are shared out as they happen rather than by a share fixed 
 With backfill configured (strict order) allocation stops at the first job that does not fit;
 the rest go to the later actions in order, so the blocked job's reservation can be honoured.
 
-Jobs promoted by enqueue for starving come first, before any interleaving. Without backfill, a
-promoted job that does not fit gets a reservation here, and every later job in the cycle keeps
-off its nodes unless its runtime bound (upper estimate first) ends before the reservation
-starts: greedy for everyone else, but a starving gang's start is not pushed back.
+Jobs promoted by enqueue for starving come first, before any interleaving. Without backfill,
+the first `reservations` promoted jobs that do not fit (oldest first) get a reservation here,
+and every later job in the cycle keeps off their nodes unless its runtime bound (upper estimate
+first) ends before the reservation starts: greedy for everyone else, but a starving gang's start
+is not pushed back. One at a time, as in EASY backfill, is enough for that: when the first
+starts, the next holds the reservation; more would hold idle nodes for gangs further back, and
+each reservation is a search over the running jobs' ends every cycle.
 """
 
 from __future__ import annotations
@@ -33,11 +36,17 @@ Bucket = tuple[str, str]  # (queue, user when drf interleaves users, else "")
 
 @dataclass(frozen=True, slots=True)
 class Allocate:
+    reservations: int = 1
     name: str = "allocate"
+
+    def __post_init__(self) -> None:
+        if self.reservations < 0:
+            raise ValueError(f"reservations must be 0 or more, got {self.reservations}")
 
     def execute(self, session: Session) -> None:
         strict = session.policy.strict_order
         head = session.candidates[: session.promoted]
+        held = 0
         for i, pj in enumerate(head):
             if self._place_promoted(session, pj):
                 continue
@@ -46,7 +55,8 @@ class Allocate:
                 return
             # Without backfill, allocate holds the reservation itself, and every job after
             # this one keeps off its nodes unless it ends (upper estimate) before it starts.
-            reserve_for(session, pj)
+            if held < self.reservations and reserve_for(session, pj):
+                held += 1
         buckets: dict[Bucket, deque[tuple[int, PendingJob]]] = {}
         per_user = session.policy.fair_users
         for pos, pj in enumerate(session.candidates[session.promoted :], session.promoted):
@@ -109,16 +119,23 @@ class Allocate:
 
     @staticmethod
     def _place_promoted(session: Session, pj: PendingJob) -> bool:
-        """Try a job promoted for starving, before any fair-share interleaving."""
+        """Try a job promoted for starving, before any fair-share interleaving; it keeps off
+        the nodes of an older starving job's reservation like every later job."""
         reason = queue_blocks(session, pj.job)
         if reason is not None:
             session.set_status_cached(pj.id, StatusCode.WAIT_QUEUE, reason)
             return True  # its queue holds it, not the cluster: the rest may go on
+        allowed, mask_key = allowed_nodes(session, pj) if session.reservations else (None, ())
         st = Statement(session)
-        placed = place_job(session, st, pj.job)
+        placed = place_job(session, st, pj.job, allowed, mask_key or None)
         if isinstance(placed, str):
             st.discard()
-            session.set_status_cached(pj.id, StatusCode.WAIT_RESOURCES, placed)
+            if mask_key:
+                session.set_status_cached(
+                    pj.id, StatusCode.WAIT_RESERVATION, f"{placed}; reserved nodes held"
+                )
+            else:
+                session.set_status_cached(pj.id, StatusCode.WAIT_RESOURCES, placed)
             session.blocked.append(pj)
             return False
         st.commit()

@@ -5,9 +5,20 @@ strictly below the blocked job, by priority (`by: priority`) or by the policy's 
 key (`by: order`: Tiresias' LAS queue, or shortest-remaining-time first, where a running job's
 estimate is the time to its expected end). reclaim works across queues: a queue within its
 guarantee takes back capacity that other queues borrowed beyond theirs, whatever the priorities.
+A blocked job kept off a reservation's nodes may make room elsewhere, never on those nodes.
 Only preemptible jobs are victims, never one placed in this cycle nor one already terminating.
 Victims are ordered by the policy's victim selectors (lowest priority, least work lost since
 checkpoint, newest).
+
+With estimates that may be wrong (learned runtimes), `by: order` takes three guards against
+evicting for too little gain (all off by default, as the oracle bounds need none):
+- `factor`: a victim's key must exceed the blocked job's by this factor, not just be larger.
+- `min_run_s`: a victim must have run this long in its current attempt, so a restarted job
+  makes progress and two jobs cannot evict each other back and forth.
+- `count_lost_work`: a victim's key is lowered by the GPU-time it would lose (since its last
+  checkpoint), the work it must redo, so preemption pays for itself.
+A running job that has outlived its expected end is expected to run about as long again as it
+has run in all (its attained GPU-time): it is not done, and it is probably long.
 """
 
 from __future__ import annotations
@@ -18,7 +29,10 @@ from typing import TYPE_CHECKING
 
 from aisched.core.eviction import find_victims
 from aisched.core.framework import victim_key
+from aisched.core.plugins.order import INFINITE
+from aisched.core.plugins.victims import LeastWorkLost, time_left_s
 from aisched.core.queues import borrowed, queue_blocks, within_guarantee
+from aisched.core.reservation import allowed_nodes
 from aisched.core.snapshot import PendingJob, RunningJob
 from aisched.core.status import StatusCode
 
@@ -26,6 +40,10 @@ if TYPE_CHECKING:
     from aisched.core.session import Session
 
 Eligible = Callable[[PendingJob, RunningJob], bool]
+LEAST_WORK_LOST = LeastWorkLost()
+# Blocked jobs that may make room by eviction: those that found no room, and those kept off a
+# reservation's nodes (which may find room off them).
+_MAY_EVICT = (StatusCode.WAIT_RESOURCES, StatusCode.WAIT_RESERVATION)
 # Who may be evicted for a job; a group and a rank such that, within one group, a job of higher
 # rank may evict only a subset of what a job of lower rank may (equal: the same set).
 Eligibility = tuple[Eligible, Hashable, float]
@@ -44,14 +62,14 @@ def _run(
     # and group and no lower rank may evict no more, so it finds none either, until some
     # preemption changes the state. Blocked jobs come in order, so with a rank that follows the
     # order (shortest remaining first) one failure settles the rest of its shape.
-    failed: dict[tuple[int, Hashable], float] = {}
+    failed: dict[tuple[int, Hashable, tuple[str, ...]], float] = {}
     # Every possible victim, in victim-preference order, computed once; candidates per
     # eligibility key are filtered from it, and both are refreshed only after a preemption.
     pool: list[RunningJob] | None = None
     by_sig: dict[Hashable, list[RunningJob]] = {}
     for pj in list(session.blocked):
         status = session.statuses.get(pj.id)
-        if status is None or status.code != StatusCode.WAIT_RESOURCES:
+        if status is None or status.code not in _MAY_EVICT:
             continue
         if queue_blocks(session, pj.job) is not None:
             continue
@@ -60,7 +78,11 @@ def _run(
             continue
         eligible, group, rank = found_eligibility
         sig = (group, rank)
-        memo_key = (pj.job.shape_id, group)
+        # A job kept off reserved nodes may still make room elsewhere, never on them.
+        allowed, mask_key = (
+            allowed_nodes(session, pj) if status.code == StatusCode.WAIT_RESERVATION else (None, ())
+        )
+        memo_key = (pj.job.shape_id, group, mask_key)
         if memo_key in failed and rank >= failed[memo_key]:
             continue
         if pool is None:
@@ -76,7 +98,7 @@ def _run(
         if not cands:
             failed[memo_key] = rank
             continue
-        found = find_victims(session, pj.job, cands)
+        found = find_victims(session, pj.job, cands, allowed, mask_key or None)
         if found is None:
             failed[memo_key] = rank
             continue
@@ -99,6 +121,9 @@ def _run(
 class Preempt:
     by: str = "priority"
     scope: str = "queue"
+    factor: float = 1.0
+    min_run_s: float = 0.0
+    count_lost_work: bool = False
     name: str = "preempt"
 
     def __post_init__(self) -> None:
@@ -106,27 +131,40 @@ class Preempt:
             raise ValueError(f"by must be 'priority' or 'order', not {self.by!r}")
         if self.scope not in ("queue", "cluster"):
             raise ValueError(f"scope must be 'queue' or 'cluster', not {self.scope!r}")
+        if not self.factor >= 1.0:
+            raise ValueError(f"factor must be at least 1, got {self.factor}")
+        if not self.min_run_s >= 0.0:
+            raise ValueError(f"min_run_s must be 0 or more, got {self.min_run_s}")
 
     def execute(self, session: Session) -> None:
         first = session.policy.order[0] if session.policy.order else None
-
         by_priority = self.by == "priority" or first is None
+        now = session.now
         running_keys: dict[str, float] = {}  # first order key of each running job, at now
+
+        def running_key(r: RunningJob) -> float:
+            assert first is not None
+            if now - r.started_s < self.min_run_s:
+                return -INFINITE  # too fresh to stop
+            k = first.key(r.job, r.attained_at(now), time_left_s(r, now))
+            if self.count_lost_work:
+                k -= LEAST_WORK_LOST.key(r, now)
+            return k
 
         def eligible_for(pj: PendingJob) -> Eligibility:
             mine = first.key(pj.job, pj.attained_gpu_s, pj.estimate_s) if first is not None else 0.0
+            # The bar a victim's key must clear; with `factor`, above the job's own key by it.
+            bar = mine * self.factor if mine > 0 else mine
 
             def eligible(p: PendingJob, r: RunningJob) -> bool:
                 if self.scope == "queue" and r.job.queue != p.job.queue:
                     return False
-                if by_priority or first is None:
+                if by_priority:
                     return r.job.priority < p.job.priority
                 k = running_keys.get(r.id)
                 if k is None:
-                    end = r.expected_end_s
-                    left = None if end is None else max(end - session.now, 0.0)
-                    k = running_keys[r.id] = first.key(r.job, r.attained_at(session.now), left)
-                return k > mine
+                    k = running_keys[r.id] = running_key(r)
+                return k > bar
 
             scope = pj.job.queue if self.scope == "queue" else ""
             return eligible, scope, -float(pj.job.priority) if by_priority else mine

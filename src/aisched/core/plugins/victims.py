@@ -5,6 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aisched.core.snapshot import RunningJob
+from aisched.model.resources import GPU_MILLI_WHOLE
+
+
+def time_left_s(running: RunningJob, now: float) -> float | None:
+    """How long a running job is expected to go on: to its expected end, or, once past it, as
+    long again as it has run in all (it outlived its estimate, so it is probably long);
+    None when it has no expected end."""
+    end = running.expected_end_s
+    if end is None:
+        return None
+    if end > now:
+        return end - now
+    return running.attained_at(now) / max(running.usage[2] / GPU_MILLI_WHOLE, 1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,13 +50,13 @@ class Newest:
 
 @dataclass(frozen=True, slots=True)
 class LongestRemaining:
-    """Most GPU-time left until the expected end first (shortest-remaining-time preemption
-    evicts the job furthest from done); a job with no expected end counts as endless."""
+    """Most GPU-time left first (shortest-remaining-time preemption evicts the job furthest
+    from done), by `time_left_s`; a job with no expected end counts as endless."""
 
     name: str = "longest-remaining"
 
     def key(self, running: RunningJob, now: float) -> float:
-        end = running.expected_end_s
-        if end is None:
+        left = time_left_s(running, now)
+        if left is None:
             return -float("inf")
-        return -max(end - now, 0.0) * max(running.usage[2] / 1000.0, 1.0)
+        return -left * max(running.usage[2] / GPU_MILLI_WHOLE, 1.0)
