@@ -16,7 +16,7 @@ from aisched.core.actions.enqueue import Enqueue
 from aisched.core.actions.eta import EstimateStart
 from aisched.core.actions.preempt import Preempt, Reclaim
 from aisched.core.framework import WeightedScore
-from aisched.core.plugins import order, score, victims
+from aisched.core.plugins import fragmentation, order, packing, score, victims
 from aisched.core.policy import PolicyError
 
 REGISTRY: dict[str, dict[str, Callable[..., Any]]] = {
@@ -40,6 +40,11 @@ REGISTRY: dict[str, dict[str, Callable[..., Any]]] = {
         "binpack": score.BinPack,
         "spread": score.Spread,
         "topology": score.TopologyLocality,
+        "fgd": fragmentation.Fragmentation,
+        "bestfit": packing.BestFit,
+        "worstfit": packing.WorstFit,
+        "dotprod": packing.DotProduct,
+        "random": packing.RandomFit,
     },
     "filter": {},
     "victims": {
