@@ -7,7 +7,7 @@ shared tasks, and compares the compact decision list and every pending job's sta
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 from helpers import summary
@@ -197,7 +197,49 @@ SCORE_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", SHARING_CASES + SCORE_CASES, ids=lambda c: c.name)
+def prefers(job_id: str, *models: str) -> PendingJob:
+    j = job(job_id).task(gpu=1).build()
+    return PendingJob(replace(j, gpu_models_preferred=models))
+
+
+MODEL_CASES = [
+    Case(
+        "a preferred model wins over the node order (default scores)",
+        [node("a100").gpus(2, model="A100"), node("t4").gpus(2, model="T4")],
+        [prefers("j", "T4")],
+        "fifo",
+        [("bind", "j", "t4:0")],
+        {"j": PLACED},
+    ),
+    Case(
+        "a preference is not a requirement: with the preferred model full, another model",
+        [node("a100").gpus(1, model="A100"), node("t4").gpus(1, model="T4")],
+        [prefers("j", "T4")],
+        "fifo",
+        [("bind", "j", "a100:0")],
+        {"j": PLACED},
+        running=[share("r", "t4", 0, 1000)],
+    ),
+    Case(
+        "hetero: a long job gets the fast model",
+        [node("a-t4").gpus(1, model="T4"), node("b-a100").gpus(1, model="A100")],
+        [job("long").task(gpu=1).estimate(36_000).pending()],
+        "hetero",
+        [("bind", "long", "b-a100:0")],
+        {"long": PLACED},
+    ),
+    Case(
+        "hetero: a short small job leaves the fast model free",
+        [node("a-a100").gpus(1, model="A100"), node("b-t4").gpus(1, model="T4")],
+        [job("short").task(gpu=1).estimate(60).pending()],
+        "hetero",
+        [("bind", "short", "b-t4:0")],
+        {"short": PLACED},
+    ),
+]
+
+
+@pytest.mark.parametrize("case", SHARING_CASES + SCORE_CASES + MODEL_CASES, ids=lambda c: c.name)
 def test_gpu_placement(case: Case) -> None:
     snap = snapshot_of(cluster(*case.nodes), case.running)
     if case.mix is not None:

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from aisched.cli.errors import EXIT_FAILURE, CLIError
-from aisched.core.policy import PRESETS, Policy, with_eta
+from aisched.core.policy import PLACEMENT_SCORES, PRESETS, Policy, with_eta
 from aisched.model.cluster import Cluster
 from aisched.sim.engine import SimConfig, SimulationError, simulate
 from aisched.sim.estimators import ESTIMATORS, estimator_for
@@ -111,6 +111,24 @@ def register(sub: Any) -> None:
         help="estimate a start time for every waiting job in every cycle and report how "
         "accurate the first one was (costs time on a long queue)",
     )
+    p.add_argument(
+        "--saturate",
+        action="store_true",
+        help="fill the cluster instead of replaying time (the FGD paper's experiment): tasks "
+        "arrive in trace order and never leave, and the table gives the GPU allocated and "
+        "the GPU demand left unallocated when the arrived demand reaches each --targets share",
+    )
+    p.add_argument(
+        "--placement",
+        help="with --saturate: comma-separated placement presets or policy files to compare "
+        f"(default: {','.join(PLACEMENT_SCORES)})",
+    )
+    p.add_argument(
+        "--targets",
+        default="0.9,0.95,1.0",
+        help="with --saturate: shares of GPU capacity arrived at which to report "
+        "(default: %(default)s)",
+    )
     p.add_argument("--max-time", type=float, metavar="S", help="stop at this virtual time")
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the figures as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -123,6 +141,10 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     trace, kind = load_trace(args.trace, limit=args.limit, jobs=args.jobs, seed=args.seed)
     cluster = choose_cluster(args.cluster, trace, kind)
+    if args.saturate:
+        return run_saturation(args, trace, cluster)
+    if args.placement is not None:
+        raise CLIError("--placement goes with --saturate; to replay time, use --policy")
     if args.one_queue:
         trace = one_queue(trace)
     policies = load_policies(args.policy)
@@ -293,3 +315,61 @@ def _progress_callback(bar: Progress | None, name: str) -> Callable[[int, int], 
         bar.update(task, completed=done, total=total)
 
     return update
+
+
+def parse_targets(text: str) -> list[float]:
+    try:
+        targets = [float(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise CLIError(f"--targets: expected shares such as 0.9,1.0, got {text!r}") from None
+    if not targets or any(not 0 < t <= 10 for t in targets):
+        raise CLIError(f"--targets: expected shares of capacity above 0, got {text!r}")
+    return targets
+
+
+def run_saturation(args: argparse.Namespace, trace: Trace, cluster: Cluster) -> int:
+    """`simulate --saturate`: fill the cluster under each placement and print one table."""
+    from rich.table import Table
+
+    from aisched.sim.saturation import TABLE_HEADER, saturate, table_rows
+
+    policies = load_policies(args.placement or ",".join(PLACEMENT_SCORES))
+    targets = parse_targets(args.targets)
+    jobs = [tj.job for tj in trace.jobs]
+    results = []
+    for policy in policies:
+        try:
+            results.append(
+                saturate(
+                    jobs,
+                    cluster,
+                    policy,
+                    targets=targets,
+                    trace_name=trace.name,
+                    validate=args.validate,
+                )
+            )
+        except (SimulationError, ValueError) as e:
+            raise CLIError(f"policy {policy.name}: {e}", EXIT_FAILURE) from None
+    out = Console() if Console().is_terminal else Console(width=120)
+    out.print(
+        f"trace [bold]{trace.name}[/] filled until {max(targets):.0%} of GPU capacity arrived; "
+        f"cluster: {len(cluster.nodes):,} nodes, {cluster.total_gpus:,} GPUs"
+    )
+    table = Table(*TABLE_HEADER)
+    for row in table_rows(results):
+        table.add_row(*row)
+    out.print(table)
+    if args.json is not None:
+        import json
+
+        doc = {
+            "trace": trace.name,
+            "cluster": {"nodes": len(cluster.nodes), "gpus": cluster.total_gpus},
+            "results": [dataclasses.asdict(r) for r in results],
+        }
+        try:
+            args.json.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        except OSError as e:
+            raise CLIError(f"--json: cannot write {args.json}: {e.strerror or e}") from None
+    return 0

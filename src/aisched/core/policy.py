@@ -68,7 +68,9 @@ class Policy:
         return None
 
 
-_BASE_SCORE: list[Any] = ["binpack", "topology"]
+# gpu-preference scores alike every node for a job without preferred models, so it changes
+# nothing unless a job names some.
+_BASE_SCORE: list[Any] = ["binpack", "topology", "gpu-preference"]
 _VICTIMS: list[Any] = ["lowest-priority", "least-work-lost", "newest"]
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -167,6 +169,14 @@ PRESETS.update(
         for name in PLACEMENT_SCORES
     }
 )
+
+# fifo that also weighs GPU models: preferred models first, and fast models for long or large
+# jobs (the speed table of `model.gpu_speed`).
+PRESETS["hetero"] = {
+    "actions": ["enqueue", "allocate"],
+    "order": ["fifo"],
+    "score": [*_BASE_SCORE, {"name": "hetero", "weight": 2.0}, "gpu-preference"],
+}
 
 ALLOWED_KEYS = ("name", "actions", "order", "score", "filters", "victims", "queue_depth")
 

@@ -16,7 +16,7 @@ from aisched.core.actions.enqueue import Enqueue
 from aisched.core.actions.eta import EstimateStart
 from aisched.core.actions.preempt import Preempt, Reclaim
 from aisched.core.framework import WeightedScore
-from aisched.core.plugins import fragmentation, order, packing, score, victims
+from aisched.core.plugins import fragmentation, hetero, order, packing, score, victims
 from aisched.core.policy import PolicyError
 
 REGISTRY: dict[str, dict[str, Callable[..., Any]]] = {
@@ -45,6 +45,8 @@ REGISTRY: dict[str, dict[str, Callable[..., Any]]] = {
         "worstfit": packing.WorstFit,
         "dotprod": packing.DotProduct,
         "random": packing.RandomFit,
+        "hetero": hetero.Heterogeneity,
+        "gpu-preference": hetero.PreferredModel,
     },
     "filter": {},
     "victims": {

@@ -154,3 +154,38 @@ def saturate(
         failed=failed,
         wall_s=time.perf_counter() - wall0,
     )
+
+
+def table_rows(results: Sequence[SaturationResult]) -> list[list[str]]:
+    """One row per (policy, target): allocated and unallocated shares of GPU capacity, and how
+    much less is unallocated than under bestfit at the same target (when bestfit ran)."""
+    base = {p.target: p for r in results if r.policy_name == "bestfit" for p in r.points}
+    rows: list[list[str]] = []
+    for r in results:
+        for p in r.points:
+            ref = base.get(p.target)
+            if ref is None or r.policy_name == "bestfit" or ref.failed_gpus == 0:
+                vs = "—"
+            else:
+                vs = f"{(p.failed_gpus / ref.failed_gpus - 1) * 100:+.0f} %"
+            rows.append(
+                [
+                    r.policy_name,
+                    f"{p.target * 100:.0f} %",
+                    f"{p.allocated_share * 100:.2f} %",
+                    f"{p.unallocated_share * 100:.2f} %",
+                    f"{p.failed_gpus:,.1f}",
+                    vs,
+                ]
+            )
+    return rows
+
+
+TABLE_HEADER = (
+    "placement",
+    "GPU demand arrived",
+    "GPU allocated",
+    "GPU unallocated",
+    "unallocated GPUs",
+    "unallocated vs bestfit",
+)
