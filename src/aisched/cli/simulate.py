@@ -22,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from aisched.cli.errors import EXIT_FAILURE, CLIError
 from aisched.core.policy import PLACEMENT_SCORES, PRESETS, Policy, with_eta
 from aisched.model.cluster import Cluster
+from aisched.model.gpu_speed import GpuSpeeds
 from aisched.sim.engine import SimConfig, SimulationError, simulate
 from aisched.sim.estimators import ESTIMATORS, estimator_for
 from aisched.sim.metrics import PolicyMetrics, compute_metrics
@@ -129,6 +130,12 @@ def register(sub: Any) -> None:
         help="with --saturate: shares of GPU capacity arrived at which to report "
         "(default: %(default)s)",
     )
+    p.add_argument(
+        "--gpu-speeds",
+        metavar="SPEC",
+        help="runtimes depend on the GPU model: 'default' (the built-in table) or "
+        "MODEL=SPEED,... (e.g. V100=1,T4=0.4); unlisted models run at 1.0",
+    )
     p.add_argument("--max-time", type=float, metavar="S", help="stop at this virtual time")
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the figures as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -157,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
             cycle_interval_s=args.interval,
             validate=args.validate,
             max_time_s=args.max_time,
+            gpu_speeds=parse_gpu_speeds(args.gpu_speeds),
         )
     except ValueError as e:
         raise CLIError(str(e)) from None
@@ -315,6 +323,28 @@ def _progress_callback(bar: Progress | None, name: str) -> Callable[[int, int], 
         bar.update(task, completed=done, total=total)
 
     return update
+
+
+def parse_gpu_speeds(text: str | None) -> GpuSpeeds | None:
+    """`--gpu-speeds`: None, 'default', or MODEL=SPEED pairs separated by commas."""
+    if text is None:
+        return None
+    if text.strip() == "default":
+        return GpuSpeeds()
+    speeds: dict[str, float] = {}
+    for part in (p.strip() for p in text.split(",")):
+        model, eq, value = part.partition("=")
+        try:
+            speed = float(value)
+        except ValueError:
+            speed = -1.0
+        if not eq or not model.strip() or not 0 < speed < float("inf"):
+            raise CLIError(
+                f"--gpu-speeds: {part!r} is not MODEL=SPEED with a positive speed "
+                "(e.g. V100=1,T4=0.4), nor 'default'"
+            )
+        speeds[model.strip()] = speed
+    return GpuSpeeds.of_mapping(speeds)
 
 
 def parse_targets(text: str) -> list[float]:

@@ -33,7 +33,7 @@ from aisched.core.snapshot import (
     build_arrays,
     validate_free,
 )
-from aisched.core.taskmix import TaskMixTally
+from aisched.core.taskmix import TaskMix, TaskMixTally
 from aisched.model.cluster import Cluster
 from aisched.model.job import Job
 from aisched.model.resources import GPU_MILLI_WHOLE
@@ -90,9 +90,11 @@ def saturate(
     targets: Sequence[float] = DEFAULT_TARGETS,
     trace_name: str = "trace",
     validate: bool = False,
+    task_mix: TaskMix | None = None,
 ) -> SaturationResult:
     """Fill `cluster` with `jobs` in order under `policy` until the arrived GPU demand reaches
-    every share of capacity in `targets`; see the module docstring."""
+    every share of capacity in `targets`; see the module docstring. `task_mix` fixes the mix
+    the fragmentation score sees (default: the tally of the tasks arrived so far)."""
     wanted = sorted(targets)
     if not wanted or wanted[0] <= 0:
         raise ValueError(f"targets must be positive shares of capacity, got {list(targets)}")
@@ -114,7 +116,8 @@ def saturate(
             break
         demand = job.total_request.gpu_equivalent_milli
         tally.add_job(job)
-        snapshot = Snapshot(arrays, free, tuple(running), queues, usage, task_mix=tally.mix())
+        mix = tally.mix() if task_mix is None else task_mix
+        snapshot = Snapshot(arrays, free, tuple(running), queues, usage, task_mix=mix)
         result = run_cycle(snapshot, (PendingJob(job),), policy, float(i), validate=validate)
         bind = next((d for d in result.decisions if isinstance(d, Bind)), None)
         if bind is None:

@@ -1,6 +1,7 @@
 """Heterogeneity-aware scores: which GPU model a job should get, not only whether it fits.
 
-- `hetero`: a speed table per GPU model (`model.gpu_speed`); long or large jobs go to the
+- `hetero`: a speed table per GPU model (`model.gpu_speed`); long or large jobs (by the
+  attached estimate, else the job's own, else its time limit) go to the
   fastest model with room, where the speed-up saves the most GPU-hours; jobs known to be short
   and small go to the slowest, leaving fast GPUs free for the jobs that gain from them. A job
   whose runtime is unknown and that is small is left to the other scores.
@@ -40,6 +41,18 @@ def node_speeds(session: Session, speeds: GpuSpeeds) -> FloatArray:
     return hit  # type: ignore[return-value]
 
 
+def expected_runtime(session: Session, job: Job) -> float | None:
+    """The estimate attached to the pending job (a predictor's), else the job's own, else its
+    time limit; None when nothing is known."""
+    by_id = session.memo.get("pending-by-id")
+    if by_id is None:
+        by_id = session.memo["pending-by-id"] = {pj.id: pj for pj in session.pending}
+    pj = by_id.get(job.id)  # type: ignore[attr-defined]
+    if pj is not None and pj.estimate_s is not None:
+        return float(pj.estimate_s)
+    return job.estimate_s if job.estimate_s is not None else job.time_limit_s
+
+
 @dataclass(frozen=True, slots=True)
 class Heterogeneity:
     name: str = "hetero"
@@ -61,7 +74,7 @@ class Heterogeneity:
 
     def score(self, session: Session, job: Job, request: Resources, nodes: IntArray) -> FloatArray:
         speed = node_speeds(session, self._table)[nodes]
-        runtime = job.estimate_s if job.estimate_s is not None else job.time_limit_s
+        runtime = expected_runtime(session, job)
         if job.num_gpus >= self.large_gpus or (runtime is not None and runtime >= self.long_s):
             return speed
         if runtime is not None:
