@@ -93,7 +93,12 @@ def _construct(kind: str, name: str, args: dict[str, Any], path: str) -> Any:
         raise PolicyError(
             f"policy.{path}: unknown {kind} {name!r}; known: {', '.join(sorted(table)) or 'none'}"
         )
-    fields = {f.name: f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+    # Fields a plugin derives itself (init=False) are not arguments.
+    fields = (
+        {f.name: f for f in dataclasses.fields(cls) if f.init}
+        if dataclasses.is_dataclass(cls)
+        else {}
+    )
     for key, value in args.items():
         f = fields.get(key)
         if f is None or key == "name":

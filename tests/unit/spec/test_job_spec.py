@@ -833,6 +833,23 @@ def test_volcano_errors(case: Invalid) -> None:
 
 IMAGE_AT = "ignored: aisched runs the command on the host, not in a container image"
 EXAMPLE_JOBS = {
+    "shared-infer.yaml": ParsedJob(
+        job(
+            group(
+                replicas=2,
+                command=("/bin/sh", "-c", "python serve.py --port 8080"),
+                cpu=2000,
+                mem=8 * GIB,
+                gpu_milli=330,
+                gpu_mem=10 * GIB,
+            ),
+            name="embed-service",
+            kind=JobKind.INFER,
+            gpu_models=("T4", "A10"),
+            gpu_models_preferred=("A10",),
+        ),
+        "native",
+    ),
     "hello.yaml": ParsedJob(
         job(
             group(
