@@ -175,7 +175,7 @@ PRESETS.update(
 PRESETS["hetero"] = {
     "actions": ["enqueue", "allocate"],
     "order": ["fifo"],
-    "score": [*_BASE_SCORE, {"name": "hetero", "weight": 2.0}, "gpu-preference"],
+    "score": [*_BASE_SCORE, {"name": "hetero", "weight": 2.0}],
 }
 
 ALLOWED_KEYS = ("name", "actions", "order", "score", "filters", "victims", "queue_depth")
