@@ -40,7 +40,7 @@ class World:
     def submit(self, j: Job) -> str:
         fut = self.sched.submit(j)
         self.sched.step()
-        return fut.result(0)
+        return str(fut.result(0)["id"])
 
     def state(self, job_id: str) -> dict[str, object]:
         with self.store.read() as tx:
@@ -65,7 +65,7 @@ def make_scheduler(store: Store, fx: FakeExecutor, clock: Clock, home: Path) -> 
         fx,
         preset("default"),
         QueueTree(),
-        LoopConfig(data_dir=home, cycle_interval_s=5.0, max_backoff_s=60.0),
+        LoopConfig(data_dir=home, cycle_interval_s=5.0, max_backoff_s=60.0, cycle_gap_factor=0),
         clock=clock,
     )
 
@@ -309,7 +309,7 @@ def test_the_predictor_learns_runtimes_and_relearns_them_after_a_restart(tmp_pat
             fx,
             preset("default"),
             QueueTree(),
-            LoopConfig(data_dir=tmp_path),
+            LoopConfig(data_dir=tmp_path, cycle_gap_factor=0),
             clock=clock,
             predictor=RuntimePredictor(),
         )

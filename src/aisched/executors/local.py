@@ -1,7 +1,8 @@
 """The local executor: tasks as processes on this machine, each under its own supervisor.
 
 `launch` writes the request to `<state_dir>/<job>/<attempt>/<task>/launch.json`, creates the
-task's memory cgroup (when that is the mechanism), and starts `supervisor.py` in a new session;
+task's memory cgroup (when that is the mechanism), and starts `supervisor.py` in a new session
+(forked by a warm fork server, `forkserver.py`, or else spawned as a new interpreter);
 the supervisor starts the task, enforces its limits, runs the SIGTERM-grace-SIGKILL of a stop,
 and records the end in `exit.json` (see `supervisor.py`). One watcher thread waits on a pidfd
 per supervisor (or, where pidfds are missing, polls every 0.1 s) and turns each supervisor's
@@ -59,6 +60,7 @@ from aisched.executors.cgroups import (
     release_base,
 )
 from aisched.executors.discovery import discover_node
+from aisched.executors.forkserver import ForkServer, ForkServerError
 from aisched.executors.gpu_watchdog import (
     GpuMemoryWatchdog,
     OverAction,
@@ -116,6 +118,7 @@ class LocalExecutor:
     auto | cgroup-v2 | cgroup-v1 | rlimit | none (a forced one that is unavailable raises
     `MemoryControlError`); `cgroup_parent`: an existing cgroup to create task cgroups in.
     `use_pidfd`: None picks pidfds where the kernel has them; False forces polling.
+    `fork_server`: fork supervisors from a warm process (False: spawn each one).
     """
 
     def __init__(
@@ -126,6 +129,7 @@ class LocalExecutor:
         mem_mechanism: str = "auto",
         cgroup_parent: str | None = None,
         use_pidfd: bool | None = None,
+        fork_server: bool = True,
         notes: Sequence[str] = (),
         gpu_watchdog: GpuMemoryWatchdog | None = None,
     ) -> None:
@@ -159,6 +163,9 @@ class LocalExecutor:
         self._epoll = select.epoll() if self._pidfd else None
         if self._epoll is not None:
             self._epoll.register(self._wake_r, select.EPOLLIN)
+        self._fork_server: ForkServer | None = (
+            ForkServer(SUPERVISOR_SCRIPT) if fork_server else None
+        )
         self._thread = threading.Thread(target=self._watch_loop, name="aisched-exits", daemon=True)
         self._thread.start()
 
@@ -253,32 +260,13 @@ class LocalExecutor:
             create_task_cgroup(self._mem, cgroup_name(*key), req.mem_limit_mib)
             # 3. The supervisor, in its own session so it outlives us; SIGTERM blocked until
             #    its handler is in place, so an early stop is not lost.
-            pid = os.posix_spawn(
-                sys.executable,
-                [sys.executable, "-I", "-S", SUPERVISOR_SCRIPT, str(tdir)],
-                {},
-                file_actions=[
-                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                    (
-                        os.POSIX_SPAWN_OPEN,
-                        1,
-                        str(tdir / sup.LOG),
-                        os.O_WRONLY | os.O_CREAT | os.O_APPEND,
-                        0o644,
-                    ),
-                    (os.POSIX_SPAWN_DUP2, 1, 2),
-                ],
-                setsid=True,
-                setsigmask={signal.SIGTERM},
-            )
+            pid, start, own_child = self._start_supervisor(tdir)
         except OSError as exc:
             sup.remove_cgroup(cgroup)
             shutil.rmtree(tdir, ignore_errors=True)
             raise LaunchError(
                 f"task {_show(key)}: cannot start its supervisor: {exc.strerror or exc}"
             ) from None
-        start = sup.start_time(pid)
-        assert start is not None  # our unreaped child: /proc keeps it at least as a zombie
         watched = _Watched(
             key,
             str(tdir),
@@ -287,11 +275,14 @@ class LocalExecutor:
             cores,
             cgroup,
             req.grace_period_s,
-            own_child=True,
+            own_child=own_child,
             gpus=tuple(req.gpus),
             gpu_mem_mib=req.gpu_mem_mib,
         )
-        self._watch(watched)
+        if own_child:
+            self._watch(watched)
+        else:
+            self._watch_forked(watched)
         return TaskHandle(
             key=key,
             node=self._node.name,
@@ -446,6 +437,39 @@ class LocalExecutor:
             why = "its supervisor is gone without a record; what was left of it was killed"
         return AdoptState.LOST, _lost(key, why)
 
+    def _start_supervisor(self, tdir: Path) -> tuple[int, int, bool]:
+        """(pid, start time, our own child?) of a new supervisor for `tdir`: forked by the fork
+        server when it works, else spawned as a new interpreter."""
+        if self._fork_server is not None:
+            try:
+                pid, start = self._fork_server.spawn(str(tdir))
+                return pid, start, False
+            except ForkServerError as exc:
+                log.warning("%s; supervisors are spawned directly from now on", exc)
+                self._fork_server.close()
+                self._fork_server = None
+        pid = os.posix_spawn(
+            sys.executable,
+            [sys.executable, "-I", "-S", SUPERVISOR_SCRIPT, str(tdir)],
+            {},
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (
+                    os.POSIX_SPAWN_OPEN,
+                    1,
+                    str(tdir / sup.LOG),
+                    os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                    0o644,
+                ),
+                (os.POSIX_SPAWN_DUP2, 1, 2),
+            ],
+            setsid=True,
+            setsigmask={signal.SIGTERM},
+        )
+        started = sup.start_time(pid)
+        assert started is not None  # our unreaped child: /proc keeps it at least as a zombie
+        return pid, started, True
+
     def set_wakeup(self, wakeup: Callable[[], None]) -> None:
         self._wakeup = wakeup
 
@@ -453,6 +477,8 @@ class LocalExecutor:
         if self._closed:
             return
         self._closed = True
+        if self._fork_server is not None:
+            self._fork_server.close()
         os.write(self._wake_w, b"x")
         self._thread.join(timeout=5.0)
         with self._lock:
@@ -478,9 +504,24 @@ class LocalExecutor:
 
     # --- watching ------------------------------------------------------------------------
 
-    def _watch(self, w: _Watched, pidfd: int | None = None) -> None:
+    def _watch_forked(self, w: _Watched) -> None:
+        """Starts watching a supervisor the fork server made. Not our child, so its pid is only
+        trusted while the process is the one started at `w.sup_start`: a pidfd is kept only if
+        opened while that holds; one that has already ended is found gone by the watcher."""
+        pidfd: int | None = None
+        if self._epoll is not None:
+            try:
+                pidfd = os.pidfd_open(w.sup_pid)
+            except OSError:
+                pidfd = None
+            if pidfd is not None and not sup.is_alive(w.sup_pid, w.sup_start):
+                os.close(pidfd)
+                pidfd = None
+        self._watch(w, pidfd, open_pidfd=False)
+
+    def _watch(self, w: _Watched, pidfd: int | None = None, *, open_pidfd: bool = True) -> None:
         """Starts watching `w` (with `pidfd` when the caller already opened one)."""
-        if pidfd is None and self._epoll is not None:
+        if pidfd is None and open_pidfd and self._epoll is not None:
             try:
                 pidfd = os.pidfd_open(w.sup_pid)
             except OSError:  # out of fds, or reaped by someone else already: polled instead

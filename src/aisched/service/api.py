@@ -44,6 +44,7 @@ from aisched.service.schemas import (
 )
 from aisched.spec.errors import SpecError
 from aisched.spec.job import parse_job_document, parse_job_text
+from aisched.store.db import job_row
 
 MAX_BODY = 1 << 20  # a job file larger than 1 MiB is a mistake, not a job
 LIVE_STATES = (JobState.PENDING.value, JobState.RUNNING.value)
@@ -163,13 +164,11 @@ def create_app(svc: Service) -> FastAPI:
                 ),
             )
         try:
-            job_id = await asyncio.wrap_future(sched.submit(job, parsed.format, parsed.warnings))
+            stored = await asyncio.wrap_future(sched.submit(job, parsed.format, parsed.warnings))
         except Rejected as e:
             return problem(e.status, "job refused", [f"{src}: {e}"])
-        with svc.store.read() as tx:
-            row = tx.get_job(job_id)
-        assert row is not None
-        out = SubmitOut(id=job_id, warnings=list(parsed.warnings), job=job_out(row))
+        row = job_row(stored)  # as stored, without reading it back
+        out = SubmitOut(id=row["id"], warnings=list(parsed.warnings), job=job_out(row))
         return JSONResponse(status_code=201, content=out.model_dump())
 
     @app.get("/v1/jobs", response_model=JobList)

@@ -118,11 +118,9 @@ class Batch:
         if not self.empty():
             with store.tx() as tx:
                 tx.insert_jobs(self.new_jobs)
-                for job_id, values in self.jobs.items():
-                    tx.update_job(job_id, values)
+                tx.update_jobs(self.jobs)
                 tx.insert_tasks(self.new_tasks)
-                for (job_id, attempt, name), values in self.tasks.items():
-                    tx.update_task(job_id, attempt, name, values)
+                tx.update_tasks(self.tasks)
                 tx.add_events(self.events)
         after = self.after
         self.new_jobs, self.jobs, self.new_tasks, self.tasks, self.events = [], {}, [], {}, []

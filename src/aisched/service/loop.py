@@ -86,6 +86,10 @@ class LoopConfig:
     master_addr: str = "127.0.0.1"
     # Variables every task starts with, under its own and the contract's (PATH, HOME, ...).
     base_env: tuple[tuple[str, str], ...] = ()
+    # After a cycle that took t seconds, the next waits at least t x this: under a stream of
+    # submissions the queue grows and so does a cycle; this keeps three quarters of the time
+    # for taking submissions in, while an idle scheduler (fast cycles) still answers at once.
+    cycle_gap_factor: float = 3.0
 
 
 class Rejected(Exception):
@@ -101,7 +105,8 @@ class _Submit:
     job: Job
     fmt: str
     warnings: tuple[str, ...]
-    future: Future[str]
+    received_at: float
+    future: Future[Row]
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +160,7 @@ class Scheduler:
         self.last_submit_s = 0.0
         self.dirty = True
         self.last_cycle_at = -math.inf
+        self.next_cycle_not_before = -math.inf  # perf_counter time (see cycle_gap_factor)
         self.terminal_counts: dict[str, int] = {}
         self.stats = LoopStats()
         self.last_observed_s = -math.inf
@@ -164,11 +170,12 @@ class Scheduler:
 
     # --- the public face (any thread) -------------------------------------------------------
 
-    def submit(self, job: Job, fmt: str = "native", warnings: tuple[str, ...] = ()) -> Future[str]:
-        """Queue a job (its id and submit time are set here); the Future gives its id once it
-        is durably stored, or raises Rejected (e.g. it can never fit this machine)."""
-        fut: Future[str] = Future()
-        self.commands.put(_Submit(job, fmt, warnings, fut))
+    def submit(self, job: Job, fmt: str = "native", warnings: tuple[str, ...] = ()) -> Future[Row]:
+        """Queue a job (its id is set by the loop; its submit time is now); the Future gives
+        the job's row as stored once it is durable, or raises Rejected (e.g. it can never fit
+        this machine)."""
+        fut: Future[Row] = Future()
+        self.commands.put(_Submit(job, fmt, warnings, self.clock(), fut))
         self.wake.set()
         return fut
 
@@ -349,6 +356,8 @@ class Scheduler:
         ]
         due = now - self.last_cycle_at >= self.config.cycle_interval_s
         if pending and (self.dirty or due):
+            if time.perf_counter() < self.next_cycle_not_before:
+                return max(self.next_cycle_not_before - time.perf_counter(), 0.0)
             self._cycle(now, pending)
         elif not pending:
             self.dirty = False
@@ -384,39 +393,38 @@ class Scheduler:
         self.next_seq += 1
         job_id = str(seq)
         # Strictly increasing submit times keep FIFO order equal to submission order.
-        submitted = max(now, self.last_submit_s + 1e-6)
+        submitted = max(cmd.received_at, self.last_submit_s + 1e-6)
         self.last_submit_s = submitted
         job = replace(cmd.job, id=job_id, submit_time_s=submitted)
         ckpt = str(self.config.data_dir / "checkpoints" / job_id)
         lj = LiveJob(job=job, state=JobState.PENDING, submitted_at=submitted, checkpoint_dir=ckpt)
         self.jobs[job_id] = lj
         self._make_pending(lj, batch)
-        batch.new_jobs.append(
-            {
-                "seq": seq,
-                "id": job_id,
-                "name": job.name,
-                "user": job.user,
-                "queue": job.queue,
-                "priority": job.priority,
-                "kind": job.kind.value,
-                "format": cmd.fmt,
-                "spec": job_to_dict(job),
-                "state": JobState.PENDING.value,
-                "submitted_at": submitted,
-                "attempt": 0,
-                "failures": 0,
-                "preemptions": 0,
-                "attained_gpu_s": 0.0,
-                "checkpoint_dir": ckpt,
-                "warnings": list(cmd.warnings),
-                "reason_code": StatusCode.NOT_CONSIDERED.value,
-                "reason": "waiting for the next scheduling cycle",
-            }
-        )
+        row: Row = {
+            "seq": seq,
+            "id": job_id,
+            "name": job.name,
+            "user": job.user,
+            "queue": job.queue,
+            "priority": job.priority,
+            "kind": job.kind.value,
+            "format": cmd.fmt,
+            "spec": job_to_dict(job),
+            "state": JobState.PENDING.value,
+            "submitted_at": submitted,
+            "attempt": 0,
+            "failures": 0,
+            "preemptions": 0,
+            "attained_gpu_s": 0.0,
+            "checkpoint_dir": ckpt,
+            "warnings": list(cmd.warnings),
+            "reason_code": StatusCode.NOT_CONSIDERED.value,
+            "reason": "waiting for the next scheduling cycle",
+        }
+        batch.new_jobs.append(row)
         lj.written_status = (StatusCode.NOT_CONSIDERED.value, "", None)
         batch.event(submitted, job_id, "submitted", f"submitted to queue {job.queue}")
-        batch.after.append(lambda: cmd.future.set_result(job_id))
+        batch.after.append(lambda: cmd.future.set_result(row))
         self.dirty = True
 
     def _on_cancel(self, cmd: _Cancel, batch: Batch, now: float) -> None:
@@ -699,6 +707,7 @@ class Scheduler:
         t0 = time.perf_counter()
         result = run_cycle(snapshot, pending, self.policy, now)
         took = time.perf_counter() - t0
+        self.next_cycle_not_before = t0 + took * (1 + self.config.cycle_gap_factor)
         self.stats.cycles += 1
         self.stats.last_cycle_s = took
         self.last_cycle_at = now
@@ -881,7 +890,10 @@ class Scheduler:
                 task.handle = handle
                 task.phase = TaskPhase.RUNNING
                 batch.task(
-                    req.key, state=TaskPhase.RUNNING.value, handle=handle.data, started_at=now
+                    req.key,
+                    state=TaskPhase.RUNNING.value,
+                    handle=handle.data,
+                    started_at=self.clock(),
                 )
         batch.flush(self.store)
 

@@ -11,12 +11,12 @@ dicts (column name → value); the store knows tables, not scheduling.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, func, insert, select, update
+from sqlalchemy import Engine, bindparam, create_engine, event, func, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -86,6 +86,28 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
+def job_row(values: Mapping[str, Any]) -> Row:
+    """A whole jobs row from the values inserted: the other columns at their defaults."""
+    row: Row = {}
+    for col in jobs.columns:
+        default = col.default
+        row[col.name] = getattr(default, "arg", None) if default is not None else None
+    row.update(values)
+    return row
+
+
+def _grouped(
+    items: Iterable[tuple[Any, Mapping[str, Any]]], where: Callable[[Any], dict[str, Any]]
+) -> Iterator[list[dict[str, Any]]]:
+    """Parameter lists for executemany: rows that set the same columns go together (an
+    executemany UPDATE sets the columns of its first row)."""
+    groups: dict[frozenset[str], list[dict[str, Any]]] = {}
+    for key, values in items:
+        if values:
+            groups.setdefault(frozenset(values), []).append({**values, **where(key)})
+    yield from groups.values()
+
+
 class Tx:
     """Typed helpers over one connection (inside a transaction for `Store.tx`)."""
 
@@ -104,6 +126,13 @@ class Tx:
     def update_job(self, job_id: str, values: Mapping[str, Any]) -> None:
         if values:
             self.conn.execute(update(jobs).where(jobs.c.id == job_id).values(**values))
+
+    def update_jobs(self, changes: Mapping[str, Mapping[str, Any]]) -> None:
+        """Many jobs' changes (job id → column → value) in one executemany per set of columns:
+        a step of the loop may touch thousands of rows (e.g. every waiting job's reason)."""
+        stmt = update(jobs).where(jobs.c.id == bindparam("_id"))
+        for params in _grouped(changes.items(), lambda key: {"_id": key}):
+            self.conn.execute(stmt, params)
 
     def get_job(self, job_id: str) -> Row | None:
         r = self.conn.execute(select(jobs).where(jobs.c.id == job_id)).mappings().first()
@@ -162,6 +191,18 @@ class Tx:
             .where(tasks.c.job_id == job_id, tasks.c.attempt == attempt, tasks.c.name == name)
             .values(**values)
         )
+
+    def update_tasks(self, changes: Mapping[tuple[str, int, str], Mapping[str, Any]]) -> None:
+        """Many tasks' changes ((job id, attempt, name) → column → value), as `update_jobs`."""
+        stmt = update(tasks).where(
+            tasks.c.job_id == bindparam("_job"),
+            tasks.c.attempt == bindparam("_attempt"),
+            tasks.c.name == bindparam("_name"),
+        )
+        for params in _grouped(
+            changes.items(), lambda key: {"_job": key[0], "_attempt": key[1], "_name": key[2]}
+        ):
+            self.conn.execute(stmt, params)
 
     def tasks_of(self, job_id: str, attempt: int | None = None) -> list[Row]:
         q = select(tasks).where(tasks.c.job_id == job_id)

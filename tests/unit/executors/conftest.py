@@ -22,9 +22,14 @@ def harness(tmp_path: Path) -> Iterator[Harness]:
         h.cleanup()
 
 
-@pytest.fixture(params=[True, False], ids=["pidfd", "polling"])
+@pytest.fixture(
+    params=[(True, True), (False, True), (True, False)],
+    ids=["pidfd", "polling", "spawned"],
+)
 def any_watch(request: pytest.FixtureRequest, harness: Harness) -> Harness:
-    """The harness with exits seen through pidfds, then by polling."""
-    harness.defaults = {"use_pidfd": request.param}
+    """The harness with exits seen through pidfds, then by polling (supervisors forked by the
+    fork server), then with supervisors spawned as our own children."""
+    use_pidfd, fork_server = request.param
+    harness.defaults = {"use_pidfd": use_pidfd, "fork_server": fork_server}
     harness.new_executor()
     return harness

@@ -150,6 +150,28 @@ def test_the_wakeup_callback_is_called_when_a_task_ends(harness: Harness) -> Non
     assert harness.ex.poll() == []
 
 
+def test_a_launch_restarts_a_fork_server_that_died(harness: Harness) -> None:
+    server = harness.ex._fork_server
+    assert server is not None and server._proc is None  # started by the first launch
+    first = harness.launch("t-0", ["true"])
+    assert harness.exit_of(first.key).exit_code == 0
+    assert server._proc is not None
+    server._proc.kill()
+    server._proc.wait()
+    second = harness.launch("t-1", ["sh", "-c", "exit 4"])
+    assert harness.exit_of(second.key).exit_code == 4
+    assert server._proc is not None and server._proc.poll() is None
+
+
+def test_supervisors_forked_by_the_fork_server_outlive_it(harness: Harness) -> None:
+    h = harness.launch("t-0", ["sleep", "60"])
+    assert harness.ex._fork_server is not None
+    harness.ex._fork_server.close()
+    assert sup.is_alive(h.data["supervisor_pid"], h.data["supervisor_start"])
+    harness.ex.stop(h.key, grace_period_s=1)
+    assert harness.exit_of(h.key).kind == ExitKind.STOPPED
+
+
 # --- stopping --------------------------------------------------------------------------------
 
 
