@@ -128,3 +128,52 @@ def test_bad_estimator_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
         main([*SMALL, "--estimator", "magic"])
     assert e.value.code == 2
     assert "--estimator" in capsys.readouterr().err
+
+
+def _tiny_openb(tmp_path: Path) -> tuple[Path, Path]:
+    pods = tmp_path / "pods.csv"
+    pods.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+        "p0,1000,1024,1,500\np1,1000,1024,1,300\np2,1000,1024,1,500\np3,1000,1024,1,700\n"
+    )
+    nodes = tmp_path / "cluster.yaml"
+    nodes.write_text(
+        "nodes:\n"
+        "  - {name: a, cpus: 8, mem_gib: 64, gpus: 1, gpu_model: A100}\n"
+        "  - {name: b, cpus: 8, mem_gib: 64, gpus: 1, gpu_model: A100}\n"
+    )
+    return pods, nodes
+
+
+def test_saturate_compares_placements(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pods, nodes = _tiny_openb(tmp_path)
+    out_json = tmp_path / "sat.json"
+    args = ["simulate", "--trace", str(pods), "--cluster", str(nodes), "--saturate"]
+    args += ["--placement", "fgd,bestfit", "--targets", "1.0", "--json", str(out_json)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "GPU unallocated" in out
+    rows = [line for line in out.splitlines() if "100 %" in line]
+    assert "fgd" in rows[0] and "0.00 %" in rows[0] and "-100 %" in rows[0]
+    assert "bestfit" in rows[1] and "35.00 %" in rows[1]
+    data = json.loads(out_json.read_text())
+    assert [r["policy_name"] for r in data["results"]] == ["fgd", "bestfit"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--saturate", "--targets", "x"], "--targets: expected shares"),
+        (["--placement", "fgd"], "--placement goes with --saturate"),
+        (["--saturate", "--placement", "nope"], "unknown policy 'nope'"),
+        (["--gpu-speeds", "T4"], "--gpu-speeds: 'T4' is not MODEL=SPEED"),
+    ],
+)
+def test_bad_saturation_flags_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    pods, nodes = _tiny_openb(tmp_path)
+    args = ["simulate", "--trace", str(pods), "--cluster", str(nodes), "--no-progress", *extra]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err

@@ -72,6 +72,12 @@ POLICIES = (
     "sjf-oracle",
     "srtf-oracle",
     "default",
+    "fgd",
+    "bestfit",
+    "worstfit",
+    "dotprod",
+    "random",
+    "hetero",
 )
 assert set(POLICIES) == set(PRESETS), "a preset was added or removed: update POLICIES"
 

@@ -20,8 +20,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from aisched.cli.errors import EXIT_FAILURE, CLIError
-from aisched.core.policy import PRESETS, Policy, with_eta
+from aisched.core.policy import PLACEMENT_SCORES, PRESETS, Policy, with_eta
 from aisched.model.cluster import Cluster
+from aisched.model.gpu_speed import GpuSpeeds
 from aisched.sim.engine import SimConfig, SimulationError, simulate
 from aisched.sim.estimators import ESTIMATORS, estimator_for
 from aisched.sim.html_report import ReportUnavailable, require_matplotlib, write_report
@@ -113,6 +114,30 @@ def register(sub: Any) -> None:
         help="estimate a start time for every waiting job in every cycle and report how "
         "accurate the first one was (costs time on a long queue)",
     )
+    p.add_argument(
+        "--saturate",
+        action="store_true",
+        help="fill the cluster instead of replaying time (the FGD paper's experiment): tasks "
+        "arrive in trace order and never leave, and the table gives the GPU allocated and "
+        "the GPU demand left unallocated when the arrived demand reaches each --targets share",
+    )
+    p.add_argument(
+        "--placement",
+        help="with --saturate: comma-separated placement presets or policy files to compare "
+        f"(default: {','.join(PLACEMENT_SCORES)})",
+    )
+    p.add_argument(
+        "--targets",
+        default="0.9,0.95,1.0",
+        help="with --saturate: shares of GPU capacity arrived at which to report "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--gpu-speeds",
+        metavar="SPEC",
+        help="runtimes depend on the GPU model: 'default' (the built-in table) or "
+        "MODEL=SPEED,... (e.g. V100=1,T4=0.4); unlisted models run at 1.0",
+    )
     p.add_argument("--max-time", type=float, metavar="S", help="stop at this virtual time")
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the figures as JSON")
     p.add_argument(
@@ -131,6 +156,10 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     trace, kind = load_trace(args.trace, limit=args.limit, jobs=args.jobs, seed=args.seed)
     cluster = choose_cluster(args.cluster, trace, kind)
+    if args.saturate:
+        return run_saturation(args, trace, cluster)
+    if args.placement is not None:
+        raise CLIError("--placement goes with --saturate; to replay time, use --policy")
     if args.one_queue:
         trace = one_queue(trace)
     policies = load_policies(args.policy)
@@ -143,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
             cycle_interval_s=args.interval,
             validate=args.validate,
             max_time_s=args.max_time,
+            gpu_speeds=parse_gpu_speeds(args.gpu_speeds),
         )
     except ValueError as e:
         raise CLIError(str(e)) from None
@@ -316,3 +346,83 @@ def _progress_callback(bar: Progress | None, name: str) -> Callable[[int, int], 
         bar.update(task, completed=done, total=total)
 
     return update
+
+
+def parse_gpu_speeds(text: str | None) -> GpuSpeeds | None:
+    """`--gpu-speeds`: None, 'default', or MODEL=SPEED pairs separated by commas."""
+    if text is None:
+        return None
+    if text.strip() == "default":
+        return GpuSpeeds()
+    speeds: dict[str, float] = {}
+    for part in (p.strip() for p in text.split(",")):
+        model, eq, value = part.partition("=")
+        try:
+            speed = float(value)
+        except ValueError:
+            speed = -1.0
+        if not eq or not model.strip() or not 0 < speed < float("inf"):
+            raise CLIError(
+                f"--gpu-speeds: {part!r} is not MODEL=SPEED with a positive speed "
+                "(e.g. V100=1,T4=0.4), nor 'default'"
+            )
+        speeds[model.strip()] = speed
+    return GpuSpeeds.of_mapping(speeds)
+
+
+def parse_targets(text: str) -> list[float]:
+    try:
+        targets = [float(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise CLIError(f"--targets: expected shares such as 0.9,1.0, got {text!r}") from None
+    if not targets or any(not 0 < t <= 10 for t in targets):
+        raise CLIError(f"--targets: expected shares of capacity above 0, got {text!r}")
+    return targets
+
+
+def run_saturation(args: argparse.Namespace, trace: Trace, cluster: Cluster) -> int:
+    """`simulate --saturate`: fill the cluster under each placement and print one table."""
+    from rich.table import Table
+
+    from aisched.sim.saturation import TABLE_HEADER, saturate, table_rows
+
+    policies = load_policies(args.placement or ",".join(PLACEMENT_SCORES))
+    targets = parse_targets(args.targets)
+    jobs = [tj.job for tj in trace.jobs]
+    results = []
+    for policy in policies:
+        try:
+            results.append(
+                saturate(
+                    jobs,
+                    cluster,
+                    policy,
+                    targets=targets,
+                    trace_name=trace.name,
+                    validate=args.validate,
+                )
+            )
+        except (SimulationError, ValueError) as e:
+            raise CLIError(f"policy {policy.name}: {e}", EXIT_FAILURE) from None
+    out = Console() if Console().is_terminal else Console(width=120)
+    out.print(
+        f"trace [bold]{trace.name}[/] filled until {max(targets):.0%} of GPU capacity arrived; "
+        f"cluster: {len(cluster.nodes):,} nodes, {cluster.total_gpus:,} GPUs"
+    )
+    table = Table(*TABLE_HEADER)
+    for row in table_rows(results):
+        table.add_row(*row)
+    out.print(table)
+    if args.json is not None:
+        import json
+
+        doc = {
+            "trace": trace.name,
+            "cluster": {"nodes": len(cluster.nodes), "gpus": cluster.total_gpus},
+            "results": [dataclasses.asdict(r) for r in results],
+        }
+        try:
+            args.json.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        except OSError as e:
+            raise CLIError(f"--json: cannot write {args.json}: {e.strerror or e}") from None
+    return 0

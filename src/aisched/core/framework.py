@@ -54,6 +54,19 @@ class Score(Protocol):
     ) -> FloatArray: ...
 
 
+class ChooseGpu(Protocol):
+    """A score that also picks which GPU of a node a task sharing one GPU goes to (the first
+    such score in the policy decides). Called once per shared-GPU task after its node is chosen;
+    `candidates` are the GPU indices with room for it (never empty); returns one of them. Must
+    not mutate. Without one, placement takes the fullest GPU that fits (best fit)."""
+
+    name: str
+
+    def choose_gpu(
+        self, session: Session, job: Job, request: Resources, node: int, candidates: IntArray
+    ) -> int: ...
+
+
 class SelectVictims(Protocol):
     """Ranks running jobs as preemption victims; lower keys are evicted first. Called while a
     preemption is being simulated; must not mutate."""

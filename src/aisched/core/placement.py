@@ -218,7 +218,7 @@ def _place_groups(
         index = 0
         for node, k in zip(chosen, takes, strict=True):
             for _ in range(k):
-                t = _bind_one(session, node, g.name, index, req)
+                t = _bind_one(session, node, g.name, index, req, job)
                 st.take(node, t)
                 placed.append(t)
                 index += 1
@@ -252,8 +252,10 @@ def _fill(
     return chosen, takes
 
 
-def _bind_one(session: Session, node: int, group: str, index: int, req: Resources) -> TaskBinding:
-    gpus, milli = pick_gpus(session.free, session, node, req)
+def _bind_one(
+    session: Session, node: int, group: str, index: int, req: Resources, job: Job | None = None
+) -> TaskBinding:
+    gpus, milli = pick_gpus(session.free, session, node, req, job)
     return TaskBinding(
         group=group,
         index=index,
@@ -267,12 +269,13 @@ def _bind_one(session: Session, node: int, group: str, index: int, req: Resource
 
 
 def pick_gpus(
-    free: FreeState, session: Session, node: int, req: Resources
+    free: FreeState, session: Session, node: int, req: Resources, job: Job | None = None
 ) -> tuple[tuple[int, ...], int]:
     """Concrete GPU indices for one task on `node`, and the share taken on each.
 
     Whole GPUs come from one NVLink group when one can hold them (the tightest such group, so
-    larger groups stay whole); a GPU share goes to the fullest GPU it fits on (best fit).
+    larger groups stay whole); a GPU share goes where the policy's GPU chooser says (with
+    `job` known), else to the fullest GPU it fits on (best fit).
     """
     if req.gpu:
         row = free.gpu_milli[node]
@@ -296,7 +299,11 @@ def pick_gpus(
         if req.gpu_mem_mib:
             ok &= free.gpu_mem[node] >= req.gpu_mem_mib
         idx = np.flatnonzero(ok)
-        pick = int(idx[int(np.argmin(row[idx]))])
+        chooser = session.policy.gpu_chooser if job is not None else None
+        if chooser is not None and job is not None and len(idx) > 1:
+            pick = chooser.choose_gpu(session, job, req, node, idx)
+        else:
+            pick = int(idx[int(np.argmin(row[idx]))])
         return (pick,), req.gpu_milli
     return (), 0
 

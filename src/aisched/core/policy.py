@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from aisched.core.framework import Filter, JobOrder, SelectVictims, WeightedScore
+from aisched.core.framework import ChooseGpu, Filter, JobOrder, SelectVictims, WeightedScore
 
 if TYPE_CHECKING:
     from aisched.core.session import Session
@@ -59,8 +59,18 @@ class Policy:
     def action_names(self) -> tuple[str, ...]:
         return tuple(a.name for a in self.actions)
 
+    @property
+    def gpu_chooser(self) -> ChooseGpu | None:
+        """The first score that also picks a shared task's GPU on its node, if any."""
+        for ws in self.scores:
+            if hasattr(ws.plugin, "choose_gpu"):
+                return ws.plugin  # type: ignore[return-value]
+        return None
 
-_BASE_SCORE: list[Any] = ["binpack", "topology"]
+
+# gpu-preference scores alike every node for a job without preferred models, so it changes
+# nothing unless a job names some.
+_BASE_SCORE: list[Any] = ["binpack", "topology", "gpu-preference"]
 _VICTIMS: list[Any] = ["lowest-priority", "least-work-lost", "newest"]
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -160,6 +170,24 @@ PRESETS: dict[str, dict[str, Any]] = {
         "score": _BASE_SCORE,
         "victims": _VICTIMS,
     },
+}
+
+# Placement studies (the FGD paper's experiment): first come first served, no preemption, and
+# one placement score, so that the score alone makes the difference.
+PLACEMENT_SCORES = ("fgd", "bestfit", "worstfit", "dotprod", "random")
+PRESETS.update(
+    {
+        name: {"actions": ["enqueue", "allocate"], "order": ["fifo"], "score": [name]}
+        for name in PLACEMENT_SCORES
+    }
+)
+
+# fifo that also weighs GPU models: preferred models first, and fast models for long or large
+# jobs (the speed table of `model.gpu_speed`).
+PRESETS["hetero"] = {
+    "actions": ["enqueue", "allocate"],
+    "order": ["fifo"],
+    "score": [*_BASE_SCORE, {"name": "hetero", "weight": 2.0}],
 }
 
 ALLOWED_KEYS = ("name", "actions", "order", "score", "filters", "victims", "queue_depth")

@@ -16,7 +16,7 @@ from aisched.core.actions.enqueue import Enqueue
 from aisched.core.actions.eta import EstimateStart
 from aisched.core.actions.preempt import Preempt, Reclaim
 from aisched.core.framework import WeightedScore
-from aisched.core.plugins import order, score, victims
+from aisched.core.plugins import fragmentation, hetero, order, packing, score, victims
 from aisched.core.policy import PolicyError
 
 REGISTRY: dict[str, dict[str, Callable[..., Any]]] = {
@@ -40,6 +40,13 @@ REGISTRY: dict[str, dict[str, Callable[..., Any]]] = {
         "binpack": score.BinPack,
         "spread": score.Spread,
         "topology": score.TopologyLocality,
+        "fgd": fragmentation.Fragmentation,
+        "bestfit": packing.BestFit,
+        "worstfit": packing.WorstFit,
+        "dotprod": packing.DotProduct,
+        "random": packing.RandomFit,
+        "hetero": hetero.Heterogeneity,
+        "gpu-preference": hetero.PreferredModel,
     },
     "filter": {},
     "victims": {
@@ -86,7 +93,12 @@ def _construct(kind: str, name: str, args: dict[str, Any], path: str) -> Any:
         raise PolicyError(
             f"policy.{path}: unknown {kind} {name!r}; known: {', '.join(sorted(table)) or 'none'}"
         )
-    fields = {f.name: f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+    # Fields a plugin derives itself (init=False) are not arguments.
+    fields = (
+        {f.name: f for f in dataclasses.fields(cls) if f.init}
+        if dataclasses.is_dataclass(cls)
+        else {}
+    )
     for key, value in args.items():
         f = fields.get(key)
         if f is None or key == "name":

@@ -27,6 +27,7 @@ from aisched.core.snapshot import (
     usage_by_user,
 )
 from aisched.core.status import JobStatus, StatusCode
+from aisched.core.taskmix import TaskMix, mix_of
 from aisched.model.job import Job
 from aisched.model.queue import QueueTree
 from aisched.model.resources import Resources
@@ -74,9 +75,23 @@ class Session:
         self.fail_cache: dict[object, str] = {}
         self.placement_attempts = 0
         self._status_cache: dict[tuple[StatusCode, str], JobStatus] = {}
+        # Per-cycle memo for plugins (e.g. the task mix as arrays); dropped with the session.
+        self.memo: dict[object, object] = {}
         by_user = snapshot.usage if snapshot.usage is not None else usage_by_user(snapshot.running)
         for (queue, user), vec in by_user.items():
             self._add(queue, user, vec, 1.0)
+
+    @property
+    def task_mix(self) -> TaskMix:
+        """The snapshot's task mix, else the mix of the running and pending jobs."""
+        given = self.snapshot.task_mix
+        if given is not None:
+            return given
+        hit = self.memo.get("task-mix")
+        if hit is None:
+            jobs = [r.job for r in self.snapshot.running] + [pj.job for pj in self.pending]
+            hit = self.memo["task-mix"] = mix_of(jobs)
+        return hit  # type: ignore[return-value]
 
     @property
     def queues(self) -> QueueTree:

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from aisched.core.decisions import TaskBinding
+from aisched.core.taskmix import TaskMix
 from aisched.model.cluster import Cluster, Node, TopologyLevel
 from aisched.model.job import Job
 from aisched.model.queue import QueueTree
@@ -297,13 +298,16 @@ class RunningJob:
 class Snapshot:
     """What a cycle sees. `usage`, when the caller keeps it, is the running jobs' usage summed
     per (queue, user); it must equal that sum (validate mode checks), and saves the cycle an
-    O(running) pass."""
+    O(running) pass. `task_mix`, when the caller keeps one, is the distribution of task GPU
+    shapes seen so far (for the fragmentation score); without it that score uses the running and
+    pending jobs of the cycle."""
 
     arrays: ClusterArrays
     free: FreeState
     running: tuple[RunningJob, ...] = ()
     queues: QueueTree = field(default_factory=QueueTree)
     usage: Mapping[tuple[str, str], Usage] | None = None
+    task_mix: TaskMix | None = None
 
 
 def usage_by_user(running: Iterable[RunningJob]) -> dict[tuple[str, str], Usage]:

@@ -63,6 +63,8 @@ class TaskLaunch:
     gpus: tuple[int, ...]
     log_path: str
     grace_period_s: float
+    # GPU memory the task declared over all its GPUs (0: none); for the GPU-memory watchdog.
+    gpu_mem_mib: int = 0
 
     @property
     def key(self) -> TaskKey:

@@ -254,3 +254,12 @@ def gpu_memory(indices: Iterable[int]) -> dict[int, list[tuple[int, int]]]:
             continue
         out[i] = [(int(p.pid), int(p.usedGpuMemory or 0) // MIB) for p in procs]
     return out
+
+
+def nvml_unavailable() -> str | None:
+    """Why NVML cannot be queried on this machine, or None when it can."""
+    if _pynvml() is None:
+        return "nvidia-ml-py (pynvml) is not installed"
+    if _nvml_for_queries() is None:
+        return "NVML did not initialise (no NVIDIA driver?)"
+    return None

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import select
 import shutil
@@ -60,6 +61,12 @@ from aisched.executors.cgroups import (
 )
 from aisched.executors.discovery import discover_node
 from aisched.executors.forkserver import ForkServer, ForkServerError
+from aisched.executors.gpu_watchdog import (
+    GpuMemoryWatchdog,
+    OverAction,
+    TaskGpuMemory,
+    WatchedTask,
+)
 from aisched.model.cluster import Node
 
 log = logging.getLogger(__name__)
@@ -69,6 +76,8 @@ POLL_INTERVAL_S = 0.1
 # How long adopt waits for a supervisor that holds its lock to say who it is (it does so
 # right after taking the lock; this only covers a scheduler restarted within milliseconds).
 ADOPT_IDENTIFY_S = 5.0
+# How often `poll` has the GPU-memory watchdog look (an NVML query per GPU each time).
+GPU_CHECK_INTERVAL_S = 5.0
 
 
 @dataclass(slots=True)
@@ -83,6 +92,8 @@ class _Watched:
     own_child: bool
     report: bool = True  # False: only reap it (its exit was already handed out by adopt)
     pidfd: int | None = None
+    gpus: tuple[int, ...] = ()
+    gpu_mem_mib: int = 0
 
 
 def _pidfd_works() -> bool:
@@ -120,6 +131,7 @@ class LocalExecutor:
         use_pidfd: bool | None = None,
         fork_server: bool = True,
         notes: Sequence[str] = (),
+        gpu_watchdog: GpuMemoryWatchdog | None = None,
     ) -> None:
         self._state = Path(state_dir).resolve()
         self._state.mkdir(parents=True, exist_ok=True)
@@ -135,6 +147,11 @@ class LocalExecutor:
             *self._mem.notes,
             "exits seen through pidfds" if self._pidfd else "exits seen by polling every 0.1 s",
         )
+        if gpu_watchdog is not None:
+            self._notes = (*self._notes, f"GPU-memory watchdog {gpu_watchdog.state.reason}")
+        self._gpu_watchdog = gpu_watchdog
+        self._gpu_checked_at = -math.inf
+        self._gpu_reported: set[TaskKey] = set()
         self._lock = threading.Lock()
         self._watched: dict[TaskKey, _Watched] = {}
         self._reap_only: list[_Watched] = []
@@ -235,6 +252,7 @@ class LocalExecutor:
                 "cgroup": cgroup,
                 "grace_period_s": req.grace_period_s,
                 "gpus": list(req.gpus),
+                "gpu_mem_mib": req.gpu_mem_mib,
             },
         )
         try:
@@ -250,7 +268,16 @@ class LocalExecutor:
                 f"task {_show(key)}: cannot start its supervisor: {exc.strerror or exc}"
             ) from None
         watched = _Watched(
-            key, str(tdir), pid, start, cores, cgroup, req.grace_period_s, own_child=own_child
+            key,
+            str(tdir),
+            pid,
+            start,
+            cores,
+            cgroup,
+            req.grace_period_s,
+            own_child=own_child,
+            gpus=tuple(req.gpus),
+            gpu_mem_mib=req.gpu_mem_mib,
         )
         if own_child:
             self._watch(watched)
@@ -290,9 +317,62 @@ class LocalExecutor:
                 pass
 
     def poll(self) -> list[TaskExited]:
+        wd = self._gpu_watchdog
+        if wd is not None and wd.active:
+            now = time.monotonic()
+            if now - self._gpu_checked_at >= GPU_CHECK_INTERVAL_S:
+                self._gpu_checked_at = now
+                self.check_gpu_memory()
         with self._lock:
             out, self._events = self._events, []
         return out
+
+    def check_gpu_memory(self) -> list[TaskGpuMemory]:
+        """GPU memory of every watched task with GPUs (the watchdog's reading; [] without an
+        active watchdog). A task above the GPU memory it declared is logged, and stopped when
+        the watchdog's action is `stop` (its own log says why; under `report` its log gets
+        one warning). `poll` calls this every
+        GPU_CHECK_INTERVAL_S."""
+        wd = self._gpu_watchdog
+        if wd is None or not wd.active:
+            return []
+        with self._lock:
+            watched = [w for w in self._watched.values() if w.gpus]
+        tasks: list[WatchedTask] = []
+        procs: list[sup.ProcStat] | None = None
+        for w in watched:
+            started = sup.read_json(os.path.join(w.dir, sup.STARTED)) or {}
+            child = started.get("child_pid")
+            if not isinstance(child, int):
+                continue  # not started yet: nothing of it can hold GPU memory
+            if procs is None:
+                procs = sup.all_procs()
+            # The task runs in its own process group, led by its first process.
+            pids = frozenset(p.pid for p in procs if p.pgid == child)
+            tasks.append(WatchedTask(w.key, w.gpus, w.gpu_mem_mib, pids))
+        usage = wd.measure(tasks)
+        for u in usage:
+            if not u.over:
+                continue
+            if wd.action == OverAction.STOP:
+                log.warning("task %s %s: stopping it", _show(u.key), u.describe())
+                self._note_in_log(u.key, f"aisched: stopped: the task {u.describe()}")
+                self.stop(u.key)
+            elif u.key not in self._gpu_reported:
+                # Once per task in its own log; the scheduler's log gets every check.
+                self._gpu_reported.add(u.key)
+                self._note_in_log(u.key, f"aisched: warning: the task {u.describe()}")
+                log.warning("task %s %s", _show(u.key), u.describe())
+            else:
+                log.warning("task %s %s", _show(u.key), u.describe())
+        return usage
+
+    def _note_in_log(self, key: TaskKey, line: str) -> None:
+        launch = sup.read_json(os.path.join(self.task_dir(key), sup.LAUNCH)) or {}
+        path = launch.get("log_path")
+        if isinstance(path, str):
+            with contextlib.suppress(OSError), open(path, "a", encoding="utf-8") as f:
+                f.write(line + "\n")
 
     def adopt(self, handle: TaskHandle) -> tuple[AdoptState, TaskExited | None]:
         key = handle.key
@@ -486,6 +566,8 @@ class LocalExecutor:
             launch.get("cgroup"),
             float(launch.get("grace_period_s") or 0.0),
             own_child=st.ppid == os.getpid(),
+            gpus=tuple(int(g) for g in launch.get("gpus") or ()),
+            gpu_mem_mib=int(launch.get("gpu_mem_mib") or 0),
         )
         self._watch(w, pidfd)
         return True

@@ -77,6 +77,9 @@ class Job:
     min_available: int | None = None
     topology: TopologyRequirement = field(default_factory=TopologyRequirement)
     gpu_models: tuple[str, ...] = ()
+    # Models the job would rather run on (scored, never required); not part of its shape,
+    # since preferences change where a job goes, not whether it fits.
+    gpu_models_preferred: tuple[str, ...] = ()
     restart_policy: RestartPolicy = RestartPolicy.ON_FAILURE
     max_retries: int = 3
     time_limit_s: float | None = None

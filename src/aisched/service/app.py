@@ -133,6 +133,7 @@ def _lock(home: Path) -> IO[str]:
 
 def _local_executor(config: ServiceConfig, home: Path) -> tuple[Executor, list[str]]:
     from aisched.executors.discovery import DiscoveryError, discover_node
+    from aisched.executors.gpu_watchdog import GpuMemoryWatchdog, OverAction
     from aisched.executors.local import LocalExecutor
 
     n = config.node
@@ -147,5 +148,8 @@ def _local_executor(config: ServiceConfig, home: Path) -> tuple[Executor, list[s
         )
     except DiscoveryError as e:
         raise ServiceError(str(e)) from None
-    executor = LocalExecutor(home / "tasks", node, mem_mechanism=config.memory_limit)
+    watchdog = GpuMemoryWatchdog.with_nvml(OverAction(config.gpu_memory_over))
+    executor = LocalExecutor(
+        home / "tasks", node, mem_mechanism=config.memory_limit, gpu_watchdog=watchdog
+    )
     return executor, list(notes)

@@ -109,6 +109,9 @@ class ServiceConfig(_Model):
     cycle_interval: Any = "5s"
     max_backoff: Any = "5m"
     memory_limit: MemoryLimit = "auto"
+    # A task above the GPU memory it declared (gpu_mem): report it in the log, or stop it.
+    # Needs NVML (nvidia-ml-py and a driver); without it the watchdog is off and says why.
+    gpu_memory_over: Literal["report", "stop"] = "report"
     # Learn runtimes from finished jobs (median and upper bound for qssf, backfill and ETAs).
     predict_runtimes: bool = True
     defaults: DefaultsModel = DefaultsModel()

@@ -860,6 +860,7 @@ class Scheduler:
                     gpus=t.binding.gpus,
                     log_path=t.log_path,
                     grace_period_s=lj.job.grace_period_s,
+                    gpu_mem_mib=t.binding.gpu_mem_mib,
                 )
             )
         return out

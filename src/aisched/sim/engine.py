@@ -65,6 +65,7 @@ from aisched.core.snapshot import (
 )
 from aisched.core.status import StatusCode
 from aisched.model.cluster import Cluster
+from aisched.model.gpu_speed import GpuSpeeds
 from aisched.model.job import Job
 from aisched.model.queue import DEFAULT_QUEUE, Queue, QueueTree
 from aisched.model.resources import GPU_MILLI_WHOLE
@@ -130,6 +131,9 @@ class SimConfig:
     every instant where something changed; a positive value runs at most one cycle per period,
     on the period's boundary, batching the events in between (a scheduler's fixed period).
     `max_time_s` stops the run at that virtual time; what is unfinished stays unfinished.
+    `gpu_speeds`, when given, makes runtimes depend on the GPU model: a trace's duration is
+    the runtime at speed 1.0, and an attempt runs at the speed of the slowest GPU model among
+    its tasks' nodes (CPU-only work is unaffected).
     """
 
     checkpoint_interval_s: float = 3600.0
@@ -137,6 +141,7 @@ class SimConfig:
     cycle_interval_s: float = 0.0
     validate: bool = False
     max_time_s: float | None = None
+    gpu_speeds: GpuSpeeds | None = None
 
     def __post_init__(self) -> None:
         if not self.checkpoint_interval_s > 0:
@@ -242,6 +247,7 @@ class _Job:
         "expected_end_s",
         "first_estimate",
         "eta_s",
+        "speed",
     )
 
     def __init__(self, tj: TraceJob, ckpt_s: float) -> None:
@@ -267,6 +273,7 @@ class _Job:
         self.expected_end_s: float | None = None
         self.first_estimate: Estimate | None = None
         self.eta_s: float | None = None
+        self.speed = 1.0  # work done per second by the current attempt (GPU model speed)
 
     def pending(self, restart_cost_s: float) -> PendingJob:
         restore = restart_cost_s if self.preemptions else 0.0
@@ -513,7 +520,8 @@ class _Engine:
             st.first_start_s = now
         self.running[d.job_id] = st
         self.alloc_milli += milli
-        remaining = restore + max(st.duration_s - st.saved_s, 0.0)
+        st.speed = self._speed(d.tasks)
+        remaining = restore + max(st.duration_s - st.saved_s, 0.0) / st.speed
         # The estimate, not the truth: what a real scheduler would believe about this attempt.
         # Same bound as the core uses for a job it binds (upper estimate, estimate, time limit);
         # attached estimates already count restore and saved work (`_Job.pending`).
@@ -534,14 +542,24 @@ class _Engine:
         self._add_usage(view, 1.0)
         self.log.append((now, "bind", d.job_id, tuple(t.node for t in d.tasks)))
 
+    def _speed(self, tasks: tuple[TaskBinding, ...]) -> float:
+        """The attempt's speed: that of the slowest GPU model it runs on (1.0 without a
+        speed table or without GPUs)."""
+        speeds = self.config.gpu_speeds
+        if speeds is None:
+            return 1.0
+        nodes = self.arrays.nodes
+        models = {nodes[self.index[t.node]].gpu_model for t in tasks if t.gpus}
+        return min((speeds.speed(m) for m in models), default=1.0)
+
     def _preempt(self, d: Preempt, now: float) -> None:
         st = self.running.get(d.job_id)
         if st is None:
             raise SimulationError(f"t={now}: preempt of {d.job_id}, which is not running")
         elapsed = now - st.start_s
         kept = math.floor(elapsed / st.ckpt_s) * st.ckpt_s if st.ckpt_s != math.inf else 0.0
-        # Checkpoints taken while restoring hold no new work.
-        st.saved_s = min(st.saved_s + max(kept - st.restore_s, 0.0), st.duration_s)
+        # Checkpoints taken while restoring hold no new work; work runs at the attempt's speed.
+        st.saved_s = min(st.saved_s + max(kept - st.restore_s, 0.0) * st.speed, st.duration_s)
         self._release(st, now)
         st.preemptions += 1
         self.preempt_count += 1

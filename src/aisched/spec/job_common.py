@@ -325,6 +325,8 @@ MilliCpu = Annotated[
 ]
 MemMib = Annotated[int, BeforeValidator(_unit(to_mem_mib, _positive_limited(MAX_MEM_MIB, "1P")))]
 Gpus = Annotated[tuple[int, int], BeforeValidator(_unit(to_gpus, _gpus_check))]
+# A share of one GPU in thousandths; whole GPUs are asked for with `gpus`.
+GpuMilli = Annotated[StrictInt, Field(ge=1, le=999)]
 # A span of time the job runs or waits (time limit, estimate, checkpoint interval): above 0.
 Span = Annotated[
     float, BeforeValidator(_unit(to_duration_s, _duration_check(MAX_DURATION_S, "366d", False)))

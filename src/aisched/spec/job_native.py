@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -40,6 +41,7 @@ from aisched.spec.job_common import (
     Command,
     Delay,
     EnvName,
+    GpuMilli,
     GpuModel,
     Gpus,
     Grace,
@@ -79,7 +81,29 @@ class ResourcesModel(_Spec):
     cpus: MilliCpu = DEFAULT_MILLI_CPU
     mem: MemMib = DEFAULT_MEM_MIB
     gpus: Gpus = (0, 0)
+    # A share of one GPU in thousandths, the same as a fractional `gpus` (0.25 is 250).
+    gpu_milli: GpuMilli | None = None
     gpu_mem: MemMib | None = None  # per GPU (or for the share, with a fractional `gpus`)
+
+
+class GpuModelsModel(_Spec):
+    required: list[GpuModel] = Field(default_factory=list)
+    preferred: list[GpuModel] = Field(default_factory=list)
+
+
+def _models_from_list(v: Any) -> Any:
+    # A plain list means "required", the form gpu_models had before preferences.
+    if isinstance(v, list | tuple):
+        return {"required": v}
+    if not isinstance(v, dict):
+        raise ValueError(
+            "expected a list of GPU models (e.g. [A100, H100]) or a mapping "
+            "{required: [...], preferred: [...]}"
+        )
+    return v
+
+
+GpuModels = Annotated[GpuModelsModel, BeforeValidator(_models_from_list)]
 
 
 class TaskModel(_Spec):
@@ -112,7 +136,7 @@ class NativeJobModel(_Spec):
     priority_class: StrictStr | None = None
     preemptible: StrictBool = True
     min_available: Replicas | None = None
-    gpu_models: list[GpuModel] = Field(default_factory=list)
+    gpu_models: GpuModels = Field(default_factory=GpuModelsModel)
     topology: TopologyModel | None = None
     restart: RestartModel | None = None
     time_limit: Span | None = None
@@ -143,6 +167,7 @@ def native_job(data: dict[Any, Any], source: str, defaults: JobDefaults) -> Pars
         p.add("min_available", f"{spec.min_available} is more than the job's {num_tasks} tasks")
     priority = _priority(spec, defaults, p)
     topology = _topology(spec.topology, p)
+    _check_models(spec.gpu_models, p)
     if p.lines:
         raise SpecError(p.lines)
 
@@ -158,7 +183,8 @@ def native_job(data: dict[Any, Any], source: str, defaults: JobDefaults) -> Pars
         preemptible=spec.preemptible,
         min_available=spec.min_available,
         topology=topology,
-        gpu_models=tuple(spec.gpu_models),
+        gpu_models=tuple(spec.gpu_models.required),
+        gpu_models_preferred=tuple(spec.gpu_models.preferred),
         restart_policy=restart.policy,
         max_retries=defaults.max_retries if restart.max_retries is None else restart.max_retries,
         time_limit_s=spec.time_limit,
@@ -196,6 +222,10 @@ def _groups(spec: NativeJobModel, p: Problems) -> list[TaskGroup]:
 def _group(t: TaskModel, path: str, p: Problems) -> TaskGroup:
     r = t.resources
     gpu, gpu_milli = r.gpus
+    if r.gpu_milli is not None:
+        if "gpus" in r.model_fields_set:
+            p.add(_join(path, "resources.gpu_milli"), "give gpus or gpu_milli, not both")
+        gpu, gpu_milli = 0, r.gpu_milli
     gpu_mem_mib = 0
     if r.gpu_mem is not None:
         if not gpu and not gpu_milli:
@@ -216,6 +246,21 @@ def _group(t: TaskModel, path: str, p: Problems) -> TaskGroup:
         env=tuple(t.env.items()),
         workdir=t.workdir,
     )
+
+
+def _check_models(m: GpuModelsModel, p: Problems) -> None:
+    for i, name in duplicates(m.required):
+        p.add(f"gpu_models.required.{i}", f"{m.required[i]!r} repeats required.{name}")
+    for i, name in duplicates(m.preferred):
+        p.add(f"gpu_models.preferred.{i}", f"{m.preferred[i]!r} repeats preferred.{name}")
+    if m.required:
+        for i, model in enumerate(m.preferred):
+            if model not in m.required:
+                p.add(
+                    f"gpu_models.preferred.{i}",
+                    f"{model!r} is not among the required models "
+                    f"({', '.join(m.required)}): the job could never run there",
+                )
 
 
 def _priority(spec: NativeJobModel, defaults: JobDefaults, p: Problems) -> int:

@@ -74,6 +74,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
             "spread": _level(job.topology.spread),
         },
         "gpu_models": list(job.gpu_models),
+        "gpu_models_preferred": list(job.gpu_models_preferred),
         "restart_policy": job.restart_policy.value,
         "max_retries": job.max_retries,
         "time_limit_s": job.time_limit_s,
@@ -120,6 +121,8 @@ def job_from_dict(d: dict[str, Any]) -> Job:
                 spread=_from_level(topo["spread"]),
             ),
             gpu_models=tuple(d["gpu_models"]),
+            # Jobs stored before preferences existed have none.
+            gpu_models_preferred=tuple(d.get("gpu_models_preferred", ())),
             restart_policy=RestartPolicy(d["restart_policy"]),
             max_retries=int(d["max_retries"]),
             time_limit_s=d["time_limit_s"],

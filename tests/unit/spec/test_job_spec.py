@@ -146,6 +146,24 @@ NATIVE_VALID = [
         job(group(gpu_milli=250, gpu_mem=10 * GIB)),
     ),
     Valid(
+        "a share of a GPU in thousandths",
+        {"command": ["python", "x.py"], "resources": {"gpu_milli": 300, "gpu_mem": "6G"}},
+        job(group(gpu_milli=300, gpu_mem=6 * GIB)),
+    ),
+    Valid(
+        "required and preferred GPU models",
+        {
+            "command": ["python", "x.py"],
+            "gpu_models": {"required": ["T4", "V100"], "preferred": ["V100"]},
+        },
+        job(gpu_models=("T4", "V100"), gpu_models_preferred=("V100",)),
+    ),
+    Valid(
+        "preferred GPU models alone: any model may run it",
+        {"command": ["python", "x.py"], "gpu_models": {"preferred": ["A100"]}},
+        job(gpu_models_preferred=("A100",)),
+    ),
+    Valid(
         "a gang with every field",
         {
             "name": "train-llm",
@@ -306,6 +324,23 @@ NATIVE_INVALID = [
             ["j.yaml: resources.gpus: 1.5: more than one GPU must be a whole number; a share "
              "(0 to 1) is of one GPU"]),
     Invalid("negative gpus", _res(gpus=-1), ["j.yaml: resources.gpus: -1 is negative"]),
+    Invalid("gpus and gpu_milli together", _res(gpus=1, gpu_milli=500),
+            ["j.yaml: resources.gpu_milli: give gpus or gpu_milli, not both"]),
+    Invalid("gpu_milli of a whole GPU", _res(gpu_milli=1000),
+            ["j.yaml: resources.gpu_milli: Input should be less than or equal to 999"]),
+    Invalid("gpu_milli as a fraction", _res(gpu_milli=0.5),
+            ["j.yaml: resources.gpu_milli: Input should be a valid integer"]),
+    Invalid("gpu_models as a bare string", {**CMD, "gpu_models": "T4"},
+            ["j.yaml: gpu_models: expected a list of GPU models (e.g. [A100, H100]) or a "
+             "mapping {required: [...], preferred: [...]}"]),
+    Invalid("a preferred model outside the required ones",
+            {**CMD, "gpu_models": {"required": ["T4"], "preferred": ["A100"]}},
+            ["j.yaml: gpu_models.preferred.0: 'A100' is not among the required models (T4): "
+             "the job could never run there"]),
+    Invalid("a required model twice", {**CMD, "gpu_models": {"required": ["T4", "T4"]}},
+            ["j.yaml: gpu_models.required.1: 'T4' repeats required.0"]),
+    Invalid("an unknown key under gpu_models", {**CMD, "gpu_models": {"wanted": ["T4"]}},
+            ["j.yaml: gpu_models.wanted: unknown key"]),
     Invalid("gpu_mem without gpus", _res(gpu_mem="8G"),
             ["j.yaml: resources.gpu_mem: needs gpus: ask for a GPU or a share of one"]),
     Invalid("time limit above 366 days", {**CMD, "time_limit": "367d"},
@@ -798,6 +833,23 @@ def test_volcano_errors(case: Invalid) -> None:
 
 IMAGE_AT = "ignored: aisched runs the command on the host, not in a container image"
 EXAMPLE_JOBS = {
+    "shared-infer.yaml": ParsedJob(
+        job(
+            group(
+                replicas=2,
+                command=("/bin/sh", "-c", "python serve.py --port 8080"),
+                cpu=2000,
+                mem=8 * GIB,
+                gpu_milli=330,
+                gpu_mem=10 * GIB,
+            ),
+            name="embed-service",
+            kind=JobKind.INFER,
+            gpu_models=("T4", "A10"),
+            gpu_models_preferred=("A10",),
+        ),
+        "native",
+    ),
     "hello.yaml": ParsedJob(
         job(
             group(
@@ -976,6 +1028,7 @@ KEYS = (
     "min_available", "gpu_models", "topology", "pack", "spread", "mode", "restart", "policy",
     "max_retries", "backoff", "time_limit", "estimate", "checkpoint_interval", "grace_period",
     "tasks", "command", "replicas", "resources", "cpus", "mem", "gpus", "gpu_mem", "env",
+    "gpu_milli", "required", "preferred",
     "workdir", "apiVersion", "metadata", "spec", "minAvailable", "priorityClassName", "maxRetry",
     "runningEstimate", "policies", "plugins", "template", "containers", "image", "args",
     "workingDir", "limits", "requests", "cpu", "memory", "nvidia.com/gpu", "value", "valueFrom",

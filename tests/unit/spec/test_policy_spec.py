@@ -70,7 +70,9 @@ def test_bad_policy_files_name_file_and_entry(tmp_path: Path, text: str, message
 
 
 def test_unknown_preset_lists_the_presets() -> None:
-    with pytest.raises(SpecError, match="unknown policy 'nope'; presets: default, drf"):
+    with pytest.raises(
+        SpecError, match="unknown policy 'nope'; presets: bestfit, default, dotprod, drf"
+    ):
         load_policy("nope")
     with pytest.raises(PolicyError, match="unknown policy"):
         preset("nope")

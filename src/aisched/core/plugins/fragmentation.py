@@ -1,0 +1,187 @@
+"""Fragmentation-aware placement, in the spirit of FGD (Weng et al., USENIX ATC '23).
+
+A node's free GPU is a *fragment* for a task shape when that shape cannot use it: all of the
+node's free GPU if the shape cannot run there at all (too few CPUs or too little memory left,
+a GPU model it may not use, too few GPUs with room), else the free share of each GPU that has
+less room than the shape needs on one GPU. The node's expected fragmentation is that amount
+averaged over the workload's task mix (`Session.task_mix`). The score places a task where the
+expected fragmentation grows least (the "gradient" of FGD), and the same measure picks the GPU
+of a node that a shared-GPU task goes to.
+
+Everything is numpy over (nodes, GPUs, shapes); a cycle turns the mix into arrays once.
+GPU memory is not part of the measure (feasibility already checks it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from aisched.core.snapshot import BoolArray, FloatArray, IntArray
+from aisched.core.taskmix import TaskMix
+from aisched.model.job import Job
+from aisched.model.resources import GPU_MILLI_WHOLE, Resources
+
+if TYPE_CHECKING:
+    from aisched.core.session import Session
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class MixArrays:
+    """The task mix as arrays over its K shapes, and where each shape may run."""
+
+    need: IntArray  # (K,) milli-GPU a shape needs free on each GPU it uses
+    count: IntArray  # (K,) GPUs a shape uses
+    cpu: IntArray  # (K,)
+    mem: IntArray  # (K,)
+    weight: FloatArray  # (K,)
+    allowed: BoolArray  # (N, K): the node's GPU model is allowed for the shape
+
+    @property
+    def empty(self) -> bool:
+        return len(self.need) == 0
+
+
+def mix_arrays(session: Session) -> MixArrays:
+    """The session's task mix as arrays (memoised for the cycle)."""
+    mix = session.task_mix
+    key = ("fgd-mix", id(mix))
+    hit = session.memo.get(key)
+    if hit is None:
+        hit = session.memo[key] = _build(session, mix)
+    return hit  # type: ignore[return-value]
+
+
+def _build(session: Session, mix: TaskMix) -> MixArrays:
+    from aisched.core.placement import base_mask
+
+    shapes = mix.shapes
+    n = session.arrays.num_nodes
+    allowed = np.ones((n, len(shapes)), dtype=np.bool_)
+    for k, s in enumerate(shapes):
+        if s.gpu_models:
+            allowed[:, k] = base_mask(session, s.gpu_models)
+    return MixArrays(
+        need=np.array([s.per_gpu_milli for s in shapes], dtype=np.int64),
+        count=np.array([s.num_gpus for s in shapes], dtype=np.int64),
+        cpu=np.array([s.milli_cpu for s in shapes], dtype=np.int64),
+        mem=np.array([s.mem_mib for s in shapes], dtype=np.int64),
+        weight=np.array([s.weight for s in shapes], dtype=np.float64),
+        allowed=allowed,
+    )
+
+
+def _parts(m: MixArrays, free_gpu: IntArray) -> tuple[IntArray, IntArray, IntArray]:
+    """Per node and shape: free GPU too small for the shape (stranded), GPUs with room for it
+    (usable); and per node the free GPU in all."""
+    g = free_gpu[:, :, None]  # (N, G, 1) against (K,)
+    short = g < m.need
+    stranded = (g * short).sum(axis=1)
+    usable = (~short & (g > 0)).sum(axis=1)
+    return stranded, usable, free_gpu.sum(axis=1)
+
+
+def _combine(
+    m: MixArrays,
+    stranded: IntArray,
+    usable: IntArray,
+    total: IntArray,
+    free_cpu: IntArray,
+    free_mem: IntArray,
+    allowed: BoolArray,
+) -> FloatArray:
+    """Expected fragment per state: `stranded` and `usable` end in the K axis, the others
+    broadcast against them (`total`, `free_cpu`, `free_mem` without it)."""
+    fits = (
+        allowed
+        & (free_cpu[..., None] >= m.cpu)
+        & (free_mem[..., None] >= m.mem)
+        & (usable >= m.count)
+    )
+    frag = np.where(fits, stranded, total[..., None])
+    return np.asarray(frag @ m.weight, dtype=np.float64)
+
+
+def expected_fragmentation(
+    m: MixArrays, free_gpu: IntArray, free_cpu: IntArray, free_mem: IntArray, allowed: BoolArray
+) -> FloatArray:
+    """Expected fragment (milli-GPU) of each node: `free_gpu` is (N, G) (0 for a GPU that is
+    absent or full), `free_cpu` and `free_mem` (N,), `allowed` (N, K)."""
+    stranded, usable, total = _parts(m, free_gpu)
+    return _combine(m, stranded, usable, total, free_cpu, free_mem, allowed)
+
+
+def fragmentation_growth(
+    session: Session, request: Resources, nodes: IntArray
+) -> tuple[FloatArray, FloatArray | None]:
+    """How much the expected fragmentation of each node in `nodes` grows if one task of
+    `request` goes there: (growth per node, growth per (node, GPU) for a shared-GPU task, inf
+    where the GPU has no room; None otherwise)."""
+    m = mix_arrays(session)
+    if m.empty or len(nodes) == 0:
+        return np.zeros(len(nodes), dtype=np.float64), None
+    f = session.free
+    gpu = f.gpu_milli[nodes]
+    cpu, mem = f.cpu[nodes], f.mem[nodes]
+    allowed = m.allowed[nodes]
+    stranded, usable, total = _parts(m, gpu)
+    before = _combine(m, stranded, usable, total, cpu, mem, allowed)
+    cpu_after, mem_after = cpu - request.milli_cpu, mem - request.mem_mib
+    if request.gpu_milli and not request.gpu:
+        # One candidate per GPU; only that GPU changes, so update the parts instead of
+        # recomputing them: (N, G candidates, K).
+        share = request.gpu_milli
+        old = gpu[:, :, None]
+        new = np.maximum(old - share, 0)
+        need = m.need
+        stranded_after = stranded[:, None, :] - old * (old < need) + new * (new < need)
+        usable_after = (
+            usable[:, None, :]
+            - ((old >= need) & (old > 0)).astype(np.int64)
+            + ((new >= need) & (new > 0)).astype(np.int64)
+        )
+        after = _combine(
+            m,
+            stranded_after,
+            usable_after,
+            (total - share)[:, None],
+            cpu_after[:, None],
+            mem_after[:, None],
+            allowed[:, None, :],
+        )
+        per_gpu = np.where(gpu >= share, after - before[:, None], np.inf)
+        return per_gpu.min(axis=1), per_gpu
+    after_gpu = gpu
+    if request.gpu:
+        # Which whole GPUs go does not matter to the measure: every full GPU is alike.
+        full = gpu == GPU_MILLI_WHOLE
+        after_gpu = np.where(full & (np.cumsum(full, axis=1) <= request.gpu), 0, gpu)
+    after = expected_fragmentation(m, after_gpu, cpu_after, mem_after, allowed)
+    return after - before, None
+
+
+@dataclass(frozen=True, slots=True)
+class Fragmentation:
+    """`fgd`: the node (and GPU) where the cluster's expected fragmentation grows least."""
+
+    name: str = "fgd"
+
+    def score(self, session: Session, job: Job, request: Resources, nodes: IntArray) -> FloatArray:
+        growth, _ = fragmentation_growth(session, request, nodes)
+        # Ties (common: a CPU-only task grows nothing on most nodes) go to the lowest node
+        # index. Breaking them by best fit or worst fit instead left more GPU unallocated on
+        # openb (docs/benchmarks.md), so they are left alone.
+        return -growth
+
+    def choose_gpu(
+        self, session: Session, job: Job, request: Resources, node: int, candidates: IntArray
+    ) -> int:
+        _, per_gpu = fragmentation_growth(session, request, np.array([node], dtype=np.int64))
+        if per_gpu is None:
+            return int(candidates[0])
+        growth = per_gpu[0][candidates]
+        free = session.free.gpu_milli[node][candidates]
+        # Least growth; among equals the fullest GPU, then the lowest index.
+        return int(candidates[np.lexsort((candidates, free, growth))[0]])
