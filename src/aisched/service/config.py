@@ -109,6 +109,8 @@ class ServiceConfig(_Model):
     cycle_interval: Any = "5s"
     max_backoff: Any = "5m"
     memory_limit: MemoryLimit = "auto"
+    # A Ray cluster to run on (`HOST:PORT` of its head, or `auto`); None: this machine only.
+    ray: Annotated[str, Field(min_length=1)] | None = None
     # Learn runtimes from finished jobs (median and upper bound for qssf, backfill and ETAs).
     predict_runtimes: bool = True
     defaults: DefaultsModel = DefaultsModel()
