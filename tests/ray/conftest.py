@@ -13,6 +13,7 @@ Skipped, with the reason, when Ray is not installed (`pip install -e '.[dev]'` i
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,6 +60,7 @@ def ray_cluster() -> Iterator[RayCluster]:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "up_args(*args): more flags for this test's aisched up")
+    config.addinivalue_line("markers", "up_config(dict): a config file for this test's aisched up")
 
 
 @pytest.fixture
@@ -71,6 +73,10 @@ def ray_service(
     work.mkdir()
     mark = request.node.get_closest_marker("up_args")
     extra = list(mark.args) if mark else []
+    config = request.node.get_closest_marker("up_config")
+    if config:
+        (tmp_path / "aisched.json").write_text(json.dumps(config.args[0]))
+        extra += ["--config", str(tmp_path / "aisched.json")]
     svc = Service(tmp_path / "home", free_port(), work, ["--ray", ray_cluster.address, *extra])
     svc.home.mkdir()
     svc.start(timeout_s=90)

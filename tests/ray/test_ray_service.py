@@ -17,6 +17,8 @@ import pytest
 from harness import Service, wait_for
 from ray_harness import RayCluster, cancel_all
 
+from aisched.executors.ray_task import TaskRunner
+
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.[ray]'")
 
 PY = sys.executable
@@ -278,3 +280,56 @@ def test_an_unreachable_ray_address_is_a_clear_error(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert proc.stderr.startswith("error: cannot reach the Ray cluster at 127.0.0.1:9"), proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.up_config({"ray_start_timeout": "3s"})
+def test_a_gang_whose_task_ray_cannot_start_is_rolled_back_whole_and_retried(
+    ray_service: Service, ray_cluster: RayCluster
+) -> None:
+    svc = ray_service
+    # Work aisched does not know of holds one GPU of every node in Ray's own accounting: an
+    # 8-GPU gang placed by aisched cannot have all its tasks started by Ray.
+    ray_gpus_in_use(ray_cluster)  # connects the test's driver
+    # An actor class the Ray workers can import; created, it only holds its reservation.
+    holder = ray.remote(num_gpus=1, num_cpus=0)(TaskRunner)
+    strategy = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy
+    foreign = [
+        holder.options(scheduling_strategy=strategy(node.node_id, soft=False)).remote({})
+        for node in ray_cluster.nodes.values()
+    ]
+    ray.get([h.status.remote() for h in foreign])
+    try:
+        jid = submit(
+            svc,
+            "gang",
+            replicas=8,
+            restart={"policy": "on-failure", "max_retries": 10, "backoff": "1s"},
+        )
+
+        def rolled_back() -> dict[str, Any] | None:
+            job = svc.job(jid)
+            return job if job["failures"] >= 1 and job["state"] == "pending" else None
+
+        job = wait_for("the gang to be rolled back", rolled_back, 60)
+        lost = [e["message"] for e in job["events"] if "could not start" in e["message"]]
+        assert lost and all("did not start it" in m for m in lost)
+        started = {line.split()[1] for line in events(svc) if line.startswith("start")}
+        stopped = {line.split()[1] for line in events(svc) if line.startswith("stop")}
+        assert started == stopped  # every task that had started was stopped again
+        wait_for(
+            "Ray to hold only the foreign GPUs",
+            lambda: sum(ray_gpus_in_use(ray_cluster).values()) == len(foreign),
+        )
+    finally:
+        for h in foreign:
+            ray.kill(h)
+
+    # With the foreign work gone, a retry starts every task.
+    def all_started() -> bool:
+        return any(
+            all((svc.work / f"env-{jid}-{rank}-{restart}.json").exists() for rank in range(8))
+            for restart in range(1, 12)
+        )
+
+    wait_for("a retry to start every task", all_started, 60)
+    assert svc.job(jid)["state"] == "running"

@@ -59,7 +59,7 @@ class Service:
             store = Store(config.database_url())
             notes: list[str] = []
             if executor is None and config.ray is not None:
-                executor, notes = _ray_executor(config.ray, home)
+                executor, notes = _ray_executor(config.ray, home, config.ray_start_timeout_s())
             elif executor is None:
                 executor, notes = _local_executor(config, home)
             policy = config.build_policy()
@@ -153,7 +153,7 @@ def _local_executor(config: ServiceConfig, home: Path) -> tuple[Executor, list[s
     return executor, list(notes)
 
 
-def _ray_executor(address: str, home: Path) -> tuple[Executor, list[str]]:
+def _ray_executor(address: str, home: Path, start_timeout_s: float) -> tuple[Executor, list[str]]:
     # Imported only here: without --ray nothing imports Ray (it is an optional extra).
     try:
         from aisched.executors import ray_executor
@@ -166,7 +166,9 @@ def _ray_executor(address: str, home: Path) -> tuple[Executor, list[str]]:
         ray_executor.connect(address)
     except ray_executor.RayConnectError as e:
         raise ServiceError(str(e)) from None
-    executor = ray_executor.RayExecutor(ray_executor.namespace_for(str(home.resolve())))
+    executor = ray_executor.RayExecutor(
+        ray_executor.namespace_for(str(home.resolve())), start_timeout_s=start_timeout_s
+    )
     if not executor.nodes():
         raise ServiceError(
             f"the Ray cluster at {address} has no node with CPUs or GPUs to schedule on"
