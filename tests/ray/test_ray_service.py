@@ -333,3 +333,21 @@ def test_a_gang_whose_task_ray_cannot_start_is_rolled_back_whole_and_retried(
 
     wait_for("a retry to start every task", all_started, 60)
     assert svc.job(jid)["state"] == "running"
+
+
+def test_a_restarted_aisched_adopts_the_gang_still_running_on_ray(ray_service: Service) -> None:
+    svc = ray_service
+    jid = submit(svc, "adopted", replicas=2, topology={"spread": "node"})
+    for r in range(2):
+        env_of(svc, jid, r)
+
+    svc.kill9()  # the tasks are detached Ray actors: they keep running
+    svc.start(timeout_s=90)
+
+    job = svc.job(jid)
+    assert (job["state"], job["attempt"]) == ("running", 1)
+    assert [e["kind"] for e in job["events"]].count("adopted") == 2
+    (svc.work / "release").touch()
+    job = svc.wait_state(jid, "succeeded", "failed", timeout_s=60)
+    assert job["state"] == "succeeded", job["events"]
+    assert [line for line in events(svc) if line.startswith("stop")] == []
