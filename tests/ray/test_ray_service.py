@@ -19,7 +19,9 @@ from ray_harness import RayCluster, cancel_all
 
 from aisched.executors.ray_task import TaskRunner
 
-ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.[ray]'")
+ray = pytest.importorskip(
+    "ray", reason="Ray is not installed: pip install -e '.[ray]' (or '.[dev]') to run these"
+)
 
 PY = sys.executable
 RACK_OF = {"a1": "ra", "a2": "ra", "b1": "rb", "b2": "rb"}
