@@ -353,3 +353,19 @@ def test_a_restarted_aisched_adopts_the_gang_still_running_on_ray(ray_service: S
     job = svc.wait_state(jid, "succeeded", "failed", timeout_s=60)
     assert job["state"] == "succeeded", job["events"]
     assert [line for line in events(svc) if line.startswith("stop")] == []
+
+
+def test_output_exit_codes_and_bad_commands_are_reported_as_on_one_machine(
+    ray_service: Service,
+) -> None:
+    svc = ray_service
+    script = "echo to-stdout; echo to-stderr >&2; exit 3"
+    failing = svc.run("--cpus", "0.5", "--restart", "never", "--", "sh", "-c", script)
+    missing = svc.run("--cpus", "0.5", "--restart", "never", "--", "no-such-command-here")
+
+    job = svc.wait_state(failing, "failed", timeout_s=60)
+    assert job["exit_code"] == 3 and "exited with code 3" in job["message"]
+    logs = svc.cli("logs", failing).stdout
+    assert "to-stdout" in logs and "to-stderr" in logs
+    job = svc.wait_state(missing, "failed", timeout_s=60)
+    assert job["exit_code"] == 127 and "command not found: no-such-command-here" in job["message"]

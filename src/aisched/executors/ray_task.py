@@ -160,19 +160,19 @@ class TaskRunner:
                 )
                 return
             except FileNotFoundError as exc:
-                if spec.get("workdir") and not os.path.isdir(spec["workdir"]):
-                    why = f"126\ncannot run {name}: working directory {spec['workdir']}: "
-                    why += exc.strerror or "not found"
+                workdir = spec.get("workdir")
+                if workdir and not os.path.isdir(workdir):
+                    why = exc.strerror or "not found"
+                    code, msg = 126, f"cannot run {name}: working directory {workdir}: {why}"
                 else:
                     what = "no such file" if "/" in name else "command not found"
-                    why = f"127\n{what}: {name}"
+                    code, msg = 127, f"{what}: {name}"
             except PermissionError:
-                why = f"126\ncannot run {name}: permission denied"
+                code, msg = 126, f"cannot run {name}: permission denied"
             except OSError as exc:
-                why = f"126\ncannot run {name}: {exc.strerror or exc}"
-        code, _, msg = why.partition("\n")
+                code, msg = 126, f"cannot run {name}: {exc.strerror or exc}"
         self._log(msg)
-        self.start_error = {"kind": "exited", "exit_code": int(code), "message": msg}
+        self.start_error = {"kind": "exited", "exit_code": code, "message": msg}
 
     def _kill_after_grace(self, proc: subprocess.Popen[bytes]) -> None:
         while not self.done.is_set():
