@@ -59,7 +59,7 @@ class Service:
     def env(self) -> dict[str, str]:
         return {**os.environ, "AISCHED_SERVER": self.url, "AISCHED_HOME": str(self.home)}
 
-    def start(self) -> None:
+    def start(self, timeout_s: float = 30.0) -> None:
         out = open(self.log, "ab")  # noqa: SIM115 - the child owns it
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "aisched", "up", "--port", str(self.port),
@@ -80,7 +80,7 @@ class Service:
             except httpx.HTTPError:
                 return False
 
-        wait_for("the service to answer", up)
+        wait_for("the service to answer", up, timeout_s)
 
     def kill9(self) -> None:
         assert self.proc is not None

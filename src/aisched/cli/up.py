@@ -50,6 +50,12 @@ def register(sub: Any) -> None:
         choices=("auto", "cgroup-v2", "cgroup-v1", "rlimit", "none"),
         help="how task memory is bounded (default auto: cgroups where writable, else rlimit)",
     )
+    p.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="run jobs on a Ray cluster: HOST:PORT of its head node, or auto for the one "
+        "started on this machine (needs pip install 'aisched[ray]'; docs/ray.md)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="log every decision")
     p.set_defaults(func=cmd_up)
 
@@ -76,6 +82,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         "database": args.database,
         "policy": args.policy,
         "memory_limit": args.memory_limit,
+        "ray": args.ray,
         "node": {
             "gpus": args.gpus,
             "gpu_model": args.gpu_model,
@@ -102,7 +109,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
         host, port = sock.getsockname()[:2]
         url = f"http://{host}:{port}"
-        node = service.scheduler.nodes[0] if service.scheduler.nodes else None
+        nodes = service.scheduler.nodes
+        node = nodes[0] if len(nodes) == 1 else None
         info = service.executor.info()
         print(f"aisched {__version__} listening on {url}", file=sys.stderr)
         print(f"  data directory: {service.home}", file=sys.stderr)
@@ -112,6 +120,13 @@ def cmd_up(args: argparse.Namespace) -> int:
                 f"  node {node.name}: {node.milli_cpu / 1000:g} CPUs, "
                 f"{node.mem_mib / 1024:.1f} GiB, {len(node.gpus)} GPUs; "
                 f"memory limits: {info.memory_limit}",
+                file=sys.stderr,
+            )
+        if len(nodes) != 1:
+            print(
+                f"  {len(nodes)} nodes: {sum(n.milli_cpu for n in nodes) / 1000:g} CPUs, "
+                f"{sum(len(n.gpus) for n in nodes)} GPUs, "
+                f"racks {', '.join(sorted({n.rack for n in nodes}))}",
                 file=sys.stderr,
             )
         for note in service.node_notes:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from aisched.model.cluster import Node
 
@@ -48,7 +48,8 @@ class TaskLaunch:
     `milli_cpu` is what the core reserved; the executor pins the task to `ceil(milli_cpu/1000)`
     cores where it can. `mem_limit_mib` 0 means no limit. `gpus` are device indices on `node`.
     `log_path` receives stdout and stderr together. `grace_period_s` is the time between
-    SIGTERM and SIGKILL when the task is stopped.
+    SIGTERM and SIGKILL when the task is stopped. `gpu_milli` is the share of each of `gpus`
+    the task holds (1000: whole devices), for executors that reserve it elsewhere too (Ray).
     """
 
     job_id: str
@@ -65,6 +66,7 @@ class TaskLaunch:
     grace_period_s: float
     # GPU memory the task declared over all its GPUs (0: none); for the GPU-memory watchdog.
     gpu_mem_mib: int = 0
+    gpu_milli: int = 1000
 
     @property
     def key(self) -> TaskKey:
@@ -171,6 +173,21 @@ class Executor(Protocol):
         """The service is shutting down: stop watching. Tasks keep running (they are adopted
         at the next start); nothing is killed."""
         ...
+
+
+@runtime_checkable
+class NodeAddresses(Protocol):
+    """An executor whose nodes are other machines says where each one is, so a gang's
+    MASTER_ADDR is the address of its rank 0's node (not the scheduler's)."""
+
+    def node_address(self, node: str) -> str | None: ...
+
+
+def master_addr_for(executor: object, node: str, default: str) -> str:
+    """MASTER_ADDR for a gang whose rank 0 runs on `node`."""
+    if isinstance(executor, NodeAddresses):
+        return executor.node_address(node) or default
+    return default
 
 
 def task_name(group: str, index: int) -> str:

@@ -58,7 +58,9 @@ class Service:
         try:
             store = Store(config.database_url())
             notes: list[str] = []
-            if executor is None:
+            if executor is None and config.ray is not None:
+                executor, notes = _ray_executor(config.ray, home, config.ray_start_timeout_s())
+            elif executor is None:
                 executor, notes = _local_executor(config, home)
             policy = config.build_policy()
             metrics = Metrics()
@@ -153,3 +155,26 @@ def _local_executor(config: ServiceConfig, home: Path) -> tuple[Executor, list[s
         home / "tasks", node, mem_mechanism=config.memory_limit, gpu_watchdog=watchdog
     )
     return executor, list(notes)
+
+
+def _ray_executor(address: str, home: Path, start_timeout_s: float) -> tuple[Executor, list[str]]:
+    # Imported only here: without --ray nothing imports Ray (it is an optional extra).
+    try:
+        from aisched.executors import ray_executor
+    except ImportError as e:
+        raise ServiceError(
+            f"--ray needs Ray, which is not installed ({e}); "
+            "install it with: pip install 'aisched[ray]'"
+        ) from None
+    try:
+        ray_executor.connect(address)
+    except ray_executor.RayConnectError as e:
+        raise ServiceError(str(e)) from None
+    executor = ray_executor.RayExecutor(
+        ray_executor.namespace_for(str(home.resolve())), start_timeout_s=start_timeout_s
+    )
+    if not executor.nodes():
+        raise ServiceError(
+            f"the Ray cluster at {address} has no node with CPUs or GPUs to schedule on"
+        )
+    return executor, [f"Ray cluster at {address}"]

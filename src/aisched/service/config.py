@@ -112,6 +112,10 @@ class ServiceConfig(_Model):
     # A task above the GPU memory it declared (gpu_mem): report it in the log, or stop it.
     # Needs NVML (nvidia-ml-py and a driver); without it the watchdog is off and says why.
     gpu_memory_over: Literal["report", "stop"] = "report"
+    # A Ray cluster to run on (`HOST:PORT` of its head, or `auto`); None: this machine only.
+    ray: Annotated[str, Field(min_length=1)] | None = None
+    # How long Ray may take to start a task on its node before its gang is rolled back.
+    ray_start_timeout: Any = "60s"
     # Learn runtimes from finished jobs (median and upper bound for qssf, backfill and ETAs).
     predict_runtimes: bool = True
     defaults: DefaultsModel = DefaultsModel()
@@ -121,7 +125,7 @@ class ServiceConfig(_Model):
     node: NodeModel = NodeModel()
     queues: list[QueueModel] = Field(default_factory=lambda: [QueueModel(name=DEFAULT_QUEUE)])
 
-    @field_validator("cycle_interval", "max_backoff")
+    @field_validator("cycle_interval", "max_backoff", "ray_start_timeout")
     @classmethod
     def _dur(cls, v: Any) -> Any:
         _duration(v, "duration")
@@ -175,6 +179,9 @@ class ServiceConfig(_Model):
 
     def max_backoff_s(self) -> float:
         return _duration(self.max_backoff, "max_backoff")
+
+    def ray_start_timeout_s(self) -> float:
+        return _duration(self.ray_start_timeout, "ray_start_timeout")
 
 
 def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> ServiceConfig:

@@ -58,6 +58,7 @@ from aisched.executors.base import (
     TaskLaunch,
     TaskPlace,
     contract_env,
+    master_addr_for,
     task_name,
 )
 from aisched.model.cluster import Cluster
@@ -67,6 +68,7 @@ from aisched.model.states import JobState
 from aisched.predict.features import JobFeatures
 from aisched.predict.runtime import RuntimePredictor
 from aisched.service.live import Batch, LiveJob, LiveTask, Stop, TaskPhase
+from aisched.service.membership import bindings_by_node, merge_nodes
 from aisched.store.codec import job_from_dict, job_to_dict
 from aisched.store.db import Row, Store
 
@@ -147,7 +149,8 @@ class Scheduler:
         # Learned runtimes for pending jobs (qssf order, backfill, reservations, ETAs); fed
         # with every job that succeeds, warmed from the store's history at start.
         self.predictor = predictor
-        self.nodes = tuple(executor.nodes())
+        self.offered_nodes = tuple(executor.nodes())
+        self.nodes = self.offered_nodes
         self.arrays = build_arrays(Cluster(self.nodes))
         self.free = FreeState.empty(self.arrays)
         self.jobs: dict[str, LiveJob] = {}
@@ -243,6 +246,7 @@ class Scheduler:
                 batch.event(now, lj.id, "requeued", "requeued: no task was started")
                 self._make_pending(lj, batch)
                 continue
+            self._sync_nodes([t.binding for t in lj.tasks])
             self._take(lj)
             exits: list[TaskExited] = []
             for t in lj.tasks:
@@ -332,6 +336,7 @@ class Scheduler:
 
     def step(self) -> float:
         """Run one step; returns how long the loop may sleep before the next one."""
+        self._sync_nodes()
         now = self.clock()
         batch = Batch()
         while True:
@@ -648,6 +653,32 @@ class Scheduler:
 
     # --- resources --------------------------------------------------------------------------
 
+    def _sync_nodes(self, extra: list[TaskBinding] | None = None) -> None:
+        """Follow a cluster executor's nodes joining and leaving (see `membership`): rebuild the
+        arrays and re-take every running binding when the node list changed. `extra`: bindings
+        about to be taken (recovery) whose nodes must exist."""
+        offered = tuple(self.executor.nodes())
+        missing = extra and any(b.node not in self.arrays.index for b in extra)
+        leftovers = len(self.nodes) != len(offered)  # gone nodes kept while bound: re-check
+        if offered == self.offered_nodes and not missing and not leftovers:
+            return
+        running = [
+            t.binding for lj in self.jobs.values() if lj.running_view is not None for t in lj.tasks
+        ]
+        nodes = merge_nodes(offered, self.nodes, bindings_by_node([*running, *(extra or [])]))
+        self.offered_nodes = offered
+        if nodes == self.nodes:
+            return
+        arrays = build_arrays(Cluster(nodes))
+        free = FreeState.empty(arrays)
+        for b in running:
+            free.take(arrays.index[b.node], b)
+        with self.lock:
+            self.nodes, self.arrays, self.free = nodes, arrays, free
+        self._empty_snapshot = Snapshot(arrays, FreeState.empty(arrays), (), self.queues)
+        self.dirty = True
+        log.info("nodes: %s", ", ".join(n.name + ("" if n.healthy else " (gone)") for n in nodes))
+
     def _make_pending(self, lj: LiveJob, batch: Batch) -> None:
         lj.running_view = None
         estimate = upper = None
@@ -830,6 +861,7 @@ class Scheduler:
             TaskPlace(t.name, t.binding.node, t.binding.gpus, t.binding.milli_cpu) for t in lj.tasks
         ]
         port = _free_port(self.config.master_addr)
+        master_addr = master_addr_for(self.executor, places[0].node, self.config.master_addr)
         out = []
         for t in lj.tasks:
             group = next(g for g in lj.job.groups if g.name == t.binding.group)
@@ -842,7 +874,7 @@ class Scheduler:
                     rank=t.rank,
                     restart_count=lj.attempt - 1,
                     checkpoint_dir=lj.checkpoint_dir,
-                    master_addr=self.config.master_addr,
+                    master_addr=master_addr,
                     master_port=port,
                 )
             )
@@ -861,6 +893,7 @@ class Scheduler:
                     log_path=t.log_path,
                     grace_period_s=lj.job.grace_period_s,
                     gpu_mem_mib=t.binding.gpu_mem_mib,
+                    gpu_milli=t.binding.gpu_milli,
                 )
             )
         return out

@@ -1,0 +1,457 @@
+"""The Ray executor: each task runs on the Ray node the core chose, as a process of a Ray actor.
+
+aisched's core decides placement; this executor carries it out exactly. Every task becomes one
+detached, named actor (`TaskRunner`, see `ray_task.py`) created with
+`NodeAffinitySchedulingStrategy(node_id, soft=False)` and reserving exactly the task's CPUs,
+GPUs and memory in Ray, so Ray's accounting agrees with aisched's: Ray never starts it anywhere
+else, and nothing else Ray schedules can take what the task holds. The actor starts the command
+with the DESIGN.md environment (its GPU indices in CUDA_VISIBLE_DEVICES, MASTER_ADDR the address
+of rank 0's node) and reports how it ended; its resources go back to Ray once that is known.
+
+Threads: the service's loop thread calls the protocol; one watcher thread waits on the actors'
+results (`ray.wait`) and refreshes the node list from `ray.nodes()` every `refresh_s`, waking
+the loop when a task ends or a node joins or leaves.
+
+Invariants:
+- `launch` returns once Ray has accepted the actor; it does not wait for Ray to start it. A
+  task that Ray does not start within `start_timeout_s` (or whose node dies first) ends LOST
+  with "could not start", and the loop rolls the whole gang back.
+- every launched or adopted task yields exactly one `TaskExited`; an actor whose node died is
+  LOST ("its Ray node ... left the cluster"), which the loop turns into a failed attempt that
+  is restarted per the job's restart policy, on healthy nodes.
+- tasks outlive the scheduler (detached actors in a namespace derived from the data
+  directory): a restarted `aisched up --ray` adopts them by name.
+
+Importing this module imports Ray; nothing else in aisched does, so Ray stays optional.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from ray.exceptions import ActorUnavailableError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from aisched.executors.base import (
+    AdoptState,
+    ExecutorInfo,
+    ExitKind,
+    LaunchError,
+    TaskExited,
+    TaskHandle,
+    TaskKey,
+    TaskLaunch,
+)
+from aisched.executors.ray_nodes import RayNode, nodes_from_ray
+from aisched.executors.ray_task import TaskRunner
+from aisched.model.cluster import Node
+
+log = logging.getLogger(__name__)
+
+MIB = 1 << 20
+# A task actor runs the process, waits for it, and takes stops and status queries meanwhile.
+ACTOR_THREADS = 4
+WAIT_SLICE_S = 0.2
+# An actor Ray calls "temporarily unavailable" (its node missed heartbeats, or a network blip)
+# is asked again this often, until Ray either reaches it or declares its node dead.
+UNAVAILABLE_RETRY_S = 1.0
+CONNECT_PROBE_S = 5.0
+
+_RemoteRunner: Any = ray.remote(TaskRunner)
+# Ray's stubs type get() by its argument; our references are untyped actor-call results.
+_get: Callable[..., Any] = ray.get
+
+
+class RayConnectError(RuntimeError):
+    """The Ray cluster cannot be reached; the message says which address and why."""
+
+
+@dataclass(slots=True)
+class _Tracked:
+    key: TaskKey
+    node: str
+    actor: Any
+    start_ref: Any | None  # pending until the process exists
+    wait_ref: Any | None = None
+    launched_at: float = 0.0
+    grace_period_s: float = 0.0
+    retry_at: float = 0.0  # while unavailable: when to ask the actor again
+
+
+def namespace_for(data_dir: str) -> str:
+    """The Ray namespace of one aisched service: stable across its restarts (adoption finds
+    its actors), different for two services sharing a cluster (job ids repeat)."""
+    return "aisched-" + hashlib.sha256(data_dir.encode()).hexdigest()[:12]
+
+
+def actor_name(key: TaskKey) -> str:
+    job_id, attempt, task = key
+    return f"task-{job_id}-{attempt}-{task}"
+
+
+def connect(address: str) -> None:
+    """Connect this process to the Ray cluster at `address` (`host:port` of its head, or
+    `auto` for the one started on this machine). Raises RayConnectError with the reason."""
+    if ray.is_initialized():
+        return
+    if address != "auto":
+        _probe(address)
+    try:
+        ray.init(
+            address=address,
+            logging_level=logging.WARNING,
+            log_to_driver=False,
+            configure_logging=False,
+        )
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        raise RayConnectError(f"cannot connect to the Ray cluster at {address}: {e}") from None
+
+
+def _probe(address: str) -> None:
+    """Fail fast and clearly on an address nobody answers (ray.init would retry for long)."""
+    host, sep, port = address.rpartition(":")
+    if address.startswith("ray://"):
+        raise RayConnectError(
+            f"{address}: Ray Client addresses are not supported; give the head's GCS "
+            "address HOST:PORT (port 6379 by default) from a machine of the cluster"
+        )
+    if not sep or not port.isdigit() or not host:
+        raise RayConnectError(
+            f"{address!r} is not a Ray address: give HOST:PORT of the head node, or auto"
+        )
+    try:
+        with socket.create_connection((host, int(port)), timeout=CONNECT_PROBE_S):
+            pass
+    except OSError as e:
+        raise RayConnectError(
+            f"cannot reach the Ray cluster at {address}: {e.strerror or e} "
+            "(is `ray start --head` running there?)"
+        ) from None
+
+
+class RayExecutor:
+    """Runs tasks on a Ray cluster (see the module docstring). The caller connects first
+    (`connect`); `namespace` keeps this service's actors apart from other services'."""
+
+    def __init__(
+        self,
+        namespace: str,
+        *,
+        refresh_s: float = 1.0,
+        start_timeout_s: float = 60.0,
+    ) -> None:
+        if not ray.is_initialized():
+            raise RayConnectError("not connected to a Ray cluster (call connect first)")
+        self._namespace = namespace
+        self._refresh_s = refresh_s
+        self._start_timeout_s = start_timeout_s
+        self._lock = threading.Lock()
+        self._tracked: dict[TaskKey, _Tracked] = {}
+        self._events: list[TaskExited] = []
+        self._wakeup: Callable[[], None] | None = None
+        self._closed = threading.Event()
+        self._ray_nodes: dict[str, RayNode] = {}
+        self._nodes: tuple[Node, ...] = ()
+        self._refresh_nodes()
+        self._next_refresh = time.monotonic() + refresh_s
+        self._thread = threading.Thread(target=self._watch, name="aisched-ray", daemon=True)
+        self._thread.start()
+
+    # --- the protocol ----------------------------------------------------------------------
+
+    def info(self) -> ExecutorInfo:
+        return ExecutorInfo(
+            name="ray",
+            memory_limit="ray-accounting",
+            cpu_affinity=False,
+            notes=(
+                f"Ray cluster: {len(self._nodes)} node(s), namespace {self._namespace}",
+                "memory is reserved in Ray's accounting, not enforced on the process",
+            ),
+        )
+
+    def nodes(self) -> Sequence[Node]:
+        return self._nodes
+
+    def node_address(self, node: str) -> str | None:
+        """The IP of `node` (MASTER_ADDR for a gang whose rank 0 runs there)."""
+        rn = self._ray_nodes.get(node)
+        return None if rn is None else rn.address
+
+    def launch(self, req: TaskLaunch) -> TaskHandle:
+        key = req.key
+        if self._closed.is_set():
+            raise LaunchError(f"task {_show(key)}: the executor is closed")
+        rn = self._ray_nodes.get(req.node)
+        if rn is None:
+            raise LaunchError(f"task {_show(key)}: node {req.node!r} is not in the Ray cluster")
+        if not req.command or not req.command[0]:
+            raise LaunchError(f"task {_show(key)}: command: empty")
+        with self._lock:
+            if key in self._tracked:
+                raise LaunchError(f"task {_show(key)} is already running")
+        known = {g.index for g in rn.node.gpus}
+        if missing := [g for g in req.gpus if g not in known]:
+            raise LaunchError(f"task {_show(key)}: gpus: {missing} not on node {req.node!r}")
+        gpu_share = _gpu_share(req)
+        try:
+            actor = _RemoteRunner.options(
+                name=actor_name(key),
+                namespace=self._namespace,
+                lifetime="detached",
+                max_restarts=0,
+                max_concurrency=ACTOR_THREADS,
+                num_cpus=req.milli_cpu / 1000,
+                num_gpus=gpu_share,
+                memory=req.mem_limit_mib * MIB,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(rn.node_id, soft=False),
+            ).remote(_spec(req))
+            start_ref = actor.start.remote()
+        except ValueError as e:  # e.g. the name is taken by a leftover actor
+            raise LaunchError(f"task {_show(key)}: Ray refused it: {e}") from None
+        with self._lock:
+            self._tracked[key] = _Tracked(
+                key, req.node, actor, start_ref, None, time.monotonic(), req.grace_period_s
+            )
+        return TaskHandle(
+            key=key,
+            node=req.node,
+            data={
+                "actor": actor_name(key),
+                "namespace": self._namespace,
+                "node_id": rn.node_id,
+                "gpu_share": gpu_share,
+            },
+        )
+
+    def stop(self, key: TaskKey, grace_period_s: float | None = None) -> None:
+        with self._lock:
+            t = self._tracked.get(key)
+            if t is None:
+                return
+            not_started = t.start_ref is not None
+        if not_started:  # Ray may not even have placed it: removing the actor is the stop
+            self._end(t, TaskExited(key, ExitKind.STOPPED, None, "stopped before it started"))
+            if self._wakeup is not None:
+                self._wakeup()
+            return
+        grace = t.grace_period_s if grace_period_s is None else grace_period_s
+        try:
+            t.actor.stop.remote(grace)
+        except Exception as e:  # the actor is gone: its wait() reports that
+            log.debug("stop %s: %s", key, e)
+
+    def poll(self) -> list[TaskExited]:
+        with self._lock:
+            out, self._events = self._events, []
+        return out
+
+    def adopt(self, handle: TaskHandle) -> tuple[AdoptState, TaskExited | None]:
+        key = handle.key
+        with self._lock:
+            if key in self._tracked:
+                return AdoptState.RUNNING, None
+        try:
+            actor = ray.get_actor(actor_name(key), namespace=self._namespace)
+        except ValueError:
+            return AdoptState.LOST, _lost(key, "its Ray actor is gone (its node left the cluster?)")
+        try:
+            started: dict[str, Any] = _get(actor.start.remote(), timeout=self._start_timeout_s)
+            result = started.get("exit") or _get(actor.status.remote(), timeout=30)
+        except Exception as e:
+            _kill(actor)
+            return AdoptState.LOST, _lost(key, f"its Ray actor cannot be reached: {_why(e)}")
+        if result is not None:
+            _kill(actor)
+            return AdoptState.EXITED, _exit_from(key, result)
+        with self._lock:
+            self._tracked[key] = _Tracked(
+                key, handle.node, actor, None, actor.wait.remote(), time.monotonic()
+            )
+        return AdoptState.RUNNING, None
+
+    def set_wakeup(self, wakeup: Callable[[], None]) -> None:
+        self._wakeup = wakeup
+
+    def close(self) -> None:
+        """Stop watching; the tasks keep running as detached actors, adopted at next start."""
+        self._closed.set()
+        self._thread.join(timeout=5.0)
+
+    # --- watching ----------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        while not self._closed.is_set():
+            try:
+                self._watch_once()
+            except Exception:  # the watcher must outlive any one task's trouble
+                log.exception("ray watcher")
+                self._closed.wait(WAIT_SLICE_S)
+
+    def _watch_once(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            by_ref = {}
+            for t in self._tracked.values():
+                if t.retry_at > now:
+                    continue
+                if t.retry_at:
+                    t.retry_at = 0.0
+                    if t.start_ref is not None:
+                        t.start_ref = t.actor.start.remote()
+                    else:
+                        t.wait_ref = t.actor.wait.remote()
+                ref = t.start_ref if t.start_ref is not None else t.wait_ref
+                if ref is not None:
+                    by_ref[ref] = t
+        if by_ref:
+            refs = list(by_ref)
+            ready, _ = ray.wait(refs, num_returns=1, timeout=WAIT_SLICE_S)
+            if ready:
+                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            changed = False
+            for ref in ready:
+                changed |= self._on_ready(by_ref[ref], ref)
+            changed |= self._start_timeouts()
+        else:
+            self._closed.wait(WAIT_SLICE_S)
+            changed = False
+        if time.monotonic() >= self._next_refresh:
+            self._next_refresh = time.monotonic() + self._refresh_s
+            changed |= self._refresh_nodes()
+        if changed and self._wakeup is not None:
+            self._wakeup()
+
+    def _on_ready(self, t: _Tracked, ref: Any) -> bool:
+        """A start or a wait finished. Returns True when an event was produced."""
+        if ref is t.start_ref:
+            try:
+                started: dict[str, Any] = _get(ref)
+            except ActorUnavailableError:
+                return self._ask_again(t)
+            except Exception as e:
+                why = f"could not start on {t.node}: {self._died(t, e)}"
+                return self._end(t, _lost(t.key, why))
+            if "exit" in started:
+                return self._end(t, _exit_from(t.key, started["exit"]))
+            with self._lock:
+                t.start_ref = None
+                t.wait_ref = t.actor.wait.remote()
+            return False
+        try:
+            result = _get(ref)
+        except ActorUnavailableError:
+            return self._ask_again(t)
+        except Exception as e:
+            return self._end(t, _lost(t.key, self._died(t, e)))
+        return self._end(t, _exit_from(t.key, result))
+
+    def _ask_again(self, t: _Tracked) -> bool:
+        """Not known to be dead: ask again later (start and wait are idempotent). A node that
+        is really gone is declared dead by Ray after its heartbeat timeout; then the call fails
+        with ActorDiedError and the task is LOST."""
+        with self._lock:
+            t.retry_at = time.monotonic() + UNAVAILABLE_RETRY_S
+        return False
+
+    def _start_timeouts(self) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            late = [
+                t
+                for t in self._tracked.values()
+                if t.start_ref is not None and now - t.launched_at > self._start_timeout_s
+            ]
+        for t in late:
+            why = (
+                f"could not start: Ray did not start it on {t.node} within "
+                f"{self._start_timeout_s:g}s (its resources there are held by work aisched "
+                "does not know of)"
+            )
+            self._end(t, _lost(t.key, why))
+        return bool(late)
+
+    def _end(self, t: _Tracked, event: TaskExited) -> bool:
+        """Report the task's end once, and give its reservation back to Ray."""
+        _kill(t.actor)
+        with self._lock:
+            if self._tracked.pop(t.key, None) is None:
+                return False
+            self._events.append(event)
+        return True
+
+    def _died(self, t: _Tracked, e: Exception) -> str:
+        self._refresh_nodes()
+        if t.node not in self._ray_nodes:
+            return f"lost: its Ray node {t.node} left the cluster"
+        return f"lost: its Ray actor died ({_why(e)})"
+
+    def _refresh_nodes(self) -> bool:
+        """Re-reads Ray's node table; True when the set of nodes changed."""
+        found = nodes_from_ray(ray.nodes())  # type: ignore[no-untyped-call]
+        with self._lock:
+            nodes = tuple(rn.node for rn in found)
+            if nodes == self._nodes:
+                return False
+            self._ray_nodes = {rn.node.name: rn for rn in found}
+            self._nodes = nodes
+        log.info("Ray nodes: %s", ", ".join(n.name for n in nodes) or "none")
+        return True
+
+
+def _gpu_share(req: TaskLaunch) -> float:
+    """GPUs to reserve in Ray: whole devices, or the share of one a fractional task holds."""
+    return len(req.gpus) * req.gpu_milli / 1000
+
+
+def _spec(req: TaskLaunch) -> dict[str, Any]:
+    return {
+        "command": list(req.command),
+        "env": dict(req.env),
+        "workdir": req.workdir,
+        "log_path": req.log_path,
+        "grace_period_s": req.grace_period_s,
+    }
+
+
+def _exit_from(key: TaskKey, result: dict[str, Any]) -> TaskExited:
+    try:
+        kind = ExitKind(str(result.get("kind")))
+    except ValueError:
+        kind = ExitKind.EXITED
+    code = result.get("exit_code")
+    return TaskExited(
+        key=key,
+        kind=kind,
+        exit_code=code if isinstance(code, int) else None,
+        message=str(result.get("message") or ""),
+        time_s=float(result.get("finished_at") or time.time()),
+    )
+
+
+def _lost(key: TaskKey, message: str) -> TaskExited:
+    return TaskExited(key, ExitKind.LOST, None, message, time.time())
+
+
+def _kill(actor: Any) -> None:
+    try:
+        ray.kill(actor, no_restart=True)
+    except Exception as e:  # already dead
+        log.debug("kill actor: %s", e)
+
+
+def _why(e: BaseException) -> str:
+    first = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {first[0]}" if first else type(e).__name__
+
+
+def _show(key: TaskKey) -> str:
+    return f"{key[0]}/{key[1]}/{key[2]}"

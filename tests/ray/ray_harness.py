@@ -1,0 +1,65 @@
+"""The local multi-node Ray cluster of these tests: nodes with declared GPUs and labels."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from harness import Service, wait_for
+
+MIB = 1 << 20
+OBJECT_STORE_BYTES = 80 * MIB
+# Keeps Ray from pre-starting idle Python workers on every node (2 cores are shared).
+RAY_ENV = {
+    "RAY_enable_worker_prestart": "0",
+    "RAY_prestart_worker_first_driver": "0",
+    "RAY_enable_metrics_collection": "0",
+    # A killed node is declared dead after ~3 s instead of Ray's default of about 30 s.
+    "RAY_health_check_period_ms": "1000",
+    "RAY_health_check_failure_threshold": "3",
+}
+
+
+@dataclass
+class RayCluster:
+    cluster: Any
+    nodes: dict[str, Any] = field(default_factory=dict)  # aisched node name -> Ray node
+
+    @property
+    def address(self) -> str:
+        return str(self.cluster.gcs_address)
+
+    def add(
+        self, name: str, rack: str, zone: str, *, gpus: int = 2, cpus: int = 2, model: str = "T4"
+    ) -> Any:
+        node = self.cluster.add_node(
+            num_cpus=cpus,
+            num_gpus=gpus,
+            memory=2048 * MIB,
+            object_store_memory=OBJECT_STORE_BYTES,
+            labels={
+                "aisched/name": name,
+                "aisched/rack": rack,
+                "aisched/zone": zone,
+                "aisched/gpu-model": model,
+            },
+        )
+        self.nodes[name] = node
+        return node
+
+    def remove(self, name: str) -> None:
+        self.cluster.remove_node(self.nodes.pop(name), allow_graceful=False)
+
+
+def cancel_all(svc: Service) -> None:
+    try:
+        for j in httpx.get(f"{svc.url}/v1/jobs", timeout=5).json()["jobs"]:
+            httpx.post(f"{svc.url}/v1/jobs/{j['id']}/cancel", timeout=5)
+        wait_for(
+            "every job to end",
+            lambda: not httpx.get(f"{svc.url}/v1/jobs", timeout=5).json()["jobs"],
+            timeout_s=60,
+        )
+    except (httpx.HTTPError, AssertionError):
+        pass
