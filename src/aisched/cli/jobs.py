@@ -238,6 +238,17 @@ def _submitted(client: Client, args: argparse.Namespace, out: dict[str, Any]) ->
     for w in out.get("warnings") or []:
         err.print(f"[yellow]warning:[/] {w}")
     job_id = out["id"]
+    pipeline = out.get("jobs") or []
+    if pipeline and not args.follow:
+        for j in pipeline:  # one line per job, in file order: `ID NAME`
+            print(
+                f"{j['id']} {j['name']}"
+                if not sys.stdout.isatty()
+                else f"submitted job {j['id']} {j['name']}"
+            )
+        return 0
+    if pipeline:  # follow the last step: it ends when the pipeline does
+        job_id = pipeline[-1]["id"]
     if not args.follow:
         print(job_id if not sys.stdout.isatty() else f"submitted job {job_id}")
         return 0
@@ -324,6 +335,16 @@ def cmd_show(args: argparse.Namespace) -> int:
         ("kind", j["kind"]),
         ("submitted", _when(j["submitted_at"], now)),
     ]  # fmt: skip
+    if j.get("depends_on"):
+        rows.append(
+            (
+                "depends on",
+                ", ".join(
+                    f"{d['job']} ({'to succeed' if d['condition'] == 'success' else 'to end'})"
+                    for d in j["depends_on"]
+                ),
+            )
+        )
     if j["state"] == "pending":
         rows.append(("waiting because", j.get("reason") or "not yet considered"))
         if j.get("eta"):

@@ -29,6 +29,22 @@ class RestartPolicy(StrEnum):
     ALWAYS = "always"
 
 
+class DependencyCondition(StrEnum):
+    """When a dependency counts as met: `success` needs it to succeed (its failure or
+    cancellation cancels the dependent); `any` only needs it to have ended, however."""
+
+    SUCCESS = "success"
+    ANY = "any"
+
+
+@dataclass(frozen=True, slots=True)
+class Dependency:
+    """This job may start only once job `job_id` has ended as `condition` asks."""
+
+    job_id: str
+    condition: DependencyCondition = DependencyCondition.SUCCESS
+
+
 class TopologyMode(StrEnum):
     REQUIRED = "required"
     PREFERRED = "preferred"
@@ -87,6 +103,9 @@ class Job:
     # attempt waits `backoff_s * 2**(failures-1)` (capped by the service) before it is retried.
     grace_period_s: float = 30.0
     backoff_s: float = 10.0
+    # Jobs that must end first (pipelines); placement never reads them: the service holds a
+    # job back until they are met (`core.dependencies`).
+    depends_on: tuple[Dependency, ...] = ()
     # Derived once: read on every cycle the job waits.
     _total: Resources = field(init=False, repr=False, compare=False)
     _shape: tuple[object, ...] = field(init=False, repr=False, compare=False)

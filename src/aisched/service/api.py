@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from starlette.exceptions import HTTPException
 
 from aisched import __version__
+from aisched.model.job import Job
 from aisched.model.states import JobState
 from aisched.service.app import Service
 from aisched.service.loop import Rejected
@@ -43,7 +44,7 @@ from aisched.service.schemas import (
     job_out,
 )
 from aisched.spec.errors import SpecError
-from aisched.spec.job import parse_job_document, parse_job_text
+from aisched.spec.pipeline import parse_submission_document, parse_submission_text
 from aisched.store.db import job_row
 
 MAX_BODY = 1 << 20  # a job file larger than 1 MiB is a mistake, not a job
@@ -142,33 +143,38 @@ def create_app(svc: Service) -> FastAPI:
                     data = json.loads(body)
                 except (json.JSONDecodeError, UnicodeDecodeError) as e:
                     raise SpecError(f"{src}: not valid JSON: {e}") from None
-                parsed = parse_job_document(data, src, defaults)
+                parsed = parse_submission_document(data, src, defaults)
             else:
                 try:
                     text = body.decode("utf-8")
                 except UnicodeDecodeError:
                     raise SpecError(f"{src}: not UTF-8 text") from None
-                parsed = parse_job_text(text, src, defaults)
+                parsed = parse_submission_text(text, src, defaults)
         except SpecError as e:
             return problem(422, "invalid job", list(e.problems))
-        job = parsed.job
-        if workdir is not None:
-            # Relative (or missing) working directories are the submitter's, like Slurm's.
-            job = replace(
-                job,
-                groups=tuple(
-                    replace(g, workdir=str(Path(workdir) / (g.workdir or "")).rstrip("/") or "/")
-                    if g.workdir is None or not Path(g.workdir).is_absolute()
-                    else g
-                    for g in job.groups
-                ),
-            )
+        jobs = [_in_workdir(p.job, workdir) for p in parsed.jobs]
+        warnings = [w for p in parsed.jobs for w in p.warnings]
         try:
-            stored = await asyncio.wrap_future(sched.submit(job, parsed.format, parsed.warnings))
+            if parsed.is_pipeline:
+                items = tuple(
+                    (job, p.format, p.warnings) for job, p in zip(jobs, parsed.jobs, strict=True)
+                )
+                stored = await asyncio.wrap_future(sched.submit_all(items))
+            else:
+                one = parsed.jobs[0]
+                stored = [
+                    await asyncio.wrap_future(sched.submit(jobs[0], one.format, one.warnings))
+                ]
         except Rejected as e:
             return problem(e.status, "job refused", [f"{src}: {e}"])
-        row = job_row(stored)  # as stored, without reading it back
-        out = SubmitOut(id=row["id"], warnings=list(parsed.warnings), job=job_out(row))
+        rows = [job_row(r) for r in stored]  # as stored, without reading them back
+        outs = [job_out(r) for r in rows]
+        out = SubmitOut(
+            id=rows[0]["id"],
+            warnings=warnings,
+            job=outs[0],
+            jobs=outs if parsed.is_pipeline else [],
+        )
         return JSONResponse(status_code=201, content=out.model_dump())
 
     @app.get("/v1/jobs", response_model=JobList)
@@ -322,6 +328,21 @@ def create_app(svc: Service) -> FastAPI:
         return Response(svc.metrics.render(), media_type=CONTENT_TYPE)
 
     return app
+
+
+def _in_workdir(job: Job, workdir: str | None) -> Job:
+    """Relative (or missing) working directories are the submitter's, like Slurm's."""
+    if workdir is None:
+        return job
+    return replace(
+        job,
+        groups=tuple(
+            replace(g, workdir=str(Path(workdir) / (g.workdir or "")).rstrip("/") or "/")
+            if g.workdir is None or not Path(g.workdir).is_absolute()
+            else g
+            for g in job.groups
+        ),
+    )
 
 
 def _amount(r: Any) -> dict[str, float]:

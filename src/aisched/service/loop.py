@@ -36,6 +36,7 @@ from pathlib import Path
 
 from aisched.core.cycle import CycleResult, never_runs, run_cycle
 from aisched.core.decisions import Bind, Preempt, TaskBinding
+from aisched.core.dependencies import DependencyVerdict
 from aisched.core.policy import Policy
 from aisched.core.snapshot import (
     ZERO,
@@ -67,6 +68,7 @@ from aisched.model.states import JobState
 from aisched.predict.features import JobFeatures
 from aisched.predict.runtime import RuntimePredictor
 from aisched.service.live import Batch, LiveJob, LiveTask, Stop, TaskPhase
+from aisched.service.pipelines import DependencyError, Pipelines
 from aisched.store.codec import job_from_dict, job_to_dict
 from aisched.store.db import Row, Store
 
@@ -107,6 +109,15 @@ class _Submit:
     warnings: tuple[str, ...]
     received_at: float
     future: Future[Row]
+
+
+@dataclass(frozen=True, slots=True)
+class _SubmitAll:
+    """Jobs submitted together (a pipeline): all are stored, or none."""
+
+    items: tuple[tuple[Job, str, tuple[str, ...]], ...]  # (job, format, warnings)
+    received_at: float
+    future: Future[list[Row]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +163,9 @@ class Scheduler:
         self.free = FreeState.empty(self.arrays)
         self.jobs: dict[str, LiveJob] = {}
         self.usage: dict[tuple[str, str], Usage] = {}
-        self.commands: queue.SimpleQueue[_Submit | _Cancel] = queue.SimpleQueue()
+        self.commands: queue.SimpleQueue[_Submit | _SubmitAll | _Cancel] = queue.SimpleQueue()
+        # Jobs held back until the jobs they depend on have ended (pipelines).
+        self.pipelines = Pipelines(store)
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.thread: threading.Thread | None = None
@@ -176,6 +189,15 @@ class Scheduler:
         this machine)."""
         fut: Future[Row] = Future()
         self.commands.put(_Submit(job, fmt, warnings, self.clock(), fut))
+        self.wake.set()
+        return fut
+
+    def submit_all(self, items: tuple[tuple[Job, str, tuple[str, ...]], ...]) -> Future[list[Row]]:
+        """Queue jobs submitted together, each (job, format, warnings); their `depends_on`
+        name jobs of `items` by name, or earlier jobs by id. The Future gives every job's row,
+        in order, or raises Rejected and stores none of them."""
+        fut: Future[list[Row]] = Future()
+        self.commands.put(_SubmitAll(items, self.clock(), fut))
         self.wake.set()
         return fut
 
@@ -279,6 +301,9 @@ class Scheduler:
                         self.executor.stop(lj.key(t), lj.job.grace_period_s)
             for ev in exits:
                 self._on_exit(ev, batch, now)
+        for lj in list(self.jobs.values()):
+            if lj.job.depends_on and lj.state == JobState.PENDING:
+                self._check_dependencies(lj, batch, now)
         batch.flush(self.store)
         self.dirty = True
         return notes
@@ -341,6 +366,8 @@ class Scheduler:
                 break
             if isinstance(cmd, _Submit):
                 self._on_submit(cmd, batch, now)
+            elif isinstance(cmd, _SubmitAll):
+                self._on_submit_all(cmd, batch, now)
             else:
                 self._on_cancel(cmd, batch, now)
         for ev in self.executor.poll():
@@ -353,6 +380,7 @@ class Scheduler:
             if lj.pending_view is not None
             and not lj.waiting_for
             and (lj.not_before is None or lj.not_before <= now)
+            and lj.id not in self.pipelines.blocked
         ]
         due = now - self.last_cycle_at >= self.config.cycle_interval_s
         if pending and (self.dirty or due):
@@ -377,7 +405,9 @@ class Scheduler:
                 and lj.stopping is None
             ):
                 delay = min(delay, max(lj.attempt_started_at + limit - now, 0.0))
-            waiting = waiting or lj.pending_view is not None
+            waiting = waiting or (
+                lj.pending_view is not None and lj.id not in self.pipelines.blocked
+            )
         if waiting:
             delay = min(delay, max(self.last_cycle_at + self.config.cycle_interval_s - now, 0.0))
         return max(delay, 0.0)
@@ -389,13 +419,64 @@ class Scheduler:
         if refusal is not None:
             cmd.future.set_exception(Rejected(refusal))
             return
+        row = self._admit(cmd.job, cmd.fmt, cmd.warnings, cmd.received_at, batch)
+        batch.after.append(lambda: cmd.future.set_result(row))
+
+    def _on_submit_all(self, cmd: _SubmitAll, batch: Batch, now: float) -> None:
+        # 1. Refuse the whole submission if any job of it can never run or depend as asked.
+        for job, _fmt, _warnings in cmd.items:
+            refusal = never_runs(self._empty_snapshot, self.policy, replace(job, id="?"))
+            if refusal is not None:
+                cmd.future.set_exception(Rejected(f"job {job.name!r}: {refusal}"))
+                return
+        ids = [str(self.next_seq + i) for i in range(len(cmd.items))]
+        try:
+            jobs = self.pipelines.resolve([j for j, _, _ in cmd.items], ids, self.jobs)
+        except DependencyError as e:
+            cmd.future.set_exception(Rejected(str(e)))
+            return
+        # 2. Store them all in this step's one transaction, then hold back what must wait.
+        rows = [
+            self._admit(job, fmt, warnings, cmd.received_at, batch)
+            for job, (_, fmt, warnings) in zip(jobs, cmd.items, strict=True)
+        ]
+        for row in rows:
+            lj = self.jobs.get(row["id"])
+            if lj is not None and lj.job.depends_on:
+                self._check_dependencies(lj, batch, now)
+        batch.after.append(lambda: cmd.future.set_result(rows))
+
+    def _check_dependencies(self, lj: LiveJob, batch: Batch, now: float) -> None:
+        """Hold a pending job back while its dependencies are awaited; cancel it, naming the
+        dependency, once one can never be met."""
+        verdict = self.pipelines.check(lj, self.jobs)
+        if verdict.verdict == DependencyVerdict.BROKEN:
+            self._finish(lj, JobState.CANCELLED, batch, now, verdict.reason)
+            return
+        if verdict.verdict == DependencyVerdict.WAITING:
+            self._write_status(lj, JobStatus(StatusCode.WAIT_DEPENDENCIES, verdict.reason), batch)
+        else:
+            self._write_status(
+                lj,
+                JobStatus(
+                    StatusCode.NOT_CONSIDERED, "dependencies met; waiting for the next cycle"
+                ),
+                batch,
+            )
+        self.dirty = True
+
+    def _admit(
+        self, job: Job, fmt: str, warnings: tuple[str, ...], received_at: float, batch: Batch
+    ) -> Row:
+        """Give an accepted job its id and submit time and make it pending; returns its row
+        (written with the batch)."""
         seq = self.next_seq
         self.next_seq += 1
         job_id = str(seq)
         # Strictly increasing submit times keep FIFO order equal to submission order.
-        submitted = max(cmd.received_at, self.last_submit_s + 1e-6)
+        submitted = max(received_at, self.last_submit_s + 1e-6)
         self.last_submit_s = submitted
-        job = replace(cmd.job, id=job_id, submit_time_s=submitted)
+        job = replace(job, id=job_id, submit_time_s=submitted)
         ckpt = str(self.config.data_dir / "checkpoints" / job_id)
         lj = LiveJob(job=job, state=JobState.PENDING, submitted_at=submitted, checkpoint_dir=ckpt)
         self.jobs[job_id] = lj
@@ -408,7 +489,7 @@ class Scheduler:
             "queue": job.queue,
             "priority": job.priority,
             "kind": job.kind.value,
-            "format": cmd.fmt,
+            "format": fmt,
             "spec": job_to_dict(job),
             "state": JobState.PENDING.value,
             "submitted_at": submitted,
@@ -417,15 +498,15 @@ class Scheduler:
             "preemptions": 0,
             "attained_gpu_s": 0.0,
             "checkpoint_dir": ckpt,
-            "warnings": list(cmd.warnings),
+            "warnings": list(warnings),
             "reason_code": StatusCode.NOT_CONSIDERED.value,
             "reason": "waiting for the next scheduling cycle",
         }
         batch.new_jobs.append(row)
         lj.written_status = (StatusCode.NOT_CONSIDERED.value, "", None)
         batch.event(submitted, job_id, "submitted", f"submitted to queue {job.queue}")
-        batch.after.append(lambda: cmd.future.set_result(row))
         self.dirty = True
+        return row
 
     def _on_cancel(self, cmd: _Cancel, batch: Batch, now: float) -> None:
         lj = self.jobs.get(cmd.job_id)
@@ -645,6 +726,10 @@ class Scheduler:
         for other in self.jobs.values():
             if lj.id in other.waiting_for:
                 self.dirty = True
+        for dependent in self.pipelines.on_end(lj.id, state, lj.job.name):
+            waiting = self.jobs.get(dependent)
+            if waiting is not None and waiting.state == JobState.PENDING:
+                self._check_dependencies(waiting, batch, now)
 
     # --- resources --------------------------------------------------------------------------
 

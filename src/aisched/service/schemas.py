@@ -75,6 +75,8 @@ class JobOut(BaseModel):
     groups: list[GroupOut]
     warnings: list[str]
     tasks: list[TaskOut] = []
+    # [{job: id, condition: success|any}]: what must end before this job may start.
+    depends_on: list[dict[str, str]] = []
 
 
 class EventOut(BaseModel):
@@ -93,9 +95,10 @@ class JobList(BaseModel):
 
 
 class SubmitOut(BaseModel):
-    id: str
+    id: str  # the first job's, for a pipeline
     warnings: list[str]
     job: JobOut
+    jobs: list[JobOut] = []  # every job of a pipeline, in file order; empty for one job
 
 
 class CancelOut(BaseModel):
@@ -211,6 +214,7 @@ def job_out(row: Row, tasks: list[Row] | None = None) -> JobOut:
         groups=groups,
         warnings=list(row["warnings"] or []),
         tasks=[task_out(t) for t in tasks or []],
+        depends_on=[{"job": j, "condition": c} for j, c in spec.get("depends_on", ())],
     )
 
 

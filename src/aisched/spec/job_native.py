@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -26,6 +27,8 @@ from pydantic import (
 
 from aisched.model.cluster import TopologyLevel
 from aisched.model.job import (
+    Dependency,
+    DependencyCondition,
     Job,
     JobKind,
     RestartPolicy,
@@ -103,6 +106,18 @@ class RestartModel(_Spec):
     backoff: Delay | None = None
 
 
+class DependencyModel(_Spec):
+    job: Name  # a job of the same file by name, else an existing job by id
+    condition: DependencyCondition = DependencyCondition.SUCCESS
+
+
+def _reference(v: Any) -> Any:
+    """`depends_on: [prep]` is short for `depends_on: [{job: prep}]`; a bare number is an id."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        v = str(v)
+    return {"job": v} if isinstance(v, str) else v
+
+
 class NativeJobModel(_Spec):
     name: Name | None = None
     kind: JobKind = JobKind.BATCH
@@ -119,6 +134,9 @@ class NativeJobModel(_Spec):
     estimate: Span | None = None
     checkpoint_interval: Span | None = None
     grace_period: Grace | None = None
+    depends_on: list[Annotated[DependencyModel, BeforeValidator(_reference)]] = Field(
+        default_factory=list
+    )
     tasks: Annotated[list[TaskModel], AfterValidator(at_least_one_task)] | None = None
     # The one-task shorthand: a group named "main".
     command: Command | None = None
@@ -166,6 +184,9 @@ def native_job(data: dict[Any, Any], source: str, defaults: JobDefaults) -> Pars
         checkpoint_interval_s=spec.checkpoint_interval,
         grace_period_s=defaults.grace_period_s if spec.grace_period is None else spec.grace_period,
         backoff_s=defaults.backoff_s if restart.backoff is None else restart.backoff,
+        # References as written; `spec.pipeline` resolves names of the same file, the service
+        # checks the rest are existing jobs.
+        depends_on=tuple(Dependency(d.job, d.condition) for d in spec.depends_on),
     )
     return ParsedJob(job=job, format=FORMAT)
 

@@ -12,6 +12,8 @@ from typing import Any
 
 from aisched.model.cluster import TopologyLevel
 from aisched.model.job import (
+    Dependency,
+    DependencyCondition,
     Job,
     JobKind,
     RestartPolicy,
@@ -82,6 +84,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "submit_time_s": job.submit_time_s,
         "grace_period_s": job.grace_period_s,
         "backoff_s": job.backoff_s,
+        "depends_on": [[d.job_id, d.condition.value] for d in job.depends_on],
         "groups": [
             {
                 "name": g.name,
@@ -128,6 +131,10 @@ def job_from_dict(d: dict[str, Any]) -> Job:
             submit_time_s=float(d["submit_time_s"]),
             grace_period_s=float(d["grace_period_s"]),
             backoff_s=float(d["backoff_s"]),
+            # Rows written before pipelines existed have no key.
+            depends_on=tuple(
+                Dependency(str(j), DependencyCondition(c)) for j, c in d.get("depends_on", ())
+            ),
             groups=tuple(
                 TaskGroup(
                     name=str(g["name"]),
