@@ -335,6 +335,24 @@ def cmd_show(args: argparse.Namespace) -> int:
         ("kind", j["kind"]),
         ("submitted", _when(j["submitted_at"], now)),
     ]  # fmt: skip
+    if j.get("replica_of"):
+        rows.append(("replica of", f"service {j['replica_of']}"))
+    sv = j.get("service")
+    if sv:
+        rows.append(
+            (
+                "replicas",
+                f"{sv['replicas'] if sv['replicas'] is not None else len(sv['replica_ids'])} "
+                f"({sv['ready'] or 0} ready; {sv['min_replicas']}..{sv['max_replicas']}): "
+                + (", ".join(sv["replica_ids"]) or "none"),
+            )
+        )
+        load = "no figure yet" if sv["load"] is None else f"{sv['load']:.3g}"
+        rows.append(("load", f"{sv['metric']} {load} for a target of {sv['target']:g}"))
+        if sv.get("reason"):
+            rows.append(("autoscaler", f"wants {sv['desired']}: {sv['reason']}"))
+        if sv["endpoints"]:
+            rows.append(("endpoints", " ".join(sv["endpoints"])))
     if j.get("depends_on"):
         rows.append(
             (

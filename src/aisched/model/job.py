@@ -13,6 +13,7 @@ from enum import StrEnum
 
 from aisched.model.cluster import TopologyLevel
 from aisched.model.resources import Resources
+from aisched.model.service import ServiceSpec
 
 _SHAPES: dict[tuple[object, ...], tuple[object, ...]] = {}
 
@@ -21,6 +22,8 @@ class JobKind(StrEnum):
     TRAIN = "train"
     INFER = "infer"
     BATCH = "batch"
+    # Replicas scaled by the autoscaler (model.service); the job itself never runs a task.
+    SERVICE = "service"
 
 
 class RestartPolicy(StrEnum):
@@ -106,6 +109,10 @@ class Job:
     # Jobs that must end first (pipelines); placement never reads them: the service holds a
     # job back until they are met (`core.dependencies`).
     depends_on: tuple[Dependency, ...] = ()
+    # Set on `service` jobs only: what replicas to keep and how to scale them.
+    service: ServiceSpec | None = None
+    # Set on a replica: the id of the service job it serves.
+    replica_of: str | None = None
     # Derived once: read on every cycle the job waits.
     _total: Resources = field(init=False, repr=False, compare=False)
     _shape: tuple[object, ...] = field(init=False, repr=False, compare=False)

@@ -26,6 +26,7 @@ from aisched import __version__
 from aisched.model.job import Job
 from aisched.model.states import JobState
 from aisched.service.app import Service
+from aisched.service.autoscaler import MetricError
 from aisched.service.loop import Rejected
 from aisched.service.metrics import CONTENT_TYPE
 from aisched.service.schemas import (
@@ -35,11 +36,13 @@ from aisched.service.schemas import (
     Info,
     JobDetail,
     JobList,
+    MetricsOut,
     NodeList,
     NodeOut,
     Problem,
     QueueList,
     QueueOut,
+    ServiceStatusOut,
     SubmitOut,
     job_out,
 )
@@ -211,12 +214,65 @@ def create_app(svc: Service) -> FastAPI:
         base = job_out(row, tasks)
         detail = JobDetail(
             **base.model_dump(),
+            service=_service_status(job_id) if row["kind"] == "service" else None,
             events=[
                 EventOut(seq=e["seq"], time=e["time"], kind=e["kind"], message=e["message"])
                 for e in events
             ],
         )
         return JSONResponse(detail.model_dump())
+
+    def _service_status(job_id: str) -> ServiceStatusOut | None:
+        live = sched.jobs.get(job_id)
+        if live is None or live.job.service is None:
+            return None
+        spec = live.job.service
+        st = svc.autoscaler.status(job_id) if svc.autoscaler is not None else None
+        return ServiceStatusOut(
+            min_replicas=spec.min_replicas,
+            max_replicas=spec.max_replicas,
+            metric=spec.metric.value,
+            target=spec.target,
+            replica_ids=[r.id for r in sched.replicas_of(job_id)],
+            replicas=None if st is None else st.replicas,
+            ready=None if st is None else st.ready,
+            desired=None if st is None else st.desired,
+            load=None if st is None else st.load,
+            reason=None if st is None else st.reason,
+            endpoints=[] if st is None else list(st.endpoints),
+        )
+
+    @app.post(
+        "/v1/jobs/{job_id}/metrics",
+        status_code=202,
+        response_model=MetricsOut,
+        responses={404: {"model": Problem}, 409: {"model": Problem}, 422: {"model": Problem}},
+    )
+    async def push_metrics(job_id: str, request: Request) -> Response:
+        """Report load for a service (its total) or one replica (its own): a JSON object such
+        as {"rps": 12.5} or {"latency_ms": 80}; the autoscaler follows the service's metric."""
+        body = await request.body()
+        if len(body) > MAX_BODY:
+            return problem(413, f"the metrics document is larger than {MAX_BODY} bytes")
+        try:
+            values = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            return problem(422, "invalid metrics", [f"body: not valid JSON: {e}"])
+        if svc.autoscaler is None:
+            return problem(409, "the autoscaler is not running")
+        try:
+            service_id = svc.autoscaler.push(job_id, values)
+        except MetricError as e:
+            return problem(422, "invalid metrics", [f"body: {e}"])
+        except KeyError:
+            with svc.store.read() as tx:
+                row = tx.get_job(job_id)
+            if row is None:
+                return problem(404, f"no job {job_id}")
+            return problem(
+                409, f"job {job_id} is not a running service or a replica of one ({row['state']})"
+            )
+        return JSONResponse(status_code=202, content=MetricsOut(service=service_id).model_dump())
 
     @app.post(
         "/v1/jobs/{job_id}/cancel",

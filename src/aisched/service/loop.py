@@ -62,13 +62,14 @@ from aisched.executors.base import (
     task_name,
 )
 from aisched.model.cluster import Cluster
-from aisched.model.job import Job, RestartPolicy
+from aisched.model.job import Job, JobKind, RestartPolicy
 from aisched.model.queue import QueueTree
 from aisched.model.states import JobState
 from aisched.predict.features import JobFeatures
 from aisched.predict.runtime import RuntimePredictor
 from aisched.service.live import Batch, LiveJob, LiveTask, Stop, TaskPhase
 from aisched.service.pipelines import DependencyError, Pipelines
+from aisched.service.replicas import replica_job
 from aisched.store.codec import job_from_dict, job_to_dict
 from aisched.store.db import Row, Store
 
@@ -121,9 +122,22 @@ class _SubmitAll:
 
 
 @dataclass(frozen=True, slots=True)
+class _Scale:
+    """Keep `replicas` live replicas of service `service_id` (the autoscaler's command)."""
+
+    service_id: str
+    replicas: int
+    reason: str
+    future: Future[int]
+
+
+@dataclass(frozen=True, slots=True)
 class _Cancel:
     job_id: str
     future: Future[str]
+
+
+_Command = _Submit | _SubmitAll | _Scale | _Cancel
 
 
 @dataclass(slots=True)
@@ -163,7 +177,9 @@ class Scheduler:
         self.free = FreeState.empty(self.arrays)
         self.jobs: dict[str, LiveJob] = {}
         self.usage: dict[tuple[str, str], Usage] = {}
-        self.commands: queue.SimpleQueue[_Submit | _SubmitAll | _Cancel] = queue.SimpleQueue()
+        self.commands: queue.SimpleQueue[_Submit | _SubmitAll | _Scale | _Cancel] = (
+            queue.SimpleQueue()
+        )
         # Jobs held back until the jobs they depend on have ended (pipelines).
         self.pipelines = Pipelines(store)
         self.wake = threading.Event()
@@ -198,6 +214,15 @@ class Scheduler:
         in order, or raises Rejected and stores none of them."""
         fut: Future[list[Row]] = Future()
         self.commands.put(_SubmitAll(items, self.clock(), fut))
+        self.wake.set()
+        return fut
+
+    def scale(self, service_id: str, replicas: int, reason: str) -> Future[int]:
+        """Ask for `replicas` live replicas of a service: new ones are submitted, surplus ones
+        cancelled (pending ones first, then the newest). The Future gives the number asked
+        for, or raises Rejected(404/409) for an unknown or ended service."""
+        fut: Future[int] = Future()
+        self.commands.put(_Scale(service_id, replicas, reason, fut))
         self.wake.set()
         return fut
 
@@ -255,6 +280,8 @@ class Scheduler:
                 self.last_submit_s = row["submitted_at"]
             if lj.state != JobState.RUNNING:
                 self._make_pending(lj, batch)
+                continue
+            if lj.job.kind == JobKind.SERVICE:  # its work is its replicas, jobs of their own
                 continue
             with self.store.read() as tx:
                 trows = tx.tasks_of(lj.id, lj.attempt)
@@ -368,6 +395,8 @@ class Scheduler:
                 self._on_submit(cmd, batch, now)
             elif isinstance(cmd, _SubmitAll):
                 self._on_submit_all(cmd, batch, now)
+            elif isinstance(cmd, _Scale):
+                self._on_scale(cmd, batch, now)
             else:
                 self._on_cancel(cmd, batch, now)
         for ev in self.executor.poll():
@@ -480,7 +509,9 @@ class Scheduler:
         ckpt = str(self.config.data_dir / "checkpoints" / job_id)
         lj = LiveJob(job=job, state=JobState.PENDING, submitted_at=submitted, checkpoint_dir=ckpt)
         self.jobs[job_id] = lj
-        self._make_pending(lj, batch)
+        service = job.kind == JobKind.SERVICE
+        if not service:
+            self._make_pending(lj, batch)
         row: Row = {
             "seq": seq,
             "id": job_id,
@@ -506,7 +537,63 @@ class Scheduler:
         lj.written_status = (StatusCode.NOT_CONSIDERED.value, "", None)
         batch.event(submitted, job_id, "submitted", f"submitted to queue {job.queue}")
         self.dirty = True
+        if service:
+            self._start_service(lj, row, batch, submitted)
         return row
+
+    # --- services ---------------------------------------------------------------------------
+
+    def _start_service(self, lj: LiveJob, row: Row, batch: Batch, now: float) -> None:
+        """A service is running from its submission on: its replicas are the work."""
+        assert lj.job.service is not None
+        lj.state = JobState.RUNNING
+        lj.started_at = lj.attempt_started_at = now
+        # Keys every inserted row has (one batch insert takes rows of one shape); the rest
+        # is an update of the row just inserted.
+        row.update(state=JobState.RUNNING.value, reason_code=None, reason=None)
+        batch.job(lj.id, started_at=now, attempt_started_at=now)
+        lj.written_status = None
+        self._scale_to(lj, lj.job.service.min_replicas, "its minimum", batch, now)
+
+    def _on_scale(self, cmd: _Scale, batch: Batch, now: float) -> None:
+        lj = self.jobs.get(cmd.service_id)
+        if lj is None or lj.job.kind != JobKind.SERVICE or lj.job.service is None:
+            cmd.future.set_exception(Rejected(f"no live service {cmd.service_id}", 404))
+            return
+        spec = lj.job.service
+        n = min(max(cmd.replicas, spec.min_replicas), spec.max_replicas)
+        self._scale_to(lj, n, cmd.reason, batch, now)
+        batch.after.append(lambda: cmd.future.set_result(n))
+
+    def replicas_of(self, service_id: str) -> list[LiveJob]:
+        """Live replicas of a service not being stopped for good, oldest first."""
+        out = [
+            r
+            for r in list(self.jobs.values())
+            if r.job.replica_of == service_id and r.stopping != Stop.CANCEL
+        ]
+        return sorted(out, key=lambda r: (len(r.id), r.id))
+
+    def _scale_to(self, svc: LiveJob, n: int, reason: str, batch: Batch, now: float) -> None:
+        live = self.replicas_of(svc.id)
+        if len(live) == n:
+            return
+        batch.event(now, svc.id, "scaling", f"{len(live)} -> {n} replicas: {reason}")
+        for _ in range(n - len(live)):
+            name = f"{svc.job.name}-r{self.next_seq}"
+            replica = replica_job(svc.job, name, _free_port(self.config.master_addr))
+            self._admit(replica, "native", (), now, batch)
+        # Surplus: pending replicas first (they hold nothing), then the newest running ones.
+        surplus = sorted(live, key=lambda r: (r.state == JobState.RUNNING, -int(r.id)))
+        for r in surplus[: max(len(live) - n, 0)]:
+            if r.state == JobState.RUNNING:
+                r.stopping = Stop.CANCEL
+                r.stop_message = "scaled down"
+                batch.job(r.id, stopping=Stop.CANCEL.value)
+                batch.event(now, r.id, "cancelling", f"scaled down: {reason}")
+                self._stop_tasks(r, batch)
+            else:
+                self._finish(r, JobState.CANCELLED, batch, now, f"scaled down: {reason}")
 
     def _on_cancel(self, cmd: _Cancel, batch: Batch, now: float) -> None:
         lj = self.jobs.get(cmd.job_id)
@@ -519,6 +606,11 @@ class Scheduler:
                 cmd.future.set_exception(
                     Rejected(f"job {cmd.job_id} has already ended ({row['state']})", 409)
                 )
+            return
+        if lj.job.kind == JobKind.SERVICE:
+            self._scale_to(lj, 0, "the service is cancelled", batch, now)
+            self._finish(lj, JobState.CANCELLED, batch, now, "cancelled; its replicas are stopping")
+            batch.after.append(lambda: cmd.future.set_result(JobState.CANCELLED.value))
             return
         if lj.state == JobState.RUNNING:
             if lj.stopping != Stop.CANCEL:

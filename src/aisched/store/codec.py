@@ -22,6 +22,7 @@ from aisched.model.job import (
     TopologyRequirement,
 )
 from aisched.model.resources import Resources
+from aisched.model.service import ScaleMetric, ServiceSpec
 
 
 class CodecError(ValueError):
@@ -85,6 +86,8 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "grace_period_s": job.grace_period_s,
         "backoff_s": job.backoff_s,
         "depends_on": [[d.job_id, d.condition.value] for d in job.depends_on],
+        "service": None if job.service is None else _service_to_dict(job.service),
+        "replica_of": job.replica_of,
         "groups": [
             {
                 "name": g.name,
@@ -135,6 +138,8 @@ def job_from_dict(d: dict[str, Any]) -> Job:
             depends_on=tuple(
                 Dependency(str(j), DependencyCondition(c)) for j, c in d.get("depends_on", ())
             ),
+            service=None if d.get("service") is None else _service_from_dict(d["service"]),
+            replica_of=d.get("replica_of"),
             groups=tuple(
                 TaskGroup(
                     name=str(g["name"]),
@@ -149,3 +154,31 @@ def job_from_dict(d: dict[str, Any]) -> Job:
         )
     except (KeyError, TypeError, ValueError) as e:
         raise CodecError(f"stored job {d.get('id')!r} cannot be read: {e!r}") from None
+
+
+def _service_to_dict(s: ServiceSpec) -> dict[str, Any]:
+    return {
+        "min_replicas": s.min_replicas,
+        "max_replicas": s.max_replicas,
+        "metric": s.metric.value,
+        "target": s.target,
+        "readiness_path": s.readiness_path,
+        "metrics_path": s.metrics_path,
+        "scale_up_window_s": s.scale_up_window_s,
+        "scale_down_window_s": s.scale_down_window_s,
+        "tolerance": s.tolerance,
+    }
+
+
+def _service_from_dict(d: dict[str, Any]) -> ServiceSpec:
+    return ServiceSpec(
+        min_replicas=int(d["min_replicas"]),
+        max_replicas=int(d["max_replicas"]),
+        metric=ScaleMetric(d["metric"]),
+        target=float(d["target"]),
+        readiness_path=d["readiness_path"],
+        metrics_path=d["metrics_path"],
+        scale_up_window_s=float(d["scale_up_window_s"]),
+        scale_down_window_s=float(d["scale_down_window_s"]),
+        tolerance=float(d["tolerance"]),
+    )
