@@ -279,7 +279,8 @@ class Scheduler:
             if row["submitted_at"] > self.last_submit_s:
                 self.last_submit_s = row["submitted_at"]
             if lj.state != JobState.RUNNING:
-                self._make_pending(lj, batch)
+                if lj.job.kind != JobKind.SERVICE:  # a pending service waits on dependencies
+                    self._make_pending(lj, batch)
                 continue
             if lj.job.kind == JobKind.SERVICE:  # its work is its replicas, jobs of their own
                 continue
@@ -484,6 +485,8 @@ class Scheduler:
             return
         if verdict.verdict == DependencyVerdict.WAITING:
             self._write_status(lj, JobStatus(StatusCode.WAIT_DEPENDENCIES, verdict.reason), batch)
+        elif lj.job.kind == JobKind.SERVICE:
+            self._start_service(lj, batch, now)
         else:
             self._write_status(
                 lj,
@@ -537,21 +540,31 @@ class Scheduler:
         lj.written_status = (StatusCode.NOT_CONSIDERED.value, "", None)
         batch.event(submitted, job_id, "submitted", f"submitted to queue {job.queue}")
         self.dirty = True
-        if service:
-            self._start_service(lj, row, batch, submitted)
+        if service and not job.depends_on:  # else it starts once its dependencies are met
+            self._start_service(lj, batch, submitted, row)
         return row
 
     # --- services ---------------------------------------------------------------------------
 
-    def _start_service(self, lj: LiveJob, row: Row, batch: Batch, now: float) -> None:
-        """A service is running from its submission on: its replicas are the work."""
+    def _start_service(self, lj: LiveJob, batch: Batch, now: float, row: Row | None = None) -> None:
+        """A service runs from its start (its submission, or once its dependencies are met)
+        until cancelled; its replicas are the work. It never enters the cycle itself."""
         assert lj.job.service is not None
         lj.state = JobState.RUNNING
+        lj.pending_view = None
         lj.started_at = lj.attempt_started_at = now
-        # Keys every inserted row has (one batch insert takes rows of one shape); the rest
-        # is an update of the row just inserted.
-        row.update(state=JobState.RUNNING.value, reason_code=None, reason=None)
-        batch.job(lj.id, started_at=now, attempt_started_at=now)
+        if row is not None:
+            # Only keys every inserted row has (one batch insert takes rows of one shape).
+            row.update(state=JobState.RUNNING.value, reason_code=None, reason=None)
+        batch.job(
+            lj.id,
+            state=JobState.RUNNING.value,
+            started_at=now,
+            attempt_started_at=now,
+            reason_code=None,
+            reason=None,
+        )
+        batch.event(now, lj.id, "started", "service started")
         lj.written_status = None
         self._scale_to(lj, lj.job.service.min_replicas, "its minimum", batch, now)
 
