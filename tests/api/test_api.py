@@ -100,6 +100,10 @@ def test_submit_a_volcano_job_as_yaml(client: TestClient, fx: FakeExecutor) -> N
     assert body["job"]["priority"] == 100
     assert any("image" in w for w in body["warnings"])
     wait(client, body["id"], "running")
+    # The row says running before the launches happen (intent first): wait for them.
+    deadline = time.monotonic() + 10
+    while len(fx.launched) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert sorted((t.task, t.env["RANK"], t.gpus) for t in fx.launched) == [
         ("worker-0", "0", (0,)),
         ("worker-1", "1", (1,)),
