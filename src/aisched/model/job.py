@@ -113,6 +113,9 @@ class Job:
     service: ServiceSpec | None = None
     # Set on a replica: the id of the service job it serves.
     replica_of: str | None = None
+    # Runs with min_available..all tasks; the service restarts it larger (from its checkpoint)
+    # when idle capacity could take more of its tasks and nothing else is waiting.
+    elastic: bool = False
     # Derived once: read on every cycle the job waits.
     _total: Resources = field(init=False, repr=False, compare=False)
     _shape: tuple[object, ...] = field(init=False, repr=False, compare=False)

@@ -37,6 +37,7 @@ from pathlib import Path
 from aisched.core.cycle import CycleResult, never_runs, run_cycle
 from aisched.core.decisions import Bind, Preempt, TaskBinding
 from aisched.core.dependencies import DependencyVerdict
+from aisched.core.elastic import extra_tasks_fit
 from aisched.core.policy import Policy
 from aisched.core.snapshot import (
     ZERO,
@@ -93,6 +94,9 @@ class LoopConfig:
     # submissions the queue grows and so does a cycle; this keeps three quarters of the time
     # for taking submissions in, while an idle scheduler (fast cycles) still answers at once.
     cycle_gap_factor: float = 3.0
+    # An elastic job missing tasks is grown (restarted larger from its checkpoint) once it has
+    # run this long in its attempt, idle capacity fits more of its tasks and nothing waits.
+    elastic_grow_after_s: float = 60.0
 
 
 class Rejected(Exception):
@@ -419,7 +423,40 @@ class Scheduler:
             self._cycle(now, pending)
         elif not pending:
             self.dirty = False
+            self._grow_elastic(now)
         return self._sleep_for(now)
+
+    def _grow_elastic(self, now: float) -> None:
+        """Nothing waits: restart elastic jobs that idle capacity could make larger. The stop
+        is a requeue (SIGTERM first, so they checkpoint; no failure counted); the next cycle
+        places each with as many tasks as fit."""
+        batch = Batch()
+        for lj in list(self.jobs.values()):
+            job = lj.job
+            if not (
+                job.elastic
+                and lj.state == JobState.RUNNING
+                and lj.stopping is None
+                and len(lj.tasks) < job.num_tasks
+                and lj.attempt_started_at is not None
+                and now - lj.attempt_started_at >= self.config.elastic_grow_after_s
+            ):
+                continue
+            missing = job.num_tasks - len(lj.tasks)
+            extra = sum(
+                extra_tasks_fit(self.arrays, self.free, g.request, missing) for g in job.groups
+            )
+            if extra < 1:
+                continue
+            lj.stopping = Stop.REQUEUE
+            lj.stop_message = (
+                f"growing from {len(lj.tasks)} to up to {len(lj.tasks) + min(extra, missing)} "
+                "tasks into idle capacity"
+            )
+            batch.job(lj.id, stopping=Stop.REQUEUE.value)
+            batch.event(now, lj.id, "growing", lj.stop_message)
+            self._stop_tasks(lj, batch)
+        batch.flush(self.store)
 
     def _sleep_for(self, now: float) -> float:
         delay = self.config.tick_s

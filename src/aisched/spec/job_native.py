@@ -153,6 +153,7 @@ class NativeJobModel(_Spec):
     checkpoint_interval: Span | None = None
     grace_period: Grace | None = None
     service: ServiceModel | None = None
+    elastic: StrictBool = False
     depends_on: list[Annotated[DependencyModel, BeforeValidator(_reference)]] = Field(
         default_factory=list
     )
@@ -178,6 +179,11 @@ def native_job(data: dict[Any, Any], source: str, defaults: JobDefaults) -> Pars
         p.add("tasks", f"{num_tasks} tasks in all, more than the limit of {MAX_TASKS}")
     if spec.min_available is not None and groups and spec.min_available > num_tasks:
         p.add("min_available", f"{spec.min_available} is more than the job's {num_tasks} tasks")
+    elif spec.elastic and groups and (spec.min_available or num_tasks) >= num_tasks:
+        p.add(
+            "elastic",
+            f"needs min_available below the job's {num_tasks} tasks: the fewest it runs with",
+        )
     service = _service(spec, groups, p)
     priority = _priority(spec, defaults, p)
     topology = _topology(spec.topology, p)
@@ -208,6 +214,7 @@ def native_job(data: dict[Any, Any], source: str, defaults: JobDefaults) -> Pars
         # checks the rest are existing jobs.
         depends_on=tuple(Dependency(d.job, d.condition) for d in spec.depends_on),
         service=service,
+        elastic=spec.elastic,
     )
     return ParsedJob(job=job, format=FORMAT)
 

@@ -88,6 +88,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "depends_on": [[d.job_id, d.condition.value] for d in job.depends_on],
         "service": None if job.service is None else _service_to_dict(job.service),
         "replica_of": job.replica_of,
+        "elastic": job.elastic,
         "groups": [
             {
                 "name": g.name,
@@ -140,6 +141,7 @@ def job_from_dict(d: dict[str, Any]) -> Job:
             ),
             service=None if d.get("service") is None else _service_from_dict(d["service"]),
             replica_of=d.get("replica_of"),
+            elastic=bool(d.get("elastic", False)),
             groups=tuple(
                 TaskGroup(
                     name=str(g["name"]),
