@@ -74,6 +74,18 @@ def test_pushed_load_scales_a_service_up_and_down(client: TestClient) -> None:
     until("no live jobs", lambda: not client.get("/v1/jobs").json()["jobs"])
 
 
+def test_a_service_with_no_minimum_scales_to_zero_and_back_on_pushed_load(
+    client: TestClient,
+) -> None:
+    body = {**SERVICE, "service": {**SERVICE["service"], "min_replicas": 0}}
+    sid = client.post("/v1/jobs", json=body).json()["id"]
+    assert service_of(client, sid)["replica_ids"] == []
+    client.post(f"/v1/jobs/{sid}/metrics", json={"rps": 15})
+    until("two replicas", lambda: service_of(client, sid)["ready"] == 2)
+    client.post(f"/v1/jobs/{sid}/metrics", json={"rps": 0})
+    until("no replica", lambda: service_of(client, sid)["replica_ids"] == [])
+
+
 def test_bad_metrics_are_refused_naming_the_field(client: TestClient) -> None:
     sid = client.post("/v1/jobs", json=SERVICE).json()["id"]
     batch = client.post("/v1/jobs", json={"command": "sleep 1"}).json()["id"]

@@ -164,3 +164,30 @@ def test_batch_on_idle_service_capacity_is_preempted_by_a_scale_up_and_resumes(
     )
     (service.work / "release").touch()
     assert service.wait_state(batch, "succeeded", "failed")["state"] == "succeeded"
+
+
+def test_a_pipeline_ending_in_a_service_starts_it_once_the_model_is_trained(
+    service: Service,
+) -> None:
+    shutil.copy(REPLICA, service.work / "http_replica.py")
+    (service.work / "hold.py").write_text(
+        "import os, time\nwhile not os.path.exists('release'): time.sleep(0.05)\n"
+        "open('model.bin', 'w').close()\n"
+    )
+    serve = service_file().replace("name: web\n", "name: web\ndepends_on: [train]\n")
+    (service.work / "p.yaml").write_text(
+        f"name: train\ncommand: [{PY}, hold.py]\n---\n" + textwrap.dedent(serve)
+    )
+    train, _, sid, _ = service.cli("submit", "p.yaml").stdout.split()
+    service.wait_state(train, "running")
+    waiting = service.job(sid)
+    assert (waiting["state"], waiting["reason"]) == (
+        "pending",
+        f"waiting for job {train} (train) to succeed",
+    )
+    assert waiting["service"]["replica_ids"] == []
+    (service.work / "release").touch()
+    service.wait_state(train, "succeeded")
+    service.wait_state(sid, "running")
+    wait_for("one ready replica", lambda: replicas_ready(service, sid, 1), 60)
+    assert (service.work / "model.bin").exists()
