@@ -112,3 +112,11 @@ def test_a_restarted_scheduler_keeps_the_service_and_its_replicas(w: World) -> N
     assert replica_port(w.sched.jobs[rid].job) == port
     assert scale(w, sid, 2) == 2
     assert [r[1] for r in replicas(w, sid)] == ["running", "running"]
+
+
+def test_a_service_early_in_a_pipeline_does_not_shift_the_ids_of_later_jobs(w: World) -> None:
+    sid, train, prep = submit_all(w, web(min_replicas=2), step("train", "prep"), step("prep"))
+    assert (int(train), int(prep)) == (int(sid) + 1, int(sid) + 2)  # replicas come after
+    assert w.sched.jobs[train].job.depends_on == (Dependency(prep),)
+    assert [int(r[0]) > int(prep) for r in replicas(w, sid)] == [True, True]
+    assert w.state(train)["reason"] == f"waiting for job {prep} (prep) to succeed"

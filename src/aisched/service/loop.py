@@ -181,9 +181,7 @@ class Scheduler:
         self.free = FreeState.empty(self.arrays)
         self.jobs: dict[str, LiveJob] = {}
         self.usage: dict[tuple[str, str], Usage] = {}
-        self.commands: queue.SimpleQueue[_Submit | _SubmitAll | _Scale | _Cancel] = (
-            queue.SimpleQueue()
-        )
+        self.commands: queue.SimpleQueue[_Command] = queue.SimpleQueue()
         # Jobs held back until the jobs they depend on have ended (pipelines).
         self.pipelines = Pipelines(store)
         self.wake = threading.Event()
@@ -503,14 +501,20 @@ class Scheduler:
             cmd.future.set_exception(Rejected(str(e)))
             return
         # 2. Store them all in this step's one transaction, then hold back what must wait.
+        #    Services start (and make replicas, taking ids) only once every job of the file has
+        #    the id its siblings were resolved against.
         rows = [
-            self._admit(job, fmt, warnings, cmd.received_at, batch)
+            self._admit(job, fmt, warnings, cmd.received_at, batch, start_service=False)
             for job, (_, fmt, warnings) in zip(jobs, cmd.items, strict=True)
         ]
         for row in rows:
             lj = self.jobs.get(row["id"])
-            if lj is not None and lj.job.depends_on:
+            if lj is None:
+                continue
+            if lj.job.depends_on:
                 self._check_dependencies(lj, batch, now)
+            elif lj.job.kind == JobKind.SERVICE:
+                self._start_service(lj, batch, now, row)
         batch.after.append(lambda: cmd.future.set_result(rows))
 
     def _check_dependencies(self, lj: LiveJob, batch: Batch, now: float) -> None:
@@ -535,7 +539,14 @@ class Scheduler:
         self.dirty = True
 
     def _admit(
-        self, job: Job, fmt: str, warnings: tuple[str, ...], received_at: float, batch: Batch
+        self,
+        job: Job,
+        fmt: str,
+        warnings: tuple[str, ...],
+        received_at: float,
+        batch: Batch,
+        *,
+        start_service: bool = True,
     ) -> Row:
         """Give an accepted job its id and submit time and make it pending; returns its row
         (written with the batch)."""
@@ -577,7 +588,7 @@ class Scheduler:
         lj.written_status = (StatusCode.NOT_CONSIDERED.value, "", None)
         batch.event(submitted, job_id, "submitted", f"submitted to queue {job.queue}")
         self.dirty = True
-        if service and not job.depends_on:  # else it starts once its dependencies are met
+        if service and start_service and not job.depends_on:  # else its dependencies start it
             self._start_service(lj, batch, submitted, row)
         return row
 
