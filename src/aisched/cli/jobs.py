@@ -314,6 +314,8 @@ def _why(j: dict[str, Any], now: float) -> str:
         if j.get("eta"):
             text += f" (ETA {_clock(j['eta'], now)})"
         return text
+    if j["state"] == "running" and j["kind"] == "service":
+        return "serving: its replicas are jobs of their own (aisched show)"
     if j["state"] == "running":
         return f"attempt {j['attempt']}"
     return j.get("message") or ""
