@@ -238,6 +238,17 @@ def _submitted(client: Client, args: argparse.Namespace, out: dict[str, Any]) ->
     for w in out.get("warnings") or []:
         err.print(f"[yellow]warning:[/] {w}")
     job_id = out["id"]
+    pipeline = out.get("jobs") or []
+    if pipeline and not args.follow:
+        for j in pipeline:  # one line per job, in file order: `ID NAME`
+            print(
+                f"{j['id']} {j['name']}"
+                if not sys.stdout.isatty()
+                else f"submitted job {j['id']} {j['name']}"
+            )
+        return 0
+    if pipeline:  # follow the last step: it ends when the pipeline does
+        job_id = pipeline[-1]["id"]
     if not args.follow:
         print(job_id if not sys.stdout.isatty() else f"submitted job {job_id}")
         return 0
@@ -303,6 +314,8 @@ def _why(j: dict[str, Any], now: float) -> str:
         if j.get("eta"):
             text += f" (ETA {_clock(j['eta'], now)})"
         return text
+    if j["state"] == "running" and j["kind"] == "service":
+        return "serving: its replicas are jobs of their own (aisched show)"
     if j["state"] == "running":
         return f"attempt {j['attempt']}"
     return j.get("message") or ""
@@ -324,6 +337,34 @@ def cmd_show(args: argparse.Namespace) -> int:
         ("kind", j["kind"]),
         ("submitted", _when(j["submitted_at"], now)),
     ]  # fmt: skip
+    if j.get("replica_of"):
+        rows.append(("replica of", f"service {j['replica_of']}"))
+    sv = j.get("service")
+    if sv:
+        rows.append(
+            (
+                "replicas",
+                f"{sv['replicas'] if sv['replicas'] is not None else len(sv['replica_ids'])} "
+                f"({sv['ready'] or 0} ready; {sv['min_replicas']}..{sv['max_replicas']}): "
+                + (", ".join(sv["replica_ids"]) or "none"),
+            )
+        )
+        load = "no figure yet" if sv["load"] is None else f"{sv['load']:.3g}"
+        rows.append(("load", f"{sv['metric']} {load} for a target of {sv['target']:g}"))
+        if sv.get("reason"):
+            rows.append(("autoscaler", f"wants {sv['desired']}: {sv['reason']}"))
+        if sv["endpoints"]:
+            rows.append(("endpoints", " ".join(sv["endpoints"])))
+    if j.get("depends_on"):
+        rows.append(
+            (
+                "depends on",
+                ", ".join(
+                    f"{d['job']} ({'to succeed' if d['condition'] == 'success' else 'to end'})"
+                    for d in j["depends_on"]
+                ),
+            )
+        )
     if j["state"] == "pending":
         rows.append(("waiting because", j.get("reason") or "not yet considered"))
         if j.get("eta"):

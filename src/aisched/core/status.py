@@ -19,6 +19,7 @@ class StatusCode(StrEnum):
     WAIT_QUEUE = "wait-queue"
     WAIT_RESERVATION = "wait-reservation"
     NOT_CONSIDERED = "not-considered"
+    WAIT_DEPENDENCIES = "wait-dependencies"  # held back until the jobs it depends on end
     NEVER_FITS = "never-fits"
 
     @property

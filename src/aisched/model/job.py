@@ -13,6 +13,7 @@ from enum import StrEnum
 
 from aisched.model.cluster import TopologyLevel
 from aisched.model.resources import Resources
+from aisched.model.service import ServiceSpec
 
 _SHAPES: dict[tuple[object, ...], tuple[object, ...]] = {}
 
@@ -21,12 +22,30 @@ class JobKind(StrEnum):
     TRAIN = "train"
     INFER = "infer"
     BATCH = "batch"
+    # Replicas scaled by the autoscaler (model.service); the job itself never runs a task.
+    SERVICE = "service"
 
 
 class RestartPolicy(StrEnum):
     NEVER = "never"
     ON_FAILURE = "on-failure"
     ALWAYS = "always"
+
+
+class DependencyCondition(StrEnum):
+    """When a dependency counts as met: `success` needs it to succeed (its failure or
+    cancellation cancels the dependent); `any` only needs it to have ended, however."""
+
+    SUCCESS = "success"
+    ANY = "any"
+
+
+@dataclass(frozen=True, slots=True)
+class Dependency:
+    """This job may start only once job `job_id` has ended as `condition` asks."""
+
+    job_id: str
+    condition: DependencyCondition = DependencyCondition.SUCCESS
 
 
 class TopologyMode(StrEnum):
@@ -90,6 +109,16 @@ class Job:
     # attempt waits `backoff_s * 2**(failures-1)` (capped by the service) before it is retried.
     grace_period_s: float = 30.0
     backoff_s: float = 10.0
+    # Jobs that must end first (pipelines); placement never reads them: the service holds a
+    # job back until they are met (`core.dependencies`).
+    depends_on: tuple[Dependency, ...] = ()
+    # Set on `service` jobs only: what replicas to keep and how to scale them.
+    service: ServiceSpec | None = None
+    # Set on a replica: the id of the service job it serves.
+    replica_of: str | None = None
+    # Runs with min_available..all tasks; the service restarts it larger (from its checkpoint)
+    # when idle capacity could take more of its tasks and nothing else is waiting.
+    elastic: bool = False
     # Derived once: read on every cycle the job waits.
     _total: Resources = field(init=False, repr=False, compare=False)
     _shape: tuple[object, ...] = field(init=False, repr=False, compare=False)

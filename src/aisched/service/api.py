@@ -23,8 +23,10 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from starlette.exceptions import HTTPException
 
 from aisched import __version__
+from aisched.model.job import Job
 from aisched.model.states import JobState
 from aisched.service.app import Service
+from aisched.service.autoscaler import MetricError
 from aisched.service.dashboard import dashboard_router
 from aisched.service.loop import Rejected
 from aisched.service.metrics import CONTENT_TYPE
@@ -35,16 +37,18 @@ from aisched.service.schemas import (
     Info,
     JobDetail,
     JobList,
+    MetricsOut,
     NodeList,
     NodeOut,
     Problem,
     QueueList,
     QueueOut,
+    ServiceStatusOut,
     SubmitOut,
     job_out,
 )
 from aisched.spec.errors import SpecError
-from aisched.spec.job import parse_job_document, parse_job_text
+from aisched.spec.pipeline import parse_submission_document, parse_submission_text
 from aisched.store.db import job_row
 
 MAX_BODY = 1 << 20  # a job file larger than 1 MiB is a mistake, not a job
@@ -135,33 +139,38 @@ def create_app(svc: Service) -> FastAPI:
                     data = json.loads(body)
                 except (json.JSONDecodeError, UnicodeDecodeError) as e:
                     raise SpecError(f"{src}: not valid JSON: {e}") from None
-                parsed = parse_job_document(data, src, defaults)
+                parsed = parse_submission_document(data, src, defaults)
             else:
                 try:
                     text = body.decode("utf-8")
                 except UnicodeDecodeError:
                     raise SpecError(f"{src}: not UTF-8 text") from None
-                parsed = parse_job_text(text, src, defaults)
+                parsed = parse_submission_text(text, src, defaults)
         except SpecError as e:
             return problem(422, "invalid job", list(e.problems))
-        job = parsed.job
-        if workdir is not None:
-            # Relative (or missing) working directories are the submitter's, like Slurm's.
-            job = replace(
-                job,
-                groups=tuple(
-                    replace(g, workdir=str(Path(workdir) / (g.workdir or "")).rstrip("/") or "/")
-                    if g.workdir is None or not Path(g.workdir).is_absolute()
-                    else g
-                    for g in job.groups
-                ),
-            )
+        jobs = [_in_workdir(p.job, workdir) for p in parsed.jobs]
+        warnings = [w for p in parsed.jobs for w in p.warnings]
         try:
-            stored = await asyncio.wrap_future(sched.submit(job, parsed.format, parsed.warnings))
+            if parsed.is_pipeline:
+                items = tuple(
+                    (job, p.format, p.warnings) for job, p in zip(jobs, parsed.jobs, strict=True)
+                )
+                stored = await asyncio.wrap_future(sched.submit_all(items))
+            else:
+                one = parsed.jobs[0]
+                stored = [
+                    await asyncio.wrap_future(sched.submit(jobs[0], one.format, one.warnings))
+                ]
         except Rejected as e:
             return problem(e.status, "job refused", [f"{src}: {e}"])
-        row = job_row(stored)  # as stored, without reading it back
-        out = SubmitOut(id=row["id"], warnings=list(parsed.warnings), job=job_out(row))
+        rows = [job_row(r) for r in stored]  # as stored, without reading them back
+        outs = [job_out(r) for r in rows]
+        out = SubmitOut(
+            id=rows[0]["id"],
+            warnings=warnings,
+            job=outs[0],
+            jobs=outs if parsed.is_pipeline else [],
+        )
         return JSONResponse(status_code=201, content=out.model_dump())
 
     @app.get("/v1/jobs", response_model=JobList)
@@ -198,12 +207,65 @@ def create_app(svc: Service) -> FastAPI:
         base = job_out(row, tasks)
         detail = JobDetail(
             **base.model_dump(),
+            service=_service_status(job_id) if row["kind"] == "service" else None,
             events=[
                 EventOut(seq=e["seq"], time=e["time"], kind=e["kind"], message=e["message"])
                 for e in events
             ],
         )
         return JSONResponse(detail.model_dump())
+
+    def _service_status(job_id: str) -> ServiceStatusOut | None:
+        live = sched.jobs.get(job_id)
+        if live is None or live.job.service is None:
+            return None
+        spec = live.job.service
+        st = svc.autoscaler.status(job_id) if svc.autoscaler is not None else None
+        return ServiceStatusOut(
+            min_replicas=spec.min_replicas,
+            max_replicas=spec.max_replicas,
+            metric=spec.metric.value,
+            target=spec.target,
+            replica_ids=[r.id for r in sched.replicas_of(job_id)],
+            replicas=None if st is None else st.replicas,
+            ready=None if st is None else st.ready,
+            desired=None if st is None else st.desired,
+            load=None if st is None else st.load,
+            reason=None if st is None else st.reason,
+            endpoints=[] if st is None else list(st.endpoints),
+        )
+
+    @app.post(
+        "/v1/jobs/{job_id}/metrics",
+        status_code=202,
+        response_model=MetricsOut,
+        responses={404: {"model": Problem}, 409: {"model": Problem}, 422: {"model": Problem}},
+    )
+    async def push_metrics(job_id: str, request: Request) -> Response:
+        """Report load for a service (its total) or one replica (its own): a JSON object such
+        as {"rps": 12.5} or {"latency_ms": 80}; the autoscaler follows the service's metric."""
+        body = await request.body()
+        if len(body) > MAX_BODY:
+            return problem(413, f"the metrics document is larger than {MAX_BODY} bytes")
+        try:
+            values = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            return problem(422, "invalid metrics", [f"body: not valid JSON: {e}"])
+        if svc.autoscaler is None:
+            return problem(409, "the autoscaler is not running")
+        try:
+            service_id = svc.autoscaler.push(job_id, values)
+        except MetricError as e:
+            return problem(422, "invalid metrics", [f"body: {e}"])
+        except KeyError:
+            with svc.store.read() as tx:
+                row = tx.get_job(job_id)
+            if row is None:
+                return problem(404, f"no job {job_id}")
+            return problem(
+                409, f"job {job_id} is not a running service or a replica of one ({row['state']})"
+            )
+        return JSONResponse(status_code=202, content=MetricsOut(service=service_id).model_dump())
 
     @app.post(
         "/v1/jobs/{job_id}/cancel",
@@ -315,6 +377,21 @@ def create_app(svc: Service) -> FastAPI:
         return Response(svc.metrics.render(), media_type=CONTENT_TYPE)
 
     return app
+
+
+def _in_workdir(job: Job, workdir: str | None) -> Job:
+    """Relative (or missing) working directories are the submitter's, like Slurm's."""
+    if workdir is None:
+        return job
+    return replace(
+        job,
+        groups=tuple(
+            replace(g, workdir=str(Path(workdir) / (g.workdir or "")).rstrip("/") or "/")
+            if g.workdir is None or not Path(g.workdir).is_absolute()
+            else g
+            for g in job.groups
+        ),
+    )
 
 
 def _amount(r: Any) -> dict[str, float]:

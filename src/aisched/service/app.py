@@ -20,6 +20,7 @@ from typing import IO
 from aisched.core.policy import Policy
 from aisched.executors.base import Executor
 from aisched.predict.runtime import RuntimePredictor
+from aisched.service.autoscaler import Autoscaler
 from aisched.service.config import ServiceConfig
 from aisched.service.loop import LoopConfig, Scheduler
 from aisched.service.metrics import Metrics
@@ -46,6 +47,7 @@ class Service:
     lock_file: IO[str]
     started_at: float = field(default_factory=time.time)
     recovery_notes: list[str] = field(default_factory=list)
+    autoscaler: Autoscaler | None = None  # started with the loop
 
     @classmethod
     def open(cls, config: ServiceConfig, executor: Executor | None = None) -> Service:
@@ -89,6 +91,8 @@ class Service:
         for note in self.recovery_notes:
             log.info("recovery: %s", note)
         self.scheduler.start()
+        self.autoscaler = Autoscaler(self.scheduler)
+        self.autoscaler.start()
 
     def announce(self, url: str) -> None:
         """Tell local clients where the API is (`aisched` reads it when no --server is given)."""
@@ -98,6 +102,8 @@ class Service:
         tmp.replace(path)
 
     def close(self) -> None:
+        if self.autoscaler is not None:
+            self.autoscaler.close()
         self.scheduler.shutdown()
         self.store.close()
         try:

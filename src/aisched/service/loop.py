@@ -36,6 +36,8 @@ from pathlib import Path
 
 from aisched.core.cycle import CycleResult, never_runs, run_cycle
 from aisched.core.decisions import Bind, Preempt, TaskBinding
+from aisched.core.dependencies import DependencyVerdict
+from aisched.core.elastic import extra_tasks_fit
 from aisched.core.policy import Policy
 from aisched.core.snapshot import (
     ZERO,
@@ -62,13 +64,15 @@ from aisched.executors.base import (
     task_name,
 )
 from aisched.model.cluster import Cluster
-from aisched.model.job import Job, RestartPolicy
+from aisched.model.job import Job, JobKind, RestartPolicy
 from aisched.model.queue import QueueTree
 from aisched.model.states import JobState
 from aisched.predict.features import JobFeatures
 from aisched.predict.runtime import RuntimePredictor
 from aisched.service.live import Batch, LiveJob, LiveTask, Stop, TaskPhase
 from aisched.service.membership import bindings_by_node, merge_nodes
+from aisched.service.pipelines import DependencyError, Pipelines
+from aisched.service.replicas import replica_job
 from aisched.store.codec import job_from_dict, job_to_dict
 from aisched.store.db import Row, Store
 
@@ -92,6 +96,9 @@ class LoopConfig:
     # submissions the queue grows and so does a cycle; this keeps three quarters of the time
     # for taking submissions in, while an idle scheduler (fast cycles) still answers at once.
     cycle_gap_factor: float = 3.0
+    # An elastic job missing tasks is grown (restarted larger from its checkpoint) once it has
+    # run this long in its attempt, idle capacity fits more of its tasks and nothing waits.
+    elastic_grow_after_s: float = 60.0
 
 
 class Rejected(Exception):
@@ -112,9 +119,31 @@ class _Submit:
 
 
 @dataclass(frozen=True, slots=True)
+class _SubmitAll:
+    """Jobs submitted together (a pipeline): all are stored, or none."""
+
+    items: tuple[tuple[Job, str, tuple[str, ...]], ...]  # (job, format, warnings)
+    received_at: float
+    future: Future[list[Row]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Scale:
+    """Keep `replicas` live replicas of service `service_id` (the autoscaler's command)."""
+
+    service_id: str
+    replicas: int
+    reason: str
+    future: Future[int]
+
+
+@dataclass(frozen=True, slots=True)
 class _Cancel:
     job_id: str
     future: Future[str]
+
+
+_Command = _Submit | _SubmitAll | _Scale | _Cancel
 
 
 @dataclass(slots=True)
@@ -155,7 +184,9 @@ class Scheduler:
         self.free = FreeState.empty(self.arrays)
         self.jobs: dict[str, LiveJob] = {}
         self.usage: dict[tuple[str, str], Usage] = {}
-        self.commands: queue.SimpleQueue[_Submit | _Cancel] = queue.SimpleQueue()
+        self.commands: queue.SimpleQueue[_Command] = queue.SimpleQueue()
+        # Jobs held back until the jobs they depend on have ended (pipelines).
+        self.pipelines = Pipelines(store)
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.thread: threading.Thread | None = None
@@ -179,6 +210,24 @@ class Scheduler:
         this machine)."""
         fut: Future[Row] = Future()
         self.commands.put(_Submit(job, fmt, warnings, self.clock(), fut))
+        self.wake.set()
+        return fut
+
+    def submit_all(self, items: tuple[tuple[Job, str, tuple[str, ...]], ...]) -> Future[list[Row]]:
+        """Queue jobs submitted together, each (job, format, warnings); their `depends_on`
+        name jobs of `items` by name, or earlier jobs by id. The Future gives every job's row,
+        in order, or raises Rejected and stores none of them."""
+        fut: Future[list[Row]] = Future()
+        self.commands.put(_SubmitAll(items, self.clock(), fut))
+        self.wake.set()
+        return fut
+
+    def scale(self, service_id: str, replicas: int, reason: str) -> Future[int]:
+        """Ask for `replicas` live replicas of a service: new ones are submitted, surplus ones
+        cancelled (pending ones first, then the newest). The Future gives the number asked
+        for, or raises Rejected(404/409) for an unknown or ended service."""
+        fut: Future[int] = Future()
+        self.commands.put(_Scale(service_id, replicas, reason, fut))
         self.wake.set()
         return fut
 
@@ -235,7 +284,10 @@ class Scheduler:
             if row["submitted_at"] > self.last_submit_s:
                 self.last_submit_s = row["submitted_at"]
             if lj.state != JobState.RUNNING:
-                self._make_pending(lj, batch)
+                if lj.job.kind != JobKind.SERVICE:  # a pending service waits on dependencies
+                    self._make_pending(lj, batch)
+                continue
+            if lj.job.kind == JobKind.SERVICE:  # its work is its replicas, jobs of their own
                 continue
             with self.store.read() as tx:
                 trows = tx.tasks_of(lj.id, lj.attempt)
@@ -283,6 +335,9 @@ class Scheduler:
                         self.executor.stop(lj.key(t), lj.job.grace_period_s)
             for ev in exits:
                 self._on_exit(ev, batch, now)
+        for lj in list(self.jobs.values()):
+            if lj.job.depends_on and lj.state == JobState.PENDING:
+                self._check_dependencies(lj, batch, now)
         batch.flush(self.store)
         self.dirty = True
         return notes
@@ -346,6 +401,10 @@ class Scheduler:
                 break
             if isinstance(cmd, _Submit):
                 self._on_submit(cmd, batch, now)
+            elif isinstance(cmd, _SubmitAll):
+                self._on_submit_all(cmd, batch, now)
+            elif isinstance(cmd, _Scale):
+                self._on_scale(cmd, batch, now)
             else:
                 self._on_cancel(cmd, batch, now)
         for ev in self.executor.poll():
@@ -358,6 +417,7 @@ class Scheduler:
             if lj.pending_view is not None
             and not lj.waiting_for
             and (lj.not_before is None or lj.not_before <= now)
+            and lj.id not in self.pipelines.blocked
         ]
         due = now - self.last_cycle_at >= self.config.cycle_interval_s
         if pending and (self.dirty or due):
@@ -366,7 +426,40 @@ class Scheduler:
             self._cycle(now, pending)
         elif not pending:
             self.dirty = False
+            self._grow_elastic(now)
         return self._sleep_for(now)
+
+    def _grow_elastic(self, now: float) -> None:
+        """Nothing waits: restart elastic jobs that idle capacity could make larger. The stop
+        is a requeue (SIGTERM first, so they checkpoint; no failure counted); the next cycle
+        places each with as many tasks as fit."""
+        batch = Batch()
+        for lj in list(self.jobs.values()):
+            job = lj.job
+            if not (
+                job.elastic
+                and lj.state == JobState.RUNNING
+                and lj.stopping is None
+                and len(lj.tasks) < job.num_tasks
+                and lj.attempt_started_at is not None
+                and now - lj.attempt_started_at >= self.config.elastic_grow_after_s
+            ):
+                continue
+            missing = job.num_tasks - len(lj.tasks)
+            extra = sum(
+                extra_tasks_fit(self.arrays, self.free, g.request, missing) for g in job.groups
+            )
+            if extra < 1:
+                continue
+            lj.stopping = Stop.REQUEUE
+            lj.stop_message = (
+                f"growing from {len(lj.tasks)} to up to {len(lj.tasks) + min(extra, missing)} "
+                "tasks into idle capacity"
+            )
+            batch.job(lj.id, stopping=Stop.REQUEUE.value)
+            batch.event(now, lj.id, "growing", lj.stop_message)
+            self._stop_tasks(lj, batch)
+        batch.flush(self.store)
 
     def _sleep_for(self, now: float) -> float:
         delay = self.config.tick_s
@@ -382,7 +475,9 @@ class Scheduler:
                 and lj.stopping is None
             ):
                 delay = min(delay, max(lj.attempt_started_at + limit - now, 0.0))
-            waiting = waiting or lj.pending_view is not None
+            waiting = waiting or (
+                lj.pending_view is not None and lj.id not in self.pipelines.blocked
+            )
         if waiting:
             delay = min(delay, max(self.last_cycle_at + self.config.cycle_interval_s - now, 0.0))
         return max(delay, 0.0)
@@ -394,17 +489,85 @@ class Scheduler:
         if refusal is not None:
             cmd.future.set_exception(Rejected(refusal))
             return
+        row = self._admit(cmd.job, cmd.fmt, cmd.warnings, cmd.received_at, batch)
+        batch.after.append(lambda: cmd.future.set_result(row))
+
+    def _on_submit_all(self, cmd: _SubmitAll, batch: Batch, now: float) -> None:
+        # 1. Refuse the whole submission if any job of it can never run or depend as asked.
+        for job, _fmt, _warnings in cmd.items:
+            refusal = never_runs(self._empty_snapshot, self.policy, replace(job, id="?"))
+            if refusal is not None:
+                cmd.future.set_exception(Rejected(f"job {job.name!r}: {refusal}"))
+                return
+        ids = [str(self.next_seq + i) for i in range(len(cmd.items))]
+        try:
+            jobs = self.pipelines.resolve([j for j, _, _ in cmd.items], ids, self.jobs)
+        except DependencyError as e:
+            cmd.future.set_exception(Rejected(str(e)))
+            return
+        # 2. Store them all in this step's one transaction, then hold back what must wait.
+        #    Services start (and make replicas, taking ids) only once every job of the file has
+        #    the id its siblings were resolved against.
+        rows = [
+            self._admit(job, fmt, warnings, cmd.received_at, batch, start_service=False)
+            for job, (_, fmt, warnings) in zip(jobs, cmd.items, strict=True)
+        ]
+        for row in rows:
+            lj = self.jobs.get(row["id"])
+            if lj is None:
+                continue
+            if lj.job.depends_on:
+                self._check_dependencies(lj, batch, now)
+            elif lj.job.kind == JobKind.SERVICE:
+                self._start_service(lj, batch, now, row)
+        batch.after.append(lambda: cmd.future.set_result(rows))
+
+    def _check_dependencies(self, lj: LiveJob, batch: Batch, now: float) -> None:
+        """Hold a pending job back while its dependencies are awaited; cancel it, naming the
+        dependency, once one can never be met."""
+        verdict = self.pipelines.check(lj, self.jobs)
+        if verdict.verdict == DependencyVerdict.BROKEN:
+            self._finish(lj, JobState.CANCELLED, batch, now, verdict.reason)
+            return
+        if verdict.verdict == DependencyVerdict.WAITING:
+            self._write_status(lj, JobStatus(StatusCode.WAIT_DEPENDENCIES, verdict.reason), batch)
+        elif lj.job.kind == JobKind.SERVICE:
+            self._start_service(lj, batch, now)
+        else:
+            self._write_status(
+                lj,
+                JobStatus(
+                    StatusCode.NOT_CONSIDERED, "dependencies met; waiting for the next cycle"
+                ),
+                batch,
+            )
+        self.dirty = True
+
+    def _admit(
+        self,
+        job: Job,
+        fmt: str,
+        warnings: tuple[str, ...],
+        received_at: float,
+        batch: Batch,
+        *,
+        start_service: bool = True,
+    ) -> Row:
+        """Give an accepted job its id and submit time and make it pending; returns its row
+        (written with the batch)."""
         seq = self.next_seq
         self.next_seq += 1
         job_id = str(seq)
         # Strictly increasing submit times keep FIFO order equal to submission order.
-        submitted = max(cmd.received_at, self.last_submit_s + 1e-6)
+        submitted = max(received_at, self.last_submit_s + 1e-6)
         self.last_submit_s = submitted
-        job = replace(cmd.job, id=job_id, submit_time_s=submitted)
+        job = replace(job, id=job_id, submit_time_s=submitted)
         ckpt = str(self.config.data_dir / "checkpoints" / job_id)
         lj = LiveJob(job=job, state=JobState.PENDING, submitted_at=submitted, checkpoint_dir=ckpt)
         self.jobs[job_id] = lj
-        self._make_pending(lj, batch)
+        service = job.kind == JobKind.SERVICE
+        if not service:
+            self._make_pending(lj, batch)
         row: Row = {
             "seq": seq,
             "id": job_id,
@@ -413,7 +576,7 @@ class Scheduler:
             "queue": job.queue,
             "priority": job.priority,
             "kind": job.kind.value,
-            "format": cmd.fmt,
+            "format": fmt,
             "spec": job_to_dict(job),
             "state": JobState.PENDING.value,
             "submitted_at": submitted,
@@ -422,15 +585,81 @@ class Scheduler:
             "preemptions": 0,
             "attained_gpu_s": 0.0,
             "checkpoint_dir": ckpt,
-            "warnings": list(cmd.warnings),
+            "warnings": list(warnings),
             "reason_code": StatusCode.NOT_CONSIDERED.value,
             "reason": "waiting for the next scheduling cycle",
         }
         batch.new_jobs.append(row)
         lj.written_status = (StatusCode.NOT_CONSIDERED.value, "", None)
         batch.event(submitted, job_id, "submitted", f"submitted to queue {job.queue}")
-        batch.after.append(lambda: cmd.future.set_result(row))
         self.dirty = True
+        if service and start_service and not job.depends_on:  # else its dependencies start it
+            self._start_service(lj, batch, submitted, row)
+        return row
+
+    # --- services ---------------------------------------------------------------------------
+
+    def _start_service(self, lj: LiveJob, batch: Batch, now: float, row: Row | None = None) -> None:
+        """A service runs from its start (its submission, or once its dependencies are met)
+        until cancelled; its replicas are the work. It never enters the cycle itself."""
+        assert lj.job.service is not None
+        lj.state = JobState.RUNNING
+        lj.pending_view = None
+        lj.started_at = lj.attempt_started_at = now
+        if row is not None:
+            # Only keys every inserted row has (one batch insert takes rows of one shape).
+            row.update(state=JobState.RUNNING.value, reason_code=None, reason=None)
+        batch.job(
+            lj.id,
+            state=JobState.RUNNING.value,
+            started_at=now,
+            attempt_started_at=now,
+            reason_code=None,
+            reason=None,
+        )
+        batch.event(now, lj.id, "started", "service started")
+        lj.written_status = None
+        self._scale_to(lj, lj.job.service.min_replicas, "its minimum", batch, now)
+
+    def _on_scale(self, cmd: _Scale, batch: Batch, now: float) -> None:
+        lj = self.jobs.get(cmd.service_id)
+        if lj is None or lj.job.kind != JobKind.SERVICE or lj.job.service is None:
+            cmd.future.set_exception(Rejected(f"no live service {cmd.service_id}", 404))
+            return
+        spec = lj.job.service
+        n = min(max(cmd.replicas, spec.min_replicas), spec.max_replicas)
+        self._scale_to(lj, n, cmd.reason, batch, now)
+        batch.after.append(lambda: cmd.future.set_result(n))
+
+    def replicas_of(self, service_id: str) -> list[LiveJob]:
+        """Live replicas of a service not being stopped for good, oldest first."""
+        out = [
+            r
+            for r in list(self.jobs.values())
+            if r.job.replica_of == service_id and r.stopping != Stop.CANCEL
+        ]
+        return sorted(out, key=lambda r: (len(r.id), r.id))
+
+    def _scale_to(self, svc: LiveJob, n: int, reason: str, batch: Batch, now: float) -> None:
+        live = self.replicas_of(svc.id)
+        if len(live) == n:
+            return
+        batch.event(now, svc.id, "scaling", f"{len(live)} -> {n} replicas: {reason}")
+        for _ in range(n - len(live)):
+            name = f"{svc.job.name}-r{self.next_seq}"
+            replica = replica_job(svc.job, name, _free_port(self.config.master_addr))
+            self._admit(replica, "native", (), now, batch)
+        # Surplus: pending replicas first (they hold nothing), then the newest running ones.
+        surplus = sorted(live, key=lambda r: (r.state == JobState.RUNNING, -int(r.id)))
+        for r in surplus[: max(len(live) - n, 0)]:
+            if r.state == JobState.RUNNING:
+                r.stopping = Stop.CANCEL
+                r.stop_message = "scaled down"
+                batch.job(r.id, stopping=Stop.CANCEL.value)
+                batch.event(now, r.id, "cancelling", f"scaled down: {reason}")
+                self._stop_tasks(r, batch)
+            else:
+                self._finish(r, JobState.CANCELLED, batch, now, f"scaled down: {reason}")
 
     def _on_cancel(self, cmd: _Cancel, batch: Batch, now: float) -> None:
         lj = self.jobs.get(cmd.job_id)
@@ -443,6 +672,11 @@ class Scheduler:
                 cmd.future.set_exception(
                     Rejected(f"job {cmd.job_id} has already ended ({row['state']})", 409)
                 )
+            return
+        if lj.job.kind == JobKind.SERVICE:
+            self._scale_to(lj, 0, "the service is cancelled", batch, now)
+            self._finish(lj, JobState.CANCELLED, batch, now, "cancelled; its replicas are stopping")
+            batch.after.append(lambda: cmd.future.set_result(JobState.CANCELLED.value))
             return
         if lj.state == JobState.RUNNING:
             if lj.stopping != Stop.CANCEL:
@@ -650,6 +884,10 @@ class Scheduler:
         for other in self.jobs.values():
             if lj.id in other.waiting_for:
                 self.dirty = True
+        for dependent in self.pipelines.on_end(lj.id, state, lj.job.name):
+            waiting = self.jobs.get(dependent)
+            if waiting is not None and waiting.state == JobState.PENDING:
+                self._check_dependencies(waiting, batch, now)
 
     # --- resources --------------------------------------------------------------------------
 

@@ -75,6 +75,9 @@ class JobOut(BaseModel):
     groups: list[GroupOut]
     warnings: list[str]
     tasks: list[TaskOut] = []
+    # [{job: id, condition: success|any}]: what must end before this job may start.
+    depends_on: list[dict[str, str]] = []
+    replica_of: str | None = None  # the service a replica serves
 
 
 class EventOut(BaseModel):
@@ -84,8 +87,29 @@ class EventOut(BaseModel):
     message: str
 
 
+class ServiceStatusOut(BaseModel):
+    """A service's bounds and what the autoscaler last saw (None before its first round)."""
+
+    min_replicas: int
+    max_replicas: int
+    metric: str
+    target: float
+    replica_ids: list[str]
+    replicas: int | None
+    ready: int | None
+    desired: int | None
+    load: float | None
+    reason: str | None
+    endpoints: list[str]  # host:port of the ready replicas
+
+
+class MetricsOut(BaseModel):
+    service: str  # the service the figures count for
+
+
 class JobDetail(JobOut):
     events: list[EventOut] = []
+    service: ServiceStatusOut | None = None
 
 
 class JobList(BaseModel):
@@ -93,9 +117,10 @@ class JobList(BaseModel):
 
 
 class SubmitOut(BaseModel):
-    id: str
+    id: str  # the first job's, for a pipeline
     warnings: list[str]
     job: JobOut
+    jobs: list[JobOut] = []  # every job of a pipeline, in file order; empty for one job
 
 
 class CancelOut(BaseModel):
@@ -211,6 +236,8 @@ def job_out(row: Row, tasks: list[Row] | None = None) -> JobOut:
         groups=groups,
         warnings=list(row["warnings"] or []),
         tasks=[task_out(t) for t in tasks or []],
+        depends_on=[{"job": j, "condition": c} for j, c in spec.get("depends_on", ())],
+        replica_of=spec.get("replica_of"),
     )
 
 

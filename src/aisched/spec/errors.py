@@ -8,7 +8,7 @@ errors and repeated keys are reported the same way for every kind of file.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import yaml
@@ -74,8 +74,17 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 
 def parse_yaml(text: str, source: str) -> Any:
     """The document in `text`; syntax errors become a SpecError with line and column (1-based)."""
+    return _parse(lambda: yaml.load(text, Loader=_UniqueKeyLoader), source)
+
+
+def parse_yaml_all(text: str, source: str) -> list[Any]:
+    """Every document of a multi-document stream (`---` between them), errors as `parse_yaml`."""
+    return _parse(lambda: list(yaml.load_all(text, Loader=_UniqueKeyLoader)), source)  # type: ignore[no-any-return]
+
+
+def _parse(load: Callable[[], Any], source: str) -> Any:
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # safe: a SafeLoader subclass
+        return load()  # safe: a SafeLoader subclass
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source

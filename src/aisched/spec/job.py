@@ -66,7 +66,7 @@ def parse_job_document(data: Any, source: str, defaults: JobDefaults = DEFAULTS)
     if isinstance(kind, str) and kind[:1].isupper() and kind not in set(JobKind):
         raise SpecError(
             f"{source}: kind: {kind!r} without apiVersion; a Volcano Job needs "
-            f"apiVersion: {API_VERSION}, and a native job's kind is train, infer or batch"
+            f"apiVersion: {API_VERSION}, and a native job's kind is train, infer, batch or service"
         )
     return native_job(data, source, defaults)
 

@@ -21,12 +21,15 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
+    StrictInt,
     StrictStr,
     ValidationError,
 )
 
 from aisched.model.cluster import TopologyLevel
 from aisched.model.job import (
+    Dependency,
+    DependencyCondition,
     Job,
     JobKind,
     RestartPolicy,
@@ -35,6 +38,7 @@ from aisched.model.job import (
     TopologyRequirement,
 )
 from aisched.model.resources import Resources
+from aisched.model.service import ScaleMetric, ServiceSpec
 from aisched.spec.errors import SpecError
 from aisched.spec.job_common import (
     MAX_TASKS,
@@ -127,6 +131,34 @@ class RestartModel(_Spec):
     backoff: Delay | None = None
 
 
+class DependencyModel(_Spec):
+    job: Name  # a job of the same file by name, else an existing job by id
+    condition: DependencyCondition = DependencyCondition.SUCCESS
+
+
+def _reference(v: Any) -> Any:
+    """`depends_on: [prep]` is short for `depends_on: [{job: prep}]`; a bare number is an id."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        v = str(v)
+    return {"job": v} if isinstance(v, str) else v
+
+
+MAX_SERVICE_REPLICAS = 1000
+UrlPath = Annotated[StrictStr, Field(pattern=r"^/[!-~]*$", max_length=1024)]
+
+
+class ServiceModel(_Spec):
+    min_replicas: Annotated[StrictInt, Field(ge=0, le=MAX_SERVICE_REPLICAS)] = 1
+    max_replicas: Annotated[StrictInt, Field(ge=1, le=MAX_SERVICE_REPLICAS)] | None = None
+    metric: ScaleMetric = ScaleMetric.RPS
+    target: Annotated[float, Field(gt=0, le=1e9)] = 10.0
+    readiness_path: UrlPath | None = "/healthz"
+    metrics_path: UrlPath | None = None
+    scale_up_window: Delay | None = None
+    scale_down_window: Delay | None = None
+    tolerance: Annotated[float, Field(ge=0, lt=1)] = 0.1
+
+
 class NativeJobModel(_Spec):
     name: Name | None = None
     kind: JobKind = JobKind.BATCH
@@ -143,6 +175,11 @@ class NativeJobModel(_Spec):
     estimate: Span | None = None
     checkpoint_interval: Span | None = None
     grace_period: Grace | None = None
+    service: ServiceModel | None = None
+    elastic: StrictBool = False
+    depends_on: list[Annotated[DependencyModel, BeforeValidator(_reference)]] = Field(
+        default_factory=list
+    )
     tasks: Annotated[list[TaskModel], AfterValidator(at_least_one_task)] | None = None
     # The one-task shorthand: a group named "main".
     command: Command | None = None
@@ -165,6 +202,12 @@ def native_job(data: dict[Any, Any], source: str, defaults: JobDefaults) -> Pars
         p.add("tasks", f"{num_tasks} tasks in all, more than the limit of {MAX_TASKS}")
     if spec.min_available is not None and groups and spec.min_available > num_tasks:
         p.add("min_available", f"{spec.min_available} is more than the job's {num_tasks} tasks")
+    elif spec.elastic and groups and (spec.min_available or num_tasks) >= num_tasks:
+        p.add(
+            "elastic",
+            f"needs min_available below the job's {num_tasks} tasks: the fewest it runs with",
+        )
+    service = _service(spec, groups, p)
     priority = _priority(spec, defaults, p)
     topology = _topology(spec.topology, p)
     _check_models(spec.gpu_models, p)
@@ -192,6 +235,11 @@ def native_job(data: dict[Any, Any], source: str, defaults: JobDefaults) -> Pars
         checkpoint_interval_s=spec.checkpoint_interval,
         grace_period_s=defaults.grace_period_s if spec.grace_period is None else spec.grace_period,
         backoff_s=defaults.backoff_s if restart.backoff is None else restart.backoff,
+        # References as written; `spec.pipeline` resolves names of the same file, the service
+        # checks the rest are existing jobs.
+        depends_on=tuple(Dependency(d.job, d.condition) for d in spec.depends_on),
+        service=service,
+        elastic=spec.elastic,
     )
     return ParsedJob(job=job, format=FORMAT)
 
@@ -261,6 +309,42 @@ def _check_models(m: GpuModelsModel, p: Problems) -> None:
                     f"{model!r} is not among the required models "
                     f"({', '.join(m.required)}): the job could never run there",
                 )
+
+
+def _service(spec: NativeJobModel, groups: list[TaskGroup], p: Problems) -> ServiceSpec | None:
+    """The service block, checked against the rest: only on `kind: service`, one replica task."""
+    s = spec.service
+    if spec.kind != JobKind.SERVICE:
+        if s is not None:
+            p.add("service", "only a job of kind service has a service block")
+        return None
+    s = s or ServiceModel()
+    max_replicas = s.min_replicas if s.max_replicas is None else s.max_replicas
+    if s.min_replicas > max_replicas:
+        p.add("service.min_replicas", f"{s.min_replicas} is more than max_replicas {max_replicas}")
+    if max_replicas < 1:
+        p.add("service.max_replicas", "must be at least 1")
+    if groups and (len(groups) != 1 or groups[0].replicas != 1):
+        p.add(
+            "replicas" if spec.tasks is None else "tasks",
+            "a service's replica is one task; scale it with service.min_replicas and "
+            "service.max_replicas",
+        )
+    if spec.min_available is not None:
+        p.add("min_available", "a service's replicas start one by one; leave it out")
+    if p.lines:
+        return None
+    return ServiceSpec(
+        min_replicas=s.min_replicas,
+        max_replicas=max_replicas,
+        metric=s.metric,
+        target=s.target,
+        readiness_path=s.readiness_path,
+        metrics_path=s.metrics_path,
+        scale_up_window_s=0.0 if s.scale_up_window is None else s.scale_up_window,
+        scale_down_window_s=300.0 if s.scale_down_window is None else s.scale_down_window,
+        tolerance=s.tolerance,
+    )
 
 
 def _priority(spec: NativeJobModel, defaults: JobDefaults, p: Problems) -> int:

@@ -12,6 +12,8 @@ from typing import Any
 
 from aisched.model.cluster import TopologyLevel
 from aisched.model.job import (
+    Dependency,
+    DependencyCondition,
     Job,
     JobKind,
     RestartPolicy,
@@ -20,6 +22,7 @@ from aisched.model.job import (
     TopologyRequirement,
 )
 from aisched.model.resources import Resources
+from aisched.model.service import ScaleMetric, ServiceSpec
 
 
 class CodecError(ValueError):
@@ -83,6 +86,10 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "submit_time_s": job.submit_time_s,
         "grace_period_s": job.grace_period_s,
         "backoff_s": job.backoff_s,
+        "depends_on": [[d.job_id, d.condition.value] for d in job.depends_on],
+        "service": None if job.service is None else _service_to_dict(job.service),
+        "replica_of": job.replica_of,
+        "elastic": job.elastic,
         "groups": [
             {
                 "name": g.name,
@@ -131,6 +138,13 @@ def job_from_dict(d: dict[str, Any]) -> Job:
             submit_time_s=float(d["submit_time_s"]),
             grace_period_s=float(d["grace_period_s"]),
             backoff_s=float(d["backoff_s"]),
+            # Rows written before pipelines existed have no key.
+            depends_on=tuple(
+                Dependency(str(j), DependencyCondition(c)) for j, c in d.get("depends_on", ())
+            ),
+            service=None if d.get("service") is None else _service_from_dict(d["service"]),
+            replica_of=d.get("replica_of"),
+            elastic=bool(d.get("elastic", False)),
             groups=tuple(
                 TaskGroup(
                     name=str(g["name"]),
@@ -145,3 +159,31 @@ def job_from_dict(d: dict[str, Any]) -> Job:
         )
     except (KeyError, TypeError, ValueError) as e:
         raise CodecError(f"stored job {d.get('id')!r} cannot be read: {e!r}") from None
+
+
+def _service_to_dict(s: ServiceSpec) -> dict[str, Any]:
+    return {
+        "min_replicas": s.min_replicas,
+        "max_replicas": s.max_replicas,
+        "metric": s.metric.value,
+        "target": s.target,
+        "readiness_path": s.readiness_path,
+        "metrics_path": s.metrics_path,
+        "scale_up_window_s": s.scale_up_window_s,
+        "scale_down_window_s": s.scale_down_window_s,
+        "tolerance": s.tolerance,
+    }
+
+
+def _service_from_dict(d: dict[str, Any]) -> ServiceSpec:
+    return ServiceSpec(
+        min_replicas=int(d["min_replicas"]),
+        max_replicas=int(d["max_replicas"]),
+        metric=ScaleMetric(d["metric"]),
+        target=float(d["target"]),
+        readiness_path=d["readiness_path"],
+        metrics_path=d["metrics_path"],
+        scale_up_window_s=float(d["scale_up_window_s"]),
+        scale_down_window_s=float(d["scale_down_window_s"]),
+        tolerance=float(d["tolerance"]),
+    )

@@ -391,10 +391,11 @@ NATIVE_INVALID = [
     Invalid("unknown topology level", {**CMD, "topology": {"pack": "cluster"}},
             ["j.yaml: topology.pack: Input should be 'node', 'rack' or 'zone'"]),
     Invalid("unknown kind", {**CMD, "kind": "training"},
-            ["j.yaml: kind: Input should be 'train', 'infer' or 'batch'"]),
+            ["j.yaml: kind: Input should be 'train', 'infer', 'batch' or 'service'"]),
     Invalid("a Kubernetes kind without apiVersion", {"kind": "Job", "spec": {}},
             ["j.yaml: kind: 'Job' without apiVersion; a Volcano Job needs apiVersion: "
-             "batch.volcano.sh/v1alpha1, and a native job's kind is train, infer or batch"]),
+             "batch.volcano.sh/v1alpha1, and a native job's kind is train, infer, batch or "
+             "service"]),
     Invalid("resources not a mapping", {**CMD, "resources": [1]},
             ["j.yaml: resources: Input should be a mapping (key: value pairs)"]),
     Invalid("a bad workdir", {**CMD, "workdir": ""}, ["j.yaml: workdir: is empty"]),

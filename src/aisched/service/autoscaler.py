@@ -1,0 +1,267 @@
+"""The service autoscaler: watches replicas, gathers their load, asks the loop to scale.
+
+A thread of its own, because it waits on the network (readiness probes, metric scrapes) and
+the loop must not. It never changes live state: it reads the loop's jobs (as the API's
+readers do) and sends `Scheduler.scale` commands, which the loop applies in its own thread and
+writes before acting. The rule itself is the pure `core.autoscale.decide`.
+
+Every `interval_s`, for each running service:
+
+1. Probe each running replica: GET `readiness_path` on its port (2xx: ready); without a path
+   a running replica is ready. Scrape `metrics_path` (JSON such as `{"rps": 12.5}`) of each
+   ready replica when the service names one.
+2. The load: a figure pushed for the whole service (`POST /v1/jobs/{id}/metrics`), if fresh;
+   else the ready replicas' scraped or pushed figures (rps summed, latency averaged). For rps
+   the rule sees the total spread over the live replicas.
+3. `decide`; a scale-down waits while some replica is still starting (its load is not yet
+   known), so replicas that are coming up are never taken for surplus.
+4. If the answer differs from the live count, `scale`; publish the service's status.
+
+Figures older than `metric_max_age_s` are ignored; with none fresh the count is held.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from aisched.core.autoscale import Recommendation, decide
+from aisched.model.job import JobKind
+from aisched.model.service import ScaleMetric, ServiceSpec
+from aisched.model.states import JobState
+from aisched.service.live import LiveJob, TaskPhase
+from aisched.service.loop import Scheduler
+from aisched.service.replicas import replica_port
+
+log = logging.getLogger("aisched.autoscaler")
+
+METRIC_NAMES = frozenset(m.value for m in ScaleMetric)
+# GET url → (status, body); a connection failure is status 0.
+Fetch = Callable[[str, float], tuple[int, bytes]]
+
+
+# Replicas are on this machine: never route a probe through an HTTP proxy from the environment.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def http_get(url: str, timeout_s: float) -> tuple[int, bytes]:
+    try:
+        with _DIRECT.open(url, timeout=timeout_s) as r:
+            return int(r.status), r.read(1 << 16)
+    except urllib.error.HTTPError as e:
+        return int(e.code), b""
+    except (OSError, ValueError):
+        return 0, b""
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceStatus:
+    replicas: int  # live replicas, not being scaled away
+    ready: int
+    desired: int
+    load: float | None
+    reason: str
+    endpoints: tuple[str, ...]  # host:port of the ready replicas
+
+
+class MetricError(ValueError):
+    """A pushed metric document that is not `{name: number}` with known names."""
+
+
+class Autoscaler:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        *,
+        interval_s: float = 1.0,
+        metric_max_age_s: float = 10.0,
+        probe_timeout_s: float = 0.5,
+        host: str = "127.0.0.1",
+        clock: Callable[[], float] = time.time,
+        fetch: Fetch = http_get,
+    ) -> None:
+        self.scheduler = scheduler
+        self.interval_s = interval_s
+        self.metric_max_age_s = metric_max_age_s
+        self.probe_timeout_s = probe_timeout_s
+        self.host = host
+        self.clock = clock
+        self.fetch = fetch
+        self.lock = threading.Lock()  # guards samples and statuses (API threads push and read)
+        # (service id, replica id or "" for the service as a whole) → (time, {metric: value})
+        self.samples: dict[tuple[str, str], tuple[float, dict[str, float]]] = {}
+        self.statuses: dict[str, ServiceStatus] = {}
+        self.history: dict[str, list[Recommendation]] = {}
+        self.stopping = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    # --- any thread -------------------------------------------------------------------------
+
+    def push(self, job_id: str, values: Mapping[str, object]) -> str:
+        """Record load figures reported for a service or one of its replicas; returns the
+        service's id. KeyError if `job_id` is neither a running service nor a live replica;
+        MetricError naming the field if `values` is not a metric document."""
+        figures = parse_metrics(values)
+        lj = self.scheduler.jobs.get(job_id)
+        if lj is None:
+            raise KeyError(job_id)
+        if lj.job.kind == JobKind.SERVICE:
+            key = (job_id, "")
+        elif lj.job.replica_of is not None:
+            key = (lj.job.replica_of, job_id)
+        else:
+            raise KeyError(job_id)
+        with self.lock:
+            self.samples[key] = (self.clock(), figures)
+        return key[0]
+
+    def status(self, service_id: str) -> ServiceStatus | None:
+        with self.lock:
+            return self.statuses.get(service_id)
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self._run, name="aisched-autoscaler", daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.stopping.set()
+        if self.thread is not None:
+            self.thread.join(5.0)
+
+    def _run(self) -> None:
+        while not self.stopping.wait(self.interval_s):
+            try:
+                self.tick()
+            except Exception:  # a bug must not stop scaling for good; it is logged loudly
+                log.exception("autoscaler round failed")
+
+    # --- the autoscaler's thread ------------------------------------------------------------
+
+    def tick(self) -> None:
+        """One round over every running service (steps 1-4 of the module docstring)."""
+        services = [
+            lj
+            for lj in list(self.scheduler.jobs.values())
+            if lj.job.kind == JobKind.SERVICE
+            and lj.state == JobState.RUNNING
+            and lj.job.service is not None
+        ]
+        alive = {s.id for s in services}
+        for svc in services:
+            self._one(svc)
+        with self.lock:
+            for key in [k for k in self.samples if k[0] not in alive]:
+                del self.samples[key]
+            for sid in [s for s in self.statuses if s not in alive]:
+                del self.statuses[sid]
+        for sid in [s for s in self.history if s not in alive]:
+            del self.history[sid]
+
+    def _one(self, svc: LiveJob) -> None:
+        spec = svc.job.service
+        assert spec is not None
+        replicas = self.scheduler.replicas_of(svc.id)
+        ready: list[tuple[str, int]] = []
+        scraped: dict[str, dict[str, float]] = {}
+        for r in replicas:
+            port = replica_port(r.job)
+            if port is None or not _running(r) or not self._ready(spec, port):
+                continue
+            ready.append((r.id, port))
+            if spec.metrics_path is not None:
+                figures = self._scrape(spec.metrics_path, port)
+                if figures:
+                    scraped[r.id] = figures
+        now = self.clock()
+        load = self._load(svc.id, spec, [rid for rid, _ in ready], scraped, now, len(replicas))
+        decision, self.history[svc.id] = decide(
+            spec, len(replicas), load, self.history.get(svc.id, []), now
+        )
+        desired, reason = decision.desired, decision.reason
+        if desired < len(replicas) and len(ready) < len(replicas):
+            desired, reason = len(replicas), f"{reason}; holding while replicas start"
+        if desired != len(replicas):
+            self.scheduler.scale(svc.id, desired, reason)
+        endpoints = tuple(f"{self.host}:{port}" for _, port in ready)
+        with self.lock:
+            self.statuses[svc.id] = ServiceStatus(
+                len(replicas), len(ready), desired, load, reason, endpoints
+            )
+
+    def _ready(self, spec: ServiceSpec, port: int) -> bool:
+        if spec.readiness_path is None:
+            return True
+        status, _ = self.fetch(
+            f"http://{self.host}:{port}{spec.readiness_path}", self.probe_timeout_s
+        )
+        return 200 <= status < 300
+
+    def _scrape(self, path: str, port: int) -> dict[str, float] | None:
+        status, body = self.fetch(f"http://{self.host}:{port}{path}", self.probe_timeout_s)
+        if not 200 <= status < 300:
+            return None
+        try:
+            return parse_metrics(json.loads(body))
+        except (ValueError, TypeError):
+            return None
+
+    def _load(
+        self,
+        service_id: str,
+        spec: ServiceSpec,
+        ready: list[str],
+        scraped: dict[str, dict[str, float]],
+        now: float,
+        live: int,
+    ) -> float | None:
+        """Step 2: per-replica rps (the total when no replica is live), or latency."""
+        name = spec.metric.value
+        with self.lock:
+            pushed = {
+                rid: figs
+                for (sid, rid), (t, figs) in self.samples.items()
+                if sid == service_id and now - t <= self.metric_max_age_s and name in figs
+            }
+        whole = pushed.get("", {}).get(name)
+        if whole is None:
+            values = [(scraped.get(rid) or pushed.get(rid) or {}).get(name) for rid in ready]
+            known = [v for v in values if v is not None]
+            if not known:
+                return None
+            whole = sum(known) if spec.metric == ScaleMetric.RPS else sum(known) / len(known)
+        if spec.metric == ScaleMetric.RPS and live > 0:
+            return whole / live
+        return whole
+
+
+def parse_metrics(values: object) -> dict[str, float]:
+    """`{"rps": 12.5}` or `{"latency_ms": 80}` (either or both) as floats; MetricError names
+    the field that is wrong."""
+    if not isinstance(values, Mapping) or not values:
+        raise MetricError(
+            f'expected an object such as {{"rps": 12.5}}; names: {", ".join(sorted(METRIC_NAMES))}'
+        )
+    out: dict[str, float] = {}
+    for k, v in values.items():
+        if k not in METRIC_NAMES:
+            raise MetricError(f"{k}: unknown metric; one of {', '.join(sorted(METRIC_NAMES))}")
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+            raise MetricError(f"{k}: expected a number of at least 0, got {v!r}")
+        out[str(k)] = float(v)
+    return out
+
+
+def _running(r: LiveJob) -> bool:
+    return (
+        r.state == JobState.RUNNING
+        and r.stopping is None
+        and bool(r.tasks)
+        and all(t.phase == TaskPhase.RUNNING for t in r.tasks)
+    )

@@ -1,0 +1,107 @@
+"""The loop's bookkeeping of job dependencies (pipelines): who waits on whom, and why.
+
+Owned by the loop thread, like every other piece of live state. It decides nothing about
+placement: a job it reports as blocked is simply left out of the cycle's pending list, with the
+reason as its status. The verdicts themselves come from the pure `core.dependencies`.
+
+Invariants: `blocked` holds only live pending jobs; `dependents[d]` lists the live jobs that
+wait on job `d`, so the loop re-checks exactly those when `d` ends. Ended jobs' states are read
+from the store once and cached, since an ended job never changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from aisched.core.dependencies import DependencyCheck, DependencyVerdict, check_dependencies
+from aisched.model.job import Dependency, DependencyCondition, Job
+from aisched.model.states import JobState
+from aisched.service.live import LiveJob
+from aisched.store.db import Store
+
+
+class DependencyError(ValueError):
+    """A submission whose `depends_on` can never be met; nothing of it is created."""
+
+
+class Pipelines:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.blocked: dict[str, str] = {}  # job id → why it waits
+        self.dependents: dict[str, set[str]] = {}
+        self.ended: dict[str, tuple[JobState, str]] = {}  # job id → (final state, name)
+
+    def lookup(self, job_id: str, live: Mapping[str, LiveJob]) -> tuple[JobState, str] | None:
+        """(state, name) of any job, live or ended; None if there is no such job."""
+        lj = live.get(job_id)
+        if lj is not None:
+            return lj.state, lj.job.name
+        if job_id in self.ended:
+            return self.ended[job_id]
+        with self.store.read() as tx:
+            row = tx.get_job(job_id)
+        if row is None:
+            return None
+        found = JobState(row["state"]), str(row["name"])
+        if found[0].is_terminal:
+            self.ended[job_id] = found
+        return found
+
+    def resolve(
+        self, jobs: Sequence[Job], ids: Sequence[str], live: Mapping[str, LiveJob]
+    ) -> list[Job]:
+        """The jobs of one submission with every reference replaced by a job id: a name of a
+        job of the same submission first, else an existing job's id. Raises DependencyError
+        naming the job and the field if a reference names nothing or can never be met."""
+        by_name = {j.name: i for i, j in zip(ids, jobs, strict=True)} if len(jobs) > 1 else {}
+        out: list[Job] = []
+        for job, _id in zip(jobs, ids, strict=True):
+            deps: list[Dependency] = []
+            for k, dep in enumerate(job.depends_on):
+                where = f"job {job.name!r}: depends_on.{k}"
+                if dep.job_id in by_name:
+                    deps.append(Dependency(by_name[dep.job_id], dep.condition))
+                    continue
+                found = self.lookup(dep.job_id, live)
+                if found is None:
+                    raise DependencyError(
+                        f"{where}: no job {dep.job_id!r} (neither a job of this submission "
+                        "by name nor an existing job by id)"
+                    )
+                state, name = found
+                if (
+                    dep.condition == DependencyCondition.SUCCESS
+                    and state.is_terminal
+                    and state != JobState.SUCCEEDED
+                ):
+                    raise DependencyError(
+                        f"{where}: job {dep.job_id} ({name}) has already {state.value}; "
+                        "it can never succeed (use condition: any to run after it regardless)"
+                    )
+                deps.append(dep)
+            out.append(replace(job, depends_on=tuple(deps)))
+        return out
+
+    def check(self, lj: LiveJob, live: Mapping[str, LiveJob]) -> DependencyCheck:
+        """Re-evaluate a pending job's dependencies; record it as blocked (and as a dependent
+        of what it waits on) or not. The caller ends it if the verdict is BROKEN."""
+        found = {d.job_id: self.lookup(d.job_id, live) for d in lj.job.depends_on}
+        states = {k: v[0] for k, v in found.items() if v is not None}
+        names = {k: v[1] for k, v in found.items() if v is not None}
+        verdict = check_dependencies(lj.job, states.get, names)
+        if verdict.verdict == DependencyVerdict.WAITING:
+            self.blocked[lj.id] = verdict.reason
+            for d in lj.job.depends_on:
+                self.dependents.setdefault(d.job_id, set()).add(lj.id)
+        else:
+            self.blocked.pop(lj.id, None)
+        return verdict
+
+    def on_end(self, job_id: str, state: JobState, name: str) -> list[str]:
+        """Job `job_id` ended: remember how, and return the live jobs that waited on it."""
+        self.blocked.pop(job_id, None)
+        waiting = self.dependents.pop(job_id, set())
+        if waiting:
+            self.ended[job_id] = (state, name)
+        return sorted(waiting, key=lambda i: (len(i), i))

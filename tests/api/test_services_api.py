@@ -1,0 +1,147 @@
+"""Services and pipelines through the API in process (fake executor, real loop, real
+autoscaler thread): pushed load scales a service, bad metrics and bad files are named."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from aisched.service.api import create_app
+from aisched.service.app import Service
+from aisched.service.config import load_config
+from aisched.testing.fakes import FakeExecutor, fake_node
+
+SERVICE: dict[str, Any] = {
+    "name": "web",
+    "kind": "service",
+    "command": ["python", "serve.py"],
+    "service": {
+        "min_replicas": 1,
+        "max_replicas": 3,
+        "target": 10,
+        "readiness_path": None,  # the fake executor's tasks answer nothing: ready once running
+        "scale_down_window": "0s",
+    },
+}
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    cfg = load_config(None, {"data_dir": str(tmp_path), "cycle_interval": "0.2s"})
+    svc = Service.open(cfg, executor=FakeExecutor([fake_node(gpus=4)]))
+    svc.start()
+    try:
+        yield TestClient(create_app(svc))
+    finally:
+        svc.close()
+
+
+def until(what: str, check: Callable[[], Any], timeout_s: float = 15.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while not (got := check()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+    return got
+
+
+def service_of(client: TestClient, sid: str) -> dict[str, Any]:
+    out: dict[str, Any] = client.get(f"/v1/jobs/{sid}").json()["service"]
+    return out
+
+
+def test_pushed_load_scales_a_service_up_and_down(client: TestClient) -> None:
+    r = client.post("/v1/jobs", json=SERVICE)
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    assert r.json()["job"]["state"] == "running"
+    until("one ready replica", lambda: service_of(client, sid)["ready"] == 1)
+    assert client.post(f"/v1/jobs/{sid}/metrics", json={"rps": 25}).json() == {"service": sid}
+    st = until("three replicas", lambda: (s := service_of(client, sid))["ready"] == 3 and s)
+    assert st["desired"] == 3 and len(st["replica_ids"]) == 3
+    replica = st["replica_ids"][0]
+    assert client.get(f"/v1/jobs/{replica}").json()["replica_of"] == sid
+    # A replica may report for itself too; the whole-service figure wins while it is fresh.
+    assert client.post(f"/v1/jobs/{replica}/metrics", json={"rps": 1}).json() == {"service": sid}
+    client.post(f"/v1/jobs/{sid}/metrics", json={"rps": 0})
+    until("back to one replica", lambda: service_of(client, sid)["ready"] == 1)
+    assert client.post(f"/v1/jobs/{sid}/cancel").json()["state"] == "cancelled"
+    until("no live jobs", lambda: not client.get("/v1/jobs").json()["jobs"])
+
+
+def test_a_service_with_no_minimum_scales_to_zero_and_back_on_pushed_load(
+    client: TestClient,
+) -> None:
+    body = {**SERVICE, "service": {**SERVICE["service"], "min_replicas": 0}}
+    sid = client.post("/v1/jobs", json=body).json()["id"]
+    assert service_of(client, sid)["replica_ids"] == []
+    client.post(f"/v1/jobs/{sid}/metrics", json={"rps": 15})
+    until("two replicas", lambda: service_of(client, sid)["ready"] == 2)
+    client.post(f"/v1/jobs/{sid}/metrics", json={"rps": 0})
+    until("no replica", lambda: service_of(client, sid)["replica_ids"] == [])
+
+
+def test_bad_metrics_are_refused_naming_the_field(client: TestClient) -> None:
+    sid = client.post("/v1/jobs", json=SERVICE).json()["id"]
+    batch = client.post("/v1/jobs", json={"command": "sleep 1"}).json()["id"]
+    cases = [
+        (sid, {"qps": 1}, 422, ["body: qps: unknown metric; one of latency_ms, rps"]),
+        (sid, {"rps": -1}, 422, ["body: rps: expected a number of at least 0, got -1"]),
+        (sid, {"rps": True}, 422, ["body: rps: expected a number of at least 0, got True"]),
+        (sid, [], 422, ['body: expected an object such as {"rps": 12.5}; names: latency_ms, rps']),
+    ]
+    for job_id, body, status, problems in cases:
+        r = client.post(f"/v1/jobs/{job_id}/metrics", json=body)
+        assert (r.status_code, r.json()["problems"]) == (status, problems)
+    r = client.post(f"/v1/jobs/{batch}/metrics", json={"rps": 1})
+    assert r.status_code == 409 and "not a running service" in r.json()["error"]
+    assert client.post("/v1/jobs/999/metrics", json={"rps": 1}).status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("service", "problem"),
+    [
+        (
+            {"min_replicas": 4, "max_replicas": 2},
+            "request: service.min_replicas: 4 is more than max_replicas 2",
+        ),
+        ({"target": 0}, "request: service.target: Input should be greater than 0"),
+        ({"min_replicas": 0}, "request: service.max_replicas: must be at least 1"),
+    ],
+)
+def test_bad_service_files_are_refused_and_nothing_is_created(
+    client: TestClient, service: dict[str, Any], problem: str
+) -> None:
+    r = client.post("/v1/jobs", json={**SERVICE, "service": service})
+    assert (r.status_code, r.json()["problems"]) == (422, [problem])
+    assert client.get("/v1/jobs?all=true").json()["jobs"] == []
+
+
+def test_a_pipeline_as_a_json_jobs_list(client: TestClient) -> None:
+    body = {
+        "jobs": [
+            {"name": "prep", "command": "true"},
+            {"name": "train", "command": "true", "depends_on": ["prep"]},
+        ]
+    }
+    r = client.post("/v1/jobs", json=body)
+    assert r.status_code == 201, r.text
+    prep, train = (j["id"] for j in r.json()["jobs"])
+    assert client.get(f"/v1/jobs/{train}").json()["depends_on"] == [
+        {"job": prep, "condition": "success"}
+    ]
+    bad = client.post(
+        "/v1/jobs", json={"jobs": [{"name": "a", "command": "x", "depends_on": ["zz"]}]}
+    )
+    assert (bad.status_code, bad.json()["problems"]) == (
+        422,
+        [
+            "request: job 'a': depends_on.0: no job 'zz' (neither a job of this submission by "
+            "name nor an existing job by id)"
+        ],
+    )

@@ -1,0 +1,129 @@
+"""Pipelines in the control loop: jobs held back by `depends_on`, released or cancelled as their
+dependencies end, all-or-nothing submission, and recovery after a restart. A real SQLite store,
+a fake executor and a fake clock (see test_loop.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from test_loop import Clock, World, make_scheduler
+
+from aisched.executors.base import ExitKind
+from aisched.model.job import Dependency, DependencyCondition, Job, RestartPolicy
+from aisched.service.loop import Rejected
+from aisched.store.db import Store
+from aisched.testing import job
+from aisched.testing.fakes import FakeExecutor, fake_node
+
+
+@pytest.fixture
+def w(tmp_path: Path) -> World:
+    store = Store.sqlite(tmp_path / "state.db")
+    fx = FakeExecutor([fake_node(gpus=4)])
+    clock = Clock()
+    sched = make_scheduler(store, fx, clock, tmp_path)
+    sched.recover()
+    return World(store, fx, clock, sched, tmp_path)
+
+
+def step(
+    name: str, *deps: str, condition: DependencyCondition = DependencyCondition.SUCCESS
+) -> Job:
+    j = job(name).task(gpu=1).build()
+    return replace(
+        j,
+        name=name,
+        restart_policy=RestartPolicy.NEVER,
+        depends_on=tuple(Dependency(d, condition) for d in deps),
+    )
+
+
+def submit_all(w: World, *jobs: Job) -> list[str]:
+    fut = w.sched.submit_all(tuple((j, "native", ()) for j in jobs))
+    w.sched.step()
+    return [str(r["id"]) for r in fut.result(0)]
+
+
+def finish(w: World, job_id: str, code: int = 0) -> None:
+    for key in w.fx.keys(job_id):
+        w.fx.exit(key, code, ExitKind.EXITED)
+    w.sched.step()
+
+
+def test_steps_start_in_dependency_order_and_waiting_ones_say_why(w: World) -> None:
+    prep, train, serve = submit_all(w, step("prep"), step("train", "prep"), step("serve", "train"))
+    # Only the first step runs, although GPUs are free for all three.
+    assert [w.state(i)["state"] for i in (prep, train, serve)] == ["running", "pending", "pending"]
+    assert (w.state(train)["reason_code"], w.state(train)["reason"]) == (
+        "wait-dependencies",
+        f"waiting for job {prep} (prep) to succeed",
+    )
+    assert w.state(serve)["reason"] == f"waiting for job {train} (train) to succeed"
+    finish(w, prep)
+    assert [w.state(i)["state"] for i in (prep, train, serve)] == [
+        "succeeded",
+        "running",
+        "pending",
+    ]
+    finish(w, train)
+    finish(w, serve)
+    assert [w.state(i)["state"] for i in (prep, train, serve)] == ["succeeded"] * 3
+
+
+def test_a_failed_step_cancels_its_dependents_naming_it_and_any_still_runs(w: World) -> None:
+    prep, train, serve, report = submit_all(
+        w,
+        step("prep"),
+        step("train", "prep"),
+        step("serve", "train"),
+        step("report", "prep", condition=DependencyCondition.ANY),
+    )
+    finish(w, prep, code=3)
+    assert w.state(prep)["state"] == "failed"
+    assert (w.state(train)["state"], w.state(train)["message"]) == (
+        "cancelled",
+        f"dependency {prep} (prep) failed; it had to succeed",
+    )
+    assert (w.state(serve)["state"], w.state(serve)["message"]) == (
+        "cancelled",
+        f"dependency {train} (train) cancelled; it had to succeed",
+    )
+    assert w.state(report)["state"] == "running"
+    assert w.fx.keys(train) == [] and w.fx.keys(serve) == []
+
+
+def test_a_bad_reference_refuses_the_whole_submission(w: World) -> None:
+    fut = w.sched.submit_all((
+        (step("a"), "native", ()),
+        (step("b", "nope"), "native", ()),
+    ))  # fmt: skip
+    w.sched.step()
+    with pytest.raises(Rejected, match=r"job 'b': depends_on.0: no job 'nope'"):
+        fut.result(0)
+    with w.store.read() as tx:
+        assert tx.live_jobs() == []
+    assert w.fx.launched == []
+
+
+def test_depending_on_an_earlier_job_by_id_and_on_one_that_already_failed(w: World) -> None:
+    (first,) = submit_all(w, step("first"))
+    (later,) = submit_all(w, step("later", first))
+    assert w.state(later)["reason_code"] == "wait-dependencies"
+    finish(w, first, code=1)
+    assert w.state(later)["state"] == "cancelled"
+    fut = w.sched.submit_all(((step("again", first), "native", ()),))
+    w.sched.step()
+    with pytest.raises(Rejected, match=rf"job {first} \(first\) has already failed"):
+        fut.result(0)
+
+
+def test_a_restarted_scheduler_keeps_holding_and_then_releases_dependents(w: World) -> None:
+    prep, train = submit_all(w, step("prep"), step("train", "prep"))
+    w.restart()
+    w.sched.step()
+    assert w.state(train)["state"] == "pending"
+    assert w.state(train)["reason_code"] == "wait-dependencies"
+    finish(w, prep)
+    assert w.state(train)["state"] == "running"

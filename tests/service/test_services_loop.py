@@ -1,0 +1,122 @@
+"""Services in the control loop: replica jobs made and cancelled on scale commands, a service
+waiting in a pipeline, cancellation, and a restart. A real SQLite store, a fake executor and a
+fake clock (see test_loop.py); the autoscaler is not involved (its rule is core.autoscale)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from test_loop import Clock, World, make_scheduler
+from test_pipelines import finish, step, submit_all
+
+from aisched.model.job import Dependency, Job, JobKind
+from aisched.model.service import ServiceSpec
+from aisched.service.loop import Rejected
+from aisched.service.replicas import PORT_ENV, replica_port
+from aisched.store.db import Store
+from aisched.testing import job
+from aisched.testing.fakes import FakeExecutor, fake_node
+
+
+@pytest.fixture
+def w(tmp_path: Path) -> World:
+    store = Store.sqlite(tmp_path / "state.db")
+    fx = FakeExecutor([fake_node(gpus=4)])
+    clock = Clock()
+    sched = make_scheduler(store, fx, clock, tmp_path)
+    sched.recover()
+    return World(store, fx, clock, sched, tmp_path)
+
+
+def web(min_replicas: int = 1, max_replicas: int = 6, *deps: str) -> Job:
+    return replace(
+        job("web").task(gpu=1).priority(100).build(),
+        name="web",
+        kind=JobKind.SERVICE,
+        service=ServiceSpec(min_replicas, max_replicas),
+        depends_on=tuple(Dependency(d) for d in deps),
+    )
+
+
+def replicas(w: World, sid: str) -> list[tuple[str, str, str | None]]:
+    """(id, state, stopping) of every replica ever made, oldest first."""
+    with w.store.read() as tx:
+        rows = tx.list_jobs(states=None, queue=None, user=None, limit=1000)
+    out = [(r["id"], r["state"], r["stopping"]) for r in rows if r["spec"]["replica_of"] == sid]
+    return sorted(out, key=lambda r: int(r[0]))
+
+
+def scale(w: World, sid: str, n: int) -> int:
+    fut = w.sched.scale(sid, n, "test")
+    w.sched.step()
+    return fut.result(0)
+
+
+def test_a_service_runs_its_minimum_then_scales_up_and_cancels_pending_replicas_first(
+    w: World,
+) -> None:
+    sid = w.submit(web(min_replicas=2))
+    assert w.state(sid)["state"] == "running"
+    assert w.fx.keys(sid) == []  # the service itself runs no task
+    assert [r[1] for r in replicas(w, sid)] == ["running", "running"]
+    launch = w.fx.launched[0]
+    assert launch.env[PORT_ENV] and launch.env["AISCHED_SERVICE_ID"] == sid
+    assert scale(w, sid, 5) == 5  # one more than the 4 GPUs hold: the newest waits
+    assert [r[1] for r in replicas(w, sid)] == ["running"] * 4 + ["pending"]
+    assert scale(w, sid, 3) == 3
+    got = replicas(w, sid)
+    assert [(r[1], r[2]) for r in got] == [
+        ("running", None),
+        ("running", None),
+        ("running", None),
+        ("running", "cancel"),  # the newest running one is being stopped
+        ("cancelled", None),  # the pending one went first
+    ]
+    assert scale(w, sid, 99) == 6  # clamped to max_replicas
+
+
+def test_a_service_in_a_pipeline_starts_once_its_dependency_succeeded(w: World) -> None:
+    prep, sid = submit_all(w, step("prep"), web(1, 2, "prep"))
+    assert (w.state(sid)["state"], w.state(sid)["reason_code"]) == ("pending", "wait-dependencies")
+    assert replicas(w, sid) == []
+    finish(w, prep)
+    assert w.state(sid)["state"] == "running"
+    assert [r[1] for r in replicas(w, sid)] == ["running"]
+
+
+def test_cancelling_a_service_cancels_its_replicas(w: World) -> None:
+    sid = w.submit(web(min_replicas=2))
+    fut = w.sched.cancel(sid)
+    w.sched.step()
+    assert fut.result(0) == "cancelled"
+    assert [r[2] for r in replicas(w, sid)] == ["cancel", "cancel"]
+    for rid, _, _ in replicas(w, sid):
+        finish(w, rid, code=-15)
+    assert [r[1] for r in replicas(w, sid)] == ["cancelled", "cancelled"]
+    fut = w.sched.scale(sid, 1, "test")
+    w.sched.step()
+    with pytest.raises(Rejected, match=f"no live service {sid}"):
+        fut.result(0)
+
+
+def test_a_restarted_scheduler_keeps_the_service_and_its_replicas(w: World) -> None:
+    sid = w.submit(web(min_replicas=1))
+    (rid, _, _) = replicas(w, sid)[0]
+    port = replica_port(w.sched.jobs[rid].job)
+    w.restart()
+    w.sched.step()
+    assert w.state(sid)["state"] == "running"
+    assert [r.id for r in w.sched.replicas_of(sid)] == [rid]
+    assert replica_port(w.sched.jobs[rid].job) == port
+    assert scale(w, sid, 2) == 2
+    assert [r[1] for r in replicas(w, sid)] == ["running", "running"]
+
+
+def test_a_service_early_in_a_pipeline_does_not_shift_the_ids_of_later_jobs(w: World) -> None:
+    sid, train, prep = submit_all(w, web(min_replicas=2), step("train", "prep"), step("prep"))
+    assert (int(train), int(prep)) == (int(sid) + 1, int(sid) + 2)  # replicas come after
+    assert w.sched.jobs[train].job.depends_on == (Dependency(prep),)
+    assert [int(r[0]) > int(prep) for r in replicas(w, sid)] == [True, True]
+    assert w.state(train)["reason"] == f"waiting for job {prep} (prep) to succeed"
