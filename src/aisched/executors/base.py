@@ -20,6 +20,7 @@ Nothing here touches a database or the scheduling core's decisions.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -248,3 +249,20 @@ def contract_env(
         "NODE_RANK": str(node_order.index(me.node)),
         "GROUP_WORLD_SIZE": str(len(node_order)),
     }
+
+
+def exit_from_record(key: TaskKey, rec: Mapping[str, Any]) -> TaskExited:
+    """A task's end from the record its supervisor wrote (`exit.json`, or a Ray task's result):
+    an unknown kind reads as a plain exit, a missing time as now."""
+    try:
+        kind = ExitKind(str(rec.get("kind")))
+    except ValueError:
+        kind = ExitKind.EXITED
+    code = rec.get("exit_code")
+    return TaskExited(
+        key=key,
+        kind=kind,
+        exit_code=code if isinstance(code, int) else None,
+        message=str(rec.get("message") or ""),
+        time_s=float(rec.get("finished_at") or time.time()),
+    )

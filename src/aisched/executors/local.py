@@ -51,6 +51,7 @@ from aisched.executors.base import (
     TaskHandle,
     TaskKey,
     TaskLaunch,
+    exit_from_record,
 )
 from aisched.executors.cgroups import (
     MemoryControl,
@@ -584,18 +585,7 @@ class LocalExecutor:
         rec = sup.read_json(os.path.join(tdir, sup.EXIT))
         if rec is None:
             return None
-        try:
-            kind = ExitKind(str(rec.get("kind")))
-        except ValueError:
-            kind = ExitKind.EXITED
-        code = rec.get("exit_code")
-        return TaskExited(
-            key=key,
-            kind=kind,
-            exit_code=code if isinstance(code, int) else None,
-            message=str(rec.get("message") or ""),
-            time_s=float(rec.get("finished_at") or time.time()),
-        )
+        return exit_from_record(key, rec)
 
     def _forget_fd(self, fd: int) -> None:
         """Under the lock."""

@@ -49,6 +49,7 @@ from aisched.executors.base import (
     TaskHandle,
     TaskKey,
     TaskLaunch,
+    exit_from_record,
 )
 from aisched.executors.ray_nodes import RayNode, nodes_from_ray
 from aisched.executors.ray_task import TaskRunner
@@ -271,7 +272,7 @@ class RayExecutor:
             return AdoptState.LOST, _lost(key, f"its Ray actor cannot be reached: {_why(e)}")
         if result is not None:
             _kill(actor)
-            return AdoptState.EXITED, _exit_from(key, result)
+            return AdoptState.EXITED, exit_from_record(key, result)
         with self._lock:
             self._tracked[key] = _Tracked(
                 key, handle.node, actor, None, actor.wait.remote(), time.monotonic()
@@ -341,7 +342,7 @@ class RayExecutor:
                 why = f"could not start on {t.node}: {self._died(t, e)}"
                 return self._end(t, _lost(t.key, why))
             if "exit" in started:
-                return self._end(t, _exit_from(t.key, started["exit"]))
+                return self._end(t, exit_from_record(t.key, started["exit"]))
             with self._lock:
                 t.start_ref = None
                 t.wait_ref = t.actor.wait.remote()
@@ -352,7 +353,7 @@ class RayExecutor:
             return self._ask_again(t)
         except Exception as e:
             return self._end(t, _lost(t.key, self._died(t, e)))
-        return self._end(t, _exit_from(t.key, result))
+        return self._end(t, exit_from_record(t.key, result))
 
     def _ask_again(self, t: _Tracked) -> bool:
         """Not known to be dead: ask again later (start and wait are idempotent). A node that
@@ -420,21 +421,6 @@ def _spec(req: TaskLaunch) -> dict[str, Any]:
         "log_path": req.log_path,
         "grace_period_s": req.grace_period_s,
     }
-
-
-def _exit_from(key: TaskKey, result: dict[str, Any]) -> TaskExited:
-    try:
-        kind = ExitKind(str(result.get("kind")))
-    except ValueError:
-        kind = ExitKind.EXITED
-    code = result.get("exit_code")
-    return TaskExited(
-        key=key,
-        kind=kind,
-        exit_code=code if isinstance(code, int) else None,
-        message=str(result.get("message") or ""),
-        time_s=float(result.get("finished_at") or time.time()),
-    )
 
 
 def _lost(key: TaskKey, message: str) -> TaskExited:
