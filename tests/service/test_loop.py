@@ -329,3 +329,47 @@ def test_the_predictor_learns_runtimes_and_relearns_them_after_a_restart(tmp_pat
     w.sched = scheduler()  # restart: a fresh predictor warms up from the store
     later = w.submit(job("sweep-10").task(gpu=1).name("sweep-10").build())
     assert w.state(later)["predicted_s"] == pytest.approx(200.0)
+
+
+def test_a_running_job_expects_to_end_by_its_predicted_upper_runtime_also_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    """A preemptive policy (qssf) weighs running jobs by when they should end: a job with no
+    estimate of its own must get the predictor's bound, not none (endless)."""
+    from aisched.predict.runtime import RuntimePredictor
+
+    store, fx, clock = Store.sqlite(tmp_path / "s.db"), FakeExecutor([fake_node()]), Clock()
+
+    def scheduler() -> Scheduler:
+        s = Scheduler(
+            store,
+            fx,
+            preset("default"),
+            QueueTree(),
+            LoopConfig(data_dir=tmp_path, cycle_gap_factor=0),
+            clock=clock,
+            predictor=RuntimePredictor(),
+        )
+        s.recover()
+        return s
+
+    w = World(store, fx, clock, scheduler(), tmp_path)
+    unestimated = w.submit(job("a").task(gpu=1).build())
+    estimated = w.submit(job("b").task(gpu=1).estimate(50.0).build())
+    upper = w.state(unestimated)["predicted_upper_s"]
+    assert isinstance(upper, float) and upper > 0
+    start = clock.t
+
+    def expected_end(jid: str) -> float | None:
+        view = w.sched.jobs[jid].running_view
+        assert view is not None
+        return view.expected_end_s
+
+    assert expected_end(unestimated) == pytest.approx(start + upper)
+    clock.t += 10.0
+    w.sched = scheduler()  # recovered running jobs are bounded the same way
+    assert expected_end(unestimated) == pytest.approx(start + upper)
+    # The bound order is the core's: the prediction's upper bound before the user's estimate.
+    assert expected_end(estimated) == pytest.approx(
+        start + float(w.state(estimated)["predicted_upper_s"])
+    )  # type: ignore[arg-type]

@@ -919,22 +919,36 @@ class Scheduler:
 
     def _make_pending(self, lj: LiveJob, batch: Batch) -> None:
         lj.running_view = None
-        estimate = upper = None
-        if self.predictor is not None:
-            now = max(self.clock(), self.last_observed_s)
-            p = self.predictor.predict(JobFeatures.from_job(lj.job, now))
-            estimate, upper = p.median_s, p.upper_s
-            if lj.job.time_limit_s is not None:  # it cannot run longer than its limit
-                estimate = min(estimate, lj.job.time_limit_s)
-                upper = min(upper, lj.job.time_limit_s)
+        estimate, upper = self._predict(lj)
+        if estimate is not None:
             batch.job(lj.id, predicted_s=estimate, predicted_upper_s=upper)
         lj.pending_view = PendingJob(lj.job, lj.attained_gpu_s, lj.attempt, estimate, upper)
 
-    def _take(self, lj: LiveJob) -> None:
+    def _predict(self, lj: LiveJob) -> tuple[float | None, float | None]:
+        """The predictor's (median, upper) runtime of `lj`, capped by its time limit; (None,
+        None) without a predictor."""
+        if self.predictor is None:
+            return None, None
+        now = max(self.clock(), self.last_observed_s)
+        p = self.predictor.predict(JobFeatures.from_job(lj.job, now))
+        estimate, upper = p.median_s, p.upper_s
+        if lj.job.time_limit_s is not None:  # it cannot run longer than its limit
+            estimate = min(estimate, lj.job.time_limit_s)
+            upper = min(upper, lj.job.time_limit_s)
+        return estimate, upper
+
+    def _take(self, lj: LiveJob, pending: PendingJob | None = None) -> None:
+        """Hold `lj`'s tasks' resources and build its running view. Its expected end uses the
+        same bound the core used to bind it (`pending`, the view it was pending with): the
+        predicted upper runtime first, then the user's estimate, then the time limit, so a
+        preemptive policy (`qssf`) does not treat an unestimated running job as endless."""
         for t in lj.tasks:
             self.free.take(self.arrays.index[t.binding.node], t.binding)
         start = lj.attempt_started_at or self.clock()
-        bound = lj.job.estimate_s or lj.job.time_limit_s
+        if pending is None:  # recovered after a restart: predict again
+            estimate, upper = self._predict(lj)
+            pending = PendingJob(lj.job, lj.attained_gpu_s, lj.attempt, estimate, upper)
+        bound = pending.runtime_bound_s
         view = RunningJob(
             lj.job,
             tuple(t.binding for t in lj.tasks),
@@ -1041,7 +1055,7 @@ class Scheduler:
         lj.attempt_started_at = now
         if lj.started_at is None:
             lj.started_at = now
-        lj.pending_view = None
+        pending, lj.pending_view = lj.pending_view, None
         logs = self.config.data_dir / "logs" / lj.id / str(lj.attempt)
         ordered = sorted(d.tasks, key=lambda t: (_group_index(lj.job, t.group), t.index))
         lj.tasks = [
@@ -1053,7 +1067,7 @@ class Scheduler:
             )
             for rank, b in enumerate(ordered)
         ]
-        self._take(lj)
+        self._take(lj, pending)
         batch.job(
             lj.id,
             state=JobState.RUNNING.value,
