@@ -4,17 +4,13 @@ the fake executor standing in for processes (the e2e tests run real ones)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from aisched.service.api import create_app
-from aisched.service.app import Service
-from aisched.service.config import load_config
-from aisched.testing.fakes import FakeExecutor, fake_node
+from aisched.testing.fakes import FakeExecutor
 
 VOLCANO = """
 apiVersion: batch.volcano.sh/v1alpha1
@@ -35,22 +31,6 @@ spec:
               command: [python, train.py]
               resources: {limits: {nvidia.com/gpu: 1, cpu: "2", memory: 4Gi}}
 """
-
-
-@pytest.fixture
-def fx() -> FakeExecutor:
-    return FakeExecutor([fake_node(gpus=4)])
-
-
-@pytest.fixture
-def client(tmp_path: Path, fx: FakeExecutor) -> Iterator[TestClient]:
-    cfg = load_config(None, {"data_dir": str(tmp_path), "cycle_interval": "0.2s"})
-    svc = Service.open(cfg, executor=fx)
-    svc.start()
-    try:
-        yield TestClient(create_app(svc))
-    finally:
-        svc.close()
 
 
 def wait(client: TestClient, job_id: str, state: str) -> dict[str, Any]:

@@ -4,16 +4,13 @@ fake executor standing in for processes (the browser test drives the real servic
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-import pytest
 from fastapi.testclient import TestClient
 
 from aisched.service.api import create_app
 from aisched.service.app import Service
-from aisched.service.config import load_config
 from aisched.service.dashboard import UtilisationRing, UtilisationSample, start_sampler
 from aisched.testing.fakes import FakeExecutor, fake_node
 
@@ -23,32 +20,6 @@ QUEUES = {
         {"name": "prod", "guarantee": {"gpus": 3}},
     ]
 }
-
-
-@pytest.fixture
-def fx() -> FakeExecutor:
-    return FakeExecutor([fake_node(gpus=4)])
-
-
-def _open(tmp_path: Path, fx: FakeExecutor, **extra: Any) -> Service:
-    cfg = load_config(None, {"data_dir": str(tmp_path), "cycle_interval": "0.2s", **extra})
-    svc = Service.open(cfg, executor=fx)
-    svc.start()
-    return svc
-
-
-@pytest.fixture
-def svc(tmp_path: Path, fx: FakeExecutor) -> Iterator[Service]:
-    service = _open(tmp_path, fx)
-    try:
-        yield service
-    finally:
-        service.close()
-
-
-@pytest.fixture
-def client(svc: Service) -> TestClient:
-    return TestClient(create_app(svc))
 
 
 def submit(client: TestClient, gpus: float, **extra: Any) -> str:
@@ -130,19 +101,17 @@ def test_shared_gpus_are_marked_shared(client: TestClient) -> None:
     ]
 
 
-def test_queues_show_guarantee_usage_and_borrowed(tmp_path: Path, fx: FakeExecutor) -> None:
-    svc = _open(tmp_path, fx, **QUEUES)
-    try:
-        client = TestClient(create_app(svc))
-        submit(client, 3, queue="research")
-        doc = wait_for(client, "research running", lambda d: d["summary"]["jobs"]["running"] == 1)
-        by_name = {q["name"]: q for q in doc["queues"]}
-        r, p = by_name["research"], by_name["prod"]
-        assert (r["guarantee_gpus"], r["used_gpus"], r["borrowed_gpus"]) == (1.0, 3.0, 2.0)
-        assert r["share"] == 0.75
-        assert (p["guarantee_gpus"], p["used_gpus"], p["borrowed_gpus"]) == (3.0, 0.0, 0.0)
-    finally:
-        svc.close()
+def test_queues_show_guarantee_usage_and_borrowed(
+    open_service: Callable[..., Service], fx: FakeExecutor
+) -> None:
+    client = TestClient(create_app(open_service(fx, **QUEUES)))
+    submit(client, 3, queue="research")
+    doc = wait_for(client, "research running", lambda d: d["summary"]["jobs"]["running"] == 1)
+    by_name = {q["name"]: q for q in doc["queues"]}
+    r, p = by_name["research"], by_name["prod"]
+    assert (r["guarantee_gpus"], r["used_gpus"], r["borrowed_gpus"]) == (1.0, 3.0, 2.0)
+    assert r["share"] == 0.75
+    assert (p["guarantee_gpus"], p["used_gpus"], p["borrowed_gpus"]) == (3.0, 0.0, 0.0)
 
 
 def test_utilisation_samples_and_since(client: TestClient) -> None:
@@ -173,8 +142,10 @@ def test_odd_state_costs_one_section_not_the_page(svc: Service, client: TestClie
     assert client.get("/v1/dashboard").json()["errors"] == []
 
 
-def test_the_sampler_fills_the_ring_until_the_scheduler_stops(tmp_path: Path) -> None:
-    svc = _open(tmp_path, FakeExecutor([fake_node(gpus=2)]))
+def test_the_sampler_fills_the_ring_until_the_scheduler_stops(
+    open_service: Callable[..., Service],
+) -> None:
+    svc = open_service(FakeExecutor([fake_node(gpus=2)]))
     ring = UtilisationRing()
     try:
         thread = start_sampler(svc.scheduler, ring, interval_s=0.01)

@@ -6,37 +6,19 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from aisched.service.api import create_app
 from aisched.service.app import Service
 from aisched.service.config import load_config
-from aisched.testing.fakes import FakeExecutor, fake_node
+from aisched.testing.fakes import FakeExecutor
 
 GRAFANA = Path(__file__).parents[2] / "docs" / "grafana" / "aisched.json"
 UNITS = ("_seconds", "_bytes", "_ratio", "_gpus", "_cpu_cores", "_jobs", "_info")
-
-
-@pytest.fixture
-def fx() -> FakeExecutor:
-    return FakeExecutor([fake_node(gpus=4)])
-
-
-@pytest.fixture
-def client(tmp_path: Path, fx: FakeExecutor) -> Iterator[TestClient]:
-    cfg = load_config(None, {"data_dir": str(tmp_path), "cycle_interval": "0.2s"})
-    svc = Service.open(cfg, executor=fx)
-    svc.start()
-    try:
-        yield TestClient(create_app(svc))
-    finally:
-        svc.close()
 
 
 def wait(client: TestClient, job_id: str, state: str) -> None:

@@ -4,17 +4,11 @@ autoscaler thread): pushed load scales a service, bad metrics and bad files are 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-
-from aisched.service.api import create_app
-from aisched.service.app import Service
-from aisched.service.config import load_config
-from aisched.testing.fakes import FakeExecutor, fake_node
 
 SERVICE: dict[str, Any] = {
     "name": "web",
@@ -28,17 +22,6 @@ SERVICE: dict[str, Any] = {
         "scale_down_window": "0s",
     },
 }
-
-
-@pytest.fixture
-def client(tmp_path: Path) -> Iterator[TestClient]:
-    cfg = load_config(None, {"data_dir": str(tmp_path), "cycle_interval": "0.2s"})
-    svc = Service.open(cfg, executor=FakeExecutor([fake_node(gpus=4)]))
-    svc.start()
-    try:
-        yield TestClient(create_app(svc))
-    finally:
-        svc.close()
 
 
 def until(what: str, check: Callable[[], Any], timeout_s: float = 15.0) -> Any:

@@ -1,0 +1,49 @@
+"""The API tests' service: the real app, store and loop thread over the fake executor."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from aisched.service.api import create_app
+from aisched.service.app import Service
+from aisched.service.config import load_config
+from aisched.testing.fakes import FakeExecutor, fake_node
+
+OpenService = Callable[..., Service]
+
+
+@pytest.fixture
+def fx() -> FakeExecutor:
+    return FakeExecutor([fake_node(gpus=4)])
+
+
+@pytest.fixture
+def open_service(tmp_path: Path) -> Iterator[OpenService]:
+    """Start a service over an executor with extra config keys; closed after the test."""
+    opened: list[Service] = []
+
+    def start(executor: FakeExecutor, **extra: Any) -> Service:
+        cfg = load_config(None, {"data_dir": str(tmp_path), "cycle_interval": "0.2s", **extra})
+        svc = Service.open(cfg, executor=executor)
+        opened.append(svc)
+        svc.start()
+        return svc
+
+    yield start
+    for svc in reversed(opened):
+        svc.close()
+
+
+@pytest.fixture
+def svc(open_service: OpenService, fx: FakeExecutor) -> Service:
+    return open_service(fx)
+
+
+@pytest.fixture
+def client(svc: Service) -> TestClient:
+    return TestClient(create_app(svc))
