@@ -8,8 +8,9 @@ writes before acting. The rule itself is the pure `core.autoscale.decide`.
 Every `interval_s`, for each running service:
 
 1. Probe each running replica: GET `readiness_path` on its port (2xx: ready); without a path
-   a running replica is ready. Scrape `metrics_path` (JSON such as `{"rps": 12.5}`) of each
-   ready replica when the service names one.
+   a running replica is ready. Scrape `metrics_path` of each ready replica when the service
+   names one: JSON such as `{"rps": 12.5}`, or Prometheus text with an `rps` or `latency_ms`
+   gauge.
 2. The load: a figure pushed for the whole service (`POST /v1/jobs/{id}/metrics`), if fresh;
    else the ready replicas' scraped or pushed figures (rps summed, latency averaged). For rps
    the rule sees the total spread over the live replicas.
@@ -31,6 +32,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from aisched.core.autoscale import Recommendation, decide
 from aisched.model.job import JobKind
@@ -208,8 +211,8 @@ class Autoscaler:
         if not 200 <= status < 300:
             return None
         try:
-            return parse_metrics(json.loads(body))
-        except (ValueError, TypeError):
+            return parse_scrape(body)
+        except (ValueError, TypeError, UnicodeDecodeError):
             return None
 
     def _load(
@@ -256,6 +259,31 @@ def parse_metrics(values: object) -> dict[str, float]:
             raise MetricError(f"{k}: expected a number of at least 0, got {v!r}")
         out[str(k)] = float(v)
     return out
+
+
+def parse_scrape(body: bytes) -> dict[str, float]:
+    """A replica's metrics page: the JSON document of `parse_metrics`, or the Prometheus text
+    format (what most model servers expose) with gauges named `rps` and/or `latency_ms`;
+    samples of one name under several label sets are summed for rps and averaged for latency.
+    Other metrics on the page are ignored. MetricError when neither format gives a figure."""
+    text = body.decode("utf-8").strip()
+    if text.startswith("{"):
+        return parse_metrics(json.loads(text))
+    found: dict[str, list[float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in METRIC_NAMES:
+                found.setdefault(sample.name, []).append(float(sample.value))
+    if not found:
+        raise MetricError(
+            f"no JSON object and no Prometheus sample named {' or '.join(sorted(METRIC_NAMES))}"
+        )
+    return parse_metrics(
+        {
+            name: sum(vs) if name == ScaleMetric.RPS.value else sum(vs) / len(vs)
+            for name, vs in found.items()
+        }
+    )
 
 
 def _running(r: LiveJob) -> bool:

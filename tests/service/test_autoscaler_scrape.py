@@ -1,0 +1,86 @@
+"""What the autoscaler reads off a replica's metrics page: JSON or the Prometheus text format."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+from aisched.service.autoscaler import MetricError, http_get, parse_scrape
+
+PAGES: list[tuple[str, bytes, dict[str, float]]] = [
+    ("json", b'{"rps": 12.5}', {"rps": 12.5}),
+    ("json both", b'{"rps": 3, "latency_ms": 80}', {"rps": 3.0, "latency_ms": 80.0}),
+    ("prometheus gauge", b"# TYPE rps gauge\nrps 7.5\n", {"rps": 7.5}),
+    (
+        "prometheus labels: rps summed, latency averaged",
+        b'rps{route="/a"} 2\nrps{route="/b"} 3\nlatency_ms{route="/a"} 100\n'
+        b'latency_ms{route="/b"} 50\n',
+        {"rps": 5.0, "latency_ms": 75.0},
+    ),
+    (
+        "other metrics ignored",
+        b"# TYPE http_requests_total counter\nhttp_requests_total 9000\nlatency_ms 40\n",
+        {"latency_ms": 40.0},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "figures"), [(b, f) for _, b, f in PAGES], ids=[n for n, *_ in PAGES]
+)
+def test_a_metrics_page_gives_its_figures(body: bytes, figures: dict[str, float]) -> None:
+    assert parse_scrape(body) == figures
+
+
+BAD: list[tuple[str, bytes, str]] = [
+    ("no figure of ours", b"http_requests_total 9000\n", "no JSON object and no Prometheus"),
+    ("negative", b"rps -1\n", "rps: expected a number of at least 0"),
+    ("unknown json name", b'{"qps": 1}', "qps: unknown metric"),
+]
+
+
+@pytest.mark.parametrize(("body", "message"), [(b, m) for _, b, m in BAD], ids=[n for n, *_ in BAD])
+def test_a_page_without_a_usable_figure_says_why(body: bytes, message: str) -> None:
+    with pytest.raises(MetricError, match=message):
+        parse_scrape(body)
+
+
+@pytest.fixture
+def exporter() -> Iterator[tuple[int, Gauge]]:
+    """A replica's metrics endpoint as model servers serve it: prometheus_client's exposition."""
+    registry = CollectorRegistry()
+    rps = Gauge("rps", "requests per second", registry=registry)
+    Counter("requests", "requests served", registry=registry).inc(10)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = generate_latest(registry)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1], rps
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_prometheus_exporter_is_read_over_http(exporter: tuple[int, Gauge]) -> None:
+    port, rps = exporter
+    rps.set(4.25)
+    status, body = http_get(f"http://127.0.0.1:{port}/metrics", 5.0)
+    assert status == 200
+    assert parse_scrape(body) == {"rps": 4.25}
