@@ -8,6 +8,7 @@ replicas count what they serve and the autoscaler scrapes them; nothing is pushe
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import sys
 import textwrap
@@ -110,6 +111,9 @@ def test_a_service_scales_up_under_load_and_back_down_after(service: Service) ->
     assert events[-1].endswith("-> 1 replicas"), events
     # Scaled-down replicas were cancelled; the service itself still runs until cancelled.
     assert service.job(sid)["state"] == "running"
+    shown = service.cli("show", sid).stdout
+    assert re.search(r"replicas +1 \(1 ready; 1\.\.3\)", shown), shown
+    assert "attempts" not in shown, shown  # its replicas have attempts; the service has none
     service.cli("cancel", sid)
     assert service.job(sid)["state"] == "cancelled"
     wait_for("no replica left", lambda: not service.cli_json("jobs")["jobs"], 30)

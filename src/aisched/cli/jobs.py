@@ -380,18 +380,20 @@ def cmd_show(args: argparse.Namespace) -> int:
         rows.append(("first started", _when(j["started_at"], now)))
     if j.get("finished_at"):
         rows.append(("finished", _when(j["finished_at"], now)))
-    rows.append(
-        (
-            "attempts",
-            f"{j['attempt']} (preempted {j['preemptions']}x, failed {j['failures']}x; "
-            f"restart {j['restart_policy']}, max retries {j['max_retries']})",
+    if not sv:  # a service runs no attempts of its own: its replicas do (each shown alone)
+        rows.append(
+            (
+                "attempts",
+                f"{j['attempt']} (preempted {j['preemptions']}x, failed {j['failures']}x; "
+                f"restart {j['restart_policy']}, max retries {j['max_retries']})",
+            )
         )
-    )
     if j.get("message"):
         rows.append(("result", j["message"]))
     if j.get("exit_code") is not None:
         rows.append(("exit code", str(j["exit_code"])))
-    rows.append(("checkpoint dir", j["checkpoint_dir"]))
+    if not sv:
+        rows.append(("checkpoint dir", j["checkpoint_dir"]))
     for g in j["groups"]:
         req = [f"{g['milli_cpu'] / 1000:g} CPU", f"{g['mem_mib'] / 1024:g} GiB"]
         if g["gpu"] or g["gpu_milli"]:
