@@ -17,7 +17,11 @@ How it answers:
    median times `upper_factor` when the group is small.
 3. From then on two gradient-boosted models on log runtime, one for the median and one for the
    `upper_quantile`, are refitted every `refit_every` finished jobs on the last `window` of them,
-   and every prediction uses the latest fit.
+   and every prediction uses the latest fit. With `background=True` (the live service) a fit
+   runs on a thread of its own, on a copy of the examples, and its models replace the old ones
+   when it ends: a refit that takes seconds never holds up the caller (the scheduling loop),
+   which predicts with the previous fit meanwhile. The simulator fits in line, so a run is
+   repeatable.
 
 No leakage: a prediction asked at `features.now_s` must never use a job that finished after it.
 Jobs are observed as they finish, so `predict` refuses (`LeakageError`) a question about a time
@@ -30,6 +34,7 @@ Deterministic: the same sequence of calls gives the same answers (fits are seede
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections import deque
 from collections.abc import Hashable
@@ -100,8 +105,10 @@ class PredictorStats:
 
 
 class RuntimePredictor:
-    def __init__(self, config: PredictorConfig | None = None) -> None:
+    def __init__(self, config: PredictorConfig | None = None, *, background: bool = False) -> None:
         self.config = config if config is not None else PredictorConfig()
+        self.background = background
+        self._fitting: threading.Thread | None = None
         c = self.config
         self._history = RuntimeHistory(c.per_key)
         self._submissions = Submissions()
@@ -109,8 +116,8 @@ class RuntimePredictor:
         self._train_x: deque[FloatArray] = deque(maxlen=c.window)
         self._train_y: deque[float] = deque(maxlen=c.window)
         self._since_fit = 0
-        self._median: QuantileModel | None = None
-        self._upper: QuantileModel | None = None
+        # (median, upper), replaced as one: a background fit swaps both in a single assignment.
+        self._models: tuple[QuantileModel, QuantileModel] | None = None
         self._latest_finish_s = -math.inf
         self.stats = PredictorStats()
 
@@ -131,9 +138,8 @@ class RuntimePredictor:
         self.stats.observed += 1
         self._since_fit += 1
         c = self.config
-        if self.stats.observed >= c.min_fit and (
-            self._median is None or self._since_fit >= c.refit_every
-        ):
+        due = self._models is None or self._since_fit >= c.refit_every
+        if self.stats.observed >= c.min_fit and due and not self.fitting:
             self._fit()
 
     def forget(self, job_id: str) -> None:
@@ -153,9 +159,10 @@ class RuntimePredictor:
             row = self._row(features, cut_s=math.inf)
             self._rows[features.job_id] = row
             self._submissions.add(features.user, features.submit_s)
-        if self._median is not None and self._upper is not None:
-            mid = self._median.predict_one(row)
-            up = max(self._upper.predict_one(row), mid)
+        models = self._models
+        if models is not None:
+            mid = models[0].predict_one(row)
+            up = max(models[1].predict_one(row), mid)
             source = "model"
         else:
             mid, up, source = self._fallback(features)
@@ -165,7 +172,19 @@ class RuntimePredictor:
 
     @property
     def fitted(self) -> bool:
-        return self._median is not None
+        return self._models is not None
+
+    @property
+    def fitting(self) -> bool:
+        """A background fit is running."""
+        return self._fitting is not None and self._fitting.is_alive()
+
+    def wait_for_fit(self, timeout_s: float | None = None) -> bool:
+        """Wait for a background fit to end; True when none is running any more."""
+        t = self._fitting
+        if t is not None:
+            t.join(timeout_s)
+        return not self.fitting
 
     # --- internals --------------------------------------------------------------------------
 
@@ -216,14 +235,27 @@ class RuntimePredictor:
         )
 
     def _fit(self) -> None:
-        c = self.config
-        t0 = time.perf_counter()
+        # The examples are copied here, on the caller's thread: later observations go on
+        # filling the deques while a background fit learns from this copy.
         x = np.vstack(list(self._train_x))
         y = np.fromiter(self._train_y, dtype=np.float64, count=len(self._train_y))
-        kw = {"max_iter": c.max_iter, "max_depth": c.max_depth, "seed": c.seed}
-        self._median = QuantileModel.fit(x, y, 0.5, **kw)
-        self._upper = QuantileModel.fit(x, y, c.upper_quantile, **kw)
         self._since_fit = 0
+        if not self.background:
+            self._fit_on(x, y)
+            return
+        self._fitting = threading.Thread(
+            target=self._fit_on, args=(x, y), name="aisched-predictor-fit", daemon=True
+        )
+        self._fitting.start()
+
+    def _fit_on(self, x: FloatArray, y: FloatArray) -> None:
+        c = self.config
+        t0 = time.perf_counter()
+        kw = {"max_iter": c.max_iter, "max_depth": c.max_depth, "seed": c.seed}
+        self._models = (
+            QuantileModel.fit(x, y, 0.5, **kw),
+            QuantileModel.fit(x, y, c.upper_quantile, **kw),
+        )
         self.stats.fits += 1
         self.stats.fit_wall_s += time.perf_counter() - t0
 

@@ -78,7 +78,7 @@ class Service:
                     base_env=base_env(),
                 ),
                 on_cycle=metrics.observe_cycle,
-                predictor=RuntimePredictor() if config.predict_runtimes else None,
+                predictor=RuntimePredictor(background=True) if config.predict_runtimes else None,
             )
             metrics.watch(scheduler)
         except Exception:

@@ -142,3 +142,39 @@ def test_a_column_without_information_is_left_out() -> None:
     x = np.column_stack([np.arange(100.0), np.full(100, np.nan), np.ones(100)])
     model = QuantileModel.fit(x, np.arange(100.0), 0.5, max_iter=10, max_depth=3, seed=0)
     assert 40 <= model.predict_one(np.array([50.0, np.nan, 1.0])) <= 60
+
+
+def test_a_background_fit_leaves_the_caller_free_and_ends_with_the_same_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The service's predictor fits on a thread of its own: `observe` returns while the fit
+    runs (here held until the test lets it go), predictions use the old answer meanwhile, and
+    the finished fit is the one an in-line fit of the same examples gives."""
+    import threading
+
+    config = PredictorConfig(min_fit=200, refit_every=200, max_iter=20)
+    inline = RuntimePredictor(config)
+    t = _feed(inline, 200)
+    want = inline.predict(feats("q", user="bob", gpus=8, now=t))
+    assert want.source == "model"
+
+    release, threads = threading.Event(), set()
+    real_fit = QuantileModel.fit
+
+    def held_fit(*args: object, **kw: object) -> QuantileModel:
+        threads.add(threading.current_thread().name)
+        assert release.wait(30), "the test never released the fit"
+        return real_fit(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(QuantileModel, "fit", held_fit)
+    bg = RuntimePredictor(config, background=True)
+    _feed(bg, 200)  # the 200th observation starts the fit, which now waits for `release`
+    assert bg.fitting and not bg.fitted
+    meanwhile = bg.predict(feats("q", user="bob", gpus=8, now=t))
+    assert meanwhile.source.startswith("history")
+    release.set()
+    assert bg.wait_for_fit(60)
+    assert bg.fitted and threads == {"aisched-predictor-fit"}
+    assert bg.predict(feats("q2", user="bob", gpus=8, now=t)) == inline.predict(
+        feats("q2", user="bob", gpus=8, now=t)
+    )
