@@ -15,6 +15,7 @@ from aisched.core.policy import preset
 from aisched.executors.base import ExitKind
 from aisched.model.job import Job, RestartPolicy
 from aisched.model.queue import QueueTree
+from aisched.predict.runtime import RuntimePredictor
 from aisched.service.loop import LoopConfig, Rejected, Scheduler
 from aisched.store.db import Store
 from aisched.testing import job
@@ -36,6 +37,7 @@ class World:
     clock: Clock
     sched: Scheduler
     home: Path
+    predicting: bool = False  # the loop has a runtime predictor
 
     def submit(self, j: Job) -> str:
         fut = self.sched.submit(j)
@@ -54,12 +56,14 @@ class World:
 
     def restart(self) -> Scheduler:
         """A new loop over the same store and executor: the scheduler process restarted."""
-        self.sched = make_scheduler(self.store, self.fx, self.clock, self.home)
+        self.sched = make_scheduler(self.store, self.fx, self.clock, self.home, self.predicting)
         self.sched.recover()
         return self.sched
 
 
-def make_scheduler(store: Store, fx: FakeExecutor, clock: Clock, home: Path) -> Scheduler:
+def make_scheduler(
+    store: Store, fx: FakeExecutor, clock: Clock, home: Path, predicting: bool = False
+) -> Scheduler:
     return Scheduler(
         store,
         fx,
@@ -67,6 +71,7 @@ def make_scheduler(store: Store, fx: FakeExecutor, clock: Clock, home: Path) -> 
         QueueTree(),
         LoopConfig(data_dir=home, cycle_interval_s=5.0, max_backoff_s=60.0, cycle_gap_factor=0),
         clock=clock,
+        predictor=RuntimePredictor() if predicting else None,
     )
 
 
@@ -78,6 +83,17 @@ def w(tmp_path: Path) -> World:
     sched = make_scheduler(store, fx, clock, tmp_path)
     sched.recover()
     return World(store, fx, clock, sched, tmp_path)
+
+
+@pytest.fixture
+def pw(tmp_path: Path) -> World:
+    """A world whose loop learns runtimes (on one node of 4 GPUs)."""
+    store = Store.sqlite(tmp_path / "state.db")
+    fx = FakeExecutor([fake_node()])
+    clock = Clock()
+    sched = make_scheduler(store, fx, clock, tmp_path, predicting=True)
+    sched.recover()
+    return World(store, fx, clock, sched, tmp_path, predicting=True)
 
 
 def test_a_gang_starts_whole_with_distinct_gpus_and_ranks(w: World) -> None:
@@ -298,25 +314,8 @@ def _fields(j: Job) -> dict[str, object]:
     return {f.name: getattr(j, f.name) for f in fields(j) if f.init}
 
 
-def test_the_predictor_learns_runtimes_and_relearns_them_after_a_restart(tmp_path: Path) -> None:
-    from aisched.predict.runtime import RuntimePredictor
-
-    store, fx, clock = Store.sqlite(tmp_path / "s.db"), FakeExecutor([fake_node()]), Clock()
-
-    def scheduler() -> Scheduler:
-        s = Scheduler(
-            store,
-            fx,
-            preset("default"),
-            QueueTree(),
-            LoopConfig(data_dir=tmp_path, cycle_gap_factor=0),
-            clock=clock,
-            predictor=RuntimePredictor(),
-        )
-        s.recover()
-        return s
-
-    w = World(store, fx, clock, scheduler(), tmp_path)
+def test_the_predictor_learns_runtimes_and_relearns_them_after_a_restart(pw: World) -> None:
+    w = pw
     first = w.submit(job("train-1").task(gpu=1).build())
     assert w.state(first)["predicted_s"] == pytest.approx(3600.0)  # no history yet: the prior
     for n in range(3):  # three runs of one sweep, 100 s, 200 s, 300 s
@@ -326,34 +325,17 @@ def test_the_predictor_learns_runtimes_and_relearns_them_after_a_restart(tmp_pat
         w.sched.step()
     nxt = w.submit(job("sweep-9").task(gpu=1).name("sweep-9").build())
     assert w.state(nxt)["predicted_s"] == pytest.approx(200.0)  # the sweep's median
-    w.sched = scheduler()  # restart: a fresh predictor warms up from the store
+    w.restart()  # a fresh predictor warms up from the store
     later = w.submit(job("sweep-10").task(gpu=1).name("sweep-10").build())
     assert w.state(later)["predicted_s"] == pytest.approx(200.0)
 
 
 def test_a_running_job_expects_to_end_by_its_predicted_upper_runtime_also_after_a_restart(
-    tmp_path: Path,
+    pw: World,
 ) -> None:
     """A preemptive policy (qssf) weighs running jobs by when they should end: a job with no
     estimate of its own must get the predictor's bound, not none (endless)."""
-    from aisched.predict.runtime import RuntimePredictor
-
-    store, fx, clock = Store.sqlite(tmp_path / "s.db"), FakeExecutor([fake_node()]), Clock()
-
-    def scheduler() -> Scheduler:
-        s = Scheduler(
-            store,
-            fx,
-            preset("default"),
-            QueueTree(),
-            LoopConfig(data_dir=tmp_path, cycle_gap_factor=0),
-            clock=clock,
-            predictor=RuntimePredictor(),
-        )
-        s.recover()
-        return s
-
-    w = World(store, fx, clock, scheduler(), tmp_path)
+    w, clock = pw, pw.clock
     unestimated = w.submit(job("a").task(gpu=1).build())
     estimated = w.submit(job("b").task(gpu=1).estimate(50.0).build())
     upper = w.state(unestimated)["predicted_upper_s"]
@@ -367,7 +349,7 @@ def test_a_running_job_expects_to_end_by_its_predicted_upper_runtime_also_after_
 
     assert expected_end(unestimated) == pytest.approx(start + upper)
     clock.t += 10.0
-    w.sched = scheduler()  # recovered running jobs are bounded the same way
+    w.restart()  # recovered running jobs are bounded the same way
     assert expected_end(unestimated) == pytest.approx(start + upper)
     # The bound order is the core's: the prediction's upper bound before the user's estimate.
     assert expected_end(estimated) == pytest.approx(
