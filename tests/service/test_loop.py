@@ -120,6 +120,17 @@ def test_a_gang_starts_whole_with_distinct_gpus_and_ranks(w: World) -> None:
     assert w.events(jid) == ["submitted", "started", "task-exited", "task-exited", "succeeded"]
 
 
+def test_ranks_run_across_groups_and_volcano_task_indices_within_each(w: World) -> None:
+    w.submit(job("x").task(1, cpu=1).task(2, gpu=1, cpu=1).build())
+    launches = sorted(w.fx.launched, key=lambda t: int(t.env["RANK"]))
+    assert [(t.task, t.env["RANK"], t.env["VC_TASK_INDEX"]) for t in launches] == [
+        ("g0-0", "0", "0"),
+        ("g1-0", "1", "0"),
+        ("g1-1", "2", "1"),
+    ]
+    assert all(t.env["VK_TASK_INDEX"] == t.env["VC_TASK_INDEX"] for t in launches)
+
+
 def test_a_job_waits_for_busy_gpus_then_starts(w: World) -> None:
     first = w.submit(job("a").task(gpu=4).build())
     second = w.submit(job("b").task(gpu=2).build())

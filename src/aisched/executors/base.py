@@ -204,6 +204,7 @@ class TaskPlace:
     node: str
     gpus: tuple[int, ...]
     milli_cpu: int
+    index_in_group: int = 0  # the task's index within its group (Volcano's VC_TASK_INDEX)
 
 
 def contract_env(
@@ -235,6 +236,9 @@ def contract_env(
         "AISCHED_JOB_ID": job_id,
         "AISCHED_TASK": me.task,
         "AISCHED_TASK_INDEX": str(rank),
+        # Volcano's env plugin: the pod's index within its task, so Volcano jobs run unchanged.
+        "VC_TASK_INDEX": str(me.index_in_group),
+        "VK_TASK_INDEX": str(me.index_in_group),
         "AISCHED_RESTART_COUNT": str(restart_count),
         "AISCHED_CHECKPOINT_DIR": checkpoint_dir,
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",

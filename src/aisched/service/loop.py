@@ -1110,7 +1110,8 @@ class Scheduler:
 
     def _launch_requests(self, lj: LiveJob) -> list[TaskLaunch]:
         places = [
-            TaskPlace(t.name, t.binding.node, t.binding.gpus, t.binding.milli_cpu) for t in lj.tasks
+            TaskPlace(t.name, t.binding.node, t.binding.gpus, t.binding.milli_cpu, t.binding.index)
+            for t in lj.tasks
         ]
         port = _free_port(self.config.master_addr)
         master_addr = master_addr_for(self.executor, places[0].node, self.config.master_addr)

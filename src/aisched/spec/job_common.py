@@ -61,6 +61,8 @@ SCHEDULER_ENV = frozenset(
         "LOCAL_WORLD_SIZE",
         "NODE_RANK",
         "GROUP_WORLD_SIZE",
+        "VC_TASK_INDEX",
+        "VK_TASK_INDEX",
     }
 )
 SCHEDULER_ENV_PREFIX = "AISCHED_"
