@@ -10,6 +10,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from aisched.service.app import Service
+from aisched.service.config import load_config
+from aisched.spec.errors import SpecError
+from aisched.testing.fakes import FakeExecutor, fake_node
+
 SERVICE: dict[str, Any] = {
     "name": "web",
     "kind": "service",
@@ -128,3 +133,25 @@ def test_a_pipeline_as_a_json_jobs_list(client: TestClient) -> None:
             "name nor an existing job by id)"
         ],
     )
+
+
+def test_the_autoscaler_takes_its_interval_and_metric_age_from_the_config(
+    open_service: Callable[..., Service],
+) -> None:
+    svc = open_service(
+        FakeExecutor([fake_node(gpus=1)]), autoscaler_interval="250ms", metric_max_age="3s"
+    )
+    assert svc.autoscaler is not None
+    assert (svc.autoscaler.interval_s, svc.autoscaler.metric_max_age_s) == (0.25, 3.0)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("autoscaler_interval", "0s", "autoscaler_interval: must be a duration above 0"),
+        ("metric_max_age", "soon", "metric_max_age: duration: 'soon' is not a duration"),
+    ],
+)
+def test_bad_autoscaler_settings_name_the_key(key: str, value: str, message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        load_config(None, {key: value})

@@ -91,7 +91,11 @@ class Service:
         for note in self.recovery_notes:
             log.info("recovery: %s", note)
         self.scheduler.start()
-        self.autoscaler = Autoscaler(self.scheduler)
+        self.autoscaler = Autoscaler(
+            self.scheduler,
+            interval_s=self.config.autoscaler_interval_s(),
+            metric_max_age_s=self.config.metric_max_age_s(),
+        )
         self.autoscaler.start()
 
     def announce(self, url: str) -> None:

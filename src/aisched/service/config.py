@@ -118,6 +118,10 @@ class ServiceConfig(_Model):
     ray_start_timeout: Any = "60s"
     # Learn runtimes from finished jobs (median and upper bound for qssf, backfill and ETAs).
     predict_runtimes: bool = True
+    # Services: how often the autoscaler probes replicas and decides, and how old a load figure
+    # (pushed or scraped) may be before it no longer counts.
+    autoscaler_interval: Any = "1s"
+    metric_max_age: Any = "10s"
     defaults: DefaultsModel = DefaultsModel()
     priority_classes: dict[Name, int] = Field(
         default_factory=lambda: dict(DEFAULT_PRIORITY_CLASSES)
@@ -129,6 +133,13 @@ class ServiceConfig(_Model):
     @classmethod
     def _dur(cls, v: Any) -> Any:
         _duration(v, "duration")
+        return v
+
+    @field_validator("autoscaler_interval", "metric_max_age")
+    @classmethod
+    def _positive(cls, v: Any) -> Any:
+        if _duration(v, "duration") <= 0:
+            raise ValueError("must be a duration above 0, such as 1s")
         return v
 
     # --- conversions to what the service uses ---------------------------------------------
@@ -182,6 +193,12 @@ class ServiceConfig(_Model):
 
     def ray_start_timeout_s(self) -> float:
         return _duration(self.ray_start_timeout, "ray_start_timeout")
+
+    def autoscaler_interval_s(self) -> float:
+        return _duration(self.autoscaler_interval, "autoscaler_interval")
+
+    def metric_max_age_s(self) -> float:
+        return _duration(self.metric_max_age, "metric_max_age")
 
 
 def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> ServiceConfig:
