@@ -1,6 +1,7 @@
 """A minimal inference replica, standard library only: what a `service` job runs.
 
-Listens on 127.0.0.1:$AISCHED_SERVICE_PORT (the scheduler picks the port). `GET /healthz`
+Listens on $AISCHED_SERVICE_HOST:$AISCHED_SERVICE_PORT (the scheduler picks both: the port,
+and its node's address, loopback on one machine). `GET /healthz`
 answers 200 once serving (the readiness check); `GET /metrics` answers `{"rps": N}`, the
 requests per second this replica served over the last few seconds (the autoscaler scrapes
 it); any other path is a "request" and answers `ok`. SIGTERM stops it cleanly.
@@ -44,7 +45,8 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main() -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", int(os.environ["AISCHED_SERVICE_PORT"])), Handler)
+    host = os.environ.get("AISCHED_SERVICE_HOST", "127.0.0.1")
+    server = ThreadingHTTPServer((host, int(os.environ["AISCHED_SERVICE_PORT"])), Handler)
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
     print(f"serving on port {server.server_address[1]}", flush=True)
     server.serve_forever()

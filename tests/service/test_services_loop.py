@@ -4,7 +4,10 @@ fake clock (see test_loop.py); the autoscaler is not involved (its rule is core.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -13,8 +16,9 @@ from test_pipelines import finish, step, submit_all
 
 from aisched.model.job import Dependency, Job, JobKind
 from aisched.model.service import ServiceSpec
+from aisched.service.autoscaler import Autoscaler
 from aisched.service.loop import Rejected
-from aisched.service.replicas import PORT_ENV, replica_port
+from aisched.service.replicas import HOST_ENV, PORT_ENV, replica_port
 from aisched.store.db import Store
 from aisched.testing import job
 from aisched.testing.fakes import FakeExecutor, fake_node
@@ -120,3 +124,61 @@ def test_a_service_early_in_a_pipeline_does_not_shift_the_ids_of_later_jobs(w: W
     assert w.sched.jobs[train].job.depends_on == (Dependency(prep),)
     assert [int(r[0]) > int(prep) for r in replicas(w, sid)] == [True, True]
     assert w.state(train)["reason"] == f"waiting for job {prep} (prep) to succeed"
+
+
+class FarExecutor(FakeExecutor):
+    """Nodes that are other machines: each is reached at its own address (127.0.0.2 here, a
+    loopback address that is not the scheduler's own 127.0.0.1)."""
+
+    def node_address(self, node: str) -> str | None:
+        return "127.0.0.2"
+
+
+@pytest.fixture
+def replica_server() -> Iterator[Callable[[str, int], None]]:
+    """Start a replica's HTTP endpoints (readiness, Prometheus metrics) at host:port."""
+    servers: list[ThreadingHTTPServer] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"ok" if self.path == "/healthz" else b"# TYPE rps gauge\nrps 12\n"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    def start(host: str, port: int) -> None:
+        server = ThreadingHTTPServer((host, port), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+
+    yield start
+    for s in servers:
+        s.shutdown()
+        s.server_close()
+
+
+def test_replicas_listen_on_their_nodes_address_where_the_autoscaler_finds_them(
+    tmp_path: Path, replica_server: Callable[[str, int], None]
+) -> None:
+    store, fx, clock = Store.sqlite(tmp_path / "s.db"), FarExecutor([fake_node(gpus=4)]), Clock()
+    sched = make_scheduler(store, fx, clock, tmp_path)
+    sched.recover()
+    w = World(store, fx, clock, sched, tmp_path)
+    spec = ServiceSpec(1, 4, readiness_path="/healthz", metrics_path="/metrics")
+    sid = w.submit(replace(web(), service=spec))
+    (launch,) = fx.launched
+    assert launch.env[HOST_ENV] == "127.0.0.2"
+    port = int(launch.env[PORT_ENV])
+    replica_server("127.0.0.2", port)  # what the replica would serve once up
+    scaler = Autoscaler(w.sched, clock=clock)
+    scaler.tick()
+    status = scaler.status(sid)
+    assert status is not None
+    assert (status.endpoints, status.load) == ((f"127.0.0.2:{port}",), 12.0)
+    assert status.desired == 2  # 12 rps on one replica for a target of 10
+    w.sched.step()
+    assert [r[1] for r in replicas(w, sid)] == ["running", "running"]

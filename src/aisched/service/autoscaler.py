@@ -86,7 +86,6 @@ class Autoscaler:
         interval_s: float = 1.0,
         metric_max_age_s: float = 10.0,
         probe_timeout_s: float = 0.5,
-        host: str = "127.0.0.1",
         clock: Callable[[], float] = time.time,
         fetch: Fetch = http_get,
     ) -> None:
@@ -94,7 +93,6 @@ class Autoscaler:
         self.interval_s = interval_s
         self.metric_max_age_s = metric_max_age_s
         self.probe_timeout_s = probe_timeout_s
-        self.host = host
         self.clock = clock
         self.fetch = fetch
         self.lock = threading.Lock()  # guards samples and statuses (API threads push and read)
@@ -171,15 +169,19 @@ class Autoscaler:
         spec = svc.job.service
         assert spec is not None
         replicas = self.scheduler.replicas_of(svc.id)
-        ready: list[tuple[str, int]] = []
+        ready: list[tuple[str, str]] = []  # (replica id, host:port)
         scraped: dict[str, dict[str, float]] = {}
         for r in replicas:
             port = replica_port(r.job)
-            if port is None or not _running(r) or not self._ready(spec, port):
+            if port is None or not _running(r):
                 continue
-            ready.append((r.id, port))
+            # Its node's address: loopback here, the node's own on a cluster of machines.
+            where = f"{self.scheduler.node_address(r.tasks[0].binding.node)}:{port}"
+            if not self._ready(spec, where):
+                continue
+            ready.append((r.id, where))
             if spec.metrics_path is not None:
-                figures = self._scrape(spec.metrics_path, port)
+                figures = self._scrape(spec.metrics_path, where)
                 if figures:
                     scraped[r.id] = figures
         now = self.clock()
@@ -192,22 +194,20 @@ class Autoscaler:
             desired, reason = len(replicas), f"{reason}; holding while replicas start"
         if desired != len(replicas):
             self.scheduler.scale(svc.id, desired, reason)
-        endpoints = tuple(f"{self.host}:{port}" for _, port in ready)
+        endpoints = tuple(where for _, where in ready)
         with self.lock:
             self.statuses[svc.id] = ServiceStatus(
                 len(replicas), len(ready), desired, load, reason, endpoints
             )
 
-    def _ready(self, spec: ServiceSpec, port: int) -> bool:
+    def _ready(self, spec: ServiceSpec, where: str) -> bool:
         if spec.readiness_path is None:
             return True
-        status, _ = self.fetch(
-            f"http://{self.host}:{port}{spec.readiness_path}", self.probe_timeout_s
-        )
+        status, _ = self.fetch(f"http://{where}{spec.readiness_path}", self.probe_timeout_s)
         return 200 <= status < 300
 
-    def _scrape(self, path: str, port: int) -> dict[str, float] | None:
-        status, body = self.fetch(f"http://{self.host}:{port}{path}", self.probe_timeout_s)
+    def _scrape(self, path: str, where: str) -> dict[str, float] | None:
+        status, body = self.fetch(f"http://{where}{path}", self.probe_timeout_s)
         if not 200 <= status < 300:
             return None
         try:

@@ -72,7 +72,7 @@ from aisched.predict.runtime import RuntimePredictor
 from aisched.service.live import Batch, LiveJob, LiveTask, Stop, TaskPhase
 from aisched.service.membership import bindings_by_node, merge_nodes
 from aisched.service.pipelines import DependencyError, Pipelines
-from aisched.service.replicas import replica_job
+from aisched.service.replicas import HOST_ENV, replica_job
 from aisched.store.codec import job_from_dict, job_to_dict
 from aisched.store.db import Row, Store
 
@@ -1108,18 +1108,25 @@ class Scheduler:
         batch.event(now, lj.id, "started", f"attempt {lj.attempt}: {where}")
         return lj, self._launch_requests(lj)
 
+    def node_address(self, node: str) -> str:
+        """Where `node` is reached from here: its own address on a cluster of machines, else
+        the loop's `master_addr` (loopback)."""
+        return master_addr_for(self.executor, node, self.config.master_addr)
+
     def _launch_requests(self, lj: LiveJob) -> list[TaskLaunch]:
         places = [
             TaskPlace(t.name, t.binding.node, t.binding.gpus, t.binding.milli_cpu, t.binding.index)
             for t in lj.tasks
         ]
         port = _free_port(self.config.master_addr)
-        master_addr = master_addr_for(self.executor, places[0].node, self.config.master_addr)
+        master_addr = self.node_address(places[0].node)
         out = []
         for t in lj.tasks:
             group = next(g for g in lj.job.groups if g.name == t.binding.group)
             env = dict(self.config.base_env)
             env.update(group.env)
+            if lj.job.replica_of is not None:  # where to listen: its node's address
+                env[HOST_ENV] = self.node_address(t.binding.node)
             env.update(
                 contract_env(
                     job_id=lj.id,

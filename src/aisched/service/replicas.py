@@ -4,7 +4,8 @@ A replica is an ordinary job (kind `infer`, one task) that the loop places, runs
 restarts like any other; only its birth and death are the autoscaler's. It inherits the
 service's request, queue, priority and command, restarts `always`, and is told where to listen
 through `AISCHED_SERVICE_PORT` (chosen when the replica is made and kept in its spec, so the
-autoscaler and a restarted scheduler find it again).
+autoscaler and a restarted scheduler find it again) and `AISCHED_SERVICE_HOST` (its node's
+address, set at each launch: loopback on one machine, the node's IP on a Ray cluster).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import replace
 from aisched.model.job import Job, JobKind, RestartPolicy
 
 PORT_ENV = "AISCHED_SERVICE_PORT"
+HOST_ENV = "AISCHED_SERVICE_HOST"
 SERVICE_ENV = "AISCHED_SERVICE_ID"
 
 
