@@ -399,6 +399,8 @@ class RayExecutor:
             return self._ask_again(t)
         except Exception as e:
             return self._end(t, _lost(t.key, self._died(t, e)))
+        for line in result.get("gpu_reports") or ():
+            log.warning("%s", line)
         return self._end(t, exit_from_record(t.key, result))
 
     def _check_gpu_memory(self) -> None:

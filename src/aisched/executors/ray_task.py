@@ -52,7 +52,8 @@ PR_SET_PDEATHSIG = 1
 MakeWatchdog = Callable[[], GpuMemoryWatchdog]
 
 # The result of a task: {"kind": "exited"|"stopped", "exit_code": int|None, "message": str,
-# "finished_at": float}; the kinds are those of `ExitKind`.
+# "finished_at": float, "gpu_reports": [str]}; the kinds are those of `ExitKind`, and
+# gpu_reports the watchdog's lines for the scheduler's log that `gpu_memory` did not hand out.
 Result = dict[str, Any]
 
 
@@ -246,6 +247,8 @@ class TaskRunner:
                 usage = []
             actions = over_limit(usage, wd.action, reported)
             with self.lock:
+                if self.result is not None:
+                    return  # ended while being read
                 self.gpu_usage = usage[0] if usage else None
                 self.gpu_reports.extend(a.service_log for a in actions)
             for a in actions:
@@ -279,8 +282,11 @@ class TaskRunner:
 
     def _finish(self, result: Result | None) -> None:
         assert result is not None
-        result = {**result, "finished_at": time.time()}
         with self.lock:
+            # The watchdog's lines not fetched yet go with the result, so none is lost when
+            # the task ends (is stopped) before the executor asks again.
+            result = {**result, "finished_at": time.time(), "gpu_reports": self.gpu_reports}
+            self.gpu_reports = []
             self.result = result
         if self.log_fd >= 0:
             with contextlib.suppress(OSError):
