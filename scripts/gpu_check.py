@@ -37,24 +37,29 @@ import httpx
 PY = sys.executable
 DEADLINE = time.monotonic() + float(os.environ.get("GPU_CHECK_BUDGET_S", "270"))
 
-# Allocates MIB of GPU memory on its first visible GPU (torch, else cupy, else the CUDA driver
-# API through ctypes), says so in one JSON line, and holds it for HOLD_S seconds.
+# Allocates FIRST MiB of GPU memory on its first visible GPU (torch, else cupy, else the CUDA
+# driver API through ctypes) and says so in one JSON line; once the file GO exists, allocates
+# MORE MiB and says so again ("MORE ..."); holds it all for HOLD_S seconds. The two steps let
+# the check see both tasks of a pair on their GPU before one of them goes over its limit.
 HOLDER = r"""
 import ctypes, json, os, sys, time
-mib, hold_s = int(sys.argv[1]), float(sys.argv[2])
-size = mib << 20
+first, more, hold_s, go = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 
 def with_torch():
     import torch
-    x = torch.ones(size, dtype=torch.uint8, device="cuda")
-    torch.cuda.synchronize()
-    return x
+    def alloc(mib):
+        x = torch.ones(mib << 20, dtype=torch.uint8, device="cuda")
+        torch.cuda.synchronize()
+        return x
+    return alloc
 
 def with_cupy():
     import cupy
-    x = cupy.ones(size, dtype=cupy.uint8)
-    cupy.cuda.runtime.deviceSynchronize()
-    return x
+    def alloc(mib):
+        x = cupy.ones(mib << 20, dtype=cupy.uint8)
+        cupy.cuda.runtime.deviceSynchronize()
+        return x
+    return alloc
 
 def with_driver():
     cuda = ctypes.CDLL("libcuda.so.1")
@@ -62,28 +67,39 @@ def with_driver():
         if code != 0:
             raise RuntimeError(f"{what} failed with CUDA error {code}")
     ok(cuda.cuInit(0), "cuInit")
-    dev, ctx, ptr = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+    dev, ctx = ctypes.c_int(), ctypes.c_void_p()
     ok(cuda.cuDeviceGet(ctypes.byref(dev), 0), "cuDeviceGet")
     ok(cuda.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev), "cuCtxCreate")
-    ok(cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(size)), "cuMemAlloc")
-    ok(cuda.cuMemsetD8_v2(ptr, ctypes.c_ubyte(1), ctypes.c_size_t(size)), "cuMemsetD8")
-    return ctx, ptr
+    def alloc(mib):
+        ptr, size = ctypes.c_uint64(), ctypes.c_size_t(mib << 20)
+        ok(cuda.cuMemAlloc_v2(ctypes.byref(ptr), size), "cuMemAlloc")
+        ok(cuda.cuMemsetD8_v2(ptr, ctypes.c_ubyte(1), size), "cuMemsetD8")
+        return ptr
+    return alloc
 
 order = os.environ.get("GPU_ALLOC", "torch,cupy,driver").split(",")
 makers = {"torch": with_torch, "cupy": with_cupy, "driver": with_driver}
-held, via, errors = None, None, []
+held, via, errors = [], None, []
 for name in order:
     try:
-        held, via = makers[name](), name
+        alloc = makers[name]()
+        held.append(alloc(first))
+        via = name
         break
     except Exception as e:
         errors.append(f"{name}: {type(e).__name__}: {e}")
 doc = {"pid": os.getpid(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-       "allocated_mib": mib if held is not None else 0, "via": via, "errors": errors}
+       "allocated_mib": first if held else 0, "via": via, "errors": errors}
 print("HOLDER " + json.dumps(doc), flush=True)
-if held is None:
+if not held:
     sys.exit(3)
-time.sleep(hold_s)
+end = time.monotonic() + hold_s
+while more and not os.path.exists(go) and time.monotonic() < end:
+    time.sleep(0.2)
+if more and os.path.exists(go):
+    held.append(alloc(more))
+    print("MORE " + json.dumps({"allocated_mib": first + more}), flush=True)
+time.sleep(max(0.0, end - time.monotonic()))
 """
 
 
@@ -180,7 +196,10 @@ class Aisched:
     def cli_json(self, *args: str) -> Any:
         return json.loads(self.cli(args[0], "--json", *args[1:]))
 
-    def submit(self, name: str, gpus: float, alloc_mib: int, gpu_mem: str | None) -> str:
+    def submit(
+        self, name: str, gpus: float, alloc_mib: int, gpu_mem: str | None, more_mib: int = 0
+    ) -> str:
+        """A job of one task holding `alloc_mib`, and `more_mib` more once `go(name)`."""
         resources: dict[str, Any] = {"cpus": 1, "mem": "4G", "gpus": gpus}
         if gpu_mem:
             resources["gpu_mem"] = gpu_mem
@@ -192,7 +211,14 @@ class Aisched:
                 {
                     "name": "main",
                     "replicas": 1,
-                    "command": [PY, str(self.work / "holder.py"), str(alloc_mib), "150"],
+                    "command": [
+                        PY,
+                        str(self.work / "holder.py"),
+                        str(alloc_mib),
+                        str(more_mib),
+                        "150",
+                        str(self.work / f"go-{name}"),
+                    ],
                     "workdir": str(self.work),
                     "resources": resources,
                 }
@@ -201,6 +227,9 @@ class Aisched:
         path = self.work / f"{name}.json"
         path.write_text(json.dumps(doc))
         return str(self.cli_json("submit", str(path))["id"])
+
+    def go(self, name: str) -> None:
+        (self.work / f"go-{name}").touch()
 
     def job(self, jid: str) -> dict[str, Any]:
         return self.cli_json("show", jid)  # type: ignore[no-any-return]
@@ -232,7 +261,13 @@ class Aisched:
         return httpx.get(f"{self.url}/v1/jobs", timeout=10).json()["jobs"]  # type: ignore[no-any-return]
 
     def stop(self) -> None:
+        """Stops the service, after its jobs (tasks outlive their scheduler: a check that
+        failed half-way must not leave GPU memory held)."""
         (self.dir / "nodes.txt").write_text(self.cli("nodes", check=False))
+        try:
+            self.cancel_all()
+        except Exception as e:
+            print(f"warning: {self.dir.name}: cannot cancel its jobs: {e}", flush=True)
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -260,10 +295,11 @@ def nvml_view(out: Path, name: str) -> str:
 
 
 def shared_pair(c: Check, svc: Aisched, label: str, over_word: str) -> tuple[str, str]:
-    """Two half-GPU jobs: `within` (1 GiB of the 6G declared), `over` (4 GiB of 2G declared).
-    Checks they share one GPU; returns their ids."""
+    """Two half-GPU jobs: `within` (1 GiB of the 6G declared), `over` (0.5 GiB, then 4 GiB, of
+    2G declared). Checks they share one GPU, then has `over` go above its limit; returns their
+    ids."""
     within = svc.submit("within", 0.5, 1024, "6G")
-    over = svc.submit("over", 0.5, 4096, "2G")
+    over = svc.submit("over", 0.5, 512, "2G", more_mib=3584)
     holders = wait_for(
         f"{label}: both shared-GPU jobs to allocate",
         lambda: (lambda a, b: (a, b) if a and b else None)(svc.holder(within), svc.holder(over)),
@@ -292,6 +328,8 @@ def shared_pair(c: Check, svc: Aisched, label: str, over_word: str) -> tuple[str
         f"{label}: NVML sees both processes on one GPU",
         " | ".join(rows) or view.strip(),
     )
+    svc.go("over")
+    wait_for(f"{label}: the over job's second allocation", lambda: "MORE " in svc.logs(over), 60)
     wait_for(
         f"{label}: the watchdog's {over_word} in the over job's log",
         lambda: f"aisched: {over_word}: the task uses" in svc.logs(over),
@@ -408,7 +446,8 @@ def phase_ray(c: Check, out: Path) -> None:
     env = {**os.environ, "RAY_enable_metrics_collection": "0"}
     started = subprocess.run(
         [ray_bin, "start", "--head", f"--port={port}", "--num-cpus=4",
-         "--include-dashboard=false", "--disable-usage-stats", f"--labels={labels}"],
+         f"--num-gpus={gpu_count()}", "--include-dashboard=false", "--disable-usage-stats",
+         f"--labels={labels}"],
         capture_output=True, text=True, timeout=120, env=env,
     )  # fmt: skip
     (out / "ray-start.txt").write_text(started.stdout + started.stderr)
