@@ -4,7 +4,8 @@ Tasks that share a GPU trust each other to stay within the GPU memory they asked
 (`gpu_mem`); nothing in CUDA enforces it. The watchdog reads per-process GPU memory (NVML's
 compute processes, through `discovery.gpu_memory`), sums it per task over the task's own
 processes on the task's own GPUs, and flags a task above its declared amount. What happens to
-a flagged task is the caller's choice (`OverAction`): report it, or stop it.
+a flagged task is the caller's choice (`OverAction`): report it, or stop it; `over_limit`
+says, the same for every executor, which tasks to stop and what to write in whose log.
 
 The reading function is injected, so the arithmetic is tested with real reading structures and
 no GPU. Without NVML (no nvidia-ml-py, no driver) the watchdog is inactive and says why; it
@@ -16,11 +17,15 @@ task's pids, and the watchdog then sees no usage for the task (reported in `nvml
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableSet, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
 from aisched.executors.base import TaskKey
+
+# How often an executor has the watchdog look (an NVML query per GPU each time).
+GPU_CHECK_INTERVAL_S = 5.0
 
 # GPU index -> [(pid, used MiB)] of the compute processes on it: `discovery.gpu_memory`.
 GpuProcesses = Mapping[int, Sequence[tuple[int, int]]]
@@ -122,3 +127,50 @@ class GpuMemoryWatchdog:
             )
             out.append(TaskGpuMemory(t.key, sum(m for _, _, m in mine), t.limit_mib, mine))
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class OverLimit:
+    """What an executor does about one task above its declared GPU memory: stop it or not,
+    a line for the task's own log (None: it was told before), and a line for the scheduler's
+    log (every check, so an operator sees it last as long as it lasts)."""
+
+    usage: TaskGpuMemory
+    stop: bool
+    task_log: str | None
+    service_log: str
+
+
+def over_limit(
+    usage: Sequence[TaskGpuMemory], action: OverAction, reported: MutableSet[TaskKey]
+) -> list[OverLimit]:
+    """The tasks of `usage` above their declared GPU memory, and what to do with each under
+    `action`. `reported` holds the tasks already warned in their own log under `report`; it is
+    updated here, so a task's log gets one warning however long it stays over. Under `stop`
+    a task is stopped at every check that finds it over (stopping is idempotent)."""
+    out: list[OverLimit] = []
+    for u in usage:
+        if not u.over:
+            continue
+        key = u.key
+        where = f"task {key[0]}/{key[1]}/{key[2]} {u.describe()}"
+        if action == OverAction.STOP:
+            line = f"stopped: the task {u.describe()}"
+            out.append(OverLimit(u, True, line, f"{where}: stopping it"))
+        elif key not in reported:
+            reported.add(key)
+            out.append(OverLimit(u, False, f"warning: the task {u.describe()}", where))
+        else:
+            out.append(OverLimit(u, False, None, where))
+    return out
+
+
+class _Proc(Protocol):
+    pid: int
+    pgid: int
+
+
+def task_pids(leader: int, procs: Iterable[_Proc]) -> frozenset[int]:
+    """The pids of a task's processes: its process group, led by its first process `leader`
+    (`procs`: `supervisor.all_procs()`)."""
+    return frozenset(p.pid for p in procs if p.pgid == leader)

@@ -63,10 +63,12 @@ from aisched.executors.cgroups import (
 from aisched.executors.discovery import discover_node
 from aisched.executors.forkserver import ForkServer, ForkServerError
 from aisched.executors.gpu_watchdog import (
+    GPU_CHECK_INTERVAL_S,
     GpuMemoryWatchdog,
-    OverAction,
     TaskGpuMemory,
     WatchedTask,
+    over_limit,
+    task_pids,
 )
 from aisched.model.cluster import Node
 
@@ -77,8 +79,6 @@ POLL_INTERVAL_S = 0.1
 # How long adopt waits for a supervisor that holds its lock to say who it is (it does so
 # right after taking the lock; this only covers a scheduler restarted within milliseconds).
 ADOPT_IDENTIFY_S = 5.0
-# How often `poll` has the GPU-memory watchdog look (an NVML query per GPU each time).
-GPU_CHECK_INTERVAL_S = 5.0
 
 
 @dataclass(slots=True)
@@ -349,23 +349,14 @@ class LocalExecutor:
             if procs is None:
                 procs = sup.all_procs()
             # The task runs in its own process group, led by its first process.
-            pids = frozenset(p.pid for p in procs if p.pgid == child)
-            tasks.append(WatchedTask(w.key, w.gpus, w.gpu_mem_mib, pids))
+            tasks.append(WatchedTask(w.key, w.gpus, w.gpu_mem_mib, task_pids(child, procs)))
         usage = wd.measure(tasks)
-        for u in usage:
-            if not u.over:
-                continue
-            if wd.action == OverAction.STOP:
-                log.warning("task %s %s: stopping it", _show(u.key), u.describe())
-                self._note_in_log(u.key, f"aisched: stopped: the task {u.describe()}")
-                self.stop(u.key)
-            elif u.key not in self._gpu_reported:
-                # Once per task in its own log; the scheduler's log gets every check.
-                self._gpu_reported.add(u.key)
-                self._note_in_log(u.key, f"aisched: warning: the task {u.describe()}")
-                log.warning("task %s %s", _show(u.key), u.describe())
-            else:
-                log.warning("task %s %s", _show(u.key), u.describe())
+        for act in over_limit(usage, wd.action, self._gpu_reported):
+            log.warning("%s", act.service_log)
+            if act.task_log is not None:
+                self._note_in_log(act.usage.key, f"aisched: {act.task_log}")
+            if act.stop:
+                self.stop(act.usage.key)
         return usage
 
     def _note_in_log(self, key: TaskKey, line: str) -> None:

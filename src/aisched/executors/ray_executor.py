@@ -8,6 +8,12 @@ else, and nothing else Ray schedules can take what the task holds. The actor sta
 with the DESIGN.md environment (its GPU indices in CUDA_VISIBLE_DEVICES, MASTER_ADDR the address
 of rank 0's node) and reports how it ended; its resources go back to Ray once that is known.
 
+Tasks sharing a GPU (`gpu_milli` < 1000) reserve that share of one GPU in Ray (fractional
+`num_gpus`) and get the index the core chose in CUDA_VISIBLE_DEVICES, never the device Ray picked
+for the share. The GPU-memory watchdog runs on each task's node, in its actor (`ray_task.py`);
+the watcher thread fetches its readings every `gpu_check_s` and writes what it reports in the
+scheduler's log, as the local executor does.
+
 Threads: the service's loop thread calls the protocol; one watcher thread waits on the actors'
 results (`ray.wait`) and refreshes the node list from `ray.nodes()` every `refresh_s`, waking
 the loop when a task ends or a node joins or leaves.
@@ -51,8 +57,9 @@ from aisched.executors.base import (
     TaskLaunch,
     exit_from_record,
 )
+from aisched.executors.gpu_watchdog import GPU_CHECK_INTERVAL_S, TaskGpuMemory
 from aisched.executors.ray_nodes import RayNode, nodes_from_ray
-from aisched.executors.ray_task import TaskRunner
+from aisched.executors.ray_task import MakeWatchdog, TaskRunner
 from aisched.model.cluster import Node
 
 log = logging.getLogger(__name__)
@@ -85,6 +92,7 @@ class _Tracked:
     launched_at: float = 0.0
     grace_period_s: float = 0.0
     retry_at: float = 0.0  # while unavailable: when to ask the actor again
+    gpus: tuple[int, ...] = ()
 
 
 def namespace_for(data_dir: str) -> str:
@@ -140,7 +148,10 @@ def _probe(address: str) -> None:
 
 class RayExecutor:
     """Runs tasks on a Ray cluster (see the module docstring). The caller connects first
-    (`connect`); `namespace` keeps this service's actors apart from other services'."""
+    (`connect`); `namespace` keeps this service's actors apart from other services'.
+    `gpu_watchdog` makes, on each task's node, the watchdog of a GPU task's memory
+    (`functools.partial(GpuMemoryWatchdog.with_nvml, action)`; picklable, it travels with the
+    task); None: GPU memory is not watched. `gpu_check_s`: how often it looks."""
 
     def __init__(
         self,
@@ -148,6 +159,8 @@ class RayExecutor:
         *,
         refresh_s: float = 1.0,
         start_timeout_s: float = 60.0,
+        gpu_watchdog: MakeWatchdog | None = None,
+        gpu_check_s: float = GPU_CHECK_INTERVAL_S,
     ) -> None:
         if not ray.is_initialized():
             raise RayConnectError("not connected to a Ray cluster (call connect first)")
@@ -156,6 +169,12 @@ class RayExecutor:
         self._start_timeout_s = start_timeout_s
         self._lock = threading.Lock()
         self._tracked: dict[TaskKey, _Tracked] = {}
+        self._gpu_watchdog = gpu_watchdog
+        self._gpu_check_s = gpu_check_s
+        self._next_gpu_check = 0.0
+        self._gpu_refs: dict[Any, tuple[TaskKey, str]] = {}  # pending gpu_memory calls
+        self._gpu_usage: dict[TaskKey, TaskGpuMemory] = {}
+        self._gpu_states: dict[str, str] = {}  # node -> the watchdog's state there
         self._events: list[TaskExited] = []
         self._wakeup: Callable[[], None] | None = None
         self._closed = threading.Event()
@@ -169,14 +188,19 @@ class RayExecutor:
     # --- the protocol ----------------------------------------------------------------------
 
     def info(self) -> ExecutorInfo:
+        notes = [
+            f"Ray cluster: {len(self._nodes)} node(s), namespace {self._namespace}",
+            "memory is reserved in Ray's accounting, not enforced on the process",
+        ]
+        if self._gpu_watchdog is None:
+            notes.append("GPU-memory watchdog off")
+        else:
+            notes.append("GPU-memory watchdog on each GPU task's node (NVML where present)")
+            with self._lock:
+                states = sorted(self._gpu_states.items())
+            notes += [f"GPU-memory watchdog on {node}: {state}" for node, state in states]
         return ExecutorInfo(
-            name="ray",
-            memory_limit="ray-accounting",
-            cpu_affinity=False,
-            notes=(
-                f"Ray cluster: {len(self._nodes)} node(s), namespace {self._namespace}",
-                "memory is reserved in Ray's accounting, not enforced on the process",
-            ),
+            name="ray", memory_limit="ray-accounting", cpu_affinity=False, notes=tuple(notes)
         )
 
     def nodes(self) -> Sequence[Node]:
@@ -214,13 +238,20 @@ class RayExecutor:
                 num_gpus=gpu_share,
                 memory=req.mem_limit_mib * MIB,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(rn.node_id, soft=False),
-            ).remote(_spec(req))
+            ).remote(_spec(req, self._gpu_check_s), self._gpu_watchdog)
             start_ref = actor.start.remote()
         except ValueError as e:  # e.g. the name is taken by a leftover actor
             raise LaunchError(f"task {_show(key)}: Ray refused it: {e}") from None
         with self._lock:
             self._tracked[key] = _Tracked(
-                key, req.node, actor, start_ref, None, time.monotonic(), req.grace_period_s
+                key,
+                req.node,
+                actor,
+                start_ref,
+                None,
+                time.monotonic(),
+                req.grace_period_s,
+                gpus=tuple(req.gpus),
             )
         return TaskHandle(
             key=key,
@@ -230,6 +261,7 @@ class RayExecutor:
                 "namespace": self._namespace,
                 "node_id": rn.node_id,
                 "gpu_share": gpu_share,
+                "gpus": list(req.gpus),
             },
         )
 
@@ -255,6 +287,12 @@ class RayExecutor:
             out, self._events = self._events, []
         return out
 
+    def gpu_memory(self) -> list[TaskGpuMemory]:
+        """The last GPU-memory reading of every running task whose node's watchdog is active,
+        as fetched by the watcher thread (at most `gpu_check_s` old), by task key."""
+        with self._lock:
+            return [self._gpu_usage[k] for k in sorted(self._gpu_usage) if k in self._tracked]
+
     def adopt(self, handle: TaskHandle) -> tuple[AdoptState, TaskExited | None]:
         key = handle.key
         with self._lock:
@@ -275,7 +313,13 @@ class RayExecutor:
             return AdoptState.EXITED, exit_from_record(key, result)
         with self._lock:
             self._tracked[key] = _Tracked(
-                key, handle.node, actor, None, actor.wait.remote(), time.monotonic()
+                key,
+                handle.node,
+                actor,
+                None,
+                actor.wait.remote(),
+                time.monotonic(),
+                gpus=tuple(int(g) for g in handle.data.get("gpus") or ()),
             )
         return AdoptState.RUNNING, None
 
@@ -325,6 +369,8 @@ class RayExecutor:
         else:
             self._closed.wait(WAIT_SLICE_S)
             changed = False
+        if self._gpu_watchdog is not None:
+            self._check_gpu_memory()
         if time.monotonic() >= self._next_refresh:
             self._next_refresh = time.monotonic() + self._refresh_s
             changed |= self._refresh_nodes()
@@ -353,7 +399,46 @@ class RayExecutor:
             return self._ask_again(t)
         except Exception as e:
             return self._end(t, _lost(t.key, self._died(t, e)))
+        for line in result.get("gpu_reports") or ():
+            log.warning("%s", line)
         return self._end(t, exit_from_record(t.key, result))
+
+    def _check_gpu_memory(self) -> None:
+        """Collects the answers of the watchdogs asked before (never waiting), writes what
+        they report in our log, and every gpu_check_s asks the started GPU tasks again."""
+        if self._gpu_refs:
+            refs = list(self._gpu_refs)
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            for ref in ready:
+                key, node = self._gpu_refs.pop(ref)
+                try:
+                    got: dict[str, Any] = _get(ref)
+                except Exception as e:  # the actor ended meanwhile: its exit says how
+                    log.debug("gpu memory of %s: %s", key, e)
+                    continue
+                for line in got.get("reports") or ():
+                    log.warning("%s", line)
+                with self._lock:
+                    if got.get("state"):
+                        self._gpu_states[node] = str(got["state"])
+                    if isinstance(got.get("usage"), TaskGpuMemory) and key in self._tracked:
+                        self._gpu_usage[key] = got["usage"]
+        now = time.monotonic()
+        if now < self._next_gpu_check:
+            return
+        self._next_gpu_check = now + self._gpu_check_s
+        with self._lock:
+            asking = {key for key, _ in self._gpu_refs.values()}
+            due = [
+                t
+                for t in self._tracked.values()
+                if t.gpus and t.start_ref is None and not t.retry_at and t.key not in asking
+            ]
+        for t in due:
+            try:
+                self._gpu_refs[t.actor.gpu_memory.remote()] = (t.key, t.node)
+            except Exception as e:
+                log.debug("gpu memory of %s: %s", t.key, e)
 
     def _ask_again(self, t: _Tracked) -> bool:
         """Not known to be dead: ask again later (start and wait are idempotent). A node that
@@ -384,6 +469,7 @@ class RayExecutor:
         """Report the task's end once, and give its reservation back to Ray."""
         _kill(t.actor)
         with self._lock:
+            self._gpu_usage.pop(t.key, None)
             if self._tracked.pop(t.key, None) is None:
                 return False
             self._events.append(event)
@@ -413,13 +499,17 @@ def _gpu_share(req: TaskLaunch) -> float:
     return len(req.gpus) * req.gpu_milli / 1000
 
 
-def _spec(req: TaskLaunch) -> dict[str, Any]:
+def _spec(req: TaskLaunch, gpu_check_s: float) -> dict[str, Any]:
     return {
         "command": list(req.command),
         "env": dict(req.env),
         "workdir": req.workdir,
         "log_path": req.log_path,
         "grace_period_s": req.grace_period_s,
+        "key": list(req.key),
+        "gpus": list(req.gpus),
+        "gpu_mem_mib": req.gpu_mem_mib,
+        "gpu_check_s": gpu_check_s,
     }
 
 

@@ -6,13 +6,21 @@ actor starts the command as its own process group (stdout and stderr appended to
 log), watches it, and on `stop` runs the same SIGTERM, grace, SIGKILL sequence as the local
 executor's supervisor, with the same exit kinds and messages.
 
+A task with GPUs is watched on its node by the GPU-memory watchdog (`gpu_watchdog.py`, NVML where
+the node has it; off, saying why, where it has not), with the same judgement and the same lines
+in the task's log as the local executor: above its declared GPU memory, a task is reported once
+in its log, or stopped (a STOPPED exit, after SIGTERM). The executor fetches the readings and
+the lines for the scheduler's log with `gpu_memory`.
+
 Invariants: the command is started at most once per actor; `wait` returns exactly one result,
 after the whole process group has been killed; the process gets exactly the environment it was
 given (not the Ray worker's: Ray's own CUDA_VISIBLE_DEVICES must not leak into it). The process
 is started from a thread that lives until it ends, with a parent-death signal, so a task whose
 actor (or node) dies is killed with it instead of running on unseen.
 
-Standard library only: it runs inside Ray worker processes, which import this module by name.
+Standard library and aisched's standard-library modules only (NVML is imported, on the node,
+only when the watchdog looks for it): it runs inside Ray worker processes, which import this
+module by name.
 """
 
 from __future__ import annotations
@@ -24,12 +32,28 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
+from aisched.executors import supervisor as sup
+from aisched.executors.base import TaskKey
+from aisched.executors.gpu_watchdog import (
+    GPU_CHECK_INTERVAL_S,
+    GpuMemoryWatchdog,
+    TaskGpuMemory,
+    WatchedTask,
+    over_limit,
+    task_pids,
+)
+
 PR_SET_PDEATHSIG = 1
+# Made on the task's node: the watchdog of its GPU memory (`GpuMemoryWatchdog.with_nvml`, its
+# action bound), or, in tests, one reading injected GPU memory.
+MakeWatchdog = Callable[[], GpuMemoryWatchdog]
 
 # The result of a task: {"kind": "exited"|"stopped", "exit_code": int|None, "message": str,
-# "finished_at": float}; the kinds are those of `ExitKind`.
+# "finished_at": float, "gpu_reports": [str]}; the kinds are those of `ExitKind`, and
+# gpu_reports the watchdog's lines for the scheduler's log that `gpu_memory` did not hand out.
 Result = dict[str, Any]
 
 
@@ -51,10 +75,17 @@ def _die_with_parent() -> None:
 
 
 class TaskRunner:
-    """One task's process. `spec` keys: command, env, workdir, log_path, grace_period_s."""
+    """One task's process. `spec` keys: command, env, workdir, log_path, grace_period_s, and
+    for the GPU-memory watchdog (all optional): key ([job, attempt, task]), gpus, gpu_mem_mib
+    (declared, over all its GPUs; 0: none) and gpu_check_s. `gpu_watchdog` makes the watchdog
+    on the node; None: the task's GPU memory is not watched."""
 
-    def __init__(self, spec: dict[str, Any]) -> None:
+    def __init__(self, spec: dict[str, Any], gpu_watchdog: MakeWatchdog | None = None) -> None:
         self.spec = spec
+        self.make_watchdog = gpu_watchdog
+        self.gpu_state: str | None = None  # the watchdog's state, once it has started
+        self.gpu_usage: TaskGpuMemory | None = None  # its last reading
+        self.gpu_reports: list[str] = []  # lines for the scheduler's log, not fetched yet
         self.lock = threading.Lock()
         self.started = threading.Event()
         self.done = threading.Event()
@@ -90,6 +121,14 @@ class TaskRunner:
         """The result if the task has ended, else None (used when adopting it)."""
         return self.result if self.done.is_set() else None
 
+    def gpu_memory(self) -> dict[str, Any]:
+        """What the GPU-memory watchdog knows: {"state": why it is on or off (None: not
+        started), "usage": its last `TaskGpuMemory` (None: no reading), "reports": the lines
+        for the scheduler's log since the last call}."""
+        with self.lock:
+            reports, self.gpu_reports = self.gpu_reports, []
+            return {"state": self.gpu_state, "usage": self.gpu_usage, "reports": reports}
+
     def stop(self, grace_period_s: float) -> None:
         """SIGTERM to the task's process group now, SIGKILL after the grace period (a later
         stop may shorten the grace, never extend it). Idempotent."""
@@ -118,6 +157,10 @@ class TaskRunner:
         if self.proc is None:
             self._finish(self.start_error)
             return
+        if self.make_watchdog is not None and self.spec.get("gpus"):
+            threading.Thread(
+                target=self._watch_gpu_memory, args=(self.proc,), name="aisched-gpu", daemon=True
+            ).start()
         code = self.proc.wait()
         self._signal(self.proc, signal.SIGKILL)  # whatever the task left in its group
         with self.lock:
@@ -174,6 +217,47 @@ class TaskRunner:
         self._log(msg)
         self.start_error = {"kind": "exited", "exit_code": code, "message": msg}
 
+    def _watch_gpu_memory(self, proc: subprocess.Popen[bytes]) -> None:
+        """Until the task ends: read its GPU memory every gpu_check_s, and report or stop it
+        when above what it declared (`over_limit`, as the local executor does)."""
+        assert self.make_watchdog is not None
+        spec = self.spec
+        try:
+            wd = self.make_watchdog()
+        except Exception as exc:  # a node whose NVML misbehaves: the task runs unwatched
+            with self.lock:
+                self.gpu_state = f"inactive: {type(exc).__name__}: {exc}"
+            return
+        with self.lock:
+            self.gpu_state = wd.state.reason
+        if not wd.active:
+            return
+        job, attempt, task = spec.get("key") or ("?", 0, "?")
+        key: TaskKey = (str(job), int(attempt), str(task))
+        gpus = tuple(int(g) for g in spec["gpus"])
+        limit = int(spec.get("gpu_mem_mib") or 0)
+        every_s = float(spec.get("gpu_check_s") or GPU_CHECK_INTERVAL_S)
+        reported: set[TaskKey] = set()
+        while not self.done.is_set():
+            try:
+                pids = task_pids(proc.pid, sup.all_procs())
+                usage = wd.measure([WatchedTask(key, gpus, limit, pids)])
+            except Exception as exc:  # one bad reading must not end the watch
+                self._log(f"GPU-memory watchdog: cannot read: {exc}")
+                usage = []
+            actions = over_limit(usage, wd.action, reported)
+            with self.lock:
+                if self.result is not None:
+                    return  # ended while being read
+                self.gpu_usage = usage[0] if usage else None
+                self.gpu_reports.extend(a.service_log for a in actions)
+            for a in actions:
+                if a.task_log is not None:
+                    self._log(a.task_log)
+                if a.stop and not self.stop_requested:  # once: a stop is under way
+                    self.stop(float(spec.get("grace_period_s") or 0.0))
+            self.done.wait(every_s)
+
     def _kill_after_grace(self, proc: subprocess.Popen[bytes]) -> None:
         while not self.done.is_set():
             with self.lock:
@@ -198,8 +282,11 @@ class TaskRunner:
 
     def _finish(self, result: Result | None) -> None:
         assert result is not None
-        result = {**result, "finished_at": time.time()}
         with self.lock:
+            # The watchdog's lines not fetched yet go with the result, so none is lost when
+            # the task ends (is stopped) before the executor asks again.
+            result = {**result, "finished_at": time.time(), "gpu_reports": self.gpu_reports}
+            self.gpu_reports = []
             self.result = result
         if self.log_fd >= 0:
             with contextlib.suppress(OSError):

@@ -9,6 +9,7 @@ loop; `start()` recovers live state (adopting tasks still running) before the fi
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import logging
 import os
@@ -61,7 +62,7 @@ class Service:
             store = Store(config.database_url())
             notes: list[str] = []
             if executor is None and config.ray is not None:
-                executor, notes = _ray_executor(config.ray, home, config.ray_start_timeout_s())
+                executor, notes = _ray_executor(config, config.ray, home)
             elif executor is None:
                 executor, notes = _local_executor(config, home)
             policy = config.build_policy()
@@ -167,7 +168,9 @@ def _local_executor(config: ServiceConfig, home: Path) -> tuple[Executor, list[s
     return executor, list(notes)
 
 
-def _ray_executor(address: str, home: Path, start_timeout_s: float) -> tuple[Executor, list[str]]:
+def _ray_executor(config: ServiceConfig, address: str, home: Path) -> tuple[Executor, list[str]]:
+    from aisched.executors.gpu_watchdog import GpuMemoryWatchdog, OverAction
+
     # Imported only here: without --ray nothing imports Ray (it is an optional extra).
     try:
         from aisched.executors import ray_executor
@@ -181,7 +184,12 @@ def _ray_executor(address: str, home: Path, start_timeout_s: float) -> tuple[Exe
     except ray_executor.RayConnectError as e:
         raise ServiceError(str(e)) from None
     executor = ray_executor.RayExecutor(
-        ray_executor.namespace_for(str(home.resolve())), start_timeout_s=start_timeout_s
+        ray_executor.namespace_for(str(home.resolve())),
+        start_timeout_s=config.ray_start_timeout_s(),
+        # Made on each task's node, where NVML sees the task's processes.
+        gpu_watchdog=functools.partial(
+            GpuMemoryWatchdog.with_nvml, OverAction(config.gpu_memory_over)
+        ),
     )
     if not executor.nodes():
         raise ServiceError(

@@ -17,11 +17,15 @@ from aisched.executors.gpu_watchdog import (
     GpuMemoryWatchdog,
     GpuProcesses,
     OverAction,
+    OverLimit,
     TaskGpuMemory,
     WatchdogState,
     WatchedTask,
     nvml_state,
+    over_limit,
+    task_pids,
 )
+from aisched.executors.supervisor import ProcStat
 
 ACTIVE = WatchdogState(True, "active: test readings")
 A, B = ("j1", 0, "a-0"), ("j2", 0, "b-0")
@@ -102,6 +106,33 @@ def test_with_nvml_it_reads_per_process_memory(nvml: Callable[[FakeNvml | None],
     got = wd.measure([WatchedTask(A, (0,), 1024, frozenset({4242}))])
     assert got == [TaskGpuMemory(A, 2048, 1024, ((0, 4242, 2048),))]
     assert got[0].over
+
+
+def test_over_limit_stops_at_every_check_or_warns_the_task_once() -> None:
+    over = TaskGpuMemory(A, 3000, 2048, ((0, 10, 3000),))
+    within = TaskGpuMemory(B, 500, 1024, ((0, 20, 500),))
+    undeclared = TaskGpuMemory(("j3", 0, "c-0"), 9000, 0, ((0, 30, 9000),))
+    usage = [over, within, undeclared]
+    said = "uses 3000 MiB of GPU memory (declared 2048 MiB): pid 10 3000 MiB on GPU 0"
+    stop = OverLimit(over, True, f"stopped: the task {said}", f"task j1/0/a-0 {said}: stopping it")
+    reported: set[tuple[str, int, str]] = set()
+    assert over_limit(usage, OverAction.STOP, reported) == [stop]
+    assert over_limit(usage, OverAction.STOP, reported) == [stop]
+    assert reported == set()
+
+    warn = OverLimit(over, False, f"warning: the task {said}", f"task j1/0/a-0 {said}")
+    assert over_limit(usage, OverAction.REPORT, reported) == [warn]
+    assert reported == {A}
+    # Still over: the scheduler's log hears of it again, the task's own log does not.
+    assert over_limit(usage, OverAction.REPORT, reported) == [
+        OverLimit(over, False, None, f"task j1/0/a-0 {said}")
+    ]
+
+
+def test_a_tasks_processes_are_its_process_group() -> None:
+    procs = [ProcStat(pid, "S", 1, pgid, pgid, 0, 0) for pid, pgid in [(7, 7), (8, 7), (9, 9)]]
+    assert task_pids(7, procs) == frozenset({7, 8})
+    assert task_pids(5, procs) == frozenset()
 
 
 # --- wired into the local executor ------------------------------------------------------------
