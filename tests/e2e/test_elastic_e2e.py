@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import _cancel_all
-from harness import Service, free_port, wait_for
+from harness import Service, cancel_all, free_port, wait_for
 
 PY = sys.executable
 
@@ -79,7 +78,7 @@ def service(tmp_path: Path) -> Iterator[Service]:
     try:
         yield svc
     finally:
-        _cancel_all(svc)
+        cancel_all(svc)
         svc.stop()
 
 
