@@ -10,6 +10,15 @@ Only preemptible jobs are victims, never one placed in this cycle nor one alread
 Victims are ordered by the policy's victim selectors (lowest priority, least work lost since
 checkpoint, newest).
 
+Elastic jobs shrink before anyone is evicted. Running elastic jobs with tasks above their
+`min_available` give up those surplus tasks first (a `Shrink` decision: the job keeps running
+on the rest), and whole jobs are evicted only when shrinking all that may be shrunk does not
+make room. The rule for who may be shrunk: for preempt, any preemptible elastic job in the
+action's scope of **equal or lower priority** (whatever `by` says: a shrunk job keeps running,
+so equal priority is allowed, where eviction needs a strictly lower rank); for reclaim, the
+elastic jobs of queues that borrow. Never below `min_available`, never a job placed this cycle
+or already terminating; surplus tasks are taken in victim order, each job's last ranks first.
+
 With estimates that may be wrong (learned runtimes), `by: order` takes three guards against
 evicting for too little gain (all off by default, as the oracle bounds need none):
 - `factor`: a victim's key must exceed the blocked job's by this factor, not just be larger.
