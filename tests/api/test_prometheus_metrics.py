@@ -94,6 +94,34 @@ def test_preemptions_are_counted(tmp_path: Path, fx: FakeExecutor) -> None:
         svc.close()
 
 
+def test_shrinks_are_counted(tmp_path: Path, fx: FakeExecutor) -> None:
+    cfg = load_config(None, {"data_dir": str(tmp_path), "cycle_interval": "0.2s"})
+    svc = Service.open(cfg, executor=fx)
+    svc.start()
+    try:
+        client = TestClient(create_app(svc))
+        el = client.post(
+            "/v1/jobs",
+            json={
+                "command": ["x"],
+                "replicas": 4,
+                "min_available": 1,
+                "elastic": True,
+                "resources": {"gpus": 1},
+            },
+        )
+        wait(client, el.json()["id"], "running")
+        other = client.post("/v1/jobs", json={"command": ["x"], "resources": {"gpus": 2}})
+        wait(client, other.json()["id"], "running")
+        got = samples(client)
+        assert got[("aisched_shrinks_total", ())] == 1
+        assert got[("aisched_preemptions_total", ())] == 0
+        shown = client.get(f"/v1/jobs/{el.json()['id']}").json()
+        assert (shown["state"], shown["running_tasks"], shown["preemptions"]) == ("running", 2, 0)
+    finally:
+        svc.close()
+
+
 def _grafana_metrics(doc: dict[str, Any]) -> set[str]:
     names: set[str] = set()
     for panel in doc["panels"]:

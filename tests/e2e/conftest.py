@@ -8,9 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
-from harness import Service, free_port, wait_for
+from harness import Service, cancel_all, free_port
 
 
 @pytest.fixture
@@ -25,24 +24,5 @@ def service(tmp_path: Path) -> Iterator[Service]:
     try:
         yield svc
     finally:
-        _cancel_all(svc)
+        cancel_all(svc)
         svc.stop()
-
-
-def _cancel_all(svc: Service) -> None:
-    if svc.proc is None or svc.proc.poll() is not None:
-        try:
-            svc.start()
-        except AssertionError:
-            return
-    try:
-        live = httpx.get(f"{svc.url}/v1/jobs", timeout=5).json()["jobs"]
-        for j in live:
-            httpx.post(f"{svc.url}/v1/jobs/{j['id']}/cancel", timeout=5)
-        wait_for(
-            "every job to end",
-            lambda: not httpx.get(f"{svc.url}/v1/jobs", timeout=5).json()["jobs"],
-            timeout_s=30,
-        )
-    except (httpx.HTTPError, AssertionError):
-        pass

@@ -131,3 +131,23 @@ class Service:
     def run(self, *args: str) -> str:
         """`aisched run ARGS`; returns the new job's id."""
         return str(self.cli_json("run", *args)["id"])
+
+
+def cancel_all(svc: Service) -> None:
+    """Cancel every live job of `svc` (started again if it is down) and wait for them to end."""
+    if svc.proc is None or svc.proc.poll() is not None:
+        try:
+            svc.start()
+        except AssertionError:
+            return
+    try:
+        live = httpx.get(f"{svc.url}/v1/jobs", timeout=5).json()["jobs"]
+        for j in live:
+            httpx.post(f"{svc.url}/v1/jobs/{j['id']}/cancel", timeout=5)
+        wait_for(
+            "every job to end",
+            lambda: not httpx.get(f"{svc.url}/v1/jobs", timeout=5).json()["jobs"],
+            timeout_s=30,
+        )
+    except (httpx.HTTPError, AssertionError):
+        pass

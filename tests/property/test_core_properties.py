@@ -26,18 +26,18 @@ import copy
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from aisched.core.actions.preempt import Preempt as PreemptAction
 from aisched.core.cycle import CycleResult, run_cycle
 from aisched.core.decisions import Bind, Reserve, TaskBinding
-from aisched.core.eviction import evict
+from aisched.core.eviction import evict, shrink
 from aisched.core.placement import place_job
 from aisched.core.plugins.order import Las
 from aisched.core.plugins.victims import LeastWorkLost, time_left_s
@@ -133,7 +133,8 @@ _QUEUES = st.tuples(st.lists(_QUEUE, min_size=1, max_size=3), st.booleans())
 
 # One draw per job: see `packed`.
 _JOB = packed(
-    shape=("whole", "whole", "share", "gang", "gang", "ps-workers"),
+    # elastic: a gang of `tasks` that runs with min_available (default 1) up to all of them.
+    shape=("whole", "whole", "share", "gang", "gang", "ps-workers", "elastic"),
     tasks=(2, 3, 4),  # gang size (ps-workers: one ps and tasks-1 workers)
     # Whole GPUs per task (0–8, mostly few); a share task takes (this+1)/10 of a GPU.
     gpu=(1, 0, 2, 1, 4, 2, 8, 1, 3, 5, 6, 7),
@@ -218,7 +219,7 @@ def make_job(
     elif shape == "share":
         milli = min(100 * (gpu + 1), 900)
         b.task(gpu_milli=milli, cpu=cpu, mem_gib=mem, gpu_mem_gib=8 if x["gpu_mem"] else 0)
-    elif shape == "gang":
+    elif shape in ("gang", "elastic"):
         b.task(x["tasks"], gpu=gpu, cpu=cpu, mem_gib=mem, name="worker")
     else:
         b.task(1, cpu=cpu, mem_gib=mem, name="ps")
@@ -236,7 +237,9 @@ def make_job(
         b.not_preemptible()
     if x["gpu_models"]:
         b.models(*x["gpu_models"])
-    if shape in ("gang", "ps-workers"):
+    if shape == "elastic":
+        b.elastic().min_available(min(x["min_available"] or 1, x["tasks"] - 1))
+    elif shape in ("gang", "ps-workers"):
         topo = x["topology"]
         if topo is not None and topo[0] == "pack":
             b.pack(topo[1], topo[2])
@@ -325,10 +328,16 @@ def cycle(
 
 
 def running_after(scn: Scenario, result: CycleResult) -> tuple[RunningJob, ...]:
-    """The running set once the cycle's decisions are applied: victims out, binds in."""
+    """The running set once the cycle's decisions are applied: victims out, shrunk jobs on
+    the tasks they keep, binds in."""
     victims = {p.job_id for p in result.preempts}
+    shrunk = {d.job_id: d.keep for d in result.shrinks}
     jobs_by_id = {p.id: p.job for p in scn.pending}
-    kept = [r for r in scn.running if r.id not in victims]
+    kept = [
+        replace(r, tasks=shrunk[r.id]) if r.id in shrunk else r
+        for r in scn.running
+        if r.id not in victims
+    ]
     new = [RunningJob(jobs_by_id[b.job_id], b.tasks, started_s=scn.now) for b in result.binds]
     return (*kept, *new)
 
@@ -488,8 +497,32 @@ def check_victims_rank_below_the_job_they_make_room_for(
             assert v.job.priority < pj.job.priority, (p, v.job.priority, pj.job.priority)
         else:
             pytest.fail(f"{policy}: victim {p.job_id} in the same queue as {p.for_job}")
+    # Shrunk jobs: running elastic jobs, preemptible, neither bound nor evicted now, that keep
+    # min_available or more of their own tasks, for a bound job of equal or higher priority in
+    # their queue (preempt) or in another queue (reclaim, or preempt with scope cluster).
+    shrunk = [d.job_id for d in result.shrinks]
+    assert len(shrunk) == len(set(shrunk)), "a job was shrunk twice"
+    assert not set(shrunk) & set(victims), "a job was shrunk and evicted"
+    if "preempt" not in actions and "reclaim" not in actions:
+        assert shrunk == []
+    for d in result.shrinks:
+        v = was_running.get(d.job_id)
+        assert v is not None and v.job.elastic and v.job.preemptible, d
+        assert d.job_id not in binds, d
+        assert v.job.gang_min <= len(d.keep) < len(v.tasks), d
+        assert set(d.keep) < set(v.tasks), d
+        assert d.for_job in binds and d.job_id in binds[d.for_job].after, d
+        pj = pending[d.for_job]
+        pre = next((a for a in policy_of(policy).actions if isinstance(a, PreemptAction)), None)
+        if v.job.queue != pj.job.queue:
+            assert "reclaim" in actions or (pre is not None and pre.scope == "cluster"), d
+        else:
+            assert v.job.priority <= pj.job.priority, (d, v.job.priority, pj.job.priority)
     for b in result.binds:
-        assert sorted(b.after) == sorted(p.job_id for p in result.preempts if p.for_job == b.job_id)
+        assert sorted(b.after) == sorted(
+            [p.job_id for p in result.preempts if p.for_job == b.job_id]
+            + [d.job_id for d in result.shrinks if d.for_job == b.job_id]
+        )
 
 
 def check_reservations_are_honoured(scn: Scenario, result: CycleResult) -> None:
@@ -513,7 +546,7 @@ def check_reservations_are_honoured(scn: Scenario, result: CycleResult) -> None:
 def check_waiting_jobs_do_not_fit(scn: Scenario, result: CycleResult, policy: str) -> None:
     """Without evictions capacity only shrinks during a cycle, so a job left waiting for
     resources does not fit what is left either (cached failures must be sound)."""
-    if result.preempts:
+    if result.preempts or result.shrinks:
         return
     left = snapshot_of(scn.cluster, running_after(scn, result), scn.queues)
     for pj in scn.pending:
@@ -553,6 +586,24 @@ def test_one_cycle_keeps_every_invariant(policy: str, scn: Scenario) -> None:
     check_waiting_jobs_do_not_fit(scn, result, policy)
 
 
+def has_surplus(scn: Scenario) -> bool:
+    """Some running elastic job holds more than its min_available tasks (could be shrunk)."""
+    return any(r.job.elastic and len(r.tasks) > r.job.gang_min for r in scn.running)
+
+
+@pytest.mark.parametrize("policy", ["default", "priority", "las"])
+@settings(SETTINGS, suppress_health_check=list(HealthCheck))
+@given(scn=scenarios())
+def test_elastic_jobs_shrink_within_their_bounds(policy: str, scn: Scenario) -> None:
+    """The one-cycle properties again, on examples where an elastic job could be shrunk (few
+    of the general examples have one)."""
+    assume(has_surplus(scn))
+    result = cycle(scn, policy, validate=True)
+    check_never_over_allocates(scn, result)
+    check_gangs_get_all_their_tasks_or_none(scn, result)
+    check_victims_rank_below_the_job_they_make_room_for(scn, result, policy)
+
+
 @pytest.mark.parametrize("policy", POLICIES)
 @SETTINGS
 @given(scn=scenarios(), data=st.data())
@@ -565,7 +616,9 @@ def test_statement_discard_restores_the_session(
     running_before = dict(session.running)
     usage_before = {q.name: np.array(session.usage_of(q.name)) for q in scn.queues.queues}
     st_ = Statement(session)
-    ops = data.draw(st.lists(st.sampled_from(("take", "give", "place", "evict")), max_size=8))
+    ops = data.draw(
+        st.lists(st.sampled_from(("take", "give", "place", "evict", "shrink")), max_size=8)
+    )
     for op in ops:
         if op == "take":
             i = data.draw(st.integers(0, arrays.num_nodes - 1))
@@ -595,6 +648,10 @@ def test_statement_discard_restores_the_session(
         elif op == "evict" and session.running:
             r = data.draw(st.sampled_from(sorted(session.running)))
             evict(session, st_, session.running[r])
+        elif op == "shrink" and session.running:
+            r = data.draw(st.sampled_from(sorted(session.running)))
+            run = session.running[r]
+            shrink(session, st_, run, run.tasks[: data.draw(st.integers(1, len(run.tasks)))])
     st_.discard()
     assert session.free.equals(free_before)
     assert session.running == running_before
@@ -673,8 +730,20 @@ def test_strategies_reach_the_interesting_cases() -> None:
             if any(len(d.tasks) > 1 for d in res.binds):
                 seen.add("gang")
 
+    @settings(
+        max_examples=80,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(scn=scenarios())
+    def probe_elastic(scn: Scenario) -> None:
+        assume(has_surplus(scn))
+        seen.update(type(d).__name__ for d in cycle(scn, "default").decisions)
+
     probe()
-    for want in ("Bind", "Preempt", "Reserve", "gang", "never-fits", "wait-resources"):
+    probe_elastic()
+    for want in ("Bind", "Preempt", "Shrink", "Reserve", "gang", "never-fits", "wait-resources"):
         assert want in seen, f"no generated example reached {want}: {sorted(seen)}"
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from aisched.core.cycle import CycleResult
-from aisched.core.decisions import Bind, Preempt, Reserve, TaskBinding
+from aisched.core.decisions import Bind, Preempt, Reserve, Shrink, TaskBinding
 from aisched.core.snapshot import RunningJob
 from aisched.model.job import Job
 
@@ -36,7 +36,8 @@ def running(
 
 
 def summary(result: CycleResult) -> list[tuple[str, ...]]:
-    """Decisions as short tuples: ("bind", job, "node:gpus", ...), ("preempt", victim, for)."""
+    """Decisions as short tuples: ("bind", job, "node:gpus", ...), ("preempt", victim, for),
+    ("shrink", job, for, "node:gpus" of each task it keeps, ...)."""
     out: list[tuple[str, ...]] = []
     for d in result.decisions:
         if isinstance(d, Bind):
@@ -45,6 +46,15 @@ def summary(result: CycleResult) -> list[tuple[str, ...]]:
             )
         elif isinstance(d, Preempt):
             out.append(("preempt", d.job_id, d.for_job))
+        elif isinstance(d, Shrink):
+            out.append(
+                (
+                    "shrink",
+                    d.job_id,
+                    d.for_job,
+                    *(f"{t.node}:{','.join(map(str, t.gpus))}" for t in d.keep),
+                )
+            )
         elif isinstance(d, Reserve):
             out.append(("reserve", d.job_id, *d.nodes))
     return out

@@ -1,6 +1,7 @@
 """Elastic jobs in the control loop: started with what fits, grown into idle capacity (restarted
-from their checkpoint) once nothing waits. A real SQLite store, a fake executor and a fake clock
-(see test_loop.py)."""
+from their checkpoint) once nothing waits, shrunk (restarted smaller on the tasks they keep)
+rather than evicted when another job needs the room. A real SQLite store, a fake executor and a
+fake clock (see test_loop.py)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,69 @@ def w(tmp_path: Path) -> World:
 
 def elastic(workers: int, min_workers: int) -> Job:
     return replace(job("el").task(workers, gpu=1).min_available(min_workers).build(), elastic=True)
+
+
+def world_sizes(w: World, job_id: str) -> list[str]:
+    """WORLD_SIZE of every task launched for the job, in launch order."""
+    return [t.env["WORLD_SIZE"] for t in w.fx.launched if t.job_id == job_id]
+
+
+def test_an_elastic_job_shrinks_for_an_equal_priority_job_and_grows_back(w: World) -> None:
+    el = w.submit(elastic(4, 1))
+    assert len(w.fx.keys(el)) == 4  # at its max: all four GPUs
+    other = w.submit(job("other").task(gpu=2).build())  # same priority: no one may be evicted
+    # 1. The cycle shrinks the elastic job: every task is stopped (SIGTERM: it checkpoints).
+    assert sorted(w.fx.stops) == sorted((el, 1, f"g0-{i}") for i in range(4))
+    assert w.state(el)["stopping"] == "shrink"
+    assert w.state(other)["reason_code"] == "preempting"
+    # 2. Its tasks have exited: it restarts at once on the two it keeps, still running; the
+    #    other job starts on the two it gave up.
+    w.sched.step()
+    w.sched.step()
+    row = w.state(el)
+    assert (row["state"], row["attempt"], row["stopping"], row["preemptions"]) == (
+        "running",
+        2,
+        None,
+        0,
+    )
+    assert w.fx.keys(el) == [(el, 2, "g0-0"), (el, 2, "g0-1")]
+    assert world_sizes(w, el) == ["4"] * 4 + ["2"] * 2
+    assert [t.gpus for t in w.fx.launched[-3:-1]] == [(0,), (1,)]  # the GPUs it kept
+    assert w.state(other)["state"] == "running"
+    assert sorted(g for t in w.fx.launched if t.job_id == other for g in t.gpus) == [2, 3]
+    with w.store.read() as tx:
+        assert len(tx.tasks_of(el, 2)) == 2
+    assert {"shrinking", "shrunk"} <= set(w.events(el))
+    assert "preempted" not in w.events(el)
+    # 3. The other job ends; once the elastic job has run long enough it grows back to four.
+    w.fx.exit(w.fx.keys(other)[0], 0)
+    w.sched.step()
+    w.clock.t += 60
+    w.sched.step()
+    w.sched.step()
+    w.sched.step()
+    assert (w.state(el)["state"], w.state(el)["attempt"]) == ("running", 3)
+    assert len(w.fx.keys(el)) == 4 and world_sizes(w, el)[-4:] == ["4"] * 4
+    assert "growing" in w.events(el)
+
+
+def test_a_scheduler_restart_in_the_middle_of_a_shrink_requeues_the_job(w: World) -> None:
+    el = w.submit(elastic(4, 1))
+    w.fx.stubborn.update(w.fx.keys(el))  # its tasks take their time to stop
+    other = w.submit(job("other").task(gpu=2).build())
+    assert w.state(el)["stopping"] == "shrink"
+    w.restart()
+    for k in w.fx.keys(el):
+        w.fx.exit(k, 0)
+    for _ in range(6):
+        w.sched.step()
+        w.clock.t += 5
+    # The kept tasks were not stored: the job was requeued, placed again (first in order, so
+    # with all four tasks), shrunk again for the waiting job, and now runs beside it.
+    assert w.state(other)["state"] == "running"
+    assert w.state(el)["state"] == "running" and len(w.fx.keys(el)) == 2
+    assert "requeued" in w.events(el) and w.events(el)[-1] == "started"
 
 
 def test_an_elastic_job_grows_into_capacity_freed_later(w: World) -> None:

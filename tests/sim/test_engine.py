@@ -284,3 +284,37 @@ def test_config_rejects_nonsense() -> None:
         SimConfig(restart_cost_s=-1.0)
     with pytest.raises(ValueError):
         SimConfig(cycle_interval_s=-5.0)
+
+
+def test_an_elastic_job_shrinks_for_an_equal_priority_job_and_pays_the_restart() -> None:
+    # a: elastic, 4 tasks of 2 GPUs (at least 1), 10,000 s of work, checkpoints each 3,600 s;
+    # b (same priority, 4 GPUs) arrives at 5,000 s. No one may be evicted for b, but a may
+    # give up two tasks: it restarts at once on the two it keeps.
+    config = SimConfig(checkpoint_interval_s=3600.0, restart_cost_s=60.0, validate=True)
+    a = job("a").task(4, gpu=2).min_available(1).elastic().submitted(0.0)
+    b = job("b").task(gpu=4).submitted(5000.0)
+    r = run([TraceJob(a.build(), 10_000.0), TraceJob(b.build(), 100.0)], "priority", config)
+    assert r.log == (
+        (0.0, "bind", "a", ("n1",) * 4),
+        (5000.0, "shrink", "a", ("b", "shrunk for b", "n1", "n1")),
+        (5000.0, "bind", "b", ("n1",)),
+        (5100.0, "finish", "b", ()),
+        # The work up to the checkpoint at 3,600 s is kept: 6,400 s left, plus 60 s of restore.
+        (5000.0 + 60.0 + 6400.0, "finish", "a", ()),
+    )
+    ra = rec(r, "a")
+    assert (ra.preemptions, ra.shrinks, ra.restarts) == (0, 1, 1)
+    assert ra.gpu_s == pytest.approx(8 * 5000.0 + 4 * 6460.0)
+    assert r.stats["shrinks"] == 1.0
+    # The same job without `elastic` holds all eight GPUs: b waits for it to finish.
+    rigid = run(
+        [TraceJob(replace(a.build(), elastic=False), 10_000.0), TraceJob(b.build(), 100.0)],
+        "priority",
+        config,
+    )
+    assert [(t, k, j) for t, k, j, _ in rigid.log] == [
+        (0.0, "bind", "a"),
+        (10_000.0, "finish", "a"),
+        (10_000.0, "bind", "b"),
+        (10_100.0, "finish", "b"),
+    ]

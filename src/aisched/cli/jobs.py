@@ -339,6 +339,15 @@ def cmd_show(args: argparse.Namespace) -> int:
     ]  # fmt: skip
     if j.get("replica_of"):
         rows.append(("replica of", f"service {j['replica_of']}"))
+    if j.get("elastic"):
+        now_running = j.get("running_tasks")
+        rows.append(
+            (
+                "elastic",
+                f"{j['min_tasks']}..{j['max_tasks']} tasks"
+                + (f", running {now_running}" if now_running is not None else ""),
+            )
+        )
     sv = j.get("service")
     if sv:
         rows.append(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from aisched.core.actions.enqueue import admission_refusal
-from aisched.core.decisions import Bind, Decision, Preempt, Reserve
+from aisched.core.decisions import Bind, Decision, Preempt, Reserve, Shrink
 from aisched.core.policy import Policy
 from aisched.core.session import Session
 from aisched.core.snapshot import PendingJob, Snapshot, usage_by_user
@@ -35,6 +35,7 @@ class CycleStats:
     preempted: int
     reserved: int
     placement_attempts: int
+    shrunk: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +51,10 @@ class CycleResult:
     @property
     def preempts(self) -> tuple[Preempt, ...]:
         return tuple(d for d in self.decisions if isinstance(d, Preempt))
+
+    @property
+    def shrinks(self) -> tuple[Shrink, ...]:
+        return tuple(d for d in self.decisions if isinstance(d, Shrink))
 
     @property
     def reserves(self) -> tuple[Reserve, ...]:
@@ -84,6 +89,7 @@ def run_cycle(
         preempted=sum(isinstance(d, Preempt) for d in decisions),
         reserved=sum(isinstance(d, Reserve) for d in decisions),
         placement_attempts=session.placement_attempts,
+        shrunk=sum(isinstance(d, Shrink) for d in decisions),
     )
     return CycleResult(decisions, diagnostics, stats)
 
@@ -123,8 +129,12 @@ def _check(session: Session, action: str) -> None:
     if not np.array_equal(f.gpu_total, f.gpu_milli.sum(axis=1)):
         raise InvariantViolation(f"after {action}: free GPU totals drifted")
     bound: set[str] = set()
-    evicted = {d.job_id for d in session.decisions if isinstance(d, Preempt)}
+    evicted = {d.job_id for d in session.decisions if isinstance(d, Preempt | Shrink)}
     for d in session.decisions:
+        if isinstance(d, Shrink):
+            r = session.running.get(d.job_id)
+            if r is None or len(d.keep) < r.job.gang_min or not d.keep:
+                raise InvariantViolation(f"after {action}: {d.job_id} shrunk below its minimum")
         if isinstance(d, Bind):
             if d.job_id in bound:
                 raise InvariantViolation(f"after {action}: {d.job_id} bound twice")

@@ -1,7 +1,7 @@
 """Decisions a cycle hands to whoever acts on them (the service's executor or the simulator).
 
 Decisions are nouns; they say what should happen, not how. `Bind.after` lists jobs that must
-have stopped before the bound job may start (its victims).
+have stopped (victims) or given up tasks (shrunk elastic jobs) before the bound job may start.
 """
 
 from __future__ import annotations
@@ -42,6 +42,23 @@ class Preempt:
 
 
 @dataclass(frozen=True, slots=True)
+class Shrink:
+    """A running elastic job goes on with fewer tasks: `keep` (at least its `min_available`)
+    stay where they are, the rest are given up for `for_job`. The job keeps running; how it
+    gets there (the live service and the simulator restart it from its checkpoint on `keep`)
+    is for whoever acts on the decision."""
+
+    job_id: str
+    keep: tuple[TaskBinding, ...]
+    for_job: str
+    reason: str
+
+    @property
+    def tasks(self) -> int:
+        return len(self.keep)
+
+
+@dataclass(frozen=True, slots=True)
 class Reserve:
     """Capacity held for a blocked job: these nodes, from `start_s` (None: not yet known)."""
 
@@ -50,4 +67,4 @@ class Reserve:
     start_s: float | None
 
 
-Decision = Bind | Preempt | Reserve
+Decision = Bind | Preempt | Shrink | Reserve

@@ -1,14 +1,22 @@
-"""What-if eviction: would stopping these running jobs make room for a pending one?
+"""What-if eviction: would stopping these running jobs (or shrinking these elastic ones) make
+room for a pending one?
 
-Simulate on the session, then undo (Kueue's preemption: simulate, then issue). Victims are
-tried as a prefix of their preference order; the shortest prefix that makes room is found by
-galloping then bisection (room only grows as more is evicted), and then only victims with a
-task on a node the placement uses are kept, so no job is stopped that did not need to be.
+Simulate on the session, then undo (Kueue's preemption: simulate, then issue). What may be
+taken is a list of cuts in preference order: a cut is either a whole running job (evict it) or
+one surplus task of a running elastic job (shrink it by that task). Cuts are tried as a prefix
+of that order; the shortest prefix that makes room is found by galloping then bisection (room
+only grows as more is taken), and then only cuts with a task on a node the placement uses are
+kept, so no job is stopped or shrunk that did not need to be. A job whose whole cut is kept is
+evicted even if some of its task cuts are kept too; the rest of the jobs are shrunk.
+
+Invariants: a what-if leaves the session exactly as it found it; a shrunk job keeps at least
+its `min_available` tasks (the caller offers only surplus tasks as cuts).
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from aisched.core.decisions import TaskBinding
@@ -19,6 +27,24 @@ from aisched.model.job import Job
 
 if TYPE_CHECKING:
     from aisched.core.session import Session
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """Capacity a what-if may take: all of `job` (`task` None), or that one task of it."""
+
+    job: RunningJob
+    task: TaskBinding | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Room:
+    """What a successful search takes: jobs to evict, and jobs to shrink with the tasks they
+    keep (in the order they were first cut), and the placement that fits once they are gone."""
+
+    evicted: tuple[RunningJob, ...]
+    shrunk: tuple[tuple[RunningJob, tuple[TaskBinding, ...]], ...]
+    tasks: tuple[TaskBinding, ...]
 
 
 def evict(session: Session, st: Statement, victim: RunningJob) -> None:
@@ -37,20 +63,123 @@ def evict(session: Session, st: Statement, victim: RunningJob) -> None:
     st.on_discard(undo)
 
 
+def shrink(session: Session, st: Statement, job: RunningJob, keep: tuple[TaskBinding, ...]) -> None:
+    """Let `job` go on with only `keep` of its tasks, through `st` (undone by discard). The
+    smaller job is marked terminating: it is being restarted, so nothing takes more of it."""
+    arrays = session.arrays
+    kept = set(keep)
+    for t in job.tasks:
+        if t not in kept:
+            st.give(arrays.index[t.node], t)
+    smaller = replace(job, tasks=keep, terminating=True)
+    session.add_usage(job.job, job.usage, -1.0)
+    session.add_usage(job.job, smaller.usage, 1.0)
+    session.running[job.id] = smaller
+
+    def undo() -> None:
+        session.running[job.id] = job
+        session.add_usage(job.job, smaller.usage, -1.0)
+        session.add_usage(job.job, job.usage, 1.0)
+
+    st.on_discard(undo)
+
+
+def _plan(
+    cuts: Sequence[Cut],
+) -> tuple[list[RunningJob], list[tuple[RunningJob, tuple[TaskBinding, ...]]]]:
+    """Group cuts per job: the jobs to evict and the (job, kept tasks) to shrink."""
+    whole: dict[str, RunningJob] = {}
+    taken: dict[str, tuple[RunningJob, set[TaskBinding]]] = {}
+    for c in cuts:
+        if c.task is None:
+            whole[c.job.id] = c.job
+        else:
+            taken.setdefault(c.job.id, (c.job, set()))[1].add(c.task)
+    shrunk = [
+        (job, tuple(t for t in job.tasks if t not in gone))
+        for job_id, (job, gone) in taken.items()
+        if job_id not in whole
+    ]
+    return list(whole.values()), shrunk
+
+
+def _take(session: Session, st: Statement, cuts: Sequence[Cut]) -> None:
+    evicted, shrunk = _plan(cuts)
+    for v in evicted:
+        evict(session, st, v)
+    for job, keep in shrunk:
+        shrink(session, st, job, keep)
+
+
 def _fits_after(
     session: Session,
     job: Job,
-    victims: Sequence[RunningJob],
+    cuts: Sequence[Cut],
     allowed: BoolArray | None,
     mask_key: Hashable,
 ) -> bool:
     st = Statement(session)
-    for v in victims:
-        evict(session, st, v)
-    placed = place_job(session, st, job, allowed, ("evict", len(victims), mask_key))
+    _take(session, st, cuts)
+    placed = place_job(session, st, job, allowed, ("evict", len(cuts), mask_key))
     ok = not isinstance(placed, str)
     st.discard()
     return ok
+
+
+def _cut_nodes(c: Cut) -> tuple[str, ...]:
+    return tuple(t.node for t in c.job.tasks) if c.task is None else (c.task.node,)
+
+
+def find_room(
+    session: Session,
+    job: Job,
+    cuts: Sequence[Cut],
+    allowed: BoolArray | None = None,
+    mask_key: Hashable = None,
+) -> Room | None:
+    """What to evict and shrink, and the placement it makes room for, applied to the session
+    through a committed statement; None (and nothing changed) when no prefix of `cuts` makes
+    room. `allowed` limits the nodes the placement may use (`mask_key` names that limit)."""
+    if not cuts:
+        return None
+    # Gallop (1, 2, 4, ...) then bisect: few cuts are usually enough, and taking all of them
+    # to test the largest prefix first would cost O(running) every time.
+    n = len(cuts)
+    lo, hi = 1, 1
+    while not _fits_after(session, job, cuts[:hi], allowed, mask_key):
+        if hi == n:
+            return None
+        lo, hi = hi + 1, min(hi * 2, n)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _fits_after(session, job, cuts[:mid], allowed, mask_key):
+            hi = mid
+        else:
+            lo = mid + 1
+    prefix = list(cuts[:lo])
+    st = Statement(session)
+    _take(session, st, prefix)
+    res = place_job(session, st, job, allowed, ("evict-final", lo, mask_key))
+    st.discard()
+    if isinstance(res, str):  # cannot happen after fits(lo); keep the session clean anyway
+        return None
+    used = {t.node for t in res}
+    needed = [c for c in prefix if any(node in used for node in _cut_nodes(c))]
+    st = Statement(session)
+    _take(session, st, needed)
+    final = place_job(session, st, job, allowed, ("evict-needed", len(needed), mask_key))
+    if isinstance(final, str):
+        st.discard()
+        needed = prefix
+        st = Statement(session)
+        _take(session, st, needed)
+        final = place_job(session, st, job, allowed, ("evict-final", lo, mask_key))
+        if isinstance(final, str):
+            st.discard()
+            return None
+    st.commit()
+    evicted, shrunk = _plan(needed)
+    return Room(tuple(evicted), tuple(shrunk), final)
 
 
 def find_victims(
@@ -60,48 +189,8 @@ def find_victims(
     allowed: BoolArray | None = None,
     mask_key: Hashable = None,
 ) -> tuple[list[RunningJob], tuple[TaskBinding, ...]] | None:
-    """The victims to stop and the placement they make room for, applied to the session
-    through a committed statement; None (and nothing changed) when no prefix makes room.
-    `allowed` limits the nodes the placement may use (`mask_key` names that limit)."""
-    if not candidates:
+    """`find_room` with whole jobs only: the victims to stop and the placement."""
+    room = find_room(session, job, [Cut(r) for r in candidates], allowed, mask_key)
+    if room is None:
         return None
-    # Gallop (1, 2, 4, ...) then bisect: few victims are usually enough, and evicting all of
-    # them to test the largest prefix first would cost O(running) every time.
-    n = len(candidates)
-    lo, hi = 1, 1
-    while not _fits_after(session, job, candidates[:hi], allowed, mask_key):
-        if hi == n:
-            return None
-        lo, hi = hi + 1, min(hi * 2, n)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if _fits_after(session, job, candidates[:mid], allowed, mask_key):
-            hi = mid
-        else:
-            lo = mid + 1
-    prefix = list(candidates[:lo])
-    st = Statement(session)
-    for v in prefix:
-        evict(session, st, v)
-    res = place_job(session, st, job, allowed, ("evict-final", lo, mask_key))
-    st.discard()
-    if isinstance(res, str):  # cannot happen after fits(lo); keep the session clean anyway
-        return None
-    used = {t.node for t in res}
-    needed = [v for v in prefix if any(t.node in used for t in v.tasks)]
-    st = Statement(session)
-    for v in needed:
-        evict(session, st, v)
-    final = place_job(session, st, job, allowed, ("evict-needed", len(needed), mask_key))
-    if isinstance(final, str):
-        st.discard()
-        needed = prefix
-        st = Statement(session)
-        for v in needed:
-            evict(session, st, v)
-        final = place_job(session, st, job, allowed, ("evict-final", lo, mask_key))
-        if isinstance(final, str):
-            st.discard()
-            return None
-    st.commit()
-    return needed, final
+    return list(room.evicted), room.tasks

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aisched.core.decisions import Bind, Decision, Preempt, Reserve, TaskBinding
+from aisched.core.decisions import Bind, Decision, Preempt, Reserve, Shrink, TaskBinding
 from aisched.core.policy import Policy
 from aisched.core.snapshot import (
     ZERO,
@@ -161,12 +161,30 @@ class Session:
         )
         self.bound_now.add(job.id)
         self.add_usage(job, self.running[job.id].usage)
-        reason = "placed" if not after else f"placed after preempting {', '.join(after)}"
+        reason = "placed"
+        if after:
+            shrunk = {
+                d.job_id for d in self.decisions if isinstance(d, Shrink) and d.for_job == job.id
+            }
+            evicted = [j for j in after if j not in shrunk]
+            shrinking = [j for j in after if j in shrunk]
+            parts = []
+            if evicted:
+                parts.append(f"preempting {', '.join(evicted)}")
+            if shrinking:
+                parts.append(f"shrinking {', '.join(shrinking)}")
+            reason = f"placed after {' and '.join(parts)}"
         code = StatusCode.PLACED if not after else StatusCode.PREEMPTING
         self.set_status(job.id, code, reason)
 
     def preempt(self, victim: RunningJob, for_job: str, reason: str) -> None:
         self.decisions.append(Preempt(victim.id, for_job, reason))
+
+    def shrink(
+        self, job: RunningJob, keep: tuple[TaskBinding, ...], for_job: str, reason: str
+    ) -> None:
+        """Record that `job` goes on with `keep` (the statement has already given the rest)."""
+        self.decisions.append(Shrink(job.id, keep, for_job, reason))
 
     def reserve(self, res: Reservation) -> None:
         self.reservations.append(res)

@@ -76,6 +76,7 @@ class Service:
                     data_dir=home,
                     cycle_interval_s=config.cycle_interval_s(),
                     max_backoff_s=config.max_backoff_s(),
+                    elastic_grow_after_s=config.elastic_grow_after_s(),
                     base_env=base_env(),
                 ),
                 on_cycle=metrics.observe_cycle,

@@ -108,6 +108,8 @@ class ServiceConfig(_Model):
     policy: str | dict[str, Any] = "default"
     cycle_interval: Any = "5s"
     max_backoff: Any = "5m"
+    # An elastic job with tasks missing is grown into idle capacity after running this long.
+    elastic_grow_after: Any = "60s"
     memory_limit: MemoryLimit = "auto"
     # A task above the GPU memory it declared (gpu_mem): report it in the log, or stop it.
     # Needs NVML (nvidia-ml-py and a driver); without it the watchdog is off and says why.
@@ -129,7 +131,7 @@ class ServiceConfig(_Model):
     node: NodeModel = NodeModel()
     queues: list[QueueModel] = Field(default_factory=lambda: [QueueModel(name=DEFAULT_QUEUE)])
 
-    @field_validator("cycle_interval", "max_backoff", "ray_start_timeout")
+    @field_validator("cycle_interval", "max_backoff", "ray_start_timeout", "elastic_grow_after")
     @classmethod
     def _dur(cls, v: Any) -> Any:
         _duration(v, "duration")
@@ -190,6 +192,9 @@ class ServiceConfig(_Model):
 
     def max_backoff_s(self) -> float:
         return _duration(self.max_backoff, "max_backoff")
+
+    def elastic_grow_after_s(self) -> float:
+        return _duration(self.elastic_grow_after, "elastic_grow_after")
 
     def ray_start_timeout_s(self) -> float:
         return _duration(self.ray_start_timeout, "ray_start_timeout")

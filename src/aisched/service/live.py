@@ -30,6 +30,9 @@ class Stop(StrEnum):
     FAILED = "failed"  # a task failed: the rest of the gang is stopped, then retry or fail
     TIMEOUT = "timeout"  # over its time limit: failed, no retry
     REQUEUE = "requeue"  # the attempt never fully started (scheduler restart): requeued, free
+    # An elastic job giving up tasks for another job: restarted at once (from its checkpoint)
+    # on the tasks it keeps, without going back to the queue; no failure counted.
+    SHRINK = "shrink"
 
 
 class TaskPhase(StrEnum):
@@ -67,6 +70,9 @@ class LiveJob:
     waiting_for: frozenset[str] = frozenset()
     waiting_since: float | None = None
     tasks: list[LiveTask] = field(default_factory=list)
+    # While stopping to shrink: the bindings it restarts on. Not stored: a scheduler restart
+    # in between requeues the job instead (it is placed again with as many tasks as fit).
+    shrink_to: tuple[TaskBinding, ...] | None = None
     attained_gpu_s: float = 0.0
     exit_code: int | None = None
     # (code, reason, eta) last written for this job, so unchanged statuses cost no write.

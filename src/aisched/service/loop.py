@@ -14,6 +14,11 @@ A step of the loop:
 4. Write every decision's intent (the job RUNNING, its task rows `launching`; the victims'
    `stopping`), commit, then act: stop victims, launch tasks, record their handles.
 
+An elastic job shrunk for another (a `Shrink` decision) is stopped like a victim (SIGTERM, so
+it checkpoints) and, once every task has exited, restarted at once on the tasks it keeps, as a
+new attempt with the smaller world size; the job it shrank for waits for that, like for a
+victim, and then takes the freed capacity in the next cycle.
+
 Invariants: a job is in at most one of pending and running; resources are taken from `free`
 when an attempt is bound and given back only when every task of it has exited; a task row is
 written before its process may exist; a preemption's beneficiary waits (out of the cycle) until
@@ -35,7 +40,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from aisched.core.cycle import CycleResult, never_runs, run_cycle
-from aisched.core.decisions import Bind, Preempt, TaskBinding
+from aisched.core.decisions import Bind, Preempt, Shrink, TaskBinding
 from aisched.core.dependencies import DependencyVerdict
 from aisched.core.elastic import extra_tasks_fit
 from aisched.core.policy import Policy
@@ -199,6 +204,9 @@ class Scheduler:
         self.stats = LoopStats()
         self.last_observed_s = -math.inf
         self.lock = threading.Lock()  # guards what readers of `view()` see
+        # Shrunk elastic jobs restarted on their kept tasks, launched once the batch that wrote
+        # their task rows has committed.
+        self.restarts: list[tuple[LiveJob, list[TaskLaunch]]] = []
         self._empty_snapshot = Snapshot(self.arrays, FreeState.empty(self.arrays), (), queues)
         executor.set_wakeup(self.wake.set)
 
@@ -339,6 +347,7 @@ class Scheduler:
             if lj.job.depends_on and lj.state == JobState.PENDING:
                 self._check_dependencies(lj, batch, now)
         batch.flush(self.store)
+        self._launch_restarts(now)
         self.dirty = True
         return notes
 
@@ -411,6 +420,7 @@ class Scheduler:
             self._on_exit(ev, batch, now)
         self._timers(batch, now)
         batch.flush(self.store)
+        self._launch_restarts(now)
         pending = [
             lj.pending_view
             for lj in self.jobs.values()
@@ -426,7 +436,9 @@ class Scheduler:
             self._cycle(now, pending)
         elif not pending:
             self.dirty = False
-            self._grow_elastic(now)
+            # Capacity freed by preemption or shrinking is owed to the job waiting for it.
+            if not any(lj.waiting_for for lj in self.jobs.values()):
+                self._grow_elastic(now)
         return self._sleep_for(now)
 
     def _grow_elastic(self, now: float) -> None:
@@ -711,10 +723,14 @@ class Scheduler:
                 batch.job(lj.id, not_before=None)
                 self.dirty = True
             if lj.waiting_for:
+                # A victim is done once it is no longer running; a shrunk job once it has
+                # stopped and restarted smaller (running again, no longer stopping).
                 still = frozenset(
                     v
                     for v in lj.waiting_for
-                    if v in self.jobs and self.jobs[v].state == JobState.RUNNING
+                    if v in self.jobs
+                    and self.jobs[v].state == JobState.RUNNING
+                    and self.jobs[v].stopping is not None
                 )
                 limit = (
                     max((self.jobs[v].job.grace_period_s for v in still), default=0.0)
@@ -789,7 +805,21 @@ class Scheduler:
             batch.job(lj.id, preemptions=lj.preemptions)
             batch.event(now, lj.id, "preempted", f"{message}; requeued")
             self._requeue(lj, batch, now)
-        elif reason == Stop.REQUEUE:
+        elif reason == Stop.SHRINK and lj.shrink_to:
+            keep, lj.shrink_to = lj.shrink_to, None
+            batch.event(
+                now,
+                lj.id,
+                "shrunk",
+                f"{message}; restarting with {len(keep)} tasks from its checkpoint",
+            )
+            lj.state = JobState.PENDING
+            planned = self._apply_bind(Bind(lj.id, keep), batch, now)
+            if planned is not None:
+                self.restarts.append(planned)
+        elif reason in (Stop.REQUEUE, Stop.SHRINK):
+            if reason == Stop.SHRINK:  # the kept tasks died with the scheduler: placed afresh
+                message = "a shrink cut short by a scheduler restart"
             batch.event(now, lj.id, "requeued", f"{message}; requeued")
             self._requeue(lj, batch, now)
         elif reason == Stop.TIMEOUT:
@@ -1002,6 +1032,8 @@ class Scheduler:
         for d in result.decisions:
             if isinstance(d, Preempt):
                 self._apply_preempt(d, batch, now)
+            elif isinstance(d, Shrink):
+                self._apply_shrink(d, batch, now)
             elif isinstance(d, Bind):
                 planned = self._apply_bind(d, batch, now)
                 if planned is not None:
@@ -1033,6 +1065,22 @@ class Scheduler:
         batch.job(lj.id, stopping=Stop.PREEMPT.value)
         batch.event(now, lj.id, "preempting", f"{d.reason}: stopping its tasks")
         self._stop_tasks(lj, batch)
+
+    def _apply_shrink(self, d: Shrink, batch: Batch, now: float) -> None:
+        lj = self.jobs.get(d.job_id)
+        if lj is None or lj.state != JobState.RUNNING or lj.stopping is not None:
+            return
+        lj.stopping = Stop.SHRINK
+        lj.shrink_to = d.keep
+        lj.stop_message = f"{d.reason}: from {len(lj.tasks)} to {len(d.keep)} tasks"
+        batch.job(lj.id, stopping=Stop.SHRINK.value)
+        batch.event(now, lj.id, "shrinking", f"{lj.stop_message}: stopping its tasks")
+        self._stop_tasks(lj, batch)
+
+    def _launch_restarts(self, now: float) -> None:
+        if self.restarts:
+            restarts, self.restarts = self.restarts, []
+            self._launch_all(restarts, now)
 
     def _apply_bind(
         self, d: Bind, batch: Batch, now: float

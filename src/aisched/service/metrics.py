@@ -147,6 +147,11 @@ class Metrics:
             "Running jobs the scheduler decided to preempt.",
             registry=self.registry,
         )
+        self.shrinks = Counter(
+            "aisched_shrinks",
+            "Running elastic jobs the scheduler decided to shrink (instead of evicting anyone).",
+            registry=self.registry,
+        )
         self.queueing_delay = Histogram(
             "aisched_job_queueing_delay_seconds",
             "From submission to a job's first start.",
@@ -163,6 +168,7 @@ class Metrics:
         """Called by the loop thread after each cycle, before its decisions are applied."""
         self.cycle_seconds.observe(seconds)
         self.preemptions.inc(len(result.preempts))
+        self.shrinks.inc(len(result.shrinks))
         if self.scheduler is None:
             return
         now = self.clock()

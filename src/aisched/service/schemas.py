@@ -78,6 +78,12 @@ class JobOut(BaseModel):
     # [{job: id, condition: success|any}]: what must end before this job may start.
     depends_on: list[dict[str, str]] = []
     replica_of: str | None = None  # the service a replica serves
+    # Elastic jobs run with min_tasks..max_tasks tasks; how many the current attempt runs
+    # (its task rows) while running, in the detail view (None elsewhere, and when not running).
+    elastic: bool = False
+    min_tasks: int = 1
+    max_tasks: int = 1
+    running_tasks: int | None = None
 
 
 class EventOut(BaseModel):
@@ -203,6 +209,7 @@ def job_out(row: Row, tasks: list[Row] | None = None) -> JobOut:
         for g in spec["groups"]
     ]
     gpus = sum((g.gpu * 1000 + g.gpu_milli) * g.replicas for g in groups) / 1000
+    max_tasks = sum(g.replicas for g in groups)
     return JobOut(
         id=row["id"],
         name=row["name"],
@@ -238,6 +245,10 @@ def job_out(row: Row, tasks: list[Row] | None = None) -> JobOut:
         tasks=[task_out(t) for t in tasks or []],
         depends_on=[{"job": j, "condition": c} for j, c in spec.get("depends_on", ())],
         replica_of=spec.get("replica_of"),
+        elastic=bool(spec.get("elastic", False)),
+        min_tasks=spec["min_available"] or max_tasks,
+        max_tasks=max_tasks,
+        running_tasks=len(tasks) if tasks and row["state"] == "running" else None,
     )
 
 

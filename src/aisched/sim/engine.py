@@ -35,9 +35,17 @@ alone (LAS) is therefore re-evaluated at the next event, not in between. Applyin
 decisions does not call for another cycle. A job whose first cycle says it can never fit the
 cluster (`NEVER_FITS`) is rejected and leaves the pending set; it is logged and counted.
 
+Elastic jobs: a `Shrink` is applied like a preemption that restarts at once: the attempt keeps
+the work up to its last checkpoint, gives up the tasks it does not keep, and a new attempt starts
+on the kept tasks at the same instant, paying `restart_cost_s` of restore first. A job's runtime
+does not depend on how many of its tasks run (the trace gives one duration), so shrinking costs
+the restore and the lost work, not speed. The engine does not grow elastic jobs (only the live
+service does).
+
 The engine never changes the snapshot it hands to `run_cycle` while the cycle runs, and never
 applies a decision it cannot honour: a `Bind` of a job that is not pending, or whose victims are
-still running, or a `Preempt` of a job that is not running, raises `SimulationError`.
+still running, or a `Preempt` of a job that is not running, or a `Shrink` of one that is not
+running or to tasks it does not hold, raises `SimulationError`.
 """
 
 from __future__ import annotations
@@ -50,7 +58,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, cast
 
 from aisched.core.cycle import InvariantViolation, run_cycle
-from aisched.core.decisions import Bind, Preempt, Reserve, TaskBinding
+from aisched.core.decisions import Bind, Preempt, Reserve, Shrink, TaskBinding
 from aisched.core.policy import Policy
 from aisched.core.snapshot import (
     ZERO,
@@ -109,7 +117,8 @@ class _Plain:
 
 
 # (time_s, kind, job_id, detail). Kinds: "bind" (detail: the node of each task, in task order),
-# "preempt" (detail: (for_job, reason)), "reserve" (detail: the nodes), "finish" (detail: ()),
+# "preempt" (detail: (for_job, reason)), "shrink" (detail: (for_job, reason, then the node of
+# each task it keeps)), "reserve" (detail: the nodes), "finish" (detail: ()),
 # "reject" (detail: (reason,)), for a job that can never fit the cluster.
 LogEntry = tuple[float, str, str, tuple[str, ...]]
 
@@ -164,7 +173,8 @@ class JobRecord:
 
     `gpus` is the job's GPU demand in whole-GPU equivalents (shares as fractions). `gpu_s` is the
     GPU-seconds it received over all attempts, up to the end of the run for unfinished work.
-    `preemptions` counts the times it was stopped, `restarts` the times it started again after.
+    `preemptions` counts the times it was stopped, `shrinks` the times it was restarted with
+    fewer tasks (an elastic job), `restarts` the times it started again after either.
     `estimate_s` / `estimate_upper_s` are the runtime estimate it had when it arrived;
     `eta_s` is the start time its first cycle estimated, when it had to wait (None otherwise).
     """
@@ -185,6 +195,7 @@ class JobRecord:
     estimate_s: float | None = None
     estimate_upper_s: float | None = None
     eta_s: float | None = None
+    shrinks: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +245,7 @@ class _Job:
         "saved_s",
         "attained_gpu_s",
         "preemptions",
+        "shrinks",
         "restarts",
         "attempt",
         "first_start_s",
@@ -260,6 +272,7 @@ class _Job:
         self.saved_s = 0.0  # work kept by checkpoints, in seconds of the job's runtime
         self.attained_gpu_s = 0.0  # GPU-seconds of finished attempts
         self.preemptions = 0
+        self.shrinks = 0
         self.restarts = 0
         self.attempt = 0
         self.first_start_s: float | None = None
@@ -275,8 +288,13 @@ class _Job:
         self.eta_s: float | None = None
         self.speed = 1.0  # work done per second by the current attempt (GPU model speed)
 
+    @property
+    def interrupted(self) -> bool:
+        """Stopped before (preempted or shrunk): its next attempt restores first."""
+        return bool(self.preemptions or self.shrinks)
+
     def pending(self, restart_cost_s: float) -> PendingJob:
-        restore = restart_cost_s if self.preemptions else 0.0
+        restore = restart_cost_s if self.interrupted else 0.0
         saved = self.saved_s
 
         def left(total: float | None) -> float | None:
@@ -316,6 +334,7 @@ class _Job:
             estimate_s=None if self.first_estimate is None else self.first_estimate[0],
             estimate_upper_s=None if self.first_estimate is None else self.first_estimate[1],
             eta_s=self.eta_s,
+            shrinks=self.shrinks,
         )
 
 
@@ -367,6 +386,9 @@ class _Engine:
         self.cycles = 0
         self.cycle_wall_s = 0.0
         self.preempt_count = 0
+        self.shrink_count = 0
+        # Jobs shrunk in the cycle being applied: running again, yet done with what they gave.
+        self.shrunk_now: set[str] = set()
         self.events = 0
         total_gpus = int(self.arrays.num_gpus[self.arrays.healthy].sum())
         self.capacity_gpus = float(total_gpus)
@@ -427,7 +449,11 @@ class _Engine:
             cycles=self.cycles,
             wall_s=wall,
             cycle_wall_s=self.cycle_wall_s,
-            stats={"events": float(self.events), "preemptions": float(self.preempt_count)},
+            stats={
+                "events": float(self.events),
+                "preemptions": float(self.preempt_count),
+                "shrinks": float(self.shrink_count),
+            },
         )
 
     def _push(self, t: float, kind: int, job_id: str, attempt: int) -> None:
@@ -493,34 +519,39 @@ class _Engine:
         if pj is None:
             raise SimulationError(f"t={now}: bind of {d.job_id}, which is not pending")
         for victim in d.after:
-            if victim in self.running:
+            if victim in self.running and victim not in self.shrunk_now:
                 raise SimulationError(
                     f"t={now}: bind of {d.job_id} after {victim}, which is still running"
                 )
         if not d.tasks:
             raise SimulationError(f"t={now}: bind of {d.job_id} with no tasks")
-        st = self.jobs[d.job_id]
+        self._start(self.jobs[d.job_id], d.tasks, pj, now)
+        self.log.append((now, "bind", d.job_id, tuple(t.node for t in d.tasks)))
+
+    def _start(self, st: _Job, tasks: tuple[TaskBinding, ...], pj: PendingJob, now: float) -> None:
+        """Start an attempt of `st` on `tasks`; `pj` is how the core saw it (its bound)."""
+        job_id = st.job.id
         index, free = self.index, self.free
         milli = 0
-        for t in d.tasks:
+        for t in tasks:
             node = index.get(t.node)
             if node is None:
-                raise SimulationError(f"t={now}: bind of {d.job_id} to unknown node {t.node}")
+                raise SimulationError(f"t={now}: bind of {job_id} to unknown node {t.node}")
             free.take(node, t)
             milli += len(t.gpus) * t.gpu_milli
-        st.tasks = d.tasks
+        st.tasks = tasks
         st.milli = milli
         st.gpus = milli / GPU_MILLI_WHOLE
         st.start_s = now
-        restore = self.config.restart_cost_s if st.preemptions else 0.0
+        restore = self.config.restart_cost_s if st.interrupted else 0.0
         st.restore_s = restore
-        if st.preemptions:
+        if st.interrupted:
             st.restarts += 1
         if st.first_start_s is None:
             st.first_start_s = now
-        self.running[d.job_id] = st
+        self.running[job_id] = st
         self.alloc_milli += milli
-        st.speed = self._speed(d.tasks)
+        st.speed = self._speed(tasks)
         remaining = restore + max(st.duration_s - st.saved_s, 0.0) / st.speed
         # The estimate, not the truth: what a real scheduler would believe about this attempt.
         # Same bound as the core uses for a job it binds (upper estimate, estimate, time limit);
@@ -528,7 +559,7 @@ class _Engine:
         bound = pj.runtime_bound_s
         st.expected_end_s = None if bound is None else now + bound
         if remaining != math.inf:
-            self._push(now + remaining, _FINISH, d.job_id, st.attempt)
+            self._push(now + remaining, _FINISH, job_id, st.attempt)
         view = RunningJob(
             st.job,
             st.tasks,
@@ -538,9 +569,8 @@ class _Engine:
             None,
             None if st.ckpt_s == math.inf else st.ckpt_s,
         )
-        self.running_view[d.job_id] = view
+        self.running_view[job_id] = view
         self._add_usage(view, 1.0)
-        self.log.append((now, "bind", d.job_id, tuple(t.node for t in d.tasks)))
 
     def _speed(self, tasks: tuple[TaskBinding, ...]) -> float:
         """The attempt's speed: that of the slowest GPU model it runs on (1.0 without a
@@ -556,16 +586,35 @@ class _Engine:
         st = self.running.get(d.job_id)
         if st is None:
             raise SimulationError(f"t={now}: preempt of {d.job_id}, which is not running")
-        elapsed = now - st.start_s
-        kept = math.floor(elapsed / st.ckpt_s) * st.ckpt_s if st.ckpt_s != math.inf else 0.0
-        # Checkpoints taken while restoring hold no new work; work runs at the attempt's speed.
-        st.saved_s = min(st.saved_s + max(kept - st.restore_s, 0.0) * st.speed, st.duration_s)
+        self._keep_checkpointed(st, now)
         self._release(st, now)
         st.preemptions += 1
         self.preempt_count += 1
         st.estimate_s, st.upper_s = self.estimator.estimate(st.tj, now)
         self.pending[d.job_id] = st.pending(self.config.restart_cost_s)
         self.log.append((now, "preempt", d.job_id, (d.for_job, d.reason)))
+
+    def _keep_checkpointed(self, st: _Job, now: float) -> None:
+        """An attempt stops: the work up to its last checkpoint is kept, the rest is lost."""
+        elapsed = now - st.start_s
+        kept = math.floor(elapsed / st.ckpt_s) * st.ckpt_s if st.ckpt_s != math.inf else 0.0
+        # Checkpoints taken while restoring hold no new work; work runs at the attempt's speed.
+        st.saved_s = min(st.saved_s + max(kept - st.restore_s, 0.0) * st.speed, st.duration_s)
+
+    def _shrink(self, d: Shrink, now: float) -> None:
+        st = self.running.get(d.job_id)
+        if st is None:
+            raise SimulationError(f"t={now}: shrink of {d.job_id}, which is not running")
+        if not d.keep or not set(d.keep) < set(st.tasks):
+            raise SimulationError(f"t={now}: shrink of {d.job_id} to tasks it does not hold")
+        self._keep_checkpointed(st, now)
+        self._release(st, now)
+        st.shrinks += 1
+        self.shrink_count += 1
+        st.estimate_s, st.upper_s = self.estimator.estimate(st.tj, now)
+        self._start(st, d.keep, st.pending(self.config.restart_cost_s), now)
+        self.shrunk_now.add(d.job_id)
+        self.log.append((now, "shrink", d.job_id, (d.for_job, d.reason, *(t.node for t in d.keep))))
 
     def _reject(self, job_id: str, reason: str, now: float) -> None:
         del self.pending[job_id]
@@ -600,9 +649,12 @@ class _Engine:
         self.cycles += 1
         if before is not None:
             self._check_cycle(now, before, pending, result.diagnostics)
+        self.shrunk_now.clear()
         for d in result.decisions:
             if isinstance(d, Preempt):
                 self._preempt(d, now)
+            elif isinstance(d, Shrink):
+                self._shrink(d, now)
             elif isinstance(d, Bind):
                 self._bind(d, now)
             elif isinstance(d, Reserve):

@@ -110,6 +110,10 @@ class JobBuilder:
     def min_available(self, n: int) -> JobBuilder:
         return self._set(min_available=n)
 
+    def elastic(self) -> JobBuilder:
+        """Elastic: runs with `min_available` up to all its tasks (set min_available too)."""
+        return self._set(elastic=True)
+
     def not_preemptible(self) -> JobBuilder:
         return self._set(preemptible=False)
 

@@ -10,6 +10,15 @@ Only preemptible jobs are victims, never one placed in this cycle nor one alread
 Victims are ordered by the policy's victim selectors (lowest priority, least work lost since
 checkpoint, newest).
 
+Elastic jobs shrink before anyone is evicted. Running elastic jobs with tasks above their
+`min_available` give up those surplus tasks first (a `Shrink` decision: the job keeps running
+on the rest), and whole jobs are evicted only when shrinking all that may be shrunk does not
+make room. The rule for who may be shrunk: for preempt, any preemptible elastic job in the
+action's scope of **equal or lower priority** (whatever `by` says: a shrunk job keeps running,
+so equal priority is allowed, where eviction needs a strictly lower rank); for reclaim, the
+elastic jobs of queues that borrow. Never below `min_available`, never a job placed this cycle
+or already terminating; surplus tasks are taken in victim order, each job's last ranks first.
+
 With estimates that may be wrong (learned runtimes), `by: order` takes three guards against
 evicting for too little gain (all off by default, as the oracle bounds need none):
 - `factor`: a victim's key must exceed the blocked job's by this factor, not just be larger.
@@ -27,7 +36,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from aisched.core.eviction import find_victims
+from aisched.core.eviction import Cut, find_room
 from aisched.core.framework import victim_key
 from aisched.core.plugins.order import INFINITE
 from aisched.core.plugins.victims import LeastWorkLost, time_left_s
@@ -49,24 +58,40 @@ _MAY_EVICT = (StatusCode.WAIT_RESOURCES, StatusCode.WAIT_RESERVATION)
 Eligibility = tuple[Eligible, Hashable, float]
 
 
+def _surplus_cuts(r: RunningJob) -> list[Cut]:
+    """One cut per task an elastic job could give up and still run: its tasks above
+    `min_available`, the last ones first (the lowest ranks stay)."""
+    surplus = len(r.tasks) - r.job.gang_min
+    return [Cut(r, t) for t in reversed(r.tasks[len(r.tasks) - surplus :])]
+
+
 def _run(
     session: Session,
     eligible_for: Callable[[PendingJob], Eligibility | None],
+    shrinkable: Eligible,
     why: str,
     stable: bool,
 ) -> None:
-    """Preempt for each blocked job in turn. `stable`: whether a running job stays eligible
-    after others are evicted (true for rank-based preemption, false for reclaim, where
-    eviction changes which queues are borrowing)."""
+    """Preempt for each blocked job in turn. `shrinkable(pj, r)`: whether the running elastic
+    job `r` may give up its surplus tasks for `pj`; such shrinking is tried before any
+    eviction, so a job is evicted only when shrinking all that may be shrunk is not enough.
+    `stable`: whether a running job stays eligible after others are evicted (true for
+    rank-based preemption, false for reclaim, where eviction changes which queues are
+    borrowing)."""
     # (shape, group) -> the lowest rank that found no room this cycle: a job of the same shape
     # and group and no lower rank may evict no more, so it finds none either, until some
     # preemption changes the state. Blocked jobs come in order, so with a rank that follows the
-    # order (shortest remaining first) one failure settles the rest of its shape.
-    failed: dict[tuple[int, Hashable, tuple[str, ...]], float] = {}
+    # order (shortest remaining first) one failure settles the rest of its shape. While elastic
+    # jobs could be shrunk, the key also holds the blocked job's priority and queue (what
+    # shrinking depends on), so the memo never claims more than it knows.
+    failed: dict[tuple[int, Hashable, tuple[str, ...], Hashable], float] = {}
     # Every possible victim, in victim-preference order, computed once; candidates per
     # eligibility key are filtered from it, and both are refreshed only after a preemption.
     pool: list[RunningJob] | None = None
     by_sig: dict[Hashable, list[RunningJob]] = {}
+    # Elastic jobs with tasks above their minimum, in victim-preference order (from `pool`).
+    elastic: list[RunningJob] = []
+    shrink_by: dict[Hashable, list[RunningJob]] = {}
     for pj in list(session.blocked):
         status = session.statuses.get(pj.id)
         if status is None or status.code not in _MAY_EVICT:
@@ -82,9 +107,6 @@ def _run(
         allowed, mask_key = (
             allowed_nodes(session, pj) if status.code == StatusCode.WAIT_RESERVATION else (None, ())
         )
-        memo_key = (pj.job.shape_id, group, mask_key)
-        if memo_key in failed and rank >= failed[memo_key]:
-            continue
         if pool is None:
             pool = [
                 r
@@ -92,29 +114,49 @@ def _run(
                 if r.job.preemptible and not r.terminating and r.id not in session.bound_now
             ]
             pool.sort(key=lambda r: victim_key(session.policy.victims, r, session.now))
+            elastic = [r for r in pool if r.job.elastic and len(r.tasks) > r.job.gang_min]
+        shrink_sig: Hashable = (pj.job.priority, pj.job.queue) if elastic else None
+        memo_key = (pj.job.shape_id, group, mask_key, shrink_sig)
+        if memo_key in failed and rank >= failed[memo_key]:
+            continue
         cands = by_sig.get(sig)
         if cands is None:
             cands = by_sig[sig] = [r for r in pool if eligible(pj, r)]
-        if not cands:
+        shrinks: list[RunningJob] = []
+        if elastic:
+            got = shrink_by.get(shrink_sig)
+            if got is None:
+                got = shrink_by[shrink_sig] = [r for r in elastic if shrinkable(pj, r)]
+            shrinks = got
+        if not cands and not shrinks:
             failed[memo_key] = rank
             continue
-        found = find_victims(session, pj.job, cands, allowed, mask_key or None)
-        if found is None:
+        # Surplus tasks first, whole jobs after: nobody is evicted while shrinking would do.
+        cuts = [c for r in shrinks for c in _surplus_cuts(r)] + [Cut(r) for r in cands]
+        room = find_room(session, pj.job, cuts, allowed, mask_key or None)
+        if room is None:
             failed[memo_key] = rank
             continue
         failed.clear()
-        gone = {v.id for v in found[0]}
+        gone = {v.id for v in room.evicted} | {r.id for r, _ in room.shrunk}
         pool = [r for r in pool if r.id not in gone]
+        elastic = [r for r in elastic if r.id not in gone]
+        shrink_by.clear()
         if stable:
             for key, cs in by_sig.items():
                 by_sig[key] = [r for r in cs if r.id not in gone]
         else:
             by_sig.clear()
-        victims, tasks = found
-        for v in victims:
+        for v in room.evicted:
             session.preempt(v, pj.id, f"{why} for {pj.id}")
+        for r, keep in room.shrunk:
+            session.shrink(r, keep, pj.id, f"shrunk for {pj.id}")
         session.blocked.remove(pj)
-        session.bind(pj, tasks, after=tuple(v.id for v in victims))
+        session.bind(
+            pj,
+            room.tasks,
+            after=tuple(v.id for v in room.evicted) + tuple(r.id for r, _ in room.shrunk),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +211,12 @@ class Preempt:
             scope = pj.job.queue if self.scope == "queue" else ""
             return eligible, scope, -float(pj.job.priority) if by_priority else mine
 
-        _run(session, eligible_for, "preempted", stable=True)
+        def shrinkable(p: PendingJob, r: RunningJob) -> bool:
+            if self.scope == "queue" and r.job.queue != p.job.queue:
+                return False
+            return r.job.priority <= p.job.priority
+
+        _run(session, eligible_for, shrinkable, "preempted", stable=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,4 +233,7 @@ class Reclaim:
 
             return eligible, pj.job.queue, 0.0
 
-        _run(session, eligible_for, "reclaimed", stable=False)
+        def shrinkable(p: PendingJob, r: RunningJob) -> bool:
+            return r.job.queue != p.job.queue and borrowed(session, r.job.queue, r.usage)
+
+        _run(session, eligible_for, shrinkable, "reclaimed", stable=False)
