@@ -5,8 +5,10 @@ The rules are those a user of the Kubernetes Cluster Autoscaler or Karpenter exp
 Scale-up (`plan_scale_up`), given the jobs that a cycle could not place and the state of every
 node pool:
 
-1. Nodes already asked for and not yet joined are empty bins of their pool: pending work is packed
-   onto them first, so a gang waiting for its nodes does not ask for them again each cycle.
+1. What is free on the pool's present nodes, and nodes already asked for and not yet joined
+   (empty), are the pool's open bins: pending work is packed onto them first, so a gang that
+   needs one more node asks for one, and a gang waiting for its nodes does not ask again each
+   cycle.
 2. Each job in turn (the caller's order: who comes first gets the capacity when pools run out) is
    packed, all tasks of its gang (`gang_min` of them) in one pool, onto that pool's open bins
    and then onto new template nodes, biggest tasks first, first fit. Topology: a gang that must
@@ -42,12 +44,25 @@ from aisched.model.resources import GPU_MILLI_WHOLE, Resources
 
 
 @dataclass(frozen=True, slots=True)
+class NodeFree:
+    """What is free on one present node: CPU, memory, and per GPU its free share and memory."""
+
+    milli_cpu: int
+    mem_mib: int
+    gpu_milli: tuple[int, ...] = ()
+    gpu_mem_mib: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class PoolState:
-    """A pool and how many of its nodes are there (`nodes`) and on their way (`provisioning`)."""
+    """A pool and how many of its nodes are there (`nodes`) and on their way (`provisioning`);
+    `free`: what is free on present nodes of the pool that have anything free (may be left out:
+    the plan then counts on new nodes only)."""
 
     pool: NodePool
     nodes: int
     provisioning: int = 0
+    free: tuple[NodeFree, ...] = ()
 
     @property
     def headroom(self) -> int:
@@ -96,8 +111,15 @@ class _Bin:
         self.mem = t.mem_mib
         self.gpu_milli = [GPU_MILLI_WHOLE] * len(t.gpus)
         self.gpu_mem = [g.mem_mib for g in t.gpus]
-        self.new = new  # added by this plan (not provisioning already)
+        self.new = new  # added by this plan (not present or provisioning already)
         self.used = False  # something of this plan is on it
+
+    @classmethod
+    def of(cls, free: NodeFree) -> _Bin:
+        b = cls.__new__(cls)
+        b.cpu, b.mem, b.new, b.used = free.milli_cpu, free.mem_mib, False, False
+        b.gpu_milli, b.gpu_mem = list(free.gpu_milli), list(free.gpu_mem_mib)
+        return b
 
     def copy(self) -> _Bin:
         b = _Bin.__new__(_Bin)
@@ -142,7 +164,9 @@ def plan_scale_up(pending: Sequence[Job], pools: Sequence[PoolState]) -> ScaleUp
     """Steps 1-4 of the module docstring. `pending`: the jobs a cycle could not place, in the
     order they should get capacity."""
     bins = {
-        ps.pool.name: [_Bin(ps.pool, new=False) for _ in range(ps.provisioning)] for ps in pools
+        ps.pool.name: [_Bin.of(f) for f in ps.free]
+        + [_Bin(ps.pool, new=False) for _ in range(ps.provisioning)]
+        for ps in pools
     }
     headroom = {ps.pool.name: ps.headroom for ps in pools}
     costed = any(ps.pool.cost_per_node_hour is not None for ps in pools)
