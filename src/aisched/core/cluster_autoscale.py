@@ -72,7 +72,7 @@ class PoolState:
 
 @dataclass(frozen=True, slots=True)
 class ScaleUp:
-    """Add `count` nodes to `pool`, for the pending `jobs` packed onto them."""
+    """Add `count` nodes to `pool`, for the pending `jobs` with tasks packed onto them."""
 
     pool: str
     count: int
@@ -126,6 +126,14 @@ class _Bin:
         b.cpu, b.mem, b.new, b.used = self.cpu, self.mem, self.new, self.used
         b.gpu_milli, b.gpu_mem = list(self.gpu_milli), list(self.gpu_mem)
         return b
+
+    def same(self, other: _Bin) -> bool:
+        return (self.cpu, self.mem, self.gpu_milli, self.gpu_mem) == (
+            other.cpu,
+            other.mem,
+            other.gpu_milli,
+            other.gpu_mem,
+        )
 
     def take(self, req: Resources) -> bool:
         """Take one task of `req` if it fits; False (and nothing changed) if not."""
@@ -201,9 +209,11 @@ def plan_scale_up(pending: Sequence[Job], pools: Sequence[PoolState]) -> ScaleUp
             unhelped[job.id] = "every node pool that could hold it is at its maximum"
             continue
         _, name, packed = best
-        headroom[name] -= sum(1 for b in packed if b.new) - sum(1 for b in bins[name] if b.new)
+        old = bins[name]
+        headroom[name] -= sum(1 for b in packed if b.new) - sum(1 for b in old if b.new)
+        if any(b.new and (j >= len(old) or not b.same(old[j])) for j, b in enumerate(packed)):
+            served[name].append(job.id)  # some of its tasks are on the new nodes
         bins[name] = packed
-        served[name].append(job.id)
     ups = []
     for ps in pools:
         name = ps.pool.name

@@ -9,6 +9,7 @@ import pytest
 
 from aisched.core.cluster_autoscale import (
     IdleNode,
+    NodeFree,
     PoolState,
     ScaleUp,
     plan_scale_down,
@@ -82,7 +83,7 @@ SCALE_UP_CASES = [
         "provisioning nodes serve the first gang, the second gets new ones",
         (PoolState(A8, nodes=0, provisioning=1),),
         (g("j1", 1, 8).build(), g("j2", 1, 8).build()),
-        (ScaleUp("a8", 1, ("j1", "j2")),),
+        (ScaleUp("a8", 1, ("j2",)),),
     ),
     Case(
         "max respected: the first gang takes the last nodes, the second waits",
@@ -179,6 +180,18 @@ SCALE_UP_CASES = [
         (PoolState(pool("c", gpus=0, cpus=8, max_nodes=10), nodes=0),),
         (job("j1").gang(5, cpu=3, mem_gib=1).build(),),
         (ScaleUp("c", 3, ("j1",)),),
+    ),
+    Case(
+        "free room on a present node counts: a 2-node gang next to a free node asks for one",
+        (PoolState(A8, nodes=1, free=(NodeFree(64_000, 512 * 1024, (1000,) * 8, (0,) * 8),)),),
+        (g("j1", 2, 8).build(),),
+        (ScaleUp("a8", 1, ("j1",)),),
+    ),
+    Case(
+        "a half-full present node takes the 4-GPU job, the 8-GPU one needs a node",
+        (PoolState(A8, nodes=1, free=(NodeFree(8_000, 64 * 1024, (1000,) * 4, (0,) * 4),)),),
+        (g("j1", 1, 8).build(), g("j2", 1, 4).build()),
+        (ScaleUp("a8", 1, ("j1",)),),
     ),
     Case("nothing pending, nothing added", (PoolState(A8, nodes=0),), (), ()),
 ]
