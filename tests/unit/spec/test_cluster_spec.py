@@ -341,3 +341,11 @@ def test_autoscaling_pool_errors_name_the_field(case: Case) -> None:
     with pytest.raises(SpecError) as info:
         cluster_from_dict(case.data, "c.yaml")
     assert list(info.value.problems) == case.want
+
+
+def test_the_autoscaling_example_file_loads() -> None:
+    path = Path(__file__).parents[3] / "examples" / "cluster-autoscaling.yaml"
+    c = load_cluster_file(path)
+    (pool,) = c.node_pools
+    assert (pool.min_nodes, pool.max_nodes, len(pool.template.gpus)) == (0, 96, 8)
+    assert c.nodes == ()
