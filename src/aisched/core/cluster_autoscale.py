@@ -127,39 +127,43 @@ class _Bin:
         b.gpu_milli, b.gpu_mem = list(self.gpu_milli), list(self.gpu_mem)
         return b
 
-    def same(self, other: _Bin) -> bool:
-        return (self.cpu, self.mem, self.gpu_milli, self.gpu_mem) == (
-            other.cpu,
-            other.mem,
-            other.gpu_milli,
-            other.gpu_mem,
-        )
-
-    def take(self, req: Resources) -> bool:
-        """Take one task of `req` if it fits; False (and nothing changed) if not."""
+    def fits(self, req: Resources) -> bool:
+        """True when one task of `req` fits here now (nothing changes)."""
         if req.milli_cpu > self.cpu or req.mem_mib > self.mem:
             return False
         if req.gpu:
             need = -(-req.gpu_mem_mib // req.gpu)
-            whole = [
-                i
+            whole = 0
+            for i, m in enumerate(self.gpu_milli):
+                if m == GPU_MILLI_WHOLE and self.gpu_mem[i] >= need:
+                    whole += 1
+            return whole >= req.gpu
+        if req.gpu_milli:
+            return any(
+                m >= req.gpu_milli and self.gpu_mem[i] >= req.gpu_mem_mib
                 for i, m in enumerate(self.gpu_milli)
-                if m == GPU_MILLI_WHOLE and self.gpu_mem[i] >= need
-            ][: req.gpu]
-            if len(whole) < req.gpu:
-                return False
-            for i in whole:
-                self.gpu_milli[i] = 0
-                self.gpu_mem[i] -= need
+            )
+        return True
+
+    def take(self, req: Resources) -> bool:
+        """Take one task of `req` if it fits; False (and nothing changed) if not."""
+        if not self.fits(req):
+            return False
+        if req.gpu:
+            need = -(-req.gpu_mem_mib // req.gpu)
+            left = req.gpu
+            for i, m in enumerate(self.gpu_milli):
+                if left and m == GPU_MILLI_WHOLE and self.gpu_mem[i] >= need:
+                    self.gpu_milli[i] = 0
+                    self.gpu_mem[i] -= need
+                    left -= 1
         elif req.gpu_milli:
-            fits = [
+            # Best fit: the fullest GPU that still takes it.
+            _, i = min(
                 (m, i)
                 for i, m in enumerate(self.gpu_milli)
                 if m >= req.gpu_milli and self.gpu_mem[i] >= req.gpu_mem_mib
-            ]
-            if not fits:
-                return False
-            _, i = min(fits)  # best fit: the fullest GPU that still takes it
+            )
             self.gpu_milli[i] -= req.gpu_milli
             self.gpu_mem[i] -= req.gpu_mem_mib
         self.cpu -= req.milli_cpu
@@ -181,6 +185,9 @@ def plan_scale_up(pending: Sequence[Job], pools: Sequence[PoolState]) -> ScaleUp
     served: dict[str, list[str]] = {ps.pool.name: [] for ps in pools}
     unhelped: dict[str, str] = {}
     never: dict[int, str | None] = {}  # shape id -> why no pool can ever hold it
+    # (shape id, pool) that did not fit: bins only fill up and headroom only shrinks as the plan
+    # goes on, so a later job of that shape will not fit that pool either.
+    failed: set[tuple[int, str]] = set()
     for job in pending:
         if not any(headroom.values()) and not any(bins.values()):
             unhelped[job.id] = "every node pool is at its maximum"
@@ -194,10 +201,11 @@ def plan_scale_up(pending: Sequence[Job], pools: Sequence[PoolState]) -> ScaleUp
         best: tuple[tuple[float, int, int, int, str], str, list[_Bin]] | None = None
         for ps in pools:
             name = ps.pool.name
-            if not _model_ok(job, ps.pool):
+            if not _model_ok(job, ps.pool) or (job.shape_id, name) in failed:
                 continue
             packed = _pack(job, bins[name], ps.pool, headroom[name])
             if packed is None:
+                failed.add((job.shape_id, name))
                 continue
             added = sum(1 for b in packed if b.new) - sum(1 for b in bins[name] if b.new)
             t = ps.pool.template
@@ -211,7 +219,8 @@ def plan_scale_up(pending: Sequence[Job], pools: Sequence[PoolState]) -> ScaleUp
         _, name, packed = best
         old = bins[name]
         headroom[name] -= sum(1 for b in packed if b.new) - sum(1 for b in old if b.new)
-        if any(b.new and (j >= len(old) or not b.same(old[j])) for j, b in enumerate(packed)):
+        # `_pack` copies a bin before it changes it: a changed new bin is a new object.
+        if any(b.new and (j >= len(old) or b is not old[j]) for j, b in enumerate(packed)):
             served[name].append(job.id)  # some of its tasks are on the new nodes
         bins[name] = packed
     ups = []
@@ -266,10 +275,12 @@ def _pack(job: Job, bins: list[_Bin], pool: NodePool, headroom: int) -> list[_Bi
     tasks = _tasks(job)
     if top.spread is not None and top.spread > TopologyLevel.NODE and len(tasks) > 1:
         return None  # a pool's nodes share one rack and zone
-    out = [b.copy() for b in bins]
+    out = list(bins)  # copy-on-write: a bin is copied before it is first changed
     added = 0
     if one_node:
         for i, b in enumerate(out):
+            if not b.fits(tasks[0]):
+                continue
             trial = b.copy()
             if all(trial.take(r) for r in tasks):
                 out[i] = trial
@@ -278,16 +289,20 @@ def _pack(job: Job, bins: list[_Bin], pool: NodePool, headroom: int) -> list[_Bi
             return None
         fresh = _Bin(pool, new=True)
         return out + [fresh] if all(fresh.take(r) for r in tasks) else None
+    copied: set[int] = set()
     used_by_gang: set[int] = set()
     for r in tasks:
         placed = False
         for i, b in enumerate(out):
-            if one_each and i in used_by_gang:
+            if (one_each and i in used_by_gang) or not b.fits(r):
                 continue
-            if b.take(r):
-                used_by_gang.add(i)
-                placed = True
-                break
+            if i not in copied:
+                b = out[i] = b.copy()
+                copied.add(i)
+            b.take(r)
+            used_by_gang.add(i)
+            placed = True
+            break
         if placed:
             continue
         if added >= headroom:
@@ -296,6 +311,7 @@ def _pack(job: Job, bins: list[_Bin], pool: NodePool, headroom: int) -> list[_Bi
         if not fresh.take(r):
             return None
         out.append(fresh)
+        copied.add(len(out) - 1)
         used_by_gang.add(len(out) - 1)
         added += 1
     return out

@@ -63,6 +63,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, cast
 
+import numpy as np
+
 from aisched.core.cluster_autoscale import (
     IdleNode,
     NodeFree,
@@ -765,22 +767,24 @@ class _Engine:
 
     def _pool_states(self, with_free: bool = False) -> list[PoolState]:
         free: dict[str, list[NodeFree]] = {name: [] for name in self.pools}
-        if with_free:
+        if with_free and self.node_tasks:
             # What the present pool nodes have free (the arrays are current: a cycle just ran).
             # Only nodes with a free GPU share, or without GPUs: a full GPU node serves no gang.
             a, f = self.arrays, self.free
-            for name in self.node_tasks:
-                i = self.index[name]
-                ng = int(a.num_gpus[i])
-                if ng and not f.gpu_total[i]:
-                    continue
-                valid = a.gpu_valid[i]
-                free[self.pool_of[name]].append(
+            names = list(self.node_tasks)
+            rows = np.array([self.index[n] for n in names], dtype=np.int64)
+            keep = np.flatnonzero((a.num_gpus[rows] == 0) | (f.gpu_total[rows] > 0)).tolist()
+            cpu, mem = f.cpu[rows].tolist(), f.mem[rows].tolist()
+            milli, gmem = f.gpu_milli[rows].tolist(), f.gpu_mem[rows].tolist()
+            valid = a.gpu_valid[rows].tolist()
+            for j in keep:
+                v = valid[j]
+                free[self.pool_of[names[j]]].append(
                     NodeFree(
-                        int(f.cpu[i]),
-                        int(f.mem[i]),
-                        tuple(int(x) for x in f.gpu_milli[i][valid]),
-                        tuple(int(x) for x in f.gpu_mem[i][valid]),
+                        cpu[j],
+                        mem[j],
+                        tuple(x for x, ok in zip(milli[j], v, strict=True) if ok),
+                        tuple(x for x, ok in zip(gmem[j], v, strict=True) if ok),
                     )
                 )
         return [
