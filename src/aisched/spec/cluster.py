@@ -272,7 +272,7 @@ def _to_cluster(spec: ClusterSpec, source: str) -> Cluster:
                 "autoscaling pool or for none"
             )
         t = ap.template
-        pool = NodePool(
+        node_pool = NodePool(
             name=ap.name,
             template=Node(
                 name=ap.name,
@@ -289,9 +289,9 @@ def _to_cluster(spec: ClusterSpec, source: str) -> Cluster:
             scale_down_idle_s=ap.scale_down_idle_s,
             cost_per_node_hour=ap.cost_per_node_hour,
         )
-        node_pools.append(pool)
+        node_pools.append(node_pool)
         for i in range(ap.min):
-            add(pool.node(i), where)
+            add(node_pool.node(i), where)
     for n_i, n in enumerate(spec.nodes):
         owner = next((p for p in node_pools if p.owns(n.name)), None)
         if owner is not None:
