@@ -215,3 +215,10 @@ def test_autoscaled_cluster_reports_node_hours_and_cost(
 def test_pools_at_max_needs_pools(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*SMALL, "--pools-at-max"]) == 2
     assert "no autoscaling pools" in capsys.readouterr().err
+
+
+def test_saturate_wants_a_fixed_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    c = tmp_path / "auto.yaml"
+    c.write_text(AUTOSCALED)
+    assert main([*SMALL, "--cluster", str(c), "--saturate"]) == 2
+    assert "--pools-at-max" in capsys.readouterr().err

@@ -167,6 +167,11 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError("--pools-at-max: the cluster has no autoscaling pools")
         cluster = cluster.at_max()
     if args.saturate:
+        if cluster.node_pools and not args.pools_at_max:
+            raise CLIError(
+                "--saturate fills a fixed cluster; add --pools-at-max to fill the autoscaling "
+                "pools at their maximum"
+            )
         return run_saturation(args, trace, cluster)
     if args.placement is not None:
         raise CLIError("--placement goes with --saturate; to replay time, use --policy")
