@@ -103,7 +103,7 @@ class IdleNode:
 class _Bin:
     """A node of a pool as the packing sees it: what is free on it."""
 
-    __slots__ = ("cpu", "mem", "gpu_milli", "gpu_mem", "new", "used")
+    __slots__ = ("cpu", "mem", "gpu_milli", "gpu_mem", "new")
 
     def __init__(self, pool: NodePool, new: bool) -> None:
         t = pool.template
@@ -112,18 +112,17 @@ class _Bin:
         self.gpu_milli = [GPU_MILLI_WHOLE] * len(t.gpus)
         self.gpu_mem = [g.mem_mib for g in t.gpus]
         self.new = new  # added by this plan (not present or provisioning already)
-        self.used = False  # something of this plan is on it
 
     @classmethod
     def of(cls, free: NodeFree) -> _Bin:
         b = cls.__new__(cls)
-        b.cpu, b.mem, b.new, b.used = free.milli_cpu, free.mem_mib, False, False
+        b.cpu, b.mem, b.new = free.milli_cpu, free.mem_mib, False
         b.gpu_milli, b.gpu_mem = list(free.gpu_milli), list(free.gpu_mem_mib)
         return b
 
     def copy(self) -> _Bin:
         b = _Bin.__new__(_Bin)
-        b.cpu, b.mem, b.new, b.used = self.cpu, self.mem, self.new, self.used
+        b.cpu, b.mem, b.new = self.cpu, self.mem, self.new
         b.gpu_milli, b.gpu_mem = list(self.gpu_milli), list(self.gpu_mem)
         return b
 
@@ -168,7 +167,6 @@ class _Bin:
             self.gpu_mem[i] -= req.gpu_mem_mib
         self.cpu -= req.milli_cpu
         self.mem -= req.mem_mib
-        self.used = True
         return True
 
 
