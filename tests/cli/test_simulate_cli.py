@@ -177,3 +177,48 @@ def test_bad_saturation_flags_exit_2(
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err
+
+
+AUTOSCALED = """\
+autoscaling_pools:
+  - name: gpu
+    min: 0
+    max: 8
+    provisioning_delay_s: 120
+    scale_down_idle_s: 600
+    cost_per_node_hour: 10
+    template: {cpus: 96, mem_gib: 1024, gpus: 8, gpu_model: A100, gpu_mem_gib: 80}
+"""
+
+
+def test_autoscaled_cluster_reports_node_hours_and_cost(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    c = tmp_path / "auto.yaml"
+    c.write_text(AUTOSCALED)
+    figures = {}
+    for extra in ([], ["--pools-at-max"]):
+        path = tmp_path / f"out{len(extra)}.json"
+        args = [*SMALL, "--cluster", str(c), "--json", str(path), *extra]
+        assert main(args) == 0
+        out = capsys.readouterr().out
+        assert "node-hours" in out and "cost" in out
+        figures[len(extra)] = json.loads(path.read_text())["results"][0]
+    assert "autoscaling pool gpu: fixed at 8 nodes of 8 GPUs (up in 120 s" in out
+    auto, fixed = figures[0], figures[1]
+    assert auto["jobs_finished"] == fixed["jobs_finished"] == 40
+    assert auto["nodes_added"] > 0 and fixed["nodes_added"] == 0
+    assert auto["node_hours"] < fixed["node_hours"]
+    assert auto["cost"] == pytest.approx(10 * auto["node_hours"])
+
+
+def test_pools_at_max_needs_pools(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*SMALL, "--pools-at-max"]) == 2
+    assert "no autoscaling pools" in capsys.readouterr().err
+
+
+def test_saturate_wants_a_fixed_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    c = tmp_path / "auto.yaml"
+    c.write_text(AUTOSCALED)
+    assert main([*SMALL, "--cluster", str(c), "--saturate"]) == 2
+    assert "--pools-at-max" in capsys.readouterr().err

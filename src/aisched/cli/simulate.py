@@ -138,6 +138,12 @@ def register(sub: Any) -> None:
         help="runtimes depend on the GPU model: 'default' (the built-in table) or "
         "MODEL=SPEED,... (e.g. V100=1,T4=0.4); unlisted models run at 1.0",
     )
+    p.add_argument(
+        "--pools-at-max",
+        action="store_true",
+        help="replay the cluster file's autoscaling pools fixed at their maximum size, for "
+        "comparing node-hours and JCT with the autoscaled run",
+    )
     p.add_argument("--max-time", type=float, metavar="S", help="stop at this virtual time")
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the figures as JSON")
     p.add_argument(
@@ -156,7 +162,16 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     trace, kind = load_trace(args.trace, limit=args.limit, jobs=args.jobs, seed=args.seed)
     cluster = choose_cluster(args.cluster, trace, kind)
+    if args.pools_at_max:
+        if not cluster.node_pools:
+            raise CLIError("--pools-at-max: the cluster has no autoscaling pools")
+        cluster = cluster.at_max()
     if args.saturate:
+        if cluster.node_pools and not args.pools_at_max:
+            raise CLIError(
+                "--saturate fills a fixed cluster; add --pools-at-max to fill the autoscaling "
+                "pools at their maximum"
+            )
         return run_saturation(args, trace, cluster)
     if args.placement is not None:
         raise CLIError("--placement goes with --saturate; to replay time, use --policy")
@@ -228,12 +243,18 @@ def run(args: argparse.Namespace) -> int:
         f"trace [bold]{trace.name}[/]: {len(trace):,} jobs; "
         f"cluster: {len(cluster.nodes):,} nodes, {gpus:,} GPUs"
     )
+    for line in describe_pools(cluster):
+        out.print(line, soft_wrap=True)
     out.print(metrics_table(results))
     out.print(queue_table(results, title="per queue"))
     meta = {
         "trace": trace.name,
         "jobs": len(trace),
-        "cluster": {"nodes": len(cluster.nodes), "gpus": gpus},
+        "cluster": {
+            "nodes": len(cluster.nodes),
+            "gpus": gpus,
+            "node_pools": [dataclasses.asdict(p) for p in cluster.node_pools],
+        },
         "config": dataclasses.asdict(config),
         "estimator": args.estimator,
     }
@@ -309,6 +330,23 @@ def choose_cluster(name: str | None, trace: Trace, kind: str) -> Cluster:
         return resolve_cluster(name)
     except (OSError, ValueError) as e:  # SpecError, TraceError, missing node list
         raise CLIError(str(e)) from None
+
+
+def describe_pools(cluster: Cluster) -> list[str]:
+    """One line per autoscaling pool: `autoscaling pool NAME: MIN..MAX nodes of G GPUs (...)`."""
+    parts = []
+    for p in cluster.node_pools:
+        if p.min_nodes == p.max_nodes:
+            size = f"fixed at {p.max_nodes}"
+        else:
+            size = f"{p.min_nodes}..{p.max_nodes}"
+        extra = f"up in {p.provisioning_delay_s:g} s, idle out after {p.scale_down_idle_s:g} s"
+        if p.cost_per_node_hour is not None:
+            extra += f", {p.cost_per_node_hour:g}/node-hour"
+        parts.append(
+            f"autoscaling pool {p.name}: {size} nodes of {len(p.template.gpus)} GPUs ({extra})"
+        )
+    return parts
 
 
 def load_policies(spec: str) -> list[Policy]:

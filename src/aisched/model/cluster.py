@@ -3,11 +3,16 @@
 A node's GPUs are listed with their index on the node, so a placement can name concrete devices.
 The topology tree carries bandwidth and latency per level, so a gang's placement can be judged
 by how much of its traffic crosses slower links.
+
+A cluster may also have autoscaling node pools (`NodePool`): a node template and the bounds an
+autoscaler keeps the pool's node count within. `Cluster.nodes` holds the nodes present at the
+start, each pool's `min_nodes` included; nodes added later are the pool's `node(i)`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
 from aisched.model.resources import Resources
@@ -79,17 +84,87 @@ DEFAULT_LINKS: tuple[tuple[TopologyLevel, LinkSpec], ...] = (
 
 
 @dataclass(frozen=True, slots=True)
+class NodePool:
+    """Identical nodes that an autoscaler adds and removes, keeping `min_nodes..max_nodes`.
+
+    `template` gives every field of a pool node but its name: node `i` of the pool is named
+    `{name}-{i:04d}`. A node asked for at time t joins at t + `provisioning_delay_s`; a node with
+    nothing running on it for `scale_down_idle_s` is removed unless the pool is at its minimum.
+    `cost_per_node_hour` (any currency) is what a node costs from the moment it is asked for
+    until it is removed; None when the pool does not say.
+    """
+
+    name: str
+    template: Node
+    max_nodes: int
+    min_nodes: int = 0
+    provisioning_delay_s: float = 0.0
+    scale_down_idle_s: float = 600.0
+    cost_per_node_hour: float | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.min_nodes <= self.max_nodes:
+            raise ValueError(
+                f"node pool {self.name}: need 0 <= min_nodes <= max_nodes, "
+                f"got {self.min_nodes} and {self.max_nodes}"
+            )
+        for what, v in (
+            ("provisioning_delay_s", self.provisioning_delay_s),
+            ("scale_down_idle_s", self.scale_down_idle_s),
+        ):
+            if not 0 <= v < math.inf:
+                raise ValueError(f"node pool {self.name}: {what} must be finite and >= 0")
+        cost = self.cost_per_node_hour
+        if cost is not None and not 0 <= cost < math.inf:
+            raise ValueError(f"node pool {self.name}: cost_per_node_hour must be finite and >= 0")
+
+    def node(self, i: int) -> Node:
+        """The pool's node number `i`, made from the template."""
+        return replace(self.template, name=f"{self.name}-{i:04d}", healthy=True)
+
+    def owns(self, node_name: str) -> bool:
+        """True when `node_name` is one this pool makes."""
+        head, _, tail = node_name.rpartition("-")
+        return head == self.name and tail.isdigit()
+
+
+@dataclass(frozen=True, slots=True)
 class Cluster:
-    """A set of nodes and the link speeds of its topology tree. Node names are unique."""
+    """A set of nodes and the link speeds of its topology tree. Node names are unique.
+
+    `node_pools` are the autoscaling pools; their first `min_nodes` nodes are in `nodes`.
+    """
 
     nodes: tuple[Node, ...]
     links: tuple[tuple[TopologyLevel, LinkSpec], ...] = field(default=DEFAULT_LINKS)
+    node_pools: tuple[NodePool, ...] = ()
 
     def __post_init__(self) -> None:
         names = [n.name for n in self.nodes]
         if len(set(names)) != len(names):
             dup = sorted({n for n in names if names.count(n) > 1})
             raise ValueError(f"duplicate node names: {', '.join(dup[:5])}")
+        pools = [p.name for p in self.node_pools]
+        if len(set(pools)) != len(pools):
+            dup = sorted({n for n in pools if pools.count(n) > 1})
+            raise ValueError(f"duplicate node pool names: {', '.join(dup[:5])}")
+
+    def pool_of(self, node_name: str) -> NodePool | None:
+        """The autoscaling pool that made `node_name`, if any."""
+        for p in self.node_pools:
+            if p.owns(node_name):
+                return p
+        return None
+
+    def at_max(self) -> Cluster:
+        """The same cluster with every node pool fixed at its maximum (min = max): what an
+        autoscaled cluster is compared against."""
+        nodes = [n for n in self.nodes if self.pool_of(n.name) is None]
+        pools = []
+        for p in self.node_pools:
+            nodes.extend(p.node(i) for i in range(p.max_nodes))
+            pools.append(replace(p, min_nodes=p.max_nodes))
+        return Cluster(tuple(nodes), self.links, tuple(pools))
 
     def link(self, level: TopologyLevel) -> LinkSpec:
         for lv, spec in self.links:

@@ -42,6 +42,20 @@ does not depend on how many of its tasks run (the trace gives one duration), so 
 the restore and the lost work, not speed. The engine does not grow elastic jobs (only the live
 service does).
 
+Autoscaling node pools (`Cluster.node_pools`): after each cycle the jobs it left waiting for
+capacity go to the core's `plan_scale_up`; the nodes it asks for are billed from then on and
+join `provisioning_delay_s` later (a `_JOIN` event, before arrivals at its instant, so the cycle
+of that instant sees them). A pool node with nothing running gets an `_IDLE` event at the end
+of its idle time, and `plan_scale_down` says whether it goes (never below the pool's minimum);
+idle checks come after the cycle of their instant, so work arriving then is placed first.
+Membership changes are applied lazily: the node arrays are rebuilt, and every running binding
+re-taken, before the next cycle (what the live service does when a cluster executor's nodes
+come and go). A job that does not fit the present nodes but would fit the cluster with every
+pool at its maximum is not rejected: it waits for nodes. The billed node count, present GPUs
+and cost per hour are sampled at every change (`SimResult.nodes_timeline`), for node-hours and
+cost; a fixed cluster has one sample. Events left after the last job ended (joins, idle checks)
+are not played, so they do not stretch the run.
+
 The engine never changes the snapshot it hands to `run_cycle` while the cycle runs, and never
 applies a decision it cannot honour: a `Bind` of a job that is not pending, or whose victims are
 still running, or a `Preempt` of a job that is not running, or a `Shrink` of one that is not
@@ -57,7 +71,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, cast
 
-from aisched.core.cycle import InvariantViolation, run_cycle
+import numpy as np
+
+from aisched.core.cluster_autoscale import (
+    IdleNode,
+    NodeFree,
+    PoolState,
+    plan_scale_down,
+    plan_scale_up,
+)
+from aisched.core.cycle import InvariantViolation, never_runs, run_cycle
 from aisched.core.decisions import Bind, Preempt, Reserve, Shrink, TaskBinding
 from aisched.core.policy import Policy
 from aisched.core.snapshot import (
@@ -71,19 +94,34 @@ from aisched.core.snapshot import (
     build_arrays,
     validate_free,
 )
-from aisched.core.status import StatusCode
-from aisched.model.cluster import Cluster
+from aisched.core.status import JobStatus, StatusCode
+from aisched.model.cluster import Cluster, Node, NodePool
 from aisched.model.gpu_speed import GpuSpeeds
 from aisched.model.job import Job
 from aisched.model.queue import DEFAULT_QUEUE, Queue, QueueTree
 from aisched.model.resources import GPU_MILLI_WHOLE
 from aisched.sim.traces import Trace, TraceJob
 
-# Event kinds, in the order they are handled at one instant: capacity is released before new
-# work is seen, and the cycle sees everything that happened at its instant.
+# Event kinds, in the order they are handled at one instant: capacity is released (and nodes
+# join) before new work is seen, the cycle sees everything that happened at its instant, and an
+# idle node is only removed after that cycle had its chance to use it.
 _FINISH = 0
-_ARRIVE = 1
-_CYCLE = 2
+_JOIN = 1
+_ARRIVE = 2
+_CYCLE = 3
+_IDLE = 4
+
+# Statuses of a pending job that more nodes could help: it waits for capacity, not for its
+# queue's share or its dependencies.
+_WANTS_NODES = frozenset(
+    {
+        StatusCode.WAIT_RESOURCES,
+        StatusCode.RESERVED,
+        StatusCode.WAIT_RESERVATION,
+        StatusCode.NOT_CONSIDERED,
+        StatusCode.NEVER_FITS,
+    }
+)
 
 # Calls to `progress` are spaced by this many events: a call per event would cost more than the
 # event itself on a large trace.
@@ -125,6 +163,10 @@ LogEntry = tuple[float, str, str, tuple[str, ...]]
 # (time_s, allocated GPUs, running jobs, pending jobs), one sample at each instant where any of
 # them changed; each value holds until the next sample.
 Sample = tuple[float, float, int, int]
+
+# (time_s, billed nodes, GPUs on present nodes, cost per hour of the billed nodes), one sample at
+# each instant where any of them changed. Billed: present, or asked for and still provisioning.
+NodeSample = tuple[float, int, float, float]
 
 
 class SimulationError(RuntimeError):
@@ -202,7 +244,9 @@ class JobRecord:
 class SimResult:
     """A run's outcome: one record per trace job (trace order), the decision log, the timeline.
 
-    `capacity_gpus` counts the healthy GPUs. `end_s` is the virtual time the run stopped.
+    `capacity_gpus` counts the healthy GPUs (with autoscaling pools: every pool at its
+    maximum). `end_s` is the virtual time the run stopped. `nodes_timeline` samples the billed
+    nodes, present GPUs and cost rate; `priced` says whether any node has a cost.
     `wall_s` and `cycle_wall_s` (time inside `run_cycle`) are the only figures that differ
     between identical runs.
     """
@@ -219,6 +263,8 @@ class SimResult:
     wall_s: float
     cycle_wall_s: float
     stats: Mapping[str, float] = field(default_factory=dict)
+    nodes_timeline: tuple[NodeSample, ...] = ()
+    priced: bool = False
 
 
 def own_estimate(tj: TraceJob) -> Estimate:
@@ -396,6 +442,9 @@ class _Engine:
         # Progress counts arrivals, finishes and rejections: 2 per finite job, 1 per endless one.
         self.progress_total = len(trace.jobs) + finite
         self.progress_done = 0
+        self.arrived = 0
+        self.cluster = cluster
+        self._init_pools(cluster)
 
     # --- the event loop ---------------------------------------------------------------------
 
@@ -408,14 +457,18 @@ class _Engine:
         self.seq = len(self.heap)
         max_t = self.config.max_time_s
         now = self.heap[0][0] if self.heap else 0.0
+        self._start_pools(now)
         stopped_early = False
         heap = self.heap
         pop = heapq.heappop
+        total = len(self.trace.jobs)
         while heap:
             t, kind, _, job_id, attempt = heap[0]
             if max_t is not None and t > max_t:
                 stopped_early = True
                 break
+            if kind in (_JOIN, _IDLE) and self._all_done(total):
+                break  # only node events are left: the run is over
             pop(heap)
             now = t
             if kind == _FINISH:
@@ -423,11 +476,16 @@ class _Engine:
                 if st is not None and st.attempt == attempt:
                     self._finish(st, now)
             elif kind == _ARRIVE:
+                self.arrived += 1
                 self._arrive(self.jobs[job_id], now)
-            else:
+            elif kind == _CYCLE:
                 self.cycle_at = None
                 if self.dirty:
                     self._cycle(now)
+            elif kind == _JOIN:
+                self._join(job_id, now)
+            else:
+                self._idle_check(job_id, attempt, now)
             self._sample(now)
             self.events += 1
             if self.progress is not None and self.events % _PROGRESS_EVERY == 0:
@@ -453,8 +511,15 @@ class _Engine:
                 "events": float(self.events),
                 "preemptions": float(self.preempt_count),
                 "shrinks": float(self.shrink_count),
+                "nodes_added": float(self.nodes_added),
+                "nodes_removed": float(self.nodes_removed),
             },
+            nodes_timeline=tuple(self.node_samples),
+            priced=self.priced,
         )
+
+    def _all_done(self, total: int) -> bool:
+        return self.arrived == total and not self.pending and not self.running
 
     def _push(self, t: float, kind: int, job_id: str, attempt: int) -> None:
         heapq.heappush(self.heap, (t, kind, self.seq, job_id, attempt))
@@ -507,6 +572,8 @@ class _Engine:
         index, free = self.index, self.free
         for t in st.tasks:
             free.give(index[t.node], t)
+        if self.node_tasks:
+            self._unbusy(st.tasks, now)
         st.attained_gpu_s += st.gpus * (now - st.start_s)
         self.alloc_milli -= st.milli
         st.tasks = ()
@@ -539,6 +606,8 @@ class _Engine:
                 raise SimulationError(f"t={now}: bind of {job_id} to unknown node {t.node}")
             free.take(node, t)
             milli += len(t.gpus) * t.gpu_milli
+        if self.node_tasks:
+            self._busy(tasks)
         st.tasks = tasks
         st.milli = milli
         st.gpus = milli / GPU_MILLI_WHOLE
@@ -635,6 +704,8 @@ class _Engine:
         self.dirty = False
         if not self.pending:
             return
+        if self.membership_dirty:
+            self._rebuild()
         snapshot = Snapshot(
             self.arrays, self.free, tuple(self.running_view.values()), self.queues, self.usage
         )
@@ -667,14 +738,202 @@ class _Engine:
             if status is None or job_id not in self.pending:
                 continue
             if status.code == StatusCode.NEVER_FITS:
-                self._reject(job_id, status.reason, now)
+                reason = self._never_fits(job_id, status.reason)
+                if reason is not None:
+                    self._reject(job_id, reason, now)
             else:
                 self.jobs[job_id].eta_s = status.eta_s
         self.fresh.clear()
         if self.config.validate:
             self._check_state(now)
+        if self.pools:
+            self._scale_up(now, diagnostics)
         # A requeued victim is pending again: if the cycle left it there, it waits for the next
         # change like any other job; it does not force a second cycle at the same instant.
+
+    # --- autoscaling node pools -------------------------------------------------------------
+
+    def _init_pools(self, cluster: Cluster) -> None:
+        self.pools: dict[str, NodePool] = {p.name: p for p in cluster.node_pools}
+        self.present: dict[str, Node] = {n.name: n for n in cluster.nodes}
+        self.coming: dict[str, Node] = {}  # asked for, not joined yet
+        self.pool_of: dict[str, str] = {}  # present or coming pool node -> its pool
+        self.pool_present = dict.fromkeys(self.pools, 0)
+        self.pool_coming = dict.fromkeys(self.pools, 0)
+        self.next_index = dict.fromkeys(self.pools, 0)
+        # Running tasks per present pool node (empty without pools: the hooks then cost nothing),
+        # and since when each task-less one has been idle, with a stamp that voids old checks.
+        self.node_tasks: dict[str, int] = {}
+        self.idle_since: dict[str, float] = {}
+        self.idle_stamp: dict[str, int] = {}
+        self.membership_dirty = False
+        self.nodes_added = 0
+        self.nodes_removed = 0
+        self.priced = any(p.cost_per_node_hour is not None for p in cluster.node_pools)
+        self.node_samples: list[NodeSample] = []
+        self.ceiling: Snapshot | None = None
+        for n in cluster.nodes:
+            pool = cluster.pool_of(n.name)
+            if pool is None:
+                continue
+            self.pool_of[n.name] = pool.name
+            self.pool_present[pool.name] += 1
+            self.node_tasks[n.name] = 0
+            index = int(n.name.rpartition("-")[2])
+            self.next_index[pool.name] = max(self.next_index[pool.name], index + 1)
+        if self.pools:
+            # What "never fits" means with autoscaling: not even with every pool at its maximum.
+            top = build_arrays(cluster.at_max())
+            self.ceiling = Snapshot(top, FreeState.empty(top), (), self.queues)
+            self.capacity_gpus = float(top.num_gpus[top.healthy].sum())
+
+    def _start_pools(self, now: float) -> None:
+        for name in self.node_tasks:
+            self._mark_idle(name, now)
+        self._bill(now)
+
+    def _bill(self, now: float) -> None:
+        """Sample the billed nodes, present GPUs and cost rate (after any change to them)."""
+        cost = 0.0
+        for pool_name in self.pool_of.values():
+            cost += self.pools[pool_name].cost_per_node_hour or 0.0
+        gpus = sum(len(n.gpus) for n in self.present.values() if n.healthy)
+        point = (now, len(self.present) + len(self.coming), float(gpus), cost)
+        samples = self.node_samples
+        if samples and samples[-1][1:] == point[1:]:
+            return
+        if samples and samples[-1][0] == now:
+            samples[-1] = point
+        else:
+            samples.append(point)
+
+    def _never_fits(self, job_id: str, reason: str) -> str | None:
+        """Why a job the present nodes can never hold is rejected; None when it would fit once
+        the pools have grown, so it waits instead."""
+        if self.ceiling is None:
+            return reason
+        return never_runs(self.ceiling, self.policy, self.jobs[job_id].job)
+
+    def _pool_states(self, with_free: bool = False) -> list[PoolState]:
+        free: dict[str, list[NodeFree]] = {name: [] for name in self.pools}
+        if with_free and self.node_tasks:
+            # What the present pool nodes have free (the arrays are current: a cycle just ran).
+            # Only nodes with a free GPU share, or without GPUs: a full GPU node serves no gang.
+            a, f = self.arrays, self.free
+            names = list(self.node_tasks)
+            rows = np.array([self.index[n] for n in names], dtype=np.int64)
+            keep = np.flatnonzero((a.num_gpus[rows] == 0) | (f.gpu_total[rows] > 0)).tolist()
+            cpu, mem = f.cpu[rows].tolist(), f.mem[rows].tolist()
+            milli, gmem = f.gpu_milli[rows].tolist(), f.gpu_mem[rows].tolist()
+            valid = a.gpu_valid[rows].tolist()
+            for j in keep:
+                v = valid[j]
+                free[self.pool_of[names[j]]].append(
+                    NodeFree(
+                        cpu[j],
+                        mem[j],
+                        tuple(x for x, ok in zip(milli[j], v, strict=True) if ok),
+                        tuple(x for x, ok in zip(gmem[j], v, strict=True) if ok),
+                    )
+                )
+        return [
+            PoolState(p, self.pool_present[name], self.pool_coming[name], tuple(free[name]))
+            for name, p in self.pools.items()
+        ]
+
+    def _scale_up(self, now: float, diagnostics: Mapping[str, JobStatus]) -> None:
+        if not self.pending:
+            return
+        states = self._pool_states()
+        if not any(ps.headroom or ps.provisioning for ps in states):
+            return  # every pool at its maximum with nothing on the way: nothing to plan
+        waiting = []
+        for pj in self.pending.values():
+            status = diagnostics.get(pj.id)  # None: preempted by this cycle, wants room again
+            if status is None or status.code in _WANTS_NODES:
+                waiting.append(pj.job)
+        if not waiting:
+            return
+        plan = plan_scale_up(waiting, self._pool_states(with_free=True))
+        for up in plan.scale_ups:
+            pool = self.pools[up.pool]
+            names = []
+            for _ in range(up.count):
+                node = pool.node(self.next_index[up.pool])
+                self.next_index[up.pool] += 1
+                self.coming[node.name] = node
+                self.pool_of[node.name] = up.pool
+                self.pool_coming[up.pool] += 1
+                self._push(now + pool.provisioning_delay_s, _JOIN, node.name, 0)
+                names.append(node.name)
+            self.nodes_added += up.count
+            self.log.append((now, "scale-up", up.pool, tuple(names)))
+        if plan.scale_ups:
+            self._bill(now)
+
+    def _join(self, name: str, now: float) -> None:
+        node = self.coming.pop(name)
+        pool = self.pool_of[name]
+        self.pool_coming[pool] -= 1
+        self.pool_present[pool] += 1
+        self.present[name] = node
+        self.node_tasks[name] = 0
+        self.membership_dirty = True
+        self._mark_idle(name, now)
+        self.log.append((now, "join", name, ()))
+        self._bill(now)
+        self._changed(now)
+
+    def _mark_idle(self, name: str, now: float) -> None:
+        self.idle_since[name] = now
+        stamp = self.idle_stamp.get(name, 0) + 1
+        self.idle_stamp[name] = stamp
+        self._push(now + self.pools[self.pool_of[name]].scale_down_idle_s, _IDLE, name, stamp)
+
+    def _busy(self, tasks: tuple[TaskBinding, ...]) -> None:
+        counts = self.node_tasks
+        for t in tasks:
+            c = counts.get(t.node)
+            if c is None:
+                continue  # not a pool node
+            if c == 0:
+                del self.idle_since[t.node]
+            counts[t.node] = c + 1
+
+    def _unbusy(self, tasks: tuple[TaskBinding, ...], now: float) -> None:
+        counts = self.node_tasks
+        for t in tasks:
+            c = counts.get(t.node)
+            if c is None:
+                continue
+            counts[t.node] = c - 1
+            if c == 1:
+                self._mark_idle(t.node, now)
+
+    def _idle_check(self, name: str, stamp: int, now: float) -> None:
+        if name not in self.idle_since or self.idle_stamp.get(name) != stamp:
+            return  # busy again, or idle again since: a later check stands
+        idle = [IdleNode(n, self.pool_of[n], since) for n, since in self.idle_since.items()]
+        gone = plan_scale_down(idle, self._pool_states(), now)
+        for n in gone:
+            pool = self.pool_of.pop(n)
+            del self.present[n], self.node_tasks[n], self.idle_since[n]
+            self.pool_present[pool] -= 1
+            self.nodes_removed += 1
+            self.membership_dirty = True
+            self.log.append((now, "remove", n, ()))
+        if gone:
+            self._bill(now)
+
+    def _rebuild(self) -> None:
+        """New node arrays for the present nodes; every running binding taken again."""
+        arrays = build_arrays(Cluster(tuple(self.present.values()), self.cluster.links))
+        free = FreeState.empty(arrays)
+        for st in self.running.values():
+            for t in st.tasks:
+                free.take(arrays.index[t.node], t)
+        self.arrays, self.index, self.free = arrays, arrays.index, free
+        self.membership_dirty = False
 
     # --- validate mode ----------------------------------------------------------------------
 
@@ -695,6 +954,8 @@ class _Engine:
             raise SimulationError(f"t={now}: " + "; ".join(problems))
 
     def _check_state(self, now: float) -> None:
+        if self.membership_dirty:
+            self._rebuild()
         snapshot = Snapshot(self.arrays, self.free, tuple(self.running_view.values()), self.queues)
         problems = validate_free(snapshot)
         both = self.pending.keys() & self.running.keys()

@@ -8,6 +8,11 @@ recomputed. Definitions:
 - makespan = last finish − first submit (0 when nothing finished).
 - GPU utilisation = allocated GPU-seconds / capacity GPU-seconds over [first submit, last
   finish] (the end of the run when nothing finished); a GPU share counts as gpu_milli / 1000.
+  With autoscaling the capacity is that of the nodes present at each moment.
+- node-hours = billed nodes integrated over the same window (a node is billed from the moment
+  it is asked for until it is removed; a fixed cluster's nodes all the time), and cost = the
+  nodes' cost per node-hour integrated likewise (None when no node has a cost). Peak nodes is
+  the most billed at once.
 - restarts = starts after a preemption; a job preempted at the end of a run has no restart.
 
 - runtime estimates (over jobs that finished and had one when they arrived): the median
@@ -29,7 +34,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from aisched.sim.engine import JobRecord, Sample, SimResult
+from aisched.sim.engine import JobRecord, NodeSample, Sample, SimResult
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -74,6 +79,11 @@ class PolicyMetrics:
     eta_jobs: int = 0
     eta_mdae_s: float | None = None
     eta_within_1h: float | None = None
+    node_hours: float = 0.0
+    cost: float | None = None
+    peak_nodes: int = 0
+    nodes_added: int = 0
+    nodes_removed: int = 0
 
     def to_dict(self) -> dict[str, object]:
         """Plain JSON-ready values; queues as a list of mappings."""
@@ -91,7 +101,11 @@ def compute_metrics(result: SimResult) -> PolicyMetrics:
     last_finish = max(finishes) if finishes else None
     makespan = last_finish - first_submit if last_finish is not None else 0.0
     window_end = last_finish if last_finish is not None else result.end_s
-    capacity_gpu_s = result.capacity_gpus * (window_end - first_submit)
+    nodes = result.nodes_timeline
+    if len(nodes) > 1:  # capacity changed during the run
+        capacity_gpu_s = _integral(nodes, 2, first_submit, window_end)
+    else:
+        capacity_gpu_s = result.capacity_gpus * (window_end - first_submit)
     utilisation = (
         allocated_gpu_s(result.timeline, first_submit, window_end, result.end_s) / capacity_gpu_s
         if capacity_gpu_s > 0
@@ -122,7 +136,25 @@ def compute_metrics(result: SimResult) -> PolicyMetrics:
         queues=queue_metrics(jobs),
         **estimate_metrics(jobs),
         **eta_metrics(jobs),
+        node_hours=_integral(nodes, 1, first_submit, window_end) / 3600.0,
+        cost=_integral(nodes, 3, first_submit, window_end) / 3600.0 if result.priced else None,
+        peak_nodes=max((s[1] for s in nodes), default=0),
+        nodes_added=int(result.stats.get("nodes_added", 0)),
+        nodes_removed=int(result.stats.get("nodes_removed", 0)),
     )
+
+
+def _integral(samples: Sequence[NodeSample], col: int, start_s: float, end_s: float) -> float:
+    """Integral of column `col` of a step function over [start_s, end_s]; the last sample holds
+    to `end_s` (and the first reaches back to `start_s`)."""
+    total = 0.0
+    for i, sample in enumerate(samples):
+        t = start_s if i == 0 else sample[0]
+        nxt = samples[i + 1][0] if i + 1 < len(samples) else end_s
+        lo, hi = max(t, start_s), min(nxt, end_s)
+        if hi > lo:
+            total += float(sample[col]) * (hi - lo)
+    return total
 
 
 def estimate_metrics(jobs: Sequence[JobRecord]) -> dict[str, Any]:

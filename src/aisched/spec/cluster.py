@@ -6,6 +6,11 @@ reproducible: pool `a100` gives nodes `a100-0000`, ... (filled rack by rack, zon
 `a100-rack-00`, ... and zones `zone-0`, ...; zones are shared by index across pools, racks are
 not. GPUs are numbered from 0 and split into NVLink groups of `nvlink_group_size` by index.
 
+`autoscaling_pools` are node pools an autoscaler grows and shrinks (the simulator does; see
+`model.cluster.NodePool`): a node `template`, `min`/`max` nodes, an optional provisioning delay,
+scale-down idle time and cost per node-hour. Their nodes are named `{pool}-0000`, ..., all in
+rack `{pool}-rack` of the template's zone; the first `min` are there from the start.
+
 Every mistake is reported as a `SpecError` naming the field path; unknown keys are rejected.
 Pydantic types stay in this module: `cluster_from_dict` is the one place they become model
 types. Built-in clusters are YAML files shipped in `aisched/data/`.
@@ -13,13 +18,22 @@ types. Built-in clusters are YAML files shipped in `aisched/data/`.
 
 from __future__ import annotations
 
+import math
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from aisched.model.cluster import DEFAULT_LINKS, GPU, Cluster, LinkSpec, Node, TopologyLevel
+from aisched.model.cluster import (
+    DEFAULT_LINKS,
+    GPU,
+    Cluster,
+    LinkSpec,
+    Node,
+    NodePool,
+    TopologyLevel,
+)
 from aisched.spec.errors import SpecError, parse_yaml
 
 # A typo such as `nodes_per_rack: 80000` should be an error, not an out-of-memory crash.
@@ -85,15 +99,55 @@ class NodeModel(_Spec):
     healthy: bool = True
 
 
+class TemplateModel(_Spec):
+    """A node of an autoscaling pool: a node's fields, less its name and rack."""
+
+    zone: Name = "zone-0"
+    cpus: PositiveFloat
+    mem_gib: PositiveFloat
+    gpus: NonNegInt = 0
+    gpu_model: Name = "generic"
+    gpu_mem_gib: NonNegFloat = 0.0
+    nvlink_group_size: Count | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class AutoscalingPoolModel(_Spec):
+    name: Name
+    template: TemplateModel
+    min: NonNegInt = 0
+    max: NonNegInt
+    provisioning_delay_s: NonNegFloat = 0.0
+    scale_down_idle_s: NonNegFloat = 600.0
+    cost_per_node_hour: NonNegFloat | None = None
+
+    @model_validator(mode="after")
+    def _bounds(self) -> AutoscalingPoolModel:
+        if self.max < 1:
+            raise ValueError("max must be at least 1 (a pool that can hold no node is no pool)")
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is more than max ({self.max})")
+        if self.max > MAX_NODES:
+            raise ValueError(f"max {self.max} is more than the limit of {MAX_NODES} nodes")
+        if any(math.isinf(v) for v in (self.provisioning_delay_s, self.scale_down_idle_s)):
+            raise ValueError("provisioning_delay_s and scale_down_idle_s must be finite")
+        if self.cost_per_node_hour is not None and math.isinf(self.cost_per_node_hour):
+            raise ValueError("cost_per_node_hour must be finite")
+        return self
+
+
 class ClusterSpec(_Spec):
     links: LinksModel | None = None
     pools: list[PoolModel] = Field(default_factory=list)
     nodes: list[NodeModel] = Field(default_factory=list)
+    autoscaling_pools: list[AutoscalingPoolModel] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _not_empty(self) -> ClusterSpec:
-        if not self.pools and not self.nodes:
-            raise ValueError("a cluster needs at least one entry in pools or nodes")
+        if not self.pools and not self.nodes and not self.autoscaling_pools:
+            raise ValueError(
+                "a cluster needs at least one entry in pools, nodes or autoscaling_pools"
+            )
         return self
 
 
@@ -153,8 +207,8 @@ def resolve_cluster(name_or_path: str) -> Cluster:
 
 
 def _to_cluster(spec: ClusterSpec, source: str) -> Cluster:
-    # 1. Expand pools and explicit nodes in file order, remembering where each name came from
-    #    so a clash can be reported at the entry that caused it.
+    # 1. Expand pools, then autoscaling pools (step 2), then explicit nodes, remembering where
+    #    each name came from so a clash can be reported at the entry that caused it.
     #    A rack must sit in one zone, or the topology tree would not be a tree.
     nodes: list[Node] = []
     origin: dict[str, str] = {}
@@ -197,7 +251,55 @@ def _to_cluster(spec: ClusterSpec, source: str) -> Cluster:
                     )
                     add(node, f"pools.{p_i}")
                     i += 1
+    # 2. Autoscaling pools: names unique among all pools (a node name says which pool made it),
+    #    a cost for every pool or for none (a pool without one could be neither cheaper nor
+    #    dearer than the others), and the first `min` nodes present from the start.
+    pool_names = {p.name: f"pools.{i}" for i, p in enumerate(spec.pools)}
+    node_pools: list[NodePool] = []
+    with_cost = [p.cost_per_node_hour is not None for p in spec.autoscaling_pools]
+    for a_i, ap in enumerate(spec.autoscaling_pools):
+        where = f"autoscaling_pools.{a_i}"
+        if ap.name in pool_names:
+            problems.append(
+                f"{source}: {where}.name: pool name {ap.name!r} already used at "
+                f"{pool_names[ap.name]}"
+            )
+            continue
+        pool_names[ap.name] = where
+        if any(with_cost) and not with_cost[a_i]:
+            problems.append(
+                f"{source}: {where}.cost_per_node_hour: missing; give a cost for every "
+                "autoscaling pool or for none"
+            )
+        t = ap.template
+        node_pool = NodePool(
+            name=ap.name,
+            template=Node(
+                name=ap.name,
+                milli_cpu=_milli(t.cpus),
+                mem_mib=_mib(t.mem_gib),
+                gpus=_gpus(t.gpus, t.gpu_model, t.gpu_mem_gib, t.nvlink_group_size),
+                zone=t.zone,
+                rack=f"{ap.name}-rack",
+                labels=tuple(sorted(t.labels.items())),
+            ),
+            max_nodes=ap.max,
+            min_nodes=ap.min,
+            provisioning_delay_s=ap.provisioning_delay_s,
+            scale_down_idle_s=ap.scale_down_idle_s,
+            cost_per_node_hour=ap.cost_per_node_hour,
+        )
+        node_pools.append(node_pool)
+        for i in range(ap.min):
+            add(node_pool.node(i), where)
     for n_i, n in enumerate(spec.nodes):
+        owner = next((p for p in node_pools if p.owns(n.name)), None)
+        if owner is not None:
+            problems.append(
+                f"{source}: nodes.{n_i}.name: {n.name!r} is a name autoscaling pool "
+                f"{owner.name!r} gives its nodes"
+            )
+            continue
         node = Node(
             name=n.name,
             milli_cpu=_milli(n.cpus),
@@ -212,7 +314,7 @@ def _to_cluster(spec: ClusterSpec, source: str) -> Cluster:
     if problems:
         raise SpecError(problems)
 
-    # 2. Links: defaults, overridden per level by the file.
+    # 3. Links: defaults, overridden per level by the file.
     links = dict(DEFAULT_LINKS)
     if spec.links is not None:
         for level in TopologyLevel:
@@ -221,7 +323,9 @@ def _to_cluster(spec: ClusterSpec, source: str) -> Cluster:
                 links[level] = LinkSpec(
                     bandwidth_gbps=given.bandwidth_gbps, latency_us=given.latency_us
                 )
-    return Cluster(nodes=tuple(nodes), links=tuple(sorted(links.items())))
+    return Cluster(
+        nodes=tuple(nodes), links=tuple(sorted(links.items())), node_pools=tuple(node_pools)
+    )
 
 
 def _gpus(count: int, model: str, mem_gib: float, group_size: int | None) -> tuple[GPU, ...]:

@@ -129,7 +129,11 @@ ERROR_CASES = [
         {"links": {"zone": {"bandwidth_gbps": 0, "latency_us": 1}}, "pools": [_pool()]},
         ["c.yaml: links.zone.bandwidth_gbps: Input should be greater than 0"],
     ),
-    Case("nothing in it", {}, ["c.yaml: a cluster needs at least one entry in pools or nodes"]),
+    Case(
+        "nothing in it",
+        {},
+        ["c.yaml: a cluster needs at least one entry in pools, nodes or autoscaling_pools"],
+    ),
     Case("empty document", None, ["c.yaml: expected a mapping with pools and/or nodes, got empty"]),
     Case("a list", [1], ["c.yaml: expected a mapping with pools and/or nodes, got a list"]),
     Case(
@@ -233,3 +237,115 @@ def test_format_validation_error() -> None:
         "f.yaml: a: Input should be a valid integer, unable to parse string as an integer\n"
         "f.yaml: b: unknown key"
     )
+
+
+# --- autoscaling pools -------------------------------------------------------------------------
+
+
+def _auto(**over: Any) -> dict[str, Any]:
+    return {
+        "name": "gpu",
+        "max": 4,
+        "template": {"cpus": 32, "mem_gib": 256, "gpus": 8, "gpu_model": "A100"},
+        **over,
+    }
+
+
+def test_autoscaling_pool_builds_its_min_nodes() -> None:
+    c = cluster_from_dict(
+        {
+            "autoscaling_pools": [
+                _auto(
+                    min=2, provisioning_delay_s=120, scale_down_idle_s=300, cost_per_node_hour=4.5
+                ),
+            ]
+        }
+    )
+    (pool,) = c.node_pools
+    assert (pool.name, pool.min_nodes, pool.max_nodes) == ("gpu", 2, 4)
+    assert (pool.provisioning_delay_s, pool.scale_down_idle_s) == (120.0, 300.0)
+    assert pool.cost_per_node_hour == 4.5
+    assert [n.name for n in c.nodes] == ["gpu-0000", "gpu-0001"]
+    assert {n.rack for n in c.nodes} == {"gpu-rack"}
+    assert pool.template.milli_cpu == 32_000 and len(pool.template.gpus) == 8
+    assert pool.node(7).name == "gpu-0007" and pool.owns("gpu-0007")
+    assert c.pool_of("gpu-0001") is pool
+    fixed = c.at_max()
+    assert [n.name for n in fixed.nodes] == ["gpu-0000", "gpu-0001", "gpu-0002", "gpu-0003"]
+    assert fixed.node_pools[0].min_nodes == 4
+
+
+def test_autoscaling_pool_at_min_zero_alone_is_a_cluster() -> None:
+    c = cluster_from_dict({"autoscaling_pools": [_auto()]})
+    assert c.nodes == () and c.node_pools[0].min_nodes == 0
+
+
+AUTOSCALE_ERROR_CASES = [
+    Case(
+        "min above max",
+        {"autoscaling_pools": [_auto(min=5)]},
+        ["c.yaml: autoscaling_pools.0: min (5) is more than max (4)"],
+    ),
+    Case(
+        "max zero",
+        {"autoscaling_pools": [_auto(max=0)]},
+        [
+            "c.yaml: autoscaling_pools.0: max must be at least 1 (a pool that can hold no node "
+            "is no pool)"
+        ],
+    ),
+    Case(
+        "max missing",
+        {"autoscaling_pools": [{"name": "gpu", "template": {"cpus": 1, "mem_gib": 1}}]},
+        ["c.yaml: autoscaling_pools.0.max: Field required"],
+    ),
+    Case(
+        "negative delay",
+        {"autoscaling_pools": [_auto(provisioning_delay_s=-1)]},
+        [
+            "c.yaml: autoscaling_pools.0.provisioning_delay_s: Input should be greater than or "
+            "equal to 0"
+        ],
+    ),
+    Case(
+        "bad template field",
+        {"autoscaling_pools": [_auto(template={"cpus": 0, "mem_gib": 1, "gpu": 8})]},
+        [
+            "c.yaml: autoscaling_pools.0.template.cpus: Input should be greater than 0",
+            "c.yaml: autoscaling_pools.0.template.gpu: unknown key",
+        ],
+    ),
+    Case(
+        "name of a fixed pool",
+        {"pools": [_pool(name="gpu")], "autoscaling_pools": [_auto()]},
+        ["c.yaml: autoscaling_pools.0.name: pool name 'gpu' already used at pools.0"],
+    ),
+    Case(
+        "cost on some pools only",
+        {"autoscaling_pools": [_auto(cost_per_node_hour=3), _auto(name="cpu")]},
+        [
+            "c.yaml: autoscaling_pools.1.cost_per_node_hour: missing; give a cost for every "
+            "autoscaling pool or for none"
+        ],
+    ),
+    Case(
+        "node named like a pool node",
+        {"autoscaling_pools": [_auto()], "nodes": [{"name": "gpu-0003", "cpus": 1, "mem_gib": 1}]},
+        ["c.yaml: nodes.0.name: 'gpu-0003' is a name autoscaling pool 'gpu' gives its nodes"],
+    ),
+]
+
+
+@pytest.mark.parametrize("case", AUTOSCALE_ERROR_CASES, ids=lambda c: c.name)
+def test_autoscaling_pool_errors_name_the_field(case: Case) -> None:
+    with pytest.raises(SpecError) as info:
+        cluster_from_dict(case.data, "c.yaml")
+    assert list(info.value.problems) == case.want
+
+
+def test_the_autoscaling_example_file_loads() -> None:
+    path = Path(__file__).parents[3] / "examples" / "cluster-autoscaling.yaml"
+    c = load_cluster_file(path)
+    (pool,) = c.node_pools
+    assert (pool.min_nodes, pool.max_nodes, len(pool.template.gpus)) == (0, 96, 8)
+    assert c.nodes == ()
