@@ -184,8 +184,6 @@ def main() -> None:
           f"all running {med_run:.2f} s")  # fmt: skip
     figures = json.dumps([round(x, 2) for x in runs])
     body = f"""
-## A 16-task gang on a local multi-node Ray cluster
-
 `aisched up --ray` on a Ray cluster on this one machine: a head with no CPUs and {args.nodes}
 nodes of {GPUS_PER_NODE} declared GPUs, in two racks. A gang of {args.tasks} tasks (1 GPU, 0.25
 CPU each) is submitted over HTTP; from its submission (the service's clock) to the first and to
