@@ -6,94 +6,15 @@ test drives the loop exactly: submit, step, end a task, step, and looks at the w
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import replace
 
 import pytest
+from world import World
 
-from aisched.core.policy import preset
 from aisched.executors.base import ExitKind
-from aisched.model.job import Job, RestartPolicy
-from aisched.model.queue import QueueTree
-from aisched.predict.runtime import RuntimePredictor
-from aisched.service.loop import LoopConfig, Rejected, Scheduler
-from aisched.store.db import Store
+from aisched.model.job import RestartPolicy
+from aisched.service.loop import Rejected
 from aisched.testing import job
-from aisched.testing.fakes import FakeExecutor, fake_node
-
-
-class Clock:
-    def __init__(self, t: float = 1000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
-@dataclass
-class World:
-    store: Store
-    fx: FakeExecutor
-    clock: Clock
-    sched: Scheduler
-    home: Path
-    predicting: bool = False  # the loop has a runtime predictor
-
-    def submit(self, j: Job) -> str:
-        fut = self.sched.submit(j)
-        self.sched.step()
-        return str(fut.result(0)["id"])
-
-    def state(self, job_id: str) -> dict[str, object]:
-        with self.store.read() as tx:
-            row = tx.get_job(job_id)
-        assert row is not None
-        return row
-
-    def events(self, job_id: str) -> list[str]:
-        with self.store.read() as tx:
-            return [e["kind"] for e in tx.events_of(job_id)]
-
-    def restart(self) -> Scheduler:
-        """A new loop over the same store and executor: the scheduler process restarted."""
-        self.sched = make_scheduler(self.store, self.fx, self.clock, self.home, self.predicting)
-        self.sched.recover()
-        return self.sched
-
-
-def make_scheduler(
-    store: Store, fx: FakeExecutor, clock: Clock, home: Path, predicting: bool = False
-) -> Scheduler:
-    return Scheduler(
-        store,
-        fx,
-        preset("default"),
-        QueueTree(),
-        LoopConfig(data_dir=home, cycle_interval_s=5.0, max_backoff_s=60.0, cycle_gap_factor=0),
-        clock=clock,
-        predictor=RuntimePredictor() if predicting else None,
-    )
-
-
-@pytest.fixture
-def w(tmp_path: Path) -> World:
-    store = Store.sqlite(tmp_path / "state.db")
-    fx = FakeExecutor([fake_node(gpus=4)])
-    clock = Clock()
-    sched = make_scheduler(store, fx, clock, tmp_path)
-    sched.recover()
-    return World(store, fx, clock, sched, tmp_path)
-
-
-@pytest.fixture
-def pw(tmp_path: Path) -> World:
-    """A world whose loop learns runtimes (on one node of 4 GPUs)."""
-    store = Store.sqlite(tmp_path / "state.db")
-    fx = FakeExecutor([fake_node()])
-    clock = Clock()
-    sched = make_scheduler(store, fx, clock, tmp_path, predicting=True)
-    sched.recover()
-    return World(store, fx, clock, sched, tmp_path, predicting=True)
 
 
 def test_a_gang_starts_whole_with_distinct_gpus_and_ranks(w: World) -> None:
@@ -173,7 +94,7 @@ def test_higher_priority_preempts_and_the_victim_restarts_with_its_checkpoint_di
 
 def test_a_failing_job_is_retried_with_backoff_up_to_its_limit(w: World) -> None:
     j = job("f").task(gpu=1).build()
-    jid = w.submit(Job(**{**_fields(j), "max_retries": 2, "backoff_s": 10.0}))
+    jid = w.submit(replace(j, max_retries=2, backoff_s=10.0))
     for attempt, wait in ((1, 10.0), (2, 20.0)):
         w.fx.exit(w.fx.keys(jid)[0], 3)
         w.sched.step()
@@ -197,7 +118,7 @@ def test_a_failing_job_is_retried_with_backoff_up_to_its_limit(w: World) -> None
 
 def test_restart_policy_never_fails_at_once(w: World) -> None:
     j = job("n").task(cpu=1).build()
-    jid = w.submit(Job(**{**_fields(j), "restart_policy": RestartPolicy.NEVER}))
+    jid = w.submit(replace(j, restart_policy=RestartPolicy.NEVER))
     w.fx.exit(w.fx.keys(jid)[0], 1, ExitKind.OOM)
     w.sched.step()
     row = w.state(jid)
@@ -253,7 +174,7 @@ def test_unknown_queue_is_refused(w: World) -> None:
 
 def test_time_limit_stops_and_fails_the_job(w: World) -> None:
     j = job("t").task(cpu=1).build()
-    jid = w.submit(Job(**{**_fields(j), "time_limit_s": 60.0}))
+    jid = w.submit(replace(j, time_limit_s=60.0))
     w.clock.t += 61
     w.sched.step()
     assert w.fx.stops == [(jid, 1, "g0-0")]
@@ -319,12 +240,6 @@ def test_a_launch_failure_rolls_the_gang_back(w: World) -> None:
     assert "could not start" in str(row["reason"]) or row["not_before"] is not None
 
 
-def _fields(j: Job) -> dict[str, object]:
-    from dataclasses import fields
-
-    return {f.name: getattr(j, f.name) for f in fields(j) if f.init}
-
-
 def test_the_predictor_learns_runtimes_and_relearns_them_after_a_restart(pw: World) -> None:
     w = pw
     first = w.submit(job("train-1").task(gpu=1).build())
@@ -363,6 +278,6 @@ def test_a_running_job_expects_to_end_by_its_predicted_upper_runtime_also_after_
     w.restart()  # recovered running jobs are bounded the same way
     assert expected_end(unestimated) == pytest.approx(start + upper)
     # The bound order is the core's: the prediction's upper bound before the user's estimate.
-    assert expected_end(estimated) == pytest.approx(
-        start + float(w.state(estimated)["predicted_upper_s"])
-    )  # type: ignore[arg-type]
+    upper_b = w.state(estimated)["predicted_upper_s"]
+    assert isinstance(upper_b, float)
+    assert expected_end(estimated) == pytest.approx(start + upper_b)

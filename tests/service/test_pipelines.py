@@ -5,27 +5,14 @@ a fake executor and a fake clock (see test_loop.py)."""
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
-from test_loop import Clock, World, make_scheduler
+from world import World
 
 from aisched.executors.base import ExitKind
 from aisched.model.job import Dependency, DependencyCondition, Job, RestartPolicy
 from aisched.service.loop import Rejected
-from aisched.store.db import Store
 from aisched.testing import job
-from aisched.testing.fakes import FakeExecutor, fake_node
-
-
-@pytest.fixture
-def w(tmp_path: Path) -> World:
-    store = Store.sqlite(tmp_path / "state.db")
-    fx = FakeExecutor([fake_node(gpus=4)])
-    clock = Clock()
-    sched = make_scheduler(store, fx, clock, tmp_path)
-    sched.recover()
-    return World(store, fx, clock, sched, tmp_path)
 
 
 def step(

@@ -11,27 +11,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from test_loop import Clock, World, make_scheduler
 from test_pipelines import finish, step, submit_all
+from world import World, new_world
 
 from aisched.model.job import Dependency, Job, JobKind
 from aisched.model.service import ServiceSpec
 from aisched.service.autoscaler import Autoscaler
 from aisched.service.loop import Rejected
 from aisched.service.replicas import HOST_ENV, PORT_ENV, replica_port
-from aisched.store.db import Store
 from aisched.testing import job
 from aisched.testing.fakes import FakeExecutor, fake_node
-
-
-@pytest.fixture
-def w(tmp_path: Path) -> World:
-    store = Store.sqlite(tmp_path / "state.db")
-    fx = FakeExecutor([fake_node(gpus=4)])
-    clock = Clock()
-    sched = make_scheduler(store, fx, clock, tmp_path)
-    sched.recover()
-    return World(store, fx, clock, sched, tmp_path)
 
 
 def web(min_replicas: int = 1, max_replicas: int = 6, *deps: str) -> Job:
@@ -99,10 +88,10 @@ def test_cancelling_a_service_cancels_its_replicas(w: World) -> None:
     for rid, _, _ in replicas(w, sid):
         finish(w, rid, code=-15)
     assert [r[1] for r in replicas(w, sid)] == ["cancelled", "cancelled"]
-    fut = w.sched.scale(sid, 1, "test")
+    scaled = w.sched.scale(sid, 1, "test")
     w.sched.step()
     with pytest.raises(Rejected, match=f"no live service {sid}"):
-        fut.result(0)
+        scaled.result(0)
 
 
 def test_a_restarted_scheduler_keeps_the_service_and_its_replicas(w: World) -> None:
@@ -164,10 +153,8 @@ def replica_server() -> Iterator[Callable[[str, int], None]]:
 def test_replicas_listen_on_their_nodes_address_where_the_autoscaler_finds_them(
     tmp_path: Path, replica_server: Callable[[str, int], None]
 ) -> None:
-    store, fx, clock = Store.sqlite(tmp_path / "s.db"), FarExecutor([fake_node(gpus=4)]), Clock()
-    sched = make_scheduler(store, fx, clock, tmp_path)
-    sched.recover()
-    w = World(store, fx, clock, sched, tmp_path)
+    w = new_world(tmp_path, FarExecutor([fake_node(gpus=4)]))
+    fx, clock = w.fx, w.clock
     spec = ServiceSpec(1, 4, readiness_path="/healthz", metrics_path="/metrics")
     sid = w.submit(replace(web(), service=spec))
     (launch,) = fx.launched

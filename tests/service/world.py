@@ -1,0 +1,79 @@
+"""The control loop's test world: a real SQLite store, the fake executor and a fake clock, so
+each test drives the loop exactly (submit, step, end a task, step) and reads the whole outcome.
+The `w` and `pw` fixtures (conftest.py) make one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from aisched.core.policy import preset
+from aisched.model.job import Job
+from aisched.model.queue import QueueTree
+from aisched.predict.runtime import RuntimePredictor
+from aisched.service.loop import LoopConfig, Scheduler
+from aisched.store.db import Store
+from aisched.testing.fakes import FakeExecutor, fake_node
+
+
+class Clock:
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@dataclass
+class World:
+    store: Store
+    fx: FakeExecutor
+    clock: Clock
+    sched: Scheduler
+    home: Path
+    predicting: bool = False  # the loop has a runtime predictor
+
+    def submit(self, j: Job) -> str:
+        fut = self.sched.submit(j)
+        self.sched.step()
+        return str(fut.result(0)["id"])
+
+    def state(self, job_id: str) -> dict[str, object]:
+        with self.store.read() as tx:
+            row = tx.get_job(job_id)
+        assert row is not None
+        return row
+
+    def events(self, job_id: str) -> list[str]:
+        with self.store.read() as tx:
+            return [e["kind"] for e in tx.events_of(job_id)]
+
+    def restart(self) -> Scheduler:
+        """A new loop over the same store and executor: the scheduler process restarted."""
+        self.sched = make_scheduler(self.store, self.fx, self.clock, self.home, self.predicting)
+        self.sched.recover()
+        return self.sched
+
+
+def make_scheduler(
+    store: Store, fx: FakeExecutor, clock: Clock, home: Path, predicting: bool = False
+) -> Scheduler:
+    return Scheduler(
+        store,
+        fx,
+        preset("default"),
+        QueueTree(),
+        LoopConfig(data_dir=home, cycle_interval_s=5.0, max_backoff_s=60.0, cycle_gap_factor=0),
+        clock=clock,
+        predictor=RuntimePredictor() if predicting else None,
+    )
+
+
+def new_world(home: Path, fx: FakeExecutor | None = None, *, predicting: bool = False) -> World:
+    """A recovered loop over a fresh store in `home` (one node of 4 GPUs unless `fx` says)."""
+    store = Store.sqlite(home / "state.db")
+    fx = fx if fx is not None else FakeExecutor([fake_node(gpus=4)])
+    clock = Clock()
+    sched = make_scheduler(store, fx, clock, home, predicting)
+    sched.recover()
+    return World(store, fx, clock, sched, home, predicting)
