@@ -85,31 +85,23 @@ class PoolModel(_Spec):
         return self
 
 
-class NodeModel(_Spec):
+class TemplateModel(_Spec):
+    """A node of an autoscaling pool: a node's fields, less its name, rack and health."""
+
+    zone: Name = "zone-0"
+    cpus: PositiveFloat
+    mem_gib: PositiveFloat
+    gpus: NonNegInt = 0
+    gpu_model: Name = "generic"
+    gpu_mem_gib: NonNegFloat = 0.0
+    nvlink_group_size: Count | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class NodeModel(TemplateModel):
     name: Name
     rack: Name = "rack-0"
-    zone: Name = "zone-0"
-    cpus: PositiveFloat
-    mem_gib: PositiveFloat
-    gpus: NonNegInt = 0
-    gpu_model: Name = "generic"
-    gpu_mem_gib: NonNegFloat = 0.0
-    nvlink_group_size: Count | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
     healthy: bool = True
-
-
-class TemplateModel(_Spec):
-    """A node of an autoscaling pool: a node's fields, less its name and rack."""
-
-    zone: Name = "zone-0"
-    cpus: PositiveFloat
-    mem_gib: PositiveFloat
-    gpus: NonNegInt = 0
-    gpu_model: Name = "generic"
-    gpu_mem_gib: NonNegFloat = 0.0
-    nvlink_group_size: Count | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
 
 
 class AutoscalingPoolModel(_Spec):
