@@ -286,10 +286,11 @@ def test_config_rejects_nonsense() -> None:
         SimConfig(cycle_interval_s=-5.0)
 
 
-def test_an_elastic_job_shrinks_for_an_equal_priority_job_and_pays_the_restart() -> None:
+def test_an_elastic_job_shrinks_for_an_equal_priority_job_and_grows_back_after_it() -> None:
     # a: elastic, 4 tasks of 2 GPUs (at least 1), 10,000 s of work, checkpoints each 3,600 s;
     # b (same priority, 4 GPUs) arrives at 5,000 s. No one may be evicted for b, but a may
-    # give up two tasks: it restarts at once on the two it keeps.
+    # give up two tasks: it restarts at once on the two it keeps. When b ends, nothing waits
+    # and a has run short for over a minute: it is requeued and placed whole again.
     config = SimConfig(checkpoint_interval_s=3600.0, restart_cost_s=60.0, validate=True)
     a = job("a").task(4, gpu=2).min_available(1).elastic().submitted(0.0)
     b = job("b").task(gpu=4).submitted(5000.0)
@@ -299,13 +300,23 @@ def test_an_elastic_job_shrinks_for_an_equal_priority_job_and_pays_the_restart()
         (5000.0, "shrink", "a", ("b", "shrunk for b", "n1", "n1")),
         (5000.0, "bind", "b", ("n1",)),
         (5100.0, "finish", "b", ()),
-        # The work up to the checkpoint at 3,600 s is kept: 6,400 s left, plus 60 s of restore.
-        (5000.0 + 60.0 + 6400.0, "finish", "a", ()),
+        (5100.0, "grow", "a", ("from 2 of 4 tasks",)),
+        (5100.0, "bind", "a", ("n1",) * 4),
+        # The work up to the checkpoint at 3,600 s is kept (the 100 s on two tasks, restoring
+        # for 60 of them, reached no checkpoint): 6,400 s left, plus 60 s of restore.
+        (5100.0 + 60.0 + 6400.0, "finish", "a", ()),
     )
     ra = rec(r, "a")
-    assert (ra.preemptions, ra.shrinks, ra.restarts) == (0, 1, 1)
-    assert ra.gpu_s == pytest.approx(8 * 5000.0 + 4 * 6460.0)
-    assert r.stats["shrinks"] == 1.0
+    assert (ra.preemptions, ra.shrinks, ra.grows, ra.restarts) == (0, 1, 1, 2)
+    assert ra.gpu_s == pytest.approx(8 * 5000.0 + 4 * 100.0 + 8 * 6460.0)
+    assert (r.stats["shrinks"], r.stats["grows"]) == (1.0, 1.0)
+    # Never grown back, it runs on half its tasks at half speed: 6,400 s of work take 12,800 s.
+    slow = run(
+        [TraceJob(a.build(), 10_000.0), TraceJob(b.build(), 100.0)],
+        "priority",
+        replace(config, elastic_grow_after_s=1e9),
+    )
+    assert slow.log[-1] == (5000.0 + 60.0 + 2 * 6400.0, "finish", "a", ())
     # The same job without `elastic` holds all eight GPUs: b waits for it to finish.
     rigid = run(
         [TraceJob(replace(a.build(), elastic=False), 10_000.0), TraceJob(b.build(), 100.0)],
@@ -318,3 +329,59 @@ def test_an_elastic_job_shrinks_for_an_equal_priority_job_and_pays_the_restart()
         (10_000.0, "bind", "b"),
         (10_100.0, "finish", "b"),
     ]
+
+
+def _elastic(submit: float) -> TraceJob:
+    """4 tasks of 2 GPUs (at least 1), 10,000 s of work with all four."""
+    b = job("a").task(4, gpu=2).min_available(1).elastic().submitted(submit)
+    return TraceJob(b.build(), 10_000.0)
+
+
+@pytest.mark.parametrize(
+    ("jobs", "want"),
+    [
+        pytest.param(
+            [tj("c", 0.0, 1000.0, gpus=4), _elastic(1.0)],
+            [
+                (0.0, "bind", "c"),
+                (1.0, "bind", "a"),
+                (1000.0, "finish", "c"),
+                (1000.0, "grow", "a"),
+                (1000.0, "bind", "a"),
+                # 500 s of work on two tasks reached no checkpoint: 10,000 s, after 60 s restore
+                (11_060.0, "finish", "a"),
+            ],
+            id="grows when capacity frees and nothing waits",
+        ),
+        pytest.param(
+            [tj("c", 0.0, 30.0, gpus=4), _elastic(1.0)],
+            [
+                (0.0, "bind", "c"),
+                (1.0, "bind", "a"),
+                (30.0, "finish", "c"),
+                (61.0, "grow", "a"),  # not before it has run short for elastic_grow_after_s
+                (61.0, "bind", "a"),
+                (10_121.0, "finish", "a"),
+            ],
+            id="waits out the grow delay",
+        ),
+        pytest.param(
+            [tj("c", 0.0, 1000.0, gpus=4), _elastic(1.0), tj("d", 500.0, 100.0, gpus=8)],
+            [
+                (0.0, "bind", "c"),
+                (1.0, "bind", "a"),
+                (1000.0, "finish", "c"),
+                # d waits for the whole node: a is not grown over it, and runs at half speed.
+                (20_001.0, "finish", "a"),
+                (20_001.0, "bind", "d"),
+                (20_101.0, "finish", "d"),
+            ],
+            id="not while a job waits",
+        ),
+    ],
+)
+def test_an_elastic_job_running_short_grows_into_idle_capacity(
+    jobs: list[TraceJob], want: list[tuple[float, str, str]]
+) -> None:
+    r = run(jobs)
+    assert [(t, kind, j) for t, kind, j, _ in r.log] == want

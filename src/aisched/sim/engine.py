@@ -37,10 +37,14 @@ cluster (`NEVER_FITS`) is rejected and leaves the pending set; it is logged and 
 
 Elastic jobs: a `Shrink` is applied like a preemption that restarts at once: the attempt keeps
 the work up to its last checkpoint, gives up the tasks it does not keep, and a new attempt starts
-on the kept tasks at the same instant, paying `restart_cost_s` of restore first. A job's runtime
-does not depend on how many of its tasks run (the trace gives one duration), so shrinking costs
-the restore and the lost work, not speed. The engine does not grow elastic jobs (only the live
-service does).
+on the kept tasks at the same instant, paying `restart_cost_s` of restore first. The trace's
+duration is the runtime with every task; with fewer, an elastic job runs proportionally slower
+(linear scaling). Growth follows the live service's rule: an elastic job running short of
+tasks for `elastic_grow_after_s`, when nothing is pending and idle capacity would take at
+least one more of its tasks (`core.elastic.extra_tasks_fit`), is requeued from its checkpoint
+(a "grow" in the log; no preemption counted) and the next cycle places it with as many tasks
+as fit. It is checked when that time comes (a `_GROW` event) and again whenever a job finishes
+with nothing pending.
 
 Autoscaling node pools (`Cluster.node_pools`): after each cycle the jobs it left waiting for
 capacity go to the core's `plan_scale_up`; the nodes it asks for are billed from then on and
@@ -82,6 +86,7 @@ from aisched.core.cluster_autoscale import (
 )
 from aisched.core.cycle import InvariantViolation, never_runs, run_cycle
 from aisched.core.decisions import Bind, Preempt, Reserve, Shrink, TaskBinding
+from aisched.core.elastic import extra_tasks_fit
 from aisched.core.policy import Policy
 from aisched.core.snapshot import (
     ZERO,
@@ -110,6 +115,7 @@ _JOIN = 1
 _ARRIVE = 2
 _CYCLE = 3
 _IDLE = 4
+_GROW = 5
 
 # Statuses of a pending job that more nodes could help: it waits for capacity, not for its
 # queue's share or its dependencies.
@@ -156,7 +162,8 @@ class _Plain:
 
 # (time_s, kind, job_id, detail). Kinds: "bind" (detail: the node of each task, in task order),
 # "preempt" (detail: (for_job, reason)), "shrink" (detail: (for_job, reason, then the node of
-# each task it keeps)), "reserve" (detail: the nodes), "finish" (detail: ()),
+# each task it keeps)), "grow" (detail: (how many tasks it had,)), "reserve" (detail: the
+# nodes), "finish" (detail: ()),
 # "reject" (detail: (reason,)), for a job that can never fit the cluster.
 LogEntry = tuple[float, str, str, tuple[str, ...]]
 
@@ -184,7 +191,8 @@ class SimConfig:
     `max_time_s` stops the run at that virtual time; what is unfinished stays unfinished.
     `gpu_speeds`, when given, makes runtimes depend on the GPU model: a trace's duration is
     the runtime at speed 1.0, and an attempt runs at the speed of the slowest GPU model among
-    its tasks' nodes (CPU-only work is unaffected).
+    its tasks' nodes (CPU-only work is unaffected). `elastic_grow_after_s`: how long an elastic
+    job runs short of tasks before it may be grown (the live service's `elastic_grow_after`).
     """
 
     checkpoint_interval_s: float = 3600.0
@@ -193,6 +201,7 @@ class SimConfig:
     validate: bool = False
     max_time_s: float | None = None
     gpu_speeds: GpuSpeeds | None = None
+    elastic_grow_after_s: float = 60.0
 
     def __post_init__(self) -> None:
         if not self.checkpoint_interval_s > 0:
@@ -207,6 +216,10 @@ class SimConfig:
             )
         if self.max_time_s is not None and math.isnan(self.max_time_s):
             raise ValueError("max_time_s must be a number")
+        if not 0 <= self.elastic_grow_after_s < math.inf:
+            raise ValueError(
+                f"elastic_grow_after_s must be finite and >= 0, got {self.elastic_grow_after_s}"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,7 +229,8 @@ class JobRecord:
     `gpus` is the job's GPU demand in whole-GPU equivalents (shares as fractions). `gpu_s` is the
     GPU-seconds it received over all attempts, up to the end of the run for unfinished work.
     `preemptions` counts the times it was stopped, `shrinks` the times it was restarted with
-    fewer tasks (an elastic job), `restarts` the times it started again after either.
+    fewer tasks and `grows` the times it was requeued to get more (an elastic job), `restarts`
+    the times it started again after any of these.
     `estimate_s` / `estimate_upper_s` are the runtime estimate it had when it arrived;
     `eta_s` is the start time its first cycle estimated, when it had to wait (None otherwise).
     """
@@ -238,6 +252,7 @@ class JobRecord:
     estimate_upper_s: float | None = None
     eta_s: float | None = None
     shrinks: int = 0
+    grows: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,6 +307,7 @@ class _Job:
         "attained_gpu_s",
         "preemptions",
         "shrinks",
+        "grows",
         "restarts",
         "attempt",
         "first_start_s",
@@ -319,6 +335,7 @@ class _Job:
         self.attained_gpu_s = 0.0  # GPU-seconds of finished attempts
         self.preemptions = 0
         self.shrinks = 0
+        self.grows = 0
         self.restarts = 0
         self.attempt = 0
         self.first_start_s: float | None = None
@@ -332,12 +349,14 @@ class _Job:
         self.expected_end_s: float | None = None
         self.first_estimate: Estimate | None = None
         self.eta_s: float | None = None
-        self.speed = 1.0  # work done per second by the current attempt (GPU model speed)
+        # Work done per second by the current attempt: the GPU model's speed, times the share
+        # of its tasks an elastic job runs with.
+        self.speed = 1.0
 
     @property
     def interrupted(self) -> bool:
-        """Stopped before (preempted or shrunk): its next attempt restores first."""
-        return bool(self.preemptions or self.shrinks)
+        """Stopped before (preempted, shrunk or grown): its next attempt restores first."""
+        return bool(self.preemptions or self.shrinks or self.grows)
 
     def pending(self, restart_cost_s: float) -> PendingJob:
         restore = restart_cost_s if self.interrupted else 0.0
@@ -381,6 +400,7 @@ class _Job:
             estimate_upper_s=None if self.first_estimate is None else self.first_estimate[1],
             eta_s=self.eta_s,
             shrinks=self.shrinks,
+            grows=self.grows,
         )
 
 
@@ -435,6 +455,8 @@ class _Engine:
         self.shrink_count = 0
         # Jobs shrunk in the cycle being applied: running again, yet done with what they gave.
         self.shrunk_now: set[str] = set()
+        self.grow_count = 0
+        self.short_elastic: set[str] = set()  # running elastic jobs with fewer tasks than asked
         self.events = 0
         total_gpus = int(self.arrays.num_gpus[self.arrays.healthy].sum())
         self.capacity_gpus = float(total_gpus)
@@ -467,7 +489,7 @@ class _Engine:
             if max_t is not None and t > max_t:
                 stopped_early = True
                 break
-            if kind in (_JOIN, _IDLE) and self._all_done(total):
+            if kind in (_JOIN, _IDLE, _GROW) and self._all_done(total):
                 break  # only node events are left: the run is over
             pop(heap)
             now = t
@@ -484,8 +506,10 @@ class _Engine:
                     self._cycle(now)
             elif kind == _JOIN:
                 self._join(job_id, now)
-            else:
+            elif kind == _IDLE:
                 self._idle_check(job_id, attempt, now)
+            else:
+                self._grow_check(job_id, attempt, now)
             self._sample(now)
             self.events += 1
             if self.progress is not None and self.events % _PROGRESS_EVERY == 0:
@@ -511,6 +535,7 @@ class _Engine:
                 "events": float(self.events),
                 "preemptions": float(self.preempt_count),
                 "shrinks": float(self.shrink_count),
+                "grows": float(self.grow_count),
                 "nodes_added": float(self.nodes_added),
                 "nodes_removed": float(self.nodes_removed),
             },
@@ -565,9 +590,16 @@ class _Engine:
         self.log.append((now, "finish", st.job.id, ()))
         self.progress_done += 1
         self._changed(now)
+        if self.short_elastic and not self.pending:  # capacity freed and nothing waits
+            after = self.config.elastic_grow_after_s
+            for job_id in sorted(self.short_elastic):
+                short = self.running[job_id]
+                if now - short.start_s >= after:
+                    self._push(now, _GROW, job_id, short.attempt)
 
     def _release(self, st: _Job, now: float) -> None:
         del self.running[st.job.id]
+        self.short_elastic.discard(st.job.id)
         self._add_usage(self.running_view.pop(st.job.id), -1.0)
         index, free = self.index, self.free
         for t in st.tasks:
@@ -621,6 +653,11 @@ class _Engine:
         self.running[job_id] = st
         self.alloc_milli += milli
         st.speed = self._speed(tasks)
+        if st.job.elastic and len(tasks) < st.job.num_tasks:
+            # Linear scaling: the trace's duration is the runtime with every task.
+            st.speed *= len(tasks) / st.job.num_tasks
+            self.short_elastic.add(job_id)
+            self._push(now + self.config.elastic_grow_after_s, _GROW, job_id, st.attempt)
         remaining = restore + max(st.duration_s - st.saved_s, 0.0) / st.speed
         # The estimate, not the truth: what a real scheduler would believe about this attempt.
         # Same bound as the core uses for a job it binds (upper estimate, estimate, time limit);
@@ -684,6 +721,31 @@ class _Engine:
         self._start(st, d.keep, st.pending(self.config.restart_cost_s), now)
         self.shrunk_now.add(d.job_id)
         self.log.append((now, "shrink", d.job_id, (d.for_job, d.reason, *(t.node for t in d.keep))))
+
+    def _grow_check(self, job_id: str, attempt: int, now: float) -> None:
+        """Requeue an elastic job running short of tasks, to grow, when nothing is pending and
+        idle capacity would take at least one more of its tasks (the live service's rule)."""
+        st = self.running.get(job_id)
+        if st is None or st.attempt != attempt or job_id not in self.short_elastic:
+            return
+        if self.pending or now - st.start_s < self.config.elastic_grow_after_s:
+            return
+        if self.membership_dirty:
+            self._rebuild()
+        job = st.job
+        missing = job.num_tasks - len(st.tasks)
+        extra = sum(extra_tasks_fit(self.arrays, self.free, g.request, missing) for g in job.groups)
+        if extra < 1:
+            return  # checked again when a job finishes with nothing pending
+        had = len(st.tasks)
+        self._keep_checkpointed(st, now)
+        self._release(st, now)
+        st.grows += 1
+        self.grow_count += 1
+        st.estimate_s, st.upper_s = self.estimator.estimate(st.tj, now)
+        self.pending[job_id] = st.pending(self.config.restart_cost_s)
+        self.log.append((now, "grow", job_id, (f"from {had} of {job.num_tasks} tasks",)))
+        self._changed(now)
 
     def _reject(self, job_id: str, reason: str, now: float) -> None:
         del self.pending[job_id]
