@@ -135,15 +135,6 @@ def _ratio(free: IntArray, per_task: IntArray) -> FloatArray:
     return np.where(per_task > 0, free / np.maximum(per_task, 1), np.inf)
 
 
-def expected_fragmentation(
-    m: MixArrays, free_gpu: IntArray, free_cpu: IntArray, free_mem: IntArray, allowed: BoolArray
-) -> FloatArray:
-    """Expected fragment (milli-GPU) of each node: `free_gpu` is (N, G) (0 for a GPU that is
-    absent or full), `free_cpu` and `free_mem` (N,), `allowed` (N, K)."""
-    stranded, usable, total = _parts(m, free_gpu)
-    return _combine(m, stranded, usable, total, free_cpu, free_mem, allowed)
-
-
 def fragmentation_growth(
     session: Session,
     request: Resources,
@@ -188,12 +179,19 @@ def fragmentation_growth(
         )
         per_gpu = np.where(gpu >= share, after - before[:, None], np.inf)
         return per_gpu.min(axis=1), per_gpu
-    after_gpu = gpu
-    if request.gpu:
-        # Which whole GPUs go does not matter to the measure: every full GPU is alike.
-        full = gpu == GPU_MILLI_WHOLE
-        after_gpu = np.where(full & (np.cumsum(full, axis=1) <= request.gpu), 0, gpu)
-    after = expected_fragmentation(m, after_gpu, cpu_after, mem_after, allowed)
+    # Whole GPUs (or none): which full GPUs go does not matter to the measure, and a full GPU
+    # is never stranded and has room for every shape, so taking one only lowers the usable
+    # count and the total; the parts need no recomputing.
+    taken = np.minimum((gpu == GPU_MILLI_WHOLE).sum(axis=1), request.gpu)
+    after = _combine(
+        m,
+        stranded,
+        usable - taken[:, None],
+        total - taken * GPU_MILLI_WHOLE,
+        cpu_after,
+        mem_after,
+        allowed,
+    )
     return after - before, None
 
 
