@@ -14,7 +14,7 @@ from helpers import summary
 
 from aisched.core.cycle import run_cycle
 from aisched.core.decisions import TaskBinding
-from aisched.core.policy import Policy, build_policy, preset
+from aisched.core.policy import Policy, PolicyError, build_policy, preset
 from aisched.core.snapshot import PendingJob, RunningJob, snapshot_of
 from aisched.core.status import StatusCode
 from aisched.core.taskmix import TaskMix, TaskShape
@@ -45,6 +45,21 @@ class Case:
 
 
 HALF_MIX = TaskMix((TaskShape(0, 500, 1000, 1024, (), 1.0),))
+# 1-GPU tasks of 6 cores: 24 cores feed four GPUs, 12 cores two.
+CPU6_MIX = TaskMix((TaskShape(1, 0, 6000, 1024, (), 1.0),))
+# 95 % of the tasks are 0.2 shares, but whole-GPU tasks bring 21 % of the GPU demand.
+SMALL_SHARES_MIX = TaskMix(
+    (TaskShape(0, 200, 1000, 1024, (), 0.95), TaskShape(1, 0, 1000, 1024, (), 0.05))
+)
+
+
+def fgd_with(**args: object) -> Policy:
+    """The `fgd` placement preset with arguments for its score."""
+    return build_policy(
+        {"actions": ["enqueue", "allocate"], "order": ["fifo"], "score": [{"name": "fgd", **args}]},
+        name="fgd",
+    )
+
 
 SHARING_CASES = [
     Case(
@@ -160,6 +175,44 @@ SCORE_CASES = [
         mix=TaskMix((TaskShape(1, 0, 4000, 1024, (), 1.0),)),
     ),
     Case(
+        "fgd: a CPU-heavy task goes where the CPUs left still feed every free GPU",
+        [node("lean").gpus(4).cpus(24), node("rich").gpus(4).cpus(48)],
+        [job("w").task(gpu=1, cpu=12).pending()],
+        "fgd",
+        [("bind", "w", "rich:0")],
+        {"w": PLACED},
+        mix=CPU6_MIX,
+    ),
+    Case(
+        "fgd feed=False (the paper's check): 12 cores left still fit one task, a tie",
+        [node("lean").gpus(4).cpus(24), node("rich").gpus(4).cpus(48)],
+        [job("w").task(gpu=1, cpu=12).pending()],
+        fgd_with(feed=False),
+        [("bind", "w", "lean:0")],
+        {"w": PLACED},
+        mix=CPU6_MIX,
+    ),
+    Case(
+        "fgd: the mix weighed by GPU demand keeps a whole GPU for the whole-GPU tasks",
+        [node("fresh").gpus(1), node("used").gpus(1)],
+        [job("s").task(gpu_milli=200).pending()],
+        "fgd",
+        [("bind", "s", "used:0")],
+        {"s": PLACED},
+        running=[share("r", "used", 0, 700)],
+        mix=SMALL_SHARES_MIX,
+    ),
+    Case(
+        "fgd weigh_by=tasks: the many small shares keep the 0.3 hole for their own",
+        [node("fresh").gpus(1), node("used").gpus(1)],
+        [job("s").task(gpu_milli=200).pending()],
+        fgd_with(weigh_by="tasks"),
+        [("bind", "s", "fresh:0")],
+        {"s": PLACED},
+        running=[share("r", "used", 0, 700)],
+        mix=SMALL_SHARES_MIX,
+    ),
+    Case(
         "fgd without a task mix from the caller: the running and pending jobs are the mix",
         [node("a").gpus(1), node("b").gpus(1)],
         [job("s").task(gpu_milli=500).pending()],
@@ -265,3 +318,8 @@ def test_random_is_fixed_by_its_seed() -> None:
     assert len(seeds) > 1  # the seed matters
     spots = {spot for row in _random_choice(1) for spot in row[2:]}
     assert len(spots) > 1  # spread over several nodes or GPUs, unlike a packing score
+
+
+def test_fgd_refuses_an_unknown_weighting() -> None:
+    with pytest.raises(PolicyError, match=r"score\[0\].*weigh_by must be 'gpu' or 'tasks'"):
+        fgd_with(weigh_by="pods")
