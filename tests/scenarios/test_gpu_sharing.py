@@ -51,6 +51,15 @@ CPU6_MIX = TaskMix((TaskShape(1, 0, 6000, 1024, (), 1.0),))
 SMALL_SHARES_MIX = TaskMix(
     (TaskShape(0, 200, 1000, 1024, (), 0.95), TaskShape(1, 0, 1000, 1024, (), 0.05))
 )
+# 8-GPU tasks of 80 cores on average, some of 120 (only a 128-core node holds those), and
+# 1-GPU tasks of 4 cores.
+BIG_TASKS_MIX = TaskMix(
+    (
+        TaskShape(1, 0, 4000, 1024, (), 0.5),
+        TaskShape(8, 0, 80_000, 1024, (), 0.5, max_milli_cpu=120_000),
+    )
+)
+TWO_SIZES = [node("big").gpus(8).cpus(128), node("mid").gpus(8).cpus(96)]
 
 
 def fgd_with(**args: object) -> Policy:
@@ -213,6 +222,24 @@ SCORE_CASES = [
         mix=SMALL_SHARES_MIX,
     ),
     Case(
+        "fgd: a small task leaves the node that the shape's largest tasks need alone",
+        TWO_SIZES,
+        [job("s").task(gpu=1, cpu=4).pending()],
+        "fgd",
+        [("bind", "s", "mid:0")],
+        {"s": PLACED},
+        mix=BIG_TASKS_MIX,
+    ),
+    Case(
+        "fgd fit_by=mean: the mean 8-GPU task fits either node, a tie to the first",
+        TWO_SIZES,
+        [job("s").task(gpu=1, cpu=4).pending()],
+        fgd_with(fit_by="mean"),
+        [("bind", "s", "big:0")],
+        {"s": PLACED},
+        mix=BIG_TASKS_MIX,
+    ),
+    Case(
         "fgd without a task mix from the caller: the running and pending jobs are the mix",
         [node("a").gpus(1), node("b").gpus(1)],
         [job("s").task(gpu_milli=500).pending()],
@@ -320,6 +347,13 @@ def test_random_is_fixed_by_its_seed() -> None:
     assert len(spots) > 1  # spread over several nodes or GPUs, unlike a packing score
 
 
-def test_fgd_refuses_an_unknown_weighting() -> None:
-    with pytest.raises(PolicyError, match=r"score\[0\].*weigh_by must be 'gpu' or 'tasks'"):
-        fgd_with(weigh_by="pods")
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({"weigh_by": "pods"}, "weigh_by must be 'gpu' or 'tasks'"),
+        ({"fit_by": "max"}, "fit_by must be 'largest' or 'mean'"),
+    ],
+)
+def test_fgd_refuses_unknown_options(args: dict[str, object], message: str) -> None:
+    with pytest.raises(PolicyError, match=r"score\[0\].*" + message):
+        fgd_with(**args)

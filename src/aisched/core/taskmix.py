@@ -3,7 +3,8 @@
 The fragmentation score (FGD) judges a node's free GPU against the tasks that are likely to
 come, so it needs this distribution. A shape is the GPU part of a task's request (whole GPUs or
 a share of one, and the allowed GPU models); the CPU and memory of a shape are the mean of the
-tasks counted under it, enough to tell whether a node's CPUs can still feed its GPUs.
+tasks counted under it, enough to tell how many of them a node's CPUs can still feed, and the
+largest of them, which says where every task of the shape fits.
 
 `TaskMix` is an immutable input of a cycle (`Snapshot.task_mix`). `TaskMixTally` is the counter
 a caller (the simulator, the service) keeps as tasks arrive; it is plain arithmetic, no I/O.
@@ -33,6 +34,9 @@ class TaskShape:
     mem_mib: int
     gpu_models: tuple[str, ...]
     weight: float
+    # The largest CPU and memory request among the shape's tasks (0: the mean's).
+    max_milli_cpu: int = 0
+    max_mem_mib: int = 0
 
     @property
     def per_gpu_milli(self) -> int:
@@ -42,6 +46,15 @@ class TaskShape:
     @property
     def num_gpus(self) -> int:
         return self.gpu if self.gpu else 1
+
+    @property
+    def fit_milli_cpu(self) -> int:
+        """The CPU a node must have free for every task of the shape to fit."""
+        return max(self.max_milli_cpu, self.milli_cpu)
+
+    @property
+    def fit_mem_mib(self) -> int:
+        return max(self.max_mem_mib, self.mem_mib)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,12 +77,14 @@ def shape_key(request: Resources, gpu_models: tuple[str, ...]) -> ShapeKey | Non
 class TaskMixTally:
     """Counts tasks by GPU shape as they are seen; `mix()` is the normalised distribution."""
 
-    __slots__ = ("_counts", "_cpu", "_mem", "_cached")
+    __slots__ = ("_counts", "_cpu", "_mem", "_cpu_max", "_mem_max", "_cached")
 
     def __init__(self) -> None:
         self._counts: dict[ShapeKey, int] = {}
         self._cpu: dict[ShapeKey, int] = {}
         self._mem: dict[ShapeKey, int] = {}
+        self._cpu_max: dict[ShapeKey, int] = {}
+        self._mem_max: dict[ShapeKey, int] = {}
         self._cached: TaskMix | None = None
 
     def add_job(self, job: Job) -> None:
@@ -83,6 +98,8 @@ class TaskMixTally:
         self._counts[key] = self._counts.get(key, 0) + count
         self._cpu[key] = self._cpu.get(key, 0) + request.milli_cpu * count
         self._mem[key] = self._mem.get(key, 0) + request.mem_mib * count
+        self._cpu_max[key] = max(self._cpu_max.get(key, 0), request.milli_cpu)
+        self._mem_max[key] = max(self._mem_max.get(key, 0), request.mem_mib)
         self._cached = None
 
     def mix(self) -> TaskMix:
@@ -96,6 +113,8 @@ class TaskMixTally:
                     mem_mib=self._mem[key] // n,
                     gpu_models=key[2],
                     weight=n / total,
+                    max_milli_cpu=self._cpu_max[key],
+                    max_mem_mib=self._mem_max[key],
                 )
                 # Sorted, so equal tallies give equal mixes whatever the arrival order.
                 for key, n in sorted(self._counts.items())

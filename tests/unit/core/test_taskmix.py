@@ -13,10 +13,13 @@ def test_mix_counts_tasks_by_gpu_shape_with_mean_cpu() -> None:
         job("c").task(3, gpu=2, cpu=8).models("A100").build(),
         job("cpu-only").task(cpu=16).build(),
     ]
-    assert mix_of(jobs).shapes == (
-        TaskShape(0, 500, 3000, 1024, (), 0.4),
-        TaskShape(2, 0, 8000, 1024, ("A100",), 0.6),
+    shapes = mix_of(jobs).shapes
+    assert shapes == (
+        TaskShape(0, 500, 3000, 1024, (), 0.4, max_milli_cpu=4000, max_mem_mib=1024),
+        TaskShape(2, 0, 8000, 1024, ("A100",), 0.6, max_milli_cpu=8000, max_mem_mib=1024),
     )
+    # Where every task of a shape fits: the largest request seen, not the mean.
+    assert (shapes[0].fit_milli_cpu, shapes[0].fit_mem_mib) == (4000, 1024)
 
 
 def test_tally_gives_the_same_mix_whatever_the_order() -> None:

@@ -1,19 +1,23 @@
 """Fragmentation-aware placement, in the spirit of FGD (Weng et al., USENIX ATC '23).
 
 A node's free GPU is a *fragment* for a task shape when that shape cannot use it: all of the
-node's free GPU if the shape cannot run there at all (too few CPUs or too little memory left,
-a GPU model it may not use, too few GPUs with room), else the free share of each GPU that has
-less room than the shape needs on one GPU, and (with `feed`, the default) the free GPU that the
-node's free CPU and memory cannot feed: with 20 cores left, tasks of 10 cores per GPU can use
-two free GPUs however many there are. The node's expected fragmentation is that amount averaged
-over the workload's task mix (`Session.task_mix`), each shape weighted by its share of the GPU
-demand (`weigh_by="gpu"`, the default) or of the tasks (`"tasks"`, the paper's weighting). The
-score places a task where the expected fragmentation grows least (the "gradient" of FGD), and
-the same measure picks the GPU of a node that a shared-GPU task goes to.
+node's free GPU if the shape cannot run there at all (too few CPUs or too little memory left
+for the shape's largest task, with `fit_by="largest"`, the default, or for its mean task with
+`"mean"`; a GPU model it may not use; too few GPUs with room), else the free share of each GPU
+that has less room than the shape needs on one GPU, and (with `feed`, the default) the free GPU
+that the node's free CPU and memory cannot feed: with 20 cores left, tasks of 10 cores per GPU
+can use two free GPUs however many there are. The node's expected fragmentation is that amount
+averaged over the workload's task mix (`Session.task_mix`), each shape weighted by its share of
+the GPU demand (`weigh_by="gpu"`, the default) or of the tasks (`"tasks"`, the paper's
+weighting). The score places a task where the expected fragmentation grows least (the
+"gradient" of FGD), and the same measure picks the GPU of a node that a shared-GPU task goes to.
 
-`feed=False, weigh_by="tasks"` is the measure of the paper's simulator (`GetNodePodFrag`:
-a shape either fits the node's free CPU or strands all of its free GPU), except that memory is
-checked too. The defaults strand less GPU on the openb trace (docs/benchmarks.md).
+Judging where a shape fits by its largest task keeps the nodes that only its big tasks fit
+(8 GPUs and 120 cores need the 128-core nodes) for them: filling such a node with small tasks
+loses the shape there, which the measure now sees. `feed=False, weigh_by="tasks",
+fit_by="mean"` is the measure of the paper's simulator (`GetNodePodFrag`: a shape either fits
+the node's free CPU or strands all of its free GPU), except that memory is checked too. The
+defaults strand less GPU on the openb trace (docs/benchmarks.md).
 
 Everything is numpy over (nodes, GPUs, shapes); a cycle turns the mix into arrays once.
 GPU memory is not part of the measure (feasibility already checks it).
@@ -41,8 +45,10 @@ class MixArrays:
 
     need: IntArray  # (K,) milli-GPU a shape needs free on each GPU it uses
     count: IntArray  # (K,) GPUs a shape uses
-    cpu: IntArray  # (K,)
+    cpu: IntArray  # (K,) of the mean task
     mem: IntArray  # (K,)
+    fit_cpu: IntArray  # (K,) free CPU a node needs for the shape to "fit" (Measure.fit_largest)
+    fit_mem: IntArray  # (K,)
     demand: FloatArray  # (K,) milli-GPU one task of the shape takes
     weight: FloatArray  # (K,) sums to 1
     allowed: BoolArray  # (N, K): the node's GPU model is allowed for the shape
@@ -53,18 +59,29 @@ class MixArrays:
         return len(self.need) == 0
 
 
-def mix_arrays(session: Session, by_gpu: bool = True, feed: bool = True) -> MixArrays:
-    """The session's task mix as arrays (memoised for the cycle): shapes weighted by their
-    share of the GPU demand (`by_gpu`) or of the tasks."""
+@dataclass(frozen=True, slots=True)
+class Measure:
+    """Which fragmentation is measured (see the module docstring): shapes weighted by their
+    share of the GPU demand (`by_gpu`) or of the tasks; free GPU that free CPU and memory
+    cannot feed counted (`feed`); a shape fitting where its largest task fits (`fit_largest`)
+    or its mean one."""
+
+    by_gpu: bool = True
+    feed: bool = True
+    fit_largest: bool = True
+
+
+def mix_arrays(session: Session, measure: Measure = Measure()) -> MixArrays:
+    """The session's task mix as arrays for `measure` (memoised for the cycle)."""
     mix = session.task_mix
-    key = ("fgd-mix", id(mix), by_gpu, feed)
+    key = ("fgd-mix", id(mix), measure)
     hit = session.memo.get(key)
     if hit is None:
-        hit = session.memo[key] = _build(session, mix, by_gpu, feed)
+        hit = session.memo[key] = _build(session, mix, measure)
     return hit  # type: ignore[return-value]
 
 
-def _build(session: Session, mix: TaskMix, by_gpu: bool, feed: bool) -> MixArrays:
+def _build(session: Session, mix: TaskMix, measure: Measure) -> MixArrays:
     from aisched.core.placement import base_mask
 
     shapes = mix.shapes
@@ -77,20 +94,25 @@ def _build(session: Session, mix: TaskMix, by_gpu: bool, feed: bool) -> MixArray
     count = np.array([s.num_gpus for s in shapes], dtype=np.int64)
     demand = (need * count).astype(np.float64)
     weight = np.array([s.weight for s in shapes], dtype=np.float64)
-    if by_gpu and len(shapes):
+    if measure.by_gpu and len(shapes):
         # The share of the GPU that arrives in each shape: an 8-GPU task weighs as much as
         # eight 1-GPU tasks, a 0.25 share a quarter of one.
         weight = weight * demand
         weight = weight / weight.sum()
+    cpu = np.array([s.milli_cpu for s in shapes], dtype=np.int64)
+    mem = np.array([s.mem_mib for s in shapes], dtype=np.int64)
+    largest = measure.fit_largest
     return MixArrays(
         need=need,
         count=count,
-        cpu=np.array([s.milli_cpu for s in shapes], dtype=np.int64),
-        mem=np.array([s.mem_mib for s in shapes], dtype=np.int64),
+        cpu=cpu,
+        mem=mem,
+        fit_cpu=np.array([s.fit_milli_cpu for s in shapes], dtype=np.int64) if largest else cpu,
+        fit_mem=np.array([s.fit_mem_mib for s in shapes], dtype=np.int64) if largest else mem,
         demand=demand,
         weight=weight,
         allowed=allowed,
-        feed=feed,
+        feed=measure.feed,
     )
 
 
@@ -116,7 +138,10 @@ def _combine(
     """Expected fragment per state: `stranded` and `usable` end in the K axis, the others
     broadcast against them (`total`, `free_cpu`, `free_mem` without it)."""
     cpu, mem = free_cpu[..., None], free_mem[..., None]
-    fits = allowed & (cpu >= m.cpu) & (mem >= m.mem) & (usable >= m.count)
+    # A shape runs on a node only where its largest task would fit: where only its smaller
+    # tasks fit, the node's GPUs count as lost for the shape, so the nodes that its big tasks
+    # need are kept for them.
+    fits = allowed & (cpu >= m.fit_cpu) & (mem >= m.fit_mem) & (usable >= m.count)
     whole = total[..., None]
     if not m.feed:
         frag = np.where(fits, stranded, whole)
@@ -139,13 +164,12 @@ def fragmentation_growth(
     session: Session,
     request: Resources,
     nodes: IntArray,
-    by_gpu: bool = True,
-    feed: bool = True,
+    measure: Measure = Measure(),
 ) -> tuple[FloatArray, FloatArray | None]:
     """How much the expected fragmentation of each node in `nodes` grows if one task of
     `request` goes there: (growth per node, growth per (node, GPU) for a shared-GPU task, inf
-    where the GPU has no room; None otherwise). `by_gpu` and `feed` as in `Fragmentation`."""
-    m = mix_arrays(session, by_gpu, feed)
+    where the GPU has no room; None otherwise)."""
+    m = mix_arrays(session, measure)
     if m.empty or len(nodes) == 0:
         return np.zeros(len(nodes), dtype=np.float64), None
     f = session.free
@@ -202,22 +226,28 @@ class Fragmentation:
     `weigh_by`: "gpu" weighs the shapes of the mix by their share of the GPU demand, "tasks" by
     their share of the tasks. `feed`: free GPU that the node's free CPU and memory cannot feed
     counts as fragment (else only a node too short of CPU or memory for one task strands it).
+    `fit_by`: "largest" judges where a shape fits by its largest task, "mean" by its mean one.
     """
 
     name: str = "fgd"
     weigh_by: str = "gpu"
     feed: bool = True
+    fit_by: str = "largest"
 
     def __post_init__(self) -> None:
         if self.weigh_by not in ("gpu", "tasks"):
             raise ValueError(f"weigh_by must be 'gpu' or 'tasks', got {self.weigh_by!r}")
+        if self.fit_by not in ("largest", "mean"):
+            raise ValueError(f"fit_by must be 'largest' or 'mean', got {self.fit_by!r}")
+
+    @property
+    def measure(self) -> Measure:
+        return Measure(self.weigh_by == "gpu", self.feed, self.fit_by == "largest")
 
     def _growth(
         self, session: Session, request: Resources, nodes: IntArray
     ) -> tuple[FloatArray, FloatArray | None]:
-        return fragmentation_growth(
-            session, request, nodes, by_gpu=self.weigh_by == "gpu", feed=self.feed
-        )
+        return fragmentation_growth(session, request, nodes, self.measure)
 
     def score(self, session: Session, job: Job, request: Resources, nodes: IntArray) -> FloatArray:
         growth, _ = self._growth(session, request, nodes)
