@@ -9,20 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import Service, cancel_all, free_port
+from harness import Service, local_service
 
 
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[Service]:
-    work = tmp_path / "work"
-    work.mkdir()
-    svc = Service(
-        tmp_path / "home", free_port(), work, ["--gpus", "4", "--cpus", "4", "--mem", "8G"]
-    )
-    svc.home.mkdir()
-    svc.start()
-    try:
+    with local_service(tmp_path) as svc:
         yield svc
-    finally:
-        cancel_all(svc)
-        svc.stop()

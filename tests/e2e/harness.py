@@ -14,7 +14,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,3 +152,23 @@ def cancel_all(svc: Service) -> None:
         )
     except (httpx.HTTPError, AssertionError):
         pass
+
+
+@contextmanager
+def local_service(tmp_path: Path, config: str | None = None) -> Iterator[Service]:
+    """A started service of its own (data directory, port) on 4 declared GPUs, 4 CPUs and 8 GiB,
+    with `config` as its config file; every live job is cancelled before it stops."""
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    home.mkdir()
+    args = ["--gpus", "4", "--cpus", "4", "--mem", "8G"]
+    if config is not None:
+        (home / "config.yaml").write_text(config)
+        args += ["--config", str(home / "config.yaml")]
+    svc = Service(home, free_port(), work, args)
+    svc.start()
+    try:
+        yield svc
+    finally:
+        cancel_all(svc)
+        svc.stop()

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import Service, cancel_all, free_port, wait_for
+from harness import Service, local_service, wait_for
 
 PY = sys.executable
 
@@ -63,23 +63,8 @@ CONFIG = "elastic_grow_after: 3s\ncycle_interval: 1s\n"
 
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[Service]:
-    work = tmp_path / "work"
-    work.mkdir()
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "config.yaml").write_text(CONFIG)
-    svc = Service(
-        home,
-        free_port(),
-        work,
-        ["--gpus", "4", "--cpus", "4", "--mem", "8G", "--config", str(home / "config.yaml")],
-    )
-    svc.start()
-    try:
+    with local_service(tmp_path, CONFIG) as svc:
         yield svc
-    finally:
-        cancel_all(svc)
-        svc.stop()
 
 
 def starts(service: Service) -> list[list[str]]:

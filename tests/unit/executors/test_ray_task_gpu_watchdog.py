@@ -36,8 +36,9 @@ class Readings:
         return {0: [(self.pid, self.mib), (1, 777)]} if 0 in indices else {}
 
 
-def runner(tmp_path: Path, readings: Readings, action: OverAction | None) -> TaskRunner:
-    spec: dict[str, Any] = {
+def task_spec(tmp_path: Path) -> dict[str, Any]:
+    """A Ray task's launch spec: a sleeper on GPU 0 that declared 2 GiB of GPU memory."""
+    return {
         "command": ["sleep", "30"],
         "env": {"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
         "workdir": None,
@@ -48,6 +49,10 @@ def runner(tmp_path: Path, readings: Readings, action: OverAction | None) -> Tas
         "gpu_mem_mib": 2048,
         "gpu_check_s": 0.05,
     }
+
+
+def runner(tmp_path: Path, readings: Readings, action: OverAction | None) -> TaskRunner:
+    spec = task_spec(tmp_path)
     make = None if action is None else (lambda: GpuMemoryWatchdog(readings, ACTIVE, action))
     r = TaskRunner(spec, make)
     started = r.start()
@@ -115,17 +120,7 @@ def test_without_nvml_or_a_watchdog_nothing_is_read(tmp_path: Path) -> None:
         raise AssertionError("an inactive watchdog must not read")
 
     off = WatchdogState(False, "inactive: NVML did not initialise (no NVIDIA driver?)")
-    spec = {
-        "command": ["sleep", "30"],
-        "env": {"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-        "workdir": None,
-        "log_path": str(tmp_path / "g-0.log"),
-        "grace_period_s": 1.0,
-        "key": list(KEY),
-        "gpus": [0],
-        "gpu_mem_mib": 2048,
-        "gpu_check_s": 0.05,
-    }
+    spec = task_spec(tmp_path)
     inactive = TaskRunner(spec, lambda: GpuMemoryWatchdog(never, off, OverAction.STOP))
     unwatched = TaskRunner({**spec, "log_path": str(tmp_path / "u.log")})
     for r in (inactive, unwatched):
