@@ -134,8 +134,9 @@ class Service:
         return str(self.cli_json("run", *args)["id"])
 
 
-def cancel_all(svc: Service) -> None:
-    """Cancel every live job of `svc` (started again if it is down) and wait for them to end."""
+def cancel_all(svc: Service, timeout_s: float = 30.0) -> None:
+    """Cancel every live job of `svc` (started again if it is down) and wait up to `timeout_s`
+    for them to end."""
     if svc.proc is None or svc.proc.poll() is not None:
         try:
             svc.start()
@@ -148,7 +149,7 @@ def cancel_all(svc: Service) -> None:
         wait_for(
             "every job to end",
             lambda: not httpx.get(f"{svc.url}/v1/jobs", timeout=5).json()["jobs"],
-            timeout_s=30,
+            timeout_s=timeout_s,
         )
     except (httpx.HTTPError, AssertionError):
         pass
