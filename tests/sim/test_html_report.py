@@ -77,3 +77,16 @@ def test_without_matplotlib_it_says_how_to_get_it_before_simulating(
     assert "pip install 'aisched[report]'" in captured.err
     assert "avg JCT" not in captured.out  # refused before any simulation ran
     assert not (tmp_path / "r").exists()
+
+
+def test_an_autoscaled_run_gets_a_nodes_plot_and_a_fixed_one_does_not() -> None:
+    from test_cluster_autoscaling import autoscaled, gang, pool
+    from test_cluster_autoscaling import run as run_pools
+
+    r = run_pools([gang("j1", 0.0, 1000.0, tasks=2), gang("j2", 5000.0, 500.0)], autoscaled(pool()))
+    meta = {"trace": "t", "jobs": 2}
+    page = render_report([compute_metrics(r)], [compute_series(r)], meta)
+    block = re.search(r'<section id="nodes-over-time">(.*?)</section>', page, re.S)
+    assert block is not None and "<svg" in block.group(1)
+    assert ">GPUs present<" in page  # the demand plot follows the nodes, not a fixed capacity
+    assert 'id="nodes-over-time"' not in page_for(["fifo"])

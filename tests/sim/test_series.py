@@ -81,3 +81,18 @@ def test_series_agree_with_the_figures(policy: str) -> None:
     assert len(s.queues) >= 2  # the synthetic trace has several queues
     total = sum(q.allocated_gpus for q in s.queues)
     assert np.allclose(total, s.allocated_gpus)
+
+
+def test_autoscaled_runs_have_node_series_that_add_up_to_the_node_hours() -> None:
+    from test_cluster_autoscaling import autoscaled, gang, pool
+    from test_cluster_autoscaling import run as run_pools
+
+    r = run_pools([gang("j1", 0.0, 1000.0, tasks=2), gang("j2", 5000.0, 500.0)], autoscaled(pool()))
+    s = compute_series(r)
+    assert s.autoscaled and s.billed_nodes.max() <= 2.0 and s.present_gpus.max() <= 16.0
+    widths = np.diff(s.bin_edges_s)
+    node_hours = float((s.billed_nodes * widths).sum()) / 3600.0
+    assert node_hours == pytest.approx(compute_metrics(r).node_hours, rel=1e-6)
+    # Nodes that never change (a pool that never had to grow) make no node series.
+    steady = compute_series(run_pools([gang("j1", 0.0, 1000.0)], autoscaled(pool(min_nodes=1))))
+    assert not steady.autoscaled

@@ -72,7 +72,8 @@ def render_report(
         ),
         (
             "GPU utilisation over time",
-            "Allocated GPUs over capacity, averaged over each time bin.",
+            "Allocated GPUs over capacity (with autoscaling pools: over the GPUs of the nodes "
+            "present), averaged over each time bin.",
             _utilisation(series),
         ),
         ("Waiting jobs over time", "Jobs pending, averaged over each time bin.", _pending(series)),
@@ -83,6 +84,15 @@ def render_report(
             _demand(series),
         ),
     ]
+    if any(s.autoscaled for s in series):
+        plots.append(
+            (
+                "Nodes over time",
+                "Autoscaling pools: nodes billed (present, or asked for and still provisioning), "
+                "averaged over each time bin.",
+                _nodes(series),
+            )
+        )
     if any(s.queues for s in series):
         plots.append(
             (
@@ -176,8 +186,16 @@ def _utilisation(series: Sequence[PolicySeries]) -> str:
     fig, axes = _figure()
     ax = axes[0][0]
     for s in series:
-        cap = s.capacity_gpus or 1.0
-        ax.plot(_mid_hours(s), 100 * s.allocated_gpus / cap, label=s.policy, linewidth=1.2)
+        if s.autoscaled:  # a bin with no node present holds no allocation either
+            share = np.divide(
+                s.allocated_gpus,
+                s.present_gpus,
+                out=np.zeros_like(s.allocated_gpus),
+                where=s.present_gpus > 0,
+            )
+        else:
+            share = s.allocated_gpus / (s.capacity_gpus or 1.0)
+        ax.plot(_mid_hours(s), 100 * share, label=s.policy, linewidth=1.2)
     ax.set_ylim(0, 105)
     ax.set_xlabel("hours since the first submission")
     ax.set_ylabel("GPUs allocated (%)")
@@ -203,7 +221,19 @@ def _demand(series: Sequence[PolicySeries]) -> str:
         x = _mid_hours(s)
         ax.fill_between(x, s.demand_gpus, color="#b8bfcc", alpha=0.6, label="arrived demand")
         ax.plot(x, s.allocated_gpus, color="#2f6fd6", linewidth=1.2, label="allocated")
-        ax.axhline(s.capacity_gpus, color="#1d2330", linewidth=0.8, linestyle=":", label="capacity")
+        if s.autoscaled:
+            ax.plot(
+                x,
+                s.present_gpus,
+                color="#1d2330",
+                linewidth=0.8,
+                linestyle=":",
+                label="GPUs present",
+            )
+        else:
+            ax.axhline(
+                s.capacity_gpus, color="#1d2330", linewidth=0.8, linestyle=":", label="capacity"
+            )
         if s.demand_gpus.size and s.demand_gpus.max() > 3 * s.capacity_gpus > 0:
             ax.set_yscale("log")  # a long queue would flatten the allocation on a linear scale
             ax.set_ylabel("GPUs (log scale)")
@@ -212,6 +242,19 @@ def _demand(series: Sequence[PolicySeries]) -> str:
         ax.set_title(s.policy, loc="left", fontsize=9)
         ax.legend(loc="upper right", fontsize=8)
     axes[-1][0].set_xlabel("hours since the first submission")
+    return _svg(fig)
+
+
+def _nodes(series: Sequence[PolicySeries]) -> str:
+    fig, axes = _figure()
+    ax = axes[0][0]
+    for s in series:
+        if s.autoscaled:
+            ax.plot(_mid_hours(s), s.billed_nodes, label=s.policy, linewidth=1.2)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("hours since the first submission")
+    ax.set_ylabel("nodes billed")
+    ax.legend(loc="upper right")
     return _svg(fig)
 
 

@@ -10,6 +10,8 @@ quantiles. Times are virtual seconds from the run's first submission.
   waiting); a job the cluster could never run is left out. Demand above capacity is the queue.
 - per queue: allocation rebuilt from the decision log (bind adds the job's GPUs, preempt and
   finish give them back), and the arrived demand of the queue's jobs.
+- nodes (autoscaling pools only): the billed nodes and the GPUs on present nodes, from the
+  engine's node timeline.
 """
 
 from __future__ import annotations
@@ -50,6 +52,13 @@ class PolicySeries:
     demand_gpus: FloatArray
     pending_jobs: FloatArray
     queues: tuple[QueueSeries, ...] = field(default=())
+    # With autoscaling pools: billed nodes and GPUs on present nodes; empty for a fixed cluster.
+    billed_nodes: FloatArray = field(default_factory=lambda: np.zeros(0))
+    present_gpus: FloatArray = field(default_factory=lambda: np.zeros(0))
+
+    @property
+    def autoscaled(self) -> bool:
+        return self.present_gpus.size > 0
 
 
 def compute_series(result: SimResult, bins: int = BINS) -> PolicySeries:
@@ -64,6 +73,12 @@ def compute_series(result: SimResult, bins: int = BINS) -> PolicySeries:
     pending = binned_mean(times, np.array([s[3] for s in tl], dtype=np.float64), edges)
     jct = [j.finish_s - j.submit_s for j in jobs if j.finish_s is not None]
     wait = [j.first_start_s - j.submit_s for j in jobs if j.first_start_s is not None]
+    nt = result.nodes_timeline
+    billed = present = np.zeros(0)
+    if len(nt) > 1:  # the nodes changed: an autoscaled cluster
+        nt_times = np.array([n[0] for n in nt], dtype=np.float64)
+        billed = binned_mean(nt_times, np.array([n[1] for n in nt], dtype=np.float64), edges)
+        present = binned_mean(nt_times, np.array([n[2] for n in nt], dtype=np.float64), edges)
     return PolicySeries(
         policy=result.policy_name,
         capacity_gpus=result.capacity_gpus,
@@ -74,6 +89,8 @@ def compute_series(result: SimResult, bins: int = BINS) -> PolicySeries:
         demand_gpus=_demand(jobs, edges),
         pending_jobs=pending,
         queues=_queue_series(result, edges),
+        billed_nodes=billed,
+        present_gpus=present,
     )
 
 
