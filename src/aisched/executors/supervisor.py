@@ -163,9 +163,10 @@ def cgroup_pids(cgroup: str) -> list[int]:
         return []
 
 
-def signal_cgroup(cgroup: str, sig: int) -> None:
-    """Signals every process of the cgroup. Under v2, SIGKILL goes through `cgroup.kill`,
-    which cannot miss a process forked meanwhile."""
+def signal_cgroup(cgroup: str, sig: int, skip_group: int = 0) -> None:
+    """Signals every process of the cgroup, except those of process group `skip_group` (already
+    signalled through it: a second SIGTERM can reach a task's handler twice). Under v2, SIGKILL
+    goes through `cgroup.kill`, which cannot miss a process forked meanwhile."""
     if sig == signal.SIGKILL:
         try:
             with open(os.path.join(cgroup, "cgroup.kill"), "w", encoding="ascii") as f:
@@ -173,6 +174,10 @@ def signal_cgroup(cgroup: str, sig: int) -> None:
         except OSError:
             pass
     for pid in cgroup_pids(cgroup):
+        if skip_group > 0:
+            st = proc_stat(pid)
+            if st is not None and st.pgid == skip_group:
+                continue
         kill_quietly(pid, sig)
 
 
@@ -445,8 +450,8 @@ class Supervisor:
         if self.child <= 0:  # killpg(0) would hit our own group
             return
         killpg_quietly(self.child, sig)
-        if self.cgroup:
-            signal_cgroup(self.cgroup, sig)
+        if self.cgroup:  # what left the task's group (a daemon that called setsid) as well
+            signal_cgroup(self.cgroup, sig, skip_group=self.child)
 
     def memory_exceeded(self) -> str | None:
         """A message when the task went over its memory limit and must be killed."""

@@ -549,3 +549,36 @@ def test_under_a_cgroup_processes_that_left_the_session_are_killed_too(
     )
     assert harness.exit_of(h.key).kind == ExitKind.EXITED
     wait_for(lambda: gone(int(pidfile.read_text())), what="the escaped process to die")
+
+
+COUNT_TERMS = """
+import signal, sys, time
+terms = []
+signal.signal(signal.SIGTERM, lambda *_: terms.append(time.time()))
+print("ready", flush=True)
+while not terms:
+    time.sleep(0.01)
+time.sleep(0.5)  # a second SIGTERM, had one been sent, has arrived by now
+with open(sys.argv[1], "w") as f:
+    f.write(str(len(terms)))
+"""
+
+
+@WITH_CGROUP
+def test_under_a_cgroup_a_stop_sends_the_task_one_sigterm_and_escaped_processes_theirs(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """The group and the cgroup both reach the task: it must still get SIGTERM once (its
+    handler may checkpoint), while a process that left its group gets one too."""
+    harness.new_executor(mem_mechanism=CGROUPS[0])
+    counted, escaped = tmp_path / "terms", tmp_path / "escaped"
+    script = tmp_path / "count.py"
+    script.write_text(COUNT_TERMS)
+    trap = f"trap 'echo term > {escaped}; exit 0' TERM; while :; do sleep 0.05; done"
+    daemon = f'setsid sh -c "{trap}" &'
+    h = harness.launch("t-0", ["sh", "-c", f"{daemon} exec {PY} {script} {counted}"])
+    wait_for(lambda: "ready" in harness.log("t-0"), what="the task to start")
+    harness.ex.stop(h.key, grace_period_s=10)
+    assert harness.exit_of(h.key).kind == ExitKind.STOPPED
+    assert counted.read_text() == "1"
+    wait_for(lambda: escaped.exists(), what="the escaped process's SIGTERM")
