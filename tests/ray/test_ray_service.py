@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from harness import Service, wait_for
 from ray_harness import RayCluster, cancel_all
@@ -371,3 +372,32 @@ def test_output_exit_codes_and_bad_commands_are_reported_as_on_one_machine(
     assert "to-stdout" in logs and "to-stderr" in logs
     job = svc.wait_state(missing, "failed", timeout_s=60)
     assert job["exit_code"] == 127 and "command not found: no-such-command-here" in job["message"]
+
+
+REPLICA = Path(__file__).parents[2] / "examples" / "services" / "http_replica.py"
+
+
+def test_a_service_on_ray_serves_from_its_nodes_addresses_where_the_autoscaler_probes(
+    ray_service: Service,
+) -> None:
+    svc = ray_service
+    doc = {
+        "name": "web",
+        "kind": "service",
+        "command": [PY, str(REPLICA)],
+        "resources": {"cpus": 0.25, "mem": "128M"},
+        "service": {"min_replicas": 2, "max_replicas": 2, "readiness_path": "/healthz"},
+    }
+    path = svc.work / "web.json"
+    path.write_text(json.dumps(doc))
+    sid = str(svc.cli_json("submit", str(path))["id"])
+
+    def ready() -> dict[str, Any] | None:
+        st: dict[str, Any] = svc.job(sid)["service"]
+        return st if st["ready"] == 2 else None
+
+    st = wait_for("two ready replicas", ready, 90)
+    assert len(st["endpoints"]) == 2
+    for endpoint in st["endpoints"]:  # each one answers where the autoscaler found it
+        with httpx.Client(trust_env=False) as client:
+            assert client.get(f"http://{endpoint}/hello", timeout=10).text == "ok"
