@@ -266,15 +266,7 @@ def _to_cluster(spec: ClusterSpec, source: str) -> Cluster:
         t = ap.template
         node_pool = NodePool(
             name=ap.name,
-            template=Node(
-                name=ap.name,
-                milli_cpu=_milli(t.cpus),
-                mem_mib=_mib(t.mem_gib),
-                gpus=_gpus(t.gpus, t.gpu_model, t.gpu_mem_gib, t.nvlink_group_size),
-                zone=t.zone,
-                rack=f"{ap.name}-rack",
-                labels=tuple(sorted(t.labels.items())),
-            ),
+            template=_node(t, ap.name, f"{ap.name}-rack"),
             max_nodes=ap.max,
             min_nodes=ap.min,
             provisioning_delay_s=ap.provisioning_delay_s,
@@ -292,17 +284,7 @@ def _to_cluster(spec: ClusterSpec, source: str) -> Cluster:
                 f"{owner.name!r} gives its nodes"
             )
             continue
-        node = Node(
-            name=n.name,
-            milli_cpu=_milli(n.cpus),
-            mem_mib=_mib(n.mem_gib),
-            gpus=_gpus(n.gpus, n.gpu_model, n.gpu_mem_gib, n.nvlink_group_size),
-            zone=n.zone,
-            rack=n.rack,
-            labels=tuple(sorted(n.labels.items())),
-            healthy=n.healthy,
-        )
-        add(node, f"nodes.{n_i}")
+        add(_node(n, n.name, n.rack, n.healthy), f"nodes.{n_i}")
     if problems:
         raise SpecError(problems)
 
@@ -317,6 +299,20 @@ def _to_cluster(spec: ClusterSpec, source: str) -> Cluster:
                 )
     return Cluster(
         nodes=tuple(nodes), links=tuple(sorted(links.items())), node_pools=tuple(node_pools)
+    )
+
+
+def _node(t: TemplateModel, name: str, rack: str, healthy: bool = True) -> Node:
+    """A node of the file (a `NodeModel`) or of a pool's template, named and placed."""
+    return Node(
+        name=name,
+        milli_cpu=_milli(t.cpus),
+        mem_mib=_mib(t.mem_gib),
+        gpus=_gpus(t.gpus, t.gpu_model, t.gpu_mem_gib, t.nvlink_group_size),
+        zone=t.zone,
+        rack=rack,
+        labels=tuple(sorted(t.labels.items())),
+        healthy=healthy,
     )
 
 
