@@ -19,9 +19,7 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -33,6 +31,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _report import write_section  # noqa: E402
+from _service import free_port, start_service  # noqa: E402
 
 MIB = 1 << 20
 GPUS_PER_NODE = 4
@@ -55,12 +54,6 @@ TASK = textwrap.dedent(
 )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start_cluster(nodes: int) -> Any:
     os.environ.update(RAY_ENV)
     from ray.cluster_utils import Cluster
@@ -79,26 +72,6 @@ def start_cluster(nodes: int) -> Any:
             labels={"aisched/name": f"n{i}", "aisched/rack": rack},
         )
     return cluster
-
-
-def start_service(home: Path, port: int, address: str) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "aisched", "up", "--port", str(port), "--data-dir", str(home),
-         "--ray", address],
-        stdout=subprocess.DEVNULL,
-        stderr=open(home / "service.log", "wb"),  # noqa: SIM115
-        start_new_session=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            break
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/v1/healthz", timeout=1).json()["ok"]:
-                return proc
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    raise SystemExit(f"the service did not start:\n{(home / 'service.log').read_text()}")
 
 
 def wait(what: str, check: Any, timeout_s: float = 300) -> Any:
@@ -161,7 +134,7 @@ def main() -> None:
             work.mkdir()
             (work / "task.py").write_text(TASK)
             port = free_port()
-            proc = start_service(home, port, cluster.gcs_address)
+            proc = start_service(home, port, ["--ray", cluster.gcs_address], timeout_s=120)
             try:
                 with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
                     for i in range(args.runs):

@@ -29,9 +29,7 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,31 +40,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _report import write_section  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_service(home: Path, port: int) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "aisched", "up", "--port", str(port), "--data-dir", str(home),
-         "--gpus", "4", "--cpus", "64", "--mem", "64G"],
-        stdout=subprocess.DEVNULL,
-        stderr=open(home / "service.log", "wb"),  # noqa: SIM115
-        start_new_session=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/v1/healthz", timeout=1).json()["ok"]:
-                return proc
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    raise SystemExit(f"the service did not start:\n{(home / 'service.log').read_text()}")
-
+from _service import free_port, start_service  # noqa: E402
 
 TINY = {"command": ["true"], "resources": {"cpus": 0.01, "mem": "16M"}, "workdir": "/"}
 
@@ -164,7 +138,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
         port = free_port()
-        proc = start_service(home, port)
+        proc = start_service(
+            home, port, ["--gpus", "4", "--cpus", "64", "--mem", "64G"], timeout_s=30
+        )
         url = f"http://127.0.0.1:{port}"
         try:
             with httpx.Client(base_url=url, timeout=60) as http:
