@@ -597,3 +597,29 @@ def test_spread_over_nodes_refuses_more_tasks_than_nodes() -> None:
     ]
     result = run_cycle(snap, pending, preset("fifo"), 0.0, validate=True)
     assert (result.decisions, result.diagnostics["j"].code) == ((), StatusCode.NEVER_FITS)
+
+
+def test_random_placement_judges_each_job_alone_whatever_the_pending_order() -> None:
+    """`random` draws per job: of two jobs of one shape, the greedy draw for p10 puts its CPU
+    task on the only node its GPU task could use, so p10 can never fit, while p11's draw fits.
+    What placement learns (never fits, failures) must be kept per job under such a score, or
+    the first job of the shape in the pending order decides for both."""
+    snap = snapshot_of(
+        cluster(
+            node("n0").cpus(64).mem_gib(512).gpus(1),
+            node("n1").cpus(8).mem_gib(8).gpus(1),
+            node("n2").cpus(32).mem_gib(64).gpus(5),
+        )
+    )
+
+    def pair(job_id: str) -> PendingJob:
+        b = job(job_id).task(cpu=0.5, mem_gib=64).task(gpu=2, cpu=0.5, mem_gib=64)
+        return b.pending()
+
+    statuses = []
+    for order in (["p10", "p11"], ["p11", "p10"]):
+        result = run_cycle(snap, [pair(j) for j in order], preset("random"), 0.0, validate=True)
+        statuses.append({k: s.code for k, s in result.diagnostics.items()})
+    assert statuses[0] == statuses[1]
+    assert statuses[0]["p10"] == StatusCode.NEVER_FITS
+    assert statuses[0]["p11"].is_placed

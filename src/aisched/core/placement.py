@@ -89,9 +89,16 @@ def fit_counts(session: Session, req: Resources, gpu_models: tuple[str, ...] = (
     return counts
 
 
+def placement_shape(session: Session, job: Job) -> Hashable:
+    """What a placement's outcome depends on besides the free state and the policy: the job's
+    shape, or the job itself under a score that draws per job. Caches of placement outcomes
+    (failures, never-fits, admission, victim searches) are keyed by it."""
+    return (job.shape_id, job.id) if session.policy.per_job_placement else job.shape_id
+
+
 def known_failure(session: Session, job: Job, mask_key: Hashable = None) -> str | None:
     """The cached reason a job of this shape did not fit under this mask, if any."""
-    return session.fail_cache.get((job.shape_id, mask_key))
+    return session.fail_cache.get((placement_shape(session, job), mask_key))
 
 
 def place_job(
@@ -103,7 +110,7 @@ def place_job(
 ) -> tuple[TaskBinding, ...] | str:
     """Place every task of `job` (at least `gang_min`) via `st`; return the bindings, or a
     reason when the job does not fit now. `allowed` limits the nodes it may use."""
-    key = (job.shape_id, mask_key)
+    key = (placement_shape(session, job), mask_key)
     cached = session.fail_cache.get(key)
     if cached is not None:
         return cached
@@ -324,7 +331,7 @@ class _Mark:
 def never_fits(session: Session, job: Job) -> str | None:
     """Why `job` could not run even on the empty cluster, or None if it could."""
     arrays = session.arrays
-    key = ("never-fits", job.shape_id, session.policy.locality)
+    key = ("never-fits", placement_shape(session, job), session.policy.locality)
     if key in arrays.memo:
         return arrays.memo[key]  # type: ignore[return-value]
     from aisched.core.statement import Statement

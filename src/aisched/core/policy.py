@@ -52,6 +52,12 @@ class Policy:
         return any(a.name == "backfill" for a in self.actions)
 
     @property
+    def per_job_placement(self) -> bool:
+        """A score draws per job (`random`), not per shape: two jobs of one shape may be placed
+        differently, so what placement learns is kept per job (`placement.placement_shape`)."""
+        return any(getattr(ws.plugin, "per_job", False) for ws in self.scores)
+
+    @property
     def locality(self) -> bool:
         """The topology score is on: gangs try one node, then one rack, then one zone."""
         return any(ws.plugin.name == "topology" for ws in self.scores)

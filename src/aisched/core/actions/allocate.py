@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from aisched.core.placement import known_failure, place_job
+from aisched.core.placement import known_failure, place_job, placement_shape
 from aisched.core.queues import fair_key, queue_blocks
 from aisched.core.reservation import allowed_nodes, reserve_for
 from aisched.core.snapshot import PendingJob
@@ -74,7 +75,9 @@ class Allocate:
         heapq.heapify(heap)
         # Shapes not yet known to fail. Capacity only shrinks in allocate, so once every
         # remaining shape has failed, every remaining job fails for its shape's reason.
-        untried = {pj.job.shape_id for pj in session.candidates[session.promoted :]}
+        untried = {
+            placement_shape(session, pj.job) for pj in session.candidates[session.promoted :]
+        }
         guarded = bool(session.reservations)
         while heap:
             if not untried and not strict and not guarded:
@@ -105,7 +108,7 @@ class Allocate:
                     if len(heap) > 1:
                         heap = self._heap(session, buckets)
                     continue
-            untried.discard(pj.job.shape_id)
+            untried.discard(placement_shape(session, pj.job))
             if mask_key:
                 session.set_status_cached(
                     pj.id, StatusCode.WAIT_RESERVATION, f"{res}; reserved nodes held"
@@ -161,7 +164,7 @@ class Allocate:
         rest = sorted((item for items in buckets.values() for item in items), key=lambda x: x[0])
         ungoverned = session.queues.ungoverned
         statuses, blocked = session.statuses, session.blocked
-        by_shape: dict[int, JobStatus] = {}  # one status object per shape's reason
+        by_shape: dict[Hashable, JobStatus] = {}  # one status object per shape's reason
         for _, pj in rest:
             job = pj.job
             if job.queue not in ungoverned:
@@ -169,11 +172,12 @@ class Allocate:
                 if reason is not None:
                     session.set_status_cached(pj.id, StatusCode.WAIT_QUEUE, reason)
                     continue
-            status = by_shape.get(job.shape_id)
+            shape = placement_shape(session, job)
+            status = by_shape.get(shape)
             if status is None:
                 failed = known_failure(session, job)
                 assert failed is not None
-                status = by_shape[job.shape_id] = JobStatus(StatusCode.WAIT_RESOURCES, failed)
+                status = by_shape[shape] = JobStatus(StatusCode.WAIT_RESOURCES, failed)
             statuses[pj.id] = status
             blocked.append(pj)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aisched.core.framework import order_key
-from aisched.core.placement import never_fits
+from aisched.core.placement import never_fits, placement_shape
 from aisched.core.queues import exceeds_limit_alone
 from aisched.core.snapshot import PendingJob
 from aisched.core.status import StatusCode
@@ -97,7 +97,8 @@ def admission_refusal(session: Session, job: Job) -> str | None:
     """Why `job` can never run here (memoised: it depends only on the queue tree, the job's
     queue and shape, and the cluster)."""
     memo = session.arrays.memo
-    key = ("admit", id(session.queues), job.queue, job.shape_id, session.policy.locality)
+    shape = placement_shape(session, job)
+    key = ("admit", id(session.queues), job.queue, shape, session.policy.locality)
     hit = memo.get(key)
     if hit is not None and hit[0] is session.queues:  # type: ignore[index]
         return hit[1]  # type: ignore[index, no-any-return]

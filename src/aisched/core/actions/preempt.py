@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 
 from aisched.core.eviction import Cut, find_room
 from aisched.core.framework import victim_key
+from aisched.core.placement import placement_shape
 from aisched.core.plugins.order import INFINITE
 from aisched.core.plugins.victims import LeastWorkLost, time_left_s
 from aisched.core.queues import borrowed, queue_blocks, within_guarantee
@@ -84,7 +85,7 @@ def _run(
     # order (shortest remaining first) one failure settles the rest of its shape. While elastic
     # jobs could be shrunk, the key also holds the blocked job's priority and queue (what
     # shrinking depends on), so the memo never claims more than it knows.
-    failed: dict[tuple[int, Hashable, tuple[str, ...], Hashable], float] = {}
+    failed: dict[tuple[Hashable, Hashable, tuple[str, ...], Hashable], float] = {}
     # Every possible victim, in victim-preference order, computed once; candidates per
     # eligibility key are filtered from it, and both are refreshed only after a preemption.
     pool: list[RunningJob] | None = None
@@ -116,7 +117,7 @@ def _run(
             pool.sort(key=lambda r: victim_key(session.policy.victims, r, session.now))
             elastic = [r for r in pool if r.job.elastic and len(r.tasks) > r.job.gang_min]
         shrink_sig: Hashable = (pj.job.priority, pj.job.queue) if elastic else None
-        memo_key = (pj.job.shape_id, group, mask_key, shrink_sig)
+        memo_key = (placement_shape(session, pj.job), group, mask_key, shrink_sig)
         if memo_key in failed and rank >= failed[memo_key]:
             continue
         cands = by_sig.get(sig)

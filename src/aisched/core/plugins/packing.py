@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -108,6 +108,8 @@ def draws(seed: int, key: str, values: IntArray) -> FloatArray:
 class RandomFit:
     name: str = "random"
     seed: int = 0
+    # Draws depend on the job's id, not only its shape: placement outcomes are per job.
+    per_job: ClassVar[bool] = True
 
     def score(self, session: Session, job: Job, request: Resources, nodes: IntArray) -> FloatArray:
         return draws(self.seed, job.id, nodes)
