@@ -1,8 +1,12 @@
 """The CLI's HTTP client for the service's REST API.
 
-Where the service is: `--server URL`, else `$AISCHED_SERVER`, else the address a local
-`aisched up` wrote to `$AISCHED_HOME/server.json`, else the default loopback port. Every failure
-becomes a `CLIError` with the service's own message (its `Problem` lines), never a traceback.
+Where the service is: `--server`, else `$AISCHED_SERVER` (either `unix:PATH` or
+`http(s)://HOST:PORT`), else what a local `aisched up` of this user wrote to
+`$AISCHED_HOME/server.json`, else the system service's socket (`/run/aisched/aisched.sock`),
+else the default loopback port. On a Unix socket the service knows who we are from the kernel;
+over TCP we send a token: `$AISCHED_TOKEN`, else the file `$AISCHED_TOKEN_FILE` or
+`$AISCHED_HOME/token`, which must be private (0600). Every failure becomes a `CLIError` with the
+service's own message (its `Problem` lines), never a traceback.
 """
 
 from __future__ import annotations
@@ -10,15 +14,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import stat
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from aisched.cli.errors import EXIT_FAILURE, CLIError
-from aisched.service.defaults import DEFAULT_PORT, default_home
+from aisched.service.defaults import DEFAULT_PORT, SYSTEM_SOCKET, default_home
 
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
+UNIX = "unix:"
 
 
 def server_url(explicit: str | None) -> str:
@@ -31,14 +38,41 @@ def server_url(explicit: str | None) -> str:
         data = json.loads((default_home() / "server.json").read_text(encoding="utf-8"))
         return str(data["url"]).rstrip("/")
     except (OSError, ValueError, KeyError, TypeError):
-        return DEFAULT_URL
+        pass
+    if SYSTEM_SOCKET.exists():
+        return UNIX + str(SYSTEM_SOCKET)
+    return DEFAULT_URL
+
+
+def read_token() -> str | None:
+    """The token to send over TCP: `$AISCHED_TOKEN`, else a private token file."""
+    env = os.environ.get("AISCHED_TOKEN")
+    if env:
+        return env.strip()
+    named = os.environ.get("AISCHED_TOKEN_FILE")
+    path = Path(named).expanduser() if named else default_home() / "token"
+    try:
+        st = path.stat()
+    except OSError:
+        if named:
+            raise CLIError(f"AISCHED_TOKEN_FILE {path}: cannot read it") from None
+        return None
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        raise CLIError(
+            f"{path}: the token file is readable by others; make it private: chmod 600 {path}"
+        )
+    try:
+        return path.read_text(encoding="utf-8").strip() or None
+    except OSError as e:
+        raise CLIError(f"{path}: cannot read: {e.strerror or e}") from None
 
 
 def add_server_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--server",
         metavar="URL",
-        help="the aisched service (default: $AISCHED_SERVER, else the local `aisched up`)",
+        help="the aisched service: unix:PATH or http(s)://HOST:PORT (default: "
+        "$AISCHED_SERVER, else the local `aisched up`)",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -46,7 +80,18 @@ def add_server_option(p: argparse.ArgumentParser) -> None:
 class Client:
     def __init__(self, url: str, timeout_s: float = 30.0) -> None:
         self.url = url
-        self.http = httpx.Client(base_url=url, timeout=timeout_s)
+        if url.startswith(UNIX):
+            # The host is a placeholder: the transport goes to the socket.
+            transport = httpx.HTTPTransport(uds=url[len(UNIX) :])
+            self.http = httpx.Client(
+                transport=transport, base_url="http://aisched", timeout=timeout_s
+            )
+        elif url.startswith(("http://", "https://")):
+            token = read_token()
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            self.http = httpx.Client(base_url=url, timeout=timeout_s, headers=headers)
+        else:
+            raise CLIError(f"--server {url}: expected unix:PATH or http(s)://HOST:PORT")
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Client:

@@ -1,15 +1,16 @@
 """Job commands: `run`, `submit`, `jobs`, `show`, `logs`, `cancel` — clients of the REST API.
 
 `run` builds a native job document from its flags and the command after `--`; like Slurm's
-`srun`/`sbatch`, the job runs in the current directory with the caller's environment (`--no-env`
-sends none). `submit` sends a job file as it is; the service parses it, so errors name the file
-and field. Output is a readable table, or JSON with `--json`.
+`srun`/`sbatch`, the job runs in the current directory. It sends only the variables named with
+`--env NAME[=VALUE]`, or all of them with `--env-all` (sbatch's `--export`): a job's environment
+is stored with it, so nothing is sent that was not asked for. `submit` sends a job file as it
+is; the service parses it, so errors name the file and field. Output is a readable table, or
+JSON with `--json`.
 """
 
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import os
 import re
@@ -65,9 +66,17 @@ def register(sub: Any) -> None:
     p.add_argument("--grace-period", help="SIGTERM to SIGKILL delay when stopped, e.g. 30s")
     p.add_argument("--not-preemptible", action="store_true", help="never preempt this job")
     p.add_argument(
-        "--env", action="append", default=[], metavar="K=V", help="set a variable (repeatable)"
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME[=VALUE]",
+        help="send a variable: NAME=VALUE, or NAME for its value here (repeatable)",
     )
-    p.add_argument("--no-env", action="store_true", help="do not export your environment")
+    p.add_argument(
+        "--env-all", action="store_true", help="send your whole environment (like --export=ALL)"
+    )
+    # The old default was to send everything; --no-env is what happens now without flags.
+    p.add_argument("--no-env", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--workdir", help="working directory (default: the current one)")
     p.add_argument(
         "-f", "--follow", action="store_true", help="stream its logs and wait until it ends"
@@ -145,7 +154,7 @@ def run_document(args: argparse.Namespace) -> dict[str, Any]:
     except (SpecError, ValueError) as e:
         raise CLIError(str(e)) from None
     env: dict[str, str] = {}
-    if not args.no_env:
+    if args.env_all:
         env = {
             k: v
             for k, v in os.environ.items()
@@ -153,8 +162,12 @@ def run_document(args: argparse.Namespace) -> dict[str, Any]:
         }
     for item in args.env:
         key, sep, value = item.partition("=")
-        if not sep or not _ENV_NAME.match(key):
-            raise CLIError(f"--env {item!r}: expected NAME=VALUE")
+        if not _ENV_NAME.match(key):
+            raise CLIError(f"--env {item!r}: expected NAME=VALUE or NAME")
+        if not sep:
+            if key not in os.environ:
+                raise CLIError(f"--env {key}: {key} is not set here; give --env {key}=VALUE")
+            value = os.environ[key]
         env[key] = value
     doc: dict[str, Any] = {
         "command": command,
@@ -191,19 +204,10 @@ def run_document(args: argparse.Namespace) -> dict[str, Any]:
     return doc
 
 
-def _headers() -> dict[str, str]:
-    try:
-        return {"X-Aisched-User": getpass.getuser()}
-    except (KeyError, OSError):
-        return {}
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     doc = run_document(args)
     client = Client.from_args(args)
-    out = client.request(
-        "POST", "/v1/jobs", json=doc, headers=_headers(), params={"source": "aisched run"}
-    )
+    out = client.request("POST", "/v1/jobs", json=doc, params={"source": "aisched run"})
     return _submitted(client, args, out)
 
 
@@ -224,7 +228,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         "POST",
         "/v1/jobs",
         content=text.encode("utf-8"),
-        headers={**_headers(), "Content-Type": "application/yaml"},
+        headers={"Content-Type": "application/yaml"},
         params={"source": source, "workdir": os.getcwd()},
     )
     return _submitted(client, args, out)

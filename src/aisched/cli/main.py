@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "jobs": ("run", "submit", "jobs", "show", "logs", "cancel"),
     "cluster": ("nodes", "queues"),
     "top": ("top",),
+    "tokens": ("token", "audit"),
     "simulate": ("simulate",),
 }
 

@@ -1,21 +1,27 @@
 """`aisched up`: start the scheduler service on this machine, in the foreground.
 
 Configuration comes from the embedded defaults, then `--config FILE`, then flags. The service
-listens on loopback unless told otherwise. Ctrl-C (or SIGTERM) stops the scheduler but not the
+listens on loopback and on a Unix socket (identity from the kernel) unless told otherwise; off
+loopback it needs TLS or an explicit --insecure. Ctrl-C (or SIGTERM) stops the scheduler but not the
 jobs it runs: the next `aisched up` on the same data directory adopts them.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
 import socket
+import ssl
 import sys
 from typing import Any
 
 from aisched import __version__
 from aisched.cli.errors import EXIT_FAILURE, CLIError
 from aisched.service.defaults import DEFAULT_PORT
+from aisched.service.identity import service_user
+from aisched.service.serve import ListenError, check_exposure, is_loopback, listen_unix, serve
 
 
 def register(sub: Any) -> None:
@@ -29,6 +35,20 @@ def register(sub: Any) -> None:
     p.add_argument("--config", metavar="FILE", help="a service config YAML file")
     p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, help=f"port to listen on (default {DEFAULT_PORT})")
+    p.add_argument(
+        "--socket",
+        metavar="PATH",
+        help="the local Unix socket, where identity comes from the kernel (default "
+        "/run/aisched/aisched.sock as root, else $AISCHED_HOME/aisched.sock; '' for none)",
+    )
+    p.add_argument("--tls-cert", metavar="FILE", help="TLS certificate for the TCP port (PEM)")
+    p.add_argument("--tls-key", metavar="FILE", help="TLS private key for the TCP port (PEM)")
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        default=None,
+        help="allow a non-loopback --host without TLS (tokens then cross the network in clear)",
+    )
     p.add_argument(
         "--data-dir",
         metavar="DIR",
@@ -62,8 +82,6 @@ def register(sub: Any) -> None:
 
 def cmd_up(args: argparse.Namespace) -> int:
     # Imported here: the other commands should not pay for the server's start-up.
-    import uvicorn
-
     from aisched.service.api import create_app
     from aisched.service.app import Service, ServiceError
     from aisched.service.config import load_config
@@ -78,6 +96,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     overrides: dict[str, Any] = {
         "host": args.host,
         "port": args.port,
+        "socket": args.socket,
+        "tls_cert": args.tls_cert,
+        "tls_key": args.tls_key,
+        "insecure": args.insecure,
         "data_dir": args.data_dir,
         "database": args.database,
         "policy": args.policy,
@@ -92,13 +114,29 @@ def cmd_up(args: argparse.Namespace) -> int:
     }
     try:
         config = load_config(args.config, overrides)
+    except SpecError as e:
+        raise CLIError(str(e)) from None
+    tls = _tls_options(config.tls_cert, config.tls_key)
+    refusal = check_exposure(config.host, bool(tls), config.insecure)
+    if refusal is not None:
+        raise CLIError(refusal)
+    try:
         service = Service.open(config)
     except (SpecError, ServiceError, StoreError) as e:
         raise CLIError(str(e)) from None
+    listeners: list[tuple[socket.socket, dict[str, Any]]] = []
     try:
         sock = _listen(config.host, config.port)
-    except OSError as e:
+        listeners.append((sock, tls))
+        socket_path = config.socket_path()
+        if socket_path is not None:
+            listeners.append((listen_unix(socket_path), {}))
+    except (OSError, ListenError) as e:
+        for s, _ in listeners:
+            s.close()
         service.close()
+        if isinstance(e, ListenError):
+            raise CLIError(str(e), EXIT_FAILURE) from None
         raise CLIError(
             f"cannot listen on {config.host}:{config.port}: {e.strerror or e} (try --port)",
             EXIT_FAILURE,
@@ -106,13 +144,25 @@ def cmd_up(args: argparse.Namespace) -> int:
     try:
         service.start()
         app = create_app(service)
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
         host, port = sock.getsockname()[:2]
-        url = f"http://{host}:{port}"
+        url = f"{'https' if tls else 'http'}://{host}:{port}"
+        if not is_loopback(config.host) and not tls:
+            logging.getLogger("aisched.service").warning(
+                "listening on %s without TLS (--insecure): tokens and jobs cross the network "
+                "in clear",
+                config.host,
+            )
         nodes = service.scheduler.nodes
         node = nodes[0] if len(nodes) == 1 else None
         info = service.executor.info()
         print(f"aisched {__version__} listening on {url}", file=sys.stderr)
+        if socket_path is not None:
+            print(f"  local socket: {socket_path} (identity from the kernel)", file=sys.stderr)
+        if os.geteuid() != 0:
+            print(
+                f"  not running as root: only {service_user()}'s jobs can run (docs/security.md)",
+                file=sys.stderr,
+            )
         print(f"  data directory: {service.home}", file=sys.stderr)
         print(f"  policy: {service.policy.name}", file=sys.stderr)
         if node is not None:
@@ -133,12 +183,29 @@ def cmd_up(args: argparse.Namespace) -> int:
             print(f"  {note}", file=sys.stderr)
         for note in service.recovery_notes:
             print(f"  recovered: {note}", file=sys.stderr)
-        service.announce(url)
-        server.run(sockets=[sock])
+        service.announce(f"unix:{socket_path}" if socket_path is not None else url)
+        serve(app, listeners)
     finally:
         service.close()
-        sock.close()
+        for s, _ in listeners:
+            s.close()
+        if socket_path is not None:
+            with contextlib.suppress(OSError):
+                socket_path.unlink()
     return 0
+
+
+def _tls_options(cert: str | None, key: str | None) -> dict[str, Any]:
+    """uvicorn's TLS options, after checking that the files make a usable TLS context."""
+    if cert is None and key is None:
+        return {}
+    if cert is None or key is None:
+        raise CLIError("TLS needs both --tls-cert and --tls-key")
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as e:
+        raise CLIError(f"cannot use the TLS certificate {cert} and key {key}: {e}") from None
+    return {"ssl_certfile": cert, "ssl_keyfile": key}
 
 
 def _listen(host: str, port: int) -> socket.socket:

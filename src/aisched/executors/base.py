@@ -51,6 +51,9 @@ class TaskLaunch:
     `log_path` receives stdout and stderr together. `grace_period_s` is the time between
     SIGTERM and SIGKILL when the task is stopped. `gpu_milli` is the share of each of `gpus`
     the task holds (1000: whole devices), for executors that reserve it elsewhere too (Ray).
+    `user` is the account the job belongs to: a root executor runs the task as that user
+    (uid, gid and groups), any other runs it as itself (the API admits only its own user's
+    jobs then); None means the executor's own user.
     """
 
     job_id: str
@@ -68,6 +71,7 @@ class TaskLaunch:
     # GPU memory the task declared over all its GPUs (0: none); for the GPU-memory watchdog.
     gpu_mem_mib: int = 0
     gpu_milli: int = 1000
+    user: str | None = None
 
     @property
     def key(self) -> TaskKey:

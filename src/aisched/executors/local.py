@@ -70,6 +70,7 @@ from aisched.executors.gpu_watchdog import (
     over_limit,
     task_pids,
 )
+from aisched.executors.runas import account, account_env
 from aisched.model.cluster import Node
 
 log = logging.getLogger(__name__)
@@ -224,10 +225,16 @@ class LocalExecutor:
                 f"task {_show(key)} was launched before on this node ({tdir} exists); "
                 "a new run needs a new attempt number"
             )
+        acct = account(req.user)
+        env = dict(req.env) if acct is None else account_env(req.env, acct)
         try:
             Path(req.log_path).parent.mkdir(parents=True, exist_ok=True)
-            with open(req.log_path, "a", encoding="utf-8"):
-                pass
+            fd = os.open(req.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                if acct is not None:  # the user's output is the user's file
+                    os.fchown(fd, acct["uid"], acct["gid"])
+            finally:
+                os.close(fd)
         except OSError as exc:
             raise LaunchError(
                 f"task {_show(key)}: log_path: cannot write {req.log_path}: {exc.strerror or exc}"
@@ -237,14 +244,19 @@ class LocalExecutor:
         cgroup = (
             os.path.join(self._mem.base, cgroup_name(*key)) if self._mem.base is not None else None
         )
-        tdir.mkdir(parents=True, exist_ok=True)
+        tdir.mkdir(parents=True, exist_ok=True, mode=0o700)
         # 1. The request is durable before anything runs: after a crash, adopt finds it.
         sup.write_json_atomic(
             str(tdir / sup.LAUNCH),
             {
                 "key": list(key),
                 "command": list(req.command),
-                "env": dict(req.env),
+                "env": env,
+                "user": acct,
+                # Made by the task once it is the user (never by root in the user's home).
+                "make_dirs": [env["AISCHED_CHECKPOINT_DIR"]]
+                if acct is not None and env.get("AISCHED_CHECKPOINT_DIR")
+                else [],
                 "workdir": req.workdir,
                 "log_path": os.path.abspath(req.log_path),
                 "cores": list(cores),
@@ -451,7 +463,7 @@ class LocalExecutor:
                     1,
                     str(tdir / sup.LOG),
                     os.O_WRONLY | os.O_CREAT | os.O_APPEND,
-                    0o644,
+                    0o600,
                 ),
                 (os.POSIX_SPAWN_DUP2, 1, 2),
             ],

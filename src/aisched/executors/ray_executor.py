@@ -510,6 +510,7 @@ def _spec(req: TaskLaunch, gpu_check_s: float) -> dict[str, Any]:
         "gpus": list(req.gpus),
         "gpu_mem_mib": req.gpu_mem_mib,
         "gpu_check_s": gpu_check_s,
+        "user": req.user,
     }
 
 

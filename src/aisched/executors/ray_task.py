@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import pwd
 import signal
 import subprocess
 import threading
@@ -36,7 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aisched.executors import supervisor as sup
-from aisched.executors.base import TaskKey
+from aisched.executors.base import LaunchError, TaskKey
 from aisched.executors.gpu_watchdog import (
     GPU_CHECK_INTERVAL_S,
     GpuMemoryWatchdog,
@@ -45,6 +46,7 @@ from aisched.executors.gpu_watchdog import (
     over_limit,
     task_pids,
 )
+from aisched.executors.runas import account, account_env
 
 PR_SET_PDEATHSIG = 1
 # Made on the task's node: the watchdog of its GPU memory (`GpuMemoryWatchdog.with_nvml`, its
@@ -65,6 +67,23 @@ def _describe(code: int) -> str:
             name = f"signal {-code}"
         return f"killed by signal {-code} ({name})"
     return f"exited with code {code}"
+
+
+def _account_here(user: str | None) -> dict[str, Any] | None:
+    """The account to start a task of `user` as, on this node: switched to when this worker is
+    root; a worker that is not root runs only its own user's tasks and refuses the others
+    (never runs them as itself)."""
+    if user is None:
+        return None
+    if os.geteuid() == 0:
+        return account(user)
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    if user != me:
+        raise LaunchError(
+            f"this Ray worker runs as {me} and cannot start a task as {user}; "
+            "run the Ray workers as root to run each user's tasks as that user"
+        )
+    return None
 
 
 def _die_with_parent() -> None:
@@ -180,11 +199,22 @@ class TaskRunner:
         name = command[0] if command else "(empty command)"
         try:
             os.makedirs(os.path.dirname(spec["log_path"]) or ".", exist_ok=True)
-            self.log_fd = os.open(spec["log_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self.log_fd = os.open(spec["log_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         except OSError as exc:
             msg = f"cannot open the log {spec['log_path']}: {exc.strerror}"
             self.start_error = {"kind": "exited", "exit_code": 126, "message": msg}
             return
+        env = {str(k): str(v) for k, v in spec["env"].items()}
+        try:
+            acct = _account_here(spec.get("user"))
+        except LaunchError as exc:
+            self.start_error = {"kind": "exited", "exit_code": 126, "message": str(exc)}
+            return
+        as_user: dict[str, Any] = {}
+        if acct is not None:
+            env = account_env(env, acct)
+            os.fchown(self.log_fd, acct["uid"], acct["gid"])
+            as_user = {"user": acct["uid"], "group": acct["gid"], "extra_groups": acct["groups"]}
         with self.lock:
             if self.stop_requested:
                 msg = "stopped before it started"
@@ -193,7 +223,8 @@ class TaskRunner:
             try:
                 self.proc = subprocess.Popen(
                     command,
-                    env={str(k): str(v) for k, v in spec["env"].items()},
+                    env=env,
+                    **as_user,
                     cwd=spec.get("workdir") or None,
                     stdin=subprocess.DEVNULL,
                     stdout=self.log_fd,

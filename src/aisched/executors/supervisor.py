@@ -69,7 +69,10 @@ ALLOCATION_FAILURES = (b"MemoryError", b"Cannot allocate memory", b"std::bad_all
 def write_json_atomic(path: str, obj: object) -> None:
     """Readers see the old file, no file, or the whole new one: never a partial write."""
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
+    # 0600: a task's files hold its command and environment, which are its owner's alone.
+    with open(
+        os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8"
+    ) as f:
         json.dump(obj, f)
     os.replace(tmp, path)
 
@@ -308,6 +311,22 @@ def _exec_failure(stage: str, exc: BaseException, command: list[str], workdir: s
     return f"126\ncannot run {name}: {stage}: {why}"
 
 
+def _become(user: dict[str, Any]) -> None:
+    """Drop to the task's user for good: groups first (they need root), then gid, then uid;
+    then check that root cannot be regained."""
+    uid, gid = int(user["uid"]), int(user["gid"])
+    os.setgroups([int(g) for g in user.get("groups") or [gid]])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if os.geteuid() != uid or os.getegid() != gid:
+        raise OSError(errno.EPERM, f"could not become uid {uid}")
+    try:
+        os.setuid(0)
+    except PermissionError:
+        return
+    raise OSError(errno.EPERM, "root could be regained after dropping privileges")
+
+
 def _child(launch: dict[str, Any], log_fd: int, err_w: int) -> None:
     """In the forked child, before exec. Never returns; failures go to `err_w`."""
     command = [str(c) for c in launch["command"]]
@@ -345,7 +364,20 @@ def _child(launch: dict[str, Any], log_fd: int, err_w: int) -> None:
         os.dup2(devnull, 0)
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
-        stage = "workdir"
+        user = launch.get("user")
+        if user and not launch.get("container"):
+            stage = "user"
+            # os.execvpe imports this lazily; once we are the user, the interpreter's own
+            # library may be out of reach (a Python installed under root's home).
+            import warnings  # noqa: F401
+
+            _become(user)
+        # The task's own files get the usual modes; the service's umask is for its own.
+        os.umask(0o022)
+        for path in launch.get("make_dirs") or ():
+            stage = f"checkpoint directory {path}"
+            os.makedirs(path, mode=0o700, exist_ok=True)
+        stage = "workdir"  # as the user: a directory the user cannot enter is refused
         if launch.get("workdir"):
             os.chdir(launch["workdir"])
         stage = "exec"
@@ -402,7 +434,7 @@ class Supervisor:
     def run(self) -> int:
         try:
             self.log_fd = os.open(
-                self.launch["log_path"], os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644
+                self.launch["log_path"], os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600
             )
         except OSError as exc:
             return self.finish("exited", 126, f"cannot open the log {exc.filename}: {exc.strerror}")
@@ -578,7 +610,7 @@ def main(argv: list[str]) -> int:
     # The executor starts us with SIGTERM blocked: a stop sent during start-up waits here.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])
 
-    lock_fd = os.open(os.path.join(task_dir, LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+    lock_fd = os.open(os.path.join(task_dir, LOCK), os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(lock_fd, fcntl.LOCK_EX)
     os.ftruncate(lock_fd, 0)
     os.pwrite(lock_fd, f"{os.getpid()} {start_time(os.getpid())}\n".encode(), 0)
@@ -607,7 +639,7 @@ def supervisor_alive_or_abandon(task_dir: str) -> bool:
     """True while a supervisor lives in `task_dir`. Otherwise marks the task `abandoned` while
     holding the lock and returns False: a supervisor still starting will then see the mark
     and exit without running the task, so the caller may treat it as gone for good."""
-    fd = os.open(os.path.join(task_dir, LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(os.path.join(task_dir, LOCK), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -669,7 +701,7 @@ def _forked_supervisor(task_dir: str, go_r: int, go_w: int) -> None:
         os.setsid()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         null = os.open(os.devnull, os.O_RDONLY)
-        log = os.open(os.path.join(task_dir, LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        log = os.open(os.path.join(task_dir, LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(null, 0)
         os.dup2(log, 1)
         os.dup2(log, 2)

@@ -6,18 +6,24 @@ else is read from the store or from the loop's published figures. Every error is
 document with a status code: 422 for input that is wrong (with one line per problem, each
 naming its field), 404 for an unknown job, 409 for a command that no longer applies, 413 for an
 oversized body. The service never answers a bad request with a 500 or dies of one.
+
+Every route but `/v1/healthz` needs an identity (`service/auth.py`): 401 without one, 403 for
+a caller without the right. Jobs are listed for everyone without their commands; a job's
+command, environment, events and logs are its owner's and the admins'. Cancels and actions on
+another user's job go to the audit log.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import FastAPI, Header, Query, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
@@ -25,18 +31,31 @@ from starlette.exceptions import HTTPException
 from aisched import __version__
 from aisched.model.job import Job
 from aisched.model.states import JobState
+from aisched.service import tokens
 from aisched.service.app import Service
+from aisched.service.auth import (
+    CallerDep,
+    may_run_jobs,
+    may_submit_to,
+    owns,
+    require_admin,
+    require_owner,
+)
 from aisched.service.autoscaler import MetricError
 from aisched.service.dashboard import dashboard_router
+from aisched.service.identity import Caller
+from aisched.service.limits import BodyLimit, check_depth
 from aisched.service.loop import Rejected
 from aisched.service.metrics import CONTENT_TYPE
 from aisched.service.schemas import (
+    AuditOut,
     CancelOut,
     EventOut,
     GPUOut,
     Info,
     JobDetail,
     JobList,
+    JobOut,
     MetricsOut,
     NodeList,
     NodeOut,
@@ -45,6 +64,9 @@ from aisched.service.schemas import (
     QueueOut,
     ServiceStatusOut,
     SubmitOut,
+    TokenCreated,
+    TokenIn,
+    TokenOut,
     job_out,
 )
 from aisched.spec.errors import SpecError
@@ -82,6 +104,30 @@ def create_app(svc: Service) -> FastAPI:
         redoc_url=None,
     )
     sched = svc.scheduler
+    app.state.service = svc
+    # Outermost: an oversized body is refused before any of it is buffered.
+    app.add_middleware(BodyLimit, max_bytes=MAX_BODY)
+
+    def audit(who: Caller, action: str, target: str, owner: str | None, detail: str = "") -> None:
+        with svc.store.tx() as tx:
+            tx.add_audit(
+                {
+                    "time": time.time(),
+                    "actor": who.user,
+                    "via": who.via,
+                    "action": action,
+                    "target": target,
+                    "owner": owner,
+                    "detail": detail,
+                }
+            )
+
+    def job_or_404(job_id: str) -> dict[str, Any]:
+        with svc.store.read() as tx:
+            row = tx.get_job(job_id)
+        if row is None:
+            raise HTTPException(404, f"no job {job_id}")
+        return row
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
@@ -93,7 +139,9 @@ def create_app(svc: Service) -> FastAPI:
 
     @app.exception_handler(HTTPException)
     async def _http(_req: Request, exc: HTTPException) -> JSONResponse:
-        return problem(exc.status_code, str(exc.detail))
+        out = problem(exc.status_code, str(exc.detail))
+        out.headers.update(exc.headers or {})
+        return out
 
     app.include_router(dashboard_router(svc))  # the page at /, its JSON at /v1/dashboard
 
@@ -103,7 +151,7 @@ def create_app(svc: Service) -> FastAPI:
         return {"ok": alive}
 
     @app.get("/v1/info", response_model=Info)
-    def info() -> Info:
+    def info(who: CallerDep) -> Info:
         return Info(
             version=__version__,
             policy=svc.policy.name,
@@ -111,6 +159,9 @@ def create_app(svc: Service) -> FastAPI:
             database=svc.store.url,
             started_at=svc.started_at,
             executor=svc.executor.info().name,
+            you=who.user,
+            admin=who.admin,
+            via=who.via,
         )
 
     @app.post(
@@ -122,17 +173,22 @@ def create_app(svc: Service) -> FastAPI:
     )
     async def submit(
         request: Request,
-        x_aisched_user: Annotated[str | None, Header(max_length=128)] = None,
+        who: CallerDep,
         source: Annotated[str | None, Query(max_length=256)] = None,
         workdir: Annotated[
             str | None, Query(max_length=4096, description="for tasks that name none")
         ] = None,
     ) -> Response:
+        refused = may_run_jobs(svc, who)
+        if refused is not None:
+            return problem(403, "job refused", [refused])
         body = await request.body()
         if len(body) > MAX_BODY:
             return problem(413, f"the job document is larger than {MAX_BODY} bytes")
         src = source or "request"
-        defaults = svc.config.job_defaults(x_aisched_user or "default")
+        if (deep := check_depth(body)) is not None:
+            return problem(422, "invalid job", [f"{src}: {deep}"])
+        defaults = svc.config.job_defaults(who.user)
         try:
             if "json" in request.headers.get("content-type", ""):
                 try:
@@ -148,6 +204,20 @@ def create_app(svc: Service) -> FastAPI:
                 parsed = parse_submission_text(text, src, defaults)
         except SpecError as e:
             return problem(422, "invalid job", list(e.problems))
+        except RecursionError:
+            return problem(422, "invalid job", [f"{src}: nested too deep"])
+        for p in parsed.jobs:
+            if p.job.user != who.user:
+                return problem(
+                    403,
+                    "job refused",
+                    [
+                        f"{src}: user: jobs run as the user who submits them; this one names "
+                        f"{p.job.user!r} and you are {who.user!r}"
+                    ],
+                )
+            if (why := may_submit_to(svc, who, p.job.queue)) is not None:
+                return problem(403, "job refused", [f"{src}: queue: {why}"])
         jobs = [_in_workdir(p.job, workdir) for p in parsed.jobs]
         warnings = [w for p in parsed.jobs for w in p.warnings]
         try:
@@ -175,6 +245,7 @@ def create_app(svc: Service) -> FastAPI:
 
     @app.get("/v1/jobs", response_model=JobList)
     def list_jobs(
+        who: CallerDep,
         state: Annotated[str | None, Query(description="comma-separated states")] = None,
         queue: str | None = None,
         user: str | None = None,
@@ -194,24 +265,29 @@ def create_app(svc: Service) -> FastAPI:
             states = None if all else list(LIVE_STATES)
         with svc.store.read() as tx:
             rows = tx.list_jobs(states=states, queue=queue, user=user, limit=limit)
-        return JSONResponse(JobList(jobs=[job_out(r) for r in rows]).model_dump())
+        outs = [_visible(job_out(r), owns(who, r["user"])) for r in rows]
+        return JSONResponse(JobList(jobs=outs).model_dump())
 
     @app.get("/v1/jobs/{job_id}", response_model=JobDetail, responses={404: {"model": Problem}})
-    def show(job_id: str) -> Response:
+    def show(job_id: str, who: CallerDep) -> Response:
         with svc.store.read() as tx:
             row = tx.get_job(job_id)
             if row is None:
                 return problem(404, f"no job {job_id}")
             tasks = tx.tasks_of(job_id, row["attempt"]) if row["attempt"] else []
             events = tx.events_of(job_id)
-        base = job_out(row, tasks)
+        mine = owns(who, row["user"])
+        base = _visible(job_out(row, tasks), mine)
         detail = JobDetail(
             **base.model_dump(),
             service=_service_status(job_id) if row["kind"] == "service" else None,
             events=[
                 EventOut(seq=e["seq"], time=e["time"], kind=e["kind"], message=e["message"])
                 for e in events
-            ],
+            ]
+            if mine
+            else [],
+            env=_job_env(row) if mine else None,
         )
         return JSONResponse(detail.model_dump())
 
@@ -241,9 +317,11 @@ def create_app(svc: Service) -> FastAPI:
         response_model=MetricsOut,
         responses={404: {"model": Problem}, 409: {"model": Problem}, 422: {"model": Problem}},
     )
-    async def push_metrics(job_id: str, request: Request) -> Response:
+    async def push_metrics(job_id: str, request: Request, who: CallerDep) -> Response:
         """Report load for a service (its total) or one replica (its own): a JSON object such
         as {"rps": 12.5} or {"latency_ms": 80}; the autoscaler follows the service's metric."""
+        row = job_or_404(job_id)
+        require_owner(who, job_id, row["user"], "report its load")
         body = await request.body()
         if len(body) > MAX_BODY:
             return problem(413, f"the metrics document is larger than {MAX_BODY} bytes")
@@ -258,10 +336,6 @@ def create_app(svc: Service) -> FastAPI:
         except MetricError as e:
             return problem(422, "invalid metrics", [f"body: {e}"])
         except KeyError:
-            with svc.store.read() as tx:
-                row = tx.get_job(job_id)
-            if row is None:
-                return problem(404, f"no job {job_id}")
             return problem(
                 409, f"job {job_id} is not a running service or a replica of one ({row['state']})"
             )
@@ -273,11 +347,14 @@ def create_app(svc: Service) -> FastAPI:
         response_model=CancelOut,
         responses={404: {"model": Problem}, 409: {"model": Problem}},
     )
-    async def cancel(job_id: str) -> Response:
+    async def cancel(job_id: str, who: CallerDep) -> Response:
+        row = job_or_404(job_id)
+        require_owner(who, job_id, row["user"], "cancel it")
         try:
             state = await asyncio.wrap_future(sched.cancel(job_id))
         except Rejected as e:
             return problem(e.status, str(e))
+        audit(who, "cancel", f"job {job_id}", row["user"], f"was {row['state']}")
         return JSONResponse(status_code=202, content=CancelOut(id=job_id, state=state).model_dump())
 
     @app.get(
@@ -287,6 +364,7 @@ def create_app(svc: Service) -> FastAPI:
     )
     async def logs(
         job_id: str,
+        who: CallerDep,
         task: str | None = None,
         attempt: Annotated[int | None, Query(ge=1)] = None,
         follow: bool = False,
@@ -295,6 +373,9 @@ def create_app(svc: Service) -> FastAPI:
             row = tx.get_job(job_id)
         if row is None:
             return problem(404, f"no job {job_id}")
+        require_owner(who, job_id, row["user"], "read its logs")
+        if row["user"] != who.user:
+            audit(who, "logs", f"job {job_id}", row["user"])
         if attempt is not None and attempt > row["attempt"]:
             return problem(404, f"job {job_id} has had {row['attempt']} attempt(s), not {attempt}")
         if not follow:
@@ -305,7 +386,7 @@ def create_app(svc: Service) -> FastAPI:
         )
 
     @app.get("/v1/nodes", response_model=NodeList)
-    def nodes() -> Response:
+    def nodes(who: CallerDep) -> Response:
         info = svc.executor.info()
         owners = sched.gpu_owners()
         a, f = sched.arrays, sched.free
@@ -343,7 +424,7 @@ def create_app(svc: Service) -> FastAPI:
         return JSONResponse(NodeList(nodes=out).model_dump())
 
     @app.get("/v1/queues", response_model=QueueList)
-    def queues() -> Response:
+    def queues(who: CallerDep) -> Response:
         _, per_queue = sched.live_summary()
         used: dict[str, list[float]] = {}
         for (qname, _user), (cpu, mem, gpu) in list(sched.usage.items()):
@@ -373,10 +454,97 @@ def create_app(svc: Service) -> FastAPI:
         return JSONResponse(QueueList(queues=out).model_dump())
 
     @app.get("/metrics", include_in_schema=False)
-    def metrics() -> Response:
+    def metrics(who: CallerDep) -> Response:
         return Response(svc.metrics.render(), media_type=CONTENT_TYPE)
 
+    # --- tokens and the audit log (admins) --------------------------------------------------
+
+    @app.post("/v1/tokens", status_code=201, response_model=TokenCreated)
+    def create_token(body: TokenIn, who: CallerDep) -> Response:
+        """A new token for `user`; its secret is in this answer and nowhere else, ever."""
+        require_admin(who, "create tokens")
+        now = time.time()
+        if body.expires_in_s is not None and body.expires_in_s <= 0:
+            return problem(422, "invalid request", ["expires_in_s: must be above 0"])
+        expires = None if body.expires_in_s is None else now + body.expires_in_s
+        secret, row = tokens.create(
+            svc.store,
+            body.user,
+            admin=body.admin,
+            created_by=who.user,
+            now=now,
+            expires_at=expires,
+            note=body.note,
+        )
+        audit(who, "token create", f"token {row['id']}", body.user, "admin" if body.admin else "")
+        out = TokenCreated(**_token_out(row).model_dump(), token=secret)
+        return JSONResponse(status_code=201, content=out.model_dump())
+
+    @app.get("/v1/tokens", response_model=list[TokenOut])
+    def list_tokens(who: CallerDep) -> Response:
+        with svc.store.read() as tx:
+            rows = tx.list_tokens(None if who.admin else who.user)
+        return JSONResponse([_token_out(r).model_dump() for r in rows])
+
+    @app.post("/v1/tokens/{token_id}/revoke", response_model=TokenOut)
+    def revoke_token(token_id: str, who: CallerDep) -> Response:
+        with svc.store.read() as tx:
+            mine = [r for r in tx.list_tokens(who.user) if r["id"] == token_id]
+        if not who.admin and not mine:
+            raise HTTPException(403, "only admins may revoke another user's token")
+        with svc.store.tx() as tx:
+            row = tx.revoke_token(token_id, time.time())
+        if row is None:
+            return problem(404, f"no token {token_id}")
+        audit(who, "token revoke", f"token {token_id}", row["user"])
+        with svc.store.read() as tx:
+            now_row = next(r for r in tx.list_tokens(row["user"]) if r["id"] == token_id)
+        return JSONResponse(_token_out(now_row).model_dump())
+
+    @app.get("/v1/audit", response_model=list[AuditOut])
+    def audit_log(
+        who: CallerDep, limit: Annotated[int, Query(ge=1, le=100_000)] = 1000
+    ) -> Response:
+        require_admin(who, "read the audit log")
+        with svc.store.read() as tx:
+            rows = tx.audit_log(limit)
+        return JSONResponse([AuditOut(**r).model_dump() for r in rows])
+
     return app
+
+
+def _visible(out: JobOut, mine: bool) -> JobOut:
+    """A job as its owner and admins see it, or as everyone else does: without its commands,
+    its tasks' log paths and its checkpoint directory (like `squeue` for another's job)."""
+    if mine:
+        return out
+    return out.model_copy(
+        update={
+            "groups": [g.model_copy(update={"command": []}) for g in out.groups],
+            "tasks": [t.model_copy(update={"log_path": ""}) for t in out.tasks],
+            "checkpoint_dir": "",
+        }
+    )
+
+
+def _job_env(row: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """Each task group's own variables, as submitted (the contract's are added at launch)."""
+    return {
+        g["name"]: {str(k): str(v) for k, v in g.get("env") or ()} for g in row["spec"]["groups"]
+    }
+
+
+def _token_out(row: dict[str, Any]) -> TokenOut:
+    return TokenOut(
+        id=row["id"],
+        user=row["user"],
+        admin=bool(row["admin"]),
+        created_at=row["created_at"],
+        created_by=row["created_by"],
+        expires_at=row["expires_at"],
+        revoked_at=row["revoked_at"],
+        note=row["note"],
+    )
 
 
 def _in_workdir(job: Job, workdir: str | None) -> Job:

@@ -8,11 +8,13 @@ loop; `start()` recovers live state (adopting tasks still running) before the fi
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import json
 import logging
 import os
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +25,7 @@ from aisched.executors.base import Executor
 from aisched.predict.runtime import RuntimePredictor
 from aisched.service.autoscaler import Autoscaler
 from aisched.service.config import ServiceConfig
+from aisched.service.identity import Admins
 from aisched.service.loop import LoopConfig, Scheduler
 from aisched.service.metrics import Metrics
 from aisched.spec.units import parse_mem_mib
@@ -49,16 +52,24 @@ class Service:
     started_at: float = field(default_factory=time.time)
     recovery_notes: list[str] = field(default_factory=list)
     autoscaler: Autoscaler | None = None  # started with the loop
+    admins: Admins = field(default_factory=Admins)
+
+    def executor_refuses(self, user: str) -> str | None:
+        """Why this service's executor cannot run a task as `user`, or None."""
+        refuse = getattr(self.executor, "refuses_user", None)
+        return refuse(user) if callable(refuse) else None
 
     @classmethod
     def open(cls, config: ServiceConfig, executor: Executor | None = None) -> Service:
         home = config.home()
         try:
-            home.mkdir(parents=True, exist_ok=True)
+            home.mkdir(parents=True, exist_ok=True, mode=0o700)
+            _private(home)
         except OSError as e:
             raise ServiceError(f"cannot create the data directory {home}: {e.strerror}") from None
         lock_file = _lock(home)
         try:
+            _private_database(config.database_url())
             store = Store(config.database_url())
             notes: list[str] = []
             if executor is None and config.ray is not None:
@@ -78,6 +89,7 @@ class Service:
                     max_backoff_s=config.max_backoff_s(),
                     elastic_grow_after_s=config.elastic_grow_after_s(),
                     base_env=base_env(),
+                    instance=store.instance_id(),
                 ),
                 on_cycle=metrics.observe_cycle,
                 predictor=RuntimePredictor(background=True) if config.predict_runtimes else None,
@@ -86,7 +98,9 @@ class Service:
         except Exception:
             lock_file.close()
             raise
-        return cls(config, home, store, executor, scheduler, policy, metrics, notes, lock_file)
+        svc = cls(config, home, store, executor, scheduler, policy, metrics, notes, lock_file)
+        svc.admins = Admins(frozenset(config.admins.users), frozenset(config.admins.groups))
+        return svc
 
     def start(self) -> None:
         self.recovery_notes = self.scheduler.recover()
@@ -124,6 +138,31 @@ _BASE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "TZ",
 
 def base_env() -> tuple[tuple[str, str], ...]:
     return tuple((k, os.environ[k]) for k in _BASE_ENV if k in os.environ)
+
+
+def _private(home: Path) -> None:
+    """The data directory holds every job's command and environment: its owner's alone."""
+    st = home.stat()
+    if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) != 0o700:
+        home.chmod(0o700)
+
+
+def _private_database(url: str) -> None:
+    """Create (or narrow) an SQLite file as 0600 before SQLite opens it: SQLite gives its WAL
+    and shared-memory files the database file's mode, so all three stay private."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix) or url == prefix + ":memory:":
+        return
+    path = url[len(prefix) :]
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        if stat.S_IMODE(os.fstat(fd).st_mode) & 0o077:
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+    for extra in (path + "-wal", path + "-shm"):
+        with contextlib.suppress(OSError):
+            os.chmod(extra, 0o600)
 
 
 def _lock(home: Path) -> IO[str]:

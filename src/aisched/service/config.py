@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from aisched.core.policy import Policy, PolicyError, build_policy
 from aisched.model.queue import DEFAULT_QUEUE, Queue, QueueTree
 from aisched.model.resources import Resources
-from aisched.service.defaults import DEFAULT_PORT, default_home
+from aisched.service.defaults import DEFAULT_PORT, default_home, default_socket
 from aisched.spec.errors import SpecError, parse_yaml
 from aisched.spec.job import DEFAULT_PRIORITY_CLASSES, JobDefaults
 from aisched.spec.policy import load_policy
@@ -68,6 +68,17 @@ class QueueModel(_Model):
     guarantee: AmountModel = AmountModel()
     limit: AmountModel | None = None
     borrowing: bool = True
+    # Who may submit to this queue (and the queues under it), like Slurm's AllowGroups: a user
+    # named here or in one of the groups. Both empty: everyone. Admins always may.
+    users: list[Name] = Field(default_factory=list)
+    groups: list[Name] = Field(default_factory=list)
+
+
+class AdminsModel(_Model):
+    """Who, besides root and the service's own user, may act on every job."""
+
+    users: list[Name] = Field(default_factory=list)
+    groups: list[Name] = Field(default_factory=list)
 
 
 class NodeModel(_Model):
@@ -129,6 +140,14 @@ class ServiceConfig(_Model):
         default_factory=lambda: dict(DEFAULT_PRIORITY_CLASSES)
     )
     node: NodeModel = NodeModel()
+    admins: AdminsModel = AdminsModel()
+    # The local Unix socket (identity from the kernel); None: the default for the user the
+    # service runs as (`service.defaults.default_socket`). "" turns it off.
+    socket: str | None = None
+    # TLS for the TCP port, served by uvicorn; required off loopback unless `insecure`.
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    insecure: bool = False
     queues: list[QueueModel] = Field(default_factory=lambda: [QueueModel(name=DEFAULT_QUEUE)])
 
     @field_validator("cycle_interval", "max_backoff", "ray_start_timeout", "elastic_grow_after")
@@ -186,6 +205,18 @@ class ServiceConfig(_Model):
             max_retries=self.defaults.max_retries,
             backoff_s=_duration(self.defaults.backoff, "defaults.backoff"),
         )
+
+    def queue_acl(self, name: str) -> tuple[frozenset[str], frozenset[str]] | None:
+        """The users and groups that may submit to queue `name`, or None if anyone may."""
+        for q in self.queues:
+            if q.name == name and (q.users or q.groups):
+                return frozenset(q.users), frozenset(q.groups)
+        return None
+
+    def socket_path(self) -> Path | None:
+        if self.socket == "":
+            return None
+        return Path(self.socket).expanduser() if self.socket else default_socket()
 
     def cycle_interval_s(self) -> float:
         return _duration(self.cycle_interval, "cycle_interval")

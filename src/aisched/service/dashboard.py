@@ -20,18 +20,22 @@ import logging
 import math
 import threading
 import time
+import urllib.parse
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from importlib import resources
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.exceptions import HTTPException
 
 from aisched import __version__
 from aisched.model.states import JobState
+from aisched.service import tokens
 from aisched.service.app import Service
+from aisched.service.auth import COOKIE, CallerDep, caller
 from aisched.service.loop import Scheduler
 
 log = logging.getLogger("aisched.dashboard")
@@ -322,8 +326,19 @@ def dashboard_router(svc: Service, clock: Callable[[], float] = time.time) -> AP
     start_sampler(svc.scheduler, ring, clock=clock)
 
     @router.get("/", include_in_schema=False)
-    def page() -> Response:
+    def page(request: Request, token: str | None = None) -> Response:
+        if token is not None:  # a link with ?token=: swap it for a cookie, off the URL
+            return _login(svc, token)
+        try:
+            caller(request)
+        except HTTPException:
+            return HTMLResponse(_static("login.html"), status_code=401)
         return HTMLResponse(_static("dashboard.html"))
+
+    @router.post("/login", include_in_schema=False)
+    async def login(request: Request) -> Response:
+        form = urllib.parse.parse_qs((await request.body()).decode("utf-8", "replace"))
+        return _login(svc, (form.get("token") or [""])[0])
 
     @router.get("/static/{name}", include_in_schema=False)
     def static(name: str) -> Response:
@@ -336,6 +351,7 @@ def dashboard_router(svc: Service, clock: Callable[[], float] = time.time) -> AP
 
     @router.get("/v1/dashboard")
     def dashboard(
+        who: CallerDep,
         since: Annotated[
             float | None, Query(description="only utilisation samples after this Unix time")
         ] = None,
@@ -351,6 +367,18 @@ def dashboard_router(svc: Service, clock: Callable[[], float] = time.time) -> AP
         return JSONResponse(_finite(dashboard_document(svc, ring, now, since)))
 
     return router
+
+
+def _login(svc: Service, secret: str) -> Response:
+    """A valid token becomes an HttpOnly, SameSite=Strict cookie (scripts cannot read it, other
+    sites cannot send it) and a redirect to the page; a bad one, the login form again."""
+    try:
+        tokens.verify(svc.store, secret.strip(), time.time())
+    except tokens.TokenRefused:
+        return HTMLResponse(_static("login.html"), status_code=401)
+    out = RedirectResponse("/", status_code=303)
+    out.set_cookie(COOKIE, secret.strip(), httponly=True, samesite="strict", path="/")
+    return out
 
 
 def _static(name: str) -> str:

@@ -12,3 +12,14 @@ def default_home() -> Path:
     """The data directory: `$AISCHED_HOME`, else `~/.aisched`."""
     env = os.environ.get("AISCHED_HOME")
     return Path(env).expanduser() if env else Path.home() / ".aisched"
+
+
+# The system service's socket: every local user's CLI finds it here.
+SYSTEM_SOCKET = Path("/run/aisched/aisched.sock")
+
+
+def default_socket() -> Path:
+    """Where `aisched up` serves its Unix socket: the system path when run as root (every
+    local user's CLI looks there), else inside the data directory (only its user can reach
+    it, and only its user's jobs can run)."""
+    return SYSTEM_SOCKET if os.geteuid() == 0 else default_home() / "aisched.sock"

@@ -76,6 +76,7 @@ from aisched.predict.features import JobFeatures
 from aisched.predict.runtime import RuntimePredictor
 from aisched.service.live import Batch, LiveJob, LiveTask, Stop, TaskPhase
 from aisched.service.membership import bindings_by_node, merge_nodes
+from aisched.service.paths import checkpoint_dir, made_by_service
 from aisched.service.pipelines import DependencyError, Pipelines
 from aisched.service.replicas import HOST_ENV, replica_job
 from aisched.store.codec import job_from_dict, job_to_dict
@@ -104,6 +105,8 @@ class LoopConfig:
     # An elastic job missing tasks is grown (restarted larger from its checkpoint) once it has
     # run this long in its attempt, idle capacity fits more of its tasks and nothing waits.
     elastic_grow_after_s: float = 60.0
+    # The service's id (`Store.instance_id`): names checkpoint directories outside data_dir.
+    instance: str = ""
 
 
 class Rejected(Exception):
@@ -574,7 +577,7 @@ class Scheduler:
         submitted = max(received_at, self.last_submit_s + 1e-6)
         self.last_submit_s = submitted
         job = replace(job, id=job_id, submit_time_s=submitted)
-        ckpt = str(self.config.data_dir / "checkpoints" / job_id)
+        ckpt = checkpoint_dir(self.config.data_dir, self.config.instance, job.user, job_id)
         lj = LiveJob(job=job, state=JobState.PENDING, submitted_at=submitted, checkpoint_dir=ckpt)
         self.jobs[job_id] = lj
         service = job.kind == JobKind.SERVICE
@@ -1202,6 +1205,7 @@ class Scheduler:
                     grace_period_s=lj.job.grace_period_s,
                     gpu_mem_mib=t.binding.gpu_mem_mib,
                     gpu_milli=t.binding.gpu_milli,
+                    user=lj.job.user,
                 )
             )
         return out
@@ -1209,7 +1213,8 @@ class Scheduler:
     def _launch_all(self, launches: list[tuple[LiveJob, list[TaskLaunch]]], now: float) -> None:
         batch = Batch()
         for lj, reqs in launches:
-            Path(lj.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+            if made_by_service(self.config.data_dir, lj.checkpoint_dir):
+                Path(lj.checkpoint_dir).mkdir(parents=True, exist_ok=True)
             for req, task in zip(reqs, lj.tasks, strict=True):
                 if lj.stopping is not None:  # an earlier task failed to launch: roll back
                     self._on_exit(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from aisched.store.db import Row
 
@@ -114,8 +114,43 @@ class MetricsOut(BaseModel):
 
 
 class JobDetail(JobOut):
-    events: list[EventOut] = []
+    events: list[EventOut] = []  # for its owner and admins only
     service: ServiceStatusOut | None = None
+    # Each task group's own variables, for its owner and admins only (None for anyone else).
+    env: dict[str, dict[str, str]] | None = None
+
+
+class TokenIn(BaseModel):
+    user: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_][A-Za-z0-9._-]*\$?$")
+    admin: bool = False
+    expires_in_s: float | None = None
+    note: str | None = Field(default=None, max_length=256)
+
+
+class TokenOut(BaseModel):
+    id: str
+    user: str
+    admin: bool
+    created_at: float
+    created_by: str
+    expires_at: float | None
+    revoked_at: float | None
+    note: str | None
+
+
+class TokenCreated(TokenOut):
+    token: str  # the secret: shown in this answer only
+
+
+class AuditOut(BaseModel):
+    seq: int
+    time: float
+    actor: str
+    via: str
+    action: str
+    target: str
+    owner: str | None
+    detail: str | None
 
 
 class JobList(BaseModel):
@@ -191,6 +226,9 @@ class Info(BaseModel):
     database: str
     started_at: float
     executor: str
+    you: str = ""  # the caller, as the service knows them
+    admin: bool = False
+    via: str = ""  # socket | token
 
 
 def job_out(row: Row, tasks: list[Row] | None = None) -> JobOut:

@@ -5,12 +5,14 @@ SQLite by default (one file, WAL, so readers never block the single writer and a
 one fsync-free append with `synchronous=NORMAL`); any SQLAlchemy URL works, PostgreSQL
 included. The schema is created on first open and its version checked on every open.
 
-Who writes: only the service's loop thread; API threads only read. Rows come back as plain
-dicts (column name → value); the store knows tables, not scheduling.
+Who writes: only the service's loop thread writes jobs, tasks and events; API threads read
+them, and write only the `tokens` and `audit` tables (no scheduling state lives there). Rows
+come back as plain dicts (column name → value); the store knows tables, not scheduling.
 """
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,7 +23,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from aisched.store import schema
-from aisched.store.schema import SCHEMA_VERSION, events, jobs, meta, tasks
+from aisched.store.schema import SCHEMA_VERSION, audit, events, jobs, meta, tasks, tokens
 
 Row = dict[str, Any]
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -61,6 +63,17 @@ class Store:
                     f"the state database has schema version {got}; this aisched reads "
                     f"version {SCHEMA_VERSION}"
                 )
+
+    def instance_id(self) -> str:
+        """A random id made on the database's first open and kept: it names this service's
+        files outside its data directory (users' checkpoint directories), so that two services
+        never hand one job's checkpoints to another's job of the same id."""
+        with self.engine.begin() as conn:
+            got = conn.execute(select(meta.c.value).where(meta.c.key == "instance")).scalar()
+            if got is None:
+                got = secrets.token_hex(6)
+                conn.execute(insert(meta).values(key="instance", value=got))
+            return str(got)
 
     @contextmanager
     def tx(self) -> Iterator[Tx]:
@@ -236,4 +249,35 @@ class Tx:
             .where(events.c.job_id == job_id, events.c.seq > after_seq)
             .order_by(events.c.seq)
         )
+        return [dict(r) for r in self.conn.execute(q).mappings()]
+
+    # --- tokens and audit (written by API threads) -------------------------------------------
+
+    def add_token(self, values: Mapping[str, Any]) -> None:
+        self.conn.execute(insert(tokens).values(**values))
+
+    def token_by_digest(self, digest: str) -> Row | None:
+        r = self.conn.execute(select(tokens).where(tokens.c.digest == digest)).mappings().first()
+        return dict(r) if r is not None else None
+
+    def list_tokens(self, user: str | None = None) -> list[Row]:
+        q = select(tokens).order_by(tokens.c.created_at)
+        if user is not None:
+            q = q.where(tokens.c.user == user)
+        return [dict(r) for r in self.conn.execute(q).mappings()]
+
+    def revoke_token(self, token_id: str, now: float) -> Row | None:
+        """Marks the token revoked; returns it as it was, or None when there is no such token."""
+        r = self.conn.execute(select(tokens).where(tokens.c.id == token_id)).mappings().first()
+        if r is None:
+            return None
+        if r["revoked_at"] is None:
+            self.conn.execute(update(tokens).where(tokens.c.id == token_id).values(revoked_at=now))
+        return dict(r)
+
+    def add_audit(self, values: Mapping[str, Any]) -> None:
+        self.conn.execute(insert(audit).values(**values))
+
+    def audit_log(self, limit: int = 1000) -> list[Row]:
+        q = select(audit).order_by(audit.c.seq.desc()).limit(limit)
         return [dict(r) for r in self.conn.execute(q).mappings()]

@@ -9,6 +9,10 @@ later through the same definitions).
   a restarted scheduler can find every task it may have started.
 - `events`: the append-only log of every state change, in commit order.
 - `meta`: the schema version.
+- `tokens`: API bearer tokens, stored only as a SHA-256 of the secret (the secret is shown
+  once, at creation). Written by the API threads, never by the loop: no job state lives here.
+- `audit`: who did what to whose job and when (cancellations, admin actions, token changes);
+  append-only, written by the API threads.
 """
 
 from __future__ import annotations
@@ -107,4 +111,31 @@ meta = Table(
     metadata,
     Column("key", String(64), primary_key=True),
     Column("value", Text, nullable=False),
+)
+
+tokens = Table(
+    "tokens",
+    metadata,
+    Column("id", String(32), primary_key=True),  # public: names the token in list/revoke
+    Column("digest", String(64), nullable=False, unique=True),
+    Column("user", String(128), nullable=False),
+    Column("admin", Integer, nullable=False, default=0),
+    Column("created_at", Float, nullable=False),
+    Column("created_by", String(128), nullable=False),
+    Column("expires_at", Float),
+    Column("revoked_at", Float),
+    Column("note", Text),
+)
+
+audit = Table(
+    "audit",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("time", Float, nullable=False),
+    Column("actor", String(128), nullable=False),
+    Column("via", String(16), nullable=False),  # socket | token
+    Column("action", String(32), nullable=False),
+    Column("target", String(160), nullable=False),
+    Column("owner", String(128)),
+    Column("detail", Text),
 )

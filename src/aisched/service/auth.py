@@ -1,0 +1,113 @@
+"""Who may do what, as FastAPI dependencies: the caller's identity and the permission rules.
+
+Identity (`caller`): on the Unix socket, the kernel's peer credentials (`service/protocol.py`
+puts them in the scope); over TCP, a bearer token (`Authorization: Bearer ...`, or the
+dashboard's HttpOnly cookie made from one). `/v1/healthz` alone needs neither. A missing or
+bad token is a 401; a caller without the right is a 403. Neither answer says whether the job
+asked about exists: identity is settled before any job is looked up.
+
+Rules: a user acts on their own jobs; admins on all. Every job is listed for every caller
+(without its command, environment and logs, like `squeue`). A service that does not run as
+root can run jobs only as its own user, and says so to anyone else. Queues may name who may
+submit to them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Annotated
+
+from fastapi import Depends, Request
+from starlette.exceptions import HTTPException
+
+from aisched.service import tokens
+from aisched.service.app import Service
+from aisched.service.identity import Caller, from_peer, from_token, group_name, service_user
+from aisched.service.protocol import PEER_SCOPE_KEY
+
+COOKIE = "aisched_token"
+
+
+class Unauthorized(HTTPException):
+    def __init__(self, detail: str) -> None:
+        super().__init__(401, detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+def caller(request: Request) -> Caller:
+    svc: Service = request.app.state.service
+    peer = request.scope.get(PEER_SCOPE_KEY)
+    if peer is not None:
+        return from_peer(peer, svc.admins)
+    secret = bearer(request)
+    if secret is None:
+        raise Unauthorized(
+            "authentication required: send a token (Authorization: Bearer ...; "
+            "`aisched token create` makes one), or use the local Unix socket"
+        )
+    try:
+        info = tokens.verify(svc.store, secret, time.time())
+    except tokens.TokenRefused:
+        raise Unauthorized("the token is not valid (unknown, revoked or expired)") from None
+    return from_token(info.user, info.admin, svc.admins)
+
+
+def bearer(request: Request) -> str | None:
+    auth = request.headers.get("authorization")
+    if auth:
+        scheme, _, value = auth.partition(" ")
+        return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+    return request.cookies.get(COOKIE)
+
+
+CallerDep = Annotated[Caller, Depends(caller)]
+
+
+def require_admin(who: Caller, what: str) -> None:
+    if not who.admin:
+        raise HTTPException(403, f"only admins may {what}; {who.user} is not one")
+
+
+def owns(who: Caller, owner: str) -> bool:
+    return who.admin or who.user == owner
+
+
+def require_owner(who: Caller, job_id: str, owner: str, what: str) -> None:
+    if not owns(who, owner):
+        raise HTTPException(
+            403, f"job {job_id} belongs to {owner}: only {owner} and admins may {what}"
+        )
+
+
+def may_run_jobs(svc: Service, who: Caller) -> str | None:
+    """Why `who` cannot have jobs run by this service, or None. Jobs run as their submitter,
+    so a service that is not root can run only its own user's."""
+    if who.uid is None:
+        return f"user {who.user} has no account on this machine, so no job can run as {who.user}"
+    me = os.geteuid()
+    if me != 0 and who.uid != me:
+        return (
+            f"this aisched runs as {service_user()}, so it can run jobs only as "
+            f"{service_user()}, not as {who.user}; run it as root to share this machine "
+            "(docs/security.md)"
+        )
+    return svc.executor_refuses(who.user)
+
+
+def may_submit_to(svc: Service, who: Caller, queue: str) -> str | None:
+    """Why `who` may not submit to `queue` (or one of its parents), or None."""
+    if who.admin:
+        return None
+    for name in svc.scheduler.queues.path(queue) if svc.scheduler.queues.has(queue) else ():
+        acl = svc.config.queue_acl(name)
+        if acl is None:
+            continue
+        users, groups = acl
+        if who.user in users or any(group_name(g) in groups for g in who.groups):
+            continue
+        allowed = [*(f"user {u}" for u in sorted(users)), *(f"group {g}" for g in sorted(groups))]
+        return (
+            f"queue {name!r} accepts jobs only from {', '.join(allowed) or 'admins'}; "
+            f"{who.user} is not among them"
+        )
+    return None

@@ -1,0 +1,136 @@
+"""Serving the API: a TCP port (tokens; TLS off loopback) and a Unix socket (identity from the
+kernel), both with the same app, in one event loop.
+
+`listen_unix` makes the socket writable by every local user: anyone may connect, and what they
+may do follows from who the kernel says they are. `serve` runs until SIGTERM or SIGINT, and a
+second one forces the exit (uvicorn's own signal capture is off: with two servers it would
+re-raise the signal into the default handler and skip the service's close).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import ipaddress
+import os
+import signal
+import socket
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from aisched.service.protocol import ServiceProtocol
+
+
+class ListenError(Exception):
+    """Cannot serve where asked (one line: what and what to do)."""
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(host: str, tls: bool, insecure: bool) -> str | None:
+    """Why listening on `host` is refused, or None. Off loopback, tokens and job commands
+    would cross the network in clear without TLS."""
+    if is_loopback(host) or tls or insecure:
+        return None
+    return (
+        f"refusing to listen on {host} without TLS: tokens and jobs would cross the network "
+        "in clear; give --tls-cert and --tls-key, or --insecure to accept that"
+    )
+
+
+def listen_unix(path: Path) -> socket.socket:
+    """A listening Unix socket at `path` that every local user may connect to. A socket file
+    left by a dead service is replaced; one that a live service answers on is not."""
+    parent = path.parent
+    try:
+        if not parent.exists():
+            parent.mkdir(parents=True, mode=0o755)
+        if path.exists() or path.is_symlink():
+            if not stat.S_ISSOCK(path.lstat().st_mode):
+                raise ListenError(f"{path} exists and is not a socket; remove it or give --socket")
+            if _answers(path):
+                raise ListenError(
+                    f"another aisched is serving on {path}; stop it, or give --socket"
+                )
+            path.unlink()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(str(path))
+            os.chmod(path, 0o666)
+            sock.listen(2048)
+        except OSError:
+            sock.close()
+            raise
+    except OSError as e:
+        raise ListenError(f"cannot serve on {path}: {e.strerror or e} (try --socket)") from None
+    return sock
+
+
+def _answers(path: Path) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(str(path))
+        return True
+    except OSError as e:
+        return e.errno not in (errno.ECONNREFUSED, errno.ENOENT)
+    finally:
+        probe.close()
+
+
+def serve(app: Any, listeners: list[tuple[socket.socket, dict[str, Any]]]) -> None:
+    """Serve `app` on each (socket, extra uvicorn options) until a signal says stop."""
+    servers = [
+        (
+            _Server(
+                uvicorn.Config(
+                    app,
+                    http=ServiceProtocol,
+                    lifespan="off",
+                    log_level="warning",
+                    timeout_keep_alive=5,
+                    limit_concurrency=4096,
+                    **extra,
+                )
+            ),
+            sock,
+        )
+        for sock, extra in listeners
+    ]
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+
+        def stop() -> None:
+            for server, _ in servers:
+                if server.should_exit:
+                    server.force_exit = True
+                server.should_exit = True
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop)
+        tasks = [asyncio.create_task(s.serve(sockets=[sock])) for s, sock in servers]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for server, _ in servers:
+            server.should_exit = True
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(run())

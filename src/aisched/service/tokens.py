@@ -1,0 +1,72 @@
+"""API bearer tokens: made by an admin, shown once, kept only as a hash.
+
+A token is `ais_` + 32 random bytes (urlsafe base64) from `secrets`. At rest only its SHA-256
+is stored: the secret has 256 bits of entropy, so a slow password hash (argon2, bcrypt) would
+add cost to every request and no protection; a database that leaks gives no usable token.
+Lookups are by digest, so no secret is ever compared byte by byte in Python.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+
+from aisched.store.db import Row, Store
+
+PREFIX = "ais_"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenInfo:
+    id: str
+    user: str
+    admin: bool
+
+
+class TokenRefused(Exception):
+    """The bearer token is unknown, revoked or expired (the message does not say which)."""
+
+
+def digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def create(
+    store: Store,
+    user: str,
+    *,
+    admin: bool,
+    created_by: str,
+    now: float,
+    expires_at: float | None = None,
+    note: str | None = None,
+) -> tuple[str, Row]:
+    """A new token for `user`: returns (the secret, shown once; its stored row)."""
+    secret = PREFIX + secrets.token_urlsafe(32)
+    row: Row = {
+        "id": secrets.token_hex(4),
+        "digest": digest(secret),
+        "user": user,
+        "admin": int(admin),
+        "created_at": now,
+        "created_by": created_by,
+        "expires_at": expires_at,
+        "revoked_at": None,
+        "note": note,
+    }
+    with store.tx() as tx:
+        tx.add_token(row)
+    return secret, row
+
+
+def verify(store: Store, secret: str, now: float) -> TokenInfo:
+    if not secret.startswith(PREFIX) or len(secret) > 256:
+        raise TokenRefused
+    with store.read() as tx:
+        row = tx.token_by_digest(digest(secret))
+    if row is None or row["revoked_at"] is not None:
+        raise TokenRefused
+    if row["expires_at"] is not None and row["expires_at"] <= now:
+        raise TokenRefused
+    return TokenInfo(id=row["id"], user=row["user"], admin=bool(row["admin"]))
