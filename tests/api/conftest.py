@@ -1,4 +1,7 @@
-"""The API tests' service: the real app, store and loop thread over the fake executor."""
+"""The API tests' service: the real app, store and loop thread over the fake executor.
+
+`client` talks to the app in process as an admin with a real token (made in the store, checked
+by the app like any other); `client_as(user)` gives a client with a plain user's token."""
 
 from __future__ import annotations
 
@@ -7,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clients import client_for
 from fastapi.testclient import TestClient
 
-from aisched.service.api import create_app
 from aisched.service.app import Service
 from aisched.service.config import load_config
 from aisched.testing.fakes import FakeExecutor, fake_node
@@ -46,4 +49,9 @@ def svc(open_service: OpenService, fx: FakeExecutor) -> Service:
 
 @pytest.fixture
 def client(svc: Service) -> TestClient:
-    return TestClient(create_app(svc))
+    return client_for(svc)
+
+
+@pytest.fixture
+def client_as(svc: Service) -> Callable[[str], TestClient]:
+    return lambda user: client_for(svc, user)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from aisched.service.identity import service_user
 from aisched.testing.fakes import FakeExecutor
 
 VOLCANO = """
@@ -53,7 +54,12 @@ def test_submit_json_then_show_list_and_finish(client: TestClient, fx: FakeExecu
     assert r.status_code == 201, r.text
     body = r.json()
     jid = body["id"]
-    assert (body["job"]["user"], body["job"]["name"], body["job"]["gpus"]) == ("ana", "echo", 2.0)
+    # The header is the client's word and names nobody: the token's user submitted it.
+    assert (body["job"]["user"], body["job"]["name"], body["job"]["gpus"]) == (
+        service_user(),
+        "echo",
+        2.0,
+    )
     running = wait(client, jid, "running")
     assert [(t["name"], t["gpus"]) for t in running["tasks"]] == [("main-0", [0, 1])]
     assert fx.launched[0].workdir == "/work"

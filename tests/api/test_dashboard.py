@@ -7,9 +7,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from clients import client_for
 from fastapi.testclient import TestClient
 
-from aisched.service.api import create_app
 from aisched.service.app import Service
 from aisched.service.dashboard import UtilisationRing, UtilisationSample, start_sampler
 from aisched.testing.fakes import FakeExecutor, fake_node
@@ -104,7 +104,7 @@ def test_shared_gpus_are_marked_shared(client: TestClient) -> None:
 def test_queues_show_guarantee_usage_and_borrowed(
     open_service: Callable[..., Service], fx: FakeExecutor
 ) -> None:
-    client = TestClient(create_app(open_service(fx, **QUEUES)))
+    client = client_for(open_service(fx, **QUEUES))
     submit(client, 3, queue="research")
     doc = wait_for(client, "research running", lambda d: d["summary"]["jobs"]["running"] == 1)
     by_name = {q["name"]: q for q in doc["queues"]}

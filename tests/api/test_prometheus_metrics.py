@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from clients import client_for
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from aisched.service.api import create_app
 from aisched.service.app import Service
 from aisched.service.config import load_config
 from aisched.testing.fakes import FakeExecutor
@@ -82,7 +82,7 @@ def test_preemptions_are_counted(tmp_path: Path, fx: FakeExecutor) -> None:
     svc = Service.open(cfg, executor=fx)
     svc.start()
     try:
-        client = TestClient(create_app(svc))
+        client = client_for(svc)
         low = client.post("/v1/jobs", json={"command": ["x"], "resources": {"gpus": 4}})
         wait(client, low.json()["id"], "running")
         high = client.post(
@@ -99,7 +99,7 @@ def test_shrinks_are_counted(tmp_path: Path, fx: FakeExecutor) -> None:
     svc = Service.open(cfg, executor=fx)
     svc.start()
     try:
-        client = TestClient(create_app(svc))
+        client = client_for(svc)
         el = client.post(
             "/v1/jobs",
             json={

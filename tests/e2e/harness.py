@@ -1,8 +1,11 @@
-"""A real `aisched up` on a loopback port, driven by the real `aisched` command (subprocesses).
+"""A real `aisched up` on a loopback port and a Unix socket, driven by the real `aisched`
+command (subprocesses).
 
-Each test gets its own service (its own data directory and port) with 4 declared GPUs, 4 CPUs
-and 8 GiB, so the whole flow runs on a machine without GPUs. Tasks outlive the service by
-design (the next start adopts them), so teardown cancels every live job before stopping it.
+Each test gets its own service (its own data directory, port and socket) with 4 declared GPUs,
+4 CPUs and 8 GiB, so the whole flow runs on a machine without GPUs. The CLI talks over the
+socket, as a local user's does; `api` is an HTTP client over TCP with an admin token, made
+through the CLI once the service is up. Tasks outlive the service by design (the next start
+adopts them), so teardown cancels every live job before stopping it.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -49,22 +53,51 @@ class Service:
     args: list[str]
     proc: subprocess.Popen[bytes] | None = None
     log: Path = field(init=False)
+    # A short path of its own (a socket's path is limited to 107 bytes), reachable by every
+    # local user: tests run the CLI as other users too.
+    socket: Path = field(init=False)
+    token: str = ""
+    _api: httpx.Client | None = None
 
     def __post_init__(self) -> None:
         self.log = self.home / "service.log"
+        sock_dir = Path(tempfile.mkdtemp(prefix="ais-"))
+        sock_dir.chmod(0o755)
+        self.socket = sock_dir / "aisched.sock"
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    def admin_token(self) -> str:
+        """An admin's token, made once by root over the socket with the real CLI."""
+        if not self.token:
+            self.token = self.cli("token", "create", "root", "--admin").stdout.strip()
+        return self.token
+
+    @property
+    def api(self) -> httpx.Client:
+        """The REST API over TCP, as an admin."""
+        if self._api is None:
+            self._api = httpx.Client(
+                base_url=self.url,
+                headers={"Authorization": f"Bearer {self.admin_token()}"},
+                timeout=10,
+            )
+        return self._api
+
     def env(self) -> dict[str, str]:
-        return {**os.environ, "AISCHED_SERVER": self.url, "AISCHED_HOME": str(self.home)}
+        return {
+            **os.environ,
+            "AISCHED_SERVER": f"unix:{self.socket}",
+            "AISCHED_HOME": str(self.home),
+        }
 
     def start(self, timeout_s: float = 30.0) -> None:
         out = open(self.log, "ab")  # noqa: SIM115 - the child owns it
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "aisched", "up", "--port", str(self.port),
-             "--data-dir", str(self.home), *self.args],
+             "--data-dir", str(self.home), "--socket", str(self.socket), *self.args],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=self.env(),
@@ -143,12 +176,12 @@ def cancel_all(svc: Service, timeout_s: float = 30.0) -> None:
         except AssertionError:
             return
     try:
-        live = httpx.get(f"{svc.url}/v1/jobs", timeout=5).json()["jobs"]
+        live = svc.api.get("/v1/jobs").json()["jobs"]
         for j in live:
-            httpx.post(f"{svc.url}/v1/jobs/{j['id']}/cancel", timeout=5)
+            svc.api.post(f"/v1/jobs/{j['id']}/cancel")
         wait_for(
             "every job to end",
-            lambda: not httpx.get(f"{svc.url}/v1/jobs", timeout=5).json()["jobs"],
+            lambda: not svc.api.get("/v1/jobs").json()["jobs"],
             timeout_s=timeout_s,
         )
     except (httpx.HTTPError, AssertionError):

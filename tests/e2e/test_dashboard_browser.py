@@ -13,7 +13,6 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from harness import Service, free_port, wait_for
 from playwright.sync_api import Browser, Page, expect, sync_playwright
@@ -78,7 +77,7 @@ def service(tmp_path: Path) -> Iterator[Service]:
     finally:
         (work / "go").touch()  # every holding task ends; nothing outlives the test
         try:
-            wait_for("every job to end", lambda: not httpx.get(f"{svc.url}/v1/jobs").json()["jobs"])
+            wait_for("every job to end", lambda: not svc.api.get("/v1/jobs").json()["jobs"])
         finally:
             svc.stop()
 
@@ -103,7 +102,7 @@ def test_dashboard_shows_the_running_job_on_its_gpus_and_why_another_waits(
     users = {g["index"]: sorted(u["job"] for u in g["used_by"]) for g in node["gpus"]}
     assert sorted(users.values()) == sorted([[], sorted([serve_a, serve_b]), [train], [train]])
 
-    page.goto(f"{service.url}/")
+    page.goto(f"{service.url}/?token={service.admin_token()}")
     expect(page.locator("body[data-loaded=true]")).to_have_count(1)
     for index, jobs in users.items():
         cell = page.locator(f'.gpu[data-node="{node["name"]}"][data-gpu="{index}"]')

@@ -13,7 +13,6 @@ import sys
 import textwrap
 import time
 
-import httpx
 import pytest
 from harness import Service, wait_for
 
@@ -281,23 +280,21 @@ def test_bad_input_is_refused_with_its_field_and_nothing_is_created(
         assert want in proc.stderr
     assert "Traceback" not in proc.stderr
     assert service.cli_json("jobs", "--all")["jobs"] == []
-    assert httpx.get(f"{service.url}/v1/healthz").json() == {"ok": True}
+    assert service.api.get("/v1/healthz").json() == {"ok": True}
 
 
 def test_bad_requests_over_http_get_4xx_and_the_service_stays_up(service: Service) -> None:
-    url = service.url
+    api = service.api
     cases = [
-        httpx.post(f"{url}/v1/jobs", content=b"\xff\xfe", headers={"content-type": "text/yaml"}),
-        httpx.post(
-            f"{url}/v1/jobs", content=b"[1, 2", headers={"content-type": "application/json"}
-        ),
-        httpx.post(f"{url}/v1/jobs", json=[1, 2]),
-        httpx.post(f"{url}/v1/jobs", json={"command": ["true"], "resources": {"mem": "lots"}}),
-        httpx.post(f"{url}/v1/jobs", content=b"x" * (2 << 20)),
-        httpx.get(f"{url}/v1/jobs/404"),
-        httpx.get(f"{url}/v1/jobs", params={"state": "sleeping"}),
-        httpx.get(f"{url}/v1/jobs", params={"limit": "-3"}),
-        httpx.post(f"{url}/v1/jobs/404/cancel"),
+        api.post("/v1/jobs", content=b"\xff\xfe", headers={"content-type": "text/yaml"}),
+        api.post("/v1/jobs", content=b"[1, 2", headers={"content-type": "application/json"}),
+        api.post("/v1/jobs", json=[1, 2]),
+        api.post("/v1/jobs", json={"command": ["true"], "resources": {"mem": "lots"}}),
+        api.post("/v1/jobs", content=b"x" * (2 << 20)),
+        api.get("/v1/jobs/404"),
+        api.get("/v1/jobs", params={"state": "sleeping"}),
+        api.get("/v1/jobs", params={"limit": "-3"}),
+        api.post("/v1/jobs/404/cancel"),
     ]
     assert [r.status_code for r in cases] == [422, 422, 422, 422, 413, 404, 422, 422, 404]
     for r in cases:
@@ -307,7 +304,7 @@ def test_bad_requests_over_http_get_4xx_and_the_service_stays_up(service: Servic
     assert proc.returncode == 2 and "resources.cpus" in proc.stderr
     proc = service.cli("run", "--mem", "12", "--", "true", check=False)
     assert proc.returncode == 2 and "give a unit" in proc.stderr
-    assert httpx.get(f"{url}/v1/healthz").json() == {"ok": True}
+    assert api.get("/v1/healthz").json() == {"ok": True}
     assert service.cli_json("jobs", "--all")["jobs"] == []
 
 
@@ -325,12 +322,12 @@ def test_nodes_queues_metrics_and_openapi(service: Service) -> None:
     assert "GPUs" in text and f"job {jid}" in text
     queues = service.cli_json("queues")["queues"]
     assert [(q["name"], q["running"], q["used"]["gpus"]) for q in queues] == [("default", 1, 2.0)]
-    metrics = httpx.get(f"{service.url}/metrics").text
+    metrics = service.api.get("/metrics").text
     assert 'aisched_jobs{state="running"} 1.0' in metrics
     assert "aisched_allocated_gpus 2.0" in metrics and "aisched_capacity_gpus 4.0" in metrics
     assert 'aisched_queue_running_jobs{queue="default"} 1.0' in metrics
     assert "aisched_scheduling_cycle_duration_seconds_count" in metrics
-    spec = httpx.get(f"{service.url}/openapi.json").json()
+    spec = service.api.get("/openapi.json").json()
     assert {"/v1/jobs", "/v1/jobs/{job_id}", "/v1/nodes", "/v1/queues"} <= set(spec["paths"])
     (service.work / "release").touch()
     service.wait_state(jid, "succeeded")

@@ -72,7 +72,7 @@ def load(service: Service, sid: str, rps: float = 25.0, limit_s: float = 90.0) -
         endpoints: list[str] = []
         refreshed = 0.0
         i = 0
-        with httpx.Client(timeout=2.0) as client:
+        with httpx.Client(timeout=2.0, headers=service.api.headers) as client:
             while not stop.is_set() and time.monotonic() < deadline:
                 if time.monotonic() - refreshed > 0.5:
                     got = client.get(f"{service.url}/v1/jobs/{sid}").json()["service"]

@@ -102,6 +102,7 @@ def create_app(svc: Service) -> FastAPI:
         description="An AI compute-resource scheduler: queue, place and run AI workloads.",
         docs_url=None,  # the interactive page loads its scripts from a CDN; offline, it breaks
         redoc_url=None,
+        openapi_url=None,  # served below, behind the same identity as everything else
     )
     sched = svc.scheduler
     app.state.service = svc
@@ -144,6 +145,10 @@ def create_app(svc: Service) -> FastAPI:
         return out
 
     app.include_router(dashboard_router(svc))  # the page at /, its JSON at /v1/dashboard
+
+    @app.get("/openapi.json", include_in_schema=False)
+    def openapi(who: CallerDep) -> Response:
+        return JSONResponse(app.openapi())
 
     @app.get("/v1/healthz")
     def healthz() -> dict[str, bool]:
