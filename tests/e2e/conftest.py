@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from harness import Service, local_service
+from users import local_users  # noqa: F401 - the real local users' fixture
 
 
 @pytest.fixture

@@ -93,7 +93,7 @@ class Service:
             "AISCHED_HOME": str(self.home),
         }
 
-    def start(self, timeout_s: float = 30.0) -> None:
+    def start(self, timeout_s: float = 30.0, *, https: bool = False) -> None:
         out = open(self.log, "ab")  # noqa: SIM115 - the child owns it
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "aisched", "up", "--port", str(self.port),
@@ -110,7 +110,9 @@ class Service:
             if self.proc.poll() is not None:
                 raise AssertionError(f"aisched up exited:\n{self.log.read_text()}")
             try:
-                return bool(httpx.get(f"{self.url}/v1/healthz", timeout=1).json()["ok"])
+                url = f"https://127.0.0.1:{self.port}" if https else self.url
+                r = httpx.get(f"{url}/v1/healthz", timeout=1, verify=not https)
+                return bool(r.json()["ok"])
             except httpx.HTTPError:
                 return False
 

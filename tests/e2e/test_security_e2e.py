@@ -1,0 +1,313 @@
+"""Sharing one machine: a real `aisched up` as root, driven through its Unix socket by real
+local users (alice, bob) with the real CLI, and over TCP with tokens.
+
+What it shows: identity comes from the kernel on the socket and from a token over TCP, never
+from a header; a job runs as its submitter; users act on their own jobs, root on all; files in
+the data directory are private; a queue limited to a group refuses others; a non-loopback
+address needs TLS; oversized and over-deep bodies are refused without cost to the service.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import ssl
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+from harness import Service, free_port, local_service, wait_for
+from users import GROUP, User
+
+CONFIG = f"""
+queues:
+  - name: default
+  - name: team
+    groups: [{GROUP}]
+"""
+
+pytestmark = pytest.mark.usefixtures("local_users")
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Service]:
+    tmp_path.chmod(0o755)  # the users' jobs run in their homes; the service's files stay private
+    with local_service(tmp_path, config=CONFIG) as svc:
+        yield svc
+
+
+def as_user(svc: Service, user: User, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return user.aisched(*args, env={"AISCHED_SERVER": f"unix:{svc.socket}", **env})
+
+
+def run_as(svc: Service, user: User, *args: str) -> str:
+    proc = as_user(svc, user, "run", "--json", *args)
+    assert proc.returncode == 0, proc.stderr
+    return str(json.loads(proc.stdout)["id"])
+
+
+def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
+    """The CLI's refusal: exit 2, one `error:` line, then indented lines (one per problem),
+    no traceback; returned as one line."""
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    first, *rest = proc.stderr.strip().splitlines()
+    assert first.startswith("error: ") and all(r.startswith("  ") for r in rest), proc.stderr
+    return " ".join([first, *(r.strip() for r in rest)])
+
+
+def test_a_job_runs_as_its_submitter_with_its_groups_home_and_checkpoints(
+    service: Service, local_users: dict[str, User]
+) -> None:
+    alice = local_users["alice"]
+    jid = run_as(
+        service,
+        alice,
+        "--",
+        "sh",
+        "-c",
+        'id -u; id -G; echo "$HOME $USER"; touch "$AISCHED_CHECKPOINT_DIR/saved"; '
+        'stat -c "%U %a" "$AISCHED_CHECKPOINT_DIR"',
+    )
+    service.wait_state(jid, "succeeded")
+    out = as_user(service, alice, "logs", jid).stdout.splitlines()
+    team_gid = int(subprocess.run(["getent", "group", GROUP], capture_output=True, text=True)
+                   .stdout.split(":")[2])  # fmt: skip
+    assert out[0] == str(alice.uid)
+    assert sorted(int(g) for g in out[1].split()) == sorted({alice.gid, team_gid})
+    assert out[2] == f"{alice.home} {alice.name}"
+    assert out[3] == f"{alice.name} 700"
+    ckpt = Path(service.job(jid)["checkpoint_dir"])
+    assert ckpt.is_relative_to(alice.home) and (ckpt / "saved").owner() == alice.name
+    # root's own job runs as root
+    root_job = service.run("--", "id", "-u")
+    service.wait_state(root_job, "succeeded")
+    assert service.cli("logs", root_job).stdout.strip() == "0"
+
+
+def test_another_user_can_neither_cancel_nor_read_a_job_and_root_can(
+    service: Service, local_users: dict[str, User], tmp_path: Path
+) -> None:
+    alice, bob = local_users["alice"], local_users["bob"]
+    jid = run_as(service, alice, "--env", "SECRET=s3cr3t", "--", "sh", "-c", "echo hi; sleep 60")
+    service.wait_state(jid, "running")
+
+    assert "belongs to aisalice" in one_error_line(as_user(service, bob, "cancel", jid))
+    assert "logs" in one_error_line(as_user(service, bob, "logs", jid))
+    seen_by_bob = json.loads(as_user(service, bob, "show", "--json", jid).stdout)
+    assert seen_by_bob["env"] is None and seen_by_bob["events"] == []
+    assert [g["command"] for g in seen_by_bob["groups"]] == [[]]
+    listed = json.loads(as_user(service, bob, "jobs", "--json").stdout)["jobs"]
+    assert [(j["id"], j["user"], j["groups"][0]["command"]) for j in listed] == [
+        (jid, alice.name, [])
+    ]
+    mine = json.loads(as_user(service, alice, "show", "--json", jid).stdout)
+    assert mine["env"] == {"main": {"SECRET": "s3cr3t"}}
+
+    # A forged header over the socket changes nothing: the kernel says who is calling.
+    forged = subprocess.run(
+        bob.cmd("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--unix-socket",
+                str(service.socket), "-X", "POST", "-H", f"X-Aisched-User: {alice.name}",
+                f"http://aisched/v1/jobs/{jid}/cancel"),
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert forged.stdout == "403"
+    assert service.job(jid)["state"] == "running"
+
+    service.cli("cancel", jid)  # root may
+    service.wait_state(jid, "cancelled")
+    audit = json.loads(service.cli("audit", "--json").stdout)
+    assert [(a["actor"], a["action"], a["target"], a["owner"]) for a in audit][:1] == [
+        ("root", "cancel", f"job {jid}", alice.name)
+    ]
+
+
+def test_tcp_needs_a_token_and_a_token_gives_only_its_users_rights(
+    service: Service, local_users: dict[str, User]
+) -> None:
+    alice, bob = local_users["alice"], local_users["bob"]
+    jid = run_as(service, alice, "--", "sleep", "60")
+    assert httpx.get(f"{service.url}/v1/healthz").status_code == 200
+    for path in ("/v1/jobs", f"/v1/jobs/{jid}", "/metrics", "/openapi.json", "/v1/dashboard"):
+        r = httpx.get(f"{service.url}{path}")
+        assert (r.status_code, r.json()["error"].split(":")[0]) == (
+            401,
+            "authentication required",
+        ), path
+    r = httpx.get(f"{service.url}/v1/jobs", headers={"Authorization": "Bearer ais_forged"})
+    assert r.status_code == 401
+    # The header names nobody over TCP either.
+    r = httpx.post(f"{service.url}/v1/jobs/{jid}/cancel", headers={"X-Aisched-User": "root"})
+    assert r.status_code == 401
+
+    bob_token = service.cli("token", "create", bob.name).stdout.strip()
+    made_by_bob = as_user(service, bob, "token", "create", bob.name)
+    assert "only admins may create tokens" in one_error_line(made_by_bob)
+    as_bob = {"Authorization": f"Bearer {bob_token}"}
+    r = httpx.post(f"{service.url}/v1/jobs/{jid}/cancel", headers=as_bob)
+    assert (r.status_code, r.json()["error"]) == (
+        403,
+        f"job {jid} belongs to {alice.name}: only {alice.name} and admins may cancel it",
+    )
+    assert httpx.get(f"{service.url}/v1/jobs/{jid}/logs", headers=as_bob).status_code == 403
+    # The CLI over TCP with the token from the environment, and from a private file only.
+    tcp = {"AISCHED_SERVER": service.url, "AISCHED_TOKEN": bob_token}
+    assert "belongs to" in one_error_line(bob.aisched("cancel", jid, env=tcp))
+    token_file = bob.home / "aisched-token"
+    subprocess.run(
+        bob.cmd("sh", "-c", f"rm -f {token_file}; umask 022; echo {bob_token} > {token_file}"),
+        check=True,
+    )
+    by_file = {"AISCHED_SERVER": service.url, "AISCHED_TOKEN_FILE": str(token_file)}
+    assert "readable by others" in one_error_line(bob.aisched("jobs", env=by_file))
+    subprocess.run(bob.cmd("chmod", "600", str(token_file)), check=True)
+    assert bob.aisched("jobs", env=by_file).returncode == 0
+
+    token_id = json.loads(service.cli("token", "list", "--json").stdout)[-1]["id"]
+    service.cli("token", "revoke", token_id)
+    assert httpx.get(f"{service.url}/v1/jobs", headers=as_bob).status_code == 401
+    service.cli("cancel", jid)
+
+
+def test_only_named_variables_are_sent_and_files_are_private(
+    service: Service, local_users: dict[str, User]
+) -> None:
+    alice = local_users["alice"]
+    env = {"FOO": "named", "TOKEN_NOT_SENT": "leak"}
+    proc = as_user(service, alice, "run", "--json", "--env", "FOO", "--", "sh", "-c",
+                   'echo "FOO=$FOO TOKEN=${TOKEN_NOT_SENT:-unset}"', **env)  # fmt: skip
+    jid = str(json.loads(proc.stdout)["id"])
+    service.wait_state(jid, "succeeded")
+    assert as_user(service, alice, "logs", jid).stdout == "FOO=named TOKEN=unset\n"
+
+    def mode(p: Path) -> int:
+        return stat.S_IMODE(p.stat().st_mode)
+
+    home = service.home
+    assert mode(home) == 0o700
+    assert {p.name: mode(p) for p in home.glob("state.db*")} == {
+        n: 0o600 for n in ("state.db", "state.db-wal", "state.db-shm")
+    }
+    launch = next(home.glob(f"tasks/{jid}/*/*/launch.json"))
+    assert mode(launch) == 0o600 and "leak" not in launch.read_text()
+    log = Path(service.job(jid)["tasks"][0]["log_path"])
+    assert (mode(log), log.owner()) == (0o600, alice.name)
+
+
+def test_a_queue_limited_to_a_group_refuses_others(
+    service: Service, local_users: dict[str, User]
+) -> None:
+    alice, bob = local_users["alice"], local_users["bob"]
+    line = one_error_line(as_user(service, bob, "run", "--queue", "team", "--", "true"))
+    assert f"queue 'team' accepts jobs only from group {GROUP}; {bob.name} is not among them" in (
+        line
+    )
+    ok = as_user(service, alice, "run", "--queue", "team", "--", "true")
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_a_service_not_run_as_root_runs_only_its_users_jobs(
+    local_users: dict[str, User],
+) -> None:
+    alice, bob = local_users["alice"], local_users["bob"]
+    # Not under tmp_path: pytest keeps that inside a directory only root may enter.
+    shared = Path(tempfile.mkdtemp(prefix="ais-shared-"))
+    shared.chmod(0o1777)
+    sock, port = shared / "s.sock", free_port()
+    up = subprocess.Popen(
+        alice.cmd(alice.python, "-m", "aisched", "up", "--port", str(port), "--socket",
+                  str(sock), "--data-dir", str(alice.home / f"svc-{port}"), "--cpus", "1",
+                  "--mem", "1G"),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        wait_for("alice's service", lambda: sock.exists() or up.poll() is not None)
+        assert up.poll() is None, up.communicate()[0]
+        sock.chmod(0o666)  # reachable, to show that reaching it is not enough
+        env = {"AISCHED_SERVER": f"unix:{sock}"}
+        refused = one_error_line(bob.aisched("run", "--", "true", env=env))
+        assert f"this aisched runs as {alice.name}, so it can run jobs only as {alice.name}" in (
+            refused
+        )
+        ran = alice.aisched("run", "--", "id", "-u", env=env)
+        assert ran.returncode == 0, ran.stderr
+    finally:
+        up.terminate()
+        out, _ = up.communicate(timeout=30)
+        shutil.rmtree(shared, ignore_errors=True)
+    assert f"not running as root: only {alice.name}'s jobs can run" in out
+
+
+def test_a_public_address_needs_tls_or_insecure(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "aisched", "up", "--host", "0.0.0.0", "--port", str(free_port()),
+         "--data-dir", str(tmp_path / "d"), "--socket", ""],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: refusing to listen on 0.0.0.0 without TLS: tokens and jobs would cross the "
+        "network in clear; give --tls-cert and --tls-key, or --insecure to accept that"
+    ]
+
+
+def test_tls_on_a_public_address_serves_https(tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+         "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key),
+         "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    svc = Service(tmp_path / "home", free_port(), tmp_path, ["--host", "0.0.0.0",
+                  "--tls-cert", str(cert), "--tls-key", str(key), "--cpus", "1"])  # fmt: skip
+    svc.home.mkdir()
+    svc.start(https=True)
+    try:
+        token = svc.admin_token()
+        r = httpx.get(
+            f"https://127.0.0.1:{svc.port}/v1/info",
+            headers={"Authorization": f"Bearer {token}"},
+            verify=ssl.create_default_context(cafile=str(cert)),
+        )
+        assert (r.status_code, r.json()["you"], r.json()["via"]) == (200, "root", "token")
+    finally:
+        svc.stop()
+
+
+def test_huge_and_deep_bodies_are_refused_without_cost(service: Service) -> None:
+    """The service's memory (RSS, from /proc via psutil, after a first request warmed it) may
+    not grow by more than 50 MB while a 300 MB body is sent, declared or chunked."""
+    pid = int(json.loads((service.home / "server.json").read_text())["pid"])
+    proc = psutil.Process(pid)
+    api = service.api
+    assert api.get("/v1/jobs").status_code == 200
+    before = proc.memory_info().rss
+    chunk = b"x" * (1 << 20)
+
+    def body() -> Iterator[bytes]:
+        for _ in range(300):
+            yield chunk
+
+    for headers in ({"Content-Length": str(300 << 20)}, {}):
+        try:
+            r = api.post("/v1/jobs", content=body(), headers=headers)
+            status = r.status_code
+        except httpx.HTTPError:  # closed while we were still sending: refused too
+            status = 413
+        assert status == 413
+    assert proc.memory_info().rss - before < 50 << 20
+    deep = "[" * 100_000 + "]" * 100_000
+    r = api.post("/v1/jobs", content=deep, headers={"Content-Type": "application/json"})
+    assert (r.status_code, r.json()["problems"]) == (
+        422,
+        ["request: nested deeper than 64 levels"],
+    )
+    assert api.get("/v1/healthz").json() == {"ok": True}
+    assert os.path.exists(service.socket)
