@@ -1,7 +1,10 @@
-"""A real `aisched up` for the benchmarks that drive the live service over HTTP."""
+"""A real `aisched up` for the benchmarks that drive the live service over HTTP: started with
+its socket in its data directory, and an admin token made over that socket for the HTTP
+client (`admin_headers`)."""
 
 from __future__ import annotations
 
+import getpass
 import socket
 import subprocess
 import sys
@@ -25,7 +28,7 @@ def start_service(
     session of its own (stop it with `os.killpg`); returns once it answers its health check."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "aisched", "up", "--port", str(port), "--data-dir", str(home),
-         *args],
+         "--socket", str(home / "s.sock"), *args],
         stdout=subprocess.DEVNULL,
         stderr=open(home / "service.log", "wb"),  # noqa: SIM115
         start_new_session=True,
@@ -38,3 +41,13 @@ def start_service(
         except httpx.HTTPError:
             time.sleep(0.05)
     raise SystemExit(f"the service did not start:\n{(home / 'service.log').read_text()}")
+
+
+def admin_headers(home: Path) -> dict[str, str]:
+    """HTTP headers with an admin token for the service started in `home`."""
+    token = subprocess.run(
+        [sys.executable, "-m", "aisched", "token", "create", getpass.getuser(), "--admin",
+         "--server", f"unix:{home / 's.sock'}"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    return {"Authorization": f"Bearer {token}"}

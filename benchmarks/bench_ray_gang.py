@@ -31,7 +31,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _report import write_section  # noqa: E402
-from _service import free_port, start_service  # noqa: E402
+from _service import admin_headers, free_port, start_service  # noqa: E402
 
 MIB = 1 << 20
 GPUS_PER_NODE = 4
@@ -136,7 +136,9 @@ def main() -> None:
             port = free_port()
             proc = start_service(home, port, ["--ray", cluster.gcs_address], timeout_s=120)
             try:
-                with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+                with httpx.Client(
+                    base_url=f"http://127.0.0.1:{port}", timeout=30, headers=admin_headers(home)
+                ) as http:
                     for i in range(args.runs):
                         first, running = one_run(http, work, args.tasks)
                         firsts.append(first)

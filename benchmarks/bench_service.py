@@ -40,7 +40,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _report import write_section  # noqa: E402
-from _service import free_port, start_service  # noqa: E402
+from _service import admin_headers, free_port, start_service  # noqa: E402
 
 TINY = {"command": ["true"], "resources": {"cpus": 0.01, "mem": "16M"}, "workdir": "/"}
 
@@ -81,12 +81,13 @@ def latency(http: httpx.Client, n: int) -> dict[str, float]:
     }
 
 
-async def _post_many(port: int, body: bytes, count: int, ids: list[str]) -> None:
+async def _post_many(port: int, body: bytes, count: int, ids: list[str], auth: str) -> None:
     """`count` submissions, one after another, on one keep-alive connection: a raw HTTP/1.1
     client, so that the client's own CPU (on the same machine) stays small."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     request = (
         b"POST /v1/jobs HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+        + f"Authorization: {auth}\r\n".encode()
         + f"Content-Length: {len(body)}\r\n\r\n".encode()
         + body
     )
@@ -108,14 +109,16 @@ async def _post_many(port: int, body: bytes, count: int, ids: list[str]) -> None
         writer.close()
 
 
-def burst(port: int, n: int, clients: int, doc: dict[str, Any]) -> tuple[float, list[str]]:
+def burst(
+    port: int, n: int, clients: int, doc: dict[str, Any], auth: str
+) -> tuple[float, list[str]]:
     """Submissions per second of `n` jobs from `clients` concurrent connections."""
     ids: list[str] = []
     body = json.dumps(doc).encode()
     per = [n // clients + (1 if i < n % clients else 0) for i in range(clients)]
 
     async def run() -> None:
-        await asyncio.gather(*(_post_many(port, body, k, ids) for k in per))
+        await asyncio.gather(*(_post_many(port, body, k, ids, auth) for k in per))
 
     t0 = time.perf_counter()
     asyncio.run(run())
@@ -143,7 +146,9 @@ def main() -> None:
         )
         url = f"http://127.0.0.1:{port}"
         try:
-            with httpx.Client(base_url=url, timeout=60) as http:
+            headers = admin_headers(home)
+            auth = headers["Authorization"]
+            with httpx.Client(base_url=url, timeout=60, headers=headers) as http:
                 lat = latency(http, args.latency_jobs)
                 print(
                     f"submit-to-running over {args.latency_jobs} tiny jobs: median "
@@ -158,13 +163,13 @@ def main() -> None:
                 wait_all(http, [blocker], ("running",))
                 waiting = {**TINY, "resources": {"cpus": 0.01, "mem": "16M", "gpus": 1}}
                 cpu0 = cpu_s(proc.pid)
-                rate_wait, wait_ids = burst(port, args.burst_jobs, args.clients, waiting)
+                rate_wait, wait_ids = burst(port, args.burst_jobs, args.clients, waiting, auth)
                 cpu_wait = (cpu_s(proc.pid) - cpu0) / args.burst_jobs * 1000
                 print(f"burst of {args.burst_jobs} waiting jobs: {rate_wait:.0f} submissions/s "
                       f"(service CPU {cpu_wait:.2f} ms per submission)", flush=True)  # fmt: skip
                 for job_id in [*wait_ids, blocker]:
                     http.post(f"/v1/jobs/{job_id}/cancel")
-                rate_run, run_ids = burst(port, args.burst_jobs, args.clients, TINY)
+                rate_run, run_ids = burst(port, args.burst_jobs, args.clients, TINY, auth)
                 print(f"burst of {args.burst_jobs} jobs that run at once: {rate_run:.0f} "
                       "submissions/s", flush=True)  # fmt: skip
                 t0 = time.perf_counter()
