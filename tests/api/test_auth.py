@@ -1,0 +1,107 @@
+"""Identity and permissions over TCP, in process: tokens (401 without a valid one), owners and
+admins (403), what others see of a job, the audit log, and the dashboard's login."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from clients import token_for
+from fastapi.testclient import TestClient
+
+from aisched.service import tokens
+from aisched.service.app import Service
+
+AsUser = Callable[[str], TestClient]
+JOB = {"command": ["sleep", "100"], "resources": {"gpus": 1}, "env": {"KEY": "v"}}
+
+
+def test_no_bad_revoked_or_expired_token_is_a_401_that_says_nothing_of_jobs(
+    svc: Service, client: TestClient
+) -> None:
+    bare = TestClient(client.app)
+    assert bare.get("/v1/healthz").status_code == 200
+    expired, _ = tokens.create(
+        svc.store, "ana", admin=False, created_by="t", now=time.time() - 10, expires_at=time.time()
+    )
+    revoked = token_for(svc, "ana")
+    with svc.store.tx() as tx:
+        rid = next(r["id"] for r in tx.list_tokens("ana") if r["expires_at"] is None)
+        tx.revoke_token(rid, time.time())
+    auths = ["", "Bearer nope", f"Bearer {expired}", f"Bearer {revoked}", "Basic eDp5"]
+    for headers in [{"Authorization": a} if a else {} for a in auths]:
+        for path in ("/v1/jobs/1", "/v1/jobs/999", "/v1/nodes", "/metrics"):
+            r = bare.get(path, headers=headers)
+            assert r.status_code == 401, (headers, path)
+            assert r.headers["www-authenticate"] == "Bearer"
+            assert "job" not in r.json()["error"]
+
+
+def test_a_user_acts_on_their_own_jobs_and_admins_on_all(
+    svc: Service, client: TestClient, client_as: AsUser
+) -> None:
+    admins_job = client.post("/v1/jobs", json=JOB).json()["id"]
+    ana = client_as("ana")
+    r = ana.post(f"/v1/jobs/{admins_job}/cancel")
+    assert r.status_code == 403 and "belongs to" in r.json()["error"]
+    assert ana.get(f"/v1/jobs/{admins_job}/logs").status_code == 403
+    seen = ana.get(f"/v1/jobs/{admins_job}").json()
+    assert (seen["env"], seen["events"], seen["groups"][0]["command"], seen["checkpoint_dir"]) == (
+        None,
+        [],
+        [],
+        "",
+    )
+    listed = ana.get("/v1/jobs").json()["jobs"]
+    assert [(j["id"], j["groups"][0]["command"]) for j in listed] == [(admins_job, [])]
+    mine = client.get(f"/v1/jobs/{admins_job}").json()
+    assert (mine["env"], mine["groups"][0]["command"]) == ({"main": {"KEY": "v"}}, ["sleep", "100"])
+    assert client.post(f"/v1/jobs/{admins_job}/cancel").status_code == 202
+    audit = client.get("/v1/audit").json()
+    assert [(a["action"], a["target"]) for a in audit] == [("cancel", f"job {admins_job}")]
+    assert ana.get("/v1/audit").status_code == 403
+
+
+def test_a_job_runs_as_its_submitter_and_no_one_else(client: TestClient, client_as: AsUser) -> None:
+    r = client.post("/v1/jobs", json={**JOB, "user": "someone-else"})
+    assert r.status_code == 403
+    assert "jobs run as the user who submits them" in r.json()["problems"][0]
+    nobody = client_as("no-such-account")
+    r = nobody.post("/v1/jobs", json=JOB)
+    assert (r.status_code, r.json()["problems"]) == (
+        403,
+        ["user no-such-account has no account on this machine, so no job can run as "
+         "no-such-account"],
+    )  # fmt: skip
+
+
+def test_only_admins_make_tokens_and_users_see_and_revoke_their_own(
+    client: TestClient, client_as: AsUser
+) -> None:
+    made = client.post("/v1/tokens", json={"user": "ana", "note": "laptop"}).json()
+    assert made["token"].startswith("ais_") and made["user"] == "ana"
+    ana = TestClient(client.app, headers={"Authorization": f"Bearer {made['token']}"})
+    assert ana.get("/v1/info").json()["you"] == "ana"
+    assert ana.post("/v1/tokens", json={"user": "ana"}).status_code == 403
+    assert [t["id"] for t in ana.get("/v1/tokens").json()] == [made["id"]]
+    assert "token" not in ana.get("/v1/tokens").json()[0]  # the secret is never shown again
+    assert client_as("bo").post(f"/v1/tokens/{made['id']}/revoke").status_code == 403
+    assert ana.post(f"/v1/tokens/{made['id']}/revoke").json()["revoked_at"] is not None
+    assert ana.get("/v1/info").status_code == 401
+
+
+def test_the_dashboard_asks_for_a_token_and_keeps_it_in_an_httponly_cookie(
+    svc: Service, client: TestClient
+) -> None:
+    bare = TestClient(client.app)
+    page = bare.get("/")
+    assert page.status_code == 401 and 'name="token"' in page.text
+    assert bare.get("/v1/dashboard").status_code == 401
+    assert bare.post("/login", content="token=wrong").status_code == 401
+    secret = token_for(svc, "ana")
+    r = bare.post("/login", content=f"token={secret}", follow_redirects=False)
+    assert (r.status_code, r.headers["location"]) == (303, "/")
+    cookie = r.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie
+    assert bare.get("/").status_code == 200 and "login" not in bare.get("/").text.lower()
+    assert bare.get("/v1/dashboard").status_code == 200
