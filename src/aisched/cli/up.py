@@ -2,19 +2,22 @@
 
 Configuration comes from the embedded defaults, then `--config FILE`, then flags. The service
 listens on loopback unless told otherwise. Ctrl-C (or SIGTERM) stops the scheduler but not the
-jobs it runs: the next `aisched up` on the same data directory adopts them.
+jobs it runs: the next `aisched up` on the same data directory adopts them. It exits within
+`limits.shutdown_grace` whatever it waits on, and at once on a second signal
+(`service.shutdown`). Every reason not to start is one line and exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import socket
 import sys
 from typing import Any
 
 from aisched import __version__
-from aisched.cli.errors import EXIT_FAILURE, CLIError
+from aisched.cli.errors import CLIError
 from aisched.service.defaults import DEFAULT_PORT
 
 
@@ -67,6 +70,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from aisched.service.api import create_app
     from aisched.service.app import Service, ServiceError
     from aisched.service.config import load_config
+    from aisched.service.shutdown import Stopper
     from aisched.spec.errors import SpecError
     from aisched.store.db import StoreError
 
@@ -92,21 +96,45 @@ def cmd_up(args: argparse.Namespace) -> int:
     }
     try:
         config = load_config(args.config, overrides)
-        service = Service.open(config)
-    except (SpecError, ServiceError, StoreError) as e:
+    except SpecError as e:
         raise CLIError(str(e)) from None
+
+    class _QuietServer(uvicorn.Server):
+        """uvicorn's server with the signals left to the `Stopper` (uvicorn's own handler
+        waits for open connections without a bound, then raises the signal again)."""
+
+        def capture_signals(self) -> contextlib.AbstractContextManager[None]:  # type: ignore[override]
+            return contextlib.nullcontext()
+
+    stopper = Stopper(config.limits.shutdown_grace_s())
+    stopper.install()
     try:
         sock = _listen(config.host, config.port)
     except OSError as e:
-        service.close()
         raise CLIError(
-            f"cannot listen on {config.host}:{config.port}: {e.strerror or e} (try --port)",
-            EXIT_FAILURE,
+            f"cannot listen on {config.host}:{config.port}: {e.strerror or e}; another program "
+            "(another aisched up?) has it: stop it, or give --port",
         ) from None
+    try:
+        service = Service.open(config)
+    except (SpecError, ServiceError, StoreError) as e:
+        sock.close()
+        raise CLIError(str(e)) from None
+    stopper.before_exit = lambda: (service.home / "server.json").unlink(missing_ok=True)
     try:
         service.start()
         app = create_app(service)
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+        grace = config.limits.shutdown_grace_s()
+        server = _QuietServer(
+            uvicorn.Config(
+                app, log_level="warning", timeout_graceful_shutdown=max(1, int(grace / 2))
+            )
+        )
+
+        def request_stop() -> None:
+            server.should_exit = True
+
+        stopper.request_stop = request_stop
         host, port = sock.getsockname()[:2]
         url = f"http://{host}:{port}"
         nodes = service.scheduler.nodes
@@ -138,6 +166,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     finally:
         service.close()
         sock.close()
+        stopper.stopped.set()
     return 0
 
 

@@ -8,7 +8,10 @@ later through the same definitions).
   `launching`) *before* the task is started and carries the executor's handle once it runs, so
   a restarted scheduler can find every task it may have started.
 - `events`: the append-only log of every state change, in commit order.
-- `meta`: the schema version.
+- `meta`: the schema version (`store.migrate` brings an older database up to it).
+
+Changing a table means: bump `SCHEMA_VERSION` and add the step from the previous version to
+`store.migrate.MIGRATIONS`.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from sqlalchemy import (
     Text,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 metadata = MetaData()
 
@@ -63,7 +66,11 @@ jobs = Table(
     Column("attained_gpu_s", Float, nullable=False, default=0.0),
     Column("checkpoint_dir", Text, nullable=False),
     Column("warnings", JSON),
+    # The client's Idempotency-Key of the submission that made the job (schema 2): a retried
+    # submission with the same key and user gets this job back instead of a second one.
+    Column("idempotency_key", String(256)),
     Index("ix_jobs_state", "state"),
+    Index("ix_jobs_idempotency", "user", "idempotency_key", unique=True),
 )
 
 tasks = Table(
