@@ -51,8 +51,11 @@ def test_with_one_file_the_old_output_is_dropped(tmp_path: Path) -> None:
     log.write(b"a" * (10 * KIB))
     log.close()
     assert sorted(sizes(tmp_path)) == ["t.log"]
-    assert (tmp_path / "t.log").read_text().splitlines()[0].endswith(
-        "the output before this line was dropped; 8192 bytes of older output dropped"
+    assert (
+        (tmp_path / "t.log")
+        .read_text()
+        .splitlines()[0]
+        .endswith("the output before this line was dropped; 8192 bytes of older output dropped")
     )
 
 
