@@ -6,14 +6,17 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conftest import OpenService
 from fastapi.testclient import TestClient
 
 from aisched.service.api import create_app
+from aisched.service.app import Service
 from aisched.testing.fakes import FakeExecutor
+
+OpenService = Callable[..., Service]  # the open_service fixture of conftest.py
 
 
 def ids(client: TestClient) -> list[str]:
