@@ -143,6 +143,8 @@ def test_a_locked_store_fails_steps_visibly_and_loses_nothing(
         "steps in a row): (sqlite3.OperationalError) database is locked"
     )
     assert client.post("/v1/jobs", json=doc).status_code == 503  # refused at once now
+    (node,) = client.get("/v1/nodes").json()["nodes"]
+    assert ready["problems"][0] in node["notes"]  # `aisched nodes` shows it too
     holder.execute("ROLLBACK")
     holder.close()
     until("readiness", lambda: client.get("/v1/readyz").status_code == 200)
