@@ -551,16 +551,23 @@ class Supervisor:
             os.waitpid(pid, 0)
             code, _, message = b"".join(chunks).decode("utf-8", "replace").partition("\n")
             raise _ExecFailed(int(code), message)
-        write_json_atomic(
-            self.path(STARTED),
-            {
-                "supervisor_pid": os.getpid(),
-                "supervisor_start": start_time(os.getpid()),
-                "child_pid": pid,
-                "child_start": start_time(pid),
-                "started_at": time.time(),
-            },
-        )
+        try:
+            write_json_atomic(
+                self.path(STARTED),
+                {
+                    "supervisor_pid": os.getpid(),
+                    "supervisor_start": start_time(os.getpid()),
+                    "child_pid": pid,
+                    "child_start": start_time(pid),
+                    "started_at": time.time(),
+                },
+            )
+        except OSError as exc:  # a full disk: a task nobody could find again must not run
+            self.kill_task(signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise _ExecFailed(
+                126, f"cannot record the task's start ({exc.strerror or exc}): not run"
+            ) from None
 
     def kill_task(self, sig: int) -> None:
         if self.child <= 0:  # killpg(0) would hit our own group
