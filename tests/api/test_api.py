@@ -44,12 +44,14 @@ def wait(client: TestClient, job_id: str, state: str) -> dict[str, Any]:
         time.sleep(0.02)
 
 
-def test_submit_json_then_show_list_and_finish(client: TestClient, fx: FakeExecutor) -> None:
+def test_submit_json_then_show_list_and_finish(
+    client: TestClient, fx: FakeExecutor, tmp_path: Path
+) -> None:
     r = client.post(
         "/v1/jobs",
         json={"command": ["echo", "hi"], "resources": {"gpus": 2}},
         headers={"X-Aisched-User": "ana"},
-        params={"workdir": "/work"},
+        params={"workdir": str(tmp_path)},
     )
     assert r.status_code == 201, r.text
     body = r.json()
@@ -62,7 +64,7 @@ def test_submit_json_then_show_list_and_finish(client: TestClient, fx: FakeExecu
     )
     running = wait(client, jid, "running")
     assert [(t["name"], t["gpus"]) for t in running["tasks"]] == [("main-0", [0, 1])]
-    assert fx.launched[0].workdir == "/work"
+    assert fx.launched[0].workdir == str(tmp_path)
     assert [j["id"] for j in client.get("/v1/jobs").json()["jobs"]] == [jid]
     fx.exit(fx.keys(jid)[0], 0)
     fx._wakeup and fx._wakeup()

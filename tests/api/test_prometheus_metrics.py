@@ -19,6 +19,8 @@ from aisched.testing.fakes import FakeExecutor
 
 GRAFANA = Path(__file__).parents[2] / "docs" / "grafana" / "aisched.json"
 UNITS = ("_seconds", "_bytes", "_ratio", "_gpus", "_cpu_cores", "_jobs", "_info")
+# Conditions, 1 or 0, unitless like Prometheus's own `up`.
+CONDITIONS = ("aisched_ready", "aisched_disk_pressure")
 
 
 def wait(client: TestClient, job_id: str, state: str) -> None:
@@ -49,7 +51,8 @@ def test_names_follow_the_prometheus_conventions(client: TestClient) -> None:
             assert all(s.name.endswith(("_total", "_created")) for s in f.samples), f.name
         else:
             assert not f.name.endswith("_total"), f.name
-            assert f.name.endswith(UNITS) or f.name == "aisched_jobs", f"{f.name}: no unit"
+            unitless = f.name == "aisched_jobs" or f.name in CONDITIONS
+            assert f.name.endswith(UNITS) or unitless, f"{f.name}: no unit"
 
 
 def test_figures_follow_what_the_scheduler_did(client: TestClient, fx: FakeExecutor) -> None:

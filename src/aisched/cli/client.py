@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,35 @@ class Client:
         if r.status_code >= 400:
             raise CLIError(_problem_text(r), EXIT_FAILURE if r.status_code >= 500 else 2)
         return r
+
+    def send_retrying(
+        self, method: str, path: str, *, tries: int, timeout_s: float, **kwargs: Any
+    ) -> Any:
+        """A request that is safe to repeat (it carries an Idempotency-Key): a time-out or a
+        503 (the service cannot store it now) is tried again, up to `tries` times, waiting
+        1, 2, 4... s in between; any other answer is final, as in `request`."""
+        for attempt in range(tries):
+            last = attempt == tries - 1
+            try:
+                r = self.http.request(method, path, timeout=timeout_s, **kwargs)
+            except httpx.TimeoutException:
+                if last:
+                    raise CLIError(
+                        f"the aisched service at {self.url} did not answer within "
+                        f"{timeout_s:g} s, {tries} times; its readiness (GET /v1/readyz) says why",
+                        EXIT_FAILURE,
+                    ) from None
+            except httpx.TransportError:
+                return self.request(method, path, **kwargs)  # not reached: say so, as usual
+            else:
+                if r.status_code != 503 or last:
+                    if r.status_code >= 400:
+                        raise CLIError(
+                            _problem_text(r), EXIT_FAILURE if r.status_code >= 500 else 2
+                        )
+                    return r.json()
+            time.sleep(min(2.0**attempt, 8.0))
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def stream(self, path: str, params: dict[str, Any]) -> Iterator[str]:
         try:

@@ -16,6 +16,7 @@ import os
 import re
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -204,10 +205,24 @@ def run_document(args: argparse.Namespace) -> dict[str, Any]:
     return doc
 
 
+# `run` retries a submission that timed out or found the store failing, with one
+# Idempotency-Key per call, so the service makes the job once however often it is sent.
+SUBMIT_TRIES = 4
+SUBMIT_TIMEOUT_S = float(os.environ.get("AISCHED_SUBMIT_TIMEOUT", "30"))
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     doc = run_document(args)
     client = Client.from_args(args)
-    out = client.request("POST", "/v1/jobs", json=doc, params={"source": "aisched run"})
+    out = client.send_retrying(
+        "POST",
+        "/v1/jobs",
+        tries=SUBMIT_TRIES,
+        timeout_s=SUBMIT_TIMEOUT_S,
+        json=doc,
+        headers={"Idempotency-Key": uuid.uuid4().hex},
+        params={"source": "aisched run"},
+    )
     return _submitted(client, args, out)
 
 

@@ -2,8 +2,10 @@
 
 Configuration comes from the embedded defaults, then `--config FILE`, then flags. The service
 listens on loopback and on a Unix socket (identity from the kernel) unless told otherwise; off
-loopback it needs TLS or an explicit --insecure. Ctrl-C (or SIGTERM) stops the scheduler but not the
-jobs it runs: the next `aisched up` on the same data directory adopts them.
+loopback it needs TLS or an explicit --insecure. Ctrl-C (or SIGTERM) stops the scheduler but
+not the jobs it runs: the next `aisched up` on the same data directory adopts them. It exits
+within `limits.shutdown_grace` whatever it waits on, and at once on a second signal
+(`service.shutdown`). Every reason not to start is one line and exit status 2.
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ import sys
 from typing import Any
 
 from aisched import __version__
-from aisched.cli.errors import EXIT_FAILURE, CLIError
+from aisched.cli.errors import CLIError
 from aisched.service.defaults import DEFAULT_PORT
 from aisched.service.identity import service_user
-from aisched.service.serve import ListenError, check_exposure, is_loopback, listen_unix, serve
+from aisched.service.serve import ListenError, check_exposure, is_loopback, listen_unix
 
 
 def register(sub: Any) -> None:
@@ -85,6 +87,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     from aisched.service.api import create_app
     from aisched.service.app import Service, ServiceError
     from aisched.service.config import load_config
+    from aisched.service.serve import make_servers, run_servers, stop_servers
+    from aisched.service.shutdown import Stopper
     from aisched.spec.errors import SpecError
     from aisched.store.db import StoreError
 
@@ -120,30 +124,43 @@ def cmd_up(args: argparse.Namespace) -> int:
     refusal = check_exposure(config.host, bool(tls), config.insecure)
     if refusal is not None:
         raise CLIError(refusal)
+
+    stopper = Stopper(config.limits.shutdown_grace_s())
+    stopper.install()
+    try:
+        sock = _listen(config.host, config.port)
+    except OSError as e:
+        raise CLIError(
+            f"cannot listen on {config.host}:{config.port}: {e.strerror or e}; another program "
+            "(another aisched up?) has it: stop it, or give --port",
+        ) from None
     try:
         service = Service.open(config)
     except (SpecError, ServiceError, StoreError) as e:
+        sock.close()
         raise CLIError(str(e)) from None
-    listeners: list[tuple[socket.socket, dict[str, Any]]] = []
+    listeners: list[tuple[socket.socket, dict[str, Any]]] = [(sock, tls)]
+    socket_path = config.socket_path()
     try:
-        sock = _listen(config.host, config.port)
-        listeners.append((sock, tls))
-        socket_path = config.socket_path()
         if socket_path is not None:
             listeners.append((listen_unix(socket_path), {}))
-    except (OSError, ListenError) as e:
-        for s, _ in listeners:
-            s.close()
+    except ListenError as e:
         service.close()
-        if isinstance(e, ListenError):
-            raise CLIError(str(e), EXIT_FAILURE) from None
-        raise CLIError(
-            f"cannot listen on {config.host}:{config.port}: {e.strerror or e} (try --port)",
-            EXIT_FAILURE,
-        ) from None
+        sock.close()
+        raise CLIError(str(e)) from None
+
+    def forget_addresses() -> None:
+        (service.home / "server.json").unlink(missing_ok=True)
+        if socket_path is not None:
+            with contextlib.suppress(OSError):
+                socket_path.unlink()
+
+    stopper.before_exit = forget_addresses
     try:
         service.start()
         app = create_app(service)
+        servers = make_servers(app, listeners, config.limits.shutdown_grace_s() / 2)
+        stopper.request_stop = lambda: stop_servers(servers)
         host, port = sock.getsockname()[:2]
         url = f"{'https' if tls else 'http'}://{host}:{port}"
         if not is_loopback(config.host) and not tls:
@@ -184,28 +201,14 @@ def cmd_up(args: argparse.Namespace) -> int:
         for note in service.recovery_notes:
             print(f"  recovered: {note}", file=sys.stderr)
         service.announce(f"unix:{socket_path}" if socket_path is not None else url)
-        serve(app, listeners)
+        run_servers(servers)
     finally:
         service.close()
         for s, _ in listeners:
             s.close()
-        if socket_path is not None:
-            with contextlib.suppress(OSError):
-                socket_path.unlink()
+        forget_addresses()
+        stopper.stopped.set()
     return 0
-
-
-def _tls_options(cert: str | None, key: str | None) -> dict[str, Any]:
-    """uvicorn's TLS options, after checking that the files make a usable TLS context."""
-    if cert is None and key is None:
-        return {}
-    if cert is None or key is None:
-        raise CLIError("TLS needs both --tls-cert and --tls-key")
-    try:
-        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
-    except (OSError, ssl.SSLError) as e:
-        raise CLIError(f"cannot use the TLS certificate {cert} and key {key}: {e}") from None
-    return {"ssl_certfile": cert, "ssl_keyfile": key}
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -221,3 +224,16 @@ def _listen(host: str, port: int) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+def _tls_options(cert: str | None, key: str | None) -> dict[str, Any]:
+    """uvicorn's TLS options, after checking that the files make a usable TLS context."""
+    if cert is None and key is None:
+        return {}
+    if cert is None or key is None:
+        raise CLIError("TLS needs both --tls-cert and --tls-key")
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as e:
+        raise CLIError(f"cannot use the TLS certificate {cert} and key {key}: {e}") from None
+    return {"ssl_certfile": cert, "ssl_keyfile": key}

@@ -134,7 +134,10 @@ class LocalExecutor:
         fork_server: bool = True,
         notes: Sequence[str] = (),
         gpu_watchdog: GpuMemoryWatchdog | None = None,
+        log_max_bytes: int = sup.LOG_MAX_BYTES,
+        log_max_files: int = sup.LOG_MAX_FILES,
     ) -> None:
+        self._log_cap = (log_max_bytes, log_max_files)  # the supervisor caps each task's log
         self._state = Path(state_dir).resolve()
         self._state.mkdir(parents=True, exist_ok=True)
         if node is None:
@@ -259,6 +262,8 @@ class LocalExecutor:
                 else [],
                 "workdir": req.workdir,
                 "log_path": os.path.abspath(req.log_path),
+                "log_max_bytes": self._log_cap[0],
+                "log_max_files": self._log_cap[1],
                 "cores": list(cores),
                 "mem_limit_mib": req.mem_limit_mib,
                 "mechanism": self._mem.mechanism,

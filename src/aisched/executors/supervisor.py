@@ -3,9 +3,12 @@
 Started by the local executor as `python -I -S supervisor.py TASK_DIR` in a new session, so it
 outlives the scheduler (the role containerd-shim or conmon play for containers). It reads
 `launch.json`, forks the task in a new process group (joining the task's cgroup, pinning its
-cores, setting its rlimit, redirecting its output, then exec), writes `started.json`, waits, and
-writes `exit.json`. A stop is a SIGTERM to the supervisor; the SIGTERM-grace-SIGKILL escalation
-runs here, so it completes even when the scheduler dies meanwhile.
+cores, setting its rlimit, pointing its stdout and stderr at a pipe, then exec), writes
+`started.json`, copies the task's output from the pipe into its size-capped log (`CappedLog`:
+rotated past `log_max_bytes`, at most `log_max_files` files kept, a note in the log at each
+rotation), waits, and writes `exit.json`. A stop is a SIGTERM to the supervisor; the
+SIGTERM-grace-SIGKILL escalation runs here, so it completes even when the scheduler dies
+meanwhile.
 
 Files of a task directory (each JSON file is written whole: temp file, then rename):
 
@@ -16,6 +19,11 @@ Files of a task directory (each JSON file is written whole: temp file, then rena
 - `exit.json`     how the task ended: kind exited|stopped|oom, exit code, message, time
 - `abandoned`     the executor gave the task up before a supervisor took it: never start it
 - `supervisor.log` this process's own stdout/stderr (tracebacks, if it ever fails)
+
+The task's log is outside the task directory (`launch["log_path"]`); its rotated files are
+`LOG.1` (the newest) to `LOG.N-1`. A log that cannot be written (a full disk) loses that output,
+never blocks the task, and says how many bytes were lost once it can be written again.
+`exit.json` is retried until it is written: a task's end is never lost to a full disk.
 
 Invariants: the child is started at most once per task directory (the lock and the `abandoned`
 and `exit.json` checks under it); `exit.json` is written at most once, after the child and every
@@ -61,6 +69,13 @@ CGROUP_DRAIN_S = 2.0
 # Words a program prints when an allocation fails: under an rlimit that is how a task that
 # went over its limit usually ends (malloc fails, nothing is killed).
 ALLOCATION_FAILURES = (b"MemoryError", b"Cannot allocate memory", b"std::bad_alloc")
+# Task logs: 10 MiB per file and 3 files (the current one and two rotated), kubelet's default.
+LOG_MAX_BYTES = 10 * MIB
+LOG_MAX_FILES = 3
+# How much output is copied per read of the pipe, and how often a write of exit.json that
+# failed (ENOSPC, EIO) is tried again.
+PIPE_READ = 1 << 16
+EXIT_RETRY_S = 1.0
 
 
 # --- small shared helpers (also used by the executor) -----------------------------------------
@@ -277,6 +292,102 @@ def describe_code(code: int) -> str:
     return f"exited with code {code}"
 
 
+# --- the task's log --------------------------------------------------------------------------
+
+
+class CappedLog:
+    """A task's log that never grows past `max_bytes` per file and `max_files` files.
+
+    At the cap, `PATH.1` ... become `PATH.2` ... (the oldest dropped), `PATH` becomes `PATH.1`,
+    and a new `PATH` starts with a line saying so; with `max_files` 1 the old output is dropped.
+    `max_bytes` 0 means no cap. A write that fails (ENOSPC, EIO) drops that output: the task is
+    never blocked by its log, and the next write that succeeds says how much was lost."""
+
+    def __init__(self, path: str, max_bytes: int, max_files: int) -> None:
+        self.path = path
+        # Never below a page: each new file starts with a note that must fit.
+        self.max_bytes = max(4096, max_bytes) if max_bytes > 0 else 0
+        self.max_files = max(1, max_files)
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        self.size = os.fstat(self.fd).st_size
+        self.start = self.size  # where this run's output begins in the current file
+        self.rotations = 0
+        self.dropped = 0  # bytes of output no longer kept (rotated out, or truncated)
+        self.lost = 0  # bytes that could not be written since the last successful write
+        self.lost_why = ""
+
+    def write(self, data: bytes) -> None:
+        while data:
+            if self.max_bytes and self.size >= self.max_bytes:
+                self.rotate()
+            room = self.max_bytes - self.size if self.max_bytes else len(data)
+            part, data = data[: max(room, 1)], data[max(room, 1) :]
+            self._append(part)
+
+    def _append(self, data: bytes) -> None:
+        if self.lost:
+            lost, self.lost = self.lost, 0
+            self._append(f"aisched: {lost} bytes of output lost: {self.lost_why}\n".encode())
+        view = memoryview(data)
+        try:
+            while view:
+                n = os.write(self.fd, view)
+                self.size += n
+                view = view[n:]
+        except OSError as exc:
+            self.lost += len(view)
+            self.lost_why = f"cannot write the log: {exc.strerror or exc}"
+
+    def rotate(self) -> None:
+        owner = os.fstat(self.fd)  # the new file is the task's user's, as the first was
+        os.close(self.fd)
+        self.rotations += 1
+        try:
+            if self.max_files == 1:
+                self.dropped += self.size
+                os.unlink(self.path)
+            else:
+                oldest = f"{self.path}.{self.max_files - 1}"
+                with contextlib.suppress(FileNotFoundError):
+                    self.dropped += os.stat(oldest).st_size
+                for i in range(self.max_files - 1, 1, -1):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.replace(f"{self.path}.{i - 1}", f"{self.path}.{i}")
+                os.replace(self.path, f"{self.path}.1")
+        except OSError:
+            pass  # cannot rename: start the file again rather than let it grow
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+        with contextlib.suppress(OSError):
+            os.fchown(self.fd, owner.st_uid, owner.st_gid)
+        self.size = self.start = 0
+        name = os.path.basename(self.path)
+        kept = (
+            f"the output before this line is in {name}.1 to {name}.{self.max_files - 1}"
+            if self.max_files > 2
+            else f"the output before this line is in {name}.1"
+            if self.max_files == 2
+            else "the output before this line was dropped"
+        )
+        self._append(
+            f"aisched: log rotated ({self.rotations} time(s); at most {self.max_files} "
+            f"file(s) of {self.max_bytes} bytes are kept): {kept}; {self.dropped} bytes of "
+            "older output dropped\n".encode()
+        )
+
+    def tail(self, n: int) -> bytes:
+        """The last `n` bytes of this run's output in the current file."""
+        try:
+            size = os.fstat(self.fd).st_size
+            start = max(self.start, size - n)
+            return os.pread(self.fd, size - start, start) if size > start else b""
+        except OSError:
+            return b""
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
 # --- the supervisor --------------------------------------------------------------------------
 
 
@@ -327,7 +438,7 @@ def _become(user: dict[str, Any]) -> None:
     raise OSError(errno.EPERM, "root could be regained after dropping privileges")
 
 
-def _child(launch: dict[str, Any], log_fd: int, err_w: int) -> None:
+def _child(launch: dict[str, Any], out_w: int, err_w: int) -> None:
     """In the forked child, before exec. Never returns; failures go to `err_w`."""
     command = [str(c) for c in launch["command"]]
     stage = "setup"
@@ -362,8 +473,8 @@ def _child(launch: dict[str, Any], log_fd: int, err_w: int) -> None:
         stage = "output"
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
-        os.dup2(log_fd, 1)
-        os.dup2(log_fd, 2)
+        os.dup2(out_w, 1)  # the pipe the supervisor copies into the capped log
+        os.dup2(out_w, 2)
         user = launch.get("user")
         if user and not launch.get("container"):
             stage = "user"
@@ -400,8 +511,8 @@ class Supervisor:
         self.cgroup: str | None = launch.get("cgroup") or None
         self.mechanism = str(launch.get("mechanism") or "none")
         self.limit_mib = int(launch.get("mem_limit_mib") or 0)
-        self.log_fd = -1
-        self.log_start = 0
+        self.out: CappedLog | None = None
+        self.out_r = -1  # the read end of the task's stdout/stderr pipe, while open
         self.child = 0
 
     def path(self, name: str) -> str:
@@ -409,21 +520,23 @@ class Supervisor:
 
     def log(self, line: str) -> None:
         """A line from aisched itself in the task's log, where the user will look."""
-        if self.log_fd >= 0:
-            with contextlib.suppress(OSError):
-                os.write(self.log_fd, f"aisched: {line}\n".encode())
+        if self.out is not None:
+            self.out.write(f"aisched: {line}\n".encode())
 
     def finish(self, kind: str, code: int | None, message: str) -> int:
         remove_cgroup(self.cgroup)
-        write_json_atomic(
-            self.path(EXIT),
-            {
-                "kind": kind,
-                "exit_code": code,
-                "message": message,
-                "finished_at": time.time(),
-            },
-        )
+        record = {"kind": kind, "exit_code": code, "message": message, "finished_at": time.time()}
+        while True:  # the end of a task is never lost to a full disk: wait for space
+            try:
+                write_json_atomic(self.path(EXIT), record)
+                break
+            except OSError as exc:
+                print(f"cannot write {EXIT} ({exc.strerror or exc}); retrying", file=sys.stderr)
+                with contextlib.suppress(OSError):
+                    os.unlink(f"{self.path(EXIT)}.tmp{os.getpid()}")
+                time.sleep(EXIT_RETRY_S)
+        if self.out is not None:
+            self.out.close()
         return 0
 
     def grace(self) -> float:
@@ -433,12 +546,13 @@ class Supervisor:
 
     def run(self) -> int:
         try:
-            self.log_fd = os.open(
-                self.launch["log_path"], os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600
+            self.out = CappedLog(
+                self.launch["log_path"],
+                int(self.launch.get("log_max_bytes", LOG_MAX_BYTES)),
+                int(self.launch.get("log_max_files", LOG_MAX_FILES)),
             )
         except OSError as exc:
             return self.finish("exited", 126, f"cannot open the log {exc.filename}: {exc.strerror}")
-        self.log_start = os.fstat(self.log_fd).st_size
         if self.sigs.stops:
             return self.finish("stopped", None, "stopped before it started")
         try:
@@ -450,11 +564,16 @@ class Supervisor:
 
     def spawn(self) -> None:
         err_r, err_w = os.pipe()
+        out_r, out_w = os.pipe()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child execs or _exits
             os.close(err_r)
-            _child(self.launch, self.log_fd, err_w)
+            os.close(out_r)
+            _child(self.launch, out_w, err_w)
         os.close(err_w)
+        os.close(out_w)  # only the task holds it now: EOF once all its processes are gone
+        os.set_blocking(out_r, False)
+        self.out_r = out_r
         self.child = pid
         # Also here, so the group exists whichever of the two runs first.
         with contextlib.suppress(OSError):
@@ -467,16 +586,23 @@ class Supervisor:
             os.waitpid(pid, 0)
             code, _, message = b"".join(chunks).decode("utf-8", "replace").partition("\n")
             raise _ExecFailed(int(code), message)
-        write_json_atomic(
-            self.path(STARTED),
-            {
-                "supervisor_pid": os.getpid(),
-                "supervisor_start": start_time(os.getpid()),
-                "child_pid": pid,
-                "child_start": start_time(pid),
-                "started_at": time.time(),
-            },
-        )
+        try:
+            write_json_atomic(
+                self.path(STARTED),
+                {
+                    "supervisor_pid": os.getpid(),
+                    "supervisor_start": start_time(os.getpid()),
+                    "child_pid": pid,
+                    "child_start": start_time(pid),
+                    "started_at": time.time(),
+                },
+            )
+        except OSError as exc:  # a full disk: a task nobody could find again must not run
+            self.kill_task(signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise _ExecFailed(
+                126, f"cannot record the task's start ({exc.strerror or exc}): not run"
+            ) from None
 
     def kill_task(self, sig: int) -> None:
         if self.child <= 0:  # killpg(0) would hit our own group
@@ -541,11 +667,32 @@ class Supervisor:
             if kill_at is not None and not killed_after_grace:
                 waits.append(kill_at - now)
             timeout = max(0.0, min(waits)) if waits else None
-            ready, _, _ = select.select([self.wake_r], [], [], timeout)
-            if ready:
+            fds = [self.wake_r] if self.out_r < 0 else [self.wake_r, self.out_r]
+            ready, _, _ = select.select(fds, [], [], timeout)
+            if self.wake_r in ready:
                 with contextlib.suppress(BlockingIOError):
                     os.read(self.wake_r, 512)
+            if self.out_r in ready:
+                self.copy_output()
         return self.reap(seen_stops > 0, killed_after_grace, oom)
+
+    def copy_output(self, *, drain: bool = False) -> None:
+        """Copy what the task wrote into its log: one read, or (`drain`) all there is now."""
+        while self.out_r >= 0:
+            try:
+                data = os.read(self.out_r, PIPE_READ)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:  # EOF: every writer is gone
+                os.close(self.out_r)
+                self.out_r = -1
+                return
+            if self.out is not None:
+                self.out.write(data)
+            if not drain:
+                return
 
     def reap(self, stopped: bool, killed_after_grace: bool, oom: str | None) -> int:
         logged_oom = oom is not None
@@ -560,6 +707,10 @@ class Supervisor:
             child_start=None,
             cgroup=None,
         )
+        self.copy_output(drain=True)  # what the task wrote before it ended
+        if self.out_r >= 0:  # a process that escaped the kill still holds the pipe
+            os.close(self.out_r)
+            self.out_r = -1
         if oom is None and self.cgroup and oom_kills(self.cgroup) and code != 0:
             oom = self.oom_message()
         remove_cgroup(self.cgroup)
@@ -580,12 +731,7 @@ class Supervisor:
     def allocation_failure(self) -> str | None:
         """Under an rlimit an over-limit task usually dies of a failed allocation, not a kill:
         recognised by what it printed during this run (the end of its log)."""
-        try:
-            size = os.fstat(self.log_fd).st_size
-            start = max(self.log_start, size - 8192)
-            tail = os.pread(self.log_fd, size - start, start) if size > start else b""
-        except OSError:
-            return None
+        tail = self.out.tail(8192) if self.out is not None else b""
         if any(word in tail for word in ALLOCATION_FAILURES):
             return (
                 f"failed to allocate memory beyond its limit of {self.limit_mib} MiB "

@@ -5,25 +5,28 @@ Handlers never change live state themselves: submissions and cancellations go to
 else is read from the store or from the loop's published figures. Every error is a `Problem`
 document with a status code: 422 for input that is wrong (with one line per problem, each
 naming its field), 404 for an unknown job, 409 for a command that no longer applies, 413 for an
-oversized body. The service never answers a bad request with a 500 or dies of one.
+oversized body, 507/503 for a submission the service cannot take now (disk pressure, a failing
+store: `/v1/readyz` says why; `service.health`). The service never answers a bad request with
+a 500 or dies of one.
 
-Every route but `/v1/healthz` needs an identity (`service/auth.py`): 401 without one, 403 for
-a caller without the right. Jobs are listed for everyone without their commands; a job's
-command, environment, events and logs are its owner's and the admins'. Cancels and actions on
-another user's job go to the audit log.
+Every route but `/v1/healthz` and `/v1/readyz` needs an identity (`service/auth.py`): 401
+without one, 403 for a caller without the right. Jobs are listed for everyone without their
+commands; a job's command, environment, events and logs are its owner's and the admins'.
+Cancels and actions on another user's job go to the audit log.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import FastAPI, Query, Request
+from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
@@ -32,6 +35,7 @@ from aisched import __version__
 from aisched.model.job import Job
 from aisched.model.states import JobState
 from aisched.service import tokens
+from aisched.service.admission import NotStoredYet, path_problems, until_stored
 from aisched.service.app import Service
 from aisched.service.auth import (
     CallerDep,
@@ -155,6 +159,12 @@ def create_app(svc: Service) -> FastAPI:
         alive = sched.thread is not None and sched.thread.is_alive()
         return {"ok": alive}
 
+    @app.get("/v1/readyz")
+    def readyz() -> Response:
+        """Whether new work is taken now: 200, or 503 with the problems (service.health)."""
+        r = svc.health.check()
+        return JSONResponse(r.to_dict(), status_code=200 if r.ready else 503)
+
     @app.get("/v1/info", response_model=Info)
     def info(who: CallerDep) -> Info:
         return Info(
@@ -179,14 +189,17 @@ def create_app(svc: Service) -> FastAPI:
     async def submit(
         request: Request,
         who: CallerDep,
+        idempotency_key: Annotated[str | None, Header(min_length=1, max_length=200)] = None,
         source: Annotated[str | None, Query(max_length=256)] = None,
         workdir: Annotated[
             str | None, Query(max_length=4096, description="for tasks that name none")
         ] = None,
     ) -> Response:
-        refused = may_run_jobs(svc, who)
+        refused = svc.health.refusal()  # disk pressure, a failing store: say so at once
         if refused is not None:
-            return problem(403, "job refused", [refused])
+            return problem(refused[0], refused[1])
+        if (why := may_run_jobs(svc, who)) is not None:
+            return problem(403, "job refused", [why])
         body = await request.body()
         if len(body) > MAX_BODY:
             return problem(413, f"the job document is larger than {MAX_BODY} bytes")
@@ -224,20 +237,25 @@ def create_app(svc: Service) -> FastAPI:
             if (why := may_submit_to(svc, who, p.job.queue)) is not None:
                 return problem(403, "job refused", [f"{src}: queue: {why}"])
         jobs = [_in_workdir(p.job, workdir) for p in parsed.jobs]
+        missing = path_problems(jobs, src)
+        if missing:
+            return problem(422, "invalid job", missing)
         warnings = [w for p in parsed.jobs for w in p.warnings]
+        failing = lambda: svc.health.errors.store_failing  # noqa: E731
         try:
             if parsed.is_pipeline:
                 items = tuple(
                     (job, p.format, p.warnings) for job, p in zip(jobs, parsed.jobs, strict=True)
                 )
-                stored = await asyncio.wrap_future(sched.submit_all(items))
+                stored = await until_stored(sched.submit_all(items, idempotency_key), failing)
             else:
                 one = parsed.jobs[0]
-                stored = [
-                    await asyncio.wrap_future(sched.submit(jobs[0], one.format, one.warnings))
-                ]
+                fut = sched.submit(jobs[0], one.format, one.warnings, idempotency_key)
+                stored = [await until_stored(fut, failing)]
         except Rejected as e:
             return problem(e.status, "job refused", [f"{src}: {e}"])
+        except NotStoredYet as e:
+            return problem(503, str(e))
         rows = [job_row(r) for r in stored]  # as stored, without reading them back
         outs = [job_out(r) for r in rows]
         out = SubmitOut(
@@ -423,7 +441,7 @@ def create_app(svc: Service) -> FastAPI:
                     gpus=gpus,
                     memory_limit=info.memory_limit,
                     cpu_affinity=info.cpu_affinity,
-                    notes=[*svc.node_notes, *info.notes],
+                    notes=[*svc.node_notes, *info.notes, *svc.health.check().problems],
                 )
             )
         return JSONResponse(NodeList(nodes=out).model_dump())
@@ -645,6 +663,8 @@ def _drain(
     for name, path in paths:
         try:
             with open(path, "rb") as fh:
+                if os.fstat(fh.fileno()).st_size < offsets.get(name, 0):
+                    offsets[name] = 0  # rotated (the supervisor caps logs): a new file
                 fh.seek(offsets.get(name, 0))
                 data = fh.read()
         except OSError:

@@ -4,6 +4,9 @@
 would each start the same tasks), opens the store, discovers this machine, and builds the
 loop; `start()` recovers live state (adopting tasks still running) before the first cycle;
 `close()` stops the loop but leaves tasks running, to be adopted by the next start.
+
+Every reason not to start (a data directory that is missing, foreign, read-only or full; a
+damaged, foreign or newer database) is a `ServiceError` or `StoreError` of one line.
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ from typing import IO
 from aisched.core.policy import Policy
 from aisched.executors.base import Executor
 from aisched.predict.runtime import RuntimePredictor
+from aisched.service import datadir
 from aisched.service.autoscaler import Autoscaler
 from aisched.service.config import ServiceConfig
+from aisched.service.health import Health, HealthCollector
 from aisched.service.identity import Admins
 from aisched.service.loop import LoopConfig, Scheduler
 from aisched.service.metrics import Metrics
@@ -53,6 +58,16 @@ class Service:
     recovery_notes: list[str] = field(default_factory=list)
     autoscaler: Autoscaler | None = None  # started with the loop
     admins: Admins = field(default_factory=Admins)
+    health: Health = field(init=False)  # readiness: disk pressure, failing steps
+
+    def __post_init__(self) -> None:
+        self.health = Health(
+            (("data", self.home), ("logs", self.home / "logs")),
+            self.config.limits.disk_min_free_bytes(),
+            self.scheduler.step_errors,
+            lambda: self.scheduler.thread is not None and self.scheduler.thread.is_alive(),
+        )
+        self.metrics.registry.register(HealthCollector(self.health))
 
     def executor_refuses(self, user: str) -> str | None:
         """Why this service's executor cannot run a task as `user`, or None."""
@@ -63,14 +78,27 @@ class Service:
     def open(cls, config: ServiceConfig, executor: Executor | None = None) -> Service:
         home = config.home()
         try:
-            home.mkdir(parents=True, exist_ok=True, mode=0o700)
-            _private(home)
-        except OSError as e:
-            raise ServiceError(f"cannot create the data directory {home}: {e.strerror}") from None
-        lock_file = _lock(home)
+            datadir.prepare(home)
+            lock_file = _lock(home)
+        except datadir.DataDirError as e:
+            raise ServiceError(str(e)) from None
         try:
+            datadir.check_space(home, config.limits.disk_min_free_bytes())
+            _private(home)
+            (home / "logs").mkdir(exist_ok=True)
             _private_database(config.database_url())
-            store = Store(config.database_url())
+        except datadir.DataDirError as e:
+            lock_file.close()
+            raise ServiceError(str(e)) from None
+        except OSError as e:
+            lock_file.close()
+            raise ServiceError(str(datadir.not_writable(home, e))) from None
+        try:
+            store = Store(
+                config.database_url(), busy_timeout_s=config.limits.store_busy_timeout_s()
+            )
+            if store.migration_note:
+                log.info("%s", store.migration_note)
             notes: list[str] = []
             if executor is None and config.ray is not None:
                 executor, notes = _ray_executor(config, config.ray, home)
@@ -166,7 +194,10 @@ def _private_database(url: str) -> None:
 
 
 def _lock(home: Path) -> IO[str]:
-    f = open(home / "lock", "a+", encoding="utf-8")  # noqa: SIM115 - held for the service's life
+    try:
+        f = open(home / "lock", "a+", encoding="utf-8")  # noqa: SIM115 - held for its life
+    except OSError as e:
+        raise datadir.not_writable(home, e) from None
     try:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -177,10 +208,14 @@ def _lock(home: Path) -> IO[str]:
             f"the data directory {home} is in use by a running aisched (pid {holder}); "
             "stop it, or give another --data-dir"
         ) from None
-    f.seek(0)
-    f.truncate()
-    f.write(str(os.getpid()))
-    f.flush()
+    try:
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+    except OSError as e:
+        f.close()
+        raise datadir.not_writable(home, e) from None
     return f
 
 
@@ -203,7 +238,12 @@ def _local_executor(config: ServiceConfig, home: Path) -> tuple[Executor, list[s
         raise ServiceError(str(e)) from None
     watchdog = GpuMemoryWatchdog.with_nvml(OverAction(config.gpu_memory_over))
     executor = LocalExecutor(
-        home / "tasks", node, mem_mechanism=config.memory_limit, gpu_watchdog=watchdog
+        home / "tasks",
+        node,
+        mem_mechanism=config.memory_limit,
+        gpu_watchdog=watchdog,
+        log_max_bytes=config.limits.log_max_bytes(),
+        log_max_files=config.limits.log_max_files,
     )
     return executor, list(notes)
 

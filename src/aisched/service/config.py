@@ -111,6 +111,48 @@ class DefaultsModel(_Model):
         return v
 
 
+class LimitsModel(_Model):
+    """What the service keeps bounded (docs/service.md, Operations)."""
+
+    # Each task's log: rotated past this size, at most this many files kept (the current one
+    # included), as kubelet's containerLogMaxSize / containerLogMaxFiles.
+    log_max_size: str = "10M"
+    log_max_files: Annotated[int, Field(ge=1, le=100)] = 3
+    # Below this much free space on the data or log directory's filesystem, new submissions
+    # are refused (507) and readiness reports disk pressure.
+    disk_min_free: str = "256M"
+    # SIGTERM: how long the service may take to stop before it exits anyway.
+    shutdown_grace: Any = "10s"
+    # How long a write may wait for a database locked by another process before the step
+    # fails (and is retried after a back-off).
+    store_busy_timeout: Any = "5s"
+
+    @field_validator("log_max_size", "disk_min_free")
+    @classmethod
+    def _size(cls, v: str) -> str:
+        parse_mem_mib(v, "size")
+        return v
+
+    @field_validator("shutdown_grace", "store_busy_timeout")
+    @classmethod
+    def _positive(cls, v: Any) -> Any:
+        if _duration(v, "duration") <= 0:
+            raise ValueError("must be a duration above 0, such as 10s")
+        return v
+
+    def log_max_bytes(self) -> int:
+        return parse_mem_mib(self.log_max_size, "limits.log_max_size") * (1 << 20)
+
+    def disk_min_free_bytes(self) -> int:
+        return parse_mem_mib(self.disk_min_free, "limits.disk_min_free") * (1 << 20)
+
+    def shutdown_grace_s(self) -> float:
+        return _duration(self.shutdown_grace, "limits.shutdown_grace")
+
+    def store_busy_timeout_s(self) -> float:
+        return _duration(self.store_busy_timeout, "limits.store_busy_timeout")
+
+
 class ServiceConfig(_Model):
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=0, le=65535)] = DEFAULT_PORT
@@ -136,6 +178,7 @@ class ServiceConfig(_Model):
     autoscaler_interval: Any = "1s"
     metric_max_age: Any = "10s"
     defaults: DefaultsModel = DefaultsModel()
+    limits: LimitsModel = LimitsModel()
     priority_classes: dict[Name, int] = Field(
         default_factory=lambda: dict(DEFAULT_PRIORITY_CLASSES)
     )

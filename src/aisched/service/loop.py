@@ -79,6 +79,7 @@ from aisched.service.membership import bindings_by_node, merge_nodes
 from aisched.service.paths import checkpoint_dir, made_by_service
 from aisched.service.pipelines import DependencyError, Pipelines
 from aisched.service.replicas import HOST_ENV, replica_job
+from aisched.service.step_errors import StepErrors
 from aisched.store.codec import job_from_dict, job_to_dict
 from aisched.store.db import Row, Store
 
@@ -124,6 +125,7 @@ class _Submit:
     warnings: tuple[str, ...]
     received_at: float
     future: Future[Row]
+    idempotency_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +135,7 @@ class _SubmitAll:
     items: tuple[tuple[Job, str, tuple[str, ...]], ...]  # (job, format, warnings)
     received_at: float
     future: Future[list[Row]]
+    idempotency_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,26 +213,46 @@ class Scheduler:
         # Shrunk elastic jobs restarted on their kept tasks, launched once the batch that wrote
         # their task rows has committed.
         self.restarts: list[tuple[LiveJob, list[TaskLaunch]]] = []
+        # The one write batch of the loop. A flush that fails (a full disk, a wedged store)
+        # keeps its writes and callbacks here, and the next flush retries them with what came
+        # since: what was acted on in memory reaches the store in order, and nothing is acted
+        # on (launched, signalled, answered) before it is stored.
+        self.batch = Batch()
+        self.step_errors = StepErrors()
+        # Idempotency keys admitted but not yet stored ((user, key) -> rows), so a retry that
+        # arrives in the same step finds them; the store answers for the rest.
+        self.unstored_keys: dict[tuple[str, str], list[Row]] = {}
         self._empty_snapshot = Snapshot(self.arrays, FreeState.empty(self.arrays), (), queues)
         executor.set_wakeup(self.wake.set)
 
     # --- the public face (any thread) -------------------------------------------------------
 
-    def submit(self, job: Job, fmt: str = "native", warnings: tuple[str, ...] = ()) -> Future[Row]:
+    def submit(
+        self,
+        job: Job,
+        fmt: str = "native",
+        warnings: tuple[str, ...] = (),
+        idempotency_key: str | None = None,
+    ) -> Future[Row]:
         """Queue a job (its id is set by the loop; its submit time is now); the Future gives
         the job's row as stored once it is durable, or raises Rejected (e.g. it can never fit
-        this machine)."""
+        this machine). With an `idempotency_key` its user already used, the Future gives that
+        earlier job's row instead, and nothing new is stored."""
         fut: Future[Row] = Future()
-        self.commands.put(_Submit(job, fmt, warnings, self.clock(), fut))
+        self.commands.put(_Submit(job, fmt, warnings, self.clock(), fut, idempotency_key))
         self.wake.set()
         return fut
 
-    def submit_all(self, items: tuple[tuple[Job, str, tuple[str, ...]], ...]) -> Future[list[Row]]:
+    def submit_all(
+        self,
+        items: tuple[tuple[Job, str, tuple[str, ...]], ...],
+        idempotency_key: str | None = None,
+    ) -> Future[list[Row]]:
         """Queue jobs submitted together, each (job, format, warnings); their `depends_on`
         name jobs of `items` by name, or earlier jobs by id. The Future gives every job's row,
-        in order, or raises Rejected and stores none of them."""
+        in order, or raises Rejected and stores none of them (`idempotency_key` as `submit`)."""
         fut: Future[list[Row]] = Future()
-        self.commands.put(_SubmitAll(items, self.clock(), fut))
+        self.commands.put(_SubmitAll(items, self.clock(), fut, idempotency_key))
         self.wake.set()
         return fut
 
@@ -266,9 +289,16 @@ class Scheduler:
         while not self.stopping.is_set():
             try:
                 delay = self.step()
-            except Exception:  # a bug must not kill the service; it is logged loudly
-                log.exception("scheduler step failed")
-                delay = self.config.tick_s
+            except Exception as exc:  # neither a bug nor a full disk may kill the service
+                # Counted (aisched_loop_errors_total, readiness) and backed off; the traceback
+                # is logged for the first failure of a run, then one line per failure.
+                first = not self.step_errors.failing
+                delay = self.step_errors.failed(exc, self.clock())
+                log.error("scheduler step failed (retry in %.1f s): %s", delay, exc, exc_info=first)
+            else:
+                if self.step_errors.failing:
+                    log.info("scheduler step succeeded again: ready")
+                self.step_errors.succeeded()
             self.wake.wait(delay)
             self.wake.clear()
 
@@ -405,7 +435,7 @@ class Scheduler:
         """Run one step; returns how long the loop may sleep before the next one."""
         self._sync_nodes()
         now = self.clock()
-        batch = Batch()
+        batch = self.batch
         while True:
             try:
                 cmd = self.commands.get_nowait()
@@ -448,7 +478,7 @@ class Scheduler:
         """Nothing waits: restart elastic jobs that idle capacity could make larger. The stop
         is a requeue (SIGTERM first, so they checkpoint; no failure counted); the next cycle
         places each with as many tasks as fit."""
-        batch = Batch()
+        batch = self.batch
         for lj in list(self.jobs.values()):
             job = lj.job
             if not (
@@ -500,15 +530,26 @@ class Scheduler:
     # --- commands ---------------------------------------------------------------------------
 
     def _on_submit(self, cmd: _Submit, batch: Batch, now: float) -> None:
+        earlier = self._idempotent(cmd.job.user, cmd.idempotency_key, 1)
+        if earlier:
+            cmd.future.set_result(earlier[0])
+            return
         refusal = never_runs(self._empty_snapshot, self.policy, replace(cmd.job, id="?"))
         if refusal is not None:
             cmd.future.set_exception(Rejected(refusal))
             return
         row = self._admit(cmd.job, cmd.fmt, cmd.warnings, cmd.received_at, batch)
+        self._remember_key(cmd.job.user, cmd.idempotency_key, [row], batch)
         batch.after.append(lambda: cmd.future.set_result(row))
 
     def _on_submit_all(self, cmd: _SubmitAll, batch: Batch, now: float) -> None:
-        # 1. Refuse the whole submission if any job of it can never run or depend as asked.
+        # 1. Answer a retry with the jobs it made; refuse the whole submission if any job of it
+        #    can never run or depend as asked.
+        user = cmd.items[0][0].user if cmd.items else ""
+        earlier = self._idempotent(user, cmd.idempotency_key, len(cmd.items))
+        if earlier:
+            cmd.future.set_result(earlier)
+            return
         for job, _fmt, _warnings in cmd.items:
             refusal = never_runs(self._empty_snapshot, self.policy, replace(job, id="?"))
             if refusal is not None:
@@ -535,7 +576,33 @@ class Scheduler:
                 self._check_dependencies(lj, batch, now)
             elif lj.job.kind == JobKind.SERVICE:
                 self._start_service(lj, batch, now, row)
+        self._remember_key(user, cmd.idempotency_key, rows, batch)
         batch.after.append(lambda: cmd.future.set_result(rows))
+
+    def _idempotent(self, user: str, key: str | None, n: int) -> list[Row] | None:
+        """The rows an earlier submission with this key made, if any (the first job holds the
+        key, the others of a pipeline `KEY/1`, `KEY/2`...)."""
+        if key is None:
+            return None
+        rows = self.unstored_keys.get((user, key))
+        if rows is not None:
+            return rows
+        keys = [key] + [f"{key}/{i}" for i in range(1, n)]
+        with self.store.read() as tx:
+            stored = tx.jobs_by_idempotency_key(user, keys)
+        return stored or None
+
+    def _remember_key(self, user: str, key: str | None, rows: list[Row], batch: Batch) -> None:
+        if key is None:
+            return
+        for i, row in enumerate(rows):
+            row["idempotency_key"] = key if i == 0 else f"{key}/{i}"
+        self.unstored_keys[(user, key)] = rows
+
+        def stored() -> None:
+            self.unstored_keys.pop((user, key), None)
+
+        batch.after.append(stored)
 
     def _check_dependencies(self, lj: LiveJob, batch: Batch, now: float) -> None:
         """Hold a pending job back while its dependencies are awaited; cancel it, naming the
@@ -603,6 +670,7 @@ class Scheduler:
             "warnings": list(warnings),
             "reason_code": StatusCode.NOT_CONSIDERED.value,
             "reason": "waiting for the next scheduling cycle",
+            "idempotency_key": None,  # set by _remember_key before the batch is flushed
         }
         batch.new_jobs.append(row)
         lj.written_status = (StatusCode.NOT_CONSIDERED.value, "", None)
@@ -1030,7 +1098,7 @@ class Scheduler:
         self.dirty = False
         if self.on_cycle is not None:
             self.on_cycle(took, result)
-        batch = Batch()
+        batch = self.batch
         launches: list[tuple[LiveJob, list[TaskLaunch]]] = []
         for d in result.decisions:
             if isinstance(d, Preempt):
@@ -1049,8 +1117,9 @@ class Scheduler:
                 self._finish(waiting, JobState.FAILED, batch, now, status.reason)
                 continue
             self._write_status(waiting, status, batch)
+        # Launched once the intent is stored: by this flush, or by the one that retries it.
+        batch.after.append(lambda: self._launch_all(launches, now))
         batch.flush(self.store)
-        self._launch_all(launches, now)
 
     def _write_status(self, lj: LiveJob, status: JobStatus, batch: Batch) -> None:
         eta = status.eta_s if status.eta_s is not None and math.isfinite(status.eta_s) else None
@@ -1211,7 +1280,7 @@ class Scheduler:
         return out
 
     def _launch_all(self, launches: list[tuple[LiveJob, list[TaskLaunch]]], now: float) -> None:
-        batch = Batch()
+        batch = self.batch
         for lj, reqs in launches:
             if made_by_service(self.config.data_dir, lj.checkpoint_dir):
                 Path(lj.checkpoint_dir).mkdir(parents=True, exist_ok=True)

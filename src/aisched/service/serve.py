@@ -2,9 +2,10 @@
 kernel), both with the same app, in one event loop.
 
 `listen_unix` makes the socket writable by every local user: anyone may connect, and what they
-may do follows from who the kernel says they are. `serve` runs until SIGTERM or SIGINT, and a
-second one forces the exit (uvicorn's own signal capture is off: with two servers it would
-re-raise the signal into the default handler and skip the service's close).
+may do follows from who the kernel says they are. `run_servers` runs until asked to stop
+(`stop_servers`, from `service.shutdown.Stopper` on a signal); uvicorn's own signal capture is
+off (with two servers it would re-raise the signal into the default handler, and it waits for
+open connections without a bound).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import contextlib
 import errno
 import ipaddress
 import os
-import signal
 import socket
 import stat
 from collections.abc import Iterator
@@ -96,9 +96,12 @@ def _answers(path: Path) -> bool:
         probe.close()
 
 
-def serve(app: Any, listeners: list[tuple[socket.socket, dict[str, Any]]]) -> None:
-    """Serve `app` on each (socket, extra uvicorn options) until a signal says stop."""
-    servers = [
+def make_servers(
+    app: Any, listeners: list[tuple[socket.socket, dict[str, Any]]], graceful_s: float
+) -> list[tuple[uvicorn.Server, socket.socket]]:
+    """One uvicorn server per (socket, extra uvicorn options), all serving `app`; signals are
+    left to the caller (`service.shutdown.Stopper`)."""
+    return [
         (
             _Server(
                 uvicorn.Config(
@@ -107,6 +110,7 @@ def serve(app: Any, listeners: list[tuple[socket.socket, dict[str, Any]]]) -> No
                     lifespan="off",
                     log_level="warning",
                     timeout_keep_alive=5,
+                    timeout_graceful_shutdown=max(1, int(graceful_s)),
                     limit_concurrency=4096,
                     **extra,
                 )
@@ -116,21 +120,19 @@ def serve(app: Any, listeners: list[tuple[socket.socket, dict[str, Any]]]) -> No
         for sock, extra in listeners
     ]
 
+
+def stop_servers(servers: list[tuple[uvicorn.Server, socket.socket]]) -> None:
+    for server, _ in servers:
+        server.should_exit = True
+
+
+def run_servers(servers: list[tuple[uvicorn.Server, socket.socket]]) -> None:
+    """Serve until one server stops (asked to, or failing), then stop the others."""
+
     async def run() -> None:
-        loop = asyncio.get_running_loop()
-
-        def stop() -> None:
-            for server, _ in servers:
-                if server.should_exit:
-                    server.force_exit = True
-                server.should_exit = True
-
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop)
         tasks = [asyncio.create_task(s.serve(sockets=[sock])) for s, sock in servers]
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for server, _ in servers:
-            server.should_exit = True
+        stop_servers(servers)
         await asyncio.gather(*tasks, return_exceptions=True)
 
     asyncio.run(run())

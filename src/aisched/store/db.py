@@ -3,7 +3,12 @@ writes, `Store.read()` for a consistent read, both yielding a `Tx` with typed he
 
 SQLite by default (one file, WAL, so readers never block the single writer and a commit costs
 one fsync-free append with `synchronous=NORMAL`); any SQLAlchemy URL works, PostgreSQL
-included. The schema is created on first open and its version checked on every open.
+included. The schema is created on first open and its version checked on every open; an
+older one is migrated (`store.migrate`). Every failure to open is a `StoreError` of one line
+that says what to do (a damaged, foreign or newer database; a full or read-only disk).
+
+A write that fails (ENOSPC, EIO, a lock held too long) rolls its whole transaction back: the
+database holds every committed transaction whole and nothing of the failed one.
 
 Who writes: only the service's loop thread writes jobs, tasks and events; API threads read
 them, and write only the `tokens` and `audit` tables (no scheduling state lives there). Rows
@@ -13,6 +18,7 @@ come back as plain dicts (column name → value); the store knows tables, not sc
 from __future__ import annotations
 
 import secrets
+import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,8 +28,8 @@ from sqlalchemy import Engine, bindparam, create_engine, event, func, insert, se
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
-from aisched.store import schema
-from aisched.store.schema import SCHEMA_VERSION, audit, events, jobs, meta, tasks, tokens
+from aisched.store.migrate import SchemaError, check_and_migrate
+from aisched.store.schema import audit, events, jobs, meta, tasks, tokens
 
 Row = dict[str, Any]
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -34,35 +40,29 @@ class StoreError(RuntimeError):
 
 
 class Store:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, busy_timeout_s: float = 30.0) -> None:
         self.url = url
+        self.migration_note: str | None = None
         kwargs: dict[str, Any] = {}
         if url.startswith("sqlite"):
-            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+            kwargs["connect_args"] = {"check_same_thread": False, "timeout": busy_timeout_s}
+        where = url.removeprefix("sqlite:///")
         try:
             self.engine: Engine = create_engine(url, **kwargs)
             if url.startswith("sqlite"):
-                event.listen(self.engine, "connect", _sqlite_pragmas)
-            schema.metadata.create_all(self.engine)
-            self._check_version()
-        except SQLAlchemyError as e:
-            raise StoreError(f"cannot open the state database {url}: {e}") from None
+                event.listen(self.engine, "connect", _sqlite_pragmas(busy_timeout_s))
+            with self.engine.begin() as conn:
+                self.migration_note = check_and_migrate(conn, where)
+        except SchemaError as e:
+            self.engine.dispose()
+            raise StoreError(str(e)) from None
+        except (SQLAlchemyError, sqlite3.Error) as e:
+            raise StoreError(open_failure(where, e)) from None
 
     @classmethod
     def sqlite(cls, path: Path) -> Store:
         path.parent.mkdir(parents=True, exist_ok=True)
         return cls(f"sqlite:///{path}")
-
-    def _check_version(self) -> None:
-        with self.engine.begin() as conn:
-            got = conn.execute(select(meta.c.value).where(meta.c.key == "schema")).scalar()
-            if got is None:
-                conn.execute(insert(meta).values(key="schema", value=str(SCHEMA_VERSION)))
-            elif got != str(SCHEMA_VERSION):
-                raise StoreError(
-                    f"the state database has schema version {got}; this aisched reads "
-                    f"version {SCHEMA_VERSION}"
-                )
 
     def instance_id(self) -> str:
         """A random id made on the database's first open and kept: it names this service's
@@ -90,13 +90,42 @@ class Store:
         self.engine.dispose()
 
 
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=NORMAL")
-    cur.execute("PRAGMA foreign_keys=ON")
-    cur.execute("PRAGMA busy_timeout=30000")
-    cur.close()
+def _sqlite_pragmas(busy_timeout_s: float) -> Callable[[Any, Any], None]:
+    def on_connect(dbapi_conn: Any, _record: Any) -> None:
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+        cur.close()
+
+    return on_connect
+
+
+def open_failure(where: str, exc: BaseException) -> str:
+    """One line for a database that cannot be opened: what is wrong and what to do."""
+    orig = getattr(exc, "orig", None) or exc
+    msg = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
+    low = msg.lower()
+    if "not a database" in low or "malformed" in low:
+        return (
+            f"the state database {where} is damaged ({msg}): move it aside to start with an "
+            "empty one (its jobs are forgotten), or restore it from a backup; "
+            "`sqlite3 FILE .recover` can save what is still readable"
+        )
+    if "disk is full" in low:
+        return f"the state database {where} cannot be written: the disk is full; free some space"
+    if "readonly" in low or "read-only" in low or "unable to open" in low:
+        return (
+            f"the state database {where} cannot be opened for writing ({msg}): give a writable "
+            "--data-dir, or fix the file's permissions"
+        )
+    if "locked" in low:
+        return (
+            f"the state database {where} is locked by another process ({msg}): stop it, or "
+            "give another --data-dir"
+        )
+    return f"cannot open the state database {where}: {msg}"
 
 
 def job_row(values: Mapping[str, Any]) -> Row:
@@ -187,6 +216,13 @@ class Tx:
         )
         rows = [dict(r) for r in self.conn.execute(q).mappings()]
         return rows[::-1]
+
+    def jobs_by_idempotency_key(self, user: str, keys: Sequence[str]) -> list[Row]:
+        """The jobs stored with these keys for `user`, in the order of `keys` (missing ones
+        left out)."""
+        q = select(jobs).where(jobs.c.user == user, jobs.c.idempotency_key.in_(list(keys)))
+        found = {r["idempotency_key"]: dict(r) for r in self.conn.execute(q).mappings()}
+        return [found[k] for k in keys if k in found]
 
     def count_by_state(self) -> dict[str, int]:
         q = select(jobs.c.state, func.count()).group_by(jobs.c.state)

@@ -8,11 +8,14 @@ later through the same definitions).
   `launching`) *before* the task is started and carries the executor's handle once it runs, so
   a restarted scheduler can find every task it may have started.
 - `events`: the append-only log of every state change, in commit order.
-- `meta`: the schema version.
+- `meta`: the schema version (`store.migrate` brings an older database up to it).
 - `tokens`: API bearer tokens, stored only as a SHA-256 of the secret (the secret is shown
   once, at creation). Written by the API threads, never by the loop: no job state lives here.
 - `audit`: who did what to whose job and when (cancellations, admin actions, token changes);
   append-only, written by the API threads.
+
+Changing a table means: bump `SCHEMA_VERSION` and add the step from the previous version to
+`store.migrate.MIGRATIONS`.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from sqlalchemy import (
     Text,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 3
 
 metadata = MetaData()
 
@@ -67,7 +70,11 @@ jobs = Table(
     Column("attained_gpu_s", Float, nullable=False, default=0.0),
     Column("checkpoint_dir", Text, nullable=False),
     Column("warnings", JSON),
+    # The client's Idempotency-Key of the submission that made the job (schema 2): a retried
+    # submission with the same key and user gets this job back instead of a second one.
+    Column("idempotency_key", String(256)),
     Index("ix_jobs_state", "state"),
+    Index("ix_jobs_idempotency", "user", "idempotency_key", unique=True),
 )
 
 tasks = Table(

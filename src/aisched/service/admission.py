@@ -1,0 +1,85 @@
+"""Checks at submission that only this machine can answer, and waiting for a submission to be
+stored without hanging on a failing store.
+
+1. `path_problems`: a task's `workdir` that is not a directory, and a command named by a path
+   (`./train.sh`, `/opt/run`) that is not an executable file, are refused at once (422, one
+   line per problem naming its field) instead of being accepted, failing at start and being
+   retried. A job that names an image is checked inside its image, not here. The check runs
+   as the service's user: a file only the submitter can see is its own business at start.
+2. `until_stored`: the loop answers a submission once it is durable. While the store cannot
+   write, that answer waits (the loop retries its batch); the caller is then told 503 within
+   `patience_s` instead of hanging, and a retry with the same Idempotency-Key returns the job
+   once it is stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from pathlib import Path
+from typing import TypeVar
+
+from aisched.model.job import Job
+
+T = TypeVar("T")
+
+
+class NotStoredYet(Exception):
+    """The store could not take a submission in time; the message is one line."""
+
+
+def _field(job: Job, index: int, name: str) -> str:
+    # A one-task job written with the shorthand (command: at the top) has its fields there.
+    if len(job.groups) == 1 and job.groups[0].name == "main":
+        return name
+    return f"tasks.{index}.{name}"
+
+
+def path_problems(jobs: Sequence[Job], source: str) -> list[str]:
+    """One line per missing working directory or command file, naming the field."""
+    out: list[str] = []
+    for job in jobs:
+        prefix = f"{source}: " if len(jobs) == 1 else f"{source}: job {job.name!r}: "
+        for i, g in enumerate(job.groups):
+            if getattr(g, "image", None):  # run inside its image: nothing to see here
+                continue
+            workdir = Path(g.workdir) if g.workdir else None
+            if workdir is not None and not workdir.is_dir():
+                why = "not a directory" if workdir.exists() else "no such directory"
+                out.append(f"{prefix}{_field(job, i, 'workdir')}: {why}: {workdir}")
+                continue
+            if not g.command or "/" not in g.command[0]:
+                continue  # found on PATH at start (by the task's own environment)
+            exe = Path(g.command[0])
+            if not exe.is_absolute() and workdir is None:
+                continue  # relative to a working directory only the executor knows
+            full = exe if exe.is_absolute() else (workdir or Path()) / exe
+            where = f"{prefix}{_field(job, i, 'command')}.0"
+            if not full.is_file():
+                out.append(f"{where}: no such file: {full}")
+            elif not os.access(full, os.X_OK):
+                out.append(f"{where}: not executable: {full}")
+    return out
+
+
+async def until_stored(
+    future: Future[T], store_failing: Callable[[], bool], patience_s: float = 5.0
+) -> T:
+    """The loop's answer; raises NotStoredYet when the store has been failing for
+    `patience_s` while it waited (a healthy store answers in milliseconds)."""
+    waited = 0.0
+    step = 0.25
+    wrapped = asyncio.wrap_future(future)
+    while True:
+        done, _ = await asyncio.wait({wrapped}, timeout=step)
+        if done:
+            return wrapped.result()
+        waited = waited + step if store_failing() else 0.0
+        if waited >= patience_s:
+            raise NotStoredYet(
+                "the submission is not stored yet: the store cannot write (see /v1/readyz); "
+                "it is kept and stored once the store recovers, so retry with the same "
+                "Idempotency-Key to get that job rather than a second one"
+            )

@@ -1,0 +1,96 @@
+"""The data directory's checks at start: each problem is one line saying what is wrong and
+what to do, raised before anything is written there.
+
+- a link to nothing (an unmounted volume), a file in its place, or a path that cannot be made;
+- foreign: another user's directory, or one full of files that are not aisched's (a home
+  directory given by mistake) - aisched would scatter its state among them;
+- not writable (a read-only filesystem, missing permissions);
+- full: less free space than `limits.disk_min_free`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import pwd
+from pathlib import Path
+
+# What an aisched data directory holds; any one of them marks a directory as aisched's.
+MARKERS = ("lock", "state.db")
+# What a user may keep in a new data directory before the first start (a config, a log).
+_HARMLESS_SUFFIXES = (".yaml", ".yml", ".log", ".json", ".txt")
+
+
+class DataDirError(RuntimeError):
+    """The data directory cannot be used; the message is one line."""
+
+
+def _user(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def prepare(home: Path) -> None:
+    """Create the data directory if needed and refuse one that cannot be aisched's."""
+    if home.is_symlink() and not home.exists():
+        raise DataDirError(
+            f"the data directory {home} is a link to {os.readlink(home)}, which does not exist "
+            "(is its filesystem mounted?); mount it, or give another --data-dir"
+        )
+    if home.exists() and not home.is_dir():
+        raise DataDirError(
+            f"the data directory {home} is not a directory; give a directory as --data-dir"
+        )
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DataDirError(
+            f"cannot create the data directory {home}: {e.strerror or e}; create it, or give "
+            "another --data-dir"
+        ) from None
+    owner = home.stat().st_uid
+    if owner != os.geteuid():
+        raise DataDirError(
+            f"the data directory {home} belongs to {_user(owner)}, not to {_user(os.geteuid())}"
+            f"; run aisched up as its owner, or give another --data-dir"
+        )
+    names = os.listdir(home)
+    if names and not any(m in names for m in MARKERS):
+        strange = sorted(
+            n
+            for n in names
+            if not n.startswith(".")
+            and not (n.endswith(_HARMLESS_SUFFIXES) and (home / n).is_file())
+        )
+        if strange:
+            raise DataDirError(
+                f"the data directory {home} is not aisched's: it holds other files "
+                f"({', '.join(strange[:3])}{', ...' if len(strange) > 3 else ''}); give an "
+                "empty or new directory as --data-dir"
+            )
+
+
+def not_writable(home: Path, exc: OSError) -> DataDirError:
+    if exc.errno == errno.ENOSPC:
+        return full(home, 0, 0)
+    return DataDirError(
+        f"the data directory {home} is not writable ({exc.strerror or exc}); give a writable "
+        "--data-dir, or remount or fix its permissions"
+    )
+
+
+def full(home: Path, free_bytes: int, min_free_bytes: int) -> DataDirError:
+    have = f"only {free_bytes >> 20} MiB free" if free_bytes else "no space left"
+    return DataDirError(
+        f"the data directory {home} has {have}, below the {min_free_bytes >> 20} MiB that "
+        "aisched keeps free (limits.disk_min_free); free some space, or lower the limit"
+    )
+
+
+def check_space(home: Path, min_free_bytes: int) -> None:
+    st = os.statvfs(home)
+    free = st.f_bavail * st.f_frsize
+    if free < min_free_bytes:
+        raise full(home, free, min_free_bytes)

@@ -1,0 +1,212 @@
+"""Readiness, as opposed to liveness: can the service take new work right now, and if not, why.
+
+Liveness (`/v1/healthz`) answers whether the loop thread is alive; a service that is alive but
+cannot write (a full disk, a failing store) or whose steps keep failing is *not ready*: it
+keeps answering reads and serving what runs, but refuses new submissions with a one-line
+reason, 507 (Insufficient Storage) when it is the disk, 503 otherwise. That is how kubelet's
+disk-pressure condition and Slurm's drained node with a reason behave.
+
+What is watched:
+
+1. The free space of the data directory (the database lives there) and of the log directory
+   (tasks' output), through `statvfs`, at most once a `refresh_s`: below `min_free_bytes` is
+   disk pressure. Directories on one filesystem are reported once.
+2. The loop's failed steps (`StepErrors`): a write that failed with ENOSPC is disk pressure
+   too, whatever statvfs says (a quota, a full inode table); another store error or a bug
+   makes the service not ready until a step succeeds again.
+
+Nothing here acts: recovery is the loop's own (it retries its unwritten batch with back-off),
+and readiness comes back by itself once space returns and a step succeeds.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from aisched.service.step_errors import StepErrors
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class DiskState:
+    name: str  # what the directory is for: "data", "logs"
+    path: str
+    free_bytes: int | None  # None: statvfs failed (the directory is gone or unreadable)
+    min_free_bytes: int
+    error: str = ""
+
+    @property
+    def pressure(self) -> bool:
+        return self.free_bytes is None or self.free_bytes < self.min_free_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Readiness:
+    ready: bool
+    problems: tuple[str, ...]  # one line each: what is wrong and why
+    disks: tuple[DiskState, ...]
+    disk_pressure: bool
+    loop_errors_total: int
+    loop_failing_since: float | None
+    last_error: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "ready": self.ready,
+            "problems": list(self.problems),
+            "disk_pressure": self.disk_pressure,
+            "disks": [
+                {
+                    "name": d.name,
+                    "path": d.path,
+                    "free_bytes": d.free_bytes,
+                    "min_free_bytes": d.min_free_bytes,
+                    "pressure": d.pressure,
+                }
+                for d in self.disks
+            ],
+            "loop_errors_total": self.loop_errors_total,
+            "loop_failing_since": self.loop_failing_since,
+            "last_error": self.last_error,
+        }
+
+
+def _free(path: str) -> tuple[int | None, str]:
+    try:
+        st = os.statvfs(path)
+    except OSError as e:
+        return None, e.strerror or str(e)
+    return st.f_bavail * st.f_frsize, ""
+
+
+def _mib(n: int) -> str:
+    return f"{n / MIB:.0f} MiB" if n < 10 * 1024 * MIB else f"{n / (1024 * MIB):.1f} GiB"
+
+
+class Health:
+    def __init__(
+        self,
+        dirs: Sequence[tuple[str, Path]],
+        min_free_bytes: int,
+        errors: StepErrors,
+        alive: Callable[[], bool],
+        *,
+        refresh_s: float = 1.0,
+        statvfs: Callable[[str], tuple[int | None, str]] = _free,
+    ) -> None:
+        self.dirs = tuple((name, str(path)) for name, path in dirs)
+        self.min_free_bytes = min_free_bytes
+        self.errors = errors
+        self.alive = alive
+        self.refresh_s = refresh_s
+        self.statvfs = statvfs
+        self._lock = threading.Lock()
+        self._disks: tuple[DiskState, ...] = ()
+        self._checked_at = -1e18
+
+    def disks(self) -> tuple[DiskState, ...]:
+        with self._lock:
+            now = time.monotonic()
+            if now - self._checked_at >= self.refresh_s:
+                self._checked_at = now
+                self._disks = self._measure()
+            return self._disks
+
+    def _measure(self) -> tuple[DiskState, ...]:
+        out: list[DiskState] = []
+        seen: set[int] = set()
+        for name, path in self.dirs:
+            try:
+                dev = os.stat(path).st_dev
+            except OSError:
+                dev = -1
+            if dev in seen:
+                continue  # one filesystem, one figure
+            if dev != -1:
+                seen.add(dev)
+            free, error = self.statvfs(path)
+            out.append(DiskState(name, path, free, self.min_free_bytes, error))
+        return tuple(out)
+
+    def check(self) -> Readiness:
+        disks = self.disks()
+        e = self.errors
+        problems: list[str] = []
+        if not self.alive():
+            problems.append("the scheduler loop is not running")
+        for d in disks:
+            if d.free_bytes is None:
+                problems.append(f"disk pressure: the {d.name} directory {d.path}: {d.error}")
+            elif d.pressure:
+                problems.append(
+                    f"disk pressure: {_mib(d.free_bytes)} free for the {d.name} directory "
+                    f"{d.path}, below the {_mib(d.min_free_bytes)} it keeps free"
+                )
+        # Read once: the loop thread replaces these fields as it goes.
+        kind, consecutive, last = e.kind, e.consecutive, e.last_error
+        if consecutive and kind == "disk-full":
+            problems.append(f"disk pressure: the store cannot write: {last}")
+        elif consecutive and kind in ("io-error", "store"):
+            problems.append(f"the store is failing ({consecutive} steps in a row): {last}")
+        elif consecutive:
+            problems.append(f"the scheduler's step is failing ({consecutive} in a row): {last}")
+        pressure = any(d.pressure for d in disks) or (consecutive > 0 and kind == "disk-full")
+        return Readiness(
+            ready=not problems,
+            problems=tuple(problems),
+            disks=disks,
+            disk_pressure=pressure,
+            loop_errors_total=e.total,
+            loop_failing_since=e.since,
+            last_error=last,
+        )
+
+    def refusal(self) -> tuple[int, str] | None:
+        """(status, one-line reason) when a submission must be refused now, else None."""
+        r = self.check()
+        if r.ready:
+            return None
+        status = 507 if r.disk_pressure else 503
+        return status, f"the service is not accepting new jobs: {r.problems[0]}"
+
+
+class HealthCollector(Collector):
+    """`aisched_ready`, `aisched_disk_pressure`, `aisched_disk_free_bytes` and
+    `aisched_loop_errors_total`, read when scraped."""
+
+    def __init__(self, health: Health) -> None:
+        self.health = health
+
+    def collect(self) -> Iterator[Metric]:
+        r = self.health.check()
+        yield GaugeMetricFamily(
+            "aisched_ready", "1 when the service accepts new jobs (see /v1/readyz).", r.ready
+        )
+        yield GaugeMetricFamily(
+            "aisched_disk_pressure",
+            "1 while free space is below the threshold or a write failed for lack of space.",
+            r.disk_pressure,
+        )
+        free = GaugeMetricFamily(
+            "aisched_disk_free_bytes",
+            "Free space of each watched directory's filesystem.",
+            labels=["dir"],
+        )
+        for d in r.disks:
+            if d.free_bytes is not None:
+                free.add_metric([d.name], d.free_bytes)
+        yield free
+        yield CounterMetricFamily(
+            "aisched_loop_errors",
+            "Steps of the scheduler loop that raised (each is retried after a back-off).",
+            value=r.loop_errors_total,
+        )

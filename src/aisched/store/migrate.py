@@ -1,0 +1,80 @@
+"""Schema versions of the state database and the steps between them.
+
+A database records its version in `meta` (key `schema`). On open (`check_and_migrate`):
+
+- an empty database gets the current tables and version;
+- a database of an older version is brought up to date by the steps of `MIGRATIONS`, all in
+  one transaction, so a failed migration leaves the old database as it was;
+- a newer version, or tables without the `meta` row (another program's database), is refused
+  with one line saying what to do: nothing is changed.
+
+Why not Alembic: the schema is one file of SQLAlchemy Core tables, every step so far is an
+`ALTER TABLE ... ADD COLUMN` and an index, and the service must migrate itself at start with
+no migration scripts shipped beside it. A linear list of steps checked by a test (an old
+database migrated equals a new one) does that; Alembic earns its place once there are
+branches or data migrations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlalchemy import Connection, inspect, select, text
+
+from aisched.store.schema import SCHEMA_VERSION, audit, meta, metadata, tokens
+
+
+class SchemaError(RuntimeError):
+    """The database cannot be used by this aisched: its message is one line, with the fix."""
+
+
+def _v1_to_v2(conn: Connection) -> None:
+    conn.execute(text("ALTER TABLE jobs ADD COLUMN idempotency_key VARCHAR(256)"))
+    conn.execute(text('CREATE UNIQUE INDEX ix_jobs_idempotency ON jobs ("user", idempotency_key)'))
+
+
+def _v2_to_v3(conn: Connection) -> None:
+    """Sharing: API tokens (hashed) and the audit log, two new tables."""
+    tokens.create(conn)
+    audit.create(conn)
+
+
+# MIGRATIONS[v] takes a database from version v to v + 1.
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3}
+
+
+def check_and_migrate(conn: Connection, where: str) -> str | None:
+    """Make the database at `where` current (inside the caller's transaction); returns a note
+    when it was migrated. Raises SchemaError when it cannot be used."""
+    tables = set(inspect(conn).get_table_names())
+    if not tables:
+        metadata.create_all(conn)
+        conn.execute(meta.insert().values(key="schema", value=str(SCHEMA_VERSION)))
+        return None
+    got = None
+    if "meta" in tables:
+        got = conn.execute(select(meta.c.value).where(meta.c.key == "schema")).scalar()
+    if got is None or "jobs" not in tables:
+        raise SchemaError(
+            f"{where} is not an aisched state database (its tables: "
+            f"{', '.join(sorted(tables))}); give aisched its own --data-dir or --database"
+        )
+    try:
+        version = int(got)
+    except ValueError:
+        raise SchemaError(
+            f"{where} has an unreadable schema version {got!r}; it is damaged: move it aside "
+            "(aisched then starts empty) or restore it from a backup"
+        ) from None
+    if version > SCHEMA_VERSION:
+        raise SchemaError(
+            f"{where} was written by a newer aisched (schema version {version}; this one "
+            f"reads up to {SCHEMA_VERSION}): run that newer aisched, or give another "
+            "--data-dir"
+        )
+    if version == SCHEMA_VERSION:
+        return None
+    for v in range(version, SCHEMA_VERSION):
+        MIGRATIONS[v](conn)
+    conn.execute(meta.update().where(meta.c.key == "schema").values(value=str(SCHEMA_VERSION)))
+    return f"migrated the state database from schema version {version} to {SCHEMA_VERSION}"

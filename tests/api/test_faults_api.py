@@ -1,0 +1,172 @@
+"""Submissions under faults, through the real app, store and loop (the fake executor runs no
+processes): Idempotency-Key, paths checked at submission, disk pressure, a locked store."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from clients import client_for
+from fastapi.testclient import TestClient
+
+from aisched.service.app import Service
+from aisched.testing.fakes import FakeExecutor
+
+OpenService = Callable[..., Service]  # the open_service fixture of conftest.py
+
+
+def ids(client: TestClient) -> list[str]:
+    return [j["id"] for j in client.get("/v1/jobs", params={"all": "true"}).json()["jobs"]]
+
+
+def until(what: str, check: Any, timeout_s: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while not (got := check()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+    return got
+
+
+def test_a_retried_submission_with_the_same_key_gives_the_first_job(client: TestClient) -> None:
+    doc = {"command": ["echo", "hi"]}
+    first = client.post("/v1/jobs", json=doc, headers={"Idempotency-Key": "k-1"})
+    again = client.post("/v1/jobs", json=doc, headers={"Idempotency-Key": "k-1"})
+    other = client.post("/v1/jobs", json=doc, headers={"Idempotency-Key": "k-2"})
+    # A header that names another user names nobody: it is still the same caller's key.
+    forged = client.post(
+        "/v1/jobs", json=doc, headers={"Idempotency-Key": "k-1", "X-Aisched-User": "bob"}
+    )
+    assert [r.status_code for r in (first, again, other, forged)] == [201, 201, 201, 201]
+    assert [r.json()["id"] for r in (first, again, other, forged)] == ["1", "1", "2", "1"]
+    assert ids(client) == ["2", "1"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root service runs another user's jobs")
+def test_the_same_key_from_another_user_is_another_job(
+    client: TestClient, client_as: Callable[[str], TestClient]
+) -> None:
+    doc = {"command": ["echo", "hi"]}
+    first = client.post("/v1/jobs", json=doc, headers={"Idempotency-Key": "k-1"})
+    theirs = client_as("nobody").post("/v1/jobs", json=doc, headers={"Idempotency-Key": "k-1"})
+    assert [(r.status_code, r.json()["id"]) for r in (first, theirs)] == [(201, "1"), (201, "2")]
+
+
+def test_a_retried_pipeline_gives_the_same_jobs(client: TestClient) -> None:
+    text = "name: a\ncommand: [echo, a]\n---\nname: b\ncommand: [echo, b]\ndepends_on: [a]\n"
+    headers = {"Idempotency-Key": "p-1", "Content-Type": "application/yaml"}
+    first = client.post("/v1/jobs", content=text, headers=headers)
+    again = client.post("/v1/jobs", content=text, headers=headers)
+    assert (first.status_code, again.status_code) == (201, 201)
+    assert [j["id"] for j in first.json()["jobs"]] == ["1", "2"]
+    assert [j["id"] for j in again.json()["jobs"]] == ["1", "2"]
+    assert ids(client) == ["2", "1"]
+
+
+def test_a_missing_workdir_or_command_file_is_refused_at_submission(
+    client: TestClient, tmp_path: Path
+) -> None:
+    (tmp_path / "script.sh").write_text("#!/bin/sh\n")
+    r = client.post("/v1/jobs", json={"command": ["true"], "workdir": str(tmp_path / "nope")})
+    assert (r.status_code, r.json()) == (
+        422,
+        {
+            "error": "invalid job",
+            "problems": [f"request: workdir: no such directory: {tmp_path / 'nope'}"],
+        },
+    )
+    r = client.post(
+        "/v1/jobs",
+        json={
+            "tasks": [
+                {"name": "a", "command": ["./missing.sh"], "workdir": str(tmp_path)},
+                {"name": "b", "command": ["./script.sh"], "workdir": str(tmp_path)},
+            ]
+        },
+        params={"source": "job.yaml"},
+    )
+    assert (r.status_code, r.json()["problems"]) == (
+        422,
+        [
+            f"job.yaml: tasks.0.command.0: no such file: {tmp_path / 'missing.sh'}",
+            f"job.yaml: tasks.1.command.0: not executable: {tmp_path / 'script.sh'}",
+        ],
+    )
+    assert ids(client) == []
+
+
+def test_under_disk_pressure_submissions_are_refused_and_readiness_says_why(
+    open_service: OpenService, fx: FakeExecutor, tmp_path: Path
+) -> None:
+    svc = open_service(fx)
+    client = client_for(svc)
+    assert client.post("/v1/jobs", json={"command": ["true"]}).status_code == 201
+    svc.health.min_free_bytes = 1 << 60  # more than any disk has: pressure now
+    svc.health.refresh_s = 0.0
+    ready = client.get("/v1/readyz")
+    assert ready.status_code == 503
+    body = ready.json()
+    assert (body["ready"], body["disk_pressure"]) == (False, True)
+    assert body["problems"][0].startswith("disk pressure: ")
+    assert body["problems"][0].endswith(
+        f"free for the data directory {tmp_path}, below the 1073741824.0 GiB it keeps free"
+    )
+    r = client.post("/v1/jobs", json={"command": ["true"]})
+    assert r.status_code == 507
+    assert r.json() == {
+        "error": f"the service is not accepting new jobs: {body['problems'][0]}",
+        "problems": [],
+    }
+    assert client.get("/v1/healthz").json() == {"ok": True}  # alive all along
+    assert "aisched_disk_pressure 1.0" in client.get("/metrics").text
+    svc.health.min_free_bytes = 0  # space is back
+    assert client.get("/v1/readyz").status_code == 200
+    assert client.post("/v1/jobs", json={"command": ["true"]}).status_code == 201
+    assert ids(client) == ["2", "1"]
+
+
+def test_a_locked_store_fails_steps_visibly_and_loses_nothing(
+    open_service: OpenService, fx: FakeExecutor, tmp_path: Path
+) -> None:
+    svc = open_service(fx, limits={"store_busy_timeout": "0.2s"})
+    client = client_for(svc)
+    holder = sqlite3.connect(tmp_path / "state.db", isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # another writer holds the database
+    answers: list[Any] = []
+    doc = {"command": ["echo", "kept"]}
+
+    def submit() -> None:
+        answers.append(client.post("/v1/jobs", json=doc, headers={"Idempotency-Key": "x"}))
+
+    t = threading.Thread(target=submit)
+    t.start()
+    t.join(30)
+    (first,) = answers
+    assert first.status_code == 503
+    assert first.json()["error"].startswith("the submission is not stored yet: the store cannot")
+    ready = client.get("/v1/readyz").json()
+    assert ready["ready"] is False
+    assert ready["problems"][0].startswith("the store is failing (")
+    assert ready["problems"][0].endswith(
+        "steps in a row): (sqlite3.OperationalError) database is locked"
+    )
+    assert client.post("/v1/jobs", json=doc).status_code == 503  # refused at once now
+    (node,) = client.get("/v1/nodes").json()["nodes"]
+    assert ready["problems"][0] in node["notes"]  # `aisched nodes` shows it too
+    holder.execute("ROLLBACK")
+    holder.close()
+    until("readiness", lambda: client.get("/v1/readyz").status_code == 200)
+    again = client.post("/v1/jobs", json=doc, headers={"Idempotency-Key": "x"})
+    assert (again.status_code, again.json()["id"]) == (201, "1")
+    assert ids(client) == ["1"]  # stored once, by the retried batch
+    until("the job to run", lambda: client.get("/v1/jobs/1").json()["state"] == "running")
+    errors = [
+        line for line in client.get("/metrics").text.splitlines()
+        if line.startswith("aisched_loop_errors_total ")
+    ]  # fmt: skip
+    assert len(errors) == 1 and float(errors[0].split()[1]) >= 1

@@ -1,0 +1,332 @@
+"""Fault injection on a real `aisched up`: a small tmpfs as the data directory (mounted here,
+as root; skipped with the reason otherwise), a database locked by another process, and every
+start-up error as one line with exit status 2."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from harness import Service, cancel_all, free_port, local_service, wait_for
+
+from aisched.store.db import Store
+
+MIB = 1 << 20
+LIMITS = "limits: {log_max_size: 4M, log_max_files: 2, disk_min_free: 8M}\n"
+# Fills the filesystem of the file it is given, then waits (as a runaway task would).
+FILL = (
+    "import sys, time\n"
+    "f = open(sys.argv[1], 'wb', buffering=0)\n"
+    "for size in (1 << 20, 4096, 1):\n"
+    "    try:\n"
+    "        while True:\n"
+    "            f.write(b'\\0' * size)\n"
+    "    except OSError:\n"
+    "        pass\n"
+    "f.close()\n"
+    "time.sleep(600)\n"
+)
+
+
+def _can_mount() -> str | None:
+    if os.geteuid() != 0:
+        return "mounting a tmpfs needs root"
+    return None
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 64 MiB tmpfs, unmounted (lazily: a task may still hold a file) after the test."""
+    why = _can_mount()
+    if why is not None:
+        pytest.skip(why)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    got = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64m,mode=0755", "tmpfs", str(mnt)],
+        capture_output=True,
+        text=True,
+    )
+    if got.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {got.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def tmpfs_service(tmp_path: Path, mnt: Path) -> Service:
+    """A service whose data directory is on the tmpfs (its own log stays outside it)."""
+    work, home = tmp_path / "work", mnt / "home"
+    work.mkdir()
+    home.mkdir()
+    (tmp_path / "config.yaml").write_text(LIMITS + "cycle_interval: 0.2s\n")
+    args = ["--gpus", "1", "--cpus", "4", "--mem", "8G", "--config", str(tmp_path / "config.yaml")]
+    svc = Service(home, free_port(), work, args)
+    svc.log = tmp_path / "service.log"
+    return svc
+
+
+def readyz(svc: Service) -> tuple[int, dict[str, object]]:
+    r = httpx.get(f"{svc.url}/v1/readyz", timeout=10)  # no identity needed, like healthz
+    return r.status_code, r.json()
+
+
+def states(svc: Service) -> dict[str, str]:
+    jobs = svc.api.get("/v1/jobs", params={"all": "true"}).json()["jobs"]
+    return {j["id"]: j["state"] for j in jobs}
+
+
+def test_a_task_writing_200_mb_leaves_at_most_the_cap_on_disk(tmp_path: Path, tmpfs: Path) -> None:
+    svc = tmpfs_service(tmp_path, tmpfs)
+    svc.start()
+    try:
+        big = svc.run(
+            "--", sys.executable, "-c",
+            "import sys\nline = 'x' * 1023 + '\\n'\nfor _ in range(200 * 1024): "
+            "sys.stdout.write(line)\nprint('done')",
+        )  # fmt: skip
+        assert svc.wait_state(big, "succeeded", "failed", timeout_s=120)["state"] == "succeeded"
+        logs = sorted((svc.home / "logs" / big / "1").glob("main-0.log*"))
+        assert [p.name for p in logs] == ["main-0.log", "main-0.log.1"]
+        assert sum(p.stat().st_size for p in logs) <= 2 * 4 * MIB
+        shown = svc.cli("logs", big).stdout
+        assert shown.startswith("aisched: log rotated (")
+        assert shown.endswith("done\n")
+        assert readyz(svc)[0] == 200
+    finally:
+        cancel_all(svc)
+        svc.stop()
+
+
+def test_a_full_disk_refuses_submissions_then_recovers_with_every_job(
+    tmp_path: Path, tmpfs: Path
+) -> None:
+    svc = tmpfs_service(tmp_path, tmpfs)
+    svc.start()
+    svc.admin_token()  # made while the disk has room: a token is stored like anything else
+    fill = tmpfs / "fill"
+    try:
+        ends_while_full = svc.run("--", "sleep", "3")
+        filler = svc.run("--", sys.executable, "-c", FILL, str(fill))
+        svc.wait_state(filler, "running")
+
+        def pressure() -> dict[str, object] | None:
+            code, body = readyz(svc)
+            return body if code == 503 and body["disk_pressure"] else None
+
+        body = wait_for("readiness to report disk pressure", pressure, 30)
+        assert str(body["problems"][0]).startswith("disk pressure: ")
+        assert httpx.get(f"{svc.url}/v1/healthz", timeout=5).json() == {"ok": True}
+        r = svc.api.post("/v1/jobs", json={"command": ["true"]}, timeout=5)
+        assert r.status_code == 507
+        assert r.json()["error"].startswith("the service is not accepting new jobs: disk pressure")
+        refused = svc.cli("run", "--", "true", check=False)
+        assert refused.returncode == 1
+        assert refused.stderr.startswith("error: the service is not accepting new jobs: disk ")
+        time.sleep(4)  # the sleep ends while the disk is full
+        fill.unlink()
+        wait_for("readiness again", lambda: readyz(svc)[0] == 200, 60)
+        after = svc.run("--", "true")
+        assert svc.wait_state(after, "succeeded", "failed", timeout_s=60)["state"] == "succeeded"
+        done = svc.wait_state(ends_while_full, "succeeded", "failed", timeout_s=60)
+        assert done["state"] == "succeeded"
+        svc.cli("cancel", filler)
+        svc.wait_state(filler, "cancelled")
+        assert states(svc) == {
+            ends_while_full: "succeeded",
+            filler: "cancelled",
+            after: "succeeded",
+        }
+    finally:
+        fill.unlink(missing_ok=True)
+        cancel_all(svc)
+        svc.stop()
+
+
+def test_sigterm_while_another_process_locks_the_database_exits_within_the_grace(
+    tmp_path: Path,
+) -> None:
+    with local_service(tmp_path, "limits: {shutdown_grace: 3s}\n") as svc:
+        keeps = svc.run("--", "sleep", "60")
+        svc.wait_state(keeps, "running")
+        task_pid = int(
+            (svc.home / "tasks" / keeps / "1" / "main-0" / "started.json")
+            .read_text()
+            .split('"child_pid": ')[1]
+            .split(",")[0]
+        )
+        holder = subprocess.Popen(
+            [sys.executable, "-c",
+             "import sqlite3, sys, time\n"
+             "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+             "c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(120)",
+             str(svc.home / "state.db")],
+            stdout=subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            assert holder.stdout is not None and holder.stdout.readline() == b"locked\n"
+            # A submission that the wedged store cannot take, in flight at the SIGTERM.
+            client = subprocess.Popen(
+                [sys.executable, "-m", "aisched", "run", "--", "true"],
+                env=svc.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            time.sleep(1)
+            assert svc.proc is not None
+            svc.proc.send_signal(signal.SIGTERM)
+            svc.proc.wait(3 + 5)  # the grace, and time for the process to be reaped
+            client.kill()
+            client.wait()
+            os.kill(task_pid, 0)  # raises if gone: the task runs on, for the next start
+        finally:
+            holder.kill()
+            holder.wait()
+        svc.start()  # adopts it; cancel_all ends it
+        assert svc.job(keeps)["state"] == "running"
+
+
+def test_a_second_sigterm_exits_at_once(tmp_path: Path) -> None:
+    with local_service(tmp_path, "limits: {shutdown_grace: 60s}\n") as svc:
+        holder = subprocess.Popen(
+            [sys.executable, "-c",
+             "import sqlite3, sys, time\n"
+             "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+             "c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(120)",
+             str(svc.home / "state.db")],
+            stdout=subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            assert holder.stdout is not None and holder.stdout.readline() == b"locked\n"
+            assert svc.proc is not None
+            client = subprocess.Popen(
+                [sys.executable, "-m", "aisched", "run", "--", "true"],
+                env=svc.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            time.sleep(1)
+            svc.proc.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+            svc.proc.send_signal(signal.SIGINT)
+            assert svc.proc.wait(10) == 1
+            client.kill()
+            client.wait()
+        finally:
+            holder.kill()
+            holder.wait()
+        assert "aisched: second SIGINT: exiting at once" in svc.log.read_text()
+
+
+def test_aisched_run_retries_a_timed_out_submission_and_makes_one_job(tmp_path: Path) -> None:
+    with local_service(tmp_path) as svc:
+        holder = subprocess.Popen(
+            [sys.executable, "-c",
+             "import sqlite3, sys, time\n"
+             "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+             "c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(3)",
+             str(svc.home / "state.db")],
+            stdout=subprocess.PIPE,
+        )  # fmt: skip
+        assert holder.stdout is not None and holder.stdout.readline() == b"locked\n"
+        run = subprocess.run(
+            [sys.executable, "-m", "aisched", "run", "--", "echo", "once"],
+            env={**svc.env(), "AISCHED_SUBMIT_TIMEOUT": "1"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        holder.wait()
+        assert (run.returncode, run.stdout, run.stderr) == (0, "1\n", "")
+        svc.wait_state("1", "succeeded")
+        assert states(svc) == {"1": "succeeded"}
+
+
+# --- start-up errors ----------------------------------------------------------------------
+
+
+def up(home: Path, port: int | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "aisched", "up", "--data-dir", str(home), "--gpus", "1",
+         "--port", str(port or free_port())],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def one_line(got: subprocess.CompletedProcess[str]) -> str:
+    assert (got.returncode, got.stdout) == (2, ""), got.stderr
+    lines = got.stderr.splitlines()
+    assert len(lines) == 1, got.stderr
+    return lines[0]
+
+
+def test_a_missing_data_directory_is_one_line(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.symlink_to(tmp_path / "unmounted" / "volume")
+    assert one_line(up(home)) == (
+        f"error: the data directory {home} is a link to {tmp_path / 'unmounted' / 'volume'}, "
+        "which does not exist (is its filesystem mounted?); mount it, or give another --data-dir"
+    )
+
+
+def test_a_foreign_data_directory_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("print('mine')\n")
+    (tmp_path / "data").mkdir()
+    assert one_line(up(tmp_path)) == (
+        f"error: the data directory {tmp_path} is not aisched's: it holds other files (data, "
+        "train.py); give an empty or new directory as --data-dir"
+    )
+
+
+def test_a_damaged_database_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "state.db").write_bytes(b"\x00garbage" * 1000)
+    assert one_line(up(tmp_path)).startswith(
+        f"error: the state database {tmp_path / 'state.db'} is damaged (file is not a database)"
+    )
+
+
+def test_a_newer_database_is_one_line(tmp_path: Path) -> None:
+    Store(f"sqlite:///{tmp_path / 'state.db'}").close()
+    import sqlite3
+
+    con = sqlite3.connect(tmp_path / "state.db")
+    con.execute("UPDATE meta SET value = '7' WHERE key = 'schema'")
+    con.commit()
+    con.close()
+    assert one_line(up(tmp_path)).startswith(
+        f"error: {tmp_path / 'state.db'} was written by a newer aisched (schema version 7;"
+    )
+
+
+def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert one_line(up(tmp_path / "home", port)) == (
+            f"error: cannot listen on 127.0.0.1:{port}: Address already in use; another "
+            "program (another aisched up?) has it: stop it, or give --port"
+        )
+
+
+def test_a_read_only_data_directory_is_one_line(tmpfs: Path) -> None:
+    subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)], check=True)
+    assert one_line(up(tmpfs)) == (
+        f"error: the data directory {tmpfs} is not writable (Read-only file system); give a "
+        "writable --data-dir, or remount or fix its permissions"
+    )
+
+
+def test_a_full_data_directory_is_one_line(tmpfs: Path) -> None:
+    # 64 MiB is below the 256 MiB aisched keeps free by default.
+    line = one_line(up(tmpfs))
+    assert line.startswith(f"error: the data directory {tmpfs} has only ")
+    assert line.endswith(
+        "MiB free, below the 256 MiB that aisched keeps free (limits.disk_min_free); free some "
+        "space, or lower the limit"
+    )

@@ -1,0 +1,98 @@
+"""Readiness from the disks and the loop's failures, and the data directory's start-up checks."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from aisched.service import datadir
+from aisched.service.health import Health
+from aisched.service.step_errors import StepErrors
+
+MIB = 1 << 20
+
+
+def health(tmp_path: Path, free: dict[str, int | None], errors: StepErrors) -> Health:
+    """Over real directories, with the free space each reports chosen by the test."""
+
+    def statvfs(path: str) -> tuple[int | None, str]:
+        got = free[path]
+        return (got, "") if got is not None else (None, "No such file or directory")
+
+    return Health(
+        (("data", tmp_path / "a"), ("logs", tmp_path / "b")),
+        100 * MIB,
+        errors,
+        lambda: True,
+        refresh_s=0.0,
+        statvfs=statvfs,
+    )
+
+
+def test_readiness_names_each_problem_and_the_refusal_its_status(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    errors = StepErrors()
+    free: dict[str, int | None] = {str(tmp_path / "a"): 50 * MIB, str(tmp_path / "b"): None}
+    h = health(tmp_path, free, errors)
+    r = h.check()
+    assert (r.ready, r.disk_pressure) == (False, True)
+    assert r.problems == (
+        f"disk pressure: 50 MiB free for the data directory {tmp_path / 'a'}, below the 100 MiB "
+        "it keeps free",
+        f"disk pressure: the logs directory {tmp_path / 'b'}: No such file or directory",
+    )
+    assert h.refusal() == (507, f"the service is not accepting new jobs: {r.problems[0]}")
+    free[str(tmp_path / "a")] = 500 * MIB
+    (tmp_path / "b").mkdir()  # the same filesystem as a: reported once
+    errors.failed(RuntimeError("a bug"), now=1.0)
+    r = h.check()
+    assert [d.name for d in r.disks] == ["data"]
+    assert r.problems == ("the scheduler's step is failing (1 in a row): a bug",)
+    assert h.refusal() == (503, f"the service is not accepting new jobs: {r.problems[0]}")
+    errors.succeeded()
+    assert (h.check().ready, h.refusal()) == (True, None)
+
+
+def test_a_write_that_failed_for_lack_of_space_is_disk_pressure(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    errors = StepErrors()
+    errors.failed(OSError(28, "No space left on device"), now=1.0)
+    r = health(tmp_path, {str(tmp_path / "a"): 500 * MIB}, errors).check()
+    assert (r.ready, r.disk_pressure, r.problems) == (
+        False,
+        True,
+        ("disk pressure: the store cannot write: [Errno 28] No space left on device",),
+    )
+
+
+def test_a_new_directory_with_a_config_in_it_is_fine(tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text("port: 1\n")
+    (tmp_path / "service.log").write_text("")
+    datadir.prepare(tmp_path)
+    datadir.prepare(tmp_path / "new" / "dir")
+    assert (tmp_path / "new" / "dir").is_dir()
+
+
+def test_a_file_in_place_of_the_directory_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("")
+    with pytest.raises(datadir.DataDirError) as err:
+        datadir.prepare(tmp_path / "f")
+    assert str(err.value) == (
+        f"the data directory {tmp_path / 'f'} is not a directory; give a directory as --data-dir"
+    )
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user needs root")
+def test_another_users_directory_is_refused(tmp_path: Path) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 65534, 65534)
+    with pytest.raises(datadir.DataDirError) as err:
+        datadir.prepare(theirs)
+    assert str(err.value).startswith(f"the data directory {theirs} belongs to ")
+    assert str(err.value).endswith(
+        "not to root (uid 0); run aisched up as its owner, or give another --data-dir"
+    )

@@ -1,0 +1,113 @@
+"""Opening the state database: created, migrated from an older schema, or refused in one line
+(damaged, foreign, newer) without being changed."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, inspect
+
+from aisched.store.db import Store, StoreError
+from aisched.store.schema import SCHEMA_VERSION
+
+# The schema-1 tables as aisched 0.1 made them (the jobs table without idempotency_key).
+V1_JOBS = """CREATE TABLE jobs (seq INTEGER NOT NULL, id VARCHAR(32) NOT NULL,
+ name VARCHAR(128) NOT NULL, user VARCHAR(128) NOT NULL, queue VARCHAR(128) NOT NULL,
+ priority INTEGER NOT NULL, kind VARCHAR(16) NOT NULL, format VARCHAR(16) NOT NULL,
+ spec JSON NOT NULL, state VARCHAR(16) NOT NULL, submitted_at FLOAT NOT NULL, started_at FLOAT,
+ attempt_started_at FLOAT, finished_at FLOAT, attempt INTEGER NOT NULL,
+ failures INTEGER NOT NULL, preemptions INTEGER NOT NULL, not_before FLOAT,
+ stopping VARCHAR(16), waiting_for JSON, reason_code VARCHAR(32), reason TEXT, eta FLOAT,
+ predicted_s FLOAT, predicted_upper_s FLOAT, exit_code INTEGER, message TEXT,
+ attained_gpu_s FLOAT NOT NULL, checkpoint_dir TEXT NOT NULL, warnings JSON,
+ PRIMARY KEY (seq), UNIQUE (id))"""
+
+
+def url(path: Path) -> str:
+    return f"sqlite:///{path}"
+
+
+def shape(path: Path) -> dict[str, object]:
+    """Columns and indexes of the jobs table, as the database reports them."""
+    insp = inspect(create_engine(url(path)))
+    return {
+        "columns": sorted(c["name"] for c in insp.get_columns("jobs")),
+        "indexes": sorted((i["name"], tuple(i["column_names"])) for i in insp.get_indexes("jobs")),
+    }
+
+
+def test_an_older_database_is_migrated_to_what_a_new_one_is(tmp_path: Path) -> None:
+    old = tmp_path / "old.db"
+    con = sqlite3.connect(old)
+    con.execute(V1_JOBS)
+    con.execute("CREATE INDEX ix_jobs_state ON jobs (state)")
+    con.execute("CREATE TABLE meta (key VARCHAR(64) PRIMARY KEY, value TEXT NOT NULL)")
+    con.execute("INSERT INTO meta VALUES ('schema', '1')")
+    con.execute(
+        "INSERT INTO jobs (seq, id, name, user, queue, priority, kind, format, spec, state, "
+        "submitted_at, attempt, failures, preemptions, attained_gpu_s, checkpoint_dir) VALUES "
+        "(1, '1', 'a', 'u', 'default', 0, 'batch', 'native', '{}', 'succeeded', 1.0, 1, 0, 0, "
+        "0.0, '/c')"
+    )
+    con.commit()
+    con.close()
+    store = Store(url(old))
+    assert store.migration_note == (
+        f"migrated the state database from schema version 1 to {SCHEMA_VERSION}"
+    )
+    with store.read() as tx:
+        assert [(r["id"], r["state"], r["idempotency_key"]) for r in tx.list_jobs()] == [
+            ("1", "succeeded", None)
+        ]
+    store.close()
+    Store(url(tmp_path / "new.db")).close()
+    assert shape(old) == shape(tmp_path / "new.db")
+    assert Store(url(old)).migration_note is None  # once is enough
+
+
+def test_a_newer_database_is_refused_and_left_alone(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    Store(url(db)).close()
+    con = sqlite3.connect(db)
+    con.execute("UPDATE meta SET value = '99' WHERE key = 'schema'")
+    con.commit()
+    con.close()
+    with pytest.raises(StoreError) as err:
+        Store(url(db))
+    assert str(err.value) == (
+        f"{db} was written by a newer aisched (schema version 99; this one reads up to "
+        f"{SCHEMA_VERSION}): run that newer aisched, or give another --data-dir"
+    )
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT value FROM meta").fetchall() == [("99",)]
+
+
+def test_a_damaged_database_is_one_line_with_what_to_do(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    db.write_bytes(b"this is not SQLite at all, just bytes " * 200)
+    with pytest.raises(StoreError) as err:
+        Store(url(db))
+    assert str(err.value) == (
+        f"the state database {db} is damaged (file is not a database): move it aside to start "
+        "with an empty one (its jobs are forgotten), or restore it from a backup; "
+        "`sqlite3 FILE .recover` can save what is still readable"
+    )
+
+
+def test_another_programs_database_is_refused_and_not_changed(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE photos (id INTEGER)")
+    con.commit()
+    con.close()
+    with pytest.raises(StoreError) as err:
+        Store(url(db))
+    assert str(err.value) == (
+        f"{db} is not an aisched state database (its tables: photos); give aisched its own "
+        "--data-dir or --database"
+    )
+    con = sqlite3.connect(db)
+    tables = con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    assert tables == [("photos",)]
