@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import ssl
 import stat
 import subprocess
@@ -25,6 +26,8 @@ import psutil
 import pytest
 from harness import Service, free_port, local_service, wait_for
 from users import GROUP, User
+
+from aisched.service.protocol import HEADER_TIMEOUT_S
 
 CONFIG = f"""
 queues:
@@ -311,3 +314,13 @@ def test_huge_and_deep_bodies_are_refused_without_cost(service: Service) -> None
     )
     assert api.get("/v1/healthz").json() == {"ok": True}
     assert os.path.exists(service.socket)
+
+
+def test_a_client_that_never_finishes_its_headers_is_disconnected(service: Service) -> None:
+    """Slowloris: a connection that trickles a request's headers is closed by the service
+    (after HEADER_TIMEOUT_S), not kept open for ever; the service goes on answering."""
+    with socket.create_connection(("127.0.0.1", service.port)) as conn:
+        conn.sendall(b"GET /v1/jobs HTTP/1.1\r\nHost: aisched\r\n")  # and never the blank line
+        conn.settimeout(HEADER_TIMEOUT_S + 20)
+        assert conn.recv(1) == b""  # closed by the service (a time-out would raise instead)
+    assert service.api.get("/v1/healthz").json() == {"ok": True}

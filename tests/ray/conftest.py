@@ -23,6 +23,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 
 from harness import Service, free_port  # noqa: E402
+from users import local_users  # noqa: E402, F401 - real local users, for tests/ray/test_ray_users.py
 
 # Not importorskip here: a conftest cannot skip; the tests skip (with this reason) instead.
 try:

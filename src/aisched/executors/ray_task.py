@@ -86,6 +86,19 @@ def _account_here(user: str | None) -> dict[str, Any] | None:
     return None
 
 
+def _as_user_setup(workdir: str | None, checkpoint_dir: str | None) -> Callable[[], None]:
+    """What the child does once it is the task's user, before exec."""
+
+    def setup() -> None:
+        _die_with_parent()
+        if checkpoint_dir:
+            os.makedirs(checkpoint_dir, mode=0o700, exist_ok=True)
+        if workdir:
+            os.chdir(workdir)
+
+    return setup
+
+
 def _die_with_parent() -> None:
     """In the child before exec: SIGKILL when the thread that started it (alive as long as the
     actor is) goes away."""
@@ -210,11 +223,20 @@ class TaskRunner:
         except LaunchError as exc:
             self.start_error = {"kind": "exited", "exit_code": 126, "message": str(exc)}
             return
-        as_user: dict[str, Any] = {}
+        workdir = spec.get("workdir") or None
+        as_user: dict[str, Any] = {"cwd": workdir, "preexec_fn": _die_with_parent}
         if acct is not None:
             env = account_env(env, acct)
             os.fchown(self.log_fd, acct["uid"], acct["gid"])
-            as_user = {"user": acct["uid"], "group": acct["gid"], "extra_groups": acct["groups"]}
+            # Popen enters `cwd` before it switches user; the task's own directories are
+            # entered (and its checkpoint directory made) after, as the user, in preexec_fn.
+            as_user = {
+                "user": acct["uid"],
+                "group": acct["gid"],
+                "extra_groups": acct["groups"],
+                "umask": 0o022,
+                "preexec_fn": _as_user_setup(workdir, env.get("AISCHED_CHECKPOINT_DIR")),
+            }
         with self.lock:
             if self.stop_requested:
                 msg = "stopped before it started"
@@ -225,14 +247,17 @@ class TaskRunner:
                     command,
                     env=env,
                     **as_user,
-                    cwd=spec.get("workdir") or None,
                     stdin=subprocess.DEVNULL,
                     stdout=self.log_fd,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
-                    preexec_fn=_die_with_parent,
                 )
                 return
+            except subprocess.SubprocessError:  # preexec_fn failed: a directory, as the user
+                code, msg = 126, (
+                    f"cannot run {name} as {spec.get('user')}: its working directory "
+                    f"{workdir} or checkpoint directory cannot be entered or made as that user"
+                )
             except FileNotFoundError as exc:
                 workdir = spec.get("workdir")
                 if workdir and not os.path.isdir(workdir):
