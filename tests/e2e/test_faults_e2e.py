@@ -4,6 +4,7 @@ start-up error as one line with exit status 2."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -85,6 +86,25 @@ def states(svc: Service) -> dict[str, str]:
     return {j["id"]: j["state"] for j in jobs}
 
 
+@contextlib.contextmanager
+def database_locked(db: Path) -> Iterator[None]:
+    """Another process holds the state database's write lock for the block (a wedged store)."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sqlite3, sys, time\n"
+         "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+         "c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(120)",
+         str(db)],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"locked\n"
+        yield
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_a_task_writing_200_mb_leaves_at_most_the_cap_on_disk(tmp_path: Path, tmpfs: Path) -> None:
     svc = tmpfs_service(tmp_path, tmpfs)
     svc.start()
@@ -164,16 +184,7 @@ def test_sigterm_while_another_process_locks_the_database_exits_within_the_grace
             .split('"child_pid": ')[1]
             .split(",")[0]
         )
-        holder = subprocess.Popen(
-            [sys.executable, "-c",
-             "import sqlite3, sys, time\n"
-             "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
-             "c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(120)",
-             str(svc.home / "state.db")],
-            stdout=subprocess.PIPE,
-        )  # fmt: skip
-        try:
-            assert holder.stdout is not None and holder.stdout.readline() == b"locked\n"
+        with database_locked(svc.home / "state.db"):
             # A submission that the wedged store cannot take, in flight at the SIGTERM.
             client = subprocess.Popen(
                 [sys.executable, "-m", "aisched", "run", "--", "true"],
@@ -186,25 +197,13 @@ def test_sigterm_while_another_process_locks_the_database_exits_within_the_grace
             client.kill()
             client.wait()
             os.kill(task_pid, 0)  # raises if gone: the task runs on, for the next start
-        finally:
-            holder.kill()
-            holder.wait()
         svc.start()  # adopts it; cancel_all ends it
         assert svc.job(keeps)["state"] == "running"
 
 
 def test_a_second_sigterm_exits_at_once(tmp_path: Path) -> None:
     with local_service(tmp_path, "limits: {shutdown_grace: 60s}\n") as svc:
-        holder = subprocess.Popen(
-            [sys.executable, "-c",
-             "import sqlite3, sys, time\n"
-             "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
-             "c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(120)",
-             str(svc.home / "state.db")],
-            stdout=subprocess.PIPE,
-        )  # fmt: skip
-        try:
-            assert holder.stdout is not None and holder.stdout.readline() == b"locked\n"
+        with database_locked(svc.home / "state.db"):
             assert svc.proc is not None
             client = subprocess.Popen(
                 [sys.executable, "-m", "aisched", "run", "--", "true"],
@@ -217,9 +216,6 @@ def test_a_second_sigterm_exits_at_once(tmp_path: Path) -> None:
             assert svc.proc.wait(10) == 1
             client.kill()
             client.wait()
-        finally:
-            holder.kill()
-            holder.wait()
         assert "aisched: second SIGINT: exiting at once" in svc.log.read_text()
 
 
