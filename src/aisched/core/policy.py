@@ -39,6 +39,9 @@ class Policy:
     filters: tuple[Filter, ...] = ()
     victims: tuple[SelectVictims, ...] = ()
     queue_depth: int | None = None
+    # Feasible nodes scored per task group: None is automatic (a sample only on large
+    # clusters, `placement.AUTO_SAMPLE_FROM_NODES`), 0 scores every node.
+    node_sample: int | None = None
 
     # Constants of the policy, derived once here: the hot path asks them per pending job.
     fair_users: bool = field(init=False, repr=False, compare=False)
@@ -192,7 +195,16 @@ PRESETS["hetero"] = {
     "score": [*_BASE_SCORE, {"name": "hetero", "weight": 2.0}],
 }
 
-ALLOWED_KEYS = ("name", "actions", "order", "score", "filters", "victims", "queue_depth")
+ALLOWED_KEYS = (
+    "name",
+    "actions",
+    "order",
+    "score",
+    "filters",
+    "victims",
+    "queue_depth",
+    "node_sample",
+)
 
 
 def with_eta(policy: Policy) -> Policy:
@@ -228,6 +240,11 @@ def build_policy(config: Mapping[str, Any], name: str | None = None) -> Policy:
     depth = config.get("queue_depth")
     if depth is not None and (not isinstance(depth, int) or isinstance(depth, bool) or depth < 1):
         raise PolicyError("policy.queue_depth: expected a positive integer")
+    sample = config.get("node_sample")
+    if sample is not None and (
+        not isinstance(sample, int) or isinstance(sample, bool) or not (sample == 0 or sample >= 8)
+    ):
+        raise PolicyError("policy.node_sample: expected 0 (score every node) or an integer >= 8")
     scores = config.get("score", _BASE_SCORE)
     return Policy(
         name=str(name or config.get("name") or "custom"),
@@ -251,6 +268,7 @@ def build_policy(config: Mapping[str, Any], name: str | None = None) -> Policy:
             for i, e in enumerate(_seq(config.get("victims", _VICTIMS), "victims"))
         ),
         queue_depth=depth,
+        node_sample=sample,
     )
 
 
