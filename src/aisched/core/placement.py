@@ -76,7 +76,7 @@ def fit_counts(session: Session, req: Resources, gpu_models: tuple[str, ...] = (
         _, generation, seen, cached = hit
         log = free.changed
         if seen < len(log):
-            idx = np.unique(np.array(log[seen:], dtype=np.int64))
+            idx = _changed_since(log, seen)
             cached.flags.writeable = True
             cached[idx] = _fit(session, req, gpu_models, idx)
             cached.flags.writeable = False
@@ -86,6 +86,12 @@ def fit_counts(session: Session, req: Resources, gpu_models: tuple[str, ...] = (
     counts.flags.writeable = False
     session.memo[key] = (free, free.generation, len(free.changed), counts)
     return counts
+
+
+def _changed_since(log: list[int], seen: int) -> IntArray:
+    """The distinct nodes of the change log from `seen` on, ascending (a few, usually: a set
+    is cheaper than numpy's unique for them)."""
+    return np.array(sorted(set(log[seen:])), dtype=np.int64)
 
 
 def _fit(
@@ -181,9 +187,7 @@ def _wants_locality(session: Session) -> bool:
 def _place_in_domains(
     session: Session, st: Statement, job: Job, level: TopologyLevel, allowed: BoolArray | None
 ) -> tuple[TaskBinding, ...] | str:
-    arrays = session.arrays
-    dom = arrays.domain(level)
-    ndom = int(dom.max()) + 1 if len(dom) else 0
+    dom, ndom = _domains(session, level)
     name = LEVEL_NAMES[level]
     if not _fits_a_domain_when_empty(session, job, level):
         return f"no {name} has room for all {job.num_tasks} tasks of the gang"
@@ -246,21 +250,32 @@ def _domain_sums(
         _, generation, seen, node_values, sums = hit
         log = free.changed
         if seen < len(log):
-            idx = np.unique(np.array(log[seen:], dtype=np.int64))
+            idx = _changed_since(log, seen)
             new = values(idx)
             sums.flags.writeable = True
-            np.add.at(sums, session.arrays.domain(level)[idx], new - node_values[idx])
+            np.add.at(sums, _domains(session, level)[0][idx], new - node_values[idx])
             sums.flags.writeable = False
             node_values[idx] = new
             session.memo[key] = (free, generation, len(log), node_values, sums)
         return sums
-    dom = session.arrays.domain(level)
+    dom, ndom = _domains(session, level)
     node_values = np.array(values(None), dtype=np.int64)
-    sums = np.zeros(int(dom.max()) + 1 if len(dom) else 0, dtype=np.int64)
+    sums = np.zeros(ndom, dtype=np.int64)
     np.add.at(sums, dom, node_values)
     sums.flags.writeable = False
     session.memo[key] = (free, free.generation, len(free.changed), node_values, sums)
     return sums
+
+
+def _domains(session: Session, level: TopologyLevel) -> tuple[IntArray, int]:
+    """The domain of every node at `level` and how many domains there are (memoised)."""
+    arrays = session.arrays
+    key = ("domains", level)
+    hit = arrays.memo.get(key)
+    if hit is None:
+        dom = arrays.domain(level)
+        hit = arrays.memo[key] = (dom, int(dom.max()) + 1 if len(dom) else 0)
+    return hit  # type: ignore[return-value]
 
 
 def _members(session: Session, level: TopologyLevel) -> list[IntArray]:
@@ -432,7 +447,7 @@ def _sampled_nodes(
     parts: list[IntArray] = []
     recent = session.free.changed[-(k // 2) :]
     if recent:
-        r = np.unique(np.array(recent, dtype=np.int64))
+        r = np.array(sorted(set(recent)), dtype=np.int64)
         ok = counts[r] > 0
         if mask is not None:
             ok &= mask[r]
@@ -516,7 +531,7 @@ def pick_gpus(
         groups = session.arrays.nvlink[node][idx]
         best: tuple[int, ...] | None = None
         best_size = UNBOUNDED
-        for grp in np.unique(groups).tolist():
+        for grp in sorted(set(groups.tolist())):
             members = idx[groups == grp]
             if req.gpu <= len(members) < best_size:
                 best, best_size = tuple(int(i) for i in members[: req.gpu]), len(members)
