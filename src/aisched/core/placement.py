@@ -444,6 +444,8 @@ def _sampled_nodes(
        nextStartNodeIndex), until k feasible nodes are found or every node was looked at.
     The start is kept in the session, so the same cycle gives the same sample."""
     n = len(counts)
+    if n == 0:
+        return None
     parts: list[IntArray] = []
     recent = session.free.changed[-(k // 2) :]
     if recent:
