@@ -458,12 +458,13 @@ def _sampled_nodes(
     found, scanned = 0, 0
     step = max(4 * k, 512)
     while found < k and scanned < n:
-        m = min(step, n - scanned)
-        idx = (start + scanned + np.arange(m, dtype=np.int64)) % n
-        ok = counts[idx] > 0
+        # A slice up to the end of the node range at most; the next one wraps to node 0.
+        at = (start + scanned) % n
+        m = min(step, n - scanned, n - at)
+        ok = counts[at : at + m] > 0
         if mask is not None:
-            ok &= mask[idx]
-        hits = idx[ok][: k - found]
+            ok &= mask[at : at + m]
+        hits = np.flatnonzero(ok)[: k - found] + at
         parts.append(hits)
         found += len(hits)
         scanned += m
