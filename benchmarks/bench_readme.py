@@ -20,6 +20,7 @@ import resource
 import shlex
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -82,13 +83,13 @@ def main() -> None:
     shown = cut_queue_table(out, policies)
     print(shown)
     print(f"{cpu:.1f} CPU-s, {wall:.1f} s wall", flush=True)
-    region = (
-        f"{BEGIN}\n"
+    intro = textwrap.fill(
         f"prints (one run on a 2-core machine, {cpu:.0f} CPU-seconds for the whole command as "
         "measured by `benchmarks/bench_readme.py`; wall times vary, the rest do not: the "
-        "simulator is deterministic). The per-queue table goes on for every queue:\n"
-        f"```\n{shown}\n```\n{END}"
+        "simulator is deterministic). The per-queue table goes on for every queue:",
+        width=96,
     )
+    region = f"{BEGIN}\n{intro}\n```\n{shown}\n```\n{END}"
     if args.no_write:
         return
     README.write_text(_REGION.sub(lambda _: region, text))
