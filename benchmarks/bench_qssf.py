@@ -126,7 +126,7 @@ def _replay(name: str, limit: int, eta_on: set[str]) -> tuple[str, PolicyMetrics
     policy = preset(name)
     if name in eta_on:
         policy = with_eta(policy)
-    est = estimator_for(name)
+    est = estimator_for(policy)
     t0 = time.perf_counter()
     result = simulate(trace, cluster, policy, SimConfig(), estimator=est)
     wall = time.perf_counter() - t0

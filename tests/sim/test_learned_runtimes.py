@@ -91,7 +91,10 @@ def test_the_engine_feeds_estimators_in_time_order() -> None:
     ("policy", "choice", "kind"),
     [
         ("qssf", "auto", PredictedRuntime),
-        ("fifo", "auto", PredictedRuntime),
+        ("fifo", "auto", OwnEstimate),
+        ("las", "auto", OwnEstimate),
+        ("fifo-backfill", "auto", PredictedRuntime),
+        ("fifo", "predict", PredictedRuntime),
         ("srtf-oracle", "auto", Oracle),
         ("sjf-oracle", "auto", Oracle),
         ("qssf", "oracle", Oracle),
@@ -99,12 +102,12 @@ def test_the_engine_feeds_estimators_in_time_order() -> None:
     ],
 )
 def test_estimator_choice(policy: str, choice: str, kind: type) -> None:
-    assert isinstance(estimator_for(policy, choice), kind)
+    assert isinstance(estimator_for(preset(policy), choice), kind)
 
 
 def test_an_unknown_estimator_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown estimator 'magic'"):
-        estimator_for("qssf", "magic")
+        estimator_for(preset("qssf"), "magic")
 
 
 def _reservation_starts(monkeypatch: pytest.MonkeyPatch) -> dict[str, float]:

@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from aisched.cli.client import Client, add_server_option
+from aisched.cli.columns import Cell, render
 from aisched.cli.errors import CLIError
 
 # What `run` never exports: names the scheduler sets itself, and shell noise.
@@ -33,6 +34,7 @@ _OWNED = re.compile(
 )
 _NOISE = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "PS1", "PS2", "PROMPT_COMMAND"})
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_JOBS_HEADER = ("ID", "NAME", "USER", "QUEUE", "PRI", "STATE", "GPUS", "AGE", "WHY / ETA")
 _STATE_STYLE = {
     "pending": "yellow",
     "running": "green",
@@ -306,24 +308,25 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("ID", "NAME", "USER", "QUEUE", "PRI", "STATE", "GPUS", "AGE", "WHY / ETA"):
-        table.add_column(col, justify="right" if col in ("ID", "PRI", "GPUS") else "left")
     now = time.time()
-    for j in out["jobs"]:
-        table.add_row(
+    rows = [
+        (
             j["id"],
             j["name"],
             j["user"],
             j["queue"],
             str(j["priority"]),
-            f"[{_STATE_STYLE.get(j['state'], '')}]{j['state']}[/]"
-            + (f" ({j['stopping']})" if j.get("stopping") else ""),
+            Cell(
+                j["state"] + (f" ({j['stopping']})" if j.get("stopping") else ""),
+                _STATE_STYLE.get(j["state"], ""),
+            ),
             f"{j['gpus']:g}",
             _age(now - j["submitted_at"]),
             _why(j, now),
         )
-    Console(highlight=False).print(table)
+        for j in out["jobs"]
+    ]
+    render(_JOBS_HEADER, rows, right=frozenset({"ID", "PRI", "GPUS"}))
     return 0
 
 

@@ -106,7 +106,8 @@ def register(sub: Any) -> None:
         default="auto",
         help="runtime estimates given to the scheduler: the learned predictor (predict), the "
         "true durations (oracle), the jobs' own (own); auto: oracle for *-oracle policies, "
-        "predict for the rest (default: %(default)s)",
+        "own for policies that read no estimate (fifo, las, ...), predict for the rest "
+        "(default: %(default)s)",
     )
     p.add_argument(
         "--eta",
@@ -230,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
                     policy,
                     config,
                     callback,
-                    estimator=estimator_for(policy.name, args.estimator),
+                    estimator=estimator_for(policy, args.estimator),
                 )
             except SimulationError as e:
                 raise CLIError(f"policy {policy.name}: {e}", EXIT_FAILURE) from None

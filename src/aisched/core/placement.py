@@ -16,10 +16,12 @@ Steps of `place_job`:
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Hashable
+from functools import partial
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from aisched.core.decisions import TaskBinding
 from aisched.core.framework import all_filters, combined_score
@@ -34,6 +36,10 @@ if TYPE_CHECKING:
 
 UNBOUNDED = 1 << 40
 MAX_DOMAIN_TRIES = 8
+# A bounded sample of feasible nodes is scored, not every one, once the cluster has this many
+# nodes (unless the policy says otherwise with `node_sample`); AUTO_SAMPLE nodes are scored.
+AUTO_SAMPLE_FROM_NODES = 10_000
+AUTO_SAMPLE = 256
 LEVEL_NAMES = {
     TopologyLevel.NODE: "node",
     TopologyLevel.RACK: "rack",
@@ -58,34 +64,71 @@ def base_mask(session: Session, gpu_models: tuple[str, ...]) -> BoolArray:
 
 
 def fit_counts(session: Session, req: Resources, gpu_models: tuple[str, ...] = ()) -> IntArray:
-    """How many tasks of `req` each node can take at the same time (0 where none fit)."""
+    """How many tasks of `req` each node can take at the same time (0 where none fit).
+
+    Kept per request for the session's free state: a later call recomputes only the nodes a
+    take or give changed since (the free state's change log), not every node. The array is
+    shared and read-only; callers copy before changing it."""
+    free = session.free
+    key = ("fit-counts", req, gpu_models)
+    hit = cast("tuple[FreeState, int, int, IntArray] | None", session.memo.get(key))
+    if hit is not None and hit[0] is free and hit[1] == free.generation:
+        _, generation, seen, cached = hit
+        log = free.changed
+        if seen < len(log):
+            idx = _changed_since(log, seen)
+            cached.flags.writeable = True
+            cached[idx] = _fit(session, req, gpu_models, idx)
+            cached.flags.writeable = False
+            session.memo[key] = (free, generation, len(log), cached)
+        return cached
+    counts = _fit(session, req, gpu_models, None)
+    counts.flags.writeable = False
+    session.memo[key] = (free, free.generation, len(free.changed), counts)
+    return counts
+
+
+def _changed_since(log: list[int], seen: int) -> IntArray:
+    """The distinct nodes of the change log from `seen` on, ascending (a few, usually: a set
+    is cheaper than numpy's unique for them)."""
+    return np.array(sorted(set(log[seen:])), dtype=np.int64)
+
+
+def _fit(
+    session: Session, req: Resources, gpu_models: tuple[str, ...], idx: IntArray | None
+) -> IntArray:
+    """`fit_counts` computed afresh, on every node or on the nodes `idx`."""
     f = session.free
-    counts = np.full(session.arrays.num_nodes, UNBOUNDED, dtype=np.int64)
+
+    def at(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        return a if idx is None else a[idx]
+
+    counts = np.full(session.arrays.num_nodes if idx is None else len(idx), UNBOUNDED, np.int64)
     if req.milli_cpu:
-        np.minimum(counts, f.cpu // req.milli_cpu, out=counts)
+        np.minimum(counts, at(f.cpu) // req.milli_cpu, out=counts)
     if req.mem_mib:
-        np.minimum(counts, f.mem // req.mem_mib, out=counts)
+        np.minimum(counts, at(f.mem) // req.mem_mib, out=counts)
     if req.gpu:
-        whole = f.whole
+        whole = at(f.whole)
         if req.gpu_mem_mib:
             need = -(-req.gpu_mem_mib // req.gpu)
-            ok = (f.gpu_milli == GPU_MILLI_WHOLE) & (session.arrays.gpu_mem_cap >= need)
+            ok = (at(f.gpu_milli) == GPU_MILLI_WHOLE) & (at(session.arrays.gpu_mem_cap) >= need)
             whole = ok.sum(axis=1)
         np.minimum(counts, whole // req.gpu, out=counts)
         gpu_models_needed = True
     elif req.gpu_milli:
-        slots = f.gpu_milli // req.gpu_milli
+        slots = at(f.gpu_milli) // req.gpu_milli
         if req.gpu_mem_mib:
-            slots = np.minimum(slots, f.gpu_mem // req.gpu_mem_mib)
+            slots = np.minimum(slots, at(f.gpu_mem) // req.gpu_mem_mib)
         np.minimum(counts, slots.sum(axis=1), out=counts)
         gpu_models_needed = True
     else:
         gpu_models_needed = False
     counts[counts < 0] = 0
     if gpu_models_needed or gpu_models:
-        counts[~base_mask(session, gpu_models)] = 0
+        counts[~at(base_mask(session, gpu_models))] = 0
     else:
-        counts[~session.arrays.healthy] = 0
+        counts[~at(session.arrays.healthy)] = 0
     return counts
 
 
@@ -144,42 +187,143 @@ def _wants_locality(session: Session) -> bool:
 def _place_in_domains(
     session: Session, st: Statement, job: Job, level: TopologyLevel, allowed: BoolArray | None
 ) -> tuple[TaskBinding, ...] | str:
-    arrays = session.arrays
-    dom = arrays.domain(level)
-    ndom = int(dom.max()) + 1 if len(dom) else 0
+    dom, ndom = _domains(session, level)
+    name = LEVEL_NAMES[level]
+    if not _fits_a_domain_when_empty(session, job, level):
+        return f"no {name} has room for all {job.num_tasks} tasks of the gang"
     ok = np.ones(ndom, dtype=np.bool_)
+    per_node = job.topology.spread == TopologyLevel.NODE
     for g in job.groups:
         c = fit_counts(session, g.request, job.gpu_models)
-        if allowed is not None:
+        cap = 1 if per_node else g.replicas
+        if allowed is None:
+            sums = _domain_sums(
+                session,
+                level,
+                ("room", g.request, job.gpu_models, cap),
+                partial(_clipped, c, cap),
+            )
+        else:
             c = np.where(allowed, c, 0)
-        if job.topology.spread == TopologyLevel.NODE:
-            c = np.minimum(c, 1)
-        sums = np.bincount(dom, weights=np.minimum(c, g.replicas), minlength=ndom)
+            sums = np.bincount(dom, weights=np.minimum(c, cap), minlength=ndom)
         ok &= sums >= min(g.replicas, job.gang_min)
     candidates = np.flatnonzero(ok)
-    name = LEVEL_NAMES[level]
     if len(candidates) == 0:
         return f"no {name} has room for all {job.num_tasks} tasks of the gang"
     # Tightest domain first (least free GPU, then CPU): keeps big holes for big gangs.
-    free_gpu = np.bincount(dom, weights=session.free.gpu_total, minlength=ndom)
-    free_cpu = np.bincount(dom, weights=session.free.cpu, minlength=ndom)
+    free_gpu = _domain_sums(
+        session, level, ("free-gpu",), lambda idx: _at(session.free.gpu_total, idx)
+    )
+    free_cpu = _domain_sums(session, level, ("free-cpu",), lambda idx: _at(session.free.cpu, idx))
     order = np.lexsort((candidates, free_cpu[candidates], free_gpu[candidates]))
+    members = _members(session, level)
     last = ""
     for d in candidates[order][:MAX_DOMAIN_TRIES].tolist():
-        mask = dom == d
-        if allowed is not None:
-            mask &= allowed
-        res = _place_groups(session, st, job, mask)
+        res = _place_groups(session, st, job, allowed, among=members[d])
         if not isinstance(res, str):
             return res
         last = res
     return f"no {name} could take all {job.num_tasks} tasks ({last})"
 
 
+def _at(a: IntArray, idx: IntArray | None) -> IntArray:
+    return a if idx is None else a[idx]
+
+
+def _clipped(counts: IntArray, cap: int, idx: IntArray | None) -> IntArray:
+    return np.minimum(_at(counts, idx), cap)
+
+
+def _domain_sums(
+    session: Session,
+    level: TopologyLevel,
+    what: Hashable,
+    values: Callable[[IntArray | None], IntArray],
+) -> IntArray:
+    """Per-domain sums at `level` of a per-node quantity of the free state (`values(idx)`: on
+    the nodes `idx`, or on all for None). Kept like `fit_counts`: a later call adds the change
+    on the nodes changed since, so it costs O(changed), not O(nodes). Read-only."""
+    free = session.free
+    key = ("domain-sums", level, what)
+    hit = cast("tuple[FreeState, int, int, IntArray, IntArray] | None", session.memo.get(key))
+    if hit is not None and hit[0] is free and hit[1] == free.generation:
+        _, generation, seen, node_values, sums = hit
+        log = free.changed
+        if seen < len(log):
+            idx = _changed_since(log, seen)
+            new = values(idx)
+            sums.flags.writeable = True
+            np.add.at(sums, _domains(session, level)[0][idx], new - node_values[idx])
+            sums.flags.writeable = False
+            node_values[idx] = new
+            session.memo[key] = (free, generation, len(log), node_values, sums)
+        return sums
+    dom, ndom = _domains(session, level)
+    node_values = np.array(values(None), dtype=np.int64)
+    sums = np.zeros(ndom, dtype=np.int64)
+    np.add.at(sums, dom, node_values)
+    sums.flags.writeable = False
+    session.memo[key] = (free, free.generation, len(free.changed), node_values, sums)
+    return sums
+
+
+def _domains(session: Session, level: TopologyLevel) -> tuple[IntArray, int]:
+    """The domain of every node at `level` and how many domains there are (memoised)."""
+    arrays = session.arrays
+    key = ("domains", level)
+    hit = arrays.memo.get(key)
+    if hit is None:
+        dom = arrays.domain(level)
+        hit = arrays.memo[key] = (dom, int(dom.max()) + 1 if len(dom) else 0)
+    return hit  # type: ignore[return-value]
+
+
+def _members(session: Session, level: TopologyLevel) -> list[IntArray]:
+    """The nodes of each domain at `level`, ascending (memoised per cluster)."""
+    arrays = session.arrays
+    key = ("members", level)
+    hit = arrays.memo.get(key)
+    if hit is None:
+        dom = arrays.domain(level)
+        order = np.argsort(dom, kind="stable")
+        bounds = np.searchsorted(dom[order], np.arange(int(dom.max()) + 2 if len(dom) else 1))
+        hit = arrays.memo[key] = [order[bounds[d] : bounds[d + 1]] for d in range(len(bounds) - 1)]
+    return hit  # type: ignore[return-value]
+
+
+def _fits_a_domain_when_empty(session: Session, job: Job, level: TopologyLevel) -> bool:
+    """Whether some domain at `level` could hold the gang on the empty cluster; when none
+    could, none can now (free capacity never exceeds the empty cluster's), so the search at
+    that level is skipped with the answer it would give (memoised per cluster and shape)."""
+    arrays = session.arrays
+    key = ("domain-fits-empty", level, job.shape_id, job.gpu_models, job.topology.spread)
+    hit = arrays.memo.get(key)
+    if hit is not None:
+        return hit  # type: ignore[return-value]
+    dom = arrays.domain(level)
+    ndom = int(dom.max()) + 1 if len(dom) else 0
+    ok = np.ones(ndom, dtype=np.bool_)
+    with session.scratch(FreeState.empty(arrays)):
+        for g in job.groups:
+            c = _fit(session, g.request, job.gpu_models, None)
+            if job.topology.spread == TopologyLevel.NODE:
+                c = np.minimum(c, 1)
+            sums = np.bincount(dom, weights=np.minimum(c, g.replicas), minlength=ndom)
+            ok &= sums >= min(g.replicas, job.gang_min)
+    fits = bool(ok.any())
+    arrays.memo[key] = fits
+    return fits
+
+
 def _place_groups(
-    session: Session, st: Statement, job: Job, allowed: BoolArray | None
+    session: Session,
+    st: Statement,
+    job: Job,
+    allowed: BoolArray | None,
+    among: IntArray | None = None,
 ) -> tuple[TaskBinding, ...] | str:
-    """Fill each task group over the allowed nodes in score order; all or nothing."""
+    """Fill each task group over the allowed nodes in score order; all or nothing. `among`:
+    only these nodes (ascending; one topology domain), looked at alone, not the cluster."""
     undo_mark = _Mark(st)
     placed: list[TaskBinding] = []
     slack = job.num_tasks - job.gang_min  # tasks that may be left out (elastic part)
@@ -194,14 +338,24 @@ def _place_groups(
         fmask = all_filters(policy.filters, session, job, req) if policy.filters else None
         if fmask is not None:
             mask = fmask if mask is None else (mask & fmask)
-        if mask is not None:
+        k = sample_size(session) if among is None else 0
+        if k and spread_dom is None and fmask is None:
+            sampled = _sampled_nodes(session, counts, mask, g.replicas, k)
+            if sampled is not None:
+                _bind_group(session, st, job, g.name, req, sampled, counts, g.replicas, placed)
+                continue
+        if mask is not None and among is None:
             counts = np.where(mask, counts, 0)
         if spread_dom is not None:
             # At most one task of the job per domain, across all its groups.
             counts = np.minimum(counts, 1)
             if used_domains:
                 counts[np.isin(spread_dom, list(used_domains))] = 0
-        nodes = np.flatnonzero(counts)
+        if among is None:
+            nodes = np.flatnonzero(counts)
+        else:
+            sub = among if mask is None else among[mask[among]]
+            nodes = sub[counts[sub] > 0]
         room = int(np.minimum(counts[nodes], g.replicas).sum()) if len(nodes) else 0
         if spread_dom is not None and job.topology.spread != TopologyLevel.NODE:
             room = min(room, len(np.unique(spread_dom[nodes])))
@@ -222,17 +376,104 @@ def _place_groups(
             chosen, takes = _fill(session, job, order, counts, want)
         if spread_dom is not None:
             used_domains.update(int(spread_dom[n]) for n in chosen)
-        index = 0
-        for node, k in zip(chosen, takes, strict=True):
-            for _ in range(k):
-                t = _bind_one(session, node, g.name, index, req, job)
-                st.take(node, t)
-                placed.append(t)
-                index += 1
+        _take(session, st, job, g.name, req, chosen, takes, placed)
     if not placed:
         undo_mark.rollback()
         return "nothing to place"
     return tuple(placed)
+
+
+def _take(
+    session: Session,
+    st: Statement,
+    job: Job,
+    group: str,
+    req: Resources,
+    chosen: list[int],
+    takes: list[int],
+    placed: list[TaskBinding],
+) -> None:
+    index = 0
+    for node, k in zip(chosen, takes, strict=True):
+        for _ in range(k):
+            t = _bind_one(session, node, group, index, req, job)
+            st.take(node, t)
+            placed.append(t)
+            index += 1
+
+
+def _bind_group(
+    session: Session,
+    st: Statement,
+    job: Job,
+    group: str,
+    req: Resources,
+    nodes: IntArray,
+    counts: IntArray,
+    want: int,
+    placed: list[TaskBinding],
+) -> None:
+    """Place `want` tasks of a group on the best-scored of `nodes` (which have room)."""
+    scores = combined_score(session.policy.scores, session, job, req, nodes)
+    if want == 1:
+        chosen, takes = [int(nodes[int(np.argmax(scores))])], [1]
+    else:
+        chosen, takes = _fill(session, job, nodes[np.lexsort((nodes, -scores))], counts, want)
+    _take(session, st, job, group, req, chosen, takes, placed)
+
+
+def sample_size(session: Session) -> int:
+    """Feasible nodes scored per task group; 0: every one."""
+    k = session.policy.node_sample
+    if k is None:
+        return AUTO_SAMPLE if session.arrays.num_nodes >= AUTO_SAMPLE_FROM_NODES else 0
+    return k
+
+
+def _sampled_nodes(
+    session: Session, counts: IntArray, mask: BoolArray | None, want: int, k: int
+) -> IntArray | None:
+    """About `k` feasible nodes to score, with room for `want` tasks among them; None when
+    they have less (the caller then looks at every node). Costs O(k), not O(nodes), while
+    feasible nodes are common.
+
+    1. The nodes changed most recently (up to k/2): partly used ones, where packing scores
+       want to go; this is the quality guard that keeps a sample's binpack close to a full
+       one's.
+    2. Then a window scanned on from where the last one stopped (kube-scheduler's
+       nextStartNodeIndex), until k feasible nodes are found or every node was looked at.
+    The start is kept in the session, so the same cycle gives the same sample."""
+    n = len(counts)
+    if n == 0:
+        return None
+    parts: list[IntArray] = []
+    recent = session.free.changed[-(k // 2) :]
+    if recent:
+        r = np.array(sorted(set(recent)), dtype=np.int64)
+        ok = counts[r] > 0
+        if mask is not None:
+            ok &= mask[r]
+        parts.append(r[ok])
+    start = cast(int, session.memo.get("sample-start", 0)) % n
+    found, scanned = 0, 0
+    step = max(4 * k, 512)
+    while found < k and scanned < n:
+        # A slice up to the end of the node range at most; the next one wraps to node 0.
+        at = (start + scanned) % n
+        m = min(step, n - scanned, n - at)
+        ok = counts[at : at + m] > 0
+        if mask is not None:
+            ok &= mask[at : at + m]
+        hits = np.flatnonzero(ok)[: k - found] + at
+        parts.append(hits)
+        found += len(hits)
+        scanned += m
+        if found >= k:
+            session.memo["sample-start"] = int(hits[-1]) + 1
+    nodes = np.unique(np.concatenate(parts))
+    if len(nodes) == 0 or int(np.minimum(counts[nodes], want).sum()) < want:
+        return None
+    return nodes
 
 
 def _fill(
@@ -293,7 +534,7 @@ def pick_gpus(
         groups = session.arrays.nvlink[node][idx]
         best: tuple[int, ...] | None = None
         best_size = UNBOUNDED
-        for grp in np.unique(groups).tolist():
+        for grp in sorted(set(groups.tolist())):
             members = idx[groups == grp]
             if req.gpu <= len(members) < best_size:
                 best, best_size = tuple(int(i) for i in members[: req.gpu]), len(members)

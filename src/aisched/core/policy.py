@@ -8,7 +8,7 @@ presets are mappings too, so a preset and a file mean the same thing.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from aisched.core.framework import ChooseGpu, Filter, JobOrder, SelectVictims, WeightedScore
@@ -39,39 +39,38 @@ class Policy:
     filters: tuple[Filter, ...] = ()
     victims: tuple[SelectVictims, ...] = ()
     queue_depth: int | None = None
+    # Feasible nodes scored per task group: None is automatic (a sample only on large
+    # clusters, `placement.AUTO_SAMPLE_FROM_NODES`), 0 scores every node.
+    node_sample: int | None = None
 
-    @property
-    def fair_users(self) -> bool:
-        """drf in the job order: interleave a queue's users by dominant share."""
-        return any(o.name == "drf" for o in self.order)
+    # Constants of the policy, derived once here: the hot path asks them per pending job.
+    fair_users: bool = field(init=False, repr=False, compare=False)
+    """drf in the job order: interleave a queue's users by dominant share."""
+    strict_order: bool = field(init=False, repr=False, compare=False)
+    """With backfill configured, allocate stops at the first job that does not fit and leaves
+    the rest to backfill, so that job's reservation is honoured."""
+    per_job_placement: bool = field(init=False, repr=False, compare=False)
+    """A score draws per job (`random`), not per shape: two jobs of one shape may be placed
+    differently, so what placement learns is kept per job (`placement.placement_shape`)."""
+    locality: bool = field(init=False, repr=False, compare=False)
+    """The topology score is on: gangs try one node, then one rack, then one zone."""
+    gpu_chooser: ChooseGpu | None = field(init=False, repr=False, compare=False)
+    """The first score that also picks a shared task's GPU on its node, if any."""
 
-    @property
-    def strict_order(self) -> bool:
-        """With backfill configured, allocate stops at the first job that does not fit and
-        leaves the rest to backfill, so that job's reservation is honoured."""
-        return any(a.name == "backfill" for a in self.actions)
-
-    @property
-    def per_job_placement(self) -> bool:
-        """A score draws per job (`random`), not per shape: two jobs of one shape may be placed
-        differently, so what placement learns is kept per job (`placement.placement_shape`)."""
-        return any(getattr(ws.plugin, "per_job", False) for ws in self.scores)
-
-    @property
-    def locality(self) -> bool:
-        """The topology score is on: gangs try one node, then one rack, then one zone."""
-        return any(ws.plugin.name == "topology" for ws in self.scores)
+    def __post_init__(self) -> None:
+        chooser = next((ws.plugin for ws in self.scores if hasattr(ws.plugin, "choose_gpu")), None)
+        derived = {
+            "fair_users": any(o.name == "drf" for o in self.order),
+            "strict_order": any(a.name == "backfill" for a in self.actions),
+            "per_job_placement": any(getattr(ws.plugin, "per_job", False) for ws in self.scores),
+            "locality": any(ws.plugin.name == "topology" for ws in self.scores),
+            "gpu_chooser": chooser,
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
 
     def action_names(self) -> tuple[str, ...]:
         return tuple(a.name for a in self.actions)
-
-    @property
-    def gpu_chooser(self) -> ChooseGpu | None:
-        """The first score that also picks a shared task's GPU on its node, if any."""
-        for ws in self.scores:
-            if hasattr(ws.plugin, "choose_gpu"):
-                return ws.plugin  # type: ignore[return-value]
-        return None
 
 
 # gpu-preference scores alike every node for a job without preferred models, so it changes
@@ -196,7 +195,16 @@ PRESETS["hetero"] = {
     "score": [*_BASE_SCORE, {"name": "hetero", "weight": 2.0}],
 }
 
-ALLOWED_KEYS = ("name", "actions", "order", "score", "filters", "victims", "queue_depth")
+ALLOWED_KEYS = (
+    "name",
+    "actions",
+    "order",
+    "score",
+    "filters",
+    "victims",
+    "queue_depth",
+    "node_sample",
+)
 
 
 def with_eta(policy: Policy) -> Policy:
@@ -232,6 +240,11 @@ def build_policy(config: Mapping[str, Any], name: str | None = None) -> Policy:
     depth = config.get("queue_depth")
     if depth is not None and (not isinstance(depth, int) or isinstance(depth, bool) or depth < 1):
         raise PolicyError("policy.queue_depth: expected a positive integer")
+    sample = config.get("node_sample")
+    if sample is not None and (
+        not isinstance(sample, int) or isinstance(sample, bool) or not (sample == 0 or sample >= 8)
+    ):
+        raise PolicyError("policy.node_sample: expected 0 (score every node) or an integer >= 8")
     scores = config.get("score", _BASE_SCORE)
     return Policy(
         name=str(name or config.get("name") or "custom"),
@@ -255,6 +268,7 @@ def build_policy(config: Mapping[str, Any], name: str | None = None) -> Policy:
             for i, e in enumerate(_seq(config.get("victims", _VICTIMS), "victims"))
         ),
         queue_depth=depth,
+        node_sample=sample,
     )
 
 

@@ -37,6 +37,9 @@ IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 FloatArray = npt.NDArray[np.float64]
 
+# Entries of a FreeState's change log before it starts a new generation (see FreeState).
+CHANGE_LOG_LIMIT = 4096
+
 
 @dataclass(frozen=True, slots=True, eq=False)
 class ClusterArrays:
@@ -146,7 +149,13 @@ def build_arrays(cluster: Cluster) -> ClusterArrays:
 
 @dataclass(slots=True, eq=False)
 class FreeState:
-    """Free capacity per node and per GPU. Mutable; `copy()` before tentative work."""
+    """Free capacity per node and per GPU. Mutable; `copy()` before tentative work.
+
+    Every change goes through `take`/`give`, which log the node (`changed`), so a cache of
+    something derived per node (placement's fit counts) updates only the nodes changed since
+    it last looked. The log is bounded: past CHANGE_LOG_LIMIT entries it starts again with a
+    new `generation`, and a cache of an older generation recomputes in full.
+    """
 
     cpu: IntArray
     mem: IntArray
@@ -154,6 +163,8 @@ class FreeState:
     gpu_mem: IntArray  # (nodes, max_gpus)
     whole: IntArray  # GPUs per node with nothing allocated on them
     gpu_total: IntArray  # free milli-GPU per node, summed over its GPUs
+    changed: list[int] = field(default_factory=list, repr=False)
+    generation: int = 0
 
     @classmethod
     def empty(cls, arrays: ClusterArrays) -> FreeState:
@@ -184,6 +195,10 @@ class FreeState:
         self._apply(node, t, +1)
 
     def _apply(self, node: int, t: TaskBinding, sign: int) -> None:
+        if len(self.changed) >= CHANGE_LOG_LIMIT:
+            self.changed = []
+            self.generation += 1
+        self.changed.append(node)
         self.cpu[node] += sign * t.milli_cpu
         self.mem[node] += sign * t.mem_mib
         if not t.gpus:

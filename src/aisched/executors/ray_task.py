@@ -254,9 +254,12 @@ class TaskRunner:
                 )
                 return
             except subprocess.SubprocessError:  # preexec_fn failed: a directory, as the user
-                code, msg = 126, (
-                    f"cannot run {name} as {spec.get('user')}: its working directory "
-                    f"{workdir} or checkpoint directory cannot be entered or made as that user"
+                code, msg = (
+                    126,
+                    (
+                        f"cannot run {name} as {spec.get('user')}: its working directory "
+                        f"{workdir} or checkpoint directory cannot be entered or made as that user"
+                    ),
                 )
             except FileNotFoundError as exc:
                 workdir = spec.get("workdir")

@@ -8,11 +8,20 @@
   compare against, not schedulers one could run.
 
 `estimator_for` picks one per policy: `auto` gives the oracle to a policy whose name ends in
-`-oracle` and the predictor to every other one.
+`-oracle`, the job's own estimate to a policy whose decisions read no estimate (fifo, las,
+priority, drf...: `core.estimate_use.reads_estimates`), so that nothing is trained for it, and
+the predictor to every other one.
+
+What a refit costs where the predictor is used: it is amortised. Each fit learns from the last
+`PredictorConfig.window` finishes and runs once per `refit_every` finishes, so the work per
+finished job is bounded (window / refit_every rows of training, ten by default) however long
+the trace; the fit runs in line at that finish, so a replay stays repeatable.
 """
 
 from __future__ import annotations
 
+from aisched.core.estimate_use import reads_estimates
+from aisched.core.policy import Policy
 from aisched.predict import JobFeatures, PredictorConfig, RuntimePredictor
 from aisched.sim.engine import Estimate, Estimator
 from aisched.sim.traces import TraceJob
@@ -62,12 +71,15 @@ class PredictedRuntime:
         self.predictor.observe(features, runtime_s, finished_s)
 
 
-def estimator_for(policy_name: str, choice: str = "auto") -> Estimator:
-    """A fresh estimator for one run of `policy_name` (`choice`: one of ESTIMATORS)."""
+def estimator_for(policy: Policy, choice: str = "auto") -> Estimator:
+    """A fresh estimator for one run of `policy` (`choice`: one of ESTIMATORS)."""
     if choice not in ESTIMATORS:
         raise ValueError(f"unknown estimator {choice!r}; expected one of {', '.join(ESTIMATORS)}")
     if choice == "auto":
-        choice = "oracle" if policy_name.endswith(ORACLE_SUFFIX) else "predict"
+        if policy.name.endswith(ORACLE_SUFFIX):
+            choice = "oracle"
+        else:
+            choice = "predict" if reads_estimates(policy) else "own"
     if choice == "oracle":
         return Oracle()
     if choice == "predict":
