@@ -28,15 +28,19 @@ ALLOWED: dict[str, frozenset[str]] = {
     "root": frozenset(),
     "model": frozenset(),
     "core": frozenset({"model"}),
-    "predict": frozenset({"core", "model"}),
-    "store": frozenset({"core", "model"}),
-    "executors": frozenset({"core", "model"}),
+    "lifecycle": frozenset({"core", "model"}),
+    "predict": frozenset({"lifecycle", "core", "model"}),
+    "store": frozenset({"lifecycle", "core", "model"}),
+    "executors": frozenset({"lifecycle", "core", "model"}),
     "spec": frozenset({"core", "model"}),
-    "sim": frozenset({"spec", "executors", "predict", "core", "model"}),
-    "service": frozenset({"store", "executors", "predict", "spec", "core", "model"}),
-    "testing": frozenset({"spec", "executors", "core", "model"}),
+    "sim": frozenset({"spec", "executors", "predict", "lifecycle", "core", "model"}),
+    "service": frozenset({"store", "executors", "predict", "spec", "lifecycle", "core", "model"}),
+    "testing": frozenset({"spec", "executors", "lifecycle", "core", "model"}),
     "cli": frozenset(
-        {"service", "sim", "store", "executors", "predict", "spec", "testing", "core", "model"}
+        {
+            "service", "sim", "store", "executors", "predict", "spec", "testing", "lifecycle",
+            "core", "model",
+        }
     ),
 }
 # Finer rules: (importing layer, imported layer) -> the only modules of it allowed.
@@ -55,6 +59,8 @@ CORE_FORBIDDEN = frozenset(
     }
 )  # fmt: skip
 PYDANTIC_LAYERS = frozenset({"spec", "service", "cli"})
+# Layers held to the core's purity: what happens to a job between decisions is pure too.
+PURE_LAYERS = frozenset({"core", "lifecycle"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,18 +168,18 @@ def violations(source: str, module: str, is_package: bool = False) -> list[str]:
         stdlib = top in sys.stdlib_module_names
         if me == "model" and not stdlib:
             problems.append(f"{where}: model may import only the standard library, not {top}")
-        if me == "core":
+        if me in PURE_LAYERS:
             if not stdlib and top not in CORE_THIRD_PARTY:
-                problems.append(f"{where}: core may import only stdlib and numpy, not {top}")
+                problems.append(f"{where}: {me} may import only stdlib and numpy, not {top}")
             if top in CORE_FORBIDDEN:
-                problems.append(f"{where}: core must stay pure, but imports {top}")
+                problems.append(f"{where}: {me} must stay pure, but imports {top}")
             if imp.target.startswith("numpy.random"):
-                problems.append(f"{where}: core must not draw random numbers (numpy.random)")
+                problems.append(f"{where}: {me} must not draw random numbers (numpy.random)")
         if top == "pydantic" and me not in PYDANTIC_LAYERS:
             problems.append(f"{where}: pydantic belongs to the edges, not to {me}")
-    if me == "core":
+    if me in PURE_LAYERS:
         problems.extend(
-            f"{module}:{line}: core must not draw random numbers (np.random)"
+            f"{module}:{line}: {me} must not draw random numbers (np.random)"
             for line in _numpy_random_uses(source)
         )
     return problems
@@ -239,6 +245,10 @@ SELF_CHECKS = [
     ("aisched.model.fake", False, "import numpy as np\n", ["model may import only"]),
     ("aisched.model.fake", False, "from aisched.core.cycle import run_cycle\n", ["model may not"]),
     ("aisched.core.fake", False, "import time\n", ["core must stay pure"]),
+    ("aisched.lifecycle.fake", False, "import time\n", ["lifecycle must stay pure"]),
+    ("aisched.lifecycle.fake", False, "from aisched.sim import engine\n", ["lifecycle may not"]),
+    ("aisched.core.fake", False, "from aisched.lifecycle import states\n", ["core may not"]),
+    ("aisched.lifecycle.fake", False, "from aisched.core.cycle import run_cycle\n", []),
     ("aisched.core.fake", False, "import os.path\n", ["core must stay pure"]),
     ("aisched.core.fake", False, "import yaml\n", ["core may import only stdlib and numpy"]),
     (

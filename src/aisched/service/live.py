@@ -16,23 +16,13 @@ from typing import Any
 from aisched.core.decisions import TaskBinding
 from aisched.core.snapshot import PendingJob, RunningJob
 from aisched.executors.base import TaskExited, TaskHandle, TaskKey
+from aisched.lifecycle.attempts import Stop
 from aisched.model.job import Job
 from aisched.model.resources import GPU_MILLI_WHOLE
 from aisched.model.states import JobState
 from aisched.store.db import Store
 
-
-class Stop(StrEnum):
-    """Why a running attempt is being stopped; decides what the job becomes when it has."""
-
-    PREEMPT = "preempt"  # requeued, restart count up, no failure counted
-    CANCEL = "cancel"  # cancelled
-    FAILED = "failed"  # a task failed: the rest of the gang is stopped, then retry or fail
-    TIMEOUT = "timeout"  # over its time limit: failed, no retry
-    REQUEUE = "requeue"  # the attempt never fully started (scheduler restart): requeued, free
-    # An elastic job giving up tasks for another job: restarted at once (from its checkpoint)
-    # on the tasks it keeps, without going back to the queue; no failure counted.
-    SHRINK = "shrink"
+__all__ = ["Batch", "LiveJob", "LiveTask", "Stop", "TaskPhase"]
 
 
 class TaskPhase(StrEnum):

@@ -42,16 +42,14 @@ from pathlib import Path
 from aisched.core.cycle import CycleResult, never_runs, run_cycle
 from aisched.core.decisions import Bind, Preempt, Shrink, TaskBinding
 from aisched.core.dependencies import DependencyVerdict
-from aisched.core.elastic import extra_tasks_fit
 from aisched.core.policy import Policy
 from aisched.core.snapshot import (
-    ZERO,
+    ClusterArrays,
     FreeState,
     PendingJob,
     RunningJob,
     Snapshot,
     Usage,
-    add_usage,
     build_arrays,
 )
 from aisched.core.status import JobStatus, StatusCode
@@ -68,8 +66,18 @@ from aisched.executors.base import (
     master_addr_for,
     task_name,
 )
+from aisched.lifecycle.attempts import (
+    Requeue,
+    RestartOn,
+    after_attempt,
+    time_limit_at,
+    time_limit_message,
+)
+from aisched.lifecycle.elastic import grow_at, grow_message, tasks_to_grow
+from aisched.lifecycle.holdings import Holdings
+from aisched.lifecycle.states import move
 from aisched.model.cluster import Cluster
-from aisched.model.job import Job, JobKind, RestartPolicy
+from aisched.model.job import Job, JobKind
 from aisched.model.queue import QueueTree
 from aisched.model.states import JobState
 from aisched.predict.features import JobFeatures
@@ -185,10 +193,9 @@ class Scheduler:
         self.predictor = predictor
         self.offered_nodes = tuple(executor.nodes())
         self.nodes = self.offered_nodes
-        self.arrays = build_arrays(Cluster(self.nodes))
-        self.free = FreeState.empty(self.arrays)
+        # Free capacity, usage and running views: the lifecycle's ledger (see `lifecycle`).
+        self.held = Holdings(build_arrays(Cluster(self.nodes)))
         self.jobs: dict[str, LiveJob] = {}
-        self.usage: dict[tuple[str, str], Usage] = {}
         self.commands: queue.SimpleQueue[_Command] = queue.SimpleQueue()
         # Jobs held back until the jobs they depend on have ended (pipelines).
         self.pipelines = Pipelines(store)
@@ -209,6 +216,18 @@ class Scheduler:
         self.restarts: list[tuple[LiveJob, list[TaskLaunch]]] = []
         self._empty_snapshot = Snapshot(self.arrays, FreeState.empty(self.arrays), (), queues)
         executor.set_wakeup(self.wake.set)
+
+    @property
+    def arrays(self) -> ClusterArrays:
+        return self.held.arrays
+
+    @property
+    def free(self) -> FreeState:
+        return self.held.free
+
+    @property
+    def usage(self) -> dict[tuple[str, str], Usage]:
+        return self.held.usage
 
     # --- the public face (any thread) -------------------------------------------------------
 
@@ -301,7 +320,7 @@ class Scheduler:
                 trows = tx.tasks_of(lj.id, lj.attempt)
             lj.tasks = [self._task_from_row(r) for r in trows]
             if not lj.tasks:  # running with no task written: the bind never got that far
-                lj.state = JobState.PENDING
+                lj.state = move(lj.id, lj.state, JobState.PENDING)
                 batch.job(lj.id, state=JobState.PENDING.value, stopping=None)
                 batch.event(now, lj.id, "requeued", "requeued: no task was started")
                 self._make_pending(lj, batch)
@@ -447,27 +466,17 @@ class Scheduler:
         places each with as many tasks as fit."""
         batch = Batch()
         for lj in list(self.jobs.values()):
-            job = lj.job
-            if not (
-                job.elastic
-                and lj.state == JobState.RUNNING
-                and lj.stopping is None
-                and len(lj.tasks) < job.num_tasks
-                and lj.attempt_started_at is not None
-                and now - lj.attempt_started_at >= self.config.elastic_grow_after_s
-            ):
+            if lj.state != JobState.RUNNING or lj.stopping is not None:
                 continue
-            missing = job.num_tasks - len(lj.tasks)
-            extra = sum(
-                extra_tasks_fit(self.arrays, self.free, g.request, missing) for g in job.groups
-            )
+            held = len(lj.tasks)
+            after = self.config.elastic_grow_after_s
+            if now < grow_at(lj.job, held, lj.attempt_started_at, after):
+                continue
+            extra = tasks_to_grow(lj.job, held, self.arrays, self.free)
             if extra < 1:
                 continue
             lj.stopping = Stop.REQUEUE
-            lj.stop_message = (
-                f"growing from {len(lj.tasks)} to up to {len(lj.tasks) + min(extra, missing)} "
-                "tasks into idle capacity"
-            )
+            lj.stop_message = grow_message(held, extra)
             batch.job(lj.id, stopping=Stop.REQUEUE.value)
             batch.event(now, lj.id, "growing", lj.stop_message)
             self._stop_tasks(lj, batch)
@@ -479,14 +488,13 @@ class Scheduler:
         for lj in self.jobs.values():
             if lj.not_before is not None and lj.state == JobState.PENDING:
                 delay = min(delay, max(lj.not_before - now, 0.0))
-            limit = lj.job.time_limit_s
-            if (
-                limit is not None
-                and lj.attempt_started_at is not None
-                and lj.state == JobState.RUNNING
-                and lj.stopping is None
-            ):
-                delay = min(delay, max(lj.attempt_started_at + limit - now, 0.0))
+            if lj.state == JobState.RUNNING and lj.stopping is None:
+                ends = time_limit_at(lj.job, lj.attempt_started_at)
+                # An elastic job short of tasks is looked at again when it may grow.
+                grows = grow_at(
+                    lj.job, len(lj.tasks), lj.attempt_started_at, self.config.elastic_grow_after_s
+                )
+                delay = min(delay, max(min(ends, grows) - now, 0.0))
             waiting = waiting or (
                 lj.pending_view is not None and lj.id not in self.pipelines.blocked
             )
@@ -615,7 +623,7 @@ class Scheduler:
         """A service runs from its start (its submission, or once its dependencies are met)
         until cancelled; its replicas are the work. It never enters the cycle itself."""
         assert lj.job.service is not None
-        lj.state = JobState.RUNNING
+        lj.state = move(lj.id, lj.state, JobState.RUNNING)
         lj.pending_view = None
         lj.started_at = lj.attempt_started_at = now
         if row is not None:
@@ -709,12 +717,10 @@ class Scheduler:
             if (
                 lj.state == JobState.RUNNING
                 and lj.stopping is None
-                and lj.job.time_limit_s is not None
-                and lj.attempt_started_at is not None
-                and now >= lj.attempt_started_at + lj.job.time_limit_s
+                and now >= time_limit_at(lj.job, lj.attempt_started_at)
             ):
                 lj.stopping = Stop.TIMEOUT
-                lj.stop_message = f"exceeded its time limit of {lj.job.time_limit_s:g}s"
+                lj.stop_message = time_limit_message(lj.job)
                 batch.job(lj.id, stopping=Stop.TIMEOUT.value)
                 batch.event(now, lj.id, "timeout", lj.stop_message)
                 self._stop_tasks(lj, batch)
@@ -797,41 +803,35 @@ class Scheduler:
         reason, message = lj.stopping, lj.stop_message
         lj.stopping, lj.stop_message = None, ""
         batch.job(lj.id, stopping=None, attained_gpu_s=lj.attained_gpu_s)
-        job = lj.job
-        if reason == Stop.CANCEL:
-            self._finish(lj, JobState.CANCELLED, batch, now, "cancelled")
-        elif reason == Stop.PREEMPT:
-            lj.preemptions += 1
+        end = after_attempt(
+            lj.job,
+            reason,
+            message,
+            failures=lj.failures,
+            preemptions=lj.preemptions,
+            now=now,
+            max_backoff_s=self.config.max_backoff_s,
+            keep=lj.shrink_to if reason == Stop.SHRINK else None,
+        )
+        lj.shrink_to = None
+        if end.failures != lj.failures:
+            lj.failures = end.failures
+            batch.job(lj.id, failures=lj.failures)
+        if end.preemptions != lj.preemptions:
+            lj.preemptions = end.preemptions
             batch.job(lj.id, preemptions=lj.preemptions)
-            batch.event(now, lj.id, "preempted", f"{message}; requeued")
-            self._requeue(lj, batch, now)
-        elif reason == Stop.SHRINK and lj.shrink_to:
-            keep, lj.shrink_to = lj.shrink_to, None
-            batch.event(
-                now,
-                lj.id,
-                "shrunk",
-                f"{message}; restarting with {len(keep)} tasks from its checkpoint",
-            )
-            lj.state = JobState.PENDING
-            planned = self._apply_bind(Bind(lj.id, keep), batch, now)
+        nxt = end.next
+        if isinstance(nxt, RestartOn):
+            batch.event(now, lj.id, "shrunk", nxt.message)
+            lj.state = move(lj.id, lj.state, JobState.PENDING)
+            planned = self._apply_bind(Bind(lj.id, nxt.keep), batch, now)
             if planned is not None:
                 self.restarts.append(planned)
-        elif reason in (Stop.REQUEUE, Stop.SHRINK):
-            if reason == Stop.SHRINK:  # the kept tasks died with the scheduler: placed afresh
-                message = "a shrink cut short by a scheduler restart"
-            batch.event(now, lj.id, "requeued", f"{message}; requeued")
-            self._requeue(lj, batch, now)
-        elif reason == Stop.TIMEOUT:
-            self._finish(lj, JobState.FAILED, batch, now, message)
-        elif reason == Stop.FAILED:
-            lj.failures += 1
-            batch.job(lj.id, failures=lj.failures)
-            retry = job.restart_policy != RestartPolicy.NEVER and lj.failures <= job.max_retries
-            if retry:
-                wait = min(job.backoff_s * 2 ** (lj.failures - 1), self.config.max_backoff_s)
-                lj.not_before = now + wait
+        elif isinstance(nxt, Requeue):
+            if nxt.not_before is not None:
+                lj.not_before = nxt.not_before
                 batch.job(lj.id, not_before=lj.not_before)
+                job = lj.job
                 self._write_status(
                     lj,
                     JobStatus(
@@ -842,28 +842,14 @@ class Scheduler:
                     ),
                     batch,
                 )
-                batch.event(
-                    now,
-                    lj.id,
-                    "retrying",
-                    f"{message}; retry {lj.failures} of {job.max_retries} in {wait:g}s",
-                )
-                self._requeue(lj, batch, now)
-            else:
-                why = (
-                    f"{message}; no retries left ({job.max_retries})"
-                    if job.restart_policy != RestartPolicy.NEVER
-                    else f"{message}; restart policy is never"
-                )
-                self._finish(lj, JobState.FAILED, batch, now, why)
-        elif job.restart_policy == RestartPolicy.ALWAYS:
-            batch.event(now, lj.id, "restarting", "all tasks exited; restart policy is always")
+            batch.event(now, lj.id, nxt.event, nxt.message)
             self._requeue(lj, batch, now)
         else:
-            lj.exit_code = 0
-            batch.job(lj.id, exit_code=0)
-            self._observe(lj.job, (lj.attempt_started_at or now), now)
-            self._finish(lj, JobState.SUCCEEDED, batch, now, "all tasks exited with code 0")
+            if end.succeeded:
+                lj.exit_code = 0
+                batch.job(lj.id, exit_code=0)
+                self._observe(lj.job, (lj.attempt_started_at or now), now)
+            self._finish(lj, nxt.state, batch, now, nxt.why)
 
     def _observe(self, job: Job, started_s: float, finished_s: float) -> None:
         """Teach the predictor a runtime (of the attempt that succeeded: earlier attempts'
@@ -887,7 +873,7 @@ class Scheduler:
         return len(rows)
 
     def _requeue(self, lj: LiveJob, batch: Batch, now: float) -> None:
-        lj.state = JobState.PENDING
+        lj.state = move(lj.id, lj.state, JobState.PENDING)
         lj.tasks = []
         batch.job(lj.id, state=JobState.PENDING.value)
         self._make_pending(lj, batch)
@@ -896,7 +882,7 @@ class Scheduler:
     def _finish(self, lj: LiveJob, state: JobState, batch: Batch, now: float, why: str) -> None:
         if self.predictor is not None and state != JobState.SUCCEEDED:
             self.predictor.forget(lj.id)
-        lj.state = state
+        lj.state = move(lj.id, lj.state, state)
         lj.pending_view = None
         del self.jobs[lj.id]
         self.terminal_counts[state.value] = self.terminal_counts.get(state.value, 0) + 1
@@ -930,19 +916,15 @@ class Scheduler:
         leftovers = len(self.nodes) != len(offered)  # gone nodes kept while bound: re-check
         if offered == self.offered_nodes and not missing and not leftovers:
             return
-        running = [
-            t.binding for lj in self.jobs.values() if lj.running_view is not None for t in lj.tasks
-        ]
+        running = [t for view in self.held.running() for t in view.tasks]
         nodes = merge_nodes(offered, self.nodes, bindings_by_node([*running, *(extra or [])]))
         self.offered_nodes = offered
         if nodes == self.nodes:
             return
         arrays = build_arrays(Cluster(nodes))
-        free = FreeState.empty(arrays)
-        for b in running:
-            free.take(arrays.index[b.node], b)
         with self.lock:
-            self.nodes, self.arrays, self.free = nodes, arrays, free
+            self.nodes = nodes
+            self.held.rebuild(arrays)
         self._empty_snapshot = Snapshot(arrays, FreeState.empty(arrays), (), self.queues)
         self.dirty = True
         log.info("nodes: %s", ", ".join(n.name + ("" if n.healthy else " (gone)") for n in nodes))
@@ -972,8 +954,6 @@ class Scheduler:
         same bound the core used to bind it (`pending`, the view it was pending with): the
         predicted upper runtime first, then the user's estimate, then the time limit, so a
         preemptive policy (`qssf`) does not treat an unestimated running job as endless."""
-        for t in lj.tasks:
-            self.free.take(self.arrays.index[t.binding.node], t.binding)
         start = lj.attempt_started_at or self.clock()
         if pending is None:  # recovered after a restart: predict again
             estimate, upper = self._predict(lj)
@@ -988,35 +968,25 @@ class Scheduler:
             checkpoint_interval_s=lj.job.checkpoint_interval_s,
             terminating=lj.stopping is not None,
         )
+        self.held.take(view)
         lj.running_view = view
-        self._add_usage(view, 1.0)
 
     def _give(self, lj: LiveJob, now: float) -> None:
-        view = lj.running_view
-        if view is None:
+        if lj.running_view is None:
             return
-        for t in lj.tasks:
-            self.free.give(self.arrays.index[t.binding.node], t.binding)
-        self._add_usage(view, -1.0)
+        view = self.held.give(lj.id)
         lj.attained_gpu_s = view.attained_at(now)
         lj.running_view = None
-
-    def _add_usage(self, view: RunningJob, sign: float) -> None:
-        key = (view.job.queue, view.job.user)
-        self.usage[key] = add_usage(self.usage.get(key, ZERO), view.usage, sign)
 
     # --- the cycle --------------------------------------------------------------------------
 
     def _cycle(self, now: float, pending: list[PendingJob]) -> None:
-        running = []
         for lj in self.jobs.values():
             view = lj.running_view
-            if view is None:
-                continue
-            if lj.stopping is not None and not view.terminating:
+            if view is not None and lj.stopping is not None and not view.terminating:
                 view = lj.running_view = replace(view, terminating=True)
-            running.append(view)
-        snapshot = Snapshot(self.arrays, self.free, tuple(running), self.queues, self.usage)
+                self.held.update(view)
+        snapshot = self.held.snapshot(self.queues)
         t0 = time.perf_counter()
         result = run_cycle(snapshot, pending, self.policy, now)
         took = time.perf_counter() - t0
@@ -1098,7 +1068,7 @@ class Scheduler:
                 batch,
             )
             return None
-        lj.state = JobState.RUNNING
+        lj.state = move(lj.id, lj.state, JobState.RUNNING)
         lj.attempt += 1
         lj.attempt_started_at = now
         if lj.started_at is None:
