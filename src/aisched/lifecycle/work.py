@@ -50,3 +50,16 @@ def time_left_s(total_s: float | None, saved_s: float, restore_s: float) -> floa
 def elastic_speed(tasks: int, asked: int) -> float:
     """Linear scaling: an elastic job with `tasks` of its `asked` tasks runs that much slower."""
     return tasks / asked
+
+
+def planned_end_s(runtime_s: float, fail_after_s: tuple[float, ...], failures: int) -> float:
+    """How long a played attempt runs (the simulator's task ends, a virtual executor's): to its
+    end, unless the job's next planned failure (`fail_after_s[failures]`) comes first."""
+    if failures < len(fail_after_s) and fail_after_s[failures] < runtime_s:
+        return fail_after_s[failures]
+    return runtime_s
+
+
+def fails(runtime_s: float, fail_after_s: tuple[float, ...], failures: int) -> bool:
+    """Whether the attempt `planned_end_s` plays ends in a failure."""
+    return failures < len(fail_after_s) and fail_after_s[failures] < runtime_s

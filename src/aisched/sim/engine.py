@@ -86,25 +86,33 @@ from aisched.core.cluster_autoscale import (
 )
 from aisched.core.cycle import InvariantViolation, never_runs, run_cycle
 from aisched.core.decisions import Bind, Preempt, Reserve, Shrink, TaskBinding
-from aisched.core.elastic import extra_tasks_fit
 from aisched.core.policy import Policy
 from aisched.core.snapshot import (
-    ZERO,
     FreeState,
     PendingJob,
     RunningJob,
     Snapshot,
-    Usage,
-    add_usage,
     build_arrays,
-    validate_free,
 )
 from aisched.core.status import JobStatus, StatusCode
+from aisched.lifecycle.attempts import AttemptEnd, Finish, Requeue, RestartOn, Stop, after_attempt
+from aisched.lifecycle.elastic import grow_at, short_of_tasks, tasks_to_grow
+from aisched.lifecycle.holdings import HoldingError, Holdings
+from aisched.lifecycle.states import move
+from aisched.lifecycle.work import (
+    attempt_runtime_s,
+    elastic_speed,
+    fails,
+    kept_work_s,
+    planned_end_s,
+    time_left_s,
+)
 from aisched.model.cluster import Cluster, Node, NodePool
 from aisched.model.gpu_speed import GpuSpeeds
 from aisched.model.job import Job
 from aisched.model.queue import DEFAULT_QUEUE, Queue, QueueTree
 from aisched.model.resources import GPU_MILLI_WHOLE
+from aisched.model.states import JobState
 from aisched.sim.traces import Trace, TraceJob
 
 # Event kinds, in the order they are handled at one instant: capacity is released (and nodes
@@ -113,9 +121,10 @@ from aisched.sim.traces import Trace, TraceJob
 _FINISH = 0
 _JOIN = 1
 _ARRIVE = 2
-_CYCLE = 3
-_IDLE = 4
-_GROW = 5
+_RETRY = 3  # a failed job's backoff is over: pending again, in that instant's cycle
+_CYCLE = 4
+_IDLE = 5
+_GROW = 6
 
 # Statuses of a pending job that more nodes could help: it waits for capacity, not for its
 # queue's share or its dependencies.
@@ -164,7 +173,9 @@ class _Plain:
 # "preempt" (detail: (for_job, reason)), "shrink" (detail: (for_job, reason, then the node of
 # each task it keeps)), "grow" (detail: (how many tasks it had,)), "reserve" (detail: the
 # nodes), "finish" (detail: ()),
-# "reject" (detail: (reason,)), for a job that can never fit the cluster.
+# "reject" (detail: (reason,)), for a job that can never fit the cluster; for played failures
+# (`TraceJob.fail_after_s`): "retry" (detail: (message,)), a failed attempt retried after its
+# backoff, and "fail" (detail: (why,)), a job that failed for good.
 LogEntry = tuple[float, str, str, tuple[str, ...]]
 
 # (time_s, allocated GPUs, running jobs, pending jobs), one sample at each instant where any of
@@ -202,6 +213,8 @@ class SimConfig:
     max_time_s: float | None = None
     gpu_speeds: GpuSpeeds | None = None
     elastic_grow_after_s: float = 60.0
+    # The longest a failed job waits before its retry (the live service's `max_backoff_s`).
+    max_backoff_s: float = 300.0
 
     def __post_init__(self) -> None:
         if not self.checkpoint_interval_s > 0:
@@ -253,6 +266,10 @@ class JobRecord:
     eta_s: float | None = None
     shrinks: int = 0
     grows: int = 0
+    # Played failures: how many attempts failed, and why the job failed for good (None when
+    # it did not; its `finish_s` is then None too).
+    failures: int = 0
+    failed: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,6 +339,10 @@ class _Job:
         "first_estimate",
         "eta_s",
         "speed",
+        "state",
+        "failures",
+        "failing",
+        "failed",
     )
 
     def __init__(self, tj: TraceJob, ckpt_s: float) -> None:
@@ -352,30 +373,35 @@ class _Job:
         # Work done per second by the current attempt: the GPU model's speed, times the share
         # of its tasks an elastic job runs with.
         self.speed = 1.0
+        self.state: JobState | None = None  # None until it arrives
+        self.failures = 0
+        self.failing = False  # the current attempt's planned end is a failure
+        self.failed: str | None = None
+
+    def move(self, dst: JobState) -> None:
+        """Change state through the lifecycle's table (an arrival enters PENDING)."""
+        if self.state is None:
+            if dst != JobState.PENDING:
+                raise SimulationError(f"job {self.job.id}: {dst.value} before it arrived")
+            self.state = dst
+            return
+        self.state = move(self.job.id, self.state, dst)
 
     @property
     def interrupted(self) -> bool:
-        """Stopped before (preempted, shrunk or grown): its next attempt restores first."""
-        return bool(self.preemptions or self.shrinks or self.grows)
+        """Stopped before (preempted, shrunk, grown or failed): its next attempt restores
+        first."""
+        return bool(self.preemptions or self.shrinks or self.grows or self.failures)
 
     def pending(self, restart_cost_s: float) -> PendingJob:
         restore = restart_cost_s if self.interrupted else 0.0
         saved = self.saved_s
-
-        def left(total: float | None) -> float | None:
-            if total is None:
-                return None
-            # Past its estimate, a job is expected to run about as long again as it has (the
-            # rule preemption applies to a running job that outlives its expected end); the
-            # oracle's total is the truth, which a preempted job has not reached.
-            return restore + (total - saved if total > saved else saved)
-
         return PendingJob(
             self.job,
             self.attained_gpu_s,
             self.preemptions,
-            left(self.estimate_s),
-            left(self.upper_s),
+            time_left_s(self.estimate_s, saved, restore),
+            time_left_s(self.upper_s, saved, restore),
         )
 
     def record(self, end_s: float) -> JobRecord:
@@ -401,6 +427,8 @@ class _Job:
             eta_s=self.eta_s,
             shrinks=self.shrinks,
             grows=self.grows,
+            failures=self.failures,
+            failed=self.failed,
         )
 
 
@@ -422,7 +450,8 @@ class _Engine:
         self.estimator = estimator
         self.arrays = build_arrays(cluster)
         self.index = self.arrays.index
-        self.free = FreeState.empty(self.arrays)
+        # Free capacity, usage and running views: the lifecycle's ledger.
+        self.held = Holdings(self.arrays)
         self.queues = queues if queues is not None else queues_for(tj.job for tj in trace.jobs)
         self.jobs: dict[str, _Job] = {}
         for tj in trace.jobs:
@@ -435,10 +464,8 @@ class _Engine:
         # (arrival, then requeue order) without sorting.
         self.pending: dict[str, PendingJob] = {}
         self.running: dict[str, _Job] = {}
-        # What the core sees of each running job: fixed for an attempt, so built once at bind.
-        self.running_view: dict[str, RunningJob] = {}
-        # Running usage per (queue, user), kept up to date so a cycle need not sum it.
-        self.usage: dict[tuple[str, str], Usage] = {}
+        # Failed jobs waiting out their backoff before they are pending again.
+        self.backing_off: set[str] = set()
         # Jobs pending since before their first cycle: only these can turn out never to fit
         # (the cluster does not change, and a requeued job has fitted before).
         self.fresh: list[str] = []
@@ -468,6 +495,10 @@ class _Engine:
         self.cluster = cluster
         self._init_pools(cluster)
 
+    @property
+    def free(self) -> FreeState:
+        return self.held.free
+
     # --- the event loop ---------------------------------------------------------------------
 
     def run(self) -> SimResult:
@@ -496,7 +527,12 @@ class _Engine:
             if kind == _FINISH:
                 st = self.running.get(job_id)
                 if st is not None and st.attempt == attempt:
-                    self._finish(st, now)
+                    if st.failing:
+                        self._fail(st, now)
+                    else:
+                        self._finish(st, now)
+            elif kind == _RETRY:
+                self._retry(self.jobs[job_id], now)
             elif kind == _ARRIVE:
                 self.arrived += 1
                 self._arrive(self.jobs[job_id], now)
@@ -544,7 +580,9 @@ class _Engine:
         )
 
     def _all_done(self, total: int) -> bool:
-        return self.arrived == total and not self.pending and not self.running
+        return (
+            self.arrived == total and not self.pending and not self.running and not self.backing_off
+        )
 
     def _push(self, t: float, kind: int, job_id: str, attempt: int) -> None:
         heapq.heappush(self.heap, (t, kind, self.seq, job_id, attempt))
@@ -577,18 +615,47 @@ class _Engine:
     def _arrive(self, st: _Job, now: float) -> None:
         st.estimate_s, st.upper_s = self.estimator.estimate(st.tj, now)
         st.first_estimate = (st.estimate_s, st.upper_s)
+        st.move(JobState.PENDING)
         self.pending[st.job.id] = st.pending(self.config.restart_cost_s)
         self.fresh.append(st.job.id)
         self.progress_done += 1
         self._changed(now)
 
+    def _end(
+        self,
+        st: _Job,
+        stop: Stop | None,
+        message: str,
+        now: float,
+        keep: tuple[TaskBinding, ...] | None = None,
+    ) -> AttemptEnd:
+        """The lifecycle's word on what `st` becomes after its attempt; counters applied."""
+        end = after_attempt(
+            st.job,
+            stop,
+            message,
+            failures=st.failures,
+            preemptions=st.preemptions,
+            now=now,
+            max_backoff_s=self.config.max_backoff_s,
+            keep=keep,
+        )
+        st.failures, st.preemptions = end.failures, end.preemptions
+        return end
+
     def _finish(self, st: _Job, now: float) -> None:
         self._release(st, now)
-        st.finish_s = now
+        end = self._end(st, None, "", now)
         st.saved_s = st.duration_s
         self.estimator.observe(st.tj, st.duration_s, now)
-        self.log.append((now, "finish", st.job.id, ()))
-        self.progress_done += 1
+        if isinstance(end.next, Finish):
+            st.move(end.next.state)
+            st.finish_s = now
+            self.log.append((now, "finish", st.job.id, ()))
+            self.progress_done += 1
+        else:  # restart policy `always`: it runs again, from the start
+            st.saved_s = 0.0
+            self._requeue(st, now)
         self._changed(now)
         if self.short_elastic and not self.pending:  # capacity freed and nothing waits
             after = self.config.elastic_grow_after_s
@@ -597,13 +664,41 @@ class _Engine:
                 if now - short.start_s >= after:
                     self._push(now, _GROW, job_id, short.attempt)
 
+    def _fail(self, st: _Job, now: float) -> None:
+        """A played failure: the attempt keeps its checkpoints; retried after its backoff
+        while retries are left (the lifecycle's rule), else the job fails."""
+        self._keep_checkpointed(st, now)
+        self._release(st, now)
+        end = self._end(st, Stop.FAILED, "a task failed", now)
+        nxt = end.next
+        job_id = st.job.id
+        if isinstance(nxt, Requeue):
+            st.move(JobState.PENDING)
+            self.backing_off.add(job_id)
+            self.log.append((now, "retry", job_id, (nxt.message,)))
+            self._push(nxt.not_before if nxt.not_before is not None else now, _RETRY, job_id, 0)
+        elif isinstance(nxt, Finish):
+            st.move(nxt.state)
+            st.failed = nxt.why
+            self.log.append((now, "fail", job_id, (nxt.why,)))
+            self.progress_done += 1
+        self._changed(now)
+
+    def _retry(self, st: _Job, now: float) -> None:
+        self.backing_off.discard(st.job.id)
+        st.estimate_s, st.upper_s = self.estimator.estimate(st.tj, now)
+        self.pending[st.job.id] = st.pending(self.config.restart_cost_s)
+        self._changed(now)
+
+    def _requeue(self, st: _Job, now: float) -> None:
+        st.move(JobState.PENDING)
+        st.estimate_s, st.upper_s = self.estimator.estimate(st.tj, now)
+        self.pending[st.job.id] = st.pending(self.config.restart_cost_s)
+
     def _release(self, st: _Job, now: float) -> None:
         del self.running[st.job.id]
         self.short_elastic.discard(st.job.id)
-        self._add_usage(self.running_view.pop(st.job.id), -1.0)
-        index, free = self.index, self.free
-        for t in st.tasks:
-            free.give(index[t.node], t)
+        self.held.give(st.job.id)
         if self.node_tasks:
             self._unbusy(st.tasks, now)
         st.attained_gpu_s += st.gpus * (now - st.start_s)
@@ -630,14 +725,13 @@ class _Engine:
     def _start(self, st: _Job, tasks: tuple[TaskBinding, ...], pj: PendingJob, now: float) -> None:
         """Start an attempt of `st` on `tasks`; `pj` is how the core saw it (its bound)."""
         job_id = st.job.id
-        index, free = self.index, self.free
+        index = self.index
         milli = 0
         for t in tasks:
-            node = index.get(t.node)
-            if node is None:
+            if t.node not in index:
                 raise SimulationError(f"t={now}: bind of {job_id} to unknown node {t.node}")
-            free.take(node, t)
             milli += len(t.gpus) * t.gpu_milli
+        st.move(JobState.RUNNING)
         if self.node_tasks:
             self._busy(tasks)
         st.tasks = tasks
@@ -653,12 +747,15 @@ class _Engine:
         self.running[job_id] = st
         self.alloc_milli += milli
         st.speed = self._speed(tasks)
-        if st.job.elastic and len(tasks) < st.job.num_tasks:
+        if short_of_tasks(st.job, len(tasks)):
             # Linear scaling: the trace's duration is the runtime with every task.
-            st.speed *= len(tasks) / st.job.num_tasks
+            st.speed *= elastic_speed(len(tasks), st.job.num_tasks)
             self.short_elastic.add(job_id)
-            self._push(now + self.config.elastic_grow_after_s, _GROW, job_id, st.attempt)
-        remaining = restore + max(st.duration_s - st.saved_s, 0.0) / st.speed
+            at = grow_at(st.job, len(tasks), now, self.config.elastic_grow_after_s)
+            self._push(at, _GROW, job_id, st.attempt)
+        runtime = attempt_runtime_s(st.duration_s, st.saved_s, restore, st.speed)
+        st.failing = fails(runtime, st.tj.fail_after_s, st.failures)
+        remaining = planned_end_s(runtime, st.tj.fail_after_s, st.failures)
         # The estimate, not the truth: what a real scheduler would believe about this attempt.
         # Same bound as the core uses for a job it binds (upper estimate, estimate, time limit);
         # attached estimates already count restore and saved work (`_Job.pending`).
@@ -675,8 +772,10 @@ class _Engine:
             None,
             None if st.ckpt_s == math.inf else st.ckpt_s,
         )
-        self.running_view[job_id] = view
-        self._add_usage(view, 1.0)
+        try:
+            self.held.take(view)
+        except HoldingError as e:
+            raise SimulationError(f"t={now}: {e}") from e
 
     def _speed(self, tasks: tuple[TaskBinding, ...]) -> float:
         """The attempt's speed: that of the slowest GPU model it runs on (1.0 without a
@@ -694,18 +793,16 @@ class _Engine:
             raise SimulationError(f"t={now}: preempt of {d.job_id}, which is not running")
         self._keep_checkpointed(st, now)
         self._release(st, now)
-        st.preemptions += 1
+        self._end(st, Stop.PREEMPT, d.reason, now)
         self.preempt_count += 1
-        st.estimate_s, st.upper_s = self.estimator.estimate(st.tj, now)
-        self.pending[d.job_id] = st.pending(self.config.restart_cost_s)
+        self._requeue(st, now)
         self.log.append((now, "preempt", d.job_id, (d.for_job, d.reason)))
 
     def _keep_checkpointed(self, st: _Job, now: float) -> None:
         """An attempt stops: the work up to its last checkpoint is kept, the rest is lost."""
-        elapsed = now - st.start_s
-        kept = math.floor(elapsed / st.ckpt_s) * st.ckpt_s if st.ckpt_s != math.inf else 0.0
-        # Checkpoints taken while restoring hold no new work; work runs at the attempt's speed.
-        st.saved_s = min(st.saved_s + max(kept - st.restore_s, 0.0) * st.speed, st.duration_s)
+        st.saved_s = kept_work_s(
+            st.saved_s, now - st.start_s, st.ckpt_s, st.restore_s, st.speed, st.duration_s
+        )
 
     def _shrink(self, d: Shrink, now: float) -> None:
         st = self.running.get(d.job_id)
@@ -715,10 +812,13 @@ class _Engine:
             raise SimulationError(f"t={now}: shrink of {d.job_id} to tasks it does not hold")
         self._keep_checkpointed(st, now)
         self._release(st, now)
+        end = self._end(st, Stop.SHRINK, d.reason, now, keep=d.keep)
+        assert isinstance(end.next, RestartOn)  # the kept tasks are known here
         st.shrinks += 1
         self.shrink_count += 1
+        st.move(JobState.PENDING)
         st.estimate_s, st.upper_s = self.estimator.estimate(st.tj, now)
-        self._start(st, d.keep, st.pending(self.config.restart_cost_s), now)
+        self._start(st, end.next.keep, st.pending(self.config.restart_cost_s), now)
         self.shrunk_now.add(d.job_id)
         self.log.append((now, "shrink", d.job_id, (d.for_job, d.reason, *(t.node for t in d.keep))))
 
@@ -728,28 +828,27 @@ class _Engine:
         st = self.running.get(job_id)
         if st is None or st.attempt != attempt or job_id not in self.short_elastic:
             return
-        if self.pending or now - st.start_s < self.config.elastic_grow_after_s:
+        job = st.job
+        had = len(st.tasks)
+        if self.pending or now < grow_at(job, had, st.start_s, self.config.elastic_grow_after_s):
             return
         if self.membership_dirty:
             self._rebuild()
-        job = st.job
-        missing = job.num_tasks - len(st.tasks)
-        extra = sum(extra_tasks_fit(self.arrays, self.free, g.request, missing) for g in job.groups)
-        if extra < 1:
+        if tasks_to_grow(job, had, self.arrays, self.free) < 1:
             return  # checked again when a job finishes with nothing pending
-        had = len(st.tasks)
         self._keep_checkpointed(st, now)
         self._release(st, now)
+        self._end(st, Stop.REQUEUE, "growing", now)
         st.grows += 1
         self.grow_count += 1
-        st.estimate_s, st.upper_s = self.estimator.estimate(st.tj, now)
-        self.pending[job_id] = st.pending(self.config.restart_cost_s)
+        self._requeue(st, now)
         self.log.append((now, "grow", job_id, (f"from {had} of {job.num_tasks} tasks",)))
         self._changed(now)
 
     def _reject(self, job_id: str, reason: str, now: float) -> None:
         del self.pending[job_id]
         st = self.jobs[job_id]
+        st.move(JobState.FAILED)
         st.rejected = reason
         self.log.append((now, "reject", job_id, (reason,)))
         # Its arrival is counted already; the rejection stands in for the finish it won't have.
@@ -758,19 +857,13 @@ class _Engine:
 
     # --- the cycle --------------------------------------------------------------------------
 
-    def _add_usage(self, view: RunningJob, sign: float) -> None:
-        key = (view.job.queue, view.job.user)
-        self.usage[key] = add_usage(self.usage.get(key, ZERO), view.usage, sign)
-
     def _cycle(self, now: float) -> None:
         self.dirty = False
         if not self.pending:
             return
         if self.membership_dirty:
             self._rebuild()
-        snapshot = Snapshot(
-            self.arrays, self.free, tuple(self.running_view.values()), self.queues, self.usage
-        )
+        snapshot = self.held.snapshot(self.queues)
         pending = tuple(self.pending.values())
         before = self.free.copy() if self.config.validate else None
         t0 = time.perf_counter()
@@ -990,11 +1083,8 @@ class _Engine:
     def _rebuild(self) -> None:
         """New node arrays for the present nodes; every running binding taken again."""
         arrays = build_arrays(Cluster(tuple(self.present.values()), self.cluster.links))
-        free = FreeState.empty(arrays)
-        for st in self.running.values():
-            for t in st.tasks:
-                free.take(arrays.index[t.node], t)
-        self.arrays, self.index, self.free = arrays, arrays.index, free
+        self.held.rebuild(arrays)
+        self.arrays, self.index = arrays, arrays.index
         self.membership_dirty = False
 
     # --- validate mode ----------------------------------------------------------------------
@@ -1018,8 +1108,7 @@ class _Engine:
     def _check_state(self, now: float) -> None:
         if self.membership_dirty:
             self._rebuild()
-        snapshot = Snapshot(self.arrays, self.free, tuple(self.running_view.values()), self.queues)
-        problems = validate_free(snapshot)
+        problems = self.held.problems()
         both = self.pending.keys() & self.running.keys()
         if both:
             problems.append(f"both pending and running: {', '.join(sorted(both)[:5])}")
