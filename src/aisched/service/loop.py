@@ -490,11 +490,14 @@ class Scheduler:
                 delay = min(delay, max(lj.not_before - now, 0.0))
             if lj.state == JobState.RUNNING and lj.stopping is None:
                 ends = time_limit_at(lj.job, lj.attempt_started_at)
-                # An elastic job short of tasks is looked at again when it may grow.
+                delay = min(delay, max(ends - now, 0.0))
+                # An elastic job short of tasks is looked at when it may first grow; after
+                # that, whenever something changes (a step runs then anyway).
                 grows = grow_at(
                     lj.job, len(lj.tasks), lj.attempt_started_at, self.config.elastic_grow_after_s
                 )
-                delay = min(delay, max(min(ends, grows) - now, 0.0))
+                if grows > now:
+                    delay = min(delay, grows - now)
             waiting = waiting or (
                 lj.pending_view is not None and lj.id not in self.pipelines.blocked
             )
