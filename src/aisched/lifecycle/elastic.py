@@ -5,6 +5,11 @@ its attempt has run `grow_after_s`, while nothing is pending (capacity freed by 
 a shrink is owed to the job waiting for it), and idle capacity would take at least one more of
 its tasks, it is requeued from its checkpoint (a stop of kind `Stop.REQUEUE`: no failure, no
 preemption counted) and the next cycle places it with as many tasks as fit.
+
+A grow that brought no more tasks is not tried again at that size (`grew_from`): the core may
+place fewer tasks than `tasks_to_grow` counts (it packs, reserves, keeps room), and a job
+requeued every `grow_after_s` for nothing would lose its work since the last checkpoint each
+time and, without checkpoints, never finish (found by the lifecycle's property test).
 """
 
 from __future__ import annotations
@@ -21,10 +26,19 @@ def short_of_tasks(job: Job, held: int) -> bool:
     return job.elastic and 0 < held < job.num_tasks
 
 
-def grow_at(job: Job, held: int, attempt_started_at: float | None, grow_after_s: float) -> float:
-    """The earliest time the running attempt may be grown (`inf` when it never may)."""
+def grow_at(
+    job: Job,
+    held: int,
+    attempt_started_at: float | None,
+    grow_after_s: float,
+    grew_from: int | None = None,
+) -> float:
+    """The earliest time the running attempt may be grown (`inf` when it never may).
+    `grew_from`: how many tasks the job held when it was last grown (None: never)."""
     if not short_of_tasks(job, held) or attempt_started_at is None:
         return math.inf
+    if grew_from is not None and held <= grew_from:
+        return math.inf  # the last grow brought nothing: not again at this size
     return attempt_started_at + grow_after_s
 
 

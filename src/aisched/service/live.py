@@ -63,6 +63,9 @@ class LiveJob:
     # While stopping to shrink: the bindings it restarts on. Not stored: a scheduler restart
     # in between requeues the job instead (it is placed again with as many tasks as fit).
     shrink_to: tuple[TaskBinding, ...] | None = None
+    # Tasks held when last grown (not stored): a grow that brought no more is not tried again
+    # at that size (see lifecycle.elastic).
+    grew_from: int | None = None
     attained_gpu_s: float = 0.0
     exit_code: int | None = None
     # (code, reason, eta) last written for this job, so unchanged statuses cost no write.

@@ -470,12 +470,13 @@ class Scheduler:
                 continue
             held = len(lj.tasks)
             after = self.config.elastic_grow_after_s
-            if now < grow_at(lj.job, held, lj.attempt_started_at, after):
+            if now < grow_at(lj.job, held, lj.attempt_started_at, after, lj.grew_from):
                 continue
             extra = tasks_to_grow(lj.job, held, self.arrays, self.free)
             if extra < 1:
                 continue
             lj.stopping = Stop.REQUEUE
+            lj.grew_from = held
             lj.stop_message = grow_message(held, extra)
             batch.job(lj.id, stopping=Stop.REQUEUE.value)
             batch.event(now, lj.id, "growing", lj.stop_message)
@@ -494,7 +495,11 @@ class Scheduler:
                 # An elastic job short of tasks is looked at when it may first grow; after
                 # that, whenever something changes (a step runs then anyway).
                 grows = grow_at(
-                    lj.job, len(lj.tasks), lj.attempt_started_at, self.config.elastic_grow_after_s
+                    lj.job,
+                    len(lj.tasks),
+                    lj.attempt_started_at,
+                    self.config.elastic_grow_after_s,
+                    lj.grew_from,
                 )
                 if grows > now:
                     delay = min(delay, grows - now)

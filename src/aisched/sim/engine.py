@@ -343,6 +343,7 @@ class _Job:
         "failures",
         "failing",
         "failed",
+        "grew_from",
     )
 
     def __init__(self, tj: TraceJob, ckpt_s: float) -> None:
@@ -377,6 +378,7 @@ class _Job:
         self.failures = 0
         self.failing = False  # the current attempt's planned end is a failure
         self.failed: str | None = None
+        self.grew_from: int | None = None  # tasks held when last grown (see lifecycle.elastic)
 
     def move(self, dst: JobState) -> None:
         """Change state through the lifecycle's table (an arrival enters PENDING)."""
@@ -751,8 +753,9 @@ class _Engine:
             # Linear scaling: the trace's duration is the runtime with every task.
             st.speed *= elastic_speed(len(tasks), st.job.num_tasks)
             self.short_elastic.add(job_id)
-            at = grow_at(st.job, len(tasks), now, self.config.elastic_grow_after_s)
-            self._push(at, _GROW, job_id, st.attempt)
+            at = grow_at(st.job, len(tasks), now, self.config.elastic_grow_after_s, st.grew_from)
+            if at != math.inf:
+                self._push(at, _GROW, job_id, st.attempt)
         runtime = attempt_runtime_s(st.duration_s, st.saved_s, restore, st.speed)
         st.failing = fails(runtime, st.tj.fail_after_s, st.failures)
         remaining = planned_end_s(runtime, st.tj.fail_after_s, st.failures)
@@ -830,7 +833,8 @@ class _Engine:
             return
         job = st.job
         had = len(st.tasks)
-        if self.pending or now < grow_at(job, had, st.start_s, self.config.elastic_grow_after_s):
+        after = self.config.elastic_grow_after_s
+        if self.pending or now < grow_at(job, had, st.start_s, after, st.grew_from):
             return
         if self.membership_dirty:
             self._rebuild()
@@ -839,6 +843,7 @@ class _Engine:
         self._keep_checkpointed(st, now)
         self._release(st, now)
         self._end(st, Stop.REQUEUE, "growing", now)
+        st.grew_from = had
         st.grows += 1
         self.grow_count += 1
         self._requeue(st, now)
