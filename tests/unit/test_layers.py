@@ -38,10 +38,18 @@ ALLOWED: dict[str, frozenset[str]] = {
     "testing": frozenset({"spec", "executors", "lifecycle", "core", "model"}),
     "cli": frozenset(
         {
-            "service", "sim", "store", "executors", "predict", "spec", "testing", "lifecycle",
-            "core", "model",
+            "service",
+            "sim",
+            "store",
+            "executors",
+            "predict",
+            "spec",
+            "testing",
+            "lifecycle",
+            "core",
+            "model",
         }
-    ),  # fmt: skip
+    ),
 }
 # Finer rules: (importing layer, imported layer) -> the only modules of it allowed.
 ONLY: dict[tuple[str, str], tuple[str, ...]] = {
