@@ -1,14 +1,16 @@
 """Parity: the simulator and the live service, driving one lifecycle, make the same decisions.
 
 Each case is a small trace (gangs and preemption, elastic shrink and grow, failures and
-retries) replayed twice: through `sim.engine.simulate`, and through the service's real
-`Scheduler` over a real SQLite store, with a virtual executor (`virtual.py`, which plays task
-ends by the simulator's rules) on a virtual clock that the test moves from one event to the
-next. The decision logs (binds, preemptions, shrinks, grows, retries, ends, each with its time
-and the nodes it bound) are compared whole, with `==`.
+retries, a pipeline whose steps wait for each other or are cancelled) replayed twice: through
+`sim.engine.simulate`, and through the service's real `Scheduler` over a real SQLite store,
+with a virtual executor (`virtual.py`, which plays task ends by the simulator's rules) on a
+virtual clock that the test moves from one event to the next. The decision logs (binds,
+preemptions, shrinks, grows, retries, ends, each with its time and the nodes it bound) are
+compared whole, with `==`.
 
 The live log is read back from what the service stored (its event log and task rows), not from
-anything the loop keeps for the test.
+anything the loop keeps for the test. Services (replicas scaled by an autoscaler) are not in
+the simulator, so no case has one.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from virtual import Plan, VirtualExecutor
 
 from aisched.core.policy import preset
 from aisched.model.cluster import Cluster, Node
-from aisched.model.job import Job
+from aisched.model.job import Dependency, DependencyCondition, Job
 from aisched.model.queue import QueueTree
 from aisched.service.loop import LoopConfig, Scheduler
 from aisched.sim.engine import SimConfig, SimResult, simulate
@@ -81,7 +83,7 @@ def sim_log(case: Case) -> list[Entry]:
             out.append((t, job_id, "bind", tuple(sorted(detail))))
         elif kind == "shrink":
             out.append((t, job_id, "shrink", tuple(sorted(detail[2:]))))
-        elif kind in ("preempt", "grow", "retry", "fail", "finish"):
+        elif kind in ("preempt", "grow", "retry", "fail", "finish", "cancel"):
             out.append((t, job_id, kind, ()))
     return sorted(out)
 
@@ -122,9 +124,15 @@ def live_log(case: Case, home: Path) -> list[Entry]:
         while i < len(arrivals) and arrivals[i].job.submit_time_s <= clock.t:
             tj = arrivals[i]
             fx.names[tj.job.id] = tj.job.name
-            fut = sched.submit(replace(tj.job, id="", submit_time_s=0.0))
-            sched.step()
-            row = fut.result(0)
+            bare = replace(tj.job, id="", submit_time_s=0.0)
+            if bare.depends_on:  # a pipeline's step, naming earlier jobs by id
+                many = sched.submit_all(((bare, "native", ()),))
+                sched.step()
+                row = many.result(0)[0]
+            else:
+                fut = sched.submit(bare)
+                sched.step()
+                row = fut.result(0)
             assert row["id"] == tj.job.id
             i += 1
         delay = settle(sched, store)
@@ -180,6 +188,8 @@ def read_log(store: Store, n: int) -> list[Entry]:
                     out.append((t, job_id, "finish", ()))
                 elif kind == "failed":
                     out.append((t, job_id, "fail", ()))
+                elif kind == "cancelled":
+                    out.append((t, job_id, "cancel", ()))
     return sorted(out)
 
 
@@ -189,6 +199,10 @@ def gang(name: str, tasks: int, gpu: int, priority: int = 0) -> Job:
 
 def elastic(name: str, tasks: int, least: int, gpu: int = 1) -> Job:
     return job(name).name(name).task(tasks, gpu=gpu).min_available(least).elastic().build()
+
+
+def after(j: Job, *deps: str, condition: DependencyCondition = DependencyCondition.SUCCESS) -> Job:
+    return replace(j, depends_on=tuple(Dependency(d, condition) for d in deps))
 
 
 CASES = [
@@ -218,6 +232,18 @@ CASES = [
             (gang("flaky", 1, 2), 0.0, 300.0, (120.0, 40.0)),
             (gang("doomed", 1, 1), 5.0, 100.0, (10.0, 10.0, 10.0, 10.0)),
             (gang("steady", 1, 1), 20.0, 90.0, ()),
+        ),
+    ),
+    Case(
+        "pipeline",
+        (gpus("n1", 4),),
+        (
+            (gang("prep", 1, 1), 0.0, 100.0, ()),
+            (gang("bad-prep", 1, 1), 1.0, 50.0, (10.0,) * 4),
+            (after(gang("train", 2, 2), "1"), 2.0, 200.0, ()),
+            (after(gang("eval", 1, 1), "3", "2", condition=DependencyCondition.ANY), 3.0, 30.0, ()),
+            (after(gang("report", 1, 1), "2"), 4.0, 10.0, ()),
+            (gang("filler", 1, 3), 5.0, 500.0, ()),
         ),
     ),
 ]

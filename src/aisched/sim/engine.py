@@ -86,6 +86,7 @@ from aisched.core.cluster_autoscale import (
 )
 from aisched.core.cycle import InvariantViolation, never_runs, run_cycle
 from aisched.core.decisions import Bind, Preempt, Reserve, Shrink, TaskBinding
+from aisched.core.dependencies import DependencyVerdict, check_dependencies
 from aisched.core.policy import Policy
 from aisched.core.snapshot import (
     FreeState,
@@ -175,7 +176,8 @@ class _Plain:
 # nodes), "finish" (detail: ()),
 # "reject" (detail: (reason,)), for a job that can never fit the cluster; for played failures
 # (`TraceJob.fail_after_s`): "retry" (detail: (message,)), a failed attempt retried after its
-# backoff, and "fail" (detail: (why,)), a job that failed for good.
+# backoff, and "fail" (detail: (why,)), a job that failed for good; for pipelines
+# (`Job.depends_on`): "cancel" (detail: (why,)), a job whose dependencies can never be met.
 LogEntry = tuple[float, str, str, tuple[str, ...]]
 
 # (time_s, allocated GPUs, running jobs, pending jobs), one sample at each instant where any of
@@ -270,6 +272,8 @@ class JobRecord:
     # it did not; its `finish_s` is then None too).
     failures: int = 0
     failed: str | None = None
+    # A pipeline's job whose dependencies can never be met: why it was cancelled.
+    cancelled: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,6 +348,7 @@ class _Job:
         "failing",
         "failed",
         "grew_from",
+        "cancelled",
     )
 
     def __init__(self, tj: TraceJob, ckpt_s: float) -> None:
@@ -379,6 +384,7 @@ class _Job:
         self.failing = False  # the current attempt's planned end is a failure
         self.failed: str | None = None
         self.grew_from: int | None = None  # tasks held when last grown (see lifecycle.elastic)
+        self.cancelled: str | None = None
 
     def move(self, dst: JobState) -> None:
         """Change state through the lifecycle's table (an arrival enters PENDING)."""
@@ -431,6 +437,7 @@ class _Job:
             grows=self.grows,
             failures=self.failures,
             failed=self.failed,
+            cancelled=self.cancelled,
         )
 
 
@@ -468,6 +475,10 @@ class _Engine:
         self.running: dict[str, _Job] = {}
         # Failed jobs waiting out their backoff before they are pending again.
         self.backing_off: set[str] = set()
+        # Pipelines: jobs that arrived and wait for their dependencies to end, and who waits
+        # on whom (re-checked exactly when a dependency ends, as the live service does).
+        self.blocked: set[str] = set()
+        self.dependents: dict[str, set[str]] = {}
         # Jobs pending since before their first cycle: only these can turn out never to fit
         # (the cluster does not change, and a requeued job has fitted before).
         self.fresh: list[str] = []
@@ -583,7 +594,11 @@ class _Engine:
 
     def _all_done(self, total: int) -> bool:
         return (
-            self.arrived == total and not self.pending and not self.running and not self.backing_off
+            self.arrived == total
+            and not self.pending
+            and not self.running
+            and not self.backing_off
+            and not self.blocked
         )
 
     def _push(self, t: float, kind: int, job_id: str, attempt: int) -> None:
@@ -618,10 +633,56 @@ class _Engine:
         st.estimate_s, st.upper_s = self.estimator.estimate(st.tj, now)
         st.first_estimate = (st.estimate_s, st.upper_s)
         st.move(JobState.PENDING)
+        self.progress_done += 1
+        if st.job.depends_on and not self._dependencies_met(st, now):
+            return
         self.pending[st.job.id] = st.pending(self.config.restart_cost_s)
         self.fresh.append(st.job.id)
-        self.progress_done += 1
         self._changed(now)
+
+    # --- pipelines --------------------------------------------------------------------------
+
+    def _state_of(self, job_id: str) -> JobState | None:
+        st = self.jobs.get(job_id)
+        if st is None:
+            return None
+        return st.state if st.state is not None else JobState.PENDING  # not arrived yet
+
+    def _dependencies_met(self, st: _Job, now: float) -> bool:
+        """Whether a pending job with dependencies may enter the cycle; one that waits is
+        blocked, one whose dependencies can never be met is cancelled."""
+        names = {
+            d.job_id: self.jobs[d.job_id].job.name
+            for d in st.job.depends_on
+            if d.job_id in self.jobs
+        }
+        check = check_dependencies(st.job, self._state_of, names)
+        job_id = st.job.id
+        if check.verdict == DependencyVerdict.MET:
+            self.blocked.discard(job_id)
+            return True
+        if check.verdict == DependencyVerdict.WAITING:
+            self.blocked.add(job_id)
+            for d in st.job.depends_on:
+                self.dependents.setdefault(d.job_id, set()).add(job_id)
+            return False
+        self.blocked.discard(job_id)
+        st.move(JobState.CANCELLED)
+        st.cancelled = check.reason
+        self.log.append((now, "cancel", job_id, (check.reason,)))
+        if st.duration_s != math.inf:
+            self.progress_done += 1  # stands in for the finish it won't have
+        self._ended(job_id, now)
+        return False
+
+    def _ended(self, job_id: str, now: float) -> None:
+        """A job ended for good: look again at the jobs that waited on it."""
+        for waiting in sorted(self.dependents.pop(job_id, ()), key=lambda i: (len(i), i)):
+            st = self.jobs[waiting]
+            if waiting in self.blocked and self._dependencies_met(st, now):
+                self.pending[waiting] = st.pending(self.config.restart_cost_s)
+                self.fresh.append(waiting)
+                self._changed(now)
 
     def _end(
         self,
@@ -655,6 +716,7 @@ class _Engine:
             st.finish_s = now
             self.log.append((now, "finish", st.job.id, ()))
             self.progress_done += 1
+            self._ended(st.job.id, now)
         else:  # restart policy `always`: it runs again, from the start
             st.saved_s = 0.0
             self._requeue(st, now)
@@ -684,6 +746,7 @@ class _Engine:
             st.failed = nxt.why
             self.log.append((now, "fail", job_id, (nxt.why,)))
             self.progress_done += 1
+            self._ended(job_id, now)
         self._changed(now)
 
     def _retry(self, st: _Job, now: float) -> None:
@@ -859,6 +922,7 @@ class _Engine:
         # Its arrival is counted already; the rejection stands in for the finish it won't have.
         if st.duration_s != math.inf:
             self.progress_done += 1
+        self._ended(job_id, now)
 
     # --- the cycle --------------------------------------------------------------------------
 
