@@ -115,6 +115,7 @@ def live_log(case: Case, home: Path) -> list[Entry]:
         tick_s=math.inf,
         cycle_gap_factor=0,
         elastic_grow_after_s=GROW_AFTER_S,
+        validate=True,
     )
     sched = Scheduler(store, fx, preset(case.policy), QueueTree(), config, clock=clock)
     sched.recover()

@@ -182,3 +182,16 @@ def test_attempt_ends_only_lead_to_allowed_moves(
     for state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
         with pytest.raises(InvalidTransition):
             move("j", state, JobState.PENDING)
+
+
+def test_validate_mode_sees_a_ledger_that_drifted() -> None:
+    held = Holdings(build_arrays(CLUSTER))
+    task = TaskBinding("g0", 0, "n1", (0,), 1000, milli_cpu=1000, mem_mib=1024)
+    held.take(_view("a", (task,), "ann"))
+    assert held.problems() == []
+    held.free.cpu[0] += 500  # capacity given back that no one held
+    held.usage[("default", "ann")] = (0.0, 0.0, 0.0)
+    assert held.problems() == [
+        "free cpu drifted on node n1",
+        "usage of queue default user ann drifted: (0.0, 0.0, 0.0) vs (1000.0, 1024.0, 1000.0)",
+    ]

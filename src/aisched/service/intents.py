@@ -10,7 +10,7 @@ import logging
 import time
 from dataclasses import replace
 
-from aisched.core.cycle import run_cycle
+from aisched.core.cycle import InvariantViolation, run_cycle
 from aisched.core.decisions import Bind, Preempt, Shrink
 from aisched.core.snapshot import PendingJob
 from aisched.core.status import JobStatus, StatusCode
@@ -65,6 +65,21 @@ class Intents(Exits):
             self._write_status(waiting, status, batch)
         batch.flush(self.store)
         self._launch_all(launches, now)
+        if self.config.validate:
+            self._validate(now)
+
+    def _validate(self, now: float) -> None:
+        """Validate mode: the ledger matches the held bindings, no job is both pending and
+        running, and every running job's tasks are what it holds."""
+        problems = self.held.problems()
+        for lj in self.jobs.values():
+            held = self.held.views.get(lj.id)
+            if lj.pending_view is not None and held is not None:
+                problems.append(f"job {lj.id} both pending and running")
+            if held is not None and held.tasks != tuple(t.binding for t in lj.tasks):
+                problems.append(f"job {lj.id} holds other tasks than it runs")
+        if problems:
+            raise InvariantViolation(f"t={now}: " + "; ".join(problems))
 
     def _apply_preempt(self, d: Preempt, batch: Batch, now: float) -> None:
         lj = self.jobs.get(d.job_id)

@@ -31,6 +31,8 @@ class LoopConfig:
     # An elastic job missing tasks is grown (restarted larger from its checkpoint) once it has
     # run this long in its attempt, idle capacity fits more of its tasks and nothing waits.
     elastic_grow_after_s: float = 60.0
+    # Check the lifecycle's invariants after every cycle and raise on a broken one (tests).
+    validate: bool = False
 
 
 class Rejected(Exception):
