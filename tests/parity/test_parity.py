@@ -1,7 +1,8 @@
 """Parity: the simulator and the live service, driving one lifecycle, make the same decisions.
 
 Each case is a small trace (gangs and preemption, elastic shrink and grow, failures and
-retries, a pipeline whose steps wait for each other or are cancelled) replayed twice: through
+retries, a pipeline whose steps wait for each other or are cancelled, a service whose replicas
+are preempted) replayed twice: through
 `sim.engine.simulate`, and through the service's real `Scheduler` over a real SQLite store,
 with a virtual executor (`virtual.py`, which plays task ends by the simulator's rules) on a
 virtual clock that the test moves from one event to the next. The decision logs (binds,
@@ -9,8 +10,8 @@ preemptions, shrinks, grows, retries, ends, each with its time and the nodes it 
 compared whole, with `==`.
 
 The live log is read back from what the service stored (its event log and task rows), not from
-anything the loop keeps for the test. Services (replicas scaled by an autoscaler) are not in
-the simulator, so no case has one.
+anything the loop keeps for the test. A service keeps its minimum of replicas in both (the
+autoscaler, which changes the count with load, is the live service's alone).
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from virtual import Plan, VirtualExecutor
 
 from aisched.core.policy import preset
 from aisched.model.cluster import Cluster, Node
-from aisched.model.job import Dependency, DependencyCondition, Job
+from aisched.model.job import Dependency, DependencyCondition, Job, JobKind
 from aisched.model.queue import QueueTree
+from aisched.model.service import ServiceSpec
 from aisched.service.loop import LoopConfig, Scheduler
 from aisched.sim.engine import SimConfig, SimResult, simulate
 from aisched.sim.traces import Trace, TraceJob
@@ -83,7 +85,7 @@ def sim_log(case: Case) -> list[Entry]:
             out.append((t, job_id, "bind", tuple(sorted(detail))))
         elif kind == "shrink":
             out.append((t, job_id, "shrink", tuple(sorted(detail[2:]))))
-        elif kind in ("preempt", "grow", "retry", "fail", "finish", "cancel"):
+        elif kind in ("preempt", "grow", "retry", "fail", "finish", "cancel", "service"):
             out.append((t, job_id, kind, ()))
     return sorted(out)
 
@@ -105,7 +107,8 @@ def live_log(case: Case, home: Path) -> list[Entry]:
         )
         for tj in trace.jobs
     }
-    fx = VirtualExecutor(case.nodes, clock, plans, RESTART_COST_S)
+    replica = Plan(math.inf, 1, False, CHECKPOINT_S)
+    fx = VirtualExecutor(case.nodes, clock, plans, RESTART_COST_S, replica_plan=replica)
     store = Store.sqlite(home / "state.db")
     config = LoopConfig(
         data_dir=home,
@@ -146,7 +149,7 @@ def live_log(case: Case, home: Path) -> list[Entry]:
         )
         assert nxt > clock.t, f"t={clock.t}: the live run stalled"
         clock.t = nxt
-    return read_log(store, len(trace.jobs))
+    return read_log(store)
 
 
 def settle(sched: Scheduler, store: Store) -> float:
@@ -165,15 +168,17 @@ def settle(sched: Scheduler, store: Store) -> float:
 _ATTEMPT = re.compile(r"attempt (\d+):")
 
 
-def read_log(store: Store, n: int) -> list[Entry]:
+def read_log(store: Store) -> list[Entry]:
     out: list[Entry] = []
     with store.read() as tx:
-        for k in range(1, n + 1):
+        for k in range(1, tx.max_seq() + 1):
             job_id = str(k)
             shrunk = False
             for e in tx.events_of(job_id):
                 kind, t = e["kind"], e["time"]
-                if kind == "started":
+                if kind == "started" and e["message"] == "service started":
+                    out.append((t, job_id, "service", ()))
+                elif kind == "started":
                     m = _ATTEMPT.match(e["message"])
                     assert m is not None, e["message"]
                     tasks = tx.tasks_of(job_id, int(m.group(1)))
@@ -204,6 +209,11 @@ def elastic(name: str, tasks: int, least: int, gpu: int = 1) -> Job:
 
 def after(j: Job, *deps: str, condition: DependencyCondition = DependencyCondition.SUCCESS) -> Job:
     return replace(j, depends_on=tuple(Dependency(d, condition) for d in deps))
+
+
+def service(name: str, replicas: int, gpu: int) -> Job:
+    svc = job(name).name(name).task(1, gpu=gpu).kind(JobKind.SERVICE).build()
+    return replace(svc, service=ServiceSpec(min_replicas=replicas, max_replicas=replicas + 1))
 
 
 CASES = [
@@ -245,6 +255,18 @@ CASES = [
             (after(gang("eval", 1, 1), "3", "2", condition=DependencyCondition.ANY), 3.0, 30.0, ()),
             (after(gang("report", 1, 1), "2"), 4.0, 10.0, ()),
             (gang("filler", 1, 3), 5.0, 500.0, ()),
+        ),
+    ),
+    Case(
+        # The service arrives last (its replicas take the next ids in both drivers); a
+        # high-priority job released by its dependency preempts the replicas, which are
+        # placed again once it has ended.
+        "service-and-preemption",
+        (gpus("n1", 4),),
+        (
+            (gang("first", 1, 1), 0.0, 200.0, ()),
+            (after(gang("high", 1, 4, priority=10), "1"), 10.0, 100.0, ()),
+            (service("svc", 3, 1), 150.0, 0.0, ()),
         ),
     ),
 ]

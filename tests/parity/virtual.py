@@ -60,6 +60,8 @@ class VirtualExecutor:
     clock: Callable[[], float]
     plans: dict[str, Plan]  # by job name
     restart_cost_s: float = 0.0
+    # For jobs the test did not name (a service's replicas, made by the loop).
+    replica_plan: Plan | None = None
     running: dict[TaskKey, TaskLaunch] = field(default_factory=dict)
     saved_s: dict[str, float] = field(default_factory=dict)  # by job id
     failures: dict[str, int] = field(default_factory=dict)  # by job id
@@ -83,8 +85,7 @@ class VirtualExecutor:
         if req.key in self.running:
             raise LaunchError(f"{req.key} launched twice")
         job_id = req.job_id
-        name = self.names[job_id]
-        plan = self.plans[name]
+        plan = self._plan(job_id)
         a = self.attempts.get((job_id, req.attempt))
         if a is None:
             now = self.clock()
@@ -101,12 +102,18 @@ class VirtualExecutor:
         self.running[req.key] = req
         return TaskHandle(req.key, req.node, {"virtual": True})
 
+    def _plan(self, job_id: str) -> Plan:
+        name = self.names.get(job_id)
+        if name is None and self.replica_plan is not None:
+            return self.replica_plan
+        return self.plans[self.names[job_id]]
+
     def _keep(self, job_id: str, attempt: int) -> None:
         a = self.attempts[(job_id, attempt)]
         if a.stopped:
             return
         a.stopped = True
-        plan = self.plans[self.names[job_id]]
+        plan = self._plan(job_id)
         self.saved_s[job_id] = kept_work_s(
             self.saved_s.get(job_id, 0.0),
             self.clock() - a.start_s,
@@ -144,7 +151,7 @@ class VirtualExecutor:
                 out.append(TaskExited(key, ExitKind.EXITED, 1, "", now))
             else:
                 a.stopped = True
-                self.saved_s[job_id] = self.plans[self.names[job_id]].duration_s
+                self.saved_s[job_id] = self._plan(job_id).duration_s
                 out.append(TaskExited(key, ExitKind.EXITED, 0, "", now))
         return out
 

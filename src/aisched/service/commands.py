@@ -12,6 +12,7 @@ from dataclasses import replace
 from aisched.core.cycle import never_runs
 from aisched.core.dependencies import DependencyVerdict
 from aisched.core.status import JobStatus, StatusCode
+from aisched.lifecycle.services import replica_name
 from aisched.lifecycle.states import move
 from aisched.model.job import Job, JobKind
 from aisched.model.states import JobState
@@ -229,7 +230,7 @@ class Commands(Intents):
             return
         batch.event(now, svc.id, "scaling", f"{len(live)} -> {n} replicas: {reason}")
         for _ in range(n - len(live)):
-            name = f"{svc.job.name}-r{self.next_seq}"
+            name = replica_name(svc.job, str(self.next_seq))
             replica = replica_job(svc.job, name, free_port(self.config.master_addr))
             self._admit(replica, "native", (), now, batch)
         # Surplus: pending replicas first (they hold nothing), then the newest running ones.

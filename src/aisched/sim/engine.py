@@ -80,6 +80,7 @@ import heapq
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from aisched.core.cycle import InvariantViolation, run_cycle
 from aisched.core.decisions import Bind, Preempt, Reserve, Shrink, TaskBinding
@@ -90,6 +91,7 @@ from aisched.core.status import StatusCode
 from aisched.lifecycle.attempts import AttemptEnd, Finish, Requeue, RestartOn, Stop, after_attempt
 from aisched.lifecycle.elastic import grow_at, short_of_tasks, tasks_to_grow
 from aisched.lifecycle.holdings import HoldingError, Holdings
+from aisched.lifecycle.services import replica_job, replica_name
 from aisched.lifecycle.work import (
     attempt_runtime_s,
     elastic_speed,
@@ -98,6 +100,7 @@ from aisched.lifecycle.work import (
     planned_end_s,
 )
 from aisched.model.cluster import Cluster
+from aisched.model.job import JobKind
 from aisched.model.queue import QueueTree
 from aisched.model.resources import GPU_MILLI_WHOLE
 from aisched.model.states import JobState
@@ -178,6 +181,10 @@ class _Engine(NodePools):
         # on whom (re-checked exactly when a dependency ends, as the live service does).
         self.blocked: set[str] = set()
         self.dependents: dict[str, set[str]] = {}
+        # Services' replicas, in the order they were made; their ids continue the trace's.
+        self.replicas: list[str] = []
+        numeric = [int(tj.job.id) for tj in trace.jobs if tj.job.id.isdigit()]
+        self.next_id = max(numeric, default=0) + 1
         # Jobs pending since before their first cycle: only these can turn out never to fit
         # (the cluster does not change, and a requeued job has fitted before).
         self.fresh: list[str] = []
@@ -331,8 +338,42 @@ class _Engine(NodePools):
         self.progress_done += 1
         if st.job.depends_on and not self._dependencies_met(st, now):
             return
+        if st.job.kind == JobKind.SERVICE:
+            self._start_service(st, now)
+            return
         self.pending[st.job.id] = st.pending(self.config.restart_cost_s)
         self.fresh.append(st.job.id)
+        self._changed(now)
+
+    # --- services --------------------------------------------------------------------------
+
+    def _start_service(self, svc: SimJob, now: float) -> None:
+        """A service starts holding nothing, with its minimum of replicas (the lifecycle's
+        `replica_job`), which arrive at once; they hold their resources to the end of the run.
+        Replica ids continue after the largest numeric id seen, as the live service's do."""
+        svc.move(JobState.RUNNING)
+        svc.first_start_s = now
+        spec = svc.job.service
+        count = spec.min_replicas if spec is not None else 0
+        names = []
+        for _ in range(count):
+            job_id = str(self.next_id)
+            self.next_id += 1
+            job = replace(
+                replica_job(svc.job, replica_name(svc.job, job_id), 0),
+                id=job_id,
+                submit_time_s=now,
+            )
+            replica = SimJob(TraceJob(job, math.inf), svc.ckpt_s)
+            self.jobs[job_id] = replica
+            self.replicas.append(job_id)
+            names.append(job_id)
+            replica.estimate_s, replica.upper_s = self.estimator.estimate(replica.tj, now)
+            replica.first_estimate = (replica.estimate_s, replica.upper_s)
+            replica.move(JobState.PENDING)
+            self.pending[job_id] = replica.pending(self.config.restart_cost_s)
+            self.fresh.append(job_id)
+        self.log.append((now, "service", svc.job.id, tuple(names)))
         self._changed(now)
 
     # --- pipelines --------------------------------------------------------------------------
@@ -375,6 +416,9 @@ class _Engine(NodePools):
         for waiting in sorted(self.dependents.pop(job_id, ()), key=lambda i: (len(i), i)):
             st = self.jobs[waiting]
             if waiting in self.blocked and self._dependencies_met(st, now):
+                if st.job.kind == JobKind.SERVICE:
+                    self._start_service(st, now)
+                    continue
                 self.pending[waiting] = st.pending(self.config.restart_cost_s)
                 self.fresh.append(waiting)
                 self._changed(now)

@@ -47,7 +47,8 @@ class _Plain:
 # "reject" (detail: (reason,)), for a job that can never fit the cluster; for played failures
 # (`TraceJob.fail_after_s`): "retry" (detail: (message,)), a failed attempt retried after its
 # backoff, and "fail" (detail: (why,)), a job that failed for good; for pipelines
-# (`Job.depends_on`): "cancel" (detail: (why,)), a job whose dependencies can never be met.
+# (`Job.depends_on`): "cancel" (detail: (why,)), a job whose dependencies can never be met;
+# "service" (detail: its replicas' ids), a service started with its minimum of replicas.
 LogEntry = tuple[float, str, str, tuple[str, ...]]
 
 # (time_s, allocated GPUs, running jobs, pending jobs), one sample at each instant where any of
