@@ -9,7 +9,8 @@ parts are subclasses, one responsibility each, stacked in the order they use eac
 calls one above it does so through a method declared here (`_on_exit`, `_apply_bind`,
 `_check_dependencies`), so each module reads on its own.
 
-Owned by the loop thread alone (see `loop`); readers of `view()`-like methods take `lock`.
+Owned by the loop thread alone (see `loop`); `lock` guards what other threads read (the
+nodes, the free capacity) while the nodes change.
 """
 
 from __future__ import annotations
@@ -52,18 +53,7 @@ log = logging.getLogger("aisched.loop")
 
 
 class SchedulerState:
-    # Declared here, defined by the part that owns them (see the module docstring).
-
-    def _on_exit(self, ev: TaskExited, batch: Batch, now: float) -> None:
-        raise NotImplementedError  # exits.Exits
-
-    def _apply_bind(
-        self, d: Bind, batch: Batch, now: float
-    ) -> tuple[LiveJob, list[TaskLaunch]] | None:
-        raise NotImplementedError  # intents.Intents
-
-    def _check_dependencies(self, lj: LiveJob, batch: Batch, now: float) -> None:
-        raise NotImplementedError  # commands.Commands
+    """Live state and the helpers every part uses (see the module docstring)."""
 
     def __init__(
         self,
@@ -234,3 +224,16 @@ class SchedulerState:
         for row in rows:
             self._observe(job_from_dict(row["spec"]), row["attempt_started_at"], row["finished_at"])
         return len(rows)
+
+    # Declared here, defined by the part that owns them (see the module docstring).
+
+    def _on_exit(self, ev: TaskExited, batch: Batch, now: float) -> None:
+        raise NotImplementedError  # exits.Exits
+
+    def _apply_bind(
+        self, d: Bind, batch: Batch, now: float
+    ) -> tuple[LiveJob, list[TaskLaunch]] | None:
+        raise NotImplementedError  # intents.Intents
+
+    def _check_dependencies(self, lj: LiveJob, batch: Batch, now: float) -> None:
+        raise NotImplementedError  # commands.Commands
