@@ -11,6 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from aisched.core import registry
+from aisched.core.actions.eta import EstimateStart
+from aisched.core.errors import PolicyError
 from aisched.core.framework import ChooseGpu, Filter, JobOrder, SelectVictims, WeightedScore
 
 if TYPE_CHECKING:
@@ -26,8 +29,7 @@ class Action(Protocol):
     def execute(self, session: Session) -> None: ...
 
 
-class PolicyError(ValueError):
-    """A policy mapping names an unknown plugin or gives a bad argument."""
+__all__ = ["ALLOWED_KEYS", "PRESETS", "Action", "Policy", "PolicyError", "build_policy", "preset"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,8 +212,6 @@ ALLOWED_KEYS = (
 def with_eta(policy: Policy) -> Policy:
     """The policy with the `eta` action last (unchanged if it has one): every waiting job's
     status then carries an estimated start time. Decisions are the same."""
-    from aisched.core.actions.eta import EstimateStart
-
     if "eta" in policy.action_names():
         return policy
     eta: Action = EstimateStart()  # type: ignore[assignment]  # frozen name, as every action
@@ -227,8 +227,6 @@ def preset(name: str) -> Policy:
 
 
 def build_policy(config: Mapping[str, Any], name: str | None = None) -> Policy:
-    from aisched.core import registry
-
     if not isinstance(config, Mapping):
         raise PolicyError("policy: expected a mapping")
     unknown = sorted(set(config) - set(ALLOWED_KEYS))

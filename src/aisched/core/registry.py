@@ -15,9 +15,9 @@ from aisched.core.actions.backfill import Backfill
 from aisched.core.actions.enqueue import Enqueue
 from aisched.core.actions.eta import EstimateStart
 from aisched.core.actions.preempt import Preempt, Reclaim
+from aisched.core.errors import PolicyError
 from aisched.core.framework import WeightedScore
 from aisched.core.plugins import fragmentation, hetero, order, packing, score, victims
-from aisched.core.policy import PolicyError
 
 REGISTRY: dict[str, dict[str, Callable[..., Any]]] = {
     "action": {

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from aisched.core.decisions import Bind, Decision, Preempt, Reserve, Shrink, TaskBinding
-from aisched.core.policy import Policy
 from aisched.core.snapshot import (
     ZERO,
     BoolArray,
@@ -31,6 +31,9 @@ from aisched.core.taskmix import TaskMix, mix_of
 from aisched.model.job import Job
 from aisched.model.queue import QueueTree
 from aisched.model.resources import Resources
+
+if TYPE_CHECKING:  # the policy builds actions, which import from here at run time
+    from aisched.core.policy import Policy
 
 
 def usage_vector(r: Resources) -> Usage:

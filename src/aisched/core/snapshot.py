@@ -41,6 +41,31 @@ FloatArray = npt.NDArray[np.float64]
 CHANGE_LOG_LIMIT = 4096
 
 
+# Entries a cluster's memo keeps: far more than one cycle's distinct shapes and queues need.
+MEMO_ENTRIES = 65_536
+
+
+class BoundedMemo(dict[object, object]):
+    """A dict that drops its oldest entry when a new one would pass `limit` entries. A memo
+    entry is only ever a shortcut, so dropping one costs a recomputation, never an answer."""
+
+    __slots__ = ("limit",)
+
+    def __init__(self, limit: int = MEMO_ENTRIES) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def __setitem__(self, key: object, value: object) -> None:
+        if key not in self and len(self) >= self.limit:
+            del self[next(iter(self))]
+        super().__setitem__(key, value)
+
+    def setdefault(self, key: object, default: object = None) -> object:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class ClusterArrays:
     """Per-node static facts as arrays indexed by node position (nodes sorted by name)."""
@@ -62,8 +87,9 @@ class ClusterArrays:
     zones: tuple[str, ...]
     healthy: BoolArray
     nodes: tuple[Node, ...]
-    # Memo of pure functions of this (static) cluster, e.g. "can this shape ever fit".
-    memo: dict[object, object] = field(default_factory=dict)
+    # Memo of pure functions of this (static) cluster, e.g. "can this shape ever fit";
+    # bounded, so a long-running service that sees ever new shapes does not grow with them.
+    memo: dict[object, object] = field(default_factory=lambda: BoundedMemo())
 
     @property
     def num_nodes(self) -> int:

@@ -8,6 +8,9 @@ changes after submission.
 
 from __future__ import annotations
 
+import itertools
+import threading
+import weakref
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -15,7 +18,33 @@ from aisched.model.cluster import TopologyLevel
 from aisched.model.resources import Resources
 from aisched.model.service import ServiceSpec
 
-_SHAPES: dict[tuple[object, ...], tuple[object, ...]] = {}
+
+class _Shape:
+    """One interned placement shape: the jobs of one shape share this object. `serial` names
+    the shape cheaply (`Job.shape_id`); it comes from a counter, so it is never reused, even
+    after every job of a shape is gone and the entry dropped (an `id()` could be, and a cache
+    keyed by it would then answer for the wrong shape)."""
+
+    __slots__ = ("key", "serial", "__weakref__")
+
+    def __init__(self, key: tuple[object, ...], serial: int) -> None:
+        self.key = key
+        self.serial = serial
+
+
+# Shapes of the jobs alive now: an entry goes when its last job does, so a long-running
+# service holds the shapes of its live jobs, not of every job it ever saw.
+_SHAPES: weakref.WeakValueDictionary[tuple[object, ...], _Shape] = weakref.WeakValueDictionary()
+_SHAPES_LOCK = threading.Lock()  # jobs are built on the API's threads and the loop's
+_SERIALS = itertools.count(1)
+
+
+def _intern(key: tuple[object, ...]) -> _Shape:
+    with _SHAPES_LOCK:
+        shape = _SHAPES.get(key)
+        if shape is None:
+            shape = _SHAPES[key] = _Shape(key, next(_SERIALS))
+        return shape
 
 
 class JobKind(StrEnum):
@@ -121,9 +150,10 @@ class Job:
     elastic: bool = False
     # Derived once: read on every cycle the job waits.
     _total: Resources = field(init=False, repr=False, compare=False)
-    _shape: tuple[object, ...] = field(init=False, repr=False, compare=False)
+    _shape: _Shape = field(init=False, repr=False, compare=False)
     tie_break: tuple[float, float, str] = field(init=False, repr=False, compare=False)
-    # Equal for jobs of equal shape, different otherwise: the interned shape's id.
+    # Equal for jobs of equal shape, different otherwise (and never reused): the interned
+    # shape's serial number.
     shape_id: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -146,8 +176,9 @@ class Job:
             self.min_available,
         )
         # Interned, so equal shapes are one object and `shape_id` names the class cheaply.
-        object.__setattr__(self, "_shape", _SHAPES.setdefault(shape, shape))
-        object.__setattr__(self, "shape_id", id(self._shape))
+        interned = _intern(shape)
+        object.__setattr__(self, "_shape", interned)
+        object.__setattr__(self, "shape_id", interned.serial)
         # The last word of every ordering: higher priority, then earlier, then by id.
         object.__setattr__(self, "tie_break", (-self.priority, self.submit_time_s, self.id))
 
@@ -167,7 +198,7 @@ class Job:
     @property
     def shape(self) -> tuple[object, ...]:
         """What placement depends on: jobs of one shape fit or fail alike (equivalence class)."""
-        return self._shape
+        return self._shape.key
 
     @property
     def num_gpus(self) -> float:

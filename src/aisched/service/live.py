@@ -16,23 +16,13 @@ from typing import Any
 from aisched.core.decisions import TaskBinding
 from aisched.core.snapshot import PendingJob, RunningJob
 from aisched.executors.base import TaskExited, TaskHandle, TaskKey
+from aisched.lifecycle.attempts import Stop
 from aisched.model.job import Job
 from aisched.model.resources import GPU_MILLI_WHOLE
 from aisched.model.states import JobState
 from aisched.store.db import Store
 
-
-class Stop(StrEnum):
-    """Why a running attempt is being stopped; decides what the job becomes when it has."""
-
-    PREEMPT = "preempt"  # requeued, restart count up, no failure counted
-    CANCEL = "cancel"  # cancelled
-    FAILED = "failed"  # a task failed: the rest of the gang is stopped, then retry or fail
-    TIMEOUT = "timeout"  # over its time limit: failed, no retry
-    REQUEUE = "requeue"  # the attempt never fully started (scheduler restart): requeued, free
-    # An elastic job giving up tasks for another job: restarted at once (from its checkpoint)
-    # on the tasks it keeps, without going back to the queue; no failure counted.
-    SHRINK = "shrink"
+__all__ = ["Batch", "LiveJob", "LiveTask", "Stop", "TaskPhase"]
 
 
 class TaskPhase(StrEnum):
@@ -73,6 +63,9 @@ class LiveJob:
     # While stopping to shrink: the bindings it restarts on. Not stored: a scheduler restart
     # in between requeues the job instead (it is placed again with as many tasks as fit).
     shrink_to: tuple[TaskBinding, ...] | None = None
+    # Tasks held when last grown (not stored): a grow that brought no more is not tried again
+    # at that size (see lifecycle.elastic).
+    grew_from: int | None = None
     attained_gpu_s: float = 0.0
     exit_code: int | None = None
     # (code, reason, eta) last written for this job, so unchanged statuses cost no write.

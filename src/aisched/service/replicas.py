@@ -10,29 +10,12 @@ address, set at each launch: loopback on one machine, the node's IP on a Ray clu
 
 from __future__ import annotations
 
-from dataclasses import replace
+from aisched.lifecycle.services import PORT_ENV, SERVICE_ENV, replica_job
+from aisched.model.job import Job
 
-from aisched.model.job import Job, JobKind, RestartPolicy
+__all__ = ["HOST_ENV", "PORT_ENV", "SERVICE_ENV", "replica_job", "replica_port"]
 
-PORT_ENV = "AISCHED_SERVICE_PORT"
 HOST_ENV = "AISCHED_SERVICE_HOST"
-SERVICE_ENV = "AISCHED_SERVICE_ID"
-
-
-def replica_job(service: Job, name: str, port: int) -> Job:
-    """A replica of `service` (id and submit time are the loop's to set)."""
-    extra = ((PORT_ENV, str(port)), (SERVICE_ENV, service.id))
-    return replace(
-        service,
-        id="",
-        name=name,
-        kind=JobKind.INFER,
-        service=None,
-        replica_of=service.id,
-        restart_policy=RestartPolicy.ALWAYS,
-        depends_on=(),
-        groups=tuple(replace(g, env=(*g.env, *extra)) for g in service.groups),
-    )
 
 
 def replica_port(job: Job) -> int | None:

@@ -6,6 +6,14 @@ arrival, and both before the scheduling cycle of that instant; equal kinds keep 
 were scheduled in. Nothing here reads the wall clock except to report how long a run took, and
 the same trace, cluster, policy and config always give the identical decision log.
 
+Every rule about a job between decisions (its states, what an attempt's end makes of it,
+retries and backoff, checkpoints and restore, growth, the resources it holds) is the
+lifecycle's (`aisched.lifecycle`), the very rules the live service applies; the engine plays
+task ends and keeps the event queue and the metrics. Its parts: `results` (config, records,
+the log's shape), `sim_job` (one job's run state), `pools` (autoscaling node pools), `events`.
+This module is longer than the house's ~600 lines: a hundred of them are this description of
+the semantics, and the event loop with its state changes reads best in one piece.
+
 What the engine keeps, and its invariants:
 
 - `free` is updated incrementally (`take` on bind, `give` on finish and preemption) and is never
@@ -71,340 +79,71 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol, cast
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
-import numpy as np
-
-from aisched.core.cluster_autoscale import (
-    IdleNode,
-    NodeFree,
-    PoolState,
-    plan_scale_down,
-    plan_scale_up,
-)
-from aisched.core.cycle import InvariantViolation, never_runs, run_cycle
+from aisched.core.cycle import InvariantViolation, run_cycle
 from aisched.core.decisions import Bind, Preempt, Reserve, Shrink, TaskBinding
-from aisched.core.elastic import extra_tasks_fit
+from aisched.core.dependencies import DependencyVerdict, check_dependencies
 from aisched.core.policy import Policy
-from aisched.core.snapshot import (
-    ZERO,
-    FreeState,
-    PendingJob,
-    RunningJob,
-    Snapshot,
-    Usage,
-    add_usage,
-    build_arrays,
-    validate_free,
+from aisched.core.snapshot import FreeState, PendingJob, RunningJob, build_arrays
+from aisched.core.status import StatusCode
+from aisched.lifecycle.attempts import AttemptEnd, Finish, Requeue, RestartOn, Stop, after_attempt
+from aisched.lifecycle.elastic import grow_at, short_of_tasks, tasks_to_grow
+from aisched.lifecycle.holdings import HoldingError, Holdings
+from aisched.lifecycle.services import replica_job, replica_name
+from aisched.lifecycle.work import (
+    attempt_runtime_s,
+    elastic_speed,
+    fails,
+    kept_work_s,
+    planned_end_s,
 )
-from aisched.core.status import JobStatus, StatusCode
-from aisched.model.cluster import Cluster, Node, NodePool
-from aisched.model.gpu_speed import GpuSpeeds
-from aisched.model.job import Job
-from aisched.model.queue import DEFAULT_QUEUE, Queue, QueueTree
+from aisched.model.cluster import Cluster
+from aisched.model.job import JobKind
+from aisched.model.queue import QueueTree
 from aisched.model.resources import GPU_MILLI_WHOLE
+from aisched.model.states import JobState
+from aisched.sim.events import ARRIVE, CYCLE, FINISH, GROW, IDLE, JOIN, RETRY
+from aisched.sim.pools import NodePools
+from aisched.sim.results import (
+    Estimate,
+    Estimator,
+    JobRecord,
+    LogEntry,
+    NodeSample,
+    Sample,
+    SimConfig,
+    SimResult,
+    SimulationError,
+    as_estimator,
+    own_estimate,
+    queues_for,
+)
+from aisched.sim.sim_job import SimJob
 from aisched.sim.traces import Trace, TraceJob
 
-# Event kinds, in the order they are handled at one instant: capacity is released (and nodes
-# join) before new work is seen, the cycle sees everything that happened at its instant, and an
-# idle node is only removed after that cycle had its chance to use it.
-_FINISH = 0
-_JOIN = 1
-_ARRIVE = 2
-_CYCLE = 3
-_IDLE = 4
-_GROW = 5
-
-# Statuses of a pending job that more nodes could help: it waits for capacity, not for its
-# queue's share or its dependencies.
-_WANTS_NODES = frozenset(
-    {
-        StatusCode.WAIT_RESOURCES,
-        StatusCode.RESERVED,
-        StatusCode.WAIT_RESERVATION,
-        StatusCode.NOT_CONSIDERED,
-        StatusCode.NEVER_FITS,
-    }
-)
+__all__ = [
+    "Estimate",
+    "Estimator",
+    "JobRecord",
+    "LogEntry",
+    "NodeSample",
+    "Sample",
+    "SimConfig",
+    "SimResult",
+    "SimulationError",
+    "own_estimate",
+    "queues_for",
+    "simulate",
+]
 
 # Calls to `progress` are spaced by this many events: a call per event would cost more than the
 # event itself on a large trace.
 _PROGRESS_EVERY = 2000
 
-# (estimate_s, estimate_upper_s) of a job's whole runtime, for a job about to be pending.
-Estimate = tuple[float | None, float | None]
 
-
-class Estimator(Protocol):
-    """Runtime estimates for the simulated scheduler. `estimate` is called whenever a job
-    becomes pending (arrival, requeue) with the current time; `observe` when a job finishes,
-    with its true runtime and the finish time. The engine calls them in time order."""
-
-    def estimate(self, tj: TraceJob, now_s: float) -> Estimate: ...
-
-    def observe(self, tj: TraceJob, runtime_s: float, finished_s: float) -> None: ...
-
-
-class _Plain:
-    """A bare function `TraceJob -> Estimate` as an estimator that learns nothing."""
-
-    def __init__(self, fn: Callable[[TraceJob], Estimate]) -> None:
-        self._fn = fn
-
-    def estimate(self, tj: TraceJob, now_s: float) -> Estimate:
-        return self._fn(tj)
-
-    def observe(self, tj: TraceJob, runtime_s: float, finished_s: float) -> None:
-        return None
-
-
-# (time_s, kind, job_id, detail). Kinds: "bind" (detail: the node of each task, in task order),
-# "preempt" (detail: (for_job, reason)), "shrink" (detail: (for_job, reason, then the node of
-# each task it keeps)), "grow" (detail: (how many tasks it had,)), "reserve" (detail: the
-# nodes), "finish" (detail: ()),
-# "reject" (detail: (reason,)), for a job that can never fit the cluster.
-LogEntry = tuple[float, str, str, tuple[str, ...]]
-
-# (time_s, allocated GPUs, running jobs, pending jobs), one sample at each instant where any of
-# them changed; each value holds until the next sample.
-Sample = tuple[float, float, int, int]
-
-# (time_s, billed nodes, GPUs on present nodes, cost per hour of the billed nodes), one sample at
-# each instant where any of them changed. Billed: present, or asked for and still provisioning.
-NodeSample = tuple[float, int, float, float]
-
-
-class SimulationError(RuntimeError):
-    """The run cannot go on: a decision that cannot be applied, or a broken invariant."""
-
-
-@dataclass(frozen=True, slots=True)
-class SimConfig:
-    """How a run treats time and interruptions.
-
-    `checkpoint_interval_s` applies to jobs without their own `checkpoint_interval_s`; `inf`
-    means no checkpoints (a preempted job starts over). `cycle_interval_s` 0 runs a cycle at
-    every instant where something changed; a positive value runs at most one cycle per period,
-    on the period's boundary, batching the events in between (a scheduler's fixed period).
-    `max_time_s` stops the run at that virtual time; what is unfinished stays unfinished.
-    `gpu_speeds`, when given, makes runtimes depend on the GPU model: a trace's duration is
-    the runtime at speed 1.0, and an attempt runs at the speed of the slowest GPU model among
-    its tasks' nodes (CPU-only work is unaffected). `elastic_grow_after_s`: how long an elastic
-    job runs short of tasks before it may be grown (the live service's `elastic_grow_after`).
-    """
-
-    checkpoint_interval_s: float = 3600.0
-    restart_cost_s: float = 60.0
-    cycle_interval_s: float = 0.0
-    validate: bool = False
-    max_time_s: float | None = None
-    gpu_speeds: GpuSpeeds | None = None
-    elastic_grow_after_s: float = 60.0
-
-    def __post_init__(self) -> None:
-        if not self.checkpoint_interval_s > 0:
-            raise ValueError(
-                f"checkpoint_interval_s must be positive, got {self.checkpoint_interval_s}"
-            )
-        if not 0 <= self.restart_cost_s < math.inf:
-            raise ValueError(f"restart_cost_s must be finite and >= 0, got {self.restart_cost_s}")
-        if not 0 <= self.cycle_interval_s < math.inf:
-            raise ValueError(
-                f"cycle_interval_s must be finite and >= 0, got {self.cycle_interval_s}"
-            )
-        if self.max_time_s is not None and math.isnan(self.max_time_s):
-            raise ValueError("max_time_s must be a number")
-        if not 0 <= self.elastic_grow_after_s < math.inf:
-            raise ValueError(
-                f"elastic_grow_after_s must be finite and >= 0, got {self.elastic_grow_after_s}"
-            )
-
-
-@dataclass(frozen=True, slots=True)
-class JobRecord:
-    """What happened to one job. Times are virtual seconds; None where it never happened.
-
-    `gpus` is the job's GPU demand in whole-GPU equivalents (shares as fractions). `gpu_s` is the
-    GPU-seconds it received over all attempts, up to the end of the run for unfinished work.
-    `preemptions` counts the times it was stopped, `shrinks` the times it was restarted with
-    fewer tasks and `grows` the times it was requeued to get more (an elastic job), `restarts`
-    the times it started again after any of these.
-    `estimate_s` / `estimate_upper_s` are the runtime estimate it had when it arrived;
-    `eta_s` is the start time its first cycle estimated, when it had to wait (None otherwise).
-    """
-
-    job_id: str
-    queue: str
-    user: str
-    priority: int
-    submit_s: float
-    duration_s: float
-    gpus: float
-    first_start_s: float | None
-    finish_s: float | None
-    preemptions: int
-    restarts: int
-    gpu_s: float
-    rejected: str | None = None
-    estimate_s: float | None = None
-    estimate_upper_s: float | None = None
-    eta_s: float | None = None
-    shrinks: int = 0
-    grows: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class SimResult:
-    """A run's outcome: one record per trace job (trace order), the decision log, the timeline.
-
-    `capacity_gpus` counts the healthy GPUs (with autoscaling pools: every pool at its
-    maximum). `end_s` is the virtual time the run stopped. `nodes_timeline` samples the billed
-    nodes, present GPUs and cost rate; `priced` says whether any node has a cost.
-    `wall_s` and `cycle_wall_s` (time inside `run_cycle`) are the only figures that differ
-    between identical runs.
-    """
-
-    trace_name: str
-    policy_name: str
-    config: SimConfig
-    capacity_gpus: float
-    jobs: tuple[JobRecord, ...]
-    log: tuple[LogEntry, ...]
-    timeline: tuple[Sample, ...]
-    end_s: float
-    cycles: int
-    wall_s: float
-    cycle_wall_s: float
-    stats: Mapping[str, float] = field(default_factory=dict)
-    nodes_timeline: tuple[NodeSample, ...] = ()
-    priced: bool = False
-
-
-def own_estimate(tj: TraceJob) -> Estimate:
-    """The default estimate: what the job itself declares (a user's guess), nothing more."""
-    return tj.job.estimate_s, None
-
-
-def queues_for(jobs: Iterable[Job]) -> QueueTree:
-    """A flat queue tree with one equal-weight queue for every queue name the jobs use."""
-    names = sorted({j.queue for j in jobs} | {DEFAULT_QUEUE})
-    return QueueTree(tuple(Queue(n) for n in names))
-
-
-class _Job:
-    """Mutable per-job state of a run; `Job` and `TraceJob` stay frozen."""
-
-    __slots__ = (
-        "tj",
-        "job",
-        "duration_s",
-        "ckpt_s",
-        "estimate_s",
-        "upper_s",
-        "saved_s",
-        "attained_gpu_s",
-        "preemptions",
-        "shrinks",
-        "grows",
-        "restarts",
-        "attempt",
-        "first_start_s",
-        "finish_s",
-        "rejected",
-        "tasks",
-        "milli",
-        "gpus",
-        "start_s",
-        "restore_s",
-        "expected_end_s",
-        "first_estimate",
-        "eta_s",
-        "speed",
-    )
-
-    def __init__(self, tj: TraceJob, ckpt_s: float) -> None:
-        self.tj = tj
-        self.job = tj.job
-        self.duration_s = tj.duration_s
-        self.ckpt_s = ckpt_s
-        self.estimate_s: float | None = None
-        self.upper_s: float | None = None
-        self.saved_s = 0.0  # work kept by checkpoints, in seconds of the job's runtime
-        self.attained_gpu_s = 0.0  # GPU-seconds of finished attempts
-        self.preemptions = 0
-        self.shrinks = 0
-        self.grows = 0
-        self.restarts = 0
-        self.attempt = 0
-        self.first_start_s: float | None = None
-        self.finish_s: float | None = None
-        self.rejected: str | None = None
-        self.tasks: tuple[TaskBinding, ...] = ()
-        self.milli = 0  # milli-GPUs held by the current attempt
-        self.gpus = 0.0  # the same in GPUs
-        self.start_s = 0.0
-        self.restore_s = 0.0  # restore time at the head of the current attempt
-        self.expected_end_s: float | None = None
-        self.first_estimate: Estimate | None = None
-        self.eta_s: float | None = None
-        # Work done per second by the current attempt: the GPU model's speed, times the share
-        # of its tasks an elastic job runs with.
-        self.speed = 1.0
-
-    @property
-    def interrupted(self) -> bool:
-        """Stopped before (preempted, shrunk or grown): its next attempt restores first."""
-        return bool(self.preemptions or self.shrinks or self.grows)
-
-    def pending(self, restart_cost_s: float) -> PendingJob:
-        restore = restart_cost_s if self.interrupted else 0.0
-        saved = self.saved_s
-
-        def left(total: float | None) -> float | None:
-            if total is None:
-                return None
-            # Past its estimate, a job is expected to run about as long again as it has (the
-            # rule preemption applies to a running job that outlives its expected end); the
-            # oracle's total is the truth, which a preempted job has not reached.
-            return restore + (total - saved if total > saved else saved)
-
-        return PendingJob(
-            self.job,
-            self.attained_gpu_s,
-            self.preemptions,
-            left(self.estimate_s),
-            left(self.upper_s),
-        )
-
-    def record(self, end_s: float) -> JobRecord:
-        gpu_s = self.attained_gpu_s
-        if self.tasks:  # still running at the end of the run
-            gpu_s += self.gpus * (end_s - self.start_s)
-        return JobRecord(
-            job_id=self.job.id,
-            queue=self.job.queue,
-            user=self.job.user,
-            priority=self.job.priority,
-            submit_s=self.job.submit_time_s,
-            duration_s=self.duration_s,
-            gpus=self.job.num_gpus,
-            first_start_s=self.first_start_s,
-            finish_s=self.finish_s,
-            preemptions=self.preemptions,
-            restarts=self.restarts,
-            gpu_s=gpu_s,
-            rejected=self.rejected,
-            estimate_s=None if self.first_estimate is None else self.first_estimate[0],
-            estimate_upper_s=None if self.first_estimate is None else self.first_estimate[1],
-            eta_s=self.eta_s,
-            shrinks=self.shrinks,
-            grows=self.grows,
-        )
-
-
-class _Engine:
+class _Engine(NodePools):
     def __init__(
         self,
         trace: Trace,
@@ -422,23 +161,30 @@ class _Engine:
         self.estimator = estimator
         self.arrays = build_arrays(cluster)
         self.index = self.arrays.index
-        self.free = FreeState.empty(self.arrays)
+        # Free capacity, usage and running views: the lifecycle's ledger.
+        self.held = Holdings(self.arrays)
         self.queues = queues if queues is not None else queues_for(tj.job for tj in trace.jobs)
-        self.jobs: dict[str, _Job] = {}
+        self.jobs: dict[str, SimJob] = {}
         for tj in trace.jobs:
             if tj.job.id in self.jobs:
                 raise SimulationError(f"trace {trace.name}: job id {tj.job.id} repeats")
             own = tj.job.checkpoint_interval_s
             ckpt = own if own is not None else config.checkpoint_interval_s
-            self.jobs[tj.job.id] = _Job(tj, ckpt)
+            self.jobs[tj.job.id] = SimJob(tj, ckpt)
         # Insertion-ordered, so the pending tuple handed to a cycle is in a deterministic order
         # (arrival, then requeue order) without sorting.
         self.pending: dict[str, PendingJob] = {}
-        self.running: dict[str, _Job] = {}
-        # What the core sees of each running job: fixed for an attempt, so built once at bind.
-        self.running_view: dict[str, RunningJob] = {}
-        # Running usage per (queue, user), kept up to date so a cycle need not sum it.
-        self.usage: dict[tuple[str, str], Usage] = {}
+        self.running: dict[str, SimJob] = {}
+        # Failed jobs waiting out their backoff before they are pending again.
+        self.backing_off: set[str] = set()
+        # Pipelines: jobs that arrived and wait for their dependencies to end, and who waits
+        # on whom (re-checked exactly when a dependency ends, as the live service does).
+        self.blocked: set[str] = set()
+        self.dependents: dict[str, set[str]] = {}
+        # Services' replicas, in the order they were made; their ids continue the trace's.
+        self.replicas: list[str] = []
+        numeric = [int(tj.job.id) for tj in trace.jobs if tj.job.id.isdigit()]
+        self.next_id = max(numeric, default=0) + 1
         # Jobs pending since before their first cycle: only these can turn out never to fit
         # (the cluster does not change, and a requeued job has fitted before).
         self.fresh: list[str] = []
@@ -473,7 +219,7 @@ class _Engine:
     def run(self) -> SimResult:
         wall0 = time.perf_counter()
         self.heap = [
-            (tj.job.submit_time_s, _ARRIVE, i, tj.job.id, 0) for i, tj in enumerate(self.trace.jobs)
+            (tj.job.submit_time_s, ARRIVE, i, tj.job.id, 0) for i, tj in enumerate(self.trace.jobs)
         ]
         heapq.heapify(self.heap)
         self.seq = len(self.heap)
@@ -489,24 +235,29 @@ class _Engine:
             if max_t is not None and t > max_t:
                 stopped_early = True
                 break
-            if kind in (_JOIN, _IDLE, _GROW) and self._all_done(total):
+            if kind in (JOIN, IDLE, GROW) and self._all_done(total):
                 break  # only node events are left: the run is over
             pop(heap)
             now = t
-            if kind == _FINISH:
+            if kind == FINISH:
                 st = self.running.get(job_id)
                 if st is not None and st.attempt == attempt:
-                    self._finish(st, now)
-            elif kind == _ARRIVE:
+                    if st.failing:
+                        self._fail(st, now)
+                    else:
+                        self._finish(st, now)
+            elif kind == RETRY:
+                self._retry(self.jobs[job_id], now)
+            elif kind == ARRIVE:
                 self.arrived += 1
                 self._arrive(self.jobs[job_id], now)
-            elif kind == _CYCLE:
+            elif kind == CYCLE:
                 self.cycle_at = None
                 if self.dirty:
                     self._cycle(now)
-            elif kind == _JOIN:
+            elif kind == JOIN:
                 self._join(job_id, now)
-            elif kind == _IDLE:
+            elif kind == IDLE:
                 self._idle_check(job_id, attempt, now)
             else:
                 self._grow_check(job_id, attempt, now)
@@ -544,7 +295,13 @@ class _Engine:
         )
 
     def _all_done(self, total: int) -> bool:
-        return self.arrived == total and not self.pending and not self.running
+        return (
+            self.arrived == total
+            and not self.pending
+            and not self.running
+            and not self.backing_off
+            and not self.blocked
+        )
 
     def _push(self, t: float, kind: int, job_id: str, attempt: int) -> None:
         heapq.heappush(self.heap, (t, kind, self.seq, job_id, attempt))
@@ -560,7 +317,7 @@ class _Engine:
         period = self.config.cycle_interval_s
         at = now if period == 0 else max(now, math.ceil(now / period) * period)
         self.cycle_at = at
-        self._push(at, _CYCLE, "", 0)
+        self._push(at, CYCLE, "", 0)
 
     def _sample(self, now: float) -> None:
         point = (now, self.alloc_milli / GPU_MILLI_WHOLE, len(self.running), len(self.pending))
@@ -574,36 +331,178 @@ class _Engine:
 
     # --- state changes ----------------------------------------------------------------------
 
-    def _arrive(self, st: _Job, now: float) -> None:
+    def _arrive(self, st: SimJob, now: float) -> None:
         st.estimate_s, st.upper_s = self.estimator.estimate(st.tj, now)
         st.first_estimate = (st.estimate_s, st.upper_s)
+        st.move(JobState.PENDING)
+        self.progress_done += 1
+        if st.job.depends_on and not self._dependencies_met(st, now):
+            return
+        if st.job.kind == JobKind.SERVICE:
+            self._start_service(st, now)
+            return
         self.pending[st.job.id] = st.pending(self.config.restart_cost_s)
         self.fresh.append(st.job.id)
-        self.progress_done += 1
         self._changed(now)
 
-    def _finish(self, st: _Job, now: float) -> None:
+    # --- services --------------------------------------------------------------------------
+
+    def _start_service(self, svc: SimJob, now: float) -> None:
+        """A service starts holding nothing, with its minimum of replicas (the lifecycle's
+        `replica_job`), which arrive at once; they hold their resources to the end of the run.
+        Replica ids continue after the largest numeric id seen, as the live service's do."""
+        svc.move(JobState.RUNNING)
+        svc.first_start_s = now
+        spec = svc.job.service
+        count = spec.min_replicas if spec is not None else 0
+        names = []
+        for _ in range(count):
+            job_id = str(self.next_id)
+            self.next_id += 1
+            job = replace(
+                replica_job(svc.job, replica_name(svc.job, job_id), 0),
+                id=job_id,
+                submit_time_s=now,
+            )
+            replica = SimJob(TraceJob(job, math.inf), svc.ckpt_s)
+            self.jobs[job_id] = replica
+            self.replicas.append(job_id)
+            names.append(job_id)
+            replica.estimate_s, replica.upper_s = self.estimator.estimate(replica.tj, now)
+            replica.first_estimate = (replica.estimate_s, replica.upper_s)
+            replica.move(JobState.PENDING)
+            self.pending[job_id] = replica.pending(self.config.restart_cost_s)
+            self.fresh.append(job_id)
+        self.log.append((now, "service", svc.job.id, tuple(names)))
+        self._changed(now)
+
+    # --- pipelines --------------------------------------------------------------------------
+
+    def _state_of(self, job_id: str) -> JobState | None:
+        st = self.jobs.get(job_id)
+        if st is None:
+            return None
+        return st.state if st.state is not None else JobState.PENDING  # not arrived yet
+
+    def _dependencies_met(self, st: SimJob, now: float) -> bool:
+        """Whether a pending job with dependencies may enter the cycle; one that waits is
+        blocked, one whose dependencies can never be met is cancelled."""
+        names = {
+            d.job_id: self.jobs[d.job_id].job.name
+            for d in st.job.depends_on
+            if d.job_id in self.jobs
+        }
+        check = check_dependencies(st.job, self._state_of, names)
+        job_id = st.job.id
+        if check.verdict == DependencyVerdict.MET:
+            self.blocked.discard(job_id)
+            return True
+        if check.verdict == DependencyVerdict.WAITING:
+            self.blocked.add(job_id)
+            for d in st.job.depends_on:
+                self.dependents.setdefault(d.job_id, set()).add(job_id)
+            return False
+        self.blocked.discard(job_id)
+        st.move(JobState.CANCELLED)
+        st.cancelled = check.reason
+        self.log.append((now, "cancel", job_id, (check.reason,)))
+        if st.duration_s != math.inf:
+            self.progress_done += 1  # stands in for the finish it won't have
+        self._ended(job_id, now)
+        return False
+
+    def _ended(self, job_id: str, now: float) -> None:
+        """A job ended for good: look again at the jobs that waited on it."""
+        for waiting in sorted(self.dependents.pop(job_id, ()), key=lambda i: (len(i), i)):
+            st = self.jobs[waiting]
+            if waiting in self.blocked and self._dependencies_met(st, now):
+                if st.job.kind == JobKind.SERVICE:
+                    self._start_service(st, now)
+                    continue
+                self.pending[waiting] = st.pending(self.config.restart_cost_s)
+                self.fresh.append(waiting)
+                self._changed(now)
+
+    def _end(
+        self,
+        st: SimJob,
+        stop: Stop | None,
+        message: str,
+        now: float,
+        keep: tuple[TaskBinding, ...] | None = None,
+    ) -> AttemptEnd:
+        """The lifecycle's word on what `st` becomes after its attempt; counters applied."""
+        end = after_attempt(
+            st.job,
+            stop,
+            message,
+            failures=st.failures,
+            preemptions=st.preemptions,
+            now=now,
+            max_backoff_s=self.config.max_backoff_s,
+            keep=keep,
+        )
+        st.failures, st.preemptions = end.failures, end.preemptions
+        return end
+
+    def _finish(self, st: SimJob, now: float) -> None:
         self._release(st, now)
-        st.finish_s = now
+        end = self._end(st, None, "", now)
         st.saved_s = st.duration_s
         self.estimator.observe(st.tj, st.duration_s, now)
-        self.log.append((now, "finish", st.job.id, ()))
-        self.progress_done += 1
+        if isinstance(end.next, Finish):
+            st.move(end.next.state)
+            st.finish_s = now
+            self.log.append((now, "finish", st.job.id, ()))
+            self.progress_done += 1
+            self._ended(st.job.id, now)
+        else:  # restart policy `always`: it runs again, from the start
+            st.saved_s = 0.0
+            self._requeue(st, now)
         self._changed(now)
         if self.short_elastic and not self.pending:  # capacity freed and nothing waits
             after = self.config.elastic_grow_after_s
             for job_id in sorted(self.short_elastic):
                 short = self.running[job_id]
                 if now - short.start_s >= after:
-                    self._push(now, _GROW, job_id, short.attempt)
+                    self._push(now, GROW, job_id, short.attempt)
 
-    def _release(self, st: _Job, now: float) -> None:
+    def _fail(self, st: SimJob, now: float) -> None:
+        """A played failure: the attempt keeps its checkpoints; retried after its backoff
+        while retries are left (the lifecycle's rule), else the job fails."""
+        self._keep_checkpointed(st, now)
+        self._release(st, now)
+        end = self._end(st, Stop.FAILED, "a task failed", now)
+        nxt = end.next
+        job_id = st.job.id
+        if isinstance(nxt, Requeue):
+            st.move(JobState.PENDING)
+            self.backing_off.add(job_id)
+            self.log.append((now, "retry", job_id, (nxt.message,)))
+            self._push(nxt.not_before if nxt.not_before is not None else now, RETRY, job_id, 0)
+        elif isinstance(nxt, Finish):
+            st.move(nxt.state)
+            st.failed = nxt.why
+            self.log.append((now, "fail", job_id, (nxt.why,)))
+            self.progress_done += 1
+            self._ended(job_id, now)
+        self._changed(now)
+
+    def _retry(self, st: SimJob, now: float) -> None:
+        self.backing_off.discard(st.job.id)
+        st.estimate_s, st.upper_s = self.estimator.estimate(st.tj, now)
+        self.pending[st.job.id] = st.pending(self.config.restart_cost_s)
+        self._changed(now)
+
+    def _requeue(self, st: SimJob, now: float) -> None:
+        st.move(JobState.PENDING)
+        st.estimate_s, st.upper_s = self.estimator.estimate(st.tj, now)
+        self.pending[st.job.id] = st.pending(self.config.restart_cost_s)
+
+    def _release(self, st: SimJob, now: float) -> None:
         del self.running[st.job.id]
         self.short_elastic.discard(st.job.id)
-        self._add_usage(self.running_view.pop(st.job.id), -1.0)
-        index, free = self.index, self.free
-        for t in st.tasks:
-            free.give(index[t.node], t)
+        self.held.give(st.job.id)
         if self.node_tasks:
             self._unbusy(st.tasks, now)
         st.attained_gpu_s += st.gpus * (now - st.start_s)
@@ -627,17 +526,18 @@ class _Engine:
         self._start(self.jobs[d.job_id], d.tasks, pj, now)
         self.log.append((now, "bind", d.job_id, tuple(t.node for t in d.tasks)))
 
-    def _start(self, st: _Job, tasks: tuple[TaskBinding, ...], pj: PendingJob, now: float) -> None:
+    def _start(
+        self, st: SimJob, tasks: tuple[TaskBinding, ...], pj: PendingJob, now: float
+    ) -> None:
         """Start an attempt of `st` on `tasks`; `pj` is how the core saw it (its bound)."""
         job_id = st.job.id
-        index, free = self.index, self.free
+        index = self.index
         milli = 0
         for t in tasks:
-            node = index.get(t.node)
-            if node is None:
+            if t.node not in index:
                 raise SimulationError(f"t={now}: bind of {job_id} to unknown node {t.node}")
-            free.take(node, t)
             milli += len(t.gpus) * t.gpu_milli
+        st.move(JobState.RUNNING)
         if self.node_tasks:
             self._busy(tasks)
         st.tasks = tasks
@@ -653,19 +553,23 @@ class _Engine:
         self.running[job_id] = st
         self.alloc_milli += milli
         st.speed = self._speed(tasks)
-        if st.job.elastic and len(tasks) < st.job.num_tasks:
+        if short_of_tasks(st.job, len(tasks)):
             # Linear scaling: the trace's duration is the runtime with every task.
-            st.speed *= len(tasks) / st.job.num_tasks
+            st.speed *= elastic_speed(len(tasks), st.job.num_tasks)
             self.short_elastic.add(job_id)
-            self._push(now + self.config.elastic_grow_after_s, _GROW, job_id, st.attempt)
-        remaining = restore + max(st.duration_s - st.saved_s, 0.0) / st.speed
+            at = grow_at(st.job, len(tasks), now, self.config.elastic_grow_after_s, st.grew_from)
+            if at != math.inf:
+                self._push(at, GROW, job_id, st.attempt)
+        runtime = attempt_runtime_s(st.duration_s, st.saved_s, restore, st.speed)
+        st.failing = fails(runtime, st.tj.fail_after_s, st.failures)
+        remaining = planned_end_s(runtime, st.tj.fail_after_s, st.failures)
         # The estimate, not the truth: what a real scheduler would believe about this attempt.
         # Same bound as the core uses for a job it binds (upper estimate, estimate, time limit);
-        # attached estimates already count restore and saved work (`_Job.pending`).
+        # attached estimates already count restore and saved work (`SimJob.pending`).
         bound = pj.runtime_bound_s
         st.expected_end_s = None if bound is None else now + bound
         if remaining != math.inf:
-            self._push(now + remaining, _FINISH, job_id, st.attempt)
+            self._push(now + remaining, FINISH, job_id, st.attempt)
         view = RunningJob(
             st.job,
             st.tasks,
@@ -675,8 +579,10 @@ class _Engine:
             None,
             None if st.ckpt_s == math.inf else st.ckpt_s,
         )
-        self.running_view[job_id] = view
-        self._add_usage(view, 1.0)
+        try:
+            self.held.take(view)
+        except HoldingError as e:
+            raise SimulationError(f"t={now}: {e}") from e
 
     def _speed(self, tasks: tuple[TaskBinding, ...]) -> float:
         """The attempt's speed: that of the slowest GPU model it runs on (1.0 without a
@@ -694,18 +600,16 @@ class _Engine:
             raise SimulationError(f"t={now}: preempt of {d.job_id}, which is not running")
         self._keep_checkpointed(st, now)
         self._release(st, now)
-        st.preemptions += 1
+        self._end(st, Stop.PREEMPT, d.reason, now)
         self.preempt_count += 1
-        st.estimate_s, st.upper_s = self.estimator.estimate(st.tj, now)
-        self.pending[d.job_id] = st.pending(self.config.restart_cost_s)
+        self._requeue(st, now)
         self.log.append((now, "preempt", d.job_id, (d.for_job, d.reason)))
 
-    def _keep_checkpointed(self, st: _Job, now: float) -> None:
+    def _keep_checkpointed(self, st: SimJob, now: float) -> None:
         """An attempt stops: the work up to its last checkpoint is kept, the rest is lost."""
-        elapsed = now - st.start_s
-        kept = math.floor(elapsed / st.ckpt_s) * st.ckpt_s if st.ckpt_s != math.inf else 0.0
-        # Checkpoints taken while restoring hold no new work; work runs at the attempt's speed.
-        st.saved_s = min(st.saved_s + max(kept - st.restore_s, 0.0) * st.speed, st.duration_s)
+        st.saved_s = kept_work_s(
+            st.saved_s, now - st.start_s, st.ckpt_s, st.restore_s, st.speed, st.duration_s
+        )
 
     def _shrink(self, d: Shrink, now: float) -> None:
         st = self.running.get(d.job_id)
@@ -715,10 +619,13 @@ class _Engine:
             raise SimulationError(f"t={now}: shrink of {d.job_id} to tasks it does not hold")
         self._keep_checkpointed(st, now)
         self._release(st, now)
+        end = self._end(st, Stop.SHRINK, d.reason, now, keep=d.keep)
+        assert isinstance(end.next, RestartOn)  # the kept tasks are known here
         st.shrinks += 1
         self.shrink_count += 1
+        st.move(JobState.PENDING)
         st.estimate_s, st.upper_s = self.estimator.estimate(st.tj, now)
-        self._start(st, d.keep, st.pending(self.config.restart_cost_s), now)
+        self._start(st, end.next.keep, st.pending(self.config.restart_cost_s), now)
         self.shrunk_now.add(d.job_id)
         self.log.append((now, "shrink", d.job_id, (d.for_job, d.reason, *(t.node for t in d.keep))))
 
@@ -728,39 +635,37 @@ class _Engine:
         st = self.running.get(job_id)
         if st is None or st.attempt != attempt or job_id not in self.short_elastic:
             return
-        if self.pending or now - st.start_s < self.config.elastic_grow_after_s:
+        job = st.job
+        had = len(st.tasks)
+        after = self.config.elastic_grow_after_s
+        if self.pending or now < grow_at(job, had, st.start_s, after, st.grew_from):
             return
         if self.membership_dirty:
             self._rebuild()
-        job = st.job
-        missing = job.num_tasks - len(st.tasks)
-        extra = sum(extra_tasks_fit(self.arrays, self.free, g.request, missing) for g in job.groups)
-        if extra < 1:
+        if tasks_to_grow(job, had, self.arrays, self.free) < 1:
             return  # checked again when a job finishes with nothing pending
-        had = len(st.tasks)
         self._keep_checkpointed(st, now)
         self._release(st, now)
+        self._end(st, Stop.REQUEUE, "growing", now)
+        st.grew_from = had
         st.grows += 1
         self.grow_count += 1
-        st.estimate_s, st.upper_s = self.estimator.estimate(st.tj, now)
-        self.pending[job_id] = st.pending(self.config.restart_cost_s)
+        self._requeue(st, now)
         self.log.append((now, "grow", job_id, (f"from {had} of {job.num_tasks} tasks",)))
         self._changed(now)
 
     def _reject(self, job_id: str, reason: str, now: float) -> None:
         del self.pending[job_id]
         st = self.jobs[job_id]
+        st.move(JobState.FAILED)
         st.rejected = reason
         self.log.append((now, "reject", job_id, (reason,)))
         # Its arrival is counted already; the rejection stands in for the finish it won't have.
         if st.duration_s != math.inf:
             self.progress_done += 1
+        self._ended(job_id, now)
 
     # --- the cycle --------------------------------------------------------------------------
-
-    def _add_usage(self, view: RunningJob, sign: float) -> None:
-        key = (view.job.queue, view.job.user)
-        self.usage[key] = add_usage(self.usage.get(key, ZERO), view.usage, sign)
 
     def _cycle(self, now: float) -> None:
         self.dirty = False
@@ -768,9 +673,7 @@ class _Engine:
             return
         if self.membership_dirty:
             self._rebuild()
-        snapshot = Snapshot(
-            self.arrays, self.free, tuple(self.running_view.values()), self.queues, self.usage
-        )
+        snapshot = self.held.snapshot(self.queues)
         pending = tuple(self.pending.values())
         before = self.free.copy() if self.config.validate else None
         t0 = time.perf_counter()
@@ -813,190 +716,6 @@ class _Engine:
         # A requeued victim is pending again: if the cycle left it there, it waits for the next
         # change like any other job; it does not force a second cycle at the same instant.
 
-    # --- autoscaling node pools -------------------------------------------------------------
-
-    def _init_pools(self, cluster: Cluster) -> None:
-        self.pools: dict[str, NodePool] = {p.name: p for p in cluster.node_pools}
-        self.present: dict[str, Node] = {n.name: n for n in cluster.nodes}
-        self.coming: dict[str, Node] = {}  # asked for, not joined yet
-        self.pool_of: dict[str, str] = {}  # present or coming pool node -> its pool
-        self.pool_present = dict.fromkeys(self.pools, 0)
-        self.pool_coming = dict.fromkeys(self.pools, 0)
-        self.next_index = dict.fromkeys(self.pools, 0)
-        # Running tasks per present pool node (empty without pools: the hooks then cost nothing),
-        # and since when each task-less one has been idle, with a stamp that voids old checks.
-        self.node_tasks: dict[str, int] = {}
-        self.idle_since: dict[str, float] = {}
-        self.idle_stamp: dict[str, int] = {}
-        self.membership_dirty = False
-        self.nodes_added = 0
-        self.nodes_removed = 0
-        self.priced = any(p.cost_per_node_hour is not None for p in cluster.node_pools)
-        self.node_samples: list[NodeSample] = []
-        self.ceiling: Snapshot | None = None
-        for n in cluster.nodes:
-            pool = cluster.pool_of(n.name)
-            if pool is None:
-                continue
-            self.pool_of[n.name] = pool.name
-            self.pool_present[pool.name] += 1
-            self.node_tasks[n.name] = 0
-            index = int(n.name.rpartition("-")[2])
-            self.next_index[pool.name] = max(self.next_index[pool.name], index + 1)
-        if self.pools:
-            # What "never fits" means with autoscaling: not even with every pool at its maximum.
-            top = build_arrays(cluster.at_max())
-            self.ceiling = Snapshot(top, FreeState.empty(top), (), self.queues)
-            self.capacity_gpus = float(top.num_gpus[top.healthy].sum())
-
-    def _start_pools(self, now: float) -> None:
-        for name in self.node_tasks:
-            self._mark_idle(name, now)
-        self._bill(now)
-
-    def _bill(self, now: float) -> None:
-        """Sample the billed nodes, present GPUs and cost rate (after any change to them)."""
-        cost = 0.0
-        for pool_name in self.pool_of.values():
-            cost += self.pools[pool_name].cost_per_node_hour or 0.0
-        gpus = sum(len(n.gpus) for n in self.present.values() if n.healthy)
-        point = (now, len(self.present) + len(self.coming), float(gpus), cost)
-        samples = self.node_samples
-        if samples and samples[-1][1:] == point[1:]:
-            return
-        if samples and samples[-1][0] == now:
-            samples[-1] = point
-        else:
-            samples.append(point)
-
-    def _never_fits(self, job_id: str, reason: str) -> str | None:
-        """Why a job the present nodes can never hold is rejected; None when it would fit once
-        the pools have grown, so it waits instead."""
-        if self.ceiling is None:
-            return reason
-        return never_runs(self.ceiling, self.policy, self.jobs[job_id].job)
-
-    def _pool_states(self, with_free: bool = False) -> list[PoolState]:
-        free: dict[str, list[NodeFree]] = {name: [] for name in self.pools}
-        if with_free and self.node_tasks:
-            # What the present pool nodes have free (the arrays are current: a cycle just ran).
-            # Only nodes with a free GPU share, or without GPUs: a full GPU node serves no gang.
-            a, f = self.arrays, self.free
-            names = list(self.node_tasks)
-            rows = np.array([self.index[n] for n in names], dtype=np.int64)
-            keep = np.flatnonzero((a.num_gpus[rows] == 0) | (f.gpu_total[rows] > 0)).tolist()
-            cpu, mem = f.cpu[rows].tolist(), f.mem[rows].tolist()
-            milli, gmem = f.gpu_milli[rows].tolist(), f.gpu_mem[rows].tolist()
-            valid = a.gpu_valid[rows].tolist()
-            for j in keep:
-                v = valid[j]
-                free[self.pool_of[names[j]]].append(
-                    NodeFree(
-                        cpu[j],
-                        mem[j],
-                        tuple(x for x, ok in zip(milli[j], v, strict=True) if ok),
-                        tuple(x for x, ok in zip(gmem[j], v, strict=True) if ok),
-                    )
-                )
-        return [
-            PoolState(p, self.pool_present[name], self.pool_coming[name], tuple(free[name]))
-            for name, p in self.pools.items()
-        ]
-
-    def _scale_up(self, now: float, diagnostics: Mapping[str, JobStatus]) -> None:
-        if not self.pending:
-            return
-        states = self._pool_states()
-        if not any(ps.headroom or ps.provisioning for ps in states):
-            return  # every pool at its maximum with nothing on the way: nothing to plan
-        waiting = []
-        for pj in self.pending.values():
-            status = diagnostics.get(pj.id)  # None: preempted by this cycle, wants room again
-            if status is None or status.code in _WANTS_NODES:
-                waiting.append(pj.job)
-        if not waiting:
-            return
-        plan = plan_scale_up(waiting, self._pool_states(with_free=True))
-        for up in plan.scale_ups:
-            pool = self.pools[up.pool]
-            names = []
-            for _ in range(up.count):
-                node = pool.node(self.next_index[up.pool])
-                self.next_index[up.pool] += 1
-                self.coming[node.name] = node
-                self.pool_of[node.name] = up.pool
-                self.pool_coming[up.pool] += 1
-                self._push(now + pool.provisioning_delay_s, _JOIN, node.name, 0)
-                names.append(node.name)
-            self.nodes_added += up.count
-            self.log.append((now, "scale-up", up.pool, tuple(names)))
-        if plan.scale_ups:
-            self._bill(now)
-
-    def _join(self, name: str, now: float) -> None:
-        node = self.coming.pop(name)
-        pool = self.pool_of[name]
-        self.pool_coming[pool] -= 1
-        self.pool_present[pool] += 1
-        self.present[name] = node
-        self.node_tasks[name] = 0
-        self.membership_dirty = True
-        self._mark_idle(name, now)
-        self.log.append((now, "join", name, ()))
-        self._bill(now)
-        self._changed(now)
-
-    def _mark_idle(self, name: str, now: float) -> None:
-        self.idle_since[name] = now
-        stamp = self.idle_stamp.get(name, 0) + 1
-        self.idle_stamp[name] = stamp
-        self._push(now + self.pools[self.pool_of[name]].scale_down_idle_s, _IDLE, name, stamp)
-
-    def _busy(self, tasks: tuple[TaskBinding, ...]) -> None:
-        counts = self.node_tasks
-        for t in tasks:
-            c = counts.get(t.node)
-            if c is None:
-                continue  # not a pool node
-            if c == 0:
-                del self.idle_since[t.node]
-            counts[t.node] = c + 1
-
-    def _unbusy(self, tasks: tuple[TaskBinding, ...], now: float) -> None:
-        counts = self.node_tasks
-        for t in tasks:
-            c = counts.get(t.node)
-            if c is None:
-                continue
-            counts[t.node] = c - 1
-            if c == 1:
-                self._mark_idle(t.node, now)
-
-    def _idle_check(self, name: str, stamp: int, now: float) -> None:
-        if name not in self.idle_since or self.idle_stamp.get(name) != stamp:
-            return  # busy again, or idle again since: a later check stands
-        idle = [IdleNode(n, self.pool_of[n], since) for n, since in self.idle_since.items()]
-        gone = plan_scale_down(idle, self._pool_states(), now)
-        for n in gone:
-            pool = self.pool_of.pop(n)
-            del self.present[n], self.node_tasks[n], self.idle_since[n]
-            self.pool_present[pool] -= 1
-            self.nodes_removed += 1
-            self.membership_dirty = True
-            self.log.append((now, "remove", n, ()))
-        if gone:
-            self._bill(now)
-
-    def _rebuild(self) -> None:
-        """New node arrays for the present nodes; every running binding taken again."""
-        arrays = build_arrays(Cluster(tuple(self.present.values()), self.cluster.links))
-        free = FreeState.empty(arrays)
-        for st in self.running.values():
-            for t in st.tasks:
-                free.take(arrays.index[t.node], t)
-        self.arrays, self.index, self.free = arrays, arrays.index, free
-        self.membership_dirty = False
-
     # --- validate mode ----------------------------------------------------------------------
 
     def _check_cycle(
@@ -1018,8 +737,7 @@ class _Engine:
     def _check_state(self, now: float) -> None:
         if self.membership_dirty:
             self._rebuild()
-        snapshot = Snapshot(self.arrays, self.free, tuple(self.running_view.values()), self.queues)
-        problems = validate_free(snapshot)
+        problems = self.held.problems()
         both = self.pending.keys() & self.running.keys()
         if both:
             problems.append(f"both pending and running: {', '.join(sorted(both)[:5])}")
@@ -1053,15 +771,7 @@ def simulate(
         policy,
         config if config is not None else SimConfig(),
         progress,
-        _as_estimator(estimator),
+        as_estimator(estimator),
         queues,
     )
     return engine.run()
-
-
-def _as_estimator(e: Estimator | Callable[[TraceJob], Estimate] | None) -> Estimator:
-    if e is None:
-        return _Plain(own_estimate)
-    if isinstance(e, _Plain) or (hasattr(e, "estimate") and hasattr(e, "observe")):
-        return cast(Estimator, e)
-    return _Plain(e)

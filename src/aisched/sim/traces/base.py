@@ -39,6 +39,11 @@ class TraceJob:
     job: Job
     duration_s: float
     source: str = ""
+    # Played failures (no public trace records them; tests and what-if runs set them): while
+    # the job has failed fewer times than there are entries, its attempt fails this long
+    # after it starts (the first failure after the first entry, ...), then is retried per
+    # its restart policy.
+    fail_after_s: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

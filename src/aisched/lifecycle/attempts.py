@@ -1,0 +1,161 @@
+"""Why an attempt is stopped, and what its job becomes once every task of it has ended.
+
+An attempt ends in one of two ways: its tasks end by themselves (all with code 0: a success;
+one otherwise: a failure, and the rest of the gang is stopped), or the driver stops it for a
+reason (`Stop`). `after_attempt` is the one rule that turns how it ended into what comes next:
+
+| how it ended                 | next                                                      |
+| ---------------------------- | --------------------------------------------------------- |
+| cancelled                    | CANCELLED                                                 |
+| preempted                    | requeued (PENDING), its preemption counted                |
+| shrunk, kept tasks known     | restarted at once on the kept tasks (a new attempt)       |
+| shrunk, kept tasks unknown   | requeued (a shrink cut short by a scheduler restart)      |
+| requeued (grow, interrupted) | requeued, nothing counted                                 |
+| over its time limit          | FAILED, no retry                                          |
+| a task failed                | retried after a backoff while retries are left, else FAILED |
+| all tasks exited with 0      | SUCCEEDED; restarted instead under restart policy `always` |
+
+The two drivers used to disagree about a shrink (the simulator restarted it on the kept tasks
+at once; the service did the same except when its scheduler had restarted in between, when it
+requeued it). The rule kept is the service's: restart on the kept tasks when they are known,
+requeue otherwise. In the simulator they are always known.
+
+Retries wait `backoff_s * 2**(failures - 1)`, capped by the driver's `max_backoff_s`: a job
+that keeps failing does not spin, and the cap keeps the wait bounded for large counts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+from aisched.core.decisions import TaskBinding
+from aisched.model.job import Job, RestartPolicy
+from aisched.model.states import JobState
+
+
+class Stop(StrEnum):
+    """Why a running attempt is being stopped; decides what the job becomes when it has."""
+
+    PREEMPT = "preempt"  # requeued, restart count up, no failure counted
+    CANCEL = "cancel"  # cancelled
+    FAILED = "failed"  # a task failed: the rest of the gang is stopped, then retry or fail
+    TIMEOUT = "timeout"  # over its time limit: failed, no retry
+    REQUEUE = "requeue"  # to grow, or the attempt never fully started: requeued, free
+    # An elastic job giving up tasks for another job: restarted at once (from its checkpoint)
+    # on the tasks it keeps, without going back to the queue; no failure counted.
+    SHRINK = "shrink"
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """The job ends in `state` (terminal) for `why`."""
+
+    state: JobState
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Requeue:
+    """The job goes back to the queue (PENDING); `event` and `message` say why, for the log.
+    With `not_before`, the cycle does not see it before then (a retry's backoff)."""
+
+    event: str
+    message: str
+    not_before: float | None = None
+    wait_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class RestartOn:
+    """A new attempt starts at once on `keep` (a shrunk elastic job), without the queue."""
+
+    keep: tuple[TaskBinding, ...]
+    message: str
+
+
+Next = Finish | Requeue | RestartOn
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptEnd:
+    """What comes after an attempt, with the job's counters once it is applied."""
+
+    next: Next
+    failures: int
+    preemptions: int
+    succeeded: bool = False
+
+
+def retry_wait_s(job: Job, failures: int, max_backoff_s: float) -> float:
+    """How long the `failures`-th failure waits before its retry (exponential, capped)."""
+    if failures < 1:
+        return 0.0
+    # The exponent is capped too: 2**1100 overflows a float long before the cap matters.
+    return float(min(job.backoff_s * 2 ** min(failures - 1, 60), max_backoff_s))
+
+
+def will_retry(job: Job, failures: int) -> bool:
+    """Whether a job that has failed `failures` times (this one included) runs again."""
+    return job.restart_policy != RestartPolicy.NEVER and failures <= job.max_retries
+
+
+def after_attempt(
+    job: Job,
+    stop: Stop | None,
+    message: str,
+    *,
+    failures: int,
+    preemptions: int,
+    now: float,
+    max_backoff_s: float,
+    keep: tuple[TaskBinding, ...] | None = None,
+) -> AttemptEnd:
+    """What `job` becomes now that every task of its attempt has ended.
+
+    `stop` is why the attempt was stopped (None: its tasks all exited with code 0); `message`
+    says it in words; `failures` and `preemptions` are the job's counts before this attempt
+    ended; `keep` the tasks a shrink keeps, when known.
+    """
+    if stop == Stop.CANCEL:
+        return AttemptEnd(Finish(JobState.CANCELLED, "cancelled"), failures, preemptions)
+    if stop == Stop.PREEMPT:
+        return AttemptEnd(Requeue("preempted", f"{message}; requeued"), failures, preemptions + 1)
+    if stop == Stop.SHRINK and keep:
+        text = f"{message}; restarting with {len(keep)} tasks from its checkpoint"
+        return AttemptEnd(RestartOn(keep, text), failures, preemptions)
+    if stop in (Stop.REQUEUE, Stop.SHRINK):
+        if stop == Stop.SHRINK:  # the kept tasks died with the scheduler: placed afresh
+            message = "a shrink cut short by a scheduler restart"
+        return AttemptEnd(Requeue("requeued", f"{message}; requeued"), failures, preemptions)
+    if stop == Stop.TIMEOUT:
+        return AttemptEnd(Finish(JobState.FAILED, message), failures, preemptions)
+    if stop == Stop.FAILED:
+        failures += 1
+        if will_retry(job, failures):
+            wait = retry_wait_s(job, failures, max_backoff_s)
+            text = f"{message}; retry {failures} of {job.max_retries} in {wait:g}s"
+            return AttemptEnd(Requeue("retrying", text, now + wait, wait), failures, preemptions)
+        why = (
+            f"{message}; no retries left ({job.max_retries})"
+            if job.restart_policy != RestartPolicy.NEVER
+            else f"{message}; restart policy is never"
+        )
+        return AttemptEnd(Finish(JobState.FAILED, why), failures, preemptions)
+    if job.restart_policy == RestartPolicy.ALWAYS:
+        text = "all tasks exited; restart policy is always"
+        return AttemptEnd(Requeue("restarting", text), failures, preemptions)
+    done = Finish(JobState.SUCCEEDED, "all tasks exited with code 0")
+    return AttemptEnd(done, failures, preemptions, succeeded=True)
+
+
+def time_limit_at(job: Job, attempt_started_at: float | None) -> float:
+    """When the running attempt passes the job's time limit (`inf` without one)."""
+    if job.time_limit_s is None or attempt_started_at is None:
+        return math.inf
+    return attempt_started_at + job.time_limit_s
+
+
+def time_limit_message(job: Job) -> str:
+    return f"exceeded its time limit of {job.time_limit_s:g}s"

@@ -1,0 +1,110 @@
+"""The resources that running attempts hold, and the view of them the core is given.
+
+`Holdings` is the one ledger both drivers keep: the free capacity of every node, the running
+usage per (queue, user), and one `RunningJob` view per job holding resources. An attempt's
+bindings are taken whole when it starts (`take`) and given back whole when it has ended
+(`give`); nothing else changes them, so the free capacity is never rebuilt from the running set
+except when the nodes themselves change (`rebuild`).
+
+Invariants (checked by `problems`, which validate mode calls after every change):
+- the free capacity equals the nodes' capacity less every held binding, and is never negative;
+- the usage per (queue, user) is the sum of the held views' usage;
+- a job holds at most one attempt: `take` of a job already holding raises `HoldingError`.
+"""
+
+from __future__ import annotations
+
+from aisched.core.snapshot import (
+    ZERO,
+    ClusterArrays,
+    FreeState,
+    RunningJob,
+    Snapshot,
+    Usage,
+    add_usage,
+    usage_by_user,
+    validate_free,
+)
+from aisched.model.queue import QueueTree
+
+# Float sums of usage differ from a fresh sum by rounding only; this much is not drift.
+_USAGE_TOLERANCE = 1e-6
+
+
+class HoldingError(RuntimeError):
+    """A driver asked for something the ledger cannot do (a bug, never bad input)."""
+
+
+class Holdings:
+    def __init__(self, arrays: ClusterArrays) -> None:
+        self.arrays = arrays
+        self.free = FreeState.empty(arrays)
+        self.usage: dict[tuple[str, str], Usage] = {}
+        # Insertion-ordered: the running tuple a cycle gets is in the order attempts started.
+        self.views: dict[str, RunningJob] = {}
+
+    def take(self, view: RunningJob) -> None:
+        """Hold `view`'s bindings for its job; the job must hold nothing yet."""
+        job_id = view.job.id
+        if job_id in self.views:
+            raise HoldingError(f"job {job_id} already holds an attempt")
+        index, free = self.arrays.index, self.free
+        for t in view.tasks:
+            node = index.get(t.node)
+            if node is None:
+                raise HoldingError(f"job {job_id}: bound to unknown node {t.node}")
+            free.take(node, t)
+        self.views[job_id] = view
+        self._add_usage(view, 1.0)
+
+    def give(self, job_id: str) -> RunningJob:
+        """Give back everything `job_id` holds; returns the view it held."""
+        view = self.views.pop(job_id, None)
+        if view is None:
+            raise HoldingError(f"job {job_id} holds nothing")
+        index, free = self.arrays.index, self.free
+        for t in view.tasks:
+            free.give(index[t.node], t)
+        self._add_usage(view, -1.0)
+        return view
+
+    def update(self, view: RunningJob) -> None:
+        """Replace a held view by one with the same tasks (e.g. now terminating)."""
+        old = self.views.get(view.job.id)
+        if old is None or old.tasks != view.tasks:
+            raise HoldingError(f"job {view.job.id}: update must keep the tasks it holds")
+        self.views[view.job.id] = view
+
+    def holds(self, job_id: str) -> bool:
+        return job_id in self.views
+
+    def running(self) -> tuple[RunningJob, ...]:
+        return tuple(self.views.values())
+
+    def snapshot(self, queues: QueueTree) -> Snapshot:
+        return Snapshot(self.arrays, self.free, self.running(), queues, self.usage)
+
+    def rebuild(self, arrays: ClusterArrays) -> FreeState:
+        """The nodes changed: new arrays, every held binding taken again; returns the new free
+        state (the caller swaps it in where readers see it)."""
+        free = FreeState.empty(arrays)
+        for view in self.views.values():
+            for t in view.tasks:
+                free.take(arrays.index[t.node], t)
+        self.arrays, self.free = arrays, free
+        return free
+
+    def problems(self) -> list[str]:
+        """Every broken invariant, as readable lines (empty when all hold)."""
+        snap = Snapshot(self.arrays, self.free, self.running(), QueueTree())
+        out = validate_free(snap)
+        want = usage_by_user(self.views.values())
+        for key in sorted(set(want) | set(self.usage)):
+            w, g = want.get(key, ZERO), self.usage.get(key, ZERO)
+            if any(abs(a - b) > _USAGE_TOLERANCE for a, b in zip(w, g, strict=True)):
+                out.append(f"usage of queue {key[0]} user {key[1]} drifted: {g} vs {w}")
+        return out
+
+    def _add_usage(self, view: RunningJob, sign: float) -> None:
+        key = (view.job.queue, view.job.user)
+        self.usage[key] = add_usage(self.usage.get(key, ZERO), view.usage, sign)

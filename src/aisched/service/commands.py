@@ -1,0 +1,325 @@
+"""Commands in: the public face other threads call (`submit`, `submit_all`, `scale`,
+`cancel`: each queues a command and returns a Future), and how the loop thread applies them:
+admission (refused at once when a job can never run), pipelines' dependencies, services and
+their replicas, cancellation."""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import Future
+from dataclasses import replace
+
+from aisched.core.cycle import never_runs
+from aisched.core.dependencies import DependencyVerdict
+from aisched.core.status import JobStatus, StatusCode
+from aisched.lifecycle.services import replica_name
+from aisched.lifecycle.states import move
+from aisched.model.job import Job, JobKind
+from aisched.model.states import JobState
+from aisched.service.intents import Intents
+from aisched.service.launches import free_port
+from aisched.service.live import Batch, LiveJob, Stop
+from aisched.service.loop_types import (
+    CancelCommand,
+    Rejected,
+    ScaleCommand,
+    SubmitAllCommand,
+    SubmitCommand,
+)
+from aisched.service.paths import checkpoint_dir
+from aisched.service.pipelines import DependencyError
+from aisched.service.replicas import replica_job
+from aisched.store.codec import job_to_dict
+from aisched.store.db import Row
+
+log = logging.getLogger("aisched.loop")
+
+
+class Commands(Intents):
+    def submit(
+        self,
+        job: Job,
+        fmt: str = "native",
+        warnings: tuple[str, ...] = (),
+        idempotency_key: str | None = None,
+    ) -> Future[Row]:
+        """Queue a job (its id is set by the loop; its submit time is now); the Future gives
+        the job's row as stored once it is durable, or raises Rejected (e.g. it can never fit
+        this machine). With an `idempotency_key` its user already used, the Future gives that
+        earlier job's row instead, and nothing new is stored."""
+        fut: Future[Row] = Future()
+        self.commands.put(SubmitCommand(job, fmt, warnings, self.clock(), fut, idempotency_key))
+        self.wake.set()
+        return fut
+
+    def submit_all(
+        self,
+        items: tuple[tuple[Job, str, tuple[str, ...]], ...],
+        idempotency_key: str | None = None,
+    ) -> Future[list[Row]]:
+        """Queue jobs submitted together, each (job, format, warnings); their `depends_on`
+        name jobs of `items` by name, or earlier jobs by id. The Future gives every job's row,
+        in order, or raises Rejected and stores none of them (`idempotency_key` as `submit`)."""
+        fut: Future[list[Row]] = Future()
+        self.commands.put(SubmitAllCommand(items, self.clock(), fut, idempotency_key))
+        self.wake.set()
+        return fut
+
+    def scale(self, service_id: str, replicas: int, reason: str) -> Future[int]:
+        """Ask for `replicas` live replicas of a service: new ones are submitted, surplus ones
+        cancelled (pending ones first, then the newest). The Future gives the number asked
+        for, or raises Rejected(404/409) for an unknown or ended service."""
+        fut: Future[int] = Future()
+        self.commands.put(ScaleCommand(service_id, replicas, reason, fut))
+        self.wake.set()
+        return fut
+
+    def cancel(self, job_id: str) -> Future[str]:
+        """Cancel a job: at once if pending, after its tasks stopped if running. The Future
+        gives the job's state after the command; Rejected(404/409) if unknown or finished."""
+        fut: Future[str] = Future()
+        self.commands.put(CancelCommand(job_id, fut))
+        self.wake.set()
+        return fut
+
+    def _on_submit(self, cmd: SubmitCommand, batch: Batch, now: float) -> None:
+        earlier = self._idempotent(cmd.job.user, cmd.idempotency_key, 1)
+        if earlier:
+            cmd.future.set_result(earlier[0])
+            return
+        refusal = never_runs(self._empty_snapshot, self.policy, replace(cmd.job, id="?"))
+        if refusal is not None:
+            cmd.future.set_exception(Rejected(refusal))
+            return
+        row = self._admit(cmd.job, cmd.fmt, cmd.warnings, cmd.received_at, batch)
+        self._remember_key(cmd.job.user, cmd.idempotency_key, [row], batch)
+        batch.after.append(lambda: cmd.future.set_result(row))
+
+    def _on_submit_all(self, cmd: SubmitAllCommand, batch: Batch, now: float) -> None:
+        # 1. Answer a retry with the jobs it made; refuse the whole submission if any job of it
+        #    can never run or depend as asked.
+        user = cmd.items[0][0].user if cmd.items else ""
+        earlier = self._idempotent(user, cmd.idempotency_key, len(cmd.items))
+        if earlier:
+            cmd.future.set_result(earlier)
+            return
+        for job, _fmt, _warnings in cmd.items:
+            refusal = never_runs(self._empty_snapshot, self.policy, replace(job, id="?"))
+            if refusal is not None:
+                cmd.future.set_exception(Rejected(f"job {job.name!r}: {refusal}"))
+                return
+        ids = [str(self.next_seq + i) for i in range(len(cmd.items))]
+        try:
+            jobs = self.pipelines.resolve([j for j, _, _ in cmd.items], ids, self.jobs)
+        except DependencyError as e:
+            cmd.future.set_exception(Rejected(str(e)))
+            return
+        # 2. Store them all in this step's one transaction, then hold back what must wait.
+        #    Services start (and make replicas, taking ids) only once every job of the file has
+        #    the id its siblings were resolved against.
+        rows = [
+            self._admit(job, fmt, warnings, cmd.received_at, batch, start_service=False)
+            for job, (_, fmt, warnings) in zip(jobs, cmd.items, strict=True)
+        ]
+        for row in rows:
+            lj = self.jobs.get(row["id"])
+            if lj is None:
+                continue
+            if lj.job.depends_on:
+                self._check_dependencies(lj, batch, now)
+            elif lj.job.kind == JobKind.SERVICE:
+                self._start_service(lj, batch, now, row)
+        self._remember_key(user, cmd.idempotency_key, rows, batch)
+        batch.after.append(lambda: cmd.future.set_result(rows))
+
+    def _idempotent(self, user: str, key: str | None, n: int) -> list[Row] | None:
+        """The rows an earlier submission with this key made, if any (the first job holds the
+        key, the others of a pipeline `KEY/1`, `KEY/2`...)."""
+        if key is None:
+            return None
+        rows = self.unstored_keys.get((user, key))
+        if rows is not None:
+            return rows
+        keys = [key] + [f"{key}/{i}" for i in range(1, n)]
+        with self.store.read() as tx:
+            stored = tx.jobs_by_idempotency_key(user, keys)
+        return stored or None
+
+    def _remember_key(self, user: str, key: str | None, rows: list[Row], batch: Batch) -> None:
+        if key is None:
+            return
+        for i, row in enumerate(rows):
+            row["idempotency_key"] = key if i == 0 else f"{key}/{i}"
+        self.unstored_keys[(user, key)] = rows
+
+        def stored() -> None:
+            self.unstored_keys.pop((user, key), None)
+
+        batch.after.append(stored)
+
+    def _check_dependencies(self, lj: LiveJob, batch: Batch, now: float) -> None:
+        """Hold a pending job back while its dependencies are awaited; cancel it, naming the
+        dependency, once one can never be met."""
+        verdict = self.pipelines.check(lj, self.jobs)
+        if verdict.verdict == DependencyVerdict.BROKEN:
+            self._finish(lj, JobState.CANCELLED, batch, now, verdict.reason)
+            return
+        if verdict.verdict == DependencyVerdict.WAITING:
+            self._write_status(lj, JobStatus(StatusCode.WAIT_DEPENDENCIES, verdict.reason), batch)
+        elif lj.job.kind == JobKind.SERVICE:
+            self._start_service(lj, batch, now)
+        else:
+            self._write_status(
+                lj,
+                JobStatus(
+                    StatusCode.NOT_CONSIDERED, "dependencies met; waiting for the next cycle"
+                ),
+                batch,
+            )
+        self.dirty = True
+
+    def _admit(
+        self,
+        job: Job,
+        fmt: str,
+        warnings: tuple[str, ...],
+        received_at: float,
+        batch: Batch,
+        *,
+        start_service: bool = True,
+    ) -> Row:
+        """Give an accepted job its id and submit time and make it pending; returns its row
+        (written with the batch)."""
+        seq = self.next_seq
+        self.next_seq += 1
+        job_id = str(seq)
+        # Strictly increasing submit times keep FIFO order equal to submission order.
+        submitted = max(received_at, self.last_submit_s + 1e-6)
+        self.last_submit_s = submitted
+        job = replace(job, id=job_id, submit_time_s=submitted)
+        ckpt = checkpoint_dir(self.config.data_dir, self.config.instance, job.user, job_id)
+        lj = LiveJob(job=job, state=JobState.PENDING, submitted_at=submitted, checkpoint_dir=ckpt)
+        self.jobs[job_id] = lj
+        service = job.kind == JobKind.SERVICE
+        if not service:
+            self._make_pending(lj, batch)
+        row: Row = {
+            "seq": seq,
+            "id": job_id,
+            "name": job.name,
+            "user": job.user,
+            "queue": job.queue,
+            "priority": job.priority,
+            "kind": job.kind.value,
+            "format": fmt,
+            "spec": job_to_dict(job),
+            "state": JobState.PENDING.value,
+            "submitted_at": submitted,
+            "attempt": 0,
+            "failures": 0,
+            "preemptions": 0,
+            "attained_gpu_s": 0.0,
+            "checkpoint_dir": ckpt,
+            "warnings": list(warnings),
+            "reason_code": StatusCode.NOT_CONSIDERED.value,
+            "reason": "waiting for the next scheduling cycle",
+            "idempotency_key": None,  # set by _remember_key before the batch is flushed
+        }
+        batch.new_jobs.append(row)
+        lj.written_status = (StatusCode.NOT_CONSIDERED.value, "", None)
+        batch.event(submitted, job_id, "submitted", f"submitted to queue {job.queue}")
+        self.dirty = True
+        if service and start_service and not job.depends_on:  # else its dependencies start it
+            self._start_service(lj, batch, submitted, row)
+        return row
+
+    def _start_service(self, lj: LiveJob, batch: Batch, now: float, row: Row | None = None) -> None:
+        """A service runs from its start (its submission, or once its dependencies are met)
+        until cancelled; its replicas are the work. It never enters the cycle itself."""
+        assert lj.job.service is not None
+        lj.state = move(lj.id, lj.state, JobState.RUNNING)
+        lj.pending_view = None
+        lj.started_at = lj.attempt_started_at = now
+        if row is not None:
+            # Only keys every inserted row has (one batch insert takes rows of one shape).
+            row.update(state=JobState.RUNNING.value, reason_code=None, reason=None)
+        batch.job(
+            lj.id,
+            state=JobState.RUNNING.value,
+            started_at=now,
+            attempt_started_at=now,
+            reason_code=None,
+            reason=None,
+        )
+        batch.event(now, lj.id, "started", "service started")
+        lj.written_status = None
+        self._scale_to(lj, lj.job.service.min_replicas, "its minimum", batch, now)
+
+    def _on_scale(self, cmd: ScaleCommand, batch: Batch, now: float) -> None:
+        lj = self.jobs.get(cmd.service_id)
+        if lj is None or lj.job.kind != JobKind.SERVICE or lj.job.service is None:
+            cmd.future.set_exception(Rejected(f"no live service {cmd.service_id}", 404))
+            return
+        spec = lj.job.service
+        n = min(max(cmd.replicas, spec.min_replicas), spec.max_replicas)
+        self._scale_to(lj, n, cmd.reason, batch, now)
+        batch.after.append(lambda: cmd.future.set_result(n))
+
+    def replicas_of(self, service_id: str) -> list[LiveJob]:
+        """Live replicas of a service not being stopped for good, oldest first."""
+        out = [
+            r
+            for r in list(self.jobs.values())
+            if r.job.replica_of == service_id and r.stopping != Stop.CANCEL
+        ]
+        return sorted(out, key=lambda r: (len(r.id), r.id))
+
+    def _scale_to(self, svc: LiveJob, n: int, reason: str, batch: Batch, now: float) -> None:
+        live = self.replicas_of(svc.id)
+        if len(live) == n:
+            return
+        batch.event(now, svc.id, "scaling", f"{len(live)} -> {n} replicas: {reason}")
+        for _ in range(n - len(live)):
+            name = replica_name(svc.job, str(self.next_seq))
+            replica = replica_job(svc.job, name, free_port(self.config.master_addr))
+            self._admit(replica, "native", (), now, batch)
+        # Surplus: pending replicas first (they hold nothing), then the newest running ones.
+        surplus = sorted(live, key=lambda r: (r.state == JobState.RUNNING, -int(r.id)))
+        for r in surplus[: max(len(live) - n, 0)]:
+            if r.state == JobState.RUNNING:
+                r.stopping = Stop.CANCEL
+                r.stop_message = "scaled down"
+                batch.job(r.id, stopping=Stop.CANCEL.value)
+                batch.event(now, r.id, "cancelling", f"scaled down: {reason}")
+                self._stop_tasks(r, batch)
+            else:
+                self._finish(r, JobState.CANCELLED, batch, now, f"scaled down: {reason}")
+
+    def _on_cancel(self, cmd: CancelCommand, batch: Batch, now: float) -> None:
+        lj = self.jobs.get(cmd.job_id)
+        if lj is None:
+            with self.store.read() as tx:
+                row = tx.get_job(cmd.job_id)
+            if row is None:
+                cmd.future.set_exception(Rejected(f"no job {cmd.job_id}", 404))
+            else:
+                cmd.future.set_exception(
+                    Rejected(f"job {cmd.job_id} has already ended ({row['state']})", 409)
+                )
+            return
+        if lj.job.kind == JobKind.SERVICE:
+            self._scale_to(lj, 0, "the service is cancelled", batch, now)
+            self._finish(lj, JobState.CANCELLED, batch, now, "cancelled; its replicas are stopping")
+            batch.after.append(lambda: cmd.future.set_result(JobState.CANCELLED.value))
+            return
+        if lj.state == JobState.RUNNING:
+            if lj.stopping != Stop.CANCEL:
+                lj.stopping = Stop.CANCEL
+                lj.stop_message = "cancelled"
+                batch.job(lj.id, stopping=Stop.CANCEL.value)
+                batch.event(now, lj.id, "cancelling", "cancel requested: stopping its tasks")
+                self._stop_tasks(lj, batch)
+            batch.after.append(lambda: cmd.future.set_result(JobState.RUNNING.value))
+            return
+        self._finish(lj, JobState.CANCELLED, batch, now, "cancelled while pending")
+        batch.after.append(lambda: cmd.future.set_result(JobState.CANCELLED.value))

@@ -1,0 +1,157 @@
+"""Task exits and attempt ends: a task's exit is recorded; a failed one stops the rest of its
+gang; once every task of an attempt has ended its resources are given back and the lifecycle
+(`lifecycle.attempts.after_attempt`) says what the job becomes, which this part applies to the
+store: requeued, retried after a backoff, restarted on a shrink's kept tasks, or finished."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from aisched.core.decisions import Bind
+from aisched.core.status import JobStatus, StatusCode
+from aisched.executors.base import ExitKind, TaskExited
+from aisched.lifecycle.attempts import Requeue, RestartOn, after_attempt
+from aisched.lifecycle.states import move
+from aisched.model.states import JobState
+from aisched.service.launches import Launches
+from aisched.service.live import Batch, LiveJob, Stop, TaskPhase
+
+log = logging.getLogger("aisched.loop")
+
+
+class Exits(Launches):
+    def _on_exit(self, ev: TaskExited, batch: Batch, now: float) -> None:
+        job_id, attempt, name = ev.key
+        lj = self.jobs.get(job_id)
+        if lj is None or lj.attempt != attempt or lj.state != JobState.RUNNING:
+            log.warning("exit of unknown task %s (ignored)", ev.key)
+            return
+        task = next((t for t in lj.tasks if t.name == name), None)
+        if task is None or task.phase == TaskPhase.EXITED:
+            return
+        task.phase = TaskPhase.EXITED
+        task.exit = ev
+        finished = ev.time_s or now
+        batch.task(
+            ev.key,
+            state=TaskPhase.EXITED.value,
+            exit_kind=ev.kind.value,
+            exit_code=ev.exit_code,
+            message=ev.message,
+            finished_at=finished,
+        )
+        ok = ev.kind == ExitKind.EXITED and ev.exit_code == 0
+        if ok:
+            batch.event(now, job_id, "task-exited", f"task {name} exited with code 0")
+        else:
+            batch.event(now, job_id, "task-exited", f"task {name}: {_describe_exit(ev)}")
+        if not ok and lj.stopping is None:
+            lj.stopping = Stop.FAILED
+            lj.stop_message = f"task {name} {_describe_exit(ev)}"
+            lj.exit_code = ev.exit_code
+            batch.job(lj.id, stopping=Stop.FAILED.value, exit_code=ev.exit_code)
+            self._stop_tasks(lj, batch)
+        if not lj.live_tasks():
+            self._end_attempt(lj, batch, now)
+
+    def _end_attempt(self, lj: LiveJob, batch: Batch, now: float) -> None:
+        """Every task of the running attempt has exited: release, then decide what is next."""
+        self._give(lj, now)
+        self.dirty = True  # capacity came back
+        reason, message = lj.stopping, lj.stop_message
+        lj.stopping, lj.stop_message = None, ""
+        batch.job(lj.id, stopping=None, attained_gpu_s=lj.attained_gpu_s)
+        end = after_attempt(
+            lj.job,
+            reason,
+            message,
+            failures=lj.failures,
+            preemptions=lj.preemptions,
+            now=now,
+            max_backoff_s=self.config.max_backoff_s,
+            keep=lj.shrink_to if reason == Stop.SHRINK else None,
+        )
+        lj.shrink_to = None
+        if end.failures != lj.failures:
+            lj.failures = end.failures
+            batch.job(lj.id, failures=lj.failures)
+        if end.preemptions != lj.preemptions:
+            lj.preemptions = end.preemptions
+            batch.job(lj.id, preemptions=lj.preemptions)
+        nxt = end.next
+        if isinstance(nxt, RestartOn):
+            batch.event(now, lj.id, "shrunk", nxt.message)
+            lj.state = move(lj.id, lj.state, JobState.PENDING)
+            planned = self._apply_bind(Bind(lj.id, nxt.keep), batch, now)
+            if planned is not None:
+                self.restarts.append(planned)
+        elif isinstance(nxt, Requeue):
+            if nxt.not_before is not None:
+                lj.not_before = nxt.not_before
+                batch.job(lj.id, not_before=lj.not_before)
+                job = lj.job
+                self._write_status(
+                    lj,
+                    JobStatus(
+                        StatusCode.WAIT_RESOURCES,
+                        f"retry {lj.failures} of {job.max_retries} after a failure, "
+                        f"not before {time.strftime('%H:%M:%S', time.localtime(lj.not_before))}",
+                        lj.not_before,
+                    ),
+                    batch,
+                )
+            batch.event(now, lj.id, nxt.event, nxt.message)
+            self._requeue(lj, batch, now)
+        else:
+            if end.succeeded:
+                lj.exit_code = 0
+                batch.job(lj.id, exit_code=0)
+                self._observe(lj.job, (lj.attempt_started_at or now), now)
+            self._finish(lj, nxt.state, batch, now, nxt.why)
+
+    def _requeue(self, lj: LiveJob, batch: Batch, now: float) -> None:
+        lj.state = move(lj.id, lj.state, JobState.PENDING)
+        lj.tasks = []
+        batch.job(lj.id, state=JobState.PENDING.value)
+        self._make_pending(lj, batch)
+        self.dirty = True
+
+    def _finish(self, lj: LiveJob, state: JobState, batch: Batch, now: float, why: str) -> None:
+        if self.predictor is not None and state != JobState.SUCCEEDED:
+            self.predictor.forget(lj.id)
+        lj.state = move(lj.id, lj.state, state)
+        lj.pending_view = None
+        del self.jobs[lj.id]
+        self.terminal_counts[state.value] = self.terminal_counts.get(state.value, 0) + 1
+        batch.job(
+            lj.id,
+            state=state.value,
+            finished_at=now,
+            message=why,
+            reason_code=None,
+            reason=None,
+            eta=None,
+            not_before=None,
+        )
+        batch.event(now, lj.id, state.value, why)
+        for other in self.jobs.values():
+            if lj.id in other.waiting_for:
+                self.dirty = True
+        for dependent in self.pipelines.on_end(lj.id, state, lj.job.name):
+            waiting = self.jobs.get(dependent)
+            if waiting is not None and waiting.state == JobState.PENDING:
+                self._check_dependencies(waiting, batch, now)
+
+
+def _describe_exit(ev: TaskExited) -> str:
+    """How a task ended, in words: the executor's own, else from the exit code."""
+    if ev.message:
+        return ev.message
+    if ev.kind == ExitKind.OOM:
+        return "was killed for exceeding its memory limit"
+    if ev.kind == ExitKind.LOST:
+        return "was lost"
+    if ev.exit_code is not None and ev.exit_code < 0:
+        return f"was killed by signal {-ev.exit_code}"
+    return f"exited with code {ev.exit_code}"

@@ -1,0 +1,245 @@
+"""The cycle and its intents: one run of the pure core over a snapshot of the live state, and
+every decision written as intent before it is acted on (a bind's job RUNNING with its task rows
+`launching`; a preemption's or shrink's victim `stopping`), then acted on. Also the timers
+that fall due between cycles (time limits, retry backoff, victims that take too long) and the
+growth of elastic jobs into idle capacity (`lifecycle.elastic`)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+
+from aisched.core.cycle import InvariantViolation, run_cycle
+from aisched.core.decisions import Bind, Preempt, Shrink
+from aisched.core.snapshot import PendingJob
+from aisched.core.status import JobStatus, StatusCode
+from aisched.executors.base import TaskLaunch, task_name
+from aisched.lifecycle.attempts import time_limit_at, time_limit_message
+from aisched.lifecycle.elastic import grow_at, grow_message, tasks_to_grow
+from aisched.lifecycle.states import move
+from aisched.model.job import Job
+from aisched.model.states import JobState
+from aisched.service.exits import Exits
+from aisched.service.live import Batch, LiveJob, LiveTask, Stop, TaskPhase
+
+log = logging.getLogger("aisched.loop")
+
+
+class Intents(Exits):
+    def _cycle(self, now: float, pending: list[PendingJob]) -> None:
+        for lj in self.jobs.values():
+            view = lj.running_view
+            if view is not None and lj.stopping is not None and not view.terminating:
+                view = lj.running_view = replace(view, terminating=True)
+                self.held.update(view)
+        snapshot = self.held.snapshot(self.queues)
+        t0 = time.perf_counter()
+        result = run_cycle(snapshot, pending, self.policy, now)
+        took = time.perf_counter() - t0
+        self.next_cycle_not_before = t0 + took * (1 + self.config.cycle_gap_factor)
+        self.stats.cycles += 1
+        self.stats.last_cycle_s = took
+        self.last_cycle_at = now
+        self.dirty = False
+        if self.on_cycle is not None:
+            self.on_cycle(took, result)
+        batch = self.batch
+        launches: list[tuple[LiveJob, list[TaskLaunch]]] = []
+        for d in result.decisions:
+            if isinstance(d, Preempt):
+                self._apply_preempt(d, batch, now)
+            elif isinstance(d, Shrink):
+                self._apply_shrink(d, batch, now)
+            elif isinstance(d, Bind):
+                planned = self._apply_bind(d, batch, now)
+                if planned is not None:
+                    launches.append(planned)
+        for job_id, status in result.diagnostics.items():
+            waiting = self.jobs.get(job_id)
+            if waiting is None or waiting.state != JobState.PENDING or waiting.waiting_for:
+                continue
+            if status.code == StatusCode.NEVER_FITS:
+                self._finish(waiting, JobState.FAILED, batch, now, status.reason)
+                continue
+            self._write_status(waiting, status, batch)
+        # Launched once the intent is stored: by this flush, or by the one that retries it.
+        batch.after.append(lambda: self._launch_all(launches, now))
+        batch.flush(self.store)
+        if self.config.validate:
+            self._validate(now)
+
+    def _validate(self, now: float) -> None:
+        """Validate mode: the ledger matches the held bindings, no job is both pending and
+        running, and every running job's tasks are what it holds."""
+        problems = self.held.problems()
+        for lj in self.jobs.values():
+            held = self.held.views.get(lj.id)
+            if lj.pending_view is not None and held is not None:
+                problems.append(f"job {lj.id} both pending and running")
+            if held is not None and held.tasks != tuple(t.binding for t in lj.tasks):
+                problems.append(f"job {lj.id} holds other tasks than it runs")
+        if problems:
+            raise InvariantViolation(f"t={now}: " + "; ".join(problems))
+
+    def _apply_preempt(self, d: Preempt, batch: Batch, now: float) -> None:
+        lj = self.jobs.get(d.job_id)
+        if lj is None or lj.state != JobState.RUNNING or lj.stopping is not None:
+            return
+        lj.stopping = Stop.PREEMPT
+        lj.stop_message = d.reason
+        batch.job(lj.id, stopping=Stop.PREEMPT.value)
+        batch.event(now, lj.id, "preempting", f"{d.reason}: stopping its tasks")
+        self._stop_tasks(lj, batch)
+
+    def _apply_shrink(self, d: Shrink, batch: Batch, now: float) -> None:
+        lj = self.jobs.get(d.job_id)
+        if lj is None or lj.state != JobState.RUNNING or lj.stopping is not None:
+            return
+        lj.stopping = Stop.SHRINK
+        lj.shrink_to = d.keep
+        lj.stop_message = f"{d.reason}: from {len(lj.tasks)} to {len(d.keep)} tasks"
+        batch.job(lj.id, stopping=Stop.SHRINK.value)
+        batch.event(now, lj.id, "shrinking", f"{lj.stop_message}: stopping its tasks")
+        self._stop_tasks(lj, batch)
+
+    def _apply_bind(
+        self, d: Bind, batch: Batch, now: float
+    ) -> tuple[LiveJob, list[TaskLaunch]] | None:
+        lj = self.jobs.get(d.job_id)
+        if lj is None or lj.state != JobState.PENDING:
+            return None
+        if d.after:
+            lj.waiting_for = frozenset(d.after)
+            lj.waiting_since = now
+            victims = ", ".join(sorted(d.after))
+            self._write_status(
+                lj,
+                JobStatus(StatusCode.PREEMPTING, f"waiting for preempted job(s) {victims} to stop"),
+                batch,
+            )
+            return None
+        lj.state = move(lj.id, lj.state, JobState.RUNNING)
+        lj.attempt += 1
+        lj.attempt_started_at = now
+        if lj.started_at is None:
+            lj.started_at = now
+        pending, lj.pending_view = lj.pending_view, None
+        logs = self.config.data_dir / "logs" / lj.id / str(lj.attempt)
+        ordered = sorted(d.tasks, key=lambda t: (_group_index(lj.job, t.group), t.index))
+        lj.tasks = [
+            LiveTask(
+                task_name(b.group, b.index),
+                rank,
+                b,
+                str(logs / f"{task_name(b.group, b.index)}.log"),
+            )
+            for rank, b in enumerate(ordered)
+        ]
+        self._take(lj, pending)
+        batch.job(
+            lj.id,
+            state=JobState.RUNNING.value,
+            attempt=lj.attempt,
+            started_at=lj.started_at,
+            attempt_started_at=now,
+            not_before=None,
+            reason_code=None,
+            reason=None,
+            eta=None,
+        )
+        lj.written_status = None
+        for t in lj.tasks:
+            b = t.binding
+            batch.new_tasks.append(
+                {
+                    "job_id": lj.id,
+                    "attempt": lj.attempt,
+                    "name": t.name,
+                    "rank": t.rank,
+                    "grp": b.group,
+                    "idx": b.index,
+                    "node": b.node,
+                    "gpus": list(b.gpus),
+                    "gpu_milli": b.gpu_milli,
+                    "milli_cpu": b.milli_cpu,
+                    "mem_mib": b.mem_mib,
+                    "gpu_mem_mib": b.gpu_mem_mib,
+                    "state": TaskPhase.LAUNCHING.value,
+                    "log_path": t.log_path,
+                }
+            )
+        where = ", ".join(
+            f"{t.name} on {t.binding.node}"
+            + (f" GPU {','.join(map(str, t.binding.gpus))}" if t.binding.gpus else "")
+            for t in lj.tasks
+        )
+        batch.event(now, lj.id, "started", f"attempt {lj.attempt}: {where}")
+        return lj, self._launch_requests(lj)
+
+    def _timers(self, batch: Batch, now: float) -> None:
+        for lj in list(self.jobs.values()):
+            if (
+                lj.state == JobState.RUNNING
+                and lj.stopping is None
+                and now >= time_limit_at(lj.job, lj.attempt_started_at)
+            ):
+                lj.stopping = Stop.TIMEOUT
+                lj.stop_message = time_limit_message(lj.job)
+                batch.job(lj.id, stopping=Stop.TIMEOUT.value)
+                batch.event(now, lj.id, "timeout", lj.stop_message)
+                self._stop_tasks(lj, batch)
+            if lj.not_before is not None and lj.not_before <= now:
+                lj.not_before = None
+                batch.job(lj.id, not_before=None)
+                self.dirty = True
+            if lj.waiting_for:
+                # A victim is done once it is no longer running; a shrunk job once it has
+                # stopped and restarted smaller (running again, no longer stopping).
+                still = frozenset(
+                    v
+                    for v in lj.waiting_for
+                    if v in self.jobs
+                    and self.jobs[v].state == JobState.RUNNING
+                    and self.jobs[v].stopping is not None
+                )
+                limit = (
+                    max((self.jobs[v].job.grace_period_s for v in still), default=0.0)
+                    + self.config.victim_wait_s
+                )
+                if not still or (lj.waiting_since is not None and now - lj.waiting_since > limit):
+                    lj.waiting_for = frozenset()
+                    lj.waiting_since = None
+                    self.dirty = True
+                else:
+                    lj.waiting_for = still
+
+    def _grow_elastic(self, now: float) -> None:
+        """Nothing waits: restart elastic jobs that idle capacity could make larger. The stop
+        is a requeue (SIGTERM first, so they checkpoint; no failure counted); the next cycle
+        places each with as many tasks as fit."""
+        batch = self.batch
+        for lj in list(self.jobs.values()):
+            if lj.state != JobState.RUNNING or lj.stopping is not None:
+                continue
+            held = len(lj.tasks)
+            after = self.config.elastic_grow_after_s
+            if now < grow_at(lj.job, held, lj.attempt_started_at, after, lj.grew_from):
+                continue
+            extra = tasks_to_grow(lj.job, held, self.arrays, self.free)
+            if extra < 1:
+                continue
+            lj.stopping = Stop.REQUEUE
+            lj.grew_from = held
+            lj.stop_message = grow_message(held, extra)
+            batch.job(lj.id, stopping=Stop.REQUEUE.value)
+            batch.event(now, lj.id, "growing", lj.stop_message)
+            self._stop_tasks(lj, batch)
+        batch.flush(self.store)
+
+
+def _group_index(job: Job, group: str) -> int:
+    for i, g in enumerate(job.groups):
+        if g.name == group:
+            return i
+    return len(job.groups)

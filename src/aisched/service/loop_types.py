@@ -1,0 +1,93 @@
+"""The loop's configuration, the commands other threads queue for it, its counters, and the
+refusal a command gets (`Rejected`). Plain values: no behaviour, no state."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+
+from aisched.model.job import Job
+from aisched.store.db import Row
+
+
+@dataclass(frozen=True, slots=True)
+class LoopConfig:
+    data_dir: Path
+    cycle_interval_s: float = 5.0
+    max_backoff_s: float = 300.0
+    # The longest the loop sleeps without being woken (a safety net for missed wake-ups).
+    tick_s: float = 1.0
+    # A preemption's beneficiary gives up waiting for its victims after their grace period plus
+    # this, and is scheduled afresh (a victim that never stops must not block it forever).
+    victim_wait_s: float = 30.0
+    master_addr: str = "127.0.0.1"
+    # Variables every task starts with, under its own and the contract's (PATH, HOME, ...).
+    base_env: tuple[tuple[str, str], ...] = ()
+    # After a cycle that took t seconds, the next waits at least t x this: under a stream of
+    # submissions the queue grows and so does a cycle; this keeps three quarters of the time
+    # for taking submissions in, while an idle scheduler (fast cycles) still answers at once.
+    cycle_gap_factor: float = 3.0
+    # An elastic job missing tasks is grown (restarted larger from its checkpoint) once it has
+    # run this long in its attempt, idle capacity fits more of its tasks and nothing waits.
+    elastic_grow_after_s: float = 60.0
+    # The service's id (`Store.instance_id`): names checkpoint directories outside data_dir.
+    instance: str = ""
+    # Check the lifecycle's invariants after every cycle and raise on a broken one (tests).
+    validate: bool = False
+
+
+class Rejected(Exception):
+    """A command refused: `status` is the HTTP status the API answers with."""
+
+    def __init__(self, message: str, status: int = 422) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitCommand:
+    job: Job
+    fmt: str
+    warnings: tuple[str, ...]
+    received_at: float
+    future: Future[Row]
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitAllCommand:
+    """Jobs submitted together (a pipeline): all are stored, or none."""
+
+    items: tuple[tuple[Job, str, tuple[str, ...]], ...]  # (job, format, warnings)
+    received_at: float
+    future: Future[list[Row]]
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleCommand:
+    """Keep `replicas` live replicas of service `service_id` (the autoscaler's command)."""
+
+    service_id: str
+    replicas: int
+    reason: str
+    future: Future[int]
+
+
+@dataclass(frozen=True, slots=True)
+class CancelCommand:
+    job_id: str
+    future: Future[str]
+
+
+Command = SubmitCommand | SubmitAllCommand | ScaleCommand | CancelCommand
+
+
+@dataclass(slots=True)
+class LoopStats:
+    """Counters the metrics endpoint reads (written by the loop thread only)."""
+
+    cycles: int = 0
+    last_cycle_s: float = 0.0
+    cycle_durations: list[float] | None = None

@@ -1,0 +1,146 @@
+"""Recovery: after a restart of the scheduler, live state is rebuilt from the store, and every
+task that may still run is adopted through the executor or accounted for (exited, lost, or a
+launch cut short), before the first cycle."""
+
+from __future__ import annotations
+
+import logging
+
+from aisched.core.decisions import TaskBinding
+from aisched.executors.base import AdoptState, ExitKind, TaskExited, TaskHandle
+from aisched.lifecycle.states import move
+from aisched.model.job import JobKind
+from aisched.model.states import JobState
+from aisched.service.commands import Commands
+from aisched.service.live import Batch, LiveJob, LiveTask, Stop, TaskPhase
+from aisched.store.codec import job_from_dict
+from aisched.store.db import Row
+
+log = logging.getLogger("aisched.loop")
+
+
+class Recovery(Commands):
+    def recover(self) -> list[str]:
+        """Rebuild live state from the store; adopt or account for every task that may be
+        running. Returns a line per notable finding (for the service log)."""
+        notes: list[str] = []
+        learned = self.warm_up()
+        if learned:
+            notes.append(f"runtime predictor learned from {learned} finished jobs")
+        now = self.clock()
+        batch = Batch()
+        with self.store.read() as tx:
+            self.next_seq = tx.max_seq() + 1
+            rows = tx.live_jobs()
+            task_rows = {(r["job_id"], r["attempt"], r["name"]): r for r in tx.running_tasks()}
+            counts = tx.count_by_state()
+        self.terminal_counts = {s: counts.get(s, 0) for s in ("succeeded", "failed", "cancelled")}
+        for row in rows:
+            lj = self._live_from_row(row)
+            self.jobs[lj.id] = lj
+            if row["submitted_at"] > self.last_submit_s:
+                self.last_submit_s = row["submitted_at"]
+            if lj.state != JobState.RUNNING:
+                if lj.job.kind != JobKind.SERVICE:  # a pending service waits on dependencies
+                    self._make_pending(lj, batch)
+                continue
+            if lj.job.kind == JobKind.SERVICE:  # its work is its replicas, jobs of their own
+                continue
+            with self.store.read() as tx:
+                trows = tx.tasks_of(lj.id, lj.attempt)
+            lj.tasks = [self._task_from_row(r) for r in trows]
+            if not lj.tasks:  # running with no task written: the bind never got that far
+                lj.state = move(lj.id, lj.state, JobState.PENDING)
+                batch.job(lj.id, state=JobState.PENDING.value, stopping=None)
+                batch.event(now, lj.id, "requeued", "requeued: no task was started")
+                self._make_pending(lj, batch)
+                continue
+            self._sync_nodes([t.binding for t in lj.tasks])
+            self._take(lj)
+            exits: list[TaskExited] = []
+            for t in lj.tasks:
+                if t.phase == TaskPhase.EXITED:
+                    continue
+                key = lj.key(t)
+                handle = t.handle or TaskHandle(key, t.binding.node, {})
+                state, exited = self.executor.adopt(handle)
+                if state == AdoptState.RUNNING:
+                    t.phase = TaskPhase.RUNNING
+                    batch.event(now, lj.id, "adopted", f"task {t.name} still running: adopted")
+                    notes.append(f"job {lj.id}: adopted task {t.name}")
+                elif state == AdoptState.EXITED and exited is not None:
+                    exits.append(exited)
+                else:
+                    never_started = key in task_rows and task_rows[key]["state"] == "launching"
+                    if never_started and lj.stopping is None:
+                        lj.stopping = Stop.REQUEUE
+                        lj.stop_message = "its launch was interrupted by a scheduler restart"
+                    exits.append(
+                        exited
+                        or TaskExited(
+                            key,
+                            ExitKind.LOST,
+                            None,
+                            "lost: the task's process was gone when the scheduler restarted",
+                            now,
+                        )
+                    )
+                    notes.append(f"job {lj.id}: task {t.name} lost")
+            if lj.stopping is not None:  # a stop was under way: finish it
+                for t in lj.live_tasks():
+                    if t.phase == TaskPhase.RUNNING:
+                        self.executor.stop(lj.key(t), lj.job.grace_period_s)
+            for ev in exits:
+                self._on_exit(ev, batch, now)
+        for lj in list(self.jobs.values()):
+            if lj.job.depends_on and lj.state == JobState.PENDING:
+                self._check_dependencies(lj, batch, now)
+        batch.flush(self.store)
+        self._launch_restarts(now)
+        self.dirty = True
+        return notes
+
+    def _live_from_row(self, row: Row) -> LiveJob:
+        job = job_from_dict(row["spec"])
+        return LiveJob(
+            job=job,
+            state=JobState(row["state"]),
+            submitted_at=row["submitted_at"],
+            checkpoint_dir=row["checkpoint_dir"],
+            attempt=row["attempt"],
+            failures=row["failures"],
+            preemptions=row["preemptions"],
+            started_at=row["started_at"],
+            attempt_started_at=row["attempt_started_at"],
+            not_before=row["not_before"],
+            stopping=Stop(row["stopping"]) if row["stopping"] else None,
+            attained_gpu_s=row["attained_gpu_s"],
+            exit_code=row["exit_code"],
+            written_status=(row["reason_code"] or "", row["reason"] or "", row["eta"]),
+        )
+
+    def _task_from_row(self, r: Row) -> LiveTask:
+        binding = TaskBinding(
+            group=r["grp"],
+            index=r["idx"],
+            node=r["node"],
+            gpus=tuple(r["gpus"]),
+            gpu_milli=r["gpu_milli"],
+            milli_cpu=r["milli_cpu"],
+            mem_mib=r["mem_mib"],
+            gpu_mem_mib=r["gpu_mem_mib"],
+        )
+        handle = None
+        if r["handle"] is not None:
+            handle = TaskHandle((r["job_id"], r["attempt"], r["name"]), r["node"], r["handle"])
+        phase = TaskPhase(r["state"])
+        exited = None
+        if phase == TaskPhase.EXITED:
+            exited = TaskExited(
+                (r["job_id"], r["attempt"], r["name"]),
+                ExitKind(r["exit_kind"]),
+                r["exit_code"],
+                r["message"] or "",
+                r["finished_at"] or 0.0,
+            )
+        return LiveTask(r["name"], r["rank"], binding, r["log_path"], phase, handle, exited)

@@ -1,0 +1,249 @@
+"""The scheduler's live state and what every part of the loop uses of it.
+
+`SchedulerState` owns the live jobs, the lifecycle's ledger (`Holdings`: free capacity, usage,
+running views), the commands queue, the pipelines' bookkeeping and the counters; it builds the
+pending and running views the core sees (`_make_pending`, `_take`, `_give`), follows the
+executor's nodes (`_sync_nodes`), writes statuses and asks tasks to stop. The loop's other
+parts are subclasses, one responsibility each, stacked in the order they use each other:
+`launches` → `exits` → `intents` → `commands` → `recovery` → `loop.Scheduler`. A part that
+calls one above it does so through a method declared here (`_on_exit`, `_apply_bind`,
+`_check_dependencies`), so each module reads on its own.
+
+Owned by the loop thread alone (see `loop`); `lock` guards what other threads read (the
+nodes, the free capacity) while the nodes change.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+from aisched.core.cycle import CycleResult
+from aisched.core.decisions import Bind, TaskBinding
+from aisched.core.policy import Policy
+from aisched.core.snapshot import (
+    ClusterArrays,
+    FreeState,
+    PendingJob,
+    RunningJob,
+    Snapshot,
+    Usage,
+    build_arrays,
+)
+from aisched.core.status import JobStatus
+from aisched.executors.base import Executor, TaskExited, TaskLaunch
+from aisched.lifecycle.holdings import Holdings
+from aisched.model.cluster import Cluster
+from aisched.model.job import Job
+from aisched.model.queue import QueueTree
+from aisched.predict.features import JobFeatures
+from aisched.predict.runtime import RuntimePredictor
+from aisched.service.live import Batch, LiveJob, TaskPhase
+from aisched.service.loop_types import Command, LoopConfig, LoopStats
+from aisched.service.membership import bindings_by_node, merge_nodes
+from aisched.service.pipelines import Pipelines
+from aisched.service.step_errors import StepErrors
+from aisched.store.codec import job_from_dict
+from aisched.store.db import Row, Store
+
+log = logging.getLogger("aisched.loop")
+
+
+class SchedulerState:
+    """Live state and the helpers every part uses (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: Store,
+        executor: Executor,
+        policy: Policy,
+        queues: QueueTree,
+        config: LoopConfig,
+        *,
+        clock: Callable[[], float] = time.time,
+        on_cycle: Callable[[float, CycleResult], None] | None = None,
+        predictor: RuntimePredictor | None = None,
+    ) -> None:
+        self.store = store
+        self.executor = executor
+        self.policy = policy
+        self.queues = queues
+        self.config = config
+        self.clock = clock
+        self.on_cycle = on_cycle
+        # Learned runtimes for pending jobs (qssf order, backfill, reservations, ETAs); fed
+        # with every job that succeeds, warmed from the store's history at start.
+        self.predictor = predictor
+        self.offered_nodes = tuple(executor.nodes())
+        self.nodes = self.offered_nodes
+        # Free capacity, usage and running views: the lifecycle's ledger (see `lifecycle`).
+        self.held = Holdings(build_arrays(Cluster(self.nodes)))
+        self.jobs: dict[str, LiveJob] = {}
+        self.commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
+        # Jobs held back until the jobs they depend on have ended (pipelines).
+        self.pipelines = Pipelines(store)
+        self.wake = threading.Event()
+        self.stopping = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.next_seq = 1
+        self.last_submit_s = 0.0
+        self.dirty = True
+        self.last_cycle_at = -math.inf
+        self.next_cycle_not_before = -math.inf  # perf_counter time (see cycle_gap_factor)
+        self.terminal_counts: dict[str, int] = {}
+        self.stats = LoopStats()
+        self.last_observed_s = -math.inf
+        self.lock = threading.Lock()  # guards what readers of `view()` see
+        # Shrunk elastic jobs restarted on their kept tasks, launched once the batch that wrote
+        # their task rows has committed.
+        self.restarts: list[tuple[LiveJob, list[TaskLaunch]]] = []
+        # The one write batch of the loop. A flush that fails (a full disk, a wedged store)
+        # keeps its writes and callbacks here, and the next flush retries them with what came
+        # since: what was acted on in memory reaches the store in order, and nothing is acted
+        # on (launched, signalled, answered) before it is stored.
+        self.batch = Batch()
+        self.step_errors = StepErrors()
+        # Idempotency keys admitted but not yet stored ((user, key) -> rows), so a retry that
+        # arrives in the same step finds them; the store answers for the rest.
+        self.unstored_keys: dict[tuple[str, str], list[Row]] = {}
+        self._empty_snapshot = Snapshot(self.arrays, FreeState.empty(self.arrays), (), queues)
+        executor.set_wakeup(self.wake.set)
+
+    @property
+    def arrays(self) -> ClusterArrays:
+        return self.held.arrays
+
+    @property
+    def free(self) -> FreeState:
+        return self.held.free
+
+    @property
+    def usage(self) -> dict[tuple[str, str], Usage]:
+        return self.held.usage
+
+    def _sync_nodes(self, extra: list[TaskBinding] | None = None) -> None:
+        """Follow a cluster executor's nodes joining and leaving (see `membership`): rebuild the
+        arrays and re-take every running binding when the node list changed. `extra`: bindings
+        about to be taken (recovery) whose nodes must exist."""
+        offered = tuple(self.executor.nodes())
+        missing = extra and any(b.node not in self.arrays.index for b in extra)
+        leftovers = len(self.nodes) != len(offered)  # gone nodes kept while bound: re-check
+        if offered == self.offered_nodes and not missing and not leftovers:
+            return
+        running = [t for view in self.held.running() for t in view.tasks]
+        nodes = merge_nodes(offered, self.nodes, bindings_by_node([*running, *(extra or [])]))
+        self.offered_nodes = offered
+        if nodes == self.nodes:
+            return
+        arrays = build_arrays(Cluster(nodes))
+        with self.lock:
+            self.nodes = nodes
+            self.held.rebuild(arrays)
+        self._empty_snapshot = Snapshot(arrays, FreeState.empty(arrays), (), self.queues)
+        self.dirty = True
+        log.info("nodes: %s", ", ".join(n.name + ("" if n.healthy else " (gone)") for n in nodes))
+
+    def _make_pending(self, lj: LiveJob, batch: Batch) -> None:
+        lj.running_view = None
+        estimate, upper = self._predict(lj)
+        if estimate is not None:
+            batch.job(lj.id, predicted_s=estimate, predicted_upper_s=upper)
+        lj.pending_view = PendingJob(lj.job, lj.attained_gpu_s, lj.attempt, estimate, upper)
+
+    def _predict(self, lj: LiveJob) -> tuple[float | None, float | None]:
+        """The predictor's (median, upper) runtime of `lj`, capped by its time limit; (None,
+        None) without a predictor."""
+        if self.predictor is None:
+            return None, None
+        now = max(self.clock(), self.last_observed_s)
+        p = self.predictor.predict(JobFeatures.from_job(lj.job, now))
+        estimate, upper = p.median_s, p.upper_s
+        if lj.job.time_limit_s is not None:  # it cannot run longer than its limit
+            estimate = min(estimate, lj.job.time_limit_s)
+            upper = min(upper, lj.job.time_limit_s)
+        return estimate, upper
+
+    def _take(self, lj: LiveJob, pending: PendingJob | None = None) -> None:
+        """Hold `lj`'s tasks' resources and build its running view. Its expected end uses the
+        same bound the core used to bind it (`pending`, the view it was pending with): the
+        predicted upper runtime first, then the user's estimate, then the time limit, so a
+        preemptive policy (`qssf`) does not treat an unestimated running job as endless."""
+        start = lj.attempt_started_at or self.clock()
+        if pending is None:  # recovered after a restart: predict again
+            estimate, upper = self._predict(lj)
+            pending = PendingJob(lj.job, lj.attained_gpu_s, lj.attempt, estimate, upper)
+        bound = pending.runtime_bound_s
+        view = RunningJob(
+            lj.job,
+            tuple(t.binding for t in lj.tasks),
+            start,
+            lj.attained_gpu_s,
+            expected_end_s=None if bound is None else start + bound,
+            checkpoint_interval_s=lj.job.checkpoint_interval_s,
+            terminating=lj.stopping is not None,
+        )
+        self.held.take(view)
+        lj.running_view = view
+
+    def _give(self, lj: LiveJob, now: float) -> None:
+        if lj.running_view is None:
+            return
+        view = self.held.give(lj.id)
+        lj.attained_gpu_s = view.attained_at(now)
+        lj.running_view = None
+
+    def _write_status(self, lj: LiveJob, status: JobStatus, batch: Batch) -> None:
+        eta = status.eta_s if status.eta_s is not None and math.isfinite(status.eta_s) else None
+        got = (status.code.value, status.reason, eta)
+        if got != lj.written_status:
+            lj.written_status = got
+            batch.job(lj.id, reason_code=got[0], reason=got[1], eta=eta)
+
+    def _stop_tasks(self, lj: LiveJob, batch: Batch) -> None:
+        """Ask every live task of the job to stop, once the batch has committed."""
+        keys = [lj.key(t) for t in lj.live_tasks() if t.phase == TaskPhase.RUNNING]
+        grace = lj.job.grace_period_s
+
+        def act() -> None:
+            for k in keys:
+                self.executor.stop(k, grace)
+
+        batch.after.append(act)
+
+    def _observe(self, job: Job, started_s: float, finished_s: float) -> None:
+        """Teach the predictor a runtime (of the attempt that succeeded: earlier attempts'
+        work was either lost or is what the checkpoint saved it)."""
+        if self.predictor is None or finished_s <= started_s:
+            return
+        finished_s = max(finished_s, self.last_observed_s)  # a clock step back is no leak
+        self.predictor.observe(
+            JobFeatures.from_job(job, job.submit_time_s), finished_s - started_s, finished_s
+        )
+        self.last_observed_s = finished_s
+
+    def warm_up(self) -> int:
+        """Feed the predictor the store's finished jobs, oldest finish first; returns how many."""
+        if self.predictor is None:
+            return 0
+        with self.store.read() as tx:
+            rows = tx.succeeded_jobs(self.predictor.config.window)
+        for row in rows:
+            self._observe(job_from_dict(row["spec"]), row["attempt_started_at"], row["finished_at"])
+        return len(rows)
+
+    # Declared here, defined by the part that owns them (see the module docstring).
+
+    def _on_exit(self, ev: TaskExited, batch: Batch, now: float) -> None:
+        raise NotImplementedError  # exits.Exits
+
+    def _apply_bind(
+        self, d: Bind, batch: Batch, now: float
+    ) -> tuple[LiveJob, list[TaskLaunch]] | None:
+        raise NotImplementedError  # intents.Intents
+
+    def _check_dependencies(self, lj: LiveJob, batch: Batch, now: float) -> None:
+        raise NotImplementedError  # commands.Commands

@@ -1,0 +1,14 @@
+"""The kinds of the simulator's events, in the order they are handled at one instant."""
+
+from __future__ import annotations
+
+# Event kinds, in the order they are handled at one instant: capacity is released (and nodes
+# join) before new work is seen, the cycle sees everything that happened at its instant, and an
+# idle node is only removed after that cycle had its chance to use it.
+FINISH = 0
+JOIN = 1
+ARRIVE = 2
+RETRY = 3  # a failed job's backoff is over: pending again, in that instant's cycle
+CYCLE = 4
+IDLE = 5
+GROW = 6

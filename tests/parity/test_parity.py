@@ -1,0 +1,284 @@
+"""Parity: the simulator and the live service, driving one lifecycle, make the same decisions.
+
+Each case is a small trace (gangs and preemption, elastic shrink and grow, failures and
+retries, a pipeline whose steps wait for each other or are cancelled, a service whose replicas
+are preempted) replayed twice: through
+`sim.engine.simulate`, and through the service's real `Scheduler` over a real SQLite store,
+with a virtual executor (`virtual.py`, which plays task ends by the simulator's rules) on a
+virtual clock that the test moves from one event to the next. The decision logs (binds,
+preemptions, shrinks, grows, retries, ends, each with its time and the nodes it bound) are
+compared whole, with `==`.
+
+The live log is read back from what the service stored (its event log and task rows), not from
+anything the loop keeps for the test. A service keeps its minimum of replicas in both (the
+autoscaler, which changes the count with load, is the live service's alone).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+from virtual import Plan, VirtualExecutor
+
+from aisched.core.policy import preset
+from aisched.model.cluster import Cluster, Node
+from aisched.model.job import Dependency, DependencyCondition, Job, JobKind
+from aisched.model.queue import QueueTree
+from aisched.model.service import ServiceSpec
+from aisched.service.loop import LoopConfig, Scheduler
+from aisched.sim.engine import SimConfig, SimResult, simulate
+from aisched.sim.traces import Trace, TraceJob
+from aisched.store.db import Store
+from aisched.testing import job, node
+
+# (time_s, job id, kind, nodes): one decision or end.
+Entry = tuple[float, str, str, tuple[str, ...]]
+
+GROW_AFTER_S = 60.0
+CHECKPOINT_S = 50.0
+RESTART_COST_S = 5.0
+HORIZON_S = 100_000.0
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    nodes: tuple[Node, ...]
+    # (job, submit time, runtime with every task, played failures); ids are "1", "2", ... in
+    # submission order, the ids the service gives them.
+    jobs: tuple[tuple[Job, float, float, tuple[float, ...]], ...]
+    policy: str = "default"
+    want: tuple[Entry, ...] = ()
+
+
+def gpus(name: str, n: int) -> Node:
+    return node(name).gpus(n).cpus(32).mem_gib(128).build()
+
+
+def trace_of(case: Case) -> Trace:
+    jobs = []
+    for i, (j, at, duration, fail_after) in enumerate(case.jobs):
+        built = replace(j, id=str(i + 1), submit_time_s=at, checkpoint_interval_s=CHECKPOINT_S)
+        jobs.append(TraceJob(built, duration, fail_after_s=fail_after))
+    return Trace(case.name, tuple(jobs))
+
+
+def sim_log(case: Case) -> list[Entry]:
+    config = SimConfig(
+        checkpoint_interval_s=CHECKPOINT_S,
+        restart_cost_s=RESTART_COST_S,
+        validate=True,
+        elastic_grow_after_s=GROW_AFTER_S,
+        max_backoff_s=60.0,
+    )
+    result: SimResult = simulate(
+        trace_of(case), Cluster(case.nodes), preset(case.policy), config, queues=QueueTree()
+    )
+    out: list[Entry] = []
+    for t, kind, job_id, detail in result.log:
+        if kind == "bind":
+            out.append((t, job_id, "bind", tuple(sorted(detail))))
+        elif kind == "shrink":
+            out.append((t, job_id, "shrink", tuple(sorted(detail[2:]))))
+        elif kind in ("preempt", "grow", "retry", "fail", "finish", "cancel", "service"):
+            out.append((t, job_id, kind, ()))
+    return sorted(out)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def live_log(case: Case, home: Path) -> list[Entry]:
+    trace = trace_of(case)
+    clock = Clock()
+    plans = {
+        tj.job.name: Plan(
+            tj.duration_s, tj.job.num_tasks, tj.job.elastic, CHECKPOINT_S, tj.fail_after_s
+        )
+        for tj in trace.jobs
+    }
+    replica = Plan(math.inf, 1, False, CHECKPOINT_S)
+    fx = VirtualExecutor(case.nodes, clock, plans, RESTART_COST_S, replica_plan=replica)
+    store = Store.sqlite(home / "state.db")
+    config = LoopConfig(
+        data_dir=home,
+        # Cycles only when something changed, as in the simulator.
+        cycle_interval_s=math.inf,
+        max_backoff_s=60.0,
+        tick_s=math.inf,
+        cycle_gap_factor=0,
+        elastic_grow_after_s=GROW_AFTER_S,
+        validate=True,
+    )
+    sched = Scheduler(store, fx, preset(case.policy), QueueTree(), config, clock=clock)
+    sched.recover()
+    arrivals = sorted(trace.jobs, key=lambda tj: tj.job.submit_time_s)
+    i = 0
+    while clock.t <= HORIZON_S:
+        while i < len(arrivals) and arrivals[i].job.submit_time_s <= clock.t:
+            tj = arrivals[i]
+            fx.names[tj.job.id] = tj.job.name
+            bare = replace(tj.job, id="", submit_time_s=0.0)
+            if bare.depends_on:  # a pipeline's step, naming earlier jobs by id
+                many = sched.submit_all(((bare, "native", ()),))
+                sched.step()
+                row = many.result(0)[0]
+            else:
+                fut = sched.submit(bare)
+                sched.step()
+                row = fut.result(0)
+            assert row["id"] == tj.job.id
+            i += 1
+        delay = settle(sched, store)
+        if i == len(arrivals) and not sched.jobs:
+            break
+        nxt = min(
+            arrivals[i].job.submit_time_s if i < len(arrivals) else math.inf,
+            fx.next_end_s(),
+            clock.t + delay,
+        )
+        assert nxt > clock.t, f"t={clock.t}: the live run stalled"
+        clock.t = nxt
+    return read_log(store)
+
+
+def settle(sched: Scheduler, store: Store) -> float:
+    """Step at one instant until a step changes nothing stored; the last step's delay."""
+    last = -1
+    for _ in range(50):
+        delay = sched.step()
+        with store.read() as tx:
+            seen = sum(len(tx.events_of(str(k))) for k in range(1, tx.max_seq() + 1))
+        if seen == last:
+            return delay
+        last = seen
+    raise AssertionError("the loop never settled")
+
+
+_ATTEMPT = re.compile(r"attempt (\d+):")
+
+
+def read_log(store: Store) -> list[Entry]:
+    out: list[Entry] = []
+    with store.read() as tx:
+        for k in range(1, tx.max_seq() + 1):
+            job_id = str(k)
+            shrunk = False
+            for e in tx.events_of(job_id):
+                kind, t = e["kind"], e["time"]
+                if kind == "started" and e["message"] == "service started":
+                    out.append((t, job_id, "service", ()))
+                elif kind == "started":
+                    m = _ATTEMPT.match(e["message"])
+                    assert m is not None, e["message"]
+                    tasks = tx.tasks_of(job_id, int(m.group(1)))
+                    nodes = tuple(sorted(r["node"] for r in tasks))
+                    out.append((t, job_id, "shrink" if shrunk else "bind", nodes))
+                    shrunk = False
+                elif kind == "shrunk":
+                    shrunk = True
+                elif kind in ("preempting", "growing", "retrying"):
+                    word = {"preempting": "preempt", "growing": "grow", "retrying": "retry"}
+                    out.append((t, job_id, word[kind], ()))
+                elif kind == "succeeded":
+                    out.append((t, job_id, "finish", ()))
+                elif kind == "failed":
+                    out.append((t, job_id, "fail", ()))
+                elif kind == "cancelled":
+                    out.append((t, job_id, "cancel", ()))
+    return sorted(out)
+
+
+def gang(name: str, tasks: int, gpu: int, priority: int = 0) -> Job:
+    return job(name).name(name).task(tasks, gpu=gpu).priority(priority).build()
+
+
+def elastic(name: str, tasks: int, least: int, gpu: int = 1) -> Job:
+    return job(name).name(name).task(tasks, gpu=gpu).min_available(least).elastic().build()
+
+
+def after(j: Job, *deps: str, condition: DependencyCondition = DependencyCondition.SUCCESS) -> Job:
+    return replace(j, depends_on=tuple(Dependency(d, condition) for d in deps))
+
+
+def service(name: str, replicas: int, gpu: int) -> Job:
+    svc = job(name).name(name).task(1, gpu=gpu).kind(JobKind.SERVICE).build()
+    return replace(svc, service=ServiceSpec(min_replicas=replicas, max_replicas=replicas + 1))
+
+
+CASES = [
+    Case(
+        "gangs-and-preemption",
+        (gpus("n1", 4), gpus("n2", 4)),
+        (
+            (gang("low-a", 2, 2), 0.0, 400.0, ()),
+            (gang("low-b", 4, 1), 10.0, 300.0, ()),
+            (gang("high", 2, 4, priority=10), 100.0, 200.0, ()),
+            (gang("tail", 1, 2), 120.0, 50.0, ()),
+        ),
+    ),
+    Case(
+        "elastic-shrink-and-grow",
+        (gpus("n1", 4),),
+        (
+            (elastic("el", 4, 1), 0.0, 800.0, ()),
+            (gang("other", 1, 2), 30.0, 100.0, ()),
+            (gang("late", 1, 1), 500.0, 20.0, ()),
+        ),
+    ),
+    Case(
+        "failures-and-retries",
+        (gpus("n1", 2),),
+        (
+            (gang("flaky", 1, 2), 0.0, 300.0, (120.0, 40.0)),
+            (gang("doomed", 1, 1), 5.0, 100.0, (10.0, 10.0, 10.0, 10.0)),
+            (gang("steady", 1, 1), 20.0, 90.0, ()),
+        ),
+    ),
+    Case(
+        "pipeline",
+        (gpus("n1", 4),),
+        (
+            (gang("prep", 1, 1), 0.0, 100.0, ()),
+            (gang("bad-prep", 1, 1), 1.0, 50.0, (10.0,) * 4),
+            (after(gang("train", 2, 2), "1"), 2.0, 200.0, ()),
+            (after(gang("eval", 1, 1), "3", "2", condition=DependencyCondition.ANY), 3.0, 30.0, ()),
+            (after(gang("report", 1, 1), "2"), 4.0, 10.0, ()),
+            (gang("filler", 1, 3), 5.0, 500.0, ()),
+        ),
+    ),
+    Case(
+        # The service arrives last (its replicas take the next ids in both drivers); a
+        # high-priority job released by its dependency preempts the replicas, which are
+        # placed again once it has ended.
+        "service-and-preemption",
+        (gpus("n1", 4),),
+        (
+            (gang("first", 1, 1), 0.0, 200.0, ()),
+            (after(gang("high", 1, 4, priority=10), "1"), 10.0, 100.0, ()),
+            (service("svc", 3, 1), 150.0, 0.0, ()),
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_parity_of_simulator_and_live_service(case: Case, tmp_path: Path) -> None:
+    want = sim_log(case)
+    assert want, "the simulator made no decision"
+    got = live_log(case, tmp_path)
+    assert got == want, f"live:\n{show(got)}\nsim:\n{show(want)}"
+
+
+def show(entries: Sequence[Entry]) -> str:
+    return "\n".join(map(str, entries))

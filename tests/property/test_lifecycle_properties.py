@@ -1,0 +1,197 @@
+"""Property tests of the lifecycle (`aisched.lifecycle`) in validate mode.
+
+1. Random traces (gangs, priorities, elastic jobs, played failures) through the simulator with
+   `validate=True`, which checks the lifecycle's ledger after every cycle (free capacity equals
+   capacity less the held bindings, usage per (queue, user) equals the held views' sum, no job
+   both pending and running). From the decision log: no job is bound while it is running (no
+   task runs twice), every job ends at most once, and nothing is left held at the end.
+2. Random take/give sequences straight on `Holdings`, against a plain model of who holds what.
+3. `after_attempt` only ever leads to moves the transition table allows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from aisched.core.decisions import TaskBinding
+from aisched.core.policy import preset
+from aisched.core.snapshot import RunningJob, build_arrays
+from aisched.lifecycle.attempts import Finish, Requeue, RestartOn, Stop, after_attempt
+from aisched.lifecycle.holdings import HoldingError, Holdings
+from aisched.lifecycle.states import move
+from aisched.model.cluster import Cluster
+from aisched.model.job import Job, RestartPolicy
+from aisched.model.queue import QueueTree
+from aisched.model.states import InvalidTransition, JobState
+from aisched.sim.engine import SimConfig, simulate
+from aisched.sim.traces import Trace, TraceJob
+from aisched.testing import job, node
+
+CLUSTER = Cluster((node("n1").gpus(4).build(), node("n2").gpus(4).build()))
+
+
+@st.composite
+def traces(draw: st.DrawFn) -> Trace:
+    n = draw(st.integers(1, 8))
+    jobs = []
+    t = 0.0
+    for i in range(n):
+        t += draw(st.sampled_from([0.0, 5.0, 30.0, 120.0]))
+        tasks = draw(st.integers(1, 3))
+        gpu = draw(st.integers(1, 4))
+        b = job(str(i + 1)).task(tasks, gpu=gpu).priority(draw(st.integers(0, 3)))
+        if tasks > 1 and draw(st.booleans()):
+            b = b.min_available(1).elastic()
+        built = replace(
+            b.build(),
+            submit_time_s=t,
+            checkpoint_interval_s=draw(st.sampled_from([20.0, 100.0, float("inf")])),
+            max_retries=draw(st.integers(0, 2)),
+        )
+        fails = tuple(draw(st.lists(st.sampled_from([5.0, 50.0]), max_size=3)))
+        jobs.append(TraceJob(built, draw(st.sampled_from([10.0, 60.0, 300.0])), fail_after_s=fails))
+    return Trace("random", tuple(jobs))
+
+
+_ENDS = ("preempt", "grow", "retry", "fail", "finish", "reject")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trace=traces(), policy=st.sampled_from(["default", "priority", "fifo"]))
+def test_random_traces_keep_the_lifecycle_invariants(trace: Trace, policy: str) -> None:
+    config = SimConfig(
+        checkpoint_interval_s=100.0, restart_cost_s=5.0, validate=True, elastic_grow_after_s=30.0
+    )
+    result = simulate(trace, CLUSTER, preset(policy), config, queues=QueueTree())
+    running: set[str] = set()
+    ended: set[str] = set()
+    for t, kind, job_id, _ in result.log:
+        assert job_id not in ended, f"t={t}: {kind} of {job_id} after it ended"
+        if kind == "bind":
+            assert job_id not in running, f"t={t}: {job_id} bound while running"
+            running.add(job_id)
+        elif kind == "shrink":
+            assert job_id in running, f"t={t}: shrink of {job_id}, which is not running"
+        elif kind in _ENDS:
+            running.discard(job_id)
+            if kind in ("finish", "fail", "reject"):
+                ended.add(job_id)
+    # Every job ended (the trace is finite and nothing holds forever).
+    assert ended == {tj.job.id for tj in trace.jobs}
+    assert running == set()
+    for rec in result.jobs:
+        assert (rec.finish_s is not None) + (rec.failed is not None) + (
+            rec.rejected is not None
+        ) == 1
+
+
+def _view(job_id: str, tasks: tuple[TaskBinding, ...], user: str) -> RunningJob:
+    j = job(job_id).task(len(tasks), gpu=1).user(user).build()
+    return RunningJob(j, tasks, 0.0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["take", "give"]),
+            st.integers(0, 5),
+            st.integers(1, 2),
+            st.sampled_from(["n1", "n2"]),
+            st.sampled_from(["ann", "bob"]),
+        ),
+        max_size=30,
+    )
+)
+def test_holdings_match_a_plain_model(ops: list[tuple[str, int, int, str, str]]) -> None:
+    held = Holdings(build_arrays(CLUSTER))
+    model: dict[str, int] = {}  # job -> GPUs held
+    free_gpus = {"n1": 4, "n2": 4}
+    where: dict[str, str] = {}
+    for op, k, n, node_name, user in ops:
+        job_id = f"j{k}"
+        if op == "take":
+            if job_id in model:
+                with pytest.raises(HoldingError):
+                    held.take(_view(job_id, (TaskBinding("g0", 0, node_name, (0,), 1000),), user))
+                continue
+            if free_gpus[node_name] < n:
+                continue
+            start = 4 - free_gpus[node_name]
+            tasks = tuple(
+                TaskBinding("g0", i, node_name, (start + i,), 1000, milli_cpu=1000, mem_mib=1024)
+                for i in range(n)
+            )
+            held.take(_view(job_id, tasks, user))
+            model[job_id] = n
+            where[job_id] = node_name
+            free_gpus[node_name] -= n
+        else:
+            if job_id not in model:
+                with pytest.raises(HoldingError):
+                    held.give(job_id)
+                continue
+            # Only the last taker on a node gives back, so GPU indices stay contiguous.
+            last = [j for j in model if where[j] == where[job_id]][-1]
+            if last != job_id:
+                continue
+            held.give(job_id)
+            free_gpus[where[job_id]] += model.pop(job_id)
+            del where[job_id]
+        assert held.problems() == []
+        assert sorted(held.views) == sorted(model)
+    a = held.arrays
+    assert [int(a.num_gpus[i]) - int(held.free.whole[i]) for i in range(2)] == [
+        4 - free_gpus["n1"],
+        4 - free_gpus["n2"],
+    ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    stop=st.sampled_from([None, *Stop]),
+    failures=st.integers(0, 5),
+    retries=st.integers(0, 3),
+    policy=st.sampled_from(list(RestartPolicy)),
+    keep=st.booleans(),
+)
+def test_attempt_ends_only_lead_to_allowed_moves(
+    stop: Stop | None, failures: int, retries: int, policy: RestartPolicy, keep: bool
+) -> None:
+    j: Job = replace(job("j").task(2, gpu=1).build(), max_retries=retries, restart_policy=policy)
+    kept = (TaskBinding("g0", 0, "n1", (0,), 1000),) if keep else None
+    end = after_attempt(
+        j, stop, "why", failures=failures, preemptions=0, now=100.0, max_backoff_s=60.0, keep=kept
+    )
+    nxt = end.next
+    if isinstance(nxt, Finish):
+        assert move("j", JobState.RUNNING, nxt.state) == nxt.state
+        assert nxt.state.is_terminal
+    elif isinstance(nxt, Requeue):
+        assert move("j", JobState.RUNNING, JobState.PENDING) == JobState.PENDING
+        if nxt.not_before is not None:
+            assert 100.0 <= nxt.not_before <= 160.0
+    else:
+        assert isinstance(nxt, RestartOn) and stop == Stop.SHRINK and nxt.keep == kept
+    assert end.failures == failures + (stop == Stop.FAILED)
+    # Whatever came next, a terminal state never moves again.
+    for state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
+        with pytest.raises(InvalidTransition):
+            move("j", state, JobState.PENDING)
+
+
+def test_validate_mode_sees_a_ledger_that_drifted() -> None:
+    held = Holdings(build_arrays(CLUSTER))
+    task = TaskBinding("g0", 0, "n1", (0,), 1000, milli_cpu=1000, mem_mib=1024)
+    held.take(_view("a", (task,), "ann"))
+    assert held.problems() == []
+    held.free.cpu[0] += 500  # capacity given back that no one held
+    held.usage[("default", "ann")] = (0.0, 0.0, 0.0)
+    assert held.problems() == [
+        "free cpu drifted on node n1",
+        "usage of queue default user ann drifted: (0.0, 0.0, 0.0) vs (1000.0, 1024.0, 1000.0)",
+    ]
