@@ -27,6 +27,7 @@ from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from aisched.model.cluster import Node
+from aisched.model.job import ContainerSpec
 
 # JSON-serialisable; the service stores it with the task and hands it back to `adopt`.
 HandleData = dict[str, Any]
@@ -51,6 +52,7 @@ class TaskLaunch:
     `log_path` receives stdout and stderr together. `grace_period_s` is the time between
     SIGTERM and SIGKILL when the task is stopped. `gpu_milli` is the share of each of `gpus`
     the task holds (1000: whole devices), for executors that reserve it elsewhere too (Ray).
+    `container`: the image and its settings when the task runs in a container.
     """
 
     job_id: str
@@ -68,6 +70,9 @@ class TaskLaunch:
     # GPU memory the task declared over all its GPUs (0: none); for the GPU-memory watchdog.
     gpu_mem_mib: int = 0
     gpu_milli: int = 1000
+    # Run in this image instead of on the host (None: on the host, or as the executor's job
+    # lookup says; see LocalExecutor.set_job_lookup).
+    container: ContainerSpec | None = None
 
     @property
     def key(self) -> TaskKey:

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aisched.executors import container as ctr
 from aisched.executors import supervisor as sup
 from aisched.executors.base import (
     AdoptState,
@@ -71,6 +72,7 @@ from aisched.executors.gpu_watchdog import (
     task_pids,
 )
 from aisched.model.cluster import Node
+from aisched.model.job import ContainerSpec, Job
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +135,9 @@ class LocalExecutor:
         fork_server: bool = True,
         notes: Sequence[str] = (),
         gpu_watchdog: GpuMemoryWatchdog | None = None,
+        container_runtime: str = "auto",
+        oci_runtime: str = "auto",
+        image_pull: str = "missing",
     ) -> None:
         self._state = Path(state_dir).resolve()
         self._state.mkdir(parents=True, exist_ok=True)
@@ -169,6 +174,13 @@ class LocalExecutor:
         )
         self._thread = threading.Thread(target=self._watch_loop, name="aisched-exits", daemon=True)
         self._thread.start()
+        # Container tasks: the engine is probed on first need (or by detect_containers).
+        self._engine_wanted = (container_runtime, oci_runtime, image_pull)
+        self._engine: ctr.Engine | None = None
+        self._engine_error: str | None = None
+        self._job_lookup: Callable[[str], Job | None] | None = None
+        # Names this executor's containers, so that two schedulers never touch each other's.
+        self._instance = _instance_id(self._state)
 
     # --- the protocol --------------------------------------------------------------------
 
@@ -204,6 +216,7 @@ class LocalExecutor:
             )
         if not req.command or not req.command[0]:
             raise LaunchError(f"task {_show(key)}: command: empty")
+        spec, owner = self._container_of(req)
         for field, value in (
             ("attempt", req.attempt),
             ("milli_cpu", req.milli_cpu),
@@ -235,27 +248,29 @@ class LocalExecutor:
         with self._lock:
             cores = self._pick_cores(req.milli_cpu)
         cgroup = (
-            os.path.join(self._mem.base, cgroup_name(*key)) if self._mem.base is not None else None
+            os.path.join(self._mem.base, cgroup_name(*key))
+            if self._mem.base is not None and spec is None
+            else None
         )
         tdir.mkdir(parents=True, exist_ok=True)
+        doc: dict[str, Any] = {
+            "key": list(key),
+            "command": list(req.command),
+            "env": dict(req.env),
+            "workdir": req.workdir,
+            "log_path": os.path.abspath(req.log_path),
+            "cores": list(cores),
+            "mem_limit_mib": req.mem_limit_mib,
+            "mechanism": self._mem.mechanism,
+            "cgroup": cgroup,
+            "grace_period_s": req.grace_period_s,
+            "gpus": list(req.gpus),
+            "gpu_mem_mib": req.gpu_mem_mib,
+        }
+        if spec is not None:
+            doc = self._container_launch(req, spec, owner, cores, tdir, doc)
         # 1. The request is durable before anything runs: after a crash, adopt finds it.
-        sup.write_json_atomic(
-            str(tdir / sup.LAUNCH),
-            {
-                "key": list(key),
-                "command": list(req.command),
-                "env": dict(req.env),
-                "workdir": req.workdir,
-                "log_path": os.path.abspath(req.log_path),
-                "cores": list(cores),
-                "mem_limit_mib": req.mem_limit_mib,
-                "mechanism": self._mem.mechanism,
-                "cgroup": cgroup,
-                "grace_period_s": req.grace_period_s,
-                "gpus": list(req.gpus),
-                "gpu_mem_mib": req.gpu_mem_mib,
-            },
-        )
+        sup.write_json_atomic(str(tdir / sup.LAUNCH), doc)
         try:
             # 2. Its cgroup, with the limit, before the supervisor can fork into it.
             create_task_cgroup(self._mem, cgroup_name(*key), req.mem_limit_mib)
@@ -423,11 +438,123 @@ class LocalExecutor:
             cgroup=cgroup,
         )
         sup.remove_cgroup(cgroup)
+        _remove_container(launch)
         if not started:
             why = "it never started (the scheduler stopped while launching it)"
         else:
             why = "its supervisor is gone without a record; what was left of it was killed"
         return AdoptState.LOST, _lost(key, why)
+
+    # --- containers ----------------------------------------------------------------------
+
+    def set_job_lookup(self, lookup: Callable[[str], Job | None]) -> None:
+        """Where `launch` finds a task's job (its image, its user) when the request does not
+        carry the container itself. Called once, by the service, before the first launch."""
+        self._job_lookup = lookup
+
+    def detect_containers(self) -> ctr.Engine | None:
+        """Probes the container engine now (once; later calls return the first answer) and
+        removes this scheduler's ended containers whose task has its record. None, with a note
+        saying why, when no engine can run containers here: host tasks are unaffected."""
+        if self._engine is not None or self._engine_error is not None:
+            return self._engine
+        runtime, oci, pull = self._engine_wanted
+        try:
+            self._engine = ctr.detect_engine(runtime, oci, pull=pull)
+        except ctr.EngineError as e:
+            self._engine_error = str(e)
+            self._notes = (*self._notes, f"container tasks cannot run: {e}")
+            return None
+        self._notes = (*self._notes, *self._engine.notes)
+        self._sweep_containers(self._engine)
+        return self._engine
+
+    def _sweep_containers(self, engine: ctr.Engine) -> None:
+        """Removes containers of ours that are not running and whose task has ended or was
+        given up (a supervisor that died before removing its container leaves one)."""
+        for name, state in ctr.list_containers(engine, self._instance):
+            if state == "running":
+                continue  # its supervisor watches it; adopt takes the supervisor back
+            ctr.remove_container(engine.binary, name)
+
+    def _container_of(self, req: TaskLaunch) -> tuple[ContainerSpec | None, str | None]:
+        """The task's container settings and the submitting user's name, from the request,
+        else from its job."""
+        job = self._job_lookup(req.job_id) if self._job_lookup is not None else None
+        owner = job.user if job is not None else None
+        if req.container is not None:
+            return req.container, owner
+        if job is None:
+            return None, None
+        group = req.task.rsplit("-", 1)[0]
+        for g in job.groups:
+            if g.name == group:
+                return g.container, owner
+        return None, owner
+
+    def _container_launch(
+        self,
+        req: TaskLaunch,
+        spec: ContainerSpec,
+        owner: str | None,
+        cores: tuple[int, ...],
+        tdir: Path,
+        doc: dict[str, Any],
+    ) -> dict[str, Any]:
+        """The launch document of a container task: the host-side limits are the container's
+        own, and `container` holds what the supervisor runs (see supervisor.Container)."""
+        key = req.key
+        engine = self.detect_containers()
+        if engine is None:
+            raise LaunchError(
+                f"task {_show(key)}: image {spec.image}: {self._engine_error or 'no engine'}"
+            )
+        if owner is not None and owner != "root":
+            for i, v in enumerate(spec.volumes):
+                if not ctr.user_may_read(owner, v.host_path):
+                    raise LaunchError(
+                        f"task {_show(key)}: volumes.{i}: user {owner} may not read "
+                        f"{v.host_path}, so its job may not mount it"
+                    )
+        env_file = str(tdir / "container.env")
+        t = ctr.ContainerTask(
+            instance=self._instance,
+            job_id=req.job_id,
+            attempt=req.attempt,
+            task=req.task,
+            command=tuple(req.command),
+            env=req.env,
+            workdir=req.workdir,
+            cores=cores,
+            milli_cpu=req.milli_cpu,
+            mem_limit_mib=req.mem_limit_mib,
+            gpus=tuple(req.gpus),
+            checkpoint_dir=req.env.get("AISCHED_CHECKPOINT_DIR"),
+            env_file=env_file,
+            user=doc.get("user"),
+        )
+        text, rest = ctr.env_file_lines(ctr.task_env(spec, t, engine))
+        fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        create = ctr.create_args(spec, t, engine, inline_env=rest)
+        name = ctr.container_name(self._instance, req.job_id, req.attempt, req.task)
+        return {
+            **doc,
+            "mechanism": "container",
+            "cgroup": None,
+            "container": {
+                "binary": engine.binary,
+                "name": name,
+                "image": spec.image,
+                "create": create,
+                "start": ctr.start_args(engine, name),
+                "engine_env": _engine_env(),
+                "cgroup_version": engine.cgroup_version,
+                "bandwidth_bit_s": spec.bandwidth_bit_s,
+                "network": spec.network.value,
+            },
+        }
 
     def _start_supervisor(self, tdir: Path) -> tuple[int, int, bool]:
         """(pid, start time, our own child?) of a new supervisor for `tdir`: forked by the fork
@@ -644,6 +771,7 @@ class LocalExecutor:
                 child_start=started.get("child_start"),
                 cgroup=w.cgroup,
             )
+            _remove_container(sup.read_json(os.path.join(w.dir, sup.LAUNCH)))
             event = _lost(
                 w.key,
                 f"its supervisor (pid {w.sup_pid}) ended without recording how the task ended;"
@@ -671,6 +799,38 @@ class LocalExecutor:
                 wakeup()
             except Exception:
                 log.exception("wakeup callback")
+
+
+def _instance_id(state: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(str(state).encode()).hexdigest()[:10]
+
+
+def _engine_env() -> dict[str, str]:
+    """What the engine's command line needs from our environment (rootless podman finds its
+    storage through HOME and XDG_RUNTIME_DIR); the task's own environment is separate."""
+    keep = (
+        "PATH",
+        "HOME",
+        "XDG_RUNTIME_DIR",
+        "XDG_CONFIG_HOME",
+        "XDG_DATA_HOME",
+        "CONTAINERS_CONF",
+        "CONTAINERS_STORAGE_CONF",
+        "DOCKER_HOST",
+        "DOCKER_CONFIG",
+    )
+    env = {k: os.environ[k] for k in keep if k in os.environ}
+    env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    return env
+
+
+def _remove_container(launch: dict[str, Any] | None) -> None:
+    """A container task whose supervisor is gone: its container goes too (it may run on)."""
+    c = (launch or {}).get("container")
+    if isinstance(c, dict) and c.get("binary") and c.get("name"):
+        ctr.remove_container(str(c["binary"]), str(c["name"]))
 
 
 def _lost(key: TaskKey, message: str) -> TaskExited:
