@@ -20,6 +20,7 @@ from typing import IO
 
 from aisched.core.policy import Policy
 from aisched.executors.base import Executor
+from aisched.model.job import Job
 from aisched.predict.runtime import RuntimePredictor
 from aisched.service.autoscaler import Autoscaler
 from aisched.service.config import ServiceConfig
@@ -83,6 +84,7 @@ class Service:
                 predictor=RuntimePredictor(background=True) if config.predict_runtimes else None,
             )
             metrics.watch(scheduler)
+            _lookup_jobs(executor, scheduler)
         except Exception:
             lock_file.close()
             raise
@@ -164,9 +166,33 @@ def _local_executor(config: ServiceConfig, home: Path) -> tuple[Executor, list[s
         raise ServiceError(str(e)) from None
     watchdog = GpuMemoryWatchdog.with_nvml(OverAction(config.gpu_memory_over))
     executor = LocalExecutor(
-        home / "tasks", node, mem_mechanism=config.memory_limit, gpu_watchdog=watchdog
+        home / "tasks",
+        node,
+        mem_mechanism=config.memory_limit,
+        gpu_watchdog=watchdog,
+        container_runtime=config.container_runtime,
+        oci_runtime=config.oci_runtime,
+        image_pull=config.image_pull,
     )
-    return executor, list(notes)
+    if config.container_runtime == "none":
+        return executor, [*notes, "container tasks: off (container_runtime: none)"]
+    # Probed now, so the start-up lines say what container tasks will run with.
+    engine = executor.detect_containers()
+    found = engine.notes if engine is not None else executor.info().notes[-1:]
+    return executor, [*notes, *found]
+
+
+def _lookup_jobs(executor: Executor, scheduler: Scheduler) -> None:
+    """A local executor finds a task's image (and its submitter) in the loop's live jobs."""
+    from aisched.executors.local import LocalExecutor
+
+    if isinstance(executor, LocalExecutor):
+
+        def job_of(job_id: str) -> Job | None:
+            lj = scheduler.jobs.get(job_id)
+            return None if lj is None else lj.job
+
+        executor.set_job_lookup(job_of)
 
 
 def _ray_executor(config: ServiceConfig, address: str, home: Path) -> tuple[Executor, list[str]]:

@@ -418,7 +418,11 @@ def container_spec(
             if given:
                 p.add(f"{path}{key}", "needs an image: only a container task has one")
         return None
-    net = NetworkMode.HOST if network is None else network
+    # Shaping needs the container's own interface: a bandwidth alone asks for a bridge.
+    if network is None:
+        net = NetworkMode.HOST if bandwidth_bit_s is None else NetworkMode.BRIDGE
+    else:
+        net = network
     if bandwidth_bit_s is not None and net != NetworkMode.BRIDGE:
         p.add(
             f"{path}bandwidth",
