@@ -88,12 +88,39 @@ def build_test_image() -> str:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "rootfs.tar"
         with tarfile.open(path, "w") as tar:
-            for d in ("/bin", "/etc", "/tmp", "/lib", "/lib64", "/usr", "/usr/bin", "/usr/lib",
-                      "/root", "/data"):
+            for d in (
+                "/bin",
+                "/etc",
+                "/tmp",
+                "/lib",
+                "/lib64",
+                "/usr",
+                "/usr/bin",
+                "/usr/lib",
+                "/root",
+                "/data",
+            ):
                 _dir(tar, d, 0o1777 if d == "/tmp" else 0o755)
             _add(tar, busybox, "/bin/busybox")
-            for applet in ("sh", "ls", "cat", "echo", "sleep", "id", "nc", "dd", "wc", "true",
-                           "false", "head", "env", "ps", "grep", "mkdir", "rm"):
+            for applet in (
+                "sh",
+                "ls",
+                "cat",
+                "echo",
+                "sleep",
+                "id",
+                "nc",
+                "dd",
+                "wc",
+                "true",
+                "false",
+                "head",
+                "env",
+                "ps",
+                "grep",
+                "mkdir",
+                "rm",
+            ):
                 link = tarfile.TarInfo(f"bin/{applet}")
                 link.type = tarfile.SYMTYPE
                 link.linkname = "busybox"
@@ -118,8 +145,11 @@ def build_test_image() -> str:
                 _dir(tar, str(dynload))
                 for f in dynload.iterdir():
                     _add(tar, f, str(dynload / f.name))
-            _text(tar, "/etc/passwd", "root:x:0:0:root:/root:/bin/sh\n"
-                  "nobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n")
+            _text(
+                tar,
+                "/etc/passwd",
+                "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n",
+            )
             _text(tar, "/etc/group", "root:x:0:\nnogroup:x:65534:\n")
             _text(tar, MARKER, MARKER_TEXT)
         subprocess.run(["podman", "import", str(path), name], check=True, capture_output=True)

@@ -126,6 +126,8 @@ def detect_engine(
 ) -> Engine:
     """The engine to run container tasks with (see the module docstring). Raises EngineError
     when the one asked for (or, for auto, any) is missing or cannot start a container."""
+    if wanted == "none":
+        raise EngineError("container tasks are off on this node (container_runtime: none)")
     if wanted not in ("auto", *ENGINES):
         raise EngineError(f"container_runtime: {wanted!r} is not one of auto, podman, docker")
     if pull not in PULL_POLICIES:
@@ -449,24 +451,21 @@ def user_may_read(user: str, path: str) -> bool:
     return True
 
 
-def list_containers(engine: Engine, instance: str) -> list[tuple[str, str]]:
-    """(name, state) of every container of this scheduler instance."""
-    r = _run(
-        [
-            engine.binary,
-            "ps",
-            "--all",
-            "--filter",
-            f"label={LABEL}.instance={instance}",
-            "--format",
-            "{{.Names}} {{.State}}",
-        ]
+def list_containers(engine: Engine, instance: str) -> list[tuple[str, str, int, str]]:
+    """(name, job, attempt, task) of every container of this scheduler instance, any state."""
+    fmt = (
+        '{{.Names}} {{index .Labels "io.aisched.job"}} {{index .Labels "io.aisched.attempt"}}'
+        ' {{index .Labels "io.aisched.task"}}'
     )
+    r = _run(
+        [engine.binary, "ps", "--all", "--filter", f"label={LABEL}.instance={instance}",
+         "--format", fmt]
+    )  # fmt: skip
     out = []
     for line in r.stdout.splitlines() if r.returncode == 0 else ():
         words = line.split()
-        if len(words) >= 2:
-            out.append((words[0], words[1].lower()))
+        if len(words) == 4 and words[2].isdigit():
+            out.append((words[0], words[1], int(words[2]), words[3]))
     return out
 
 

@@ -138,6 +138,7 @@ class LocalExecutor:
         container_runtime: str = "auto",
         oci_runtime: str = "auto",
         image_pull: str = "missing",
+        container_pids_limit: int = ctr.DEFAULT_PIDS_LIMIT,
     ) -> None:
         self._state = Path(state_dir).resolve()
         self._state.mkdir(parents=True, exist_ok=True)
@@ -175,7 +176,7 @@ class LocalExecutor:
         self._thread = threading.Thread(target=self._watch_loop, name="aisched-exits", daemon=True)
         self._thread.start()
         # Container tasks: the engine is probed on first need (or by detect_containers).
-        self._engine_wanted = (container_runtime, oci_runtime, image_pull)
+        self._engine_wanted = (container_runtime, oci_runtime, image_pull, container_pids_limit)
         self._engine: ctr.Engine | None = None
         self._engine_error: str | None = None
         self._job_lookup: Callable[[str], Job | None] | None = None
@@ -458,9 +459,9 @@ class LocalExecutor:
         saying why, when no engine can run containers here: host tasks are unaffected."""
         if self._engine is not None or self._engine_error is not None:
             return self._engine
-        runtime, oci, pull = self._engine_wanted
+        runtime, oci, pull, pids = self._engine_wanted
         try:
-            self._engine = ctr.detect_engine(runtime, oci, pull=pull)
+            self._engine = ctr.detect_engine(runtime, oci, pull=pull, pids_limit=pids)
         except ctr.EngineError as e:
             self._engine_error = str(e)
             self._notes = (*self._notes, f"container tasks cannot run: {e}")
@@ -470,11 +471,21 @@ class LocalExecutor:
         return self._engine
 
     def _sweep_containers(self, engine: ctr.Engine) -> None:
-        """Removes containers of ours that are not running and whose task has ended or was
-        given up (a supervisor that died before removing its container leaves one)."""
-        for name, state in ctr.list_containers(engine, self._instance):
-            if state == "running":
-                continue  # its supervisor watches it; adopt takes the supervisor back
+        """Removes containers of ours that no supervisor looks after: their task has ended
+        (its record is written) or its supervisor died (a supervisor that holds its lock is
+        alive: adopt takes it back, container and all). Such a task is marked abandoned, so
+        adopt reports it lost, as it would for a host task."""
+        for name, job_id, attempt, task in ctr.list_containers(engine, self._instance):
+            try:
+                tdir = self.task_dir((job_id, attempt, task))
+            except LaunchError:
+                tdir = None
+            if tdir is not None and tdir.is_dir():
+                if (tdir / sup.EXIT).exists():
+                    pass
+                elif sup.supervisor_alive_or_abandon(str(tdir)):
+                    continue
+            log.info("removing container %s: no supervisor looks after it", name)
             ctr.remove_container(engine.binary, name)
 
     def _container_of(self, req: TaskLaunch) -> tuple[ContainerSpec | None, str | None]:
@@ -516,6 +527,16 @@ class LocalExecutor:
                         f"task {_show(key)}: volumes.{i}: user {owner} may not read "
                         f"{v.host_path}, so its job may not mount it"
                     )
+        tools: dict[str, str] = {}
+        if spec.bandwidth_bit_s is not None:
+            for tool in ("nsenter", "tc"):
+                found = shutil.which(tool, path=_SYSTEM_PATH)
+                if found is None:
+                    raise LaunchError(
+                        f"task {_show(key)}: bandwidth: {tool} is not installed on this node "
+                        "(Debian: util-linux, iproute2)"
+                    )
+                tools[tool] = found
         env_file = str(tdir / "container.env")
         t = ctr.ContainerTask(
             instance=self._instance,
@@ -553,6 +574,7 @@ class LocalExecutor:
                 "cgroup_version": engine.cgroup_version,
                 "bandwidth_bit_s": spec.bandwidth_bit_s,
                 "network": spec.network.value,
+                **tools,
             },
         }
 
@@ -801,6 +823,9 @@ class LocalExecutor:
                 log.exception("wakeup callback")
 
 
+_SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
 def _instance_id(state: Path) -> str:
     import hashlib
 
@@ -822,7 +847,8 @@ def _engine_env() -> dict[str, str]:
         "DOCKER_CONFIG",
     )
     env = {k: os.environ[k] for k in keep if k in os.environ}
-    env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    # The engine runs helpers (conmon, the OCI runtime, netavark) found on its PATH.
+    env["PATH"] = f"{env['PATH']}:{_SYSTEM_PATH}" if env.get("PATH") else _SYSTEM_PATH
     return env
 
 

@@ -712,25 +712,12 @@ class Container:
         import subprocess
 
         burst = max(rate_bit_s // 8 // 100, 16 * 1024)  # 10 ms at the rate, at least 16 KiB
-        argv = [
-            "nsenter",
-            "-t",
-            str(pid),
-            "-n",
-            "tc",
-            "qdisc",
-            "replace",
-            "dev",
-            "eth0",
-            "root",
-            "tbf",
-            "rate",
-            f"{rate_bit_s}bit",
-            "burst",
-            str(burst),
-            "latency",
-            "50ms",
-        ]
+        nsenter = str(self.spec.get("nsenter") or "nsenter")
+        tc = str(self.spec.get("tc") or "tc")
+        # Written once: the same words a CNI bandwidth plugin would give tc.
+        qdisc = f"tbf rate {rate_bit_s}bit burst {burst} latency 50ms".split()
+        argv = [nsenter, "-t", str(pid), "-n", tc, "qdisc", "replace", "dev", "eth0", "root"]
+        argv += qdisc
         try:
             r = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
             ok, why = r.returncode == 0, _last(r.stderr)
@@ -774,7 +761,7 @@ class Container:
         exit_code = int(words[0]) if words and words[0].lstrip("-").isdigit() else client_code
         # A SIGKILL nobody here sent, to a container whose memory cgroup signalled: the OOM
         # killer's (a container that merely ended signals too, but was not SIGKILLed).
-        unexplained_kill = exit_code == 128 + signal.SIGKILL and self.stopper is None
+        unexplained_kill = bool(words) and exit_code == 128 + signal.SIGKILL and not self.stopper
         oom = (
             (len(words) > 1 and words[1] == "true")
             or self.oom_seen()

@@ -173,6 +173,7 @@ def _local_executor(config: ServiceConfig, home: Path) -> tuple[Executor, list[s
         container_runtime=config.container_runtime,
         oci_runtime=config.oci_runtime,
         image_pull=config.image_pull,
+        container_pids_limit=config.container_pids_limit,
     )
     if config.container_runtime == "none":
         return executor, [*notes, "container tasks: off (container_runtime: none)"]

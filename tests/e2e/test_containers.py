@@ -1,0 +1,322 @@
+"""Jobs in container images, end to end: a real `aisched up`, real podman, an image built here.
+
+The image (`images.py`) is imported from files of this machine (busybox-static, the host's
+Python), so nothing is pulled. Each test reads what the task saw or did from its log, or
+from a hostPath volume, and asserts the whole of it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from harness import Service, local_service, wait_for
+from images import MARKER, MARKER_TEXT, build_test_image, missing_tools
+
+pytestmark = pytest.mark.skipif(
+    (why := missing_tools()) is not None or os.geteuid() != 0,
+    reason=why or "the container tests run rootful podman (CI runs as root)",
+)
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    return build_test_image()
+
+
+@pytest.fixture
+def svc(tmp_path: Path) -> Iterator[Service]:
+    with local_service(tmp_path, "container_pids_limit: 64\n") as s:
+        yield s
+
+
+def logs(svc: Service, job_id: str) -> str:
+    return svc.cli("logs", job_id).stdout
+
+
+def containers_of_job(svc: Service, job_id: str) -> list[str]:
+    """The containers (any state) of job `job_id` of this service's scheduler."""
+    out = subprocess.run(
+        ["podman", "ps", "--all", "--filter", f"label=io.aisched.job={job_id}", "--format",
+         '{{.Names}} {{index .Labels "io.aisched.instance"}}'],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    mine = f"aisched-{instance_of(svc)}-"
+    return [w[0] for line in out.splitlines() if (w := line.split()) and w[0].startswith(mine)]
+
+
+def instance_of(svc: Service) -> str:
+    import hashlib
+
+    return hashlib.sha256(str((svc.home / "tasks").resolve()).encode()).hexdigest()[:10]
+
+
+def test_a_task_sees_the_image_filesystem_not_the_hosts(svc: Service, image: str) -> None:
+    assert Path("/etc/os-release").exists()  # on the host
+    jid = svc.run(
+        "--image", image, "--", "sh", "-c",
+        f"cat {MARKER}; ls /etc/os-release 2>/dev/null || echo no os-release here; pwd",
+    )  # fmt: skip
+    svc.wait_state(jid, "succeeded")
+    # The working directory is the submitter's, mounted at the same path.
+    assert logs(svc, jid) == f"{MARKER_TEXT}no os-release here\n{svc.work}\n"
+
+
+def test_the_startup_lines_and_nodes_say_what_runs_containers(svc: Service, image: str) -> None:
+    log = svc.log.read_text()
+    assert "container engine: podman" in log
+    assert "OCI runtime" in log
+    notes = "\n".join(n for node in svc.cli_json("nodes")["nodes"] for n in node["notes"])
+    assert "container engine: podman" in notes
+
+
+def test_a_64M_task_is_oom_killed_and_reported_as_out_of_memory(svc: Service, image: str) -> None:
+    jid = svc.run(
+        "--image", image, "--mem", "64M", "--restart", "never", "--",
+        "python3", "-c", "x = bytearray(512 << 20); print('still alive')",
+    )  # fmt: skip
+    job = svc.wait_state(jid, "failed")
+    assert job["message"] == (
+        "task main-0 killed: exceeded its memory limit of 64 MiB; restart policy is never"
+    )
+    assert logs(svc, jid) == "aisched: killed: exceeded its memory limit of 64 MiB\n"
+
+
+PROBE = r"""
+import os
+def read(*paths):
+    for p in paths:
+        try:
+            return open(p).read().strip()
+        except OSError:
+            pass
+    return "?"
+v1 = os.path.isdir("/sys/fs/cgroup/cpu")
+quota = (read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us") + "/" + read("/sys/fs/cgroup/cpu/cpu.cfs_period_us")
+         if v1 else read("/sys/fs/cgroup/cpu.max").replace(" ", "/"))
+pids = read("/sys/fs/cgroup/pids/pids.max", "/sys/fs/cgroup/pids.max")
+print("cpu", quota, "pids", pids, "affinity", len(os.sched_getaffinity(0)))
+# Past the pids limit, fork fails: count how many children could be started.
+kids = []
+try:
+    for _ in range(200):
+        pid = os.fork()
+        if pid == 0:
+            import time
+            time.sleep(5)
+            os._exit(0)
+        kids.append(pid)
+except OSError as e:
+    print("fork refused after", len(kids) // 10 * 10 if len(kids) < 64 else len(kids), e.strerror)
+for k in kids:
+    os.kill(k, 9)
+"""
+
+
+def test_cpu_and_pids_limits_are_applied(svc: Service, image: str) -> None:
+    jid = svc.run("--image", image, "--cpus", "0.5", "--", "python3", "-c", PROBE)
+    svc.wait_state(jid, "succeeded", timeout_s=60)
+    out = logs(svc, jid).splitlines()
+    # 0.5 CPU: 50 ms of every 100 ms; pinned to one core; 64 processes (the service's
+    # container_pids_limit), so the 200 forks stop short of it.
+    assert out[0] == "cpu 50000/100000 pids 64 affinity 1"
+    assert out[1].startswith("fork refused after 60 ")
+
+
+def test_cpu_quota_holds_a_busy_loop_to_half_a_core(svc: Service, image: str) -> None:
+    busy = (
+        "import os, time\n"
+        "t0, c0 = time.monotonic(), time.process_time()\n"
+        "while time.monotonic() - t0 < 3: pass\n"
+        "print(round((time.process_time() - c0) / (time.monotonic() - t0), 2))\n"
+    )
+    jid = svc.run("--image", image, "--cpus", "0.5", "--", "python3", "-c", busy)
+    svc.wait_state(jid, "succeeded", timeout_s=60)
+    share = float(logs(svc, jid))
+    # The CFS quota allows 0.5; a loaded machine only gives less.
+    assert 0.0 < share <= 0.6
+
+
+GANG = r"""
+import os, socket, time
+rank, addr, port = int(os.environ["RANK"]), os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+if rank == 0:
+    s = socket.create_server(("0.0.0.0", port))
+    conn, _ = s.accept()
+    print("master got:", conn.recv(100).decode())
+else:
+    for _ in range(200):
+        try:
+            c = socket.create_connection((addr, port), timeout=2)
+            break
+        except OSError:
+            time.sleep(0.1)
+    c.sendall(b"hello from rank 1 of " + os.environ["WORLD_SIZE"].encode())
+    print("worker connected to the master at", "gateway" if addr != "127.0.0.1" else addr)
+"""
+
+
+def test_a_gang_of_two_bridged_containers_reaches_its_master(
+    svc: Service, image: str, tmp_path: Path
+) -> None:
+    (svc.work / "gang.py").write_text(GANG)
+    job = (
+        f"name: gang\nimage: {image}\nnetwork: bridge\nreplicas: 2\n"
+        f"command: [python3, {svc.work}/gang.py]\nresources: {{cpus: 1, mem: 256M}}\n"
+    )
+    (svc.work / "gang.yaml").write_text(job)
+    jid = str(svc.cli_json("submit", "gang.yaml")["id"])
+    svc.wait_state(jid, "succeeded", timeout_s=60)
+    assert svc.cli("logs", jid, "--task", "main-0").stdout == (
+        "master got: hello from rank 1 of 2\n"
+    )
+    assert svc.cli("logs", jid, "--task", "main-1").stdout == (
+        "worker connected to the master at gateway\n"
+    )
+
+
+SENDER = r"""
+import os, socket
+c = socket.create_connection((os.environ["MASTER_ADDR"], int(os.environ["RECEIVER_PORT"])))
+c.sendall(b"x" * int(os.environ["BYTES"]))
+c.shutdown(socket.SHUT_WR)
+print("receiver counted", c.recv(64).decode())
+"""
+
+
+class Receiver:
+    """A TCP receiver on the host: the rate is measured from its first byte to its last."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("0.0.0.0", 0))
+        self.port = self.sock.getsockname()[1]
+        self.rate_bit_s = 0.0
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self) -> None:
+        conn, _ = self.sock.accept()
+        got, first = 0, 0.0
+        while chunk := conn.recv(1 << 16):
+            if not got:
+                first = time.monotonic()
+            got += len(chunk)
+        self.rate_bit_s = got * 8 / max(time.monotonic() - first, 1e-6)
+        conn.sendall(str(got).encode())
+        conn.close()
+
+
+def test_a_10Mbit_task_sends_no_faster_than_10Mbit_and_an_unlimited_one_is_faster(
+    svc: Service, image: str
+) -> None:
+    (svc.work / "send.py").write_text(SENDER)
+    size = 4_000_000  # 3.2 s at 10 Mbit/s
+    rates = {}
+    for label, extra in (("shaped", ["--bandwidth", "10Mbit"]), ("free", ["--network", "bridge"])):
+        r = Receiver()
+        jid = svc.run(
+            "--image", image, *extra, "--env", f"RECEIVER_PORT={r.port}",
+            "--env", f"BYTES={size}", "--", "python3", f"{svc.work}/send.py",
+        )  # fmt: skip
+        svc.wait_state(jid, "succeeded", timeout_s=60)
+        r.thread.join(10)
+        assert logs(svc, jid).endswith(f"receiver counted {size}\n")
+        rates[label] = r.rate_bit_s
+    assert 5e6 < rates["shaped"] <= 10e6 * 1.1
+    assert rates["free"] > 3 * rates["shaped"]
+
+
+VOLCANO = """\
+apiVersion: batch.volcano.sh/v1alpha1
+kind: Job
+metadata:
+  name: vc-image
+spec:
+  minAvailable: 1
+  tasks:
+    - name: main
+      replicas: 1
+      template:
+        spec:
+          restartPolicy: Never
+          containers:
+            - name: main
+              image: {image}
+              command: [sh, -c]
+              args: ["echo $GREETING from $(cat {marker}) in $(pwd) > /out/result.txt"]
+              workingDir: /tmp
+              env: [{{name: GREETING, value: hello}}]
+              volumeMounts: [{{name: out, mountPath: /out}}]
+              resources: {{limits: {{cpu: "1", memory: 256Mi}}}}
+          volumes:
+            - name: out
+              hostPath: {{path: {out}, type: Directory}}
+"""
+
+
+def test_a_volcano_job_with_an_image_runs_unchanged(
+    svc: Service, image: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (svc.work / "vc.yaml").write_text(VOLCANO.format(image=image, marker=MARKER, out=out))
+    submitted = svc.cli_json("submit", "vc.yaml")
+    assert submitted.get("warnings", []) == []
+    jid = str(submitted["id"])
+    svc.wait_state(jid, "succeeded", timeout_s=60)
+    assert (out / "result.txt").read_text() == f"hello from {MARKER_TEXT.strip()} in /tmp\n"
+
+
+def test_kill_9_of_the_service_adopts_running_containers_and_runs_nothing_twice(
+    tmp_path: Path, image: str
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    with local_service(tmp_path) as svc:
+        job = (
+            f"name: survivor\nimage: {image}\nrestart: {{policy: never}}\n"
+            f"volumes: [{{host_path: {data}, path: /data}}]\n"
+            "command: 'echo start >> /data/runs; sleep 6; echo done >> /data/runs'\n"
+        )
+        (svc.work / "survivor.yaml").write_text(job)
+        jid = str(svc.cli_json("submit", "survivor.yaml")["id"])
+        svc.wait_state(jid, "running")
+        wait_for("the task to start", lambda: (data / "runs").exists())
+        svc.kill9()
+        names = containers_of_job(svc, jid)
+        assert len(names) == 1
+        state = subprocess.run(
+            ["podman", "inspect", "--format", "{{.State.Status}}", names[0]],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        assert state == "running"  # the container outlives its scheduler
+        svc.start()
+        svc.wait_state(jid, "succeeded", timeout_s=60)
+        # Ran once, to its end, in the container that was adopted; and removed after.
+        assert (data / "runs").read_text() == "start\ndone\n"
+        assert containers_of_job(svc, jid) == []
+
+
+def test_a_missing_image_fails_at_once_with_the_images_name(svc: Service, image: str) -> None:
+    jid = svc.run(
+        "--image", "localhost/aisched-no-such-image:1", "--restart", "never", "--", "true"
+    )
+    job = svc.wait_state(jid, "failed", timeout_s=60)
+    assert job["message"].startswith(
+        "task main-0 image localhost/aisched-no-such-image:1: not present on this node and "
+        "could not be pulled ("
+    )
+    assert job["message"].endswith("); restart policy is never")
+    assert logs(svc, jid).startswith("aisched: image localhost/aisched-no-such-image:1: not ")
+
+
+def test_shm_size_sets_the_containers_dev_shm(svc: Service, image: str) -> None:
+    jid = svc.run("--image", image, "--shm-size", "128M", "--", "sh", "-c", "df -m /dev/shm")
+    svc.wait_state(jid, "succeeded")
+    assert logs(svc, jid).splitlines()[1].split()[1] == "128"  # df's size column, in MiB
