@@ -98,7 +98,8 @@ def read(*paths):
             pass
     return "?"
 v1 = os.path.isdir("/sys/fs/cgroup/cpu")
-quota = (read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us") + "/" + read("/sys/fs/cgroup/cpu/cpu.cfs_period_us")
+cpu = "/sys/fs/cgroup/cpu/"
+quota = (read(cpu + "cpu.cfs_quota_us") + "/" + read(cpu + "cpu.cfs_period_us")
          if v1 else read("/sys/fs/cgroup/cpu.max").replace(" ", "/"))
 pids = read("/sys/fs/cgroup/pids/pids.max", "/sys/fs/cgroup/pids.max")
 print("cpu", quota, "pids", pids, "affinity", len(os.sched_getaffinity(0)))
@@ -145,7 +146,8 @@ def test_cpu_quota_holds_a_busy_loop_to_half_a_core(svc: Service, image: str) ->
 
 GANG = r"""
 import os, socket, time
-rank, addr, port = int(os.environ["RANK"]), os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+rank, addr = int(os.environ["RANK"]), os.environ["MASTER_ADDR"]
+port = int(os.environ["MASTER_PORT"])
 if rank == 0:
     s = socket.create_server(("0.0.0.0", port))
     conn, _ = s.accept()
