@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +19,15 @@ from pathlib import Path
 import pytest
 from harness import Service, local_service, wait_for
 from images import MARKER, MARKER_TEXT, build_test_image, missing_tools
+
+from aisched.executors.container import (
+    ContainerTask,
+    create_args,
+    detect_engine,
+    remove_container,
+    start_args,
+)
+from aisched.model.job import ContainerSpec, NetworkMode, Volume
 
 pytestmark = pytest.mark.skipif(
     (why := missing_tools()) is not None or os.geteuid() != 0,
@@ -322,3 +332,76 @@ def test_shm_size_sets_the_containers_dev_shm(svc: Service, image: str) -> None:
     jid = svc.run("--image", image, "--shm-size", "128M", "--", "sh", "-c", "df -m /dev/shm")
     svc.wait_state(jid, "succeeded")
     assert logs(svc, jid).splitlines()[1].split()[1] == "128"  # df's size column, in MiB
+
+
+SETUID_PROBE = r"""
+import os
+print("euid", os.geteuid())
+try:
+    open("/host/etc/shadow").read()
+    print("read the host's /etc/shadow")
+except PermissionError:
+    print("host /etc/shadow: permission denied")
+"""
+
+
+def test_a_setuid_root_binary_in_the_image_does_not_gain_root(image: str, tmp_path: Path) -> None:
+    """The image holds a setuid-root Python; the host's / is mounted (a hostPath any job
+    may name). Run as a user, with the hardening every container gets, it stays that user;
+    the same container without the hardening would be root (checked, so the probe is real)."""
+    engine = detect_engine()
+    env_file = tmp_path / "env"
+    env_file.write_text("PATH=/usr/bin:/bin\n")
+    t = ContainerTask(
+        instance="setuid-test", job_id=f"s{os.getpid()}", attempt=1, task="main-0",
+        command=("suid-python3", "-c", SETUID_PROBE), env={}, workdir=None, cores=(),
+        milli_cpu=0, mem_limit_mib=0, gpus=(), checkpoint_dir=None, env_file=str(env_file),
+        user={"name": "nobody", "uid": 65534, "gid": 65534, "groups": [], "home": "/"},
+    )  # fmt: skip
+    spec = ContainerSpec(image, network=NetworkMode.NONE, volumes=(Volume("/", "/host", True),))
+    hardened = create_args(spec, t, engine)
+    bare = [a for a in hardened if a not in ("--cap-drop", "all", "--security-opt",
+                                              "no-new-privileges")]  # fmt: skip
+    bare[bare.index("--name") + 1] += "-bare"
+    outputs = []
+    for argv in (hardened, bare):
+        name = argv[argv.index("--name") + 1]
+        try:
+            subprocess.run(argv, check=True, capture_output=True)
+            r = subprocess.run(start_args(engine, name), capture_output=True, text=True)
+            outputs.append(r.stdout)
+        finally:
+            remove_container(engine.binary, name)
+    assert outputs == [
+        "euid 65534\nhost /etc/shadow: permission denied\n",
+        "euid 0\nread the host's /etc/shadow\n",
+    ]
+
+
+def test_a_job_may_not_mount_a_host_path_its_user_cannot_read(image: str, tmp_path: Path) -> None:
+    from aisched.executors.base import LaunchError, TaskLaunch
+    from aisched.executors.local import LocalExecutor
+    from aisched.model.job import Job, TaskGroup
+    from aisched.model.resources import Resources
+
+    secret = Path(tempfile.mkdtemp())  # 0700, root's
+    spec = ContainerSpec(image, volumes=(Volume(str(secret), "/secret"),))
+    job = Job("9", (TaskGroup("main", 1, Resources(), ("true",), container=spec),), user="nobody")
+    ex = LocalExecutor(tmp_path / "state", fork_server=False)
+    ex.set_job_lookup(lambda job_id: job if job_id == "9" else None)
+    try:
+        with pytest.raises(LaunchError) as err:
+            ex.launch(
+                TaskLaunch(
+                    job_id="9", attempt=1, task="main-0", node=ex.nodes()[0].name,
+                    command=("true",), env={}, workdir=None, milli_cpu=0, mem_limit_mib=0,
+                    gpus=(), log_path=str(tmp_path / "log"), grace_period_s=1.0,
+                )
+            )  # fmt: skip
+        assert str(err.value) == (
+            f"task 9/1/main-0: volumes.0: user nobody may not read {secret}, "
+            "so its job may not mount it"
+        )
+    finally:
+        ex.close()
+        secret.rmdir()
