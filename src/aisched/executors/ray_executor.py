@@ -61,6 +61,7 @@ from aisched.executors.gpu_watchdog import GPU_CHECK_INTERVAL_S, TaskGpuMemory
 from aisched.executors.ray_nodes import RayNode, nodes_from_ray
 from aisched.executors.ray_task import MakeWatchdog, TaskRunner
 from aisched.model.cluster import Node
+from aisched.model.job import Job
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +179,7 @@ class RayExecutor:
         self._events: list[TaskExited] = []
         self._wakeup: Callable[[], None] | None = None
         self._closed = threading.Event()
+        self._job_lookup: Callable[[str], Job | None] | None = None
         self._ray_nodes: dict[str, RayNode] = {}
         self._nodes: tuple[Node, ...] = ()
         self._refresh_nodes()
@@ -206,6 +208,19 @@ class RayExecutor:
     def nodes(self) -> Sequence[Node]:
         return self._nodes
 
+    def set_job_lookup(self, lookup: Callable[[str], Job | None]) -> None:
+        self._job_lookup = lookup
+
+    def _image_of(self, req: TaskLaunch) -> str | None:
+        if req.container is not None:
+            return req.container.image
+        job = self._job_lookup(req.job_id) if self._job_lookup is not None else None
+        group = req.task.rsplit("-", 1)[0]
+        for g in job.groups if job is not None else ():
+            if g.name == group and g.container is not None:
+                return g.container.image
+        return None
+
     def node_address(self, node: str) -> str | None:
         """The IP of `node` (MASTER_ADDR for a gang whose rank 0 runs there)."""
         rn = self._ray_nodes.get(node)
@@ -220,6 +235,12 @@ class RayExecutor:
             raise LaunchError(f"task {_show(key)}: node {req.node!r} is not in the Ray cluster")
         if not req.command or not req.command[0]:
             raise LaunchError(f"task {_show(key)}: command: empty")
+        if (image := self._image_of(req)) is not None:
+            # Never run it on the host instead: what it needs is in its image.
+            raise LaunchError(
+                f"task {_show(key)}: image {image}: container images do not run on a Ray "
+                "cluster in this version (docs/ray.md, Container images)"
+            )
         with self._lock:
             if key in self._tracked:
                 raise LaunchError(f"task {_show(key)} is already running")

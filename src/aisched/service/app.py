@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO
 
 from aisched.core.policy import Policy
-from aisched.executors.base import Executor
+from aisched.executors.base import Executor, JobLookup
 from aisched.model.job import Job
 from aisched.predict.runtime import RuntimePredictor
 from aisched.service.autoscaler import Autoscaler
@@ -184,10 +184,9 @@ def _local_executor(config: ServiceConfig, home: Path) -> tuple[Executor, list[s
 
 
 def _lookup_jobs(executor: Executor, scheduler: Scheduler) -> None:
-    """A local executor finds a task's image (and its submitter) in the loop's live jobs."""
-    from aisched.executors.local import LocalExecutor
-
-    if isinstance(executor, LocalExecutor):
+    """An executor that runs images finds a task's container (and its submitter) in the
+    loop's live jobs."""
+    if isinstance(executor, JobLookup):
 
         def job_of(job_id: str) -> Job | None:
             lj = scheduler.jobs.get(job_id)
