@@ -27,8 +27,9 @@ SKIP_STDLIB = {"test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3
 
 def missing_tools() -> str | None:
     """Why the image cannot be built here, or None."""
+    path = f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin:/usr/bin:/bin"
     for tool in ("podman", "busybox", "ldd", "tc", "nsenter"):
-        if shutil.which(tool) is None:
+        if shutil.which(tool, path=path) is None:
             return f"{tool} is not installed (CI installs it: see .ci/run)"
     return None
 
