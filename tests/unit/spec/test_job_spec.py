@@ -22,10 +22,12 @@ from aisched.model.job import (
     ContainerSpec,
     Job,
     JobKind,
+    NetworkMode,
     RestartPolicy,
     TaskGroup,
     TopologyMode,
     TopologyRequirement,
+    Volume,
 )
 from aisched.model.resources import Resources
 from aisched.spec import (
@@ -1110,3 +1112,110 @@ def test_valid_documents_with_one_part_replaced_by_junk(data: st.DataObject) -> 
 def test_junk_text(text: str) -> None:
     with contextlib.suppress(SpecError):
         parse_job_text(text, "junk.yaml")
+
+
+# --- containers -----------------------------------------------------------------------------
+
+CONTAINER_VALID = [
+    Valid(
+        "an image on the one-task shorthand, with every container field",
+        {**CMD, "image": "localhost/trainer:1", "bandwidth": "10Mbit", "shm_size": "1G",
+         "volumes": [{"host_path": "/datasets", "path": "/data", "read_only": True},
+                     {"host_path": "/scratch"}]},
+        job(group(container=ContainerSpec(
+            "localhost/trainer:1", network=NetworkMode.BRIDGE, bandwidth_bit_s=10_000_000,
+            shm_mib=1024,
+            volumes=(Volume("/datasets", "/data", True), Volume("/scratch", "/scratch")),
+        ))),
+    ),
+    Valid(
+        "a job's image is every task's default; a task's own fields win",
+        {"image": "a:1", "network": "none", "tasks": [
+            {"name": "w", "command": ["python", "x.py"]},
+            {"name": "ps", "command": ["python", "x.py"], "image": "b:2", "network": "host"},
+        ]},
+        job(group("w", container=ContainerSpec("a:1", network=NetworkMode.NONE)),
+            group("ps", container=ContainerSpec("b:2"))),
+    ),
+    Valid("rates in tc's words", {**CMD, "image": "a", "bandwidth": "1.5Gbit"},
+          job(group(container=ContainerSpec("a", network=NetworkMode.BRIDGE,
+                                            bandwidth_bit_s=1_500_000_000)))),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CONTAINER_VALID, ids=lambda c: c.name)
+def test_container_fields(case: Valid) -> None:
+    assert parse_job_document(case.doc, "j.yaml") == ParsedJob(case.want, "native", case.warnings)
+
+
+CONTAINER_INVALID = [
+    Invalid("container fields without an image",
+            {**CMD, "network": "bridge", "shm_size": "1G", "volumes": [{"host_path": "/d"}]},
+            ["j.yaml: network: needs an image: only a container task has one",
+             "j.yaml: shm_size: needs an image: only a container task has one",
+             "j.yaml: volumes: needs an image: only a container task has one"]),
+    Invalid("shaping on the host's network", {**CMD, "image": "a", "network": "host",
+                                               "bandwidth": "1Gbit"},
+            ["j.yaml: bandwidth: needs network: bridge (traffic is shaped on the container's "
+             "own interface; network host has none)"]),
+    Invalid("a bad image, rate, path and network",
+            {**CMD, "image": "Not An Image", "bandwidth": "fast", "network": "overlay",
+             "volumes": [{"host_path": "data"}]},
+            ["j.yaml: image: 'Not An Image' is not an image reference such as python:3.11, "
+             "nvcr.io/nvidia/pytorch:24.01-py3 or localhost/mine@sha256:...",
+             "j.yaml: network: Input should be 'host', 'none' or 'bridge'",
+             "j.yaml: bandwidth: 'fast' is not a rate such as 10Mbit or 1Gbit",
+             "j.yaml: volumes.0.host_path: 'data' must be an absolute path"]),
+    Invalid("a rate too small", {**CMD, "image": "a", "bandwidth": "1kbit"},
+            ["j.yaml: bandwidth: '1kbit' is below the least shapeable rate of 8kbit"]),
+    Invalid("two volumes on one path", {**CMD, "image": "a", "volumes": [
+                {"host_path": "/a", "path": "/d"}, {"host_path": "/b", "path": "/d"}]},
+            ["j.yaml: volumes.1: mounts on /d, as volumes.0"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CONTAINER_INVALID, ids=lambda c: c.name)
+def test_container_errors(case: Invalid) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_job_document(case.doc, "j.yaml")
+    assert list(info.value.problems) == case.want
+
+
+def test_a_volcano_pod_with_hostpath_volumes_and_the_bandwidth_annotation() -> None:
+    doc = vc(task(
+        volumeMounts=[{"name": "data", "mountPath": "/data", "readOnly": True},
+                      {"name": "cache", "mountPath": "/cache"}],
+        pod={"volumes": [{"name": "data", "hostPath": {"path": "/srv/data"}},
+                         {"name": "cache", "emptyDir": {}}]},
+    ))  # fmt: skip
+    doc["spec"]["tasks"][0]["template"]["metadata"] = {
+        "annotations": {
+            "kubernetes.io/egress-bandwidth": "10M",
+            "kubernetes.io/ingress-bandwidth": "10M",
+        }
+    }
+    spec = ContainerSpec(
+        "busybox",
+        network=NetworkMode.BRIDGE,
+        bandwidth_bit_s=10_000_000,
+        volumes=(Volume("/srv/data", "/data", True),),
+    )
+    assert parse_job_document(doc, "v.yaml") == ParsedJob(
+        vjob(group("w", container=spec)),
+        "volcano",
+        (
+            "v.yaml: spec.tasks.0.template.spec.volumes.1: ignored: aisched mounts only "
+            "hostPath volumes into a container (cache: emptyDir)",
+            "v.yaml: spec.tasks.0.template.metadata.annotations.kubernetes.io/ingress-bandwidth: "
+            "ignored: aisched shapes egress only",
+        ),
+    )
+
+
+def test_a_volcano_mount_of_an_unlisted_volume_is_an_error() -> None:
+    with pytest.raises(SpecError) as info:
+        parse_job_document(vc(task(volumeMounts=[{"name": "x", "mountPath": "/x"}])), "v.yaml")
+    assert list(info.value.problems) == [
+        f"v.yaml: {C0}.volumeMounts.0.name: no volume named 'x' in "
+        "spec.tasks.0.template.spec.volumes"
+    ]
