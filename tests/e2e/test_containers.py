@@ -405,3 +405,44 @@ def test_a_job_may_not_mount_a_host_path_its_user_cannot_read(image: str, tmp_pa
     finally:
         ex.close()
         secret.rmdir()
+
+
+GRACEFUL = r"""
+import signal, sys, time
+def bye(signum, frame):
+    print("got SIGTERM, checkpointing", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, bye)
+print("running", flush=True)
+time.sleep(120)
+"""
+
+
+def test_cancel_stops_a_container_with_sigterm_then_kills_it_after_the_grace(
+    svc: Service, image: str
+) -> None:
+    (svc.work / "graceful.py").write_text(GRACEFUL)
+    polite = svc.run("--image", image, "--grace-period", "20s", "--",
+                     "python3", f"{svc.work}/graceful.py")  # fmt: skip
+    # A shell as PID 1 ignores SIGTERM, as in a pod: it is killed when the grace is over.
+    stubborn = svc.run("--image", image, "--grace-period", "1s", "--",
+                       "sh", "-c", "echo running; sleep 120")  # fmt: skip
+    for jid in (polite, stubborn):
+        svc.wait_state(jid, "running")
+        wait_for("the task to start", lambda jid=jid: logs(svc, jid).startswith("running"))
+    svc.cli("cancel", polite, stubborn)
+    assert svc.wait_state(polite, "cancelled")["message"] == "cancelled"
+    assert svc.wait_state(stubborn, "cancelled")["message"] == "cancelled"
+    assert logs(svc, polite) == (
+        "running\naisched: stop requested: SIGTERM, then SIGKILL after 20 s\n"
+        "got SIGTERM, checkpointing\n"
+    )
+    assert (
+        logs(svc, stubborn) == "running\naisched: stop requested: SIGTERM, then SIGKILL after 1 s\n"
+    )
+    tasks = {j: svc.job(j)["tasks"][0] for j in (polite, stubborn)}
+    assert [(t["exit_kind"], t["exit_code"]) for t in tasks.values()] == [
+        ("stopped", 0),
+        ("stopped", -9),
+    ]
+    assert containers_of_job(svc, polite) == containers_of_job(svc, stubborn) == []
