@@ -3,6 +3,8 @@
 `launch` writes the request to `<state_dir>/<job>/<attempt>/<task>/launch.json`, creates the
 task's memory cgroup (when that is the mechanism), and starts `supervisor.py` in a new session
 (forked by a warm fork server, `forkserver.py`, or else spawned as a new interpreter);
+a task whose job names an image gets, instead of a host cgroup, a container that its
+supervisor creates and attaches to (`container.py` builds its command line);
 the supervisor starts the task, enforces its limits, runs the SIGTERM-grace-SIGKILL of a stop,
 and records the end in `exit.json` (see `supervisor.py`). One watcher thread waits on a pidfd
 per supervisor (or, where pidfds are missing, polls every 0.1 s) and turns each supervisor's
@@ -122,6 +124,9 @@ class LocalExecutor:
     `MemoryControlError`); `cgroup_parent`: an existing cgroup to create task cgroups in.
     `use_pidfd`: None picks pidfds where the kernel has them; False forces polling.
     `fork_server`: fork supervisors from a warm process (False: spawn each one).
+    `container_runtime`, `oci_runtime`, `image_pull`, `container_pids_limit`: how tasks that
+    name an image run (`container.py`); the engine is probed on the first such task, or when
+    `detect_containers` is called (the service does, at start).
     """
 
     def __init__(
