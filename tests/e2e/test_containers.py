@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from harness import Service, local_service, wait_for
@@ -446,3 +447,59 @@ def test_cancel_stops_a_container_with_sigterm_then_kills_it_after_the_grace(
         ("stopped", -9),
     ]
     assert containers_of_job(svc, polite) == containers_of_job(svc, stubborn) == []
+
+
+def ray_task_spec(
+    image: str, tmp_path: Path, name: str, command: list[str], mem: int = 0
+) -> dict[str, Any]:
+    return {
+        "command": command,
+        "env": {"PATH": "/usr/bin:/bin", "RANK": "0"},
+        "workdir": None,
+        "log_path": str(tmp_path / f"{name}.log"),
+        "grace_period_s": 1.0,
+        "key": ["r1", 1, f"{name}-0"],
+        "gpus": [],
+        "gpu_mem_mib": 0,
+        "gpu_check_s": 5.0,
+        "container": {
+            "image": image, "network": "host", "bandwidth_bit_s": None, "shm_mib": None,
+            "volumes": [], "instance": f"raytest{os.getpid()}", "milli_cpu": 1000,
+            "mem_limit_mib": mem,
+        },
+    }  # fmt: skip
+
+
+def test_a_ray_tasks_container_runs_on_its_node_as_on_one_machine(
+    image: str, tmp_path: Path
+) -> None:
+    """The Ray task runner (what runs in a task's actor on its node) drives the same
+    container as the local supervisor: the image's files, the exit code, OOM, removal."""
+    from aisched.executors.ray_task import TaskRunner
+
+    ok = TaskRunner(ray_task_spec(image, tmp_path, "ok", ["sh", "-c", f"cat {MARKER}; exit 4"]))
+    oom = TaskRunner(
+        ray_task_spec(image, tmp_path, "oom", ["python3", "-c", "bytearray(512 << 20)"], 64)
+    )
+    missing = TaskRunner(
+        {**ray_task_spec(image, tmp_path, "missing", ["true"]),
+         "container": {**ray_task_spec(image, tmp_path, "missing", ["true"])["container"],
+                       "image": "localhost/aisched-no-such-image:1"}}
+    )  # fmt: skip
+    results = []
+    for r in (ok, oom, missing):
+        r.start()
+        res = r.wait()
+        results.append((res["kind"], res["exit_code"], res["message"].split(" (")[0]))
+    assert results == [
+        ("exited", 4, "exited with code 4"),
+        ("oom", -9, "killed: exceeded its memory limit of 64 MiB"),
+        ("exited", 125, "image localhost/aisched-no-such-image:1: not present on this node and "
+                        "could not be pulled"),
+    ]  # fmt: skip
+    assert (tmp_path / "ok.log").read_text() == MARKER_TEXT
+    left = subprocess.run(
+        ["podman", "ps", "--all", "--filter", f"label=io.aisched.instance=raytest{os.getpid()}",
+         "--format", "{{.Names}}"], capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert left == ""

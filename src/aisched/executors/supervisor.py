@@ -293,6 +293,10 @@ class _ExecFailed(Exception):
         self.message = message
 
 
+# A container that could not be created or prepared (ray_task drives containers too).
+ExecFailed = _ExecFailed
+
+
 def _exec_failure(stage: str, exc: BaseException, command: list[str], workdir: str | None) -> str:
     """`CODE\\nMESSAGE` for a child that could not exec (127: not found, 126: cannot run)."""
     name = command[0] if command else "(empty command)"
