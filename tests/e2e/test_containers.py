@@ -503,3 +503,38 @@ def test_a_ray_tasks_container_runs_on_its_node_as_on_one_machine(
          "--format", "{{.Names}}"], capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert left == ""
+
+
+def test_a_container_whose_supervisor_is_killed_is_reported_lost_and_removed(
+    image: str, tmp_path: Path
+) -> None:
+    import signal
+
+    from aisched.executors.base import ExitKind, TaskLaunch
+    from aisched.executors.local import LocalExecutor
+
+    ex = LocalExecutor(tmp_path / "state", fork_server=False)
+    try:
+        handle = ex.launch(
+            TaskLaunch(
+                job_id="5", attempt=1, task="main-0", node=ex.nodes()[0].name,
+                command=("sleep", "60"), env={"PATH": "/bin"}, workdir=None, milli_cpu=500,
+                mem_limit_mib=64, gpus=(), log_path=str(tmp_path / "log"), grace_period_s=1.0,
+                container=ContainerSpec(image),
+            )
+        )  # fmt: skip
+        name = ex.container_name(("5", 1, "main-0"))
+
+        def running() -> bool:
+            out = subprocess.run(["podman", "inspect", "--format", "{{.State.Status}}", name],
+                                 capture_output=True, text=True).stdout  # fmt: skip
+            return out.strip() == "running"
+
+        wait_for("the container to run", running)
+        os.kill(handle.data["supervisor_pid"], signal.SIGKILL)
+        events = wait_for("the task's end", ex.poll)
+        assert [(e.kind, e.exit_code) for e in events] == [(ExitKind.LOST, None)]
+        gone = subprocess.run(["podman", "container", "exists", name], check=False)
+        assert gone.returncode == 1
+    finally:
+        ex.close()

@@ -458,6 +458,10 @@ class LocalExecutor:
         carry the container itself. Called once, by the service, before the first launch."""
         self._job_lookup = lookup
 
+    def container_name(self, key: TaskKey) -> str:
+        """The engine's name of the task's container (if it runs in one)."""
+        return ctr.container_name(self._instance, *key)
+
     def detect_containers(self) -> ctr.Engine | None:
         """Probes the container engine now (once; later calls return the first answer) and
         removes this scheduler's ended containers whose task has its record. None, with a note
@@ -564,7 +568,7 @@ class LocalExecutor:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         create = ctr.create_args(spec, t, engine, inline_env=rest)
-        name = ctr.container_name(self._instance, req.job_id, req.attempt, req.task)
+        name = self.container_name(key)
         return {
             **doc,
             "mechanism": "container",
