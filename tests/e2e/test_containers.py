@@ -327,6 +327,7 @@ def test_a_missing_image_fails_at_once_with_the_images_name(svc: Service, image:
     )
     assert job["message"].endswith("); restart policy is never")
     assert logs(svc, jid).startswith("aisched: image localhost/aisched-no-such-image:1: not ")
+    assert [(t["exit_kind"], t["exit_code"]) for t in job["tasks"]] == [("unrunnable", 125)]
 
 
 def test_shm_size_sets_the_containers_dev_shm(svc: Service, image: str) -> None:
@@ -494,7 +495,7 @@ def test_a_ray_tasks_container_runs_on_its_node_as_on_one_machine(
     assert results == [
         ("exited", 4, "exited with code 4"),
         ("oom", -9, "killed: exceeded its memory limit of 64 MiB"),
-        ("exited", 125, "image localhost/aisched-no-such-image:1: not present on this node and "
+        ("unrunnable", 125, "image localhost/aisched-no-such-image:1: not present on this node and "
                         "could not be pulled"),
     ]  # fmt: skip
     assert (tmp_path / "ok.log").read_text() == MARKER_TEXT

@@ -100,6 +100,9 @@ class ExitKind(StrEnum):
     STOPPED = "stopped"  # ended after `stop()` was asked for it
     OOM = "oom"  # killed for exceeding its memory limit
     LOST = "lost"  # the task cannot be found any more (process gone without a record, node gone)
+    # It can never start as asked (its image is not on the node and cannot be pulled): running
+    # it again unchanged cannot help, unlike a crash.
+    UNRUNNABLE = "unrunnable"
 
 
 @dataclass(frozen=True, slots=True)

@@ -316,7 +316,7 @@ class TaskRunner:
         except sup.ExecFailed as failed:
             self._log(failed.message)
             self.start_error = {
-                "kind": "exited",
+                "kind": failed.kind,
                 "exit_code": failed.code,
                 "message": failed.message,
             }

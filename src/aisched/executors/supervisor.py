@@ -287,10 +287,13 @@ class _Signals:
 
 
 class _ExecFailed(Exception):
-    def __init__(self, code: int, message: str) -> None:
+    """`kind` "unrunnable": the task can never start as asked (its image is missing)."""
+
+    def __init__(self, code: int, message: str, kind: str = "exited") -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.kind = kind
 
 
 # A container that could not be created or prepared (ray_task drives containers too).
@@ -420,7 +423,7 @@ class Supervisor:
             self.spawn()
         except _ExecFailed as failed:
             self.log(failed.message)
-            return self.finish("exited", failed.code, failed.message)
+            return self.finish(failed.kind, failed.code, failed.message)
         return self.watch()
 
     def spawn(self) -> None:
@@ -631,7 +634,8 @@ class Container:
         Raises _ExecFailed with one line (naming the image when it is the image's fault)."""
         code, _, err = self.engine(*self.spec["create"][1:], timeout_s=3600.0)
         if code != 0:
-            raise _ExecFailed(125, self.create_failure(err))
+            message, image_missing = self.create_failure(err)
+            raise _ExecFailed(125, message, "unrunnable" if image_missing else "exited")
         code, _, err = self.engine("init", self.name)
         if code != 0:
             self.remove()
@@ -650,24 +654,16 @@ class Container:
             "env": self.env,
         }
 
-    def create_failure(self, err: str) -> str:
+    def create_failure(self, err: str) -> tuple[str, bool]:
+        """The one line that says why `create` failed, and whether the image is missing."""
         image = self.spec.get("image", "?")
         line = _last(err).removeprefix("Error: ")
         low = err.lower()
-        if any(
-            w in low
-            for w in (
-                "image not known",
-                "manifest unknown",
-                "pull",
-                "no such image",
-                "unable to find image",
-                "repository",
-                "name unknown",
-            )
-        ):
-            return f"image {image}: not present on this node and could not be pulled ({line})"
-        return f"container for image {image} could not be created: {line}"
+        words = ("image not known", "manifest unknown", "pull", "no such image",
+                 "unable to find image", "repository", "name unknown")  # fmt: skip
+        if any(w in low for w in words):
+            return f"image {image}: not present on this node and could not be pulled ({line})", True
+        return f"container for image {image} could not be created: {line}", False
 
     def watch_oom(self, pid: int) -> None:
         """Finds the container's memory cgroup, whose OOM-kill counter `oom_seen` reads while
