@@ -181,6 +181,11 @@ def _podman(binary: str, oci_runtime: str, pull: str, pids_limit: int) -> Engine
                         + "; ulimits "
                         + (" ".join(ulimits) if ulimits else "the engine's defaults")
                     )
+                    if rootless == "true" and cgroup_version == "v1":
+                        notes.append(
+                            "rootless on cgroup v1: the engine cannot apply memory, CPU or "
+                            "pids limits to containers"
+                        )
                     gpu_cdi = _cdi_has_nvidia()
                     notes.append(
                         "GPUs as CDI devices (nvidia.com/gpu=IDX)"

@@ -529,7 +529,9 @@ class LocalExecutor:
             raise LaunchError(
                 f"task {_show(key)}: image {spec.image}: {self._engine_error or 'no engine'}"
             )
-        if owner is not None and owner != "root":
+        # A local user's job mounts only what that user could read; a job of a name that is
+        # no local user runs as the service's own user, as its host tasks do.
+        if owner is not None and owner != "root" and _local_user(owner):
             for i, v in enumerate(spec.volumes):
                 if not ctr.user_may_read(owner, v.host_path):
                     raise LaunchError(
@@ -830,6 +832,16 @@ class LocalExecutor:
                 wakeup()
             except Exception:
                 log.exception("wakeup callback")
+
+
+def _local_user(name: str) -> bool:
+    import pwd
+
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
 
 
 _SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
