@@ -326,7 +326,10 @@ def test_a_missing_image_fails_at_once_with_the_images_name(svc: Service, image:
         "could not be pulled ("
     )
     assert job["message"].endswith("); restart policy is never")
-    assert logs(svc, jid).startswith("aisched: image localhost/aisched-no-such-image:1: not ")
+    assert logs(svc, jid).startswith(
+        "aisched: image localhost/aisched-no-such-image:1 is not on this node: pulling it (if "
+        "the pull policy allows)\naisched: image localhost/aisched-no-such-image:1: not present"
+    )
     assert [(t["exit_kind"], t["exit_code"]) for t in job["tasks"]] == [("unrunnable", 125)]
 
 

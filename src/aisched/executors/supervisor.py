@@ -632,6 +632,9 @@ class Container:
     def prepare(self, log: Any) -> dict[str, Any]:
         """Creates and initialises the container; the launch its attached client runs with.
         Raises _ExecFailed with one line (naming the image when it is the image's fault)."""
+        image = str(self.spec.get("image") or "")
+        if image and self.engine("image", "exists", image)[0] != 0:
+            log(f"image {image} is not on this node: pulling it (if the pull policy allows)")
         code, _, err = self.engine(*self.spec["create"][1:], timeout_s=3600.0)
         if code != 0:
             message, image_missing = self.create_failure(err)
