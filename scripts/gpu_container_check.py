@@ -1,12 +1,14 @@
 """The device check of container GPU tasks (docs/containers.md, "Limits": the GPU row).
 
 Run by `scripts/gpu_check.sh` after its other checks, on a machine with NVIDIA GPUs, podman
-and busybox-static. Starts a real `aisched up` (GPUs found through NVML), builds the test image
-from this machine's files (tests/e2e/images.py), and runs a one-GPU container job that prints
-what it sees: its CUDA_VISIBLE_DEVICES (must be 0: the task's GPUs renumbered from 0), its
-NVIDIA_VISIBLE_DEVICES (the host index, without a CDI spec), the NVIDIA device nodes in its
-/dev (exactly one GPU's, plus the control nodes), and `nvidia-smi -L` where the CDI spec or
-the NVIDIA hook put it in the container (exactly one GPU listed).
+and busybox-static. Starts a real `aisched up` (GPUs found through NVML), builds the test
+image from this machine's files (tests/e2e/container_image.py), and runs a one-GPU container
+job that prints what it sees:
+
+- CUDA_VISIBLE_DEVICES: must be 0 (the task's GPUs renumbered from 0);
+- NVIDIA_VISIBLE_DEVICES: the host index, without a CDI spec (shown, not checked);
+- the NVIDIA device nodes in its /dev: exactly one GPU's (plus the control nodes);
+- `nvidia-smi -L`, where the CDI spec or the NVIDIA hook put it in: exactly one GPU listed.
 
 Writes the service's log, the job's log and `summary.txt` (PASS/FAIL/SKIP lines) to OUTDIR
 (argument 1). Exit status 0 unless a check failed.
@@ -42,7 +44,7 @@ def main(out: Path) -> int:
 
     try:
         sys.path.insert(0, str(ROOT / "tests" / "e2e"))
-        from images import build_test_image, missing_tools
+        from container_image import build_test_image, missing_tools
 
         why = missing_tools()
         if why is not None:

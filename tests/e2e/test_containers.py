@@ -1,6 +1,6 @@
 """Jobs in container images, end to end: a real `aisched up`, real podman, an image built here.
 
-The image (`images.py`) is imported from files of this machine (busybox-static, the host's
+The image (`container_image.py`) is imported from files of this machine (busybox-static, the host's
 Python), so nothing is pulled. Each test reads what the task saw or did from its log, or
 from a hostPath volume, and asserts the whole of it.
 """
@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from container_image import MARKER, MARKER_TEXT, build_test_image, missing_tools
 from harness import Service, local_service, wait_for
-from images import MARKER, MARKER_TEXT, build_test_image, missing_tools
 
 from aisched.executors.container import (
     ContainerTask,

@@ -11,7 +11,7 @@ import pytest
 from harness import Service
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-from images import MARKER, MARKER_TEXT, build_test_image, missing_tools  # noqa: E402
+from container_image import MARKER, MARKER_TEXT, build_test_image, missing_tools  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     (why := missing_tools()) is not None or os.geteuid() != 0,
