@@ -7,6 +7,7 @@ from a hostPath volume, and asserts the whole of it.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -542,3 +543,29 @@ def test_a_container_whose_supervisor_is_killed_is_reported_lost_and_removed(
         assert gone.returncode == 1
     finally:
         ex.close()
+
+
+def test_a_restart_removes_a_container_whose_supervisor_died_with_the_scheduler(
+    tmp_path: Path, image: str
+) -> None:
+    import signal
+
+    with local_service(tmp_path) as svc:
+        jid = svc.run("--image", image, "--restart", "never", "--", "sleep", "60")
+        svc.wait_state(jid, "running")
+        names = wait_for("its container", lambda: containers_of_job(svc, jid))
+        svc.kill9()
+        # Its supervisor dies too (a crash, an OOM of the host...): the container runs on,
+        # looked after by nobody.
+        started = json.loads(
+            (svc.home / "tasks" / jid / "1" / "main-0" / "started.json").read_text()
+        )
+        os.kill(started["supervisor_pid"], signal.SIGKILL)
+        assert containers_of_job(svc, jid) == names
+        svc.start()
+        done = svc.wait_state(jid, "failed", timeout_s=60)
+        assert done["message"] == (
+            "task main-0 its supervisor is gone without a record; what was left of it was "
+            "killed; restart policy is never"
+        )
+        assert containers_of_job(svc, jid) == []
