@@ -388,8 +388,10 @@ def create_args(
     for v in spec.volumes:
         a += ["--volume", f"{v.host_path}:{v.container_path}" + (":ro" if v.read_only else "")]
         mounted.add(v.container_path)
-    for d in (t.workdir, t.checkpoint_dir):
-        if d and d not in mounted and os.path.isdir(d):
+    # The checkpoint directory is made before the container (supervisor.Container.prepare);
+    # the working directory is mounted when it exists (else the image's own is used).
+    for d, must in ((t.workdir, False), (t.checkpoint_dir, True)):
+        if d and d not in mounted and (must or os.path.isdir(d)):
             a += ["--volume", f"{d}:{d}"]
             mounted.add(d)
     if t.workdir:

@@ -555,7 +555,7 @@ class LocalExecutor:
             attempt=req.attempt,
             task=req.task,
             command=tuple(req.command),
-            env=req.env,
+            env=doc["env"],
             workdir=req.workdir,
             cores=cores,
             milli_cpu=req.milli_cpu,
@@ -585,6 +585,9 @@ class LocalExecutor:
                 "cgroup_version": engine.cgroup_version,
                 "bandwidth_bit_s": spec.bandwidth_bit_s,
                 "network": spec.network.value,
+                # Made (as the user's, when it runs as one) before the container is created.
+                "make_dirs": [t.checkpoint_dir] if t.checkpoint_dir else [],
+                "owner": None if t.user is None else [int(t.user["uid"]), int(t.user["gid"])],
                 **tools,
             },
         }

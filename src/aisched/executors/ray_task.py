@@ -307,6 +307,7 @@ class TaskRunner:
                 },
                 "cgroup_version": engine.cgroup_version,
                 "bandwidth_bit_s": c.get("bandwidth_bit_s"),
+                "make_dirs": [t.checkpoint_dir] if t.checkpoint_dir else [],
                 "nsenter": shutil.which("nsenter", path=system) or "nsenter",
                 "tc": shutil.which("tc", path=system) or "tc",
             }

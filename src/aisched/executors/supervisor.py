@@ -632,6 +632,7 @@ class Container:
     def prepare(self, log: Any) -> dict[str, Any]:
         """Creates and initialises the container; the launch its attached client runs with.
         Raises _ExecFailed with one line (naming the image when it is the image's fault)."""
+        self.make_dirs()
         image = str(self.spec.get("image") or "")
         if image and self.engine("image", "exists", image)[0] != 0:
             log(f"image {image} is not on this node: pulling it (if the pull policy allows)")
@@ -656,6 +657,21 @@ class Container:
             "command": list(self.spec["start"]),
             "env": self.env,
         }
+
+    def make_dirs(self) -> None:
+        """The directories the container mounts that must exist first (its checkpoint
+        directory), made the task's user's when it runs as one; one that exists is left as
+        it is (never chown a directory someone else made)."""
+        owner = self.spec.get("owner")
+        for path in self.spec.get("make_dirs") or ():
+            if os.path.isdir(path):
+                continue
+            try:
+                os.makedirs(path, mode=0o700 if owner else 0o755)
+                if owner:
+                    os.chown(path, int(owner[0]), int(owner[1]))
+            except OSError as exc:
+                raise _ExecFailed(126, f"cannot make {path}: {exc.strerror or exc}") from None
 
     def create_failure(self, err: str) -> tuple[str, bool]:
         """The one line that says why `create` failed, and whether the image is missing."""

@@ -173,3 +173,28 @@ def test_a_user_may_mount_only_what_it_could_read() -> None:
         ] == [True, False, False, False]
         assert user_may_read("root", str(closed_dir)) is True
         assert user_may_read("no-such-user-here", str(open_dir)) is False
+
+
+def test_the_checkpoint_directory_is_mounted_before_it_exists(dirs: tuple[str, str]) -> None:
+    work, ckpt = dirs
+    later = os.path.join(ckpt, "not-yet")
+    args = create_args(
+        ContainerSpec("img"), replace(task(work, ckpt), checkpoint_dir=later), ENGINE
+    )
+    assert args[args.index(f"{later}:{later}") - 1] == "--volume"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a directory another user's needs root")
+def test_a_users_container_gets_its_checkpoint_directory_made_its_own(tmp_path: Path) -> None:
+    from aisched.executors.supervisor import Container
+
+    made, kept = tmp_path / "ckpt" / "job-1", tmp_path / "kept"
+    kept.mkdir()
+    c = Container(
+        {"binary": "podman", "name": "n", "make_dirs": [str(made), str(kept)],
+         "owner": [65534, 65534]}
+    )  # fmt: skip
+    c.make_dirs()
+    st, kst = made.stat(), kept.stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (65534, 65534, 0o700)
+    assert (kst.st_uid, kst.st_gid) == (0, 0)  # an existing one is left as it was
