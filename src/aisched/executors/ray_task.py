@@ -220,7 +220,8 @@ class TaskRunner:
             env = {str(k): str(v) for k, v in spec["env"].items()}
             cwd = spec.get("workdir") or None
             if spec.get("container"):
-                started = self._container_start()
+                # The engine's client runs as this worker; the container as the task's user.
+                started = self._container_start(env, user=None)
                 if started is None or self.container is None:
                     return
                 command, env, cwd = started, dict(self.container.env), None
@@ -251,9 +252,13 @@ class TaskRunner:
         self._log(msg)
         self.start_error = {"kind": "exited", "exit_code": code, "message": msg}
 
-    def _container_start(self) -> list[str] | None:
-        """Creates and prepares the task's container on this node; the command of its
-        attached client, or None with `start_error` set (one line, naming the image)."""
+    def _container_start(
+        self, env: dict[str, str], user: dict[str, Any] | None
+    ) -> list[str] | None:
+        """Creates and prepares the task's container on this node, with the task's `env`, as
+        `user` (an account: name, uid, gid, groups, home; None: the image's default user);
+        the command of its attached client, or None with `start_error` set (one line, naming
+        the image)."""
         spec = self.spec
         c = spec["container"]
         image = str(c["image"])
@@ -272,14 +277,15 @@ class TaskRunner:
             attempt=int(attempt),
             task=str(task),
             command=tuple(str(w) for w in spec["command"]),
-            env={str(k): str(v) for k, v in spec["env"].items()},
+            env=env,
             workdir=spec.get("workdir"),
             cores=(),
             milli_cpu=int(c.get("milli_cpu") or 0),
             mem_limit_mib=int(c.get("mem_limit_mib") or 0),
             gpus=tuple(int(g) for g in spec.get("gpus") or ()),
-            checkpoint_dir=spec["env"].get("AISCHED_CHECKPOINT_DIR"),
+            checkpoint_dir=env.get("AISCHED_CHECKPOINT_DIR"),
             env_file=env_file,
+            user=user,
         )
         cspec = ContainerSpec(
             image,
@@ -308,6 +314,7 @@ class TaskRunner:
                 "cgroup_version": engine.cgroup_version,
                 "bandwidth_bit_s": c.get("bandwidth_bit_s"),
                 "make_dirs": [t.checkpoint_dir] if t.checkpoint_dir else [],
+                "owner": None if user is None else [int(user["uid"]), int(user["gid"])],
                 "nsenter": shutil.which("nsenter", path=system) or "nsenter",
                 "tc": shutil.which("tc", path=system) or "tc",
             }
