@@ -77,9 +77,15 @@ Runner = Any  # subprocess.run's signature; a parameter so detection can be driv
 def _run(
     argv: Sequence[str], timeout_s: float = PROBE_TIMEOUT_S
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        list(argv), capture_output=True, text=True, timeout=timeout_s, check=False
-    )
+    """The engine's answer; one that cannot be started or does not answer in time reads as a
+    failure (exit 125) with the reason as its stderr, so no caller dies of a stuck engine."""
+    try:
+        return subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        why = f"no answer in {timeout_s:g}s" if isinstance(e, subprocess.TimeoutExpired) else e
+        return subprocess.CompletedProcess(list(argv), 125, "", f"{argv[0]}: {why}")
 
 
 def _last_line(text: str) -> str:
@@ -227,11 +233,8 @@ def _probe(binary: str, runtime: str, ulimits: Sequence[str], rootfs: str) -> tu
     ]
     for u in ulimits:
         argv += ["--ulimit", u]
-    try:
-        # --rootfs is a switch: the first word after the options is the root filesystem.
-        r = _run([*argv, "--rootfs", rootfs, _PROBE_COMMAND])
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return False, str(e)
+    # --rootfs is a switch: the first word after the options is the root filesystem.
+    r = _run([*argv, "--rootfs", rootfs, _PROBE_COMMAND])
     # 127: the runtime set everything up and only the (missing) command failed.
     if r.returncode == 127:
         return True, ""
@@ -478,5 +481,4 @@ def list_containers(engine: Engine, instance: str) -> list[tuple[str, str, int, 
 
 def remove_container(binary: str, name: str) -> None:
     """Kills and removes a container; one that is already gone is fine."""
-    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-        _run([binary, "rm", "--force", "--time", "0", name])
+    _run([binary, "rm", "--force", "--time", "0", name])

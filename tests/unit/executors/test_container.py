@@ -5,6 +5,7 @@ hostPath access check. Nothing here starts a container (tests/e2e/test_container
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import replace
@@ -15,7 +16,9 @@ import pytest
 from aisched.executors.container import (
     ContainerTask,
     Engine,
+    EngineError,
     create_args,
+    detect_engine,
     env_file_lines,
     start_args,
     task_env,
@@ -198,3 +201,18 @@ def test_a_users_container_gets_its_checkpoint_directory_made_its_own(tmp_path: 
     st, kst = made.stat(), kept.stat()
     assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (65534, 65534, 0o700)
     assert (kst.st_uid, kst.st_gid) == (0, 0)  # an existing one is left as it was
+
+
+@pytest.mark.skipif(shutil.which("docker") is not None, reason="docker is installed here")
+def test_an_engine_that_is_not_installed_is_a_one_line_reason() -> None:
+    with pytest.raises(EngineError) as err:
+        detect_engine("docker")
+    assert str(err.value) == (
+        "no container engine: docker is not installed (e.g. apt-get install podman runc)"
+    )
+
+
+def test_container_tasks_can_be_switched_off() -> None:
+    with pytest.raises(EngineError) as err:
+        detect_engine("none")
+    assert str(err.value) == "container tasks are off on this node (container_runtime: none)"
