@@ -203,13 +203,23 @@ def test_a_users_container_gets_its_checkpoint_directory_made_its_own(tmp_path: 
     assert (kst.st_uid, kst.st_gid) == (0, 0)  # an existing one is left as it was
 
 
-@pytest.mark.skipif(shutil.which("docker") is not None, reason="docker is installed here")
-def test_an_engine_that_is_not_installed_is_a_one_line_reason() -> None:
+def _docker_daemon() -> bool:
+    return os.path.exists("/var/run/docker.sock")
+
+
+@pytest.mark.skipif(_docker_daemon(), reason="a docker daemon runs here")
+def test_an_engine_that_cannot_run_containers_is_a_one_line_reason() -> None:
     with pytest.raises(EngineError) as err:
         detect_engine("docker")
-    assert str(err.value) == (
-        "no container engine: docker is not installed (e.g. apt-get install podman runc)"
-    )
+    if shutil.which("docker") is None:
+        assert str(err.value) == (
+            "no container engine: docker is not installed (e.g. apt-get install podman runc)"
+        )
+    else:  # the client without its daemon (as on the development machine)
+        assert str(err.value) == (
+            "docker does not work here: Cannot connect to the Docker daemon at "
+            "unix:///var/run/docker.sock. Is the docker daemon running?"
+        )
 
 
 def test_container_tasks_can_be_switched_off() -> None:
