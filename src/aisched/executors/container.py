@@ -462,23 +462,24 @@ def user_may_read(user: str, path: str) -> bool:
 
 
 def list_containers(engine: Engine, instance: str) -> list[tuple[str, str, int, str]]:
-    """(name, job, attempt, task) of every container of this scheduler instance, any state."""
-    fmt = (
-        '{{.Names}} {{index .Labels "io.aisched.job"}} {{index .Labels "io.aisched.attempt"}}'
-        ' {{index .Labels "io.aisched.task"}}'
-    )
+    """(name, job, attempt, task) of every container of this scheduler instance, any state,
+    read from the names (`container_name`), which both engines list alike."""
     r = _run(
         [engine.binary, "ps", "--all", "--filter", f"label={LABEL}.instance={instance}",
-         "--format", fmt]
+         "--format", "{{.Names}}"]
     )  # fmt: skip
+    prefix = f"aisched-{instance}-"
     out = []
-    for line in r.stdout.splitlines() if r.returncode == 0 else ():
-        words = line.split()
-        if len(words) == 4 and words[2].isdigit():
-            out.append((words[0], words[1], int(words[2]), words[3]))
+    for name in r.stdout.split() if r.returncode == 0 else ():
+        job, _, rest = name.removeprefix(prefix).partition(".")
+        attempt, _, task = rest.partition(".")
+        if name.startswith(prefix) and job and attempt.isdigit() and task:
+            out.append((name, job, int(attempt), task))
     return out
 
 
 def remove_container(binary: str, name: str) -> None:
-    """Kills and removes a container; one that is already gone is fine."""
-    _run([binary, "rm", "--force", "--time", "0", name])
+    """Kills and removes a container at once; one that is already gone is fine. (Podman's
+    `rm --force` would first wait out the image's stop timeout; docker's kills at once.)"""
+    at_once = ["--time", "0"] if os.path.basename(binary) == "podman" else []
+    _run([binary, "rm", "--force", *at_once, name])

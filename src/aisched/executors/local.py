@@ -539,6 +539,11 @@ class LocalExecutor:
                         f"{v.host_path}, so its job may not mount it"
                     )
         tools: dict[str, str] = {}
+        if spec.bandwidth_bit_s is not None and engine.name != "podman":
+            raise LaunchError(
+                f"task {_show(key)}: bandwidth: needs podman ({engine.name} cannot set up a "
+                "container's network before it starts)"
+            )
         if spec.bandwidth_bit_s is not None:
             for tool in ("nsenter", "tc"):
                 found = shutil.which(tool, path=_SYSTEM_PATH)
@@ -577,6 +582,7 @@ class LocalExecutor:
             "cgroup": None,
             "container": {
                 "binary": engine.binary,
+                "engine": engine.name,
                 "name": name,
                 "image": spec.image,
                 "create": create,

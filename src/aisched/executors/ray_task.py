@@ -303,6 +303,7 @@ class TaskRunner:
         self.container = sup.Container(
             {
                 "binary": engine.binary,
+                "engine": engine.name,
                 "name": name,
                 "image": image,
                 "create": ctr.create_args(cspec, t, engine, inline_env=rest),

@@ -634,12 +634,16 @@ class Container:
         Raises _ExecFailed with one line (naming the image when it is the image's fault)."""
         self.make_dirs()
         image = str(self.spec.get("image") or "")
-        if image and self.engine("image", "exists", image)[0] != 0:
+        if image and self.engine("image", "inspect", "--format", "{{.Id}}", image)[0] != 0:
             log(f"image {image} is not on this node: pulling it (if the pull policy allows)")
         code, _, err = self.engine(*self.spec["create"][1:], timeout_s=3600.0)
         if code != 0:
             message, image_missing = self.create_failure(err)
             raise _ExecFailed(125, message, "unrunnable" if image_missing else "exited")
+        if self.spec.get("engine") == "docker":
+            # Docker has no `init`: the container starts with its attached client, and docker
+            # reports its OOM kills itself (bandwidth is refused for it at launch).
+            return self.client_launch()
         code, _, err = self.engine("init", self.name)
         if code != 0:
             self.remove()
@@ -651,6 +655,10 @@ class Container:
             rate = self.spec.get("bandwidth_bit_s")
             if rate:
                 self.shape(pid, int(rate), log)
+        return self.client_launch()
+
+    def client_launch(self) -> dict[str, Any]:
+        """The launch its attached client runs with (see `self_launch_defaults`)."""
         return {
             **self_launch_defaults(),
             "container": self.spec,
@@ -795,7 +803,9 @@ class Container:
         return exit_code, oom
 
     def remove(self) -> None:
-        self.engine("rm", "--force", "--time", "0", self.name)
+        # Podman's `rm --force` would first wait out the stop timeout; docker's kills at once.
+        at_once = [] if self.spec.get("engine") == "docker" else ["--time", "0"]
+        self.engine("rm", "--force", *at_once, self.name)
 
 
 def self_launch_defaults() -> dict[str, Any]:
