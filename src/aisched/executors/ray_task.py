@@ -224,7 +224,7 @@ class TaskRunner:
                 started = self._container_start(env, user=None)
                 if started is None or self.container is None:
                     return
-                command, env, cwd = started, dict(self.container.env), None
+                command, env, cwd = started, dict(self.container.env), self.container.cwd
             try:
                 self.proc = subprocess.Popen(
                     command,
@@ -300,6 +300,8 @@ class TaskRunner:
             f.write(text)
         name = ctr.container_name(t.instance, t.job_id, t.attempt, t.task)
         system = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+        engine_dir = f"{spec['log_path']}.engine"  # conmon leaves files where it runs
+        os.makedirs(engine_dir, mode=0o700, exist_ok=True)
         self.container = sup.Container(
             {
                 "binary": engine.binary,
@@ -318,7 +320,8 @@ class TaskRunner:
                 "owner": None if user is None else [int(user["uid"]), int(user["gid"])],
                 "nsenter": shutil.which("nsenter", path=system) or "nsenter",
                 "tc": shutil.which("tc", path=system) or "tc",
-            }
+            },
+            cwd=engine_dir,
         )
         try:
             launch = self.container.prepare(self._log)

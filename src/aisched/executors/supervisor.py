@@ -379,7 +379,7 @@ class Supervisor:
         self.log_start = 0
         self.child = 0
         self.container: Container | None = (
-            Container(launch["container"]) if launch.get("container") else None
+            Container(launch["container"], cwd=task_dir) if launch.get("container") else None
         )
 
     def path(self, name: str) -> str:
@@ -601,8 +601,11 @@ class Container:
     its traffic shaping are in place before the task's first instruction.
     """
 
-    def __init__(self, spec: dict[str, Any]) -> None:
+    def __init__(self, spec: dict[str, Any], cwd: str | None = None) -> None:
         self.spec = spec
+        # Where the engine runs: conmon leaves files in its working directory (an `oom` file
+        # after an OOM kill, with podman 4.3 on cgroup v1), so never the service's.
+        self.cwd = cwd
         self.binary = str(spec["binary"])
         self.name = str(spec["name"])
         self.env = {str(k): str(v) for k, v in (spec.get("engine_env") or {}).items()}
@@ -623,6 +626,7 @@ class Container:
                 text=True,
                 timeout=timeout_s,
                 env=self.env,
+                cwd=self.cwd,
                 check=False,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
@@ -664,6 +668,7 @@ class Container:
             "container": self.spec,
             "command": list(self.spec["start"]),
             "env": self.env,
+            "workdir": self.cwd,
         }
 
     def make_dirs(self) -> None:
@@ -773,6 +778,7 @@ class Container:
                         stdout=subprocess.DEVNULL,
                         stderr=subprocess.DEVNULL,
                         env=self.env,
+                        cwd=self.cwd,
                     )
             return
         self.killed = self.killed or sig == signal.SIGKILL
@@ -810,7 +816,8 @@ class Container:
 
 def self_launch_defaults() -> dict[str, Any]:
     """What the attached client of a container runs with: no host cgroup, pinning or rlimit
-    of its own (the container has them), no working directory of the task's."""
+    of its own (the container has them), in the engine's working directory (`client_launch`),
+    not the task's."""
     return {"cgroup": None, "cores": [], "mechanism": "none", "mem_limit_mib": 0, "workdir": None}
 
 
