@@ -82,6 +82,18 @@ def register(sub: Any) -> None:
     p.add_argument("--no-env", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--workdir", help="working directory (default: the current one)")
     p.add_argument(
+        "--image", help="run in this OCI image (podman or docker), e.g. python:3.11-slim"
+    )
+    p.add_argument(
+        "--network",
+        choices=("host", "bridge", "none"),
+        help="the container's network (default host; bridge for --bandwidth)",
+    )
+    p.add_argument(
+        "--bandwidth", help="shape the container's outgoing traffic, e.g. 1Gbit (needs bridge)"
+    )
+    p.add_argument("--shm-size", help="the container's /dev/shm, e.g. 1G (default 64M)")
+    p.add_argument(
         "-f", "--follow", action="store_true", help="stream its logs and wait until it ends"
     )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
@@ -187,6 +199,10 @@ def run_document(args: argparse.Namespace) -> dict[str, Any]:
         ("min_available", args.min_available),
         ("time_limit", args.time_limit),
         ("grace_period", args.grace_period),
+        ("image", args.image),
+        ("network", args.network),
+        ("bandwidth", args.bandwidth),
+        ("shm_size", args.shm_size),
     ):
         if value is not None:
             doc[key] = value

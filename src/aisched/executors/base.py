@@ -27,6 +27,7 @@ from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from aisched.model.cluster import Node
+from aisched.model.job import ContainerSpec, Job
 
 # JSON-serialisable; the service stores it with the task and hands it back to `adopt`.
 HandleData = dict[str, Any]
@@ -51,6 +52,7 @@ class TaskLaunch:
     `log_path` receives stdout and stderr together. `grace_period_s` is the time between
     SIGTERM and SIGKILL when the task is stopped. `gpu_milli` is the share of each of `gpus`
     the task holds (1000: whole devices), for executors that reserve it elsewhere too (Ray).
+    `container`: the image and its settings when the task runs in a container.
     `user` is the account the job belongs to: a root executor runs the task as that user
     (uid, gid and groups), any other runs it as itself (the API admits only its own user's
     jobs then); None means the executor's own user.
@@ -72,6 +74,9 @@ class TaskLaunch:
     gpu_mem_mib: int = 0
     gpu_milli: int = 1000
     user: str | None = None
+    # Run in this image instead of on the host (None: on the host, or as the executor's job
+    # lookup says; see LocalExecutor.set_job_lookup).
+    container: ContainerSpec | None = None
 
     @property
     def key(self) -> TaskKey:
@@ -99,6 +104,9 @@ class ExitKind(StrEnum):
     STOPPED = "stopped"  # ended after `stop()` was asked for it
     OOM = "oom"  # killed for exceeding its memory limit
     LOST = "lost"  # the task cannot be found any more (process gone without a record, node gone)
+    # It can never start as asked (its image is not on the node and cannot be pulled): running
+    # it again unchanged cannot help, unlike a crash.
+    UNRUNNABLE = "unrunnable"
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +194,14 @@ class NodeAddresses(Protocol):
     MASTER_ADDR is the address of its rank 0's node (not the scheduler's)."""
 
     def node_address(self, node: str) -> str | None: ...
+
+
+@runtime_checkable
+class JobLookup(Protocol):
+    """An executor that reads a task's job (its image, its submitter) from the service's live
+    jobs, for what the launch request does not carry."""
+
+    def set_job_lookup(self, lookup: Callable[[str], Job | None]) -> None: ...
 
 
 def master_addr_for(executor: object, node: str, default: str) -> str:

@@ -3,6 +3,8 @@
 `launch` writes the request to `<state_dir>/<job>/<attempt>/<task>/launch.json`, creates the
 task's memory cgroup (when that is the mechanism), and starts `supervisor.py` in a new session
 (forked by a warm fork server, `forkserver.py`, or else spawned as a new interpreter);
+a task whose job names an image gets, instead of a host cgroup, a container that its
+supervisor creates and attaches to (`container.py` builds its command line);
 the supervisor starts the task, enforces its limits, runs the SIGTERM-grace-SIGKILL of a stop,
 and records the end in `exit.json` (see `supervisor.py`). One watcher thread waits on a pidfd
 per supervisor (or, where pidfds are missing, polls every 0.1 s) and turns each supervisor's
@@ -41,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aisched.executors import container as ctr
 from aisched.executors import supervisor as sup
 from aisched.executors.base import (
     AdoptState,
@@ -72,6 +75,7 @@ from aisched.executors.gpu_watchdog import (
 )
 from aisched.executors.runas import account, account_env
 from aisched.model.cluster import Node
+from aisched.model.job import ContainerSpec, Job
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +125,9 @@ class LocalExecutor:
     `MemoryControlError`); `cgroup_parent`: an existing cgroup to create task cgroups in.
     `use_pidfd`: None picks pidfds where the kernel has them; False forces polling.
     `fork_server`: fork supervisors from a warm process (False: spawn each one).
+    `container_runtime`, `oci_runtime`, `image_pull`, `container_pids_limit`: how tasks that
+    name an image run (`container.py`); the engine is probed on the first such task, or when
+    `detect_containers` is called (the service does, at start).
     """
 
     def __init__(
@@ -134,6 +141,10 @@ class LocalExecutor:
         fork_server: bool = True,
         notes: Sequence[str] = (),
         gpu_watchdog: GpuMemoryWatchdog | None = None,
+        container_runtime: str = "auto",
+        oci_runtime: str = "auto",
+        image_pull: str = "missing",
+        container_pids_limit: int = ctr.DEFAULT_PIDS_LIMIT,
         log_max_bytes: int = sup.LOG_MAX_BYTES,
         log_max_files: int = sup.LOG_MAX_FILES,
     ) -> None:
@@ -173,6 +184,13 @@ class LocalExecutor:
         )
         self._thread = threading.Thread(target=self._watch_loop, name="aisched-exits", daemon=True)
         self._thread.start()
+        # Container tasks: the engine is probed on first need (or by detect_containers).
+        self._engine_wanted = (container_runtime, oci_runtime, image_pull, container_pids_limit)
+        self._engine: ctr.Engine | None = None
+        self._engine_error: str | None = None
+        self._job_lookup: Callable[[str], Job | None] | None = None
+        # Names this executor's containers, so that two schedulers never touch each other's.
+        self._instance = _instance_id(self._state)
 
     # --- the protocol --------------------------------------------------------------------
 
@@ -208,6 +226,7 @@ class LocalExecutor:
             )
         if not req.command or not req.command[0]:
             raise LaunchError(f"task {_show(key)}: command: empty")
+        spec, owner = self._container_of(req)
         for field, value in (
             ("attempt", req.attempt),
             ("milli_cpu", req.milli_cpu),
@@ -245,34 +264,36 @@ class LocalExecutor:
         with self._lock:
             cores = self._pick_cores(req.milli_cpu)
         cgroup = (
-            os.path.join(self._mem.base, cgroup_name(*key)) if self._mem.base is not None else None
+            os.path.join(self._mem.base, cgroup_name(*key))
+            if self._mem.base is not None and spec is None
+            else None
         )
         tdir.mkdir(parents=True, exist_ok=True, mode=0o700)
         # 1. The request is durable before anything runs: after a crash, adopt finds it.
-        sup.write_json_atomic(
-            str(tdir / sup.LAUNCH),
-            {
-                "key": list(key),
-                "command": list(req.command),
-                "env": env,
-                "user": acct,
-                # Made by the task once it is the user (never by root in the user's home).
-                "make_dirs": [env["AISCHED_CHECKPOINT_DIR"]]
-                if acct is not None and env.get("AISCHED_CHECKPOINT_DIR")
-                else [],
-                "workdir": req.workdir,
-                "log_path": os.path.abspath(req.log_path),
-                "log_max_bytes": self._log_cap[0],
-                "log_max_files": self._log_cap[1],
-                "cores": list(cores),
-                "mem_limit_mib": req.mem_limit_mib,
-                "mechanism": self._mem.mechanism,
-                "cgroup": cgroup,
-                "grace_period_s": req.grace_period_s,
-                "gpus": list(req.gpus),
-                "gpu_mem_mib": req.gpu_mem_mib,
-            },
-        )
+        doc: dict[str, Any] = {
+            "key": list(key),
+            "command": list(req.command),
+            "env": env,
+            "user": acct,
+            # Made by the task once it is the user (never by root in the user's home).
+            "make_dirs": [env["AISCHED_CHECKPOINT_DIR"]]
+            if acct is not None and env.get("AISCHED_CHECKPOINT_DIR")
+            else [],
+            "workdir": req.workdir,
+            "log_path": os.path.abspath(req.log_path),
+            "log_max_bytes": self._log_cap[0],
+            "log_max_files": self._log_cap[1],
+            "cores": list(cores),
+            "mem_limit_mib": req.mem_limit_mib,
+            "mechanism": self._mem.mechanism,
+            "cgroup": cgroup,
+            "grace_period_s": req.grace_period_s,
+            "gpus": list(req.gpus),
+            "gpu_mem_mib": req.gpu_mem_mib,
+        }
+        if spec is not None:
+            doc = self._container_launch(req, spec, owner, cores, tdir, doc)
+        sup.write_json_atomic(str(tdir / sup.LAUNCH), doc)
         try:
             # 2. Its cgroup, with the limit, before the supervisor can fork into it.
             create_task_cgroup(self._mem, cgroup_name(*key), req.mem_limit_mib)
@@ -440,11 +461,159 @@ class LocalExecutor:
             cgroup=cgroup,
         )
         sup.remove_cgroup(cgroup)
+        _remove_container(launch)
         if not started:
             why = "it never started (the scheduler stopped while launching it)"
         else:
             why = "its supervisor is gone without a record; what was left of it was killed"
         return AdoptState.LOST, _lost(key, why)
+
+    # --- containers ----------------------------------------------------------------------
+
+    def set_job_lookup(self, lookup: Callable[[str], Job | None]) -> None:
+        """Where `launch` finds a task's job (its image, its user) when the request does not
+        carry the container itself. Called once, by the service, before the first launch."""
+        self._job_lookup = lookup
+
+    def container_name(self, key: TaskKey) -> str:
+        """The engine's name of the task's container (if it runs in one)."""
+        return ctr.container_name(self._instance, *key)
+
+    def detect_containers(self) -> ctr.Engine | None:
+        """Probes the container engine now (once; later calls return the first answer) and
+        removes this scheduler's ended containers whose task has its record. None, with a note
+        saying why, when no engine can run containers here: host tasks are unaffected."""
+        if self._engine is not None or self._engine_error is not None:
+            return self._engine
+        runtime, oci, pull, pids = self._engine_wanted
+        try:
+            self._engine = ctr.detect_engine(runtime, oci, pull=pull, pids_limit=pids)
+        except ctr.EngineError as e:
+            self._engine_error = str(e)
+            self._notes = (*self._notes, f"container tasks cannot run: {e}")
+            return None
+        self._notes = (*self._notes, *self._engine.notes)
+        self._sweep_containers(self._engine)
+        return self._engine
+
+    def _sweep_containers(self, engine: ctr.Engine) -> None:
+        """Removes containers of ours that no supervisor looks after: their task has ended
+        (its record is written) or its supervisor died (a supervisor that holds its lock is
+        alive: adopt takes it back, container and all). Such a task is marked abandoned, so
+        adopt reports it lost, as it would for a host task."""
+        for name, job_id, attempt, task in ctr.list_containers(engine, self._instance):
+            try:
+                tdir = self.task_dir((job_id, attempt, task))
+            except LaunchError:
+                tdir = None
+            if tdir is not None and tdir.is_dir():
+                if (tdir / sup.EXIT).exists():
+                    pass
+                elif sup.supervisor_alive_or_abandon(str(tdir)):
+                    continue
+            log.info("removing container %s: no supervisor looks after it", name)
+            ctr.remove_container(engine.binary, name)
+
+    def _container_of(self, req: TaskLaunch) -> tuple[ContainerSpec | None, str | None]:
+        """The task's container settings and the submitting user's name, from the request,
+        else from its job."""
+        job = self._job_lookup(req.job_id) if self._job_lookup is not None else None
+        owner = job.user if job is not None else None
+        if req.container is not None:
+            return req.container, owner
+        if job is None:
+            return None, None
+        group = req.task.rsplit("-", 1)[0]
+        for g in job.groups:
+            if g.name == group:
+                return g.container, owner
+        return None, owner
+
+    def _container_launch(
+        self,
+        req: TaskLaunch,
+        spec: ContainerSpec,
+        owner: str | None,
+        cores: tuple[int, ...],
+        tdir: Path,
+        doc: dict[str, Any],
+    ) -> dict[str, Any]:
+        """The launch document of a container task: the host-side limits are the container's
+        own, and `container` holds what the supervisor runs (see supervisor.Container)."""
+        key = req.key
+        engine = self.detect_containers()
+        if engine is None:
+            raise LaunchError(
+                f"task {_show(key)}: image {spec.image}: {self._engine_error or 'no engine'}"
+            )
+        # A local user's job mounts only what that user could read; a job of a name that is
+        # no local user runs as the service's own user, as its host tasks do.
+        if owner is not None and owner != "root" and _local_user(owner):
+            for i, v in enumerate(spec.volumes):
+                if not ctr.user_may_read(owner, v.host_path):
+                    raise LaunchError(
+                        f"task {_show(key)}: volumes.{i}: user {owner} may not read "
+                        f"{v.host_path}, so its job may not mount it"
+                    )
+        tools: dict[str, str] = {}
+        if spec.bandwidth_bit_s is not None and engine.name != "podman":
+            raise LaunchError(
+                f"task {_show(key)}: bandwidth: needs podman ({engine.name} cannot set up a "
+                "container's network before it starts)"
+            )
+        if spec.bandwidth_bit_s is not None:
+            for tool in ("nsenter", "tc"):
+                found = shutil.which(tool, path=_SYSTEM_PATH)
+                if found is None:
+                    raise LaunchError(
+                        f"task {_show(key)}: bandwidth: {tool} is not installed on this node "
+                        "(Debian: util-linux, iproute2)"
+                    )
+                tools[tool] = found
+        env_file = str(tdir / "container.env")
+        t = ctr.ContainerTask(
+            instance=self._instance,
+            job_id=req.job_id,
+            attempt=req.attempt,
+            task=req.task,
+            command=tuple(req.command),
+            env=doc["env"],
+            workdir=req.workdir,
+            cores=cores,
+            milli_cpu=req.milli_cpu,
+            mem_limit_mib=req.mem_limit_mib,
+            gpus=tuple(req.gpus),
+            checkpoint_dir=req.env.get("AISCHED_CHECKPOINT_DIR"),
+            env_file=env_file,
+            user=doc.get("user"),
+        )
+        text, rest = ctr.env_file_lines(ctr.task_env(spec, t, engine))
+        fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        create = ctr.create_args(spec, t, engine, inline_env=rest)
+        name = self.container_name(key)
+        return {
+            **doc,
+            "mechanism": "container",
+            "cgroup": None,
+            "container": {
+                "binary": engine.binary,
+                "engine": engine.name,
+                "name": name,
+                "image": spec.image,
+                "create": create,
+                "start": ctr.start_args(engine, name),
+                "engine_env": _engine_env(),
+                "cgroup_version": engine.cgroup_version,
+                "bandwidth_bit_s": spec.bandwidth_bit_s,
+                "network": spec.network.value,
+                # Made (as the user's, when it runs as one) before the container is created.
+                "make_dirs": [t.checkpoint_dir] if t.checkpoint_dir else [],
+                "owner": None if t.user is None else [int(t.user["uid"]), int(t.user["gid"])],
+                **tools,
+            },
+        }
 
     def _start_supervisor(self, tdir: Path) -> tuple[int, int, bool]:
         """(pid, start time, our own child?) of a new supervisor for `tdir`: forked by the fork
@@ -661,6 +830,7 @@ class LocalExecutor:
                 child_start=started.get("child_start"),
                 cgroup=w.cgroup,
             )
+            _remove_container(sup.read_json(os.path.join(w.dir, sup.LAUNCH)))
             event = _lost(
                 w.key,
                 f"its supervisor (pid {w.sup_pid}) ended without recording how the task ended;"
@@ -688,6 +858,52 @@ class LocalExecutor:
                 wakeup()
             except Exception:
                 log.exception("wakeup callback")
+
+
+def _local_user(name: str) -> bool:
+    import pwd
+
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+_SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def _instance_id(state: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(str(state).encode()).hexdigest()[:10]
+
+
+def _engine_env() -> dict[str, str]:
+    """What the engine's command line needs from our environment (rootless podman finds its
+    storage through HOME and XDG_RUNTIME_DIR); the task's own environment is separate."""
+    keep = (
+        "PATH",
+        "HOME",
+        "XDG_RUNTIME_DIR",
+        "XDG_CONFIG_HOME",
+        "XDG_DATA_HOME",
+        "CONTAINERS_CONF",
+        "CONTAINERS_STORAGE_CONF",
+        "DOCKER_HOST",
+        "DOCKER_CONFIG",
+    )
+    env = {k: os.environ[k] for k in keep if k in os.environ}
+    # The engine runs helpers (conmon, the OCI runtime, netavark) found on its PATH.
+    env["PATH"] = f"{env['PATH']}:{_SYSTEM_PATH}" if env.get("PATH") else _SYSTEM_PATH
+    return env
+
+
+def _remove_container(launch: dict[str, Any] | None) -> None:
+    """A container task whose supervisor is gone: its container goes too (it may run on)."""
+    c = (launch or {}).get("container")
+    if isinstance(c, dict) and c.get("binary") and c.get("name"):
+        ctr.remove_container(str(c["binary"]), str(c["name"]))
 
 
 def _lost(key: TaskKey, message: str) -> TaskExited:

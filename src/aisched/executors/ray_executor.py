@@ -61,6 +61,7 @@ from aisched.executors.gpu_watchdog import GPU_CHECK_INTERVAL_S, TaskGpuMemory
 from aisched.executors.ray_nodes import RayNode, nodes_from_ray
 from aisched.executors.ray_task import MakeWatchdog, TaskRunner
 from aisched.model.cluster import Node
+from aisched.model.job import ContainerSpec, Job
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +179,7 @@ class RayExecutor:
         self._events: list[TaskExited] = []
         self._wakeup: Callable[[], None] | None = None
         self._closed = threading.Event()
+        self._job_lookup: Callable[[str], Job | None] | None = None
         self._ray_nodes: dict[str, RayNode] = {}
         self._nodes: tuple[Node, ...] = ()
         self._refresh_nodes()
@@ -206,6 +208,20 @@ class RayExecutor:
     def nodes(self) -> Sequence[Node]:
         return self._nodes
 
+    def set_job_lookup(self, lookup: Callable[[str], Job | None]) -> None:
+        self._job_lookup = lookup
+
+    def _container_of(self, req: TaskLaunch) -> ContainerSpec | None:
+        """The task's image and its settings: from the request, else from its job."""
+        if req.container is not None:
+            return req.container
+        job = self._job_lookup(req.job_id) if self._job_lookup is not None else None
+        group = req.task.rsplit("-", 1)[0]
+        for g in job.groups if job is not None else ():
+            if g.name == group:
+                return g.container
+        return None
+
     def node_address(self, node: str) -> str | None:
         """The IP of `node` (MASTER_ADDR for a gang whose rank 0 runs there)."""
         rn = self._ray_nodes.get(node)
@@ -220,6 +236,7 @@ class RayExecutor:
             raise LaunchError(f"task {_show(key)}: node {req.node!r} is not in the Ray cluster")
         if not req.command or not req.command[0]:
             raise LaunchError(f"task {_show(key)}: command: empty")
+        container = self._container_of(req)
         with self._lock:
             if key in self._tracked:
                 raise LaunchError(f"task {_show(key)} is already running")
@@ -238,7 +255,7 @@ class RayExecutor:
                 num_gpus=gpu_share,
                 memory=req.mem_limit_mib * MIB,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(rn.node_id, soft=False),
-            ).remote(_spec(req, self._gpu_check_s), self._gpu_watchdog)
+            ).remote(_spec(req, self._gpu_check_s, container, self._namespace), self._gpu_watchdog)
             start_ref = actor.start.remote()
         except ValueError as e:  # e.g. the name is taken by a leftover actor
             raise LaunchError(f"task {_show(key)}: Ray refused it: {e}") from None
@@ -499,7 +516,26 @@ def _gpu_share(req: TaskLaunch) -> float:
     return len(req.gpus) * req.gpu_milli / 1000
 
 
-def _spec(req: TaskLaunch, gpu_check_s: float) -> dict[str, Any]:
+def _spec(
+    req: TaskLaunch, gpu_check_s: float, container: ContainerSpec | None, namespace: str
+) -> dict[str, Any]:
+    out = _host_spec(req, gpu_check_s)
+    if container is not None:
+        # Run with podman (or docker) on the task's node: see ray_task.TaskRunner.
+        out["container"] = {
+            "image": container.image,
+            "network": container.network.value,
+            "bandwidth_bit_s": container.bandwidth_bit_s,
+            "shm_mib": container.shm_mib,
+            "volumes": [[v.host_path, v.container_path, v.read_only] for v in container.volumes],
+            "instance": hashlib.sha256(namespace.encode()).hexdigest()[:10],
+            "milli_cpu": req.milli_cpu,
+            "mem_limit_mib": req.mem_limit_mib,
+        }
+    return out
+
+
+def _host_spec(req: TaskLaunch, gpu_check_s: float) -> dict[str, Any]:
     return {
         "command": list(req.command),
         "env": dict(req.env),

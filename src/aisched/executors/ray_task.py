@@ -29,6 +29,7 @@ import contextlib
 import ctypes
 import os
 import pwd
+import shutil
 import signal
 import subprocess
 import threading
@@ -36,6 +37,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from aisched.executors import container as ctr
 from aisched.executors import supervisor as sup
 from aisched.executors.base import LaunchError, TaskKey
 from aisched.executors.gpu_watchdog import (
@@ -47,6 +49,7 @@ from aisched.executors.gpu_watchdog import (
     task_pids,
 )
 from aisched.executors.runas import account, account_env
+from aisched.model.job import ContainerSpec, NetworkMode, Volume
 
 PR_SET_PDEATHSIG = 1
 # Made on the task's node: the watchdog of its GPU memory (`GpuMemoryWatchdog.with_nvml`, its
@@ -106,6 +109,16 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+_ENGINES: list[ctr.Engine] = []
+
+
+def _node_engine() -> ctr.Engine:
+    """This node's container engine, probed once per worker process."""
+    if not _ENGINES:
+        _ENGINES.append(ctr.detect_engine())
+    return _ENGINES[0]
+
+
 class TaskRunner:
     """One task's process. `spec` keys: command, env, workdir, log_path, grace_period_s, and
     for the GPU-memory watchdog (all optional): key ([job, attempt, task]), gpus, gpu_mem_mib
@@ -128,6 +141,10 @@ class TaskRunner:
         self.killed_after_grace = False
         self.kill_at: float | None = None
         self.log_fd = -1
+        self.grace_s = float(spec.get("grace_period_s") or 0.0)
+        # A task with an image: its container on this node, driven as the local supervisor
+        # drives one (create, init, shape, attach; stop, kill, end).
+        self.container: sup.Container | None = None
 
     # --- called by the executor (each in its own actor thread) ---------------------------
 
@@ -169,6 +186,7 @@ class TaskRunner:
                 return
             first = not self.stop_requested
             self.stop_requested = True
+            self.grace_s = max(0.0, grace_period_s)
             deadline = time.monotonic() + max(0.0, grace_period_s)
             self.kill_at = deadline if self.kill_at is None else min(self.kill_at, deadline)
             proc = self.proc
@@ -194,10 +212,19 @@ class TaskRunner:
                 target=self._watch_gpu_memory, args=(self.proc,), name="aisched-gpu", daemon=True
             ).start()
         code = self.proc.wait()
-        self._signal(self.proc, signal.SIGKILL)  # whatever the task left in its group
+        oom = False
+        if self.container is not None:
+            code, oom = self.container.end(code)
+        else:
+            self._signal(self.proc, signal.SIGKILL)  # whatever the task left in its group
         with self.lock:
             stopped, after_grace = self.stop_requested, self.killed_after_grace
-        if stopped and after_grace:
+        if oom and code != 0:
+            limit = int((self.spec.get("container") or {}).get("mem_limit_mib") or 0)
+            msg = f"killed: exceeded its memory limit of {limit} MiB"
+            self._log(msg)
+            self._finish({"kind": "oom", "exit_code": code, "message": msg})
+        elif stopped and after_grace:
             msg = f"stopped: still running after the grace period, {_describe(code)}"
             self._finish({"kind": "stopped", "exit_code": code, "message": msg})
         elif stopped:
@@ -242,6 +269,13 @@ class TaskRunner:
                 msg = "stopped before it started"
                 self.start_error = {"kind": "stopped", "exit_code": None, "message": msg}
                 return
+            if spec.get("container"):
+                # The engine's client runs as this worker; the container as the task's user.
+                started = self._container_start(env, user=acct)
+                if started is None or self.container is None:
+                    return
+                command, env = started, dict(self.container.env)
+                as_user = {"cwd": self.container.cwd, "preexec_fn": _die_with_parent}
             try:
                 self.proc = subprocess.Popen(
                     command,
@@ -275,6 +309,90 @@ class TaskRunner:
                 code, msg = 126, f"cannot run {name}: {exc.strerror or exc}"
         self._log(msg)
         self.start_error = {"kind": "exited", "exit_code": code, "message": msg}
+
+    def _container_start(
+        self, env: dict[str, str], user: dict[str, Any] | None
+    ) -> list[str] | None:
+        """Creates and prepares the task's container on this node, with the task's `env`, as
+        `user` (an account: name, uid, gid, groups, home; None: the image's default user);
+        the command of its attached client, or None with `start_error` set (one line, naming
+        the image)."""
+        spec = self.spec
+        c = spec["container"]
+        image = str(c["image"])
+        try:
+            engine = _node_engine()
+        except ctr.EngineError as e:
+            msg = f"image {image}: container tasks cannot run on this node: {e}"
+            self._log(msg)
+            self.start_error = {"kind": "exited", "exit_code": 125, "message": msg}
+            return None
+        job_id, attempt, task = spec["key"]
+        env_file = f"{spec['log_path']}.container.env"
+        t = ctr.ContainerTask(
+            instance=str(c["instance"]),
+            job_id=str(job_id),
+            attempt=int(attempt),
+            task=str(task),
+            command=tuple(str(w) for w in spec["command"]),
+            env=env,
+            workdir=spec.get("workdir"),
+            cores=(),
+            milli_cpu=int(c.get("milli_cpu") or 0),
+            mem_limit_mib=int(c.get("mem_limit_mib") or 0),
+            gpus=tuple(int(g) for g in spec.get("gpus") or ()),
+            checkpoint_dir=env.get("AISCHED_CHECKPOINT_DIR"),
+            env_file=env_file,
+            user=user,
+        )
+        cspec = ContainerSpec(
+            image,
+            network=NetworkMode(c["network"]),
+            bandwidth_bit_s=c.get("bandwidth_bit_s"),
+            shm_mib=c.get("shm_mib"),
+            volumes=tuple(Volume(str(h), str(p), bool(ro)) for h, p, ro in c["volumes"]),
+        )
+        text, rest = ctr.env_file_lines(ctr.task_env(cspec, t, engine))
+        fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        name = ctr.container_name(t.instance, t.job_id, t.attempt, t.task)
+        system = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+        engine_dir = f"{spec['log_path']}.engine"  # conmon leaves files where it runs
+        os.makedirs(engine_dir, mode=0o700, exist_ok=True)
+        self.container = sup.Container(
+            {
+                "binary": engine.binary,
+                "engine": engine.name,
+                "name": name,
+                "image": image,
+                "create": ctr.create_args(cspec, t, engine, inline_env=rest),
+                "start": ctr.start_args(engine, name),
+                "engine_env": {
+                    **{k: v for k, v in os.environ.items() if k in ("HOME", "XDG_RUNTIME_DIR")},
+                    "PATH": system,
+                },
+                "cgroup_version": engine.cgroup_version,
+                "bandwidth_bit_s": c.get("bandwidth_bit_s"),
+                "make_dirs": [t.checkpoint_dir] if t.checkpoint_dir else [],
+                "owner": None if user is None else [int(user["uid"]), int(user["gid"])],
+                "nsenter": shutil.which("nsenter", path=system) or "nsenter",
+                "tc": shutil.which("tc", path=system) or "tc",
+            },
+            cwd=engine_dir,
+        )
+        try:
+            launch = self.container.prepare(self._log)
+        except sup.ExecFailed as failed:
+            self._log(failed.message)
+            self.start_error = {
+                "kind": failed.kind,
+                "exit_code": failed.code,
+                "message": failed.message,
+            }
+            self.container = None
+            return None
+        return [str(w) for w in launch["command"]]
 
     def _watch_gpu_memory(self, proc: subprocess.Popen[bytes]) -> None:
         """Until the task ends: read its GPU memory every gpu_check_s, and report or stop it
@@ -330,6 +448,10 @@ class TaskRunner:
             self.done.wait(min(wait_s, 0.5))
 
     def _signal(self, proc: subprocess.Popen[bytes], sig: int) -> None:
+        if self.container is not None:
+            # Through the engine: the attached client ends when the container does.
+            self.container.signal(sig, self.grace_s)
+            return
         # The group id is the leader's pid, which stays ours until the leader is reaped.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, sig)

@@ -401,10 +401,17 @@ class _Signals:
 
 
 class _ExecFailed(Exception):
-    def __init__(self, code: int, message: str) -> None:
+    """`kind` "unrunnable": the task can never start as asked (its image is missing)."""
+
+    def __init__(self, code: int, message: str, kind: str = "exited") -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.kind = kind
+
+
+# A container that could not be created or prepared (ray_task drives containers too).
+ExecFailed = _ExecFailed
 
 
 def _exec_failure(stage: str, exc: BaseException, command: list[str], workdir: str | None) -> str:
@@ -514,6 +521,9 @@ class Supervisor:
         self.out: CappedLog | None = None
         self.out_r = -1  # the read end of the task's stdout/stderr pipe, while open
         self.child = 0
+        self.container: Container | None = (
+            Container(launch["container"], cwd=task_dir) if launch.get("container") else None
+        )
 
     def path(self, name: str) -> str:
         return os.path.join(self.dir, name)
@@ -559,17 +569,21 @@ class Supervisor:
             self.spawn()
         except _ExecFailed as failed:
             self.log(failed.message)
-            return self.finish("exited", failed.code, failed.message)
+            return self.finish(failed.kind, failed.code, failed.message)
         return self.watch()
 
     def spawn(self) -> None:
+        launch = self.launch
+        if self.container is not None:
+            # The container is created and set up first; the child is its attached client.
+            launch = self.container.prepare(self.log)
         err_r, err_w = os.pipe()
         out_r, out_w = os.pipe()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child execs or _exits
             os.close(err_r)
             os.close(out_r)
-            _child(self.launch, out_w, err_w)
+            _child(launch, out_w, err_w)
         os.close(err_w)
         os.close(out_w)  # only the task holds it now: EOF once all its processes are gone
         os.set_blocking(out_r, False)
@@ -607,12 +621,18 @@ class Supervisor:
     def kill_task(self, sig: int) -> None:
         if self.child <= 0:  # killpg(0) would hit our own group
             return
+        if self.container is not None:
+            # Signals go to the container through its engine; its attached client ends with it.
+            self.container.signal(sig, self.grace())
+            return
         killpg_quietly(self.child, sig)
         if self.cgroup:  # what left the task's group (a daemon that called setsid) as well
             signal_cgroup(self.cgroup, sig, skip_group=self.child)
 
     def memory_exceeded(self) -> str | None:
         """A message when the task went over its memory limit and must be killed."""
+        if self.container is not None:
+            return self.oom_message() if self.container.oom_seen() else None
         if self.mechanism == "rlimit" and self.limit_mib:
             rss = group_rss_bytes(self.child)
             if rss > self.limit_mib * MIB:
@@ -696,10 +716,16 @@ class Supervisor:
 
     def reap(self, stopped: bool, killed_after_grace: bool, oom: str | None) -> int:
         logged_oom = oom is not None
-        # Orphans of the task first: the leader's zombie still holds the group id.
-        self.kill_task(signal.SIGKILL)
+        # Orphans of the task first: the leader's zombie still holds the group id. (A
+        # container's processes are not ours: `end` removes the container.)
+        if self.container is None:
+            self.kill_task(signal.SIGKILL)
         _, status = os.waitpid(self.child, 0)
         code = os.waitstatus_to_exitcode(status)
+        if self.container is not None:
+            code, oom_killed = self.container.end(code)
+            if oom_killed and oom is None and code != 0:
+                oom = self.oom_message()
         kill_leftovers(
             sup_pid=os.getpid(),
             sup_start=start_time(os.getpid()),
@@ -738,6 +764,244 @@ class Supervisor:
                 "(data-segment rlimit)"
             )
         return None
+
+
+# --- container tasks --------------------------------------------------------------------------
+
+
+class Container:
+    """One task's container, driven through its engine's command line (podman or docker).
+
+    `launch["container"]` (written by the executor, see `container.py`): `binary`, `name`,
+    `image`, `create` (the whole create command), `start` (the attached start command),
+    `engine_env` (the environment the engine needs), `cgroup_version`, `bandwidth_bit_s`.
+    The container is created and initialised before its process starts, so its OOM watch and
+    its traffic shaping are in place before the task's first instruction.
+    """
+
+    def __init__(self, spec: dict[str, Any], cwd: str | None = None) -> None:
+        self.spec = spec
+        # Where the engine runs: conmon leaves files in its working directory (an `oom` file
+        # after an OOM kill, with podman 4.3 on cgroup v1), so never the service's.
+        self.cwd = cwd
+        self.binary = str(spec["binary"])
+        self.name = str(spec["name"])
+        self.env = {str(k): str(v) for k, v in (spec.get("engine_env") or {}).items()}
+        self.oom_fd = -1
+        self.oom_cgroup: str | None = None
+        self.oomed = False
+        self.signalled = False
+        self.killed = False  # we sent SIGKILL ourselves
+        self.stopper: Any = None  # the `stop -t GRACE` running in the background
+
+    def engine(self, *args: str, timeout_s: float = 60.0) -> tuple[int, str, str]:
+        import subprocess  # only container tasks pay for it
+
+        try:
+            r = subprocess.run(
+                [self.binary, *args],
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                env=self.env,
+                cwd=self.cwd,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return 125, "", str(exc)
+        return r.returncode, r.stdout, r.stderr
+
+    def prepare(self, log: Any) -> dict[str, Any]:
+        """Creates and initialises the container; the launch its attached client runs with.
+        Raises _ExecFailed with one line (naming the image when it is the image's fault)."""
+        self.make_dirs()
+        image = str(self.spec.get("image") or "")
+        if image and self.engine("image", "inspect", "--format", "{{.Id}}", image)[0] != 0:
+            log(f"image {image} is not on this node: pulling it (if the pull policy allows)")
+        code, _, err = self.engine(*self.spec["create"][1:], timeout_s=3600.0)
+        if code != 0:
+            message, image_missing = self.create_failure(err)
+            raise _ExecFailed(125, message, "unrunnable" if image_missing else "exited")
+        if self.spec.get("engine") == "docker":
+            # Docker has no `init`: the container starts with its attached client, and docker
+            # reports its OOM kills itself (bandwidth is refused for it at launch).
+            return self.client_launch()
+        code, _, err = self.engine("init", self.name)
+        if code != 0:
+            self.remove()
+            raise _ExecFailed(125, f"container {self.name} could not start: {_last(err)}")
+        _, out, _ = self.engine("inspect", "--format", "{{.State.Pid}}", self.name)
+        pid = int(out.strip() or 0) if out.strip().isdigit() else 0
+        if pid > 0:
+            self.watch_oom(pid)
+            rate = self.spec.get("bandwidth_bit_s")
+            if rate:
+                self.shape(pid, int(rate), log)
+        return self.client_launch()
+
+    def client_launch(self) -> dict[str, Any]:
+        """The launch its attached client runs with (see `self_launch_defaults`)."""
+        return {
+            **self_launch_defaults(),
+            "container": self.spec,
+            "command": list(self.spec["start"]),
+            "env": self.env,
+            "workdir": self.cwd,
+        }
+
+    def make_dirs(self) -> None:
+        """The directories the container mounts that must exist first (its checkpoint
+        directory), made the task's user's when it runs as one; one that exists is left as
+        it is (never chown a directory someone else made)."""
+        owner = self.spec.get("owner")
+        for path in self.spec.get("make_dirs") or ():
+            if os.path.isdir(path):
+                continue
+            try:
+                os.makedirs(path, mode=0o700 if owner else 0o755)
+                if owner:
+                    os.chown(path, int(owner[0]), int(owner[1]))
+            except OSError as exc:
+                raise _ExecFailed(126, f"cannot make {path}: {exc.strerror or exc}") from None
+
+    def create_failure(self, err: str) -> tuple[str, bool]:
+        """The one line that says why `create` failed, and whether the image is missing."""
+        image = self.spec.get("image", "?")
+        line = _last(err).removeprefix("Error: ")
+        low = err.lower()
+        words = ("image not known", "manifest unknown", "pull", "no such image",
+                 "unable to find image", "repository", "name unknown")  # fmt: skip
+        if any(w in low for w in words):
+            return f"image {image}: not present on this node and could not be pulled ({line})", True
+        return f"container for image {image} could not be created: {line}", False
+
+    def watch_oom(self, pid: int) -> None:
+        """Finds the container's memory cgroup, whose OOM-kill counter `oom_seen` reads while
+        it runs. Under cgroup v1 an eventfd on its memory.oom_control is registered as well:
+        the cgroup goes with the container, and v1 counts its kills in no parent, so a kill
+        just before the end is known only through the eventfd (which the kernel also signals
+        when the cgroup is removed: `end` tells the two apart by the exit)."""
+        try:
+            with open(f"/proc/{pid}/cgroup", encoding="ascii") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            return
+        for line in lines:
+            _, controllers, path = line.split(":", 2)
+            if "memory" in controllers.split(","):
+                self.oom_cgroup = os.path.join("/sys/fs/cgroup/memory", path.lstrip("/"))
+                try:
+                    ctl = os.open(os.path.join(self.oom_cgroup, "memory.oom_control"), os.O_RDONLY)
+                    efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+                    with open(os.path.join(self.oom_cgroup, "cgroup.event_control"), "w") as f:
+                        f.write(f"{efd} {ctl}")
+                    self.oom_fd = efd
+                except OSError:
+                    pass
+                return
+            if controllers == "" and self.spec.get("cgroup_version") == "v2":
+                self.oom_cgroup = os.path.join("/sys/fs/cgroup", path.lstrip("/"))
+
+    def oom_seen(self) -> bool:
+        """Whether the kernel OOM-killed in the container's cgroup (while it still exists)."""
+        if not self.oomed and self.oom_cgroup and os.path.isdir(self.oom_cgroup):
+            self.oomed = oom_kills(self.oom_cgroup) > 0
+        return self.oomed
+
+    def oom_signalled(self) -> bool:
+        """The v1 eventfd fired: an OOM, or the cgroup's removal."""
+        if self.oom_fd >= 0:
+            with contextlib.suppress(OSError):
+                if os.eventfd_read(self.oom_fd) > 0:
+                    self.signalled = True
+        return self.signalled
+
+    def shape(self, pid: int, rate_bit_s: int, log: Any) -> None:
+        """Egress shaping of the container's interface (a token bucket, as the CNI bandwidth
+        plugin sets): what the container sends is held to the rate; what it receives is not."""
+        import subprocess
+
+        burst = max(rate_bit_s // 8 // 100, 16 * 1024)  # 10 ms at the rate, at least 16 KiB
+        nsenter = str(self.spec.get("nsenter") or "nsenter")
+        tc = str(self.spec.get("tc") or "tc")
+        # Written once: the same words a CNI bandwidth plugin would give tc.
+        qdisc = f"tbf rate {rate_bit_s}bit burst {burst} latency 50ms".split()
+        argv = [nsenter, "-t", str(pid), "-n", tc, "qdisc", "replace", "dev", "eth0", "root"]
+        argv += qdisc
+        try:
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+            ok, why = r.returncode == 0, _last(r.stderr)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            ok, why = False, str(exc)
+        if not ok:
+            self.remove()
+            raise _ExecFailed(125, f"cannot limit the bandwidth of {self.name}: {why}")
+        log(f"egress shaped to {rate_bit_s} bit/s (tc tbf on eth0)")
+
+    def signal(self, sig: int, grace_s: float) -> None:
+        import subprocess
+
+        if sig == signal.SIGTERM:
+            if self.stopper is None:
+                # stop: SIGTERM (or the image's stop signal), the grace, then SIGKILL.
+                with contextlib.suppress(OSError):
+                    self.stopper = subprocess.Popen(
+                        [
+                            self.binary,
+                            "stop",
+                            "--time",
+                            str(max(0, int(grace_s + 0.999))),
+                            self.name,
+                        ],
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                        env=self.env,
+                        cwd=self.cwd,
+                    )
+            return
+        self.killed = self.killed or sig == signal.SIGKILL
+        self.engine("kill", "--signal", signal_name(sig).removeprefix("SIG"), self.name)
+
+    def end(self, client_code: int) -> tuple[int, bool]:
+        """The container's own exit code (a signal's death as -N, like a host task's) and
+        whether it was OOM-killed; then it is removed."""
+        code, out, _ = self.engine(
+            "inspect", "--format", "{{.State.ExitCode}} {{.State.OOMKilled}}", self.name
+        )
+        words = out.split() if code == 0 else []
+        exit_code = int(words[0]) if words and words[0].lstrip("-").isdigit() else client_code
+        # A SIGKILL nobody here sent, to a container whose memory cgroup signalled: the OOM
+        # killer's (a container that merely ended signals too, but was not SIGKILLed).
+        unexplained_kill = bool(words) and exit_code == 128 + signal.SIGKILL and not self.stopper
+        oom = (
+            (len(words) > 1 and words[1] == "true")
+            or self.oom_seen()
+            or (unexplained_kill and not self.killed and self.oom_signalled())
+        )
+        if self.stopper is not None:
+            with contextlib.suppress(Exception):
+                self.stopper.wait(timeout=5)
+        self.remove()
+        if 128 < exit_code < 128 + 65:
+            exit_code = -(exit_code - 128)
+        return exit_code, oom
+
+    def remove(self) -> None:
+        # Podman's `rm --force` would first wait out the stop timeout; docker's kills at once.
+        at_once = [] if self.spec.get("engine") == "docker" else ["--time", "0"]
+        self.engine("rm", "--force", *at_once, self.name)
+
+
+def self_launch_defaults() -> dict[str, Any]:
+    """What the attached client of a container runs with: no host cgroup, pinning or rlimit
+    of its own (the container has them), in the engine's working directory (`client_launch`),
+    not the task's."""
+    return {"cgroup": None, "cores": [], "mechanism": "none", "mem_limit_mib": 0, "workdir": None}
+
+
+def _last(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else "no message"
 
 
 def main(argv: list[str]) -> int:

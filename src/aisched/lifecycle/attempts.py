@@ -12,6 +12,7 @@ reason (`Stop`). `after_attempt` is the one rule that turns how it ended into wh
 | shrunk, kept tasks unknown   | requeued (a shrink cut short by a scheduler restart)      |
 | requeued (grow, interrupted) | requeued, nothing counted                                 |
 | over its time limit          | FAILED, no retry                                          |
+| a task could never run       | FAILED, no retry (its image is missing: a retry would too) |
 | a task failed                | retried after a backoff while retries are left, else FAILED |
 | all tasks exited with 0      | SUCCEEDED; restarted instead under restart policy `always` |
 
@@ -42,6 +43,9 @@ class Stop(StrEnum):
     CANCEL = "cancel"  # cancelled
     FAILED = "failed"  # a task failed: the rest of the gang is stopped, then retry or fail
     TIMEOUT = "timeout"  # over its time limit: failed, no retry
+    # A task could not run at all (its image missing or unpullable): failed, no retry, since
+    # the next attempt would fail the same way; it is not a crash of the job's code.
+    UNRUNNABLE = "unrunnable"
     REQUEUE = "requeue"  # to grow, or the attempt never fully started: requeued, free
     # An elastic job giving up tasks for another job: restarted at once (from its checkpoint)
     # on the tasks it keeps, without going back to the queue; no failure counted.
@@ -131,6 +135,10 @@ def after_attempt(
         return AttemptEnd(Requeue("requeued", f"{message}; requeued"), failures, preemptions)
     if stop == Stop.TIMEOUT:
         return AttemptEnd(Finish(JobState.FAILED, message), failures, preemptions)
+    if stop == Stop.UNRUNNABLE:
+        return AttemptEnd(
+            Finish(JobState.FAILED, f"{message}; not retried"), failures + 1, preemptions
+        )
     if stop == Stop.FAILED:
         failures += 1
         if will_retry(job, failures):

@@ -95,10 +95,45 @@ class TopologyRequirement:
     spread: TopologyLevel | None = None
 
 
+class NetworkMode(StrEnum):
+    """A container's network: the host's own (`host`, as a host task), none but loopback
+    (`none`), or its own address on the engine's bridge (`bridge`, needed for `bandwidth`)."""
+
+    HOST = "host"
+    NONE = "none"
+    BRIDGE = "bridge"
+
+
+@dataclass(frozen=True, slots=True)
+class Volume:
+    """A host directory or file mounted into a container (Kubernetes' `hostPath` volume)."""
+
+    host_path: str
+    container_path: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerSpec:
+    """How a task group runs in an OCI image instead of on the host.
+
+    `bandwidth_bit_s` shapes what the container sends (egress) to that rate; None: unshaped.
+    `shm_mib` is the size of its /dev/shm (None: the engine's default, 64 MiB for podman).
+    The executor reads this; the core never does (placement does not depend on it).
+    """
+
+    image: str
+    network: NetworkMode = NetworkMode.HOST
+    bandwidth_bit_s: int | None = None
+    shm_mib: int | None = None
+    volumes: tuple[Volume, ...] = ()
+
+
 @dataclass(frozen=True, slots=True)
 class TaskGroup:
-    """`replicas` identical tasks. `command`, `env` and `workdir` say how an executor runs each
-    one; the core never reads them (placement depends on `request` and `replicas` only)."""
+    """`replicas` identical tasks. `command`, `env`, `workdir` and `container` say how an
+    executor runs each one; the core never reads them (placement depends on `request` and
+    `replicas` only). `container` None: on the host."""
 
     name: str
     replicas: int
@@ -106,6 +141,7 @@ class TaskGroup:
     command: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     workdir: str | None = None
+    container: ContainerSpec | None = None
 
     @property
     def total(self) -> Resources:

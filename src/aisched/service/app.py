@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import IO
 
 from aisched.core.policy import Policy
-from aisched.executors.base import Executor
+from aisched.executors.base import Executor, JobLookup
+from aisched.model.job import Job
 from aisched.predict.runtime import RuntimePredictor
 from aisched.service import datadir
 from aisched.service.autoscaler import Autoscaler
@@ -123,6 +124,7 @@ class Service:
                 predictor=RuntimePredictor(background=True) if config.predict_runtimes else None,
             )
             metrics.watch(scheduler)
+            _lookup_jobs(executor, scheduler)
         except Exception:
             lock_file.close()
             raise
@@ -242,10 +244,31 @@ def _local_executor(config: ServiceConfig, home: Path) -> tuple[Executor, list[s
         node,
         mem_mechanism=config.memory_limit,
         gpu_watchdog=watchdog,
+        container_runtime=config.container_runtime,
+        oci_runtime=config.oci_runtime,
+        image_pull=config.image_pull,
+        container_pids_limit=config.container_pids_limit,
         log_max_bytes=config.limits.log_max_bytes(),
         log_max_files=config.limits.log_max_files,
     )
-    return executor, list(notes)
+    if config.container_runtime == "none":
+        return executor, [*notes, "container tasks: off (container_runtime: none)"]
+    # Probed now, so the start-up lines say what container tasks will run with.
+    engine = executor.detect_containers()
+    found = engine.notes if engine is not None else executor.info().notes[-1:]
+    return executor, [*notes, *found]
+
+
+def _lookup_jobs(executor: Executor, scheduler: Scheduler) -> None:
+    """An executor that runs images finds a task's container (and its submitter) in the
+    loop's live jobs."""
+    if isinstance(executor, JobLookup):
+
+        def job_of(job_id: str) -> Job | None:
+            lj = scheduler.jobs.get(job_id)
+            return None if lj is None else lj.job
+
+        executor.set_job_lookup(job_of)
 
 
 def _ray_executor(config: ServiceConfig, address: str, home: Path) -> tuple[Executor, list[str]]:

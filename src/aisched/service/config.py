@@ -164,6 +164,14 @@ class ServiceConfig(_Model):
     # An elastic job with tasks missing is grown into idle capacity after running this long.
     elastic_grow_after: Any = "60s"
     memory_limit: MemoryLimit = "auto"
+    # Jobs that name an image run through this engine (auto: podman, else docker; none: such
+    # jobs fail with the reason), with this OCI runtime (auto: the first the probe accepts).
+    container_runtime: Literal["auto", "podman", "docker", "none"] = "auto"
+    oci_runtime: Annotated[str, Field(pattern=r"^(auto|[A-Za-z0-9][A-Za-z0-9._-]*)$")] = "auto"
+    # When an image is fetched: missing (pulled if not present), never, always.
+    image_pull: Literal["missing", "never", "always"] = "missing"
+    # Processes (and threads) one container may hold.
+    container_pids_limit: Annotated[int, Field(ge=16, le=4_194_304)] = 4096
     # A task above the GPU memory it declared (gpu_mem): report it in the log, or stop it.
     # Needs NVML (nvidia-ml-py and a driver); without it the watchdog is off and says why.
     gpu_memory_over: Literal["report", "stop"] = "report"

@@ -47,10 +47,11 @@ class Exits(Launches):
         else:
             batch.event(now, job_id, "task-exited", f"task {name}: {_describe_exit(ev)}")
         if not ok and lj.stopping is None:
-            lj.stopping = Stop.FAILED
+            why = Stop.UNRUNNABLE if ev.kind == ExitKind.UNRUNNABLE else Stop.FAILED
+            lj.stopping = why
             lj.stop_message = f"task {name} {_describe_exit(ev)}"
             lj.exit_code = ev.exit_code
-            batch.job(lj.id, stopping=Stop.FAILED.value, exit_code=ev.exit_code)
+            batch.job(lj.id, stopping=why.value, exit_code=ev.exit_code)
             self._stop_tasks(lj, batch)
         if not lj.live_tasks():
             self._end_attempt(lj, batch, now)

@@ -20,7 +20,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, Field, StrictInt, StrictStr, ValidationError
 
-from aisched.model.job import Job
+from aisched.model.job import ContainerSpec, Job, NetworkMode, Volume
 from aisched.spec.units import (
     UnitError,
     k8s_count,
@@ -45,6 +45,9 @@ MAX_GRACE_S = 3600.0
 MAX_PRIORITY = 1_000_000_000  # Kubernetes' own bound for user priorities
 MAX_NAME_LEN = 63
 MAX_PATH_LEN = 4096
+MAX_IMAGE_LEN = 512
+MIN_BANDWIDTH_BIT_S = 8_000  # tc cannot shape below a few kbit/s in any useful way
+MAX_BANDWIDTH_BIT_S = 10**13  # 10 Tbit/s
 
 # --- environment the scheduler owns ---------------------------------------------------------
 
@@ -348,3 +351,90 @@ K8sMemMib = Annotated[
     int, BeforeValidator(_unit(k8s_mem_mib, _positive_limited(MAX_MEM_MIB, "1Pi")))
 ]
 K8sGpus = Annotated[int, BeforeValidator(_unit(k8s_count, _gpu_count_check))]
+
+
+# --- containers -----------------------------------------------------------------------------
+
+# An OCI image reference as podman and docker take it: [registry[:port]/]name[:tag][@digest].
+_IMAGE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
+_BANDWIDTH_RE = re.compile(r"(?i)\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgt]?)(bit|bps|bit/s)?\s*")
+_BANDWIDTH_SCALE = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+
+
+def _image(v: str) -> str:
+    if len(v) > MAX_IMAGE_LEN or not _IMAGE_RE.fullmatch(v):
+        raise ValueError(
+            f"{v!r} is not an image reference such as python:3.11, "
+            "nvcr.io/nvidia/pytorch:24.01-py3 or localhost/mine@sha256:..."
+        )
+    return v
+
+
+def to_bandwidth_bit_s(v: Any) -> int:
+    """`1Gbit`, `10Mbit`, `500kbit`, `100Mbps` (bits, as tc and the CNI bandwidth plugin
+    count) or a bare number of bits per second."""
+    if isinstance(v, bool) or not isinstance(v, str | int):
+        raise ValueError(f"expected a rate such as 10Mbit or 1Gbit, got {describe(v)}")
+    m = _BANDWIDTH_RE.fullmatch(str(v))
+    if m is None:
+        raise ValueError(f"{v!r} is not a rate such as 10Mbit or 1Gbit")
+    rate = int(float(m.group(1)) * _BANDWIDTH_SCALE[m.group(2).lower()])
+    if rate < MIN_BANDWIDTH_BIT_S:
+        raise ValueError(f"{v!r} is below the least shapeable rate of 8kbit")
+    if rate > MAX_BANDWIDTH_BIT_S:
+        raise ValueError(f"{v!r} is more than the limit of 10Tbit")
+    return rate
+
+
+def _container_path(v: str) -> str:
+    if not v.startswith("/"):
+        raise ValueError(f"{v!r} must be an absolute path")
+    return v
+
+
+Image = Annotated[StrictStr, AfterValidator(_image)]
+Bandwidth = Annotated[int, BeforeValidator(to_bandwidth_bit_s)]
+AbsPath = Annotated[StrictStr, AfterValidator(_path), AfterValidator(_container_path)]
+
+
+def container_spec(
+    image: str | None,
+    network: NetworkMode | None,
+    bandwidth_bit_s: int | None,
+    shm_mib: int | None,
+    volumes: tuple[Volume, ...],
+    path: str,
+    p: Problems,
+) -> ContainerSpec | None:
+    """The container of a task group (None: it runs on the host), checking what only makes
+    sense in one: every container field without an image is a mistake at `path`."""
+    if image is None:
+        for given, key in (
+            (network is not None, "network"),
+            (bandwidth_bit_s is not None, "bandwidth"),
+            (shm_mib is not None, "shm_size"),
+            (bool(volumes), "volumes"),
+        ):
+            if given:
+                p.add(f"{path}{key}", "needs an image: only a container task has one")
+        return None
+    # Shaping needs the container's own interface: a bandwidth alone asks for a bridge.
+    if network is None:
+        net = NetworkMode.HOST if bandwidth_bit_s is None else NetworkMode.BRIDGE
+    else:
+        net = network
+    if bandwidth_bit_s is not None and net != NetworkMode.BRIDGE:
+        p.add(
+            f"{path}bandwidth",
+            f"needs network: bridge (traffic is shaped on the container's own interface; "
+            f"network {net.value} has none)",
+        )
+    for i, first in duplicates(v.container_path for v in volumes):
+        p.add(f"{path}volumes.{i}", f"mounts on {volumes[i].container_path}, as volumes.{first}")
+    return ContainerSpec(
+        image=image,
+        network=net,
+        bandwidth_bit_s=bandwidth_bit_s,
+        shm_mib=shm_mib,
+        volumes=volumes,
+    )

@@ -28,20 +28,25 @@ from pydantic import (
 
 from aisched.model.cluster import TopologyLevel
 from aisched.model.job import (
+    ContainerSpec,
     Dependency,
     DependencyCondition,
     Job,
     JobKind,
+    NetworkMode,
     RestartPolicy,
     TaskGroup,
     TopologyMode,
     TopologyRequirement,
+    Volume,
 )
 from aisched.model.resources import Resources
 from aisched.model.service import ScaleMetric, ServiceSpec
 from aisched.spec.errors import SpecError
 from aisched.spec.job_common import (
     MAX_TASKS,
+    AbsPath,
+    Bandwidth,
     Command,
     Delay,
     EnvName,
@@ -49,6 +54,7 @@ from aisched.spec.job_common import (
     GpuModel,
     Gpus,
     Grace,
+    Image,
     JobDefaults,
     MemMib,
     MilliCpu,
@@ -62,6 +68,7 @@ from aisched.spec.job_common import (
     Span,
     Text,
     at_least_one_task,
+    container_spec,
     duplicates,
     name_from_command,
     priority_of_class,
@@ -110,7 +117,25 @@ def _models_from_list(v: Any) -> Any:
 GpuModels = Annotated[GpuModelsModel, BeforeValidator(_models_from_list)]
 
 
-class TaskModel(_Spec):
+class VolumeModel(_Spec):
+    """A host path mounted into the container (`path`: where; default the same path)."""
+
+    host_path: AbsPath
+    path: AbsPath | None = None
+    read_only: StrictBool = False
+
+
+class _ContainerFields(_Spec):
+    """What runs a task in an image; on a job, the default of every task that names none."""
+
+    image: Image | None = None
+    network: NetworkMode | None = None
+    bandwidth: Bandwidth | None = None
+    shm_size: MemMib | None = None
+    volumes: list[VolumeModel] | None = None
+
+
+class TaskModel(_ContainerFields):
     name: Name
     replicas: Replicas = 1
     command: Command
@@ -159,7 +184,7 @@ class ServiceModel(_Spec):
     tolerance: Annotated[float, Field(ge=0, lt=1)] = 0.1
 
 
-class NativeJobModel(_Spec):
+class NativeJobModel(_ContainerFields):
     name: Name | None = None
     kind: JobKind = JobKind.BATCH
     queue: Name | None = None
@@ -251,7 +276,7 @@ def _groups(spec: NativeJobModel, p: Problems) -> list[TaskGroup]:
             p.add(k, "cannot be used together with tasks: put it inside a task")
         for i, first in duplicates(t.name for t in spec.tasks):
             p.add(f"tasks.{i}.name", f"{spec.tasks[i].name!r} is already the name of tasks.{first}")
-        return [_group(t, f"tasks.{i}", p) for i, t in enumerate(spec.tasks)]
+        return [_group(t, f"tasks.{i}", p, spec) for i, t in enumerate(spec.tasks)]
     if spec.command is None:
         p.add("command", "a job needs a command (or a list of tasks)")
         return []
@@ -264,10 +289,10 @@ def _groups(spec: NativeJobModel, p: Problems) -> list[TaskGroup]:
         workdir=spec.workdir,
         resources=spec.resources or ResourcesModel(),
     )
-    return [_group(one, "", p)]
+    return [_group(one, "", p, spec)]
 
 
-def _group(t: TaskModel, path: str, p: Problems) -> TaskGroup:
+def _group(t: TaskModel, path: str, p: Problems, job: NativeJobModel) -> TaskGroup:
     r = t.resources
     gpu, gpu_milli = r.gpus
     if r.gpu_milli is not None:
@@ -293,6 +318,28 @@ def _group(t: TaskModel, path: str, p: Problems) -> TaskGroup:
         command=t.command,
         env=tuple(t.env.items()),
         workdir=t.workdir,
+        container=_container(t, path, p, job),
+    )
+
+
+def _container(t: TaskModel, path: str, p: Problems, job: NativeJobModel) -> ContainerSpec | None:
+    """The task's container: its own fields, else the job's (a task inherits each one)."""
+
+    def pick(key: str) -> Any:
+        own = getattr(t, key, None)
+        return own if own is not None else getattr(job, key)
+
+    volumes = tuple(
+        Volume(v.host_path, v.path or v.host_path, v.read_only) for v in pick("volumes") or ()
+    )
+    return container_spec(
+        pick("image"),
+        pick("network"),
+        pick("bandwidth"),
+        pick("shm_size"),
+        volumes,
+        f"{path}." if path else "",
+        p,
     )
 
 

@@ -2,7 +2,7 @@
 
 Kubernetes and Volcano add fields over versions, so unknown keys are accepted everywhere; every
 field aisched acts on is type-checked. Fields that would change what the author expects but that
-aisched cannot honour on a host (an image, volumes, a node selector, init containers, other
+aisched cannot honour (volumes other than hostPath, a node selector, init containers, other
 extended resources, per-task retry limits...) give a warning with their path; fields that cannot
 be honoured at all give an error (a second container, an environment value taken from a Secret,
 a container without a command: aisched runs a command, and an image's entrypoint is unknown).
@@ -17,7 +17,9 @@ The mapping (docs/jobs.md has it as a table):
 - `spec.tasks[i]`: `name` (absent: `default<i>`, as Volcano names it), `replicas` (absent: 1),
   `template.spec.containers[0]`: `command` + `args`, `env`, `workingDir`,
   `resources.limits` else `resources.requests` per resource (`cpu`, default 1; `memory`,
-  default 1Gi; `nvidia.com/gpu`).
+  default 1Gi; `nvidia.com/gpu`); `image` runs the task in that image (docs/containers.md),
+  with the pod's `hostPath` volumes mounted at the container's `volumeMounts`, and the CNI
+  bandwidth plugin's `kubernetes.io/egress-bandwidth` annotation shaping its traffic.
 - Pod `activeDeadlineSeconds` -> time limit (the smallest over the tasks);
   `terminationGracePeriodSeconds` -> grace period (the largest over the tasks).
 - Restart policy: (1) a lifecycle policy (job's or a task's) that restarts on a failure event
@@ -49,14 +51,24 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from aisched.model.job import Job, JobKind, RestartPolicy, TaskGroup
+from aisched.model.job import (
+    ContainerSpec,
+    Job,
+    JobKind,
+    NetworkMode,
+    RestartPolicy,
+    TaskGroup,
+    Volume,
+)
 from aisched.model.resources import Resources
 from aisched.spec.errors import SpecError
 from aisched.spec.job_common import (
     MAX_DURATION_S,
     MAX_GRACE_S,
     MAX_TASKS,
+    AbsPath,
     EnvName,
+    Image,
     JobDefaults,
     K8sGpus,
     K8sMemMib,
@@ -70,12 +82,15 @@ from aisched.spec.job_common import (
     Span,
     Text,
     at_least_one_task,
+    container_spec,
     describe,
     duplicates,
     nonempty_command,
     priority_of_class,
     problem_lines,
+    to_bandwidth_bit_s,
 )
+from aisched.spec.units import UnitError, k8s_quantity
 
 FORMAT = "volcano"
 API_VERSION = "batch.volcano.sh/v1alpha1"
@@ -110,8 +125,11 @@ _BOOL_WORDS = {"1": True, "t": True, "true": True, "0": False, "f": False, "fals
 
 # --- warnings, by what was ignored ----------------------------------------------------------
 
-_IGNORED_IMAGE = "ignored: aisched runs the command on the host, not in a container image"
-_IGNORED_VOLUMES = "ignored: aisched mounts nothing; the task sees the host's files"
+_IGNORED_VOLUMES = "ignored: aisched mounts only hostPath volumes into a container"
+_IGNORED_VOLUMES_HOST = "ignored: without an image the task runs on the host and sees its files"
+# The CNI bandwidth plugin's pod annotations.
+EGRESS_ANNOTATION = "kubernetes.io/egress-bandwidth"
+INGRESS_ANNOTATION = "kubernetes.io/ingress-bandwidth"
 _IGNORED_PLACEMENT = "ignored: aisched does not place tasks by node labels or affinity"
 _IGNORED_INIT = "not run: aisched runs only the task's container"
 _IGNORED_TOPOLOGY = "ignored: use a native job file's topology (pack/spread) instead"
@@ -191,15 +209,35 @@ class EnvVar(_K8s):
     value_from: Annotated[Any, AfterValidator(_refuse_value_from)] = None
 
 
+class VolumeMount(_K8s):
+    name: StrictStr
+    mount_path: AbsPath
+    read_only: bool = False
+    sub_path: Any = None
+
+
+class HostPathSource(_K8s):
+    path: AbsPath
+    type: StrictStr | None = None
+
+
+class PodVolume(BaseModel):
+    # Other volume kinds (emptyDir, configMap, persistentVolumeClaim...) are kept to be named.
+    model_config = ConfigDict(extra="allow", frozen=True, alias_generator=to_camel)
+
+    name: StrictStr
+    host_path: HostPathSource | None = None
+
+
 class Container(_K8s):
-    image: Any = None
+    image: Image | None = None
     command: list[Text] | None = None
     args: list[Text] | None = None
     env: list[EnvVar] = Field(default_factory=list)
     env_from: Annotated[Any, AfterValidator(_refuse_env_from)] = None
     working_dir: Path | None = None
     resources: ContainerResources | None = None
-    volume_mounts: Any = None
+    volume_mounts: list[VolumeMount] | None = None
 
 
 class PodSpec(_K8s):
@@ -210,7 +248,8 @@ class PodSpec(_K8s):
     termination_grace_period_seconds: StrictInt | None = Field(
         default=None, ge=0, le=int(MAX_GRACE_S)
     )
-    volumes: Any = None
+    volumes: list[PodVolume] | None = None
+    host_network: bool | None = None
     node_selector: Any = None
     affinity: Any = None
     node_name: Any = None
@@ -351,14 +390,10 @@ def _group(t: TaskSpec, i: int, p: Problems, w: Problems) -> TaskGroup:
     for j, first in duplicates(names):
         p.add(f"{cp}.env.{j}.name", f"{names[j]!r} is already set by env.{first}")
 
-    if c.image is not None:
-        w.add(f"{cp}.image", _IGNORED_IMAGE)
-    if c.volume_mounts:
-        w.add(f"{cp}.volumeMounts", _IGNORED_VOLUMES)
     request = _request(c.resources, f"{cp}.resources", w)
     sp = f"{tp}.template.spec"
+    container = _container(t, tp, p, w)
     for value, key, message in (
-        (pod.volumes, "volumes", _IGNORED_VOLUMES),
         (pod.init_containers, "initContainers", _IGNORED_INIT),
         (pod.node_selector, "nodeSelector", _IGNORED_PLACEMENT),
         (pod.affinity, "affinity", _IGNORED_PLACEMENT),
@@ -385,7 +420,60 @@ def _group(t: TaskSpec, i: int, p: Problems, w: Problems) -> TaskGroup:
         command=command,
         env=tuple((e.name, e.value) for e in c.env),
         workdir=c.working_dir,
+        container=container,
     )
+
+
+def _container(t: TaskSpec, tp: str, p: Problems, w: Problems) -> ContainerSpec | None:
+    """The task's container (None without an image): its hostPath volumes mounted where the
+    container's volumeMounts say, the network of the pod (hostNetwork: the host's; else the
+    host's too, unless the CNI bandwidth annotation asks for shaping, which needs a bridge)."""
+    pod = t.template.spec
+    c = pod.containers[0]
+    cp = f"{tp}.template.spec.containers.0"
+    sp = f"{tp}.template.spec"
+    if c.image is None:
+        if c.volume_mounts:
+            w.add(f"{cp}.volumeMounts", _IGNORED_VOLUMES_HOST)
+        if pod.volumes:
+            w.add(f"{sp}.volumes", _IGNORED_VOLUMES_HOST)
+        return None
+    by_name = {v.name: (i, v) for i, v in enumerate(pod.volumes or ())}
+    for i, v in enumerate(pod.volumes or ()):
+        if v.host_path is None:
+            kinds = ", ".join(sorted(v.model_extra or {})) or "no source"
+            w.add(f"{sp}.volumes.{i}", f"{_IGNORED_VOLUMES} ({v.name}: {kinds})")
+    volumes: list[Volume] = []
+    for j, m in enumerate(c.volume_mounts or ()):
+        found = by_name.get(m.name)
+        if found is None:
+            p.add(f"{cp}.volumeMounts.{j}.name", f"no volume named {m.name!r} in {sp}.volumes")
+            continue
+        i, v = found
+        if v.host_path is None:
+            continue  # warned about above
+        if m.sub_path:
+            w.add(f"{cp}.volumeMounts.{j}.subPath", "ignored: the whole hostPath is mounted")
+        volumes.append(Volume(v.host_path.path, m.mount_path, m.read_only))
+    annotations = (t.template.metadata.annotations if t.template.metadata else None) or {}
+    bandwidth: int | None = None
+    ap = f"{tp}.template.metadata.annotations"
+    if EGRESS_ANNOTATION in annotations:
+        try:
+            bandwidth = to_bandwidth_bit_s(_k8s_rate(annotations[EGRESS_ANNOTATION]))
+        except (ValueError, UnitError) as e:
+            p.add(f"{ap}.{EGRESS_ANNOTATION}", str(e))
+    if INGRESS_ANNOTATION in annotations:
+        w.add(f"{ap}.{INGRESS_ANNOTATION}", "ignored: aisched shapes egress only")
+    network = NetworkMode.BRIDGE if bandwidth is not None else NetworkMode.HOST
+    if pod.host_network and bandwidth is not None:
+        p.add(f"{sp}.hostNetwork", f"cannot be shaped ({EGRESS_ANNOTATION}): it needs a bridge")
+    return container_spec(c.image, network, bandwidth, None, tuple(volumes), f"{tp}.", p)
+
+
+def _k8s_rate(v: Any) -> int:
+    """The bandwidth plugin's quantities are bits per second: `10M` is 10 Mbit/s."""
+    return int(k8s_quantity(v))
 
 
 def _request(r: ContainerResources | None, path: str, w: Problems) -> Resources:
@@ -533,7 +621,7 @@ def _kind(spec: JobSpec, w: Problems) -> JobKind:
 
 def _warn_job_level(spec: JobSpec, w: Problems) -> None:
     if spec.volumes:
-        w.add("spec.volumes", _IGNORED_VOLUMES)
+        w.add("spec.volumes", "ignored: aisched mounts only a pod's own hostPath volumes")
     if spec.network_topology:
         w.add("spec.networkTopology", _IGNORED_TOPOLOGY)
     if spec.min_success is not None:

@@ -12,14 +12,17 @@ from typing import Any
 
 from aisched.model.cluster import TopologyLevel
 from aisched.model.job import (
+    ContainerSpec,
     Dependency,
     DependencyCondition,
     Job,
     JobKind,
+    NetworkMode,
     RestartPolicy,
     TaskGroup,
     TopologyMode,
     TopologyRequirement,
+    Volume,
 )
 from aisched.model.resources import Resources
 from aisched.model.service import ScaleMetric, ServiceSpec
@@ -98,6 +101,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
                 "command": list(g.command),
                 "env": [[k, v] for k, v in g.env],
                 "workdir": g.workdir,
+                **({} if g.container is None else {"container": _container_to_dict(g.container)}),
             }
             for g in job.groups
         ],
@@ -153,12 +157,36 @@ def job_from_dict(d: dict[str, Any]) -> Job:
                     command=tuple(str(c) for c in g["command"]),
                     env=tuple((str(k), str(v)) for k, v in g["env"]),
                     workdir=g["workdir"],
+                    # Rows written before container images existed have no key.
+                    container=None
+                    if g.get("container") is None
+                    else _container_from_dict(g["container"]),
                 )
                 for g in d["groups"]
             ),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise CodecError(f"stored job {d.get('id')!r} cannot be read: {e!r}") from None
+
+
+def _container_to_dict(c: ContainerSpec) -> dict[str, Any]:
+    return {
+        "image": c.image,
+        "network": c.network.value,
+        "bandwidth_bit_s": c.bandwidth_bit_s,
+        "shm_mib": c.shm_mib,
+        "volumes": [[v.host_path, v.container_path, v.read_only] for v in c.volumes],
+    }
+
+
+def _container_from_dict(d: dict[str, Any]) -> ContainerSpec:
+    return ContainerSpec(
+        image=str(d["image"]),
+        network=NetworkMode(d["network"]),
+        bandwidth_bit_s=None if d["bandwidth_bit_s"] is None else int(d["bandwidth_bit_s"]),
+        shm_mib=None if d["shm_mib"] is None else int(d["shm_mib"]),
+        volumes=tuple(Volume(str(h), str(c), bool(ro)) for h, c, ro in d["volumes"]),
+    )
 
 
 def _service_to_dict(s: ServiceSpec) -> dict[str, Any]:

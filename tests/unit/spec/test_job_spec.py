@@ -19,12 +19,15 @@ from hypothesis import strategies as st
 from aisched.executors.base import TaskPlace, contract_env
 from aisched.model.cluster import TopologyLevel
 from aisched.model.job import (
+    ContainerSpec,
     Job,
     JobKind,
+    NetworkMode,
     RestartPolicy,
     TaskGroup,
     TopologyMode,
     TopologyRequirement,
+    Volume,
 )
 from aisched.model.resources import Resources
 from aisched.spec import (
@@ -55,6 +58,7 @@ def group(
     gpu_mem: int = 0,
     env: tuple[tuple[str, str], ...] = (),
     workdir: str | None = None,
+    container: ContainerSpec | None = None,
 ) -> TaskGroup:
     return TaskGroup(
         name=name,
@@ -65,6 +69,7 @@ def group(
         command=command,
         env=env,
         workdir=workdir,
+        container=container,
     )
 
 
@@ -480,9 +485,7 @@ def task(name: str | None = "w", replicas: int | None = None, **container: Any) 
 
 
 C0 = "spec.tasks.0.template.spec.containers.0"
-IMAGE = (
-    f"v.yaml: {C0}.image: ignored: aisched runs the command on the host, not in a container image"
-)
+BUSYBOX = ContainerSpec("busybox")
 
 
 def vjob(*groups: TaskGroup, **over: Any) -> Job:
@@ -491,7 +494,7 @@ def vjob(*groups: TaskGroup, **over: Any) -> Job:
 
 
 VOLCANO_VALID = [
-    Valid("the least", vc(), vjob(), (IMAGE,)),
+    Valid("the least", vc(), vjob(group("w", container=BUSYBOX))),
     Valid(
         "no image, no name, no replicas: Volcano's defaults",
         vc({"template": {"spec": {"containers": [{"command": ["python", "x.py"]}]}}}),
@@ -522,9 +525,9 @@ VOLCANO_VALID = [
                 gpu=1,
                 env=(("A", "1"), ("EMPTY", "")),
                 workdir="/work",
+                container=BUSYBOX,
             )
         ),
-        (IMAGE,),
     ),
     Valid(
         "job fields",
@@ -543,7 +546,7 @@ VOLCANO_VALID = [
             plugins={"pytorch": ["--port=23456"]},
         ),
         vjob(
-            group("w"),
+            group("w", container=BUSYBOX),
             group("ps"),
             kind=JobKind.TRAIN,
             queue="team-a",
@@ -554,7 +557,6 @@ VOLCANO_VALID = [
             estimate_s=5400.0,
             grace_period_s=45.0,  # the largest grace period
         ),
-        (IMAGE,),
     ),
     Valid(
         "minAvailable 0 means all tasks",
@@ -604,17 +606,14 @@ VOLCANO_VALID = [
             ttlSecondsAfterFinished=60,
             schedulerName="volcano",
         ),
-        vjob(),
+        vjob(group("w", container=BUSYBOX)),
         (
-            IMAGE,
-            f"v.yaml: {C0}.volumeMounts: ignored: aisched mounts nothing; the task sees the "
-            "host's files",
             f"v.yaml: {C0}.resources.limits.example.com/fpga: ignored: aisched does not manage "
             "example.com/fpga",
             f"v.yaml: {C0}.resources.requests.amd.com/gpu: ignored: aisched does not manage "
             "amd.com/gpu",
-            "v.yaml: spec.tasks.0.template.spec.volumes: ignored: aisched mounts nothing; the "
-            "task sees the host's files",
+            "v.yaml: spec.tasks.0.template.spec.volumes.0: ignored: aisched mounts only hostPath "
+            "volumes into a container (d: no source)",
             "v.yaml: spec.tasks.0.template.spec.initContainers: not run: aisched runs only the "
             "task's container",
             "v.yaml: spec.tasks.0.template.spec.nodeSelector: ignored: aisched does not place "
@@ -631,7 +630,7 @@ VOLCANO_VALID = [
                 "task (AISCHED_TASK_INDEX, MASTER_ADDR, WORLD_SIZE, RANK...; see docs/jobs.md)"
                 for p in ("ssh", "svc", "env")
             ),
-            "v.yaml: spec.volumes: ignored: aisched mounts nothing; the task sees the host's files",
+            "v.yaml: spec.volumes: ignored: aisched mounts only a pod's own hostPath volumes",
             "v.yaml: spec.networkTopology: ignored: use a native job file's topology "
             "(pack/spread) instead",
         ),
@@ -832,7 +831,7 @@ def test_volcano_errors(case: Invalid) -> None:
 
 # --- example files --------------------------------------------------------------------------
 
-IMAGE_AT = "ignored: aisched runs the command on the host, not in a container image"
+PYTORCH = ContainerSpec("pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime")
 EXAMPLE_JOBS = {
     "shared-infer.yaml": ParsedJob(
         job(
@@ -908,6 +907,7 @@ EXAMPLE_JOBS = {
                     gpu=1,
                     env=(("NCCL_DEBUG", "INFO"),),
                     workdir="/opt/mnist",
+                    container=PYTORCH,
                 ),
                 group(
                     "worker",
@@ -918,6 +918,7 @@ EXAMPLE_JOBS = {
                     gpu=2,
                     env=(("NCCL_DEBUG", "INFO"),),
                     workdir="/opt/mnist",
+                    container=PYTORCH,
                 ),
             ),
             name="pytorch-mnist",
@@ -928,8 +929,6 @@ EXAMPLE_JOBS = {
         ),
         "volcano",
         (
-            f"volcano-pytorch.yaml: spec.tasks.0.template.spec.containers.0.image: {IMAGE_AT}",
-            f"volcano-pytorch.yaml: spec.tasks.1.template.spec.containers.0.image: {IMAGE_AT}",
             "volcano-pytorch.yaml: spec.tasks.0.policies.0: ignored: aisched does not act on "
             "TaskCompleted -> CompleteJob",
         ),
@@ -948,6 +947,7 @@ EXAMPLE_JOBS = {
                     ),
                     cpu=2000,
                     mem=4 * GIB,
+                    container=ContainerSpec("python:3.11-slim"),
                 ),
             ),
             name="preprocess-shards",
@@ -961,7 +961,6 @@ EXAMPLE_JOBS = {
         ),
         "volcano",
         (
-            f"volcano-batch.yaml: spec.tasks.0.template.spec.containers.0.image: {IMAGE_AT}",
             "volcano-batch.yaml: spec.plugins.env: ignored: aisched sets its own environment in "
             "every task (AISCHED_TASK_INDEX, MASTER_ADDR, WORLD_SIZE, RANK...; see docs/jobs.md)",
         ),
@@ -1113,3 +1112,110 @@ def test_valid_documents_with_one_part_replaced_by_junk(data: st.DataObject) -> 
 def test_junk_text(text: str) -> None:
     with contextlib.suppress(SpecError):
         parse_job_text(text, "junk.yaml")
+
+
+# --- containers -----------------------------------------------------------------------------
+
+CONTAINER_VALID = [
+    Valid(
+        "an image on the one-task shorthand, with every container field",
+        {**CMD, "image": "localhost/trainer:1", "bandwidth": "10Mbit", "shm_size": "1G",
+         "volumes": [{"host_path": "/datasets", "path": "/data", "read_only": True},
+                     {"host_path": "/scratch"}]},
+        job(group(container=ContainerSpec(
+            "localhost/trainer:1", network=NetworkMode.BRIDGE, bandwidth_bit_s=10_000_000,
+            shm_mib=1024,
+            volumes=(Volume("/datasets", "/data", True), Volume("/scratch", "/scratch")),
+        ))),
+    ),
+    Valid(
+        "a job's image is every task's default; a task's own fields win",
+        {"image": "a:1", "network": "none", "tasks": [
+            {"name": "w", "command": ["python", "x.py"]},
+            {"name": "ps", "command": ["python", "x.py"], "image": "b:2", "network": "host"},
+        ]},
+        job(group("w", container=ContainerSpec("a:1", network=NetworkMode.NONE)),
+            group("ps", container=ContainerSpec("b:2"))),
+    ),
+    Valid("rates in tc's words", {**CMD, "image": "a", "bandwidth": "1.5Gbit"},
+          job(group(container=ContainerSpec("a", network=NetworkMode.BRIDGE,
+                                            bandwidth_bit_s=1_500_000_000)))),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CONTAINER_VALID, ids=lambda c: c.name)
+def test_container_fields(case: Valid) -> None:
+    assert parse_job_document(case.doc, "j.yaml") == ParsedJob(case.want, "native", case.warnings)
+
+
+CONTAINER_INVALID = [
+    Invalid("container fields without an image",
+            {**CMD, "network": "bridge", "shm_size": "1G", "volumes": [{"host_path": "/d"}]},
+            ["j.yaml: network: needs an image: only a container task has one",
+             "j.yaml: shm_size: needs an image: only a container task has one",
+             "j.yaml: volumes: needs an image: only a container task has one"]),
+    Invalid("shaping on the host's network", {**CMD, "image": "a", "network": "host",
+                                               "bandwidth": "1Gbit"},
+            ["j.yaml: bandwidth: needs network: bridge (traffic is shaped on the container's "
+             "own interface; network host has none)"]),
+    Invalid("a bad image, rate, path and network",
+            {**CMD, "image": "Not An Image", "bandwidth": "fast", "network": "overlay",
+             "volumes": [{"host_path": "data"}]},
+            ["j.yaml: image: 'Not An Image' is not an image reference such as python:3.11, "
+             "nvcr.io/nvidia/pytorch:24.01-py3 or localhost/mine@sha256:...",
+             "j.yaml: network: Input should be 'host', 'none' or 'bridge'",
+             "j.yaml: bandwidth: 'fast' is not a rate such as 10Mbit or 1Gbit",
+             "j.yaml: volumes.0.host_path: 'data' must be an absolute path"]),
+    Invalid("a rate too small", {**CMD, "image": "a", "bandwidth": "1kbit"},
+            ["j.yaml: bandwidth: '1kbit' is below the least shapeable rate of 8kbit"]),
+    Invalid("two volumes on one path", {**CMD, "image": "a", "volumes": [
+                {"host_path": "/a", "path": "/d"}, {"host_path": "/b", "path": "/d"}]},
+            ["j.yaml: volumes.1: mounts on /d, as volumes.0"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CONTAINER_INVALID, ids=lambda c: c.name)
+def test_container_errors(case: Invalid) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_job_document(case.doc, "j.yaml")
+    assert list(info.value.problems) == case.want
+
+
+def test_a_volcano_pod_with_hostpath_volumes_and_the_bandwidth_annotation() -> None:
+    doc = vc(task(
+        volumeMounts=[{"name": "data", "mountPath": "/data", "readOnly": True},
+                      {"name": "cache", "mountPath": "/cache"}],
+        pod={"volumes": [{"name": "data", "hostPath": {"path": "/srv/data"}},
+                         {"name": "cache", "emptyDir": {}}]},
+    ))  # fmt: skip
+    doc["spec"]["tasks"][0]["template"]["metadata"] = {
+        "annotations": {
+            "kubernetes.io/egress-bandwidth": "10M",
+            "kubernetes.io/ingress-bandwidth": "10M",
+        }
+    }
+    spec = ContainerSpec(
+        "busybox",
+        network=NetworkMode.BRIDGE,
+        bandwidth_bit_s=10_000_000,
+        volumes=(Volume("/srv/data", "/data", True),),
+    )
+    assert parse_job_document(doc, "v.yaml") == ParsedJob(
+        vjob(group("w", container=spec)),
+        "volcano",
+        (
+            "v.yaml: spec.tasks.0.template.spec.volumes.1: ignored: aisched mounts only "
+            "hostPath volumes into a container (cache: emptyDir)",
+            "v.yaml: spec.tasks.0.template.metadata.annotations.kubernetes.io/ingress-bandwidth: "
+            "ignored: aisched shapes egress only",
+        ),
+    )
+
+
+def test_a_volcano_mount_of_an_unlisted_volume_is_an_error() -> None:
+    with pytest.raises(SpecError) as info:
+        parse_job_document(vc(task(volumeMounts=[{"name": "x", "mountPath": "/x"}])), "v.yaml")
+    assert list(info.value.problems) == [
+        f"v.yaml: {C0}.volumeMounts.0.name: no volume named 'x' in "
+        "spec.tasks.0.template.spec.volumes"
+    ]

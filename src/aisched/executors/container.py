@@ -1,0 +1,485 @@
+"""Tasks in OCI images: the engine (podman or docker) found and probed once, and the
+`create` command line of each task's container.
+
+`detect_engine` picks the engine (`container_runtime`: auto | podman | docker) and, for podman,
+the OCI runtime and the ulimits it can really apply, by creating throw-away containers from an
+empty root filesystem (nothing is pulled: the probe's command is missing on purpose, so "not
+found" means every setting before the exec was accepted). What was chosen, and why, is in
+`Engine.notes`, which the service prints at start and `aisched nodes` shows. On a host where
+crun refuses the cgroup layout or where the default open-files limit cannot be raised (no
+CAP_SYS_RESOURCE), the probe moves on to runc and to explicit `--ulimit` values.
+
+`create_args` is the whole `create` command of one task: its name and labels (so that a
+restarted scheduler can find, adopt and remove it), its limits (cpuset and quota, memory, pids,
+/dev/shm), its network, its GPUs, its mounts (the working and checkpoint directories at the
+same paths, hostPath volumes), the user it runs as, and the hardening every untrusted image
+gets (`--cap-drop all`, `no-new-privileges`). The supervisor runs it and then `start --attach`
+(see `supervisor.py`); nothing here starts a container.
+
+Never stores registry credentials: an image that needs them must be pulled beforehand by the
+node's operator (`podman login` belongs to the engine's own configuration).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import resource
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from aisched.model.job import ContainerSpec, NetworkMode
+
+ENGINES = ("podman", "docker")
+OCI_RUNTIMES = ("crun", "runc")
+PULL_POLICIES = ("missing", "never", "always")
+LABEL = "io.aisched"
+# Processes one container may hold, unless the service is configured otherwise.
+DEFAULT_PIDS_LIMIT = 4096
+# Docker and podman both give a container 64 MiB of /dev/shm by default.
+DEFAULT_SHM_MIB = 64
+PROBE_TIMEOUT_S = 30.0
+CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
+_PROBE_COMMAND = "/aisched-probe-not-here"
+
+
+class EngineError(RuntimeError):
+    """No usable container engine; the message says what is missing and how to get it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    """A probed container engine. `runtime` None: the engine's default; `ulimits` are passed
+    to every container (`nofile=S:H` ...); `gpu_cdi` whether NVIDIA GPUs are named through a
+    CDI spec (`nvidia.com/gpu=IDX`) rather than `NVIDIA_VISIBLE_DEVICES`."""
+
+    name: str
+    binary: str
+    runtime: str | None = None
+    ulimits: tuple[str, ...] = ()
+    cgroup_version: str = "v2"
+    rootless: bool = False
+    gpu_cdi: bool = False
+    pull: str = "missing"
+    pids_limit: int = DEFAULT_PIDS_LIMIT
+    bridge_gateway: str | None = None
+    notes: tuple[str, ...] = ()
+
+
+Runner = Any  # subprocess.run's signature; a parameter so detection can be driven by a test
+
+
+def _run(
+    argv: Sequence[str], timeout_s: float = PROBE_TIMEOUT_S
+) -> subprocess.CompletedProcess[str]:
+    """The engine's answer; one that cannot be started or does not answer in time reads as a
+    failure (exit 125) with the reason as its stderr, so no caller dies of a stuck engine."""
+    try:
+        return subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        why = f"no answer in {timeout_s:g}s" if isinstance(e, subprocess.TimeoutExpired) else e
+        return subprocess.CompletedProcess(list(argv), 125, "", f"{argv[0]}: {why}")
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+def _own_ulimits() -> tuple[str, ...]:
+    """The open-files and processes limits this process has: a container may have up to them
+    without CAP_SYS_RESOURCE (the engines' defaults ask for more, which fails without it).
+    Processes are capped at the kernel's pid_max, as podman caps its own limit."""
+    pid_max = 1 << 22
+    with contextlib.suppress(OSError, ValueError), open("/proc/sys/kernel/pid_max") as f:
+        pid_max = int(f.read())
+    out = []
+    for name, which, cap in (
+        ("nofile", resource.RLIMIT_NOFILE, 1 << 20),
+        ("nproc", resource.RLIMIT_NPROC, pid_max),
+    ):
+        _, hard = resource.getrlimit(which)
+        n = cap if hard == resource.RLIM_INFINITY else min(hard, cap)
+        out.append(f"{name}={n}:{n}")
+    return tuple(out)
+
+
+def _cdi_has_nvidia() -> bool:
+    for d in CDI_DIRS:
+        with contextlib.suppress(OSError):
+            for name in os.listdir(d):
+                if not name.endswith((".yaml", ".yml", ".json")):
+                    continue
+                with open(os.path.join(d, name), encoding="utf-8", errors="replace") as f:
+                    if "nvidia.com/gpu" in f.read():
+                        return True
+    return False
+
+
+def detect_engine(
+    wanted: str = "auto",
+    oci_runtime: str = "auto",
+    *,
+    pull: str = "missing",
+    pids_limit: int = DEFAULT_PIDS_LIMIT,
+) -> Engine:
+    """The engine to run container tasks with (see the module docstring). Raises EngineError
+    when the one asked for (or, for auto, any) is missing or cannot start a container."""
+    if wanted == "none":
+        raise EngineError("container tasks are off on this node (container_runtime: none)")
+    if wanted not in ("auto", *ENGINES):
+        raise EngineError(f"container_runtime: {wanted!r} is not one of auto, podman, docker")
+    if pull not in PULL_POLICIES:
+        raise EngineError(f"image_pull: {pull!r} is not one of {', '.join(PULL_POLICIES)}")
+    names = ENGINES if wanted == "auto" else (wanted,)
+    found = [(n, p) for n in names if (p := shutil.which(n)) is not None]
+    if not found:
+        raise EngineError(
+            f"no container engine: {' or '.join(names)} is not installed "
+            "(e.g. apt-get install podman runc)"
+        )
+    name, binary = found[0]
+    if name == "docker":
+        return _docker(binary, oci_runtime, pull, pids_limit)
+    return _podman(binary, oci_runtime, pull, pids_limit)
+
+
+def _podman(binary: str, oci_runtime: str, pull: str, pids_limit: int) -> Engine:
+    info = _run(
+        [
+            binary,
+            "info",
+            "--format",
+            "{{.Host.CgroupsVersion}} {{.Host.OCIRuntime.Name}} {{.Host.Security.Rootless}}",
+        ]
+    )
+    if info.returncode != 0:
+        raise EngineError(f"podman does not work here: {_last_line(info.stderr)}")
+    words = info.stdout.split()
+    cgroup_version, default_runtime, rootless = (words + ["", "", ""])[:3]
+    notes = [
+        f"container engine: podman ({binary}), cgroup {cgroup_version or 'unknown'}"
+        + (", rootless" if rootless == "true" else ", rootful")
+    ]
+    if oci_runtime != "auto":
+        candidates = [oci_runtime]
+    else:
+        candidates = [r for r in dict.fromkeys([default_runtime, *OCI_RUNTIMES]) if r]
+    ulimit_sets = [(), _own_ulimits(), ("nofile=1024:1024", "nproc=4096:4096")]
+    refusals: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="aisched-probe-") as rootfs:
+        for rt in candidates:
+            for ulimits in ulimit_sets:
+                ok, why = _probe(binary, rt, ulimits, rootfs)
+                if ok:
+                    if refusals:
+                        notes.append("probe: " + "; ".join(refusals))
+                    notes.append(
+                        f"OCI runtime {rt}"
+                        + (" (the engine's default)" if rt == default_runtime else "")
+                        + "; ulimits "
+                        + (" ".join(ulimits) if ulimits else "the engine's defaults")
+                    )
+                    if rootless == "true" and cgroup_version == "v1":
+                        notes.append(
+                            "rootless on cgroup v1: the engine cannot apply memory, CPU or "
+                            "pids limits to containers"
+                        )
+                    gpu_cdi = _cdi_has_nvidia()
+                    notes.append(
+                        "GPUs as CDI devices (nvidia.com/gpu=IDX)"
+                        if gpu_cdi
+                        else "GPUs through NVIDIA_VISIBLE_DEVICES (no NVIDIA CDI spec found)"
+                    )
+                    return Engine(
+                        name="podman",
+                        binary=binary,
+                        runtime=rt,
+                        ulimits=ulimits,
+                        cgroup_version=cgroup_version or "v2",
+                        rootless=rootless == "true",
+                        gpu_cdi=gpu_cdi,
+                        pull=pull,
+                        pids_limit=pids_limit,
+                        bridge_gateway=_bridge_gateway(binary),
+                        notes=tuple(notes),
+                    )
+                refusals.append(
+                    f"{rt} with {' '.join(ulimits) or 'default ulimits'} refused: {why}"
+                )
+                if "rlimit" not in why:
+                    break  # the runtime itself fails: other ulimits will not help
+    raise EngineError("podman cannot start a container here: " + "; ".join(refusals))
+
+
+def _probe(binary: str, runtime: str, ulimits: Sequence[str], rootfs: str) -> tuple[bool, str]:
+    argv = [
+        binary,
+        "run",
+        "--rm",
+        "--runtime",
+        runtime,
+        "--network",
+        "none",
+        "--log-driver",
+        "none",
+    ]
+    for u in ulimits:
+        argv += ["--ulimit", u]
+    # --rootfs is a switch: the first word after the options is the root filesystem.
+    r = _run([*argv, "--rootfs", rootfs, _PROBE_COMMAND])
+    # 127: the runtime set everything up and only the (missing) command failed.
+    if r.returncode == 127:
+        return True, ""
+    why = _last_line(r.stderr) or f"exit code {r.returncode}"
+    # runc's own chain of prefixes says nothing the last part does not.
+    return False, why.rsplit("error during container init: ", 1)[-1].removeprefix("Error: ")
+
+
+def _bridge_gateway(binary: str) -> str | None:
+    """The default bridge's gateway: the host's address as containers on the bridge see it."""
+    r = _run(
+        [
+            binary,
+            "network",
+            "inspect",
+            "podman",
+            "--format",
+            "{{range .Subnets}}{{.Gateway}} {{end}}",
+        ]
+    )
+    words = r.stdout.split() if r.returncode == 0 else []
+    return words[0] if words else None
+
+
+def _docker(binary: str, oci_runtime: str, pull: str, pids_limit: int) -> Engine:
+    info = _run([binary, "info", "--format", "{{.CgroupVersion}} {{.DefaultRuntime}}"])
+    if info.returncode != 0:
+        raise EngineError(f"docker does not work here: {_last_line(info.stderr)}")
+    words = (info.stdout.split() + ["", ""])[:2]
+    runtime = None if oci_runtime == "auto" else oci_runtime
+    notes = (
+        f"container engine: docker ({binary}), cgroup v{words[0] or '?'}; OCI runtime "
+        f"{runtime or words[1] or 'the default'}",
+        "GPUs through NVIDIA_VISIBLE_DEVICES (docker: the nvidia runtime)",
+    )
+    return Engine(
+        name="docker",
+        binary=binary,
+        runtime=runtime,
+        cgroup_version=f"v{words[0]}" if words[0] else "v2",
+        pull=pull,
+        pids_limit=pids_limit,
+        bridge_gateway="172.17.0.1",
+        notes=notes,
+    )
+
+
+# --- one task's container -------------------------------------------------------------------
+
+
+def container_name(instance: str, job_id: str, attempt: int, task: str) -> str:
+    """Unique per scheduler instance (its data directory) and task attempt."""
+    safe = "".join(c if c.isalnum() or c in "_.-" else "_" for c in f"{job_id}.{attempt}.{task}")
+    return f"aisched-{instance}-{safe}"[:250]
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerTask:
+    """What the executor knows of one task when it builds its container."""
+
+    instance: str
+    job_id: str
+    attempt: int
+    task: str
+    command: tuple[str, ...]
+    env: Mapping[str, str]
+    workdir: str | None
+    cores: tuple[int, ...]
+    milli_cpu: int
+    mem_limit_mib: int
+    gpus: tuple[int, ...]
+    checkpoint_dir: str | None
+    env_file: str
+    user: Mapping[str, Any] | None = None
+
+
+def task_env(spec: ContainerSpec, t: ContainerTask, engine: Engine) -> dict[str, str]:
+    """The task's environment inside the container: the contract as on the host, with the
+    GPUs renumbered as the container sees them (only its own, from 0), the master address
+    reachable from a bridge, and HOME/USER/LOGNAME those of the user it runs as."""
+    env = dict(t.env)
+    if t.gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(t.gpus)))
+        if not engine.gpu_cdi:
+            env["NVIDIA_VISIBLE_DEVICES"] = ",".join(str(g) for g in t.gpus)
+    elif "CUDA_VISIBLE_DEVICES" in env:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        env["NVIDIA_VISIBLE_DEVICES"] = "void"
+    if spec.network == NetworkMode.BRIDGE and engine.bridge_gateway is not None:
+        addr = env.get("MASTER_ADDR", "")
+        if addr.startswith("127.") or addr in ("localhost", "::1", ""):
+            # The host's loopback is not the container's: rank 0 publishes MASTER_PORT on the
+            # host, and the gang reaches it through the bridge's gateway.
+            env["MASTER_ADDR"] = engine.bridge_gateway
+    if t.user is not None:
+        env["HOME"] = str(t.user.get("home") or "/")
+        env["USER"] = env["LOGNAME"] = str(t.user["name"])
+    return env
+
+
+def create_args(
+    spec: ContainerSpec,
+    t: ContainerTask,
+    engine: Engine,
+    inline_env: Sequence[tuple[str, str]] = (),
+) -> list[str]:
+    """The `create` command of the task's container (see the module docstring). Its
+    environment is read from `t.env_file`, but for `inline_env` (what a file cannot hold)."""
+    name = container_name(t.instance, t.job_id, t.attempt, t.task)
+    a = [engine.binary, "create", "--name", name]
+    for key, value in (
+        ("instance", t.instance),
+        ("job", t.job_id),
+        ("attempt", str(t.attempt)),
+        ("task", t.task),
+    ):
+        a += ["--label", f"{LABEL}.{key}={value}"]
+    if engine.runtime:
+        a += ["--runtime", engine.runtime]
+    for u in engine.ulimits:
+        a += ["--ulimit", u]
+    a += ["--pull", engine.pull]
+    # The supervisor copies the attached output into the task's log; no second copy.
+    a += ["--log-driver", "none"]
+    # 1. Untrusted image: no capabilities, no privilege gained through setuid binaries.
+    a += ["--cap-drop", "all", "--security-opt", "no-new-privileges"]
+    if t.user is not None:
+        a += ["--user", f"{int(t.user['uid'])}:{int(t.user['gid'])}"]
+        for g in t.user.get("groups") or ():
+            if int(g) != int(t.user["gid"]):
+                a += ["--group-add", str(int(g))]
+    # 2. Limits.
+    if t.milli_cpu > 0:
+        a += ["--cpus", f"{t.milli_cpu / 1000:g}"]
+    if t.cores:
+        a += ["--cpuset-cpus", ",".join(str(c) for c in t.cores)]
+    if t.mem_limit_mib > 0:
+        # Swap counted in: over the limit is an OOM kill, not a crawl through swap.
+        a += ["--memory", f"{t.mem_limit_mib}m", "--memory-swap", f"{t.mem_limit_mib}m"]
+    if engine.pids_limit > 0:
+        a += ["--pids-limit", str(engine.pids_limit)]
+    a += ["--shm-size", f"{spec.shm_mib or DEFAULT_SHM_MIB}m"]
+    # 3. Network: rank 0 of a bridged gang publishes its master port.
+    a += ["--network", spec.network.value]
+    env = task_env(spec, t, engine)
+    if spec.network == NetworkMode.BRIDGE and env.get("RANK") == "0" and env.get("MASTER_PORT"):
+        a += ["--publish", f"{env['MASTER_PORT']}:{env['MASTER_PORT']}"]
+    # 4. GPUs.
+    if t.gpus and engine.gpu_cdi:
+        for g in t.gpus:
+            a += ["--device", f"nvidia.com/gpu={g}"]
+    # 5. Mounts: the working and checkpoint directories where the task expects them.
+    mounted: set[str] = set()
+    for v in spec.volumes:
+        a += ["--volume", f"{v.host_path}:{v.container_path}" + (":ro" if v.read_only else "")]
+        mounted.add(v.container_path)
+    # The checkpoint directory is made before the container (supervisor.Container.prepare);
+    # the working directory is mounted when it exists (else the image's own is used).
+    for d, must in ((t.workdir, False), (t.checkpoint_dir, True)):
+        if d and d not in mounted and (must or os.path.isdir(d)):
+            a += ["--volume", f"{d}:{d}"]
+            mounted.add(d)
+    if t.workdir:
+        a += ["--workdir", t.workdir]
+    a += ["--env-file", t.env_file]
+    for name, value in inline_env:
+        a += ["--env", f"{name}={value}"]
+    # 6. The command replaces the image's entrypoint, as a pod's `command` does.
+    a += ["--entrypoint", "", spec.image, *t.command]
+    return a
+
+
+def env_file_lines(env: Mapping[str, str]) -> tuple[str, list[tuple[str, str]]]:
+    """The env file's text, and the variables it cannot hold (a newline in the value) to be
+    passed as `--env` instead."""
+    lines, rest = [], []
+    for k, v in env.items():
+        if "\n" in v or "\r" in v:
+            rest.append((k, v))
+        else:
+            lines.append(f"{k}={v}")
+    return "".join(f"{ln}\n" for ln in lines), rest
+
+
+def start_args(engine: Engine, name: str) -> list[str]:
+    return [
+        engine.binary,
+        "start",
+        "--attach",
+        *(["--sig-proxy=false"] if engine.name == "podman" else []),
+        name,
+    ]
+
+
+def user_may_read(user: str, path: str) -> bool:
+    """Whether the local user `user` could read (and enter, for a directory) `path` with its
+    own uid and groups: a hostPath volume is mounted with the engine's privileges, so a user's
+    job must not mount what that user could not open. Unknown users may read nothing."""
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        return False
+    if pw.pw_uid == 0:
+        return True
+    groups = set(os.getgrouplist(user, pw.pw_gid))
+    want = 0o5 if os.path.isdir(path) else 0o4
+    # Every directory on the way must be searchable, and the path itself readable.
+    parts = os.path.abspath(path).split("/")
+    for i in range(1, len(parts) + 1):
+        p = "/".join(parts[:i]) or "/"
+        try:
+            st = os.stat(p)
+        except OSError:
+            return False
+        need = want if i == len(parts) else 0o1
+        if st.st_uid == pw.pw_uid:
+            bits = (st.st_mode >> 6) & 0o7
+        elif st.st_gid in groups:
+            bits = (st.st_mode >> 3) & 0o7
+        else:
+            bits = st.st_mode & 0o7
+        if bits & need != need:
+            return False
+    return True
+
+
+def list_containers(engine: Engine, instance: str) -> list[tuple[str, str, int, str]]:
+    """(name, job, attempt, task) of every container of this scheduler instance, any state,
+    read from the names (`container_name`), which both engines list alike."""
+    r = _run(
+        [engine.binary, "ps", "--all", "--filter", f"label={LABEL}.instance={instance}",
+         "--format", "{{.Names}}"]
+    )  # fmt: skip
+    prefix = f"aisched-{instance}-"
+    out = []
+    for name in r.stdout.split() if r.returncode == 0 else ():
+        job, _, rest = name.removeprefix(prefix).partition(".")
+        attempt, _, task = rest.partition(".")
+        if name.startswith(prefix) and job and attempt.isdigit() and task:
+            out.append((name, job, int(attempt), task))
+    return out
+
+
+def remove_container(binary: str, name: str) -> None:
+    """Kills and removes a container at once; one that is already gone is fine. (Podman's
+    `rm --force` would first wait out the image's stop timeout; docker's kills at once.)"""
+    at_once = ["--time", "0"] if os.path.basename(binary) == "podman" else []
+    _run([binary, "rm", "--force", *at_once, name])

@@ -1,0 +1,88 @@
+"""A container job of a real local user runs as that user (uid, groups, home, its checkpoint
+directory its own), and may not mount a host path that user cannot read.
+
+Needs the run-as-user machinery and its test helpers (`users.py`: real accounts made with
+useradd, the CLI run through setpriv); skipped with the reason where they are absent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from container_image import build_test_image, missing_tools
+from harness import Service, local_service
+
+users = pytest.importorskip("users", reason="needs tests/e2e/users.py (run-as-user helpers)")
+
+pytestmark = [
+    pytest.mark.skipif(
+        (why := missing_tools()) is not None or os.geteuid() != 0,
+        reason=why or "the container tests run rootful podman (CI runs as root)",
+    ),
+    pytest.mark.usefixtures("local_users"),
+]
+
+STAT = "import os, sys; st = os.stat(sys.argv[1]); print(st.st_uid, oct(st.st_mode & 0o777))"
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Service]:
+    tmp_path.chmod(0o755)  # the users' jobs run in their homes
+    with local_service(tmp_path) as svc:
+        yield svc
+
+
+def as_user(svc: Service, user: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    proc: subprocess.CompletedProcess[str] = user.aisched(
+        *args, env={"AISCHED_SERVER": f"unix:{svc.socket}"}
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_a_users_container_runs_as_the_user(service: Service, local_users: Any) -> None:
+    image = build_test_image()
+    alice = local_users["alice"]
+    script = (
+        'id -u; id -G; echo "$HOME $USER"; touch "$AISCHED_CHECKPOINT_DIR/saved"; '
+        f'python3 -c "{STAT}" "$AISCHED_CHECKPOINT_DIR"'
+    )
+    proc = as_user(service, alice, "run", "--json", "--image", image, "--", "sh", "-c", script)
+    jid = str(json.loads(proc.stdout)["id"])
+    service.wait_state(jid, "succeeded", timeout_s=60)
+    team = subprocess.run(["getent", "group", users.GROUP], capture_output=True, text=True)
+    team_gid = int(team.stdout.split(":")[2])
+    out = as_user(service, alice, "logs", jid).stdout.splitlines()
+    assert out[0] == str(alice.uid)
+    assert sorted(int(g) for g in out[1].split()) == sorted({alice.gid, team_gid})
+    assert out[2:] == [f"{alice.home} {alice.name}", f"{alice.uid} 0o700"]
+    assert (Path(service.job(jid)["checkpoint_dir"]) / "saved").owner() == alice.name
+
+
+def test_a_users_job_may_not_mount_what_the_user_cannot_read(
+    service: Service, local_users: Any
+) -> None:
+    image = build_test_image()
+    alice = local_users["alice"]
+    secret = Path(tempfile.mkdtemp())  # root's, 0700
+    try:
+        (alice.home / "mount.yaml").write_text(
+            f"image: {image}\ncommand: 'ls /s'\nrestart: {{policy: never}}\n"
+            f"volumes: [{{host_path: {secret}, path: /s}}]\n"
+        )
+        proc = as_user(service, alice, "submit", "--json", str(alice.home / "mount.yaml"))
+        jid = str(json.loads(proc.stdout)["id"])
+        job = service.wait_state(jid, "failed", timeout_s=60)
+        assert job["message"] == (
+            f"task main-0 could not start: task {jid}/1/main-0: volumes.0: user {alice.name} "
+            f"may not read {secret}, so its job may not mount it; restart policy is never"
+        )
+    finally:
+        secret.rmdir()

@@ -1,0 +1,228 @@
+"""The container command line, whole: what each task's `create` says, for CPUs, GPUs (CDI and
+NVIDIA_VISIBLE_DEVICES, which no machine here can run), users, networks and mounts; and the
+hostPath access check. Nothing here starts a container (tests/e2e/test_containers.py does)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from aisched.executors.container import (
+    ContainerTask,
+    Engine,
+    EngineError,
+    create_args,
+    detect_engine,
+    env_file_lines,
+    start_args,
+    task_env,
+    user_may_read,
+)
+from aisched.model.job import ContainerSpec, NetworkMode, Volume
+
+ENGINE = Engine(
+    name="podman",
+    binary="/usr/bin/podman",
+    runtime="runc",
+    ulimits=("nofile=20000:20000", "nproc=32768:32768"),
+    cgroup_version="v1",
+    bridge_gateway="10.88.0.1",
+)
+CONTRACT = {
+    "PATH": "/usr/bin:/bin",
+    "HOME": "/root",
+    "RANK": "0",
+    "WORLD_SIZE": "2",
+    "MASTER_ADDR": "127.0.0.1",
+    "MASTER_PORT": "29500",
+    "CUDA_VISIBLE_DEVICES": "2,3",
+}
+NOBODY = {"name": "nobody", "uid": 65534, "gid": 65534, "groups": [65534, 100], "home": "/home/n"}
+
+
+@pytest.fixture
+def dirs() -> Iterator[tuple[str, str]]:
+    with tempfile.TemporaryDirectory() as work, tempfile.TemporaryDirectory() as ckpt:
+        yield work, ckpt
+
+
+def task(
+    work: str,
+    ckpt: str,
+    *,
+    gpus: tuple[int, ...] = (2, 3),
+    user: dict[str, object] | None = None,
+) -> ContainerTask:
+    return ContainerTask(
+        instance="abc",
+        job_id="7",
+        attempt=2,
+        task="worker-0",
+        command=("python", "train.py"),
+        env=CONTRACT,
+        workdir=work,
+        cores=(0, 1),
+        milli_cpu=1500,
+        mem_limit_mib=2048,
+        gpus=gpus,
+        checkpoint_dir=ckpt,
+        env_file="/state/7/2/worker-0/container.env",
+        user=user,
+    )
+
+
+def test_the_whole_create_command_of_a_bridged_gpu_task_run_as_a_user(
+    dirs: tuple[str, str],
+) -> None:
+    work, ckpt = dirs
+    spec = ContainerSpec(
+        "nvcr.io/nvidia/pytorch:24.01-py3",
+        network=NetworkMode.BRIDGE,
+        bandwidth_bit_s=10**9,
+        shm_mib=1024,
+        volumes=(Volume("/datasets", "/data", read_only=True),),
+    )
+    cdi = _with(ENGINE, gpu_cdi=True)
+    assert create_args(spec, task(work, ckpt, user=NOBODY), cdi) == [
+        "/usr/bin/podman", "create", "--name", "aisched-abc-7.2.worker-0",
+        "--label", "io.aisched.instance=abc", "--label", "io.aisched.job=7",
+        "--label", "io.aisched.attempt=2", "--label", "io.aisched.task=worker-0",
+        "--runtime", "runc",
+        "--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768",
+        "--pull", "missing", "--log-driver", "none",
+        "--cap-drop", "all", "--security-opt", "no-new-privileges",
+        "--user", "65534:65534", "--group-add", "100",
+        "--cpus", "1.5", "--cpuset-cpus", "0,1",
+        "--memory", "2048m", "--memory-swap", "2048m",
+        "--pids-limit", "4096", "--shm-size", "1024m",
+        "--network", "bridge", "--publish", "29500:29500",
+        "--device", "nvidia.com/gpu=2", "--device", "nvidia.com/gpu=3",
+        "--volume", "/datasets:/data:ro",
+        "--volume", f"{work}:{work}", "--volume", f"{ckpt}:{ckpt}",
+        "--workdir", work,
+        "--env-file", "/state/7/2/worker-0/container.env",
+        "--entrypoint", "", "nvcr.io/nvidia/pytorch:24.01-py3", "python", "train.py",
+    ]  # fmt: skip
+
+
+def _with(engine: Engine, *, gpu_cdi: bool) -> Engine:
+    return replace(engine, gpu_cdi=gpu_cdi)
+
+
+def test_gpus_under_cdi_are_renumbered_from_0_inside(dirs: tuple[str, str]) -> None:
+    env = task_env(ContainerSpec("img"), task(*dirs), _with(ENGINE, gpu_cdi=True))
+    assert (env["CUDA_VISIBLE_DEVICES"], "NVIDIA_VISIBLE_DEVICES" in env) == ("0,1", False)
+
+
+def test_gpus_without_cdi_go_through_nvidia_visible_devices(dirs: tuple[str, str]) -> None:
+    spec = ContainerSpec("img")
+    args = create_args(spec, task(*dirs), ENGINE)
+    env = task_env(spec, task(*dirs), ENGINE)
+    assert [a for a in args if a.startswith("nvidia.com/gpu")] == []
+    assert (env["CUDA_VISIBLE_DEVICES"], env["NVIDIA_VISIBLE_DEVICES"]) == ("0,1", "2,3")
+
+
+def test_a_task_without_gpus_sees_none(dirs: tuple[str, str]) -> None:
+    env = task_env(ContainerSpec("img"), task(*dirs, gpus=()), ENGINE)
+    assert (env["CUDA_VISIBLE_DEVICES"], env["NVIDIA_VISIBLE_DEVICES"]) == ("", "void")
+
+
+def test_the_master_is_reached_through_the_bridge_gateway_and_host_network_is_left_alone(
+    dirs: tuple[str, str],
+) -> None:
+    bridged = task_env(ContainerSpec("img", network=NetworkMode.BRIDGE), task(*dirs), ENGINE)
+    host = task_env(ContainerSpec("img"), task(*dirs), ENGINE)
+    assert (bridged["MASTER_ADDR"], host["MASTER_ADDR"]) == ("10.88.0.1", "127.0.0.1")
+
+
+def test_a_user_gets_its_own_home_and_names(dirs: tuple[str, str]) -> None:
+    env = task_env(ContainerSpec("img"), task(*dirs, user=NOBODY), ENGINE)
+    assert (env["HOME"], env["USER"], env["LOGNAME"]) == ("/home/n", "nobody", "nobody")
+
+
+def test_values_an_env_file_cannot_hold_are_passed_apart() -> None:
+    assert env_file_lines({"A": "1", "B": "two\nlines", "C": ""}) == (
+        "A=1\nC=\n",
+        [("B", "two\nlines")],
+    )
+
+
+def test_start_attaches_without_proxying_signals() -> None:
+    assert start_args(ENGINE, "n") == [
+        "/usr/bin/podman",
+        "start",
+        "--attach",
+        "--sig-proxy=false",
+        "n",
+    ]
+
+
+def test_a_user_may_mount_only_what_it_could_read() -> None:
+    with tempfile.TemporaryDirectory() as top:
+        os.chmod(top, 0o755)
+        open_dir, closed_dir = Path(top) / "open", Path(top) / "closed"
+        open_dir.mkdir(mode=0o755)
+        closed_dir.mkdir(mode=0o700)
+        inside = closed_dir / "inside"
+        inside.mkdir(mode=0o755)
+        assert [
+            user_may_read("nobody", str(p)) for p in (open_dir, closed_dir, inside, "/no/such")
+        ] == [True, False, False, False]
+        assert user_may_read("root", str(closed_dir)) is True
+        assert user_may_read("no-such-user-here", str(open_dir)) is False
+
+
+def test_the_checkpoint_directory_is_mounted_before_it_exists(dirs: tuple[str, str]) -> None:
+    work, ckpt = dirs
+    later = os.path.join(ckpt, "not-yet")
+    args = create_args(
+        ContainerSpec("img"), replace(task(work, ckpt), checkpoint_dir=later), ENGINE
+    )
+    assert args[args.index(f"{later}:{later}") - 1] == "--volume"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a directory another user's needs root")
+def test_a_users_container_gets_its_checkpoint_directory_made_its_own(tmp_path: Path) -> None:
+    from aisched.executors.supervisor import Container
+
+    made, kept = tmp_path / "ckpt" / "job-1", tmp_path / "kept"
+    kept.mkdir()
+    c = Container(
+        {"binary": "podman", "name": "n", "make_dirs": [str(made), str(kept)],
+         "owner": [65534, 65534]}
+    )  # fmt: skip
+    c.make_dirs()
+    st, kst = made.stat(), kept.stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (65534, 65534, 0o700)
+    assert (kst.st_uid, kst.st_gid) == (0, 0)  # an existing one is left as it was
+
+
+def _docker_daemon() -> bool:
+    return os.path.exists("/var/run/docker.sock")
+
+
+@pytest.mark.skipif(_docker_daemon(), reason="a docker daemon runs here")
+def test_an_engine_that_cannot_run_containers_is_a_one_line_reason() -> None:
+    with pytest.raises(EngineError) as err:
+        detect_engine("docker")
+    if shutil.which("docker") is None:
+        assert str(err.value) == (
+            "no container engine: docker is not installed (e.g. apt-get install podman runc)"
+        )
+    else:  # the client without its daemon (as on the development machine)
+        assert str(err.value) == (
+            "docker does not work here: Cannot connect to the Docker daemon at "
+            "unix:///var/run/docker.sock. Is the docker daemon running?"
+        )
+
+
+def test_container_tasks_can_be_switched_off() -> None:
+    with pytest.raises(EngineError) as err:
+        detect_engine("none")
+    assert str(err.value) == "container tasks are off on this node (container_runtime: none)"
