@@ -358,6 +358,59 @@ CASES = [
         {"head": StatusCode.RESERVED, "nobound": StatusCode.WAIT_RESERVATION},
         running=[running(job("r1").task(gpu=4).build(), ("n1", (0, 1, 2, 3)), expected_end_s=900)],
     ),
+    # A reservation holds the reserved job's GPUs and the CPU and memory that go with them,
+    # not the node (the README's `aisched up --gpus 2` box: 2 cores, a 2-GPU job running).
+    Case(
+        "a CPU-only job and a CPU gang without runtime bounds run beside a GPU reservation",
+        [node("n1").gpus(2).cpus(4).mem_gib(23.5)],
+        [
+            job("waits").task(gpu=1).submitted(1),
+            job("cpu").task(cpu=1, mem_gib=10).submitted(2),
+            job("gang").task(2, cpu=0.5, mem_gib=2).submitted(3),
+        ],
+        "default",
+        [("reserve", "waits", "n1"), ("bind", "cpu", "n1:"), ("bind", "gang", "n1:", "n1:")],
+        {
+            "waits": StatusCode.RESERVED,
+            "cpu": StatusCode.PLACED,
+            "gang": StatusCode.PLACED,
+        },
+        running=[running(job("big").task(gpu=2).build(), ("n1", (0, 1)), expected_end_s=30)],
+    ),
+    Case(
+        "a job beside a reservation may not take the CPU the reserved job needs at its start",
+        [node("n1").gpus(2).cpus(2).mem_gib(23.5)],
+        [
+            job("waits").task(gpu=1, cpu=1).submitted(1),
+            job("cpu").task(cpu=1).submitted(2),
+            job("more").task(cpu=0.5).submitted(3),
+        ],
+        "default",
+        [("reserve", "waits", "n1"), ("bind", "cpu", "n1:")],
+        {
+            "waits": StatusCode.RESERVED,
+            "cpu": StatusCode.PLACED,
+            "more": StatusCode.WAIT_RESERVATION,
+        },
+        running=[running(job("big").task(gpu=2, cpu=1).build(), ("n1", (0, 1)), expected_end_s=30)],
+    ),
+    Case(
+        "a GPU job beside a reservation takes a GPU the reserved job leaves over",
+        [node("n1").gpus(4)],
+        [
+            job("waits").task(gpu=3).submitted(1),
+            job("one").task(gpu=1).submitted(2),
+            job("two").task(gpu=1).submitted(3),
+        ],
+        "fifo-backfill",
+        [("reserve", "waits", "n1"), ("bind", "one", "n1:3")],
+        {
+            "waits": StatusCode.RESERVED,
+            "one": StatusCode.PLACED,
+            "two": StatusCode.WAIT_RESERVATION,
+        },
+        running=[running(job("r").task(gpu=2).build(), ("n1", (0, 1)), expected_end_s=100)],
+    ),
 ]
 
 

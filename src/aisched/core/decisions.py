@@ -60,11 +60,14 @@ class Shrink:
 
 @dataclass(frozen=True, slots=True)
 class Reserve:
-    """Capacity held for a blocked job: these nodes, from `start_s` (None: not yet known)."""
+    """Capacity held for a blocked job: on these nodes, from `start_s` (None: not yet known),
+    the resources of `tasks` (its placement at that start; GPU indices included). Work that
+    leaves those free at the start may run beside it (backfill)."""
 
     job_id: str
     nodes: tuple[str, ...]
     start_s: float | None
+    tasks: tuple[TaskBinding, ...] = ()
 
 
 Decision = Bind | Preempt | Shrink | Reserve

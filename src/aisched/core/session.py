@@ -39,10 +39,25 @@ def usage_vector(r: Resources) -> Usage:
 
 @dataclass(slots=True)
 class Reservation:
+    """What a blocked job holds: its placement `tasks` on `nodes` from `start_s`, and the
+    `headroom`, what will be free at that start once those tasks are taken. Jobs bound beside
+    it that still run at its start are taken from the headroom too, so it stays exact."""
+
     job_id: str
     nodes: BoolArray
     start_s: float | None
+    tasks: tuple[TaskBinding, ...] = ()
+    headroom: FreeState | None = None
     outside: BoolArray | None = None  # ~nodes, made once when first asked (read-only)
+
+
+@dataclass(slots=True)
+class Guard:
+    """The free state a job sees beside some reservations (the least of now's free state and
+    their headrooms), with its own failure cache. Valid until capacity changes."""
+
+    free: FreeState
+    fail_cache: dict[object, str]
 
 
 class Session:
@@ -66,6 +81,8 @@ class Session:
         self.queue_usage: dict[str, Usage] = {}
         self.user_usage: dict[tuple[str, str], Usage] = {}
         self.reservations: list[Reservation] = []
+        # Free states beside reservations, keyed by the reservations' job ids (reservation.py).
+        self.guards: dict[tuple[str, ...], Guard] = {}
         # Jobs that allocate could not place, in scheduling order, for preempt/backfill.
         self.blocked: list[PendingJob] = []
         # Jobs admitted by enqueue, in scheduling order (before fair-share interleaving).
@@ -111,6 +128,7 @@ class Session:
     def released(self) -> None:
         """Capacity was given back: cached placement failures may now succeed."""
         self.fail_cache.clear()
+        self.guards.clear()
 
     def add_usage(self, job: Job, vec: Usage, sign: float = 1.0) -> None:
         self._add(job.queue, job.user, vec, sign)
@@ -150,6 +168,7 @@ class Session:
         """Record a placement that the statement has already applied to `free`."""
         job = pj.job
         self.decisions.append(Bind(job.id, tasks, after))
+        self.guards.clear()
         bound = pj.runtime_bound_s
         self.running[job.id] = RunningJob(
             job=job,
@@ -188,8 +207,9 @@ class Session:
 
     def reserve(self, res: Reservation) -> None:
         self.reservations.append(res)
+        self.guards.clear()
         names = tuple(self.snapshot.arrays.names[i] for i in np.flatnonzero(res.nodes).tolist())
-        self.decisions.append(Reserve(res.job_id, names, res.start_s))
+        self.decisions.append(Reserve(res.job_id, names, res.start_s, res.tasks))
 
     def dominant_share(self, usage: Usage) -> float:
         t = self.totals
