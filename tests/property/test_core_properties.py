@@ -62,6 +62,7 @@ from aisched.testing import cluster, job, node
 
 POLICIES = (
     "fifo",
+    "fifo-strict",
     "fifo-backfill",
     "priority",
     "drf",

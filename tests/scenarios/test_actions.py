@@ -318,6 +318,25 @@ CASES = [
         ],
         queues=TEAMS,
     ),
+    # --- fit-first and strict fifo ---------------------------------------------------------
+    Case(
+        "fifo is fit-first: a later job that fits starts past a blocked one",
+        [node("n1").gpus(8)],
+        [job("big").task(gpu=8).submitted(1), job("small").task(gpu=2).submitted(2)],
+        "fifo",
+        [("bind", "small", "n1:4,5")],
+        {"big": StatusCode.WAIT_RESOURCES, "small": StatusCode.PLACED},
+        running=[running(job("r").task(gpu=4).build(), ("n1", (0, 1, 2, 3)))],
+    ),
+    Case(
+        "fifo-strict stops at the first job that does not fit",
+        [node("n1").gpus(8)],
+        [job("big").task(gpu=8).submitted(1), job("small").task(gpu=2).submitted(2)],
+        "fifo-strict",
+        [],
+        {"big": StatusCode.WAIT_RESOURCES, "small": StatusCode.NOT_CONSIDERED},
+        running=[running(job("r").task(gpu=4).build(), ("n1", (0, 1, 2, 3)))],
+    ),
     # --- backfill ------------------------------------------------------------------------
     Case(
         "backfill reserves for the blocked head and fills the hole with a short job",

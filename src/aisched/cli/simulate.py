@@ -31,6 +31,7 @@ from aisched.sim.report import metrics_table, queue_table, write_json
 from aisched.sim.series import PolicySeries, compute_series
 from aisched.sim.traces import (
     Trace,
+    fit_gangs_to,
     load_openb_nodes,
     load_openb_pods,
     load_philly,
@@ -166,6 +167,9 @@ def run(args: argparse.Namespace) -> int:
         if not cluster.node_pools:
             raise CLIError("--pools-at-max: the cluster has no autoscaling pools")
         cluster = cluster.at_max()
+    # A trace that records only GPU counts was split for 8-GPU servers; on smaller nodes a job
+    # asking for more than a node has runs as a gang over several.
+    trace, split = fit_gangs_to(trace, cluster)
     if args.saturate:
         if cluster.node_pools and not args.pools_at_max:
             raise CLIError(
@@ -243,6 +247,11 @@ def run(args: argparse.Namespace) -> int:
         f"trace [bold]{trace.name}[/]: {len(trace):,} jobs; "
         f"cluster: {len(cluster.nodes):,} nodes, {gpus:,} GPUs"
     )
+    if split:
+        out.print(
+            f"{split:,} jobs ask for more GPUs than a node has: each runs as a gang over "
+            "several nodes"
+        )
     for line in describe_pools(cluster):
         out.print(line, soft_wrap=True)
     out.print(metrics_table(results))

@@ -48,8 +48,12 @@ class Policy:
     @property
     def strict_order(self) -> bool:
         """With backfill configured, allocate stops at the first job that does not fit and
-        leaves the rest to backfill, so that job's reservation is honoured."""
-        return any(a.name == "backfill" for a in self.actions)
+        leaves the rest to backfill, so that job's reservation is honoured; with a strict
+        allocate (`fifo-strict`) it stops there too and the rest wait."""
+        return any(
+            a.name == "backfill" or (a.name == "allocate" and getattr(a, "strict", False))
+            for a in self.actions
+        )
 
     @property
     def per_job_placement(self) -> bool:
@@ -82,6 +86,14 @@ _VICTIMS: list[Any] = ["lowest-priority", "least-work-lost", "newest"]
 PRESETS: dict[str, dict[str, Any]] = {
     "fifo": {
         "actions": ["enqueue", "allocate"],
+        "order": ["fifo"],
+        "score": _BASE_SCORE,
+    },
+    # First come, first served in the strict sense of Tiresias' and Helios' FIFO baseline: the
+    # first job that does not fit blocks every later one. `fifo` is fit-first: later jobs that
+    # fit start past a blocked one.
+    "fifo-strict": {
+        "actions": ["enqueue", {"name": "allocate", "strict": True}],
         "order": ["fifo"],
         "score": _BASE_SCORE,
     },

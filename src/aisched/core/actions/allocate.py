@@ -2,8 +2,9 @@
 
 The next job comes from the queue (and, with drf, the user) with the lowest weighted dominant
 share, so placements are shared out as they happen rather than by a share fixed at cycle start.
-With backfill configured (strict order) allocation stops at the first job that does not fit;
-the rest go to the later actions in order, so the blocked job's reservation can be honoured.
+With backfill configured, or `strict: true` (strict order), allocation stops at the first job
+that does not fit; the rest go to the later actions in order, so the blocked job's reservation
+can be honoured (or, without backfill, simply wait behind it).
 
 Jobs promoted by enqueue for starving come first, before any interleaving. Without backfill,
 the first `reservations` promoted jobs that do not fit (oldest first) get a reservation here,
@@ -38,6 +39,9 @@ Bucket = tuple[str, str]  # (queue, user when drf interleaves users, else "")
 @dataclass(frozen=True, slots=True)
 class Allocate:
     reservations: int = 1
+    # Stop at the first job that does not fit, even without backfill (Tiresias' and Helios'
+    # FIFO: `fifo-strict`); the default goes on to later jobs that fit (fit-first).
+    strict: bool = False
     name: str = "allocate"
 
     def __post_init__(self) -> None:
