@@ -230,14 +230,18 @@ def allowed_nodes(session: Session, pj: PendingJob) -> tuple[BoolArray | None, t
 
 
 def reserve_for(session: Session, pj: PendingJob) -> bool:
-    """Give `pj` a reservation and the RESERVED status with its start as ETA; False when no
-    placement is possible even once every running job with an expected end has ended."""
+    """Give `pj` a reservation and the RESERVED status with its start as ETA (structured, never
+    formatted into the reason); False when no placement is possible even once every running job
+    with an expected end has ended."""
     from aisched.core.status import StatusCode
 
     r = find_reservation(session, pj.job)
     if r is None:
         return False
     session.reserve(r)
-    when = "once running jobs end" if r.start_s is None else f"from t={r.start_s:g}s"
-    session.set_status(pj.id, StatusCode.RESERVED, f"nodes reserved {when}", r.start_s)
+    # The start goes out as a number (the status's ETA), on the caller's clock: the service and
+    # the CLI say it as the wall clock does, the simulator in virtual seconds. The reason only
+    # says whether one is known.
+    reason = "nodes reserved" if r.start_s is not None else "nodes reserved once running jobs end"
+    session.set_status(pj.id, StatusCode.RESERVED, reason, r.start_s)
     return True
