@@ -846,7 +846,7 @@ EXAMPLE_JOBS = {
             ),
             name="embed-service",
             kind=JobKind.INFER,
-            gpu_models=("T4", "A10"),
+            gpu_models=("A100", "A10"),
             gpu_models_preferred=("A10",),
         ),
         "native",
