@@ -73,6 +73,12 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--limit", type=int, help="replay only the first N jobs by arrival")
     p.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="leave out trace rows that cannot be used (a 0-GPU job in a GPU trace, a "
+        "fractional or empty time in a pod list) and say how many, instead of refusing the trace",
+    )
+    p.add_argument(
         "--one-queue",
         action="store_true",
         help="put every job in one queue: a cluster-wide order instead of one fair-shared "
@@ -161,7 +167,17 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    trace, kind = load_trace(args.trace, limit=args.limit, jobs=args.jobs, seed=args.seed)
+    trace, kind = load_trace(
+        args.trace, limit=args.limit, jobs=args.jobs, seed=args.seed, skip=args.skip_invalid
+    )
+    if trace.skipped:
+        # On stderr, before any simulation: what was left out, and the first reason why.
+        Console(stderr=True, highlight=False).print(
+            f"skipped {trace.skipped:,} row{'s' if trace.skipped != 1 else ''} that cannot be "
+            "used (--skip-invalid); "
+            f"the first: {trace.first_skipped}",
+            soft_wrap=True,
+        )
     cluster = choose_cluster(args.cluster, trace, kind)
     if args.pools_at_max:
         if not cluster.node_pools:
@@ -281,16 +297,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def load_trace(name: str, *, limit: int | None, jobs: int, seed: int) -> tuple[Trace, str]:
-    """The trace and its kind (philly, openb, synthetic)."""
+def load_trace(
+    name: str, *, limit: int | None, jobs: int, seed: int, skip: bool = False
+) -> tuple[Trace, str]:
+    """The trace and its kind (philly, openb, synthetic); `skip`: leave out rows the loader
+    cannot use, counted in `Trace.skipped`."""
     if limit is not None and limit < 0:
         raise CLIError(f"--limit must be >= 0, got {limit}")
     try:
         if name == "philly":
-            return load_philly(limit=limit), "philly"
+            return load_philly(limit=limit, skip_invalid=skip), "philly"
         if name == "openb" or name.startswith("openb:"):
             variant = name.partition(":")[2] or "default"
-            return load_openb_pods(variant=variant, limit=limit), "openb"
+            return load_openb_pods(variant=variant, limit=limit, skip_invalid=skip), "openb"
         if name == "synthetic":
             if jobs < 0:
                 raise CLIError(f"--jobs must be >= 0, got {jobs}")
@@ -306,8 +325,8 @@ def load_trace(name: str, *, limit: int | None, jobs: int, seed: int) -> tuple[T
             )
         kind = _sniff(path)
         if kind == "philly":
-            return load_philly(path, limit=limit), kind
-        return load_openb_pods(path, limit=limit), kind
+            return load_philly(path, limit=limit, skip_invalid=skip), kind
+        return load_openb_pods(path, limit=limit, skip_invalid=skip), kind
     except (OSError, ValueError) as e:  # missing trace files, TraceError
         raise CLIError(str(e)) from None
 

@@ -4,7 +4,9 @@ the gang shape shared by traces that record only a GPU count.
 Invariants of a `Trace`: its jobs are sorted by `(job.submit_time_s, job.id)`, the first one
 arrives at 0, and every `TraceJob.duration_s` is positive (`inf` means "holds its resources until
 the end of the run", for traces that record no lifetime). Loaders never guess at a row they
-cannot read: they raise `TraceError` naming the file, line and column.
+cannot read: they raise `TraceError` naming the file, line and column, unless asked to skip such
+rows (`skip_invalid`), which they then count in `Trace.skipped`. Header and file problems are
+never skipped.
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ class Trace:
     jobs: tuple[TraceJob, ...]
     # A cluster that comes with the trace (openb's node list); None when the trace has none.
     cluster: Cluster | None = None
+    # Rows a loader left out because it was asked to skip what it cannot use (`skip_invalid`),
+    # and the first of their problems ("file:line: column: ..."), for the user to see.
+    skipped: int = 0
+    first_skipped: str | None = None
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -120,7 +126,7 @@ def one_queue(trace: Trace, queue: str = "default") -> Trace:
     jobs = tuple(
         TraceJob(replace(tj.job, queue=queue), tj.duration_s, tj.source) for tj in trace.jobs
     )
-    return Trace(trace.name, jobs, trace.cluster)
+    return replace(trace, jobs=jobs)
 
 
 def sort_key(tj: TraceJob) -> tuple[float, str]:
@@ -208,4 +214,4 @@ def fit_gangs_to(trace: Trace, cluster: Cluster) -> tuple[Trace, int]:
         jobs.append(tj)
     if not changed:
         return trace, 0
-    return Trace(trace.name, tuple(jobs), trace.cluster), changed
+    return replace(trace, jobs=tuple(jobs)), changed
