@@ -318,6 +318,31 @@ CASES = [
         ],
         queues=TEAMS,
     ),
+    # --- node roles ------------------------------------------------------------------------
+    Case(
+        "node roles: CPU-only work goes to the CPU node, never to the GPU node's spare CPUs",
+        [node("cpu").cpus(8).role("cpu"), node("gpu").gpus(8).role("gpu")],
+        [
+            job("front").task(cpu=6).submitted(1),
+            job("more").task(cpu=6).submitted(2),
+            job("model").task(gpu=2, cpu=4).submitted(3),
+        ],
+        "fifo",
+        [("bind", "front", "cpu:"), ("bind", "model", "gpu:0,1")],
+        {
+            "front": StatusCode.PLACED,
+            "more": StatusCode.WAIT_RESOURCES,
+            "model": StatusCode.PLACED,
+        },
+    ),
+    Case(
+        "without roles the second CPU job takes the GPU node's spare CPUs",
+        [node("cpu").cpus(8), node("gpu").gpus(8)],
+        [job("front").task(cpu=6).submitted(1), job("more").task(cpu=6).submitted(2)],
+        "fifo",
+        [("bind", "front", "cpu:"), ("bind", "more", "gpu:")],
+        {"front": StatusCode.PLACED, "more": StatusCode.PLACED},
+    ),
     # --- fit-first and strict fifo ---------------------------------------------------------
     Case(
         "fifo is fit-first: a later job that fits starts past a blocked one",

@@ -82,6 +82,8 @@ class Policy:
 # nothing unless a job names some.
 _BASE_SCORE: list[Any] = ["binpack", "topology", "gpu-preference"]
 _VICTIMS: list[Any] = ["lowest-priority", "least-work-lost", "newest"]
+# Filters of a policy that names none: node-role restricts nothing on a cluster without roles.
+DEFAULT_FILTERS: list[Any] = ["node-role"]
 
 PRESETS: dict[str, dict[str, Any]] = {
     "fifo": {
@@ -260,7 +262,7 @@ def build_policy(config: Mapping[str, Any], name: str | None = None) -> Policy:
         ),
         filters=tuple(
             registry.make("filter", e, f"filters[{i}]")
-            for i, e in enumerate(_seq(config.get("filters", []), "filters"))
+            for i, e in enumerate(_seq(config.get("filters", DEFAULT_FILTERS), "filters"))
         ),
         victims=tuple(
             registry.make("victims", e, f"victims[{i}]")

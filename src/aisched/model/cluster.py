@@ -17,6 +17,8 @@ from enum import IntEnum
 
 from aisched.model.resources import Resources
 
+NODE_ROLES = ("cpu", "gpu")
+
 
 class TopologyLevel(IntEnum):
     """Levels of the topology tree, innermost first; the order is used for comparisons."""
@@ -45,6 +47,20 @@ class Node:
     rack: str = "rack-0"
     labels: tuple[tuple[str, str], ...] = ()
     healthy: bool = True
+    # What the node is for: "cpu" (CPU-only work), "gpu" (work that asks for GPUs), or None
+    # (any). The `node-role` filter keeps CPU-only tasks off "gpu" nodes, so their CPUs and
+    # memory stay for the GPU work they serve (disaggregated inference: CPU front ends and
+    # pre/post-processing on CPU nodes, model replicas on GPU nodes).
+    role: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.role is None:
+            return
+        if self.role not in NODE_ROLES:
+            raise ValueError(f"node {self.name}: role {self.role!r}; expected cpu or gpu")
+        if (self.role == "gpu") != bool(self.gpus):
+            has = f"{len(self.gpus)} GPUs" if self.gpus else "no GPUs"
+            raise ValueError(f"node {self.name}: role {self.role} but it has {has}")
 
     @property
     def gpu_model(self) -> str | None:

@@ -42,6 +42,10 @@ class NodeBuilder:
         self._node = replace(self._node, zone=zone)
         return self
 
+    def role(self, role: str) -> NodeBuilder:
+        self._node = replace(self._node, role=role)
+        return self
+
     def unhealthy(self) -> NodeBuilder:
         self._node = replace(self._node, healthy=False)
         return self
