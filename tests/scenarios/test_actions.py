@@ -560,3 +560,18 @@ def test_hierarchical_fair_share_serves_the_emptier_parent_first() -> None:
     res = run_cycle(snap, pending, preset("fifo"), 0.0, validate=True)
     # "idle" has the lower dominant share, so its later job is placed first and takes n2.
     assert [b.job_id for b in res.binds] == ["i", "b"]
+
+
+def test_a_tiny_cpu_job_behind_thousands_of_gpu_jobs_starts_beside_the_reservation() -> None:
+    """The default preset, one 2-GPU box busy with a job of unknown length, 5,000 GPU jobs
+    waiting: the head holds a reservation, and a 0.5-core job at the back of the queue still
+    starts now (the reservation holds the head's GPU, CPU and memory, not the node)."""
+    box = node("box").gpus(2).cpus(4).mem_gib(23.5)
+    busy = running(job("busy").task(gpu=2).build(), ("box", (0, 1)))
+    gpu_jobs = [job(f"g{i:04d}").task(gpu=1).submitted(1 + i).pending() for i in range(5000)]
+    tiny = job("tiny").task(cpu=0.5, mem_gib=0.5).submitted(10_000).pending()
+    snap = snapshot_of(cluster(box), [busy])
+    result = run_cycle(snap, [*gpu_jobs, tiny], preset("default"), 0.0)
+    assert summary(result) == [("reserve", "g0000", "box"), ("bind", "tiny", "box:")]
+    assert result.diagnostics["g0000"].code == StatusCode.RESERVED
+    assert {result.diagnostics[p.id].code for p in gpu_jobs[1:]} == {StatusCode.WAIT_RESERVATION}
