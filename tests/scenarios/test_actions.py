@@ -343,6 +343,40 @@ CASES = [
         [("bind", "front", "cpu:"), ("bind", "more", "gpu:")],
         {"front": StatusCode.PLACED, "more": StatusCode.PLACED},
     ),
+    # --- per-node caps on one app's instances (max_per_node) -------------------------------
+    Case(
+        "max_per_node 1 spreads a job's tasks one per node (binpack alone would stack them)",
+        [node(f"n{i}").gpus(8).max_per_node(1) for i in range(1, 5)],
+        [job("decode").task(4, gpu=1)],
+        "fifo",
+        [("bind", "decode", "n1:0", "n2:0", "n3:0", "n4:0")],
+        {"decode": StatusCode.PLACED},
+    ),
+    Case(
+        "a service's replicas count as one app; another app may share the node",
+        [node("n1").gpus(8).max_per_node(1), node("n2").gpus(8).max_per_node(1)],
+        [
+            job("s-r2").task(gpu=1).replica_of("s").submitted(1),
+            job("s-r3").task(gpu=1).replica_of("s").submitted(2),
+            job("other").task(gpu=1).submitted(3),
+        ],
+        "fifo",
+        [("bind", "s-r2", "n2:0"), ("bind", "other", "n1:1")],
+        {
+            "s-r2": StatusCode.PLACED,
+            "s-r3": StatusCode.WAIT_RESOURCES,
+            "other": StatusCode.PLACED,
+        },
+        running=[running(job("s-r1").task(gpu=1).replica_of("s").build(), ("n1", (0,)))],
+    ),
+    Case(
+        "a gang wider than the caps allow can never fit",
+        [node(f"n{i}").gpus(8).max_per_node(2) for i in range(1, 3)],
+        [job("wide").task(5, gpu=1)],
+        "fifo",
+        [],
+        {"wide": StatusCode.NEVER_FITS},
+    ),
     # --- fit-first and strict fifo ---------------------------------------------------------
     Case(
         "fifo is fit-first: a later job that fits starts past a blocked one",

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from aisched.core.caps import node_caps
+from aisched.core.caps import room as app_room
 from aisched.core.decisions import TaskBinding
 from aisched.core.framework import all_filters, combined_score
 from aisched.core.snapshot import BoolArray, FreeState, IntArray
@@ -93,7 +95,11 @@ def placement_shape(session: Session, job: Job) -> Hashable:
     """What a placement's outcome depends on besides the free state and the policy: the job's
     shape, or the job itself under a score that draws per job. Caches of placement outcomes
     (failures, never-fits, admission, victim searches) are keyed by it."""
-    return (job.shape_id, job.id) if session.policy.per_job_placement else job.shape_id
+    if session.policy.per_job_placement:
+        return (job.shape_id, job.id)
+    if node_caps(session.arrays) is not None:  # a node's cap counts the job's app (core.caps)
+        return (job.shape_id, job.app)
+    return job.shape_id
 
 
 def known_failure(session: Session, job: Job, mask_key: Hashable = None) -> str | None:
@@ -148,8 +154,11 @@ def _place_in_domains(
     dom = arrays.domain(level)
     ndom = int(dom.max()) + 1 if len(dom) else 0
     ok = np.ones(ndom, dtype=np.bool_)
+    left = app_room(session, job)
     for g in job.groups:
         c = fit_counts(session, g.request, job.gpu_models)
+        if left is not None:
+            c = np.minimum(c, left)
         if allowed is not None:
             c = np.where(allowed, c, 0)
         if job.topology.spread == TopologyLevel.NODE:
@@ -187,9 +196,12 @@ def _place_groups(
     spread = job.topology.spread
     spread_dom = session.arrays.domain(spread) if spread is not None else None
     used_domains: set[int] = set()
+    left = app_room(session, job)  # per-node caps on the app's tasks, lowered as they go
     for g in job.groups:
         req = g.request
         counts = fit_counts(session, req, job.gpu_models)
+        if left is not None:
+            counts = np.minimum(counts, left)
         mask = allowed
         fmask = all_filters(policy.filters, session, job, req) if policy.filters else None
         if fmask is not None:
@@ -222,6 +234,8 @@ def _place_groups(
             chosen, takes = _fill(session, job, order, counts, want)
         if spread_dom is not None:
             used_domains.update(int(spread_dom[n]) for n in chosen)
+        if left is not None:
+            left[chosen] -= takes
         index = 0
         for node, k in zip(chosen, takes, strict=True):
             for _ in range(k):
@@ -337,9 +351,13 @@ def never_fits(session: Session, job: Job) -> str | None:
     from aisched.core.statement import Statement
 
     with session.scratch(FreeState.empty(arrays)):
+        session.imagine_empty = True
         st = Statement(session)
-        res = _place(session, st, job, None)
-        st.discard()
+        try:
+            res = _place(session, st, job, None)
+        finally:
+            st.discard()
+            session.imagine_empty = False
     reason = f"can never fit this cluster: {res}" if isinstance(res, str) else None
     arrays.memo[key] = reason
     return reason

@@ -94,6 +94,9 @@ class Session:
         self._status_cache: dict[tuple[StatusCode, str], JobStatus] = {}
         # Per-cycle memo for plugins (e.g. the task mix as arrays); dropped with the session.
         self.memo: dict[object, object] = {}
+        # True while a what-if imagines the empty cluster (`placement.never_fits`): per-node
+        # caps on an app's instances then count no running task (`core.caps`).
+        self.imagine_empty = False
         by_user = snapshot.usage if snapshot.usage is not None else usage_by_user(snapshot.running)
         for (queue, user), vec in by_user.items():
             self._add(queue, user, vec, 1.0)

@@ -52,8 +52,14 @@ class Node:
     # memory stay for the GPU work they serve (disaggregated inference: CPU front ends and
     # pre/post-processing on CPU nodes, model replicas on GPU nodes).
     role: str | None = None
+    # At most this many tasks of one app on this node (`Job.app`: the replicas of one service,
+    # else the tasks of one job); None: no cap. Spreads the instances of a model service over
+    # nodes, as disaggregated inference clusters do (one decode instance per node, say).
+    max_per_node: int | None = None
 
     def __post_init__(self) -> None:
+        if self.max_per_node is not None and self.max_per_node < 1:
+            raise ValueError(f"node {self.name}: max_per_node must be at least 1")
         if self.role is None:
             return
         if self.role not in NODE_ROLES:

@@ -7,7 +7,7 @@ reproducible: pool `a100` gives nodes `a100-0000`, ... (filled rack by rack, zon
 not. GPUs are numbered from 0 and split into NVLink groups of `nvlink_group_size` by index.
 A pool, node or template may say what it is for, `role: cpu` (CPU-only work; no GPUs) or
 `role: gpu` (work that asks for GPUs); the `node-role` filter then keeps CPU-only tasks off GPU
-nodes.
+nodes. `max_per_node: N` caps the tasks of one app on each such node (`core.caps`).
 
 `autoscaling_pools` are node pools an autoscaler grows and shrinks (the simulator does; see
 `model.cluster.NodePool`): a node `template`, `min`/`max` nodes, an optional provisioning delay,
@@ -82,6 +82,7 @@ class PoolModel(_Spec):
     mem_gib: PositiveFloat
     labels: dict[str, str] = Field(default_factory=dict)
     role: Role | None = None
+    max_per_node: Count | None = None
 
     @model_validator(mode="after")
     def _not_too_big(self) -> PoolModel:
@@ -104,6 +105,7 @@ class TemplateModel(_Spec):
     nvlink_group_size: Count | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     role: Role | None = None
+    max_per_node: Count | None = None
 
     @model_validator(mode="after")
     def _role_fits(self) -> TemplateModel:
@@ -261,6 +263,7 @@ def _to_cluster(spec: ClusterSpec, source: str) -> Cluster:
                         rack=rack,
                         labels=labels,
                         role=pool.role,
+                        max_per_node=pool.max_per_node,
                     )
                     add(node, f"pools.{p_i}")
                     i += 1
@@ -335,6 +338,7 @@ def _node(t: TemplateModel, name: str, rack: str, healthy: bool = True) -> Node:
         labels=tuple(sorted(t.labels.items())),
         healthy=healthy,
         role=t.role,
+        max_per_node=t.max_per_node,
     )
 
 

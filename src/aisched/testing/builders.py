@@ -46,6 +46,10 @@ class NodeBuilder:
         self._node = replace(self._node, role=role)
         return self
 
+    def max_per_node(self, n: int) -> NodeBuilder:
+        self._node = replace(self._node, max_per_node=n)
+        return self
+
     def unhealthy(self) -> NodeBuilder:
         self._node = replace(self._node, healthy=False)
         return self
@@ -117,6 +121,9 @@ class JobBuilder:
     def elastic(self) -> JobBuilder:
         """Elastic: runs with `min_available` up to all its tasks (set min_available too)."""
         return self._set(elastic=True)
+
+    def replica_of(self, service: str) -> JobBuilder:
+        return self._set(replica_of=service)
 
     def not_preemptible(self) -> JobBuilder:
         return self._set(preemptible=False)

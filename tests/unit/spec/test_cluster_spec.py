@@ -157,6 +157,11 @@ ERROR_CASES = [
         ["c.yaml: nodes.0: role cpu is for CPU-only nodes (gpus is 2)"],
     ),
     Case(
+        "a zero cap",
+        {"pools": [_pool(max_per_node=0)]},
+        ["c.yaml: pools.0.max_per_node: Input should be greater than or equal to 1"],
+    ),
+    Case(
         "an unknown role",
         {"pools": [_pool(role="storage")]},
         ["c.yaml: pools.0.role: Input should be 'cpu' or 'gpu'"],
@@ -204,6 +209,20 @@ def test_node_roles_reach_the_nodes() -> None:
         ("any-0001", None),
     ]
     assert c.node_pools[0].template.role == "cpu"
+
+
+def test_max_per_node_reaches_the_nodes() -> None:
+    c = cluster_from_dict(
+        {
+            "pools": [_pool(name="decode", gpus_per_node=8, role="gpu", max_per_node=1)],
+            "nodes": [{"name": "spare", "cpus": 4, "mem_gib": 8, "max_per_node": 3}],
+        }
+    )
+    assert [(n.name, n.max_per_node) for n in c.nodes] == [
+        ("decode-0000", 1),
+        ("decode-0001", 1),
+        ("spare", 3),
+    ]
 
 
 def test_negative_gpus_in_a_file(in_tmp: Path) -> None:
