@@ -154,7 +154,8 @@ def place_beside(session: Session, pj: PendingJob) -> tuple[tuple[TaskBinding, .
     1. A job that ends before every reservation starts may use all that is free.
     2. Otherwise it sees, per node and GPU, the least of what is free now and what each
        reservation it runs into leaves over at its start (the guard, shared by the jobs that run
-       into the same reservations until capacity changes, with its own failure cache).
+       into the same reservations, with its own failure cache kept until capacity is given
+       back).
     3. A placement found there is taken from the session's free state and from the headroom of
        each of those reservations, since it will still hold them at their start."""
     blocked_by = _runs_into(session, pj)
@@ -170,6 +171,8 @@ def place_beside(session: Session, pj: PendingJob) -> tuple[tuple[TaskBinding, .
     guard = session.guards.get(key)
     if guard is None:
         guard = session.guards[key] = Guard(_guarded_free(session.free, blocked_by), {})
+    elif guard.stale:
+        guard.free, guard.stale = _guarded_free(session.free, blocked_by), False
     saved = session.free, session.fail_cache
     session.free, session.fail_cache = guard.free, guard.fail_cache
     try:

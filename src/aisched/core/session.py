@@ -54,10 +54,13 @@ class Reservation:
 @dataclass(slots=True)
 class Guard:
     """The free state a job sees beside some reservations (the least of now's free state and
-    their headrooms), with its own failure cache. Valid until capacity changes."""
+    their headrooms), with its own failure cache. A bind makes the free state `stale` (it is
+    rebuilt when next asked for) but keeps the cache: capacity only shrinks then, so a failure
+    stays one. A release drops the guard."""
 
     free: FreeState
     fail_cache: dict[object, str]
+    stale: bool = False
 
 
 class Session:
@@ -171,7 +174,8 @@ class Session:
         """Record a placement that the statement has already applied to `free`."""
         job = pj.job
         self.decisions.append(Bind(job.id, tasks, after))
-        self.guards.clear()
+        for guard in self.guards.values():
+            guard.stale = True
         bound = pj.runtime_bound_s
         self.running[job.id] = RunningJob(
             job=job,
