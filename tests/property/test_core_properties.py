@@ -556,7 +556,7 @@ def check_reservations_are_honoured(scn: Scenario, result: CycleResult) -> None:
                     at_start.take(arrays.index[t.node], t)
         for t in d.tasks:
             at_start.take(arrays.index[t.node], t)
-        for name in ("cpu", "mem", "gpu_milli", "gpu_mem"):
+        for name in ("cpu", "mem", "gpu_milli", "gpu_mem", "rdma"):
             assert (getattr(at_start, name) >= 0).all(), (d, name)
 
 
@@ -575,7 +575,7 @@ def check_waiting_jobs_do_not_fit(scn: Scenario, result: CycleResult, policy: st
 
 def check_snapshot_unchanged(snap: Snapshot, free_before: FreeState, scn: Scenario) -> None:
     """The cycle worked on a copy: the input's FreeState arrays are bit-identical."""
-    for name in ("cpu", "mem", "gpu_milli", "gpu_mem", "whole", "gpu_total"):
+    for name in ("cpu", "mem", "gpu_milli", "gpu_mem", "whole", "gpu_total", "rdma"):
         a, b = getattr(snap.free, name), getattr(free_before, name)
         assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), name
     assert snap.running == scn.running

@@ -343,6 +343,20 @@ CASES = [
         [("bind", "front", "cpu:"), ("bind", "more", "gpu:")],
         {"front": StatusCode.PLACED, "more": StatusCode.PLACED},
     ),
+    # --- rdma: a node resource like CPUs ----------------------------------------------------
+    Case(
+        "a task asking for RDMA goes only where an RDMA device is free",
+        [node("plain").gpus(8), node("ib").gpus(8).rdma(2)],
+        [
+            job("a").task(gpu=1, rdma=1).submitted(1),
+            job("b").task(2, gpu=1, rdma=1).submitted(2),
+            job("c").task(gpu=1).submitted(3),
+        ],
+        "fifo",
+        [("bind", "a", "ib:1"), ("bind", "c", "ib:2")],
+        {"a": StatusCode.PLACED, "b": StatusCode.WAIT_RESOURCES, "c": StatusCode.PLACED},
+        running=[running(job("r").task(gpu=1).build(), ("ib", (0,)))],
+    ),
     # --- per-node caps on one app's instances (max_per_node) -------------------------------
     Case(
         "max_per_node 1 spreads a job's tasks one per node (binpack alone would stack them)",

@@ -25,6 +25,7 @@ class TaskBinding:
     milli_cpu: int = 0
     mem_mib: int = 0
     gpu_mem_mib: int = 0
+    rdma: int = 0  # RDMA devices of the node it holds
 
 
 @dataclass(frozen=True, slots=True)

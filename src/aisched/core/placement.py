@@ -67,6 +67,8 @@ def fit_counts(session: Session, req: Resources, gpu_models: tuple[str, ...] = (
         np.minimum(counts, f.cpu // req.milli_cpu, out=counts)
     if req.mem_mib:
         np.minimum(counts, f.mem // req.mem_mib, out=counts)
+    if req.rdma:
+        np.minimum(counts, f.rdma // req.rdma, out=counts)
     if req.gpu:
         whole = f.whole
         if req.gpu_mem_mib:
@@ -286,6 +288,7 @@ def _bind_one(
         milli_cpu=req.milli_cpu,
         mem_mib=req.mem_mib,
         gpu_mem_mib=req.gpu_mem_mib,
+        rdma=req.rdma,
     )
 
 

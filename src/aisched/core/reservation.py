@@ -207,7 +207,8 @@ def _guarded_free(free: FreeState, blocked_by: list[Reservation]) -> FreeState:
         np.minimum(g.mem, h.mem, out=g.mem)
         np.minimum(g.gpu_milli, h.gpu_milli, out=g.gpu_milli)
         np.minimum(g.gpu_mem, h.gpu_mem, out=g.gpu_mem)
-    for a in (g.cpu, g.mem, g.gpu_milli, g.gpu_mem):
+        np.minimum(g.rdma, h.rdma, out=g.rdma)
+    for a in (g.cpu, g.mem, g.gpu_milli, g.gpu_mem, g.rdma):
         np.maximum(a, 0, out=a)
     g.whole = (g.gpu_milli == GPU_MILLI_WHOLE).sum(axis=1).astype(np.int64)
     g.gpu_total = g.gpu_milli.sum(axis=1)

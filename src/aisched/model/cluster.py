@@ -56,8 +56,12 @@ class Node:
     # else the tasks of one job); None: no cap. Spreads the instances of a model service over
     # nodes, as disaggregated inference clusters do (one decode instance per node, say).
     max_per_node: int | None = None
+    # RDMA devices (InfiniBand / RoCE adapters) tasks may ask for (`Resources.rdma`).
+    rdma: int = 0
 
     def __post_init__(self) -> None:
+        if self.rdma < 0:
+            raise ValueError(f"node {self.name}: rdma must be 0 or more")
         if self.max_per_node is not None and self.max_per_node < 1:
             raise ValueError(f"node {self.name}: max_per_node must be at least 1")
         if self.role is None:
@@ -80,6 +84,7 @@ class Node:
             mem_mib=self.mem_mib,
             gpu=len(self.gpus),
             gpu_mem_mib=sum(g.mem_mib for g in self.gpus),
+            rdma=self.rdma,
         )
 
     def label(self, key: str) -> str | None:

@@ -7,7 +7,8 @@ reproducible: pool `a100` gives nodes `a100-0000`, ... (filled rack by rack, zon
 not. GPUs are numbered from 0 and split into NVLink groups of `nvlink_group_size` by index.
 A pool, node or template may say what it is for, `role: cpu` (CPU-only work; no GPUs) or
 `role: gpu` (work that asks for GPUs); the `node-role` filter then keeps CPU-only tasks off GPU
-nodes. `max_per_node: N` caps the tasks of one app on each such node (`core.caps`).
+nodes. `max_per_node: N` caps the tasks of one app on each such node (`core.caps`), and
+`rdma: N` gives each node N RDMA devices that tasks may ask for (`resources.rdma`).
 
 `autoscaling_pools` are node pools an autoscaler grows and shrinks (the simulator does; see
 `model.cluster.NodePool`): a node `template`, `min`/`max` nodes, an optional provisioning delay,
@@ -83,6 +84,7 @@ class PoolModel(_Spec):
     labels: dict[str, str] = Field(default_factory=dict)
     role: Role | None = None
     max_per_node: Count | None = None
+    rdma: NonNegInt = 0
 
     @model_validator(mode="after")
     def _not_too_big(self) -> PoolModel:
@@ -106,6 +108,7 @@ class TemplateModel(_Spec):
     labels: dict[str, str] = Field(default_factory=dict)
     role: Role | None = None
     max_per_node: Count | None = None
+    rdma: NonNegInt = 0
 
     @model_validator(mode="after")
     def _role_fits(self) -> TemplateModel:
@@ -264,6 +267,7 @@ def _to_cluster(spec: ClusterSpec, source: str) -> Cluster:
                         labels=labels,
                         role=pool.role,
                         max_per_node=pool.max_per_node,
+                        rdma=pool.rdma,
                     )
                     add(node, f"pools.{p_i}")
                     i += 1
@@ -339,6 +343,7 @@ def _node(t: TemplateModel, name: str, rack: str, healthy: bool = True) -> Node:
         healthy=healthy,
         role=t.role,
         max_per_node=t.max_per_node,
+        rdma=t.rdma,
     )
 
 

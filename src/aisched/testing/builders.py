@@ -46,6 +46,10 @@ class NodeBuilder:
         self._node = replace(self._node, role=role)
         return self
 
+    def rdma(self, devices: int) -> NodeBuilder:
+        self._node = replace(self._node, rdma=devices)
+        return self
+
     def max_per_node(self, n: int) -> NodeBuilder:
         self._node = replace(self._node, max_per_node=n)
         return self
@@ -74,6 +78,7 @@ class JobBuilder:
         mem_gib: float = 1.0,
         gpu_mem_gib: float = 0.0,
         name: str | None = None,
+        rdma: int = 0,
     ) -> JobBuilder:
         req = Resources(
             milli_cpu=int(cpu * 1000),
@@ -81,6 +86,7 @@ class JobBuilder:
             gpu=gpu,
             gpu_milli=gpu_milli,
             gpu_mem_mib=int(gpu_mem_gib * 1024),
+            rdma=rdma,
         )
         self._groups.append(TaskGroup(name or f"g{len(self._groups)}", replicas, req))
         return self

@@ -211,18 +211,19 @@ def test_node_roles_reach_the_nodes() -> None:
     assert c.node_pools[0].template.role == "cpu"
 
 
-def test_max_per_node_reaches_the_nodes() -> None:
+def test_max_per_node_and_rdma_reach_the_nodes() -> None:
     c = cluster_from_dict(
         {
             "pools": [_pool(name="decode", gpus_per_node=8, role="gpu", max_per_node=1)],
-            "nodes": [{"name": "spare", "cpus": 4, "mem_gib": 8, "max_per_node": 3}],
+            "nodes": [{"name": "spare", "cpus": 4, "mem_gib": 8, "max_per_node": 3, "rdma": 2}],
         }
     )
-    assert [(n.name, n.max_per_node) for n in c.nodes] == [
-        ("decode-0000", 1),
-        ("decode-0001", 1),
-        ("spare", 3),
+    assert [(n.name, n.max_per_node, n.rdma) for n in c.nodes] == [
+        ("decode-0000", 1, 0),
+        ("decode-0001", 1, 0),
+        ("spare", 3, 2),
     ]
+    assert c.nodes[2].capacity.rdma == 2
 
 
 def test_negative_gpus_in_a_file(in_tmp: Path) -> None:

@@ -1113,3 +1113,13 @@ def test_valid_documents_with_one_part_replaced_by_junk(data: st.DataObject) -> 
 def test_junk_text(text: str) -> None:
     with contextlib.suppress(SpecError):
         parse_job_text(text, "junk.yaml")
+
+
+def test_a_task_may_ask_for_rdma_devices() -> None:
+    parsed = parse_job_text("command: x\nresources: {gpus: 1, rdma: 2}\n", "j.yaml")
+    assert parsed.job.groups[0].request.rdma == 2
+    with pytest.raises(SpecError) as info:
+        parse_job_text("command: x\nresources: {rdma: -1}\n", "j.yaml")
+    assert list(info.value.problems) == [
+        "j.yaml: resources.rdma: Input should be greater than or equal to 0"
+    ]
