@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 
 from aisched.core.actions.preempt import Preempt as PreemptAction
 from aisched.core.cycle import CycleResult, run_cycle
-from aisched.core.decisions import Bind, Reserve, TaskBinding
+from aisched.core.decisions import Reserve, TaskBinding
 from aisched.core.eviction import evict, shrink
 from aisched.core.placement import place_job
 from aisched.core.plugins.order import Las
@@ -62,6 +62,7 @@ from aisched.testing import cluster, job, node
 
 POLICIES = (
     "fifo",
+    "fifo-strict",
     "fifo-backfill",
     "priority",
     "drf",
@@ -526,21 +527,37 @@ def check_victims_rank_below_the_job_they_make_room_for(
 
 
 def check_reservations_are_honoured(scn: Scenario, result: CycleResult) -> None:
-    """Reservations never overlap and start no earlier than now; a job bound after one on its
-    nodes ends (by its runtime bound) before the reservation starts."""
+    """Reservations never share a node and start no earlier than now; at a reservation's start,
+    its tasks still fit beside all that is then still running: the running jobs that do not end
+    (by their expected end) before it, and every job bound in the cycle that does not (by its
+    runtime bound). So work beside a reservation never delays it."""
     pending = {p.id: p for p in scn.pending}
+    arrays = scn.snapshot().arrays
     held: set[str] = set()
-    for i, d in enumerate(result.decisions):
+    for d in result.decisions:
         if not isinstance(d, Reserve):
             continue
         assert not set(d.nodes) & held, d
         held |= set(d.nodes)
         assert d.start_s is None or d.start_s >= scn.now, d
-        for later in result.decisions[i + 1 :]:
-            if isinstance(later, Bind) and any(t.node in d.nodes for t in later.tasks):
-                bound = pending[later.job_id].runtime_bound_s
-                assert bound is not None and d.start_s is not None, (d, later.job_id)
-                assert scn.now + bound <= d.start_s, (d, later.job_id, bound)
+        assert sorted({t.node for t in d.tasks}) == sorted(d.nodes), d
+        start = d.start_s
+        if start is None:
+            continue
+        at_start = FreeState.empty(arrays)
+        bound_ends: dict[str, float | None] = {}
+        for b in result.binds:
+            bound = pending[b.job_id].runtime_bound_s
+            bound_ends[b.job_id] = None if bound is None else scn.now + bound
+        for r in running_after(scn, result):
+            end = bound_ends.get(r.id, r.expected_end_s)
+            if end is None or end > start:
+                for t in r.tasks:
+                    at_start.take(arrays.index[t.node], t)
+        for t in d.tasks:
+            at_start.take(arrays.index[t.node], t)
+        for name in ("cpu", "mem", "gpu_milli", "gpu_mem", "rdma"):
+            assert (getattr(at_start, name) >= 0).all(), (d, name)
 
 
 def check_waiting_jobs_do_not_fit(scn: Scenario, result: CycleResult, policy: str) -> None:
@@ -558,7 +575,7 @@ def check_waiting_jobs_do_not_fit(scn: Scenario, result: CycleResult, policy: st
 
 def check_snapshot_unchanged(snap: Snapshot, free_before: FreeState, scn: Scenario) -> None:
     """The cycle worked on a copy: the input's FreeState arrays are bit-identical."""
-    for name in ("cpu", "mem", "gpu_milli", "gpu_mem", "whole", "gpu_total"):
+    for name in ("cpu", "mem", "gpu_milli", "gpu_mem", "whole", "gpu_total", "rdma"):
         a, b = getattr(snap.free, name), getattr(free_before, name)
         assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), name
     assert snap.running == scn.running

@@ -318,6 +318,98 @@ CASES = [
         ],
         queues=TEAMS,
     ),
+    # --- node roles ------------------------------------------------------------------------
+    Case(
+        "node roles: CPU-only work goes to the CPU node, never to the GPU node's spare CPUs",
+        [node("cpu").cpus(8).role("cpu"), node("gpu").gpus(8).role("gpu")],
+        [
+            job("front").task(cpu=6).submitted(1),
+            job("more").task(cpu=6).submitted(2),
+            job("model").task(gpu=2, cpu=4).submitted(3),
+        ],
+        "fifo",
+        [("bind", "front", "cpu:"), ("bind", "model", "gpu:0,1")],
+        {
+            "front": StatusCode.PLACED,
+            "more": StatusCode.WAIT_RESOURCES,
+            "model": StatusCode.PLACED,
+        },
+    ),
+    Case(
+        "without roles the second CPU job takes the GPU node's spare CPUs",
+        [node("cpu").cpus(8), node("gpu").gpus(8)],
+        [job("front").task(cpu=6).submitted(1), job("more").task(cpu=6).submitted(2)],
+        "fifo",
+        [("bind", "front", "cpu:"), ("bind", "more", "gpu:")],
+        {"front": StatusCode.PLACED, "more": StatusCode.PLACED},
+    ),
+    # --- rdma: a node resource like CPUs ----------------------------------------------------
+    Case(
+        "a task asking for RDMA goes only where an RDMA device is free",
+        [node("plain").gpus(8), node("ib").gpus(8).rdma(2)],
+        [
+            job("a").task(gpu=1, rdma=1).submitted(1),
+            job("b").task(2, gpu=1, rdma=1).submitted(2),
+            job("c").task(gpu=1).submitted(3),
+        ],
+        "fifo",
+        [("bind", "a", "ib:1"), ("bind", "c", "ib:2")],
+        {"a": StatusCode.PLACED, "b": StatusCode.WAIT_RESOURCES, "c": StatusCode.PLACED},
+        running=[running(job("r").task(gpu=1).build(), ("ib", (0,)))],
+    ),
+    # --- per-node caps on one app's instances (max_per_node) -------------------------------
+    Case(
+        "max_per_node 1 spreads a job's tasks one per node (binpack alone would stack them)",
+        [node(f"n{i}").gpus(8).max_per_node(1) for i in range(1, 5)],
+        [job("decode").task(4, gpu=1)],
+        "fifo",
+        [("bind", "decode", "n1:0", "n2:0", "n3:0", "n4:0")],
+        {"decode": StatusCode.PLACED},
+    ),
+    Case(
+        "a service's replicas count as one app; another app may share the node",
+        [node("n1").gpus(8).max_per_node(1), node("n2").gpus(8).max_per_node(1)],
+        [
+            job("s-r2").task(gpu=1).replica_of("s").submitted(1),
+            job("s-r3").task(gpu=1).replica_of("s").submitted(2),
+            job("other").task(gpu=1).submitted(3),
+        ],
+        "fifo",
+        [("bind", "s-r2", "n2:0"), ("bind", "other", "n1:1")],
+        {
+            "s-r2": StatusCode.PLACED,
+            "s-r3": StatusCode.WAIT_RESOURCES,
+            "other": StatusCode.PLACED,
+        },
+        running=[running(job("s-r1").task(gpu=1).replica_of("s").build(), ("n1", (0,)))],
+    ),
+    Case(
+        "a gang wider than the caps allow can never fit",
+        [node(f"n{i}").gpus(8).max_per_node(2) for i in range(1, 3)],
+        [job("wide").task(5, gpu=1)],
+        "fifo",
+        [],
+        {"wide": StatusCode.NEVER_FITS},
+    ),
+    # --- fit-first and strict fifo ---------------------------------------------------------
+    Case(
+        "fifo is fit-first: a later job that fits starts past a blocked one",
+        [node("n1").gpus(8)],
+        [job("big").task(gpu=8).submitted(1), job("small").task(gpu=2).submitted(2)],
+        "fifo",
+        [("bind", "small", "n1:4,5")],
+        {"big": StatusCode.WAIT_RESOURCES, "small": StatusCode.PLACED},
+        running=[running(job("r").task(gpu=4).build(), ("n1", (0, 1, 2, 3)))],
+    ),
+    Case(
+        "fifo-strict stops at the first job that does not fit",
+        [node("n1").gpus(8)],
+        [job("big").task(gpu=8).submitted(1), job("small").task(gpu=2).submitted(2)],
+        "fifo-strict",
+        [],
+        {"big": StatusCode.WAIT_RESOURCES, "small": StatusCode.NOT_CONSIDERED},
+        running=[running(job("r").task(gpu=4).build(), ("n1", (0, 1, 2, 3)))],
+    ),
     # --- backfill ------------------------------------------------------------------------
     Case(
         "backfill reserves for the blocked head and fills the hole with a short job",
@@ -357,6 +449,59 @@ CASES = [
         [("reserve", "head", "n1")],
         {"head": StatusCode.RESERVED, "nobound": StatusCode.WAIT_RESERVATION},
         running=[running(job("r1").task(gpu=4).build(), ("n1", (0, 1, 2, 3)), expected_end_s=900)],
+    ),
+    # A reservation holds the reserved job's GPUs and the CPU and memory that go with them,
+    # not the node (the README's `aisched up --gpus 2` box: 2 cores, a 2-GPU job running).
+    Case(
+        "a CPU-only job and a CPU gang without runtime bounds run beside a GPU reservation",
+        [node("n1").gpus(2).cpus(4).mem_gib(23.5)],
+        [
+            job("waits").task(gpu=1).submitted(1),
+            job("cpu").task(cpu=1, mem_gib=10).submitted(2),
+            job("gang").task(2, cpu=0.5, mem_gib=2).submitted(3),
+        ],
+        "default",
+        [("reserve", "waits", "n1"), ("bind", "cpu", "n1:"), ("bind", "gang", "n1:", "n1:")],
+        {
+            "waits": StatusCode.RESERVED,
+            "cpu": StatusCode.PLACED,
+            "gang": StatusCode.PLACED,
+        },
+        running=[running(job("big").task(gpu=2).build(), ("n1", (0, 1)), expected_end_s=30)],
+    ),
+    Case(
+        "a job beside a reservation may not take the CPU the reserved job needs at its start",
+        [node("n1").gpus(2).cpus(2).mem_gib(23.5)],
+        [
+            job("waits").task(gpu=1, cpu=1).submitted(1),
+            job("cpu").task(cpu=1).submitted(2),
+            job("more").task(cpu=0.5).submitted(3),
+        ],
+        "default",
+        [("reserve", "waits", "n1"), ("bind", "cpu", "n1:")],
+        {
+            "waits": StatusCode.RESERVED,
+            "cpu": StatusCode.PLACED,
+            "more": StatusCode.WAIT_RESERVATION,
+        },
+        running=[running(job("big").task(gpu=2, cpu=1).build(), ("n1", (0, 1)), expected_end_s=30)],
+    ),
+    Case(
+        "a GPU job beside a reservation takes a GPU the reserved job leaves over",
+        [node("n1").gpus(4)],
+        [
+            job("waits").task(gpu=3).submitted(1),
+            job("one").task(gpu=1).submitted(2),
+            job("two").task(gpu=1).submitted(3),
+        ],
+        "fifo-backfill",
+        [("reserve", "waits", "n1"), ("bind", "one", "n1:3")],
+        {
+            "waits": StatusCode.RESERVED,
+            "one": StatusCode.PLACED,
+            "two": StatusCode.WAIT_RESERVATION,
+        },
+        running=[running(job("r").task(gpu=2).build(), ("n1", (0, 1)), expected_end_s=100)],
     ),
 ]
 
@@ -463,3 +608,18 @@ def test_hierarchical_fair_share_serves_the_emptier_parent_first() -> None:
     res = run_cycle(snap, pending, preset("fifo"), 0.0, validate=True)
     # "idle" has the lower dominant share, so its later job is placed first and takes n2.
     assert [b.job_id for b in res.binds] == ["i", "b"]
+
+
+def test_a_tiny_cpu_job_behind_thousands_of_gpu_jobs_starts_beside_the_reservation() -> None:
+    """The default preset, one 2-GPU box busy with a job of unknown length, 5,000 GPU jobs
+    waiting: the head holds a reservation, and a 0.5-core job at the back of the queue still
+    starts now (the reservation holds the head's GPU, CPU and memory, not the node)."""
+    box = node("box").gpus(2).cpus(4).mem_gib(23.5)
+    busy = running(job("busy").task(gpu=2).build(), ("box", (0, 1)))
+    gpu_jobs = [job(f"g{i:04d}").task(gpu=1).submitted(1 + i).pending() for i in range(5000)]
+    tiny = job("tiny").task(cpu=0.5, mem_gib=0.5).submitted(10_000).pending()
+    snap = snapshot_of(cluster(box), [busy])
+    result = run_cycle(snap, [*gpu_jobs, tiny], preset("default"), 0.0)
+    assert summary(result) == [("reserve", "g0000", "box"), ("bind", "tiny", "box:")]
+    assert result.diagnostics["g0000"].code == StatusCode.RESERVED
+    assert {result.diagnostics[p.id].code for p in gpu_jobs[1:]} == {StatusCode.WAIT_RESERVATION}

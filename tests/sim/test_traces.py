@@ -189,6 +189,26 @@ def test_philly_small_file_and_folder(tmp_path: Path) -> None:
     ]
 
 
+def test_philly_skip_invalid_leaves_out_unusable_rows_and_counts_them(tmp_path: Path) -> None:
+    f = tmp_path / "philly.csv"
+    f.write_text(
+        _PHILLY_HEADER
+        + "2017-10-09 07:00:00,20.0,1,20.0,bb\n"
+        + "2017-10-09 07:00:05,20.0,0,0.0,bb\n"  # 0 GPUs in a GPU trace
+        + "2017-10-09 07:00:10,abc,2,60.0,cc\n"
+        + "2017-10-09 07:00:20,30.0,2,60.0,cc\n"
+    )
+    with pytest.raises(TraceError):
+        load_philly(f)
+    trace = load_philly(f, skip_invalid=True)
+    got = [(tj.job.id, tj.job.submit_time_s, tj.duration_s) for tj in trace.jobs]
+    assert got == [("philly-00000", 0.0, 20.0), ("philly-00001", 20.0, 30.0)]
+    assert (trace.skipped, trace.first_skipped) == (
+        2,
+        f"{f}:3: column 'num_gpus': expected an integer >= 1, got '0'",
+    )
+
+
 # --- openb --------------------------------------------------------------------------------
 
 
@@ -328,6 +348,51 @@ def test_openb_small_file_without_node_list(tmp_path: Path) -> None:
         ("b", 10.0, 1.0, JobKind.BATCH, ("T4", "A10")),  # zero lifetime counts as 1 s
     ]
     assert trace.jobs[2].job.groups[0].request.gpu_milli == 250
+
+
+def test_openb_skip_invalid_and_a_custom_list_is_named_after_its_file(tmp_path: Path) -> None:
+    f = tmp_path / "my-pods.csv"
+    f.write_text(
+        _POD_HEADER
+        + "a,1000,1024,1,1000,,BE,Running,0,7,0\n"
+        + "b,1000,1024,1,1000,,BE,Running,1.5,7,0\n"  # a fractional time
+        + "c,1000,1024,1,1000,,BE,Running,2,,0\n"  # an empty one
+        + "d,1000,1024,1,1000,,BE,Running,3,9,0\n"
+    )
+    with pytest.raises(TraceError):
+        load_openb_pods(f)
+    trace = load_openb_pods(f, skip_invalid=True)
+    assert (trace.name, [tj.job.id for tj in trace.jobs]) == ("openb-my-pods", ["a", "d"])
+    assert (trace.skipped, trace.first_skipped) == (
+        2,
+        f"{f}:3: column 'creation_time': expected a non-negative integer, got '1.5'",
+    )
+    named = tmp_path / "openb_pod_list_mine.csv"
+    named.write_text(_POD_HEADER + "a,1000,1024,1,1000,,BE,Running,0,7,0\n")
+    assert load_openb_pods(named).name == "openb-mine"
+
+
+def test_simulate_skip_invalid_says_how_many_rows_it_left_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from aisched.cli.main import main
+
+    f = tmp_path / "philly.csv"
+    f.write_text(
+        _PHILLY_HEADER
+        + "2017-10-09 07:00:00,20.0,1,20.0,bb\n"
+        + "2017-10-09 07:00:05,20.0,0,0.0,bb\n"
+    )
+    argv = ["simulate", "--trace", str(f), "--cluster", "small", "--policy", "fifo"]
+    assert main([*argv, "--no-progress"]) == 2
+    assert "num_gpus" in capsys.readouterr().err
+    assert main([*argv, "--no-progress", "--skip-invalid"]) == 0
+    out = capsys.readouterr()
+    assert out.err.splitlines() == [
+        "skipped 1 row that cannot be used (--skip-invalid); the first: "
+        f"{f}:3: column 'num_gpus': expected an integer >= 1, got '0'"
+    ]
+    assert "trace philly: 1 jobs" in out.out
 
 
 # --- finding the traces -------------------------------------------------------------------

@@ -26,6 +26,7 @@ from rich.table import Table
 from aisched.cli.client import Client, add_server_option
 from aisched.cli.columns import Cell, render
 from aisched.cli.errors import CLIError
+from aisched.cli.eta import eta_words, waiting_words
 
 # What `run` never exports: names the scheduler sets itself, and shell noise.
 _OWNED = re.compile(
@@ -53,8 +54,10 @@ def register(sub: Any) -> None:
         "pinned to its CPU cores, its memory bounded, its output in `aisched logs ID`.",
     )
     add_server_option(p)
-    p.add_argument("--gpus", type=float, default=0, help="GPUs per task (a fraction shares one)")
-    p.add_argument("--cpus", type=float, default=1, help="CPU cores per task (default 1)")
+    # Counts are checked by the spec's own parsers (run_document), so `--cpus abc` says what is
+    # wrong in the same words as `--mem abc`.
+    p.add_argument("--gpus", default="0", help="GPUs per task (a fraction shares one)")
+    p.add_argument("--cpus", default="1", help="CPU cores per task, e.g. 2, 0.5 (default 1)")
     p.add_argument("--mem", default="1G", help="memory per task, e.g. 512M, 8G (default 1G)")
     p.add_argument("--gpu-mem", help="GPU memory per task, e.g. 20G")
     p.add_argument("--replicas", type=int, default=1, help="tasks, started together (a gang)")
@@ -66,6 +69,9 @@ def register(sub: Any) -> None:
     p.add_argument("--restart", choices=("never", "on-failure", "always"), help="restart policy")
     p.add_argument("--max-retries", type=int, help="retries after failures (default 3)")
     p.add_argument("--time-limit", help="stop the job after this long, e.g. 2h")
+    p.add_argument(
+        "--estimate", help="how long it will run, e.g. 30s (used until similar jobs have run)"
+    )
     p.add_argument("--grace-period", help="SIGTERM to SIGKILL delay when stopped, e.g. 30s")
     p.add_argument("--not-preemptible", action="store_true", help="never preempt this job")
     p.add_argument(
@@ -99,9 +105,11 @@ def register(sub: Any) -> None:
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("submit", help="submit a job file (native YAML or a Volcano Job)")
+    p = sub.add_parser("submit", help="submit job files (native YAML or Volcano Jobs)")
     add_server_option(p)
-    p.add_argument("file", help="the job file; - reads standard input")
+    p.add_argument(
+        "files", nargs="+", metavar="FILE", help="job files, in order; - reads standard input"
+    )
     p.add_argument(
         "-f", "--follow", action="store_true", help="stream its logs and wait until it ends"
     )
@@ -142,7 +150,7 @@ def run_document(args: argparse.Namespace) -> dict[str, Any]:
     """The native job document `run` submits (checked here only as far as flags go; the
     service validates the whole)."""
     from aisched.spec.errors import SpecError
-    from aisched.spec.units import parse_duration_s, parse_mem_mib
+    from aisched.spec.units import parse_cpus_milli, parse_duration_s, parse_gpus, parse_mem_mib
 
     command = list(args.command)
     if command and command[0] == "--":
@@ -151,23 +159,27 @@ def run_document(args: argparse.Namespace) -> dict[str, Any]:
         raise CLIError(
             "aisched run: give the command after --, e.g. aisched run -- python train.py"
         )
-    resources: dict[str, Any] = {"cpus": args.cpus, "mem": args.mem}
-    if args.gpus:
-        resources["gpus"] = int(args.gpus) if float(args.gpus).is_integer() else args.gpus
-    if args.gpu_mem:
-        resources["gpu_mem"] = args.gpu_mem
     try:
+        cpus = parse_cpus_milli(args.cpus, "--cpus")
+        gpu, gpu_milli = parse_gpus(args.gpus, "--gpus")
         parse_mem_mib(args.mem, "--mem")
         if args.gpu_mem:
             parse_mem_mib(args.gpu_mem, "--gpu-mem")
         for flag, value in (
             ("--time-limit", args.time_limit),
             ("--grace-period", args.grace_period),
+            ("--estimate", args.estimate),
         ):
             if value is not None:
                 parse_duration_s(value, flag)
     except (SpecError, ValueError) as e:
         raise CLIError(str(e)) from None
+    resources: dict[str, Any] = {"cpus": cpus / 1000 if cpus % 1000 else cpus // 1000}
+    resources["mem"] = args.mem
+    if gpu or gpu_milli:
+        resources["gpus"] = gpu if gpu else gpu_milli / 1000
+    if args.gpu_mem:
+        resources["gpu_mem"] = args.gpu_mem
     env: dict[str, str] = {}
     if args.env_all:
         env = {
@@ -203,6 +215,7 @@ def run_document(args: argparse.Namespace) -> dict[str, Any]:
         ("network", args.network),
         ("bandwidth", args.bandwidth),
         ("shm_size", args.shm_size),
+        ("estimate", args.estimate),
     ):
         if value is not None:
             doc[key] = value
@@ -245,26 +258,46 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    if args.file == "-":
-        text, source = sys.stdin.read(), "<stdin>"
-    else:
-        path = Path(args.file)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as e:
-            raise CLIError(f"{path}: cannot read: {e.strerror or e}") from None
-        except UnicodeDecodeError:
-            raise CLIError(f"{path}: not UTF-8 text") from None
-        source = path.name
+    """Submit each file in order. All are read first, so an unreadable one submits none; the
+    service refuses a bad file with its name in the error, and the ones before it stay
+    submitted. With --json and several files, one JSON list of the answers."""
+    files: list[str] = args.files
+    if args.follow and len(files) > 1:
+        raise CLIError("--follow: follows one job; give one file")
+    if files.count("-") > 1:
+        raise CLIError("-: standard input can be read once")
+    texts = [_read_job_file(f) for f in files]
     client = Client.from_args(args)
-    out = client.request(
-        "POST",
-        "/v1/jobs",
-        content=text.encode("utf-8"),
-        headers={"Content-Type": "application/yaml"},
-        params={"source": source, "workdir": os.getcwd()},
-    )
-    return _submitted(client, args, out)
+    status = 0
+    answers: list[dict[str, Any]] = []
+    for text, source in texts:
+        out = client.request(
+            "POST",
+            "/v1/jobs",
+            content=text.encode("utf-8"),
+            headers={"Content-Type": "application/yaml"},
+            params={"source": source, "workdir": os.getcwd()},
+        )
+        if args.json and len(files) > 1:
+            answers.append(out)  # one JSON document for all: a list, in file order
+            continue
+        status = max(status, _submitted(client, args, out))
+    if answers:
+        print(json.dumps(answers, indent=2))
+    return status
+
+
+def _read_job_file(name: str) -> tuple[str, str]:
+    """(text, source name) of a job file, or of standard input for -."""
+    if name == "-":
+        return sys.stdin.read(), "<stdin>"
+    path = Path(name)
+    try:
+        return path.read_text(encoding="utf-8"), path.name
+    except OSError as e:
+        raise CLIError(f"{path}: cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise CLIError(f"{path}: not UTF-8 text") from None
 
 
 def _submitted(client: Client, args: argparse.Namespace, out: dict[str, Any]) -> int:
@@ -348,10 +381,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 def _why(j: dict[str, Any], now: float) -> str:
     if j["state"] == "pending":
-        text = j.get("reason") or ""
-        if j.get("eta"):
-            text += f" (ETA {_clock(j['eta'], now)})"
-        return text
+        return waiting_words(j.get("reason") or "", j.get("eta"), now)
     if j["state"] == "running" and j["kind"] == "service":
         return "serving: its replicas are jobs of their own (aisched show)"
     if j["state"] == "running":
@@ -415,7 +445,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if j["state"] == "pending":
         rows.append(("waiting because", j.get("reason") or "not yet considered"))
         if j.get("eta"):
-            rows.append(("estimated start", _when(j["eta"], now)))
+            rows.append(("estimated start", eta_words(j["eta"], now)))
     if j.get("predicted_s") and j["state"] in ("pending", "running"):
         rows.append(
             (

@@ -2,7 +2,8 @@
 
 `main` never lets an expected error escape as a traceback: a `CLIError` becomes one `error: ...`
 line (continuation lines indented) on stderr and its exit status; argparse's own usage errors
-exit 2 as usual. Unexpected exceptions are bugs and keep their traceback.
+take the same one-line form and exit 2 (`cli/options.py`, which also lets `--server` and
+`--json` come before the subcommand). Unexpected exceptions are bugs and keep their traceback.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from types import ModuleType
 
 from aisched import __version__
 from aisched.cli.errors import CLIError
+from aisched.cli.options import Parser, add_global_options
 
 # Subcommand modules, in the order `aisched --help` lists them, and the commands each adds.
 COMMANDS: dict[str, tuple[str, ...]] = {
@@ -38,12 +40,13 @@ def _modules(argv: Sequence[str]) -> list[ModuleType]:
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="aisched",
         description="An AI compute-resource scheduler and its trace-driven simulator.",
     )
     parser.add_argument("--version", action="version", version=f"aisched {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    add_global_options(parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for module in _modules([] if argv is None else argv):
         module.register(sub)
     return parser

@@ -31,6 +31,7 @@ from aisched.sim.report import metrics_table, queue_table, write_json
 from aisched.sim.series import PolicySeries, compute_series
 from aisched.sim.traces import (
     Trace,
+    fit_gangs_to,
     load_openb_nodes,
     load_openb_pods,
     load_philly,
@@ -71,6 +72,12 @@ def register(sub: Any) -> None:
         help=f"comma-separated presets or policy YAML files; presets: {', '.join(PRESETS)}",
     )
     p.add_argument("--limit", type=int, help="replay only the first N jobs by arrival")
+    p.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="leave out trace rows that cannot be used (a 0-GPU job in a GPU trace, a "
+        "fractional or empty time in a pod list) and say how many, instead of refusing the trace",
+    )
     p.add_argument(
         "--one-queue",
         action="store_true",
@@ -161,12 +168,25 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    trace, kind = load_trace(args.trace, limit=args.limit, jobs=args.jobs, seed=args.seed)
+    trace, kind = load_trace(
+        args.trace, limit=args.limit, jobs=args.jobs, seed=args.seed, skip=args.skip_invalid
+    )
+    if trace.skipped:
+        # On stderr, before any simulation: what was left out, and the first reason why.
+        Console(stderr=True, highlight=False).print(
+            f"skipped {trace.skipped:,} row{'s' if trace.skipped != 1 else ''} that cannot be "
+            "used (--skip-invalid); "
+            f"the first: {trace.first_skipped}",
+            soft_wrap=True,
+        )
     cluster = choose_cluster(args.cluster, trace, kind)
     if args.pools_at_max:
         if not cluster.node_pools:
             raise CLIError("--pools-at-max: the cluster has no autoscaling pools")
         cluster = cluster.at_max()
+    # A trace that records only GPU counts was split for 8-GPU servers; on smaller nodes a job
+    # asking for more than a node has runs as a gang over several.
+    trace, split = fit_gangs_to(trace, cluster)
     if args.saturate:
         if cluster.node_pools and not args.pools_at_max:
             raise CLIError(
@@ -244,6 +264,11 @@ def run(args: argparse.Namespace) -> int:
         f"trace [bold]{trace.name}[/]: {len(trace):,} jobs; "
         f"cluster: {len(cluster.nodes):,} nodes, {gpus:,} GPUs"
     )
+    if split:
+        out.print(
+            f"{split:,} jobs ask for more GPUs than a node has: each runs as a gang over "
+            "several nodes"
+        )
     for line in describe_pools(cluster):
         out.print(line, soft_wrap=True)
     out.print(metrics_table(results))
@@ -273,16 +298,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def load_trace(name: str, *, limit: int | None, jobs: int, seed: int) -> tuple[Trace, str]:
-    """The trace and its kind (philly, openb, synthetic)."""
+def load_trace(
+    name: str, *, limit: int | None, jobs: int, seed: int, skip: bool = False
+) -> tuple[Trace, str]:
+    """The trace and its kind (philly, openb, synthetic); `skip`: leave out rows the loader
+    cannot use, counted in `Trace.skipped`."""
     if limit is not None and limit < 0:
         raise CLIError(f"--limit must be >= 0, got {limit}")
     try:
         if name == "philly":
-            return load_philly(limit=limit), "philly"
+            return load_philly(limit=limit, skip_invalid=skip), "philly"
         if name == "openb" or name.startswith("openb:"):
             variant = name.partition(":")[2] or "default"
-            return load_openb_pods(variant=variant, limit=limit), "openb"
+            return load_openb_pods(variant=variant, limit=limit, skip_invalid=skip), "openb"
         if name == "synthetic":
             if jobs < 0:
                 raise CLIError(f"--jobs must be >= 0, got {jobs}")
@@ -298,8 +326,8 @@ def load_trace(name: str, *, limit: int | None, jobs: int, seed: int) -> tuple[T
             )
         kind = _sniff(path)
         if kind == "philly":
-            return load_philly(path, limit=limit), kind
-        return load_openb_pods(path, limit=limit), kind
+            return load_philly(path, limit=limit, skip_invalid=skip), kind
+        return load_openb_pods(path, limit=limit, skip_invalid=skip), kind
     except (OSError, ValueError) as e:  # missing trace files, TraceError
         raise CLIError(str(e)) from None
 

@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from aisched.cli.client import Client, add_server_option
+from aisched.cli.eta import eta_words
 
 GPU_STYLE = {"free": "green", "used": "bold blue", "shared": "bold yellow"}
 
@@ -146,7 +147,7 @@ def _pending(doc: dict[str, Any]) -> Table:
             f"{j['gpus']:g}",
             _duration(j["waited_s"]),
             j["reason"],
-            "-" if eta is None else f"in {_duration(max(eta - now, 0.0))}",
+            "-" if eta is None else eta_words(eta, now),
         )
     if not doc.get("pending"):
         table.add_row("-", "no job is waiting", "", "", "", "", "")

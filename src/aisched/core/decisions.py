@@ -25,6 +25,7 @@ class TaskBinding:
     milli_cpu: int = 0
     mem_mib: int = 0
     gpu_mem_mib: int = 0
+    rdma: int = 0  # RDMA devices of the node it holds
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,11 +61,14 @@ class Shrink:
 
 @dataclass(frozen=True, slots=True)
 class Reserve:
-    """Capacity held for a blocked job: these nodes, from `start_s` (None: not yet known)."""
+    """Capacity held for a blocked job: on these nodes, from `start_s` (None: not yet known),
+    the resources of `tasks` (its placement at that start; GPU indices included). Work that
+    leaves those free at the start may run beside it (backfill)."""
 
     job_id: str
     nodes: tuple[str, ...]
     start_s: float | None
+    tasks: tuple[TaskBinding, ...] = ()
 
 
 Decision = Bind | Preempt | Shrink | Reserve

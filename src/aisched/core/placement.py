@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import numpy.typing as npt
 
+from aisched.core.caps import node_caps
+from aisched.core.caps import room as app_room
 from aisched.core.decisions import TaskBinding
 from aisched.core.framework import all_filters, combined_score
 from aisched.core.snapshot import BoolArray, FreeState, IntArray
@@ -108,6 +110,8 @@ def _fit(
         np.minimum(counts, at(f.cpu) // req.milli_cpu, out=counts)
     if req.mem_mib:
         np.minimum(counts, at(f.mem) // req.mem_mib, out=counts)
+    if req.rdma:
+        np.minimum(counts, at(f.rdma) // req.rdma, out=counts)
     if req.gpu:
         whole = at(f.whole)
         if req.gpu_mem_mib:
@@ -136,7 +140,11 @@ def placement_shape(session: Session, job: Job) -> Hashable:
     """What a placement's outcome depends on besides the free state and the policy: the job's
     shape, or the job itself under a score that draws per job. Caches of placement outcomes
     (failures, never-fits, admission, victim searches) are keyed by it."""
-    return (job.shape_id, job.id) if session.policy.per_job_placement else job.shape_id
+    if session.policy.per_job_placement:
+        return (job.shape_id, job.id)
+    if node_caps(session.arrays) is not None:  # a node's cap counts the job's app (core.caps)
+        return (job.shape_id, job.app)
+    return job.shape_id
 
 
 def known_failure(session: Session, job: Job, mask_key: Hashable = None) -> str | None:
@@ -193,10 +201,11 @@ def _place_in_domains(
         return f"no {name} has room for all {job.num_tasks} tasks of the gang"
     ok = np.ones(ndom, dtype=np.bool_)
     per_node = job.topology.spread == TopologyLevel.NODE
+    left = app_room(session, job)  # per-node caps (max_per_node): not in the kept sums
     for g in job.groups:
         c = fit_counts(session, g.request, job.gpu_models)
         cap = 1 if per_node else g.replicas
-        if allowed is None:
+        if allowed is None and left is None:
             sums = _domain_sums(
                 session,
                 level,
@@ -204,7 +213,10 @@ def _place_in_domains(
                 partial(_clipped, c, cap),
             )
         else:
-            c = np.where(allowed, c, 0)
+            if left is not None:
+                c = np.minimum(c, left)
+            if allowed is not None:
+                c = np.where(allowed, c, 0)
             sums = np.bincount(dom, weights=np.minimum(c, cap), minlength=ndom)
         ok &= sums >= min(g.replicas, job.gang_min)
     candidates = np.flatnonzero(ok)
@@ -331,9 +343,12 @@ def _place_groups(
     spread = job.topology.spread
     spread_dom = session.arrays.domain(spread) if spread is not None else None
     used_domains: set[int] = set()
+    left = app_room(session, job)  # per-node caps on the app's tasks, lowered as they go
     for g in job.groups:
         req = g.request
         counts = fit_counts(session, req, job.gpu_models)
+        if left is not None:
+            counts = np.minimum(counts, left)
         mask = allowed
         fmask = all_filters(policy.filters, session, job, req) if policy.filters else None
         if fmask is not None:
@@ -376,6 +391,8 @@ def _place_groups(
             chosen, takes = _fill(session, job, order, counts, want)
         if spread_dom is not None:
             used_domains.update(int(spread_dom[n]) for n in chosen)
+        if left is not None:
+            left[chosen] -= takes
         _take(session, st, job, g.name, req, chosen, takes, placed)
     if not placed:
         undo_mark.rollback()
@@ -513,6 +530,7 @@ def _bind_one(
         milli_cpu=req.milli_cpu,
         mem_mib=req.mem_mib,
         gpu_mem_mib=req.gpu_mem_mib,
+        rdma=req.rdma,
     )
 
 
@@ -578,9 +596,13 @@ def never_fits(session: Session, job: Job) -> str | None:
     from aisched.core.statement import Statement
 
     with session.scratch(FreeState.empty(arrays)):
+        session.imagine_empty = True
         st = Statement(session)
-        res = _place(session, st, job, None)
-        st.discard()
+        try:
+            res = _place(session, st, job, None)
+        finally:
+            st.discard()
+            session.imagine_empty = False
     reason = f"can never fit this cluster: {res}" if isinstance(res, str) else None
     arrays.memo[key] = reason
     return reason

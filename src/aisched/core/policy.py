@@ -63,7 +63,13 @@ class Policy:
         chooser = next((ws.plugin for ws in self.scores if hasattr(ws.plugin, "choose_gpu")), None)
         derived = {
             "fair_users": any(o.name == "drf" for o in self.order),
-            "strict_order": any(a.name == "backfill" for a in self.actions),
+            # With backfill configured, allocate stops at the first job that does not fit and
+            # leaves the rest to backfill, so that job's reservation is honoured; with a strict
+            # allocate (`fifo-strict`) it stops there too and the rest wait.
+            "strict_order": any(
+                a.name == "backfill" or (a.name == "allocate" and getattr(a, "strict", False))
+                for a in self.actions
+            ),
             "per_job_placement": any(getattr(ws.plugin, "per_job", False) for ws in self.scores),
             "locality": any(ws.plugin.name == "topology" for ws in self.scores),
             "gpu_chooser": chooser,
@@ -79,10 +85,20 @@ class Policy:
 # nothing unless a job names some.
 _BASE_SCORE: list[Any] = ["binpack", "topology", "gpu-preference"]
 _VICTIMS: list[Any] = ["lowest-priority", "least-work-lost", "newest"]
+# Filters of a policy that names none: node-role restricts nothing on a cluster without roles.
+DEFAULT_FILTERS: list[Any] = ["node-role"]
 
 PRESETS: dict[str, dict[str, Any]] = {
     "fifo": {
         "actions": ["enqueue", "allocate"],
+        "order": ["fifo"],
+        "score": _BASE_SCORE,
+    },
+    # First come, first served in the strict sense of Tiresias' and Helios' FIFO baseline: the
+    # first job that does not fit blocks every later one. `fifo` is fit-first: later jobs that
+    # fit start past a blocked one.
+    "fifo-strict": {
+        "actions": ["enqueue", {"name": "allocate", "strict": True}],
         "order": ["fifo"],
         "score": _BASE_SCORE,
     },
@@ -259,7 +275,7 @@ def build_policy(config: Mapping[str, Any], name: str | None = None) -> Policy:
         ),
         filters=tuple(
             registry.make("filter", e, f"filters[{i}]")
-            for i, e in enumerate(_seq(config.get("filters", []), "filters"))
+            for i, e in enumerate(_seq(config.get("filters", DEFAULT_FILTERS), "filters"))
         ),
         victims=tuple(
             registry.make("victims", e, f"victims[{i}]")

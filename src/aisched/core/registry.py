@@ -17,7 +17,7 @@ from aisched.core.actions.eta import EstimateStart
 from aisched.core.actions.preempt import Preempt, Reclaim
 from aisched.core.errors import PolicyError
 from aisched.core.framework import WeightedScore
-from aisched.core.plugins import fragmentation, hetero, order, packing, score, victims
+from aisched.core.plugins import fragmentation, hetero, order, packing, roles, score, victims
 
 REGISTRY: dict[str, dict[str, Callable[..., Any]]] = {
     "action": {
@@ -48,7 +48,7 @@ REGISTRY: dict[str, dict[str, Callable[..., Any]]] = {
         "hetero": hetero.Heterogeneity,
         "gpu-preference": hetero.PreferredModel,
     },
-    "filter": {},
+    "filter": {"node-role": roles.NodeRole},
     "victims": {
         "lowest-priority": victims.LowestPriority,
         "least-work-lost": victims.LeastWorkLost,

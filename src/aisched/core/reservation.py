@@ -8,9 +8,12 @@ so k is found by search:
 2. Galloping up from that bound (1, 2, 4, ... releases more) to the first k that really fits,
    then bisection below it. The bound is usually exact, so one placement attempt is the
    common case rather than a bisection over every running job.
-The reservation holds the nodes of that placement from the k-th end time. Nodes already held by
-an earlier reservation are left out, so reservations never overlap. All work happens on a
-scratch copy of the free state; the session is left unchanged.
+The reservation holds the resources of that placement (its GPUs, and the CPU and memory that go
+with them) on its nodes from the k-th end time, not the whole nodes: a later job that would still
+run at that start may use what the placement leaves over (`place_beside`: the least of what is
+free now and of each reservation's headroom), as in Slurm's backfill. Nodes already held by an
+earlier reservation are left out of the search, so reservations never overlap. The search works
+on a scratch copy of the free state; the session is left unchanged.
 """
 
 from __future__ import annotations
@@ -19,16 +22,20 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from aisched.core.decisions import TaskBinding
 from aisched.core.placement import place_job
-from aisched.core.session import Reservation
+from aisched.core.session import Guard, Reservation
 from aisched.core.snapshot import BoolArray, FreeState, PendingJob, RunningJob
 from aisched.core.statement import Statement
 from aisched.model.job import Job
+from aisched.model.resources import GPU_MILLI_WHOLE
 
 if TYPE_CHECKING:
     from aisched.core.session import Session
 
 NEVER = float("inf")
+# Appended to the reason of a job that did not fit beside the reservations it would run into.
+HELD = "; the rest is reserved"
 
 
 def _end(r: RunningJob) -> float:
@@ -57,13 +64,13 @@ def find_reservation(session: Session, job: Job) -> Reservation | None:
         done = k
         return state
 
-    def fits(k: int) -> tuple[str, ...] | None:
-        """Nodes of a placement once the first k releases have happened, or None."""
+    def fits(k: int) -> tuple[TaskBinding, ...] | None:
+        """A placement once the first k releases have happened, or None."""
         with session.scratch(after(k)):
             st = Statement(session)
             placed = place_job(session, st, job, allowed, mask_key=("reserve", k))
             st.discard()
-        return None if isinstance(placed, str) else tuple(t.node for t in placed)
+        return None if isinstance(placed, str) else placed
 
     n = len(releases)
     lo = _fewest_releases(session, job, releases, allowed)
@@ -91,9 +98,12 @@ def find_reservation(session: Session, job: Job) -> Reservation | None:
         start = None
     if start is not None:
         start = max(start, session.now)
+    headroom = after(lo).copy()
+    for t in nodes:
+        headroom.take(arrays.index[t.node], t)
     mask: BoolArray = np.zeros(arrays.num_nodes, dtype=np.bool_)
-    mask[[arrays.index[n] for n in nodes]] = True
-    return Reservation(job.id, mask, start)
+    mask[[arrays.index[t.node] for t in nodes]] = True
+    return Reservation(job.id, mask, start, nodes, headroom)
 
 
 def _fewest_releases(
@@ -129,15 +139,87 @@ def _fewest_releases(
     return int(first[0]) if first.size else None
 
 
-def allowed_nodes(session: Session, pj: PendingJob) -> tuple[BoolArray | None, tuple[str, ...]]:
-    """Nodes `pj` may use without delaying a reservation: all but those of reservations it would
-    run into, i.e. whose start comes before its runtime bound (upper estimate first) ends; a job
-    with no bound runs into every reservation. Also the ids of those reservations (a cache key)."""
+def _runs_into(session: Session, pj: PendingJob) -> list[Reservation]:
+    """The reservations `pj` would still be running at: those whose start comes before its
+    runtime bound (upper estimate first) ends; a job with no bound runs into every one."""
     bound = pj.runtime_bound_s
     end = None if bound is None else session.now + bound
-    blocked_by = [
-        r for r in session.reservations if r.start_s is None or end is None or end > r.start_s
-    ]
+    return [r for r in session.reservations if r.start_s is None or end is None or end > r.start_s]
+
+
+def place_beside(session: Session, pj: PendingJob) -> tuple[tuple[TaskBinding, ...] | str, bool]:
+    """Place `pj` now without delaying any reservation, and commit it to the session's free
+    state (the caller records the bind). Also whether reservations limited it.
+
+    1. A job that ends before every reservation starts may use all that is free.
+    2. Otherwise it sees, per node and GPU, the least of what is free now and what each
+       reservation it runs into leaves over at its start (the guard, shared by the jobs that run
+       into the same reservations, with its own failure cache kept until capacity is given
+       back).
+    3. A placement found there is taken from the session's free state and from the headroom of
+       each of those reservations, since it will still hold them at their start."""
+    blocked_by = _runs_into(session, pj)
+    if not blocked_by:
+        st = Statement(session)
+        placed = place_job(session, st, pj.job)
+        if isinstance(placed, str):
+            st.discard()
+        else:
+            st.commit()
+        return placed, False
+    key = tuple(r.job_id for r in blocked_by)
+    guard = session.guards.get(key)
+    if guard is None:
+        guard = session.guards[key] = Guard(_guarded_free(session.free, blocked_by), {})
+    elif guard.stale:
+        guard.free, guard.stale = _guarded_free(session.free, blocked_by), False
+    saved = session.free, session.fail_cache
+    session.free, session.fail_cache = guard.free, guard.fail_cache
+    try:
+        st = Statement(session)
+        placed = place_job(session, st, pj.job)
+        if isinstance(placed, str):
+            st.discard()
+        else:
+            st.commit()  # the guard's free state now has the placement taken
+    finally:
+        session.free, session.fail_cache = saved
+    if isinstance(placed, str):
+        return placed, True
+    index = session.arrays.index
+    st = Statement(session)
+    for t in placed:
+        st.take(index[t.node], t)
+        for r in blocked_by:
+            assert r.headroom is not None
+            r.headroom.take(index[t.node], t)
+    st.commit()
+    return placed, True
+
+
+def _guarded_free(free: FreeState, blocked_by: list[Reservation]) -> FreeState:
+    g = free.copy()
+    for r in blocked_by:
+        h = r.headroom
+        if h is None:
+            continue
+        np.minimum(g.cpu, h.cpu, out=g.cpu)
+        np.minimum(g.mem, h.mem, out=g.mem)
+        np.minimum(g.gpu_milli, h.gpu_milli, out=g.gpu_milli)
+        np.minimum(g.gpu_mem, h.gpu_mem, out=g.gpu_mem)
+        np.minimum(g.rdma, h.rdma, out=g.rdma)
+    for a in (g.cpu, g.mem, g.gpu_milli, g.gpu_mem, g.rdma):
+        np.maximum(a, 0, out=a)
+    g.whole = (g.gpu_milli == GPU_MILLI_WHOLE).sum(axis=1).astype(np.int64)
+    g.gpu_total = g.gpu_milli.sum(axis=1)
+    return g
+
+
+def allowed_nodes(session: Session, pj: PendingJob) -> tuple[BoolArray | None, tuple[str, ...]]:
+    """Nodes `pj` may use without delaying a reservation: all but those of reservations it would
+    run into (`_runs_into`). Also the ids of those reservations (a cache key). Preemption uses
+    it: a job kept waiting beside a reservation makes room off its nodes only."""
+    blocked_by = _runs_into(session, pj)
     if not blocked_by:
         return None, ()
     if len(blocked_by) == 1:  # the common case, asked for every later job: one shared mask
@@ -152,14 +234,18 @@ def allowed_nodes(session: Session, pj: PendingJob) -> tuple[BoolArray | None, t
 
 
 def reserve_for(session: Session, pj: PendingJob) -> bool:
-    """Give `pj` a reservation and the RESERVED status with its start as ETA; False when no
-    placement is possible even once every running job with an expected end has ended."""
+    """Give `pj` a reservation and the RESERVED status with its start as ETA (structured, never
+    formatted into the reason); False when no placement is possible even once every running job
+    with an expected end has ended."""
     from aisched.core.status import StatusCode
 
     r = find_reservation(session, pj.job)
     if r is None:
         return False
     session.reserve(r)
-    when = "once running jobs end" if r.start_s is None else f"from t={r.start_s:g}s"
-    session.set_status(pj.id, StatusCode.RESERVED, f"nodes reserved {when}", r.start_s)
+    # The start goes out as a number (the status's ETA), on the caller's clock: the service and
+    # the CLI say it as the wall clock does, the simulator in virtual seconds. The reason only
+    # says whether one is known.
+    reason = "nodes reserved" if r.start_s is not None else "nodes reserved once running jobs end"
+    session.set_status(pj.id, StatusCode.RESERVED, reason, r.start_s)
     return True

@@ -42,10 +42,28 @@ def usage_vector(r: Resources) -> Usage:
 
 @dataclass(slots=True)
 class Reservation:
+    """What a blocked job holds: its placement `tasks` on `nodes` from `start_s`, and the
+    `headroom`, what will be free at that start once those tasks are taken. Jobs bound beside
+    it that still run at its start are taken from the headroom too, so it stays exact."""
+
     job_id: str
     nodes: BoolArray
     start_s: float | None
+    tasks: tuple[TaskBinding, ...] = ()
+    headroom: FreeState | None = None
     outside: BoolArray | None = None  # ~nodes, made once when first asked (read-only)
+
+
+@dataclass(slots=True)
+class Guard:
+    """The free state a job sees beside some reservations (the least of now's free state and
+    their headrooms), with its own failure cache. A bind makes the free state `stale` (it is
+    rebuilt when next asked for) but keeps the cache: capacity only shrinks then, so a failure
+    stays one. A release drops the guard."""
+
+    free: FreeState
+    fail_cache: dict[object, str]
+    stale: bool = False
 
 
 class Session:
@@ -69,6 +87,8 @@ class Session:
         self.queue_usage: dict[str, Usage] = {}
         self.user_usage: dict[tuple[str, str], Usage] = {}
         self.reservations: list[Reservation] = []
+        # Free states beside reservations, keyed by the reservations' job ids (reservation.py).
+        self.guards: dict[tuple[str, ...], Guard] = {}
         # Jobs that allocate could not place, in scheduling order, for preempt/backfill.
         self.blocked: list[PendingJob] = []
         # Jobs admitted by enqueue, in scheduling order (before fair-share interleaving).
@@ -80,6 +100,9 @@ class Session:
         self._status_cache: dict[tuple[StatusCode, str], JobStatus] = {}
         # Per-cycle memo for plugins (e.g. the task mix as arrays); dropped with the session.
         self.memo: dict[object, object] = {}
+        # True while a what-if imagines the empty cluster (`placement.never_fits`): per-node
+        # caps on an app's instances then count no running task (`core.caps`).
+        self.imagine_empty = False
         by_user = snapshot.usage if snapshot.usage is not None else usage_by_user(snapshot.running)
         for (queue, user), vec in by_user.items():
             self._add(queue, user, vec, 1.0)
@@ -114,6 +137,7 @@ class Session:
     def released(self) -> None:
         """Capacity was given back: cached placement failures may now succeed."""
         self.fail_cache.clear()
+        self.guards.clear()
 
     def add_usage(self, job: Job, vec: Usage, sign: float = 1.0) -> None:
         self._add(job.queue, job.user, vec, sign)
@@ -153,6 +177,8 @@ class Session:
         """Record a placement that the statement has already applied to `free`."""
         job = pj.job
         self.decisions.append(Bind(job.id, tasks, after))
+        for guard in self.guards.values():
+            guard.stale = True
         bound = pj.runtime_bound_s
         self.running[job.id] = RunningJob(
             job=job,
@@ -191,8 +217,9 @@ class Session:
 
     def reserve(self, res: Reservation) -> None:
         self.reservations.append(res)
+        self.guards.clear()
         names = tuple(self.snapshot.arrays.names[i] for i in np.flatnonzero(res.nodes).tolist())
-        self.decisions.append(Reserve(res.job_id, names, res.start_s))
+        self.decisions.append(Reserve(res.job_id, names, res.start_s, res.tasks))
 
     def dominant_share(self, usage: Usage) -> float:
         t = self.totals

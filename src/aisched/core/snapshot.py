@@ -87,6 +87,7 @@ class ClusterArrays:
     zones: tuple[str, ...]
     healthy: BoolArray
     nodes: tuple[Node, ...]
+    cap_rdma: IntArray
     # Memo of pure functions of this (static) cluster, e.g. "can this shape ever fit";
     # bounded, so a long-running service that sees ever new shapes does not grow with them.
     memo: dict[object, object] = field(default_factory=lambda: BoundedMemo())
@@ -170,6 +171,7 @@ def build_arrays(cluster: Cluster) -> ClusterArrays:
         zones=zones,
         healthy=np.array([x.healthy for x in nodes], dtype=np.bool_),
         nodes=nodes,
+        cap_rdma=np.array([x.rdma for x in nodes], dtype=np.int64),
     )
 
 
@@ -189,6 +191,7 @@ class FreeState:
     gpu_mem: IntArray  # (nodes, max_gpus)
     whole: IntArray  # GPUs per node with nothing allocated on them
     gpu_total: IntArray  # free milli-GPU per node, summed over its GPUs
+    rdma: IntArray  # free RDMA devices per node
     changed: list[int] = field(default_factory=list, repr=False)
     generation: int = 0
 
@@ -202,6 +205,7 @@ class FreeState:
             gpu_mem=arrays.gpu_mem_cap.copy(),
             whole=arrays.num_gpus.copy(),
             gpu_total=milli.sum(axis=1),
+            rdma=arrays.cap_rdma.copy(),
         )
 
     def copy(self) -> FreeState:
@@ -212,6 +216,7 @@ class FreeState:
             self.gpu_mem.copy(),
             self.whole.copy(),
             self.gpu_total.copy(),
+            self.rdma.copy(),
         )
 
     def take(self, node: int, t: TaskBinding) -> None:
@@ -227,6 +232,8 @@ class FreeState:
         self.changed.append(node)
         self.cpu[node] += sign * t.milli_cpu
         self.mem[node] += sign * t.mem_mib
+        if t.rdma:
+            self.rdma[node] += sign * t.rdma
         if not t.gpus:
             return
         row = self.gpu_milli[node]
@@ -248,6 +255,7 @@ class FreeState:
             and np.array_equal(self.gpu_mem, other.gpu_mem)
             and np.array_equal(self.whole, other.whole)
             and np.array_equal(self.gpu_total, other.gpu_total)
+            and np.array_equal(self.rdma, other.rdma)
         )
 
 
@@ -392,11 +400,17 @@ def validate_free(snapshot: Snapshot) -> list[str]:
         ("gpu_mem", want.gpu_mem, got.gpu_mem),
         ("whole", want.whole, got.whole),
         ("gpu_total", want.gpu_total, got.gpu_total),
+        ("rdma", want.rdma, got.rdma),
     ):
         if not np.array_equal(w, g):
             bad = np.argwhere(w != g)[0]
             problems.append(f"free {name} drifted on node {a.names[int(bad[0])]}")
-    for name, arr in (("cpu", got.cpu), ("mem", got.mem), ("gpu_milli", got.gpu_milli)):
+    for name, arr in (
+        ("cpu", got.cpu),
+        ("mem", got.mem),
+        ("gpu_milli", got.gpu_milli),
+        ("rdma", got.rdma),
+    ):
         if (arr < 0).any():
             bad = np.argwhere(arr < 0)[0]
             problems.append(f"{name} over-allocated on node {a.names[int(bad[0])]}")

@@ -17,6 +17,8 @@ from enum import IntEnum
 
 from aisched.model.resources import Resources
 
+NODE_ROLES = ("cpu", "gpu")
+
 
 class TopologyLevel(IntEnum):
     """Levels of the topology tree, innermost first; the order is used for comparisons."""
@@ -45,6 +47,30 @@ class Node:
     rack: str = "rack-0"
     labels: tuple[tuple[str, str], ...] = ()
     healthy: bool = True
+    # What the node is for: "cpu" (CPU-only work), "gpu" (work that asks for GPUs), or None
+    # (any). The `node-role` filter keeps CPU-only tasks off "gpu" nodes, so their CPUs and
+    # memory stay for the GPU work they serve (disaggregated inference: CPU front ends and
+    # pre/post-processing on CPU nodes, model replicas on GPU nodes).
+    role: str | None = None
+    # At most this many tasks of one app on this node (`Job.app`: the replicas of one service,
+    # else the tasks of one job); None: no cap. Spreads the instances of a model service over
+    # nodes, as disaggregated inference clusters do (one decode instance per node, say).
+    max_per_node: int | None = None
+    # RDMA devices (InfiniBand / RoCE adapters) tasks may ask for (`Resources.rdma`).
+    rdma: int = 0
+
+    def __post_init__(self) -> None:
+        if self.rdma < 0:
+            raise ValueError(f"node {self.name}: rdma must be 0 or more")
+        if self.max_per_node is not None and self.max_per_node < 1:
+            raise ValueError(f"node {self.name}: max_per_node must be at least 1")
+        if self.role is None:
+            return
+        if self.role not in NODE_ROLES:
+            raise ValueError(f"node {self.name}: role {self.role!r}; expected cpu or gpu")
+        if (self.role == "gpu") != bool(self.gpus):
+            has = f"{len(self.gpus)} GPUs" if self.gpus else "no GPUs"
+            raise ValueError(f"node {self.name}: role {self.role} but it has {has}")
 
     @property
     def gpu_model(self) -> str | None:
@@ -58,6 +84,7 @@ class Node:
             mem_mib=self.mem_mib,
             gpu=len(self.gpus),
             gpu_mem_mib=sum(g.mem_mib for g in self.gpus),
+            rdma=self.rdma,
         )
 
     def label(self, key: str) -> str | None:

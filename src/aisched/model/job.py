@@ -219,6 +219,12 @@ class Job:
         object.__setattr__(self, "tie_break", (-self.priority, self.submit_time_s, self.id))
 
     @property
+    def app(self) -> str:
+        """What a node's `max_per_node` counts instances of: the service a replica serves,
+        else the job itself (its tasks are one job group)."""
+        return self.replica_of if self.replica_of is not None else self.id
+
+    @property
     def num_tasks(self) -> int:
         return sum(g.replicas for g in self.groups)
 

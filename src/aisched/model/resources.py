@@ -20,6 +20,8 @@ class Resources:
     gpu_milli: int = 0
     gpu_mem_mib: int = 0
     extended: tuple[tuple[str, int], ...] = field(default=())
+    # RDMA devices (network adapters for GPUDirect / InfiniBand traffic), counted whole.
+    rdma: int = 0
 
     def plus(self, other: Resources) -> Resources:
         return Resources(
@@ -29,6 +31,7 @@ class Resources:
             self.gpu_milli + other.gpu_milli,
             self.gpu_mem_mib + other.gpu_mem_mib,
             _merge(self.extended, other.extended, 1),
+            self.rdma + other.rdma,
         )
 
     def minus(self, other: Resources) -> Resources:
@@ -39,6 +42,7 @@ class Resources:
             self.gpu_milli - other.gpu_milli,
             self.gpu_mem_mib - other.gpu_mem_mib,
             _merge(self.extended, other.extended, -1),
+            self.rdma - other.rdma,
         )
 
     def times(self, n: int) -> Resources:
@@ -49,6 +53,7 @@ class Resources:
             self.gpu_milli * n,
             self.gpu_mem_mib * n,
             tuple((k, v * n) for k, v in self.extended),
+            self.rdma * n,
         )
 
     def fits_in(self, other: Resources) -> bool:
@@ -60,6 +65,7 @@ class Resources:
             and self.gpu <= other.gpu
             and self.gpu_milli <= other.gpu_milli
             and self.gpu_mem_mib <= other.gpu_mem_mib
+            and self.rdma <= other.rdma
             and all(v <= ext.get(k, 0) for k, v in self.extended)
         )
 
@@ -81,6 +87,8 @@ class Resources:
             parts.append(f"{self.milli_cpu / 1000:g} CPU")
         if self.mem_mib:
             parts.append(f"{self.mem_mib / 1024:g} GiB")
+        if self.rdma:
+            parts.append(f"{self.rdma} RDMA")
         parts.extend(f"{v} {k}" for k, v in self.extended)
         return ", ".join(parts) or "nothing"
 

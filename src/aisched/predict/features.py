@@ -39,6 +39,9 @@ class JobFeatures:
     tasks: int
     submit_s: float
     now_s: float
+    # The user's own estimate of the runtime, if the job gave one: what the predictor answers
+    # instead of a guess from too few similar jobs.
+    estimate_s: float | None = None
 
     @classmethod
     def from_job(cls, job: Job, now_s: float) -> JobFeatures:
@@ -52,4 +55,5 @@ class JobFeatures:
             tasks=job.num_tasks,
             submit_s=job.submit_time_s,
             now_s=now_s,
+            estimate_s=job.estimate_s,
         )

@@ -14,7 +14,10 @@ How it answers:
 2. Until `min_fit` jobs have finished, the answer is a history median: of the same job name,
    else the same user and GPU count, else the user, the queue and GPU count, the queue, all
    jobs, and finally `prior_s`. The upper bound is the same group's `upper_quantile`, or the
-   median times `upper_factor` when the group is small.
+   median times `upper_factor` when the group is small. A job that gives its own estimate gets
+   that instead (both median and upper, source `own`) when the history answer rests on fewer
+   than `min_similar` similar jobs, or on the prior: three 1-second jobs say little about a
+   `sleep 30` whose user said 30 s.
 3. From then on two gradient-boosted models on log runtime, one for the median and one for the
    `upper_quantile`, are refitted every `refit_every` finished jobs on the last `window` of them,
    and every prediction uses the latest fit. With `background=True` (the live service) a fit
@@ -60,6 +63,8 @@ class LeakageError(ValueError):
 class PredictorConfig:
     """`refit_every`: finished jobs between fits; `window`: finished jobs a fit learns from;
     `min_fit`: finished jobs before the first fit; `per_key`: recent runtimes kept per group;
+    `min_similar`: similar finished jobs a history answer needs to be preferred to the job's
+    own estimate;
     `burst_window_s`: how far back submissions count as one burst; `max_iter`, `max_depth`:
     trees per model and their depth."""
 
@@ -70,6 +75,7 @@ class PredictorConfig:
     per_key: int = 32
     prior_s: float = 3600.0
     upper_factor: float = 4.0
+    min_similar: int = 5
     burst_window_s: float = 3600.0
     max_iter: int = 60
     max_depth: int = 6
@@ -88,7 +94,8 @@ class PredictorConfig:
 @dataclass(frozen=True, slots=True)
 class Prediction:
     """Median and upper-bound runtime in seconds (upper >= median), and what gave them:
-    `model`, `history:<group>` or `prior`."""
+    `model`, `history:<group>`, `prior`, or `own` (the job's own estimate, preferred to a
+    history of too few similar jobs)."""
 
     median_s: float
     upper_s: float
@@ -165,7 +172,11 @@ class RuntimePredictor:
             up = max(models[1].predict_one(row), mid)
             source = "model"
         else:
-            mid, up, source = self._fallback(features)
+            mid, up, source, similar = self._fallback(features)
+            own = features.estimate_s
+            if own is not None and own > 0 and similar < self.config.min_similar:
+                mid = up = math.log(max(own, _MIN_S))
+                source = "own"
         self.stats.predicted += 1
         self.stats.by_source[source] = self.stats.by_source.get(source, 0) + 1
         return Prediction(math.exp(mid), math.exp(up), source)
@@ -188,7 +199,8 @@ class RuntimePredictor:
 
     # --- internals --------------------------------------------------------------------------
 
-    def _fallback(self, f: JobFeatures) -> tuple[float, float, str]:
+    def _fallback(self, f: JobFeatures) -> tuple[float, float, str, int]:
+        """(log median, log upper, source, how many similar jobs it rests on)."""
         c = self.config
         for key, label in _fallback_keys(f):
             vals = self._history.values(key)
@@ -198,9 +210,9 @@ class RuntimePredictor:
                     up = max(quantile(vals, c.upper_quantile), mid)
                 else:
                     up = mid + math.log(c.upper_factor)
-                return mid, up, f"history:{label}"
+                return mid, up, f"history:{label}", len(vals)
         mid = math.log(c.prior_s)
-        return mid, mid + math.log(c.upper_factor), "prior"
+        return mid, mid + math.log(c.upper_factor), "prior", 0
 
     def _row(self, f: JobFeatures, cut_s: float) -> FloatArray:
         h = self._history

@@ -5,7 +5,8 @@ the page needs no other file and nothing from the network. It draws, per policy:
 the queueing-delay CDF, GPU utilisation over time, waiting jobs over time, allocation against
 arrived demand, and, with several queues, each queue's allocation against its demand. All of it
 comes from `PolicyMetrics` and `PolicySeries`; this module only draws. Output is the same for
-the same input (no dates, fixed SVG ids).
+the same input (no dates, fixed SVG ids), apart from the figures that depend on the machine
+(`MACHINE_DEPENDENT_ROWS`: the wall time), whose rows are marked `class="machine-dependent"`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from aisched.sim.metrics import PolicyMetrics
-from aisched.sim.report import METRIC_ROWS
+from aisched.sim.report import MACHINE_DEPENDENT_ROWS, METRIC_ROWS
 from aisched.sim.series import QUANTILES, PolicySeries
 
 if TYPE_CHECKING:
@@ -304,7 +305,8 @@ def _meta(meta: Mapping[str, Any]) -> str:
 def _table(metrics: Sequence[PolicyMetrics]) -> str:
     head = "".join(f"<th>{html.escape(m.policy)}</th>" for m in metrics)
     rows = "".join(
-        f"<tr><td>{html.escape(label)}</td>"
+        ('<tr class="machine-dependent">' if label in MACHINE_DEPENDENT_ROWS else "<tr>")
+        + f"<td>{html.escape(label)}</td>"
         + "".join(f'<td class="num">{html.escape(fmt(m))}</td>' for m in metrics)
         + "</tr>"
         for label, fmt in METRIC_ROWS
@@ -326,6 +328,7 @@ h2 {{ font-size: 16px; margin: 28px 0 2px; }}
 table {{ border-collapse: collapse; font-size: 13px; }}
 th, td {{ border-bottom: 1px solid #dde1e8; padding: 3px 10px; text-align: left; }}
 td.num, th + th {{ text-align: right; font-variant-numeric: tabular-nums; }}
+tr.machine-dependent td {{ color: #6b7385; font-style: italic; }}
 svg {{ max-width: 100%; height: auto; }}
 </style>
 </head>

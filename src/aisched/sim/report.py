@@ -67,6 +67,9 @@ METRIC_ROWS: tuple[tuple[str, Callable[[PolicyMetrics], str]], ...] = (
     ("scheduling cycles", lambda m: _int(m.cycles)),
     ("wall time (s)", lambda m: f"{m.wall_s:.1f}"),
 )
+# Rows that depend on the machine and its load, not on the input: everything else is the same
+# for the same input (the simulator is deterministic). The HTML report marks them.
+MACHINE_DEPENDENT_ROWS = frozenset({"wall time (s)"})
 
 
 def metrics_table(results: Sequence[PolicyMetrics], title: str | None = None) -> Table:

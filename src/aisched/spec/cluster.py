@@ -5,6 +5,10 @@ identical nodes, and optional explicit *nodes*. Naming is fixed so that decision
 reproducible: pool `a100` gives nodes `a100-0000`, ... (filled rack by rack, zone by zone), racks
 `a100-rack-00`, ... and zones `zone-0`, ...; zones are shared by index across pools, racks are
 not. GPUs are numbered from 0 and split into NVLink groups of `nvlink_group_size` by index.
+A pool, node or template may say what it is for, `role: cpu` (CPU-only work; no GPUs) or
+`role: gpu` (work that asks for GPUs); the `node-role` filter then keeps CPU-only tasks off GPU
+nodes. `max_per_node: N` caps the tasks of one app on each such node (`core.caps`), and
+`rdma: N` gives each node N RDMA devices that tasks may ask for (`resources.rdma`).
 
 `autoscaling_pools` are node pools an autoscaler grows and shrinks (the simulator does; see
 `model.cluster.NodePool`): a node `template`, `min`/`max` nodes, an optional provisioning delay,
@@ -21,7 +25,7 @@ from __future__ import annotations
 import math
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -44,6 +48,8 @@ Count = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 NonNegFloat = Annotated[float, Field(ge=0)]
+# What a node is for (`model.cluster.Node.role`): CPU-only work, or work that asks for GPUs.
+Role = Literal["cpu", "gpu"]
 
 
 class _Spec(BaseModel):
@@ -76,9 +82,13 @@ class PoolModel(_Spec):
     cpus: PositiveFloat
     mem_gib: PositiveFloat
     labels: dict[str, str] = Field(default_factory=dict)
+    role: Role | None = None
+    max_per_node: Count | None = None
+    rdma: NonNegInt = 0
 
     @model_validator(mode="after")
     def _not_too_big(self) -> PoolModel:
+        _check_role(self.role, self.gpus_per_node, "gpus_per_node")
         n = self.zones * self.racks_per_zone * self.nodes_per_rack
         if n > MAX_NODES:
             raise ValueError(f"pool expands to {n} nodes, more than the limit of {MAX_NODES}")
@@ -96,6 +106,21 @@ class TemplateModel(_Spec):
     gpu_mem_gib: NonNegFloat = 0.0
     nvlink_group_size: Count | None = None
     labels: dict[str, str] = Field(default_factory=dict)
+    role: Role | None = None
+    max_per_node: Count | None = None
+    rdma: NonNegInt = 0
+
+    @model_validator(mode="after")
+    def _role_fits(self) -> TemplateModel:
+        _check_role(self.role, self.gpus, "gpus")
+        return self
+
+
+def _check_role(role: str | None, gpus: int, field: str) -> None:
+    if role == "gpu" and not gpus:
+        raise ValueError(f"role gpu needs GPUs ({field} is 0)")
+    if role == "cpu" and gpus:
+        raise ValueError(f"role cpu is for CPU-only nodes ({field} is {gpus})")
 
 
 class NodeModel(TemplateModel):
@@ -240,6 +265,9 @@ def _to_cluster(spec: ClusterSpec, source: str) -> Cluster:
                         zone=f"zone-{z}",
                         rack=rack,
                         labels=labels,
+                        role=pool.role,
+                        max_per_node=pool.max_per_node,
+                        rdma=pool.rdma,
                     )
                     add(node, f"pools.{p_i}")
                     i += 1
@@ -313,6 +341,9 @@ def _node(t: TemplateModel, name: str, rack: str, healthy: bool = True) -> Node:
         rack=rack,
         labels=tuple(sorted(t.labels.items())),
         healthy=healthy,
+        role=t.role,
+        max_per_node=t.max_per_node,
+        rdma=t.rdma,
     )
 
 

@@ -95,6 +95,9 @@ class ResourcesModel(_Spec):
     # A share of one GPU in thousandths, the same as a fractional `gpus` (0.25 is 250).
     gpu_milli: GpuMilli | None = None
     gpu_mem: MemMib | None = None  # per GPU (or for the share, with a fractional `gpus`)
+    # RDMA devices of its node (InfiniBand / RoCE adapters), whole; cluster files give nodes
+    # `rdma: N`.
+    rdma: Annotated[int, Field(ge=0, le=1024)] = 0
 
 
 class GpuModelsModel(_Spec):
@@ -314,6 +317,7 @@ def _group(t: TaskModel, path: str, p: Problems, job: NativeJobModel) -> TaskGro
             gpu=gpu,
             gpu_milli=gpu_milli,
             gpu_mem_mib=gpu_mem_mib,
+            rdma=r.rdma,
         ),
         command=t.command,
         env=tuple(t.env.items()),

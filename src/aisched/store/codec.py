@@ -42,6 +42,8 @@ def resources_to_dict(r: Resources) -> dict[str, Any]:
     }
     if r.extended:
         out["extended"] = [[k, v] for k, v in r.extended]
+    if r.rdma:
+        out["rdma"] = r.rdma
     return out
 
 
@@ -53,6 +55,7 @@ def resources_from_dict(d: dict[str, Any]) -> Resources:
         gpu_milli=int(d["gpu_milli"]),
         gpu_mem_mib=int(d["gpu_mem_mib"]),
         extended=tuple((str(k), int(v)) for k, v in d.get("extended", ())),
+        rdma=int(d.get("rdma", 0)),
     )
 
 

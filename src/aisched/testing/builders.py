@@ -42,6 +42,18 @@ class NodeBuilder:
         self._node = replace(self._node, zone=zone)
         return self
 
+    def role(self, role: str) -> NodeBuilder:
+        self._node = replace(self._node, role=role)
+        return self
+
+    def rdma(self, devices: int) -> NodeBuilder:
+        self._node = replace(self._node, rdma=devices)
+        return self
+
+    def max_per_node(self, n: int) -> NodeBuilder:
+        self._node = replace(self._node, max_per_node=n)
+        return self
+
     def unhealthy(self) -> NodeBuilder:
         self._node = replace(self._node, healthy=False)
         return self
@@ -66,6 +78,7 @@ class JobBuilder:
         mem_gib: float = 1.0,
         gpu_mem_gib: float = 0.0,
         name: str | None = None,
+        rdma: int = 0,
     ) -> JobBuilder:
         req = Resources(
             milli_cpu=int(cpu * 1000),
@@ -73,6 +86,7 @@ class JobBuilder:
             gpu=gpu,
             gpu_milli=gpu_milli,
             gpu_mem_mib=int(gpu_mem_gib * 1024),
+            rdma=rdma,
         )
         self._groups.append(TaskGroup(name or f"g{len(self._groups)}", replicas, req))
         return self
@@ -113,6 +127,9 @@ class JobBuilder:
     def elastic(self) -> JobBuilder:
         """Elastic: runs with `min_available` up to all its tasks (set min_available too)."""
         return self._set(elastic=True)
+
+    def replica_of(self, service: str) -> JobBuilder:
+        return self._set(replica_of=service)
 
     def not_preemptible(self) -> JobBuilder:
         return self._set(preemptible=False)

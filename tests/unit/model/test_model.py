@@ -89,3 +89,16 @@ def test_queue_tree_paths_and_errors() -> None:
         QueueTree((Queue("a", parent="b"), Queue("b", parent="a")))
     with pytest.raises(ValueError, match="reserved"):
         QueueTree((Queue("root"),))
+
+
+def test_a_node_role_must_match_its_gpus() -> None:
+    from aisched.model.cluster import GPU, Node
+
+    assert Node("c", 1000, 1024, role="cpu").role == "cpu"
+    assert Node("g", 1000, 1024, gpus=(GPU(0),), role="gpu").role == "gpu"
+    with pytest.raises(ValueError, match="role cpu but it has 1 GPUs"):
+        Node("x", 1000, 1024, gpus=(GPU(0),), role="cpu")
+    with pytest.raises(ValueError, match="role gpu but it has no GPUs"):
+        Node("y", 1000, 1024, role="gpu")
+    with pytest.raises(ValueError, match="role 'disk'"):
+        Node("z", 1000, 1024, role="disk")

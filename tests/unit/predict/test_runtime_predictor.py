@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -63,6 +64,31 @@ def test_history_of_the_same_user_and_gpu_count_comes_first() -> None:
     assert p.predict(feats("n2", user="alice", gpus=8, now=20.0)).source == "history:user"
     # A user not seen yet: her queue's history (everyone here shares the default queue).
     assert p.predict(feats("n3", user="carol", now=20.0)).source == "history:queue"
+
+
+def test_the_users_estimate_beats_a_history_of_too_few_similar_jobs() -> None:
+    """Three 1-second jobs say little about a `sleep 30` whose user said 30 s: with fewer than
+    `min_similar` similar jobs behind it, the answer is the user's estimate (source own)."""
+    p = RuntimePredictor(PredictorConfig(min_similar=5))
+    for i in range(3):
+        p.observe(feats(f"short{i}", user="alice"), 1.0, finished_s=float(i))
+    told = replace(feats("sleep", user="alice", now=10.0), estimate_s=30.0)
+    got = p.predict(told)
+    assert (got.median_s, got.upper_s, got.source) == (
+        pytest.approx(30.0),
+        pytest.approx(30.0),
+        "own",
+    )
+    # Without an estimate the history answers, however thin.
+    assert p.predict(feats("other", user="alice", now=10.0)).source == "history:user-gpus"
+    # With the prior alone, too.
+    fresh = RuntimePredictor()
+    assert fresh.predict(replace(feats("a"), estimate_s=90.0)).source == "own"
+    # Enough similar jobs: the history wins over the user's word.
+    for i in range(3, 6):
+        p.observe(feats(f"short{i}", user="alice", now=10.0), 1.0, finished_s=10.0 + i)
+    again = replace(feats("sleep2", user="alice", now=20.0), estimate_s=30.0)
+    assert p.predict(again).source == "history:user-gpus"
 
 
 def test_a_prediction_before_a_seen_finish_is_refused() -> None:

@@ -147,6 +147,26 @@ ERROR_CASES = [
         ["c.yaml: nodes.0.name: duplicate node name 'p-0001' (already made by pools.0)"],
     ),
     Case(
+        "a gpu role without GPUs",
+        {"pools": [_pool(role="gpu")]},
+        ["c.yaml: pools.0: role gpu needs GPUs (gpus_per_node is 0)"],
+    ),
+    Case(
+        "a cpu role with GPUs",
+        {"nodes": [{"name": "n", "cpus": 4, "mem_gib": 8, "gpus": 2, "role": "cpu"}]},
+        ["c.yaml: nodes.0: role cpu is for CPU-only nodes (gpus is 2)"],
+    ),
+    Case(
+        "a zero cap",
+        {"pools": [_pool(max_per_node=0)]},
+        ["c.yaml: pools.0.max_per_node: Input should be greater than or equal to 1"],
+    ),
+    Case(
+        "an unknown role",
+        {"pools": [_pool(role="storage")]},
+        ["c.yaml: pools.0.role: Input should be 'cpu' or 'gpu'"],
+    ),
+    Case(
         "rack in two zones",
         {
             "nodes": [
@@ -165,6 +185,45 @@ def test_errors_name_the_field(case: Case) -> None:
         cluster_from_dict(case.data, "c.yaml")
     assert list(info.value.problems) == case.want
     assert str(info.value) == "\n".join(case.want)
+
+
+def test_node_roles_reach_the_nodes() -> None:
+    c = cluster_from_dict(
+        {
+            "pools": [
+                _pool(name="front", role="cpu"),
+                _pool(name="model", gpus_per_node=8, role="gpu"),
+                _pool(name="any", gpus_per_node=1),
+            ],
+            "autoscaling_pools": [
+                {"name": "burst", "max": 2, "template": {"cpus": 4, "mem_gib": 8, "role": "cpu"}}
+            ],
+        }
+    )
+    assert [(n.name, n.role) for n in c.nodes] == [
+        ("front-0000", "cpu"),
+        ("front-0001", "cpu"),
+        ("model-0000", "gpu"),
+        ("model-0001", "gpu"),
+        ("any-0000", None),
+        ("any-0001", None),
+    ]
+    assert c.node_pools[0].template.role == "cpu"
+
+
+def test_max_per_node_and_rdma_reach_the_nodes() -> None:
+    c = cluster_from_dict(
+        {
+            "pools": [_pool(name="decode", gpus_per_node=8, role="gpu", max_per_node=1)],
+            "nodes": [{"name": "spare", "cpus": 4, "mem_gib": 8, "max_per_node": 3, "rdma": 2}],
+        }
+    )
+    assert [(n.name, n.max_per_node, n.rdma) for n in c.nodes] == [
+        ("decode-0000", 1, 0),
+        ("decode-0001", 1, 0),
+        ("spare", 3, 2),
+    ]
+    assert c.nodes[2].capacity.rdma == 2
 
 
 def test_negative_gpus_in_a_file(in_tmp: Path) -> None:

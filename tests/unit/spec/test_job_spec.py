@@ -845,7 +845,7 @@ EXAMPLE_JOBS = {
             ),
             name="embed-service",
             kind=JobKind.INFER,
-            gpu_models=("T4", "A10"),
+            gpu_models=("A100", "A10"),
             gpu_models_preferred=("A10",),
         ),
         "native",
@@ -1218,4 +1218,14 @@ def test_a_volcano_mount_of_an_unlisted_volume_is_an_error() -> None:
     assert list(info.value.problems) == [
         f"v.yaml: {C0}.volumeMounts.0.name: no volume named 'x' in "
         "spec.tasks.0.template.spec.volumes"
+    ]
+
+
+def test_a_task_may_ask_for_rdma_devices() -> None:
+    parsed = parse_job_text("command: x\nresources: {gpus: 1, rdma: 2}\n", "j.yaml")
+    assert parsed.job.groups[0].request.rdma == 2
+    with pytest.raises(SpecError) as info:
+        parse_job_text("command: x\nresources: {rdma: -1}\n", "j.yaml")
+    assert list(info.value.problems) == [
+        "j.yaml: resources.rdma: Input should be greater than or equal to 0"
     ]

@@ -2,16 +2,18 @@
 
 The next job comes from the queue (and, with drf, the user) with the lowest weighted dominant
 share, so placements are shared out as they happen rather than by a share fixed at cycle start.
-With backfill configured (strict order) allocation stops at the first job that does not fit;
-the rest go to the later actions in order, so the blocked job's reservation can be honoured.
+With backfill configured, or `strict: true` (strict order), allocation stops at the first job
+that does not fit; the rest go to the later actions in order, so the blocked job's reservation
+can be honoured (or, without backfill, simply wait behind it).
 
 Jobs promoted by enqueue for starving come first, before any interleaving. Without backfill,
 the first `reservations` promoted jobs that do not fit (oldest first) get a reservation here,
-and every later job in the cycle keeps off their nodes unless its runtime bound (upper estimate
-first) ends before the reservation starts: greedy for everyone else, but a starving gang's start
-is not pushed back. One at a time, as in EASY backfill, is enough for that: when the first
-starts, the next holds the reservation; more would hold idle nodes for gangs further back, and
-each reservation is a search over the running jobs' ends every cycle.
+and every later job in the cycle leaves the reserved resources free unless its runtime bound
+(upper estimate first) ends before the reservation starts (`place_beside`): greedy for everyone
+else, but a starving gang's start is not pushed back. One at a time, as in EASY backfill, is
+enough for that: when the first starts, the next holds the reservation; more would hold idle
+capacity for gangs further back, and each reservation is a search over the running jobs' ends
+every cycle.
 """
 
 from __future__ import annotations
@@ -22,11 +24,10 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from aisched.core.placement import known_failure, place_job, placement_shape
+from aisched.core.placement import known_failure, placement_shape
 from aisched.core.queues import fair_key, queue_blocks
-from aisched.core.reservation import allowed_nodes, reserve_for
+from aisched.core.reservation import HELD, place_beside, reserve_for
 from aisched.core.snapshot import PendingJob
-from aisched.core.statement import Statement
 from aisched.core.status import JobStatus, StatusCode
 
 if TYPE_CHECKING:
@@ -38,6 +39,9 @@ Bucket = tuple[str, str]  # (queue, user when drf interleaves users, else "")
 @dataclass(frozen=True, slots=True)
 class Allocate:
     reservations: int = 1
+    # Stop at the first job that does not fit, even without backfill (Tiresias' and Helios'
+    # FIFO: `fifo-strict`); the default goes on to later jobs that fit (fit-first).
+    strict: bool = False
     name: str = "allocate"
 
     def __post_init__(self) -> None:
@@ -94,25 +98,20 @@ class Allocate:
             if reason is not None:
                 session.set_status_cached(pj.id, StatusCode.WAIT_QUEUE, reason)
                 continue
-            allowed, mask_key = allowed_nodes(session, pj) if guarded else (None, ())
-            res = known_failure(session, pj.job, mask_key or None)
+            beside = False
+            res = None if guarded else known_failure(session, pj.job)
             if res is None:
-                st = Statement(session)
-                placed = place_job(session, st, pj.job, allowed, mask_key or None)
+                placed, beside = place_beside(session, pj)
                 if isinstance(placed, str):
-                    st.discard()
                     res = placed
                 else:
-                    st.commit()
                     session.bind(pj, placed)
                     if len(heap) > 1:
                         heap = self._heap(session, buckets)
                     continue
             untried.discard(placement_shape(session, pj.job))
-            if mask_key:
-                session.set_status_cached(
-                    pj.id, StatusCode.WAIT_RESERVATION, f"{res}; reserved nodes held"
-                )
+            if beside:
+                session.set_status_cached(pj.id, StatusCode.WAIT_RESERVATION, f"{res}{HELD}")
             else:
                 session.set_status_cached(pj.id, StatusCode.WAIT_RESOURCES, res)
             session.blocked.append(pj)
@@ -128,20 +127,14 @@ class Allocate:
         if reason is not None:
             session.set_status_cached(pj.id, StatusCode.WAIT_QUEUE, reason)
             return True  # its queue holds it, not the cluster: the rest may go on
-        allowed, mask_key = allowed_nodes(session, pj) if session.reservations else (None, ())
-        st = Statement(session)
-        placed = place_job(session, st, pj.job, allowed, mask_key or None)
+        placed, beside = place_beside(session, pj)
         if isinstance(placed, str):
-            st.discard()
-            if mask_key:
-                session.set_status_cached(
-                    pj.id, StatusCode.WAIT_RESERVATION, f"{placed}; reserved nodes held"
-                )
+            if beside:
+                session.set_status_cached(pj.id, StatusCode.WAIT_RESERVATION, f"{placed}{HELD}")
             else:
                 session.set_status_cached(pj.id, StatusCode.WAIT_RESOURCES, placed)
             session.blocked.append(pj)
             return False
-        st.commit()
         session.bind(pj, placed)
         return True
 

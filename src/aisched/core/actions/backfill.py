@@ -1,8 +1,9 @@
 """backfill: start later jobs in idle holes without delaying reserved jobs.
 
-Jobs left by allocate are visited in order. A job that fits now starts, but on a node held by
-a reservation only if its runtime bound (upper estimate, estimate or time limit) ends before
-that reservation starts; a job with no bound stays off reserved nodes. A job that does not fit
+Jobs left by allocate are visited in order. A job that fits now starts; if its runtime bound
+(upper estimate, estimate or time limit) does not end before a reservation starts (or it has no
+bound), it may use only what that reservation leaves over: the reserved job's GPUs, CPU and
+memory stay free for it (`place_beside`), the rest of its nodes may be used. A job that does not fit
 gets a reservation while fewer than `reservations` are held (the first is the blocked head
 job, so a large gang cannot be starved by a stream of small ones); later ones wait.
 """
@@ -12,10 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from aisched.core.placement import place_job
 from aisched.core.queues import queue_blocks
-from aisched.core.reservation import allowed_nodes, reserve_for
-from aisched.core.statement import Statement
+from aisched.core.reservation import HELD, place_beside, reserve_for
 from aisched.core.status import StatusCode
 
 if TYPE_CHECKING:
@@ -40,17 +39,13 @@ class Backfill:
             if reason is not None:
                 session.set_status(pj.id, StatusCode.WAIT_QUEUE, reason)
                 continue
-            allowed, key = allowed_nodes(session, pj)
-            st = Statement(session)
-            res = place_job(session, st, pj.job, allowed, mask_key=key)
+            res, beside = place_beside(session, pj)
             if not isinstance(res, str):
-                st.commit()
                 session.bind(pj, res)
-                if key:
+                if beside:
                     session.set_status(pj.id, StatusCode.PLACED, "backfilled")
                 continue
-            st.discard()
             if len(session.reservations) < self.reservations and reserve_for(session, pj):
                 continue
-            code = StatusCode.WAIT_RESERVATION if key else StatusCode.WAIT_RESOURCES
-            session.set_status(pj.id, code, res if not key else f"{res}; reserved nodes held")
+            code = StatusCode.WAIT_RESERVATION if beside else StatusCode.WAIT_RESOURCES
+            session.set_status(pj.id, code, f"{res}{HELD}" if beside else res)

@@ -44,6 +44,14 @@ function clock(t) {
   return new Date(t * 1000).toLocaleTimeString([], { hour12: false });
 }
 
+// As the CLI says it (cli/eta.py): a passed ETA is "overdue", never a start in the past.
+function etaWords(eta, now) {
+  if (!eta) return "-";
+  if (eta > now + 1) return `${clock(eta)} (in ${duration(eta - now)})`;
+  if (eta >= now - 1) return "now";
+  return `overdue by ${duration(now - eta)} (was ${clock(eta)})`;
+}
+
 function drawSummary(doc) {
   const s = doc.summary || {};
   const jobs = s.jobs || {};
@@ -167,7 +175,7 @@ function drawPending(doc) {
       el("td", { class: "num" }, num(j.gpus, 2)),
       el("td", { class: "num" }, duration(j.waited_s)),
       el("td", { class: "reason" }, j.reason),
-      el("td", {}, j.eta ? `${clock(j.eta)} (in ${duration(Math.max(j.eta - doc.time, 0))})` : "-"),
+      el("td", {}, etaWords(j.eta, doc.time)),
     ),
   );
   if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: 6, class: "empty" }, "no job is waiting")));

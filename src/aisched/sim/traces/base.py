@@ -4,7 +4,9 @@ the gang shape shared by traces that record only a GPU count.
 Invariants of a `Trace`: its jobs are sorted by `(job.submit_time_s, job.id)`, the first one
 arrives at 0, and every `TraceJob.duration_s` is positive (`inf` means "holds its resources until
 the end of the run", for traces that record no lifetime). Loaders never guess at a row they
-cannot read: they raise `TraceError` naming the file, line and column.
+cannot read: they raise `TraceError` naming the file, line and column, unless asked to skip such
+rows (`skip_invalid`), which they then count in `Trace.skipped`. Header and file problems are
+never skipped.
 """
 
 from __future__ import annotations
@@ -52,6 +54,10 @@ class Trace:
     jobs: tuple[TraceJob, ...]
     # A cluster that comes with the trace (openb's node list); None when the trace has none.
     cluster: Cluster | None = None
+    # Rows a loader left out because it was asked to skip what it cannot use (`skip_invalid`),
+    # and the first of their problems ("file:line: column: ..."), for the user to see.
+    skipped: int = 0
+    first_skipped: str | None = None
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -125,28 +131,32 @@ def one_queue(trace: Trace, queue: str = "default") -> Trace:
     jobs = tuple(
         TraceJob(replace(tj.job, queue=queue), tj.duration_s, tj.source) for tj in trace.jobs
     )
-    return Trace(trace.name, jobs, trace.cluster)
+    return replace(trace, jobs=jobs)
 
 
 def sort_key(tj: TraceJob) -> tuple[float, str]:
     return (tj.job.submit_time_s, tj.job.id)
 
 
-def split_gpus(num_gpus: int) -> tuple[int, int]:
-    """(replicas, GPUs per replica) for a job holding `num_gpus` GPUs on 8-GPU servers.
+def split_gpus(num_gpus: int, per_server: int = GPUS_PER_SERVER) -> tuple[int, int]:
+    """(replicas, GPUs per replica) for a job holding `num_gpus` GPUs on `per_server`-GPU
+    servers (8 unless the cluster's nodes are smaller; see `fit_gangs_to`).
 
-    Up to 8 GPUs is one task. More is a gang of equal replicas, each the largest of 8, 4, 2 that
-    divides the count (16 → 2×8, 24 → 3×8, 12 → 3×4), because power-of-two slices match how
-    servers group their GPUs; an odd count falls back to its largest divisor up to 8.
+    Up to `per_server` GPUs is one task. More is a gang of equal replicas, each the largest of
+    8, 4, 2 (no larger than a server) that divides the count (on 8-GPU servers 16 → 2×8,
+    24 → 3×8, 12 → 3×4; on 4-GPU servers 8 → 2×4), because power-of-two slices match how
+    servers group their GPUs; an odd count falls back to its largest divisor up to a server.
     """
     if num_gpus < 1:
         raise ValueError(f"num_gpus must be >= 1, got {num_gpus}")
-    if num_gpus <= GPUS_PER_SERVER:
+    if per_server < 1:
+        raise ValueError(f"per_server must be >= 1, got {per_server}")
+    if num_gpus <= per_server:
         return 1, num_gpus
     for per in (8, 4, 2):
-        if num_gpus % per == 0:
+        if per <= per_server and num_gpus % per == 0:
             return num_gpus // per, per
-    per = max(d for d in range(1, GPUS_PER_SERVER + 1) if num_gpus % d == 0)
+    per = max(d for d in range(1, per_server + 1) if num_gpus % d == 0)
     return num_gpus // per, per
 
 
@@ -174,9 +184,39 @@ def gpu_train_job(
 
 
 @lru_cache(maxsize=256)
-def _train_groups(num_gpus: int) -> tuple[TaskGroup, ...]:
+def _train_groups(num_gpus: int, per_server: int = GPUS_PER_SERVER) -> tuple[TaskGroup, ...]:
     # Task groups are immutable, so jobs of the same size share one; a trace of 80 k jobs then
     # allocates a few dozen groups instead of 80 k, which halves its load time.
-    replicas, per = split_gpus(num_gpus)
+    replicas, per = split_gpus(num_gpus, per_server)
     request = Resources(milli_cpu=MILLI_CPU_PER_GPU * per, mem_mib=MEM_MIB_PER_GPU * per, gpu=per)
     return (TaskGroup(name="worker", replicas=replicas, request=request),)
+
+
+def largest_gpu_node(cluster: Cluster) -> int:
+    """The most GPUs on one node of `cluster`, its autoscaling pools' nodes included."""
+    counts = [len(n.gpus) for n in cluster.nodes]
+    counts += [len(p.template.gpus) for p in cluster.node_pools]
+    return max(counts, default=0)
+
+
+def fit_gangs_to(trace: Trace, cluster: Cluster) -> tuple[Trace, int]:
+    """The trace with every job made by `gpu_train_job` whose tasks ask for more GPUs than the
+    cluster's largest node has split again for that node size (an 8-GPU Philly job on 4-GPU
+    nodes: a gang of 2×4, as Tiresias and Helios replay it), and how many were split. Jobs of
+    other shapes (pod lists, job files) are left as they are."""
+    per_server = largest_gpu_node(cluster)
+    if per_server < 1 or per_server >= GPUS_PER_SERVER:
+        return trace, 0
+    jobs: list[TraceJob] = []
+    changed = 0
+    for tj in trace.jobs:
+        groups = tj.job.groups
+        g = groups[0]
+        total = g.replicas * g.request.gpu
+        if len(groups) == 1 and g.request.gpu > per_server and groups == _train_groups(total):
+            tj = replace(tj, job=replace(tj.job, groups=_train_groups(total, per_server)))
+            changed += 1
+        jobs.append(tj)
+    if not changed:
+        return trace, 0
+    return replace(trace, jobs=tuple(jobs)), changed

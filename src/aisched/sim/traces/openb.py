@@ -94,12 +94,19 @@ def load_openb_nodes(
 
 
 def load_openb_pods(
-    path: Path | None = None, *, variant: str = "default", limit: int | None = None
+    path: Path | None = None,
+    *,
+    variant: str = "default",
+    limit: int | None = None,
+    skip_invalid: bool = False,
 ) -> Trace:
     """One openb pod list as a trace, with the node list of the same folder as its cluster.
 
     `path` is a pod-list CSV (then `variant` is ignored) or the folder holding
-    `openb_pod_list_{variant}.csv`. `limit` keeps the first N pods by arrival.
+    `openb_pod_list_{variant}.csv`. `limit` keeps the first N pods by arrival. The trace is
+    named after its file: `openb-VARIANT` for `openb_pod_list_VARIANT.csv`, else `openb-STEM`.
+    With `skip_invalid`, a pod row it cannot use (a fractional or empty time, an unknown qos,
+    ...) is left out and counted in `Trace.skipped` instead of refusing the whole list.
     """
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
@@ -108,6 +115,7 @@ def load_openb_pods(
     # arrival is known, so their submit times can start at 0.
     pods: list[tuple[float, str, Resources, JobKind, tuple[str, ...], float]] = []
     seen: dict[str, int] = {}  # pod name -> line, because ids must be unique
+    skipped: list[TraceError] = []
     with file.open(newline="", encoding="utf-8") as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
@@ -117,26 +125,15 @@ def load_openb_pods(
             if _blank(row):
                 continue
             cell = _Cells(file, reader.line_num, row, idx)
-            arrival, duration = float(len(pods)), math.inf
-            kind = JobKind.BATCH
-            models: tuple[str, ...] = ()
-            if timed:
-                created = cell.integer("creation_time")
-                deleted = cell.integer("deletion_time")
-                arrival, duration = float(created), float(max(deleted - created, 1))
-                qos = cell.text("qos")
-                if qos not in _KNOWN_QOS:
-                    cell.fail(
-                        "qos", f"expected one of {', '.join(sorted(_KNOWN_QOS))}, got {qos!r}"
-                    )
-                kind = JobKind.INFER if qos in _INFER_QOS else JobKind.BATCH
-                spec = cell.text("gpu_spec", required=False)
-                models = tuple(m.strip() for m in spec.split("|") if m.strip())
-            name = cell.text("name")
-            if name in seen:
-                cell.fail("name", f"pod name {name!r} repeats line {seen[name]}")
-            seen[name] = reader.line_num
-            pods.append((arrival, name, _pod_request(cell), kind, models, duration))
+            try:
+                pod = _pod(cell, timed, float(len(pods)), seen)
+            except TraceError as e:
+                if not skip_invalid:
+                    raise
+                skipped.append(e)
+                continue
+            seen[pod[1]] = reader.line_num
+            pods.append(pod)
 
     t0 = min((p[0] for p in pods), default=0.0)
     jobs = sorted(
@@ -160,7 +157,38 @@ def load_openb_pods(
         jobs = jobs[:limit]
     nodes_file = file.parent / ALL_NODES_FILE
     cluster = load_openb_nodes(nodes_file) if nodes_file.is_file() else None
-    return Trace(name=f"openb-{variant}", jobs=tuple(jobs), cluster=cluster)
+    stem = file.stem.removeprefix("openb_pod_list_")
+    return Trace(
+        name=f"openb-{stem}",
+        jobs=tuple(jobs),
+        cluster=cluster,
+        skipped=len(skipped),
+        first_skipped=str(skipped[0]) if skipped else None,
+    )
+
+
+_Pod = tuple[float, str, Resources, JobKind, tuple[str, ...], float]
+
+
+def _pod(cell: _Cells, timed: bool, row_index: float, seen: dict[str, int]) -> _Pod:
+    """(arrival, name, request, kind, gpu models, duration) of one pod row, or `TraceError`."""
+    arrival, duration = row_index, math.inf
+    kind = JobKind.BATCH
+    models: tuple[str, ...] = ()
+    if timed:
+        created = cell.integer("creation_time")
+        deleted = cell.integer("deletion_time")
+        arrival, duration = float(created), float(max(deleted - created, 1))
+        qos = cell.text("qos")
+        if qos not in _KNOWN_QOS:
+            cell.fail("qos", f"expected one of {', '.join(sorted(_KNOWN_QOS))}, got {qos!r}")
+        kind = JobKind.INFER if qos in _INFER_QOS else JobKind.BATCH
+        spec = cell.text("gpu_spec", required=False)
+        models = tuple(m.strip() for m in spec.split("|") if m.strip())
+    name = cell.text("name")
+    if name in seen:
+        cell.fail("name", f"pod name {name!r} repeats line {seen[name]}")
+    return arrival, name, _pod_request(cell), kind, models, duration
 
 
 def _pod_request(cell: _Cells) -> Resources:

@@ -30,13 +30,21 @@ _EPOCH = datetime(1970, 1, 1)
 
 
 def load_philly(
-    path: Path | None = None, *, limit: int | None = None, min_duration_s: float = 0.0
+    path: Path | None = None,
+    *,
+    limit: int | None = None,
+    min_duration_s: float = 0.0,
+    skip_invalid: bool = False,
 ) -> Trace:
-    """Read the Philly trace; `path` is the CSV or its folder (default: the shared traces)."""
+    """Read the Philly trace; `path` is the CSV or its folder (default: the shared traces).
+    With `skip_invalid`, a row it cannot use (a job of 0 GPUs, a duration that is not a
+    positive number, ...) is left out and counted in `Trace.skipped` instead of refusing the
+    whole trace; skipped rows get no id."""
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
     file = resolve_trace_file(path, "philly-pollux", "philly.csv")
     rows: list[tuple[float, int, float, int, str]] = []
+    skipped: list[TraceError] = []
     # Jobs submitted in the same second share a stamp; each distinct stamp is parsed once.
     stamps: dict[str, float] = {}
     with file.open(newline="", encoding="utf-8") as fh:
@@ -45,49 +53,18 @@ def load_philly(
         if header is None:
             raise TraceError(file, 1, "timestamp", "file is empty, expected a header row")
         idx = _column_indices(file, header)
-        i_ts, i_dur, i_gpu, i_vc = (idx[c] for c in _COLUMNS)
         width = len(header)
         for row in reader:
             if not row or (len(row) == 1 and not row[0].strip()):
                 continue
-            line = reader.line_num
-            if len(row) != width:
-                raise TraceError(
-                    file,
-                    line,
-                    header[min(len(row), width - 1)],
-                    f"expected {width} fields, found {len(row)}",
-                )
-            ts = row[i_ts]
-            t = stamps.get(ts)
-            if t is None:
-                try:
-                    t = (datetime.fromisoformat(ts) - _EPOCH).total_seconds()
-                except ValueError:
-                    raise TraceError(
-                        file, line, "timestamp", f"expected YYYY-MM-DD HH:MM:SS, got {ts!r}"
-                    ) from None
-                stamps[ts] = t
             try:
-                duration = float(row[i_dur])
-            except ValueError:
-                duration = float("nan")
-            if not 0.0 < duration < float("inf"):
-                raise TraceError(
-                    file, line, "duration", f"expected a positive number, got {row[i_dur]!r}"
-                )
-            try:
-                gpus = int(row[i_gpu])
-            except ValueError:
-                gpus = 0
-            if gpus < 1:
-                raise TraceError(
-                    file, line, "num_gpus", f"expected an integer >= 1, got {row[i_gpu]!r}"
-                )
-            vc = row[i_vc].strip()
-            if not vc:
-                raise TraceError(file, line, "cluster", "empty virtual-cluster id")
-            rows.append((t, len(rows), duration, gpus, vc))
+                parsed = _row(file, reader.line_num, row, width, header, idx, stamps)
+            except TraceError as e:
+                if not skip_invalid:
+                    raise
+                skipped.append(e)
+                continue
+            rows.append((parsed[0], len(rows), *parsed[1:]))
 
     rows.sort(key=lambda r: (r[0], r[1]))
     kept = [(n, r) for n, r in enumerate(rows) if r[2] >= min_duration_s]
@@ -104,7 +81,58 @@ def load_philly(
         )
         for n, (t, _, duration, gpus, vc) in kept
     )
-    return Trace(name="philly", jobs=jobs)
+    return Trace(
+        name="philly",
+        jobs=jobs,
+        skipped=len(skipped),
+        first_skipped=str(skipped[0]) if skipped else None,
+    )
+
+
+def _row(
+    file: Path,
+    line: int,
+    row: list[str],
+    width: int,
+    header: list[str],
+    idx: dict[str, int],
+    stamps: dict[str, float],
+) -> tuple[float, float, int, str]:
+    """(submit time, duration, GPUs, VC) of one row, or `TraceError` saying what is wrong."""
+    i_ts, i_dur, i_gpu, i_vc = (idx[c] for c in _COLUMNS)
+    if len(row) != width:
+        raise TraceError(
+            file,
+            line,
+            header[min(len(row), width - 1)],
+            f"expected {width} fields, found {len(row)}",
+        )
+    ts = row[i_ts]
+    t = stamps.get(ts)
+    if t is None:
+        try:
+            t = (datetime.fromisoformat(ts) - _EPOCH).total_seconds()
+        except ValueError:
+            raise TraceError(
+                file, line, "timestamp", f"expected YYYY-MM-DD HH:MM:SS, got {ts!r}"
+            ) from None
+        stamps[ts] = t
+    try:
+        duration = float(row[i_dur])
+    except ValueError:
+        duration = float("nan")
+    if not 0.0 < duration < float("inf"):
+        raise TraceError(file, line, "duration", f"expected a positive number, got {row[i_dur]!r}")
+    try:
+        gpus = int(row[i_gpu])
+    except ValueError:
+        gpus = 0
+    if gpus < 1:
+        raise TraceError(file, line, "num_gpus", f"expected an integer >= 1, got {row[i_gpu]!r}")
+    vc = row[i_vc].strip()
+    if not vc:
+        raise TraceError(file, line, "cluster", "empty virtual-cluster id")
+    return t, duration, gpus, vc
 
 
 def _column_indices(file: Path, header: list[str]) -> dict[str, int]:

@@ -1,0 +1,77 @@
+"""The `aisched` argument parser: one-line errors, and `--server`/`--json` on either side of the
+subcommand.
+
+Every error the command prints has one form (docs/service.md, "Errors"): one `error: ...` line,
+then one indented line per problem, each naming its field path. argparse's own mistakes (an
+unknown option, `--replicas x`) keep to it too: the `error:` line and a pointer to `--help`,
+never the whole usage text.
+
+`--server URL` and `--json` are accepted before the subcommand (`aisched --json jobs`) as well as
+after it (`aisched jobs --json`); given after it, the subcommand's value wins. A command that
+takes neither (`up`, `simulate`'s `--json FILE`) refuses the global one with a clear line. This
+module imports only argparse, so it costs nothing to a command that never talks to a service.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+# Where the global options land in the namespace, apart from the subcommands' own.
+_SERVER, _JSON = "global_server", "global_json"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the house error form. Subparsers are made of the same class."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        ns, rest = super().parse_known_args(args, namespace)
+        if hasattr(ns, _SERVER):  # the top-level parser: the subcommand has been parsed too
+            self._merge_globals(ns)
+        return ns, rest
+
+    def _merge_globals(self, ns: argparse.Namespace) -> None:
+        server, as_json = getattr(ns, _SERVER), getattr(ns, _JSON)
+        delattr(ns, _SERVER)
+        delattr(ns, _JSON)
+        command = getattr(ns, "command", None)
+        if command is None:
+            return
+        if server is not None:
+            if not hasattr(ns, "server"):
+                self.error(f"--server: aisched {command} does not talk to a service")
+            if ns.server is None:
+                ns.server = server
+        if as_json:
+            own = getattr(ns, "json", None)
+            if not hasattr(ns, "json"):
+                self.error(f"--json: aisched {command} has no JSON output")
+            if not isinstance(own, bool):
+                self.error(
+                    f"--json: aisched {command} writes JSON to a file: give --json FILE after it"
+                )
+            ns.json = True
+
+
+def add_global_options(parser: argparse.ArgumentParser) -> None:
+    """`--server` and `--json` on the top-level parser (see the module docstring)."""
+    parser.add_argument(
+        "--server",
+        dest=_SERVER,
+        metavar="URL",
+        help="the aisched service, for every client command (also accepted after it)",
+    )
+    parser.add_argument(
+        "--json",
+        dest=_JSON,
+        action="store_true",
+        help="print JSON instead of a table, for every client command (also after it)",
+    )
