@@ -100,6 +100,25 @@ def test_a_missing_workdir_or_command_file_is_refused_at_submission(
     assert ids(client) == []
 
 
+def test_a_container_job_is_checked_for_its_host_paths_not_its_images_paths(
+    client: TestClient, tmp_path: Path
+) -> None:
+    """Its workdir and command are inside its image; its hostPath volumes are on this machine."""
+    doc = {
+        "command": ["/opt/app/run.sh"],
+        "workdir": "/opt/app",
+        "image": "localhost/app:1",
+        "volumes": [{"host_path": str(tmp_path)}, {"host_path": str(tmp_path / "gone")}],
+    }
+    r = client.post("/v1/jobs", json=doc, params={"source": "job.yaml"})
+    assert (r.status_code, r.json()["problems"]) == (
+        422,
+        [f"job.yaml: volumes.1.host_path: no such file or directory: {tmp_path / 'gone'}"],
+    )
+    doc["volumes"] = [{"host_path": str(tmp_path)}]
+    assert client.post("/v1/jobs", json=doc).status_code == 201
+
+
 def test_under_disk_pressure_submissions_are_refused_and_readiness_says_why(
     open_service: OpenService, fx: FakeExecutor, tmp_path: Path
 ) -> None:

@@ -99,7 +99,8 @@ def _aisched(svc: Service, *args: str, server: str) -> subprocess.CompletedProce
         [PY, "-m", "aisched", *args],
         capture_output=True,
         text=True,
-        env={**svc.env(), "AISCHED_SERVER": server},
+        # Over TCP a client needs a token (docs/security.md); the socket is the default.
+        env={**svc.env(), "AISCHED_SERVER": server, "AISCHED_TOKEN": svc.admin_token()},
         cwd=svc.work,
         timeout=60,
     )

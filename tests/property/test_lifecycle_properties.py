@@ -177,7 +177,8 @@ def test_attempt_ends_only_lead_to_allowed_moves(
             assert 100.0 <= nxt.not_before <= 160.0
     else:
         assert isinstance(nxt, RestartOn) and stop == Stop.SHRINK and nxt.keep == kept
-    assert end.failures == failures + (stop == Stop.FAILED)
+    # A failed task counts a failure, and so does one that could never run (a missing image).
+    assert end.failures == failures + (stop in (Stop.FAILED, Stop.UNRUNNABLE))
     # Whatever came next, a terminal state never moves again.
     for state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
         with pytest.raises(InvalidTransition):

@@ -14,6 +14,7 @@ from aisched.testing import cluster, node
 
 BLIND = {
     "fifo",
+    "fifo-strict",
     "priority",
     "drf",
     "las",

@@ -18,7 +18,7 @@ from __future__ import annotations
 from aisched.core.actions.allocate import Allocate
 from aisched.core.actions.enqueue import Enqueue
 from aisched.core.actions.preempt import Preempt, Reclaim
-from aisched.core.plugins import fragmentation, hetero, order, packing, score, victims
+from aisched.core.plugins import fragmentation, hetero, order, packing, roles, score, victims
 from aisched.core.policy import Policy
 
 # Allocate reserves only for jobs enqueue promoted (counted with enqueue). Preempt reads an
@@ -42,6 +42,8 @@ _BLIND_SCORES: tuple[type, ...] = (
     packing.RandomFit,
     hetero.PreferredModel,
 )
+# Filters see the job and the node only; the one there is reads no estimate.
+_BLIND_FILTERS: tuple[type, ...] = (roles.NodeRole,)
 
 
 def reads_estimates(policy: Policy) -> bool:
@@ -58,6 +60,4 @@ def reads_estimates(policy: Policy) -> bool:
         return True
     if any(type(ws.plugin) not in _BLIND_SCORES for ws in policy.scores):
         return True
-    # Filters see the job and the node only; there are none that read estimates, but a new
-    # one is not known to be blind.
-    return bool(policy.filters)
+    return any(type(f) not in _BLIND_FILTERS for f in policy.filters)

@@ -4,7 +4,8 @@ stored without hanging on a failing store.
 1. `path_problems`: a task's `workdir` that is not a directory, and a command named by a path
    (`./train.sh`, `/opt/run`) that is not an executable file, are refused at once (422, one
    line per problem naming its field) instead of being accepted, failing at start and being
-   retried. A job that names an image is checked inside its image, not here. The check runs
+   retried. A job that names an image has its workdir and command checked inside its image,
+   not here; its hostPath volumes are checked here. The check runs
    as the service's user: a file only the submitter can see is its own business at start.
 2. `until_stored`: the loop answers a submission once it is durable. While the store cannot
    write, that answer waits (the loop retries its batch); the caller is then told 503 within
@@ -43,7 +44,14 @@ def path_problems(jobs: Sequence[Job], source: str) -> list[str]:
     for job in jobs:
         prefix = f"{source}: " if len(jobs) == 1 else f"{source}: job {job.name!r}: "
         for i, g in enumerate(job.groups):
-            if getattr(g, "image", None):  # run inside its image: nothing to see here
+            if g.container is not None:
+                # Its workdir and command are inside its image; what it names on this machine
+                # are its hostPath volumes (the image itself is the engine's to find or pull,
+                # and a missing one fails the attempt at once, without a retry).
+                for v, vol in enumerate(g.container.volumes):
+                    if not Path(vol.host_path).exists():
+                        field = _field(job, i, f"volumes.{v}.host_path")
+                        out.append(f"{prefix}{field}: no such file or directory: {vol.host_path}")
                 continue
             workdir = Path(g.workdir) if g.workdir else None
             if workdir is not None and not workdir.is_dir():

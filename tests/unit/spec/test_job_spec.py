@@ -876,7 +876,6 @@ EXAMPLE_JOBS = {
                     gpu=2,
                     gpu_mem=80 * GIB,
                     env=(("NCCL_DEBUG", "WARN"), ("HF_HOME", "/srv/cache/huggingface")),
-                    workdir="/srv/llm",
                 ),
             ),
             name="train-llm",
