@@ -60,6 +60,7 @@ from aisched.executors.base import (
 from aisched.executors.gpu_watchdog import GPU_CHECK_INTERVAL_S, TaskGpuMemory
 from aisched.executors.ray_nodes import RayNode, nodes_from_ray
 from aisched.executors.ray_task import MakeWatchdog, TaskRunner
+from aisched.executors.supervisor import LOG_MAX_BYTES, LOG_MAX_FILES
 from aisched.model.cluster import Node
 from aisched.model.job import ContainerSpec, Job
 
@@ -162,6 +163,8 @@ class RayExecutor:
         start_timeout_s: float = 60.0,
         gpu_watchdog: MakeWatchdog | None = None,
         gpu_check_s: float = GPU_CHECK_INTERVAL_S,
+        log_max_bytes: int = LOG_MAX_BYTES,
+        log_max_files: int = LOG_MAX_FILES,
     ) -> None:
         if not ray.is_initialized():
             raise RayConnectError("not connected to a Ray cluster (call connect first)")
@@ -172,6 +175,7 @@ class RayExecutor:
         self._tracked: dict[TaskKey, _Tracked] = {}
         self._gpu_watchdog = gpu_watchdog
         self._gpu_check_s = gpu_check_s
+        self._log_cap = (log_max_bytes, log_max_files)  # each task's log, on its node
         self._next_gpu_check = 0.0
         self._gpu_refs: dict[Any, tuple[TaskKey, str]] = {}  # pending gpu_memory calls
         self._gpu_usage: dict[TaskKey, TaskGpuMemory] = {}
@@ -255,7 +259,14 @@ class RayExecutor:
                 num_gpus=gpu_share,
                 memory=req.mem_limit_mib * MIB,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(rn.node_id, soft=False),
-            ).remote(_spec(req, self._gpu_check_s, container, self._namespace), self._gpu_watchdog)
+            ).remote(
+                {
+                    **_spec(req, self._gpu_check_s, container, self._namespace),
+                    "log_max_bytes": self._log_cap[0],
+                    "log_max_files": self._log_cap[1],
+                },
+                self._gpu_watchdog,
+            )
             start_ref = actor.start.remote()
         except ValueError as e:  # e.g. the name is taken by a leftover actor
             raise LaunchError(f"task {_show(key)}: Ray refused it: {e}") from None

@@ -141,6 +141,9 @@ class TaskRunner:
         self.killed_after_grace = False
         self.kill_at: float | None = None
         self.log_fd = -1
+        self.out: sup.CappedLog | None = None  # the task's log, capped and rotated
+        self.out_lock = threading.Lock()  # the output copier and aisched's own lines
+        self.copier: threading.Thread | None = None
         self.grace_s = float(spec.get("grace_period_s") or 0.0)
         # A task with an image: its container on this node, driven as the local supervisor
         # drives one (create, init, shape, attach; stop, kill, end).
@@ -212,6 +215,8 @@ class TaskRunner:
                 target=self._watch_gpu_memory, args=(self.proc,), name="aisched-gpu", daemon=True
             ).start()
         code = self.proc.wait()
+        if self.copier is not None:  # the rest of its output (a leftover child may hold the
+            self.copier.join(2.0)  # pipe open: it does not hold up the task's end)
         oom = False
         if self.container is not None:
             code, oom = self.container.end(code)
@@ -239,7 +244,14 @@ class TaskRunner:
         name = command[0] if command else "(empty command)"
         try:
             os.makedirs(os.path.dirname(spec["log_path"]) or ".", exist_ok=True)
-            self.log_fd = os.open(spec["log_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            # Capped and rotated as on one machine (the supervisor's CappedLog): the task's
+            # output goes through a pipe that `_copy_output` drains into it.
+            self.out = sup.CappedLog(
+                spec["log_path"],
+                int(spec.get("log_max_bytes", sup.LOG_MAX_BYTES)),
+                int(spec.get("log_max_files", sup.LOG_MAX_FILES)),
+            )
+            self.log_fd = self.out.fd
         except OSError as exc:
             msg = f"cannot open the log {spec['log_path']}: {exc.strerror}"
             self.start_error = {"kind": "exited", "exit_code": 126, "message": msg}
@@ -276,16 +288,21 @@ class TaskRunner:
                     return
                 command, env = started, dict(self.container.env)
                 as_user = {"cwd": self.container.cwd, "preexec_fn": _die_with_parent}
+            out_r, out_w = os.pipe()
             try:
                 self.proc = subprocess.Popen(
                     command,
                     env=env,
                     **as_user,
                     stdin=subprocess.DEVNULL,
-                    stdout=self.log_fd,
+                    stdout=out_w,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                 )
+                self.copier = threading.Thread(
+                    target=self._copy_output, args=(out_r,), name="aisched-task-output", daemon=True
+                )
+                self.copier.start()
                 return
             except subprocess.SubprocessError:  # preexec_fn failed: a directory, as the user
                 code, msg = (
@@ -307,6 +324,10 @@ class TaskRunner:
                 code, msg = 126, f"cannot run {name}: permission denied"
             except OSError as exc:
                 code, msg = 126, f"cannot run {name}: {exc.strerror or exc}"
+            finally:
+                os.close(out_w)
+                if self.proc is None:
+                    os.close(out_r)
         self._log(msg)
         self.start_error = {"kind": "exited", "exit_code": code, "message": msg}
 
@@ -457,9 +478,19 @@ class TaskRunner:
             os.killpg(proc.pid, sig)
 
     def _log(self, line: str) -> None:
-        if self.log_fd >= 0:
-            with contextlib.suppress(OSError):
-                os.write(self.log_fd, f"aisched: {line}\n".encode())
+        with self.out_lock:
+            if self.out is not None:
+                self.out.write(f"aisched: {line}\n".encode())
+
+    def _copy_output(self, fd: int) -> None:
+        """The task's stdout and stderr into its capped log, until every writer closed them."""
+        try:
+            while chunk := os.read(fd, 1 << 16):
+                with self.out_lock:
+                    if self.out is not None:
+                        self.out.write(chunk)
+        finally:
+            os.close(fd)
 
     def _finish(self, result: Result | None) -> None:
         assert result is not None
@@ -469,8 +500,10 @@ class TaskRunner:
             result = {**result, "finished_at": time.time(), "gpu_reports": self.gpu_reports}
             self.gpu_reports = []
             self.result = result
-        if self.log_fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self.log_fd)
+        with self.out_lock:
+            if self.out is not None:
+                with contextlib.suppress(OSError):
+                    os.close(self.out.fd)
+                self.out = None
             self.log_fd = -1
         self.done.set()

@@ -289,6 +289,8 @@ def _ray_executor(config: ServiceConfig, address: str, home: Path) -> tuple[Exec
     executor = ray_executor.RayExecutor(
         ray_executor.namespace_for(str(home.resolve())),
         start_timeout_s=config.ray_start_timeout_s(),
+        log_max_bytes=config.limits.log_max_bytes(),
+        log_max_files=config.limits.log_max_files,
         # Made on each task's node, where NVML sees the task's processes.
         gpu_watchdog=functools.partial(
             GpuMemoryWatchdog.with_nvml, OverAction(config.gpu_memory_over)

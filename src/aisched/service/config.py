@@ -21,7 +21,7 @@ from aisched.service.defaults import DEFAULT_PORT, default_home, default_socket
 from aisched.spec.errors import SpecError, parse_yaml
 from aisched.spec.job import DEFAULT_PRIORITY_CLASSES, JobDefaults
 from aisched.spec.policy import load_policy
-from aisched.spec.units import parse_duration_s, parse_mem_mib
+from aisched.spec.units import parse_bytes, parse_duration_s, parse_mem_mib
 
 MemoryLimit = Literal["auto", "cgroup-v2", "cgroup-v1", "rlimit", "none"]
 Name = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
@@ -141,10 +141,10 @@ class LimitsModel(_Model):
         return v
 
     def log_max_bytes(self) -> int:
-        return parse_mem_mib(self.log_max_size, "limits.log_max_size") * (1 << 20)
+        return parse_bytes(self.log_max_size, "limits.log_max_size")
 
     def disk_min_free_bytes(self) -> int:
-        return parse_mem_mib(self.disk_min_free, "limits.disk_min_free") * (1 << 20)
+        return parse_bytes(self.disk_min_free, "limits.disk_min_free")
 
     def shutdown_grace_s(self) -> float:
         return _duration(self.shutdown_grace, "limits.shutdown_grace")

@@ -74,7 +74,13 @@ _MEM_POWER = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
 
 
 def to_mem_mib(value: Any) -> int:
-    """A memory size in MiB, rounded up: `512M`, `512MB`, `512Mi`, `512MiB`, `8G`, `1.5T`.
+    """A memory size in MiB, rounded up: `512M`, `512MB`, `512Mi`, `512MiB`, `8G`, `1.5T`
+    (the rules of `to_bytes`)."""
+    return -(-to_bytes(value) // _MIB)
+
+
+def to_bytes(value: Any) -> int:
+    """A size in bytes, rounded up: `64K`, `512M`, `512MiB`, `8G`, `1.5T`, `4096B`.
 
     Every unit is binary, whatever its spelling: `G`, `GB`, `Gi` and `GiB` all mean 2**30 bytes
     (people writing `8G` for a task mean what `free -g` and `docker --memory 8g` mean). Letters
@@ -95,13 +101,17 @@ def to_mem_mib(value: Any) -> int:
         raise UnitError(f"{value!r} has no unit: give a unit, e.g. 8G or 512M")
     if not letter and suffix.lower() != "b":  # "8i" or "8iB"
         raise UnitError(f"{value!r} is not a size: give a unit, e.g. 8G or 512M")
-    size_bytes = Decimal(number) * (_KIB ** _MEM_POWER[letter.lower()])
-    return _ceil_int(size_bytes / _MIB)
+    return _ceil_int(Decimal(number) * (_KIB ** _MEM_POWER[letter.lower()]))
 
 
 def parse_mem_mib(value: Any, path: str) -> int:
     """`to_mem_mib`, with problems raised as `SpecError("path: message")`."""
     return _at(path, to_mem_mib, value)
+
+
+def parse_bytes(value: Any, path: str) -> int:
+    """`to_bytes`, with problems raised as `SpecError("path: message")`."""
+    return _at(path, to_bytes, value)
 
 
 # --- durations ------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from aisched.spec.units import (
     parse_duration_s,
     parse_gpus,
     parse_mem_mib,
+    to_bytes,
     to_duration_s,
     to_gpus,
     to_mem_mib,
@@ -245,3 +246,12 @@ def test_k8s_errors(value: Any, want: str) -> None:
     with pytest.raises(UnitError) as info:
         k8s_mem_mib(value)
     assert str(info.value) == want
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [("64K", 65536), ("4096B", 4096), ("1.5M", 1572864), ("10MiB", 10485760), ("1k", 1024)],
+)
+def test_sizes_in_bytes_keep_what_mib_would_round_away(text: str, want: int) -> None:
+    assert to_bytes(text) == want
+    assert to_mem_mib(text) == -(-want // (1 << 20))
