@@ -26,7 +26,7 @@ from rich.table import Table
 from aisched.cli.client import Client, add_server_option
 from aisched.cli.columns import Cell, render
 from aisched.cli.errors import CLIError
-from aisched.cli.eta import eta_words, waiting_words
+from aisched.cli.eta import clock, eta_words, waiting_words
 
 # What `run` never exports: names the scheduler sets itself, and shell noise.
 _OWNED = re.compile(
@@ -510,7 +510,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if j["events"]:
         con.print("[bold]events[/]")
         for e in j["events"][-20:]:
-            con.print(f"  {_clock(e['time'], now)}  {e['kind']:<12} {e['message']}")
+            con.print(f"  {clock(e['time'], now)}  {e['kind']:<12} {e['message']}")
     return 0
 
 
@@ -562,11 +562,6 @@ def _age(seconds: float) -> str:
     if s < 86400:
         return f"{s // 3600}h{(s % 3600) // 60:02d}m"
     return f"{s // 86400}d{(s % 86400) // 3600}h"
-
-
-def _clock(t: float, now: float) -> str:
-    fmt = "%H:%M:%S" if abs(now - t) < 43200 else "%Y-%m-%d %H:%M"
-    return time.strftime(fmt, time.localtime(t))
 
 
 def _when(t: float, now: float) -> str:
