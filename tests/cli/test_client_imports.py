@@ -6,8 +6,10 @@ flags with the spec's unit parsers, which bring in pydantic; that is allowed.)""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -23,13 +25,19 @@ print(json.dumps({"status": status, "heavy": heavy}))
 """
 
 
-def _probe(*argv: str) -> dict[str, object]:
+def _probe(*argv: str, home: Path | None = None) -> dict[str, object]:
+    # Nothing of this machine's may answer: no service of its own (AISCHED_HOME), none named
+    # in the environment. (The system socket is not consulted once a server is named.)
+    env = {**os.environ, "AISCHED_SERVER": NOWHERE}
+    if home is not None:
+        env["AISCHED_HOME"] = str(home)
     done = subprocess.run(
         [sys.executable, "-c", PROBE, *argv],
         input=json.dumps(HEAVY),
         capture_output=True,
         text=True,
         timeout=60,
+        env=env,
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1])  # type: ignore[no-any-return]
@@ -52,8 +60,9 @@ NOWHERE = "http://127.0.0.1:9"
         ("queues",),
     ],
 )
-def test_a_client_command_imports_nothing_heavy(argv: tuple[str, ...]) -> None:
-    assert _probe(*argv, "--server", NOWHERE) == {"status": 1, "heavy": []}
+def test_a_client_command_imports_nothing_heavy(argv: tuple[str, ...], tmp_path: Path) -> None:
+    # --server before the subcommand: after `run ... --` it would be part of the job's command.
+    assert _probe("--server", NOWHERE, *argv, home=tmp_path) == {"status": 1, "heavy": []}
 
 
 def test_the_probe_sees_heavy_imports() -> None:

@@ -34,9 +34,21 @@ Handler = Callable[[argparse.Namespace], int]
 def _modules(argv: Sequence[str]) -> list[ModuleType]:
     """The subcommand modules to load: only the invoked command's (a client command should not
     import the simulator or the server), all of them for `--help` or a mistake."""
-    first = next((a for a in argv if not a.startswith("-")), None)
+    first = _command_word(argv)
     names = [m for m, cmds in COMMANDS.items() if first in cmds] or list(COMMANDS)
     return [importlib.import_module(f"aisched.cli.{m}") for m in names]
+
+
+def _command_word(argv: Sequence[str]) -> str | None:
+    """The subcommand's name: the first word that is neither an option nor the value of a
+    global option that takes one (`aisched --server URL jobs`)."""
+    words = iter(argv)
+    for a in words:
+        if a == "--server":
+            next(words, None)
+        elif not a.startswith("-"):
+            return a
+    return None
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
