@@ -198,7 +198,7 @@ def create_app(svc: Service) -> FastAPI:
         refused = svc.health.refusal()  # disk pressure, a failing store: say so at once
         if refused is not None:
             return problem(refused[0], refused[1])
-        if (why := may_run_jobs(svc, who)) is not None:
+        if (why := may_run_jobs(who)) is not None:
             return problem(403, "job refused", [why])
         body = await request.body()
         if len(body) > MAX_BODY:

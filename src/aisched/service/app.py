@@ -70,11 +70,6 @@ class Service:
         )
         self.metrics.registry.register(HealthCollector(self.health))
 
-    def executor_refuses(self, user: str) -> str | None:
-        """Why this service's executor cannot run a task as `user`, or None."""
-        refuse = getattr(self.executor, "refuses_user", None)
-        return refuse(user) if callable(refuse) else None
-
     @classmethod
     def open(cls, config: ServiceConfig, executor: Executor | None = None) -> Service:
         home = config.home()
