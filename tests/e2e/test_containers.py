@@ -554,12 +554,14 @@ def test_a_restart_removes_a_container_whose_supervisor_died_with_the_scheduler(
         jid = svc.run("--image", image, "--restart", "never", "--", "sleep", "60")
         svc.wait_state(jid, "running")
         names = wait_for("its container", lambda: containers_of_job(svc, jid))
+        # The container is listed from `create` on; the supervisor records itself once it has
+        # started it, and that record is what this test kills by.
+        record = svc.home / "tasks" / jid / "1" / "main-0" / "started.json"
+        wait_for("its supervisor's record", record.exists)
         svc.kill9()
         # Its supervisor dies too (a crash, an OOM of the host...): the container runs on,
         # looked after by nobody.
-        started = json.loads(
-            (svc.home / "tasks" / jid / "1" / "main-0" / "started.json").read_text()
-        )
+        started = json.loads(record.read_text())
         os.kill(started["supervisor_pid"], signal.SIGKILL)
         assert containers_of_job(svc, jid) == names
         svc.start()

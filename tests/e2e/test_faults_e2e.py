@@ -5,6 +5,7 @@ start-up error as one line with exit status 2."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -178,12 +179,10 @@ def test_sigterm_while_another_process_locks_the_database_exits_within_the_grace
     with local_service(tmp_path, "limits: {shutdown_grace: 3s}\n") as svc:
         keeps = svc.run("--", "sleep", "60")
         svc.wait_state(keeps, "running")
-        task_pid = int(
-            (svc.home / "tasks" / keeps / "1" / "main-0" / "started.json")
-            .read_text()
-            .split('"child_pid": ')[1]
-            .split(",")[0]
-        )
+        # "running" is the loop's intent; the supervisor writes its record once the task runs.
+        record = svc.home / "tasks" / keeps / "1" / "main-0" / "started.json"
+        wait_for("the task's supervisor record", record.exists)
+        task_pid = int(json.loads(record.read_text())["child_pid"])
         with database_locked(svc.home / "state.db"):
             # A submission that the wedged store cannot take, in flight at the SIGTERM.
             client = subprocess.Popen(
