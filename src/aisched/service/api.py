@@ -520,9 +520,7 @@ def create_app(svc: Service) -> FastAPI:
         if row is None:
             return problem(404, f"no token {token_id}")
         audit(who, "token revoke", f"token {token_id}", row["user"])
-        with svc.store.read() as tx:
-            now_row = next(r for r in tx.list_tokens(row["user"]) if r["id"] == token_id)
-        return JSONResponse(_token_out(now_row).model_dump())
+        return JSONResponse(_token_out(row).model_dump())
 
     @app.get("/v1/audit", response_model=list[AuditOut])
     def audit_log(

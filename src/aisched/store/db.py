@@ -303,13 +303,16 @@ class Tx:
         return [dict(r) for r in self.conn.execute(q).mappings()]
 
     def revoke_token(self, token_id: str, now: float) -> Row | None:
-        """Marks the token revoked; returns it as it was, or None when there is no such token."""
+        """Marks the token revoked (once); returns it as it is now, or None when there is no
+        such token."""
         r = self.conn.execute(select(tokens).where(tokens.c.id == token_id)).mappings().first()
         if r is None:
             return None
-        if r["revoked_at"] is None:
+        row = dict(r)
+        if row["revoked_at"] is None:
             self.conn.execute(update(tokens).where(tokens.c.id == token_id).values(revoked_at=now))
-        return dict(r)
+            row["revoked_at"] = now
+        return row
 
     def add_audit(self, values: Mapping[str, Any]) -> None:
         self.conn.execute(insert(audit).values(**values))
