@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -218,7 +219,11 @@ def test_a_second_sigterm_exits_at_once(tmp_path: Path) -> None:
         assert "aisched: second SIGINT: exiting at once" in svc.log.read_text()
 
 
-def test_aisched_run_retries_a_timed_out_submission_and_makes_one_job(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["run", "submit"])
+def test_a_timed_out_submission_is_retried_and_makes_one_job(tmp_path: Path, how: str) -> None:
+    job_file = tmp_path / "once.yaml"
+    job_file.write_text("name: once\ncommand: echo once\n")
+    command = ["run", "--", "echo", "once"] if how == "run" else ["submit", str(job_file)]
     with local_service(tmp_path) as svc:
         holder = subprocess.Popen(
             [sys.executable, "-c",
@@ -230,7 +235,7 @@ def test_aisched_run_retries_a_timed_out_submission_and_makes_one_job(tmp_path: 
         )  # fmt: skip
         assert holder.stdout is not None and holder.stdout.readline() == b"locked\n"
         run = subprocess.run(
-            [sys.executable, "-m", "aisched", "run", "--", "echo", "once"],
+            [sys.executable, "-m", "aisched", *command],
             env={**svc.env(), "AISCHED_SUBMIT_TIMEOUT": "1"},
             capture_output=True,
             text=True,
@@ -240,6 +245,10 @@ def test_aisched_run_retries_a_timed_out_submission_and_makes_one_job(tmp_path: 
         assert (run.returncode, run.stdout, run.stderr) == (0, "1\n", "")
         svc.wait_state("1", "succeeded")
         assert states(svc) == {"1": "succeeded"}
+        # The one job carries the key its retries were sent with (so they found it, not a twin).
+        with contextlib.closing(sqlite3.connect(svc.home / "state.db")) as db:
+            keys = db.execute("SELECT idempotency_key IS NOT NULL FROM jobs").fetchall()
+        assert keys == [(1,)]
 
 
 # --- start-up errors ----------------------------------------------------------------------

@@ -236,8 +236,8 @@ def run_document(args: argparse.Namespace) -> dict[str, Any]:
     return doc
 
 
-# `run` retries a submission that timed out or found the store failing, with one
-# Idempotency-Key per call, so the service makes the job once however often it is sent.
+# `run` and `submit` retry a submission that timed out or found the store failing, with one
+# Idempotency-Key per job sent, so the service makes the job once however often it is sent.
 SUBMIT_TRIES = 4
 SUBMIT_TIMEOUT_S = float(os.environ.get("AISCHED_SUBMIT_TIMEOUT", "30"))
 
@@ -271,11 +271,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
     status = 0
     answers: list[dict[str, Any]] = []
     for text, source in texts:
-        out = client.request(
+        out = client.send_retrying(
             "POST",
             "/v1/jobs",
+            tries=SUBMIT_TRIES,
+            timeout_s=SUBMIT_TIMEOUT_S,
             content=text.encode("utf-8"),
-            headers={"Content-Type": "application/yaml"},
+            headers={"Content-Type": "application/yaml", "Idempotency-Key": uuid.uuid4().hex},
             params={"source": source, "workdir": os.getcwd()},
         )
         if args.json and len(files) > 1:
