@@ -2,7 +2,8 @@
 
 Each case is a small trace (gangs and preemption, elastic shrink and grow, failures and
 retries, a pipeline whose steps wait for each other or are cancelled, a service whose replicas
-are preempted) replayed twice: through
+are preempted, victims that take their time to stop within their grace period while the job
+they make room for waits, a job that can never fit) replayed twice: through
 `sim.engine.simulate`, and through the service's real `Scheduler` over a real SQLite store,
 with a virtual executor (`virtual.py`, which plays task ends by the simulator's rules) on a
 virtual clock that the test moves from one event to the next. The decision logs (binds,
@@ -10,7 +11,9 @@ preemptions, shrinks, grows, retries, ends, each with its time and the nodes it 
 compared whole, with `==`.
 
 The live log is read back from what the service stored (its event log and task rows), not from
-anything the loop keeps for the test. A service keeps its minimum of replicas in both (the
+anything the loop keeps for the test; a job that can never fit is refused at its submission and
+stored nowhere, so its entry is the refusal the submission got (a case puts such jobs last: a
+refused job takes no id). A service keeps its minimum of replicas in both (the
 autoscaler, which changes the count with load, is the live service's alone).
 """
 
@@ -30,7 +33,7 @@ from aisched.model.cluster import Cluster, Node
 from aisched.model.job import Dependency, DependencyCondition, Job, JobKind
 from aisched.model.queue import QueueTree
 from aisched.model.service import ServiceSpec
-from aisched.service.loop import LoopConfig, Scheduler
+from aisched.service.loop import LoopConfig, Rejected, Scheduler
 from aisched.sim.engine import SimConfig, SimResult, simulate
 from aisched.sim.traces import Trace, TraceJob
 from aisched.store.db import Store
@@ -54,6 +57,8 @@ class Case:
     jobs: tuple[tuple[Job, float, float, tuple[float, ...]], ...]
     policy: str = "default"
     want: tuple[Entry, ...] = ()
+    # How long a stopped task takes to exit (its grace period caps it), in both drivers.
+    stop_s: float = 0.0
 
 
 def gpus(name: str, n: int) -> Node:
@@ -75,6 +80,7 @@ def sim_log(case: Case) -> list[Entry]:
         validate=True,
         elastic_grow_after_s=GROW_AFTER_S,
         max_backoff_s=60.0,
+        victim_stop_s=case.stop_s,
     )
     result: SimResult = simulate(
         trace_of(case), Cluster(case.nodes), preset(case.policy), config, queues=QueueTree()
@@ -85,7 +91,7 @@ def sim_log(case: Case) -> list[Entry]:
             out.append((t, job_id, "bind", tuple(sorted(detail))))
         elif kind == "shrink":
             out.append((t, job_id, "shrink", tuple(sorted(detail[2:]))))
-        elif kind in ("preempt", "grow", "retry", "fail", "finish", "cancel", "service"):
+        elif kind in ("preempt", "grow", "retry", "fail", "finish", "cancel", "service", "reject"):
             out.append((t, job_id, kind, ()))
     return sorted(out)
 
@@ -108,7 +114,9 @@ def live_log(case: Case, home: Path) -> list[Entry]:
         for tj in trace.jobs
     }
     replica = Plan(math.inf, 1, False, CHECKPOINT_S)
-    fx = VirtualExecutor(case.nodes, clock, plans, RESTART_COST_S, replica_plan=replica)
+    fx = VirtualExecutor(
+        case.nodes, clock, plans, RESTART_COST_S, stop_s=case.stop_s, replica_plan=replica
+    )
     store = Store.sqlite(home / "state.db")
     config = LoopConfig(
         data_dir=home,
@@ -123,6 +131,7 @@ def live_log(case: Case, home: Path) -> list[Entry]:
     sched = Scheduler(store, fx, preset(case.policy), QueueTree(), config, clock=clock)
     sched.recover()
     arrivals = sorted(trace.jobs, key=lambda tj: tj.job.submit_time_s)
+    refused: list[Entry] = []
     i = 0
     while clock.t <= HORIZON_S:
         while i < len(arrivals) and arrivals[i].job.submit_time_s <= clock.t:
@@ -136,7 +145,13 @@ def live_log(case: Case, home: Path) -> list[Entry]:
             else:
                 fut = sched.submit(bare)
                 sched.step()
-                row = fut.result(0)
+                try:
+                    row = fut.result(0)
+                except Rejected:
+                    refused.append((clock.t, tj.job.id, "reject", ()))
+                    assert tj is arrivals[-1], "a refused job takes no id: put it last"
+                    i += 1
+                    continue
             assert row["id"] == tj.job.id
             i += 1
         delay = settle(sched, store)
@@ -149,7 +164,7 @@ def live_log(case: Case, home: Path) -> list[Entry]:
         )
         assert nxt > clock.t, f"t={clock.t}: the live run stalled"
         clock.t = nxt
-    return read_log(store)
+    return sorted(read_log(store) + refused)
 
 
 def settle(sched: Scheduler, store: Store) -> float:
@@ -268,6 +283,32 @@ CASES = [
             (after(gang("high", 1, 4, priority=10), "1"), 10.0, 100.0, ()),
             (service("svc", 3, 1), 150.0, 0.0, ()),
         ),
+    ),
+]
+
+
+def graceful(j: Job, grace_s: float) -> Job:
+    return replace(j, grace_period_s=grace_s)
+
+
+CASES += [
+    Case(
+        # Both victims get SIGTERM at 100 s; low-b's task exits when its 4 s grace runs out
+        # (killed), low-a's after the 10 s they take (within its 20 s grace). high waits out of
+        # the cycle meanwhile, so low-b, requeued at 104 s, is placed again on the node it
+        # freed; at 110 s high is back in the cycle and preempts it again, and is placed at
+        # 114 s (what both drivers do: capacity a victim frees is not kept for the job waiting
+        # on it; see lifecycle.preemption). huge can never fit a 4-GPU node and is refused.
+        "preemption-with-grace-and-never-fits",
+        (gpus("n1", 4), gpus("n2", 4)),
+        (
+            (graceful(gang("low-a", 2, 2), 20.0), 0.0, 400.0, ()),
+            (graceful(gang("low-b", 1, 4), 4.0), 10.0, 300.0, ()),
+            (gang("high", 2, 4, priority=10), 100.0, 200.0, ()),
+            (gang("tail", 1, 2), 120.0, 50.0, ()),
+            (gang("huge", 1, 8), 150.0, 10.0, ()),
+        ),
+        stop_s=10.0,
     ),
 ]
 

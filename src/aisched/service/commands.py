@@ -9,9 +9,9 @@ import logging
 from concurrent.futures import Future
 from dataclasses import replace
 
-from aisched.core.cycle import never_runs
 from aisched.core.dependencies import DependencyVerdict
 from aisched.core.status import JobStatus, StatusCode
+from aisched.lifecycle.admission import refusal
 from aisched.lifecycle.services import replica_name
 from aisched.lifecycle.states import move
 from aisched.model.job import Job, JobKind
@@ -87,9 +87,9 @@ class Commands(Intents):
         if earlier:
             cmd.future.set_result(earlier[0])
             return
-        refusal = never_runs(self._empty_snapshot, self.policy, replace(cmd.job, id="?"))
-        if refusal is not None:
-            cmd.future.set_exception(Rejected(refusal))
+        why = refusal(self._empty_snapshot, self.policy, cmd.job)
+        if why is not None:
+            cmd.future.set_exception(Rejected(why))
             return
         row = self._admit(cmd.job, cmd.fmt, cmd.warnings, cmd.received_at, batch)
         self._remember_key(cmd.job.user, cmd.idempotency_key, [row], batch)
@@ -104,9 +104,9 @@ class Commands(Intents):
             cmd.future.set_result(earlier)
             return
         for job, _fmt, _warnings in cmd.items:
-            refusal = never_runs(self._empty_snapshot, self.policy, replace(job, id="?"))
-            if refusal is not None:
-                cmd.future.set_exception(Rejected(f"job {job.name!r}: {refusal}"))
+            why = refusal(self._empty_snapshot, self.policy, job)
+            if why is not None:
+                cmd.future.set_exception(Rejected(f"job {job.name!r}: {why}"))
                 return
         ids = [str(self.next_seq + i) for i in range(len(cmd.items))]
         try:

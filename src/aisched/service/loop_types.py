@@ -19,7 +19,8 @@ class LoopConfig:
     # The longest the loop sleeps without being woken (a safety net for missed wake-ups).
     tick_s: float = 1.0
     # A preemption's beneficiary gives up waiting for its victims after their grace period plus
-    # this, and is scheduled afresh (a victim that never stops must not block it forever).
+    # this, and is scheduled afresh (a victim that never stops must not block it forever;
+    # `lifecycle.preemption`, the simulator's `victim_wait_s` too).
     victim_wait_s: float = 30.0
     master_addr: str = "127.0.0.1"
     # Variables every task starts with, under its own and the contract's (PATH, HOME, ...).

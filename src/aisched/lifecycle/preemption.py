@@ -1,0 +1,83 @@
+"""Preemption's grace and the wait of the job a preemption makes room for.
+
+The rules, the same in both drivers:
+
+1. A victim is sent SIGTERM and has its grace period (`Job.grace_period_s`) to stop, then its
+   tasks are killed (the executors send the SIGKILL; `kill_at` says when). Until every task of
+   it has exited it keeps its resources, and the core sees it as terminating (it is not chosen
+   as a victim again). Once they all have, `attempts.after_attempt(Stop.PREEMPT)` says what it
+   becomes: requeued, even when a task exited 0 in the meantime (a task that checkpoints on
+   SIGTERM and exits 0 has not finished its work).
+2. A bind the core made after victims (`Bind.after`) goes ahead at once only when none of them
+   still holds its resources (`wait_for` gives None). While one does, the job waits out of
+   the cycle (a `VictimWait`), and a later cycle places it afresh once they all have stopped
+   (`after_victims` gives None), or once it has waited the grace period of the slowest victim
+   still stopping plus the driver's `victim_wait_s`: a victim that never stops must not block
+   it for ever.
+3. Played stops (the simulator; a virtual executor in tests): a victim's tasks exit
+   `stop_s` after SIGTERM, or when its grace runs out if that comes first (`played_stop_s`).
+   With `stop_s` 0 (the simulator's default) victims stop at the instant they are preempted,
+   so the bind after them goes ahead in the same cycle.
+
+A known weakness, kept in both drivers alike: while the job waits, capacity one of several
+victims frees is not kept for it. A victim requeued before the others have stopped may be
+placed again on what it freed, and preempted again once the job is back in the cycle (the
+parity test's "preemption-with-grace-and-never-fits" case shows it).
+
+Pure: every time is given; nothing here reads a clock or knows a driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class VictimWait:
+    """A job waiting out of the cycle for `victims` to stop, since `since`."""
+
+    victims: frozenset[str]
+    since: float
+
+
+def kill_at(grace_period_s: float, stopped_at: float) -> float:
+    """When a task sent SIGTERM at `stopped_at` is killed if it has not exited."""
+    return stopped_at + grace_period_s
+
+
+def played_stop_s(grace_period_s: float, stop_s: float) -> float:
+    """How long a played task takes to exit after SIGTERM: `stop_s`, or its whole grace
+    when that is shorter (it is killed then)."""
+    return max(min(stop_s, grace_period_s), 0.0)
+
+
+def wait_for(
+    victims: Iterable[str], still_stopping: Callable[[str], bool], now: float
+) -> VictimWait | None:
+    """A bind after `victims` decided at `now`: None when it may go ahead now (none of them
+    holds its resources any more), else the wait it starts."""
+    still = frozenset(v for v in victims if still_stopping(v))
+    return VictimWait(still, now) if still else None
+
+
+def wait_limit_s(graces_s: Iterable[float], victim_wait_s: float) -> float:
+    """How long a job waits for victims with these grace periods before it gives up."""
+    return max(graces_s, default=0.0) + victim_wait_s
+
+
+def after_victims(
+    wait: VictimWait,
+    still_stopping: Callable[[str], bool],
+    grace_of: Callable[[str], float],
+    now: float,
+    victim_wait_s: float,
+) -> VictimWait | None:
+    """The wait as it stands at `now`: None when it is over (every victim stopped, or it has
+    waited past its limit), else the wait on the victims still stopping."""
+    still = frozenset(v for v in wait.victims if still_stopping(v))
+    if not still:
+        return None
+    if now - wait.since > wait_limit_s((grace_of(v) for v in still), victim_wait_s):
+        return None
+    return wait if still == wait.victims else VictimWait(still, wait.since)
