@@ -29,6 +29,7 @@ import pytest
 from virtual import Plan, VirtualExecutor
 
 from aisched.core.policy import preset
+from aisched.lifecycle.work import checkpoint_interval_s
 from aisched.model.cluster import Cluster, Node
 from aisched.model.job import Dependency, DependencyCondition, Job, JobKind
 from aisched.model.queue import QueueTree
@@ -68,7 +69,7 @@ def gpus(name: str, n: int) -> Node:
 def trace_of(case: Case) -> Trace:
     jobs = []
     for i, (j, at, duration, fail_after) in enumerate(case.jobs):
-        built = replace(j, id=str(i + 1), submit_time_s=at, checkpoint_interval_s=CHECKPOINT_S)
+        built = replace(j, id=str(i + 1), submit_time_s=at)
         jobs.append(TraceJob(built, duration, fail_after_s=fail_after))
     return Trace(case.name, tuple(jobs))
 
@@ -109,7 +110,11 @@ def live_log(case: Case, home: Path) -> list[Entry]:
     clock = Clock()
     plans = {
         tj.job.name: Plan(
-            tj.duration_s, tj.job.num_tasks, tj.job.elastic, CHECKPOINT_S, tj.fail_after_s
+            tj.duration_s,
+            tj.job.num_tasks,
+            tj.job.elastic,
+            checkpoint_interval_s(tj.job, CHECKPOINT_S),
+            tj.fail_after_s,
         )
         for tj in trace.jobs
     }
@@ -126,6 +131,8 @@ def live_log(case: Case, home: Path) -> list[Entry]:
         tick_s=math.inf,
         cycle_gap_factor=0,
         elastic_grow_after_s=GROW_AFTER_S,
+        # The drivers' default for jobs that name no interval: the same here, by one rule.
+        checkpoint_interval_s=CHECKPOINT_S,
         validate=True,
     )
     sched = Scheduler(store, fx, preset(case.policy), QueueTree(), config, clock=clock)
@@ -237,7 +244,8 @@ CASES = [
         (gpus("n1", 4), gpus("n2", 4)),
         (
             (gang("low-a", 2, 2), 0.0, 400.0, ()),
-            (gang("low-b", 4, 1), 10.0, 300.0, ()),
+            # Its own checkpoint interval, where the others take the drivers' default.
+            (replace(gang("low-b", 4, 1), checkpoint_interval_s=30.0), 10.0, 300.0, ()),
             (gang("high", 2, 4, priority=10), 100.0, 200.0, ()),
             (gang("tail", 1, 2), 120.0, 50.0, ()),
         ),

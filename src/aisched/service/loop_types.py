@@ -3,6 +3,7 @@ refusal a command gets (`Rejected`). Plain values: no behaviour, no state."""
 
 from __future__ import annotations
 
+import math
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,9 @@ class LoopConfig:
     # An elastic job missing tasks is grown (restarted larger from its checkpoint) once it has
     # run this long in its attempt, idle capacity fits more of its tasks and nothing waits.
     elastic_grow_after_s: float = 60.0
+    # How often a job that names no checkpoint interval is taken to checkpoint, in the view the
+    # core chooses victims by (`lifecycle.work.checkpoint_interval_s`): by default it is not.
+    checkpoint_interval_s: float = math.inf
     # The service's id (`Store.instance_id`): names checkpoint directories outside data_dir.
     instance: str = ""
     # Check the lifecycle's invariants after every cycle and raise on a broken one (tests).

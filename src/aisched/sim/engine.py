@@ -104,6 +104,8 @@ from aisched.lifecycle.preemption import VictimWait, after_victims, played_stop_
 from aisched.lifecycle.services import replica_job, replica_name
 from aisched.lifecycle.work import (
     attempt_runtime_s,
+    checkpoint_interval_s,
+    core_interval,
     elastic_speed,
     fails,
     kept_work_s,
@@ -178,8 +180,7 @@ class _Engine(NodePools):
         for tj in trace.jobs:
             if tj.job.id in self.jobs:
                 raise SimulationError(f"trace {trace.name}: job id {tj.job.id} repeats")
-            own = tj.job.checkpoint_interval_s
-            ckpt = own if own is not None else config.checkpoint_interval_s
+            ckpt = checkpoint_interval_s(tj.job, config.checkpoint_interval_s)
             self.jobs[tj.job.id] = SimJob(tj, ckpt)
         # Insertion-ordered, so the pending tuple handed to a cycle is in a deterministic order
         # (arrival, then requeue order) without sorting.
@@ -612,7 +613,7 @@ class _Engine(NodePools):
             st.attained_gpu_s,
             st.expected_end_s,
             None,
-            None if st.ckpt_s == math.inf else st.ckpt_s,
+            core_interval(st.ckpt_s),
         )
         try:
             self.held.take(view)
