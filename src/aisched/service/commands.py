@@ -12,7 +12,7 @@ from dataclasses import replace
 from aisched.core.dependencies import DependencyVerdict
 from aisched.core.status import JobStatus, StatusCode
 from aisched.lifecycle.admission import refusal
-from aisched.lifecycle.services import replica_name
+from aisched.lifecycle.services import replica_name, replicas_within, surplus
 from aisched.lifecycle.states import move
 from aisched.model.job import Job, JobKind
 from aisched.model.states import JobState
@@ -260,8 +260,7 @@ class Commands(Intents):
         if lj is None or lj.job.kind != JobKind.SERVICE or lj.job.service is None:
             cmd.future.set_exception(Rejected(f"no live service {cmd.service_id}", 404))
             return
-        spec = lj.job.service
-        n = min(max(cmd.replicas, spec.min_replicas), spec.max_replicas)
+        n = replicas_within(lj.job.service, cmd.replicas)
         self._scale_to(lj, n, cmd.reason, batch, now)
         batch.after.append(lambda: cmd.future.set_result(n))
 
@@ -283,9 +282,8 @@ class Commands(Intents):
             name = replica_name(svc.job, str(self.next_seq))
             replica = replica_job(svc.job, name, free_port(self.config.master_addr))
             self._admit(replica, "native", (), now, batch)
-        # Surplus: pending replicas first (they hold nothing), then the newest running ones.
-        surplus = sorted(live, key=lambda r: (r.state == JobState.RUNNING, -int(r.id)))
-        for r in surplus[: max(len(live) - n, 0)]:
+        going = surplus([(r.id, r.state == JobState.RUNNING) for r in live], n)
+        for r in (self.jobs[job_id] for job_id in going):
             if r.state == JobState.RUNNING:
                 r.stopping = Stop.CANCEL
                 r.stop_message = "scaled down"
