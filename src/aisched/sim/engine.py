@@ -815,6 +815,11 @@ class _Engine(NodePools):
         both = self.pending.keys() & self.running.keys()
         if both:
             problems.append(f"both pending and running: {', '.join(sorted(both)[:5])}")
+        waiting = self.waiting.keys() & (self.pending.keys() | self.running.keys())
+        if waiting:
+            problems.append(f"waiting for victims yet pending or running: {sorted(waiting)[:5]}")
+        if not self.stopping.keys() <= self.running.keys():
+            problems.append("a stopping job is not running")
         held = sum(len(t.gpus) * t.gpu_milli for st in self.running.values() for t in st.tasks)
         if held != self.alloc_milli:
             problems.append(f"allocated GPU count drifted: {self.alloc_milli} vs {held}")
