@@ -11,8 +11,8 @@ retries and backoff, checkpoints and restore, growth, the resources it holds) is
 lifecycle's (`aisched.lifecycle`), the very rules the live service applies; the engine plays
 task ends and keeps the event queue and the metrics. Its parts: `results` (config, records,
 the log's shape), `sim_job` (one job's run state), `pools` (autoscaling node pools), `events`.
-This module is longer than the house's ~600 lines: a hundred of them are this description of
-the semantics, and the event loop with its state changes reads best in one piece.
+This module is longer than the house's ~600 lines: over a hundred of them are this description
+of the semantics, and the event loop with its state changes reads best in one piece.
 
 What the engine keeps, and its invariants:
 
