@@ -318,6 +318,23 @@ CASES += [
         ),
         stop_s=10.0,
     ),
+    Case(
+        # Found by the lifecycle's property test: at 5 s "urgent" preempts "wide", and the same
+        # cycle fits the three small jobs into what wide frees. wide holds it until its 4 s
+        # grace is out, so they wait for it as the preemptor does (the core's Bind.after names
+        # every job evicted from a bind's nodes in its cycle); started at once they would have
+        # shared wide's GPUs during its grace (over-allocated, caught by validate mode).
+        "binds-beside-a-stopping-victim-wait",
+        (gpus("n1", 4), gpus("n2", 4)),
+        (
+            (graceful(gang("wide", 2, 4), 4.0), 0.0, 10.0, ()),
+            (gang("s1", 1, 1), 0.0, 10.0, ()),
+            (gang("s2", 1, 1), 0.0, 10.0, ()),
+            (gang("s3", 1, 1), 0.0, 10.0, ()),
+            (gang("urgent", 1, 1, priority=1), 5.0, 10.0, ()),
+        ),
+        stop_s=10.0,
+    ),
 ]
 
 

@@ -9,8 +9,13 @@ The rules, the same in both drivers:
    becomes: requeued, even when a task exited 0 in the meantime (a task that checkpoints on
    SIGTERM and exits 0 has not finished its work).
 2. A bind the core made after victims (`Bind.after`) goes ahead at once only when none of them
-   still holds its resources (`wait_for` gives None). While one does, the job waits out of
-   the cycle (a `VictimWait`), and a later cycle places it afresh once they all have stopped
+   still holds its resources (`wait_for` gives None). So does any other bind of the cycle
+   whose tasks do not fit what is free now because a job still stopping holds it: the core
+   frees a victim at once in its cycle and may place other jobs, not only its preemptor, in
+   what it frees (`blockers`; found by the property test with victims that take time to stop:
+   started at once, those jobs ran beside the victim, on its GPUs, during its grace). While one
+   does, the job waits out of the cycle (a `VictimWait`), and a later cycle places it afresh
+   once they all have stopped
    (`after_victims` gives None), or once it has waited the grace period of the slowest victim
    still stopping plus the driver's `victim_wait_s`: a victim that never stops must not block
    it for ever.
@@ -29,8 +34,11 @@ Pure: every time is given; nothing here reads a clock or knows a driver.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+
+from aisched.core.decisions import TaskBinding
+from aisched.lifecycle.holdings import Holdings
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +67,17 @@ def wait_for(
     holds its resources any more), else the wait it starts."""
     still = frozenset(v for v in victims if still_stopping(v))
     return VictimWait(still, now) if still else None
+
+
+def blockers(
+    tasks: Sequence[TaskBinding], held: Holdings, still_stopping: Callable[[str], bool]
+) -> frozenset[str]:
+    """The jobs still stopping that hold what `tasks` need: none when the tasks fit what is
+    free now; else those with tasks on the nodes where they do not."""
+    short = held.short_nodes(tasks)
+    if not short:
+        return frozenset()
+    return frozenset(j for j in held.holders_on(short) if still_stopping(j))
 
 
 def wait_limit_s(graces_s: Iterable[float], victim_wait_s: float) -> float:

@@ -20,7 +20,7 @@ from aisched.executors.base import TaskLaunch, task_name
 from aisched.lifecycle.admission import never_fits_now
 from aisched.lifecycle.attempts import time_limit_at, time_limit_message
 from aisched.lifecycle.elastic import grow_at, grow_message, tasks_to_grow
-from aisched.lifecycle.preemption import VictimWait, after_victims, wait_for
+from aisched.lifecycle.preemption import VictimWait, after_victims, blockers, wait_for
 from aisched.lifecycle.states import move
 from aisched.model.job import Job
 from aisched.model.states import JobState
@@ -115,7 +115,8 @@ class Intents(Exits):
         lj = self.jobs.get(d.job_id)
         if lj is None or lj.state != JobState.PENDING:
             return None
-        wait = wait_for(d.after, self._still_stopping, now)
+        stopping = self._still_stopping
+        wait = wait_for((*d.after, *blockers(d.tasks, self.held, stopping)), stopping, now)
         if wait is not None:
             lj.waiting_for, lj.waiting_since = wait.victims, wait.since
             victims = ", ".join(sorted(wait.victims))

@@ -100,7 +100,13 @@ from aisched.lifecycle.admission import refusal
 from aisched.lifecycle.attempts import AttemptEnd, Finish, Requeue, RestartOn, Stop, after_attempt
 from aisched.lifecycle.elastic import grow_at, short_of_tasks, tasks_to_grow
 from aisched.lifecycle.holdings import HoldingError, Holdings
-from aisched.lifecycle.preemption import VictimWait, after_victims, played_stop_s, wait_for
+from aisched.lifecycle.preemption import (
+    VictimWait,
+    after_victims,
+    blockers,
+    played_stop_s,
+    wait_for,
+)
 from aisched.lifecycle.services import replica_job, replica_name
 from aisched.lifecycle.work import (
     attempt_runtime_s,
@@ -547,7 +553,10 @@ class _Engine(NodePools):
         pj = self.pending.pop(d.job_id, None)
         if pj is None:
             raise SimulationError(f"t={now}: bind of {d.job_id}, which is not pending")
-        wait = wait_for(d.after, self.stopping.__contains__, now)
+        stopping = self.stopping.__contains__
+        # Jobs still stopping hold what they were evicted for: a bind into it waits for them.
+        others = blockers(d.tasks, self.held, stopping) if self.stopping else ()
+        wait = wait_for((*d.after, *others), stopping, now)
         if wait is not None:  # out of the cycle until its victims have stopped
             self.waiting[d.job_id] = (wait, pj)
             return

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import pytest
 
+from aisched.core.decisions import TaskBinding
+from aisched.core.snapshot import RunningJob, build_arrays
+from aisched.lifecycle.holdings import Holdings
 from aisched.lifecycle.preemption import (
     VictimWait,
     after_victims,
+    blockers,
     kill_at,
     played_stop_s,
     wait_for,
     wait_limit_s,
 )
+from aisched.model.cluster import Cluster
+from aisched.testing import job, node
 
 GRACE = {"a": 20.0, "b": 4.0}
 
@@ -56,3 +62,42 @@ def test_the_wait_gives_up_after_the_slowest_victims_grace_plus_the_drivers_marg
     assert after_victims(wait, lambda v: True, grace, 150.5, 30.0) is None
     # Only victims still stopping count: with a gone, b's 4 s grace sets the limit.
     assert after_victims(wait, lambda v: v == "b", grace, 134.5, 30.0) is None
+
+
+def _ledger() -> tuple[Holdings, RunningJob, RunningJob]:
+    arrays = build_arrays(Cluster((node("n1").gpus(4).build(), node("n2").gpus(4).build())))
+    held = Holdings(arrays)
+    wide = RunningJob(
+        job("wide").task(1, gpu=4).build(), (TaskBinding("g0", 0, "n1", (0, 1, 2, 3), 1000),), 0.0
+    )
+    half = RunningJob(
+        job("half").task(1, gpu=2).build(), (TaskBinding("g0", 0, "n2", (0, 1), 1000),), 0.0
+    )
+    held.take(wide)
+    held.take(half)
+    return held, wide, half
+
+
+def test_a_bind_that_fits_what_is_free_is_blocked_by_nobody() -> None:
+    held, _, _ = _ledger()
+    tasks = (TaskBinding("g0", 0, "n2", (2, 3), 1000),)
+    assert held.short_nodes(tasks) == frozenset()
+    assert blockers(tasks, held, lambda v: True) == frozenset()
+
+
+def test_a_bind_into_what_a_stopping_job_holds_waits_for_it_and_only_for_it() -> None:
+    held, _, _ = _ledger()
+    on_n1 = (TaskBinding("g0", 0, "n1", (3,), 1000),)
+    on_n2 = (TaskBinding("g0", 0, "n2", (1,), 1000),)
+    assert held.short_nodes(on_n1 + on_n2) == frozenset({"n1", "n2"})
+    assert blockers(on_n1 + on_n2, held, lambda v: v == "wide") == frozenset({"wide"})
+    # What is not stopping will not free anything: nobody to wait for (a core bug if so).
+    assert blockers(on_n2, held, lambda v: v == "wide") == frozenset()
+
+
+def test_tasks_are_summed_per_node_and_per_gpu() -> None:
+    held, _, _ = _ledger()
+    two_halves = tuple(TaskBinding("g0", i, "n2", (2,), 500) for i in range(2))
+    three_halves = tuple(TaskBinding("g0", i, "n2", (2,), 500) for i in range(3))
+    assert held.short_nodes(two_halves) == frozenset()
+    assert held.short_nodes(three_halves) == frozenset({"n2"})
