@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -37,7 +38,7 @@ from aisched.model.service import ServiceSpec
 from aisched.service.loop import LoopConfig, Rejected, Scheduler
 from aisched.sim.engine import SimConfig, SimResult, simulate
 from aisched.sim.traces import Trace, TraceJob
-from aisched.store.db import Store
+from aisched.store.db import Row, Store
 from aisched.testing import job, node
 
 # (time_s, job id, kind, nodes): one decision or end.
@@ -141,26 +142,29 @@ def live_log(case: Case, home: Path) -> list[Entry]:
     refused: list[Entry] = []
     i = 0
     while clock.t <= HORIZON_S:
+        # Every arrival of this instant is queued, then one step takes them all in before its
+        # cycle, as the simulator's arrivals all come before the cycle of their instant.
+        queued: list[tuple[TraceJob, Future[Row] | Future[list[Row]]]] = []
         while i < len(arrivals) and arrivals[i].job.submit_time_s <= clock.t:
             tj = arrivals[i]
+            i += 1
             fx.names[tj.job.id] = tj.job.name
             bare = replace(tj.job, id="", submit_time_s=0.0)
             if bare.depends_on:  # a pipeline's step, naming earlier jobs by id
-                many = sched.submit_all(((bare, "native", ()),))
-                sched.step()
-                row = many.result(0)[0]
+                queued.append((tj, sched.submit_all(((bare, "native", ()),))))
             else:
-                fut = sched.submit(bare)
-                sched.step()
-                try:
-                    row = fut.result(0)
-                except Rejected:
-                    refused.append((clock.t, tj.job.id, "reject", ()))
-                    assert tj is arrivals[-1], "a refused job takes no id: put it last"
-                    i += 1
-                    continue
+                queued.append((tj, sched.submit(bare)))
+        if queued:
+            sched.step()
+        for tj, fut in queued:
+            try:
+                got = fut.result(0)
+            except Rejected:
+                refused.append((clock.t, tj.job.id, "reject", ()))
+                assert tj is arrivals[-1], "a refused job takes no id: put it last"
+                continue
+            row = got[0] if isinstance(got, list) else got
             assert row["id"] == tj.job.id
-            i += 1
         delay = settle(sched, store)
         if i == len(arrivals) and not sched.jobs:
             break
