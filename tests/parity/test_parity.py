@@ -307,10 +307,9 @@ CASES += [
     Case(
         # Both victims get SIGTERM at 100 s; low-b's task exits when its 4 s grace runs out
         # (killed), low-a's after the 10 s they take (within its 20 s grace). high waits out of
-        # the cycle meanwhile, so low-b, requeued at 104 s, is placed again on the node it
-        # freed; at 110 s high is back in the cycle and preempts it again, and is placed at
-        # 114 s (what both drivers do: capacity a victim frees is not kept for the job waiting
-        # on it; see lifecycle.preemption). huge can never fit a 4-GPU node and is refused.
+        # the cycle meanwhile, and what low-b frees at 104 s is kept for it (low-b, requeued,
+        # is not placed there again); high is placed at 110 s. huge can never fit a 4-GPU node
+        # and is refused.
         "preemption-with-grace-and-never-fits",
         (gpus("n1", 4), gpus("n2", 4)),
         (

@@ -15,30 +15,33 @@ The rules, the same in both drivers:
    what it frees (`blockers`; found by the property test with victims that take time to stop:
    started at once, those jobs ran beside the victim, on its GPUs, during its grace). While one
    does, the job waits out of the cycle (a `VictimWait`), and a later cycle places it afresh
-   once they all have stopped
-   (`after_victims` gives None), or once it has waited the grace period of the slowest victim
-   still stopping plus the driver's `victim_wait_s`: a victim that never stops must not block
-   it for ever.
-3. Played stops (the simulator; a virtual executor in tests): a victim's tasks exit
+   once they all have stopped (`after_victims` gives None), or once it has waited the grace
+   period of the slowest victim still stopping plus the driver's `victim_wait_s`: a victim
+   that never stops must not block it for ever.
+3. What a victim frees while the job waits for others is kept for that job (`keep_freed`),
+   held in the ledger under an id of its own (`kept_id`), as a terminating view: no cycle
+   gives it to another job, the victim itself included, and none takes it as a victim (the
+   nominated-node rule of Kubernetes' preemption). It is given back when the wait ends
+   (`release_kept`), just before the cycle that places the job afresh. Without it a victim
+   requeued before the others had stopped could be placed again where it was, and preempted a
+   second time once the job was back in the cycle.
+4. Played stops (the simulator; a virtual executor in tests): a victim's tasks exit
    `stop_s` after SIGTERM, or when its grace runs out if that comes first (`played_stop_s`).
    With `stop_s` 0 (the simulator's default) victims stop at the instant they are preempted,
    so the bind after them goes ahead in the same cycle.
-
-A known weakness, kept in both drivers alike: while the job waits, capacity one of several
-victims frees is not kept for it. A victim requeued before the others have stopped may be
-placed again on what it freed, and preempted again once the job is back in the cycle (the
-parity test's "preemption-with-grace-and-never-fits" case shows it).
 
 Pure: every time is given; nothing here reads a clock or knows a driver.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from aisched.core.decisions import TaskBinding
+from aisched.core.snapshot import RunningJob
 from aisched.lifecycle.holdings import Holdings
+from aisched.model.job import Job
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,3 +103,40 @@ def after_victims(
     if now - wait.since > wait_limit_s((grace_of(v) for v in still), victim_wait_s):
         return None
     return wait if still == wait.victims else VictimWait(still, wait.since)
+
+
+def kept_id(job_id: str) -> str:
+    """The ledger's id for what is kept for waiting job `job_id` (no job id has a `~`)."""
+    return f"{job_id}~kept"
+
+
+def keep_freed(
+    held: Holdings,
+    victim: str,
+    freed: Sequence[TaskBinding],
+    waits: Mapping[str, VictimWait],
+    jobs: Callable[[str], Job],
+    now: float,
+) -> str | None:
+    """`victim` has stopped and given back `freed`: keep it for the job that waited for it
+    longest (ties: the smaller id) among `waits`, the waits that go on after this stop, as
+    they stood before it (so they name `victim`); returns that job's id (None: no wait goes
+    on, and what it freed is free). `jobs` gives a waiting job by id."""
+    waiting = [j for j, w in waits.items() if victim in w.victims]
+    if not waiting or not freed:
+        return None
+    job_id = min(waiting, key=lambda j: (waits[j].since, len(j), j))
+    key = kept_id(job_id)
+    tasks = tuple(freed)
+    if held.holds(key):
+        tasks = held.give(key).tasks + tasks
+    job = jobs(job_id)
+    held.take(RunningJob(replace(job, id=key), tasks, now, terminating=True))
+    return job_id
+
+
+def release_kept(held: Holdings, job_id: str) -> None:
+    """The wait of `job_id` is over: give back what was kept for it (if anything)."""
+    key = kept_id(job_id)
+    if held.holds(key):
+        held.give(key)

@@ -20,7 +20,7 @@ from aisched.executors.base import TaskLaunch, task_name
 from aisched.lifecycle.admission import never_fits_now
 from aisched.lifecycle.attempts import time_limit_at, time_limit_message
 from aisched.lifecycle.elastic import grow_at, grow_message, tasks_to_grow
-from aisched.lifecycle.preemption import VictimWait, after_victims, blockers, wait_for
+from aisched.lifecycle.preemption import VictimWait, after_victims, blockers, release_kept, wait_for
 from aisched.lifecycle.states import move
 from aisched.model.job import Job
 from aisched.model.states import JobState
@@ -210,18 +210,13 @@ class Intents(Exits):
                     now,
                     self.config.victim_wait_s,
                 )
-                if wait is None:
+                if wait is None:  # placed afresh by the next cycle, with what was kept
                     lj.waiting_for = frozenset()
                     lj.waiting_since = None
+                    release_kept(self.held, lj.id)
                     self.dirty = True
                 else:
                     lj.waiting_for = wait.victims
-
-    def _still_stopping(self, job_id: str) -> bool:
-        """Whether a victim still holds what it was preempted for: running and stopping (a
-        shrunk job has stopped once it runs again, smaller, no longer stopping)."""
-        lj = self.jobs.get(job_id)
-        return lj is not None and lj.state == JobState.RUNNING and lj.stopping is not None
 
     def _grow_elastic(self, now: float) -> None:
         """Nothing waits: restart elastic jobs that idle capacity could make larger. The stop

@@ -48,7 +48,8 @@ Preemption (`lifecycle.preemption`): with `victim_stop_s` 0 a victim stops at th
 preempted and the job it makes room for is bound in the same cycle. Otherwise the victim's
 tasks exit `victim_stop_s` later (or when its grace period runs out, if sooner): until then it
 holds its resources and the core sees it as terminating, and the job bound after it waits out
-of the cycle; once its victims have stopped it is pending again and a cycle places it afresh.
+of the cycle (keeping what its first victims free while others still stop); once its victims
+have stopped it is pending again and a cycle places it afresh.
 
 Elastic jobs: a `Shrink` is applied like a preemption that restarts at once: the attempt keeps
 the work up to its last checkpoint, gives up the tasks it does not keep, and a new attempt starts
@@ -104,7 +105,9 @@ from aisched.lifecycle.preemption import (
     VictimWait,
     after_victims,
     blockers,
+    keep_freed,
     played_stop_s,
+    release_kept,
     wait_for,
 )
 from aisched.lifecycle.services import replica_job, replica_name
@@ -668,9 +671,11 @@ class _Engine(NodePools):
             st.saved_s = st.duration_s  # its work was done before it stopped
         else:
             self._keep_checkpointed(st, now)
+        freed = st.tasks
         self._release(st, now)
         self._end(st, Stop.PREEMPT, reason, now)
         self._requeue(st, now)
+        going_on: dict[str, VictimWait] = {}
         for waiting, (wait, pj) in list(self.waiting.items()):
             still = after_victims(
                 wait,
@@ -679,11 +684,15 @@ class _Engine(NodePools):
                 now,
                 self.config.victim_wait_s,
             )
-            if still is None:  # placed afresh by the next cycle
+            if still is None:  # placed afresh by the next cycle, with what was kept for it
                 del self.waiting[waiting]
+                release_kept(self.held, waiting)
                 self.pending[waiting] = pj
             else:
+                if job_id in wait.victims:
+                    going_on[waiting] = wait
                 self.waiting[waiting] = (still, pj)
+        keep_freed(self.held, job_id, freed, going_on, lambda j: self.jobs[j].job, now)
         self._changed(now)
 
     def _keep_checkpointed(self, st: SimJob, now: float) -> None:

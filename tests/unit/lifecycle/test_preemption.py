@@ -11,8 +11,11 @@ from aisched.lifecycle.preemption import (
     VictimWait,
     after_victims,
     blockers,
+    keep_freed,
+    kept_id,
     kill_at,
     played_stop_s,
+    release_kept,
     wait_for,
     wait_limit_s,
 )
@@ -101,3 +104,30 @@ def test_tasks_are_summed_per_node_and_per_gpu() -> None:
     three_halves = tuple(TaskBinding("g0", i, "n2", (2,), 500) for i in range(3))
     assert held.short_nodes(two_halves) == frozenset()
     assert held.short_nodes(three_halves) == frozenset({"n2"})
+
+
+def test_what_a_victim_frees_is_kept_for_the_job_that_waited_for_it_longest() -> None:
+    held, wide, _ = _ledger()
+    freed = held.give("wide").tasks
+    urgent = job("urgent").task(1, gpu=4).build()
+    waits = {
+        "urgent": VictimWait(frozenset({"wide", "other"}), 100.0),
+        "later": VictimWait(frozenset({"wide"}), 101.0),
+    }
+    jobs = {"urgent": urgent}.__getitem__
+    assert keep_freed(held, "wide", freed, waits, jobs, 104.0) == "urgent"
+    kept = held.views[kept_id("urgent")]
+    assert (kept.tasks, kept.terminating, kept.job.queue) == (wide.tasks, True, urgent.queue)
+    assert held.short_nodes(wide.tasks) == frozenset({"n1"})  # nobody else gets it
+    release_kept(held, "urgent")
+    assert held.short_nodes(wide.tasks) == frozenset()
+    assert held.problems() == []
+
+
+def test_nothing_is_kept_when_no_wait_goes_on() -> None:
+    held, _, _ = _ledger()
+    freed = held.give("wide").tasks
+    assert keep_freed(held, "wide", freed, {}, {}.__getitem__, 104.0) is None
+    assert held.short_nodes(freed) == frozenset()
+    release_kept(held, "urgent")  # nothing kept: nothing to give back
+    assert held.problems() == []
