@@ -22,8 +22,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from aisched.core.actions.enqueue import admission_refusal
 from aisched.core.cycle import never_runs
 from aisched.core.policy import Policy
+from aisched.core.session import Session
 from aisched.core.snapshot import Snapshot
 from aisched.lifecycle.attempts import Finish
 from aisched.model.job import Job
@@ -34,6 +36,19 @@ def refusal(largest: Snapshot, policy: Policy, job: Job) -> str | None:
     """Why `job` is refused (None: it is admitted). `largest`: the largest cluster it may get,
     empty of work, with the queue tree."""
     return never_runs(largest, policy, job if job.id else replace(job, id="?"))
+
+
+class Admission:
+    """`refusal` for many jobs against one cluster at its largest (the simulator's arrivals):
+    one session over it is kept, so that a job of a shape judged before costs a lookup in the
+    cluster's memo rather than a new session (a copy of every node's free capacity). The
+    judgement is the same: the check the core's enqueue makes, on the empty cluster."""
+
+    def __init__(self, largest: Snapshot, policy: Policy) -> None:
+        self._session = Session(largest, policy, 0.0, ())
+
+    def refusal(self, job: Job) -> str | None:
+        return admission_refusal(self._session, job if job.id else replace(job, id="?"))
 
 
 def never_fits_now(

@@ -97,7 +97,7 @@ from aisched.core.dependencies import DependencyVerdict, check_dependencies
 from aisched.core.policy import Policy
 from aisched.core.snapshot import FreeState, PendingJob, RunningJob, Snapshot, build_arrays
 from aisched.core.status import StatusCode
-from aisched.lifecycle.admission import refusal
+from aisched.lifecycle.admission import Admission
 from aisched.lifecycle.attempts import AttemptEnd, Finish, Requeue, RestartOn, Stop, after_attempt
 from aisched.lifecycle.elastic import grow_at, short_of_tasks, tasks_to_grow
 from aisched.lifecycle.holdings import HoldingError, Holdings
@@ -239,9 +239,10 @@ class _Engine(NodePools):
         self.cluster = cluster
         self._init_pools(cluster)
         # What arrivals are judged against (`lifecycle.admission`): the cluster at its largest.
-        self.largest = self.ceiling or Snapshot(
+        largest = self.ceiling or Snapshot(
             self.arrays, FreeState.empty(self.arrays), (), self.queues
         )
+        self.admission = Admission(largest, policy)
 
     # --- the event loop ---------------------------------------------------------------------
 
@@ -365,7 +366,7 @@ class _Engine(NodePools):
         st.first_estimate = (st.estimate_s, st.upper_s)
         st.move(JobState.PENDING)
         self.progress_done += 1
-        why = refusal(self.largest, self.policy, st.job)
+        why = self.admission.refusal(st.job)
         if why is not None:
             self._reject(st.job.id, why, now)
             return

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aisched.core.policy import preset
 from aisched.core.snapshot import FreeState, Snapshot, build_arrays
-from aisched.lifecycle.admission import never_fits_now, refusal
+from aisched.lifecycle.admission import Admission, never_fits_now, refusal
 from aisched.lifecycle.attempts import Finish
 from aisched.model.cluster import Cluster
 from aisched.model.queue import QueueTree
@@ -36,3 +36,11 @@ def test_an_admitted_job_that_never_fits_now_fails_unless_the_largest_cluster_ho
     assert never_fits_now(HUGE, "gone", POLICY) == Finish(JobState.FAILED, "gone")
     assert never_fits_now(HUGE, "gone", POLICY, empty(4, 8)) is None
     assert never_fits_now(HUGE, "gone", POLICY, empty(4, 4)) == Finish(JobState.FAILED, WHY)
+
+
+def test_admission_kept_over_one_cluster_judges_as_refusal_does() -> None:
+    largest = empty(4, 4)
+    admission = Admission(largest, POLICY)
+    jobs = [HUGE, job("ok").task(2, gpu=4).build(), HUGE, job("").task(1, gpu=2).build()]
+    assert [admission.refusal(j) for j in jobs] == [refusal(largest, POLICY, j) for j in jobs]
+    assert [admission.refusal(j) for j in jobs] == [WHY, None, WHY, None]
