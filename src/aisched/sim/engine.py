@@ -497,7 +497,12 @@ class _Engine(NodePools):
             st.saved_s = 0.0
             self._requeue(st, now)
         self._changed(now)
-        if self.short_elastic and not self.pending:  # capacity freed and nothing waits
+        self._grow_if_idle(now)
+
+    def _grow_if_idle(self, now: float) -> None:
+        """Capacity was freed (a finish, a failure): with nothing pending, look at once at the
+        elastic jobs running short that may grow (the live loop looks at every such step)."""
+        if self.short_elastic and not self.pending:
             after = self.config.elastic_grow_after_s
             for job_id in sorted(self.short_elastic):
                 short = self.running[job_id]
@@ -527,6 +532,7 @@ class _Engine(NodePools):
             self.progress_done += 1
             self._ended(job_id, now)
         self._changed(now)
+        self._grow_if_idle(now)
 
     def _retry(self, st: SimJob, now: float) -> None:
         self.backing_off.discard(st.job.id)
