@@ -500,8 +500,9 @@ class _Engine(NodePools):
         self._grow_if_idle(now)
 
     def _grow_if_idle(self, now: float) -> None:
-        """Capacity was freed (a finish, a failure): with nothing pending, look at once at the
-        elastic jobs running short that may grow (the live loop looks at every such step)."""
+        """Capacity was freed (a finish, a failure) or a cycle placed the last pending job:
+        with nothing pending, look at once at the elastic jobs running short that may grow
+        (the live loop looks at every step with nothing pending)."""
         if self.short_elastic and not self.pending:
             after = self.config.elastic_grow_after_s
             for job_id in sorted(self.short_elastic):
@@ -812,6 +813,7 @@ class _Engine(NodePools):
             self._check_state(now)
         if self.pools:
             self._scale_up(now, diagnostics)
+        self._grow_if_idle(now)  # the cycle placed every job: idle capacity may grow one
         # A requeued victim is pending again: if the cycle left it there, it waits for the next
         # change like any other job; it does not force a second cycle at the same instant.
 
