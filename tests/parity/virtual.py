@@ -5,8 +5,11 @@ its played failures. A launched attempt runs `lifecycle.work.attempt_runtime_s` 
 first after any interruption, then the work left, slower for an elastic job short of tasks),
 or fails at its next planned failure (`planned_end_s`), exactly as `sim.engine` plays it; a
 stopped or failed attempt keeps the work up to its last checkpoint (`kept_work_s`). Every task
-of an attempt ends at the same instant. Stops end a task at the next poll, as a real SIGTERM
-to a task that exits at once would. No processes, no threads: the test moves the clock.
+of an attempt ends at the same instant. A stop ends a task `stop_s` after it (capped by the
+grace period it is given: `lifecycle.preemption.played_stop_s`), at the next poll when that is
+0, as a real SIGTERM to a task that exits at once would; a task that ends by itself meanwhile
+ends then (a failure then is not counted: the lifecycle counts none for a preempted attempt).
+No processes, no threads: the test moves the clock.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from aisched.executors.base import (
     TaskKey,
     TaskLaunch,
 )
+from aisched.lifecycle.preemption import played_stop_s
 from aisched.lifecycle.work import (
     attempt_runtime_s,
     elastic_speed,
@@ -52,6 +56,7 @@ class _Attempt:
     end_s: float
     failing: bool
     stopped: bool = False
+    stop_at: float = math.inf  # when a delayed stop ends its tasks
 
 
 @dataclass
@@ -60,6 +65,7 @@ class VirtualExecutor:
     clock: Callable[[], float]
     plans: dict[str, Plan]  # by job name
     restart_cost_s: float = 0.0
+    stop_s: float = 0.0  # how long a task takes to exit after a stop (its grace caps it)
     # For jobs the test did not name (a service's replicas, made by the loop).
     replica_plan: Plan | None = None
     running: dict[TaskKey, TaskLaunch] = field(default_factory=dict)
@@ -126,13 +132,20 @@ class VirtualExecutor:
     def stop(self, key: TaskKey, grace_period_s: float | None = None) -> None:
         if key not in self.running:
             return
+        delay = played_stop_s(math.inf if grace_period_s is None else grace_period_s, self.stop_s)
+        if delay > 0:
+            a = self.attempts[(key[0], key[1])]
+            a.stop_at = min(a.stop_at, self.clock() + delay)
+            return
         del self.running[key]
         self._keep(key[0], key[1])
         self._events.append(TaskExited(key, ExitKind.STOPPED, -15, "stopped", self.clock()))
 
     def next_end_s(self) -> float:
         """When the next running attempt ends by itself (`inf` when none will)."""
-        ends = [self.attempts[(k[0], k[1])].end_s for k in self.running]
+        ends = [
+            min(a.end_s, a.stop_at) for a in (self.attempts[(k[0], k[1])] for k in self.running)
+        ]
         return min(ends, default=math.inf)
 
     def poll(self) -> list[TaskExited]:
@@ -141,11 +154,14 @@ class VirtualExecutor:
         for key in sorted(self.running):
             job_id, attempt, _ = key
             a = self.attempts[(job_id, attempt)]
-            if a.end_s > now:
+            if min(a.end_s, a.stop_at) > now:
                 continue
             del self.running[key]
-            if a.failing:
-                if not a.stopped:
+            if a.end_s > now:  # the stop comes first
+                self._keep(job_id, attempt)
+                out.append(TaskExited(key, ExitKind.STOPPED, -15, "stopped", now))
+            elif a.failing:
+                if not a.stopped and a.stop_at == math.inf:
                     self.failures[job_id] = self.failures.get(job_id, 0) + 1
                 self._keep(job_id, attempt)
                 out.append(TaskExited(key, ExitKind.EXITED, 1, "", now))

@@ -1,6 +1,7 @@
 """Property tests of the lifecycle (`aisched.lifecycle`) in validate mode.
 
-1. Random traces (gangs, priorities, elastic jobs, played failures) through the simulator with
+1. Random traces (gangs, priorities, elastic jobs, played failures, victims that take their
+   time to stop within a grace period, jobs that can never fit) through the simulator with
    `validate=True`, which checks the lifecycle's ledger after every cycle (free capacity equals
    capacity less the held bindings, usage per (queue, user) equals the held views' sum, no job
    both pending and running). From the decision log: no job is bound while it is running (no
@@ -42,7 +43,7 @@ def traces(draw: st.DrawFn) -> Trace:
     for i in range(n):
         t += draw(st.sampled_from([0.0, 5.0, 30.0, 120.0]))
         tasks = draw(st.integers(1, 3))
-        gpu = draw(st.integers(1, 4))
+        gpu = draw(st.sampled_from([1, 2, 3, 4, 5]))  # 5: never fits a 4-GPU node
         b = job(str(i + 1)).task(tasks, gpu=gpu).priority(draw(st.integers(0, 3)))
         if tasks > 1 and draw(st.booleans()):
             b = b.min_available(1).elastic()
@@ -51,6 +52,7 @@ def traces(draw: st.DrawFn) -> Trace:
             submit_time_s=t,
             checkpoint_interval_s=draw(st.sampled_from([20.0, 100.0, float("inf")])),
             max_retries=draw(st.integers(0, 2)),
+            grace_period_s=draw(st.sampled_from([0.0, 4.0, 30.0])),
         )
         fails = tuple(draw(st.lists(st.sampled_from([5.0, 50.0]), max_size=3)))
         jobs.append(TraceJob(built, draw(st.sampled_from([10.0, 60.0, 300.0])), fail_after_s=fails))
@@ -61,10 +63,20 @@ _ENDS = ("preempt", "grow", "retry", "fail", "finish", "reject")
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(trace=traces(), policy=st.sampled_from(["default", "priority", "fifo"]))
-def test_random_traces_keep_the_lifecycle_invariants(trace: Trace, policy: str) -> None:
+@given(
+    trace=traces(),
+    policy=st.sampled_from(["default", "priority", "fifo"]),
+    stop_s=st.sampled_from([0.0, 10.0]),
+)
+def test_random_traces_keep_the_lifecycle_invariants(
+    trace: Trace, policy: str, stop_s: float
+) -> None:
     config = SimConfig(
-        checkpoint_interval_s=100.0, restart_cost_s=5.0, validate=True, elastic_grow_after_s=30.0
+        checkpoint_interval_s=100.0,
+        restart_cost_s=5.0,
+        validate=True,
+        elastic_grow_after_s=30.0,
+        victim_stop_s=stop_s,
     )
     result = simulate(trace, CLUSTER, preset(policy), config, queues=QueueTree())
     running: set[str] = set()

@@ -12,6 +12,10 @@ Steps of `place_job`:
    A preferred one, or the `topology` score on a multi-task gang, tries node, rack, zone in
    turn before spreading freely.
 3. Otherwise each task group is filled over all feasible nodes in score order.
+
+Its length (just over the house's ~600 lines) is kept on purpose: the steps above, the kept
+per-node fit counts and per-domain sums they share, and the GPU choice are one algorithm on
+one set of memoised arrays; split, each part would reach into the others' memo keys.
 """
 
 from __future__ import annotations

@@ -23,6 +23,12 @@ Invariants:
 
 It never decides what runs where (the core does) and never touches the scheduler's database.
 Linux only.
+
+The exit watcher is a module of its own (`exit_watch.py`, a base class of `LocalExecutor`), as
+is the container command line (`container.py`). What is left here (about 700 lines, over the
+house's ~600) is kept together on purpose: launch, stop, adopt and a container task's launch
+all follow the task directory's protocol under the executor's one lock, and each check of one
+(a task launched twice, a reused pid, a supervisor still starting) is the other's guarantee.
 """
 
 from __future__ import annotations
@@ -39,7 +45,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +53,11 @@ from aisched.executors import supervisor as sup
 from aisched.executors.base import (
     AdoptState,
     ExecutorInfo,
-    ExitKind,
     LaunchError,
     TaskExited,
     TaskHandle,
     TaskKey,
     TaskLaunch,
-    exit_from_record,
 )
 from aisched.executors.cgroups import (
     MemoryControl,
@@ -64,6 +67,7 @@ from aisched.executors.cgroups import (
     release_base,
 )
 from aisched.executors.discovery import discover_node
+from aisched.executors.exit_watch import ExitWatching, Watched, lost_exit, pidfd_works
 from aisched.executors.forkserver import ForkServer, ForkServerError
 from aisched.executors.gpu_watchdog import (
     GPU_CHECK_INTERVAL_S,
@@ -80,36 +84,9 @@ from aisched.model.job import ContainerSpec, Job
 log = logging.getLogger(__name__)
 
 SUPERVISOR_SCRIPT = os.path.abspath(sup.__file__)
-POLL_INTERVAL_S = 0.1
 # How long adopt waits for a supervisor that holds its lock to say who it is (it does so
 # right after taking the lock; this only covers a scheduler restarted within milliseconds).
 ADOPT_IDENTIFY_S = 5.0
-
-
-@dataclass(slots=True)
-class _Watched:
-    key: TaskKey
-    dir: str
-    sup_pid: int
-    sup_start: int
-    cores: tuple[int, ...]
-    cgroup: str | None
-    grace_period_s: float
-    own_child: bool
-    report: bool = True  # False: only reap it (its exit was already handed out by adopt)
-    pidfd: int | None = None
-    gpus: tuple[int, ...] = ()
-    gpu_mem_mib: int = 0
-
-
-def _pidfd_works() -> bool:
-    if not hasattr(os, "pidfd_open") or not hasattr(signal, "pidfd_send_signal"):
-        return False
-    try:
-        os.close(os.pidfd_open(os.getpid()))
-    except OSError:
-        return False
-    return True
 
 
 def _check_name(what: str, value: str) -> None:
@@ -117,7 +94,7 @@ def _check_name(what: str, value: str) -> None:
         raise LaunchError(f"{what}: {value!r} cannot name a task directory")
 
 
-class LocalExecutor:
+class LocalExecutor(ExitWatching):
     """Runs tasks as processes on this machine (see the module docstring).
 
     `node`: the machine as the core sees it (`discover_node()` when None). `mem_mechanism`:
@@ -157,7 +134,7 @@ class LocalExecutor:
         self._node = node
         self._mem: MemoryControl = choose_memory_control(mem_mechanism, cgroup_parent)
         self._cores = tuple(sorted(os.sched_getaffinity(0)))
-        self._pidfd = _pidfd_works() if use_pidfd is None else use_pidfd and _pidfd_works()
+        self._pidfd = pidfd_works() if use_pidfd is None else use_pidfd and pidfd_works()
         self._notes = (
             *notes,
             *self._mem.notes,
@@ -169,9 +146,9 @@ class LocalExecutor:
         self._gpu_checked_at = -math.inf
         self._gpu_reported: set[TaskKey] = set()
         self._lock = threading.Lock()
-        self._watched: dict[TaskKey, _Watched] = {}
-        self._reap_only: list[_Watched] = []
-        self._by_fd: dict[int, _Watched] = {}
+        self._watched: dict[TaskKey, Watched] = {}
+        self._reap_only: list[Watched] = []
+        self._by_fd: dict[int, Watched] = {}
         self._events: list[TaskExited] = []
         self._wakeup: Callable[[], None] | None = None
         self._closed = False
@@ -306,7 +283,7 @@ class LocalExecutor:
             raise LaunchError(
                 f"task {_show(key)}: cannot start its supervisor: {exc.strerror or exc}"
             ) from None
-        watched = _Watched(
+        watched = Watched(
             key,
             str(tdir),
             pid,
@@ -413,7 +390,7 @@ class LocalExecutor:
         tdir = str(data.get("dir") or self.task_dir(key))
         launch = sup.read_json(os.path.join(tdir, sup.LAUNCH))
         if launch is None:
-            return AdoptState.LOST, _lost(key, f"no record of this task in {tdir}")
+            return AdoptState.LOST, lost_exit(key, f"no record of this task in {tdir}")
         cgroup: str | None = launch.get("cgroup")
         ident: tuple[int, int] | None = None
         if isinstance(data.get("supervisor_pid"), int) and isinstance(
@@ -466,7 +443,7 @@ class LocalExecutor:
             why = "it never started (the scheduler stopped while launching it)"
         else:
             why = "its supervisor is gone without a record; what was left of it was killed"
-        return AdoptState.LOST, _lost(key, why)
+        return AdoptState.LOST, lost_exit(key, why)
 
     # --- containers ----------------------------------------------------------------------
 
@@ -670,6 +647,9 @@ class LocalExecutor:
 
     # --- cores ---------------------------------------------------------------------------
 
+    def _left_behind(self, launch: dict[str, Any] | None) -> None:
+        _remove_container(launch)
+
     def _pick_cores(self, milli_cpu: int) -> tuple[int, ...]:
         """`ceil(milli_cpu/1000)` cores, least loaded first (ties: lowest id), counting the
         cores of every task watched. 0 CPUs: not pinned (inherits ours)."""
@@ -679,185 +659,6 @@ class LocalExecutor:
         load = Counter(c for w in self._watched.values() for c in w.cores)
         ranked = sorted(self._cores, key=lambda c: (load[c], c))
         return tuple(sorted(ranked[:n]))
-
-    # --- watching ------------------------------------------------------------------------
-
-    def _watch_forked(self, w: _Watched) -> None:
-        """Starts watching a supervisor the fork server made. Not our child, so its pid is only
-        trusted while the process is the one started at `w.sup_start`: a pidfd is kept only if
-        opened while that holds; one that has already ended is found gone by the watcher."""
-        pidfd: int | None = None
-        if self._epoll is not None:
-            try:
-                pidfd = os.pidfd_open(w.sup_pid)
-            except OSError:
-                pidfd = None
-            if pidfd is not None and not sup.is_alive(w.sup_pid, w.sup_start):
-                os.close(pidfd)
-                pidfd = None
-        self._watch(w, pidfd, open_pidfd=False)
-
-    def _watch(self, w: _Watched, pidfd: int | None = None, *, open_pidfd: bool = True) -> None:
-        """Starts watching `w` (with `pidfd` when the caller already opened one)."""
-        if pidfd is None and open_pidfd and self._epoll is not None:
-            try:
-                pidfd = os.pidfd_open(w.sup_pid)
-            except OSError:  # out of fds, or reaped by someone else already: polled instead
-                pidfd = None
-        with self._lock:
-            if w.report:
-                self._watched[w.key] = w
-            else:
-                self._reap_only.append(w)
-            if pidfd is not None and self._epoll is not None:
-                w.pidfd = pidfd
-                self._by_fd[pidfd] = w
-                self._epoll.register(pidfd, select.EPOLLIN)
-        os.write(self._wake_w, b"x")
-
-    def _try_watch(self, key: TaskKey, tdir: str, ident: tuple[int, int], launch: Any) -> bool:
-        """Watches an adopted supervisor if it is still the process `ident` names."""
-        pid, start = ident
-        st = sup.proc_stat(pid)
-        if st is None or st.start != start or st.state in ("Z", "X"):
-            return False
-        pidfd: int | None = None
-        if self._epoll is not None:
-            try:
-                pidfd = os.pidfd_open(pid)
-            except ProcessLookupError:
-                return False
-            except OSError:  # out of fds: this one is polled instead
-                pidfd = None
-        # Checked again after opening the pidfd: then the fd is the right process (a pid is
-        # not reused while its process is alive).
-        if not sup.is_alive(pid, start):
-            if pidfd is not None:
-                os.close(pidfd)
-            return False
-        w = _Watched(
-            key,
-            tdir,
-            pid,
-            start,
-            tuple(launch.get("cores") or ()),
-            launch.get("cgroup"),
-            float(launch.get("grace_period_s") or 0.0),
-            own_child=st.ppid == os.getpid(),
-            gpus=tuple(int(g) for g in launch.get("gpus") or ()),
-            gpu_mem_mib=int(launch.get("gpu_mem_mib") or 0),
-        )
-        self._watch(w, pidfd)
-        return True
-
-    def _reap_later(self, key: TaskKey, tdir: str, ident: tuple[int, int] | None) -> None:
-        """An adopted supervisor that is our own child still needs reaping after its end."""
-        if ident is None:
-            return
-        st = sup.proc_stat(ident[0])
-        if st is not None and st.start == ident[1] and st.ppid == os.getpid():
-            self._watch(_Watched(key, tdir, *ident, (), None, 0.0, own_child=True, report=False))
-
-    def _recorded(self, key: TaskKey, tdir: str) -> TaskExited | None:
-        rec = sup.read_json(os.path.join(tdir, sup.EXIT))
-        if rec is None:
-            return None
-        return exit_from_record(key, rec)
-
-    def _forget_fd(self, fd: int) -> None:
-        """Under the lock."""
-        self._by_fd.pop(fd, None)
-        if self._epoll is not None:
-            with contextlib.suppress(OSError, ValueError):
-                self._epoll.unregister(fd)
-        os.close(fd)
-
-    def _watch_loop(self) -> None:
-        while not self._closed:
-            try:
-                if self._epoll is not None:
-                    ready = [fd for fd, _ in self._epoll.poll(POLL_INTERVAL_S * 10)]
-                else:
-                    select.select([self._wake_r], [], [], POLL_INTERVAL_S)
-                    ready = []
-                self._drain_wake()
-                if self._closed:
-                    return
-                for w in self._gone(ready):
-                    self._on_gone(w)
-            except Exception:  # the watcher must outlive any one task's trouble
-                log.exception("exit watcher")
-                time.sleep(POLL_INTERVAL_S)
-
-    def _drain_wake(self) -> None:
-        try:
-            while os.read(self._wake_r, 4096):
-                pass
-        except BlockingIOError:
-            pass
-
-    def _gone(self, ready: list[int]) -> list[_Watched]:
-        """The watched supervisors that have ended: pidfds that fired, and (without pidfds,
-        or for those that could not get one) a liveness check of each."""
-        with self._lock:
-            gone = [self._by_fd[fd] for fd in ready if fd in self._by_fd]
-            polled = [w for w in (*self._watched.values(), *self._reap_only) if w.pidfd is None]
-        for w in polled:
-            if w.own_child:
-                # WNOWAIT: seen, not reaped, so its pid stays its own until _on_gone is done.
-                try:
-                    if os.waitid(os.P_PID, w.sup_pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
-                        continue
-                except ChildProcessError:
-                    w.own_child = False
-                    if sup.is_alive(w.sup_pid, w.sup_start):
-                        continue
-                gone.append(w)
-            elif not sup.is_alive(w.sup_pid, w.sup_start):
-                gone.append(w)
-        return gone
-
-    def _on_gone(self, w: _Watched) -> None:
-        event = self._recorded(w.key, w.dir) if w.report else None
-        if w.report and event is None:
-            # Killed before it could record the end (SIGKILL, OOM...): its zombie still holds
-            # its pid, so its session can be told apart from a newcomer's.
-            started = sup.read_json(os.path.join(w.dir, sup.STARTED)) or {}
-            sup.kill_leftovers(
-                sup_pid=w.sup_pid,
-                sup_start=w.sup_start,
-                child_pid=started.get("child_pid"),
-                child_start=started.get("child_start"),
-                cgroup=w.cgroup,
-            )
-            _remove_container(sup.read_json(os.path.join(w.dir, sup.LAUNCH)))
-            event = _lost(
-                w.key,
-                f"its supervisor (pid {w.sup_pid}) ended without recording how the task ended;"
-                f" what was left of the task was killed{_last_line(w.dir)}",
-            )
-        if w.report:
-            sup.remove_cgroup(w.cgroup)
-        with self._lock:
-            if w.own_child:
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(w.sup_pid, os.WNOHANG)
-            if w.pidfd is not None:
-                self._forget_fd(w.pidfd)
-                w.pidfd = None
-            if w in self._reap_only:
-                self._reap_only.remove(w)
-            if not w.report:
-                return
-            self._watched.pop(w.key, None)
-            assert event is not None
-            self._events.append(event)
-            wakeup = self._wakeup
-        if wakeup is not None:
-            try:
-                wakeup()
-            except Exception:
-                log.exception("wakeup callback")
 
 
 def _local_user(name: str) -> bool:
@@ -904,23 +705,6 @@ def _remove_container(launch: dict[str, Any] | None) -> None:
     c = (launch or {}).get("container")
     if isinstance(c, dict) and c.get("binary") and c.get("name"):
         ctr.remove_container(str(c["binary"]), str(c["name"]))
-
-
-def _lost(key: TaskKey, message: str) -> TaskExited:
-    return TaskExited(
-        key=key, kind=ExitKind.LOST, exit_code=None, message=message, time_s=time.time()
-    )
-
-
-def _last_line(tdir: str) -> str:
-    """The supervisor's last words (a traceback's last line), if it left any."""
-    try:
-        with open(os.path.join(tdir, sup.LOG), "rb") as f:
-            f.seek(max(0, os.fstat(f.fileno()).st_size - 2048))
-            lines = f.read().decode("utf-8", "replace").strip().splitlines()
-    except OSError:
-        return ""
-    return f" (its log: {lines[-1]})" if lines else ""
 
 
 def _show(key: TaskKey) -> str:

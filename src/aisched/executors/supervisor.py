@@ -33,6 +33,13 @@ supervisor's normal exit.
 It must never import anything outside the standard library (it runs with `-I -S`, without the
 package on its path), and the helpers below that the executor shares must stay side-effect free
 at import. Linux only (/proc, process groups, cgroups).
+
+Why it is one file of over 1,000 lines, against the house's ~600: it runs as a script with
+`-I -S`, so not even its own directory is on its import path, and everything it runs (the
+process helpers, `CappedLog`, `Supervisor`, `Container`, the fork server) must be in this file.
+A sibling module would need `sys.path` edited at start-up and would then exist twice, once as
+`aisched.executors.X` for the executor and once as a top-level module here. The sections
+below stand apart instead, each with its own header.
 """
 
 from __future__ import annotations

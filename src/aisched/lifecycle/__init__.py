@@ -5,8 +5,10 @@ here, written once: which state a job may move to (`states`), why an attempt is 
 what the job becomes once it has (`attempts`: restart policy, bounded retries with backoff,
 preemption, shrink, growth, time limits, cancellation), how much work an attempt keeps through
 its checkpoints and how long the next one is expected to take (`work`), when an elastic job is
-grown (`elastic`), how a service's replicas are made (`services`), and the resources held by
-running attempts, with the view the core sees of them (`holdings`, with a validate mode).
+grown (`elastic`), how a service's replicas are made (`services`), how long a preemption's
+victims may take to stop and how long the job they make room for waits (`preemption`), which
+jobs are refused because they can never run (`admission`), and the resources held by running
+attempts, with the view the core sees of them (`holdings`, with a validate mode).
 
 Dependencies between jobs (pipelines) are judged by the pure `core.dependencies`, which both
 drivers call directly.

@@ -14,6 +14,9 @@ Invariants (checked by `problems`, which validate mode calls after every change)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from aisched.core.decisions import TaskBinding
 from aisched.core.snapshot import (
     ZERO,
     ClusterArrays,
@@ -74,6 +77,42 @@ class Holdings:
         if old is None or old.tasks != view.tasks:
             raise HoldingError(f"job {view.job.id}: update must keep the tasks it holds")
         self.views[view.job.id] = view
+
+    def short_nodes(self, tasks: Sequence[TaskBinding]) -> frozenset[str]:
+        """The nodes where `tasks`, taken together, need more than is free now (CPU, memory,
+        RDMA, or a GPU's share or memory): empty when they all fit beside what is held."""
+        index, free = self.arrays.index, self.free
+        need: dict[str, list[int]] = {}
+        gpu_need: dict[tuple[str, int], list[int]] = {}
+        for t in tasks:
+            n = need.setdefault(t.node, [0, 0, 0])
+            n[0] += t.milli_cpu
+            n[1] += t.mem_mib
+            n[2] += t.rdma
+            per_gpu_mem = t.gpu_mem_mib // len(t.gpus) if t.gpus else 0
+            for g in t.gpus:
+                gn = gpu_need.setdefault((t.node, g), [0, 0])
+                gn[0] += t.gpu_milli
+                gn[1] += per_gpu_mem
+        short = {
+            node
+            for node, (cpu, mem, rdma) in need.items()
+            if node not in index
+            or cpu > free.cpu[index[node]]
+            or mem > free.mem[index[node]]
+            or rdma > free.rdma[index[node]]
+        }
+        for (node, g), (milli, gmem) in gpu_need.items():
+            i = index.get(node)
+            if i is None or milli > free.gpu_milli[i, g] or gmem > free.gpu_mem[i, g]:
+                short.add(node)
+        return frozenset(short)
+
+    def holders_on(self, nodes: frozenset[str]) -> frozenset[str]:
+        """The jobs holding a task on any of `nodes`."""
+        return frozenset(
+            job_id for job_id, v in self.views.items() if any(t.node in nodes for t in v.tasks)
+        )
 
     def holds(self, job_id: str) -> bool:
         return job_id in self.views

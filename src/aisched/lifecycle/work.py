@@ -15,6 +15,27 @@ from __future__ import annotations
 
 import math
 
+from aisched.model.job import Job
+
+
+def checkpoint_interval_s(job: Job, default_s: float) -> float:
+    """How often `job` checkpoints: its own interval, else the driver's default (`inf`: it is
+    taken not to checkpoint, and keeps nothing when stopped).
+
+    The defaults differ on purpose, the rule does not (issue 15): the live service's is `inf`
+    (`LoopConfig.checkpoint_interval_s`), since a scheduler must not count work as saved that a
+    job may never have saved (it would choose victims by it); the simulator's is a modelling
+    assumption about traces that carry no intervals (`SimConfig.checkpoint_interval_s`, 1 h;
+    `aisched simulate --checkpoint-interval`)."""
+    own = job.checkpoint_interval_s
+    return own if own is not None else default_s
+
+
+def core_interval(interval_s: float) -> float | None:
+    """The interval as the core's running view takes it (None: the attempt's start counts as
+    its last checkpoint)."""
+    return None if interval_s == math.inf else interval_s
+
 
 def kept_work_s(
     saved_s: float,

@@ -9,10 +9,10 @@ import logging
 from concurrent.futures import Future
 from dataclasses import replace
 
-from aisched.core.cycle import never_runs
 from aisched.core.dependencies import DependencyVerdict
 from aisched.core.status import JobStatus, StatusCode
-from aisched.lifecycle.services import replica_name
+from aisched.lifecycle.admission import refusal
+from aisched.lifecycle.services import replica_name, replicas_within, surplus
 from aisched.lifecycle.states import move
 from aisched.model.job import Job, JobKind
 from aisched.model.states import JobState
@@ -87,9 +87,9 @@ class Commands(Intents):
         if earlier:
             cmd.future.set_result(earlier[0])
             return
-        refusal = never_runs(self._empty_snapshot, self.policy, replace(cmd.job, id="?"))
-        if refusal is not None:
-            cmd.future.set_exception(Rejected(refusal))
+        why = refusal(self._empty_snapshot, self.policy, cmd.job)
+        if why is not None:
+            cmd.future.set_exception(Rejected(why))
             return
         row = self._admit(cmd.job, cmd.fmt, cmd.warnings, cmd.received_at, batch)
         self._remember_key(cmd.job.user, cmd.idempotency_key, [row], batch)
@@ -104,9 +104,9 @@ class Commands(Intents):
             cmd.future.set_result(earlier)
             return
         for job, _fmt, _warnings in cmd.items:
-            refusal = never_runs(self._empty_snapshot, self.policy, replace(job, id="?"))
-            if refusal is not None:
-                cmd.future.set_exception(Rejected(f"job {job.name!r}: {refusal}"))
+            why = refusal(self._empty_snapshot, self.policy, job)
+            if why is not None:
+                cmd.future.set_exception(Rejected(f"job {job.name!r}: {why}"))
                 return
         ids = [str(self.next_seq + i) for i in range(len(cmd.items))]
         try:
@@ -260,8 +260,7 @@ class Commands(Intents):
         if lj is None or lj.job.kind != JobKind.SERVICE or lj.job.service is None:
             cmd.future.set_exception(Rejected(f"no live service {cmd.service_id}", 404))
             return
-        spec = lj.job.service
-        n = min(max(cmd.replicas, spec.min_replicas), spec.max_replicas)
+        n = replicas_within(lj.job.service, cmd.replicas)
         self._scale_to(lj, n, cmd.reason, batch, now)
         batch.after.append(lambda: cmd.future.set_result(n))
 
@@ -283,9 +282,8 @@ class Commands(Intents):
             name = replica_name(svc.job, str(self.next_seq))
             replica = replica_job(svc.job, name, free_port(self.config.master_addr))
             self._admit(replica, "native", (), now, batch)
-        # Surplus: pending replicas first (they hold nothing), then the newest running ones.
-        surplus = sorted(live, key=lambda r: (r.state == JobState.RUNNING, -int(r.id)))
-        for r in surplus[: max(len(live) - n, 0)]:
+        going = surplus([(r.id, r.state == JobState.RUNNING) for r in live], n)
+        for r in (self.jobs[job_id] for job_id in going):
             if r.state == JobState.RUNNING:
                 r.stopping = Stop.CANCEL
                 r.stop_message = "scaled down"

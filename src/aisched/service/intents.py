@@ -2,7 +2,9 @@
 every decision written as intent before it is acted on (a bind's job RUNNING with its task rows
 `launching`; a preemption's or shrink's victim `stopping`), then acted on. Also the timers
 that fall due between cycles (time limits, retry backoff, victims that take too long) and the
-growth of elastic jobs into idle capacity (`lifecycle.elastic`)."""
+growth of elastic jobs into idle capacity (`lifecycle.elastic`). A preemption's victims and the
+wait of the job they make room for follow `lifecycle.preemption`; a job the cycle says can
+never fit, `lifecycle.admission`."""
 
 from __future__ import annotations
 
@@ -15,8 +17,10 @@ from aisched.core.decisions import Bind, Preempt, Shrink
 from aisched.core.snapshot import PendingJob
 from aisched.core.status import JobStatus, StatusCode
 from aisched.executors.base import TaskLaunch, task_name
+from aisched.lifecycle.admission import never_fits_now
 from aisched.lifecycle.attempts import time_limit_at, time_limit_message
 from aisched.lifecycle.elastic import grow_at, grow_message, tasks_to_grow
+from aisched.lifecycle.preemption import VictimWait, after_victims, blockers, release_kept, wait_for
 from aisched.lifecycle.states import move
 from aisched.model.job import Job
 from aisched.model.states import JobState
@@ -60,8 +64,10 @@ class Intents(Exits):
             if waiting is None or waiting.state != JobState.PENDING or waiting.waiting_for:
                 continue
             if status.code == StatusCode.NEVER_FITS:
-                self._finish(waiting, JobState.FAILED, batch, now, status.reason)
-                continue
+                end = never_fits_now(waiting.job, status.reason, self.policy)
+                if end is not None:
+                    self._finish(waiting, end.state, batch, now, end.why)
+                    continue
             self._write_status(waiting, status, batch)
         # Launched once the intent is stored: by this flush, or by the one that retries it.
         batch.after.append(lambda: self._launch_all(launches, now))
@@ -109,10 +115,11 @@ class Intents(Exits):
         lj = self.jobs.get(d.job_id)
         if lj is None or lj.state != JobState.PENDING:
             return None
-        if d.after:
-            lj.waiting_for = frozenset(d.after)
-            lj.waiting_since = now
-            victims = ", ".join(sorted(d.after))
+        stopping = self._still_stopping
+        wait = wait_for((*d.after, *blockers(d.tasks, self.held, stopping)), stopping, now)
+        if wait is not None:
+            lj.waiting_for, lj.waiting_since = wait.victims, wait.since
+            victims = ", ".join(sorted(wait.victims))
             self._write_status(
                 lj,
                 JobStatus(StatusCode.PREEMPTING, f"waiting for preempted job(s) {victims} to stop"),
@@ -194,25 +201,22 @@ class Intents(Exits):
                 batch.job(lj.id, not_before=None)
                 self.dirty = True
             if lj.waiting_for:
-                # A victim is done once it is no longer running; a shrunk job once it has
-                # stopped and restarted smaller (running again, no longer stopping).
-                still = frozenset(
-                    v
-                    for v in lj.waiting_for
-                    if v in self.jobs
-                    and self.jobs[v].state == JobState.RUNNING
-                    and self.jobs[v].stopping is not None
+                wait = after_victims(
+                    VictimWait(
+                        lj.waiting_for, now if lj.waiting_since is None else lj.waiting_since
+                    ),
+                    self._still_stopping,
+                    lambda v: self.jobs[v].job.grace_period_s,
+                    now,
+                    self.config.victim_wait_s,
                 )
-                limit = (
-                    max((self.jobs[v].job.grace_period_s for v in still), default=0.0)
-                    + self.config.victim_wait_s
-                )
-                if not still or (lj.waiting_since is not None and now - lj.waiting_since > limit):
+                if wait is None:  # placed afresh by the next cycle, with what was kept
                     lj.waiting_for = frozenset()
                     lj.waiting_since = None
+                    release_kept(self.held, lj.id)
                     self.dirty = True
                 else:
-                    lj.waiting_for = still
+                    lj.waiting_for = wait.victims
 
     def _grow_elastic(self, now: float) -> None:
         """Nothing waits: restart elastic jobs that idle capacity could make larger. The stop

@@ -3,6 +3,7 @@ refusal a command gets (`Rejected`). Plain values: no behaviour, no state."""
 
 from __future__ import annotations
 
+import math
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,8 @@ class LoopConfig:
     # The longest the loop sleeps without being woken (a safety net for missed wake-ups).
     tick_s: float = 1.0
     # A preemption's beneficiary gives up waiting for its victims after their grace period plus
-    # this, and is scheduled afresh (a victim that never stops must not block it forever).
+    # this, and is scheduled afresh (a victim that never stops must not block it forever;
+    # `lifecycle.preemption`, the simulator's `victim_wait_s` too).
     victim_wait_s: float = 30.0
     master_addr: str = "127.0.0.1"
     # Variables every task starts with, under its own and the contract's (PATH, HOME, ...).
@@ -31,6 +33,9 @@ class LoopConfig:
     # An elastic job missing tasks is grown (restarted larger from its checkpoint) once it has
     # run this long in its attempt, idle capacity fits more of its tasks and nothing waits.
     elastic_grow_after_s: float = 60.0
+    # How often a job that names no checkpoint interval is taken to checkpoint, in the view the
+    # core chooses victims by (`lifecycle.work.checkpoint_interval_s`): by default it is not.
+    checkpoint_interval_s: float = math.inf
     # The service's id (`Store.instance_id`): names checkpoint directories outside data_dir.
     instance: str = ""
     # Check the lifecycle's invariants after every cycle and raise on a broken one (tests).

@@ -37,6 +37,7 @@ from aisched.core.snapshot import (
 from aisched.core.status import JobStatus
 from aisched.executors.base import Executor, TaskExited, TaskLaunch
 from aisched.lifecycle.holdings import Holdings
+from aisched.lifecycle.work import checkpoint_interval_s, core_interval
 from aisched.model.cluster import Cluster
 from aisched.model.job import Job
 from aisched.model.queue import QueueTree
@@ -183,7 +184,9 @@ class SchedulerState:
             start,
             lj.attained_gpu_s,
             expected_end_s=None if bound is None else start + bound,
-            checkpoint_interval_s=lj.job.checkpoint_interval_s,
+            checkpoint_interval_s=core_interval(
+                checkpoint_interval_s(lj.job, self.config.checkpoint_interval_s)
+            ),
             terminating=lj.stopping is not None,
         )
         self.held.take(view)

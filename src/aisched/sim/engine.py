@@ -11,8 +11,8 @@ retries and backoff, checkpoints and restore, growth, the resources it holds) is
 lifecycle's (`aisched.lifecycle`), the very rules the live service applies; the engine plays
 task ends and keeps the event queue and the metrics. Its parts: `results` (config, records,
 the log's shape), `sim_job` (one job's run state), `pools` (autoscaling node pools), `events`.
-This module is longer than the house's ~600 lines: a hundred of them are this description of
-the semantics, and the event loop with its state changes reads best in one piece.
+This module is longer than the house's ~600 lines: over a hundred of them are this description
+of the semantics, and the event loop with its state changes reads best in one piece.
 
 What the engine keeps, and its invariants:
 
@@ -40,8 +40,16 @@ checkpoint, its start until the first one (the convention of the core's own bind
 When cycles run: only after something changed (an arrival or a finish) and only while some job
 is pending, since every decision serves a pending job. A policy whose choices drift with time
 alone (LAS) is therefore re-evaluated at the next event, not in between. Applying a cycle's own
-decisions does not call for another cycle. A job whose first cycle says it can never fit the
-cluster (`NEVER_FITS`) is rejected and leaves the pending set; it is logged and counted.
+decisions does not call for another cycle. A job that can never fit the cluster at its largest
+is rejected when it arrives (`lifecycle.admission`, the live service's refusal at submission);
+it is logged and counted.
+
+Preemption (`lifecycle.preemption`): with `victim_stop_s` 0 a victim stops at the instant it is
+preempted and the job it makes room for is bound in the same cycle. Otherwise the victim's
+tasks exit `victim_stop_s` later (or when its grace period runs out, if sooner): until then it
+holds its resources and the core sees it as terminating, and the job bound after it waits out
+of the cycle (keeping what its first victims free while others still stop); once its victims
+have stopped it is pending again and a cycle places it afresh.
 
 Elastic jobs: a `Shrink` is applied like a preemption that restarts at once: the attempt keeps
 the work up to its last checkpoint, gives up the tasks it does not keep, and a new attempt starts
@@ -70,8 +78,9 @@ are not played, so they do not stretch the run.
 
 The engine never changes the snapshot it hands to `run_cycle` while the cycle runs, and never
 applies a decision it cannot honour: a `Bind` of a job that is not pending, or whose victims are
-still running, or a `Preempt` of a job that is not running, or a `Shrink` of one that is not
-running or to tasks it does not hold, raises `SimulationError`.
+still running (and not stopping), or a `Preempt` of a job that is not running (or already
+stopping), or a `Shrink` of one that is not running or to tasks it does not hold, raises
+`SimulationError`.
 """
 
 from __future__ import annotations
@@ -86,14 +95,26 @@ from aisched.core.cycle import InvariantViolation, run_cycle
 from aisched.core.decisions import Bind, Preempt, Reserve, Shrink, TaskBinding
 from aisched.core.dependencies import DependencyVerdict, check_dependencies
 from aisched.core.policy import Policy
-from aisched.core.snapshot import FreeState, PendingJob, RunningJob, build_arrays
+from aisched.core.snapshot import FreeState, PendingJob, RunningJob, Snapshot, build_arrays
 from aisched.core.status import StatusCode
+from aisched.lifecycle.admission import Admission
 from aisched.lifecycle.attempts import AttemptEnd, Finish, Requeue, RestartOn, Stop, after_attempt
 from aisched.lifecycle.elastic import grow_at, short_of_tasks, tasks_to_grow
 from aisched.lifecycle.holdings import HoldingError, Holdings
+from aisched.lifecycle.preemption import (
+    VictimWait,
+    after_victims,
+    blockers,
+    keep_freed,
+    played_stop_s,
+    release_kept,
+    wait_for,
+)
 from aisched.lifecycle.services import replica_job, replica_name
 from aisched.lifecycle.work import (
     attempt_runtime_s,
+    checkpoint_interval_s,
+    core_interval,
     elastic_speed,
     fails,
     kept_work_s,
@@ -168,8 +189,7 @@ class _Engine(NodePools):
         for tj in trace.jobs:
             if tj.job.id in self.jobs:
                 raise SimulationError(f"trace {trace.name}: job id {tj.job.id} repeats")
-            own = tj.job.checkpoint_interval_s
-            ckpt = own if own is not None else config.checkpoint_interval_s
+            ckpt = checkpoint_interval_s(tj.job, config.checkpoint_interval_s)
             self.jobs[tj.job.id] = SimJob(tj, ckpt)
         # Insertion-ordered, so the pending tuple handed to a cycle is in a deterministic order
         # (arrival, then requeue order) without sorting.
@@ -199,6 +219,11 @@ class _Engine(NodePools):
         self.cycle_wall_s = 0.0
         self.preempt_count = 0
         self.shrink_count = 0
+        # Preempted jobs whose tasks are stopping (`SimConfig.victim_stop_s`): they hold their
+        # resources until then; and the jobs waiting out of the cycle for them to stop, with
+        # the pending view they re-enter with (`lifecycle.preemption`).
+        self.stopping: dict[str, str] = {}  # job id -> the preemption's reason
+        self.waiting: dict[str, tuple[VictimWait, PendingJob]] = {}
         # Jobs shrunk in the cycle being applied: running again, yet done with what they gave.
         self.shrunk_now: set[str] = set()
         self.grow_count = 0
@@ -213,6 +238,11 @@ class _Engine(NodePools):
         self.arrived = 0
         self.cluster = cluster
         self._init_pools(cluster)
+        # What arrivals are judged against (`lifecycle.admission`): the cluster at its largest.
+        largest = self.ceiling or Snapshot(
+            self.arrays, FreeState.empty(self.arrays), (), self.queues
+        )
+        self.admission = Admission(largest, policy)
 
     # --- the event loop ---------------------------------------------------------------------
 
@@ -336,6 +366,10 @@ class _Engine(NodePools):
         st.first_estimate = (st.estimate_s, st.upper_s)
         st.move(JobState.PENDING)
         self.progress_done += 1
+        why = self.admission.refusal(st.job)
+        if why is not None:
+            self._reject(st.job.id, why, now)
+            return
         if st.job.depends_on and not self._dependencies_met(st, now):
             return
         if st.job.kind == JobKind.SERVICE:
@@ -446,6 +480,9 @@ class _Engine(NodePools):
         return end
 
     def _finish(self, st: SimJob, now: float) -> None:
+        if st.job.id in self.stopping:
+            self._stopped(st, now)
+            return
         self._release(st, now)
         end = self._end(st, None, "", now)
         st.saved_s = st.duration_s
@@ -460,7 +497,13 @@ class _Engine(NodePools):
             st.saved_s = 0.0
             self._requeue(st, now)
         self._changed(now)
-        if self.short_elastic and not self.pending:  # capacity freed and nothing waits
+        self._grow_if_idle(now)
+
+    def _grow_if_idle(self, now: float) -> None:
+        """Capacity was freed (a finish, a failure) or a cycle placed the last pending job:
+        with nothing pending, look at once at the elastic jobs running short that may grow
+        (the live loop looks at every step with nothing pending)."""
+        if self.short_elastic and not self.pending:
             after = self.config.elastic_grow_after_s
             for job_id in sorted(self.short_elastic):
                 short = self.running[job_id]
@@ -470,6 +513,9 @@ class _Engine(NodePools):
     def _fail(self, st: SimJob, now: float) -> None:
         """A played failure: the attempt keeps its checkpoints; retried after its backoff
         while retries are left (the lifecycle's rule), else the job fails."""
+        if st.job.id in self.stopping:
+            self._stopped(st, now)
+            return
         self._keep_checkpointed(st, now)
         self._release(st, now)
         end = self._end(st, Stop.FAILED, "a task failed", now)
@@ -487,6 +533,7 @@ class _Engine(NodePools):
             self.progress_done += 1
             self._ended(job_id, now)
         self._changed(now)
+        self._grow_if_idle(now)
 
     def _retry(self, st: SimJob, now: float) -> None:
         self.backing_off.discard(st.job.id)
@@ -501,6 +548,7 @@ class _Engine(NodePools):
 
     def _release(self, st: SimJob, now: float) -> None:
         del self.running[st.job.id]
+        self.stopping.pop(st.job.id, None)
         self.short_elastic.discard(st.job.id)
         self.held.give(st.job.id)
         if self.node_tasks:
@@ -516,6 +564,13 @@ class _Engine(NodePools):
         pj = self.pending.pop(d.job_id, None)
         if pj is None:
             raise SimulationError(f"t={now}: bind of {d.job_id}, which is not pending")
+        stopping = self.stopping.__contains__
+        # Jobs still stopping hold what they were evicted for: a bind into it waits for them.
+        others = blockers(d.tasks, self.held, stopping) if self.stopping else ()
+        wait = wait_for((*d.after, *others), stopping, now)
+        if wait is not None:  # out of the cycle until its victims have stopped
+            self.waiting[d.job_id] = (wait, pj)
+            return
         for victim in d.after:
             if victim in self.running and victim not in self.shrunk_now:
                 raise SimulationError(
@@ -563,6 +618,7 @@ class _Engine(NodePools):
         runtime = attempt_runtime_s(st.duration_s, st.saved_s, restore, st.speed)
         st.failing = fails(runtime, st.tj.fail_after_s, st.failures)
         remaining = planned_end_s(runtime, st.tj.fail_after_s, st.failures)
+        st.end_s = now + remaining
         # The estimate, not the truth: what a real scheduler would believe about this attempt.
         # Same bound as the core uses for a job it binds (upper estimate, estimate, time limit);
         # attached estimates already count restore and saved work (`SimJob.pending`).
@@ -577,7 +633,7 @@ class _Engine(NodePools):
             st.attained_gpu_s,
             st.expected_end_s,
             None,
-            None if st.ckpt_s == math.inf else st.ckpt_s,
+            core_interval(st.ckpt_s),
         )
         try:
             self.held.take(view)
@@ -596,14 +652,56 @@ class _Engine(NodePools):
 
     def _preempt(self, d: Preempt, now: float) -> None:
         st = self.running.get(d.job_id)
-        if st is None:
+        if st is None or d.job_id in self.stopping:
             raise SimulationError(f"t={now}: preempt of {d.job_id}, which is not running")
+        stop_s = played_stop_s(st.job.grace_period_s, self.config.victim_stop_s)
+        if stop_s > 0:
+            # SIGTERM: it holds its resources, seen as terminating, until its tasks exit.
+            self.stopping[d.job_id] = d.reason
+            self.held.update(replace(self.held.views[d.job_id], terminating=True))
+            self._push(now + stop_s, FINISH, d.job_id, st.attempt)
+            self.preempt_count += 1
+            self.log.append((now, "preempt", d.job_id, (d.for_job, d.reason)))
+            return
         self._keep_checkpointed(st, now)
         self._release(st, now)
         self._end(st, Stop.PREEMPT, d.reason, now)
         self.preempt_count += 1
         self._requeue(st, now)
         self.log.append((now, "preempt", d.job_id, (d.for_job, d.reason)))
+
+    def _stopped(self, st: SimJob, now: float) -> None:
+        """A preempted job's tasks have exited (at the end of its stop, or by themselves
+        during it): requeued (the lifecycle's rule), and the jobs waiting for it looked at."""
+        job_id = st.job.id
+        reason = self.stopping[job_id]
+        if now >= st.end_s and not st.failing:
+            st.saved_s = st.duration_s  # its work was done before it stopped
+        else:
+            self._keep_checkpointed(st, now)
+        freed = st.tasks
+        self._release(st, now)
+        self._end(st, Stop.PREEMPT, reason, now)
+        self._requeue(st, now)
+        going_on: dict[str, VictimWait] = {}
+        for waiting, (wait, pj) in list(self.waiting.items()):
+            still = after_victims(
+                wait,
+                self.stopping.__contains__,
+                lambda v: self.jobs[v].job.grace_period_s,
+                now,
+                self.config.victim_wait_s,
+            )
+            if still is None:  # placed afresh by the next cycle, with what was kept for it
+                del self.waiting[waiting]
+                release_kept(self.held, waiting)
+                self.pending[waiting] = pj
+            else:
+                if job_id in wait.victims:
+                    going_on[waiting] = wait
+                self.waiting[waiting] = (still, pj)
+        keep_freed(self.held, job_id, freed, going_on, lambda j: self.jobs[j].job, now)
+        self._changed(now)
 
     def _keep_checkpointed(self, st: SimJob, now: float) -> None:
         """An attempt stops: the work up to its last checkpoint is kept, the rest is lost."""
@@ -613,7 +711,7 @@ class _Engine(NodePools):
 
     def _shrink(self, d: Shrink, now: float) -> None:
         st = self.running.get(d.job_id)
-        if st is None:
+        if st is None or d.job_id in self.stopping:
             raise SimulationError(f"t={now}: shrink of {d.job_id}, which is not running")
         if not d.keep or not set(d.keep) < set(st.tasks):
             raise SimulationError(f"t={now}: shrink of {d.job_id} to tasks it does not hold")
@@ -635,6 +733,8 @@ class _Engine(NodePools):
         st = self.running.get(job_id)
         if st is None or st.attempt != attempt or job_id not in self.short_elastic:
             return
+        if job_id in self.stopping:
+            return  # being preempted: it is requeued, not grown
         job = st.job
         had = len(st.tasks)
         after = self.config.elastic_grow_after_s
@@ -655,7 +755,7 @@ class _Engine(NodePools):
         self._changed(now)
 
     def _reject(self, job_id: str, reason: str, now: float) -> None:
-        del self.pending[job_id]
+        self.pending.pop(job_id, None)  # pending when a cycle rejects it; not at its arrival
         st = self.jobs[job_id]
         st.move(JobState.FAILED)
         st.rejected = reason
@@ -713,6 +813,7 @@ class _Engine(NodePools):
             self._check_state(now)
         if self.pools:
             self._scale_up(now, diagnostics)
+        self._grow_if_idle(now)  # the cycle placed every job: idle capacity may grow one
         # A requeued victim is pending again: if the cycle left it there, it waits for the next
         # change like any other job; it does not force a second cycle at the same instant.
 
@@ -741,6 +842,11 @@ class _Engine(NodePools):
         both = self.pending.keys() & self.running.keys()
         if both:
             problems.append(f"both pending and running: {', '.join(sorted(both)[:5])}")
+        waiting = self.waiting.keys() & (self.pending.keys() | self.running.keys())
+        if waiting:
+            problems.append(f"waiting for victims yet pending or running: {sorted(waiting)[:5]}")
+        if not self.stopping.keys() <= self.running.keys():
+            problems.append("a stopping job is not running")
         held = sum(len(t.gpus) * t.gpu_milli for st in self.running.values() for t in st.tasks)
         if held != self.alloc_milli:
             problems.append(f"allocated GPU count drifted: {self.alloc_milli} vs {held}")

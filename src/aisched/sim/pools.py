@@ -16,11 +16,11 @@ from aisched.core.cluster_autoscale import (
     plan_scale_down,
     plan_scale_up,
 )
-from aisched.core.cycle import never_runs
 from aisched.core.decisions import TaskBinding
 from aisched.core.policy import Policy
 from aisched.core.snapshot import ClusterArrays, FreeState, PendingJob, Snapshot, build_arrays
 from aisched.core.status import JobStatus, StatusCode
+from aisched.lifecycle.admission import never_fits_now
 from aisched.lifecycle.holdings import Holdings
 from aisched.model.cluster import Cluster, Node, NodePool
 from aisched.model.queue import QueueTree
@@ -124,9 +124,8 @@ class NodePools:
     def _never_fits(self, job_id: str, reason: str) -> str | None:
         """Why a job the present nodes can never hold is rejected; None when it would fit once
         the pools have grown, so it waits instead."""
-        if self.ceiling is None:
-            return reason
-        return never_runs(self.ceiling, self.policy, self.jobs[job_id].job)
+        end = never_fits_now(self.jobs[job_id].job, reason, self.policy, self.ceiling)
+        return None if end is None else end.why
 
     def _pool_states(self, with_free: bool = False) -> list[PoolState]:
         free: dict[str, list[NodeFree]] = {name: [] for name in self.pools}

@@ -88,6 +88,12 @@ class SimConfig:
     elastic_grow_after_s: float = 60.0
     # The longest a failed job waits before its retry (the live service's `max_backoff_s`).
     max_backoff_s: float = 300.0
+    # How long a preempted job's tasks take to exit after SIGTERM (its grace period caps it:
+    # then it is killed); it holds its resources until then, and the job it makes room for
+    # waits (`lifecycle.preemption`). 0: victims stop at the instant they are preempted.
+    victim_stop_s: float = 0.0
+    # The job waiting for victims gives up after their grace plus this (the live service's).
+    victim_wait_s: float = 30.0
 
     def __post_init__(self) -> None:
         if not self.checkpoint_interval_s > 0:
@@ -102,6 +108,10 @@ class SimConfig:
             )
         if self.max_time_s is not None and math.isnan(self.max_time_s):
             raise ValueError("max_time_s must be a number")
+        for name in ("victim_stop_s", "victim_wait_s"):
+            value = getattr(self, name)
+            if not 0 <= value < math.inf:
+                raise ValueError(f"{name} must be finite and >= 0, got {value}")
         if not 0 <= self.elastic_grow_after_s < math.inf:
             raise ValueError(
                 f"elastic_grow_after_s must be finite and >= 0, got {self.elastic_grow_after_s}"

@@ -39,6 +39,7 @@ class SimJob:
         "start_s",
         "restore_s",
         "expected_end_s",
+        "end_s",
         "first_estimate",
         "eta_s",
         "speed",
@@ -73,6 +74,7 @@ class SimJob:
         self.start_s = 0.0
         self.restore_s = 0.0  # restore time at the head of the current attempt
         self.expected_end_s: float | None = None
+        self.end_s = 0.0  # when the current attempt ends by itself (its planned end)
         self.first_estimate: Estimate | None = None
         self.eta_s: float | None = None
         # Work done per second by the current attempt: the GPU model's speed, times the share

@@ -31,25 +31,18 @@ The mapping (docs/jobs.md has it as a table):
 - Kind: train when a `pytorch`, `tensorflow` or `mpi` plugin is on, else batch.
 - `volcano.sh/preemptable: "false"` (job annotation, else any task template's) -> not
   preemptible.
+
+The file's objects (pods, containers, tasks, policies) are read as the pydantic models of
+`spec.volcano_objects`; this module maps them, with the defaults and warnings above.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    StrictInt,
-    StrictStr,
     ValidationError,
-    ValidatorFunctionWrapHandler,
-    WrapValidator,
 )
-from pydantic.alias_generators import to_camel
-from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from aisched.model.job import (
     ContainerSpec,
@@ -63,25 +56,10 @@ from aisched.model.job import (
 from aisched.model.resources import Resources
 from aisched.spec.errors import SpecError
 from aisched.spec.job_common import (
-    MAX_DURATION_S,
-    MAX_GRACE_S,
     MAX_TASKS,
-    AbsPath,
-    EnvName,
-    Image,
     JobDefaults,
-    K8sGpus,
-    K8sMemMib,
-    K8sMilliCpu,
-    Name,
     ParsedJob,
-    Path,
     Problems,
-    Replicas,
-    Retries,
-    Span,
-    Text,
-    at_least_one_task,
     container_spec,
     describe,
     duplicates,
@@ -91,6 +69,13 @@ from aisched.spec.job_common import (
     to_bandwidth_bit_s,
 )
 from aisched.spec.units import UnitError, k8s_quantity
+from aisched.spec.volcano_objects import (
+    ContainerResources,
+    JobSpec,
+    ResourceList,
+    TaskSpec,
+    VolcanoJob,
+)
 
 FORMAT = "volcano"
 API_VERSION = "batch.volcano.sh/v1alpha1"
@@ -133,178 +118,6 @@ INGRESS_ANNOTATION = "kubernetes.io/ingress-bandwidth"
 _IGNORED_PLACEMENT = "ignored: aisched does not place tasks by node labels or affinity"
 _IGNORED_INIT = "not run: aisched runs only the task's container"
 _IGNORED_TOPOLOGY = "ignored: use a native job file's topology (pack/spread) instead"
-
-
-def _refuse_value_from(v: Any) -> Any:
-    if v is not None:
-        raise ValueError(
-            "aisched cannot read ConfigMaps, Secrets or pod fields: give the value itself"
-        )
-    return v
-
-
-def _refuse_env_from(v: Any) -> Any:
-    if v is not None:
-        raise ValueError(
-            "aisched cannot read ConfigMaps or Secrets: list each variable under env with its value"
-        )
-    return v
-
-
-def _one_container(v: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-    """Exactly one container; a second one is reported together with the first one's mistakes."""
-    if not isinstance(v, list) or len(v) <= 1:
-        out = handler(v)
-        if not out:
-            raise ValueError("a task needs one container with a command")
-        return out
-    errors: list[InitErrorDetails] = []
-    try:
-        handler(v)
-    except ValidationError as e:
-        errors = [
-            InitErrorDetails(
-                type=PydanticCustomError(x["type"], x["msg"]), loc=x["loc"], input=x["input"]
-            )
-            for x in e.errors(include_url=False)
-        ]
-    errors.append(
-        InitErrorDetails(
-            type=PydanticCustomError(
-                "value_error",
-                "aisched runs one process per task; this task has {n} containers (make each its "
-                "own task, or start them all from one command)",
-                {"n": len(v)},
-            ),
-            loc=(),
-            input=v,
-        )
-    )
-    raise ValidationError.from_exception_data("containers", errors)
-
-
-class _K8s(BaseModel):
-    """Kubernetes objects: camelCase keys, unknown keys accepted (and not kept)."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True, alias_generator=to_camel)
-
-
-class ResourceList(BaseModel):
-    # Extra keys are kept so that unsupported extended resources can be warned about.
-    model_config = ConfigDict(extra="allow", frozen=True)
-
-    cpu: K8sMilliCpu | None = None
-    memory: K8sMemMib | None = None
-    gpu: K8sGpus | None = Field(default=None, alias="nvidia.com/gpu")
-
-
-class ContainerResources(_K8s):
-    limits: ResourceList | None = None
-    requests: ResourceList | None = None
-
-
-class EnvVar(_K8s):
-    name: EnvName
-    value: Text = ""
-    value_from: Annotated[Any, AfterValidator(_refuse_value_from)] = None
-
-
-class VolumeMount(_K8s):
-    name: StrictStr
-    mount_path: AbsPath
-    read_only: bool = False
-    sub_path: Any = None
-
-
-class HostPathSource(_K8s):
-    path: AbsPath
-    type: StrictStr | None = None
-
-
-class PodVolume(BaseModel):
-    # Other volume kinds (emptyDir, configMap, persistentVolumeClaim...) are kept to be named.
-    model_config = ConfigDict(extra="allow", frozen=True, alias_generator=to_camel)
-
-    name: StrictStr
-    host_path: HostPathSource | None = None
-
-
-class Container(_K8s):
-    image: Image | None = None
-    command: list[Text] | None = None
-    args: list[Text] | None = None
-    env: list[EnvVar] = Field(default_factory=list)
-    env_from: Annotated[Any, AfterValidator(_refuse_env_from)] = None
-    working_dir: Path | None = None
-    resources: ContainerResources | None = None
-    volume_mounts: list[VolumeMount] | None = None
-
-
-class PodSpec(_K8s):
-    containers: Annotated[list[Container], WrapValidator(_one_container)]
-    init_containers: Any = None
-    restart_policy: Literal["Always", "OnFailure", "Never"] | None = None
-    active_deadline_seconds: StrictInt | None = Field(default=None, ge=1, le=int(MAX_DURATION_S))
-    termination_grace_period_seconds: StrictInt | None = Field(
-        default=None, ge=0, le=int(MAX_GRACE_S)
-    )
-    volumes: list[PodVolume] | None = None
-    host_network: bool | None = None
-    node_selector: Any = None
-    affinity: Any = None
-    node_name: Any = None
-    priority_class_name: Any = None
-
-
-class TemplateMeta(_K8s):
-    annotations: dict[StrictStr, Any] | None = None
-
-
-class PodTemplate(_K8s):
-    metadata: TemplateMeta | None = None
-    spec: PodSpec
-
-
-class LifecyclePolicy(_K8s):
-    event: StrictStr | None = None
-    events: list[StrictStr] | None = None
-    action: StrictStr | None = None
-    exit_code: StrictInt | None = None
-
-
-class TaskSpec(_K8s):
-    name: Name | None = None
-    replicas: Replicas = 1
-    min_available: StrictInt | None = Field(default=None, ge=0)
-    template: PodTemplate
-    policies: list[LifecyclePolicy] = Field(default_factory=list)
-    max_retry: Any = None
-    depends_on: Any = None
-    partition_policy: Any = None
-
-
-class JobSpec(_K8s):
-    min_available: StrictInt | None = Field(default=None, ge=0)
-    queue: Name | None = None
-    priority_class_name: StrictStr | None = None
-    max_retry: Retries | None = None
-    running_estimate: Span | None = None
-    policies: list[LifecyclePolicy] = Field(default_factory=list)
-    plugins: dict[StrictStr, list[StrictStr] | None] | None = None
-    tasks: Annotated[list[TaskSpec], AfterValidator(at_least_one_task)]
-    volumes: Any = None
-    network_topology: Any = None
-    min_success: Any = None
-
-
-class ObjectMeta(_K8s):
-    name: Name
-    annotations: dict[StrictStr, Any] | None = None
-
-
-class VolcanoJob(_K8s):
-    metadata: ObjectMeta
-    spec: JobSpec
 
 
 def volcano_job(data: dict[Any, Any], source: str, defaults: JobDefaults) -> ParsedJob:

@@ -1,0 +1,142 @@
+"""Preemption's grace and the wait of the job a preemption makes room for.
+
+The rules, the same in both drivers:
+
+1. A victim is sent SIGTERM and has its grace period (`Job.grace_period_s`) to stop, then its
+   tasks are killed (the executors send the SIGKILL; `kill_at` says when). Until every task of
+   it has exited it keeps its resources, and the core sees it as terminating (it is not chosen
+   as a victim again). Once they all have, `attempts.after_attempt(Stop.PREEMPT)` says what it
+   becomes: requeued, even when a task exited 0 in the meantime (a task that checkpoints on
+   SIGTERM and exits 0 has not finished its work).
+2. A bind the core made after victims (`Bind.after`) goes ahead at once only when none of them
+   still holds its resources (`wait_for` gives None). So does any other bind of the cycle
+   whose tasks do not fit what is free now because a job still stopping holds it: the core
+   frees a victim at once in its cycle and may place other jobs, not only its preemptor, in
+   what it frees (`blockers`; found by the property test with victims that take time to stop:
+   started at once, those jobs ran beside the victim, on its GPUs, during its grace). While one
+   does, the job waits out of the cycle (a `VictimWait`), and a later cycle places it afresh
+   once they all have stopped (`after_victims` gives None), or once it has waited the grace
+   period of the slowest victim still stopping plus the driver's `victim_wait_s`: a victim
+   that never stops must not block it for ever.
+3. What a victim frees while the job waits for others is kept for that job (`keep_freed`),
+   held in the ledger under an id of its own (`kept_id`), as a terminating view: no cycle
+   gives it to another job, the victim itself included, and none takes it as a victim (the
+   nominated-node rule of Kubernetes' preemption). It is given back when the wait ends
+   (`release_kept`), just before the cycle that places the job afresh. Without it a victim
+   requeued before the others had stopped could be placed again where it was, and preempted a
+   second time once the job was back in the cycle.
+4. Played stops (the simulator; a virtual executor in tests): a victim's tasks exit
+   `stop_s` after SIGTERM, or when its grace runs out if that comes first (`played_stop_s`).
+   With `stop_s` 0 (the simulator's default) victims stop at the instant they are preempted,
+   so the bind after them goes ahead in the same cycle.
+
+Pure: every time is given; nothing here reads a clock or knows a driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from aisched.core.decisions import TaskBinding
+from aisched.core.snapshot import RunningJob
+from aisched.lifecycle.holdings import Holdings
+from aisched.model.job import Job
+
+
+@dataclass(frozen=True, slots=True)
+class VictimWait:
+    """A job waiting out of the cycle for `victims` to stop, since `since`."""
+
+    victims: frozenset[str]
+    since: float
+
+
+def kill_at(grace_period_s: float, stopped_at: float) -> float:
+    """When a task sent SIGTERM at `stopped_at` is killed if it has not exited."""
+    return stopped_at + grace_period_s
+
+
+def played_stop_s(grace_period_s: float, stop_s: float) -> float:
+    """How long a played task takes to exit after SIGTERM: `stop_s`, or its whole grace
+    when that is shorter (it is killed then)."""
+    return max(min(stop_s, grace_period_s), 0.0)
+
+
+def wait_for(
+    victims: Iterable[str], still_stopping: Callable[[str], bool], now: float
+) -> VictimWait | None:
+    """A bind after `victims` decided at `now`: None when it may go ahead now (none of them
+    holds its resources any more), else the wait it starts."""
+    still = frozenset(v for v in victims if still_stopping(v))
+    return VictimWait(still, now) if still else None
+
+
+def blockers(
+    tasks: Sequence[TaskBinding], held: Holdings, still_stopping: Callable[[str], bool]
+) -> frozenset[str]:
+    """The jobs still stopping that hold what `tasks` need: none when the tasks fit what is
+    free now; else those with tasks on the nodes where they do not."""
+    short = held.short_nodes(tasks)
+    if not short:
+        return frozenset()
+    return frozenset(j for j in held.holders_on(short) if still_stopping(j))
+
+
+def wait_limit_s(graces_s: Iterable[float], victim_wait_s: float) -> float:
+    """How long a job waits for victims with these grace periods before it gives up."""
+    return max(graces_s, default=0.0) + victim_wait_s
+
+
+def after_victims(
+    wait: VictimWait,
+    still_stopping: Callable[[str], bool],
+    grace_of: Callable[[str], float],
+    now: float,
+    victim_wait_s: float,
+) -> VictimWait | None:
+    """The wait as it stands at `now`: None when it is over (every victim stopped, or it has
+    waited past its limit), else the wait on the victims still stopping."""
+    still = frozenset(v for v in wait.victims if still_stopping(v))
+    if not still:
+        return None
+    if now - wait.since > wait_limit_s((grace_of(v) for v in still), victim_wait_s):
+        return None
+    return wait if still == wait.victims else VictimWait(still, wait.since)
+
+
+def kept_id(job_id: str) -> str:
+    """The ledger's id for what is kept for waiting job `job_id` (no job id has a `~`)."""
+    return f"{job_id}~kept"
+
+
+def keep_freed(
+    held: Holdings,
+    victim: str,
+    freed: Sequence[TaskBinding],
+    waits: Mapping[str, VictimWait],
+    jobs: Callable[[str], Job],
+    now: float,
+) -> str | None:
+    """`victim` has stopped and given back `freed`: keep it for the job that waited for it
+    longest (ties: the smaller id) among `waits`, the waits that go on after this stop, as
+    they stood before it (so they name `victim`); returns that job's id (None: no wait goes
+    on, and what it freed is free). `jobs` gives a waiting job by id."""
+    waiting = [j for j, w in waits.items() if victim in w.victims]
+    if not waiting or not freed:
+        return None
+    job_id = min(waiting, key=lambda j: (waits[j].since, len(j), j))
+    key = kept_id(job_id)
+    tasks = tuple(freed)
+    if held.holds(key):
+        tasks = held.give(key).tasks + tasks
+    job = jobs(job_id)
+    held.take(RunningJob(replace(job, id=key), tasks, now, terminating=True))
+    return job_id
+
+
+def release_kept(held: Holdings, job_id: str) -> None:
+    """The wait of `job_id` is over: give back what was kept for it (if anything)."""
+    key = kept_id(job_id)
+    if held.holds(key):
+        held.give(key)

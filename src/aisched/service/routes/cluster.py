@@ -1,0 +1,96 @@
+"""The cluster as the loop sees it: nodes with their free capacity and GPU owners, and queues
+with what they hold (`/v1/nodes`, `/v1/queues`), read from the loop's published views."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, Response
+
+from aisched.service.app import Service
+from aisched.service.auth import CallerDep
+from aisched.service.schemas import GPUOut, NodeList, NodeOut, QueueList, QueueOut
+
+
+def cluster_router(svc: Service) -> APIRouter:
+    router = APIRouter()
+    sched = svc.scheduler
+
+    @router.get("/v1/nodes", response_model=NodeList)
+    def nodes(who: CallerDep) -> Response:
+        info = svc.executor.info()
+        owners = sched.gpu_owners()
+        a, f = sched.arrays, sched.free
+        out = []
+        for i, node in enumerate(a.nodes):
+            gpus = [
+                GPUOut(
+                    index=g.index,
+                    model=g.model,
+                    mem_mib=g.mem_mib,
+                    free_milli=int(f.gpu_milli[i, g.index]),
+                    used_by=[
+                        {"job": j, "task": t, "gpu_milli": m}
+                        for j, t, m in owners.get((node.name, g.index), [])
+                    ],
+                )
+                for g in node.gpus
+            ]
+            out.append(
+                NodeOut(
+                    name=node.name,
+                    rack=node.rack,
+                    zone=node.zone,
+                    healthy=node.healthy,
+                    milli_cpu=node.milli_cpu,
+                    mem_mib=node.mem_mib,
+                    free_milli_cpu=int(f.cpu[i]),
+                    free_mem_mib=int(f.mem[i]),
+                    gpus=gpus,
+                    memory_limit=info.memory_limit,
+                    cpu_affinity=info.cpu_affinity,
+                    notes=[*svc.node_notes, *info.notes, *svc.health.check().problems],
+                )
+            )
+        return JSONResponse(NodeList(nodes=out).model_dump())
+
+    @router.get("/v1/queues", response_model=QueueList)
+    def queues(who: CallerDep) -> Response:
+        _, per_queue = sched.live_summary()
+        used: dict[str, list[float]] = {}
+        for (qname, _user), (cpu, mem, gpu) in list(sched.usage.items()):
+            path = sched.queues.path(qname) if sched.queues.has(qname) else (qname,)
+            for name in path:
+                acc = used.setdefault(name, [0.0, 0.0, 0.0])
+                acc[0] += cpu
+                acc[1] += mem
+                acc[2] += gpu
+        out = []
+        for q in sched.queues.queues:
+            u = used.get(q.name, [0.0, 0.0, 0.0])
+            p, r = per_queue.get(q.name, (0, 0))
+            out.append(
+                QueueOut(
+                    name=q.name,
+                    parent=q.parent,
+                    weight=q.weight,
+                    guarantee=_amount(q.guarantee),
+                    limit=None if q.limit is None else _amount(q.limit),
+                    borrowing=q.borrowing,
+                    used={"cpus": u[0] / 1000, "mem_gib": u[1] / 1024, "gpus": u[2] / 1000},
+                    pending=p,
+                    running=r,
+                )
+            )
+        return JSONResponse(QueueList(queues=out).model_dump())
+
+    return router
+
+
+def _amount(r: Any) -> dict[str, float]:
+    return {
+        "cpus": r.milli_cpu / 1000,
+        "mem_gib": r.mem_mib / 1024,
+        "gpus": r.gpu + r.gpu_milli / 1000,
+    }

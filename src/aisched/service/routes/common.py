@@ -1,0 +1,53 @@
+"""What the API's routes share: the `Problem` answer, the body limit, the audit log, job lookup.
+
+Every error a route answers is a `Problem` document (`problem`); a route that must stop early
+deep in a helper raises `HTTPException`, which `create_app` turns into the same document.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from aisched.model.states import JobState
+from aisched.service.app import Service
+from aisched.service.identity import Caller
+from aisched.service.schemas import Problem
+
+MAX_BODY = 1 << 20  # a job file larger than 1 MiB is a mistake, not a job
+LIVE_STATES = (JobState.PENDING.value, JobState.RUNNING.value)
+
+
+def problem(status: int, error: str, problems: list[str] | None = None) -> JSONResponse:
+    return JSONResponse(
+        status_code=status, content=Problem(error=error, problems=problems or []).model_dump()
+    )
+
+
+def audit(
+    svc: Service, who: Caller, action: str, target: str, owner: str | None, detail: str = ""
+) -> None:
+    """One line of the audit log: who did what to whose thing, and how they came in."""
+    with svc.store.tx() as tx:
+        tx.add_audit(
+            {
+                "time": time.time(),
+                "actor": who.user,
+                "via": who.via,
+                "action": action,
+                "target": target,
+                "owner": owner,
+                "detail": detail,
+            }
+        )
+
+
+def job_or_404(svc: Service, job_id: str) -> dict[str, Any]:
+    with svc.store.read() as tx:
+        row = tx.get_job(job_id)
+    if row is None:
+        raise HTTPException(404, f"no job {job_id}")
+    return row

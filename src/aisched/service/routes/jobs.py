@@ -1,0 +1,253 @@
+"""Jobs: submit, list, show and cancel (`/v1/jobs`).
+
+Submissions and cancellations go to the loop (`Scheduler.submit` / `cancel`) and are answered
+once the loop has committed them; lists and details are read from the store. Every job is
+listed for every caller without its commands; a job's command, environment and events are its
+owner's and the admins'. A cancel of another user's job goes to the audit log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.responses import JSONResponse, Response
+
+from aisched.model.job import Job
+from aisched.model.states import JobState
+from aisched.service.admission import NotStoredYet, path_problems, until_stored
+from aisched.service.app import Service
+from aisched.service.auth import CallerDep, may_run_jobs, may_submit_to, owns, require_owner
+from aisched.service.limits import check_depth
+from aisched.service.loop import Rejected
+from aisched.service.routes.common import (
+    LIVE_STATES,
+    MAX_BODY,
+    audit,
+    job_or_404,
+    problem,
+)
+from aisched.service.routes.services import service_status
+from aisched.service.schemas import (
+    CancelOut,
+    EventOut,
+    JobDetail,
+    JobList,
+    JobOut,
+    Problem,
+    SubmitOut,
+    job_out,
+)
+from aisched.spec.errors import SpecError
+from aisched.spec.pipeline import parse_submission_document, parse_submission_text
+from aisched.store.db import job_row
+
+_SUBMIT_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "description": "A job file: the native format (JSON or YAML) or a Volcano "
+        "batch.volcano.sh/v1alpha1 Job (see docs/jobs.md).",
+        "content": {
+            "application/json": {"schema": {"type": "object"}},
+            "application/yaml": {"schema": {"type": "string"}},
+        },
+    }
+}
+
+
+def jobs_router(svc: Service) -> APIRouter:
+    router = APIRouter()
+    sched = svc.scheduler
+
+    @router.post(
+        "/v1/jobs",
+        status_code=201,
+        response_model=SubmitOut,
+        responses={422: {"model": Problem}, 413: {"model": Problem}},
+        openapi_extra=_SUBMIT_BODY,
+    )
+    async def submit(
+        request: Request,
+        who: CallerDep,
+        idempotency_key: Annotated[str | None, Header(min_length=1, max_length=200)] = None,
+        source: Annotated[str | None, Query(max_length=256)] = None,
+        workdir: Annotated[
+            str | None, Query(max_length=4096, description="for tasks that name none")
+        ] = None,
+    ) -> Response:
+        refused = svc.health.refusal()  # disk pressure, a failing store: say so at once
+        if refused is not None:
+            return problem(refused[0], refused[1])
+        if (why := may_run_jobs(who)) is not None:
+            return problem(403, "job refused", [why])
+        body = await request.body()
+        if len(body) > MAX_BODY:
+            return problem(413, f"the job document is larger than {MAX_BODY} bytes")
+        src = source or "request"
+        if (deep := check_depth(body)) is not None:
+            return problem(422, "invalid job", [f"{src}: {deep}"])
+        defaults = svc.config.job_defaults(who.user)
+        try:
+            if "json" in request.headers.get("content-type", ""):
+                try:
+                    data = json.loads(body)
+                except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                    raise SpecError(f"{src}: not valid JSON: {e}") from None
+                parsed = parse_submission_document(data, src, defaults)
+            else:
+                try:
+                    text = body.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise SpecError(f"{src}: not UTF-8 text") from None
+                parsed = parse_submission_text(text, src, defaults)
+        except SpecError as e:
+            return problem(422, "invalid job", list(e.problems))
+        except RecursionError:
+            return problem(422, "invalid job", [f"{src}: nested too deep"])
+        for p in parsed.jobs:
+            if p.job.user != who.user:
+                return problem(
+                    403,
+                    "job refused",
+                    [
+                        f"{src}: user: jobs run as the user who submits them; this one names "
+                        f"{p.job.user!r} and you are {who.user!r}"
+                    ],
+                )
+            if (why := may_submit_to(svc, who, p.job.queue)) is not None:
+                return problem(403, "job refused", [f"{src}: queue: {why}"])
+        jobs = [_in_workdir(p.job, workdir) for p in parsed.jobs]
+        missing = path_problems(jobs, src)
+        if missing:
+            return problem(422, "invalid job", missing)
+        warnings = [w for p in parsed.jobs for w in p.warnings]
+        failing = lambda: svc.health.errors.store_failing  # noqa: E731
+        try:
+            if parsed.is_pipeline:
+                items = tuple(
+                    (job, p.format, p.warnings) for job, p in zip(jobs, parsed.jobs, strict=True)
+                )
+                stored = await until_stored(sched.submit_all(items, idempotency_key), failing)
+            else:
+                one = parsed.jobs[0]
+                fut = sched.submit(jobs[0], one.format, one.warnings, idempotency_key)
+                stored = [await until_stored(fut, failing)]
+        except Rejected as e:
+            return problem(e.status, "job refused", [f"{src}: {e}"])
+        except NotStoredYet as e:
+            return problem(503, str(e))
+        rows = [job_row(r) for r in stored]  # as stored, without reading them back
+        outs = [job_out(r) for r in rows]
+        out = SubmitOut(
+            id=rows[0]["id"],
+            warnings=warnings,
+            job=outs[0],
+            jobs=outs if parsed.is_pipeline else [],
+        )
+        return JSONResponse(status_code=201, content=out.model_dump())
+
+    @router.get("/v1/jobs", response_model=JobList)
+    def list_jobs(
+        who: CallerDep,
+        state: Annotated[str | None, Query(description="comma-separated states")] = None,
+        queue: str | None = None,
+        user: str | None = None,
+        all: Annotated[bool, Query(description="every state, not just live jobs")] = False,
+        limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
+    ) -> Response:
+        states: list[str] | None
+        if state:
+            states = [s.strip() for s in state.split(",") if s.strip()]
+            bad = [s for s in states if s not in {js.value for js in JobState}]
+            if bad:
+                known = ", ".join(js.value for js in JobState)
+                return problem(
+                    422, "invalid request", [f"state: unknown {bad[0]!r}; one of {known}"]
+                )
+        else:
+            states = None if all else list(LIVE_STATES)
+        with svc.store.read() as tx:
+            rows = tx.list_jobs(states=states, queue=queue, user=user, limit=limit)
+        outs = [_visible(job_out(r), owns(who, r["user"])) for r in rows]
+        return JSONResponse(JobList(jobs=outs).model_dump())
+
+    @router.get("/v1/jobs/{job_id}", response_model=JobDetail, responses={404: {"model": Problem}})
+    def show(job_id: str, who: CallerDep) -> Response:
+        with svc.store.read() as tx:
+            row = tx.get_job(job_id)
+            if row is None:
+                return problem(404, f"no job {job_id}")
+            tasks = tx.tasks_of(job_id, row["attempt"]) if row["attempt"] else []
+            events = tx.events_of(job_id)
+        mine = owns(who, row["user"])
+        base = _visible(job_out(row, tasks), mine)
+        detail = JobDetail(
+            **base.model_dump(),
+            service=service_status(svc, job_id) if row["kind"] == "service" else None,
+            events=[
+                EventOut(seq=e["seq"], time=e["time"], kind=e["kind"], message=e["message"])
+                for e in events
+            ]
+            if mine
+            else [],
+            env=_job_env(row) if mine else None,
+        )
+        return JSONResponse(detail.model_dump())
+
+    @router.post(
+        "/v1/jobs/{job_id}/cancel",
+        status_code=202,
+        response_model=CancelOut,
+        responses={404: {"model": Problem}, 409: {"model": Problem}},
+    )
+    async def cancel(job_id: str, who: CallerDep) -> Response:
+        row = job_or_404(svc, job_id)
+        require_owner(who, job_id, row["user"], "cancel it")
+        try:
+            state = await asyncio.wrap_future(sched.cancel(job_id))
+        except Rejected as e:
+            return problem(e.status, str(e))
+        audit(svc, who, "cancel", f"job {job_id}", row["user"], f"was {row['state']}")
+        return JSONResponse(status_code=202, content=CancelOut(id=job_id, state=state).model_dump())
+
+    return router
+
+
+def _visible(out: JobOut, mine: bool) -> JobOut:
+    """A job as its owner and admins see it, or as everyone else does: without its commands,
+    its tasks' log paths and its checkpoint directory (like `squeue` for another's job)."""
+    if mine:
+        return out
+    return out.model_copy(
+        update={
+            "groups": [g.model_copy(update={"command": []}) for g in out.groups],
+            "tasks": [t.model_copy(update={"log_path": ""}) for t in out.tasks],
+            "checkpoint_dir": "",
+        }
+    )
+
+
+def _job_env(row: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """Each task group's own variables, as submitted (the contract's are added at launch)."""
+    return {
+        g["name"]: {str(k): str(v) for k, v in g.get("env") or ()} for g in row["spec"]["groups"]
+    }
+
+
+def _in_workdir(job: Job, workdir: str | None) -> Job:
+    """Relative (or missing) working directories are the submitter's, like Slurm's."""
+    if workdir is None:
+        return job
+    return replace(
+        job,
+        groups=tuple(
+            replace(g, workdir=str(Path(workdir) / (g.workdir or "")).rstrip("/") or "/")
+            if g.workdir is None or not Path(g.workdir).is_absolute()
+            else g
+            for g in job.groups
+        ),
+    )

@@ -1,0 +1,55 @@
+"""The service itself: liveness, readiness, what it runs, its OpenAPI document and `/metrics`.
+
+`/v1/healthz` and `/v1/readyz` need no identity (a supervisor probes them); the rest do.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from aisched import __version__
+from aisched.service.app import Service
+from aisched.service.auth import CallerDep
+from aisched.service.metrics import CONTENT_TYPE
+from aisched.service.schemas import Info
+
+
+def system_router(svc: Service) -> APIRouter:
+    router = APIRouter()
+    sched = svc.scheduler
+
+    @router.get("/openapi.json", include_in_schema=False)
+    def openapi(request: Request, who: CallerDep) -> Response:
+        return JSONResponse(request.app.openapi())
+
+    @router.get("/v1/healthz")
+    def healthz() -> dict[str, bool]:
+        alive = sched.thread is not None and sched.thread.is_alive()
+        return {"ok": alive}
+
+    @router.get("/v1/readyz")
+    def readyz() -> Response:
+        """Whether new work is taken now: 200, or 503 with the problems (service.health)."""
+        r = svc.health.check()
+        return JSONResponse(r.to_dict(), status_code=200 if r.ready else 503)
+
+    @router.get("/v1/info", response_model=Info)
+    def info(who: CallerDep) -> Info:
+        return Info(
+            version=__version__,
+            policy=svc.policy.name,
+            data_dir=str(svc.home),
+            database=svc.store.url,
+            started_at=svc.started_at,
+            executor=svc.executor.info().name,
+            you=who.user,
+            admin=who.admin,
+            via=who.via,
+        )
+
+    @router.get("/metrics", include_in_schema=False)
+    def metrics(who: CallerDep) -> Response:
+        return Response(svc.metrics.render(), media_type=CONTENT_TYPE)
+
+    return router

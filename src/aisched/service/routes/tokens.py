@@ -1,0 +1,91 @@
+"""Tokens and the audit log (`/v1/tokens`, `/v1/audit`).
+
+Admins create tokens for anyone and read the audit log; a user lists and revokes their own
+tokens. A token's secret is in the answer that creates it and nowhere else, ever (the store
+keeps its hash: `service/tokens.py`). Every create and revoke goes to the audit log.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException
+
+from aisched.service import tokens
+from aisched.service.app import Service
+from aisched.service.auth import CallerDep, require_admin
+from aisched.service.routes.common import audit, problem
+from aisched.service.schemas import AuditOut, TokenCreated, TokenIn, TokenOut
+
+
+def tokens_router(svc: Service) -> APIRouter:
+    router = APIRouter()
+
+    @router.post("/v1/tokens", status_code=201, response_model=TokenCreated)
+    def create_token(body: TokenIn, who: CallerDep) -> Response:
+        """A new token for `user`; its secret is in this answer and nowhere else, ever."""
+        require_admin(who, "create tokens")
+        now = time.time()
+        if body.expires_in_s is not None and body.expires_in_s <= 0:
+            return problem(422, "invalid request", ["expires_in_s: must be above 0"])
+        expires = None if body.expires_in_s is None else now + body.expires_in_s
+        secret, row = tokens.create(
+            svc.store,
+            body.user,
+            admin=body.admin,
+            created_by=who.user,
+            now=now,
+            expires_at=expires,
+            note=body.note,
+        )
+        audit(
+            svc, who, "token create", f"token {row['id']}", body.user, "admin" if body.admin else ""
+        )
+        out = TokenCreated(**_token_out(row).model_dump(), token=secret)
+        return JSONResponse(status_code=201, content=out.model_dump())
+
+    @router.get("/v1/tokens", response_model=list[TokenOut])
+    def list_tokens(who: CallerDep) -> Response:
+        with svc.store.read() as tx:
+            rows = tx.list_tokens(None if who.admin else who.user)
+        return JSONResponse([_token_out(r).model_dump() for r in rows])
+
+    @router.post("/v1/tokens/{token_id}/revoke", response_model=TokenOut)
+    def revoke_token(token_id: str, who: CallerDep) -> Response:
+        with svc.store.read() as tx:
+            mine = [r for r in tx.list_tokens(who.user) if r["id"] == token_id]
+        if not who.admin and not mine:
+            raise HTTPException(403, "only admins may revoke another user's token")
+        with svc.store.tx() as tx:
+            row = tx.revoke_token(token_id, time.time())
+        if row is None:
+            return problem(404, f"no token {token_id}")
+        audit(svc, who, "token revoke", f"token {token_id}", row["user"])
+        return JSONResponse(_token_out(row).model_dump())
+
+    @router.get("/v1/audit", response_model=list[AuditOut])
+    def audit_log(
+        who: CallerDep, limit: Annotated[int, Query(ge=1, le=100_000)] = 1000
+    ) -> Response:
+        require_admin(who, "read the audit log")
+        with svc.store.read() as tx:
+            rows = tx.audit_log(limit)
+        return JSONResponse([AuditOut(**r).model_dump() for r in rows])
+
+    return router
+
+
+def _token_out(row: dict[str, Any]) -> TokenOut:
+    return TokenOut(
+        id=row["id"],
+        user=row["user"],
+        admin=bool(row["admin"]),
+        created_at=row["created_at"],
+        created_by=row["created_by"],
+        expires_at=row["expires_at"],
+        revoked_at=row["revoked_at"],
+        note=row["note"],
+    )

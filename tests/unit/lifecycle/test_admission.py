@@ -1,0 +1,46 @@
+"""Refusing a job that can never run, on the cluster at its largest."""
+
+from __future__ import annotations
+
+from aisched.core.policy import preset
+from aisched.core.snapshot import FreeState, Snapshot, build_arrays
+from aisched.lifecycle.admission import Admission, never_fits_now, refusal
+from aisched.lifecycle.attempts import Finish
+from aisched.model.cluster import Cluster
+from aisched.model.queue import QueueTree
+from aisched.model.states import JobState
+from aisched.testing import job, node
+
+
+def empty(*gpus: int) -> Snapshot:
+    nodes = [node(f"n{i}").gpus(n).cpus(32).mem_gib(128).build() for i, n in enumerate(gpus)]
+    arrays = build_arrays(Cluster(tuple(nodes)))
+    return Snapshot(arrays, FreeState.empty(arrays), (), QueueTree())
+
+
+POLICY = preset("default")
+HUGE = job("huge").task(1, gpu=8).build()
+WHY = "can never fit this cluster: room for 0 of 1 'g0' tasks (8 GPU, 1 CPU, 1 GiB each)"
+
+
+def test_a_job_larger_than_any_node_is_refused_with_the_reason() -> None:
+    assert refusal(empty(4, 4), POLICY, HUGE) == WHY
+
+
+def test_a_job_that_fits_is_admitted_whatever_its_id() -> None:
+    assert refusal(empty(8), POLICY, HUGE) is None
+    assert refusal(empty(8), POLICY, job("").task(1, gpu=8).build()) is None
+
+
+def test_an_admitted_job_that_never_fits_now_fails_unless_the_largest_cluster_holds_it() -> None:
+    assert never_fits_now(HUGE, "gone", POLICY) == Finish(JobState.FAILED, "gone")
+    assert never_fits_now(HUGE, "gone", POLICY, empty(4, 8)) is None
+    assert never_fits_now(HUGE, "gone", POLICY, empty(4, 4)) == Finish(JobState.FAILED, WHY)
+
+
+def test_admission_kept_over_one_cluster_judges_as_refusal_does() -> None:
+    largest = empty(4, 4)
+    admission = Admission(largest, POLICY)
+    jobs = [HUGE, job("ok").task(2, gpu=4).build(), HUGE, job("").task(1, gpu=2).build()]
+    assert [admission.refusal(j) for j in jobs] == [refusal(largest, POLICY, j) for j in jobs]
+    assert [admission.refusal(j) for j in jobs] == [WHY, None, WHY, None]
