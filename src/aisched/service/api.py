@@ -34,7 +34,7 @@ from starlette.exceptions import HTTPException
 from aisched import __version__
 from aisched.model.job import Job
 from aisched.model.states import JobState
-from aisched.service import tokens
+from aisched.service import leader_gate, tokens
 from aisched.service.admission import NotStoredYet, path_problems, until_stored
 from aisched.service.app import Service
 from aisched.service.auth import (
@@ -110,6 +110,7 @@ def create_app(svc: Service) -> FastAPI:
     )
     sched = svc.scheduler
     app.state.service = svc
+    leader_gate.install(app, svc)  # first: standbys refuse writes; its health routes win
     # Outermost: an oversized body is refused before any of it is buffered.
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY)
 

@@ -1,0 +1,101 @@
+"""The API's gate for instances that do not lead: standbys answer reads and refuse writes.
+
+`install(app, svc)` (one line of `create_app`, before any route) adds:
+
+1. A middleware: while this instance does not lead (standby, starting, deposed), a request
+   that may change state (any method but GET, HEAD, OPTIONS) is answered 421 Misdirected
+   Request with a problem JSON whose `leader` field is the leader's address (and the header
+   `Aisched-Leader`), or 503 with `leader: ""` when no instance holds a live lease (a takeover
+   under way: retry). Nothing of the request reaches the routes. Reads are served from the
+   shared database: jobs, events, logs and tokens are the leader's; `/v1/nodes` and
+   `/v1/queues` show this instance's own view (nothing allocated).
+2. `/v1/healthz` and `/v1/readyz`, registered before the API's own so that they answer:
+   liveness with `role`, `term` and `leader`; readiness only on the leader (a standby takes
+   no work, so a load balancer sends writers to the leader alone).
+
+Why 421 and not a redirect: a 307 would make clients resend bodies (and tokens) to whatever
+address the database names; a 421 with the address lets the client choose (the CLI retries
+there only when it was given that server, `cli.client`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+if TYPE_CHECKING:
+    from aisched.service.app import Service
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def install(app: FastAPI, svc: Service) -> None:
+    """Add the gate and the health routes to `app` (see the module docstring)."""
+    app.add_middleware(LeaderGate, svc=svc)
+
+    @app.get("/v1/healthz")
+    def healthz() -> dict[str, object]:
+        """Alive: the loop runs (leader), or the election goes on (standby)."""
+        lead = svc.leadership
+        if lead.leading:
+            thread = svc.scheduler.thread
+            ok = thread is not None and thread.is_alive()
+        else:
+            ok = lead.alive()
+        return {"ok": ok, **lead.describe()}
+
+    @app.get("/v1/readyz")
+    def readyz() -> Response:
+        """Whether new work is taken here now: 200 on a leader that is ready, else 503 with
+        the problems (service.health), a standby's naming the leader."""
+        r = svc.health.check()
+        doc = {**r.to_dict(), **svc.leadership.describe()}
+        if svc.leadership.leading:
+            return JSONResponse(doc, status_code=200 if r.ready else 503)
+        doc["ready"] = False
+        doc["problems"] = [not_leader(svc)]
+        return JSONResponse(doc, status_code=503)
+
+
+def not_leader(svc: Service) -> str:
+    lead = svc.leadership
+    where = lead.leader_address()
+    if where:
+        return (
+            f"this instance is a {lead.role.value}: the leader is {where} (term "
+            f"{lead.seen_term()}); send changes there"
+        )
+    return f"this instance is a {lead.role.value} and no instance leads right now; retry soon"
+
+
+class LeaderGate:
+    """The middleware of the module docstring (1)."""
+
+    def __init__(self, app: ASGIApp, svc: Service) -> None:
+        self.app = app
+        self.svc = svc
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] != "http"
+            or scope["method"] in SAFE_METHODS
+            or self.svc.leadership.leading
+        ):
+            await self.app(scope, receive, send)
+            return
+        where = self.svc.leadership.leader_address()
+        body = json.dumps({"error": not_leader(self.svc), "problems": [], "leader": where}).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ]
+        if where:
+            headers.append((b"aisched-leader", where.encode()))
+        await send(
+            {"type": "http.response.start", "status": 421 if where else 503, "headers": headers}
+        )
+        await send({"type": "http.response.body", "body": body})
