@@ -41,10 +41,10 @@ def install(app: FastAPI, svc: Service) -> None:
     def healthz() -> dict[str, object]:
         """Alive: the loop runs (leader), or the election goes on (standby)."""
         lead = svc.leadership
-        if lead.leading:
-            thread = svc.scheduler.thread
-            ok = thread is not None and thread.is_alive()
-        else:
+        thread = svc.scheduler.thread
+        if lead.leading and thread is not None:
+            ok = thread.is_alive()
+        else:  # standing by, or elected and still recovering: alive while the election runs
             ok = lead.alive()
         return {"ok": ok, **lead.describe()}
 
