@@ -42,10 +42,8 @@ def install(app: FastAPI, svc: Service) -> None:
         """Alive: the loop runs (leader), or the election goes on (standby)."""
         lead = svc.leadership
         thread = svc.scheduler.thread
-        if lead.leading and thread is not None:
-            ok = thread.is_alive()
-        else:  # standing by, or elected and still recovering: alive while the election runs
-            ok = lead.alive()
+        # Standing by, or elected and still recovering: alive while the election runs.
+        ok = thread.is_alive() if lead.leading and thread is not None else lead.alive()
         return {"ok": ok, **lead.describe()}
 
     @app.get("/v1/readyz")
