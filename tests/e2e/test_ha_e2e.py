@@ -11,6 +11,10 @@ it over several kills for docs/benchmarks.md.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,6 +63,18 @@ def pair(tmp_path: Path, pg_server: PostgresServer) -> Iterator[tuple[Service, S
                 pass
     for svc in (a, b):
         svc.stop()
+
+
+def cli(tmp_path: Path, servers: str, token: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "AISCHED_SERVER": servers, "AISCHED_TOKEN": token}
+    env["AISCHED_HOME"] = str(tmp_path / "client")
+    return subprocess.run(
+        [sys.executable, "-m", "aisched", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def health(svc: Service) -> dict[str, object]:
@@ -119,6 +135,12 @@ def test_kill_9_of_the_leader_the_standby_takes_over_and_every_job_ends_once(
     assert health(a) == {"ok": True, "role": "standby", "term": 2, "leader": b.url}
     again = a.api.post("/v1/jobs", json={"command": ["true"]})
     assert (again.status_code, again.json()["leader"]) == (421, b.url)
+    # The CLI given the standby alone follows it to the leader; a dead server is skipped.
+    for servers in (a.url, f"http://127.0.0.1:{free_port()},{b.url}"):
+        done = cli(tmp_path, servers, b.admin_token(), "run", "--json", "--", "true")
+        assert done.returncode == 0, done.stderr
+        new_id = json.loads(done.stdout)["id"]
+        assert b.api.get(f"/v1/jobs/{new_id}").status_code == 200
     with Store(url) as store:  # a write carrying the dead leader's term never lands
         store.fence = Fence(old.holder, old.term)
         with pytest.raises(Deposed), store.tx() as tx:
