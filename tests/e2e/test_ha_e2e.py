@@ -24,7 +24,7 @@ import pytest
 from harness import Service, free_port, wait_for
 
 from aisched.store.db import Deposed, Store
-from aisched.store.lease import Fence, read_lease
+from aisched.store.lease import Fence, read_lease, try_acquire
 from aisched.testing.postgres import PostgresServer
 
 RUNNING, WAITING = 50, 200
@@ -149,3 +149,18 @@ def test_kill_9_of_the_leader_the_standby_takes_over_and_every_job_ends_once(
         with store.read() as tx:
             row = tx.get_job(ids[0])
     assert row is not None and row["state"] == "succeeded"
+
+
+def test_a_leader_whose_lease_is_taken_exits_with_a_line(
+    pair: tuple[Service, Service, str],
+) -> None:
+    a, _, url = pair
+    a.start()
+    with Store(url) as store, store.lease_tx() as conn:  # another instance took over
+        try_acquire(conn, "other", "http://other.test:1", 60.0, force=True)
+    assert a.proc is not None
+    assert a.proc.wait(30) == 3
+    assert a.log.read_text().splitlines()[-1] == (
+        "aisched: deposed: term 2 belongs to http://other.test:1 (this instance led term 1); "
+        "stopped (tasks go on under the new leader); start it again to stand by"
+    )

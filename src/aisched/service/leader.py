@@ -172,8 +172,9 @@ class Leadership:
     def _try_lead(self, *, force: bool, in_thread: bool) -> None:
         started = time.monotonic()
         with self.store.lease_tx() as conn:
-            before = read_lease(conn)
-            got = try_acquire(conn, self.holder, self.address, self.times.ttl_s, force=force)
+            before, got = try_acquire(
+                conn, self.holder, self.address, self.times.ttl_s, force=force
+            )
         if got is None:
             self.lease = before
             return

@@ -69,19 +69,19 @@ def read_lease(conn: Connection, *, lock: bool = False) -> Lease:
 
 def try_acquire(
     conn: Connection, holder: str, address: str, ttl_s: float, *, force: bool = False
-) -> Lease | None:
-    """Take the lease when it has expired (or `force`): the new lease, with term + 1; None
-    when another instance holds a live one."""
+) -> tuple[Lease, Lease | None]:
+    """Take the lease when it has expired (or `force`): (the lease as it was, the new one
+    with term + 1), the new one None when another instance holds a live lease."""
     cur = read_lease(conn, lock=True)
     if cur.live and not force:
-        return None
+        return cur, None
     new = Lease(holder, address, cur.term + 1, cur.now + ttl_s, cur.now)
     conn.execute(
         update(leader)
         .where(leader.c.id == 1)
         .values(holder=holder, address=address, term=new.term, expires_at=new.expires_at)
     )
-    return new
+    return cur, new
 
 
 def renew(conn: Connection, fence: Fence, ttl_s: float) -> bool:
@@ -107,7 +107,8 @@ def resign(conn: Connection, fence: Fence) -> None:
 def check_fence(conn: Connection, fence: Fence) -> None:
     """Refuse (Deposed) a write transaction of a leader whose term has moved on; otherwise the
     lease row stays locked until the transaction ends (see the module docstring, 3)."""
-    cur = read_lease(conn, lock=True)
+    q = select(leader.c.holder, leader.c.address, leader.c.term).where(leader.c.id == 1)
+    cur = conn.execute(q.with_for_update()).one()  # one round trip: no clock needed here
     if cur.term != fence.term or cur.holder != fence.holder:
         raise Deposed(
             f"this instance was deposed: it led in term {fence.term}, and term {cur.term} "
