@@ -193,8 +193,7 @@ class Service:
         self.leadership.stop()
         self.store.close()
         try:
-            if self.leadership.leading or not self.store.shared:
-                forget_announcement(self.home / "server.json")
+            forget_announcement(self.home / "server.json")
         finally:
             self.lock_file.close()
 

@@ -4,12 +4,14 @@ Several `aisched up` instances may share one PostgreSQL database; the lease row
 (`store.lease`) says which one leads. `Leadership` is this instance's side of it:
 
 1. Start: on SQLite the instance leads at once (the data directory's lock already makes it the
-   only one; the term still moves on at each start). On PostgreSQL it tries once at start, and
-   from then on a thread renews the lease every `renew_s` while it leads, or polls every
-   `poll_s` while it stands by and takes the lease once it has expired (term + 1).
-2. Elected: the fence (holder, term) goes on the store before anything else, so that every
-   write transaction from then on is checked against the lease row; then `on_elected` runs
-   (recovery, the loop) in its own thread, so that a long recovery never delays a renewal.
+   only one, so its writes need no fence; the term still moves on at each start). On
+   PostgreSQL it tries once at start, and from then on a thread renews the lease every
+   `renew_s` while it leads, or polls every `poll_s` while it stands by and takes the lease
+   once it has expired (term + 1).
+2. Elected: on a shared database the fence (holder, term) goes on the store before anything
+   else, so that every write transaction from then on is checked against the lease row; then
+   `on_elected` runs (recovery, the loop) in its own thread, so that a long recovery never
+   delays a renewal.
 3. Deposed: a renewal that finds the term moved on, or no renewal that succeeded for longer
    than the lease minus a margin (the database unreachable: a standby may be taking over),
    marks the store deposed (no write of this instance is tried again) and calls `on_deposed`
@@ -190,7 +192,8 @@ class Leadership:
             )
         else:
             log.info("leading in term %d", got.term)
-        self.store.fence = Fence(self.holder, got.term)
+        if self.store.shared:  # on SQLite no other process can write: nothing to fence
+            self.store.fence = Fence(self.holder, got.term)
         self.role = Role.LEADER
         if in_thread:
             threading.Thread(target=self._elected, name="aisched-elected", daemon=True).start()

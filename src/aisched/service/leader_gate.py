@@ -13,9 +13,9 @@
    liveness with `role`, `term` and `leader`; readiness only on the leader (a standby takes
    no work, so a load balancer sends writers to the leader alone).
 
-Why 421 and not a redirect: a 307 would make clients resend bodies (and tokens) to whatever
-address the database names; a 421 with the address lets the client choose (the CLI retries
-there only when it was given that server, `cli.client`).
+Why 421 and not a redirect: a 307 would make every HTTP client resend its body (and token)
+to whatever address it is given, silently; a 421 with the address says who leads and leaves
+the choice to the client (the CLI sends the request there once, `cli.client`).
 """
 
 from __future__ import annotations

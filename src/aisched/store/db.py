@@ -93,7 +93,9 @@ class Store:
                 "options": f"-c lock_timeout={ms}",
                 "connect_timeout": max(2, int(busy_timeout_s)),
             }
-            kwargs["pool_pre_ping"] = True  # a server restarted under us: reconnect, not fail
+            # No pre-ping (a round trip per checkout): a connection the server dropped fails
+            # its statement once, SQLAlchemy drops the pool's connections, and the loop's step
+            # is retried on new ones.
             kwargs["pool_size"] = 10
         where = shown(url)
         try:
