@@ -64,6 +64,12 @@ def register(sub: Any) -> None:
         help="SQLAlchemy URL (default: SQLite in DIR); postgresql://USER@HOST/DB lets several "
         "instances share the state, one leading and the others standing by (docs/ha.md)",
     )
+    p.add_argument(
+        "--advertise",
+        metavar="URL",
+        help="with a shared database: the API address the other instances name to clients "
+        "(default: the one listened on)",
+    )
     p.add_argument("--policy", help="a policy preset or policy file (default: default)")
     p.add_argument(
         "--gpus",
@@ -113,6 +119,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         "insecure": args.insecure,
         "data_dir": args.data_dir,
         "database": args.database,
+        "advertise": args.advertise,
         "policy": args.policy,
         "memory_limit": args.memory_limit,
         "ray": args.ray,
@@ -176,7 +183,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
         service.on_deposed = on_deposed
         stopper.request_stop = lambda: stop_servers(servers)
-        service.start(address=url)
+        service.start(address=config.advertise or url)
         if not is_loopback(config.host) and not tls:
             logging.getLogger("aisched.service").warning(
                 "listening on %s without TLS (--insecure): tokens and jobs cross the network "

@@ -213,6 +213,9 @@ class ServiceConfig(_Model):
     # High availability (a shared PostgreSQL database, docs/ha.md): the leader renews its
     # lease every lease_renew; a standby takes over once lease_ttl has passed without a
     # renewal, looking every lease_poll.
+    # The API address standbys name to clients (default: the address listened on, which is no
+    # use to them from 0.0.0.0).
+    advertise: Annotated[str, Field(pattern=r"^https?://[^\s,]+$")] | None = None
     lease_ttl: Any = "8s"
     lease_renew: Any = "2s"
     lease_poll: Any = "1s"

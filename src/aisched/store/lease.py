@@ -7,10 +7,13 @@ clocks never have to agree). The rules, each one statement in one transaction:
 1. Acquire: the row is locked (`FOR UPDATE`); when its lease has expired (or `force`, for a
    database that only one process can open), the caller takes it with `term + 1`.
 2. Renew: `UPDATE ... WHERE holder = me AND term = mine`; no row updated means deposed.
-3. Fence: every write transaction of a leader first locks the row and compares the term with
-   its own (`check_fence`). The lock is held to the commit, so a takeover (1) waits for a
-   write under way and every later write of the old leader sees the new term and is refused:
-   a deposed leader's late writes never land, whatever its clock or its pauses.
+3. Fence: every write transaction of a leader first locks the row in share mode (`FOR
+   SHARE`) and compares the term with its own (`check_fence`). The lock is held to the
+   commit, so a takeover (1) waits for every write under way and every later write of the old
+   leader sees the new term and is refused: a deposed leader's late writes never land,
+   whatever its clock or its pauses. Share mode, because the leader's own writes (the loop's,
+   the API threads') must not wait for each other on this row; only a change of the row
+   (a takeover, a renewal) waits for them, and they for it.
 4. Resign: a leader that stops cleanly expires its own lease, so a standby need not wait.
 
 SQLite renders no `FOR UPDATE`; there a single process holds the database (the data
@@ -106,9 +109,9 @@ def resign(conn: Connection, fence: Fence) -> None:
 
 def check_fence(conn: Connection, fence: Fence) -> None:
     """Refuse (Deposed) a write transaction of a leader whose term has moved on; otherwise the
-    lease row stays locked until the transaction ends (see the module docstring, 3)."""
+    lease row stays share-locked until the transaction ends (see the module docstring, 3)."""
     q = select(leader.c.holder, leader.c.address, leader.c.term).where(leader.c.id == 1)
-    cur = conn.execute(q.with_for_update()).one()  # one round trip: no clock needed here
+    cur = conn.execute(q.with_for_update(read=True)).one()  # FOR SHARE; no clock needed
     if cur.term != fence.term or cur.holder != fence.holder:
         raise Deposed(
             f"this instance was deposed: it led in term {fence.term}, and term {cur.term} "
