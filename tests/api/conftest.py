@@ -26,12 +26,14 @@ def fx() -> FakeExecutor:
 
 
 @pytest.fixture
-def open_service(tmp_path: Path) -> Iterator[OpenService]:
-    """Start a service over an executor with extra config keys; closed after the test."""
+def open_service(tmp_path: Path, database_url: str | None) -> Iterator[OpenService]:
+    """Start a service over an executor with extra config keys, on each store (ids sqlite,
+    postgresql); closed after the test."""
     opened: list[Service] = []
 
     def start(executor: FakeExecutor, **extra: Any) -> Service:
-        cfg = load_config(None, {"data_dir": str(tmp_path), "cycle_interval": "0.2s", **extra})
+        base = {"data_dir": str(tmp_path), "cycle_interval": "0.2s", "database": database_url}
+        cfg = load_config(None, {**base, **extra})
         svc = Service.open(cfg, executor=executor)
         opened.append(svc)
         svc.start()

@@ -20,7 +20,9 @@ from aisched.testing.fakes import FakeExecutor
 GRAFANA = Path(__file__).parents[2] / "docs" / "grafana" / "aisched.json"
 UNITS = ("_seconds", "_bytes", "_ratio", "_gpus", "_cpu_cores", "_jobs", "_info")
 # Conditions, 1 or 0, unitless like Prometheus's own `up`.
-CONDITIONS = ("aisched_ready", "aisched_disk_pressure")
+CONDITIONS = ("aisched_ready", "aisched_disk_pressure", "aisched_leader")
+# Plain numbers without a unit: the leader's term is a generation count (the fencing token).
+NUMBERS = ("aisched_leader_term",)
 
 
 def wait(client: TestClient, job_id: str, state: str) -> None:
@@ -51,7 +53,7 @@ def test_names_follow_the_prometheus_conventions(client: TestClient) -> None:
             assert all(s.name.endswith(("_total", "_created")) for s in f.samples), f.name
         else:
             assert not f.name.endswith("_total"), f.name
-            unitless = f.name == "aisched_jobs" or f.name in CONDITIONS
+            unitless = f.name == "aisched_jobs" or f.name in CONDITIONS + NUMBERS
             assert f.name.endswith(UNITS) or unitless, f"{f.name}: no unit"
 
 

@@ -86,6 +86,10 @@ class Service:
             )
         return self._api
 
+    def alive_leader(self, term: int = 1) -> dict[str, object]:
+        """What `/v1/healthz` answers for this service leading (term 1: its first start)."""
+        return {"ok": True, "role": "leader", "term": term, "leader": self.url}
+
     def env(self) -> dict[str, str]:
         return {
             **os.environ,

@@ -147,7 +147,7 @@ def test_a_full_disk_refuses_submissions_then_recovers_with_every_job(
 
         body = wait_for("readiness to report disk pressure", pressure, 30)
         assert str(body["problems"][0]).startswith("disk pressure: ")
-        assert httpx.get(f"{svc.url}/v1/healthz", timeout=5).json() == {"ok": True}
+        assert httpx.get(f"{svc.url}/v1/healthz", timeout=5).json() == svc.alive_leader()
         r = svc.api.post("/v1/jobs", json={"command": ["true"]}, timeout=5)
         assert r.status_code == 507
         assert r.json()["error"].startswith("the service is not accepting new jobs: disk pressure")

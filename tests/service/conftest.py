@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -9,11 +10,16 @@ from world import World, new_world
 
 
 @pytest.fixture
-def w(tmp_path: Path) -> World:
-    return new_world(tmp_path)
+def w(tmp_path: Path, database_url: str | None) -> Iterator[World]:
+    """A world on each store (ids sqlite, postgresql)."""
+    world = new_world(tmp_path, database_url=database_url)
+    yield world
+    world.store.close()
 
 
 @pytest.fixture
-def pw(tmp_path: Path) -> World:
+def pw(tmp_path: Path, database_url: str | None) -> Iterator[World]:
     """A world whose loop learns runtimes."""
-    return new_world(tmp_path, predicting=True)
+    world = new_world(tmp_path, predicting=True, database_url=database_url)
+    yield world
+    world.store.close()

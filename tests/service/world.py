@@ -1,6 +1,6 @@
-"""The control loop's test world: a real SQLite store, the fake executor and a fake clock, so
-each test drives the loop exactly (submit, step, end a task, step) and reads the whole outcome.
-The `w` and `pw` fixtures (conftest.py) make one."""
+"""The control loop's test world: a real store (SQLite or PostgreSQL), the fake executor and
+a fake clock, so each test drives the loop exactly (submit, step, end a task, step) and reads
+the whole outcome. The `w` and `pw` fixtures (conftest.py) make one, on each store."""
 
 from __future__ import annotations
 
@@ -69,9 +69,16 @@ def make_scheduler(
     )
 
 
-def new_world(home: Path, fx: FakeExecutor | None = None, *, predicting: bool = False) -> World:
-    """A recovered loop over a fresh store in `home` (one node of 4 GPUs unless `fx` says)."""
-    store = Store.sqlite(home / "state.db")
+def new_world(
+    home: Path,
+    fx: FakeExecutor | None = None,
+    *,
+    predicting: bool = False,
+    database_url: str | None = None,
+) -> World:
+    """A recovered loop over a fresh store (SQLite in `home`, or the PostgreSQL database
+    `database_url`; one node of 4 GPUs unless `fx` says)."""
+    store = Store.sqlite(home / "state.db") if database_url is None else Store(database_url)
     fx = fx if fx is not None else FakeExecutor([fake_node(gpus=4)])
     clock = Clock()
     sched = make_scheduler(store, fx, clock, home, predicting)

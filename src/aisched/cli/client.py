@@ -7,6 +7,11 @@ else the default loopback port. On a Unix socket the service knows who we are fr
 over TCP we send a token: `$AISCHED_TOKEN`, else the file `$AISCHED_TOKEN_FILE` or
 `$AISCHED_HOME/token`, which must be private (0600). Every failure becomes a `CLIError` with the
 service's own message (its `Problem` lines), never a traceback.
+
+Several instances (docs/ha.md): `--server` and `$AISCHED_SERVER` take a comma-separated list.
+A request goes to the first that answers (the next is tried when one cannot be reached), and
+a change that a standby refuses (421, naming the leader) is sent again, once, to the leader it
+names: only a leader acts on changes, and every instance reads.
 """
 
 from __future__ import annotations
@@ -72,27 +77,52 @@ def add_server_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--server",
         metavar="URL",
-        help="the aisched service: unix:PATH or http(s)://HOST:PORT (default: "
-        "$AISCHED_SERVER, else the local `aisched up`)",
+        help="the aisched service: unix:PATH or http(s)://HOST:PORT, or several, comma-"
+        "separated (a standby's leader is followed; default: $AISCHED_SERVER, else the local "
+        "`aisched up`)",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
 class Client:
     def __init__(self, url: str, timeout_s: float = 30.0) -> None:
+        self.servers = [u.strip().rstrip("/") for u in url.split(",") if u.strip()] or [url]
+        self.timeout_s = timeout_s
+        self._connect(self.servers[0])
+
+    def _connect(self, url: str) -> None:
         self.url = url
         if url.startswith(UNIX):
             # The host is a placeholder: the transport goes to the socket.
             transport = httpx.HTTPTransport(uds=url[len(UNIX) :])
             self.http = httpx.Client(
-                transport=transport, base_url="http://aisched", timeout=timeout_s
+                transport=transport, base_url="http://aisched", timeout=self.timeout_s
             )
         elif url.startswith(("http://", "https://")):
             token = read_token()
             headers = {"Authorization": f"Bearer {token}"} if token else {}
-            self.http = httpx.Client(base_url=url, timeout=timeout_s, headers=headers)
+            self.http = httpx.Client(base_url=url, timeout=self.timeout_s, headers=headers)
         else:
             raise CLIError(f"--server {url}: expected unix:PATH or http(s)://HOST:PORT")
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One request, to the first server that can be reached, and to the leader when a
+        standby refuses a change (see the module docstring)."""
+        tried = 0
+        while True:
+            try:
+                r = self.http.request(method, path, **kwargs)
+            except httpx.TransportError:
+                tried += 1
+                if tried >= len(self.servers):
+                    raise
+                self._connect(self.servers[(self.servers.index(self.url) + 1) % len(self.servers)])
+                continue
+            leader = _leader_named(r)
+            if leader is None or leader == self.url:
+                return r
+            self._connect(leader)
+            return self.http.request(method, path, **kwargs)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Client:
@@ -106,7 +136,7 @@ class Client:
 
     def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
-            r = self.http.request(method, path, **kwargs)
+            r = self._request(method, path, **kwargs)
         except httpx.TransportError as e:
             raise CLIError(
                 f"cannot reach the aisched service at {self.url} ({e.__class__.__name__}); "
@@ -126,7 +156,7 @@ class Client:
         for attempt in range(tries):
             last = attempt == tries - 1
             try:
-                r = self.http.request(method, path, timeout=timeout_s, **kwargs)
+                r = self._request(method, path, timeout=timeout_s, **kwargs)
             except httpx.TimeoutException:
                 if last:
                     raise CLIError(
@@ -157,6 +187,19 @@ class Client:
             raise CLIError(
                 f"lost the aisched service at {self.url} ({e.__class__.__name__})", EXIT_FAILURE
             ) from None
+
+
+def _leader_named(r: httpx.Response) -> str | None:
+    """The leader a standby's 421 names (an http(s) URL), else None."""
+    if r.status_code != 421:
+        return None
+    try:
+        leader = r.json().get("leader")
+    except (ValueError, AttributeError):
+        return None
+    if isinstance(leader, str) and leader.startswith(("http://", "https://")):
+        return leader.rstrip("/")
+    return None
 
 
 def _problem_text(r: httpx.Response) -> str:

@@ -25,6 +25,8 @@ from aisched.service.defaults import DEFAULT_PORT
 from aisched.service.identity import service_user
 from aisched.service.serve import ListenError, check_exposure, is_loopback, listen_unix
 
+EXIT_DEPOSED = 3  # another instance took the lease over: this one stopped scheduling
+
 
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
@@ -56,7 +58,18 @@ def register(sub: Any) -> None:
         metavar="DIR",
         help="state, logs, checkpoints (default $AISCHED_HOME or ~/.aisched)",
     )
-    p.add_argument("--database", metavar="URL", help="SQLAlchemy URL (default: SQLite in DIR)")
+    p.add_argument(
+        "--database",
+        metavar="URL",
+        help="SQLAlchemy URL (default: SQLite in DIR); postgresql://USER@HOST/DB lets several "
+        "instances share the state, one leading and the others standing by (docs/ha.md)",
+    )
+    p.add_argument(
+        "--advertise",
+        metavar="URL",
+        help="with a shared database: the API address the other instances name to clients "
+        "(default: the one listened on)",
+    )
     p.add_argument("--policy", help="a policy preset or policy file (default: default)")
     p.add_argument(
         "--gpus",
@@ -85,7 +98,7 @@ def register(sub: Any) -> None:
 def cmd_up(args: argparse.Namespace) -> int:
     # Imported here: the other commands should not pay for the server's start-up.
     from aisched.service.api import create_app
-    from aisched.service.app import Service, ServiceError
+    from aisched.service.app import Service, ServiceError, forget_announcement
     from aisched.service.config import load_config
     from aisched.service.serve import make_servers, run_servers, stop_servers
     from aisched.service.shutdown import Stopper
@@ -106,6 +119,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         "insecure": args.insecure,
         "data_dir": args.data_dir,
         "database": args.database,
+        "advertise": args.advertise,
         "policy": args.policy,
         "memory_limit": args.memory_limit,
         "ray": args.ray,
@@ -150,19 +164,26 @@ def cmd_up(args: argparse.Namespace) -> int:
         raise CLIError(str(e)) from None
 
     def forget_addresses() -> None:
-        (service.home / "server.json").unlink(missing_ok=True)
+        forget_announcement(service.home / "server.json")
         if socket_path is not None:
             with contextlib.suppress(OSError):
                 socket_path.unlink()
 
     stopper.before_exit = forget_addresses
+    deposed: list[str] = []
     try:
-        service.start()
-        app = create_app(service)
-        servers = make_servers(app, listeners, config.limits.shutdown_grace_s() / 2)
-        stopper.request_stop = lambda: stop_servers(servers)
         host, port = sock.getsockname()[:2]
         url = f"{'https' if tls else 'http'}://{host}:{port}"
+        app = create_app(service)
+        servers = make_servers(app, listeners, config.limits.shutdown_grace_s() / 2)
+
+        def on_deposed(why: str) -> None:  # another instance leads: stop, to stand by anew
+            deposed.append(why)
+            stop_servers(servers)
+
+        service.on_deposed = on_deposed
+        stopper.request_stop = lambda: stop_servers(servers)
+        service.start(address=config.advertise or url)
         if not is_loopback(config.host) and not tls:
             logging.getLogger("aisched.service").warning(
                 "listening on %s without TLS (--insecure): tokens and jobs cross the network "
@@ -182,6 +203,13 @@ def cmd_up(args: argparse.Namespace) -> int:
             )
         print(f"  data directory: {service.home}", file=sys.stderr)
         print(f"  policy: {service.policy.name}", file=sys.stderr)
+        lead = service.leadership
+        if service.store.shared:
+            print(
+                f"  database {service.store.url}: {lead.role.value}, term {lead.seen_term()}"
+                + ("" if lead.leading else f", leader {lead.leader_address() or '(none)'}"),
+                file=sys.stderr,
+            )
         if node is not None:
             print(
                 f"  node {node.name}: {node.milli_cpu / 1000:g} CPUs, "
@@ -208,6 +236,13 @@ def cmd_up(args: argparse.Namespace) -> int:
             s.close()
         forget_addresses()
         stopper.stopped.set()
+    if deposed:
+        print(
+            f"aisched: {deposed[0]}; stopped (tasks go on under the new leader); start it "
+            "again to stand by",
+            file=sys.stderr,
+        )
+        return EXIT_DEPOSED
     return 0
 
 

@@ -27,6 +27,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from aisched import __version__
+from aisched.service import leader_gate
 from aisched.service.app import Service
 from aisched.service.dashboard import dashboard_router
 from aisched.service.limits import BodyLimit
@@ -49,6 +50,7 @@ def create_app(svc: Service) -> FastAPI:
         openapi_url=None,  # served by the system router, behind the same identity as the rest
     )
     app.state.service = svc
+    leader_gate.install(app, svc)  # standbys answer reads and refuse writes
     # Outermost: an oversized body is refused before any of it is buffered.
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY)
 

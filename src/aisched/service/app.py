@@ -2,8 +2,14 @@
 
 `Service.open(config)` takes the data directory's lock (two schedulers on one data directory
 would each start the same tasks), opens the store, discovers this machine, and builds the
-loop; `start()` recovers live state (adopting tasks still running) before the first cycle;
-`close()` stops the loop but leaves tasks running, to be adopted by the next start.
+loop; `start()` takes part in the leader election (`service.leader`) and, once this instance
+leads, recovers live state (adopting tasks still running) before the first cycle; `close()`
+stops the loop but leaves tasks running, to be adopted by the next start or by a standby.
+
+With SQLite the lock is exclusive and the instance leads at once. With PostgreSQL several
+instances may share one data directory (its task directories, where the supervisors record
+what runs) and one database: the lock is shared among them (an SQLite instance, exclusive,
+still keeps them out), and the lease decides which one schedules.
 
 Every reason not to start (a data directory that is missing, foreign, read-only or full; a
 damaged, foreign or newer database) is a `ServiceError` or `StoreError` of one line.
@@ -19,6 +25,7 @@ import logging
 import os
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -32,6 +39,7 @@ from aisched.service.autoscaler import Autoscaler
 from aisched.service.config import ServiceConfig
 from aisched.service.health import Health, HealthCollector
 from aisched.service.identity import Admins
+from aisched.service.leader import LeaderCollector, Leadership
 from aisched.service.loop import LoopConfig, Scheduler
 from aisched.service.metrics import Metrics
 from aisched.spec.units import parse_mem_mib
@@ -60,8 +68,20 @@ class Service:
     autoscaler: Autoscaler | None = None  # started with the loop
     admins: Admins = field(default_factory=Admins)
     health: Health = field(init=False)  # readiness: disk pressure, failing steps
+    leadership: Leadership = field(init=False)
+    # Called once when this instance is deposed (another leads now): `aisched up` stops.
+    on_deposed: Callable[[str], None] = lambda _why: None
+    announced: str | None = None
 
     def __post_init__(self) -> None:
+        self.leadership = Leadership(
+            self.store,
+            on_elected=self._lead,
+            on_deposed=self._deposed,
+            times=self.config.lease_times(),
+        )
+        self.scheduler.on_deposed = self.leadership.deposed_by_write
+        self.metrics.registry.register(LeaderCollector(self.leadership))
         self.health = Health(
             (("data", self.home), ("logs", self.home / "logs")),
             self.config.limits.disk_min_free_bytes(),
@@ -75,7 +95,7 @@ class Service:
         home = config.home()
         try:
             datadir.prepare(home)
-            lock_file = _lock(home)
+            lock_file = _lock(home, shared=not config.database_url().startswith("sqlite"))
         except datadir.DataDirError as e:
             raise ServiceError(str(e)) from None
         try:
@@ -127,7 +147,14 @@ class Service:
         svc.admins = Admins(frozenset(config.admins.users), frozenset(config.admins.groups))
         return svc
 
-    def start(self) -> None:
+    def start(self, address: str = "") -> None:
+        """Take part in the election; lead now if this instance may (always on SQLite), else
+        stand by, serving reads, until the lease is free (see `service.leader`). `address` is
+        this instance's API, as the others name it to clients."""
+        self.leadership.start(address or str(self.home))
+
+    def _lead(self) -> None:
+        """Elected: recover (adopting what the last leader left running), then schedule."""
         self.recovery_notes = self.scheduler.recover()
         for note in self.recovery_notes:
             log.info("recovery: %s", note)
@@ -138,9 +165,22 @@ class Service:
             metric_max_age_s=self.config.metric_max_age_s(),
         )
         self.autoscaler.start()
+        if self.announced is not None:
+            self.announce(self.announced)
+
+    def _deposed(self, why: str) -> None:
+        """Another instance leads now: stop scheduling at once (tasks go on; the leader
+        adopts them), then let the owner stop this process."""
+        self.scheduler.stopping.set()
+        self.scheduler.wake.set()
+        self.on_deposed(why)
 
     def announce(self, url: str) -> None:
-        """Tell local clients where the API is (`aisched` reads it when no --server is given)."""
+        """Tell local clients where the API is (`aisched` reads it when no --server is given);
+        on a shared data directory only the leader does, once it leads."""
+        self.announced = url
+        if not self.leadership.leading:
+            return
         path = self.home / "server.json"
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"url": url, "pid": os.getpid()}), encoding="utf-8")
@@ -150,9 +190,10 @@ class Service:
         if self.autoscaler is not None:
             self.autoscaler.close()
         self.scheduler.shutdown()
+        self.leadership.stop()
         self.store.close()
         try:
-            (self.home / "server.json").unlink(missing_ok=True)
+            forget_announcement(self.home / "server.json")
         finally:
             self.lock_file.close()
 
@@ -190,13 +231,25 @@ def _private_database(url: str) -> None:
             os.chmod(extra, 0o600)
 
 
-def _lock(home: Path) -> IO[str]:
+def forget_announcement(path: Path) -> None:
+    """Remove server.json if it is this process's (a standby beside us may have taken over)."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(doc, dict) and doc.get("pid") == os.getpid():
+        path.unlink(missing_ok=True)
+
+
+def _lock(home: Path, *, shared: bool = False) -> IO[str]:
+    """The data directory's lock: exclusive for an SQLite instance; shared among instances of
+    one PostgreSQL database (the lease, not this lock, keeps them from scheduling at once)."""
     try:
         f = open(home / "lock", "a+", encoding="utf-8")  # noqa: SIM115 - held for its life
     except OSError as e:
         raise datadir.not_writable(home, e) from None
     try:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(f.fileno(), (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
     except OSError:
         f.seek(0)
         holder = f.read().strip() or "another process"
@@ -205,6 +258,8 @@ def _lock(home: Path) -> IO[str]:
             f"the data directory {home} is in use by a running aisched (pid {holder}); "
             "stop it, or give another --data-dir"
         ) from None
+    if shared:
+        return f  # several holders: no single pid to write
     try:
         f.seek(0)
         f.truncate()

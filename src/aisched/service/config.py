@@ -10,9 +10,16 @@ Pydantic stays in this module: `ServiceConfig` is turned into model types (`Queu
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from aisched.core.policy import Policy, PolicyError, build_policy
 from aisched.model.queue import DEFAULT_QUEUE, Queue, QueueTree
@@ -22,6 +29,9 @@ from aisched.spec.errors import SpecError, parse_yaml
 from aisched.spec.job import DEFAULT_PRIORITY_CLASSES, JobDefaults
 from aisched.spec.policy import load_policy
 from aisched.spec.units import parse_bytes, parse_duration_s, parse_mem_mib
+
+if TYPE_CHECKING:
+    from aisched.service.leader import LeaseTimes
 
 MemoryLimit = Literal["auto", "cgroup-v2", "cgroup-v1", "rlimit", "none"]
 Name = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
@@ -200,6 +210,31 @@ class ServiceConfig(_Model):
     tls_key: str | None = None
     insecure: bool = False
     queues: list[QueueModel] = Field(default_factory=lambda: [QueueModel(name=DEFAULT_QUEUE)])
+    # High availability (a shared PostgreSQL database, docs/ha.md): the leader renews its
+    # lease every lease_renew; a standby takes over once lease_ttl has passed without a
+    # renewal, looking every lease_poll.
+    # The API address standbys name to clients (default: the address listened on, which is no
+    # use to them from 0.0.0.0).
+    advertise: Annotated[str, Field(pattern=r"^https?://[^\s,]+$")] | None = None
+    lease_ttl: Any = "8s"
+    lease_renew: Any = "2s"
+    lease_poll: Any = "1s"
+
+    @field_validator("lease_ttl", "lease_renew", "lease_poll")
+    @classmethod
+    def _lease(cls, v: Any) -> Any:
+        if _duration(v, "duration") <= 0:
+            raise ValueError("must be a duration above 0, such as 2s")
+        return v
+
+    @model_validator(mode="after")
+    def _lease_outlives_renewals(self) -> ServiceConfig:
+        if _duration(self.lease_ttl, "lease_ttl") < 2 * _duration(self.lease_renew, "lease_renew"):
+            raise ValueError(
+                "lease_ttl must be at least twice lease_renew (a leader would lose its lease "
+                "between two renewals)"
+            )
+        return self
 
     @field_validator("cycle_interval", "max_backoff", "ray_start_timeout", "elastic_grow_after")
     @classmethod
@@ -268,6 +303,15 @@ class ServiceConfig(_Model):
         if self.socket == "":
             return None
         return Path(self.socket).expanduser() if self.socket else default_socket()
+
+    def lease_times(self) -> LeaseTimes:
+        from aisched.service.leader import LeaseTimes  # only `up` needs the service's modules
+
+        return LeaseTimes(
+            ttl_s=_duration(self.lease_ttl, "lease_ttl"),
+            renew_s=_duration(self.lease_renew, "lease_renew"),
+            poll_s=_duration(self.lease_poll, "lease_poll"),
+        )
 
     def cycle_interval_s(self) -> float:
         return _duration(self.cycle_interval, "cycle_interval")

@@ -36,6 +36,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 
 from aisched.lifecycle.attempts import time_limit_at
 from aisched.lifecycle.elastic import grow_at
@@ -49,6 +50,7 @@ from aisched.service.loop_types import (
     SubmitCommand,
 )
 from aisched.service.recovery import Recovery
+from aisched.store.errors import Deposed
 
 __all__ = ["LoopConfig", "LoopStats", "Rejected", "Scheduler"]
 
@@ -57,6 +59,10 @@ log = logging.getLogger("aisched.loop")
 
 class Scheduler(Recovery):
     """The control loop (see the module docstring); its parts are its base classes."""
+
+    # Called (in the loop thread) when a write was refused because another instance leads
+    # now; the loop has stopped by then (`service.leader`).
+    on_deposed: Callable[[str], None] | None = None
 
     def start(self) -> None:
         self.thread = threading.Thread(target=self._run, name="aisched-loop", daemon=True)
@@ -74,6 +80,11 @@ class Scheduler(Recovery):
         while not self.stopping.is_set():
             try:
                 delay = self.step()
+            except Deposed as exc:  # another instance leads: not one more step
+                log.error("scheduler stopped: %s", exc)
+                if self.on_deposed is not None:
+                    self.on_deposed(str(exc))
+                return
             except Exception as exc:  # neither a bug nor a full disk may kill the service
                 # Counted (aisched_loop_errors_total, readiness) and backed off; the traceback
                 # is logged for the first failure of a run, then one line per failure.

@@ -2,8 +2,10 @@
 writes, `Store.read()` for a consistent read, both yielding a `Tx` with typed helpers.
 
 SQLite by default (one file, WAL, so readers never block the single writer and a commit costs
-one fsync-free append with `synchronous=NORMAL`); any SQLAlchemy URL works, PostgreSQL
-included. The schema is created on first open and its version checked on every open; an
+one fsync-free append with `synchronous=NORMAL`), or PostgreSQL through psycopg 3
+(`postgresql://` is read as `postgresql+psycopg://`), which several instances share: one leads
+and writes, each of its write transactions fenced by its term (`store.lease`; `Store.fence`),
+the others read. The schema is created on first open and its version checked on every open; an
 older one is migrated (`store.migrate`). Every failure to open is a `StoreError` of one line
 that says what to do (a damaged, foreign or newer database; a full or read-only disk).
 
@@ -17,6 +19,7 @@ come back as plain dicts (column name → value); the store knows tables, not sc
 
 from __future__ import annotations
 
+import re
 import secrets
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -24,40 +27,98 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, bindparam, create_engine, event, func, insert, select, update
+from sqlalchemy import (
+    Engine,
+    bindparam,
+    create_engine,
+    event,
+    func,
+    insert,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
+from aisched.store.errors import Deposed, StoreError
+from aisched.store.lease import Fence, check_fence
 from aisched.store.migrate import SchemaError, check_and_migrate
 from aisched.store.schema import audit, events, jobs, meta, tasks, tokens
+
+__all__ = ["Deposed", "Row", "Store", "StoreError", "Tx"]
 
 Row = dict[str, Any]
 TERMINAL = ("succeeded", "failed", "cancelled")
 
 
-class StoreError(RuntimeError):
-    """The state database cannot be opened or used (wrong schema, unreadable file...)."""
+# Serialises the first open (schema creation, migration) of instances sharing one PostgreSQL
+# database: a transaction-level advisory lock, released at its commit.
+_MIGRATION_LOCK = 0x61697363  # "aisc"
+
+
+def normalize_url(url: str) -> str:
+    """`postgresql://` and `postgres://` mean psycopg 3 (SQLAlchemy's default driver for
+    them is psycopg2, which aisched does not install)."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def shown(url: str) -> str:
+    """The URL as messages show it: an SQLite file's path, or the URL with its password
+    masked (the rest as the user wrote it)."""
+    if url.startswith("sqlite:///"):
+        return url.removeprefix("sqlite:///")
+    return re.sub(r"^([a-z0-9+]+://[^:/@]*):[^@/]*@", r"\1:***@", url)
 
 
 class Store:
     def __init__(self, url: str, *, busy_timeout_s: float = 30.0) -> None:
-        self.url = url
+        url = normalize_url(url)
+        self.url = shown(url) if not url.startswith("sqlite") else url
         self.migration_note: str | None = None
+        # Set while this instance leads a shared database: every `tx` checks it first.
+        self.fence: Fence | None = None
+        self.deposed: str | None = None  # why this instance may write no more, once deposed
         kwargs: dict[str, Any] = {}
         if url.startswith("sqlite"):
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": busy_timeout_s}
-        where = url.removeprefix("sqlite:///")
+        elif url.startswith("postgresql"):
+            # A write waits at most this long for a row another transaction holds, and a
+            # connection at most this long for the server; then the step fails (and retries).
+            ms = max(1, int(busy_timeout_s * 1000))
+            kwargs["connect_args"] = {
+                "options": f"-c lock_timeout={ms}",
+                "connect_timeout": max(2, int(busy_timeout_s)),
+            }
+            # No pre-ping (a round trip per checkout): a connection the server dropped fails
+            # its statement once, SQLAlchemy drops the pool's connections, and the loop's step
+            # is retried on new ones.
+            kwargs["pool_size"] = 10
+        where = shown(url)
         try:
             self.engine: Engine = create_engine(url, **kwargs)
             if url.startswith("sqlite"):
                 event.listen(self.engine, "connect", _sqlite_pragmas(busy_timeout_s))
             with self.engine.begin() as conn:
+                if self.engine.dialect.name == "postgresql":
+                    conn.execute(text(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})"))
                 self.migration_note = check_and_migrate(conn, where)
         except SchemaError as e:
             self.engine.dispose()
             raise StoreError(str(e)) from None
         except (SQLAlchemyError, sqlite3.Error) as e:
             raise StoreError(open_failure(where, e)) from None
+        except ModuleNotFoundError as e:  # a driver that is not installed
+            raise StoreError(f"cannot open the state database {where}: {e}") from None
+
+    @property
+    def shared(self) -> bool:
+        """Whether several instances may open this database (PostgreSQL), so that who leads
+        is decided by the lease; SQLite is one process's (the data directory's lock)."""
+        return self.engine.dialect.name == "postgresql"
 
     @classmethod
     def sqlite(cls, path: Path) -> Store:
@@ -77,9 +138,21 @@ class Store:
 
     @contextmanager
     def tx(self) -> Iterator[Tx]:
-        """A write transaction: committed when the block ends, rolled back on an exception."""
+        """A write transaction: committed when the block ends, rolled back on an exception.
+        While this instance leads (`fence`), the lease row is checked and locked first, and a
+        term that moved on refuses the whole transaction (`Deposed`)."""
+        if self.deposed is not None:
+            raise Deposed(self.deposed)
         with self.engine.begin() as conn:
+            if self.fence is not None:
+                check_fence(conn, self.fence)
             yield Tx(conn)
+
+    @contextmanager
+    def lease_tx(self) -> Iterator[Connection]:
+        """A transaction for the lease itself (acquire, renew, resign): never fenced."""
+        with self.engine.begin() as conn:
+            yield conn
 
     @contextmanager
     def read(self) -> Iterator[Tx]:
@@ -88,6 +161,12 @@ class Store:
 
     def close(self) -> None:
         self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
 
 def _sqlite_pragmas(busy_timeout_s: float) -> Callable[[Any, Any], None]:
@@ -124,6 +203,11 @@ def open_failure(where: str, exc: BaseException) -> str:
         return (
             f"the state database {where} is locked by another process ({msg}): stop it, or "
             "give another --data-dir"
+        )
+    if "connection" in low and ("failed" in low or "refused" in low):
+        return (
+            f"cannot reach the state database {where} ({msg}): start the PostgreSQL server, "
+            "or fix --database"
         )
     return f"cannot open the state database {where}: {msg}"
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from sqlalchemy import Connection, inspect, select, text
 
-from aisched.store.schema import SCHEMA_VERSION, audit, meta, metadata, tokens
+from aisched.store.schema import SCHEMA_VERSION, audit, leader, meta, metadata, tokens
 
 
 class SchemaError(RuntimeError):
@@ -39,8 +39,17 @@ def _v2_to_v3(conn: Connection) -> None:
     audit.create(conn)
 
 
+def _v3_to_v4(conn: Connection) -> None:
+    """High availability: the leader's lease, one row (nobody holds it yet)."""
+    leader.create(conn)
+    conn.execute(leader.insert().values(LEASE_ROW))
+
+
+# The leader row a new database starts with: term 0, held by nobody, long expired.
+LEASE_ROW = {"id": 1, "holder": "", "address": "", "term": 0, "expires_at": 0.0}
+
 # MIGRATIONS[v] takes a database from version v to v + 1.
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 
 
 def check_and_migrate(conn: Connection, where: str) -> str | None:
@@ -50,6 +59,7 @@ def check_and_migrate(conn: Connection, where: str) -> str | None:
     if not tables:
         metadata.create_all(conn)
         conn.execute(meta.insert().values(key="schema", value=str(SCHEMA_VERSION)))
+        conn.execute(leader.insert().values(LEASE_ROW))
         return None
     got = None
     if "meta" in tables:

@@ -1,5 +1,5 @@
 """The tables of the service's durable state (SQLAlchemy Core; SQLite by default, PostgreSQL
-later through the same definitions).
+through the same definitions).
 
 - `jobs`: one row per submitted job, never deleted. `id` is the decimal form of `seq`, so ids
   are short and ordered (`aisched show 42`). `spec` is the job as submitted (the model `Job`,
@@ -13,6 +13,9 @@ later through the same definitions).
   once, at creation). Written by the API threads, never by the loop: no job state lives here.
 - `audit`: who did what to whose job and when (cancellations, admin actions, token changes);
   append-only, written by the API threads.
+- `leader`: one row (id 1), the lease of the instance that schedules (`store.lease`): its
+  holder, the address of its API, its term (the fencing token every write of the leader is
+  checked against) and when the lease expires, in the database's clock.
 
 Changing a table means: bump `SCHEMA_VERSION` and add the step from the previous version to
 `store.migrate.MIGRATIONS`.
@@ -33,7 +36,7 @@ from sqlalchemy import (
     Text,
 )
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 metadata = MetaData()
 
@@ -145,4 +148,14 @@ audit = Table(
     Column("target", String(160), nullable=False),
     Column("owner", String(128)),
     Column("detail", Text),
+)
+
+leader = Table(
+    "leader",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),  # always 1
+    Column("holder", String(128), nullable=False),  # "" before anyone has led
+    Column("address", Text, nullable=False),
+    Column("term", Integer, nullable=False),
+    Column("expires_at", Float, nullable=False),  # the database's clock, Unix seconds
 )

@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from aisched import __version__
 from aisched.service.app import Service
 from aisched.service.auth import CallerDep
+from aisched.service.leader_gate import not_leader
 from aisched.service.metrics import CONTENT_TYPE
 from aisched.service.schemas import Info
 
@@ -24,15 +25,25 @@ def system_router(svc: Service) -> APIRouter:
         return JSONResponse(request.app.openapi())
 
     @router.get("/v1/healthz")
-    def healthz() -> dict[str, bool]:
-        alive = sched.thread is not None and sched.thread.is_alive()
-        return {"ok": alive}
+    def healthz() -> dict[str, object]:
+        """Alive: the loop runs (leader), or the election goes on (standby)."""
+        lead = svc.leadership
+        thread = sched.thread
+        # Standing by, or elected and still recovering: alive while the election runs.
+        ok = thread.is_alive() if lead.leading and thread is not None else lead.alive()
+        return {"ok": ok, **lead.describe()}
 
     @router.get("/v1/readyz")
     def readyz() -> Response:
-        """Whether new work is taken now: 200, or 503 with the problems (service.health)."""
+        """Whether new work is taken here now: 200 on a leader that is ready, else 503 with
+        the problems (service.health), a standby's naming the leader."""
         r = svc.health.check()
-        return JSONResponse(r.to_dict(), status_code=200 if r.ready else 503)
+        doc = {**r.to_dict(), **svc.leadership.describe()}
+        if svc.leadership.leading:
+            return JSONResponse(doc, status_code=200 if r.ready else 503)
+        doc["ready"] = False
+        doc["problems"] = [not_leader(svc)]
+        return JSONResponse(doc, status_code=503)
 
     @router.get("/v1/info", response_model=Info)
     def info(who: CallerDep) -> Info:

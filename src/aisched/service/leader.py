@@ -1,0 +1,258 @@
+"""Who schedules: this instance's part in the leader election over the shared database.
+
+Several `aisched up` instances may share one PostgreSQL database; the lease row
+(`store.lease`) says which one leads. `Leadership` is this instance's side of it:
+
+1. Start: on SQLite the instance leads at once (the data directory's lock already makes it the
+   only one, so its writes need no fence; the term still moves on at each start). On
+   PostgreSQL it tries once at start, and from then on a thread renews the lease every
+   `renew_s` while it leads, or polls every `poll_s` while it stands by and takes the lease
+   once it has expired (term + 1).
+2. Elected: on a shared database the fence (holder, term) goes on the store before anything
+   else, so that every write transaction from then on is checked against the lease row; then
+   `on_elected` runs (recovery, the loop) in its own thread, so that a long recovery never
+   delays a renewal.
+3. Deposed: a renewal that finds the term moved on, or no renewal that succeeded for longer
+   than the lease minus a margin (the database unreachable: a standby may be taking over),
+   marks the store deposed (no write of this instance is tried again) and calls `on_deposed`
+   once. A deposed instance never leads again in this process: it stops scheduling, and is
+   restarted to stand by (`aisched up` exits with a line saying so).
+4. Stop: a leader that stops cleanly resigns (expires its lease) so a standby takes over at
+   its next poll instead of after the lease.
+
+The clock here is the monotonic one of this process; the lease's expiry is in the database's
+clock, so the instances' clocks need not agree.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from enum import Enum
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from aisched.store.db import Store
+from aisched.store.lease import Fence, Lease, read_lease, renew, resign, try_acquire
+
+log = logging.getLogger("aisched.leader")
+
+
+class Role(Enum):
+    STARTING = "starting"
+    LEADER = "leader"
+    STANDBY = "standby"
+    DEPOSED = "deposed"
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseTimes:
+    """The lease's timing: renewed every `renew_s`, expired `ttl_s` after the last renewal;
+    a standby looks every `poll_s`. A takeover after a crash takes at most about
+    `ttl_s + poll_s` plus the recovery."""
+
+    ttl_s: float = 8.0
+    renew_s: float = 2.0
+    poll_s: float = 1.0
+
+
+class Leadership:
+    """This instance's side of the election (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        on_elected: Callable[[], None],
+        on_deposed: Callable[[str], None],
+        times: LeaseTimes = LeaseTimes(),
+    ) -> None:
+        self.store = store
+        self.on_elected = on_elected
+        self.on_deposed = on_deposed
+        self.times = times
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.address = ""
+        self.role = Role.STARTING
+        self.term = 0
+        self.takeovers = 0  # leases this instance took from another holder
+        self.lease: Lease | None = None  # as last read or written
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._renewed_at = 0.0  # monotonic, the start of the last renewal that succeeded
+
+    # --- what readers see ----------------------------------------------------------------
+
+    @property
+    def leading(self) -> bool:
+        return self.role == Role.LEADER
+
+    def leader_address(self) -> str:
+        """The leader's API address as last seen ("" when nobody holds a live lease)."""
+        if self.leading:
+            return self.address
+        lease = self.lease
+        if lease is None or not lease.live or lease.holder == self.holder:
+            return ""
+        return lease.address
+
+    def seen_term(self) -> int:
+        """Our term while we lead, else the lease's as last read."""
+        return self.term if self.leading or self.lease is None else self.lease.term
+
+    def describe(self) -> dict[str, object]:
+        """role, term and leader address, as `/v1/healthz` shows them."""
+        return {"role": self.role.value, "term": self.seen_term(), "leader": self.leader_address()}
+
+    # --- running -------------------------------------------------------------------------
+
+    def start(self, address: str) -> None:
+        """Lead now if the lease is free (always on SQLite); on a shared database, go on
+        renewing or standing by in a thread."""
+        self.address = address
+        if not self.store.shared:
+            self._try_lead(force=True, in_thread=False)
+            return
+        self.role = Role.STANDBY
+        try:
+            self._try_lead(force=False, in_thread=False)
+        except Exception as exc:  # the thread keeps trying
+            log.warning("cannot read the leader's lease yet: %s", exc)
+        self._thread = threading.Thread(target=self._run, name="aisched-leader", daemon=True)
+        self._thread.start()
+
+    def alive(self) -> bool:
+        """Whether this instance still takes part (its thread runs, or it leads on SQLite)."""
+        if self.role == Role.DEPOSED:
+            return False
+        return self._thread.is_alive() if self._thread is not None else self.leading
+
+    def stop(self) -> None:
+        """Stop taking part; a leader resigns so that a standby need not wait for the lease."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5.0)
+        if self.leading and self.store.shared:
+            try:
+                with self.store.lease_tx() as conn:
+                    resign(conn, Fence(self.holder, self.term))
+                log.info("resigned the lease of term %d", self.term)
+            except Exception as exc:  # the lease then simply expires
+                log.warning("could not resign the lease: %s", exc)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self.leading:
+                    self._renew()
+                elif self.role == Role.STANDBY:
+                    self._try_lead(force=False, in_thread=True)
+                else:
+                    return
+            except Exception as exc:  # the database unreachable, for instance
+                log.warning("lease: %s", exc)
+                if self.leading and time.monotonic() - self._renewed_at > self._deadline_s():
+                    self._depose(
+                        f"could not renew the lease for {self._deadline_s():.0f} s ({exc}): "
+                        "a standby may lead now"
+                    )
+            wait = self.times.renew_s if self.leading else self.times.poll_s
+            self._stop.wait(wait)
+
+    def _deadline_s(self) -> float:
+        """How long a leader goes on without a renewal: the lease less a margin, so that it has
+        stopped before a standby can see the lease expired."""
+        return max(self.times.ttl_s - self.times.renew_s, self.times.renew_s)
+
+    def _try_lead(self, *, force: bool, in_thread: bool) -> None:
+        started = time.monotonic()
+        with self.store.lease_tx() as conn:
+            before, got = try_acquire(
+                conn, self.holder, self.address, self.times.ttl_s, force=force
+            )
+        if got is None:
+            self.lease = before
+            return
+        self._renewed_at = started
+        self.lease = got
+        self.term = got.term
+        if before.holder and before.holder != self.holder and self.store.shared:
+            self.takeovers += 1
+            log.warning(
+                "took over as leader in term %d (the lease of %s had expired)",
+                got.term,
+                before.address or before.holder,
+            )
+        else:
+            log.info("leading in term %d", got.term)
+        if self.store.shared:  # on SQLite no other process can write: nothing to fence
+            self.store.fence = Fence(self.holder, got.term)
+        self.role = Role.LEADER
+        if in_thread:
+            threading.Thread(target=self._elected, name="aisched-elected", daemon=True).start()
+        else:  # at start: a failure is the start's own (one line from `aisched up`)
+            self.on_elected()
+
+    def _elected(self) -> None:
+        try:
+            self.on_elected()
+        except Exception as exc:
+            log.exception("starting as leader failed")
+            self._depose(f"starting as leader failed: {exc}")
+
+    def _renew(self) -> None:
+        started = time.monotonic()
+        fence = Fence(self.holder, self.term)
+        with self.store.lease_tx() as conn:
+            ok = renew(conn, fence, self.times.ttl_s)
+            lease = read_lease(conn)
+        self.lease = lease
+        if ok:
+            self._renewed_at = started
+            return
+        self._depose(
+            f"deposed: term {lease.term} belongs to {lease.address or lease.holder} "
+            f"(this instance led term {self.term})"
+        )
+
+    def _depose(self, why: str) -> None:
+        if self.role == Role.DEPOSED:
+            return
+        self.role = Role.DEPOSED
+        self.store.deposed = why
+        log.error("%s; this instance stops scheduling", why)
+        self.on_deposed(why)
+
+    def deposed_by_write(self, why: str) -> None:
+        """The loop's write was refused (its term moved on): as a failed renewal."""
+        self._depose(why)
+
+
+class LeaderCollector(Collector):
+    """aisched_leader, aisched_leader_term and aisched_takeovers_total for /metrics."""
+
+    def __init__(self, leadership: Leadership) -> None:
+        self.leadership = leadership
+
+    def collect(self) -> Iterator[Metric]:
+        lead = self.leadership
+        yield GaugeMetricFamily(
+            "aisched_leader", "1 while this instance leads (schedules), else 0.", int(lead.leading)
+        )
+        yield GaugeMetricFamily(
+            "aisched_leader_term",
+            "The leader's term as this instance last saw it (its own while it leads).",
+            lead.seen_term(),
+        )
+        yield CounterMetricFamily(
+            "aisched_takeovers",
+            "Leases this instance took over from another instance whose lease had expired.",
+            lead.takeovers,
+        )

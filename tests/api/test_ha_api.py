@@ -1,0 +1,171 @@
+"""Two service instances on one real PostgreSQL database (in process, over one fake executor
+that plays the tasks both can see): one leads, the other serves reads and refuses changes
+naming the leader, takes over when the leader stops, and a deposed leader stops at once."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from clients import client_for
+from prometheus_client.parser import text_string_to_metric_families
+
+from aisched.service.app import Service
+from aisched.service.config import load_config
+from aisched.store.lease import try_acquire
+from aisched.testing.fakes import FakeExecutor, fake_node
+from aisched.testing.postgres import PostgresServer
+
+Open = Callable[[str], Service]
+FAST = {"lease_ttl": "1s", "lease_renew": "0.1s", "lease_poll": "0.1s"}
+
+
+@pytest.fixture
+def fx() -> FakeExecutor:
+    return FakeExecutor([fake_node(gpus=4)])
+
+
+@pytest.fixture
+def instance(tmp_path: Path, pg_server: PostgresServer, fx: FakeExecutor) -> Iterator[Open]:
+    """`instance(address)` starts one more instance on the shared database and data dir."""
+    url = pg_server.create_database()
+    opened: list[Service] = []
+
+    def start(address: str) -> Service:
+        base = {"data_dir": str(tmp_path), "cycle_interval": "0.2s", "database": url}
+        svc = Service.open(load_config(None, {**base, **FAST}), executor=fx)
+        opened.append(svc)
+        svc.start(address=address)
+        return svc
+
+    yield start
+    for svc in reversed(opened):
+        svc.close()
+
+
+def until(what: str, check: Callable[[], Any], timeout_s: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while not (got := check()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+    return got
+
+
+def leader_metrics(text: str) -> dict[str, float]:
+    want = ("aisched_leader", "aisched_leader_term", "aisched_takeovers_total")
+    return {
+        s.name: s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name in want
+    }
+
+
+def test_the_standby_reads_the_leaders_jobs_and_names_it_for_changes(instance: Open) -> None:
+    a = instance("http://a.test:1")
+    b = instance("http://b.test:2")
+    ca, cb = client_for(a), client_for(b)
+    assert ca.get("/v1/healthz").json() == {
+        "ok": True,
+        "role": "leader",
+        "term": 1,
+        "leader": "http://a.test:1",
+    }
+    assert cb.get("/v1/healthz").json() == {
+        "ok": True,
+        "role": "standby",
+        "term": 1,
+        "leader": "http://a.test:1",
+    }
+    job = ca.post("/v1/jobs", json={"command": ["sleep", "60"]}).json()
+    until("the job to run", lambda: ca.get(f"/v1/jobs/{job['id']}").json()["state"] == "running")
+    assert cb.get(f"/v1/jobs/{job['id']}").json()["state"] == "running"  # from the database
+    refused = cb.post("/v1/jobs", json={"command": ["true"]})
+    assert (refused.status_code, refused.headers["aisched-leader"]) == (421, "http://a.test:1")
+    assert refused.json() == {
+        "error": "this instance is a standby: the leader is http://a.test:1 (term 1); send "
+        "changes there",
+        "problems": [],
+        "leader": "http://a.test:1",
+    }
+    assert cb.post(f"/v1/jobs/{job['id']}/cancel").status_code == 421
+    ready = cb.get("/v1/readyz")
+    assert (ready.status_code, ready.json()["ready"], ready.json()["problems"]) == (
+        503,
+        False,
+        [refused.json()["error"]],
+    )
+    assert ca.get("/v1/readyz").status_code == 200
+    assert leader_metrics(ca.get("/metrics").text) == {
+        "aisched_leader": 1.0,
+        "aisched_leader_term": 1.0,
+        "aisched_takeovers_total": 0.0,
+    }
+    assert leader_metrics(cb.get("/metrics").text) == {
+        "aisched_leader": 0.0,
+        "aisched_leader_term": 1.0,
+        "aisched_takeovers_total": 0.0,
+    }
+    assert [j["id"] for j in cb.get("/v1/jobs", params={"all": "true"}).json()["jobs"]] == [
+        job["id"]
+    ]
+
+
+def test_the_standby_takes_over_when_the_leader_stops_and_adopts_its_task(
+    instance: Open, fx: FakeExecutor
+) -> None:
+    a = instance("http://a.test:1")
+    b = instance("http://b.test:2")
+    ca, cb = client_for(a), client_for(b)
+    job = ca.post("/v1/jobs", json={"command": ["sleep", "60"]}).json()
+    until("the job to run", lambda: ca.get(f"/v1/jobs/{job['id']}").json()["state"] == "running")
+    launched = list(fx.launched)
+    a.close()  # resigns: the standby need not wait for the lease
+    until("the takeover", lambda: b.leadership.leading)
+    assert cb.get("/v1/healthz").json() == {
+        "ok": True,
+        "role": "leader",
+        "term": 2,
+        "leader": "http://b.test:2",
+    }
+    until("the adoption", lambda: b.scheduler.thread is not None)
+    events = [e["kind"] for e in cb.get(f"/v1/jobs/{job['id']}").json()["events"]]
+    assert events[-1] == "adopted"
+    assert fx.launched == launched  # adopted, not started again
+    fx.exit(fx.launched[-1].key, 0)
+    until(
+        "the end seen by the new leader",
+        lambda: cb.get(f"/v1/jobs/{job['id']}").json()["state"] == "succeeded",
+    )
+    assert cb.post("/v1/jobs", json={"command": ["true"]}).status_code == 201
+    assert leader_metrics(cb.get("/metrics").text) == {
+        "aisched_leader": 1.0,
+        "aisched_leader_term": 2.0,
+        "aisched_takeovers_total": 1.0,
+    }
+
+
+def test_a_leader_whose_lease_was_taken_stops_at_once_and_writes_nothing(
+    instance: Open,
+) -> None:
+    a = instance("http://a.test:1")
+    ca = client_for(a)
+    why: list[str] = []
+    a.on_deposed = why.append
+    with a.store.lease_tx() as conn:  # another instance takes the lease (a long pause of a's)
+        try_acquire(conn, "intruder", "http://c.test:3", 30.0, force=True)
+    until("the deposition", lambda: why)
+    assert why == ["deposed: term 2 belongs to http://c.test:3 (this instance led term 1)"]
+    assert ca.get("/v1/healthz").json() == {
+        "ok": False,
+        "role": "deposed",
+        "term": 2,
+        "leader": "http://c.test:3",
+    }
+    refused = ca.post("/v1/jobs", json={"command": ["true"]})
+    assert refused.status_code == 421
+    assert refused.json()["leader"] == "http://c.test:3"
+    until("the loop to stop", lambda: not a.scheduler.thread or not a.scheduler.thread.is_alive())

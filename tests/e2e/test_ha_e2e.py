@@ -1,0 +1,166 @@
+"""High availability for real: a real PostgreSQL server, two `aisched up` processes sharing it
+and one data directory (the supervisors' task directories), 50 jobs running and 200 waiting.
+The leader is killed with SIGKILL; the standby takes over within the bound, adopts the running
+tasks and runs the rest. Every job ends exactly once (its side-effect file has one line, its
+events one end) and none is lost. The old leader, started again, stands by, and a write
+carrying its old term is refused by the database.
+
+The takeover time (kill to the standby leading) is printed; benchmarks/bench_ha.py measures
+it over several kills for docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from harness import Service, free_port, wait_for
+
+from aisched.store.db import Deposed, Store
+from aisched.store.lease import Fence, read_lease, try_acquire
+from aisched.testing.postgres import PostgresServer
+
+RUNNING, WAITING = 50, 200
+TAKEOVER_BOUND_S = 15.0
+CONFIG = """\
+cycle_interval: 1s
+lease_ttl: 6s
+lease_renew: 2s
+lease_poll: 0.5s
+"""
+
+
+def instance(home: Path, work: Path, name: str, url: str) -> Service:
+    config = home / "ha.yaml"
+    config.write_text(CONFIG, encoding="utf-8")
+    args = ["--database", url, "--config", str(config), "--cpus", str(RUNNING), "--mem", "8G"]
+    svc = Service(home, free_port(), work, [*args, "--gpus", "0"])
+    svc.log = home / f"{name}.log"
+    return svc
+
+
+@pytest.fixture
+def pair(tmp_path: Path, pg_server: PostgresServer) -> Iterator[tuple[Service, Service, str]]:
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    url = pg_server.create_database()
+    a, b = instance(home, work, "a", url), instance(home, work, "b", url)
+    yield a, b, url
+    for svc in (a, b):
+        if svc.proc is not None and svc.proc.poll() is None:
+            try:
+                for j in svc.api.get("/v1/jobs").json()["jobs"]:
+                    svc.api.post(f"/v1/jobs/{j['id']}/cancel")
+            except httpx.HTTPError:
+                pass
+    for svc in (a, b):
+        svc.stop()
+
+
+def cli(tmp_path: Path, servers: str, token: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "AISCHED_SERVER": servers, "AISCHED_TOKEN": token}
+    env["AISCHED_HOME"] = str(tmp_path / "client")
+    return subprocess.run(
+        [sys.executable, "-m", "aisched", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def health(svc: Service) -> dict[str, object]:
+    return dict(httpx.get(f"{svc.url}/v1/healthz", timeout=2).json())
+
+
+def test_kill_9_of_the_leader_the_standby_takes_over_and_every_job_ends_once(
+    pair: tuple[Service, Service, str], tmp_path: Path
+) -> None:
+    a, b, url = pair
+    out = tmp_path / "out"
+    out.mkdir()
+    a.start()
+    b.start()
+    assert health(a) == a.alive_leader()
+    assert health(b) == {"ok": True, "role": "standby", "term": 1, "leader": a.url}
+    b.token = a.admin_token()  # one database: a token made on one instance works on both
+    script = f"sleep 4; echo once >> {out}/$AISCHED_JOB_ID"
+    ids = []
+    for _ in range(RUNNING + WAITING):
+        doc = {"command": ["sh", "-c", script], "resources": {"cpus": 1, "mem": "64M"}}
+        r = a.api.post("/v1/jobs", json=doc)
+        assert r.status_code == 201, r.text
+        ids.append(r.json()["id"])
+    refused = b.api.post("/v1/jobs", json={"command": ["true"]})
+    assert (refused.status_code, refused.json()["leader"]) == (421, a.url)
+
+    def running() -> int:
+        return len(a.api.get("/v1/jobs", params={"state": "running"}).json()["jobs"])
+
+    wait_for(f"{RUNNING} jobs to run", lambda: running() == RUNNING, 60)
+    with Store(url) as store, store.lease_tx() as conn:
+        old = read_lease(conn)
+    assert (old.term, old.address) == (1, a.url)
+
+    killed = time.monotonic()
+    a.kill9()
+    wait_for("the standby to lead", lambda: health(b)["role"] == "leader", 30)
+    takeover_s = time.monotonic() - killed
+    print(f"\ntakeover after kill -9 of the leader: {takeover_s:.2f} s")
+    assert takeover_s < TAKEOVER_BOUND_S
+    assert health(b) == b.alive_leader(term=2)
+
+    def all_ended() -> bool:
+        jobs = b.api.get("/v1/jobs", params={"all": "true", "limit": 1000}).json()["jobs"]
+        return len(jobs) == len(ids) and all(j["state"] == "succeeded" for j in jobs)
+
+    wait_for("every job to succeed", all_ended, 180)
+    lines = {i: (out / i).read_text().splitlines() for i in ids if (out / i).exists()}
+    assert lines == {i: ["once"] for i in ids}  # every job ran to its end once, none lost
+    ends = {}
+    for i in ids:
+        kinds = [e["kind"] for e in b.api.get(f"/v1/jobs/{i}").json()["events"]]
+        ends[i] = (kinds.count("started"), kinds.count("succeeded"))
+    assert ends == {i: (1, 1) for i in ids}  # one start and one end each: nothing ran twice
+
+    a.start()  # the old leader comes back: it stands by
+    assert health(a) == {"ok": True, "role": "standby", "term": 2, "leader": b.url}
+    again = a.api.post("/v1/jobs", json={"command": ["true"]})
+    assert (again.status_code, again.json()["leader"]) == (421, b.url)
+    # The CLI given the standby alone follows it to the leader; a dead server is skipped.
+    for servers in (a.url, f"http://127.0.0.1:{free_port()},{b.url}"):
+        done = cli(tmp_path, servers, b.admin_token(), "run", "--json", "--", "true")
+        assert done.returncode == 0, done.stderr
+        new_id = json.loads(done.stdout)["id"]
+        assert b.api.get(f"/v1/jobs/{new_id}").status_code == 200
+    with Store(url) as store:  # a write carrying the dead leader's term never lands
+        store.fence = Fence(old.holder, old.term)
+        with pytest.raises(Deposed), store.tx() as tx:
+            tx.update_job(ids[0], {"state": "failed"})
+        store.fence = None
+        with store.read() as tx:
+            row = tx.get_job(ids[0])
+    assert row is not None and row["state"] == "succeeded"
+
+
+def test_a_leader_whose_lease_is_taken_exits_with_a_line(
+    pair: tuple[Service, Service, str],
+) -> None:
+    a, _, url = pair
+    a.start()
+    with Store(url) as store, store.lease_tx() as conn:  # another instance took over
+        try_acquire(conn, "other", "http://other.test:1", 60.0, force=True)
+    assert a.proc is not None
+    assert a.proc.wait(30) == 3
+    assert a.log.read_text().splitlines()[-1] == (
+        "aisched: deposed: term 2 belongs to http://other.test:1 (this instance led term 1); "
+        "stopped (tasks go on under the new leader); start it again to stand by"
+    )
