@@ -79,10 +79,11 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import replace
+from itertools import islice
 
-from aisched.core.cycle import InvariantViolation, run_cycle
+from aisched.core.cycle import InvariantViolation, only_places, run_cycle
 from aisched.core.decisions import Bind, Preempt, Reserve, Shrink, TaskBinding
 from aisched.core.dependencies import DependencyVerdict, check_dependencies
 from aisched.core.policy import Policy
@@ -192,6 +193,13 @@ class _Engine(NodePools):
         self.seq = 0
         self.cycle_at: float | None = None
         self.dirty = False
+        # Cycle coalescing (`_settled`): under a policy that only places, the shapes that
+        # failed since capacity was last given back, and how many jobs were pending after the
+        # last cycle (pending only grows between cycles, so the jobs new to the next one are
+        # the last ones in `pending`). None: every cycle runs.
+        self.coalesce = only_places(policy) and not cluster.node_pools
+        self.settled: frozenset[Hashable] | None = None
+        self.pending_after_cycle = 0
         self.alloc_milli = 0
         self.log: list[LogEntry] = []
         self.timeline: list[Sample] = []
@@ -500,6 +508,7 @@ class _Engine(NodePools):
         self.pending[st.job.id] = st.pending(self.config.restart_cost_s)
 
     def _release(self, st: SimJob, now: float) -> None:
+        self.settled = None  # capacity given back: a failed shape may fit now
         del self.running[st.job.id]
         self.short_elastic.discard(st.job.id)
         self.held.give(st.job.id)
@@ -671,6 +680,9 @@ class _Engine(NodePools):
         self.dirty = False
         if not self.pending:
             return
+        if self._settled():
+            self.pending_after_cycle = len(self.pending)
+            return
         if self.membership_dirty:
             self._rebuild()
         snapshot = self.held.snapshot(self.queues)
@@ -713,8 +725,31 @@ class _Engine(NodePools):
             self._check_state(now)
         if self.pools:
             self._scale_up(now, diagnostics)
+        if self.coalesce:
+            settled = self.settled if self.settled is not None else frozenset()
+            self.settled = settled | result.failed_shapes
+            self.pending_after_cycle = len(self.pending)
         # A requeued victim is pending again: if the cycle left it there, it waits for the next
         # change like any other job; it does not force a second cycle at the same instant.
+
+    def _settled(self) -> bool:
+        """Whether the coming cycle would decide nothing, so it is skipped (coalesced with
+        the next): the policy only places, no capacity was given back since the last cycle,
+        and every job new to it is of a shape that failed since, in a queue no limit governs
+        (so it is admitted and its queue lets it start; only room could stop it, and there
+        is none). Jobs it skips stay `fresh` for the next cycle that runs."""
+        settled = self.settled
+        if settled is None:
+            return False
+        new = len(self.pending) - self.pending_after_cycle
+        if new < 0:
+            return False
+        ungoverned = self.queues.ungoverned
+        for pj in islice(reversed(self.pending.values()), new):
+            job = pj.job
+            if job.shape_id not in settled or job.queue not in ungoverned:
+                return False
+        return True
 
     # --- validate mode ----------------------------------------------------------------------
 

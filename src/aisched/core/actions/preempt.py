@@ -72,13 +72,17 @@ def _run(
     shrinkable: Eligible,
     why: str,
     stable: bool,
+    shapes: frozenset[Hashable] | None = None,
 ) -> None:
     """Preempt for each blocked job in turn. `shrinkable(pj, r)`: whether the running elastic
     job `r` may give up its surplus tasks for `pj`; such shrinking is tried before any
     eviction, so a job is evicted only when shrinking all that may be shrunk is not enough.
     `stable`: whether a running job stays eligible after others are evicted (true for
     rank-based preemption, false for reclaim, where eviction changes which queues are
-    borrowing)."""
+    borrowing). `shapes`: given when the blocked jobs come in order of rank, all in one group,
+    and their shapes are among these: once each has failed, every job left would find no room
+    for its shape at its rank or above, so the walk stops (work then grows with what
+    preemption tries, not with the queue)."""
     # (shape, group) -> the lowest rank that found no room this cycle: a job of the same shape
     # and group and no lower rank may evict no more, so it finds none either, until some
     # preemption changes the state. Blocked jobs come in order, so with a rank that follows the
@@ -93,7 +97,11 @@ def _run(
     # Elastic jobs with tasks above their minimum, in victim-preference order (from `pool`).
     elastic: list[RunningJob] = []
     shrink_by: dict[Hashable, list[RunningJob]] = {}
+    # The shapes not yet failed, while stopping early can be judged (see `shapes`).
+    unsettled = set(shapes) if shapes is not None and not session.reservations else None
     for pj in list(session.blocked):
+        if unsettled is not None and not unsettled and not elastic:
+            break
         status = session.statuses.get(pj.id)
         if status is None or status.code not in _MAY_EVICT:
             continue
@@ -131,14 +139,20 @@ def _run(
             shrinks = got
         if not cands and not shrinks:
             failed[memo_key] = rank
+            if unsettled is not None:
+                unsettled.discard(memo_key[0])
             continue
         # Surplus tasks first, whole jobs after: nobody is evicted while shrinking would do.
         cuts = [c for r in shrinks for c in _surplus_cuts(r)] + [Cut(r) for r in cands]
         room = find_room(session, pj.job, cuts, allowed, mask_key or None)
         if room is None:
             failed[memo_key] = rank
+            if unsettled is not None:
+                unsettled.discard(memo_key[0])
             continue
         failed.clear()
+        if unsettled is not None and shapes is not None:
+            unsettled = set(shapes)
         gone = {v.id for v in room.evicted} | {r.id for r, _ in room.shrunk}
         pool = [r for r in pool if r.id not in gone]
         elastic = [r for r in elastic if r.id not in gone]
@@ -217,7 +231,14 @@ class Preempt:
                 return False
             return r.job.priority <= p.job.priority
 
-        _run(session, eligible_for, shrinkable, "preempted", stable=True)
+        # Blocked jobs in candidate order (`in_order`) come in order of the first order key,
+        # which is the rank under `by: order`: the walk may stop once every shape has failed.
+        shapes = None
+        kept = session.candidate_shapes
+        if not by_priority and self.scope == "cluster" and session.blocked_in_order:
+            assert kept is not None
+            shapes = frozenset(kept)
+        _run(session, eligible_for, shrinkable, "preempted", stable=True, shapes=shapes)
 
 
 @dataclass(frozen=True, slots=True)
