@@ -108,8 +108,10 @@ class Session:
         self.candidate_shapes: list[Hashable] | None = None
         # The one queue every candidate is in, when enqueue knows there is one.
         self.candidate_queue: str | None = None
-        # True when `blocked` is the candidates less those placed, in candidate order.
+        # True when `blocked` is the candidates less those placed, in candidate order; then
+        # `blocked_shapes` are their shapes, position for position.
         self.blocked_in_order = False
+        self.blocked_shapes: list[Hashable] | None = None
         # How many candidates at the head were promoted for starving: allocate takes them first.
         self.promoted = 0
         self.fail_cache: dict[object, str] = {}

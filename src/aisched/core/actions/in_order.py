@@ -24,16 +24,16 @@ from collections.abc import Hashable
 from contextlib import suppress
 from itertools import repeat
 from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from aisched.core.reservation import place_beside
-from aisched.core.snapshot import PendingJob
 from aisched.core.status import JobStatus, StatusCode
 
 if TYPE_CHECKING:
     from aisched.core.session import Session
 
 BEHIND = "behind a blocked job"
+T = TypeVar("T")
 _job_id = attrgetter("id")
 
 
@@ -80,8 +80,12 @@ def allocate_in_order(session: Session, strict: bool) -> None:
     for p, status in own.items():
         sts[p] = status
     session.statuses.update(zip(map(_job_id, cands), sts, strict=True))  # type: ignore[arg-type]
-    session.blocked.extend(_without(cands, bound))
-    session.blocked_in_order = True
+    if not session.blocked:
+        session.blocked.extend(_without(cands, bound))
+        session.blocked_shapes = _without(shapes, bound)
+        session.blocked_in_order = True
+    else:
+        session.blocked.extend(_without(cands, bound))
 
 
 def _strict(session: Session) -> None:
@@ -99,11 +103,11 @@ def _strict(session: Session) -> None:
         session.bind(pj, placed)
 
 
-def _without(jobs: list[PendingJob], positions: list[int]) -> list[PendingJob]:
+def _without(jobs: list[T], positions: list[int]) -> list[T]:
     """`jobs` less the ones at `positions` (ascending), in order, by slices."""
     if not positions:
         return jobs
-    out: list[PendingJob] = []
+    out: list[T] = []
     start = 0
     for p in positions:
         out.extend(jobs[start:p])

@@ -72,17 +72,18 @@ def _run(
     shrinkable: Eligible,
     why: str,
     stable: bool,
-    shapes: frozenset[Hashable] | None = None,
+    shapes: list[Hashable] | None = None,
 ) -> None:
     """Preempt for each blocked job in turn. `shrinkable(pj, r)`: whether the running elastic
     job `r` may give up its surplus tasks for `pj`; such shrinking is tried before any
     eviction, so a job is evicted only when shrinking all that may be shrunk is not enough.
     `stable`: whether a running job stays eligible after others are evicted (true for
     rank-based preemption, false for reclaim, where eviction changes which queues are
-    borrowing). `shapes`: given when the blocked jobs come in order of rank, all in one group,
-    and their shapes are among these: once each has failed, every job left would find no room
-    for its shape at its rank or above, so the walk stops (work then grows with what
-    preemption tries, not with the queue)."""
+    borrowing). `shapes`: the blocked jobs' shapes, position for position, given when the
+    blocked jobs come in order of rank, all in one group, with no reservation: a job whose
+    shape has failed at a rank no higher than its own would find no room either, so it is
+    passed over at the cost of a set lookup, and once every shape has failed the walk stops
+    (work then grows with what preemption tries, not with the queue)."""
     # (shape, group) -> the lowest rank that found no room this cycle: a job of the same shape
     # and group and no lower rank may evict no more, so it finds none either, until some
     # preemption changes the state. Blocked jobs come in order, so with a rank that follows the
@@ -98,10 +99,15 @@ def _run(
     elastic: list[RunningJob] = []
     shrink_by: dict[Hashable, list[RunningJob]] = {}
     # The shapes not yet failed, while stopping early can be judged (see `shapes`).
-    unsettled = set(shapes) if shapes is not None and not session.reservations else None
-    for pj in list(session.blocked):
-        if unsettled is not None and not unsettled and not elastic:
-            break
+    if session.reservations:
+        shapes = None
+    unsettled = set(shapes) if shapes is not None else None
+    for i, pj in enumerate(list(session.blocked)):
+        if unsettled is not None and not elastic and pool is not None:
+            if not unsettled:
+                break
+            if shapes[i] not in unsettled:  # type: ignore[index]
+                continue
         status = session.statuses.get(pj.id)
         if status is None or status.code not in _MAY_EVICT:
             continue
@@ -139,7 +145,7 @@ def _run(
             shrinks = got
         if not cands and not shrinks:
             failed[memo_key] = rank
-            if unsettled is not None:
+            if unsettled is not None and not elastic:  # keyed by shape alone, then
                 unsettled.discard(memo_key[0])
             continue
         # Surplus tasks first, whole jobs after: nobody is evicted while shrinking would do.
@@ -147,12 +153,13 @@ def _run(
         room = find_room(session, pj.job, cuts, allowed, mask_key or None)
         if room is None:
             failed[memo_key] = rank
-            if unsettled is not None:
+            if unsettled is not None and not elastic:  # keyed by shape alone, then
                 unsettled.discard(memo_key[0])
             continue
         failed.clear()
         if unsettled is not None and shapes is not None:
             unsettled = set(shapes)
+        session.blocked_in_order = False  # no longer the candidates less the placed
         gone = {v.id for v in room.evicted} | {r.id for r, _ in room.shrunk}
         pool = [r for r in pool if r.id not in gone]
         elastic = [r for r in elastic if r.id not in gone]
@@ -234,10 +241,8 @@ class Preempt:
         # Blocked jobs in candidate order (`in_order`) come in order of the first order key,
         # which is the rank under `by: order`: the walk may stop once every shape has failed.
         shapes = None
-        kept = session.candidate_shapes
         if not by_priority and self.scope == "cluster" and session.blocked_in_order:
-            assert kept is not None
-            shapes = frozenset(kept)
+            shapes = session.blocked_shapes
         _run(session, eligible_for, shrinkable, "preempted", stable=True, shapes=shapes)
 
 
