@@ -51,6 +51,7 @@ from aisched.service.identity import Caller
 from aisched.service.limits import BodyLimit, check_depth
 from aisched.service.loop import Rejected
 from aisched.service.metrics import CONTENT_TYPE
+from aisched.service.routes_bulk import bulk_router
 from aisched.service.schemas import (
     AuditOut,
     CancelOut,
@@ -363,6 +364,8 @@ def create_app(svc: Service) -> FastAPI:
                 409, f"job {job_id} is not a running service or a replica of one ({row['state']})"
             )
         return JSONResponse(status_code=202, content=MetricsOut(service=service_id).model_dump())
+
+    app.include_router(bulk_router(svc))  # POST /v1/jobs/cancel: many jobs at once
 
     @app.post(
         "/v1/jobs/{job_id}/cancel",

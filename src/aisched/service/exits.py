@@ -136,9 +136,10 @@ class Exits(Launches):
             not_before=None,
         )
         batch.event(now, lj.id, state.value, why)
-        for other in self.jobs.values():
-            if lj.id in other.waiting_for:
-                self.dirty = True
+        if self.waiters.get(lj.id):  # a bind waited for it: the next cycle may place that job
+            self.dirty = True
+        if lj.waiting_for:  # it ended while waiting on victims
+            self._set_waiting(lj, frozenset())
         for dependent in self.pipelines.on_end(lj.id, state, lj.job.name):
             waiting = self.jobs.get(dependent)
             if waiting is not None and waiting.state == JobState.PENDING:

@@ -110,7 +110,7 @@ class Intents(Exits):
         if lj is None or lj.state != JobState.PENDING:
             return None
         if d.after:
-            lj.waiting_for = frozenset(d.after)
+            self._set_waiting(lj, frozenset(d.after))
             lj.waiting_since = now
             victims = ", ".join(sorted(d.after))
             self._write_status(
@@ -208,11 +208,11 @@ class Intents(Exits):
                     + self.config.victim_wait_s
                 )
                 if not still or (lj.waiting_since is not None and now - lj.waiting_since > limit):
-                    lj.waiting_for = frozenset()
+                    self._set_waiting(lj, frozenset())
                     lj.waiting_since = None
                     self.dirty = True
                 else:
-                    lj.waiting_for = still
+                    self._set_waiting(lj, still)
 
     def _grow_elastic(self, now: float) -> None:
         """Nothing waits: restart elastic jobs that idle capacity could make larger. The stop

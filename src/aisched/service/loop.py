@@ -40,7 +40,9 @@ import time
 from aisched.lifecycle.attempts import time_limit_at
 from aisched.lifecycle.elastic import grow_at
 from aisched.model.states import JobState
+from aisched.service.bulk_cancel import BulkCancels
 from aisched.service.loop_types import (
+    BulkCancelCommand,
     LoopConfig,
     LoopStats,
     Rejected,
@@ -55,7 +57,7 @@ __all__ = ["LoopConfig", "LoopStats", "Rejected", "Scheduler"]
 log = logging.getLogger("aisched.loop")
 
 
-class Scheduler(Recovery):
+class Scheduler(Recovery, BulkCancels):
     """The control loop (see the module docstring); its parts are its base classes."""
 
     def start(self) -> None:
@@ -103,6 +105,8 @@ class Scheduler(Recovery):
                 self._on_submit_all(cmd, batch, now)
             elif isinstance(cmd, ScaleCommand):
                 self._on_scale(cmd, batch, now)
+            elif isinstance(cmd, BulkCancelCommand):
+                self._on_bulk_cancel(cmd, batch, now)
             else:
                 self._on_cancel(cmd, batch, now)
         for ev in self.executor.poll():
