@@ -39,8 +39,13 @@ checkpoint, its start until the first one (the convention of the core's own bind
 
 When cycles run: only after something changed (an arrival or a finish) and only while some job
 is pending, since every decision serves a pending job. A policy whose choices drift with time
-alone (LAS) is therefore re-evaluated at the next event, not in between. Applying a cycle's own
-decisions does not call for another cycle. A job whose first cycle says it can never fit the
+alone is re-evaluated when they do: under 2D-LAS a running job's rank drops the instant its
+attained service crosses a threshold (`core.demotion`), and a `_DEMOTE` event runs a cycle
+then, so a waiting job may preempt it at that instant. Applying a cycle's own decisions does
+not call for another cycle. A cycle that could decide nothing is skipped (coalesced with the
+next): under a policy that only places (`core.cycle.only_places`), when no capacity was given
+back since the last cycle and every job new to it is of a shape that failed since, in a queue
+no limit governs (`_settled`); its decisions would be none, so the log is the same. A job whose first cycle says it can never fit the
 cluster (`NEVER_FITS`) is rejected and leaves the pending set; it is logged and counted.
 
 Elastic jobs: a `Shrink` is applied like a preemption that restarts at once: the attempt keeps
@@ -85,6 +90,7 @@ from itertools import islice
 
 from aisched.core.cycle import InvariantViolation, only_places, run_cycle
 from aisched.core.decisions import Bind, Preempt, Reserve, Shrink, TaskBinding
+from aisched.core.demotion import demotion_at
 from aisched.core.dependencies import DependencyVerdict, check_dependencies
 from aisched.core.policy import Policy
 from aisched.core.snapshot import FreeState, PendingJob, RunningJob, build_arrays
@@ -105,7 +111,7 @@ from aisched.model.job import JobKind
 from aisched.model.queue import QueueTree
 from aisched.model.resources import GPU_MILLI_WHOLE
 from aisched.model.states import JobState
-from aisched.sim.events import ARRIVE, CYCLE, FINISH, GROW, IDLE, JOIN, RETRY
+from aisched.sim.events import ARRIVE, CYCLE, DEMOTE, FINISH, GROW, IDLE, JOIN, RETRY
 from aisched.sim.pools import NodePools
 from aisched.sim.results import (
     Estimate,
@@ -263,6 +269,8 @@ class _Engine(NodePools):
                 self.cycle_at = None
                 if self.dirty:
                     self._cycle(now)
+            elif kind == DEMOTE:
+                self._demote(job_id, attempt, now)
             elif kind == JOIN:
                 self._join(job_id, now)
             elif kind == IDLE:
@@ -592,6 +600,22 @@ class _Engine(NodePools):
             self.held.take(view)
         except HoldingError as e:
             raise SimulationError(f"t={now}: {e}") from e
+        demoted = demotion_at(self.policy, view, now)
+        if demoted is not None:
+            self._push(demoted, DEMOTE, job_id, st.attempt)
+
+    def _demote(self, job_id: str, attempt: int, now: float) -> None:
+        """A running job's rank dropped (its attained service crossed a threshold): the jobs
+        waiting may now preempt it, so a cycle re-ranks them at this instant; and the next
+        threshold gets its own timer."""
+        st = self.running.get(job_id)
+        if st is None or st.attempt != attempt:
+            return  # that attempt has ended
+        self._changed(now)
+        view = self.held.views[job_id]
+        demoted = demotion_at(self.policy, view, now)
+        if demoted is not None:
+            self._push(demoted, DEMOTE, job_id, attempt)
 
     def _speed(self, tasks: tuple[TaskBinding, ...]) -> float:
         """The attempt's speed: that of the slowest GPU model it runs on (1.0 without a
