@@ -45,8 +45,9 @@ then, so a waiting job may preempt it at that instant. Applying a cycle's own de
 not call for another cycle. A cycle that could decide nothing is skipped (coalesced with the
 next): under a policy that only places (`core.cycle.only_places`), when no capacity was given
 back since the last cycle and every job new to it is of a shape that failed since, in a queue
-no limit governs (`_settled`); its decisions would be none, so the log is the same. A job whose first cycle says it can never fit the
-cluster (`NEVER_FITS`) is rejected and leaves the pending set; it is logged and counted.
+no limit governs (`_settled`); its decisions would be none, so the log is the same. A job
+whose first cycle says it can never fit the cluster (`NEVER_FITS`) is rejected and leaves
+the pending set; it is logged and counted.
 
 Elastic jobs: a `Shrink` is applied like a preemption that restarts at once: the attempt keeps
 the work up to its last checkpoint, gives up the tasks it does not keep, and a new attempt starts
