@@ -26,7 +26,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _report import write_section  # noqa: E402
-from _service import free_port, start_service  # noqa: E402
+from _service import admin_headers, free_port, start_service  # noqa: E402
 
 AISCHED = str(Path(sys.executable).with_name("aisched"))
 
@@ -65,14 +65,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         home, port = Path(tmp), free_port()
         proc = start_service(home, port, ["--gpus", "1", "--cpus", "1"], timeout_s=60)
-        http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
+        # Over TCP every request needs a token (the CLI reads it from AISCHED_TOKEN).
+        headers = admin_headers(home)
+        http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60, headers=headers)
         # One job holds the only GPU, so the rest stay pending and `jobs` lists them all.
         doc = {"command": ["sleep", "3600"], "resources": {"gpus": 1}, "workdir": "/"}
         blocker = http.post("/v1/jobs", json=doc).json()["id"]
         try:
             for _ in range(args.pending):
                 http.post("/v1/jobs", json={**doc, "command": ["true"]}).raise_for_status()
-            rows = measure(args.runs, {**os.environ, "AISCHED_SERVER": str(http.base_url)})
+            token = headers["Authorization"].removeprefix("Bearer ")
+            env = {**os.environ, "AISCHED_SERVER": str(http.base_url), "AISCHED_TOKEN": token}
+            rows = measure(args.runs, env)
         finally:
             # The blocker's task outlives the service by design (a restarted service adopts
             # it): cancel it and let it end before the service stops.

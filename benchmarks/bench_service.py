@@ -14,12 +14,18 @@ it over HTTP, as the CLI does.
    submission path and cycles over a growing queue), and jobs that start at once (`true`), so
    launching competes with submitting for the same 2 cores.
 
+3. A long queue (issue 16): `--queued` jobs waiting in all (the burst's and more), then the
+   latency of `--queued-latency-jobs` tiny jobs that can run beside them, then one bulk cancel
+   (`POST /v1/jobs/cancel`, what `aisched cancel --state pending` sends) of every waiting job,
+   timed from the request to its answer (the loop has cancelled and stored them all by then).
+
 Prints the figures (medians, p99, rates) and writes them to docs/benchmarks.md.
 
 Also prints the service's CPU time per submission (from /proc), a figure less sensitive than
 rates to whatever else the machine is doing.
 
     python benchmarks/bench_service.py [--latency-jobs 200] [--burst-jobs 2000] [--clients 32]
+        [--queued 5000] [--queued-latency-jobs 50]
 """
 
 from __future__ import annotations
@@ -136,6 +142,8 @@ def main() -> None:
     ap.add_argument("--latency-jobs", type=int, default=200)
     ap.add_argument("--burst-jobs", type=int, default=2000)
     ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--queued", type=int, default=5000)
+    ap.add_argument("--queued-latency-jobs", type=int, default=50)
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs alone")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -167,8 +175,22 @@ def main() -> None:
                 cpu_wait = (cpu_s(proc.pid) - cpu0) / args.burst_jobs * 1000
                 print(f"burst of {args.burst_jobs} waiting jobs: {rate_wait:.0f} submissions/s "
                       f"(service CPU {cpu_wait:.2f} ms per submission)", flush=True)  # fmt: skip
-                for job_id in [*wait_ids, blocker]:
-                    http.post(f"/v1/jobs/{job_id}/cancel")
+                more = max(args.queued - len(wait_ids), 0)
+                if more:
+                    wait_ids += burst(port, more, args.clients, waiting, auth)[1]
+                lat_q = latency(http, args.queued_latency_jobs)
+                print(f"with {len(wait_ids)} pending: submit-to-running over "
+                      f"{args.queued_latency_jobs} tiny jobs: median {lat_q['median_ms']:.1f} ms, "
+                      f"p99 {lat_q['p99_ms']:.1f} ms", flush=True)  # fmt: skip
+                cpu0, t0 = cpu_s(proc.pid), time.perf_counter()
+                bulk = http.post("/v1/jobs/cancel", json={"state": "pending"}).json()
+                cancel_s = time.perf_counter() - t0
+                cancel_cpu = cpu_s(proc.pid) - cpu0
+                if bulk["count"] != len(wait_ids):
+                    raise SystemExit(f"bulk cancel took {bulk['count']} of {len(wait_ids)} jobs")
+                print(f"bulk cancel of {bulk['count']} pending jobs: {cancel_s:.2f} s "
+                      f"(service CPU {cancel_cpu:.2f} s)", flush=True)  # fmt: skip
+                http.post(f"/v1/jobs/{blocker}/cancel")
                 rate_run, run_ids = burst(port, args.burst_jobs, args.clients, TINY, auth)
                 print(f"burst of {args.burst_jobs} jobs that run at once: {rate_run:.0f} "
                       "submissions/s", flush=True)  # fmt: skip
@@ -197,6 +219,8 @@ tiny jobs (`true`), one at a time.
 | service CPU per submission (jobs that wait) | {cpu_wait:.2f} ms | |
 | submissions/s, {args.burst_jobs} jobs that start at once, {args.clients} clients | {rate_run:.0f} | |
 | time for all of those to run after the burst | {drain:.1f} s | |
+| with {bulk["count"]:,} pending: submit-to-running of a runnable job, median / p99 ({args.queued_latency_jobs} jobs) | {lat_q["median_ms"]:.1f} / {lat_q["p99_ms"]:.1f} ms | < 50 ms |
+| bulk cancel of those {bulk["count"]:,} (`POST /v1/jobs/cancel`), request to answer | {cancel_s:.2f} s (service CPU {cancel_cpu:.2f} s) | < 10 s |
 """
     if not args.no_write:
         write_section("service", body)

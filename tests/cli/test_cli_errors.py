@@ -37,6 +37,10 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str],
         (["--json", "simulate"], "error: --json: aisched simulate writes JSON to a file: give "
          "--json FILE after it (see aisched --help)"),
         (["submit", "-f", "a.yaml", "b.yaml"], "error: --follow: follows one job; give one file"),
+        (["cancel"], "error: cancel: give job IDs, or --all-mine, --queue Q or --state S"),
+        (["cancel", "7", "--all-mine"],
+         "error: cancel: give job IDs or --all-mine/--queue/--state, not both"),
+        (["cancel", "--state", "done"], None),
     ],
 )  # fmt: skip
 def test_a_bad_flag_is_one_error_line_and_status_2(

@@ -139,7 +139,15 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("cancel", help="cancel jobs (running ones get SIGTERM, then SIGKILL)")
     add_server_option(p)
-    p.add_argument("ids", nargs="+", metavar="ID")
+    p.add_argument("ids", nargs="*", metavar="ID")
+    bulk = p.add_argument_group(
+        "many at once",
+        "cancel every live job these name, in one request (an admin's take "
+        "every user's jobs unless --all-mine; a user's are always their own)",
+    )
+    bulk.add_argument("--all-mine", action="store_true", help="your own jobs")
+    bulk.add_argument("--queue", metavar="Q", help="jobs in queue Q")
+    bulk.add_argument("--state", choices=("pending", "running"), help="only jobs in this state")
     p.set_defaults(func=cmd_cancel)
 
 
@@ -534,7 +542,23 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
+    many = args.all_mine or args.queue is not None or args.state is not None
+    if many and args.ids:
+        raise CLIError("cancel: give job IDs or --all-mine/--queue/--state, not both")
+    if not many and not args.ids:
+        raise CLIError("cancel: give job IDs, or --all-mine, --queue Q or --state S")
     client = Client.from_args(args)
+    if many:
+        body = {"mine": args.all_mine, "queue": args.queue, "state": args.state}
+        out = client.request("POST", "/v1/jobs/cancel", json=body)
+        if args.json:
+            print(json.dumps(out, indent=2))
+        else:
+            print(
+                f"{out['count']} job(s): {out['cancelled']} cancelled, "
+                f"{out['stopping']} cancelling (tasks stopping)"
+            )
+        return 0
     results = []
     failed = None
     for job_id in args.ids:

@@ -8,15 +8,16 @@ simulator's validate mode) and a violation raises InvariantViolation.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
 from aisched.core.actions.enqueue import admission_refusal
 from aisched.core.decisions import Bind, Decision, Preempt, Reserve, Shrink
 from aisched.core.policy import Policy
-from aisched.core.session import Session
+from aisched.core.session import Session, ShapeBy
 from aisched.core.snapshot import PendingJob, Snapshot, usage_by_user
 from aisched.core.status import JobStatus, StatusCode
 from aisched.model.job import Job
@@ -43,6 +44,11 @@ class CycleResult:
     decisions: tuple[Decision, ...]
     diagnostics: Mapping[str, JobStatus]
     stats: CycleStats
+    # The job shapes (`Job.shape_id`) that did not fit, at capacity no smaller than what the
+    # cycle leaves free, when placement is judged per shape (empty otherwise). Until capacity
+    # is given back, a job of one of these shapes cannot fit either: the simulator skips a
+    # cycle that has only such jobs new to it, under a policy that only places (no preemption).
+    failed_shapes: frozenset[Hashable] = frozenset()
 
     @property
     def binds(self) -> tuple[Bind, ...]:
@@ -91,7 +97,11 @@ def run_cycle(
         placement_attempts=session.placement_attempts,
         shrunk=sum(isinstance(d, Shrink) for d in decisions),
     )
-    return CycleResult(decisions, diagnostics, stats)
+    failed: frozenset[Hashable] = frozenset()
+    if session.shape_by is ShapeBy.SHAPE:  # failure keys are (shape, mask key) pairs
+        keys = cast("Iterable[tuple[Hashable, Hashable]]", session.fail_cache)
+        failed = frozenset(shape for shape, mask in keys if mask is None)
+    return CycleResult(decisions, diagnostics, stats, failed)
 
 
 def never_runs(snapshot: Snapshot, policy: Policy, job: Job) -> str | None:
@@ -143,3 +153,17 @@ def _check(session: Session, action: str) -> None:
                 raise InvariantViolation(f"after {action}: {d.job_id} waits on a job not evicted")
     if bound & evicted:
         raise InvariantViolation(f"after {action}: a job bound and evicted in one cycle")
+
+
+def only_places(policy: Policy) -> bool:
+    """Whether the policy's cycles only place pending jobs: no preemption, reclaim, backfill,
+    shrinking or ETAs, no promotion of starving jobs, no queue depth. Its choices then depend
+    on no clock, and with no capacity given back a job whose shape failed fails again, so a
+    cycle with only such jobs new to it decides nothing (`CycleResult.failed_shapes`)."""
+    for action in policy.actions:
+        if action.name == "enqueue":
+            if getattr(action, "starving_after_s", 0.0) > 0:
+                return False
+        elif action.name != "allocate":
+            return False
+    return policy.queue_depth is None

@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import numpy.typing as npt
 
-from aisched.core.caps import node_caps
 from aisched.core.caps import room as app_room
 from aisched.core.decisions import TaskBinding
 from aisched.core.framework import all_filters, combined_score
+from aisched.core.session import ShapeBy
 from aisched.core.snapshot import BoolArray, FreeState, IntArray
 from aisched.model.cluster import TopologyLevel
 from aisched.model.job import Job, TopologyMode
@@ -144,11 +144,12 @@ def placement_shape(session: Session, job: Job) -> Hashable:
     """What a placement's outcome depends on besides the free state and the policy: the job's
     shape, or the job itself under a score that draws per job. Caches of placement outcomes
     (failures, never-fits, admission, victim searches) are keyed by it."""
-    if session.policy.per_job_placement:
-        return (job.shape_id, job.id)
-    if node_caps(session.arrays) is not None:  # a node's cap counts the job's app (core.caps)
+    by = session.shape_by  # decided once per cycle from the policy and the cluster
+    if by is ShapeBy.SHAPE:
+        return job.shape_id
+    if by is ShapeBy.APP:  # a node's cap counts the job's app (core.caps)
         return (job.shape_id, job.app)
-    return job.shape_id
+    return (job.shape_id, job.id)
 
 
 def known_failure(session: Session, job: Job, mask_key: Hashable = None) -> str | None:

@@ -139,7 +139,7 @@ def _fewest_releases(
     return int(first[0]) if first.size else None
 
 
-def _runs_into(session: Session, pj: PendingJob) -> list[Reservation]:
+def runs_into(session: Session, pj: PendingJob) -> list[Reservation]:
     """The reservations `pj` would still be running at: those whose start comes before its
     runtime bound (upper estimate first) ends; a job with no bound runs into every one."""
     bound = pj.runtime_bound_s
@@ -158,7 +158,7 @@ def place_beside(session: Session, pj: PendingJob) -> tuple[tuple[TaskBinding, .
        back).
     3. A placement found there is taken from the session's free state and from the headroom of
        each of those reservations, since it will still hold them at their start."""
-    blocked_by = _runs_into(session, pj)
+    blocked_by = runs_into(session, pj)
     if not blocked_by:
         st = Statement(session)
         placed = place_job(session, st, pj.job)
@@ -217,9 +217,9 @@ def _guarded_free(free: FreeState, blocked_by: list[Reservation]) -> FreeState:
 
 def allowed_nodes(session: Session, pj: PendingJob) -> tuple[BoolArray | None, tuple[str, ...]]:
     """Nodes `pj` may use without delaying a reservation: all but those of reservations it would
-    run into (`_runs_into`). Also the ids of those reservations (a cache key). Preemption uses
+    run into (`runs_into`). Also the ids of those reservations (a cache key). Preemption uses
     it: a job kept waiting beside a reservation makes room off its nodes only."""
-    blocked_by = _runs_into(session, pj)
+    blocked_by = runs_into(session, pj)
     if not blocked_by:
         return None, ()
     if len(blocked_by) == 1:  # the common case, asked for every later job: one shared mask

@@ -6,13 +6,15 @@ A session is created by `run_cycle` and dropped at its end; nothing outside the 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from enum import Enum
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from aisched.core.caps import node_caps
 from aisched.core.decisions import Bind, Decision, Preempt, Reserve, Shrink, TaskBinding
 from aisched.core.snapshot import (
     ZERO,
@@ -34,6 +36,14 @@ from aisched.model.resources import Resources
 
 if TYPE_CHECKING:  # the policy builds actions, which import from here at run time
     from aisched.core.policy import Policy
+
+
+class ShapeBy(Enum):
+    """What a cycle's placement caches are keyed by (`placement.placement_shape`)."""
+
+    SHAPE = "shape"  # the job's shape alone
+    APP = "app"  # its shape and app: a node's cap counts the app's instances (`core.caps`)
+    JOB = "job"  # the job itself: a score draws per job
 
 
 def usage_vector(r: Resources) -> Usage:
@@ -93,6 +103,15 @@ class Session:
         self.blocked: list[PendingJob] = []
         # Jobs admitted by enqueue, in scheduling order (before fair-share interleaving).
         self.candidates: list[PendingJob] = []
+        # Their placement shapes, position for position, when enqueue kept them (None when it
+        # reordered the candidates, e.g. promoting starving jobs).
+        self.candidate_shapes: list[Hashable] | None = None
+        # The one queue every candidate is in, when enqueue knows there is one.
+        self.candidate_queue: str | None = None
+        # True when `blocked` is the candidates less those placed, in candidate order; then
+        # `blocked_shapes` are their shapes, position for position.
+        self.blocked_in_order = False
+        self.blocked_shapes: list[Hashable] | None = None
         # How many candidates at the head were promoted for starving: allocate takes them first.
         self.promoted = 0
         self.fail_cache: dict[object, str] = {}
@@ -103,6 +122,16 @@ class Session:
         # True while a what-if imagines the empty cluster (`placement.never_fits`): per-node
         # caps on an app's instances then count no running task (`core.caps`).
         self.imagine_empty = False
+        # What a placement's outcome depends on besides the free state (`placement_shape`):
+        # fixed for the cycle, so decided once here rather than on every one of the
+        # thousands of calls a long queue makes.
+        self.shape_by: ShapeBy = (
+            ShapeBy.JOB
+            if policy.per_job_placement
+            else ShapeBy.APP
+            if node_caps(self.arrays) is not None
+            else ShapeBy.SHAPE
+        )
         by_user = snapshot.usage if snapshot.usage is not None else usage_by_user(snapshot.running)
         for (queue, user), vec in by_user.items():
             self._add(queue, user, vec, 1.0)

@@ -31,6 +31,7 @@ from aisched.service import leader_gate
 from aisched.service.app import Service
 from aisched.service.dashboard import dashboard_router
 from aisched.service.limits import BodyLimit
+from aisched.service.routes.bulk import bulk_router
 from aisched.service.routes.cluster import cluster_router
 from aisched.service.routes.common import MAX_BODY, problem
 from aisched.service.routes.jobs import jobs_router
@@ -70,6 +71,7 @@ def create_app(svc: Service) -> FastAPI:
 
     app.include_router(dashboard_router(svc))  # the page at /, its JSON at /v1/dashboard
     app.include_router(system_router(svc))  # healthz, readyz, info, openapi.json, /metrics
+    app.include_router(bulk_router(svc))  # POST /v1/jobs/cancel: many jobs at once
     app.include_router(jobs_router(svc))
     app.include_router(services_router(svc))
     app.include_router(logs_router(svc))

@@ -305,11 +305,16 @@ class Commands(Intents):
                     Rejected(f"job {cmd.job_id} has already ended ({row['state']})", 409)
                 )
             return
+        state = self._cancel_live(lj, batch, now)
+        batch.after.append(lambda: cmd.future.set_result(state))
+
+    def _cancel_live(self, lj: LiveJob, batch: Batch, now: float) -> str:
+        """Cancel a live job: a pending one (or a service) ends at once, a running one is
+        stopped first. Returns its state after this (cancelled, or running while it stops)."""
         if lj.job.kind == JobKind.SERVICE:
             self._scale_to(lj, 0, "the service is cancelled", batch, now)
             self._finish(lj, JobState.CANCELLED, batch, now, "cancelled; its replicas are stopping")
-            batch.after.append(lambda: cmd.future.set_result(JobState.CANCELLED.value))
-            return
+            return JobState.CANCELLED.value
         if lj.state == JobState.RUNNING:
             if lj.stopping != Stop.CANCEL:
                 lj.stopping = Stop.CANCEL
@@ -317,7 +322,6 @@ class Commands(Intents):
                 batch.job(lj.id, stopping=Stop.CANCEL.value)
                 batch.event(now, lj.id, "cancelling", "cancel requested: stopping its tasks")
                 self._stop_tasks(lj, batch)
-            batch.after.append(lambda: cmd.future.set_result(JobState.RUNNING.value))
-            return
+            return JobState.RUNNING.value
         self._finish(lj, JobState.CANCELLED, batch, now, "cancelled while pending")
-        batch.after.append(lambda: cmd.future.set_result(JobState.CANCELLED.value))
+        return JobState.CANCELLED.value

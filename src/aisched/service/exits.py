@@ -127,9 +127,8 @@ class Exits(Launches):
         """`victim` has stopped: what it freed is kept for a job whose wait for it goes on
         (`lifecycle.preemption.keep_freed`)."""
         going_on: dict[str, VictimWait] = {}
-        for other in self.jobs.values():
-            if victim not in other.waiting_for:
-                continue
+        for other_id in sorted(self.waiters.get(victim, ())):  # the reverse index: no scan
+            other = self.jobs[other_id]
             since = now if other.waiting_since is None else other.waiting_since
             was = VictimWait(other.waiting_for, since)
             goes_on = after_victims(
@@ -169,9 +168,10 @@ class Exits(Launches):
             not_before=None,
         )
         batch.event(now, lj.id, state.value, why)
-        for other in self.jobs.values():
-            if lj.id in other.waiting_for:
-                self.dirty = True
+        if self.waiters.get(lj.id):  # a bind waited for it: the next cycle may place that job
+            self.dirty = True
+        if lj.waiting_for:  # it ended while waiting on victims
+            self._set_waiting(lj, frozenset())
         for dependent in self.pipelines.on_end(lj.id, state, lj.job.name):
             waiting = self.jobs.get(dependent)
             if waiting is not None and waiting.state == JobState.PENDING:

@@ -118,7 +118,8 @@ class Intents(Exits):
         stopping = self._still_stopping
         wait = wait_for((*d.after, *blockers(d.tasks, self.held, stopping)), stopping, now)
         if wait is not None:
-            lj.waiting_for, lj.waiting_since = wait.victims, wait.since
+            self._set_waiting(lj, wait.victims)
+            lj.waiting_since = wait.since
             victims = ", ".join(sorted(wait.victims))
             self._write_status(
                 lj,
@@ -211,12 +212,12 @@ class Intents(Exits):
                     self.config.victim_wait_s,
                 )
                 if wait is None:  # placed afresh by the next cycle, with what was kept
-                    lj.waiting_for = frozenset()
+                    self._set_waiting(lj, frozenset())
                     lj.waiting_since = None
                     release_kept(self.held, lj.id)
                     self.dirty = True
                 else:
-                    lj.waiting_for = wait.victims
+                    self._set_waiting(lj, wait.victims)
 
     def _grow_elastic(self, now: float) -> None:
         """Nothing waits: restart elastic jobs that idle capacity could make larger. The stop

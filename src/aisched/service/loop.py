@@ -41,7 +41,9 @@ from collections.abc import Callable
 from aisched.lifecycle.attempts import time_limit_at
 from aisched.lifecycle.elastic import grow_at
 from aisched.model.states import JobState
+from aisched.service.bulk_cancel import BulkCancels
 from aisched.service.loop_types import (
+    BulkCancelCommand,
     LoopConfig,
     LoopStats,
     Rejected,
@@ -57,7 +59,7 @@ __all__ = ["LoopConfig", "LoopStats", "Rejected", "Scheduler"]
 log = logging.getLogger("aisched.loop")
 
 
-class Scheduler(Recovery):
+class Scheduler(Recovery, BulkCancels):
     """The control loop (see the module docstring); its parts are its base classes."""
 
     # Called (in the loop thread) when a write was refused because another instance leads
@@ -114,6 +116,8 @@ class Scheduler(Recovery):
                 self._on_submit_all(cmd, batch, now)
             elif isinstance(cmd, ScaleCommand):
                 self._on_scale(cmd, batch, now)
+            elif isinstance(cmd, BulkCancelCommand):
+                self._on_bulk_cancel(cmd, batch, now)
             else:
                 self._on_cancel(cmd, batch, now)
         for ev in self.executor.poll():

@@ -86,7 +86,25 @@ class CancelCommand:
     future: Future[str]
 
 
-Command = SubmitCommand | SubmitAllCommand | ScaleCommand | CancelCommand
+@dataclass(frozen=True, slots=True)
+class CancelSelection:
+    """Which live jobs a bulk cancel takes: those of `user` (None: every user's), in `queue`
+    (None: any), in `state` ("pending" or "running"; None: both). A service's replicas are
+    left to their service, which owns them."""
+
+    user: str | None = None
+    queue: str | None = None
+    state: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BulkCancelCommand:
+    selection: CancelSelection
+    # Each job taken, with its state after the command (cancelled, or running while it stops).
+    future: Future[list[tuple[str, str]]]
+
+
+Command = SubmitCommand | SubmitAllCommand | ScaleCommand | CancelCommand | BulkCancelCommand
 
 
 @dataclass(slots=True)

@@ -84,6 +84,10 @@ class SchedulerState:
         # Free capacity, usage and running views: the lifecycle's ledger (see `lifecycle`).
         self.held = Holdings(build_arrays(Cluster(self.nodes)))
         self.jobs: dict[str, LiveJob] = {}
+        # Who waits on whom: a victim's id -> the jobs whose bind waits for it to stop (the
+        # reverse of `LiveJob.waiting_for`, kept by `_set_waiting`), so a job's end looks up
+        # its waiters instead of scanning every live job.
+        self.waiters: dict[str, set[str]] = {}
         self.commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
         # Jobs held back until the jobs they depend on have ended (pipelines).
         self.pipelines = Pipelines(store)
@@ -198,6 +202,18 @@ class SchedulerState:
         view = self.held.give(lj.id)
         lj.attained_gpu_s = view.attained_at(now)
         lj.running_view = None
+
+    def _set_waiting(self, lj: LiveJob, victims: frozenset[str]) -> None:
+        """Make `lj` wait for `victims` (none: it waits no more), keeping `waiters` exact."""
+        for v in lj.waiting_for - victims:
+            mine = self.waiters.get(v)
+            if mine is not None:
+                mine.discard(lj.id)
+                if not mine:
+                    del self.waiters[v]
+        for v in victims - lj.waiting_for:
+            self.waiters.setdefault(v, set()).add(lj.id)
+        lj.waiting_for = victims
 
     def _write_status(self, lj: LiveJob, status: JobStatus, batch: Batch) -> None:
         eta = status.eta_s if status.eta_s is not None and math.isfinite(status.eta_s) else None

@@ -39,10 +39,15 @@ checkpoint, its start until the first one (the convention of the core's own bind
 
 When cycles run: only after something changed (an arrival or a finish) and only while some job
 is pending, since every decision serves a pending job. A policy whose choices drift with time
-alone (LAS) is therefore re-evaluated at the next event, not in between. Applying a cycle's own
-decisions does not call for another cycle. A job that can never fit the cluster at its largest
-is rejected when it arrives (`lifecycle.admission`, the live service's refusal at submission);
-it is logged and counted.
+alone is re-evaluated when they do: under 2D-LAS a running job's rank drops the instant its
+attained service crosses a threshold (`core.demotion`), and a `_DEMOTE` event runs a cycle
+then, so a waiting job may preempt it at that instant. Applying a cycle's own decisions does
+not call for another cycle. A cycle that could decide nothing is skipped (coalesced with the
+next): under a policy that only places (`core.cycle.only_places`), when no capacity was given
+back since the last cycle and every job new to it is of a shape that failed since, in a queue
+no limit governs (`_settled`); its decisions would be none, so the log is the same. A job
+that can never fit the cluster at its largest is rejected when it arrives
+(`lifecycle.admission`, the live service's refusal at submission); it is logged and counted.
 
 Preemption (`lifecycle.preemption`): with `victim_stop_s` 0 a victim stops at the instant it is
 preempted and the job it makes room for is bound in the same cycle. Otherwise the victim's
@@ -88,11 +93,13 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import replace
+from itertools import islice
 
-from aisched.core.cycle import InvariantViolation, run_cycle
+from aisched.core.cycle import InvariantViolation, only_places, run_cycle
 from aisched.core.decisions import Bind, Preempt, Reserve, Shrink, TaskBinding
+from aisched.core.demotion import demotion_at
 from aisched.core.dependencies import DependencyVerdict, check_dependencies
 from aisched.core.policy import Policy
 from aisched.core.snapshot import FreeState, PendingJob, RunningJob, Snapshot, build_arrays
@@ -125,7 +132,7 @@ from aisched.model.job import JobKind
 from aisched.model.queue import QueueTree
 from aisched.model.resources import GPU_MILLI_WHOLE
 from aisched.model.states import JobState
-from aisched.sim.events import ARRIVE, CYCLE, FINISH, GROW, IDLE, JOIN, RETRY
+from aisched.sim.events import ARRIVE, CYCLE, DEMOTE, FINISH, GROW, IDLE, JOIN, RETRY
 from aisched.sim.pools import NodePools
 from aisched.sim.results import (
     Estimate,
@@ -212,6 +219,13 @@ class _Engine(NodePools):
         self.seq = 0
         self.cycle_at: float | None = None
         self.dirty = False
+        # Cycle coalescing (`_settled`): under a policy that only places, the shapes that
+        # failed since capacity was last given back, and how many jobs were pending after the
+        # last cycle (pending only grows between cycles, so the jobs new to the next one are
+        # the last ones in `pending`). None: every cycle runs.
+        self.coalesce = only_places(policy) and not cluster.node_pools
+        self.settled: frozenset[Hashable] | None = None
+        self.pending_after_cycle = 0
         self.alloc_milli = 0
         self.log: list[LogEntry] = []
         self.timeline: list[Sample] = []
@@ -285,6 +299,8 @@ class _Engine(NodePools):
                 self.cycle_at = None
                 if self.dirty:
                     self._cycle(now)
+            elif kind == DEMOTE:
+                self._demote(job_id, attempt, now)
             elif kind == JOIN:
                 self._join(job_id, now)
             elif kind == IDLE:
@@ -547,6 +563,7 @@ class _Engine(NodePools):
         self.pending[st.job.id] = st.pending(self.config.restart_cost_s)
 
     def _release(self, st: SimJob, now: float) -> None:
+        self.settled = None  # capacity given back: a failed shape may fit now
         del self.running[st.job.id]
         self.stopping.pop(st.job.id, None)
         self.short_elastic.discard(st.job.id)
@@ -639,6 +656,22 @@ class _Engine(NodePools):
             self.held.take(view)
         except HoldingError as e:
             raise SimulationError(f"t={now}: {e}") from e
+        demoted = demotion_at(self.policy, view, now)
+        if demoted is not None:
+            self._push(demoted, DEMOTE, job_id, st.attempt)
+
+    def _demote(self, job_id: str, attempt: int, now: float) -> None:
+        """A running job's rank dropped (its attained service crossed a threshold): the jobs
+        waiting may now preempt it, so a cycle re-ranks them at this instant; and the next
+        threshold gets its own timer."""
+        st = self.running.get(job_id)
+        if st is None or st.attempt != attempt:
+            return  # that attempt has ended
+        self._changed(now)
+        view = self.held.views[job_id]
+        demoted = demotion_at(self.policy, view, now)
+        if demoted is not None:
+            self._push(demoted, DEMOTE, job_id, attempt)
 
     def _speed(self, tasks: tuple[TaskBinding, ...]) -> float:
         """The attempt's speed: that of the slowest GPU model it runs on (1.0 without a
@@ -771,6 +804,9 @@ class _Engine(NodePools):
         self.dirty = False
         if not self.pending:
             return
+        if self._settled():
+            self.pending_after_cycle = len(self.pending)
+            return
         if self.membership_dirty:
             self._rebuild()
         snapshot = self.held.snapshot(self.queues)
@@ -814,8 +850,31 @@ class _Engine(NodePools):
         if self.pools:
             self._scale_up(now, diagnostics)
         self._grow_if_idle(now)  # the cycle placed every job: idle capacity may grow one
+        if self.coalesce:
+            settled = self.settled if self.settled is not None else frozenset()
+            self.settled = settled | result.failed_shapes
+            self.pending_after_cycle = len(self.pending)
         # A requeued victim is pending again: if the cycle left it there, it waits for the next
         # change like any other job; it does not force a second cycle at the same instant.
+
+    def _settled(self) -> bool:
+        """Whether the coming cycle would decide nothing, so it is skipped (coalesced with
+        the next): the policy only places, no capacity was given back since the last cycle,
+        and every job new to it is of a shape that failed since, in a queue no limit governs
+        (so it is admitted and its queue lets it start; only room could stop it, and there
+        is none). Jobs it skips stay `fresh` for the next cycle that runs."""
+        settled = self.settled
+        if settled is None:
+            return False
+        new = len(self.pending) - self.pending_after_cycle
+        if new < 0:
+            return False
+        ungoverned = self.queues.ungoverned
+        for pj in islice(reversed(self.pending.values()), new):
+            job = pj.job
+            if job.shape_id not in settled or job.queue not in ungoverned:
+                return False
+        return True
 
     # --- validate mode ----------------------------------------------------------------------
 

@@ -10,11 +10,14 @@ job, so a large gang cannot be starved by a stream of small ones); later ones wa
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from aisched.core.placement import placement_shape
 from aisched.core.queues import queue_blocks
-from aisched.core.reservation import HELD, place_beside, reserve_for
+from aisched.core.reservation import HELD, place_beside, reserve_for, runs_into
+from aisched.core.snapshot import PendingJob
 from aisched.core.status import StatusCode
 
 if TYPE_CHECKING:
@@ -31,6 +34,11 @@ class Backfill:
             raise ValueError("reservations must be 0 or more")
 
     def execute(self, session: Session) -> None:
+        # Failures by (shape, reservations run into), once every reservation is held: nothing
+        # is given back in backfill, so a job of the same shape that runs into the same
+        # reservations fails for the same reason, and is answered without a placement (a
+        # long queue is then a dictionary lookup per job, not a search).
+        failed: dict[tuple[Hashable, tuple[str, ...]], tuple[str, bool]] = {}
         for pj in list(session.blocked):
             status = session.statuses.get(pj.id)
             if status is not None and status.code.is_placed:
@@ -39,6 +47,14 @@ class Backfill:
             if reason is not None:
                 session.set_status(pj.id, StatusCode.WAIT_QUEUE, reason)
                 continue
+            key = None
+            if len(session.reservations) >= self.reservations:
+                into = tuple(r.job_id for r in runs_into(session, pj))
+                key = (placement_shape(session, pj.job), into)
+                hit = failed.get(key)
+                if hit is not None:
+                    self._wait(session, pj, *hit)
+                    continue
             res, beside = place_beside(session, pj)
             if not isinstance(res, str):
                 session.bind(pj, res)
@@ -47,5 +63,11 @@ class Backfill:
                 continue
             if len(session.reservations) < self.reservations and reserve_for(session, pj):
                 continue
-            code = StatusCode.WAIT_RESERVATION if beside else StatusCode.WAIT_RESOURCES
-            session.set_status(pj.id, code, f"{res}{HELD}" if beside else res)
+            if key is not None:
+                failed[key] = (res, beside)
+            self._wait(session, pj, res, beside)
+
+    @staticmethod
+    def _wait(session: Session, pj: PendingJob, res: str, beside: bool) -> None:
+        code = StatusCode.WAIT_RESERVATION if beside else StatusCode.WAIT_RESOURCES
+        session.set_status_cached(pj.id, code, f"{res}{HELD}" if beside else res)

@@ -13,10 +13,13 @@ the running work in its way to end, however many short jobs keep arriving.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
-from aisched.core.framework import order_key
+from aisched.core.admitted import AdmittedOrder, Member
+from aisched.core.framework import JobOrder, order_key
 from aisched.core.placement import never_fits, placement_shape
 from aisched.core.queues import exceeds_limit_alone
 from aisched.core.snapshot import PendingJob
@@ -25,8 +28,6 @@ from aisched.model.job import Job
 
 if TYPE_CHECKING:
     from aisched.core.session import Session
-
-MEMO_LIMIT = 500_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,57 +41,71 @@ class Enqueue:
             raise ValueError("starving_after_s must be 0 (off) or more")
 
     def execute(self, session: Session) -> None:
-        admitted: list[tuple[tuple[float | str, ...], PendingJob]] = []
         order = session.policy.order
-        # A pending job's order key and admission depend only on it, the policy and the queue
-        # tree, so they are memoised by the (immutable) PendingJob object across cycles.
-        # The memo holds the objects whose ids it is keyed by, so no id can be reused meanwhile.
-        slot_key = ("enqueue", id(order), id(session.queues))
-        slot = session.arrays.memo.get(slot_key)
-        if slot is None or len(slot[2]) > MEMO_LIMIT:  # type: ignore[index]
-            slot = session.arrays.memo[slot_key] = (order, session.queues, {})
-        memo: dict[int, tuple[PendingJob, tuple[float | str, ...], str | None]] = slot[2]  # type: ignore[index]
-        for pj in session.pending:
-            hit = memo.get(id(pj))
-            if hit is not None and hit[0] is pj:
-                _, key, reason = hit
-            else:
-                job = pj.job
-                reason = admission_refusal(session, job)
-                key = order_key(order, job, pj.attained_gpu_s, pj.estimate_s)
-                memo[id(pj)] = (pj, key, reason)
-            if reason is not None:
-                session.set_status_cached(pj.id, StatusCode.NEVER_FITS, reason)
-            else:
-                admitted.append((key, pj))
-        admitted.sort(key=lambda kv: kv[0])
+        kept = _kept_order(session)
+        kept.update(session.pending, partial(_judge, session, order))
+        if kept.refused:  # statuses in pending order, as a sort of the whole queue sets them
+            refused = kept.refused
+            for pj in session.pending:
+                m = refused.get(id(pj))
+                if m is not None and m.refusal is not None:
+                    session.set_status_cached(pj.id, StatusCode.NEVER_FITS, m.refusal)
+        admitted = list(kept.jobs)
+        shapes: list[Hashable] | None = list(kept.shapes)
         if self.starving_after_s > 0 and admitted:
             admitted = self._promote_starving(session, admitted)
+            if session.promoted:
+                shapes = None  # reordered: allocate takes the shapes from the jobs
         depth = session.policy.queue_depth
         if depth is not None and len(admitted) > depth:
-            for _, pj in admitted[depth:]:
+            for pj in admitted[depth:]:
                 session.set_status(
                     pj.id, StatusCode.NOT_CONSIDERED, f"beyond the queue depth of {depth}"
                 )
             del admitted[depth:]
-        session.candidates.extend(pj for _, pj in admitted)
+            if shapes is not None:
+                del shapes[depth:]
+        session.candidates.extend(admitted)
+        session.candidate_shapes = shapes
+        session.candidate_queue = kept.only_queue
 
-    def _promote_starving(
-        self, session: Session, admitted: list[tuple[tuple[float | str, ...], PendingJob]]
-    ) -> list[tuple[tuple[float | str, ...], PendingJob]]:
+    def _promote_starving(self, session: Session, admitted: list[PendingJob]) -> list[PendingJob]:
         cutoff = session.now - self.starving_after_s
         least = self.starving_min_gpus
         starving = [
-            kv
-            for kv in admitted
-            if kv[1].job.submit_time_s <= cutoff and kv[1].job.num_gpus >= least
+            pj for pj in admitted if pj.job.submit_time_s <= cutoff and pj.job.num_gpus >= least
         ]
         if not starving:
             return admitted
-        starving.sort(key=lambda kv: kv[1].job.tie_break)
-        moved = {id(kv[1]) for kv in starving}
+        starving.sort(key=lambda pj: pj.job.tie_break)
+        moved = {id(pj) for pj in starving}
         session.promoted = len(starving)
-        return starving + [kv for kv in admitted if id(kv[1]) not in moved]
+        return starving + [pj for pj in admitted if id(pj) not in moved]
+
+
+def _kept_order(session: Session) -> AdmittedOrder:
+    """The admitted order kept for this policy and queue tree on this cluster."""
+    policy, queues = session.policy, session.queues
+    slot_key = ("admitted-order", id(policy), id(queues))
+    kept = session.arrays.memo.get(slot_key)
+    if (
+        not isinstance(kept, AdmittedOrder)
+        or kept.owner[0] is not policy
+        or kept.owner[1] is not queues
+    ):
+        kept = AdmittedOrder((policy, queues))
+        session.arrays.memo[slot_key] = kept
+    return kept
+
+
+def _judge(session: Session, order: tuple[JobOrder, ...], pj: PendingJob) -> Member:
+    job = pj.job
+    return Member(
+        pj,
+        order_key(order, job, pj.attained_gpu_s, pj.estimate_s),
+        admission_refusal(session, job),
+        placement_shape(session, job),
+    )
 
 
 def admission_refusal(session: Session, job: Job) -> str | None:

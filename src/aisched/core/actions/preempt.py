@@ -72,13 +72,18 @@ def _run(
     shrinkable: Eligible,
     why: str,
     stable: bool,
+    shapes: list[Hashable] | None = None,
 ) -> None:
     """Preempt for each blocked job in turn. `shrinkable(pj, r)`: whether the running elastic
     job `r` may give up its surplus tasks for `pj`; such shrinking is tried before any
     eviction, so a job is evicted only when shrinking all that may be shrunk is not enough.
     `stable`: whether a running job stays eligible after others are evicted (true for
     rank-based preemption, false for reclaim, where eviction changes which queues are
-    borrowing)."""
+    borrowing). `shapes`: the blocked jobs' shapes, position for position, given when the
+    blocked jobs come in order of rank, all in one group, with no reservation: a job whose
+    shape has failed at a rank no higher than its own would find no room either, so it is
+    passed over at the cost of a set lookup, and once every shape has failed the walk stops
+    (work then grows with what preemption tries, not with the queue)."""
     # (shape, group) -> the lowest rank that found no room this cycle: a job of the same shape
     # and group and no lower rank may evict no more, so it finds none either, until some
     # preemption changes the state. Blocked jobs come in order, so with a rank that follows the
@@ -93,7 +98,16 @@ def _run(
     # Elastic jobs with tasks above their minimum, in victim-preference order (from `pool`).
     elastic: list[RunningJob] = []
     shrink_by: dict[Hashable, list[RunningJob]] = {}
-    for pj in list(session.blocked):
+    # The shapes not yet failed, while stopping early can be judged (see `shapes`).
+    if session.reservations:
+        shapes = None
+    unsettled = set(shapes) if shapes is not None else None
+    for i, pj in enumerate(list(session.blocked)):
+        if unsettled is not None and not elastic and pool is not None:
+            if not unsettled:
+                break
+            if shapes[i] not in unsettled:  # type: ignore[index]
+                continue
         status = session.statuses.get(pj.id)
         if status is None or status.code not in _MAY_EVICT:
             continue
@@ -131,14 +145,21 @@ def _run(
             shrinks = got
         if not cands and not shrinks:
             failed[memo_key] = rank
+            if unsettled is not None and not elastic:  # keyed by shape alone, then
+                unsettled.discard(memo_key[0])
             continue
         # Surplus tasks first, whole jobs after: nobody is evicted while shrinking would do.
         cuts = [c for r in shrinks for c in _surplus_cuts(r)] + [Cut(r) for r in cands]
         room = find_room(session, pj.job, cuts, allowed, mask_key or None)
         if room is None:
             failed[memo_key] = rank
+            if unsettled is not None and not elastic:  # keyed by shape alone, then
+                unsettled.discard(memo_key[0])
             continue
         failed.clear()
+        if unsettled is not None and shapes is not None:
+            unsettled = set(shapes)
+        session.blocked_in_order = False  # no longer the candidates less the placed
         gone = {v.id for v in room.evicted} | {r.id for r, _ in room.shrunk}
         pool = [r for r in pool if r.id not in gone]
         elastic = [r for r in elastic if r.id not in gone]
@@ -217,7 +238,12 @@ class Preempt:
                 return False
             return r.job.priority <= p.job.priority
 
-        _run(session, eligible_for, shrinkable, "preempted", stable=True)
+        # Blocked jobs in candidate order (`in_order`) come in order of the first order key,
+        # which is the rank under `by: order`: the walk may stop once every shape has failed.
+        shapes = None
+        if not by_priority and self.scope == "cluster" and session.blocked_in_order:
+            shapes = session.blocked_shapes
+        _run(session, eligible_for, shrinkable, "preempted", stable=True, shapes=shapes)
 
 
 @dataclass(frozen=True, slots=True)

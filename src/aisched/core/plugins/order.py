@@ -55,6 +55,12 @@ class Las:
     def key(self, job: Job, attained_gpu_s: float, estimate_s: float | None) -> float:
         return float(bisect.bisect_right(self.thresholds_gpu_s, attained_gpu_s))
 
+    def next_change_gpu_s(self, attained_gpu_s: float) -> float | None:
+        """The attained GPU-seconds at which the key next changes (the next threshold), or
+        None in the last queue: a running job is demoted when it gets there."""
+        i = bisect.bisect_right(self.thresholds_gpu_s, attained_gpu_s)
+        return self.thresholds_gpu_s[i] if i < len(self.thresholds_gpu_s) else None
+
 
 @dataclass(frozen=True, slots=True)
 class ShortestFirst:
