@@ -27,7 +27,7 @@ from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from aisched.model.cluster import Node
-from aisched.model.job import ContainerSpec, Job
+from aisched.model.job import ContainerSpec
 
 # JSON-serialisable; the service stores it with the task and hands it back to `adopt`.
 HandleData = dict[str, Any]
@@ -74,8 +74,7 @@ class TaskLaunch:
     gpu_mem_mib: int = 0
     gpu_milli: int = 1000
     user: str | None = None
-    # Run in this image instead of on the host (None: on the host, or as the executor's job
-    # lookup says; see LocalExecutor.set_job_lookup).
+    # Run in this image instead of on the host (None: on the host).
     container: ContainerSpec | None = None
 
     @property
@@ -194,14 +193,6 @@ class NodeAddresses(Protocol):
     MASTER_ADDR is the address of its rank 0's node (not the scheduler's)."""
 
     def node_address(self, node: str) -> str | None: ...
-
-
-@runtime_checkable
-class JobLookup(Protocol):
-    """An executor that reads a task's job (its image, its submitter) from the service's live
-    jobs, for what the launch request does not carry."""
-
-    def set_job_lookup(self, lookup: Callable[[str], Job | None]) -> None: ...
 
 
 def master_addr_for(executor: object, node: str, default: str) -> str:

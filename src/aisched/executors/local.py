@@ -75,7 +75,7 @@ from aisched.executors.gpu_watchdog import (
 )
 from aisched.executors.runas import account, account_env
 from aisched.model.cluster import Node
-from aisched.model.job import ContainerSpec, Job
+from aisched.model.job import ContainerSpec
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +188,6 @@ class LocalExecutor:
         self._engine_wanted = (container_runtime, oci_runtime, image_pull, container_pids_limit)
         self._engine: ctr.Engine | None = None
         self._engine_error: str | None = None
-        self._job_lookup: Callable[[str], Job | None] | None = None
         # Names this executor's containers, so that two schedulers never touch each other's.
         self._instance = _instance_id(self._state)
 
@@ -226,7 +225,7 @@ class LocalExecutor:
             )
         if not req.command or not req.command[0]:
             raise LaunchError(f"task {_show(key)}: command: empty")
-        spec, owner = self._container_of(req)
+        spec, owner = req.container, req.user
         for field, value in (
             ("attempt", req.attempt),
             ("milli_cpu", req.milli_cpu),
@@ -470,11 +469,6 @@ class LocalExecutor:
 
     # --- containers ----------------------------------------------------------------------
 
-    def set_job_lookup(self, lookup: Callable[[str], Job | None]) -> None:
-        """Where `launch` finds a task's job (its image, its user) when the request does not
-        carry the container itself. Called once, by the service, before the first launch."""
-        self._job_lookup = lookup
-
     def container_name(self, key: TaskKey) -> str:
         """The engine's name of the task's container (if it runs in one)."""
         return ctr.container_name(self._instance, *key)
@@ -513,21 +507,6 @@ class LocalExecutor:
                     continue
             log.info("removing container %s: no supervisor looks after it", name)
             ctr.remove_container(engine.binary, name)
-
-    def _container_of(self, req: TaskLaunch) -> tuple[ContainerSpec | None, str | None]:
-        """The task's container settings and the submitting user's name, from the request,
-        else from its job."""
-        job = self._job_lookup(req.job_id) if self._job_lookup is not None else None
-        owner = job.user if job is not None else None
-        if req.container is not None:
-            return req.container, owner
-        if job is None:
-            return None, None
-        group = req.task.rsplit("-", 1)[0]
-        for g in job.groups:
-            if g.name == group:
-                return g.container, owner
-        return None, owner
 
     def _container_launch(
         self,

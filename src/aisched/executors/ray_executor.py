@@ -62,7 +62,7 @@ from aisched.executors.ray_nodes import RayNode, nodes_from_ray
 from aisched.executors.ray_task import MakeWatchdog, TaskRunner
 from aisched.executors.supervisor import LOG_MAX_BYTES, LOG_MAX_FILES
 from aisched.model.cluster import Node
-from aisched.model.job import ContainerSpec, Job
+from aisched.model.job import ContainerSpec
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +183,6 @@ class RayExecutor:
         self._events: list[TaskExited] = []
         self._wakeup: Callable[[], None] | None = None
         self._closed = threading.Event()
-        self._job_lookup: Callable[[str], Job | None] | None = None
         self._ray_nodes: dict[str, RayNode] = {}
         self._nodes: tuple[Node, ...] = ()
         self._refresh_nodes()
@@ -212,20 +211,6 @@ class RayExecutor:
     def nodes(self) -> Sequence[Node]:
         return self._nodes
 
-    def set_job_lookup(self, lookup: Callable[[str], Job | None]) -> None:
-        self._job_lookup = lookup
-
-    def _container_of(self, req: TaskLaunch) -> ContainerSpec | None:
-        """The task's image and its settings: from the request, else from its job."""
-        if req.container is not None:
-            return req.container
-        job = self._job_lookup(req.job_id) if self._job_lookup is not None else None
-        group = req.task.rsplit("-", 1)[0]
-        for g in job.groups if job is not None else ():
-            if g.name == group:
-                return g.container
-        return None
-
     def node_address(self, node: str) -> str | None:
         """The IP of `node` (MASTER_ADDR for a gang whose rank 0 runs there)."""
         rn = self._ray_nodes.get(node)
@@ -240,7 +225,7 @@ class RayExecutor:
             raise LaunchError(f"task {_show(key)}: node {req.node!r} is not in the Ray cluster")
         if not req.command or not req.command[0]:
             raise LaunchError(f"task {_show(key)}: command: empty")
-        container = self._container_of(req)
+        container = req.container
         with self._lock:
             if key in self._tracked:
                 raise LaunchError(f"task {_show(key)} is already running")
