@@ -535,6 +535,11 @@ class LocalExecutor:
                         f"{v.host_path}, so its job may not mount it"
                     )
         tools: dict[str, str] = {}
+        if spec.bandwidth_bit_s is not None and engine.rootless:
+            raise LaunchError(
+                f"task {_show(key)}: bandwidth: needs a rootful engine (rootless podman may "
+                "not change a container's traffic control)"
+            )
         if spec.bandwidth_bit_s is not None and engine.name != "podman":
             raise LaunchError(
                 f"task {_show(key)}: bandwidth: needs podman ({engine.name} cannot set up a "
@@ -584,7 +589,11 @@ class LocalExecutor:
                 "create": create,
                 "start": ctr.start_args(engine, name),
                 "engine_env": _engine_env(),
-                "cgroup_version": engine.cgroup_version,
+                # "none": no cgroup of its own, nothing to watch for its OOM kills.
+                "cgroup_version": engine.cgroup_version if engine.cgroup_limits else "none",
+                "pin_cores": [] if engine.cgroup_limits else list(cores),
+                "rlimit_data": 0 if engine.cgroup_limits else req.mem_limit_mib << 20,
+                "notice": ctr.unapplied_limits(t, engine),
                 "bandwidth_bit_s": spec.bandwidth_bit_s,
                 "network": spec.network.value,
                 # Made (as the user's, when it runs as one) before the container is created.
