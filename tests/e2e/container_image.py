@@ -78,15 +78,16 @@ def _text(tar: tarfile.TarFile, dst: str, text: str) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
-def build_test_image(as_user: Sequence[str] = ()) -> str:
-    """The image's name, built (once per content) and imported into podman: root's, or with
-    `as_user` (a command prefix that runs podman as another user) that user's own store."""
+def build_test_image(as_user: Sequence[str] = (), engine: Sequence[str] = ("podman",)) -> str:
+    """The image's name, built (once per content) and imported into the engine (podman, or
+    `engine`: a docker command line with its daemon's socket): root's, or with `as_user` (a
+    command prefix that runs podman as another user) that user's own store."""
     busybox = Path(shutil.which("busybox") or "/bin/busybox").resolve()
     python = _python()
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     key = hashlib.sha256(f"{busybox.stat().st_size}{python}{stdlib}{MARKER_TEXT}v1".encode())
     name = f"localhost/aisched-test:{key.hexdigest()[:12]}"
-    exists = [*as_user, "podman", "image", "exists", name]
+    exists = [*as_user, *engine, "image", "inspect", "--format", "{{.Id}}", name]
     if subprocess.run(exists, check=False, capture_output=True).returncode == 0:
         return name
     with tempfile.TemporaryDirectory() as tmp:
@@ -94,7 +95,7 @@ def build_test_image(as_user: Sequence[str] = ()) -> str:
         path = Path(tmp) / "rootfs.tar"
         write_rootfs(path, busybox, python, stdlib)
         path.chmod(0o644)
-        argv = [*as_user, "podman", "import", str(path), name]
+        argv = [*as_user, *engine, "import", str(path), name]
         subprocess.run(argv, check=True, capture_output=True, cwd=tmp)
     return name
 
