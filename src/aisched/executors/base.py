@@ -195,6 +195,16 @@ class NodeAddresses(Protocol):
     def node_address(self, node: str) -> str | None: ...
 
 
+@runtime_checkable
+class GangLauncher(Protocol):
+    """An executor that starts the tasks launched together (one attempt's gang) in one step,
+    e.g. reserving them together (Ray: one placement group). `launch_gang` answers each
+    request as `launch` would, in order: a handle, or the LaunchError `launch` would raise.
+    It starts all of them or none (then every answer is a LaunchError)."""
+
+    def launch_gang(self, reqs: Sequence[TaskLaunch]) -> list[TaskHandle | LaunchError]: ...
+
+
 def master_addr_for(executor: object, node: str, default: str) -> str:
     """MASTER_ADDR for a gang whose rank 0 runs on `node`."""
     if isinstance(executor, NodeAddresses):

@@ -1,12 +1,19 @@
-"""The Ray executor: each task runs on the Ray node the core chose, as a process of a Ray actor.
+"""The Ray executor: each task runs on the Ray node the core chose, as a process started by
+that node's agent.
 
-aisched's core decides placement; this executor carries it out exactly. Every task becomes one
-detached, named actor (`TaskRunner`, see `ray_task.py`) created with
-`NodeAffinitySchedulingStrategy(node_id, soft=False)` and reserving exactly the task's CPUs,
-GPUs and memory in Ray, so Ray's accounting agrees with aisched's: Ray never starts it anywhere
-else, and nothing else Ray schedules can take what the task holds. The actor starts the command
-with the DESIGN.md environment (its GPU indices in CUDA_VISIBLE_DEVICES, MASTER_ADDR the address
-of rank 0's node) and reports how it ended; its resources go back to Ray once that is known.
+aisched's core decides placement; this executor carries it out exactly, as Ray's own guidance
+for gang scheduling has it: the tasks launched together (a gang) reserve their resources in
+Ray through ONE placement group, a bundle per task with exactly its CPUs, GPUs and memory,
+each bundle held to the task's node by a label selector on `ray.io/node-id`. So Ray's
+accounting agrees with aisched's, and nothing else Ray schedules can take what a task holds.
+The processes are started by a long-lived agent per node (`NodeAgent`, `ray_agent.py`: one
+detached, named actor pinned to its node by `NodeAffinitySchedulingStrategy(soft=False)`,
+started when the node is first seen), which waits until the gang's reservation is in place
+and then starts the command (`TaskRunner`, `ray_task.py`) with the DESIGN.md environment (its
+GPU indices in CUDA_VISIBLE_DEVICES, MASTER_ADDR the address of rank 0's node), pinned to the
+cores it chose. Starting a gang is one placement group and one call per task: no Ray worker
+process is started for it. The reservation goes back to Ray when the gang's last task ended
+(a placement group cannot give back one bundle).
 
 Tasks sharing a GPU (`gpu_milli` < 1000) reserve that share of one GPU in Ray (fractional
 `num_gpus`) and get the index the core chose in CUDA_VISIBLE_DEVICES, never the device Ray picked
@@ -25,8 +32,10 @@ Invariants:
 - every launched or adopted task yields exactly one `TaskExited`; an actor whose node died is
   LOST ("its Ray node ... left the cluster"), which the loop turns into a failed attempt that
   is restarted per the job's restart policy, on healthy nodes.
-- tasks outlive the scheduler (detached actors in a namespace derived from the data
-  directory): a restarted `aisched up --ray` adopts them by name.
+- tasks outlive the scheduler (their agents are detached actors in a namespace derived from
+  the data directory, their placement groups detached): a restarted `aisched up --ray` adopts
+  them through their agent, by name. A placement group of ours that no task claims any more
+  (every task of it ended while no scheduler watched) is removed by a sweep.
 
 Importing this module imports Ray; nothing else in aisched does, so Ray stays optional.
 """
@@ -39,11 +48,13 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
+from ray._raylet import PlacementGroupID
 from ray.exceptions import ActorUnavailableError
+from ray.util.placement_group import PlacementGroup
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from aisched.executors.base import (
@@ -58,8 +69,9 @@ from aisched.executors.base import (
     exit_from_record,
 )
 from aisched.executors.gpu_watchdog import GPU_CHECK_INTERVAL_S, TaskGpuMemory
+from aisched.executors.ray_agent import NodeAgent
 from aisched.executors.ray_nodes import RayNode, nodes_from_ray
-from aisched.executors.ray_task import MakeWatchdog, TaskRunner
+from aisched.executors.ray_task import MakeWatchdog
 from aisched.executors.supervisor import LOG_MAX_BYTES, LOG_MAX_FILES
 from aisched.model.cluster import Node
 from aisched.model.job import ContainerSpec
@@ -67,15 +79,20 @@ from aisched.model.job import ContainerSpec
 log = logging.getLogger(__name__)
 
 MIB = 1 << 20
-# A task actor runs the process, waits for it, and takes stops and status queries meanwhile.
-ACTOR_THREADS = 4
+# An agent's calls in flight: per task a start (waiting for its reservation) or a wait, and
+# the short stop, status and GPU-memory calls; so about 120 running tasks per node.
+AGENT_THREADS = 256
+NODE_ID_LABEL = "ray.io/node-id"
+# Placement groups of ours that no task claims are removed at the second sweep that finds
+# them (the first may see one between its creation and its tasks' registration).
+SWEEP_S = 10.0
 WAIT_SLICE_S = 0.2
 # An actor Ray calls "temporarily unavailable" (its node missed heartbeats, or a network blip)
 # is asked again this often, until Ray either reaches it or declares its node dead.
 UNAVAILABLE_RETRY_S = 1.0
 CONNECT_PROBE_S = 5.0
 
-_RemoteRunner: Any = ray.remote(TaskRunner)
+_RemoteAgent: Any = ray.remote(NodeAgent)
 # Ray's stubs type get() by its argument; our references are untyped actor-call results.
 _get: Callable[..., Any] = ray.get
 
@@ -88,13 +105,22 @@ class RayConnectError(RuntimeError):
 class _Tracked:
     key: TaskKey
     node: str
-    actor: Any
+    agent: Any  # the node's NodeAgent
     start_ref: Any | None  # pending until the process exists
     wait_ref: Any | None = None
     launched_at: float = 0.0
     grace_period_s: float = 0.0
-    retry_at: float = 0.0  # while unavailable: when to ask the actor again
+    retry_at: float = 0.0  # while unavailable: when to ask the agent again
     gpus: tuple[int, ...] = ()
+    node_id: str = ""
+    gang: str | None = None  # its placement group's id (hex), if it reserved anything
+    start_args: tuple[Any, ...] = ()  # what `start` is (re)sent with: spec, watchdog, group
+
+
+@dataclass(slots=True)
+class _Gang:
+    group: PlacementGroup
+    keys: set[TaskKey] = field(default_factory=set)
 
 
 def namespace_for(data_dir: str) -> str:
@@ -103,9 +129,9 @@ def namespace_for(data_dir: str) -> str:
     return "aisched-" + hashlib.sha256(data_dir.encode()).hexdigest()[:12]
 
 
-def actor_name(key: TaskKey) -> str:
-    job_id, attempt, task = key
-    return f"task-{job_id}-{attempt}-{task}"
+def agent_name(node_id: str) -> str:
+    """The name of the agent of the Ray node `node_id` (hex), in the service's namespace."""
+    return f"agent-{node_id}"
 
 
 def connect(address: str) -> None:
@@ -185,6 +211,10 @@ class RayExecutor:
         self._closed = threading.Event()
         self._ray_nodes: dict[str, RayNode] = {}
         self._nodes: tuple[Node, ...] = ()
+        self._agents: dict[str, Any] = {}  # Ray node id -> its agent's handle
+        self._gangs: dict[str, _Gang] = {}  # placement group id (hex) -> its tasks
+        self._unclaimed: set[str] = set()  # our groups the last sweep found no task of
+        self._next_sweep = time.monotonic() + SWEEP_S
         self._refresh_nodes()
         self._next_refresh = time.monotonic() + refresh_s
         self._thread = threading.Thread(target=self._watch, name="aisched-ray", daemon=True)
@@ -217,66 +247,126 @@ class RayExecutor:
         return None if rn is None else rn.address
 
     def launch(self, req: TaskLaunch) -> TaskHandle:
+        got = self.launch_gang([req])[0]
+        if isinstance(got, LaunchError):
+            raise got
+        return got
+
+    def launch_gang(self, reqs: Sequence[TaskLaunch]) -> list[TaskHandle | LaunchError]:
+        """Start the tasks of one gang (see the module docstring): all of them, or, when one
+        is refused, none (every answer is then a LaunchError, the refused one's first)."""
+        refusals = [self._refusal(r) for r in reqs]
+        if first := next((why for why in refusals if why is not None), None):
+            return [
+                LaunchError(why or f"task {_show(r.key)}: not started: {first}")
+                for r, why in zip(reqs, refusals, strict=True)
+            ]
+        placed = [self._ray_nodes[r.node] for r in reqs]
+        bundles, selectors, owners = [], [], []
+        for r, rn in zip(reqs, placed, strict=True):
+            bundle = _bundle(r)
+            if bundle:
+                bundles.append(bundle)
+                selectors.append({NODE_ID_LABEL: rn.node_id})
+                owners.append(r.key)
+        group: PlacementGroup | None = None
+        gang_id: str | None = None
+        if bundles:
+            job_id, attempt, task = reqs[0].key
+            try:
+                group = ray.util.placement_group(
+                    bundles,
+                    strategy="PACK",
+                    name=f"{self._namespace}:{job_id}:{attempt}:{task}",
+                    lifetime="detached",
+                    bundle_label_selector=selectors,
+                )
+            except (ValueError, TypeError) as e:
+                return [LaunchError(f"task {_show(r.key)}: Ray refused it: {e}") for r in reqs]
+            gang_id = group.id.hex()
+            with self._lock:
+                self._gangs[gang_id] = _Gang(group, set(owners))
+        out: list[TaskHandle | LaunchError] = []
+        for r, rn in zip(reqs, placed, strict=True):
+            out.append(self._start_on_agent(r, rn, group if r.key in owners else None, gang_id))
+        return out
+
+    def _refusal(self, req: TaskLaunch) -> str | None:
+        """Why `req` cannot be launched here, or None."""
         key = req.key
         if self._closed.is_set():
-            raise LaunchError(f"task {_show(key)}: the executor is closed")
+            return f"task {_show(key)}: the executor is closed"
         rn = self._ray_nodes.get(req.node)
         if rn is None:
-            raise LaunchError(f"task {_show(key)}: node {req.node!r} is not in the Ray cluster")
+            return f"task {_show(key)}: node {req.node!r} is not in the Ray cluster"
         if not req.command or not req.command[0]:
-            raise LaunchError(f"task {_show(key)}: command: empty")
-        container = req.container
+            return f"task {_show(key)}: command: empty"
         with self._lock:
             if key in self._tracked:
-                raise LaunchError(f"task {_show(key)} is already running")
+                return f"task {_show(key)} is already running"
         known = {g.index for g in rn.node.gpus}
         if missing := [g for g in req.gpus if g not in known]:
-            raise LaunchError(f"task {_show(key)}: gpus: {missing} not on node {req.node!r}")
-        gpu_share = _gpu_share(req)
-        try:
-            actor = _RemoteRunner.options(
-                name=actor_name(key),
-                namespace=self._namespace,
-                lifetime="detached",
-                max_restarts=0,
-                max_concurrency=ACTOR_THREADS,
-                num_cpus=req.milli_cpu / 1000,
-                num_gpus=gpu_share,
-                memory=req.mem_limit_mib * MIB,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(rn.node_id, soft=False),
-            ).remote(
-                {
-                    **_spec(req, self._gpu_check_s, container, self._namespace),
-                    "log_max_bytes": self._log_cap[0],
-                    "log_max_files": self._log_cap[1],
-                },
-                self._gpu_watchdog,
-            )
-            start_ref = actor.start.remote()
-        except ValueError as e:  # e.g. the name is taken by a leftover actor
-            raise LaunchError(f"task {_show(key)}: Ray refused it: {e}") from None
+            return f"task {_show(key)}: gpus: {missing} not on node {req.node!r}"
+        return None
+
+    def _start_on_agent(
+        self, req: TaskLaunch, rn: RayNode, group: PlacementGroup | None, gang_id: str | None
+    ) -> TaskHandle:
+        key = req.key
+        agent = self._agent(rn.node_id)
+        spec = {
+            **_spec(req, self._gpu_check_s, req.container, self._namespace),
+            "log_max_bytes": self._log_cap[0],
+            "log_max_files": self._log_cap[1],
+        }
+        start_args = (spec, self._gpu_watchdog, group)
+        start_ref = agent.start.remote(list(key), *start_args)
         with self._lock:
             self._tracked[key] = _Tracked(
                 key,
                 req.node,
-                actor,
+                agent,
                 start_ref,
                 None,
                 time.monotonic(),
                 req.grace_period_s,
                 gpus=tuple(req.gpus),
+                node_id=rn.node_id,
+                gang=gang_id if group is not None else None,
+                start_args=start_args,
             )
         return TaskHandle(
             key=key,
             node=req.node,
             data={
-                "actor": actor_name(key),
+                "agent": agent_name(rn.node_id),
                 "namespace": self._namespace,
                 "node_id": rn.node_id,
-                "gpu_share": gpu_share,
+                "placement_group": gang_id if group is not None else None,
+                "gpu_share": _gpu_share(req),
                 "gpus": list(req.gpus),
             },
         )
+
+    def _agent(self, node_id: str) -> Any:
+        """The agent of Ray node `node_id`: the one started before (by us, or by an earlier
+        scheduler on this data directory), else a new one."""
+        with self._lock:
+            agent = self._agents.get(node_id)
+        if agent is None:
+            agent = _RemoteAgent.options(
+                name=agent_name(node_id),
+                namespace=self._namespace,
+                get_if_exists=True,
+                lifetime="detached",
+                max_restarts=0,
+                max_concurrency=AGENT_THREADS,
+                num_cpus=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+            ).remote()
+            with self._lock:
+                agent = self._agents.setdefault(node_id, agent)
+        return agent
 
     def stop(self, key: TaskKey, grace_period_s: float | None = None) -> None:
         with self._lock:
@@ -291,8 +381,8 @@ class RayExecutor:
             return
         grace = t.grace_period_s if grace_period_s is None else grace_period_s
         try:
-            t.actor.stop.remote(grace)
-        except Exception as e:  # the actor is gone: its wait() reports that
+            t.agent.stop.remote(list(key), grace)
+        except Exception as e:  # the agent is gone: its wait() reports that
             log.debug("stop %s: %s", key, e)
 
     def poll(self) -> list[TaskExited]:
@@ -311,28 +401,44 @@ class RayExecutor:
         with self._lock:
             if key in self._tracked:
                 return AdoptState.RUNNING, None
+        node_id = str(handle.data.get("node_id") or "")
         try:
-            actor = ray.get_actor(actor_name(key), namespace=self._namespace)
+            agent = ray.get_actor(agent_name(node_id), namespace=self._namespace)
         except ValueError:
-            return AdoptState.LOST, _lost(key, "its Ray actor is gone (its node left the cluster?)")
+            why = "its node's Ray agent is gone (its node left the cluster?)"
+            return AdoptState.LOST, _lost(key, why)
         try:
-            started: dict[str, Any] = _get(actor.start.remote(), timeout=self._start_timeout_s)
-            result = started.get("exit") or _get(actor.status.remote(), timeout=30)
+            started: dict[str, Any] = _get(
+                agent.start.remote(list(key), None), timeout=self._start_timeout_s
+            )
+            if started.get("unknown"):
+                return AdoptState.LOST, _lost(key, "its node's Ray agent does not know it")
+            result = started.get("exit") or _get(agent.status.remote(list(key)), timeout=30)
         except Exception as e:
-            _kill(actor)
-            return AdoptState.LOST, _lost(key, f"its Ray actor cannot be reached: {_why(e)}")
+            agent.forget.remote(list(key))
+            return AdoptState.LOST, _lost(key, f"its node's Ray agent cannot be reached: {_why(e)}")
         if result is not None:
-            _kill(actor)
+            agent.forget.remote(list(key))
             return AdoptState.EXITED, exit_from_record(key, result)
+        gang_id = handle.data.get("placement_group")
         with self._lock:
+            self._agents.setdefault(node_id, agent)
+            if isinstance(gang_id, str):
+                gang = self._gangs.get(gang_id)
+                if gang is None:
+                    group = PlacementGroup(PlacementGroupID.from_hex(gang_id))
+                    gang = self._gangs[gang_id] = _Gang(group)
+                gang.keys.add(key)
             self._tracked[key] = _Tracked(
                 key,
                 handle.node,
-                actor,
+                agent,
                 None,
-                actor.wait.remote(),
+                agent.wait.remote(list(key)),
                 time.monotonic(),
                 gpus=tuple(int(g) for g in handle.data.get("gpus") or ()),
+                node_id=node_id,
+                gang=gang_id if isinstance(gang_id, str) else None,
             )
         return AdoptState.RUNNING, None
 
@@ -364,9 +470,9 @@ class RayExecutor:
                 if t.retry_at:
                     t.retry_at = 0.0
                     if t.start_ref is not None:
-                        t.start_ref = t.actor.start.remote()
+                        t.start_ref = t.agent.start.remote(list(t.key), *t.start_args)
                     else:
-                        t.wait_ref = t.actor.wait.remote()
+                        t.wait_ref = t.agent.wait.remote(list(t.key))
                 ref = t.start_ref if t.start_ref is not None else t.wait_ref
                 if ref is not None:
                     by_ref[ref] = t
@@ -387,6 +493,9 @@ class RayExecutor:
         if time.monotonic() >= self._next_refresh:
             self._next_refresh = time.monotonic() + self._refresh_s
             changed |= self._refresh_nodes()
+        if time.monotonic() >= self._next_sweep:
+            self._next_sweep = time.monotonic() + SWEEP_S
+            self._sweep_groups()
         if changed and self._wakeup is not None:
             self._wakeup()
 
@@ -404,7 +513,8 @@ class RayExecutor:
                 return self._end(t, exit_from_record(t.key, started["exit"]))
             with self._lock:
                 t.start_ref = None
-                t.wait_ref = t.actor.wait.remote()
+                t.start_args = ()  # the spec and the group are not needed any more
+                t.wait_ref = t.agent.wait.remote(list(t.key))
             return False
         try:
             result = _get(ref)
@@ -449,7 +559,7 @@ class RayExecutor:
             ]
         for t in due:
             try:
-                self._gpu_refs[t.actor.gpu_memory.remote()] = (t.key, t.node)
+                self._gpu_refs[t.agent.gpu_memory.remote(list(t.key))] = (t.key, t.node)
             except Exception as e:
                 log.debug("gpu memory of %s: %s", t.key, e)
 
@@ -479,20 +589,56 @@ class RayExecutor:
         return bool(late)
 
     def _end(self, t: _Tracked, event: TaskExited) -> bool:
-        """Report the task's end once, and give its reservation back to Ray."""
-        _kill(t.actor)
+        """Report the task's end once; its agent forgets it, and the gang's reservation goes
+        back to Ray with its last task."""
+        try:
+            t.agent.forget.remote(list(t.key))
+        except Exception as e:  # the agent is gone, and the task with it
+            log.debug("forget %s: %s", t.key, e)
         with self._lock:
             self._gpu_usage.pop(t.key, None)
             if self._tracked.pop(t.key, None) is None:
                 return False
             self._events.append(event)
+            gang = self._gangs.get(t.gang) if t.gang is not None else None
+            if gang is not None:
+                gang.keys.discard(t.key)
+                if not gang.keys:
+                    del self._gangs[str(t.gang)]
+        if gang is not None and not gang.keys:
+            _remove_group(gang.group)
         return True
+
+    def _sweep_groups(self) -> None:
+        """Removes our placement groups that no task claims, at the second sweep that finds
+        them so (see SWEEP_S)."""
+        try:
+            table: dict[str, Any] = ray.util.placement_group_table()
+        except Exception as e:
+            log.debug("placement groups: %s", e)
+            return
+        prefix = f"{self._namespace}:"
+        with self._lock:
+            ours = {
+                gid
+                for gid, row in table.items()
+                if str(row.get("name", "")).startswith(prefix)
+                and row.get("state") != "REMOVED"
+                and gid not in self._gangs
+            }
+            stale, self._unclaimed = ours & self._unclaimed, ours - self._unclaimed
+        for gid in sorted(stale):
+            log.info("removing placement group %s: none of its tasks is running", gid)
+            _remove_group(PlacementGroup(PlacementGroupID.from_hex(gid)))
 
     def _died(self, t: _Tracked, e: Exception) -> str:
         self._refresh_nodes()
+        with self._lock:  # the next task there gets a new agent
+            if self._agents.get(t.node_id) is t.agent:
+                del self._agents[t.node_id]
         if t.node not in self._ray_nodes:
             return f"lost: its Ray node {t.node} left the cluster"
-        return f"lost: its Ray actor died ({_why(e)})"
+        return f"lost: its node's Ray agent died ({_why(e)})"
 
     def _refresh_nodes(self) -> bool:
         """Re-reads Ray's node table; True when the set of nodes changed."""
@@ -503,8 +649,21 @@ class RayExecutor:
                 return False
             self._ray_nodes = {rn.node.name: rn for rn in found}
             self._nodes = nodes
+            new = [rn.node_id for rn in found if rn.node_id not in self._agents]
         log.info("Ray nodes: %s", ", ".join(n.name for n in nodes) or "none")
+        for node_id in new:  # started now, so that a first gang there does not wait for it
+            self._agent(node_id)
         return True
+
+
+def _bundle(req: TaskLaunch) -> dict[str, float]:
+    """The task's bundle in its gang's placement group: what it reserves in Ray."""
+    out = {
+        "CPU": req.milli_cpu / 1000,
+        "GPU": _gpu_share(req),
+        "memory": float(req.mem_limit_mib * MIB),
+    }
+    return {k: v for k, v in out.items() if v > 0}
 
 
 def _gpu_share(req: TaskLaunch) -> float:
@@ -543,6 +702,7 @@ def _host_spec(req: TaskLaunch, gpu_check_s: float) -> dict[str, Any]:
         "gpu_mem_mib": req.gpu_mem_mib,
         "gpu_check_s": gpu_check_s,
         "user": req.user,
+        "milli_cpu": req.milli_cpu,  # its agent pins it to that many cores
     }
 
 
@@ -550,11 +710,11 @@ def _lost(key: TaskKey, message: str) -> TaskExited:
     return TaskExited(key, ExitKind.LOST, None, message, time.time())
 
 
-def _kill(actor: Any) -> None:
+def _remove_group(group: PlacementGroup) -> None:
     try:
-        ray.kill(actor, no_restart=True)
-    except Exception as e:  # already dead
-        log.debug("kill actor: %s", e)
+        ray.util.remove_placement_group(group)
+    except Exception as e:  # already removed
+        log.debug("remove placement group: %s", e)
 
 
 def _why(e: BaseException) -> str:

@@ -12,7 +12,12 @@ in the task's log as the local executor: above its declared GPU memory, a task i
 in its log, or stopped (a STOPPED exit, after SIGTERM). The executor fetches the readings and
 the lines for the scheduler's log with `gpu_memory`.
 
-Invariants: the command is started at most once per actor; `wait` returns exactly one result,
+The runner pins a task to the cores in `spec["cores"]` (chosen by its node's agent): a host
+task by CPU affinity, a container by its cpuset. A container outlives the process that drives
+it, so each one gets a reaper: a small process of its own session that removes the container
+if the agent's process dies (killed, or its node shut down) before the task's end did.
+
+Invariants: the command is started at most once per runner; `wait` returns exactly one result,
 after the whole process group has been killed; the process gets exactly the environment it was
 given (not the Ray worker's: Ray's own CUDA_VISIBLE_DEVICES must not leak into it). The process
 is started from a thread that lives until it ends, with a parent-death signal, so a task whose
@@ -32,6 +37,7 @@ import pwd
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -109,6 +115,40 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def _pinned(cores: tuple[int, ...], then: Callable[[], None]) -> Callable[[], None]:
+    """A preexec_fn that pins the child to `cores` (none: unpinned), then runs `then`."""
+
+    def setup() -> None:
+        if cores:
+            os.sched_setaffinity(0, cores)
+        then()
+
+    return setup
+
+
+# Run as `python -I -S -c REAPER AGENT_PID ENGINE ARGS...`: forks off the reaper, which prints
+# its pid and, once the agent's process is gone, runs `ENGINE ARGS...` (the container's
+# removal). Not a child of the agent: Ray kills a dead worker's children, and the reaper must
+# outlive it. The runner kills it (SIGTERM) when the task ended normally.
+REAPER = """
+import os, select, subprocess, sys
+pid, argv = int(sys.argv[1]), sys.argv[2:]
+if os.fork():
+    os._exit(0)
+os.setsid()
+print(os.getpid(), flush=True)
+null = os.open(os.devnull, os.O_RDWR)
+for fd in (0, 1, 2):
+    os.dup2(null, fd)
+try:
+    fd = os.pidfd_open(pid)
+    select.select([fd], [], [])
+except ProcessLookupError:
+    pass
+subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+"""
+
+
 _ENGINES: list[ctr.Engine] = []
 
 
@@ -148,6 +188,8 @@ class TaskRunner:
         # A task with an image: its container on this node, driven as the local supervisor
         # drives one (create, init, shape, attach; stop, kill, end).
         self.container: sup.Container | None = None
+        self.reaper = 0  # the pid of the container's reaper, while it has one
+        self.cores = tuple(int(c) for c in spec.get("cores") or ())
 
     # --- called by the executor (each in its own actor thread) ---------------------------
 
@@ -220,6 +262,9 @@ class TaskRunner:
         oom = False
         if self.container is not None:
             code, oom = self.container.end(code)
+            if self.reaper > 0:  # removed by its end: nothing left to reap
+                with contextlib.suppress(OSError):
+                    os.kill(self.reaper, signal.SIGTERM)
         else:
             self._signal(self.proc, signal.SIGKILL)  # whatever the task left in its group
         with self.lock:
@@ -263,7 +308,10 @@ class TaskRunner:
             self.start_error = {"kind": "exited", "exit_code": 126, "message": str(exc)}
             return
         workdir = spec.get("workdir") or None
-        as_user: dict[str, Any] = {"cwd": workdir, "preexec_fn": _die_with_parent}
+        as_user: dict[str, Any] = {
+            "cwd": workdir,
+            "preexec_fn": _pinned(self.cores, _die_with_parent),
+        }
         if acct is not None:
             env = account_env(env, acct)
             os.fchown(self.log_fd, acct["uid"], acct["gid"])
@@ -274,7 +322,9 @@ class TaskRunner:
                 "group": acct["gid"],
                 "extra_groups": acct["groups"],
                 "umask": 0o022,
-                "preexec_fn": _as_user_setup(workdir, env.get("AISCHED_CHECKPOINT_DIR")),
+                "preexec_fn": _pinned(
+                    self.cores, _as_user_setup(workdir, env.get("AISCHED_CHECKPOINT_DIR"))
+                ),
             }
         with self.lock:
             if self.stop_requested:
@@ -358,7 +408,7 @@ class TaskRunner:
             command=tuple(str(w) for w in spec["command"]),
             env=env,
             workdir=spec.get("workdir"),
-            cores=(),
+            cores=self.cores,
             milli_cpu=int(c.get("milli_cpu") or 0),
             mem_limit_mib=int(c.get("mem_limit_mib") or 0),
             gpus=tuple(int(g) for g in spec.get("gpus") or ()),
@@ -393,7 +443,11 @@ class TaskRunner:
                     **{k: v for k, v in os.environ.items() if k in ("HOME", "XDG_RUNTIME_DIR")},
                     "PATH": system,
                 },
-                "cgroup_version": engine.cgroup_version,
+                # As the local executor's (see supervisor.Container): "none" without a cgroup.
+                "cgroup_version": engine.cgroup_version if engine.cgroup_limits else "none",
+                "pin_cores": [] if engine.cgroup_limits else list(t.cores),
+                "rlimit_data": 0 if engine.cgroup_limits else t.mem_limit_mib << 20,
+                "notice": ctr.unapplied_limits(t, engine),
                 "bandwidth_bit_s": c.get("bandwidth_bit_s"),
                 "make_dirs": [t.checkpoint_dir] if t.checkpoint_dir else [],
                 "owner": None if user is None else [int(user["uid"]), int(user["gid"])],
@@ -413,7 +467,31 @@ class TaskRunner:
             }
             self.container = None
             return None
+        self.reaper = self._start_reaper(engine, name)
         return [str(w) for w in launch["command"]]
+
+    def _start_reaper(self, engine: ctr.Engine, name: str) -> int:
+        """The pid of the container's reaper (see REAPER); 0 if it cannot start (the task
+        runs; only an agent's death would then leave its container behind)."""
+        assert self.container is not None
+        at_once = [] if engine.name == "docker" else ["--time", "0"]
+        argv = [sys.executable, "-I", "-S", "-c", REAPER, str(os.getpid()), engine.binary]
+        argv += ["rm", "--force", *at_once, name]
+        try:
+            r = subprocess.run(
+                argv,
+                env=self.container.env,
+                cwd=self.container.cwd,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
+            return int(r.stdout.strip())
+        except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
+            self._log(f"no reaper for container {name}: {exc}")
+            return 0
 
     def _watch_gpu_memory(self, proc: subprocess.Popen[bytes]) -> None:
         """Until the task ends: read its GPU memory every gpu_check_s, and report or stop it
