@@ -226,6 +226,8 @@ class RayExecutor:
         notes = [
             f"Ray cluster: {len(self._nodes)} node(s), namespace {self._namespace}",
             "memory is reserved in Ray's accounting, not enforced on the process",
+            "each gang reserves through one placement group; each node's agent starts its "
+            "tasks, pinned to the cores it chose there",
         ]
         if self._gpu_watchdog is None:
             notes.append("GPU-memory watchdog off")
@@ -235,7 +237,7 @@ class RayExecutor:
                 states = sorted(self._gpu_states.items())
             notes += [f"GPU-memory watchdog on {node}: {state}" for node, state in states]
         return ExecutorInfo(
-            name="ray", memory_limit="ray-accounting", cpu_affinity=False, notes=tuple(notes)
+            name="ray", memory_limit="ray-accounting", cpu_affinity=True, notes=tuple(notes)
         )
 
     def nodes(self) -> Sequence[Node]:
