@@ -42,6 +42,7 @@ Importing this module imports Ray; nothing else in aisched does, so Ray stays op
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import socket
@@ -404,6 +405,13 @@ class RayExecutor:
             if key in self._tracked:
                 return AdoptState.RUNNING, None
         node_id = str(handle.data.get("node_id") or "")
+        if "actor" in handle.data and "agent" not in handle.data:
+            # Started by an older aisched, as an actor of its own: stopped, never left running
+            # beside a retry.
+            with contextlib.suppress(ValueError):
+                ray.kill(ray.get_actor(str(handle.data["actor"]), namespace=self._namespace))
+            why = "it was started by an older aisched (one Ray actor per task): stopped"
+            return AdoptState.LOST, _lost(key, why)
         try:
             agent = ray.get_actor(agent_name(node_id), namespace=self._namespace)
         except ValueError:
