@@ -1,10 +1,10 @@
-"""The body of the Ray actor that runs one task's process on the node the core chose.
+"""One task's process on the Ray node the core chose: `TaskRunner`, held by that node's agent.
 
-The Ray executor wraps `TaskRunner` with `ray.remote` and creates one detached, named actor per
-task, reserving exactly the task's CPUs, GPUs and memory in Ray and pinned to its node. The
-actor starts the command as its own process group (stdout and stderr appended to the task's
-log), watches it, and on `stop` runs the same SIGTERM, grace, SIGKILL sequence as the local
-executor's supervisor, with the same exit kinds and messages.
+The node's agent (`ray_agent.py`, one long-lived Ray actor per node) makes a `TaskRunner` per
+task once the task's reservation (its gang's placement group) is in place. The runner starts
+the command as its own process group (stdout and stderr appended to the task's log), watches
+it, and on `stop` runs the same SIGTERM, grace, SIGKILL sequence as the local executor's
+supervisor, with the same exit kinds and messages.
 
 A task with GPUs is watched on its node by the GPU-memory watchdog (`gpu_watchdog.py`, NVML where
 the node has it; off, saying why, where it has not), with the same judgement and the same lines
@@ -21,7 +21,7 @@ Invariants: the command is started at most once per runner; `wait` returns exact
 after the whole process group has been killed; the process gets exactly the environment it was
 given (not the Ray worker's: Ray's own CUDA_VISIBLE_DEVICES must not leak into it). The process
 is started from a thread that lives until it ends, with a parent-death signal, so a task whose
-actor (or node) dies is killed with it instead of running on unseen.
+agent (or node) dies is killed with it instead of running on unseen.
 
 Standard library and aisched's standard-library modules only (NVML is imported, on the node,
 only when the watchdog looks for it): it runs inside Ray worker processes, which import this
@@ -110,7 +110,7 @@ def _as_user_setup(workdir: str | None, checkpoint_dir: str | None) -> Callable[
 
 def _die_with_parent() -> None:
     """In the child before exec: SIGKILL when the thread that started it (alive as long as the
-    actor is) goes away."""
+    agent is) goes away."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
@@ -191,7 +191,7 @@ class TaskRunner:
         self.reaper = 0  # the pid of the container's reaper, while it has one
         self.cores = tuple(int(c) for c in spec.get("cores") or ())
 
-    # --- called by the executor (each in its own actor thread) ---------------------------
+    # --- called by the executor (by the agent, each in its own thread) -------------------
 
     def start(self) -> dict[str, Any]:
         """Start the command (once). Returns {"pid"}, or {"exit": Result} when it could
@@ -242,7 +242,7 @@ class TaskRunner:
             self._signal(proc, signal.SIGTERM)
         threading.Thread(target=self._kill_after_grace, args=(proc,), daemon=True).start()
 
-    # --- inside the actor -----------------------------------------------------------------
+    # --- inside the agent -----------------------------------------------------------------
 
     def _run(self) -> None:
         try:
