@@ -13,7 +13,9 @@ and then starts the command (`TaskRunner`, `ray_task.py`) with the DESIGN.md env
 GPU indices in CUDA_VISIBLE_DEVICES, MASTER_ADDR the address of rank 0's node), pinned to the
 cores it chose. Starting a gang is one placement group and one call per task: no Ray worker
 process is started for it. The reservation goes back to Ray when the gang's last task ended
-(a placement group cannot give back one bundle).
+(a placement group cannot give back one bundle, so when a task ends before its gang-mates,
+the rest are re-reserved in a new group of their bundles: the old one is removed first, since
+the new one needs its room).
 
 Tasks sharing a GPU (`gpu_milli` < 1000) reserve that share of one GPU in Ray (fractional
 `num_gpus`) and get the index the core chose in CUDA_VISIBLE_DEVICES, never the device Ray picked
@@ -114,14 +116,18 @@ class _Tracked:
     retry_at: float = 0.0  # while unavailable: when to ask the agent again
     gpus: tuple[int, ...] = ()
     node_id: str = ""
-    gang: str | None = None  # its placement group's id (hex), if it reserved anything
     start_args: tuple[Any, ...] = ()  # what `start` is (re)sent with: spec, watchdog, group
+    stopping: bool = False  # a stop was asked: it ends soon, its gang is not re-reserved
 
 
 @dataclass(slots=True)
 class _Gang:
     group: PlacementGroup
     keys: set[TaskKey] = field(default_factory=set)
+    name: str = ""
+    # Each task's bundle and node id, to re-reserve the rest when one ends first (unknown,
+    # so not done, for a gang adopted after a restart).
+    bundles: dict[TaskKey, tuple[dict[str, float], str]] = field(default_factory=dict)
 
 
 def namespace_for(data_dir: str) -> str:
@@ -215,6 +221,9 @@ class RayExecutor:
         self._agents: dict[str, Any] = {}  # Ray node id -> its agent's handle
         self._gangs: dict[str, _Gang] = {}  # placement group id (hex) -> its tasks
         self._unclaimed: set[str] = set()  # our groups the last sweep found no task of
+        self._reserve_lock = threading.Lock()  # one gang's groups changed by one thread
+        # Task -> its gang's group id now (re-reserving moves the rest to a new group).
+        self._gang_of: dict[TaskKey, str] = {}
         self._next_sweep = time.monotonic() + SWEEP_S
         self._refresh_nodes()
         self._next_refresh = time.monotonic() + refresh_s
@@ -274,24 +283,25 @@ class RayExecutor:
                 owners.append(r.key)
         group: PlacementGroup | None = None
         gang_id: str | None = None
+        job_id, attempt, task = reqs[0].key
+        name = f"{self._namespace}:{job_id}:{attempt}:{task}"
         if bundles:
-            job_id, attempt, task = reqs[0].key
             try:
-                group = ray.util.placement_group(
-                    bundles,
-                    strategy="PACK",
-                    name=f"{self._namespace}:{job_id}:{attempt}:{task}",
-                    lifetime="detached",
-                    bundle_label_selector=selectors,
-                )
+                group = _reserve(name, bundles, [s[NODE_ID_LABEL] for s in selectors])
             except (ValueError, TypeError) as e:
                 return [LaunchError(f"task {_show(r.key)}: Ray refused it: {e}") for r in reqs]
             gang_id = group.id.hex()
+            held = {
+                k: (b, sel[NODE_ID_LABEL])
+                for k, b, sel in zip(owners, bundles, selectors, strict=True)
+            }
             with self._lock:
-                self._gangs[gang_id] = _Gang(group, set(owners))
+                self._gangs[gang_id] = _Gang(group, set(owners), name, held)
+                self._gang_of.update(dict.fromkeys(owners, gang_id))
         out: list[TaskHandle | LaunchError] = []
         for r, rn in zip(reqs, placed, strict=True):
-            out.append(self._start_on_agent(r, rn, group if r.key in owners else None, gang_id))
+            mine = group if r.key in owners else None
+            out.append(self._start_on_agent(r, rn, mine, gang_id, name))
         return out
 
     def _refusal(self, req: TaskLaunch) -> str | None:
@@ -313,7 +323,12 @@ class RayExecutor:
         return None
 
     def _start_on_agent(
-        self, req: TaskLaunch, rn: RayNode, group: PlacementGroup | None, gang_id: str | None
+        self,
+        req: TaskLaunch,
+        rn: RayNode,
+        group: PlacementGroup | None,
+        gang_id: str | None,
+        gang_name: str,
     ) -> TaskHandle:
         key = req.key
         agent = self._agent(rn.node_id)
@@ -335,7 +350,6 @@ class RayExecutor:
                 req.grace_period_s,
                 gpus=tuple(req.gpus),
                 node_id=rn.node_id,
-                gang=gang_id if group is not None else None,
                 start_args=start_args,
             )
         return TaskHandle(
@@ -346,6 +360,7 @@ class RayExecutor:
                 "namespace": self._namespace,
                 "node_id": rn.node_id,
                 "placement_group": gang_id if group is not None else None,
+                "placement_group_name": gang_name if group is not None else None,
                 "gpu_share": _gpu_share(req),
                 "gpus": list(req.gpus),
             },
@@ -376,6 +391,7 @@ class RayExecutor:
             t = self._tracked.get(key)
             if t is None:
                 return
+            t.stopping = True
             not_started = t.start_ref is not None
         if not_started:  # Ray may not even have placed it: removing the actor is the stop
             self._end(t, TaskExited(key, ExitKind.STOPPED, None, "stopped before it started"))
@@ -430,15 +446,19 @@ class RayExecutor:
         if result is not None:
             agent.forget.remote(list(key))
             return AdoptState.EXITED, exit_from_record(key, result)
-        gang_id = handle.data.get("placement_group")
+        gang_id = _current_group(
+            handle.data.get("placement_group"), handle.data.get("placement_group_name")
+        )
         with self._lock:
             self._agents.setdefault(node_id, agent)
             if isinstance(gang_id, str):
                 gang = self._gangs.get(gang_id)
                 if gang is None:
                     group = PlacementGroup(PlacementGroupID.from_hex(gang_id))
-                    gang = self._gangs[gang_id] = _Gang(group)
+                    name = str(handle.data.get("placement_group_name") or "")
+                    gang = self._gangs[gang_id] = _Gang(group, name=name)
                 gang.keys.add(key)
+                self._gang_of[key] = gang_id
             self._tracked[key] = _Tracked(
                 key,
                 handle.node,
@@ -448,7 +468,6 @@ class RayExecutor:
                 time.monotonic(),
                 gpus=tuple(int(g) for g in handle.data.get("gpus") or ()),
                 node_id=node_id,
-                gang=gang_id if isinstance(gang_id, str) else None,
             )
         return AdoptState.RUNNING, None
 
@@ -610,14 +629,50 @@ class RayExecutor:
             if self._tracked.pop(t.key, None) is None:
                 return False
             self._events.append(event)
-            gang = self._gangs.get(t.gang) if t.gang is not None else None
-            if gang is not None:
-                gang.keys.discard(t.key)
-                if not gang.keys:
-                    del self._gangs[str(t.gang)]
-        if gang is not None and not gang.keys:
-            _remove_group(gang.group)
+        with self._reserve_lock:
+            self._release(t.key)
         return True
+
+    def _release(self, key: TaskKey) -> None:
+        """Task `key` has ended: its gang's group goes with the gang's last task; before, the
+        rest are re-reserved without its bundle, once every one of them has started (one
+        still waiting for the group waits on that group), and none is being stopped or has
+        ended unreleased."""
+        with self._lock:
+            gang_id = self._gang_of.pop(key, None)
+            gang = self._gangs.get(gang_id) if gang_id is not None else None
+            if gang_id is None or gang is None:
+                return
+            gang.keys.discard(key)
+            mine = gang.bundles.pop(key, None)
+            rest = [self._tracked.get(k) for k in sorted(gang.keys)]
+            if not gang.keys:
+                del self._gangs[gang_id]
+            elif mine is None or any(
+                r is None or r.start_ref is not None or r.stopping or r.key not in gang.bundles
+                for r in rest
+            ):
+                # Nothing to give back, or not now (one still waits for the group, or is
+                # ending too: a cancel): held until the next end, or the gang's last.
+                return
+            else:
+                del self._gangs[gang_id]
+        _remove_group(gang.group)
+        if not gang.keys:
+            return
+        keys = sorted(gang.keys)
+        try:
+            group = _reserve(
+                gang.name, [gang.bundles[k][0] for k in keys], [gang.bundles[k][1] for k in keys]
+            )
+        except (ValueError, TypeError) as e:
+            log.warning("cannot re-reserve the rest of gang %s in Ray: %s", gang.name, e)
+            return
+        new_id = group.id.hex()
+        with self._lock:
+            self._gangs[new_id] = _Gang(group, set(keys), gang.name, gang.bundles)
+            self._gang_of.update(dict.fromkeys(keys, new_id))
+        log.info("gang %s: %d task(s) re-reserved after %s ended", gang.name, len(keys), key)
 
     def _sweep_groups(self) -> None:
         """Removes our placement groups that no task claims, at the second sweep that finds
@@ -718,6 +773,35 @@ def _host_spec(req: TaskLaunch, gpu_check_s: float) -> dict[str, Any]:
 
 def _lost(key: TaskKey, message: str) -> TaskExited:
     return TaskExited(key, ExitKind.LOST, None, message, time.time())
+
+
+def _reserve(name: str, bundles: list[dict[str, float]], node_ids: list[str]) -> PlacementGroup:
+    """A detached placement group of `bundles`, each held to its node."""
+    group: PlacementGroup = ray.util.placement_group(
+        bundles,
+        strategy="PACK",
+        name=name,
+        lifetime="detached",
+        bundle_label_selector=[{NODE_ID_LABEL: n} for n in node_ids],
+    )
+    return group
+
+
+def _current_group(gang_id: object, name: object) -> str | None:
+    """The id of a gang's group now: the stored one, or, when that one was replaced (the rest
+    of the gang re-reserved), the live group of the same name."""
+    if not isinstance(gang_id, str):
+        return None
+    try:
+        table: dict[str, Any] = ray.util.placement_group_table()
+    except Exception as e:
+        log.debug("placement groups: %s", e)
+        return gang_id
+    row = table.get(gang_id) or {}
+    if row.get("state") not in (None, "REMOVED") or not isinstance(name, str) or not name:
+        return gang_id
+    live = [g for g, r in table.items() if r.get("name") == name and r.get("state") != "REMOVED"]
+    return live[0] if live else gang_id
 
 
 def _remove_group(group: PlacementGroup) -> None:
