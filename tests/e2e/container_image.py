@@ -17,6 +17,7 @@ import sys
 import sysconfig
 import tarfile
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 MARKER = "/etc/aisched-test-image"
@@ -77,81 +78,92 @@ def _text(tar: tarfile.TarFile, dst: str, text: str) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
-def build_test_image() -> str:
-    """The image's name, built (once per content) and imported into podman."""
+def build_test_image(as_user: Sequence[str] = (), engine: Sequence[str] = ("podman",)) -> str:
+    """The image's name, built (once per content) and imported into the engine (podman, or
+    `engine`: a docker command line with its daemon's socket): root's, or with `as_user` (a
+    command prefix that runs podman as another user) that user's own store."""
     busybox = Path(shutil.which("busybox") or "/bin/busybox").resolve()
     python = _python()
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     key = hashlib.sha256(f"{busybox.stat().st_size}{python}{stdlib}{MARKER_TEXT}v1".encode())
     name = f"localhost/aisched-test:{key.hexdigest()[:12]}"
-    if subprocess.run(["podman", "image", "exists", name], check=False).returncode == 0:
+    exists = [*as_user, *engine, "image", "inspect", "--format", "{{.Id}}", name]
+    if subprocess.run(exists, check=False, capture_output=True).returncode == 0:
         return name
     with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp).chmod(0o755)  # the other user's podman reads the tar
         path = Path(tmp) / "rootfs.tar"
-        with tarfile.open(path, "w") as tar:
-            for d in (
-                "/bin",
-                "/etc",
-                "/tmp",
-                "/lib",
-                "/lib64",
-                "/usr",
-                "/usr/bin",
-                "/usr/lib",
-                "/root",
-                "/data",
-            ):
-                _dir(tar, d, 0o1777 if d == "/tmp" else 0o755)
-            _add(tar, busybox, "/bin/busybox")
-            for applet in (
-                "sh",
-                "ls",
-                "cat",
-                "echo",
-                "sleep",
-                "id",
-                "nc",
-                "dd",
-                "wc",
-                "true",
-                "false",
-                "head",
-                "env",
-                "ps",
-                "grep",
-                "mkdir",
-                "rm",
-            ):
-                link = tarfile.TarInfo(f"bin/{applet}")
-                link.type = tarfile.SYMTYPE
-                link.linkname = "busybox"
-                tar.addfile(link)
-            _add(tar, python, "/usr/bin/python3")
-            _add(tar, python, "/usr/bin/suid-python3", mode=0o4755)
-            seen: set[str] = set()
-            for lib in _libs(python):
-                for dst in (str(lib), str(lib.resolve())):
-                    if dst not in seen:
-                        seen.add(dst)
-                        _add(tar, lib.resolve(), dst)
-            for root, dirs, files in os.walk(stdlib):
-                dirs[:] = [d for d in dirs if d not in SKIP_STDLIB]
-                rel = Path(root).relative_to(stdlib)
-                _dir(tar, str(stdlib / rel))
-                for f in files:
-                    if f.endswith((".py", ".so")):
-                        _add(tar, Path(root) / f, str(stdlib / rel / f))
-            dynload = Path(sysconfig.get_config_var("DESTSHARED") or stdlib / "lib-dynload")
-            if dynload.is_dir() and not str(dynload).startswith(str(stdlib)):
-                _dir(tar, str(dynload))
-                for f in dynload.iterdir():
-                    _add(tar, f, str(dynload / f.name))
-            _text(
-                tar,
-                "/etc/passwd",
-                "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n",
-            )
-            _text(tar, "/etc/group", "root:x:0:\nnogroup:x:65534:\n")
-            _text(tar, MARKER, MARKER_TEXT)
-        subprocess.run(["podman", "import", str(path), name], check=True, capture_output=True)
+        write_rootfs(path, busybox, python, stdlib)
+        path.chmod(0o644)
+        argv = [*as_user, *engine, "import", str(path), name]
+        subprocess.run(argv, check=True, capture_output=True, cwd=tmp)
     return name
+
+
+def write_rootfs(path: Path, busybox: Path, python: Path, stdlib: Path) -> None:
+    """The image's root filesystem as a tar (see the module docstring)."""
+    with tarfile.open(path, "w") as tar:
+        for d in (
+            "/bin",
+            "/etc",
+            "/tmp",
+            "/lib",
+            "/lib64",
+            "/usr",
+            "/usr/bin",
+            "/usr/lib",
+            "/root",
+            "/data",
+        ):
+            _dir(tar, d, 0o1777 if d == "/tmp" else 0o755)
+        _add(tar, busybox, "/bin/busybox")
+        for applet in (
+            "sh",
+            "ls",
+            "cat",
+            "echo",
+            "sleep",
+            "id",
+            "nc",
+            "dd",
+            "wc",
+            "true",
+            "false",
+            "head",
+            "env",
+            "ps",
+            "grep",
+            "mkdir",
+            "rm",
+        ):
+            link = tarfile.TarInfo(f"bin/{applet}")
+            link.type = tarfile.SYMTYPE
+            link.linkname = "busybox"
+            tar.addfile(link)
+        _add(tar, python, "/usr/bin/python3")
+        _add(tar, python, "/usr/bin/suid-python3", mode=0o4755)
+        seen: set[str] = set()
+        for lib in _libs(python):
+            for dst in (str(lib), str(lib.resolve())):
+                if dst not in seen:
+                    seen.add(dst)
+                    _add(tar, lib.resolve(), dst)
+        for root, dirs, files in os.walk(stdlib):
+            dirs[:] = [d for d in dirs if d not in SKIP_STDLIB]
+            rel = Path(root).relative_to(stdlib)
+            _dir(tar, str(stdlib / rel))
+            for f in files:
+                if f.endswith((".py", ".so")):
+                    _add(tar, Path(root) / f, str(stdlib / rel / f))
+        dynload = Path(sysconfig.get_config_var("DESTSHARED") or stdlib / "lib-dynload")
+        if dynload.is_dir() and not str(dynload).startswith(str(stdlib)):
+            _dir(tar, str(dynload))
+            for f in dynload.iterdir():
+                _add(tar, f, str(dynload / f.name))
+        _text(
+            tar,
+            "/etc/passwd",
+            "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n",
+        )
+        _text(tar, "/etc/group", "root:x:0:\nnogroup:x:65534:\n")
+        _text(tar, MARKER, MARKER_TEXT)

@@ -387,14 +387,10 @@ def test_a_setuid_root_binary_in_the_image_does_not_gain_root(image: str, tmp_pa
 def test_a_job_may_not_mount_a_host_path_its_user_cannot_read(image: str, tmp_path: Path) -> None:
     from aisched.executors.base import LaunchError, TaskLaunch
     from aisched.executors.local import LocalExecutor
-    from aisched.model.job import Job, TaskGroup
-    from aisched.model.resources import Resources
 
     secret = Path(tempfile.mkdtemp())  # 0700, root's
     spec = ContainerSpec(image, volumes=(Volume(str(secret), "/secret"),))
-    job = Job("9", (TaskGroup("main", 1, Resources(), ("true",), container=spec),), user="nobody")
     ex = LocalExecutor(tmp_path / "state", fork_server=False)
-    ex.set_job_lookup(lambda job_id: job if job_id == "9" else None)
     try:
         with pytest.raises(LaunchError) as err:
             ex.launch(
@@ -402,6 +398,7 @@ def test_a_job_may_not_mount_a_host_path_its_user_cannot_read(image: str, tmp_pa
                     job_id="9", attempt=1, task="main-0", node=ex.nodes()[0].name,
                     command=("true",), env={}, workdir=None, milli_cpu=0, mem_limit_mib=0,
                     gpus=(), log_path=str(tmp_path / "log"), grace_period_s=1.0,
+                    user="nobody", container=spec,
                 )
             )  # fmt: skip
         assert str(err.value) == (

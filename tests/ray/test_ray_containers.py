@@ -1,17 +1,23 @@
-"""Container jobs on the real multi-node Ray cluster of this folder: each task's actor runs
+"""Container jobs on the real multi-node Ray cluster of this folder: each node's agent runs
 podman on its node (here every node is this machine, so it is the same podman)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from harness import Service
+from harness import Service, wait_for
+from ray_harness import RayCluster
+from test_ray_service import ray_gpus_in_use
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 from container_image import MARKER, MARKER_TEXT, build_test_image, missing_tools  # noqa: E402
+
+ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.[dev]'")
 
 pytestmark = pytest.mark.skipif(
     (why := missing_tools()) is not None or os.geteuid() != 0,
@@ -36,3 +42,55 @@ def test_a_gang_in_an_image_runs_on_two_ray_nodes(ray_service: Service) -> None:
         f"{MARKER_TEXT}rank 1 of 2\n",
     ]
     assert len({t["node"] for t in svc.job(jid)["tasks"]}) == 2
+
+
+def _containers_of(svc: Service, jid: str) -> list[str]:
+    """The containers (any state) of job `jid` of this service (its Ray namespace's)."""
+    from aisched.executors.ray_executor import namespace_for
+
+    instance = hashlib.sha256(namespace_for(str(svc.home)).encode()).hexdigest()[:10]
+    out = subprocess.run(
+        ["podman", "ps", "--all", "--filter", f"label=io.aisched.job={jid}", "--filter",
+         f"label=io.aisched.instance={instance}", "--format", "{{.Names}}"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return out.split()
+
+
+def test_a_ray_container_gets_its_cores_as_cpuset_and_is_removed_when_its_agent_dies(
+    ray_service: Service, ray_cluster: RayCluster
+) -> None:
+    svc = ray_service
+    image = build_test_image()
+    job = (
+        f"name: ray-pinned\nimage: {image}\nrestart: {{policy: never}}\n"
+        "resources: {cpus: 1, mem: 256M}\n"
+        "command: 'grep Cpus_allowed_list /proc/self/status | cut -f2; "
+        "cat /sys/fs/cgroup/cpuset/cpuset.cpus 2>/dev/null || cat /sys/fs/cgroup/cpuset.cpus; "
+        "touch /tmp/up; sleep 600'\n"
+    )
+    (svc.work / "ray-pinned.yaml").write_text(job)
+    jid = str(svc.cli_json("submit", "ray-pinned.yaml")["id"])
+    svc.wait_state(jid, "running", timeout_s=120)
+
+    def two_lines() -> list[str] | None:
+        out = svc.cli("logs", jid).stdout.splitlines()
+        return out if len(out) >= 2 else None
+
+    affinity, cpuset = wait_for("the task's output", two_lines, 60)[:2]
+    # One core, the one its node's agent chose: as affinity and as the container's cpuset.
+    assert affinity == cpuset and affinity.isdigit()
+    assert len(_containers_of(svc, jid)) == 1
+
+    # The node's agent dies (its process killed, as when its worker crashes): the task is
+    # lost, and its container does not stay behind.
+    from aisched.executors.ray_executor import agent_name, namespace_for
+
+    node = svc.job(jid)["tasks"][0]["node"]
+    ray_gpus_in_use(ray_cluster)  # connects the test's driver
+    namespace = namespace_for(str(svc.home))
+    agent = ray.get_actor(agent_name(ray_cluster.nodes[node].node_id), namespace=namespace)
+    ray.kill(agent, no_restart=True)
+    job_state = svc.wait_state(jid, "failed", timeout_s=60)
+    assert [t["exit_kind"] for t in job_state["tasks"]] == ["lost"]
+    wait_for("the container to be removed", lambda: _containers_of(svc, jid) == [], 60)

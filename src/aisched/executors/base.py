@@ -27,7 +27,7 @@ from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from aisched.model.cluster import Node
-from aisched.model.job import ContainerSpec, Job
+from aisched.model.job import ContainerSpec
 
 # JSON-serialisable; the service stores it with the task and hands it back to `adopt`.
 HandleData = dict[str, Any]
@@ -74,8 +74,7 @@ class TaskLaunch:
     gpu_mem_mib: int = 0
     gpu_milli: int = 1000
     user: str | None = None
-    # Run in this image instead of on the host (None: on the host, or as the executor's job
-    # lookup says; see LocalExecutor.set_job_lookup).
+    # Run in this image instead of on the host (None: on the host).
     container: ContainerSpec | None = None
 
     @property
@@ -197,11 +196,13 @@ class NodeAddresses(Protocol):
 
 
 @runtime_checkable
-class JobLookup(Protocol):
-    """An executor that reads a task's job (its image, its submitter) from the service's live
-    jobs, for what the launch request does not carry."""
+class GangLauncher(Protocol):
+    """An executor that starts the tasks launched together (one attempt's gang) in one step,
+    e.g. reserving them together (Ray: one placement group). `launch_gang` answers each
+    request as `launch` would, in order: a handle, or the LaunchError `launch` would raise.
+    It starts all of them or none (then every answer is a LaunchError)."""
 
-    def set_job_lookup(self, lookup: Callable[[str], Job | None]) -> None: ...
+    def launch_gang(self, reqs: Sequence[TaskLaunch]) -> list[TaskHandle | LaunchError]: ...
 
 
 def master_addr_for(executor: object, node: str, default: str) -> str:

@@ -9,6 +9,16 @@ found" means every setting before the exec was accepted). What was chosen, and w
 crun refuses the cgroup layout or where the default open-files limit cannot be raised (no
 CAP_SYS_RESOURCE), the probe moves on to runc and to explicit `--ulimit` values.
 
+Rootless podman (a service run by an ordinary user) is detected and said: its cgroup manager,
+network backend and rootless network helper (slirp4netns, pasta). On cgroup v1 without a
+delegated hierarchy such an engine cannot apply cgroup limits at all (podman drops them with a
+warning), so `Engine.cgroup_limits` is False and the supervisor applies what still holds
+instead: the memory limit as a per-process data-segment rlimit (the host tasks' own
+fallback), set on the container's process between `init` and `start` (a `--ulimit data=`
+would hold the OCI runtime's own start-up to it, which fails), and the cores by CPU affinity,
+set on the engine's `init` and inherited by the container. `unapplied_limits` is the line
+that says what is left unenforced (the CPU quota, pids); the task's log carries it.
+
 `create_args` is the whole `create` command of one task: its name and labels (so that a
 restarted scheduler can find, adopt and remove it), its limits (cpuset and quota, memory, pids,
 /dev/shm), its network, its GPUs, its mounts (the working and checkpoint directories at the
@@ -68,6 +78,9 @@ class Engine:
     pull: str = "missing"
     pids_limit: int = DEFAULT_PIDS_LIMIT
     bridge_gateway: str | None = None
+    # Whether the engine can put its containers in cgroups of their own with limits (not:
+    # rootless on cgroup v1, which has no delegation).
+    cgroup_limits: bool = True
     notes: tuple[str, ...] = ()
 
 
@@ -157,17 +170,22 @@ def _podman(binary: str, oci_runtime: str, pull: str, pids_limit: int) -> Engine
             binary,
             "info",
             "--format",
-            "{{.Host.CgroupsVersion}} {{.Host.OCIRuntime.Name}} {{.Host.Security.Rootless}}",
+            "{{.Host.CgroupsVersion}} {{.Host.OCIRuntime.Name}} {{.Host.Security.Rootless}} "
+            "{{.Host.CgroupManager}} {{.Host.NetworkBackend}}",
         ]
     )
     if info.returncode != 0:
         raise EngineError(f"podman does not work here: {_last_line(info.stderr)}")
     words = info.stdout.split()
-    cgroup_version, default_runtime, rootless = (words + ["", "", ""])[:3]
+    cgroup_version, default_runtime, rootless, manager, network = (words + [""] * 5)[:5]
     notes = [
         f"container engine: podman ({binary}), cgroup {cgroup_version or 'unknown'}"
         + (", rootless" if rootless == "true" else ", rootful")
+        + f"; cgroup manager {manager or 'unknown'}, network backend {network or 'unknown'}"
     ]
+    if rootless == "true":
+        notes.append(_rootless_network_note())
+    cgroup_limits = not (rootless == "true" and cgroup_version == "v1")
     if oci_runtime != "auto":
         candidates = [oci_runtime]
     else:
@@ -187,10 +205,11 @@ def _podman(binary: str, oci_runtime: str, pull: str, pids_limit: int) -> Engine
                         + "; ulimits "
                         + (" ".join(ulimits) if ulimits else "the engine's defaults")
                     )
-                    if rootless == "true" and cgroup_version == "v1":
+                    if not cgroup_limits:
                         notes.append(
-                            "rootless on cgroup v1: the engine cannot apply memory, CPU or "
-                            "pids limits to containers"
+                            "rootless on cgroup v1: no cgroup limits on containers; memory is "
+                            "limited per process (RLIMIT_DATA) and cores by CPU affinity; the "
+                            "CPU quota and the pids limit are NOT applied"
                         )
                     gpu_cdi = _cdi_has_nvidia()
                     notes.append(
@@ -209,6 +228,7 @@ def _podman(binary: str, oci_runtime: str, pull: str, pids_limit: int) -> Engine
                         pull=pull,
                         pids_limit=pids_limit,
                         bridge_gateway=_bridge_gateway(binary),
+                        cgroup_limits=cgroup_limits,
                         notes=tuple(notes),
                     )
                 refusals.append(
@@ -217,6 +237,18 @@ def _podman(binary: str, oci_runtime: str, pull: str, pids_limit: int) -> Engine
                 if "rlimit" not in why:
                     break  # the runtime itself fails: other ulimits will not help
     raise EngineError("podman cannot start a container here: " + "; ".join(refusals))
+
+
+def _rootless_network_note() -> str:
+    """Which helper gives a rootless container its network (podman 4 uses slirp4netns by
+    default, pasta where configured); none installed means only `network: host | none`."""
+    found = [t for t in ("slirp4netns", "pasta") if shutil.which(t) is not None]
+    if not found:
+        return (
+            "rootless networking: neither slirp4netns nor pasta is installed, so only "
+            "network: host and none work (apt-get install slirp4netns)"
+        )
+    return f"rootless networking through {' and '.join(found)}"
 
 
 def _probe(binary: str, runtime: str, ulimits: Sequence[str], rootfs: str) -> tuple[bool, str]:
@@ -367,15 +399,18 @@ def create_args(
             if int(g) != int(t.user["gid"]):
                 a += ["--group-add", str(int(g))]
     # 2. Limits.
-    if t.milli_cpu > 0:
-        a += ["--cpus", f"{t.milli_cpu / 1000:g}"]
-    if t.cores:
-        a += ["--cpuset-cpus", ",".join(str(c) for c in t.cores)]
-    if t.mem_limit_mib > 0:
-        # Swap counted in: over the limit is an OOM kill, not a crawl through swap.
-        a += ["--memory", f"{t.mem_limit_mib}m", "--memory-swap", f"{t.mem_limit_mib}m"]
-    if engine.pids_limit > 0:
-        a += ["--pids-limit", str(engine.pids_limit)]
+    # Without a cgroup of its own (rootless, cgroup v1) the supervisor pins the cores and sets
+    # the memory rlimit on the container's init instead (see supervisor.Container).
+    if engine.cgroup_limits:
+        if t.milli_cpu > 0:
+            a += ["--cpus", f"{t.milli_cpu / 1000:g}"]
+        if t.cores:
+            a += ["--cpuset-cpus", ",".join(str(c) for c in t.cores)]
+        if t.mem_limit_mib > 0:
+            # Swap counted in: over the limit is an OOM kill, not a crawl through swap.
+            a += ["--memory", f"{t.mem_limit_mib}m", "--memory-swap", f"{t.mem_limit_mib}m"]
+        if engine.pids_limit > 0:
+            a += ["--pids-limit", str(engine.pids_limit)]
     a += ["--shm-size", f"{spec.shm_mib or DEFAULT_SHM_MIB}m"]
     # 3. Network: rank 0 of a bridged gang publishes its master port.
     a += ["--network", spec.network.value]
@@ -405,6 +440,28 @@ def create_args(
     # 6. The command replaces the image's entrypoint, as a pod's `command` does.
     a += ["--entrypoint", "", spec.image, *t.command]
     return a
+
+
+def unapplied_limits(t: ContainerTask, engine: Engine) -> str | None:
+    """The line for the task's log that says which of its limits the engine cannot apply
+    (and what holds instead), or None when all are applied."""
+    if engine.cgroup_limits:
+        return None
+    held = []
+    if t.mem_limit_mib > 0:
+        held.append(f"memory {t.mem_limit_mib} MiB per process (RLIMIT_DATA), not in total")
+    if t.cores:
+        held.append(f"cores {','.join(str(c) for c in t.cores)} by CPU affinity")
+    lost = []
+    if t.milli_cpu > 0:
+        lost.append(f"the CPU quota of {t.milli_cpu / 1000:g} CPUs")
+    if engine.pids_limit > 0:
+        lost.append(f"the pids limit of {engine.pids_limit}")
+    return (
+        "rootless podman on cgroup v1 cannot put this container in a cgroup of its own: "
+        + (f"applied instead: {'; '.join(held)}; " if held else "")
+        + f"NOT applied: {', '.join(lost) or 'nothing else'}"
+    )
 
 
 def env_file_lines(env: Mapping[str, str]) -> tuple[str, list[tuple[str, str]]]:

@@ -79,7 +79,7 @@ from aisched.executors.gpu_watchdog import (
 )
 from aisched.executors.runas import account, account_env
 from aisched.model.cluster import Node
-from aisched.model.job import ContainerSpec, Job
+from aisched.model.job import ContainerSpec
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +165,6 @@ class LocalExecutor(ExitWatching):
         self._engine_wanted = (container_runtime, oci_runtime, image_pull, container_pids_limit)
         self._engine: ctr.Engine | None = None
         self._engine_error: str | None = None
-        self._job_lookup: Callable[[str], Job | None] | None = None
         # Names this executor's containers, so that two schedulers never touch each other's.
         self._instance = _instance_id(self._state)
 
@@ -203,7 +202,7 @@ class LocalExecutor(ExitWatching):
             )
         if not req.command or not req.command[0]:
             raise LaunchError(f"task {_show(key)}: command: empty")
-        spec, owner = self._container_of(req)
+        spec, owner = req.container, req.user
         for field, value in (
             ("attempt", req.attempt),
             ("milli_cpu", req.milli_cpu),
@@ -447,11 +446,6 @@ class LocalExecutor(ExitWatching):
 
     # --- containers ----------------------------------------------------------------------
 
-    def set_job_lookup(self, lookup: Callable[[str], Job | None]) -> None:
-        """Where `launch` finds a task's job (its image, its user) when the request does not
-        carry the container itself. Called once, by the service, before the first launch."""
-        self._job_lookup = lookup
-
     def container_name(self, key: TaskKey) -> str:
         """The engine's name of the task's container (if it runs in one)."""
         return ctr.container_name(self._instance, *key)
@@ -491,21 +485,6 @@ class LocalExecutor(ExitWatching):
             log.info("removing container %s: no supervisor looks after it", name)
             ctr.remove_container(engine.binary, name)
 
-    def _container_of(self, req: TaskLaunch) -> tuple[ContainerSpec | None, str | None]:
-        """The task's container settings and the submitting user's name, from the request,
-        else from its job."""
-        job = self._job_lookup(req.job_id) if self._job_lookup is not None else None
-        owner = job.user if job is not None else None
-        if req.container is not None:
-            return req.container, owner
-        if job is None:
-            return None, None
-        group = req.task.rsplit("-", 1)[0]
-        for g in job.groups:
-            if g.name == group:
-                return g.container, owner
-        return None, owner
-
     def _container_launch(
         self,
         req: TaskLaunch,
@@ -533,6 +512,11 @@ class LocalExecutor(ExitWatching):
                         f"{v.host_path}, so its job may not mount it"
                     )
         tools: dict[str, str] = {}
+        if spec.bandwidth_bit_s is not None and engine.rootless:
+            raise LaunchError(
+                f"task {_show(key)}: bandwidth: needs a rootful engine (rootless podman may "
+                "not change a container's traffic control)"
+            )
         if spec.bandwidth_bit_s is not None and engine.name != "podman":
             raise LaunchError(
                 f"task {_show(key)}: bandwidth: needs podman ({engine.name} cannot set up a "
@@ -582,7 +566,11 @@ class LocalExecutor(ExitWatching):
                 "create": create,
                 "start": ctr.start_args(engine, name),
                 "engine_env": _engine_env(),
-                "cgroup_version": engine.cgroup_version,
+                # "none": no cgroup of its own, nothing to watch for its OOM kills.
+                "cgroup_version": engine.cgroup_version if engine.cgroup_limits else "none",
+                "pin_cores": [] if engine.cgroup_limits else list(cores),
+                "rlimit_data": 0 if engine.cgroup_limits else req.mem_limit_mib << 20,
+                "notice": ctr.unapplied_limits(t, engine),
                 "bandwidth_bit_s": spec.bandwidth_bit_s,
                 "network": spec.network.value,
                 # Made (as the user's, when it runs as one) before the container is created.

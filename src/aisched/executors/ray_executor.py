@@ -1,12 +1,21 @@
-"""The Ray executor: each task runs on the Ray node the core chose, as a process of a Ray actor.
+"""The Ray executor: each task runs on the Ray node the core chose, as a process started by
+that node's agent.
 
-aisched's core decides placement; this executor carries it out exactly. Every task becomes one
-detached, named actor (`TaskRunner`, see `ray_task.py`) created with
-`NodeAffinitySchedulingStrategy(node_id, soft=False)` and reserving exactly the task's CPUs,
-GPUs and memory in Ray, so Ray's accounting agrees with aisched's: Ray never starts it anywhere
-else, and nothing else Ray schedules can take what the task holds. The actor starts the command
-with the DESIGN.md environment (its GPU indices in CUDA_VISIBLE_DEVICES, MASTER_ADDR the address
-of rank 0's node) and reports how it ended; its resources go back to Ray once that is known.
+aisched's core decides placement; this executor carries it out exactly, as Ray's own guidance
+for gang scheduling has it: the tasks launched together (a gang) reserve their resources in
+Ray through ONE placement group, a bundle per task with exactly its CPUs, GPUs and memory,
+each bundle held to the task's node by a label selector on `ray.io/node-id`. So Ray's
+accounting agrees with aisched's, and nothing else Ray schedules can take what a task holds.
+The processes are started by a long-lived agent per node (`NodeAgent`, `ray_agent.py`: one
+detached, named actor pinned to its node by `NodeAffinitySchedulingStrategy(soft=False)`,
+started when the node is first seen), which waits until the gang's reservation is in place
+and then starts the command (`TaskRunner`, `ray_task.py`) with the DESIGN.md environment (its
+GPU indices in CUDA_VISIBLE_DEVICES, MASTER_ADDR the address of rank 0's node), pinned to the
+cores it chose. Starting a gang is one placement group and one call per task: no Ray worker
+process is started for it. The reservation goes back to Ray when the gang's last task ended
+(a placement group cannot give back one bundle, so when a task ends before its gang-mates,
+the rest are re-reserved in a new group of their bundles: the old one is removed first, since
+the new one needs its room).
 
 Tasks sharing a GPU (`gpu_milli` < 1000) reserve that share of one GPU in Ray (fractional
 `num_gpus`) and get the index the core chose in CUDA_VISIBLE_DEVICES, never the device Ray picked
@@ -25,25 +34,30 @@ Invariants:
 - every launched or adopted task yields exactly one `TaskExited`; an actor whose node died is
   LOST ("its Ray node ... left the cluster"), which the loop turns into a failed attempt that
   is restarted per the job's restart policy, on healthy nodes.
-- tasks outlive the scheduler (detached actors in a namespace derived from the data
-  directory): a restarted `aisched up --ray` adopts them by name.
+- tasks outlive the scheduler (their agents are detached actors in a namespace derived from
+  the data directory, their placement groups detached): a restarted `aisched up --ray` adopts
+  them through their agent, by name. A placement group of ours that no task claims any more
+  (every task of it ended while no scheduler watched) is removed by a sweep.
 
 Importing this module imports Ray; nothing else in aisched does, so Ray stays optional.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
+from ray._raylet import PlacementGroupID
 from ray.exceptions import ActorUnavailableError
+from ray.util.placement_group import PlacementGroup
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from aisched.executors.base import (
@@ -58,24 +72,30 @@ from aisched.executors.base import (
     exit_from_record,
 )
 from aisched.executors.gpu_watchdog import GPU_CHECK_INTERVAL_S, TaskGpuMemory
+from aisched.executors.ray_agent import NodeAgent
 from aisched.executors.ray_nodes import RayNode, nodes_from_ray
-from aisched.executors.ray_task import MakeWatchdog, TaskRunner
+from aisched.executors.ray_task import MakeWatchdog
 from aisched.executors.supervisor import LOG_MAX_BYTES, LOG_MAX_FILES
 from aisched.model.cluster import Node
-from aisched.model.job import ContainerSpec, Job
+from aisched.model.job import ContainerSpec
 
 log = logging.getLogger(__name__)
 
 MIB = 1 << 20
-# A task actor runs the process, waits for it, and takes stops and status queries meanwhile.
-ACTOR_THREADS = 4
+# An agent's calls in flight: per task a start (waiting for its reservation) or a wait, and
+# the short stop, status and GPU-memory calls; so about 120 running tasks per node.
+AGENT_THREADS = 256
+NODE_ID_LABEL = "ray.io/node-id"
+# Placement groups of ours that no task claims are removed at the second sweep that finds
+# them (the first may see one between its creation and its tasks' registration).
+SWEEP_S = 10.0
 WAIT_SLICE_S = 0.2
 # An actor Ray calls "temporarily unavailable" (its node missed heartbeats, or a network blip)
 # is asked again this often, until Ray either reaches it or declares its node dead.
 UNAVAILABLE_RETRY_S = 1.0
 CONNECT_PROBE_S = 5.0
 
-_RemoteRunner: Any = ray.remote(TaskRunner)
+_RemoteAgent: Any = ray.remote(NodeAgent)
 # Ray's stubs type get() by its argument; our references are untyped actor-call results.
 _get: Callable[..., Any] = ray.get
 
@@ -88,13 +108,26 @@ class RayConnectError(RuntimeError):
 class _Tracked:
     key: TaskKey
     node: str
-    actor: Any
+    agent: Any  # the node's NodeAgent
     start_ref: Any | None  # pending until the process exists
     wait_ref: Any | None = None
     launched_at: float = 0.0
     grace_period_s: float = 0.0
-    retry_at: float = 0.0  # while unavailable: when to ask the actor again
+    retry_at: float = 0.0  # while unavailable: when to ask the agent again
     gpus: tuple[int, ...] = ()
+    node_id: str = ""
+    start_args: tuple[Any, ...] = ()  # what `start` is (re)sent with: spec, watchdog, group
+    stopping: bool = False  # a stop was asked: it ends soon, its gang is not re-reserved
+
+
+@dataclass(slots=True)
+class _Gang:
+    group: PlacementGroup
+    keys: set[TaskKey] = field(default_factory=set)
+    name: str = ""
+    # Each task's bundle and node id, to re-reserve the rest when one ends first (unknown,
+    # so not done, for a gang adopted after a restart).
+    bundles: dict[TaskKey, tuple[dict[str, float], str]] = field(default_factory=dict)
 
 
 def namespace_for(data_dir: str) -> str:
@@ -103,9 +136,9 @@ def namespace_for(data_dir: str) -> str:
     return "aisched-" + hashlib.sha256(data_dir.encode()).hexdigest()[:12]
 
 
-def actor_name(key: TaskKey) -> str:
-    job_id, attempt, task = key
-    return f"task-{job_id}-{attempt}-{task}"
+def agent_name(node_id: str) -> str:
+    """The name of the agent of the Ray node `node_id` (hex), in the service's namespace."""
+    return f"agent-{node_id}"
 
 
 def connect(address: str) -> None:
@@ -183,9 +216,15 @@ class RayExecutor:
         self._events: list[TaskExited] = []
         self._wakeup: Callable[[], None] | None = None
         self._closed = threading.Event()
-        self._job_lookup: Callable[[str], Job | None] | None = None
         self._ray_nodes: dict[str, RayNode] = {}
         self._nodes: tuple[Node, ...] = ()
+        self._agents: dict[str, Any] = {}  # Ray node id -> its agent's handle
+        self._gangs: dict[str, _Gang] = {}  # placement group id (hex) -> its tasks
+        self._unclaimed: set[str] = set()  # our groups the last sweep found no task of
+        self._reserve_lock = threading.Lock()  # one gang's groups changed by one thread
+        # Task -> its gang's group id now (re-reserving moves the rest to a new group).
+        self._gang_of: dict[TaskKey, str] = {}
+        self._next_sweep = time.monotonic() + SWEEP_S
         self._refresh_nodes()
         self._next_refresh = time.monotonic() + refresh_s
         self._thread = threading.Thread(target=self._watch, name="aisched-ray", daemon=True)
@@ -197,6 +236,8 @@ class RayExecutor:
         notes = [
             f"Ray cluster: {len(self._nodes)} node(s), namespace {self._namespace}",
             "memory is reserved in Ray's accounting, not enforced on the process",
+            "each gang reserves through one placement group; each node's agent starts its "
+            "tasks, pinned to the cores it chose there",
         ]
         if self._gpu_watchdog is None:
             notes.append("GPU-memory watchdog off")
@@ -206,25 +247,11 @@ class RayExecutor:
                 states = sorted(self._gpu_states.items())
             notes += [f"GPU-memory watchdog on {node}: {state}" for node, state in states]
         return ExecutorInfo(
-            name="ray", memory_limit="ray-accounting", cpu_affinity=False, notes=tuple(notes)
+            name="ray", memory_limit="ray-accounting", cpu_affinity=True, notes=tuple(notes)
         )
 
     def nodes(self) -> Sequence[Node]:
         return self._nodes
-
-    def set_job_lookup(self, lookup: Callable[[str], Job | None]) -> None:
-        self._job_lookup = lookup
-
-    def _container_of(self, req: TaskLaunch) -> ContainerSpec | None:
-        """The task's image and its settings: from the request, else from its job."""
-        if req.container is not None:
-            return req.container
-        job = self._job_lookup(req.job_id) if self._job_lookup is not None else None
-        group = req.task.rsplit("-", 1)[0]
-        for g in job.groups if job is not None else ():
-            if g.name == group:
-                return g.container
-        return None
 
     def node_address(self, node: str) -> str | None:
         """The IP of `node` (MASTER_ADDR for a gang whose rank 0 runs there)."""
@@ -232,72 +259,139 @@ class RayExecutor:
         return None if rn is None else rn.address
 
     def launch(self, req: TaskLaunch) -> TaskHandle:
+        got = self.launch_gang([req])[0]
+        if isinstance(got, LaunchError):
+            raise got
+        return got
+
+    def launch_gang(self, reqs: Sequence[TaskLaunch]) -> list[TaskHandle | LaunchError]:
+        """Start the tasks of one gang (see the module docstring): all of them, or, when one
+        is refused, none (every answer is then a LaunchError, the refused one's first)."""
+        refusals = [self._refusal(r) for r in reqs]
+        if first := next((why for why in refusals if why is not None), None):
+            return [
+                LaunchError(why or f"task {_show(r.key)}: not started: {first}")
+                for r, why in zip(reqs, refusals, strict=True)
+            ]
+        placed = [self._ray_nodes[r.node] for r in reqs]
+        bundles, selectors, owners = [], [], []
+        for r, rn in zip(reqs, placed, strict=True):
+            bundle = _bundle(r)
+            if bundle:
+                bundles.append(bundle)
+                selectors.append({NODE_ID_LABEL: rn.node_id})
+                owners.append(r.key)
+        group: PlacementGroup | None = None
+        gang_id: str | None = None
+        job_id, attempt, task = reqs[0].key
+        name = f"{self._namespace}:{job_id}:{attempt}:{task}"
+        if bundles:
+            try:
+                group = _reserve(name, bundles, [s[NODE_ID_LABEL] for s in selectors])
+            except (ValueError, TypeError) as e:
+                return [LaunchError(f"task {_show(r.key)}: Ray refused it: {e}") for r in reqs]
+            gang_id = group.id.hex()
+            held = {
+                k: (b, sel[NODE_ID_LABEL])
+                for k, b, sel in zip(owners, bundles, selectors, strict=True)
+            }
+            with self._lock:
+                self._gangs[gang_id] = _Gang(group, set(owners), name, held)
+                self._gang_of.update(dict.fromkeys(owners, gang_id))
+        out: list[TaskHandle | LaunchError] = []
+        for r, rn in zip(reqs, placed, strict=True):
+            mine = group if r.key in owners else None
+            out.append(self._start_on_agent(r, rn, mine, gang_id, name))
+        return out
+
+    def _refusal(self, req: TaskLaunch) -> str | None:
+        """Why `req` cannot be launched here, or None."""
         key = req.key
         if self._closed.is_set():
-            raise LaunchError(f"task {_show(key)}: the executor is closed")
+            return f"task {_show(key)}: the executor is closed"
         rn = self._ray_nodes.get(req.node)
         if rn is None:
-            raise LaunchError(f"task {_show(key)}: node {req.node!r} is not in the Ray cluster")
+            return f"task {_show(key)}: node {req.node!r} is not in the Ray cluster"
         if not req.command or not req.command[0]:
-            raise LaunchError(f"task {_show(key)}: command: empty")
-        container = self._container_of(req)
+            return f"task {_show(key)}: command: empty"
         with self._lock:
             if key in self._tracked:
-                raise LaunchError(f"task {_show(key)} is already running")
+                return f"task {_show(key)} is already running"
         known = {g.index for g in rn.node.gpus}
         if missing := [g for g in req.gpus if g not in known]:
-            raise LaunchError(f"task {_show(key)}: gpus: {missing} not on node {req.node!r}")
-        gpu_share = _gpu_share(req)
-        try:
-            actor = _RemoteRunner.options(
-                name=actor_name(key),
-                namespace=self._namespace,
-                lifetime="detached",
-                max_restarts=0,
-                max_concurrency=ACTOR_THREADS,
-                num_cpus=req.milli_cpu / 1000,
-                num_gpus=gpu_share,
-                memory=req.mem_limit_mib * MIB,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(rn.node_id, soft=False),
-            ).remote(
-                {
-                    **_spec(req, self._gpu_check_s, container, self._namespace),
-                    "log_max_bytes": self._log_cap[0],
-                    "log_max_files": self._log_cap[1],
-                },
-                self._gpu_watchdog,
-            )
-            start_ref = actor.start.remote()
-        except ValueError as e:  # e.g. the name is taken by a leftover actor
-            raise LaunchError(f"task {_show(key)}: Ray refused it: {e}") from None
+            return f"task {_show(key)}: gpus: {missing} not on node {req.node!r}"
+        return None
+
+    def _start_on_agent(
+        self,
+        req: TaskLaunch,
+        rn: RayNode,
+        group: PlacementGroup | None,
+        gang_id: str | None,
+        gang_name: str,
+    ) -> TaskHandle:
+        key = req.key
+        agent = self._agent(rn.node_id)
+        spec = {
+            **_spec(req, self._gpu_check_s, req.container, self._namespace),
+            "log_max_bytes": self._log_cap[0],
+            "log_max_files": self._log_cap[1],
+        }
+        start_args = (spec, self._gpu_watchdog, group)
+        start_ref = agent.start.remote(list(key), *start_args)
         with self._lock:
             self._tracked[key] = _Tracked(
                 key,
                 req.node,
-                actor,
+                agent,
                 start_ref,
                 None,
                 time.monotonic(),
                 req.grace_period_s,
                 gpus=tuple(req.gpus),
+                node_id=rn.node_id,
+                start_args=start_args,
             )
         return TaskHandle(
             key=key,
             node=req.node,
             data={
-                "actor": actor_name(key),
+                "agent": agent_name(rn.node_id),
                 "namespace": self._namespace,
                 "node_id": rn.node_id,
-                "gpu_share": gpu_share,
+                "placement_group": gang_id if group is not None else None,
+                "placement_group_name": gang_name if group is not None else None,
+                "gpu_share": _gpu_share(req),
                 "gpus": list(req.gpus),
             },
         )
+
+    def _agent(self, node_id: str) -> Any:
+        """The agent of Ray node `node_id`: the one started before (by us, or by an earlier
+        scheduler on this data directory), else a new one."""
+        with self._lock:
+            agent = self._agents.get(node_id)
+        if agent is None:
+            agent = _RemoteAgent.options(
+                name=agent_name(node_id),
+                namespace=self._namespace,
+                get_if_exists=True,
+                lifetime="detached",
+                max_restarts=0,
+                max_concurrency=AGENT_THREADS,
+                num_cpus=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+            ).remote()
+            with self._lock:
+                agent = self._agents.setdefault(node_id, agent)
+        return agent
 
     def stop(self, key: TaskKey, grace_period_s: float | None = None) -> None:
         with self._lock:
             t = self._tracked.get(key)
             if t is None:
                 return
+            t.stopping = True
             not_started = t.start_ref is not None
         if not_started:  # Ray may not even have placed it: removing the actor is the stop
             self._end(t, TaskExited(key, ExitKind.STOPPED, None, "stopped before it started"))
@@ -306,8 +400,8 @@ class RayExecutor:
             return
         grace = t.grace_period_s if grace_period_s is None else grace_period_s
         try:
-            t.actor.stop.remote(grace)
-        except Exception as e:  # the actor is gone: its wait() reports that
+            t.agent.stop.remote(list(key), grace)
+        except Exception as e:  # the agent is gone: its wait() reports that
             log.debug("stop %s: %s", key, e)
 
     def poll(self) -> list[TaskExited]:
@@ -326,28 +420,54 @@ class RayExecutor:
         with self._lock:
             if key in self._tracked:
                 return AdoptState.RUNNING, None
+        node_id = str(handle.data.get("node_id") or "")
+        if "actor" in handle.data and "agent" not in handle.data:
+            # Started by an older aisched, as an actor of its own: stopped, never left running
+            # beside a retry.
+            with contextlib.suppress(ValueError):
+                ray.kill(ray.get_actor(str(handle.data["actor"]), namespace=self._namespace))
+            why = "it was started by an older aisched (one Ray actor per task): stopped"
+            return AdoptState.LOST, _lost(key, why)
         try:
-            actor = ray.get_actor(actor_name(key), namespace=self._namespace)
+            agent = ray.get_actor(agent_name(node_id), namespace=self._namespace)
         except ValueError:
-            return AdoptState.LOST, _lost(key, "its Ray actor is gone (its node left the cluster?)")
+            why = "its node's Ray agent is gone (its node left the cluster?)"
+            return AdoptState.LOST, _lost(key, why)
         try:
-            started: dict[str, Any] = _get(actor.start.remote(), timeout=self._start_timeout_s)
-            result = started.get("exit") or _get(actor.status.remote(), timeout=30)
+            started: dict[str, Any] = _get(
+                agent.start.remote(list(key), None), timeout=self._start_timeout_s
+            )
+            if started.get("unknown"):
+                return AdoptState.LOST, _lost(key, "its node's Ray agent does not know it")
+            result = started.get("exit") or _get(agent.status.remote(list(key)), timeout=30)
         except Exception as e:
-            _kill(actor)
-            return AdoptState.LOST, _lost(key, f"its Ray actor cannot be reached: {_why(e)}")
+            agent.forget.remote(list(key))
+            return AdoptState.LOST, _lost(key, f"its node's Ray agent cannot be reached: {_why(e)}")
         if result is not None:
-            _kill(actor)
+            agent.forget.remote(list(key))
             return AdoptState.EXITED, exit_from_record(key, result)
+        gang_id = _current_group(
+            handle.data.get("placement_group"), handle.data.get("placement_group_name")
+        )
         with self._lock:
+            self._agents.setdefault(node_id, agent)
+            if isinstance(gang_id, str):
+                gang = self._gangs.get(gang_id)
+                if gang is None:
+                    group = PlacementGroup(PlacementGroupID.from_hex(gang_id))
+                    name = str(handle.data.get("placement_group_name") or "")
+                    gang = self._gangs[gang_id] = _Gang(group, name=name)
+                gang.keys.add(key)
+                self._gang_of[key] = gang_id
             self._tracked[key] = _Tracked(
                 key,
                 handle.node,
-                actor,
+                agent,
                 None,
-                actor.wait.remote(),
+                agent.wait.remote(list(key)),
                 time.monotonic(),
                 gpus=tuple(int(g) for g in handle.data.get("gpus") or ()),
+                node_id=node_id,
             )
         return AdoptState.RUNNING, None
 
@@ -379,9 +499,9 @@ class RayExecutor:
                 if t.retry_at:
                     t.retry_at = 0.0
                     if t.start_ref is not None:
-                        t.start_ref = t.actor.start.remote()
+                        t.start_ref = t.agent.start.remote(list(t.key), *t.start_args)
                     else:
-                        t.wait_ref = t.actor.wait.remote()
+                        t.wait_ref = t.agent.wait.remote(list(t.key))
                 ref = t.start_ref if t.start_ref is not None else t.wait_ref
                 if ref is not None:
                     by_ref[ref] = t
@@ -402,6 +522,9 @@ class RayExecutor:
         if time.monotonic() >= self._next_refresh:
             self._next_refresh = time.monotonic() + self._refresh_s
             changed |= self._refresh_nodes()
+        if time.monotonic() >= self._next_sweep:
+            self._next_sweep = time.monotonic() + SWEEP_S
+            self._sweep_groups()
         if changed and self._wakeup is not None:
             self._wakeup()
 
@@ -419,7 +542,8 @@ class RayExecutor:
                 return self._end(t, exit_from_record(t.key, started["exit"]))
             with self._lock:
                 t.start_ref = None
-                t.wait_ref = t.actor.wait.remote()
+                t.start_args = ()  # the spec and the group are not needed any more
+                t.wait_ref = t.agent.wait.remote(list(t.key))
             return False
         try:
             result = _get(ref)
@@ -464,7 +588,7 @@ class RayExecutor:
             ]
         for t in due:
             try:
-                self._gpu_refs[t.actor.gpu_memory.remote()] = (t.key, t.node)
+                self._gpu_refs[t.agent.gpu_memory.remote(list(t.key))] = (t.key, t.node)
             except Exception as e:
                 log.debug("gpu memory of %s: %s", t.key, e)
 
@@ -494,20 +618,92 @@ class RayExecutor:
         return bool(late)
 
     def _end(self, t: _Tracked, event: TaskExited) -> bool:
-        """Report the task's end once, and give its reservation back to Ray."""
-        _kill(t.actor)
+        """Report the task's end once; its agent forgets it, and the gang's reservation goes
+        back to Ray with its last task."""
+        try:
+            t.agent.forget.remote(list(t.key))
+        except Exception as e:  # the agent is gone, and the task with it
+            log.debug("forget %s: %s", t.key, e)
         with self._lock:
             self._gpu_usage.pop(t.key, None)
             if self._tracked.pop(t.key, None) is None:
                 return False
             self._events.append(event)
+        with self._reserve_lock:
+            self._release(t.key)
         return True
+
+    def _release(self, key: TaskKey) -> None:
+        """Task `key` has ended: its gang's group goes with the gang's last task; before, the
+        rest are re-reserved without its bundle, once every one of them has started (one
+        still waiting for the group waits on that group), and none is being stopped or has
+        ended unreleased."""
+        with self._lock:
+            gang_id = self._gang_of.pop(key, None)
+            gang = self._gangs.get(gang_id) if gang_id is not None else None
+            if gang_id is None or gang is None:
+                return
+            gang.keys.discard(key)
+            mine = gang.bundles.pop(key, None)
+            rest = [self._tracked.get(k) for k in sorted(gang.keys)]
+            if not gang.keys:
+                del self._gangs[gang_id]
+            elif mine is None or any(
+                r is None or r.start_ref is not None or r.stopping or r.key not in gang.bundles
+                for r in rest
+            ):
+                # Nothing to give back, or not now (one still waits for the group, or is
+                # ending too: a cancel): held until the next end, or the gang's last.
+                return
+            else:
+                del self._gangs[gang_id]
+        _remove_group(gang.group)
+        if not gang.keys:
+            return
+        keys = sorted(gang.keys)
+        try:
+            group = _reserve(
+                gang.name, [gang.bundles[k][0] for k in keys], [gang.bundles[k][1] for k in keys]
+            )
+        except (ValueError, TypeError) as e:
+            log.warning("cannot re-reserve the rest of gang %s in Ray: %s", gang.name, e)
+            return
+        new_id = group.id.hex()
+        with self._lock:
+            self._gangs[new_id] = _Gang(group, set(keys), gang.name, gang.bundles)
+            self._gang_of.update(dict.fromkeys(keys, new_id))
+        log.info("gang %s: %d task(s) re-reserved after %s ended", gang.name, len(keys), key)
+
+    def _sweep_groups(self) -> None:
+        """Removes our placement groups that no task claims, at the second sweep that finds
+        them so (see SWEEP_S)."""
+        try:
+            table: dict[str, Any] = ray.util.placement_group_table()
+        except Exception as e:
+            log.debug("placement groups: %s", e)
+            return
+        prefix = f"{self._namespace}:"
+        with self._lock:
+            ours = {
+                gid
+                for gid, row in table.items()
+                if str(row.get("name", "")).startswith(prefix)
+                and row.get("state") != "REMOVED"
+                and gid not in self._gangs
+            }
+            stale, self._unclaimed = ours & self._unclaimed, ours - self._unclaimed
+        for gid in sorted(stale):
+            log.info("removing placement group %s: none of its tasks is running", gid)
+            _remove_group(PlacementGroup(PlacementGroupID.from_hex(gid)))
 
     def _died(self, t: _Tracked, e: Exception) -> str:
         self._refresh_nodes()
+        with self._lock:  # the next task there gets a new agent
+            if self._agents.get(t.node_id) is t.agent:
+                del self._agents[t.node_id]
         if t.node not in self._ray_nodes:
             return f"lost: its Ray node {t.node} left the cluster"
-        return f"lost: its Ray actor died ({_why(e)})"
+        return f"lost: its node's Ray agent died ({_why(e)})"
 
     def _refresh_nodes(self) -> bool:
         """Re-reads Ray's node table; True when the set of nodes changed."""
@@ -518,8 +714,21 @@ class RayExecutor:
                 return False
             self._ray_nodes = {rn.node.name: rn for rn in found}
             self._nodes = nodes
+            new = [rn.node_id for rn in found if rn.node_id not in self._agents]
         log.info("Ray nodes: %s", ", ".join(n.name for n in nodes) or "none")
+        for node_id in new:  # started now, so that a first gang there does not wait for it
+            self._agent(node_id)
         return True
+
+
+def _bundle(req: TaskLaunch) -> dict[str, float]:
+    """The task's bundle in its gang's placement group: what it reserves in Ray."""
+    out = {
+        "CPU": req.milli_cpu / 1000,
+        "GPU": _gpu_share(req),
+        "memory": float(req.mem_limit_mib * MIB),
+    }
+    return {k: v for k, v in out.items() if v > 0}
 
 
 def _gpu_share(req: TaskLaunch) -> float:
@@ -558,6 +767,7 @@ def _host_spec(req: TaskLaunch, gpu_check_s: float) -> dict[str, Any]:
         "gpu_mem_mib": req.gpu_mem_mib,
         "gpu_check_s": gpu_check_s,
         "user": req.user,
+        "milli_cpu": req.milli_cpu,  # its agent pins it to that many cores
     }
 
 
@@ -565,11 +775,40 @@ def _lost(key: TaskKey, message: str) -> TaskExited:
     return TaskExited(key, ExitKind.LOST, None, message, time.time())
 
 
-def _kill(actor: Any) -> None:
+def _reserve(name: str, bundles: list[dict[str, float]], node_ids: list[str]) -> PlacementGroup:
+    """A detached placement group of `bundles`, each held to its node."""
+    group: PlacementGroup = ray.util.placement_group(
+        bundles,
+        strategy="PACK",
+        name=name,
+        lifetime="detached",
+        bundle_label_selector=[{NODE_ID_LABEL: n} for n in node_ids],
+    )
+    return group
+
+
+def _current_group(gang_id: object, name: object) -> str | None:
+    """The id of a gang's group now: the stored one, or, when that one was replaced (the rest
+    of the gang re-reserved), the live group of the same name."""
+    if not isinstance(gang_id, str):
+        return None
     try:
-        ray.kill(actor, no_restart=True)
-    except Exception as e:  # already dead
-        log.debug("kill actor: %s", e)
+        table: dict[str, Any] = ray.util.placement_group_table()
+    except Exception as e:
+        log.debug("placement groups: %s", e)
+        return gang_id
+    row = table.get(gang_id) or {}
+    if row.get("state") not in (None, "REMOVED") or not isinstance(name, str) or not name:
+        return gang_id
+    live = [g for g, r in table.items() if r.get("name") == name and r.get("state") != "REMOVED"]
+    return live[0] if live else gang_id
+
+
+def _remove_group(group: PlacementGroup) -> None:
+    try:
+        ray.util.remove_placement_group(group)
+    except Exception as e:  # already removed
+        log.debug("remove placement group: %s", e)
 
 
 def _why(e: BaseException) -> str:

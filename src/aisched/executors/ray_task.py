@@ -1,10 +1,10 @@
-"""The body of the Ray actor that runs one task's process on the node the core chose.
+"""One task's process on the Ray node the core chose: `TaskRunner`, held by that node's agent.
 
-The Ray executor wraps `TaskRunner` with `ray.remote` and creates one detached, named actor per
-task, reserving exactly the task's CPUs, GPUs and memory in Ray and pinned to its node. The
-actor starts the command as its own process group (stdout and stderr appended to the task's
-log), watches it, and on `stop` runs the same SIGTERM, grace, SIGKILL sequence as the local
-executor's supervisor, with the same exit kinds and messages.
+The node's agent (`ray_agent.py`, one long-lived Ray actor per node) makes a `TaskRunner` per
+task once the task's reservation (its gang's placement group) is in place. The runner starts
+the command as its own process group (stdout and stderr appended to the task's log), watches
+it, and on `stop` runs the same SIGTERM, grace, SIGKILL sequence as the local executor's
+supervisor, with the same exit kinds and messages.
 
 A task with GPUs is watched on its node by the GPU-memory watchdog (`gpu_watchdog.py`, NVML where
 the node has it; off, saying why, where it has not), with the same judgement and the same lines
@@ -12,11 +12,16 @@ in the task's log as the local executor: above its declared GPU memory, a task i
 in its log, or stopped (a STOPPED exit, after SIGTERM). The executor fetches the readings and
 the lines for the scheduler's log with `gpu_memory`.
 
-Invariants: the command is started at most once per actor; `wait` returns exactly one result,
+The runner pins a task to the cores in `spec["cores"]` (chosen by its node's agent): a host
+task by CPU affinity, a container by its cpuset. A container outlives the process that drives
+it, so each one gets a reaper: a small process of its own session that removes the container
+if the agent's process dies (killed, or its node shut down) before the task's end did.
+
+Invariants: the command is started at most once per runner; `wait` returns exactly one result,
 after the whole process group has been killed; the process gets exactly the environment it was
 given (not the Ray worker's: Ray's own CUDA_VISIBLE_DEVICES must not leak into it). The process
 is started from a thread that lives until it ends, with a parent-death signal, so a task whose
-actor (or node) dies is killed with it instead of running on unseen.
+agent (or node) dies is killed with it instead of running on unseen.
 
 Standard library and aisched's standard-library modules only (NVML is imported, on the node,
 only when the watchdog looks for it): it runs inside Ray worker processes, which import this
@@ -32,6 +37,7 @@ import pwd
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -104,9 +110,43 @@ def _as_user_setup(workdir: str | None, checkpoint_dir: str | None) -> Callable[
 
 def _die_with_parent() -> None:
     """In the child before exec: SIGKILL when the thread that started it (alive as long as the
-    actor is) goes away."""
+    agent is) goes away."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _pinned(cores: tuple[int, ...], then: Callable[[], None]) -> Callable[[], None]:
+    """A preexec_fn that pins the child to `cores` (none: unpinned), then runs `then`."""
+
+    def setup() -> None:
+        if cores:
+            os.sched_setaffinity(0, cores)
+        then()
+
+    return setup
+
+
+# Run as `python -I -S -c REAPER AGENT_PID ENGINE ARGS...`: forks off the reaper, which prints
+# its pid and, once the agent's process is gone, runs `ENGINE ARGS...` (the container's
+# removal). Not a child of the agent: Ray kills a dead worker's children, and the reaper must
+# outlive it. The runner kills it (SIGTERM) when the task ended normally.
+REAPER = """
+import os, select, subprocess, sys
+pid, argv = int(sys.argv[1]), sys.argv[2:]
+if os.fork():
+    os._exit(0)
+os.setsid()
+print(os.getpid(), flush=True)
+null = os.open(os.devnull, os.O_RDWR)
+for fd in (0, 1, 2):
+    os.dup2(null, fd)
+try:
+    fd = os.pidfd_open(pid)
+    select.select([fd], [], [])
+except ProcessLookupError:
+    pass
+subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+"""
 
 
 _ENGINES: list[ctr.Engine] = []
@@ -148,8 +188,10 @@ class TaskRunner:
         # A task with an image: its container on this node, driven as the local supervisor
         # drives one (create, init, shape, attach; stop, kill, end).
         self.container: sup.Container | None = None
+        self.reaper = 0  # the pid of the container's reaper, while it has one
+        self.cores = tuple(int(c) for c in spec.get("cores") or ())
 
-    # --- called by the executor (each in its own actor thread) ---------------------------
+    # --- called by the executor (by the agent, each in its own thread) -------------------
 
     def start(self) -> dict[str, Any]:
         """Start the command (once). Returns {"pid"}, or {"exit": Result} when it could
@@ -200,7 +242,7 @@ class TaskRunner:
             self._signal(proc, signal.SIGTERM)
         threading.Thread(target=self._kill_after_grace, args=(proc,), daemon=True).start()
 
-    # --- inside the actor -----------------------------------------------------------------
+    # --- inside the agent -----------------------------------------------------------------
 
     def _run(self) -> None:
         try:
@@ -220,6 +262,9 @@ class TaskRunner:
         oom = False
         if self.container is not None:
             code, oom = self.container.end(code)
+            if self.reaper > 0:  # removed by its end: nothing left to reap
+                with contextlib.suppress(OSError):
+                    os.kill(self.reaper, signal.SIGTERM)
         else:
             self._signal(self.proc, signal.SIGKILL)  # whatever the task left in its group
         with self.lock:
@@ -263,7 +308,10 @@ class TaskRunner:
             self.start_error = {"kind": "exited", "exit_code": 126, "message": str(exc)}
             return
         workdir = spec.get("workdir") or None
-        as_user: dict[str, Any] = {"cwd": workdir, "preexec_fn": _die_with_parent}
+        as_user: dict[str, Any] = {
+            "cwd": workdir,
+            "preexec_fn": _pinned(self.cores, _die_with_parent),
+        }
         if acct is not None:
             env = account_env(env, acct)
             os.fchown(self.log_fd, acct["uid"], acct["gid"])
@@ -274,7 +322,9 @@ class TaskRunner:
                 "group": acct["gid"],
                 "extra_groups": acct["groups"],
                 "umask": 0o022,
-                "preexec_fn": _as_user_setup(workdir, env.get("AISCHED_CHECKPOINT_DIR")),
+                "preexec_fn": _pinned(
+                    self.cores, _as_user_setup(workdir, env.get("AISCHED_CHECKPOINT_DIR"))
+                ),
             }
         with self.lock:
             if self.stop_requested:
@@ -358,7 +408,7 @@ class TaskRunner:
             command=tuple(str(w) for w in spec["command"]),
             env=env,
             workdir=spec.get("workdir"),
-            cores=(),
+            cores=self.cores,
             milli_cpu=int(c.get("milli_cpu") or 0),
             mem_limit_mib=int(c.get("mem_limit_mib") or 0),
             gpus=tuple(int(g) for g in spec.get("gpus") or ()),
@@ -393,7 +443,11 @@ class TaskRunner:
                     **{k: v for k, v in os.environ.items() if k in ("HOME", "XDG_RUNTIME_DIR")},
                     "PATH": system,
                 },
-                "cgroup_version": engine.cgroup_version,
+                # As the local executor's (see supervisor.Container): "none" without a cgroup.
+                "cgroup_version": engine.cgroup_version if engine.cgroup_limits else "none",
+                "pin_cores": [] if engine.cgroup_limits else list(t.cores),
+                "rlimit_data": 0 if engine.cgroup_limits else t.mem_limit_mib << 20,
+                "notice": ctr.unapplied_limits(t, engine),
                 "bandwidth_bit_s": c.get("bandwidth_bit_s"),
                 "make_dirs": [t.checkpoint_dir] if t.checkpoint_dir else [],
                 "owner": None if user is None else [int(user["uid"]), int(user["gid"])],
@@ -413,7 +467,31 @@ class TaskRunner:
             }
             self.container = None
             return None
+        self.reaper = self._start_reaper(engine, name)
         return [str(w) for w in launch["command"]]
+
+    def _start_reaper(self, engine: ctr.Engine, name: str) -> int:
+        """The pid of the container's reaper (see REAPER); 0 if it cannot start (the task
+        runs; only an agent's death would then leave its container behind)."""
+        assert self.container is not None
+        at_once = [] if engine.name == "docker" else ["--time", "0"]
+        argv = [sys.executable, "-I", "-S", "-c", REAPER, str(os.getpid()), engine.binary]
+        argv += ["rm", "--force", *at_once, name]
+        try:
+            r = subprocess.run(
+                argv,
+                env=self.container.env,
+                cwd=self.container.cwd,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
+            return int(r.stdout.strip())
+        except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
+            self._log(f"no reaper for container {name}: {exc}")
+            return 0
 
     def _watch_gpu_memory(self, proc: subprocess.Popen[bytes]) -> None:
         """Until the task ends: read its GPU memory every gpu_check_s, and report or stop it

@@ -58,6 +58,7 @@ import time
 # Without importing typing (start-up time counts): mypy treats this name as always true.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
 LAUNCH = "launch.json"
@@ -747,7 +748,10 @@ class Supervisor:
         if oom is None and self.cgroup and oom_kills(self.cgroup) and code != 0:
             oom = self.oom_message()
         remove_cgroup(self.cgroup)
-        if oom is None and self.mechanism == "rlimit" and self.limit_mib and code != 0:
+        by_rlimit = self.mechanism == "rlimit" or (
+            self.container is not None and self.container.rlimit_data > 0
+        )
+        if oom is None and by_rlimit and self.limit_mib and code != 0:
             oom = self.allocation_failure()
         if oom is not None:
             if not logged_oom:
@@ -781,7 +785,11 @@ class Container:
 
     `launch["container"]` (written by the executor, see `container.py`): `binary`, `name`,
     `image`, `create` (the whole create command), `start` (the attached start command),
-    `engine_env` (the environment the engine needs), `cgroup_version`, `bandwidth_bit_s`.
+    `engine_env` (the environment the engine needs), `cgroup_version`, `bandwidth_bit_s`;
+    where the engine has no cgroup for it (rootless podman on cgroup v1: `cgroup_version`
+    "none"), `pin_cores` (set as the affinity of the engine's `init`, which the container's
+    processes inherit), `rlimit_data` (bytes, set on the container's process before it
+    execs the task) and `notice` (what is not enforced, for the log).
     The container is created and initialised before its process starts, so its OOM watch and
     its traffic shaping are in place before the task's first instruction.
     """
@@ -800,9 +808,18 @@ class Container:
         self.signalled = False
         self.killed = False  # we sent SIGKILL ourselves
         self.stopper: Any = None  # the `stop -t GRACE` running in the background
+        self.pin_cores = [int(c) for c in spec.get("pin_cores") or ()]
+        # Memory held by a per-process rlimit, not a cgroup (bytes; 0: none): a failed
+        # allocation is the sign of going over it.
+        self.rlimit_data = int(spec.get("rlimit_data") or 0)
 
-    def engine(self, *args: str, timeout_s: float = 60.0) -> tuple[int, str, str]:
+    def engine(
+        self, *args: str, timeout_s: float = 60.0, cores: Sequence[int] = ()
+    ) -> tuple[int, str, str]:
         import subprocess  # only container tasks pay for it
+
+        def pin() -> None:  # inherited by conmon, the runtime and the container's init
+            os.sched_setaffinity(0, cores)
 
         try:
             r = subprocess.run(
@@ -813,6 +830,7 @@ class Container:
                 env=self.env,
                 cwd=self.cwd,
                 check=False,
+                preexec_fn=pin if cores else None,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             return 125, "", str(exc)
@@ -822,6 +840,8 @@ class Container:
         """Creates and initialises the container; the launch its attached client runs with.
         Raises _ExecFailed with one line (naming the image when it is the image's fault)."""
         self.make_dirs()
+        if self.spec.get("notice"):
+            log(str(self.spec["notice"]))
         image = str(self.spec.get("image") or "")
         if image and self.engine("image", "inspect", "--format", "{{.Id}}", image)[0] != 0:
             log(f"image {image} is not on this node: pulling it (if the pull policy allows)")
@@ -833,12 +853,23 @@ class Container:
             # Docker has no `init`: the container starts with its attached client, and docker
             # reports its OOM kills itself (bandwidth is refused for it at launch).
             return self.client_launch()
-        code, _, err = self.engine("init", self.name)
+        code, _, err = self.engine("init", self.name, cores=self.pin_cores)
         if code != 0:
             self.remove()
             raise _ExecFailed(125, f"container {self.name} could not start: {_last(err)}")
         _, out, _ = self.engine("inspect", "--format", "{{.State.Pid}}", self.name)
         pid = int(out.strip() or 0) if out.strip().isdigit() else 0
+        if pid > 0 and self.rlimit_data:
+            # The container's process waits to exec the task's command: what it execs keeps
+            # the limit (ours to lower: rootless, that process is our own uid).
+            try:
+                limit = (self.rlimit_data, self.rlimit_data)
+                resource.prlimit(pid, resource.RLIMIT_DATA, limit)
+            except OSError as exc:
+                self.remove()
+                raise _ExecFailed(
+                    125, f"cannot limit the memory of {self.name}: {exc.strerror or exc}"
+                ) from None
         if pid > 0:
             self.watch_oom(pid)
             rate = self.spec.get("bandwidth_bit_s")
@@ -887,7 +918,10 @@ class Container:
         it runs. Under cgroup v1 an eventfd on its memory.oom_control is registered as well:
         the cgroup goes with the container, and v1 counts its kills in no parent, so a kill
         just before the end is known only through the eventfd (which the kernel also signals
-        when the cgroup is removed: `end` tells the two apart by the exit)."""
+        when the cgroup is removed: `end` tells the two apart by the exit). A container
+        without a cgroup of its own is in the service's: nothing there is its OOM."""
+        if self.spec.get("cgroup_version") == "none":
+            return
         try:
             with open(f"/proc/{pid}/cgroup", encoding="ascii") as f:
                 lines = f.read().splitlines()

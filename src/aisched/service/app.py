@@ -31,8 +31,7 @@ from pathlib import Path
 from typing import IO
 
 from aisched.core.policy import Policy
-from aisched.executors.base import Executor, JobLookup
-from aisched.model.job import Job
+from aisched.executors.base import Executor
 from aisched.predict.runtime import RuntimePredictor
 from aisched.service import datadir
 from aisched.service.autoscaler import Autoscaler
@@ -139,7 +138,6 @@ class Service:
                 predictor=RuntimePredictor(background=True) if config.predict_runtimes else None,
             )
             metrics.watch(scheduler)
-            _lookup_jobs(executor, scheduler)
         except Exception:
             lock_file.close()
             raise
@@ -307,18 +305,6 @@ def _local_executor(config: ServiceConfig, home: Path) -> tuple[Executor, list[s
     engine = executor.detect_containers()
     found = engine.notes if engine is not None else executor.info().notes[-1:]
     return executor, [*notes, *found]
-
-
-def _lookup_jobs(executor: Executor, scheduler: Scheduler) -> None:
-    """An executor that runs images finds a task's container (and its submitter) in the
-    loop's live jobs."""
-    if isinstance(executor, JobLookup):
-
-        def job_of(job_id: str) -> Job | None:
-            lj = scheduler.jobs.get(job_id)
-            return None if lj is None else lj.job
-
-        executor.set_job_lookup(job_of)
 
 
 def _ray_executor(config: ServiceConfig, address: str, home: Path) -> tuple[Executor, list[str]]:

@@ -10,8 +10,10 @@ from pathlib import Path
 
 from aisched.executors.base import (
     ExitKind,
+    GangLauncher,
     LaunchError,
     TaskExited,
+    TaskHandle,
     TaskLaunch,
     TaskPlace,
     contract_env,
@@ -73,6 +75,7 @@ class Launches(SchedulerState):
                     gpu_mem_mib=t.binding.gpu_mem_mib,
                     gpu_milli=t.binding.gpu_milli,
                     user=lj.job.user,
+                    container=group.container,
                 )
             )
         return out
@@ -82,7 +85,17 @@ class Launches(SchedulerState):
         for lj, reqs in launches:
             if made_by_service(self.config.data_dir, lj.checkpoint_dir):
                 Path(lj.checkpoint_dir).mkdir(parents=True, exist_ok=True)
-            for req, task in zip(reqs, lj.tasks, strict=True):
+            # A gang launcher starts them together (all or none); else one by one, below.
+            started: list[TaskHandle | LaunchError | None] = [None] * len(reqs)
+            if isinstance(self.executor, GangLauncher):
+                try:
+                    for req in reqs:
+                        Path(req.log_path).parent.mkdir(parents=True, exist_ok=True)
+                except OSError:
+                    pass  # reported below, task by task, where none was started together
+                else:
+                    started = list(self.executor.launch_gang(reqs))
+            for req, task, got in zip(reqs, lj.tasks, started, strict=True):
                 if lj.stopping is not None:  # an earlier task failed to launch: roll back
                     self._on_exit(
                         TaskExited(req.key, ExitKind.STOPPED, None, "not started", now),
@@ -92,7 +105,9 @@ class Launches(SchedulerState):
                     continue
                 try:
                     Path(req.log_path).parent.mkdir(parents=True, exist_ok=True)
-                    handle = self.executor.launch(req)
+                    if isinstance(got, LaunchError):
+                        raise got
+                    handle = got if got is not None else self.executor.launch(req)
                 except (LaunchError, OSError) as e:
                     self._on_exit(
                         TaskExited(req.key, ExitKind.LOST, None, f"could not start: {e}", now),

@@ -22,6 +22,7 @@ from aisched.executors.container import (
     env_file_lines,
     start_args,
     task_env,
+    unapplied_limits,
     user_may_read,
 )
 from aisched.model.job import ContainerSpec, NetworkMode, Volume
@@ -109,6 +110,32 @@ def test_the_whole_create_command_of_a_bridged_gpu_task_run_as_a_user(
         "--env-file", "/state/7/2/worker-0/container.env",
         "--entrypoint", "", "nvcr.io/nvidia/pytorch:24.01-py3", "python", "train.py",
     ]  # fmt: skip
+
+
+def test_rootless_on_cgroup_v1_passes_no_cgroup_limits_and_says_what_is_not_applied(
+    dirs: tuple[str, str],
+) -> None:
+    work, ckpt = dirs
+    rootless = replace(ENGINE, rootless=True, cgroup_limits=False, ulimits=())
+    t = task(work, ckpt, gpus=())
+    assert create_args(ContainerSpec("img"), t, rootless) == [
+        "/usr/bin/podman", "create", "--name", "aisched-abc-7.2.worker-0",
+        "--label", "io.aisched.instance=abc", "--label", "io.aisched.job=7",
+        "--label", "io.aisched.attempt=2", "--label", "io.aisched.task=worker-0",
+        "--runtime", "runc", "--pull", "missing", "--log-driver", "none",
+        "--cap-drop", "all", "--security-opt", "no-new-privileges",
+        "--shm-size", "64m", "--network", "host",
+        "--volume", f"{work}:{work}", "--volume", f"{ckpt}:{ckpt}",
+        "--workdir", work,
+        "--env-file", "/state/7/2/worker-0/container.env",
+        "--entrypoint", "", "img", "python", "train.py",
+    ]  # fmt: skip
+    assert unapplied_limits(t, rootless) == (
+        "rootless podman on cgroup v1 cannot put this container in a cgroup of its own: "
+        "applied instead: memory 2048 MiB per process (RLIMIT_DATA), not in total; cores 0,1 "
+        "by CPU affinity; NOT applied: the CPU quota of 1.5 CPUs, the pids limit of 4096"
+    )
+    assert unapplied_limits(t, ENGINE) is None
 
 
 def _with(engine: Engine, *, gpu_cdi: bool) -> Engine:

@@ -1,0 +1,145 @@
+"""Container jobs through docker (`container_runtime: docker`), end to end: a real dockerd that
+the test starts on a private socket and data root (no iptables, no bridge: nothing of the
+machine's networking is touched), the test image imported into it, and a real `aisched up`
+that reaches it through DOCKER_HOST.
+
+Needs root and Debian's docker.io (dockerd, containerd, runc: `.ci/run` installs it); skipped
+with the reason where it is absent.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from container_image import MARKER, MARKER_TEXT, build_test_image, missing_tools
+from harness import Service, local_service, wait_for
+
+
+def _why_not() -> str | None:
+    if os.geteuid() != 0:
+        return "dockerd needs root (CI runs as root)"
+    if (why := missing_tools()) is not None:
+        return why
+    for tool in ("dockerd", "docker", "containerd"):
+        if shutil.which(tool, path=f"{os.environ.get('PATH', '')}:/usr/sbin:/usr/bin") is None:
+            return f"{tool} is not installed (Debian: docker.io; see .ci/run)"
+    return None
+
+
+pytestmark = pytest.mark.skipif((why := _why_not()) is not None, reason=why or "")
+
+
+@pytest.fixture(scope="module")
+def dockerd() -> Iterator[str]:
+    """DOCKER_HOST of a daemon of this module's own."""
+    top = Path(tempfile.mkdtemp(prefix="ais-dk-"))
+    host = f"unix://{top}/docker.sock"
+    log = open(top / "dockerd.log", "ab")  # noqa: SIM115 - the child owns it
+    proc = subprocess.Popen(
+        ["dockerd", "-H", host, "--data-root", str(top / "data"), "--exec-root",
+         str(top / "exec"), "--pidfile", str(top / "docker.pid"), "--iptables=false",
+         "--ip6tables=false", "--ip-masq=false", "--bridge=none",
+         "--containerd-namespace", "aisched-test", "--containerd-plugins-namespace",
+         "aisched-test-plugins"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    log.close()
+
+    def answers() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"dockerd exited:\n{(top / 'dockerd.log').read_text()}")
+        r = subprocess.run(["docker", "-H", host, "info"], capture_output=True, check=False)
+        return r.returncode == 0
+
+    try:
+        wait_for("dockerd to answer", answers, 60)
+        yield host
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+        # dockerd mounts its data root and network namespaces there and may leave them.
+        mounts = [ln.split()[1] for ln in Path("/proc/mounts").read_text().splitlines()]
+        for m in sorted((m for m in mounts if m.startswith(f"{top}/")), reverse=True):
+            subprocess.run(["umount", "--lazy", m], check=False)
+        shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def image(dockerd: str) -> str:
+    return build_test_image(engine=("docker", "-H", dockerd))
+
+
+@pytest.fixture
+def svc(tmp_path: Path, dockerd: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Service]:
+    monkeypatch.setenv("DOCKER_HOST", dockerd)  # the service's environment, and its engine's
+    with local_service(tmp_path, "container_runtime: docker\n") as s:
+        yield s
+
+
+def docker_ps(dockerd: str, job_id: str) -> list[str]:
+    out = subprocess.run(
+        ["docker", "-H", dockerd, "ps", "--all", "--filter", f"label=io.aisched.job={job_id}",
+         "--format", "{{.Names}}"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return out.split()
+
+
+def test_the_startup_lines_say_docker_and_a_task_sees_the_image_on_its_core(
+    svc: Service, image: str, dockerd: str
+) -> None:
+    lines = [ln.strip() for ln in svc.log.read_text().splitlines()]
+    engine = next(ln for ln in lines if ln.startswith("container engine: docker"))
+    assert engine.endswith("OCI runtime runc")
+    script = f"cat {MARKER}; grep Cpus_allowed_list /proc/self/status | cut -f2; exit 3"
+    jid = svc.run("--image", image, "--cpus", "1", "--restart", "never", "--", "sh", "-c", script)
+    job = svc.wait_state(jid, "failed", timeout_s=60)
+    assert [(t["exit_kind"], t["exit_code"]) for t in job["tasks"]] == [("exited", 3)]
+    out = svc.cli("logs", jid).stdout.splitlines()
+    assert out[0] == MARKER_TEXT.strip()
+    assert len(out) == 2 and out[1].isdigit()  # one core: the one the scheduler chose
+    assert docker_ps(dockerd, jid) == []  # removed once it ended
+
+
+def test_a_64M_task_under_docker_is_reported_as_out_of_memory(svc: Service, image: str) -> None:
+    jid = svc.run(
+        "--image", image, "--mem", "64M", "--restart", "never", "--",
+        "python3", "-c", "x = bytearray(512 << 20); print('still alive')",
+    )  # fmt: skip
+    job = svc.wait_state(jid, "failed", timeout_s=60)
+    assert job["message"] == (
+        "task main-0 killed: exceeded its memory limit of 64 MiB; restart policy is never"
+    )
+    assert [t["exit_kind"] for t in job["tasks"]] == ["oom"]
+
+
+def test_a_missing_image_under_docker_fails_at_once_with_its_name(svc: Service) -> None:
+    jid = svc.run("--image", "localhost/aisched-no-such-image:1", "--", "true")
+    job = svc.wait_state(jid, "failed", timeout_s=60)
+    assert (job["attempt"], job["failures"]) == (1, 1)
+    assert job["message"].startswith(
+        "task main-0 image localhost/aisched-no-such-image:1: not present on this node and "
+        "could not be pulled ("
+    )
+    assert [(t["exit_kind"], t["exit_code"]) for t in job["tasks"]] == [("unrunnable", 125)]
+
+
+def test_cancel_stops_a_docker_container(svc: Service, image: str, dockerd: str) -> None:
+    jid = svc.run("--image", image, "--", "sleep", "600")
+    svc.wait_state(jid, "running", timeout_s=60)
+    wait_for("its container", lambda: docker_ps(dockerd, jid), 30)
+    svc.cli("cancel", jid)
+    job = svc.wait_state(jid, "cancelled", timeout_s=60)
+    assert [t["exit_kind"] for t in job["tasks"]] == ["stopped"]
+    assert docker_ps(dockerd, jid) == []
