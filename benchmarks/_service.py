@@ -45,9 +45,14 @@ def start_service(
 
 def admin_headers(home: Path) -> dict[str, str]:
     """HTTP headers with an admin token for the service started in `home`."""
+    return admin_headers_at(home / "s.sock")
+
+
+def admin_headers_at(sock: Path) -> dict[str, str]:
+    """HTTP headers with an admin token, made through the service's socket `sock`."""
     token = subprocess.run(
         [sys.executable, "-m", "aisched", "token", "create", getpass.getuser(), "--admin",
-         "--server", f"unix:{home / 's.sock'}"],
+         "--server", f"unix:{sock}"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
     return {"Authorization": f"Bearer {token}"}

@@ -20,7 +20,6 @@ fsync and synchronous commit on) and real `aisched up` processes.
 from __future__ import annotations
 
 import argparse
-import getpass
 import os
 import signal
 import statistics
@@ -35,7 +34,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _report import write_section  # noqa: E402
-from _service import admin_headers, free_port, start_service  # noqa: E402
+from _service import admin_headers, admin_headers_at, free_port, start_service  # noqa: E402
 from bench_service import TINY, burst, cpu_s, latency, wait_all  # noqa: E402
 
 from aisched.testing import postgres  # noqa: E402
@@ -128,15 +127,6 @@ def takeovers(pg: postgres.PostgresServer, kills: int, running: int) -> list[tup
                     os.killpg(proc.pid, signal.SIGTERM)
                     proc.wait(30)
     return out
-
-
-def admin_headers_at(sock: Path) -> dict[str, str]:
-    token = subprocess.run(
-        [sys.executable, "-m", "aisched", "token", "create", getpass.getuser(), "--admin",
-         "--server", f"unix:{sock}"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
-    return {"Authorization": f"Bearer {token}"}
 
 
 def server_cpu_s(pg: postgres.PostgresServer) -> float:
