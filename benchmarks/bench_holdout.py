@@ -102,7 +102,8 @@ def cluster_of(gpus: int) -> Cluster:
             f"    nodes_per_rack: {gpus // GPUS_PER_NODE}\n    gpus_per_node: {GPUS_PER_NODE}\n"
             "    gpu_model: P100\n    gpu_mem_gib: 24\n    cpus: 48\n    mem_gib: 512\n"
         )
-        return resolve_cluster(str(path))
+        cluster: Cluster = resolve_cluster(str(path))
+        return cluster
 
 
 def sizes(load: float) -> tuple[int, int]:
