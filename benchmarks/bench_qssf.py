@@ -56,8 +56,8 @@ def main() -> None:
     gpus = cluster.total_gpus
     print(f"{len(trace.jobs):,} jobs, mean runtime {mean_run_h:.2f} h, {gpus} GPUs", flush=True)
     rows = [
-        "| policy | avg JCT (h) | vs fifo | vs srtf-oracle | avg queueing (h) | median JCT (h) | preemptions | estimates | wall |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
+        "| policy | avg JCT (h) | vs fifo | vs srtf-oracle | avg queueing (h) | median JCT (h) | p99 JCT (h) | preemptions | estimates | coverage | wall |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |",
     ]
     eta_on = set(args.eta.split(","))
     names = args.policy.split(",")
@@ -82,9 +82,12 @@ def main() -> None:
         vs_srtf = f"{jct / (srtf.avg_jct_s or 1):.2f}x" if srtf else "-"
         rows.append(
             f"| {name} | {jct / 3600:.2f} | {vs_fifo} | {vs_srtf} | {(m.avg_queueing_s or 0) / 3600:.2f} "
-            f"| {(m.median_jct_s or 0) / 3600:.2f} | {m.preemptions:,} | {kind} | {wall:.0f} s |"
+            f"| {(m.median_jct_s or 0) / 3600:.2f} | {(m.p99_jct_s or 0) / 3600:.2f} "
+            f"| {m.preemptions:,} | {kind} | {_coverage(name, m)} | {wall:.0f} s |"
         )
     head = (
+        "Tuning data for qssf's preemption guards (margin 2, an hour's minimum run) in an earlier "
+        "round; qssf's aging was chosen on bench_holdout.py's tuning week, not here. "
         f"First {len(trace.jobs):,} Philly jobs (mean runtime {mean_run_h:.2f} h), {gpus} GPUs, "
         f"one queue, checkpoints every hour, 60 s restart cost; ETAs on for "
         f"{', '.join(sorted(eta_on & set(results))) or 'none'}."
@@ -151,6 +154,13 @@ def _replay(name: str, limit: int, eta_on: set[str]) -> tuple[str, PolicyMetrics
             f"{m.eta_within_1h or 0:.1%} started within an hour of it."
         )
     return name, m, wall, notes
+
+
+def _coverage(name: str, m: PolicyMetrics) -> str:
+    """The predictor's coverage for a predicted policy that read it; '-' otherwise."""
+    if name.endswith("-oracle") or name in ("fifo", "las") or m.estimate_under_upper is None:
+        return "-"
+    return f"{m.estimate_under_upper:.1%}"
 
 
 def _verdicts(results: dict[str, tuple[PolicyMetrics, float, str]]) -> str:

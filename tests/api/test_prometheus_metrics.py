@@ -80,6 +80,11 @@ def test_figures_follow_what_the_scheduler_did(client: TestClient, fx: FakeExecu
     assert got[("aisched_jobs_finished_total", (("state", "succeeded"),))] == 1
     assert got[("aisched_jobs_submitted_total", ())] == 1
     assert got[("aisched_allocated_gpus", ())] == 0
+    # The predictor scored its one answer: the prior (an hour, upper bound four hours) for a
+    # job that ran under a second (counted as one): covered, and 3,600 times off.
+    assert got[("aisched_predictor_scored_jobs", ())] == 1
+    assert got[("aisched_predictor_coverage_ratio", ())] == 1.0
+    assert round(got[("aisched_predictor_median_error_ratio", ())], 6) == 3600.0
 
 
 def test_preemptions_are_counted(tmp_path: Path, fx: FakeExecutor) -> None:

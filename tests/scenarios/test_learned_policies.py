@@ -3,13 +3,14 @@ preemption, starving-gang reservations without backfill, and the eta action."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 import pytest
 from helpers import running, summary
 
 from aisched.core.cycle import run_cycle
-from aisched.core.policy import PolicyError, build_policy, preset, with_eta
+from aisched.core.policy import PRESETS, Policy, PolicyError, build_policy, preset, with_eta
 from aisched.core.snapshot import PendingJob, RunningJob, snapshot_of
 from aisched.core.status import StatusCode
 from aisched.testing import NodeBuilder, cluster, job, node
@@ -367,6 +368,10 @@ def test_with_eta_adds_the_action_once_and_default_has_it() -> None:
             "policy.actions[0]: factor must be at least 1, got 0.5",
         ),
         (
+            {"actions": ["enqueue"], "order": [{"name": "qssf", "aging": -1.0}]},
+            "policy.order[0]: qssf: aging must be 0 or more, got -1.0",
+        ),
+        (
             {"actions": ["enqueue"], "victims": ["longest-remainder"]},
             "policy.victims[0]: unknown victims 'longest-remainder'",
         ),
@@ -376,3 +381,44 @@ def test_bad_arguments_are_named(config: dict[str, object], message: str) -> Non
     with pytest.raises(PolicyError) as e:
         build_policy(config)
     assert str(e.value).startswith(message)
+
+
+def _aged_qssf(aging: float) -> Policy:
+    cfg = copy.deepcopy(PRESETS["qssf"])
+    cfg["order"] = [{"name": "qssf", "aging": aging}, "fifo"]
+    return build_policy(cfg, name="qssf")
+
+
+@pytest.mark.parametrize(("aging", "first"), [(0.0, "young"), (0.5, "young"), (2.0, "old")])
+def test_aging_lets_a_long_job_pass_younger_short_ones_once_it_has_waited(
+    aging: float, first: str
+) -> None:
+    """old: 10,000 GPU-s, submitted at 0; young: 100 GPU-s, submitted at 9,000. Keys at aging a:
+    old 10,000, young 100 + 9,000 a: young goes first below a = 1.1, old above."""
+    snap = snapshot_of(cluster(node("n1").gpus(1)), [])
+    pending = [
+        job("old").task(gpu=1).submitted(0).pending(estimate_s=10_000.0),
+        job("young").task(gpu=1).submitted(9000).pending(estimate_s=100.0),
+    ]
+    res = run_cycle(snap, pending, _aged_qssf(aging), 9000.0, validate=True)
+    assert summary(res) == [("bind", first, "n1:0")]
+
+
+def test_with_aging_the_preemption_margin_is_on_the_size_and_the_age_is_a_shift() -> None:
+    """A running job submitted at 0 with 50,000 GPU-s left; a waiting job submitted at 10,000
+    of 1,000 GPU-s. Factor 2 on the sizes: 50,000 > 2,000; the age gap costs aging x 10,000.
+    At aging 1 the victim's key (50,000) is over the bar (2,000 + 10,000): preempted. At
+    aging 5 (bar 2,000 + 50,000) it is not: the older job is protected by its age."""
+    victim = running(
+        job("old").task(gpu=1).submitted(0).build(),
+        ("n1", (0,)),
+        started_s=0.0,
+        expected_end_s=DAY + 50_000.0,
+        checkpoint_s=DAY,  # checkpointed just now: nothing would be lost
+    )
+    pending = [job("new").task(gpu=1).submitted(10_000).pending(estimate_s=1000.0)]
+    snap = snapshot_of(cluster(node("n1").gpus(1)), [victim])
+    res = run_cycle(snap, pending, _aged_qssf(1.0), DAY, validate=True)
+    assert summary(res) == [("preempt", "old", "new"), ("bind", "new", "n1:0")]
+    res = run_cycle(snap, pending, _aged_qssf(5.0), DAY, validate=True)
+    assert summary(res) == []

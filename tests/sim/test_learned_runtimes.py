@@ -29,6 +29,8 @@ class SpyPredictor(RuntimePredictor):
         super().__init__()
         self.finished: dict[str, float] = {}
         self.asked: list[tuple[float, float]] = []  # (prediction time, latest finish seen)
+        # (prediction time, residuals the calibration holds then)
+        self.calibrated_from: list[tuple[float, int]] = []
 
     def observe(self, features: JobFeatures, runtime_s: float, finished_s: float) -> None:
         self.finished[features.job_id] = finished_s
@@ -36,6 +38,7 @@ class SpyPredictor(RuntimePredictor):
 
     def predict(self, features: JobFeatures) -> Prediction:
         self.asked.append((features.now_s, max(self.finished.values(), default=-1.0)))
+        self.calibrated_from.append((features.now_s, len(self.calibration)))
         return super().predict(features)
 
 
@@ -50,6 +53,11 @@ def test_the_predictor_never_sees_a_job_that_has_not_finished() -> None:
     # Every observation is a real finish, at its real time, and only finished jobs are seen.
     finishes = {r.job_id: r.finish_s for r in result.jobs if r.finish_s is not None}
     assert spy.finished == finishes
+    # The calibration's residuals at each prediction are exactly those of the jobs finished by
+    # then (every job here was predicted before it ran, so each finish adds one).
+    done = sorted(finishes.values())
+    want = [(now, sum(1 for f in done if f <= now)) for now, _ in spy.calibrated_from]
+    assert spy.calibrated_from == want
 
 
 def test_a_predictor_asked_about_the_past_refuses() -> None:

@@ -38,9 +38,25 @@ def test_the_list_is_replayed_until_every_target_is_reached() -> None:
 def test_table_compares_with_bestfit() -> None:
     results = [saturate(SHARES, TWO, preset(p), targets=[1.0]) for p in ("bestfit", "fgd")]
     assert table_rows(results) == [
-        ["bestfit", "100 %", "65.00 %", "35.00 %", "0.7", "—"],
-        ["fgd", "100 %", "100.00 %", "0.00 %", "0.0", "-100 %"],
+        ["bestfit", "100 %", "65.00 %", "35.00 %", "0.7", "—", "0 (0 cores)"],
+        ["fgd", "100 %", "100.00 %", "0.00 %", "0.0", "-100 %", "0 (0 cores)"],
     ]
+
+
+def test_failed_cpu_only_tasks_are_counted_beside_the_gpus() -> None:
+    """One node of 1 GPU and 4 cores: a 1-GPU task of 3 cores leaves 1 core, so a CPU-only
+    task of 2 cores fails; a second GPU task fails too (GPU demand), and a 1-core one fits."""
+    one = cluster(node("a").gpus(1).cpus(4))
+    tasks = [
+        job("g").task(gpu=1, cpu=3).build(),
+        job("c2").task(cpu=2).build(),
+        job("c1").task(cpu=1).build(),
+        job("g2").task(gpu=1, cpu=0.5).build(),
+    ]
+    r = saturate(tasks, one, preset("bestfit"), targets=[2.0], validate=True)
+    assert r.points == (
+        SaturationPoint(2.0, 4, 2.0, 1.0, 1.0, 1.0, failed_cpu_only=1, failed_cpu_only_cores=2.0),
+    )
 
 
 def test_jobs_without_gpus_cannot_saturate() -> None:

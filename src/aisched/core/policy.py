@@ -152,7 +152,10 @@ PRESETS: dict[str, dict[str, Any]] = {
                 "count_lost_work": True,
             },
         ],
-        "order": ["qssf", "fifo"],
+        # Aging 0.1 GPU-s per second waited (a day's wait is worth 2.4 GPU-hours): the
+        # smallest of those tried on the tuning week (bench_holdout.py, tune_qssf.py) that kept
+        # qssf's p99 JCT under fifo's there; docs/policies.md, "Preemptive qssf".
+        "order": [{"name": "qssf", "aging": 0.1}, "fifo"],
         "score": _BASE_SCORE,
         "victims": ["longest-remaining", "least-work-lost"],
     },

@@ -25,6 +25,10 @@ How it answers:
    when it ends: a refit that takes seconds never holds up the caller (the scheduling loop),
    which predicts with the previous fit meanwhile. The simulator fits in line, so a run is
    repeatable.
+4. The upper bound of every answer but `own` is then calibrated (`predict.calibration`): the
+   median plus the conformal quantile of the recent residuals log(true / predicted median) of
+   finished jobs of the same user and GPU count, else the same user, else all, once there are
+   enough of them. `score` keeps the running coverage and median error ratio of what was given.
 
 No leakage: a prediction asked at `features.now_s` must never use a job that finished after it.
 Jobs are observed as they finish, so `predict` refuses (`LeakageError`) a question about a time
@@ -45,6 +49,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from aisched.predict.calibration import ConformalUpper, Group, Score
 from aisched.predict.features import JobFeatures
 from aisched.predict.history import RuntimeHistory, Submissions, median, quantile
 from aisched.predict.model import FloatArray, QuantileModel
@@ -80,11 +85,29 @@ class PredictorConfig:
     max_iter: int = 60
     max_depth: int = 6
     seed: int = 0
+    # Conformal calibration of the upper bound (`predict.calibration`): on by default; the
+    # residuals of the last `calib_window` finished jobs, or of the last `calib_group_window` of
+    # the job's user and GPU count (else its user) when there are `calib_min_group` of them.
+    # Chosen on the tuning week of bench_holdout.py only.
+    calibrate: bool = True
+    calib_window: int = 2000
+    calib_group_window: int = 300
+    calib_min_group: int = 50
 
     def __post_init__(self) -> None:
         if not 0.5 < self.upper_quantile < 1.0:
             raise ValueError(f"upper_quantile must be in (0.5, 1), got {self.upper_quantile}")
-        for name in ("refit_every", "window", "min_fit", "per_key", "max_iter", "max_depth"):
+        for name in (
+            "refit_every",
+            "window",
+            "min_fit",
+            "per_key",
+            "max_iter",
+            "max_depth",
+            "calib_window",
+            "calib_group_window",
+            "calib_min_group",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not self.prior_s > 0 or not self.upper_factor >= 1:
@@ -109,6 +132,8 @@ class PredictorStats:
     fits: int = 0
     fit_wall_s: float = 0.0
     by_source: dict[str, int] = field(default_factory=dict)
+    # Upper bounds set by the conformal calibration, by the residuals that gave them.
+    calibrated: dict[str, int] = field(default_factory=dict)
 
 
 class RuntimePredictor:
@@ -126,6 +151,13 @@ class RuntimePredictor:
         # (median, upper), replaced as one: a background fit swaps both in a single assignment.
         self._models: tuple[QuantileModel, QuantileModel] | None = None
         self._latest_finish_s = -math.inf
+        # job id -> (log median, log upper) it was last given, to score and calibrate with
+        # when it finishes; None for an answer that was the job's own estimate.
+        self._given: dict[str, tuple[float, float] | None] = {}
+        self.calibration = ConformalUpper(
+            c.upper_quantile, c.calib_window, c.calib_group_window, c.calib_min_group
+        )
+        self.score = Score(c.calib_window)
         self.stats = PredictorStats()
 
     # --- feeding ----------------------------------------------------------------------------
@@ -138,6 +170,11 @@ class RuntimePredictor:
         if row is None:
             row = self._row(features, cut_s=features.now_s)
         y = math.log(max(runtime_s, _MIN_S))
+        given = self._given.pop(features.job_id, None)
+        if given is not None:
+            mid, up = given
+            self.calibration.add(_calibration_groups(features), y - mid)
+            self.score.add(max(runtime_s, _MIN_S), math.exp(mid), math.exp(up))
         self._train_x.append(row)
         self._train_y.append(y)
         self._history.add(_keys(features), finished_s, y)
@@ -152,6 +189,7 @@ class RuntimePredictor:
     def forget(self, job_id: str) -> None:
         """The job will never finish (cancelled, rejected): drop its kept row."""
         self._rows.pop(job_id, None)
+        self._given.pop(job_id, None)
 
     # --- asking -----------------------------------------------------------------------------
 
@@ -177,6 +215,11 @@ class RuntimePredictor:
             if own is not None and own > 0 and similar < self.config.min_similar:
                 mid = up = math.log(max(own, _MIN_S))
                 source = "own"
+        if source == "own":
+            self._given[features.job_id] = None
+        else:
+            up = self._calibrated(features, mid, up)
+            self._given[features.job_id] = (mid, up)
         self.stats.predicted += 1
         self.stats.by_source[source] = self.stats.by_source.get(source, 0) + 1
         return Prediction(math.exp(mid), math.exp(up), source)
@@ -198,6 +241,19 @@ class RuntimePredictor:
         return not self.fitting
 
     # --- internals --------------------------------------------------------------------------
+
+    def _calibrated(self, f: JobFeatures, mid: float, up: float) -> float:
+        """The log upper bound: the median plus the conformal margin of recent residuals once
+        there are enough of them (only of jobs finished before now: see the module
+        docstring), else the model's or history's own."""
+        if not self.config.calibrate:
+            return up
+        got = self.calibration.margin(_calibration_groups(f))
+        if got is None:
+            return up
+        margin, by = got
+        self.stats.calibrated[by] = self.stats.calibrated.get(by, 0) + 1
+        return mid + margin
 
     def _fallback(self, f: JobFeatures) -> tuple[float, float, str, int]:
         """(log median, log upper, source, how many similar jobs it rests on)."""
@@ -283,6 +339,11 @@ def _keys(f: JobFeatures) -> tuple[Hashable, ...]:
     if f.name:
         keys.append(("name", f.name))
     return tuple(keys)
+
+
+def _calibration_groups(f: JobFeatures) -> tuple[Group, ...]:
+    """Residual groups of a job, most specific first."""
+    return (("user-gpus", f.user, f.gpus), ("user", f.user))
 
 
 def _fallback_keys(f: JobFeatures) -> list[tuple[Hashable, str]]:

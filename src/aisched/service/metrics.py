@@ -64,6 +64,34 @@ class _SchedulerCollector(Collector):
         yield from self._queues(per_queue)
         yield from self._allocation()
         yield self._gpus()
+        yield from self._predictor()
+
+    def _predictor(self) -> Iterator[Metric]:
+        """The runtime predictor's running score over recent finished jobs (issue 19): the share
+        whose runtime was at or under the upper bound they were given, and the point estimate's
+        median error ratio max(pred/true, true/pred). Nothing without a predictor."""
+        p = self.scheduler.predictor
+        if p is None:
+            return
+        score = p.score
+        yield GaugeMetricFamily(
+            "aisched_predictor_scored_jobs",
+            "Finished jobs whose runtime prediction was scored.",
+            value=score.scored,
+        )
+        if score.coverage is not None:
+            yield GaugeMetricFamily(
+                "aisched_predictor_coverage_ratio",
+                "Share of recent finished jobs whose runtime was at or under the predicted "
+                "upper bound (nominally the predictor's upper quantile).",
+                value=score.coverage,
+            )
+        if score.median_error_ratio is not None:
+            yield GaugeMetricFamily(
+                "aisched_predictor_median_error_ratio",
+                "Median of max(predicted/true, true/predicted) runtime over recent finished jobs.",
+                value=score.median_error_ratio,
+            )
 
     def _queues(self, per_queue: dict[str, tuple[int, int]]) -> Iterator[Metric]:
         s = self.scheduler

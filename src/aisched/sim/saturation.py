@@ -11,6 +11,10 @@ demand of the tasks that failed, both as shares of capacity. The failed share is
 "unallocated GPU": GPU that was asked for, and was free somewhere, but in pieces no task fit.
 
 The task mix the fragmentation score sees is the tally of task shapes arrived so far.
+
+Unallocated GPU alone would reward a placement that keeps GPU nodes' GPUs free by failing the
+CPU-only tasks (it counts no CPU): each point also counts the CPU-only tasks that failed and
+the CPU cores they asked for, to be reported beside it.
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ class SaturationPoint:
     allocated_gpus: float
     failed_gpus: float  # GPU demand of the tasks that did not fit
     capacity_gpus: float
+    failed_cpu_only: int = 0  # tasks asking for no GPU that did not fit
+    failed_cpu_only_cores: float = 0.0  # the CPU cores they asked for
 
     @property
     def allocated_share(self) -> float:
@@ -109,7 +115,7 @@ def saturate(
     running: list[RunningJob] = []
     usage: dict[tuple[str, str], Usage] = {}
     arrived_milli = allocated_milli = failed_milli = 0
-    placed = failed = 0
+    placed = failed = failed_cpu_only = failed_cpu_milli = 0
     points: list[SaturationPoint] = []
     for i, job in enumerate(arrivals(jobs)):
         if len(points) == len(wanted):
@@ -123,6 +129,9 @@ def saturate(
         if bind is None:
             failed += 1
             failed_milli += demand
+            if demand == 0:
+                failed_cpu_only += 1
+                failed_cpu_milli += job.total_request.milli_cpu
         else:
             for t in bind.tasks:
                 free.take(arrays.index[t.node], t)
@@ -146,6 +155,8 @@ def saturate(
                     allocated_gpus=allocated_milli / GPU_MILLI_WHOLE,
                     failed_gpus=failed_milli / GPU_MILLI_WHOLE,
                     capacity_gpus=capacity / GPU_MILLI_WHOLE,
+                    failed_cpu_only=failed_cpu_only,
+                    failed_cpu_only_cores=failed_cpu_milli / 1000,
                 )
             )
     return SaturationResult(
@@ -179,6 +190,7 @@ def table_rows(results: Sequence[SaturationResult]) -> list[list[str]]:
                     f"{p.unallocated_share * 100:.2f} %",
                     f"{p.failed_gpus:,.1f}",
                     vs,
+                    f"{p.failed_cpu_only:,} ({p.failed_cpu_only_cores:,.0f} cores)",
                 ]
             )
     return rows
@@ -191,4 +203,5 @@ TABLE_HEADER = (
     "GPU unallocated",
     "unallocated GPUs",
     "unallocated vs bestfit",
+    "failed CPU-only tasks",
 )

@@ -215,10 +215,18 @@ class Preempt:
                 k -= LEAST_WORK_LOST.key(r, now)
             return k
 
+        size_key = getattr(first, "size_key", None)
+
         def eligible_for(pj: PendingJob) -> Eligibility:
             mine = first.key(pj.job, pj.attained_gpu_s, pj.estimate_s) if first is not None else 0.0
             # The bar a victim's key must clear; with `factor`, above the job's own key by it.
-            bar = mine * self.factor if mine > 0 else mine
+            # An order with an aging term (qssf's `aging`) applies the factor to the size part
+            # of the key only: the age part is a shift, the same for the job and its victims.
+            size = size_key(pj.job, pj.estimate_s) if size_key is not None else mine
+            if size == mine or not (size < INFINITE and mine < INFINITE):
+                bar = mine * self.factor if mine > 0 else mine
+            else:
+                bar = (size * self.factor if size > 0 else size) + (mine - size)
 
             def eligible(p: PendingJob, r: RunningJob) -> bool:
                 if self.scope == "queue" and r.job.queue != p.job.queue:
@@ -231,7 +239,8 @@ class Preempt:
                 return k > bar
 
             scope = pj.job.queue if self.scope == "queue" else ""
-            return eligible, scope, -float(pj.job.priority) if by_priority else mine
+            # The rank is the bar itself: a job whose bar is no lower may evict no more.
+            return eligible, scope, -float(pj.job.priority) if by_priority else bar
 
         def shrinkable(p: PendingJob, r: RunningJob) -> bool:
             if self.scope == "queue" and r.job.queue != p.job.queue:

@@ -1,0 +1,81 @@
+"""How qssf's parameters were chosen: variants of the preset replayed on the tuning split of
+bench_holdout.py only (VC 6214e9's week of 2017-10-01..07 at 64 and 32 GPUs), never on the
+held-out weeks. Prints one line per variant and cluster; writes nothing.
+
+A variant sets the order's `aging` (GPU-seconds per second waited), the starvation guard
+(`starve` hours after submission, for jobs of `min_gpus` GPUs or more) and the preemption
+guards (`factor`, `min_run` seconds).
+
+    python benchmarks/tune_qssf.py [--variants 'starve=12,min_gpus=1;starve=24,min_gpus=1'] [--jobs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from aisched.core.policy import PRESETS, build_policy
+from aisched.sim.engine import SimConfig, simulate
+from aisched.sim.estimators import estimator_for
+from aisched.sim.metrics import compute_metrics
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_holdout import SPLITS, cluster_of, load_week, offered_gpus, sizes  # noqa: E402
+
+
+def variant(spec: str) -> dict[str, Any]:
+    """The qssf preset with `spec`'s settings (`key=value,...`)."""
+    cfg = copy.deepcopy(PRESETS["qssf"])
+    enqueue, _, preempt = cfg["actions"]
+    for item in filter(None, spec.split(",")):
+        key, value = item.split("=")
+        if key == "starve":
+            enqueue["starving_after_s"] = float(value) * 3600
+        elif key == "min_gpus":
+            enqueue["starving_min_gpus"] = float(value)
+        elif key == "aging":
+            cfg["order"] = [{"name": "qssf", "aging": float(value)}, "fifo"]
+        elif key == "factor":
+            preempt["factor"] = float(value)
+        elif key == "min_run":
+            preempt["min_run_s"] = float(value)
+        else:
+            raise SystemExit(f"unknown setting {key!r}")
+    return cfg
+
+
+def run(spec: str, gpus: int) -> str:
+    week = SPLITS["tuning"][0]
+    trace = load_week(week)
+    policy = build_policy(variant(spec), name="qssf")
+    t0 = time.process_time()
+    result = simulate(trace, cluster_of(gpus), policy, SimConfig(), estimator=estimator_for(policy))
+    m = compute_metrics(result)
+    return (
+        f"{gpus:>3} GPUs  {spec or 'preset':<40} avg {(m.avg_jct_s or 0) / 3600:6.2f} h  "
+        f"median {(m.median_jct_s or 0) / 3600:6.2f} h  p99 {(m.p99_jct_s or 0) / 3600:6.2f} h  "
+        f"preemptions {m.preemptions:5}  {time.process_time() - t0:4.0f} CPU-s"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--variants", default="")
+    ap.add_argument("--jobs", type=int, default=2)
+    args = ap.parse_args()
+    week = SPLITS["tuning"][0]
+    roomy, tight = sizes(offered_gpus(load_week(week), week))
+    specs = args.variants.split(";")
+    tasks = [(s, g) for g in (roomy, tight) for s in specs]
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        for line in pool.map(run, *zip(*tasks, strict=True)):
+            print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()

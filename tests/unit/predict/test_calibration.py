@@ -1,0 +1,98 @@
+"""Conformal calibration of the upper bound: the quantile, the groups, the coverage it restores
+on a drifting workload, and the running score the service exports."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from aisched.predict import JobFeatures, PredictorConfig, RuntimePredictor
+from aisched.predict.calibration import ConformalUpper, Score, conformal_quantile
+from aisched.testing import job
+
+
+def feats(job_id: str, *, user: str = "u", gpus: int = 1, now: float = 0.0) -> JobFeatures:
+    j = job(job_id).task(gpu=gpus).user(user).submitted(now).build()
+    return JobFeatures.from_job(j, now)
+
+
+def test_the_conformal_quantile_takes_the_finite_sample_rank() -> None:
+    values = [float(v) for v in range(1, 11)]  # 1..10
+    # ceil(11 * 0.9) = 10: the 10th smallest.
+    assert conformal_quantile(values, 0.9) == 10.0
+    # ceil(11 * 0.5) = 6.
+    assert conformal_quantile(values, 0.5) == 6.0
+    # Past n: the largest.
+    assert conformal_quantile([1.0, 2.0], 0.9) == 2.0
+
+
+def test_a_group_with_enough_residuals_comes_before_all() -> None:
+    c = ConformalUpper(level=0.5, window=100, group_window=100, min_group=3)
+    assert c.margin((("user", "a"),)) is None
+    for r in (1.0, 2.0, 3.0):
+        c.add((("user", "a"),), r)
+    for r in (10.0, 20.0, 30.0):
+        c.add((("user", "b"),), r)
+    assert c.margin((("user", "a"),)) == (2.0, "user")
+    assert c.margin((("user", "b"),)) == (20.0, "user")
+    # A user with too few residuals of her own: all six (ceil(7 * 0.5) = 4th smallest).
+    assert c.margin((("user", "c"),)) == (10.0, "all")
+    assert len(c) == 6
+
+
+def test_the_margin_never_goes_below_the_median() -> None:
+    c = ConformalUpper(level=0.9, window=10, group_window=10, min_group=2)
+    for _ in range(3):
+        c.add((("user", "a"),), -2.0)  # every job ran shorter than predicted
+    assert c.margin((("user", "a"),)) == (0.0, "user")
+
+
+def test_the_score_counts_coverage_and_the_median_error_ratio() -> None:
+    s = Score(window=10)
+    assert (s.coverage, s.median_error_ratio) == (None, None)
+    s.add(runtime_s=100.0, median_s=50.0, upper_s=200.0)  # ratio 2, covered
+    s.add(runtime_s=100.0, median_s=100.0, upper_s=90.0)  # ratio 1, not covered
+    s.add(runtime_s=400.0, median_s=100.0, upper_s=300.0)  # ratio 4, not covered
+    assert (s.scored, s.coverage, s.median_error_ratio) == (3, 1 / 3, 2.0)
+
+
+def _drifting_coverage(calibrate: bool) -> tuple[float, float]:
+    """A workload whose runtimes spread more and more (log sd from 0.2 to 1.5): the learned
+    0.9-quantile lags behind. Returns (coverage of the last 1,000 jobs, the score's coverage)."""
+    cfg = PredictorConfig(min_fit=300, refit_every=500, window=1000, max_iter=20,
+                          calibrate=calibrate, calib_window=400, calib_min_group=50)  # fmt: skip
+    p = RuntimePredictor(cfg)
+    rng = np.random.default_rng(7)
+    n = 3000
+    hits: list[bool] = []
+    for i in range(n):
+        t = 10.0 * i
+        f = feats(f"j{i}", user="alice" if i % 2 else "bob", now=t)
+        got = p.predict(f)
+        sd = 0.2 + 1.3 * i / n
+        runtime = float(np.exp(math.log(600.0) + sd * rng.standard_normal()))
+        if i >= n - 1000:
+            hits.append(runtime <= got.upper_s)
+        p.observe(f, runtime, finished_s=t)
+    assert p.score.coverage is not None
+    return sum(hits) / len(hits), p.score.coverage
+
+
+def test_calibration_restores_the_nominal_coverage_on_later_jobs() -> None:
+    raw, _ = _drifting_coverage(calibrate=False)
+    calibrated, score = _drifting_coverage(calibrate=True)
+    assert raw < 0.85  # the uncalibrated bound lags the drift
+    assert calibrated >= 0.87
+    assert 0.85 <= score <= 0.95
+
+
+def test_an_answer_from_the_users_own_estimate_is_not_calibrated() -> None:
+    p = RuntimePredictor(PredictorConfig(calib_min_group=2))
+    for i in range(3):
+        f = feats(f"a{i}", now=float(i))
+        p.predict(f)
+        p.observe(f, 1000.0, finished_s=float(i))
+    got = p.predict(replace(feats("told", user="new", now=5.0), estimate_s=30.0))
+    assert (round(got.median_s, 6), round(got.upper_s, 6), got.source) == (30.0, 30.0, "own")
