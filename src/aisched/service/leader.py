@@ -190,7 +190,7 @@ class Leadership:
                 got.term,
                 before.address or before.holder,
             )
-        else:
+        elif self.store.shared:  # alone on SQLite, leading is no news
             log.info("leading in term %d", got.term)
         if self.store.shared:  # on SQLite no other process can write: nothing to fence
             self.store.fence = Fence(self.holder, got.term)
