@@ -22,7 +22,6 @@ median error ratio max(pred/true, true/pred); writes both splits into docs/bench
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 import tempfile
 import time
@@ -36,11 +35,12 @@ from aisched.model.cluster import Cluster
 from aisched.sim.engine import SimConfig, simulate
 from aisched.sim.estimators import estimator_for
 from aisched.sim.metrics import PolicyMetrics, compute_metrics
-from aisched.sim.traces import Trace, load_philly, one_queue, resolve_trace_file
+from aisched.sim.traces import Trace, load_philly, one_queue
 from aisched.spec import resolve_cluster
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _report import write_section  # noqa: E402
+from bench_philly_week import write_week as write_vc_days  # noqa: E402
 
 POLICIES = "fifo,las,qssf,sjf-oracle,srtf-oracle"
 ROOMY = 1.75
@@ -67,18 +67,7 @@ SPLITS: dict[str, tuple[Week, ...]] = {
 
 def write_week(out: Path, week: Week) -> int:
     """Copy one VC's rows of the week from the shared Philly CSV to `out`; returns the count."""
-    source = resolve_trace_file(None, "philly-pollux", "philly.csv")
-    n = 0
-    with source.open(newline="") as fh, out.open("w", newline="") as dst:
-        reader, writer = csv.reader(fh), csv.writer(dst)
-        header = next(reader)
-        writer.writerow(header)
-        i_ts, i_vc = header.index("timestamp"), header.index("cluster")
-        for row in reader:
-            if row and row[i_vc] == week.vc and week.first <= row[i_ts][:10] <= week.last:
-                writer.writerow(row)
-                n += 1
-    return n
+    return write_vc_days(out, week.vc, (week.first, week.last))
 
 
 def load_week(week: Week) -> Trace:
