@@ -141,7 +141,7 @@ class Scheduler(Recovery, BulkCancels):
         elif not pending:
             self.dirty = False
             # Capacity freed by preemption or shrinking is owed to the job waiting for it.
-            if not any(lj.waiting_for for lj in self.jobs.values()):
+            if not self.waiters:  # no job waits for a victim (`_set_waiting` keeps it)
                 self._grow_elastic(now)
         return self._sleep_for(now)
 
