@@ -21,7 +21,8 @@ Nothing here touches a database or the scheduling core's decisions.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
@@ -291,3 +292,15 @@ def exit_from_record(key: TaskKey, rec: Mapping[str, Any]) -> TaskExited:
         message=str(rec.get("message") or ""),
         time_s=float(rec.get("finished_at") or time.time()),
     )
+
+
+def least_used_cores(
+    cores: Sequence[int], in_use: Iterable[int], milli_cpu: int
+) -> tuple[int, ...]:
+    """`ceil(milli_cpu / 1000)` of `cores`, the least used first (`in_use`: one entry per task
+    on a core; ties: the lowest number), in ascending order; none for a task asking no CPU."""
+    n = -(-milli_cpu // 1000)
+    if n <= 0:
+        return ()
+    load = Counter(in_use)
+    return tuple(sorted(sorted(cores, key=lambda c: (load[c], c))[:n]))

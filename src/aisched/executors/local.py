@@ -43,7 +43,6 @@ import signal
 import sys
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -58,6 +57,7 @@ from aisched.executors.base import (
     TaskHandle,
     TaskKey,
     TaskLaunch,
+    least_used_cores,
 )
 from aisched.executors.cgroups import (
     MemoryControl,
@@ -639,14 +639,10 @@ class LocalExecutor(ExitWatching):
         _remove_container(launch)
 
     def _pick_cores(self, milli_cpu: int) -> tuple[int, ...]:
-        """`ceil(milli_cpu/1000)` cores, least loaded first (ties: lowest id), counting the
-        cores of every task watched. 0 CPUs: not pinned (inherits ours)."""
-        n = -(-milli_cpu // 1000)
-        if n <= 0:
-            return ()
-        load = Counter(c for w in self._watched.values() for c in w.cores)
-        ranked = sorted(self._cores, key=lambda c: (load[c], c))
-        return tuple(sorted(ranked[:n]))
+        """The cores for a task, counting the cores of every task watched (0 CPUs: not
+        pinned, it inherits ours)."""
+        in_use = (c for w in self._watched.values() for c in w.cores)
+        return least_used_cores(self._cores, in_use, milli_cpu)
 
 
 def _local_user(name: str) -> bool:

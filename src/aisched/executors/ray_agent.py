@@ -27,6 +27,7 @@ import os
 import threading
 from typing import Any
 
+from aisched.executors.base import least_used_cores
 from aisched.executors.ray_task import MakeWatchdog, Result, TaskRunner
 
 # How often a task waiting for its gang's reservation looks again (and at a stop meanwhile).
@@ -113,17 +114,14 @@ class NodeAgent:
         return False
 
     def _pick_cores(self, milli_cpu: int) -> tuple[int, ...]:
-        """`ceil(milli_cpu / 1000)` of the node's cores, the least used by running tasks
-        first (ties: the lowest number); none for a task that asked for no CPU."""
-        want = min(len(self.node_cores), -(-milli_cpu // 1000))
-        if want <= 0:
-            return ()
-        use = dict.fromkeys(self.node_cores, 0)
-        for k, cores in self.cores_of.items():
-            if not self.tasks[k].done.is_set():
-                for c in cores:
-                    use[c] = use.get(c, 0) + 1
-        return tuple(sorted(sorted(use, key=lambda c: (use[c], c))[:want]))
+        """The node's cores for a task, counting those of the tasks still running here."""
+        in_use = (
+            c
+            for k, cores in self.cores_of.items()
+            if not self.tasks[k].done.is_set()
+            for c in cores
+        )
+        return least_used_cores(self.node_cores, in_use, milli_cpu)
 
 
 def _key(key: list[Any]) -> tuple[str, int, str]:
