@@ -111,3 +111,25 @@ def test_another_programs_database_is_refused_and_not_changed(tmp_path: Path) ->
     con = sqlite3.connect(db)
     tables = con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
     assert tables == [("photos",)]
+
+
+def test_a_database_with_a_damaged_page_is_refused_at_open(tmp_path: Path) -> None:
+    # The header and the meta table read fine; the jobs table's root page is garbage. Without
+    # the check at open the service would start and fail at its first read of the jobs.
+    db = tmp_path / "state.db"
+    Store(url(db)).close()
+    con = sqlite3.connect(db)
+    con.execute("PRAGMA journal_mode=DELETE")  # everything in the main file, no WAL beside it
+    page_size = con.execute("PRAGMA page_size").fetchone()[0]
+    root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'jobs'").fetchone()[0]
+    con.close()
+    with db.open("r+b") as f:
+        f.seek((root - 1) * page_size)
+        f.write(b"\x77" * page_size)
+    with pytest.raises(StoreError) as err:
+        Store(url(db))
+    assert str(err.value) == (
+        f"the state database {db} is damaged (database disk image is malformed): move it "
+        "aside to start with an empty one (its jobs are forgotten), or restore it from a "
+        "backup; `sqlite3 FILE .recover` can save what is still readable"
+    )
