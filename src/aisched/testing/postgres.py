@@ -8,6 +8,10 @@ that user (`setpriv`); under any other user it runs as that user. Clients authen
 `trust` on the socket (the directory itself is the boundary: 0700, owned by the server's user,
 the socket's directory opened to its clients).
 
+A watchdog process started beside the server stops it and removes the directory when the
+process that started it is gone without calling `stop()` (a pytest session killed with -9), so
+no server outlives its tests.
+
 `durable=False` (tests) turns fsync and synchronous commit off: a crash of the machine may
 lose the last commits, which a throw-away server does not care about; benchmarks that compare
 stores keep the defaults.
@@ -20,6 +24,7 @@ import os
 import pwd
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +65,7 @@ class PostgresServer:
     bins: Path
     user: str | None  # the unprivileged user it runs as, when started by root
     _databases: int = field(default=0)
+    _watchdog: subprocess.Popen[bytes] | None = field(default=None)
 
     @property
     def socket_dir(self) -> Path:
@@ -96,19 +102,30 @@ class PostgresServer:
         return out.strip()
 
     def stop(self) -> None:
-        self._run(
-            [str(self.bins / "pg_ctl"), "-D", str(self.root / "data"), "-m", "immediate", "stop"],
-            check=False,
-        )
+        if self._watchdog is not None:
+            self._watchdog.kill()
+            self._watchdog.wait()
+        self._run(self.stop_argv(), check=False)
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def stop_argv(self) -> list[str]:
+        return _as_user(
+            [str(self.bins / "pg_ctl"), "-D", str(self.root / "data"), "-m", "immediate", "stop"],
+            self.user,
+        )
 
     def _run(self, argv: list[str], *, check: bool = True) -> str:
         return _run(argv, self.user, check=check)
 
 
+def _as_user(argv: list[str], user: str | None) -> list[str]:
+    if user is None:
+        return argv
+    return ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", *argv]
+
+
 def _run(argv: list[str], user: str | None, *, check: bool = True) -> str:
-    if user is not None:
-        argv = ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", *argv]
+    argv = _as_user(argv, user)
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if check and done.returncode != 0:
         raise RuntimeError(
@@ -172,4 +189,38 @@ def start(*, durable: bool = False, parent: str | None = None) -> PostgresServer
         ],
         user,
     )
-    return PostgresServer(root, bins, user)
+    server = PostgresServer(root, bins, user)
+    server._watchdog = _start_watchdog(server)
+    return server
+
+
+# Polls the owner every second (its pid and start time, so a reused pid is not taken for it);
+# once it is gone, stops the server and removes its directory. Its own session, so a signal to
+# the owner's process group does not take it too.
+_WATCHDOG = """
+import os, shutil, subprocess, sys, time
+pid, start, root, stop = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
+def started(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except OSError:
+        return None
+while started(pid) == start and os.path.isdir(root):
+    time.sleep(1.0)
+subprocess.run(stop, capture_output=True, check=False)
+shutil.rmtree(root, ignore_errors=True)
+"""
+
+
+def _start_watchdog(server: PostgresServer) -> subprocess.Popen[bytes]:
+    with open(f"/proc/{os.getpid()}/stat") as f:
+        start = f.read().rsplit(")", 1)[1].split()[19]
+    return subprocess.Popen(
+        [sys.executable, "-I", "-c", _WATCHDOG, str(os.getpid()), start, str(server.root)]
+        + server.stop_argv(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
