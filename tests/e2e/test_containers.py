@@ -507,6 +507,37 @@ def test_a_ray_tasks_container_runs_on_its_node_as_on_one_machine(
     assert left == ""
 
 
+def test_a_ray_tasks_container_mounts_only_what_its_user_may_read(
+    image: str, tmp_path: Path
+) -> None:
+    """On a Ray node as on one machine: the engine mounts with its own privileges, so the task
+    of a user who may not read a host path fails to start, naming the volume, and no
+    container is made."""
+    from aisched.executors.ray_task import TaskRunner
+
+    secret = Path(tempfile.mkdtemp())  # root's, 0700
+    try:
+        spec = ray_task_spec(image, tmp_path, "secret", ["ls", "/s"])
+        spec["user"] = "nobody"
+        spec["container"]["volumes"] = [[str(secret), "/s", True]]
+        runner = TaskRunner(spec)
+        runner.start()
+        res = runner.wait()
+    finally:
+        secret.rmdir()
+    assert (res["kind"], res["exit_code"], res["message"]) == (
+        "exited",
+        126,
+        f"task r1/1/secret-0: volumes.0: user nobody may not read {secret}, "
+        "so its job may not mount it",
+    )
+    left = subprocess.run(
+        ["podman", "ps", "--all", "--filter", f"label=io.aisched.instance=raytest{os.getpid()}",
+         "--format", "{{.Names}}"], capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert left == ""
+
+
 def test_a_container_whose_supervisor_is_killed_is_reported_lost_and_removed(
     image: str, tmp_path: Path
 ) -> None:

@@ -391,6 +391,19 @@ class TaskRunner:
         spec = self.spec
         c = spec["container"]
         image = str(c["image"])
+        job_id, attempt, task = spec["key"]
+        if user is not None:
+            # As on one machine: the engine mounts with its own privileges, so a user's job
+            # mounts only what that user could read on this node.
+            for i, (host, _path, _ro) in enumerate(c["volumes"]):
+                if not ctr.user_may_read(str(user["name"]), str(host)):
+                    msg = (
+                        f"task {job_id}/{attempt}/{task}: volumes.{i}: user {user['name']} "
+                        f"may not read {host}, so its job may not mount it"
+                    )
+                    self._log(msg)
+                    self.start_error = {"kind": "exited", "exit_code": 126, "message": msg}
+                    return None
         try:
             engine = _node_engine()
         except ctr.EngineError as e:
@@ -398,7 +411,6 @@ class TaskRunner:
             self._log(msg)
             self.start_error = {"kind": "exited", "exit_code": 125, "message": msg}
             return None
-        job_id, attempt, task = spec["key"]
         env_file = f"{spec['log_path']}.container.env"
         t = ctr.ContainerTask(
             instance=str(c["instance"]),
