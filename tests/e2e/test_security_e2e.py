@@ -131,6 +131,33 @@ def test_another_user_can_neither_cancel_nor_read_a_job_and_root_can(
     ]
 
 
+def test_a_path_a_user_cannot_reach_is_answered_as_a_missing_one(
+    service: Service, local_users: dict[str, User]
+) -> None:
+    # The service (root) sees bob's private directory; alice must not learn from its answer
+    # whether a path in there exists.
+    alice, bob = local_users["alice"], local_users["bob"]
+    private = bob.home / "private"
+    shutil.rmtree(private, ignore_errors=True)
+    (private / "work").mkdir(parents=True)
+    for p in (private, private / "work"):
+        os.chown(p, bob.uid, bob.gid)
+    private.chmod(0o700)
+    try:
+        answers = [
+            one_error_line(as_user(service, alice, "run", "--workdir", str(d), "--", "true"))
+            for d in (private / "work", private / "none")
+        ]
+        assert answers == [
+            f"error: invalid job aisched run: workdir: no such directory: {d}"
+            for d in (private / "work", private / "none")
+        ]
+        seen_by_bob = as_user(service, bob, "run", "--workdir", str(private / "work"), "true")
+        assert seen_by_bob.returncode == 0, seen_by_bob.stderr
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
 def test_tcp_needs_a_token_and_a_token_gives_only_its_users_rights(
     service: Service, local_users: dict[str, User]
 ) -> None:

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pwd
 import resource
 import shutil
 import subprocess
@@ -43,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from aisched.executors.runas import user_can
 from aisched.model.job import ContainerSpec, NetworkMode
 
 ENGINES = ("podman", "docker")
@@ -490,32 +490,7 @@ def user_may_read(user: str, path: str) -> bool:
     """Whether the local user `user` could read (and enter, for a directory) `path` with its
     own uid and groups: a hostPath volume is mounted with the engine's privileges, so a user's
     job must not mount what that user could not open. Unknown users may read nothing."""
-    try:
-        pw = pwd.getpwnam(user)
-    except KeyError:
-        return False
-    if pw.pw_uid == 0:
-        return True
-    groups = set(os.getgrouplist(user, pw.pw_gid))
-    want = 0o5 if os.path.isdir(path) else 0o4
-    # Every directory on the way must be searchable, and the path itself readable.
-    parts = os.path.abspath(path).split("/")
-    for i in range(1, len(parts) + 1):
-        p = "/".join(parts[:i]) or "/"
-        try:
-            st = os.stat(p)
-        except OSError:
-            return False
-        need = want if i == len(parts) else 0o1
-        if st.st_uid == pw.pw_uid:
-            bits = (st.st_mode >> 6) & 0o7
-        elif st.st_gid in groups:
-            bits = (st.st_mode >> 3) & 0o7
-        else:
-            bits = st.st_mode & 0o7
-        if bits & need != need:
-            return False
-    return True
+    return user_can(user, path, 0o5 if os.path.isdir(path) else 0o4)
 
 
 def list_containers(engine: Engine, instance: str) -> list[tuple[str, str, int, str]]:

@@ -57,3 +57,42 @@ def account_env(env: Mapping[str, str], acct: Mapping[str, Any]) -> dict[str, st
     if out.get("PATH") in (None, os.environ.get("PATH")):
         out["PATH"] = USER_PATH
     return out
+
+
+def user_can(user: str, path: str, want: int) -> bool:
+    """Whether the local user `user` could reach `path` with its own uid and groups (every
+    directory on the way searchable) and has the `want` permission bits (0o4 read, 0o2 write,
+    0o1 execute or search) on the path itself. Unknown users may do nothing; root may do all."""
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        return False
+    if pw.pw_uid == 0:
+        return True
+    groups = set(os.getgrouplist(user, pw.pw_gid))
+    parts = os.path.abspath(path).split("/")
+    for i in range(1, len(parts) + 1):
+        p = "/".join(parts[:i]) or "/"
+        try:
+            st = os.stat(p)
+        except OSError:
+            return False
+        need = want if i == len(parts) else 0o1
+        if st.st_uid == pw.pw_uid:
+            bits = (st.st_mode >> 6) & 0o7
+        elif st.st_gid in groups:
+            bits = (st.st_mode >> 3) & 0o7
+        else:
+            bits = st.st_mode & 0o7
+        if bits & need != need:
+            return False
+    return True
+
+
+def ordinary_account(user: str) -> bool:
+    """Whether `user` names a local account other than root (whose view of the files differs
+    from the service's)."""
+    try:
+        return pwd.getpwnam(user).pw_uid != 0
+    except KeyError:
+        return False

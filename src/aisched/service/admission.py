@@ -5,8 +5,10 @@ stored without hanging on a failing store.
    (`./train.sh`, `/opt/run`) that is not an executable file, are refused at once (422, one
    line per problem naming its field) instead of being accepted, failing at start and being
    retried. A job that names an image has its workdir and command checked inside its image,
-   not here; its hostPath volumes are checked here. The check runs
-   as the service's user: a file only the submitter can see is its own business at start.
+   not here; its hostPath volumes are checked here. A submitter who is an ordinary local
+   account is answered as that account sees the files: a path behind a directory it may not
+   search is "no such" file or directory, as a missing one is, so that the service (often
+   root) tells nobody whether a path exists that they could not find themselves.
 2. `until_stored`: the loop answers a submission once it is durable. While the store cannot
    write, that answer waits (the loop retries its batch); the caller is then told 503 within
    `patience_s` instead of hanging, and a retry with the same Idempotency-Key returns the job
@@ -22,6 +24,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import TypeVar
 
+from aisched.executors.runas import ordinary_account, user_can
 from aisched.model.job import Job
 
 T = TypeVar("T")
@@ -38,8 +41,18 @@ def _field(job: Job, index: int, name: str) -> str:
     return f"tasks.{index}.{name}"
 
 
-def path_problems(jobs: Sequence[Job], source: str) -> list[str]:
-    """One line per missing working directory or command file, naming the field."""
+def path_problems(jobs: Sequence[Job], source: str, as_user: str | None = None) -> list[str]:
+    """One line per missing working directory or command file, naming the field; as
+    `as_user` sees the files, when that is an ordinary local account (see the module doc)."""
+    local = as_user if as_user is not None and ordinary_account(as_user) else None
+
+    def hidden(path: Path) -> bool:
+        # Whether the path is behind a directory the submitter may not search.
+        return local is not None and not user_can(local, str(path.absolute().parent), 0o1)
+
+    def executable(path: Path) -> bool:
+        return user_can(local, str(path), 0o1) if local else os.access(path, os.X_OK)
+
     out: list[str] = []
     for job in jobs:
         prefix = f"{source}: " if len(jobs) == 1 else f"{source}: job {job.name!r}: "
@@ -49,13 +62,15 @@ def path_problems(jobs: Sequence[Job], source: str) -> list[str]:
                 # are its hostPath volumes (the image itself is the engine's to find or pull,
                 # and a missing one fails the attempt at once, without a retry).
                 for v, vol in enumerate(g.container.volumes):
-                    if not Path(vol.host_path).exists():
+                    host = Path(vol.host_path)
+                    if hidden(host) or not host.exists():
                         field = _field(job, i, f"volumes.{v}.host_path")
                         out.append(f"{prefix}{field}: no such file or directory: {vol.host_path}")
                 continue
             workdir = Path(g.workdir) if g.workdir else None
-            if workdir is not None and not workdir.is_dir():
-                why = "not a directory" if workdir.exists() else "no such directory"
+            if workdir is not None and (hidden(workdir) or not workdir.is_dir()):
+                seen = not hidden(workdir) and workdir.exists()
+                why = "not a directory" if seen else "no such directory"
                 out.append(f"{prefix}{_field(job, i, 'workdir')}: {why}: {workdir}")
                 continue
             if not g.command or "/" not in g.command[0]:
@@ -65,9 +80,9 @@ def path_problems(jobs: Sequence[Job], source: str) -> list[str]:
                 continue  # relative to a working directory only the executor knows
             full = exe if exe.is_absolute() else (workdir or Path()) / exe
             where = f"{prefix}{_field(job, i, 'command')}.0"
-            if not full.is_file():
+            if hidden(full) or not full.is_file():
                 out.append(f"{where}: no such file: {full}")
-            elif not os.access(full, os.X_OK):
+            elif not executable(full):
                 out.append(f"{where}: not executable: {full}")
     return out
 

@@ -121,7 +121,7 @@ def jobs_router(svc: Service) -> APIRouter:
             if (why := may_submit_to(svc, who, p.job.queue)) is not None:
                 return problem(403, "job refused", [f"{src}: queue: {why}"])
         jobs = [_in_workdir(p.job, workdir) for p in parsed.jobs]
-        missing = path_problems(jobs, src)
+        missing = path_problems(jobs, src, who.user)
         if missing:
             return problem(422, "invalid job", missing)
         warnings = [w for p in parsed.jobs for w in p.warnings]
