@@ -42,8 +42,10 @@ from aisched.lifecycle.attempts import time_limit_at
 from aisched.lifecycle.elastic import grow_at
 from aisched.model.states import JobState
 from aisched.service.bulk_cancel import BulkCancels
+from aisched.service.live import Batch
 from aisched.service.loop_types import (
     BulkCancelCommand,
+    Command,
     LoopConfig,
     LoopStats,
     Rejected,
@@ -110,16 +112,14 @@ class Scheduler(Recovery, BulkCancels):
                 cmd = self.commands.get_nowait()
             except queue.Empty:
                 break
-            if isinstance(cmd, SubmitCommand):
-                self._on_submit(cmd, batch, now)
-            elif isinstance(cmd, SubmitAllCommand):
-                self._on_submit_all(cmd, batch, now)
-            elif isinstance(cmd, ScaleCommand):
-                self._on_scale(cmd, batch, now)
-            elif isinstance(cmd, BulkCancelCommand):
-                self._on_bulk_cancel(cmd, batch, now)
-            else:
-                self._on_cancel(cmd, batch, now)
+            try:
+                self._apply_command(cmd, batch, now)
+            except Exception as exc:
+                # Off the queue, so answered here or never: the caller gets the error (its
+                # request fails) rather than waiting forever, and the step fails as it did.
+                if not cmd.future.done():
+                    cmd.future.set_exception(exc)
+                raise
         for ev in self.executor.poll():
             self._on_exit(ev, batch, now)
         self._timers(batch, now)
@@ -144,6 +144,18 @@ class Scheduler(Recovery, BulkCancels):
             if not self.waiters:  # no job waits for a victim (`_set_waiting` keeps it)
                 self._grow_elastic(now)
         return self._sleep_for(now)
+
+    def _apply_command(self, cmd: Command, batch: Batch, now: float) -> None:
+        if isinstance(cmd, SubmitCommand):
+            self._on_submit(cmd, batch, now)
+        elif isinstance(cmd, SubmitAllCommand):
+            self._on_submit_all(cmd, batch, now)
+        elif isinstance(cmd, ScaleCommand):
+            self._on_scale(cmd, batch, now)
+        elif isinstance(cmd, BulkCancelCommand):
+            self._on_bulk_cancel(cmd, batch, now)
+        else:
+            self._on_cancel(cmd, batch, now)
 
     def _sleep_for(self, now: float) -> float:
         delay = self.config.tick_s
