@@ -264,8 +264,9 @@ class Commands(Intents):
         until cancelled; its replicas are the work. It never enters the cycle itself."""
         assert lj.job.service is not None
         lj.state = move(lj.id, lj.state, JobState.RUNNING)
-        lj.pending_view = None
+        self._unqueue(lj)
         lj.started_at = lj.attempt_started_at = now
+        self._arm_timers(lj)
         if row is not None:
             # Only keys every inserted row has (one batch insert takes rows of one shape).
             row.update(state=JobState.RUNNING.value, reason_code=None, reason=None)

@@ -32,9 +32,12 @@ log = logging.getLogger("aisched.loop")
 
 class Intents(Exits):
     def _cycle(self, now: float, pending: list[PendingJob]) -> None:
-        for lj in self.jobs.values():
+        for job_id in list(self.held.views):  # the running jobs, not every live one
+            lj = self.jobs.get(job_id)
+            if lj is None or lj.stopping is None:
+                continue
             view = lj.running_view
-            if view is not None and lj.stopping is not None and not view.terminating:
+            if view is not None and not view.terminating:
                 view = lj.running_view = replace(view, terminating=True)
                 self.held.update(view)
         snapshot = self.held.snapshot(self.queues)
@@ -132,7 +135,7 @@ class Intents(Exits):
         lj.attempt_started_at = now
         if lj.started_at is None:
             lj.started_at = now
-        pending, lj.pending_view = lj.pending_view, None
+        pending = self._unqueue(lj)
         logs = self.config.data_dir / "logs" / lj.id / str(lj.attempt)
         ordered = sorted(d.tasks, key=lambda t: (_group_index(lj.job, t.group), t.index))
         lj.tasks = [
@@ -145,6 +148,7 @@ class Intents(Exits):
             for rank, b in enumerate(ordered)
         ]
         self._take(lj, pending)
+        self._arm_timers(lj)
         batch.job(
             lj.id,
             state=JobState.RUNNING.value,
@@ -186,7 +190,15 @@ class Intents(Exits):
         return lj, self._launch_requests(lj)
 
     def _timers(self, batch: Batch, now: float) -> None:
-        for lj in list(self.jobs.values()):
+        """Act on what fell due: the jobs whose timers came (`timers`) and those waiting for
+        victims (`waiters`), in submission order; no other job has anything due."""
+        ids = self.timers.pop_due(now)
+        for waiting in self.waiters.values():
+            ids |= waiting
+        for job_id in sorted(ids, key=lambda i: (len(i), i)):
+            lj = self.jobs.get(job_id)
+            if lj is None:
+                continue
             if (
                 lj.state == JobState.RUNNING
                 and lj.stopping is None

@@ -36,11 +36,14 @@ from aisched.core.snapshot import (
 )
 from aisched.core.status import JobStatus
 from aisched.executors.base import Executor, TaskExited, TaskLaunch
+from aisched.lifecycle.attempts import time_limit_at
+from aisched.lifecycle.elastic import grow_at
 from aisched.lifecycle.holdings import Holdings
 from aisched.lifecycle.work import checkpoint_interval_s, core_interval
 from aisched.model.cluster import Cluster
 from aisched.model.job import Job
 from aisched.model.queue import QueueTree
+from aisched.model.states import JobState
 from aisched.predict.features import JobFeatures
 from aisched.predict.runtime import RuntimePredictor
 from aisched.service.live import Batch, LiveJob, TaskPhase
@@ -48,6 +51,7 @@ from aisched.service.loop_types import Command, LoopConfig, LoopStats
 from aisched.service.membership import bindings_by_node, merge_nodes
 from aisched.service.pipelines import Pipelines
 from aisched.service.step_errors import StepErrors
+from aisched.service.timers import Timer, Timers
 from aisched.store.codec import job_from_dict
 from aisched.store.db import Row, Store
 
@@ -84,6 +88,11 @@ class SchedulerState:
         # Free capacity, usage and running views: the lifecycle's ledger (see `lifecycle`).
         self.held = Holdings(build_arrays(Cluster(self.nodes)))
         self.jobs: dict[str, LiveJob] = {}
+        # The jobs with a pending view (waiting to be placed, maybe held back for now), so a
+        # step asks "does anything wait?" without walking every live job.
+        self.queued: set[str] = set()
+        # Time limits, backoffs and growth, by when they fall due (`_arm_timers`).
+        self.timers = Timers()
         # Who waits on whom: a victim's id -> the jobs whose bind waits for it to stop (the
         # reverse of `LiveJob.waiting_for`, kept by `_set_waiting`), so a job's end looks up
         # its waiters instead of scanning every live job.
@@ -158,6 +167,45 @@ class SchedulerState:
         if estimate is not None:
             batch.job(lj.id, predicted_s=estimate, predicted_upper_s=upper)
         lj.pending_view = PendingJob(lj.job, lj.attained_gpu_s, lj.attempt, estimate, upper)
+        self.queued.add(lj.id)
+
+    def _unqueue(self, lj: LiveJob) -> PendingJob | None:
+        """Take `lj` out of the waiting jobs (bound, started as a service, or ended); returns
+        the view it waited with."""
+        view, lj.pending_view = lj.pending_view, None
+        self.queued.discard(lj.id)
+        return view
+
+    def _arm_timers(self, lj: LiveJob) -> None:
+        """Arm the timers of `lj`'s current state; called wherever that state gains one (an
+        attempt bound or recovered, a backoff set). Old entries are left to go stale."""
+        if lj.state == JobState.RUNNING:
+            self.timers.add(time_limit_at(lj.job, lj.attempt_started_at), Timer.LIMIT, lj.id)
+            self.timers.add(self._grow_at(lj), Timer.GROW, lj.id)
+        elif lj.not_before is not None:
+            self.timers.add(lj.not_before, Timer.BACKOFF, lj.id)
+
+    def _timer_stands(self, kind: Timer, job_id: str, due: float) -> bool:
+        """Whether a timer armed for `due` is still what the job's state says is due."""
+        lj = self.jobs.get(job_id)
+        if lj is None:
+            return False
+        if kind == Timer.BACKOFF:
+            return lj.state == JobState.PENDING and lj.not_before == due
+        if lj.state != JobState.RUNNING or lj.stopping is not None:
+            return False
+        if kind == Timer.LIMIT:
+            return time_limit_at(lj.job, lj.attempt_started_at) == due
+        return self._grow_at(lj) == due
+
+    def _grow_at(self, lj: LiveJob) -> float:
+        return grow_at(
+            lj.job,
+            len(lj.tasks),
+            lj.attempt_started_at,
+            self.config.elastic_grow_after_s,
+            lj.grew_from,
+        )
 
     def _predict(self, lj: LiveJob) -> tuple[float | None, float | None]:
         """The predictor's (median, upper) runtime of `lj`, capped by its time limit; (None,
