@@ -41,8 +41,14 @@ class Intents(Exits):
                 view = lj.running_view = replace(view, terminating=True)
                 self.held.update(view)
         snapshot = self.held.snapshot(self.queues)
+        # Estimated starts are for people to read: worked out by one cycle in `eta_interval_s`
+        # (they cost a pass over the queue and, when they move, a write per waiting job); the
+        # cycles between keep the last ones. Decisions are the same either way.
+        etas = now - self.last_eta_at >= self.config.eta_interval_s
+        if etas:
+            self.last_eta_at = now
         t0 = time.perf_counter()
-        result = run_cycle(snapshot, pending, self.policy, now)
+        result = run_cycle(snapshot, pending, self.policy if etas else self.policy_without_eta, now)
         took = time.perf_counter() - t0
         self.next_cycle_not_before = t0 + took * (1 + self.config.cycle_gap_factor)
         self.stats.cycles += 1
@@ -52,6 +58,7 @@ class Intents(Exits):
         if self.on_cycle is not None:
             self.on_cycle(took, result)
         batch = self.batch
+        keep_eta = not etas and self.policy_without_eta is not self.policy
         launches: list[tuple[LiveJob, list[TaskLaunch]]] = []
         for d in result.decisions:
             if isinstance(d, Preempt):
@@ -62,16 +69,30 @@ class Intents(Exits):
                 planned = self._apply_bind(d, batch, now)
                 if planned is not None:
                     launches.append(planned)
+        # A status per waiting job: this loop is the service's share of a long queue's
+        # cycle, so a status unchanged since it was last written costs two comparisons.
+        jobs = self.jobs
         for job_id, status in result.diagnostics.items():
-            waiting = self.jobs.get(job_id)
-            if waiting is None or waiting.state != JobState.PENDING or waiting.waiting_for:
+            waiting = jobs.get(job_id)
+            if waiting is None or waiting.state is not JobState.PENDING or waiting.waiting_for:
                 continue
-            if status.code == StatusCode.NEVER_FITS:
+            code = status.code
+            if code is StatusCode.NEVER_FITS:
                 end = never_fits_now(waiting.job, status.reason, self.policy)
                 if end is not None:
                     self._finish(waiting, end.state, batch, now, end.why)
                     continue
-            self._write_status(waiting, status, batch)
+            elif code is not StatusCode.PLACED and code is not StatusCode.PREEMPTING:
+                written = waiting.written_status
+                if (
+                    keep_eta
+                    and status.eta_s is None
+                    and written is not None
+                    and written[1] == status.reason
+                    and written[0] == code
+                ):
+                    continue  # as written, with its last estimated start
+            self._write_status(waiting, status, batch, keep_eta)
         # Launched once the intent is stored: by this flush, or by the one that retries it.
         batch.after.append(lambda: self._launch_all(launches, now))
         batch.flush(self.store)

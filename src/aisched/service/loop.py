@@ -12,7 +12,10 @@ A step of the loop:
    over every live job; the pending list is made only for a cycle.
 2. Flush those changes in one transaction; only then reply to callers and signal tasks.
 3. When something changed (or `cycle_interval_s` passed with work waiting), run one cycle of
-   the pure core on a snapshot of the live state.
+   the pure core on a snapshot of the live state, unless the last cycle's gap has not passed
+   (`cycle_gap_factor`: under a stream of submissions, time to take them in). Waiting jobs'
+   estimated starts are worked out by one cycle in `eta_interval_s`, the others keeping the
+   last ones.
 4. Write every decision's intent (the job RUNNING, its task rows `launching`; the victims'
    `stopping`), commit, then act: stop victims, launch tasks, record their handles.
 

@@ -21,6 +21,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from aisched.core.cycle import CycleResult
 from aisched.core.decisions import Bind, TaskBinding
@@ -34,7 +35,7 @@ from aisched.core.snapshot import (
     Usage,
     build_arrays,
 )
-from aisched.core.status import JobStatus
+from aisched.core.status import JobStatus, StatusCode
 from aisched.executors.base import Executor, TaskExited, TaskLaunch
 from aisched.lifecycle.attempts import time_limit_at
 from aisched.lifecycle.elastic import grow_at
@@ -58,6 +59,13 @@ from aisched.store.db import Row, Store
 log = logging.getLogger("aisched.loop")
 
 
+def without_eta(policy: Policy) -> Policy:
+    """`policy` without its `eta` action (itself when it has none): the same decisions."""
+    if "eta" not in policy.action_names():
+        return policy
+    return replace(policy, actions=tuple(a for a in policy.actions if a.name != "eta"))
+
+
 class SchedulerState:
     """Live state and the helpers every part uses (see the module docstring)."""
 
@@ -76,6 +84,9 @@ class SchedulerState:
         self.store = store
         self.executor = executor
         self.policy = policy
+        # The policy for the cycles between two that work out estimated starts: without the
+        # `eta` action, which only writes statuses (`Intents._cycle`).
+        self.policy_without_eta = without_eta(policy)
         self.queues = queues
         self.config = config
         self.clock = clock
@@ -108,6 +119,8 @@ class SchedulerState:
         self.dirty = True
         self.last_cycle_at = -math.inf
         self.next_cycle_not_before = -math.inf  # perf_counter time (see cycle_gap_factor)
+        # When the cycle last worked out every waiting job's estimated start (`eta_interval_s`).
+        self.last_eta_at = -math.inf
         self.terminal_counts: dict[str, int] = {}
         self.stats = LoopStats()
         self.last_observed_s = -math.inf
@@ -263,8 +276,20 @@ class SchedulerState:
             self.waiters.setdefault(v, set()).add(lj.id)
         lj.waiting_for = victims
 
-    def _write_status(self, lj: LiveJob, status: JobStatus, batch: Batch) -> None:
+    def _write_status(
+        self, lj: LiveJob, status: JobStatus, batch: Batch, keep_eta: bool = False
+    ) -> None:
+        """Store `lj`'s status if it changed. `keep_eta`: the cycle worked out no estimated
+        starts (`eta_interval_s`), so a waiting job keeps the one last written for it."""
         eta = status.eta_s if status.eta_s is not None and math.isfinite(status.eta_s) else None
+        if (
+            eta is None
+            and keep_eta
+            and lj.written_status is not None
+            and not status.code.is_placed
+            and status.code != StatusCode.NEVER_FITS
+        ):
+            eta = lj.written_status[2]
         got = (status.code.value, status.reason, eta)
         if got != lj.written_status:
             lj.written_status = got
