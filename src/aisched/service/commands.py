@@ -229,6 +229,7 @@ class Commands(Intents):
         service = job.kind == JobKind.SERVICE
         if not service:
             self._make_pending(lj, batch)
+            self.fresh.append(job)
         row: Row = {
             "seq": seq,
             "id": job_id,

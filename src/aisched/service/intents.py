@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from aisched.core.cycle import InvariantViolation, run_cycle
 from aisched.core.decisions import Bind, Preempt, Shrink
+from aisched.core.elastic import extra_tasks_fit
 from aisched.core.snapshot import PendingJob
 from aisched.core.status import JobStatus, StatusCode
 from aisched.executors.base import TaskLaunch, task_name
@@ -58,6 +59,8 @@ class Intents(Exits):
         if self.on_cycle is not None:
             self.on_cycle(took, result)
         batch = self.batch
+        self.fresh.clear()
+        self.waiting_shapes.clear()
         keep_eta = not etas and self.policy_without_eta is not self.policy
         launches: list[tuple[LiveJob, list[TaskLaunch]]] = []
         for d in result.decisions:
@@ -71,7 +74,7 @@ class Intents(Exits):
                     launches.append(planned)
         # A status per waiting job: this loop is the service's share of a long queue's
         # cycle, so a status unchanged since it was last written costs two comparisons.
-        jobs = self.jobs
+        jobs, shapes = self.jobs, self.waiting_shapes
         for job_id, status in result.diagnostics.items():
             waiting = jobs.get(job_id)
             if waiting is None or waiting.state is not JobState.PENDING or waiting.waiting_for:
@@ -83,6 +86,7 @@ class Intents(Exits):
                     self._finish(waiting, end.state, batch, now, end.why)
                     continue
             elif code is not StatusCode.PLACED and code is not StatusCode.PREEMPTING:
+                shapes.add((waiting.job.shape_id, waiting.job.queue))
                 written = waiting.written_status
                 if (
                     keep_eta
@@ -98,6 +102,22 @@ class Intents(Exits):
         batch.flush(self.store)
         if self.config.validate:
             self._validate(now)
+
+    def _fresh_could_start(self) -> bool:
+        """Whether a job submitted since the last cycle could start now, so a cycle for it need
+        not wait out the gap an earlier, longer cycle left (`cycle_gap_factor`): its tasks fit
+        in what is free (counted coarsely: whole GPUs, any node), and the last cycle left no job
+        of its shape and queue waiting. A guess that is wrong costs one cycle, never a
+        decision."""
+        for job in self.fresh:
+            if (job.shape_id, job.queue) in self.waiting_shapes:
+                continue
+            fits = sum(
+                extra_tasks_fit(self.arrays, self.free, g.request, g.replicas) for g in job.groups
+            )
+            if fits >= job.gang_min:
+                return True
+        return False
 
     def _validate(self, now: float) -> None:
         """Validate mode: the ledger matches the held bindings, no job is both pending and

@@ -13,9 +13,9 @@ A step of the loop:
 2. Flush those changes in one transaction; only then reply to callers and signal tasks.
 3. When something changed (or `cycle_interval_s` passed with work waiting), run one cycle of
    the pure core on a snapshot of the live state, unless the last cycle's gap has not passed
-   (`cycle_gap_factor`: under a stream of submissions, time to take them in). Waiting jobs'
-   estimated starts are worked out by one cycle in `eta_interval_s`, the others keeping the
-   last ones.
+   (`cycle_gap_factor`: under a stream of submissions, time to take them in) and no job
+   submitted since could start now. Waiting jobs' estimated starts are worked out by one
+   cycle in `eta_interval_s`, the others keeping the last ones.
 4. Write every decision's intent (the job RUNNING, its task rows `launching`; the victims'
    `stopping`), commit, then act: stop victims, launch tasks, record their handles.
 
@@ -133,7 +133,7 @@ class Scheduler(Recovery, BulkCancels):
         if self.dirty or due:
             # The pending list costs a walk over the live jobs: made only for a cycle.
             gap = self.next_cycle_not_before - time.perf_counter()
-            if gap > 0 and self._schedulable(now):
+            if gap > 0 and self._schedulable(now) and not self._fresh_could_start():
                 return gap
             blocked = self.pipelines.blocked
             pending = [  # `_may_place`, inline: this walks every live job

@@ -119,6 +119,11 @@ class SchedulerState:
         self.dirty = True
         self.last_cycle_at = -math.inf
         self.next_cycle_not_before = -math.inf  # perf_counter time (see cycle_gap_factor)
+        # Jobs submitted since the last cycle, and the (shape, queue) of the jobs that cycle
+        # left waiting: a new job that could start now runs a cycle without waiting out the
+        # gap (`Intents._fresh_could_start`).
+        self.fresh: list[Job] = []
+        self.waiting_shapes: set[tuple[int, str]] = set()
         # When the cycle last worked out every waiting job's estimated start (`eta_interval_s`).
         self.last_eta_at = -math.inf
         self.terminal_counts: dict[str, int] = {}
