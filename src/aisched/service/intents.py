@@ -109,9 +109,12 @@ class Intents(Exits):
         in what is free (counted coarsely: whole GPUs, any node), and the last cycle left no job
         of its shape and queue waiting. A guess that is wrong costs one cycle, never a
         decision."""
+        looked = set(self.waiting_shapes)  # a burst is mostly of a few shapes: one look each
         for job in self.fresh:
-            if (job.shape_id, job.queue) in self.waiting_shapes:
+            key = (job.shape_id, job.queue)
+            if key in looked:
                 continue
+            looked.add(key)
             fits = sum(
                 extra_tasks_fit(self.arrays, self.free, g.request, g.replicas) for g in job.groups
             )
