@@ -208,11 +208,13 @@ def main() -> None:
                       f"(service CPU {cancel_cpu:.2f} s)", flush=True)  # fmt: skip
                 http.post(f"/v1/jobs/{blocker}/cancel")
                 rate_run, run_ids = burst(port, args.burst_jobs, args.clients, TINY, auth)
+                burst_end = time.time()
                 print(f"burst of {args.burst_jobs} jobs that run at once: {rate_run:.0f} "
                       "submissions/s", flush=True)  # fmt: skip
-                t0 = time.perf_counter()
                 done = wait_all(http, run_ids, ("succeeded", "failed"))
-                drain = time.perf_counter() - t0
+                # By the service's clock (the last job's end), not by when this client's
+                # polling, one GET per job, got round to seeing it.
+                drain = max(max(j["finished_at"] for j in done) - burst_end, 0.0)
                 ok = sum(j["state"] == "succeeded" for j in done)
                 print(f"  all {len(done)} ran ({ok} succeeded) {drain:.1f} s after the burst",
                       flush=True)  # fmt: skip
@@ -234,7 +236,7 @@ tiny jobs (`true`), one at a time.
 | submissions/s, {args.burst_jobs} jobs that wait, {args.clients} clients | {rate_wait:.0f} | ≥ 500 |
 | service CPU per submission (jobs that wait) | {cpu_wait:.2f} ms | |
 | submissions/s, {args.burst_jobs} jobs that start at once, {args.clients} clients | {rate_run:.0f} | |
-| time for all of those to run after the burst | {drain:.1f} s | |
+| time for all of those to have run, after the burst (the last one's end) | {drain:.1f} s | |
 | with {bulk["count"]:,} pending: submit-to-running of a runnable job, median / p99 ({args.queued_latency_jobs} jobs) | {lat_q["median_ms"]:.1f} / {lat_q["p99_ms"]:.1f} ms | < 50 ms |
 | a scheduling cycle meanwhile, on average (the service's own histogram, {count1 - count0:.0f} cycles) | {cycle_ms:.1f} ms | |
 | bulk cancel of those {bulk["count"]:,} (`POST /v1/jobs/cancel`), request to answer | {cancel_s:.2f} s (service CPU {cancel_cpu:.2f} s) | < 10 s |
