@@ -148,6 +148,7 @@ class Scheduler(Recovery, BulkCancels):
                 self._cycle(now, pending)
         if not pending and not self._schedulable(now):
             self.dirty = False
+            self.fresh.clear()  # held back (dependencies), or gone: no cycle will clear them
             # Capacity freed by preemption or shrinking is owed to the job waiting for it.
             if not self.waiters:  # no job waits for a victim (`_set_waiting` keeps it)
                 self._grow_elastic(now)
