@@ -19,6 +19,7 @@ from aisched.lifecycle.states import move
 from aisched.model.states import JobState
 from aisched.service.launches import Launches
 from aisched.service.live import Batch, LiveJob, Stop, TaskPhase
+from aisched.service.timers import Timer
 
 log = logging.getLogger("aisched.loop")
 
@@ -97,6 +98,7 @@ class Exits(Launches):
             if nxt.not_before is not None:
                 lj.not_before = nxt.not_before
                 batch.job(lj.id, not_before=lj.not_before)
+                self.timers.add(lj.not_before, Timer.BACKOFF, lj.id)
                 job = lj.job
                 self._write_status(
                     lj,
@@ -153,7 +155,7 @@ class Exits(Launches):
         if self.predictor is not None and state != JobState.SUCCEEDED:
             self.predictor.forget(lj.id)
         lj.state = move(lj.id, lj.state, state)
-        lj.pending_view = None
+        self._unqueue(lj)
         release_kept(self.held, lj.id)  # it ended while waiting for victims
         del self.jobs[lj.id]
         self.terminal_counts[state.value] = self.terminal_counts.get(state.value, 0) + 1

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from aisched.core.cycle import InvariantViolation, run_cycle
 from aisched.core.decisions import Bind, Preempt, Shrink
+from aisched.core.elastic import extra_tasks_fit
 from aisched.core.snapshot import PendingJob
 from aisched.core.status import JobStatus, StatusCode
 from aisched.executors.base import TaskLaunch, task_name
@@ -32,14 +33,23 @@ log = logging.getLogger("aisched.loop")
 
 class Intents(Exits):
     def _cycle(self, now: float, pending: list[PendingJob]) -> None:
-        for lj in self.jobs.values():
+        for job_id in list(self.held.views):  # the running jobs, not every live one
+            lj = self.jobs.get(job_id)
+            if lj is None or lj.stopping is None:
+                continue
             view = lj.running_view
-            if view is not None and lj.stopping is not None and not view.terminating:
+            if view is not None and not view.terminating:
                 view = lj.running_view = replace(view, terminating=True)
                 self.held.update(view)
         snapshot = self.held.snapshot(self.queues)
+        # Estimated starts are for people to read: worked out by one cycle in `eta_interval_s`
+        # (they cost a pass over the queue and, when they move, a write per waiting job); the
+        # cycles between keep the last ones. Decisions are the same either way.
+        etas = now - self.last_eta_at >= self.config.eta_interval_s
+        if etas:
+            self.last_eta_at = now
         t0 = time.perf_counter()
-        result = run_cycle(snapshot, pending, self.policy, now)
+        result = run_cycle(snapshot, pending, self.policy if etas else self.policy_without_eta, now)
         took = time.perf_counter() - t0
         self.next_cycle_not_before = t0 + took * (1 + self.config.cycle_gap_factor)
         self.stats.cycles += 1
@@ -49,6 +59,9 @@ class Intents(Exits):
         if self.on_cycle is not None:
             self.on_cycle(took, result)
         batch = self.batch
+        self.fresh.clear()
+        self.waiting_shapes.clear()
+        keep_eta = not etas and self.policy_without_eta is not self.policy
         launches: list[tuple[LiveJob, list[TaskLaunch]]] = []
         for d in result.decisions:
             if isinstance(d, Preempt):
@@ -59,21 +72,55 @@ class Intents(Exits):
                 planned = self._apply_bind(d, batch, now)
                 if planned is not None:
                     launches.append(planned)
+        # A status per waiting job: this loop is the service's share of a long queue's
+        # cycle, so a status unchanged since it was last written costs two comparisons.
+        jobs, shapes = self.jobs, self.waiting_shapes
         for job_id, status in result.diagnostics.items():
-            waiting = self.jobs.get(job_id)
-            if waiting is None or waiting.state != JobState.PENDING or waiting.waiting_for:
+            waiting = jobs.get(job_id)
+            if waiting is None or waiting.state is not JobState.PENDING or waiting.waiting_for:
                 continue
-            if status.code == StatusCode.NEVER_FITS:
+            code = status.code
+            if code is StatusCode.NEVER_FITS:
                 end = never_fits_now(waiting.job, status.reason, self.policy)
                 if end is not None:
                     self._finish(waiting, end.state, batch, now, end.why)
                     continue
-            self._write_status(waiting, status, batch)
+            elif code is not StatusCode.PLACED and code is not StatusCode.PREEMPTING:
+                shapes.add((waiting.job.shape_id, waiting.job.queue))
+                written = waiting.written_status
+                if (
+                    keep_eta
+                    and status.eta_s is None
+                    and written is not None
+                    and written[1] == status.reason
+                    and written[0] == code
+                ):
+                    continue  # as written, with its last estimated start
+            self._write_status(waiting, status, batch, keep_eta)
         # Launched once the intent is stored: by this flush, or by the one that retries it.
         batch.after.append(lambda: self._launch_all(launches, now))
         batch.flush(self.store)
         if self.config.validate:
             self._validate(now)
+
+    def _fresh_could_start(self) -> bool:
+        """Whether a job submitted since the last cycle could start now, so a cycle for it need
+        not wait out the gap an earlier, longer cycle left (`cycle_gap_factor`): its tasks fit
+        in what is free (counted coarsely: whole GPUs, any node), and the last cycle left no job
+        of its shape and queue waiting. A guess that is wrong costs one cycle, never a
+        decision."""
+        looked = set(self.waiting_shapes)  # a burst is mostly of a few shapes: one look each
+        for job in self.fresh:
+            key = (job.shape_id, job.queue)
+            if key in looked:
+                continue
+            looked.add(key)
+            fits = sum(
+                extra_tasks_fit(self.arrays, self.free, g.request, g.replicas) for g in job.groups
+            )
+            if fits >= job.gang_min:
+                return True
+        return False
 
     def _validate(self, now: float) -> None:
         """Validate mode: the ledger matches the held bindings, no job is both pending and
@@ -132,7 +179,7 @@ class Intents(Exits):
         lj.attempt_started_at = now
         if lj.started_at is None:
             lj.started_at = now
-        pending, lj.pending_view = lj.pending_view, None
+        pending = self._unqueue(lj)
         logs = self.config.data_dir / "logs" / lj.id / str(lj.attempt)
         ordered = sorted(d.tasks, key=lambda t: (_group_index(lj.job, t.group), t.index))
         lj.tasks = [
@@ -145,6 +192,7 @@ class Intents(Exits):
             for rank, b in enumerate(ordered)
         ]
         self._take(lj, pending)
+        self._arm_timers(lj)
         batch.job(
             lj.id,
             state=JobState.RUNNING.value,
@@ -186,7 +234,15 @@ class Intents(Exits):
         return lj, self._launch_requests(lj)
 
     def _timers(self, batch: Batch, now: float) -> None:
-        for lj in list(self.jobs.values()):
+        """Act on what fell due: the jobs whose timers came (`timers`) and those waiting for
+        victims (`waiters`), in submission order; no other job has anything due."""
+        ids = self.timers.pop_due(now)
+        for waiting in self.waiters.values():
+            ids |= waiting
+        for job_id in sorted(ids, key=lambda i: (len(i), i)):
+            lj = self.jobs.get(job_id)
+            if lj is None:
+                continue
             if (
                 lj.state == JobState.RUNNING
                 and lj.stopping is None
