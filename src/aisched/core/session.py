@@ -157,11 +157,20 @@ class Session:
             else ShapeBy.SHAPE
         )
         by_user = snapshot.usage if snapshot.usage is not None else usage_by_user(snapshot.running)
-        for (queue, user), vec in by_user.items():
-            # A (queue, user) with nothing running adds nothing: its usage is exactly zero
-            # (sums of integer amounts), and a missing entry reads as zero.
+        # Only drf reads usage per user (`queues.fair_key`): copied in C, not summed again.
+        if policy.fair_users:
+            self.user_usage = dict(by_user)
+        # Per queue first, then once along each queue's path. Usage amounts are integers, so
+        # the sums are exact in any order; a (queue, user) with nothing running is exactly
+        # zero and adds nothing (a missing entry reads as zero).
+        leaves: dict[str, Usage] = {}
+        for (queue, _), vec in by_user.items():
             if vec != ZERO:
-                self._add(queue, user, vec, 1.0)
+                leaves[queue] = add_usage(leaves.get(queue, ZERO), vec)
+        qu = self.queue_usage
+        for queue, vec in leaves.items():
+            for q in self.queue_path(queue):
+                qu[q] = add_usage(qu.get(q, ZERO), vec)
 
     @property
     def task_mix(self) -> TaskMix:

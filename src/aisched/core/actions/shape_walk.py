@@ -198,18 +198,20 @@ class _Shares:
     """The queues' fair-share keys, each computed again only when a bind changed the usage
     of a queue on its path (a bind in one queue leaves every unrelated queue's key as it was)."""
 
-    __slots__ = ("session", "queues", "paths", "keys")
+    __slots__ = ("session", "queues", "keys")
 
     def __init__(self, session: Session, queues: list[_Queue]) -> None:
         self.session = session
         self.queues = queues
-        self.paths = {q.name: frozenset(session.queue_path(q.name)) for q in queues}
         self.keys: dict[str, tuple[float, ...]] = {}
 
     def changed(self, bound: _Queue) -> None:
         """A job of `bound` was placed: the shares along its path moved."""
-        path = self.paths[bound.name]
-        for name in [n for n in self.keys if not path.isdisjoint(self.paths[n])]:
+        path = self.session.queue_path(bound.name)
+        stale = [
+            name for name in self.keys if any(q in path for q in self.session.queue_path(name))
+        ]
+        for name in stale:
             del self.keys[name]
 
     def levels(self) -> list[tuple[tuple[float, ...], Key, _Queue]]:
