@@ -127,7 +127,10 @@ def walk(session: Session, strict: bool) -> None:
         untried.update(q.index.shape_keys)
     failed: dict[Hashable, JobStatus] = {}
     track = not session.policy.allocate_last  # later actions read the blocked list
-    visited: list[PendingJob] = []  # in the general walk's order, while tracked
+    # With one queue the blocked list is the candidates less those bound (built at the end);
+    # with several, the order of the visits is kept as they happen.
+    visits = track and len(queues) > 1
+    visited: list[PendingJob] = []  # in the general walk's order, while kept
     bound: list[Key] = []
     shares = _Shares(session, queues)
     levels = shares.levels()
@@ -141,14 +144,14 @@ def walk(session: Session, strict: bool) -> None:
         while True:
             tries = [(t, q) for q in group if (t := q.next_try(untried)) is not None]
             if not tries:  # every job left in these queues fails: visited in key order
-                if track:
+                if visits:
                     visited.extend(_merged([q.rest() for q in group]))
                 else:
                     for q in group:
                         q.at = len(q.index.keys)
                 break
             (key, shape), q = min(tries, key=_first_key)
-            if track:
+            if visits:
                 visited.extend(_merged([other.to(key) for other in group]))
             else:
                 for other in group:
@@ -168,7 +171,7 @@ def walk(session: Session, strict: bool) -> None:
                 _stop(session, queues, pj)
                 return
             failed[shape] = JobStatus(StatusCode.WAIT_RESOURCES, placed)
-            if track:
+            if visits:
                 visited.append(pj)
             if not untried:
                 break
