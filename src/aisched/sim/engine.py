@@ -101,6 +101,7 @@ from aisched.core.cycle import InvariantViolation, only_places, run_cycle
 from aisched.core.decisions import Bind, Preempt, Reserve, Shrink, TaskBinding
 from aisched.core.demotion import demotion_at
 from aisched.core.dependencies import DependencyVerdict, check_dependencies
+from aisched.core.pending import PendingQueue
 from aisched.core.policy import Policy
 from aisched.core.snapshot import FreeState, PendingJob, RunningJob, Snapshot, build_arrays
 from aisched.core.status import StatusCode
@@ -200,7 +201,7 @@ class _Engine(NodePools):
             self.jobs[tj.job.id] = SimJob(tj, ckpt)
         # Insertion-ordered, so the pending tuple handed to a cycle is in a deterministic order
         # (arrival, then requeue order) without sorting.
-        self.pending: dict[str, PendingJob] = {}
+        self.pending = PendingQueue()
         self.running: dict[str, SimJob] = {}
         # Failed jobs waiting out their backoff before they are pending again.
         self.backing_off: set[str] = set()
@@ -810,11 +811,14 @@ class _Engine(NodePools):
         if self.membership_dirty:
             self._rebuild()
         snapshot = self.held.snapshot(self.queues)
-        pending = tuple(self.pending.values())
+        pending = self.pending.jobs()
         before = self.free.copy() if self.config.validate else None
         t0 = time.perf_counter()
         try:
-            result = run_cycle(snapshot, pending, self.policy, now, validate=self.config.validate)
+            # The kept queue, not a copy: the cycle reads what changed from its log.
+            result = run_cycle(
+                snapshot, self.pending, self.policy, now, validate=self.config.validate
+            )
         except InvariantViolation as e:  # the core's own validate mode caught a broken cycle
             raise SimulationError(f"t={now}: {e}") from e
         self.cycle_wall_s += time.perf_counter() - t0
@@ -870,7 +874,7 @@ class _Engine(NodePools):
         if new < 0:
             return False
         ungoverned = self.queues.ungoverned
-        for pj in islice(reversed(self.pending.values()), new):
+        for pj in islice(self.pending.newest_first(), new):
             job = pj.job
             if job.shape_id not in settled or job.queue not in ungoverned:
                 return False

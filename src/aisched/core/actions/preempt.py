@@ -247,7 +247,7 @@ class Preempt:
                 return False
             return r.job.priority <= p.job.priority
 
-        # Blocked jobs in candidate order (`in_order`) come in order of the first order key,
+        # Blocked jobs in candidate order (`shape_walk`) come in order of the first order key,
         # which is the rank under `by: order`: the walk may stop once every shape has failed.
         shapes = None
         if not by_priority and self.scope == "cluster" and session.blocked_in_order:
