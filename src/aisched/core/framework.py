@@ -127,3 +127,17 @@ def victim_key(
     keys: list[float | str] = [v.key(running, now) for v in victims]
     keys += (running.job.priority, -running.started_s, running.job.id)
     return tuple(keys)
+
+
+def victim_keys(
+    victims: Sequence[SelectVictims], running: Sequence[RunningJob], now: float
+) -> list[tuple[float | str, ...]]:
+    """`victim_key` of each of `running`, in one pass per selector rather than one call
+    chain per job (a preemption walk keys hundreds of running jobs at a time)."""
+    columns: list[list[float] | list[int] | list[str]] = [
+        [v.key(r, now) for r in running] for v in victims
+    ]
+    columns.append([r.job.priority for r in running])
+    columns.append([-r.started_s for r in running])
+    columns.append([r.job.id for r in running])
+    return list(zip(*columns, strict=True))
