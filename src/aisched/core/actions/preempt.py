@@ -32,17 +32,19 @@ has run in all (its attained GPU-time): it is not done, and it is probably long.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 from aisched.core.actions.preempt_walk import Eligibility, run
 from aisched.core.framework import JobOrder
+from aisched.core.kept_ranks import KeptBars, KeptRanking, KeptRanks, moves_of
 from aisched.core.plugins.order import INFINITE
 from aisched.core.plugins.victims import LeastWorkLost, time_left_s
 from aisched.core.queues import borrowed, within_guarantee
-from aisched.core.running_ranks import KeptRanks, moves_of
 from aisched.core.snapshot import PendingJob, RunningJob
+from aisched.core.victim_pool import VictimPool
 
 if TYPE_CHECKING:
     from aisched.core.session import Session
@@ -74,8 +76,8 @@ class Preempt:
         by_priority = self.by == "priority" or first is None
         now = session.now
         running_keys: dict[str, float] = {}  # first order key of each running job, at now
-        # Kept across cycles where they cannot have changed (`core.running_ranks`).
-        kept = None if by_priority or first is None else self._kept_ranks(session, first)
+        # Ranks kept across cycles while they are known (`core.kept_ranks`).
+        kept = None if by_priority or first is None else self._kept_ranking(session, first)
 
         def running_key(r: RunningJob) -> float:
             assert first is not None
@@ -89,28 +91,12 @@ class Preempt:
         def rank_of(r: RunningJob) -> float:
             k = running_keys.get(r.id)
             if k is None:
-                k = kept.key(r, now, running_key) if kept is not None else running_key(r)
+                k = kept.running.key(r, now, running_key) if kept is not None else running_key(r)
                 running_keys[r.id] = k
             return k
 
-        def top_rank(pool: Sequence[RunningJob]) -> float:
-            if kept is None:
-                return max(map(rank_of, pool), default=-INFINITE)
-            kept.sync(session.snapshot.running, now, running_key)  # the pool is among them
-            return kept.top(now, running_key)
-
-        size_key = getattr(first, "size_key", None)
-
         def eligible_for(pj: PendingJob) -> Eligibility:
-            mine = first.key(pj.job, pj.attained_gpu_s, pj.estimate_s) if first is not None else 0.0
-            # The bar a victim's key must clear; with `factor`, above the job's own key by it.
-            # An order with an aging term (qssf's `aging`) applies the factor to the size part
-            # of the key only: the age part is a shift, the same for the job and its victims.
-            size = size_key(pj.job, pj.estimate_s) if size_key is not None else mine
-            if size == mine or not (size < INFINITE and mine < INFINITE):
-                bar = mine * self.factor if mine > 0 else mine
-            else:
-                bar = (size * self.factor if size > 0 else size) + (mine - size)
+            bar = kept.bars.bar(pj) if kept is not None else self._bar(first, pj)
 
             def eligible(p: PendingJob, r: RunningJob) -> bool:
                 if self.scope == "queue" and r.job.queue != p.job.queue:
@@ -133,6 +119,8 @@ class Preempt:
         shapes = None
         if not by_priority and self.scope == "cluster" and session.blocked_in_order:
             shapes = session.blocked_shapes
+        elif kept is not None and self._nothing_to_try(session, kept, running_key):
+            return  # out of order, the walk would look at every blocked job to learn it
         run(
             session,
             eligible_for,
@@ -140,23 +128,99 @@ class Preempt:
             "preempted",
             stable=True,
             shapes=shapes,
-            top_rank=None if by_priority else top_rank,
+            ranking=None
+            if by_priority
+            else _Ranks(session, kept, running_key, rank_of, self.scope == "cluster"),
         )
 
-    def _kept_ranks(self, session: Session, first: JobOrder) -> KeptRanks | None:
-        """The rank keys kept across cycles for this policy and action, when they can be:
-        the first order says how its keys move (`running_ranks.moves_of`), and neither
-        `min_run_s` nor `count_lost_work` makes them move with time otherwise."""
+    def _bar(self, first: JobOrder | None, pj: PendingJob) -> float:
+        """The bar a victim's rank key must be above for `pj` to evict it (`by: order`)."""
+        mine = first.key(pj.job, pj.attained_gpu_s, pj.estimate_s) if first is not None else 0.0
+        # The bar a victim's key must clear; with `factor`, above the job's own key by it.
+        # An order with an aging term (qssf's `aging`) applies the factor to the size part
+        # of the key only: the age part is a shift, the same for the job and its victims.
+        size_key = getattr(first, "size_key", None)
+        size = size_key(pj.job, pj.estimate_s) if size_key is not None else mine
+        if size == mine or not (size < INFINITE and mine < INFINITE):
+            bar = mine * self.factor if mine > 0 else mine
+        else:
+            bar = (size * self.factor if size > 0 else size) + (mine - size)
+        return bar
+
+    @staticmethod
+    def _nothing_to_try(
+        session: Session, kept: KeptRanking, running_key: Callable[[RunningJob], float]
+    ) -> bool:
+        """Whether no blocked job could evict or shrink anyone: no running job ranks above
+        the lowest bar of the blocked jobs, and none could be shrunk. Then the walk would try
+        nothing and decide nothing, so it need not run."""
+        kept.running.sync(session.snapshot.running, session.now, running_key)
+        if kept.running.shrinkable:
+            return False
+        kept.bars.sync(session.pending)
+        low = kept.bars.lowest(session.blocked)  # every blocked job is pending
+        return kept.running.top(session.now, running_key, low) <= low
+
+    def _kept_ranking(self, session: Session, first: JobOrder) -> KeptRanking | None:
+        """The ranks kept across cycles for this policy and action, when they can be: the
+        first order says how its keys move (`kept_ranks.moves_of`), and neither `min_run_s`
+        nor `count_lost_work` makes them move with time otherwise."""
         moves = moves_of(first)
         if moves is None or self.min_run_s > 0 or self.count_lost_work:
             return None
         policy, memo = session.policy, session.arrays.memo
-        slot = ("running-ranks", id(policy), id(self))
+        slot = ("kept-ranking", id(policy), id(self))
         kept = memo.get(slot)
-        if not (isinstance(kept, KeptRanks) and kept.owns(policy, self)):
-            kept = KeptRanks((policy, self), *moves)
+        if not (isinstance(kept, KeptRanking) and kept.owns(policy, self)):
+            kept = KeptRanking(
+                (policy, self), KeptRanks(*moves), KeptBars(partial(self._bar, first))
+            )
             memo[slot] = kept
         return kept
+
+
+class _Ranks:
+    """The walk's `Ranking` for preempt `by: order` in one cycle: from the ranks kept across
+    cycles when there are some, else from every possible victim's key, computed once."""
+
+    def __init__(
+        self,
+        session: Session,
+        kept: KeptRanking | None,
+        running_key: Callable[[RunningJob], float],
+        rank_of: Callable[[RunningJob], float],
+        whole_cluster: bool,
+    ) -> None:
+        self._session, self._kept = session, kept
+        self._running_key, self._rank_of = running_key, rank_of
+        self._whole_cluster = whole_cluster  # scope: cluster, so the rank alone decides
+        self._top: float | None = None
+
+    def top(self, above: float) -> float:
+        session, kept = self._session, self._kept
+        if kept is None:
+            if self._top is None:
+                keys = map(self._rank_of, VictimPool(session).jobs)
+                self._top = max(keys, default=-INFINITE)
+            return self._top
+        # The snapshot's running jobs hold every possible victim (and perhaps more).
+        kept.running.sync(session.snapshot.running, session.now, self._running_key)
+        return kept.running.top(session.now, self._running_key, above)
+
+    def may_shrink(self) -> bool:
+        kept = self._kept
+        if kept is None:
+            return True
+        kept.running.sync(self._session.snapshot.running, self._session.now, self._running_key)
+        return kept.running.shrinkable > 0
+
+    def above(self, jobs: list[RunningJob], rank: float) -> list[RunningJob] | None:
+        if not self._whole_cluster:
+            return None  # a victim must be in the blocked job's queue too
+        if self._kept is None:
+            rank_of = self._rank_of
+            return [r for r in jobs if rank_of(r) > rank]
+        return self._kept.running.above(jobs, rank, self._session.now, self._running_key)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,8 +20,8 @@ blocked job and filtering the whole sorted pool for each decided
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING, Protocol
 
 from aisched.core.eviction import Cut, find_room
 from aisched.core.placement import placement_shape
@@ -42,8 +42,27 @@ MAY_EVICT = (StatusCode.WAIT_RESOURCES, StatusCode.WAIT_RESERVATION)
 # Who may be evicted for a job; a group and a rank such that, within one group, a job of higher
 # rank may evict only a subset of what a job of lower rank may (equal: the same set).
 Eligibility = tuple[Eligible, Hashable, float]
-# At least the highest rank key among these running jobs (see `run`'s `top_rank`).
-TopRank = Callable[[Sequence[RunningJob]], float]
+
+
+class Ranking(Protocol):
+    """Preemption by rank, at one cycle's time: a running job is eligible for a blocked job only
+    if its rank key is above the blocked job's rank (`by: order`)."""
+
+    def top(self, above: float) -> float:
+        """At least the highest rank key of the running jobs; exact when it is above
+        `above`. Called as often as the walk needs; must be cheap when nothing changed."""
+        ...
+
+    def may_shrink(self) -> bool:
+        """False only when no running job could be shrunk (preemptible, not stopping, elastic
+        with tasks above its minimum): the walk then looks for none."""
+        ...
+
+    def above(self, jobs: list[RunningJob], rank: float) -> list[RunningJob] | None:
+        """The jobs among `jobs` (in their order) whose rank key is above `rank`, when that
+        alone says who is eligible; None when eligibility asks more (the walk then asks
+        `eligible` of each)."""
+        ...
 
 
 def _surplus_cuts(r: RunningJob) -> list[Cut]:
@@ -94,7 +113,7 @@ def run(
     why: str,
     stable: bool,
     shapes: list[Hashable] | None = None,
-    top_rank: TopRank | None = None,
+    ranking: Ranking | None = None,
 ) -> None:
     """Preempt for each blocked job in turn. `shrinkable(pj, r)`: whether the running elastic
     job `r` may give up its surplus tasks for `pj`; such shrinking is tried before any
@@ -105,9 +124,9 @@ def run(
     blocked jobs come in order of rank, all in one group, with no reservation: a job whose
     shape has failed at a rank no higher than its own would find no room either, so it is
     passed over, and once every shape has failed the walk stops (work then grows with what
-    preemption tries, not with the queue). `top_rank`: given when a running job is eligible for
-    a blocked job only if its rank key is above the blocked job's rank; a job ranked at or
-    above the pool's `top_rank` then finds nobody, known without a filter."""
+    preemption tries, not with the queue). `ranking`: given when eligibility goes by rank; a job
+    ranked at or above the highest running rank key then finds nobody, known without the
+    possible victims gathered or filtered."""
     # (shape, group) -> the lowest rank that found no room this cycle: a job of the same shape
     # and group and no lower rank may evict no more, so it finds none either, until some
     # preemption changes the state. Blocked jobs come in order, so with a rank that follows the
@@ -115,11 +134,12 @@ def run(
     # jobs could be shrunk, the key also holds the blocked job's priority and queue (what
     # shrinking depends on), so the memo never claims more than it knows.
     failed: dict[tuple[Hashable, Hashable, tuple[str, ...], Hashable], float] = {}
-    # Every possible victim, built once; candidates per eligibility key are filtered from it
-    # (in its order) and put in victim order only when a what-if takes from them. Both are
-    # refreshed only after a preemption.
+    # Every possible victim, built once when first needed; candidates per eligibility key are
+    # filtered from it (in its order) and put in victim order only when a what-if takes from
+    # them. Both are refreshed only after a preemption.
     pool: VictimPool | None = None
-    top = -INFINITE  # at least the highest rank key in the pool, with `top_rank`
+    started = False  # a blocked job got past the first checks (the plain walk built its pool)
+    top = INFINITE  # with `ranking`: at least the highest running rank key
     by_sig: dict[Hashable, list[RunningJob]] = {}
     ordered_by_sig: dict[Hashable, list[RunningJob]] = {}
     # Elastic jobs with tasks above their minimum (from `pool`).
@@ -130,11 +150,12 @@ def run(
         shapes = None
     unsettled = _Unsettled(shapes) if shapes is not None else None
     blocked = list(session.blocked)
+    placed = 0  # blocked jobs placed so far: session.blocked is `blocked` less them
     i = -1
     while True:
         i += 1
         # Judged on the shapes left (see `shapes`); never while elastic jobs could shrink.
-        if unsettled is not None and not elastic and pool is not None:
+        if unsettled is not None and not elastic and started:
             if not unsettled.left:
                 break
             i = unsettled.next_from(i)
@@ -150,7 +171,14 @@ def run(
         if found_eligibility is None:
             continue
         eligible, group, rank = found_eligibility
-        nobody_above = top_rank is not None and pool is not None and rank >= top
+        if not started:
+            started = True
+            if ranking is None or ranking.may_shrink():
+                pool = VictimPool(session)
+                elastic = [r for r in pool.jobs if r.job.elastic and len(r.tasks) > r.job.gang_min]
+        if ranking is not None and rank < top:
+            top = ranking.top(rank)  # exact when above this rank
+        nobody_above = ranking is not None and rank >= top
         if nobody_above and unsettled is None and not elastic:
             continue  # out of order, its failure would settle no later job: nothing to note
         sig = (group, rank)
@@ -158,23 +186,24 @@ def run(
         allowed, mask_key = (
             allowed_nodes(session, pj) if status.code == StatusCode.WAIT_RESERVATION else (None, ())
         )
-        if pool is None:
-            pool = VictimPool(session)
-            elastic = [r for r in pool.jobs if r.job.elastic and len(r.tasks) > r.job.gang_min]
-            if top_rank is not None:
-                top = top_rank(pool.jobs)
         shrink_sig: Hashable = (pj.job.priority, pj.job.queue) if elastic else None
         memo_key = (placement_shape(session, pj.job), group, mask_key, shrink_sig)
         if memo_key in failed and rank >= failed[memo_key]:
             continue
         cands = by_sig.get(sig)
         if cands is None:
-            if top_rank is not None and rank >= top:
+            if nobody_above:
                 cands = by_sig[sig] = []
             else:
-                cands = by_sig[sig] = [r for r in pool.jobs if eligible(pj, r)]
+                if pool is None:
+                    pool = VictimPool(session)
+                found = ranking.above(pool.jobs, rank) if ranking is not None else None
+                if found is None:
+                    found = [r for r in pool.jobs if eligible(pj, r)]
+                cands = by_sig[sig] = found
         shrinks: list[RunningJob] = []
         if elastic:
+            assert pool is not None  # built with `elastic`
             got = shrink_by.get(shrink_sig)
             if got is None:
                 got = shrink_by[shrink_sig] = pool.ordered(
@@ -186,6 +215,7 @@ def run(
             if unsettled is not None and not elastic:  # keyed by shape alone, then
                 unsettled.left.discard(memo_key[0])
             continue
+        assert pool is not None  # candidates or elastic jobs were found in it
         ordered = ordered_by_sig.get(sig)
         if ordered is None:
             ordered = ordered_by_sig[sig] = pool.ordered(cands)
@@ -202,9 +232,7 @@ def run(
             unsettled.reset()
         session.blocked_in_order = False  # no longer the candidates less the placed
         gone = {v.id for v in room.evicted} | {r.id for r, _ in room.shrunk}
-        pool.drop(gone)
-        if top_rank is not None:
-            top = top_rank(pool.jobs)
+        pool.drop(gone)  # the highest rank key can only have fallen: `top` stays a bound
         elastic = [r for r in elastic if r.id not in gone]
         shrink_by.clear()
         if stable:
@@ -218,7 +246,11 @@ def run(
             session.preempt(v, pj.id, f"{why} for {pj.id}")
         for r, keep in room.shrunk:
             session.shrink(r, keep, pj.id, f"shrunk for {pj.id}")
-        session.blocked.remove(pj)
+        # By position, not `remove`: equal-looking jobs would be compared field by field.
+        at = i - placed
+        assert session.blocked[at] is pj
+        del session.blocked[at]
+        placed += 1
         session.bind(
             pj,
             room.tasks,

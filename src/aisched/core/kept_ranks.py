@@ -1,10 +1,12 @@
-"""Running jobs' rank keys for preemption by order (the policy's first order key, read at the
-cycle's time), kept from one cycle to the next while they are known.
+"""Ranks for preemption by order kept from one cycle to the next: running jobs' rank keys (the
+policy's first order key, read at the cycle's time) and pending jobs' bars (what a victim's key
+must be above).
 
 Preempt `by: order` compares possible victims' rank keys with each blocked job's bar. Most
-cycles find that nobody ranks above any blocked job, and computing every running job's key
-afresh to learn it grew with the running set, every cycle. How a running job's key moves with
-time is known for two kinds of order:
+cycles find that nobody ranks above any blocked job, and learning it by computing every key
+afresh grew with the running set and the queue, every cycle. A pending job's bar depends on
+the job as the caller sees it (an immutable view) and the policy alone. How a running job's
+key moves with time is known for two kinds of order:
 
 - `steps` (`las`, which names its next step: `next_change_gpu_s`): the key depends on attained
   service alone and changes only when it reaches the next step, at a known instant. A key is
@@ -14,16 +16,20 @@ time is known for two kinds of order:
   left, which shrinks until its expected end. A key computed at one instant is an upper bound
   of the key at every later instant before the expected end.
 
-So per cycle the table is synced with the running set (set operations in C, and work for
-what started, ended or reached its step), and the highest key is found from the highest kept
-value: kept values above the rest are made exact first, usually one, for the job that stays on
-top. A blocked job ranked at or above it finds nobody, known without any other key computed.
+So per cycle each table is synced with its set of jobs (set operations in C, and work for what
+came, went or reached a step). The highest running key is found from the highest kept value
+(values above the rest are made exact first: usually one, for the job that stays on top), and
+the blocked jobs' bars are read from the table. When no running key is above the lowest bar
+and no elastic job could be shrunk, preemption has nothing to try this cycle.
 
 Invariants:
-- After `sync(running, now)`, the table holds exactly the views of `running`, each with an
+- After `sync(running, now)`, `KeptRanks` holds exactly the views of `running`, each with an
   interval containing `now` over which its value equals the key (`steps`) or is at least it
-  (`falls`); `top(now, compute)` is then the highest key at `now` among them.
+  (`falls`); `top(now, compute)` is then the highest key at `now` among them (with `above`,
+  at least it, and exactly it when above `above`), and `shrinkable` the number of them that
+  preemption could shrink.
 - `key(view, now, compute)` always equals `compute(view)`, the key at `now`.
+- After `sync(pending)`, `KeptBars` holds exactly the jobs of `pending`, each with its bar.
 - Entries hold their views, so an `id()` is never reused while it is kept; heap items of
   replaced entries are recognised by their serial number and dropped when met, and the heaps
   are rebuilt once they hold more than twice the entries.
@@ -36,12 +42,13 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
+from operator import itemgetter
 
 from aisched.core.plugins.order import PredictedGpuTime, ShortestFirst
-from aisched.core.snapshot import RunningJob
+from aisched.core.snapshot import PendingJob, RunningJob
 from aisched.model.resources import GPU_MILLI_WHOLE
 
 # Steps back from the estimated crossing instant to find one still below the step; past this
@@ -52,6 +59,7 @@ _STEPS_BACK = 4
 _SLACK = 64
 
 Compute = Callable[[RunningJob], float]  # a running job's key at the cycle's time
+_BAR = itemgetter(1)
 NextChange = Callable[[float], "float | None"]
 
 
@@ -63,8 +71,8 @@ class Moves(Enum):
 
 
 # Orders whose key depends on the job and its estimate alone and never falls as the estimate
-# grows (tests/property/test_running_ranks.py checks it of each). Listed by class: an order
-# left out only costs the keys computed afresh every cycle, never a wrong decision.
+# grows (tests/property/test_kept_ranks.py checks it of each). Listed by class: an order left
+# out only costs the keys computed afresh every cycle, never a wrong decision.
 _FALLING_ORDERS: tuple[type, ...] = (PredictedGpuTime, ShortestFirst)
 
 
@@ -79,6 +87,15 @@ def moves_of(order: object) -> tuple[Moves, NextChange | None] | None:
     return None
 
 
+def shrinkable(view: RunningJob) -> bool:
+    """Whether preemption could shrink this running job: preemptible, not stopping, elastic
+    with tasks above its minimum."""
+    job = view.job
+    return (
+        job.preemptible and not view.terminating and job.elastic and len(view.tasks) > job.gang_min
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class _Entry:
     view: RunningJob
@@ -90,21 +107,18 @@ class _Entry:
 
 @dataclass(slots=True)
 class KeptRanks:
-    """One preempt action's kept rank keys. `next_change(attained)`: the order's next step of
-    attained service (`steps` only; None: the key never changes again)."""
+    """Running jobs' rank keys. `next_change(attained)`: the order's next step of attained
+    service (`steps` only; None: the key never changes again)."""
 
-    owner: tuple[object, object]
     moves: Moves
     next_change: NextChange | None = None
     entries: dict[int, _Entry] = field(default_factory=dict)
+    shrinkable: int = 0  # entries whose view preemption could shrink
     _now: float = -math.inf
     _synced: tuple[RunningJob, ...] = ()  # the running set of the last sync (held)
     _serial: int = 0
     _tops: list[tuple[float, int, int]] = field(default_factory=list)  # (-value, serial, id)
     _ends: list[tuple[float, int, int]] = field(default_factory=list)  # (to_s, serial, id)
-
-    def owns(self, policy: object, action: object) -> bool:
-        return self.owner[0] is policy and self.owner[1] is action
 
     def sync(self, running: tuple[RunningJob, ...], now: float, compute: Compute) -> None:
         """Make the table hold exactly `running`, every entry valid at `now`. A tuple, so the
@@ -113,16 +127,21 @@ class KeptRanks:
             self._clear()
         self._now = now
         entries = self.entries
-        if running is not self._synced:  # else the same running set as last time
+        if running is not self._synced:
             self._synced = running
             ids = set(map(id, running))
             for i in entries.keys() - ids:
-                del entries[i]
-            # An entry holds its view, so a view new to the table has an id new to it too.
-            if len(entries) < len(ids):
-                for view in running:
-                    if id(view) not in entries:
-                        self._put(view, now, compute(view))
+                self.shrinkable -= shrinkable(entries.pop(i).view)
+            # An entry holds its view, so a view new to the table has an id new to it too;
+            # new attempts come last in a running set kept in start order: look from the back.
+            came = len(ids) - len(entries)
+            for view in reversed(running):
+                if not came:
+                    break
+                if id(view) not in entries:
+                    came -= 1
+                    self._put(view, now, compute(view))
+                    self.shrinkable += shrinkable(view)
         ends = self._ends
         while ends and ends[0][0] < now:
             _, serial, i = heapq.heappop(ends)
@@ -132,17 +151,18 @@ class KeptRanks:
         if len(self._tops) + len(ends) > 4 * len(entries) + _SLACK:
             self._rebuild_heaps()
 
-    def top(self, now: float, compute: Compute) -> float:
-        """The highest key at `now` of the views synced (-inf when there are none). A kept
-        upper bound above every other is made exact first, as often as it takes: usually
-        once, for the job that stays on top."""
+    def top(self, now: float, compute: Compute, above: float = -math.inf) -> float:
+        """At least the highest key at `now` of the views synced, and exactly it when it is
+        above `above` (-inf when there are none). A kept upper bound above every other, and
+        above `above`, is made exact first, as often as it takes: usually once, for the job
+        that stays on top."""
         tops, entries = self._tops, self.entries
         while tops:
             value, serial, i = tops[0]
             hit = entries.get(i)
             if hit is None or hit.serial != serial:
                 heapq.heappop(tops)
-            elif self._exact(hit, now):
+            elif -value <= above or self._exact(hit, now):
                 return -value
             else:
                 self._put(hit.view, now, compute(hit.view))
@@ -154,6 +174,25 @@ class KeptRanks:
         if hit is not None and hit.view is view and self._exact(hit, now):
             return hit.value
         return compute(view)
+
+    def above(
+        self, views: list[RunningJob], bar: float, now: float, compute: Compute
+    ) -> list[RunningJob]:
+        """The views (in their order) whose key at `now` is above `bar`: from the table where
+        its value is exact, or (`falls`) a bound no higher than `bar`; computed otherwise."""
+        entries, falls, out = self.entries, self.moves is Moves.FALLS, []
+        for view in views:
+            hit = entries.get(id(view))
+            if hit is not None and hit.view is view and hit.from_s <= now <= hit.to_s:
+                if not falls or hit.from_s == now:
+                    if hit.value > bar:
+                        out.append(view)
+                    continue
+                if hit.value <= bar:  # an upper bound: its key is no higher
+                    continue
+            if compute(view) > bar:
+                out.append(view)
+        return out
 
     def _exact(self, entry: _Entry, now: float) -> bool:
         """Whether the entry's value is the key at `now` (a `falls` value is only a bound
@@ -207,6 +246,7 @@ class KeptRanks:
 
     def _clear(self) -> None:
         self._synced = ()
+        self.shrinkable = 0
         self.entries.clear()
         self._tops.clear()
         self._ends.clear()
@@ -217,3 +257,54 @@ class KeptRanks:
         self._ends = [(e.to_s, e.serial, i) for i, e in entries if e.to_s < math.inf]
         heapq.heapify(self._tops)
         heapq.heapify(self._ends)
+
+
+@dataclass(slots=True)
+class KeptBars:
+    """Pending jobs' bars; `bar_of(pj)` computes one (it depends on the job alone)."""
+
+    bar_of: Callable[[PendingJob], float]
+    entries: dict[int, tuple[PendingJob, float]] = field(default_factory=dict)
+    _synced: tuple[PendingJob, ...] = ()  # the pending set of the last sync (held)
+
+    def sync(self, pending: tuple[PendingJob, ...]) -> None:
+        """Make the table hold exactly `pending`. A tuple, so the same object as last time
+        holds the same jobs."""
+        if pending is self._synced:
+            return
+        self._synced = pending
+        entries = self.entries
+        ids = set(map(id, pending))
+        for i in entries.keys() - ids:
+            del entries[i]
+        came = len(ids) - len(entries)  # as in KeptRanks.sync: new ones come last, new ids
+        for pj in reversed(pending):
+            if not came:
+                break
+            i = id(pj)
+            if i not in entries:
+                came -= 1
+                entries[i] = (pj, self.bar_of(pj))
+
+    def bar(self, pj: PendingJob) -> float:
+        """`bar_of(pj)`, from the table when the job is in it."""
+        hit = self.entries.get(id(pj))
+        return hit[1] if hit is not None and hit[0] is pj else self.bar_of(pj)
+
+    def lowest(self, jobs: Iterable[PendingJob]) -> float:
+        """The lowest bar of `jobs`, all in the table (synced with a set that holds them); inf
+        when there are none. One pass in C: every cycle asks it of the whole blocked list."""
+        entries = self.entries
+        return min(map(_BAR, map(entries.__getitem__, map(id, jobs))), default=math.inf)
+
+
+@dataclass(slots=True)
+class KeptRanking:
+    """What one preempt action keeps: its running ranks and its pending bars."""
+
+    owner: tuple[object, object]  # the policy and the action (held: ids stay)
+    running: KeptRanks
+    bars: KeptBars
+
+    def owns(self, policy: object, action: object) -> bool:
+        return self.owner[0] is policy and self.owner[1] is action

@@ -1,4 +1,4 @@
-"""Running jobs' rank keys kept across cycles (`core.running_ranks`) equal their recomputation.
+"""Running jobs' rank keys kept across cycles (`core.kept_ranks`) equal their recomputation.
 
 Random event sequences (jobs start with some attained service and an expected end, jobs end,
 time moves on: by small steps, onto the instants where a key changes, past expected ends)
@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 from aisched.core.decisions import TaskBinding
 from aisched.core.demotion import demotion_at
 from aisched.core.framework import JobOrder
+from aisched.core.kept_ranks import _FALLING_ORDERS, KeptBars, KeptRanks, moves_of, shrinkable
 from aisched.core.plugins.order import Las, PredictedGpuTime, ShortestFirst
 from aisched.core.plugins.victims import time_left_s
 from aisched.core.policy import preset
-from aisched.core.running_ranks import _FALLING_ORDERS, KeptRanks, moves_of
-from aisched.core.snapshot import RunningJob
+from aisched.core.snapshot import PendingJob, RunningJob
 from aisched.testing import job
 
 ORDERS: dict[str, JobOrder] = {
@@ -83,7 +83,10 @@ EVENTS = st.one_of(
 def view(i: int, e: Start, now: float) -> RunningJob:
     b = job(f"j{i}").submitted(float(i)).estimate(7200.0)
     gpus = e.gpu_milli // 1000
-    if gpus:
+    if gpus > 1 and i % 3 == 0:  # an elastic gang of 1-GPU tasks, some of it shrinkable
+        b.task(gpus, gpu=1).elastic()
+        tasks = tuple(TaskBinding("main", t, "n0", (t,), 1000) for t in range(gpus - i % 2))
+    elif gpus:
         b.task(gpu=gpus)
         tasks = (TaskBinding("main", 0, "n0", tuple(range(gpus)), 1000),)
     elif e.gpu_milli:
@@ -110,7 +113,7 @@ def test_kept_keys_equal_keys_computed_afresh(name: str, events: list[object]) -
     order = ORDERS[name]
     moves = moves_of(order)
     assert moves is not None
-    kept = KeptRanks((None, None), *moves)
+    kept = KeptRanks(*moves)
     running: list[RunningJob] = []
     now, serial = 1000.0, 0
     for e in events:
@@ -131,10 +134,18 @@ def test_kept_keys_equal_keys_computed_afresh(name: str, events: list[object]) -
             return rank_key(order, r, now)
 
         kept.sync(tuple(running), now, compute)
-        assert kept.top(now, compute) == max(map(compute, running), default=-math.inf)
+        keys = sorted(map(compute, running))
+        for above in keys[len(keys) // 2 :: 2]:  # a bound at least the top, exact above it
+            bound = kept.top(now, compute, above)
+            assert bound >= keys[-1] and (bound <= above or bound == keys[-1])
+            assert kept.above(running, above, now, compute) == [
+                r for r in running if compute(r) > above
+            ]
+        assert kept.top(now, compute) == max(keys, default=-math.inf)
         for r in running:
             assert kept.key(r, now, compute) == compute(r)
         assert set(kept.entries) == {id(r) for r in running}
+        assert kept.shrinkable == sum(map(shrinkable, running))
 
 
 FALLING = sorted(name for name, o in ORDERS.items() if type(o) in _FALLING_ORDERS)
@@ -179,3 +190,34 @@ def test_las_keys_by_attained_service_alone_fixed_below_its_next_step(
         assert las.key(j, later, None) == las.key(j, attained, 3600.0)
     else:
         assert las.key(j, later, None) > las.key(j, attained, None)
+
+
+@SETTINGS
+@given(
+    steps=st.lists(
+        st.tuples(st.sampled_from(("add", "drop", "same")), st.integers(0, 30)), max_size=40
+    )
+)
+def test_kept_bars_equal_bars_computed_afresh(steps: list[tuple[str, int]]) -> None:
+    def bar_of(pj: PendingJob) -> float:
+        return float(pj.job.priority) + pj.attained_gpu_s
+
+    kept = KeptBars(bar_of)
+    pending: tuple[PendingJob, ...] = ()
+    made = 0
+    for what, n in steps:
+        if what == "add":
+            j = job(f"p{made}").task(gpu=1).priority(n % 7).build()
+            pending = (*pending, PendingJob(j, attained_gpu_s=float(n % 3)))
+            made += 1
+        elif what == "drop" and pending:
+            k = n % len(pending)
+            pending = pending[:k] + pending[k + 1 :]
+        else:
+            pending = tuple(pending)[::-1][::-1]  # equal jobs, maybe a new tuple
+        kept.sync(pending)
+        assert set(kept.entries) == {id(pj) for pj in pending}
+        some = pending[::2]
+        assert kept.lowest(some) == min(map(bar_of, some), default=math.inf)
+        for pj in pending:
+            assert kept.bar(pj) == bar_of(pj)
