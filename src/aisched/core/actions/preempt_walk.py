@@ -12,6 +12,9 @@ tries rather than for the queue or the running set:
 3. When the blocked jobs come in order of rank (`shapes` given), a job whose shape has failed
    is passed over, and the walk jumps from one unsettled shape's next job to the next (a
    search in C) rather than stepping through the jobs between.
+4. A lower rank may evict a superset of what a higher one may (the `Eligibility` contract), so
+   a job that finds exactly as many candidates as one of the same key that failed since the
+   last preemption finds the very same ones, and fails too without its what-if.
 
 None of this changes a decision: the walk decides exactly what stepping through every
 blocked job and filtering the whole sorted pool for each decided
@@ -134,6 +137,8 @@ def run(
     # jobs could be shrunk, the key also holds the blocked job's priority and queue (what
     # shrinking depends on), so the memo never claims more than it knows.
     failed: dict[tuple[Hashable, Hashable, tuple[str, ...], Hashable], float] = {}
+    # The same key -> how many candidates (and jobs to shrink) its last failed what-if had.
+    failed_sizes: dict[tuple[Hashable, Hashable, tuple[str, ...], Hashable], tuple[int, int]] = {}
     # Every possible victim, built once when first needed; candidates per eligibility key are
     # filtered from it (in its order) and put in victim order only when a what-if takes from
     # them. Both are refreshed only after a preemption.
@@ -216,6 +221,14 @@ def run(
                 unsettled.left.discard(memo_key[0])
             continue
         assert pool is not None  # candidates or elastic jobs were found in it
+        # A higher rank of this key found no room among as many candidates: among a superset
+        # of them as many is the same set, so the what-if would fail again. Step 4.
+        sizes = (len(cands), len(shrinks))
+        if failed_sizes.get(memo_key) == sizes:
+            failed[memo_key] = rank
+            if unsettled is not None and not elastic:  # keyed by shape alone, then
+                unsettled.left.discard(memo_key[0])
+            continue
         ordered = ordered_by_sig.get(sig)
         if ordered is None:
             ordered = ordered_by_sig[sig] = pool.ordered(cands)
@@ -224,10 +237,12 @@ def run(
         room = find_room(session, pj.job, cuts, allowed, mask_key or None)
         if room is None:
             failed[memo_key] = rank
+            failed_sizes[memo_key] = sizes
             if unsettled is not None and not elastic:  # keyed by shape alone, then
                 unsettled.left.discard(memo_key[0])
             continue
         failed.clear()
+        failed_sizes.clear()
         if unsettled is not None:
             unsettled.reset()
         session.blocked_in_order = False  # no longer the candidates less the placed
