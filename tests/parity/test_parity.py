@@ -127,6 +127,25 @@ CASES += [
 ]
 
 
+CASES += [
+    Case(
+        # Found by the random cases: at 3 s "urgent" preempts "wide", and the same cycle places
+        # s1 and s2 in what wide frees. wide stops at once, yet in the service only in the
+        # next step, so all three wait for it; they start where the cycle bound them once it
+        # has stopped. Placed afresh instead, they met wide requeued ahead of them, and its
+        # reservation kept s1 and s2 waiting until 28 s, where the simulator started them at 3.
+        "binds-after-a-victim-start-where-bound",
+        (gpus("n1", 2), gpus("n2", 2)),
+        (
+            (gang("wide", 2, 2), 0.0, 10.0, ()),
+            (gang("s1", 1, 1), 1.0, 10.0, ()),
+            (gang("s2", 1, 1), 2.0, 10.0, ()),
+            (gang("urgent", 1, 1, priority=1), 3.0, 10.0, ()),
+        ),
+    ),
+]
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_parity_of_simulator_and_live_service(case: Case, tmp_path: Path) -> None:
     want = sim_log(case)

@@ -20,7 +20,15 @@ from aisched.executors.base import TaskLaunch, task_name
 from aisched.lifecycle.admission import never_fits_now
 from aisched.lifecycle.attempts import time_limit_at, time_limit_message
 from aisched.lifecycle.elastic import grow_at, grow_message, tasks_to_grow
-from aisched.lifecycle.preemption import VictimWait, after_victims, blockers, release_kept, wait_for
+from aisched.lifecycle.preemption import (
+    VictimWait,
+    after_victims,
+    blockers,
+    release_kept,
+    resume_order,
+    resumed_tasks,
+    wait_for,
+)
 from aisched.lifecycle.states import move
 from aisched.model.job import Job
 from aisched.model.states import JobState
@@ -116,10 +124,12 @@ class Intents(Exits):
         if lj is None or lj.state != JobState.PENDING:
             return None
         stopping = self._still_stopping
-        wait = wait_for((*d.after, *blockers(d.tasks, self.held, stopping)), stopping, now)
+        holders = (*d.after, *blockers(d.tasks, self.held, stopping))
+        wait = wait_for(holders, stopping, now, d.tasks)
         if wait is not None:
             self._set_waiting(lj, wait.victims)
             lj.waiting_since = wait.since
+            lj.waiting_tasks = wait.tasks
             victims = ", ".join(sorted(wait.victims))
             self._write_status(
                 lj,
@@ -186,6 +196,7 @@ class Intents(Exits):
         return lj, self._launch_requests(lj)
 
     def _timers(self, batch: Batch, now: float) -> None:
+        ended: dict[str, VictimWait] = {}  # waits for victims that are over
         for lj in list(self.jobs.values()):
             if (
                 lj.state == JobState.RUNNING
@@ -202,22 +213,34 @@ class Intents(Exits):
                 batch.job(lj.id, not_before=None)
                 self.dirty = True
             if lj.waiting_for:
+                was = VictimWait(
+                    lj.waiting_for,
+                    now if lj.waiting_since is None else lj.waiting_since,
+                    lj.waiting_tasks,
+                )
                 wait = after_victims(
-                    VictimWait(
-                        lj.waiting_for, now if lj.waiting_since is None else lj.waiting_since
-                    ),
+                    was,
                     self._still_stopping,
                     lambda v: self.jobs[v].job.grace_period_s,
                     now,
                     self.config.victim_wait_s,
                 )
-                if wait is None:  # placed afresh by the next cycle, with what was kept
-                    self._set_waiting(lj, frozenset())
-                    lj.waiting_since = None
-                    release_kept(self.held, lj.id)
-                    self.dirty = True
+                if wait is None:
+                    ended[lj.id] = was
                 else:
                     self._set_waiting(lj, wait.victims)
+        for job_id in resume_order(ended):
+            lj = self.jobs[job_id]
+            self._set_waiting(lj, frozenset())
+            lj.waiting_since = None
+            lj.waiting_tasks = ()
+            release_kept(self.held, lj.id)
+            self.dirty = True
+            tasks = resumed_tasks(ended[job_id], self.held)
+            if tasks is not None:  # where the core bound it; else placed afresh by a cycle
+                planned = self._apply_bind(Bind(lj.id, tasks), batch, now)
+                if planned is not None:
+                    self.restarts.append(planned)
 
     def _grow_elastic(self, now: float) -> None:
         """Nothing waits: restart elastic jobs that idle capacity could make larger. The stop

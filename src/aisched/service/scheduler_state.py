@@ -103,8 +103,9 @@ class SchedulerState:
         self.stats = LoopStats()
         self.last_observed_s = -math.inf
         self.lock = threading.Lock()  # guards what readers of `view()` see
-        # Shrunk elastic jobs restarted on their kept tasks, launched once the batch that wrote
-        # their task rows has committed.
+        # Attempts started outside a cycle (a shrunk elastic job restarted on its kept tasks,
+        # a job whose victims have stopped started where the core bound it), launched once the
+        # batch that wrote their task rows has committed.
         self.restarts: list[tuple[LiveJob, list[TaskLaunch]]] = []
         # The one write batch of the loop. A flush that fails (a full disk, a wedged store)
         # keeps its writes and callbacks here, and the next flush retries them with what came

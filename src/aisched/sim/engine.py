@@ -54,7 +54,8 @@ preempted and the job it makes room for is bound in the same cycle. Otherwise th
 tasks exit `victim_stop_s` later (or when its grace period runs out, if sooner): until then it
 holds its resources and the core sees it as terminating, and the job bound after it waits out
 of the cycle (keeping what its first victims free while others still stop); once its victims
-have stopped it is pending again and a cycle places it afresh.
+have stopped it starts where the core bound it, or, when that no longer fits, is pending again
+and a cycle places it afresh.
 
 Elastic jobs: a `Shrink` is applied like a preemption that restarts at once: the attempt keeps
 the work up to its last checkpoint, gives up the tasks it does not keep, and a new attempt starts
@@ -115,6 +116,8 @@ from aisched.lifecycle.preemption import (
     keep_freed,
     played_stop_s,
     release_kept,
+    resume_order,
+    resumed_tasks,
     wait_for,
 )
 from aisched.lifecycle.services import replica_job, replica_name
@@ -584,7 +587,7 @@ class _Engine(NodePools):
         stopping = self.stopping.__contains__
         # Jobs still stopping hold what they were evicted for: a bind into it waits for them.
         others = blockers(d.tasks, self.held, stopping) if self.stopping else ()
-        wait = wait_for((*d.after, *others), stopping, now)
+        wait = wait_for((*d.after, *others), stopping, now, d.tasks)
         if wait is not None:  # out of the cycle until its victims have stopped
             self.waiting[d.job_id] = (wait, pj)
             return
@@ -717,6 +720,7 @@ class _Engine(NodePools):
         self._end(st, Stop.PREEMPT, reason, now)
         self._requeue(st, now)
         going_on: dict[str, VictimWait] = {}
+        ended: dict[str, VictimWait] = {}
         for waiting, (wait, pj) in list(self.waiting.items()):
             still = after_victims(
                 wait,
@@ -725,15 +729,22 @@ class _Engine(NodePools):
                 now,
                 self.config.victim_wait_s,
             )
-            if still is None:  # placed afresh by the next cycle, with what was kept for it
-                del self.waiting[waiting]
-                release_kept(self.held, waiting)
-                self.pending[waiting] = pj
+            if still is None:
+                ended[waiting] = wait
             else:
                 if job_id in wait.victims:
                     going_on[waiting] = wait
                 self.waiting[waiting] = (still, pj)
         keep_freed(self.held, job_id, freed, going_on, lambda j: self.jobs[j].job, now)
+        for waiting in resume_order(ended):
+            _, pj = self.waiting.pop(waiting)
+            release_kept(self.held, waiting)
+            tasks = resumed_tasks(ended[waiting], self.held)
+            if tasks is None:  # placed afresh by the next cycle
+                self.pending[waiting] = pj
+            else:  # where the core bound it
+                self._start(self.jobs[waiting], tasks, pj, now)
+                self.log.append((now, "bind", waiting, tuple(t.node for t in tasks)))
         self._changed(now)
 
     def _keep_checkpointed(self, st: SimJob, now: float) -> None:
