@@ -36,8 +36,10 @@ The rules, the same in both drivers:
    second time once the job was back in the cycle.
 5. Played stops (the simulator; a virtual executor in tests): a victim's tasks exit
    `stop_s` after SIGTERM, or when its grace runs out if that comes first (`played_stop_s`).
-   With `stop_s` 0 (the simulator's default) victims stop at the instant they are preempted,
-   so the bind after them goes ahead in the same cycle.
+   With `stop_s` 0 (the simulator's default) they exit at the instant they are preempted,
+   but after the cycle that preempted them, as the service sees an exit only in a step after
+   the one that signalled it: the binds after them wait that long, then start (rule 3), and
+   the victims, requeued, have a cycle at that instant, as in the service.
 
 Pure: every time is given; nothing here reads a clock or knows a driver.
 """

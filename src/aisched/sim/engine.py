@@ -49,11 +49,12 @@ no limit governs (`_settled`); its decisions would be none, so the log is the sa
 that can never fit the cluster at its largest is rejected when it arrives
 (`lifecycle.admission`, the live service's refusal at submission); it is logged and counted.
 
-Preemption (`lifecycle.preemption`): with `victim_stop_s` 0 a victim stops at the instant it is
-preempted and the job it makes room for is bound in the same cycle. Otherwise the victim's
-tasks exit `victim_stop_s` later (or when its grace period runs out, if sooner): until then it
-holds its resources and the core sees it as terminating, and the job bound after it waits out
-of the cycle (keeping what its first victims free while others still stop); once its victims
+Preemption (`lifecycle.preemption`): a victim's tasks exit `victim_stop_s` after it is
+preempted (or when its grace period runs out, if sooner), and with `victim_stop_s` 0 at that
+instant, yet after the cycle that preempted it, as the live service sees an exit only in a step
+after the one that signalled it: its stop is an event like a finish. Until then it holds its
+resources and the core sees it as terminating, and the job bound after it waits out of the
+cycle (keeping what its first victims free while others still stop); once its victims
 have stopped it starts where the core bound it, or, when that no longer fits, is pending again
 and a cycle places it afresh.
 
@@ -691,19 +692,13 @@ class _Engine(NodePools):
         if st is None or d.job_id in self.stopping:
             raise SimulationError(f"t={now}: preempt of {d.job_id}, which is not running")
         stop_s = played_stop_s(st.job.grace_period_s, self.config.victim_stop_s)
-        if stop_s > 0:
-            # SIGTERM: it holds its resources, seen as terminating, until its tasks exit.
-            self.stopping[d.job_id] = d.reason
-            self.held.update(replace(self.held.views[d.job_id], terminating=True))
-            self._push(now + stop_s, FINISH, d.job_id, st.attempt)
-            self.preempt_count += 1
-            self.log.append((now, "preempt", d.job_id, (d.for_job, d.reason)))
-            return
-        self._keep_checkpointed(st, now)
-        self._release(st, now)
-        self._end(st, Stop.PREEMPT, d.reason, now)
+        # SIGTERM: it holds its resources, seen as terminating, until its tasks exit, after
+        # this cycle even when that is at once (the service sees an exit only in a step
+        # after the one that stopped it): the binds into what it frees wait for it.
+        self.stopping[d.job_id] = d.reason
+        self.held.update(replace(self.held.views[d.job_id], terminating=True))
+        self._push(now + stop_s, FINISH, d.job_id, st.attempt)
         self.preempt_count += 1
-        self._requeue(st, now)
         self.log.append((now, "preempt", d.job_id, (d.for_job, d.reason)))
 
     def _stopped(self, st: SimJob, now: float) -> None:
@@ -865,8 +860,6 @@ class _Engine(NodePools):
             settled = self.settled if self.settled is not None else frozenset()
             self.settled = settled | result.failed_shapes
             self.pending_after_cycle = len(self.pending)
-        # A requeued victim is pending again: if the cycle left it there, it waits for the next
-        # change like any other job; it does not force a second cycle at the same instant.
 
     def _settled(self) -> bool:
         """Whether the coming cycle would decide nothing, so it is skipped (coalesced with

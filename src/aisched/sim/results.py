@@ -90,7 +90,8 @@ class SimConfig:
     max_backoff_s: float = 300.0
     # How long a preempted job's tasks take to exit after SIGTERM (its grace period caps it:
     # then it is killed); it holds its resources until then, and the job it makes room for
-    # waits (`lifecycle.preemption`). 0: victims stop at the instant they are preempted.
+    # waits (`lifecycle.preemption`). 0: victims stop at the instant they are preempted, after
+    # the cycle that preempted them (the service sees an exit a step after its signal).
     victim_stop_s: float = 0.0
     # The job waiting for victims gives up after their grace plus this (the live service's).
     victim_wait_s: float = 30.0
