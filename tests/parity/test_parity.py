@@ -165,6 +165,25 @@ CASES += [
 ]
 
 
+CASES += [
+    Case(
+        # Found by the random cases: a and b run short (one task each) when hog ends at 200 s
+        # and leaves 2 GPUs idle. One grows at a time: a is requeued and placed with 3 tasks,
+        # which leaves nothing for b, which grows when a ends. The service used to requeue both
+        # for the same 2 GPUs (each judged alone): b came back with its one task, lost its work
+        # since its checkpoint, and, its grow having brought nothing, never grew again.
+        "elastic-jobs-grow-one-at-a-time",
+        (gpus("n1", 4),),
+        (
+            (gang("hog", 1, 2), 0.0, 200.0, ()),
+            (gang("mid", 1, 1), 1.0, 50.0, ()),
+            (elastic("a", 3, 1), 2.0, 600.0, ()),
+            (elastic("b", 3, 1), 3.0, 600.0, ()),
+        ),
+    ),
+]
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_parity_of_simulator_and_live_service(case: Case, tmp_path: Path) -> None:
     want = sim_log(case)

@@ -19,7 +19,7 @@ from aisched.core.status import JobStatus, StatusCode
 from aisched.executors.base import TaskLaunch, task_name
 from aisched.lifecycle.admission import never_fits_now
 from aisched.lifecycle.attempts import time_limit_at, time_limit_message
-from aisched.lifecycle.elastic import grow_at, grow_message, tasks_to_grow
+from aisched.lifecycle.elastic import Running, capacity_is_idle, grow_message, next_to_grow
 from aisched.lifecycle.preemption import (
     VictimWait,
     after_victims,
@@ -243,26 +243,32 @@ class Intents(Exits):
                     self.restarts.append(planned)
 
     def _grow_elastic(self, now: float) -> None:
-        """Nothing waits: restart elastic jobs that idle capacity could make larger. The stop
-        is a requeue (SIGTERM first, so they checkpoint; no failure counted); the next cycle
-        places each with as many tasks as fit."""
+        """Nothing waits: restart the elastic job that idle capacity could make larger, one at
+        a time (`lifecycle.elastic.next_to_grow`; none while another is stopping to be
+        requeued). The stop is a requeue (SIGTERM first, so it checkpoints; no failure
+        counted); the next cycle places it with as many tasks as fit."""
+        jobs = list(self.jobs.values())
+        requeuing = any(lj.stopping == Stop.REQUEUE for lj in jobs)
+        # The step calls this with nothing pending and no job waiting for victims.
+        if not capacity_is_idle(pending=False, waiting_for_victims=False, requeuing=requeuing):
+            return
+        running = (
+            Running(lj.job, len(lj.tasks), lj.attempt_started_at, lj.grew_from)
+            for lj in jobs
+            if lj.state == JobState.RUNNING and lj.stopping is None
+        )
+        found = next_to_grow(running, now, self.config.elastic_grow_after_s, self.arrays, self.free)
+        if found is None:
+            return
+        lj, extra = self.jobs[found[0].id], found[1]
         batch = self.batch
-        for lj in list(self.jobs.values()):
-            if lj.state != JobState.RUNNING or lj.stopping is not None:
-                continue
-            held = len(lj.tasks)
-            after = self.config.elastic_grow_after_s
-            if now < grow_at(lj.job, held, lj.attempt_started_at, after, lj.grew_from):
-                continue
-            extra = tasks_to_grow(lj.job, held, self.arrays, self.free)
-            if extra < 1:
-                continue
-            lj.stopping = Stop.REQUEUE
-            lj.grew_from = held
-            lj.stop_message = grow_message(held, extra)
-            batch.job(lj.id, stopping=Stop.REQUEUE.value)
-            batch.event(now, lj.id, "growing", lj.stop_message)
-            self._stop_tasks(lj, batch)
+        held = len(lj.tasks)
+        lj.stopping = Stop.REQUEUE
+        lj.grew_from = held
+        lj.stop_message = grow_message(held, extra)
+        batch.job(lj.id, stopping=Stop.REQUEUE.value)
+        batch.event(now, lj.id, "growing", lj.stop_message)
+        self._stop_tasks(lj, batch)
         batch.flush(self.store)
 
 

@@ -62,12 +62,12 @@ Elastic jobs: a `Shrink` is applied like a preemption that restarts at once: the
 the work up to its last checkpoint, gives up the tasks it does not keep, and a new attempt starts
 on the kept tasks at the same instant, paying `restart_cost_s` of restore first. The trace's
 duration is the runtime with every task; with fewer, an elastic job runs proportionally slower
-(linear scaling). Growth follows the live service's rule: an elastic job running short of
-tasks for `elastic_grow_after_s`, when nothing is pending and idle capacity would take at
-least one more of its tasks (`core.elastic.extra_tasks_fit`), is requeued from its checkpoint
-(a "grow" in the log; no preemption counted) and the next cycle places it with as many tasks
-as fit. It is checked when that time comes (a `_GROW` event) and again whenever a job finishes
-with nothing pending.
+(linear scaling). Growth follows the live service's rule (`lifecycle.elastic`): an elastic job
+running short of tasks for `elastic_grow_after_s`, when idle capacity is owed to nobody and
+would take at least one more of its tasks, is requeued from its checkpoint (a "grow" in the
+log; no preemption counted) and the next cycle places it with as many tasks as fit; one job at
+a time. It is looked at when a job's time comes (a `_GROW` event), whenever capacity is given
+back with nothing pending, and after a cycle that left nothing pending.
 
 Autoscaling node pools (`Cluster.node_pools`): after each cycle the jobs it left waiting for
 capacity go to the core's `plan_scale_up`; the nodes it asks for are billed from then on and
@@ -108,7 +108,14 @@ from aisched.core.snapshot import FreeState, PendingJob, RunningJob, Snapshot, b
 from aisched.core.status import StatusCode
 from aisched.lifecycle.admission import Admission
 from aisched.lifecycle.attempts import AttemptEnd, Finish, Requeue, RestartOn, Stop, after_attempt
-from aisched.lifecycle.elastic import grow_at, short_of_tasks, tasks_to_grow
+from aisched.lifecycle.elastic import (
+    Running,
+    capacity_is_idle,
+    grow_at,
+    grow_message,
+    next_to_grow,
+    short_of_tasks,
+)
 from aisched.lifecycle.holdings import HoldingError, Holdings
 from aisched.lifecycle.preemption import (
     VictimWait,
@@ -310,7 +317,7 @@ class _Engine(NodePools):
             elif kind == IDLE:
                 self._idle_check(job_id, attempt, now)
             else:
-                self._grow_check(job_id, attempt, now)
+                self._grow_look(now)
             self._sample(now)
             self.events += 1
             if self.progress is not None and self.events % _PROGRESS_EVERY == 0:
@@ -525,10 +532,8 @@ class _Engine(NodePools):
         (the live loop looks at every step with nothing pending)."""
         if self.short_elastic and not self.pending:
             after = self.config.elastic_grow_after_s
-            for job_id in sorted(self.short_elastic):
-                short = self.running[job_id]
-                if now - short.start_s >= after:
-                    self._push(now, GROW, job_id, short.attempt)
+            if any(now - self.running[j].start_s >= after for j in self.short_elastic):
+                self._push(now, GROW, "", 0)
 
     def _fail(self, st: SimJob, now: float) -> None:
         """A played failure: the attempt keeps its checkpoints; retried after its backoff
@@ -766,31 +771,36 @@ class _Engine(NodePools):
         self.shrunk_now.add(d.job_id)
         self.log.append((now, "shrink", d.job_id, (d.for_job, d.reason, *(t.node for t in d.keep))))
 
-    def _grow_check(self, job_id: str, attempt: int, now: float) -> None:
-        """Requeue an elastic job running short of tasks, to grow, when nothing is pending and
-        idle capacity would take at least one more of its tasks (the live service's rule)."""
-        st = self.running.get(job_id)
-        if st is None or st.attempt != attempt or job_id not in self.short_elastic:
-            return
-        if job_id in self.stopping:
-            return  # being preempted: it is requeued, not grown
-        job = st.job
-        had = len(st.tasks)
-        after = self.config.elastic_grow_after_s
-        if self.pending or now < grow_at(job, had, st.start_s, after, st.grew_from):
+    def _grow_look(self, now: float) -> None:
+        """Requeue the one elastic job running short of tasks that may grow now, when idle
+        capacity is owed to nobody (`lifecycle.elastic`, the live service's rule); the next is
+        looked at once it has been placed again (`_grow_if_idle` after the cycle)."""
+        # A grow here is requeued at once, so none is ever under way at a look.
+        if not capacity_is_idle(
+            pending=bool(self.pending), waiting_for_victims=bool(self.waiting), requeuing=False
+        ):
             return
         if self.membership_dirty:
             self._rebuild()
-        if tasks_to_grow(job, had, self.arrays, self.free) < 1:
-            return  # checked again when a job finishes with nothing pending
+        running = (
+            Running(st.job, len(st.tasks), st.start_s, st.grew_from)
+            for st in (self.running[j] for j in self.short_elastic if j not in self.stopping)
+        )
+        after = self.config.elastic_grow_after_s
+        found = next_to_grow(running, now, after, self.arrays, self.free)
+        if found is None:
+            return  # looked at again when capacity is given back with nothing pending
+        job, extra = found
+        st = self.running[job.id]
+        had = len(st.tasks)
         self._keep_checkpointed(st, now)
         self._release(st, now)
-        self._end(st, Stop.REQUEUE, "growing", now)
+        self._end(st, Stop.REQUEUE, grow_message(had, extra), now)
         st.grew_from = had
         st.grows += 1
         self.grow_count += 1
         self._requeue(st, now)
-        self.log.append((now, "grow", job_id, (f"from {had} of {job.num_tasks} tasks",)))
+        self.log.append((now, "grow", job.id, (f"from {had} of {job.num_tasks} tasks",)))
         self._changed(now)
 
     def _reject(self, job_id: str, reason: str, now: float) -> None:
