@@ -193,6 +193,9 @@ def read_log(store: Store) -> list[Entry]:
     with store.read() as tx:
         for k in range(1, tx.max_seq() + 1):
             job_id = str(k)
+            # A shrink is logged when it is decided (as the simulator logs it), with the nodes
+            # of the attempt that restarts on the kept tasks once the others have stopped.
+            shrinking: float | None = None
             shrunk = False
             for e in tx.events_of(job_id):
                 kind, t = e["kind"], e["time"]
@@ -203,8 +206,13 @@ def read_log(store: Store) -> list[Entry]:
                     assert m is not None, e["message"]
                     tasks = tx.tasks_of(job_id, int(m.group(1)))
                     nodes = tuple(sorted(r["node"] for r in tasks))
-                    out.append((t, job_id, "shrink" if shrunk else "bind", nodes))
-                    shrunk = False
+                    if shrunk and shrinking is not None:
+                        out.append((shrinking, job_id, "shrink", nodes))
+                    else:
+                        out.append((t, job_id, "bind", nodes))
+                    shrunk, shrinking = False, None
+                elif kind == "shrinking":
+                    shrinking = t
                 elif kind == "shrunk":
                     shrunk = True
                 elif kind in ("preempting", "growing", "retrying"):

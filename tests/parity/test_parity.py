@@ -184,6 +184,24 @@ CASES += [
 ]
 
 
+CASES += [
+    Case(
+        # Found by the random cases: el's tasks take 10 s to stop for its shrink at 30 s (it
+        # restarts on 2 tasks at 40 s, when other starts) and for its grow at 140 s (placed
+        # again with 4 at 150 s), as for a preemption. The simulator stopped only a preempted
+        # job's tasks in their time; a shrink and a grow were instant there.
+        "elastic-stops-take-their-time",
+        (gpus("n1", 4),),
+        (
+            (elastic("el", 4, 1), 0.0, 800.0, ()),
+            (gang("other", 1, 2), 30.0, 100.0, ()),
+            (gang("late", 1, 1), 500.0, 20.0, ()),
+        ),
+        stop_s=10.0,
+    ),
+]
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_parity_of_simulator_and_live_service(case: Case, tmp_path: Path) -> None:
     want = sim_log(case)

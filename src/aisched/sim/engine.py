@@ -58,9 +58,10 @@ cycle (keeping what its first victims free while others still stop); once its vi
 have stopped it starts where the core bound it, or, when that no longer fits, is pending again
 and a cycle places it afresh.
 
-Elastic jobs: a `Shrink` is applied like a preemption that restarts at once: the attempt keeps
-the work up to its last checkpoint, gives up the tasks it does not keep, and a new attempt starts
-on the kept tasks at the same instant, paying `restart_cost_s` of restore first. The trace's
+Elastic jobs: a `Shrink` stops the attempt like a preemption (`victim_stop_s`, capped by its
+grace), then restarts it at once on the tasks it keeps: it keeps the work up to its last
+checkpoint, and the new attempt pays `restart_cost_s` of restore first; a grow's requeue takes
+the same stop (every stop is one path, `_stop` then `_stopped`, as in the service). The trace's
 duration is the runtime with every task; with fewer, an elastic job runs proportionally slower
 (linear scaling). Growth follows the live service's rule (`lifecycle.elastic`): an elastic job
 running short of tasks for `elastic_grow_after_s`, when idle capacity is owed to nobody and
@@ -159,7 +160,7 @@ from aisched.sim.results import (
     own_estimate,
     queues_for,
 )
-from aisched.sim.sim_job import SimJob
+from aisched.sim.sim_job import SimJob, Stopping
 from aisched.sim.traces import Trace, TraceJob
 
 __all__ = [
@@ -244,13 +245,12 @@ class _Engine(NodePools):
         self.cycle_wall_s = 0.0
         self.preempt_count = 0
         self.shrink_count = 0
-        # Preempted jobs whose tasks are stopping (`SimConfig.victim_stop_s`): they hold their
-        # resources until then; and the jobs waiting out of the cycle for them to stop, with
-        # the pending view they re-enter with (`lifecycle.preemption`).
-        self.stopping: dict[str, str] = {}  # job id -> the preemption's reason
+        # Jobs whose tasks are stopping (preempted, shrunk, requeued to grow; they take
+        # `SimConfig.victim_stop_s`): they hold their resources until then; and the jobs
+        # waiting out of the cycle for them to stop, with the pending view they re-enter with
+        # (`lifecycle.preemption`).
+        self.stopping: dict[str, Stopping] = {}
         self.waiting: dict[str, tuple[VictimWait, PendingJob]] = {}
-        # Jobs shrunk in the cycle being applied: running again, yet done with what they gave.
-        self.shrunk_now: set[str] = set()
         self.grow_count = 0
         self.short_elastic: set[str] = set()  # running elastic jobs with fewer tasks than asked
         self.events = 0
@@ -527,9 +527,9 @@ class _Engine(NodePools):
         self._grow_if_idle(now)
 
     def _grow_if_idle(self, now: float) -> None:
-        """Capacity was freed (a finish, a failure) or a cycle placed the last pending job:
-        with nothing pending, look at once at the elastic jobs running short that may grow
-        (the live loop looks at every step with nothing pending)."""
+        """Capacity was freed (a finish, a failure, a stop) or a cycle placed the last pending
+        job: with nothing pending, look at once at the elastic jobs running short that may
+        grow (the live loop looks at every step with nothing pending)."""
         if self.short_elastic and not self.pending:
             after = self.config.elastic_grow_after_s
             if any(now - self.running[j].start_s >= after for j in self.short_elastic):
@@ -598,7 +598,7 @@ class _Engine(NodePools):
             self.waiting[d.job_id] = (wait, pj)
             return
         for victim in d.after:
-            if victim in self.running and victim not in self.shrunk_now:
+            if victim in self.running:
                 raise SimulationError(
                     f"t={now}: bind of {d.job_id} after {victim}, which is still running"
                 )
@@ -696,29 +696,41 @@ class _Engine(NodePools):
         st = self.running.get(d.job_id)
         if st is None or d.job_id in self.stopping:
             raise SimulationError(f"t={now}: preempt of {d.job_id}, which is not running")
-        stop_s = played_stop_s(st.job.grace_period_s, self.config.victim_stop_s)
-        # SIGTERM: it holds its resources, seen as terminating, until its tasks exit, after
-        # this cycle even when that is at once (the service sees an exit only in a step
-        # after the one that stopped it): the binds into what it frees wait for it.
-        self.stopping[d.job_id] = d.reason
-        self.held.update(replace(self.held.views[d.job_id], terminating=True))
-        self._push(now + stop_s, FINISH, d.job_id, st.attempt)
+        self._stop(st, Stopping(Stop.PREEMPT, d.reason), now)
         self.preempt_count += 1
         self.log.append((now, "preempt", d.job_id, (d.for_job, d.reason)))
 
-    def _stopped(self, st: SimJob, now: float) -> None:
-        """A preempted job's tasks have exited (at the end of its stop, or by themselves
-        during it): requeued (the lifecycle's rule), and the jobs waiting for it looked at."""
+    def _stop(self, st: SimJob, why: Stopping, now: float) -> None:
+        """SIGTERM to the attempt's tasks: it holds its resources, seen as terminating, until
+        they exit `victim_stop_s` later (its grace caps it), after this cycle even when that
+        is at once (the service sees an exit only in a step after the one that signalled it);
+        the binds into what it frees wait for it. Then `_stopped`."""
         job_id = st.job.id
-        reason = self.stopping[job_id]
+        self.stopping[job_id] = why
+        self.held.update(replace(self.held.views[job_id], terminating=True))
+        stop_s = played_stop_s(st.job.grace_period_s, self.config.victim_stop_s)
+        self._push(now + stop_s, FINISH, job_id, st.attempt)
+
+    def _stopped(self, st: SimJob, now: float) -> None:
+        """A stopped job's tasks have exited (at the end of its stop, or by themselves during
+        it): requeued, or restarted on a shrink's kept tasks (the lifecycle's rule), and the
+        jobs waiting for it looked at."""
+        job_id = st.job.id
+        why = self.stopping[job_id]
         if now >= st.end_s and not st.failing:
             st.saved_s = st.duration_s  # its work was done before it stopped
         else:
             self._keep_checkpointed(st, now)
-        freed = st.tasks
+        kept = set(why.keep or ())
+        freed = tuple(t for t in st.tasks if t not in kept)
         self._release(st, now)
-        self._end(st, Stop.PREEMPT, reason, now)
-        self._requeue(st, now)
+        nxt = self._end(st, why.stop, why.message, now, keep=why.keep).next
+        if isinstance(nxt, RestartOn):  # shrunk: at once on the tasks it keeps
+            st.move(JobState.PENDING)
+            st.estimate_s, st.upper_s = self.estimator.estimate(st.tj, now)
+            self._start(st, nxt.keep, st.pending(self.config.restart_cost_s), now)
+        else:
+            self._requeue(st, now)
         going_on: dict[str, VictimWait] = {}
         ended: dict[str, VictimWait] = {}
         for waiting, (wait, pj) in list(self.waiting.items()):
@@ -746,6 +758,7 @@ class _Engine(NodePools):
                 self._start(self.jobs[waiting], tasks, pj, now)
                 self.log.append((now, "bind", waiting, tuple(t.node for t in tasks)))
         self._changed(now)
+        self._grow_if_idle(now)
 
     def _keep_checkpointed(self, st: SimJob, now: float) -> None:
         """An attempt stops: the work up to its last checkpoint is kept, the rest is lost."""
@@ -759,25 +772,18 @@ class _Engine(NodePools):
             raise SimulationError(f"t={now}: shrink of {d.job_id}, which is not running")
         if not d.keep or not set(d.keep) < set(st.tasks):
             raise SimulationError(f"t={now}: shrink of {d.job_id} to tasks it does not hold")
-        self._keep_checkpointed(st, now)
-        self._release(st, now)
-        end = self._end(st, Stop.SHRINK, d.reason, now, keep=d.keep)
-        assert isinstance(end.next, RestartOn)  # the kept tasks are known here
+        self._stop(st, Stopping(Stop.SHRINK, d.reason, d.keep), now)
         st.shrinks += 1
         self.shrink_count += 1
-        st.move(JobState.PENDING)
-        st.estimate_s, st.upper_s = self.estimator.estimate(st.tj, now)
-        self._start(st, end.next.keep, st.pending(self.config.restart_cost_s), now)
-        self.shrunk_now.add(d.job_id)
         self.log.append((now, "shrink", d.job_id, (d.for_job, d.reason, *(t.node for t in d.keep))))
 
     def _grow_look(self, now: float) -> None:
         """Requeue the one elastic job running short of tasks that may grow now, when idle
         capacity is owed to nobody (`lifecycle.elastic`, the live service's rule); the next is
         looked at once it has been placed again (`_grow_if_idle` after the cycle)."""
-        # A grow here is requeued at once, so none is ever under way at a look.
+        requeuing = any(s.stop == Stop.REQUEUE for s in self.stopping.values())
         if not capacity_is_idle(
-            pending=bool(self.pending), waiting_for_victims=bool(self.waiting), requeuing=False
+            pending=bool(self.pending), waiting_for_victims=bool(self.waiting), requeuing=requeuing
         ):
             return
         if self.membership_dirty:
@@ -793,15 +799,11 @@ class _Engine(NodePools):
         job, extra = found
         st = self.running[job.id]
         had = len(st.tasks)
-        self._keep_checkpointed(st, now)
-        self._release(st, now)
-        self._end(st, Stop.REQUEUE, grow_message(had, extra), now)
+        self._stop(st, Stopping(Stop.REQUEUE, grow_message(had, extra)), now)
         st.grew_from = had
         st.grows += 1
         self.grow_count += 1
-        self._requeue(st, now)
         self.log.append((now, "grow", job.id, (f"from {had} of {job.num_tasks} tasks",)))
-        self._changed(now)
 
     def _reject(self, job_id: str, reason: str, now: float) -> None:
         self.pending.pop(job_id, None)  # pending when a cycle rejects it; not at its arrival
@@ -837,7 +839,6 @@ class _Engine(NodePools):
         self.cycles += 1
         if before is not None:
             self._check_cycle(now, before, pending, result.diagnostics)
-        self.shrunk_now.clear()
         for d in result.decisions:
             if isinstance(d, Preempt):
                 self._preempt(d, now)
