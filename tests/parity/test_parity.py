@@ -12,6 +12,7 @@ nodes it bound) are compared whole, with `==`. A service keeps its minimum of re
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,6 +26,10 @@ from aisched.testing import job
 
 def after(j: Job, *deps: str, condition: DependencyCondition = DependencyCondition.SUCCESS) -> Job:
     return replace(j, depends_on=tuple(Dependency(d, condition) for d in deps))
+
+
+def no_checkpoints(j: Job) -> Job:
+    return replace(j, checkpoint_interval_s=math.inf)
 
 
 def service(name: str, replicas: int, gpu: int) -> Job:
@@ -197,6 +202,30 @@ CASES += [
             (gang("other", 1, 2), 30.0, 100.0, ()),
             (gang("late", 1, 1), 500.0, 20.0, ()),
         ),
+        stop_s=10.0,
+    ),
+]
+
+
+CASES += [
+    Case(
+        # Found by the random cases: at 15 s urgent (back from a failure) preempts el (shrunk
+        # to one task on n1, 4 s grace) and wide (one task on each node, stops in 10 s) and
+        # waits for both; el, stopped at 19 s, is placed on n2 and preempted at 21 s by mid,
+        # which waits for el and for wide (still on n2 and n3). el and wide stop together at
+        # 25 s: urgent starts on n1 and mid on n2 and n3, where the core bound them. Each
+        # driver used to take the two exits one by one, keeping what the first freed for mid,
+        # whose wait went on, and in its own order: the simulator took wide's first, kept
+        # all of it (n1 too) for mid, and placed urgent afresh, on n2.
+        "exits-of-one-instant-are-taken-in-together",
+        (gpus("n1", 4), gpus("n2", 4), gpus("n3", 4)),
+        (
+            (no_checkpoints(graceful(gang("urgent", 1, 3, priority=3), 4.0)), 0.0, 10.0, (5.0,)),
+            (graceful(elastic("el", 2, 1), 4.0), 5.0, 300.0, ()),
+            (gang("wide", 3, 3), 5.0, 10.0, ()),
+            (no_checkpoints(gang("mid", 2, 1, priority=1)), 6.0, 300.0, (5.0, 50.0)),
+        ),
+        policy="priority",
         stop_s=10.0,
     ),
 ]

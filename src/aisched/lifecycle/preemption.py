@@ -33,7 +33,11 @@ The rules, the same in both drivers:
    nominated-node rule of Kubernetes' preemption). It is given back when the wait ends
    (`release_kept`), just before the job starts or a cycle places it afresh. Without it a victim
    requeued before the others had stopped could be placed again where it was, and preempted a
-   second time once the job was back in the cycle.
+   second time once the job was back in the cycle. Both the waits (rule 3) and what is kept
+   are judged once every exit of an instant is in (the service: of a step), so the order in
+   which the exits come decides nothing: judged exit by exit, what the first freed was kept
+   for a job whose wait went on only until the second, though another job's wait, ended by
+   then, had been bound there (found by the random cases).
 5. Played stops (the simulator; a virtual executor in tests): a victim's tasks exit
    `stop_s` after SIGTERM, or when its grace runs out if that comes first (`played_stop_s`).
    With `stop_s` 0 (the simulator's default) they exit at the instant they are preempted,

@@ -24,6 +24,7 @@ from aisched.lifecycle.preemption import (
     VictimWait,
     after_victims,
     blockers,
+    keep_freed,
     release_kept,
     resume_order,
     resumed_tasks,
@@ -197,6 +198,7 @@ class Intents(Exits):
 
     def _timers(self, batch: Batch, now: float) -> None:
         ended: dict[str, VictimWait] = {}  # waits for victims that are over
+        going_on: dict[str, VictimWait] = {}  # the others, as they stood before this step
         for lj in list(self.jobs.values()):
             if (
                 lj.state == JobState.RUNNING
@@ -228,7 +230,13 @@ class Intents(Exits):
                 if wait is None:
                     ended[lj.id] = was
                 else:
+                    going_on[lj.id] = was
                     self._set_waiting(lj, wait.victims)
+        # Every exit of the step is in: what victims freed is kept for the jobs whose waits
+        # go on, judged now, whatever order the exits came in (`lifecycle.preemption`).
+        freed_now, self.freed_now = self.freed_now, []
+        for victim, freed in freed_now:
+            keep_freed(self.held, victim, freed, going_on, lambda j: self.jobs[j].job, now)
         for job_id in resume_order(ended):
             lj = self.jobs[job_id]
             self._set_waiting(lj, frozenset())

@@ -88,6 +88,9 @@ class SchedulerState:
         # reverse of `LiveJob.waiting_for`, kept by `_set_waiting`), so a job's end looks up
         # its waiters instead of scanning every live job.
         self.waiters: dict[str, set[str]] = {}
+        # What victims that jobs wait for gave back in this step, kept for the jobs whose
+        # waits go on once every exit of the step is in (`intents._timers`).
+        self.freed_now: list[tuple[str, tuple[TaskBinding, ...]]] = []
         self.commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
         # Jobs held back until the jobs they depend on have ended (pipelines).
         self.pipelines = Pipelines(store)

@@ -251,6 +251,9 @@ class _Engine(NodePools):
         # (`lifecycle.preemption`).
         self.stopping: dict[str, Stopping] = {}
         self.waiting: dict[str, tuple[VictimWait, PendingJob]] = {}
+        # Jobs stopped at this instant and what each gave back: the waits are looked at, and
+        # what is kept for them handed out, after its last exit (`_resume`).
+        self.freed_now: list[tuple[str, tuple[TaskBinding, ...]]] = []
         self.grow_count = 0
         self.short_elastic: set[str] = set()  # running elastic jobs with fewer tasks than asked
         self.events = 0
@@ -301,6 +304,8 @@ class _Engine(NodePools):
                         self._fail(st, now)
                     else:
                         self._finish(st, now)
+                if self.freed_now and not (heap and heap[0][:2] == (now, FINISH)):
+                    self._resume(now)  # every exit of this instant is in
             elif kind == RETRY:
                 self._retry(self.jobs[job_id], now)
             elif kind == ARRIVE:
@@ -731,23 +736,36 @@ class _Engine(NodePools):
             self._start(st, nxt.keep, st.pending(self.config.restart_cost_s), now)
         else:
             self._requeue(st, now)
-        going_on: dict[str, VictimWait] = {}
+        self.freed_now.append((job_id, freed))
+        self._changed(now)
+
+    def _wait_now(self, wait: VictimWait, now: float) -> VictimWait | None:
+        return after_victims(
+            wait,
+            self.stopping.__contains__,
+            lambda v: self.jobs[v].job.grace_period_s,
+            now,
+            self.config.victim_wait_s,
+        )
+
+    def _resume(self, now: float) -> None:
+        """Jobs stopped at this instant, and every exit of it taken in (as the service takes
+        in a step's exits before it looks at the waits): what they gave back is kept for the
+        jobs whose waits go on, and the waits that are over end, each job started where the
+        core bound it or pending to be placed afresh (`lifecycle.preemption`, rules 3 and 4),
+        whatever order the exits came in."""
+        going_on: dict[str, VictimWait] = {}  # as they stood before this instant
         ended: dict[str, VictimWait] = {}
         for waiting, (wait, pj) in list(self.waiting.items()):
-            still = after_victims(
-                wait,
-                self.stopping.__contains__,
-                lambda v: self.jobs[v].job.grace_period_s,
-                now,
-                self.config.victim_wait_s,
-            )
+            still = self._wait_now(wait, now)
             if still is None:
                 ended[waiting] = wait
             else:
-                if job_id in wait.victims:
-                    going_on[waiting] = wait
+                going_on[waiting] = wait
                 self.waiting[waiting] = (still, pj)
-        keep_freed(self.held, job_id, freed, going_on, lambda j: self.jobs[j].job, now)
+        freed_now, self.freed_now = self.freed_now, []
+        for victim, freed in freed_now:
+            keep_freed(self.held, victim, freed, going_on, lambda j: self.jobs[j].job, now)
         for waiting in resume_order(ended):
             _, pj = self.waiting.pop(waiting)
             release_kept(self.held, waiting)
