@@ -3,7 +3,8 @@
 Each case is a small trace (gangs and preemption, elastic shrink and grow, failures and
 retries, a pipeline whose steps wait for each other or are cancelled, a service whose replicas
 are preempted, victims that take their time to stop within their grace period while the job
-they make room for waits, a job that can never fit) replayed twice, through the simulator and
+they make room for waits, a job that can never fit, and one case for each difference the
+random cases of `test_random_parity.py` found) replayed twice, through the simulator and
 through the service's real `Scheduler` over a real SQLite store (`drivers.py`), and the two
 decision logs (binds, preemptions, shrinks, grows, retries, ends, each with its time and the
 nodes it bound) are compared whole, with `==`. A service keeps its minimum of replicas in both
