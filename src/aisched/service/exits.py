@@ -2,19 +2,20 @@
 gang; once every task of an attempt has ended its resources are given back and the lifecycle
 (`lifecycle.attempts.after_attempt`) says what the job becomes, which this part applies to the
 store: requeued, retried after a backoff, restarted on a shrink's kept tasks, or finished.
-What a stopped victim frees while a job still waits for it is kept for that job
-(`lifecycle.preemption`)."""
+What a stopped victim frees while a job waits for it is noted, to be kept for that job
+if its wait goes on once every exit of the step is in (`intents._timers`,
+`lifecycle.preemption`)."""
 
 from __future__ import annotations
 
 import logging
 import time
 
-from aisched.core.decisions import Bind, TaskBinding
+from aisched.core.decisions import Bind
 from aisched.core.status import JobStatus, StatusCode
 from aisched.executors.base import ExitKind, TaskExited
 from aisched.lifecycle.attempts import Requeue, RestartOn, after_attempt
-from aisched.lifecycle.preemption import VictimWait, after_victims, keep_freed, release_kept
+from aisched.lifecycle.preemption import release_kept
 from aisched.lifecycle.states import move
 from aisched.model.states import JobState
 from aisched.service.launches import Launches
@@ -67,8 +68,9 @@ class Exits(Launches):
         reason, message = lj.stopping, lj.stop_message
         lj.stopping, lj.stop_message = None, ""
         restarts_on = set(lj.shrink_to or ()) if reason == Stop.SHRINK else set()
-        freed = tuple(t.binding for t in lj.tasks if t.binding not in restarts_on)
-        self._keep_for_waiting(lj.id, freed, now)
+        if self.waiters.get(lj.id):  # kept for a job whose wait goes on: see `_timers`
+            freed = tuple(t.binding for t in lj.tasks if t.binding not in restarts_on)
+            self.freed_now.append((lj.id, freed))
         batch.job(lj.id, stopping=None, attained_gpu_s=lj.attained_gpu_s)
         end = after_attempt(
             lj.job,
@@ -124,25 +126,6 @@ class Exits(Launches):
         shrunk job has stopped once it runs again, smaller, no longer stopping)."""
         lj = self.jobs.get(job_id)
         return lj is not None and lj.state == JobState.RUNNING and lj.stopping is not None
-
-    def _keep_for_waiting(self, victim: str, freed: tuple[TaskBinding, ...], now: float) -> None:
-        """`victim` has stopped: what it freed is kept for a job whose wait for it goes on
-        (`lifecycle.preemption.keep_freed`)."""
-        going_on: dict[str, VictimWait] = {}
-        for other_id in sorted(self.waiters.get(victim, ())):  # the reverse index: no scan
-            other = self.jobs[other_id]
-            since = now if other.waiting_since is None else other.waiting_since
-            was = VictimWait(other.waiting_for, since)
-            goes_on = after_victims(
-                was,
-                self._still_stopping,
-                lambda v: self.jobs[v].job.grace_period_s,
-                now,
-                self.config.victim_wait_s,
-            )
-            if goes_on is not None:
-                going_on[other.id] = was
-        keep_freed(self.held, victim, freed, going_on, lambda j: self.jobs[j].job, now)
 
     def _requeue(self, lj: LiveJob, batch: Batch, now: float) -> None:
         lj.state = move(lj.id, lj.state, JobState.PENDING)

@@ -20,8 +20,17 @@ from aisched.core.status import JobStatus, StatusCode
 from aisched.executors.base import TaskLaunch, task_name
 from aisched.lifecycle.admission import never_fits_now
 from aisched.lifecycle.attempts import time_limit_at, time_limit_message
-from aisched.lifecycle.elastic import grow_at, grow_message, tasks_to_grow
-from aisched.lifecycle.preemption import VictimWait, after_victims, blockers, release_kept, wait_for
+from aisched.lifecycle.elastic import Running, capacity_is_idle, grow_message, next_to_grow
+from aisched.lifecycle.preemption import (
+    VictimWait,
+    after_victims,
+    blockers,
+    keep_freed,
+    release_kept,
+    resume_order,
+    resumed_tasks,
+    wait_for,
+)
 from aisched.lifecycle.states import move
 from aisched.model.job import Job
 from aisched.model.states import JobState
@@ -163,10 +172,12 @@ class Intents(Exits):
         if lj is None or lj.state != JobState.PENDING:
             return None
         stopping = self._still_stopping
-        wait = wait_for((*d.after, *blockers(d.tasks, self.held, stopping)), stopping, now)
+        holders = (*d.after, *blockers(d.tasks, self.held, stopping))
+        wait = wait_for(holders, stopping, now, d.tasks)
         if wait is not None:
             self._set_waiting(lj, wait.victims)
             lj.waiting_since = wait.since
+            lj.waiting_tasks = wait.tasks
             victims = ", ".join(sorted(wait.victims))
             self._write_status(
                 lj,
@@ -239,6 +250,8 @@ class Intents(Exits):
         ids = self.timers.pop_due(now)
         for waiting in self.waiters.values():
             ids |= waiting
+        ended: dict[str, VictimWait] = {}  # waits for victims that are over
+        going_on: dict[str, VictimWait] = {}  # the others, as they stood before this step
         for job_id in sorted(ids, key=lambda i: (len(i), i)):
             lj = self.jobs.get(job_id)
             if lj is None:
@@ -258,44 +271,68 @@ class Intents(Exits):
                 batch.job(lj.id, not_before=None)
                 self.dirty = True
             if lj.waiting_for:
+                was = VictimWait(
+                    lj.waiting_for,
+                    now if lj.waiting_since is None else lj.waiting_since,
+                    lj.waiting_tasks,
+                )
                 wait = after_victims(
-                    VictimWait(
-                        lj.waiting_for, now if lj.waiting_since is None else lj.waiting_since
-                    ),
+                    was,
                     self._still_stopping,
                     lambda v: self.jobs[v].job.grace_period_s,
                     now,
                     self.config.victim_wait_s,
                 )
-                if wait is None:  # placed afresh by the next cycle, with what was kept
-                    self._set_waiting(lj, frozenset())
-                    lj.waiting_since = None
-                    release_kept(self.held, lj.id)
-                    self.dirty = True
+                if wait is None:
+                    ended[lj.id] = was
                 else:
+                    going_on[lj.id] = was
                     self._set_waiting(lj, wait.victims)
+        # Every exit of the step is in: what victims freed is kept for the jobs whose waits
+        # go on, judged now, whatever order the exits came in (`lifecycle.preemption`).
+        freed_now, self.freed_now = self.freed_now, []
+        for victim, freed in freed_now:
+            keep_freed(self.held, victim, freed, going_on, lambda j: self.jobs[j].job, now)
+        for job_id in resume_order(ended):
+            lj = self.jobs[job_id]
+            self._set_waiting(lj, frozenset())
+            lj.waiting_since = None
+            lj.waiting_tasks = ()
+            release_kept(self.held, lj.id)
+            self.dirty = True
+            tasks = resumed_tasks(ended[job_id], self.held)
+            if tasks is not None:  # where the core bound it; else placed afresh by a cycle
+                planned = self._apply_bind(Bind(lj.id, tasks), batch, now)
+                if planned is not None:
+                    self.restarts.append(planned)
 
     def _grow_elastic(self, now: float) -> None:
-        """Nothing waits: restart elastic jobs that idle capacity could make larger. The stop
-        is a requeue (SIGTERM first, so they checkpoint; no failure counted); the next cycle
-        places each with as many tasks as fit."""
+        """Nothing waits: restart the elastic job that idle capacity could make larger, one at
+        a time (`lifecycle.elastic.next_to_grow`; none while another is stopping to be
+        requeued). The stop is a requeue (SIGTERM first, so it checkpoints; no failure
+        counted); the next cycle places it with as many tasks as fit."""
+        jobs = list(self.jobs.values())
+        requeuing = any(lj.stopping == Stop.REQUEUE for lj in jobs)
+        # The step calls this with nothing pending and no job waiting for victims.
+        if not capacity_is_idle(pending=False, waiting_for_victims=False, requeuing=requeuing):
+            return
+        running = (
+            Running(lj.job, len(lj.tasks), lj.attempt_started_at, lj.grew_from)
+            for lj in jobs
+            if lj.state == JobState.RUNNING and lj.stopping is None
+        )
+        found = next_to_grow(running, now, self.config.elastic_grow_after_s, self.arrays, self.free)
+        if found is None:
+            return
+        lj, extra = self.jobs[found[0].id], found[1]
         batch = self.batch
-        for lj in list(self.jobs.values()):
-            if lj.state != JobState.RUNNING or lj.stopping is not None:
-                continue
-            held = len(lj.tasks)
-            after = self.config.elastic_grow_after_s
-            if now < grow_at(lj.job, held, lj.attempt_started_at, after, lj.grew_from):
-                continue
-            extra = tasks_to_grow(lj.job, held, self.arrays, self.free)
-            if extra < 1:
-                continue
-            lj.stopping = Stop.REQUEUE
-            lj.grew_from = held
-            lj.stop_message = grow_message(held, extra)
-            batch.job(lj.id, stopping=Stop.REQUEUE.value)
-            batch.event(now, lj.id, "growing", lj.stop_message)
-            self._stop_tasks(lj, batch)
+        held = len(lj.tasks)
+        lj.stopping = Stop.REQUEUE
+        lj.grew_from = held
+        lj.stop_message = grow_message(held, extra)
+        batch.job(lj.id, stopping=Stop.REQUEUE.value)
+        batch.event(now, lj.id, "growing", lj.stop_message)
+        self._stop_tasks(lj, batch)
         batch.flush(self.store)
 
 

@@ -108,6 +108,9 @@ class SchedulerState:
         # reverse of `LiveJob.waiting_for`, kept by `_set_waiting`), so a job's end looks up
         # its waiters instead of scanning every live job.
         self.waiters: dict[str, set[str]] = {}
+        # What victims that jobs wait for gave back in this step, kept for the jobs whose
+        # waits go on once every exit of the step is in (`intents._timers`).
+        self.freed_now: list[tuple[str, tuple[TaskBinding, ...]]] = []
         self.commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
         # Jobs held back until the jobs they depend on have ended (pipelines).
         self.pipelines = Pipelines(store)
@@ -130,8 +133,9 @@ class SchedulerState:
         self.stats = LoopStats()
         self.last_observed_s = -math.inf
         self.lock = threading.Lock()  # guards what readers of `view()` see
-        # Shrunk elastic jobs restarted on their kept tasks, launched once the batch that wrote
-        # their task rows has committed.
+        # Attempts started outside a cycle (a shrunk elastic job restarted on its kept tasks,
+        # a job whose victims have stopped started where the core bound it), launched once the
+        # batch that wrote their task rows has committed.
         self.restarts: list[tuple[LiveJob, list[TaskLaunch]]] = []
         # The one write batch of the loop. A flush that fails (a full disk, a wedged store)
         # keeps its writes and callbacks here, and the next flush retries them with what came
