@@ -32,6 +32,7 @@ HALF = (0, 1, 2, 3)
 OTHER_HALF = (4, 5, 6, 7)
 DAY = 86_400.0
 HOUR = 3600.0
+NOISY_NOW = 7120.509637180191  # (NOISY_NOW + 1200) - NOISY_NOW > 1200 in floats
 
 CASES = [
     Case(
@@ -65,6 +66,26 @@ CASES = [
             running(job("near").task(gpu=4).build(), ("n1", HALF), expected_end_s=500.0),
             running(job("far").task(gpu=4).build(), ("n1", OTHER_HALF), expected_end_s=9000.0),
         ],
+    ),
+    Case(
+        # The running job's time left is read back as `expected_end - now`, which here comes
+        # out 1,200.000000000001: a tie all the same. Evicting on it made two such jobs evict
+        # each other at one instant for ever in the simulator (each, restarted, read longer).
+        "srtf leaves an equal job alone though rounding reads it a hair longer",
+        [node("n1").gpus(8)],
+        [job("waiting").task(gpu=8).pending(estimate_s=1200.0)],
+        "srtf-oracle",
+        [],
+        {"waiting": StatusCode.WAIT_RESOURCES},
+        running=[
+            running(
+                job("equal").task(gpu=8).build(),
+                ("n1", HALF + OTHER_HALF),
+                started_s=NOISY_NOW,
+                expected_end_s=NOISY_NOW + 1200.0,
+            )
+        ],
+        now=NOISY_NOW,
     ),
     Case(
         "srtf leaves running work alone when the waiting job is longer",

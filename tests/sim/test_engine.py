@@ -385,3 +385,16 @@ def test_an_elastic_job_running_short_grows_into_idle_capacity(
 ) -> None:
     r = run(jobs)
     assert [(t, kind, j) for t, kind, j, _ in r.log] == want
+
+
+def test_a_run_stuck_at_one_instant_stops_with_an_error_that_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A preemption takes two cycles at one instant (evict, then look at the requeued victim);
+    # with the guard lowered to one, that reads as decisions undoing each other for ever.
+    monkeypatch.setattr(engine_mod, "_MAX_CYCLES_AT_ONE_INSTANT", 1)
+    jobs = [tj("a", 0.0, 10_000.0, priority=0), tj("b", 5000.0, 100.0, priority=10)]
+    with pytest.raises(SimulationError, match=r"t=5000.0: 2 cycles at this instant"):
+        run(jobs, policy="priority")
+    monkeypatch.setattr(engine_mod, "_MAX_CYCLES_AT_ONE_INSTANT", 2)
+    assert rec(run(jobs, policy="priority"), "a").preemptions == 1

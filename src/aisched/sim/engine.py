@@ -182,6 +182,11 @@ __all__ = [
 # Calls to `progress` are spaced by this many events: a call per event would cost more than the
 # event itself on a large trace.
 _PROGRESS_EVERY = 2000
+# Cycles at one instant past which the run is stuck: decisions that undo each other with no
+# time passing (a policy bug) would otherwise loop for ever. Stopping at once (victim_stop_s
+# 0) lets one instant legitimately hold a chain of preempt, stop, requeue and place again,
+# about a cycle per job moved; this is far beyond any such chain.
+_MAX_CYCLES_AT_ONE_INSTANT = 10_000
 
 
 class _Engine(NodePools):
@@ -243,6 +248,7 @@ class _Engine(NodePools):
         self.log: list[LogEntry] = []
         self.timeline: list[Sample] = []
         self.cycles = 0
+        self.instant = (math.nan, 0)  # (time, cycles run at it): the guard against a livelock
         self.cycle_wall_s = 0.0
         self.preempt_count = 0
         self.shrink_count = 0
@@ -859,6 +865,7 @@ class _Engine(NodePools):
             raise SimulationError(f"t={now}: {e}") from e
         self.cycle_wall_s += time.perf_counter() - t0
         self.cycles += 1
+        self._guard_livelock(now, result.decisions)
         if before is not None:
             self._check_cycle(now, before, pending, result.diagnostics)
         for d in result.decisions:
@@ -893,6 +900,17 @@ class _Engine(NodePools):
             settled = self.settled if self.settled is not None else frozenset()
             self.settled = settled | result.failed_shapes
             self.pending_after_cycle = len(self.pending)
+
+    def _guard_livelock(self, now: float, decisions: Sequence[object]) -> None:
+        at, count = self.instant
+        count = count + 1 if at == now else 1
+        self.instant = (now, count)
+        if count > _MAX_CYCLES_AT_ONE_INSTANT:
+            last = ", ".join(map(str, decisions[:4])) or "none"
+            raise SimulationError(
+                f"t={now}: {count} cycles at this instant without time moving on; the policy "
+                f"keeps undoing its own decisions (the last cycle's: {last})"
+            )
 
     def _settled(self) -> bool:
         """Whether the coming cycle would decide nothing, so it is skipped (coalesced with

@@ -51,6 +51,20 @@ if TYPE_CHECKING:
 
 LEAST_WORK_LOST = LeastWorkLost()
 
+# Rounding in time arithmetic: a running job's key is read back as `expected_end - now`, which
+# for the same runtime as a pending job's key can come out a few ulps above it. Ranks closer
+# than this are a tie, and a tie never evicts; otherwise two jobs of equal keys evict each other
+# at the same instant for ever (each, restarted, reads a hair longer than the one it evicted).
+_TIE_RELATIVE = 1e-9
+_TIE_ABSOLUTE = 1e-6
+
+
+def above_noise(bar: float) -> float:
+    """The bar raised past rounding noise: a victim's rank must clear it by more than that."""
+    if bar == INFINITE or bar == -INFINITE:
+        return bar
+    return bar + max(abs(bar) * _TIE_RELATIVE, _TIE_ABSOLUTE)
+
 
 @dataclass(frozen=True, slots=True)
 class Preempt:
@@ -145,7 +159,7 @@ class Preempt:
             bar = mine * self.factor if mine > 0 else mine
         else:
             bar = (size * self.factor if size > 0 else size) + (mine - size)
-        return bar
+        return above_noise(bar)
 
     @staticmethod
     def _nothing_to_try(
