@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Hashable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from aisched.core.decisions import TaskBinding
 from aisched.core.session import ShapeBy
@@ -53,6 +53,22 @@ def free_state_key(free: FreeState) -> bytes:
     follow from `gpu_milli`, so they add nothing)."""
     parts = (free.cpu, free.mem, free.gpu_milli, free.gpu_mem, free.rdma)
     return b"".join([a.tobytes() for a in parts])
+
+
+def current_key(session: Session) -> bytes:
+    """`free_state_key` of the session's free state, worked out again only after a change:
+    every change is logged (`FreeState.changed`, a new generation when the log starts over),
+    so an unchanged log length and generation of the same object mean the same content. A
+    walk tries several shapes on one state, and what-ifs come back to it."""
+    free = session.free
+    hit = cast("tuple[FreeState, int, int, bytes] | None", session.memo.get("free-state-key"))
+    if hit is not None:
+        held, generation, length, key = hit
+        if held is free and generation == free.generation and length == len(free.changed):
+            return key
+    key = free_state_key(free)
+    session.memo["free-state-key"] = (free, free.generation, len(free.changed), key)
+    return key
 
 
 class KeptPlacements:

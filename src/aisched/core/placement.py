@@ -30,7 +30,7 @@ import numpy.typing as npt
 from aisched.core.caps import room as app_room
 from aisched.core.decisions import TaskBinding
 from aisched.core.framework import all_filters, combined_score
-from aisched.core.kept_placements import free_state_key, kept_placements
+from aisched.core.kept_placements import current_key, kept_placements
 from aisched.core.session import ShapeBy
 from aisched.core.snapshot import BoolArray, FreeState, IntArray
 from aisched.model.cluster import TopologyLevel
@@ -181,7 +181,7 @@ def place_job(
     if kept is None:
         result = _place(session, st, job, allowed)
     else:
-        outcomes = kept.outcomes(free_state_key(session.free))
+        outcomes = kept.outcomes(current_key(session))
         kept_key = (key, job.gpu_models_preferred)
         result = outcomes.get(kept_key)  # type: ignore[assignment]
         if result is None:

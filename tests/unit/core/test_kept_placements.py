@@ -10,7 +10,12 @@ import pytest
 
 from aisched.core import kept_placements as kept_mod
 from aisched.core.decisions import TaskBinding
-from aisched.core.kept_placements import KeptPlacements, free_state_key, kept_placements
+from aisched.core.kept_placements import (
+    KeptPlacements,
+    current_key,
+    free_state_key,
+    kept_placements,
+)
 from aisched.core.placement import place_job
 from aisched.core.policy import build_policy, preset
 from aisched.core.session import Session
@@ -128,3 +133,18 @@ def test_the_key_is_the_whole_free_state() -> None:
     assert free_state_key(free) != before
     free.give(snap.arrays.index[t[0].node], t[0])
     assert free_state_key(free) == before
+
+
+def test_the_current_key_follows_every_change_of_the_session_free_state() -> None:
+    snap = snapshot_of(_cluster())
+    session = Session(snap, preset("fifo"), 0.0, ())
+    before = current_key(session)
+    assert current_key(session) is before  # unchanged: not worked out again
+    st = Statement(session)
+    placed = place_job(session, st, _jobs()[0])
+    assert not isinstance(placed, str)
+    assert current_key(session) == free_state_key(session.free) != before
+    st.discard()
+    assert current_key(session) == before
+    with session.scratch(FreeState.empty(snap.arrays)):
+        assert current_key(session) == free_state_key(session.free)
