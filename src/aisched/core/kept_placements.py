@@ -6,7 +6,8 @@ under `las` and `srtf-oracle` on a Philly week nine placements in ten had been w
 before. Where a placement's outcome is a function of the free state, the job's shape and the
 policy alone, the outcome found once is the outcome every time, so it is kept and read back.
 
-When that holds (`kept_placements` says; None otherwise): placement is judged per shape (no
+When that holds (`kept_placements` says; None otherwise): the cluster is small enough for a
+copy of its free state to be a cheap key (`MAX_NODES`), placement is judged per shape (no
 per-node cap counts running tasks, no score draws per job), every feasible node is scored (no
 sample, whose window moves with earlier placements), and every score and filter of the policy
 reads only the free state, the cluster's arrays and the job's shape (`PURE_SCORES`,
@@ -40,6 +41,11 @@ if TYPE_CHECKING:
 
 # Free states kept; recent ones recur (the state before and after a what-if's victims go).
 MAX_STATES = 256
+# A key is a copy of the free state, O(nodes) to make and to keep: past this many nodes a key
+# per change would cost more than the placement it saves (whose cost grows slower than the
+# cluster, `placement.sample_size`), and MAX_STATES of them too much memory (here at most
+# about 40 MB at 8 GPUs a node), so nothing is kept.
+MAX_NODES = 1024
 # Plugins whose answers depend on nothing but the free state, the cluster's arrays and the
 # job's shape (and, for `gpu-preference`, its preferred models, which the key holds).
 PURE_SCORES = frozenset({"binpack", "spread", "topology", "gpu-preference"})
@@ -111,6 +117,8 @@ def kept_placements(session: Session, sampled: bool) -> KeptPlacements | None:
 def _table(session: Session, sampled: bool) -> KeptPlacements | None:
     policy = session.policy
     if session.shape_by is not ShapeBy.SHAPE or sampled:
+        return None
+    if session.arrays.num_nodes > MAX_NODES:
         return None
     if any(ws.plugin.name not in PURE_SCORES for ws in policy.scores):
         return None

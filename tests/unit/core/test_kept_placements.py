@@ -111,6 +111,16 @@ def test_states_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     assert table.outcomes(b"b") == {}  # the least recently used, dropped
 
 
+def test_nothing_is_kept_on_a_cluster_too_large_for_its_free_state_as_a_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    snap = snapshot_of(_cluster())
+    monkeypatch.setattr(kept_mod, "MAX_NODES", 3)
+    assert kept_placements(Session(snap, preset("fifo"), 0.0, ()), False) is None
+    monkeypatch.setattr(kept_mod, "MAX_NODES", 4)
+    assert kept_placements(Session(snap, preset("fifo"), 0.0, ()), False) is not None
+
+
 def test_nothing_is_kept_where_placement_reads_more_than_the_free_state() -> None:
     c = _cluster()
     snap = snapshot_of(c)
