@@ -1,14 +1,19 @@
 """Dump the simulator's decision log of each policy on the Philly week of `bench_philly_week.py`
 and on the first jobs of the loaded 512-GPU Philly replay (`bench_replay.py --cluster
 benchmarks/philly-512.yaml`), so that a change meant to make the cycle faster can be checked to
-decide exactly what it decided before: run it before and after, then `diff -r` the two folders.
+decide exactly what it decided before (issue 16's speed work): run it on the code before and
+after, then `diff -r` the two folders.
 
-Each run writes `<case>-<policy>.log` (one decision per line: time, kind, job, details) and,
-with `--statuses`, `<case>-<policy>.statuses` (a digest of every cycle's status per pending
-job, in pending order), and prints a SHA-256 per file with the run's CPU-seconds.
+Each run writes `<case>-<policy>.log`: one decision per line (time, kind, job, details; floats
+as their `repr`, so exact), then a line of the run's headline figures (jobs, finished, average
+JCT and queueing, preemptions, cycles). With `--statuses` it also writes
+`<case>-<policy>.statuses`, a digest of every cycle's status per pending job, in pending order.
+Prints a SHA-256 per file with the run's CPU-seconds. The default covers all four policies of
+the week's table on both cases.
 
     python benchmarks/decision_logs.py OUT_DIR [--cases week,replay512] [--limit 20000]
         [--policy fifo-strict,fifo,las,srtf-oracle] [--statuses]
+    diff -r OUT_DIR_BEFORE OUT_DIR_AFTER
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from aisched.core.snapshot import PendingJob, Snapshot
 from aisched.model.cluster import Cluster
 from aisched.sim.engine import SimConfig, simulate
 from aisched.sim.estimators import estimator_for
+from aisched.sim.metrics import compute_metrics
 from aisched.sim.traces import Trace, fit_gangs_to, load_philly
 from aisched.spec import resolve_cluster
 
@@ -92,9 +98,14 @@ def main() -> None:
             finally:
                 engine.run_cycle = real  # type: ignore[assignment]
             cpu_s = time.process_time() - c0
+            m = compute_metrics(result)
             text = "".join(
                 f"{t!r} {kind} {job} {' '.join(map(str, rest))}\n"
                 for t, kind, job, rest in result.log
+            ) + (
+                f"# jobs {m.jobs_submitted} finished {m.jobs_finished} avg_jct_s {m.avg_jct_s!r} "
+                f"avg_queueing_s {m.avg_queueing_s!r} preemptions {m.preemptions} "
+                f"cycles {result.cycles}\n"
             )
             log = args.out / f"{case}-{name}.log"
             log.write_text(text)

@@ -30,6 +30,7 @@ import numpy.typing as npt
 from aisched.core.caps import room as app_room
 from aisched.core.decisions import TaskBinding
 from aisched.core.framework import all_filters, combined_score
+from aisched.core.kept_placements import current_key, kept_placements
 from aisched.core.session import ShapeBy
 from aisched.core.snapshot import BoolArray, FreeState, IntArray
 from aisched.model.cluster import TopologyLevel
@@ -171,7 +172,24 @@ def place_job(
     if cached is not None:
         return cached
     session.placement_attempts += 1
-    result = _place(session, st, job, allowed)
+    # Worked out before on this very free state, in this cycle or an earlier one?
+    kept = (
+        kept_placements(session, sample_size(session) > 0)
+        if allowed is None and not session.imagine_empty
+        else None
+    )
+    if kept is None:
+        result = _place(session, st, job, allowed)
+    else:
+        outcomes = kept.outcomes(current_key(session))
+        kept_key = (key, job.gpu_models_preferred)
+        result = outcomes.get(kept_key)  # type: ignore[assignment]
+        if result is None:
+            result = outcomes[kept_key] = _place(session, st, job, allowed)
+        elif not isinstance(result, str):
+            index = session.arrays.index
+            for t in result:
+                st.take(index[t.node], t)
     if isinstance(result, str):
         session.fail_cache[key] = result
     return result
