@@ -9,6 +9,7 @@ submission, for jobs of `min_gpus` GPUs or more) and the preemption guards (`fac
 seconds, `bound`: `upper` or `estimate`).
 
     python benchmarks/tune_qssf.py [--variants 'starve=12,min_gpus=1;starve=24,min_gpus=1'] [--jobs N]
+        [--size both|roomy|tight]
 """
 
 from __future__ import annotations
@@ -75,11 +76,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--variants", default="")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--size", choices=("both", "roomy", "tight"), default="both")
     args = ap.parse_args()
     week = SPLITS["tuning"][0]
     roomy, tight = sizes(offered_gpus(load_week(week), week))
+    gpus = {"both": (roomy, tight), "roomy": (roomy,), "tight": (tight,)}[args.size]
     specs = args.variants.split(";")
-    tasks = [(s, g) for g in (roomy, tight) for s in specs]
+    tasks = [(s, g) for g in gpus for s in specs]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for line in pool.map(run, *zip(*tasks, strict=True)):
             print(line, flush=True)

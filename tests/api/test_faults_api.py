@@ -16,6 +16,9 @@ from clients import client_for
 from fastapi.testclient import TestClient
 
 from aisched.service.app import Service
+from aisched.service.identity import service_user
+from aisched.service.loop import Rejected
+from aisched.testing.builders import job
 from aisched.testing.fakes import FakeExecutor
 
 OpenService = Callable[..., Service]  # the open_service fixture of conftest.py
@@ -217,3 +220,63 @@ def test_a_locked_store_fails_steps_visibly_and_loses_nothing(
         if line.startswith("aisched_loop_errors_total ")
     ]  # fmt: skip
     assert len(errors) == 1 and float(errors[0].split()[1]) >= 1
+
+
+class ReadBlocker:
+    """Another connection that holds the jobs table against reads as well as writes. SQLite:
+    a connection in exclusive locking mode, which WAL readers wait for too; it can take the
+    database only while no other connection is open, so the service's idle ones are closed
+    first (it opens new ones as it needs them, as after a restart of its pool). PostgreSQL:
+    an ACCESS EXCLUSIVE lock on the table."""
+
+    def __init__(self, svc: Service, tmp_path: Path) -> None:
+        self.sqlite = svc.store.engine.dialect.name == "sqlite"
+        if self.sqlite:
+            svc.store.engine.dispose()
+            self.conn: Any = sqlite3.connect(tmp_path / "state.db", isolation_level=None)
+            self.conn.execute("PRAGMA locking_mode=EXCLUSIVE")
+            self.conn.execute("BEGIN EXCLUSIVE")
+        else:
+            self.conn = svc.store.engine.raw_connection()
+            self.conn.cursor().execute("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE")
+
+    @property
+    def error(self) -> str:
+        if self.sqlite:
+            return "(sqlite3.OperationalError) database is locked"
+        return "(psycopg.errors.LockNotAvailable) canceling statement due to lock timeout"
+
+    def release(self) -> None:
+        if self.sqlite:
+            self.conn.execute("ROLLBACK")
+        else:
+            self.conn.rollback()
+        self.conn.close()
+
+
+def test_a_submission_whose_key_cannot_be_read_is_answered_503_and_made_once_when_sent_again(
+    open_service: OpenService, fx: FakeExecutor, tmp_path: Path
+) -> None:
+    """The loop reads the store for an Idempotency-Key after taking the submission off its
+    queue; a store that fails that read must still leave the caller with an answer."""
+    svc = open_service(fx, limits={"store_busy_timeout": "0.2s"})
+    client = client_for(svc)  # its token is stored before the store is blocked
+    blocker = ReadBlocker(svc, tmp_path)
+    held = job("").name("kept").task(1, cpu=0.1).user(service_user()).build()
+    try:
+        future = svc.scheduler.submit(held, idempotency_key="k-1")
+        with pytest.raises(Rejected) as refused:
+            future.result(timeout=30)
+    finally:
+        blocker.release()
+    assert refused.value.status == 503
+    assert str(refused.value) == (
+        f"not taken: the store could not be read to check its Idempotency-Key ({blocker.error}"
+        "); nothing was changed: send it again with the same Idempotency-Key (GET /v1/readyz "
+        "says when the store is back)"
+    )
+    doc = {"name": "kept", "command": ["true"]}
+    first = client.post("/v1/jobs", json=doc, headers={"Idempotency-Key": "k-1"})
+    again = client.post("/v1/jobs", json=doc, headers={"Idempotency-Key": "k-1"})
+    assert [(r.status_code, r.json()["id"]) for r in (first, again)] == [(201, "1"), (201, "1")]
+    assert ids(client) == ["1"]

@@ -57,6 +57,8 @@ class Service:
     # local user: tests run the CLI as other users too.
     socket: Path = field(init=False)
     token: str = ""
+    # Set in the service's environment only (not the CLI's), e.g. a failpoint.
+    extra_env: dict[str, str] = field(default_factory=dict)
     _api: httpx.Client | None = None
 
     def __post_init__(self) -> None:
@@ -104,7 +106,7 @@ class Service:
              "--data-dir", str(self.home), "--socket", str(self.socket), *self.args],
             stdout=out,
             stderr=subprocess.STDOUT,
-            env=self.env(),
+            env={**self.env(), **self.extra_env},
             start_new_session=True,
         )  # fmt: skip
         out.close()

@@ -3,238 +3,34 @@
 Each case is a small trace (gangs and preemption, elastic shrink and grow, failures and
 retries, a pipeline whose steps wait for each other or are cancelled, a service whose replicas
 are preempted, victims that take their time to stop within their grace period while the job
-they make room for waits, a job that can never fit) replayed twice: through
-`sim.engine.simulate`, and through the service's real `Scheduler` over a real SQLite store,
-with a virtual executor (`virtual.py`, which plays task ends by the simulator's rules) on a
-virtual clock that the test moves from one event to the next. The decision logs (binds,
-preemptions, shrinks, grows, retries, ends, each with its time and the nodes it bound) are
-compared whole, with `==`.
-
-The live log is read back from what the service stored (its event log and task rows), not from
-anything the loop keeps for the test; a job that can never fit is refused at its submission and
-stored nowhere, so its entry is the refusal the submission got (a case puts such jobs last: a
-refused job takes no id). A service keeps its minimum of replicas in both (the
-autoscaler, which changes the count with load, is the live service's alone).
+they make room for waits, a job that can never fit, and one case for each difference the
+random cases of `test_random_parity.py` found) replayed twice, through the simulator and
+through the service's real `Scheduler` over a real SQLite store (`drivers.py`), and the two
+decision logs (binds, preemptions, shrinks, grows, retries, ends, each with its time and the
+nodes it bound) are compared whole, with `==`. A service keeps its minimum of replicas in both
+(the autoscaler, which changes the count with load, is the live service's alone).
 """
 
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Sequence
-from concurrent.futures import Future
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from virtual import Plan, VirtualExecutor
+from drivers import Case, elastic, gang, gpus, graceful, live_log, show, sim_log
 
-from aisched.core.policy import preset
-from aisched.lifecycle.work import checkpoint_interval_s
-from aisched.model.cluster import Cluster, Node
 from aisched.model.job import Dependency, DependencyCondition, Job, JobKind
-from aisched.model.queue import QueueTree
 from aisched.model.service import ServiceSpec
-from aisched.service.loop import LoopConfig, Rejected, Scheduler
-from aisched.sim.engine import SimConfig, SimResult, simulate
-from aisched.sim.traces import Trace, TraceJob
-from aisched.store.db import Row, Store
-from aisched.testing import job, node
-
-# (time_s, job id, kind, nodes): one decision or end.
-Entry = tuple[float, str, str, tuple[str, ...]]
-
-GROW_AFTER_S = 60.0
-CHECKPOINT_S = 50.0
-RESTART_COST_S = 5.0
-HORIZON_S = 100_000.0
-
-
-@dataclass(frozen=True)
-class Case:
-    name: str
-    nodes: tuple[Node, ...]
-    # (job, submit time, runtime with every task, played failures); ids are "1", "2", ... in
-    # submission order, the ids the service gives them.
-    jobs: tuple[tuple[Job, float, float, tuple[float, ...]], ...]
-    policy: str = "default"
-    want: tuple[Entry, ...] = ()
-    # How long a stopped task takes to exit (its grace period caps it), in both drivers.
-    stop_s: float = 0.0
-
-
-def gpus(name: str, n: int) -> Node:
-    return node(name).gpus(n).cpus(32).mem_gib(128).build()
-
-
-def trace_of(case: Case) -> Trace:
-    jobs = []
-    for i, (j, at, duration, fail_after) in enumerate(case.jobs):
-        built = replace(j, id=str(i + 1), submit_time_s=at)
-        jobs.append(TraceJob(built, duration, fail_after_s=fail_after))
-    return Trace(case.name, tuple(jobs))
-
-
-def sim_log(case: Case) -> list[Entry]:
-    config = SimConfig(
-        checkpoint_interval_s=CHECKPOINT_S,
-        restart_cost_s=RESTART_COST_S,
-        validate=True,
-        elastic_grow_after_s=GROW_AFTER_S,
-        max_backoff_s=60.0,
-        victim_stop_s=case.stop_s,
-    )
-    result: SimResult = simulate(
-        trace_of(case), Cluster(case.nodes), preset(case.policy), config, queues=QueueTree()
-    )
-    out: list[Entry] = []
-    for t, kind, job_id, detail in result.log:
-        if kind == "bind":
-            out.append((t, job_id, "bind", tuple(sorted(detail))))
-        elif kind == "shrink":
-            out.append((t, job_id, "shrink", tuple(sorted(detail[2:]))))
-        elif kind in ("preempt", "grow", "retry", "fail", "finish", "cancel", "service", "reject"):
-            out.append((t, job_id, kind, ()))
-    return sorted(out)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def live_log(case: Case, home: Path) -> list[Entry]:
-    trace = trace_of(case)
-    clock = Clock()
-    plans = {
-        tj.job.name: Plan(
-            tj.duration_s,
-            tj.job.num_tasks,
-            tj.job.elastic,
-            checkpoint_interval_s(tj.job, CHECKPOINT_S),
-            tj.fail_after_s,
-        )
-        for tj in trace.jobs
-    }
-    replica = Plan(math.inf, 1, False, CHECKPOINT_S)
-    fx = VirtualExecutor(
-        case.nodes, clock, plans, RESTART_COST_S, stop_s=case.stop_s, replica_plan=replica
-    )
-    store = Store.sqlite(home / "state.db")
-    config = LoopConfig(
-        data_dir=home,
-        # Cycles only when something changed, as in the simulator.
-        cycle_interval_s=math.inf,
-        max_backoff_s=60.0,
-        tick_s=math.inf,
-        cycle_gap_factor=0,
-        elastic_grow_after_s=GROW_AFTER_S,
-        # The drivers' default for jobs that name no interval: the same here, by one rule.
-        checkpoint_interval_s=CHECKPOINT_S,
-        validate=True,
-    )
-    sched = Scheduler(store, fx, preset(case.policy), QueueTree(), config, clock=clock)
-    sched.recover()
-    arrivals = sorted(trace.jobs, key=lambda tj: tj.job.submit_time_s)
-    refused: list[Entry] = []
-    i = 0
-    while clock.t <= HORIZON_S:
-        # Every arrival of this instant is queued, then one step takes them all in before its
-        # cycle, as the simulator's arrivals all come before the cycle of their instant.
-        queued: list[tuple[TraceJob, Future[Row] | Future[list[Row]]]] = []
-        while i < len(arrivals) and arrivals[i].job.submit_time_s <= clock.t:
-            tj = arrivals[i]
-            i += 1
-            fx.names[tj.job.id] = tj.job.name
-            bare = replace(tj.job, id="", submit_time_s=0.0)
-            if bare.depends_on:  # a pipeline's step, naming earlier jobs by id
-                queued.append((tj, sched.submit_all(((bare, "native", ()),))))
-            else:
-                queued.append((tj, sched.submit(bare)))
-        if queued:
-            sched.step()
-        for tj, fut in queued:
-            try:
-                got = fut.result(0)
-            except Rejected:
-                refused.append((clock.t, tj.job.id, "reject", ()))
-                assert tj is arrivals[-1], "a refused job takes no id: put it last"
-                continue
-            row = got[0] if isinstance(got, list) else got
-            assert row["id"] == tj.job.id
-        delay = settle(sched, store)
-        if i == len(arrivals) and not sched.jobs:
-            break
-        nxt = min(
-            arrivals[i].job.submit_time_s if i < len(arrivals) else math.inf,
-            fx.next_end_s(),
-            clock.t + delay,
-        )
-        assert nxt > clock.t, f"t={clock.t}: the live run stalled"
-        clock.t = nxt
-    return sorted(read_log(store) + refused)
-
-
-def settle(sched: Scheduler, store: Store) -> float:
-    """Step at one instant until a step changes nothing stored; the last step's delay."""
-    last = -1
-    for _ in range(50):
-        delay = sched.step()
-        with store.read() as tx:
-            seen = sum(len(tx.events_of(str(k))) for k in range(1, tx.max_seq() + 1))
-        if seen == last:
-            return delay
-        last = seen
-    raise AssertionError("the loop never settled")
-
-
-_ATTEMPT = re.compile(r"attempt (\d+):")
-
-
-def read_log(store: Store) -> list[Entry]:
-    out: list[Entry] = []
-    with store.read() as tx:
-        for k in range(1, tx.max_seq() + 1):
-            job_id = str(k)
-            shrunk = False
-            for e in tx.events_of(job_id):
-                kind, t = e["kind"], e["time"]
-                if kind == "started" and e["message"] == "service started":
-                    out.append((t, job_id, "service", ()))
-                elif kind == "started":
-                    m = _ATTEMPT.match(e["message"])
-                    assert m is not None, e["message"]
-                    tasks = tx.tasks_of(job_id, int(m.group(1)))
-                    nodes = tuple(sorted(r["node"] for r in tasks))
-                    out.append((t, job_id, "shrink" if shrunk else "bind", nodes))
-                    shrunk = False
-                elif kind == "shrunk":
-                    shrunk = True
-                elif kind in ("preempting", "growing", "retrying"):
-                    word = {"preempting": "preempt", "growing": "grow", "retrying": "retry"}
-                    out.append((t, job_id, word[kind], ()))
-                elif kind == "succeeded":
-                    out.append((t, job_id, "finish", ()))
-                elif kind == "failed":
-                    out.append((t, job_id, "fail", ()))
-                elif kind == "cancelled":
-                    out.append((t, job_id, "cancel", ()))
-    return sorted(out)
-
-
-def gang(name: str, tasks: int, gpu: int, priority: int = 0) -> Job:
-    return job(name).name(name).task(tasks, gpu=gpu).priority(priority).build()
-
-
-def elastic(name: str, tasks: int, least: int, gpu: int = 1) -> Job:
-    return job(name).name(name).task(tasks, gpu=gpu).min_available(least).elastic().build()
+from aisched.testing import job
 
 
 def after(j: Job, *deps: str, condition: DependencyCondition = DependencyCondition.SUCCESS) -> Job:
     return replace(j, depends_on=tuple(Dependency(d, condition) for d in deps))
+
+
+def no_checkpoints(j: Job) -> Job:
+    return replace(j, checkpoint_interval_s=math.inf)
 
 
 def service(name: str, replicas: int, gpu: int) -> Job:
@@ -299,10 +95,6 @@ CASES = [
 ]
 
 
-def graceful(j: Job, grace_s: float) -> Job:
-    return replace(j, grace_period_s=grace_s)
-
-
 CASES += [
     Case(
         # Both victims get SIGTERM at 100 s; low-b's task exits when its 4 s grace runs out
@@ -341,13 +133,108 @@ CASES += [
 ]
 
 
+CASES += [
+    Case(
+        # Found by the random cases: at 3 s "urgent" preempts "wide", and the same cycle places
+        # s1 and s2 in what wide frees. wide stops at once, yet in the service only in the
+        # next step, so all three wait for it; they start where the cycle bound them once it
+        # has stopped. Placed afresh instead, they met wide requeued ahead of them, and its
+        # reservation kept s1 and s2 waiting until 28 s, where the simulator started them at 3.
+        "binds-after-a-victim-start-where-bound",
+        (gpus("n1", 2), gpus("n2", 2)),
+        (
+            (gang("wide", 2, 2), 0.0, 10.0, ()),
+            (gang("s1", 1, 1), 1.0, 10.0, ()),
+            (gang("s2", 1, 1), 2.0, 10.0, ()),
+            (gang("urgent", 1, 1, priority=1), 3.0, 10.0, ()),
+        ),
+    ),
+]
+
+
+CASES += [
+    Case(
+        # Found by the random cases: at 2 s "urgent" preempts "big" (which stops at once) and is
+        # bound; "small", passed over by that cycle's allocate before the preemption, fits what
+        # big leaves. The service sees big's exit a step later and runs a cycle then, which
+        # places small at 2 s; the simulator, which stopped big inside its cycle and ran no
+        # other, placed it only once big had run again, at 117 s.
+        "a-cycle-follows-a-victim-that-stops-at-once",
+        (gpus("n1", 4),),
+        (
+            (gang("big", 1, 4), 0.0, 100.0, ()),
+            (gang("small", 1, 1), 1.0, 10.0, ()),
+            (gang("urgent", 1, 2, priority=1), 2.0, 10.0, ()),
+        ),
+        policy="priority",
+    ),
+]
+
+
+CASES += [
+    Case(
+        # Found by the random cases: a and b run short (one task each) when hog ends at 200 s
+        # and leaves 2 GPUs idle. One grows at a time: a is requeued and placed with 3 tasks,
+        # which leaves nothing for b, which grows when a ends. The service used to requeue both
+        # for the same 2 GPUs (each judged alone): b came back with its one task, lost its work
+        # since its checkpoint, and, its grow having brought nothing, never grew again.
+        "elastic-jobs-grow-one-at-a-time",
+        (gpus("n1", 4),),
+        (
+            (gang("hog", 1, 2), 0.0, 200.0, ()),
+            (gang("mid", 1, 1), 1.0, 50.0, ()),
+            (elastic("a", 3, 1), 2.0, 600.0, ()),
+            (elastic("b", 3, 1), 3.0, 600.0, ()),
+        ),
+    ),
+]
+
+
+CASES += [
+    Case(
+        # Found by the random cases: el's tasks take 10 s to stop for its shrink at 30 s (it
+        # restarts on 2 tasks at 40 s, when other starts) and for its grow at 140 s (placed
+        # again with 4 at 150 s), as for a preemption. The simulator stopped only a preempted
+        # job's tasks in their time; a shrink and a grow were instant there.
+        "elastic-stops-take-their-time",
+        (gpus("n1", 4),),
+        (
+            (elastic("el", 4, 1), 0.0, 800.0, ()),
+            (gang("other", 1, 2), 30.0, 100.0, ()),
+            (gang("late", 1, 1), 500.0, 20.0, ()),
+        ),
+        stop_s=10.0,
+    ),
+]
+
+
+CASES += [
+    Case(
+        # Found by the random cases: at 15 s urgent (back from a failure) preempts el (shrunk
+        # to one task on n1, 4 s grace) and wide (one task on each node, stops in 10 s) and
+        # waits for both; el, stopped at 19 s, is placed on n2 and preempted at 21 s by mid,
+        # which waits for el and for wide (still on n2 and n3). el and wide stop together at
+        # 25 s: urgent starts on n1 and mid on n2 and n3, where the core bound them. Each
+        # driver used to take the two exits one by one, keeping what the first freed for mid,
+        # whose wait went on, and in its own order: the simulator took wide's first, kept
+        # all of it (n1 too) for mid, and placed urgent afresh, on n2.
+        "exits-of-one-instant-are-taken-in-together",
+        (gpus("n1", 4), gpus("n2", 4), gpus("n3", 4)),
+        (
+            (no_checkpoints(graceful(gang("urgent", 1, 3, priority=3), 4.0)), 0.0, 10.0, (5.0,)),
+            (graceful(elastic("el", 2, 1), 4.0), 5.0, 300.0, ()),
+            (gang("wide", 3, 3), 5.0, 10.0, ()),
+            (no_checkpoints(gang("mid", 2, 1, priority=1)), 6.0, 300.0, (5.0, 50.0)),
+        ),
+        policy="priority",
+        stop_s=10.0,
+    ),
+]
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_parity_of_simulator_and_live_service(case: Case, tmp_path: Path) -> None:
     want = sim_log(case)
     assert want, "the simulator made no decision"
     got = live_log(case, tmp_path)
     assert got == want, f"live:\n{show(got)}\nsim:\n{show(want)}"
-
-
-def show(entries: Sequence[Entry]) -> str:
-    return "\n".join(map(str, entries))

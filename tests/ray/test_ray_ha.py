@@ -1,10 +1,13 @@
 """High availability on a real Ray cluster: two `aisched up --ray` instances sharing a real
 PostgreSQL database and a data directory (the Ray namespace of the tasks' actors follows from
 its path); kill -9 of the leader while a gang runs as detached actors: the standby takes over
-and adopts both actors by name, and the gang ends once, never started again."""
+and adopts both actors by name, and the gang ends once, never started again. A leader paused
+between committing a gang's launch and making it: the standby runs the gang, the old leader's
+late launch starts nothing."""
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import httpx
@@ -22,9 +25,7 @@ pytest.importorskip(
 LEASE = "lease_ttl: 4s\nlease_renew: 1s\nlease_poll: 0.5s\n"
 
 
-def test_the_standby_adopts_the_gang_of_a_killed_leader_through_its_actors(
-    tmp_path: Path, ray_cluster: RayCluster, pg_server: PostgresServer
-) -> None:
+def pair(tmp_path: Path, ray_cluster: RayCluster, pg_server: PostgresServer) -> list[Service]:
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
@@ -34,6 +35,28 @@ def test_the_standby_adopts_the_gang_of_a_killed_leader_through_its_actors(
     a = Service(home, free_port(), work, args)
     b = Service(home, free_port(), work, args)
     a.log, b.log = home / "a.log", home / "b.log"
+    return [a, b]
+
+
+def leads(svc: Service) -> bool:
+    try:
+        return httpx.get(f"{svc.url}/v1/healthz", timeout=2).json()["role"] == "leader"
+    except httpx.HTTPError:
+        return False
+
+
+def stop_all(services: list[Service]) -> None:
+    for svc in services:
+        if svc.proc is not None and svc.proc.poll() is None:
+            cancel_all(svc)
+            svc.stop()
+
+
+def test_the_standby_adopts_the_gang_of_a_killed_leader_through_its_actors(
+    tmp_path: Path, ray_cluster: RayCluster, pg_server: PostgresServer
+) -> None:
+    a, b = pair(tmp_path, ray_cluster, pg_server)
+    work = a.work
     try:
         a.start(timeout_s=90)
         b.start(timeout_s=90)
@@ -42,13 +65,7 @@ def test_the_standby_adopts_the_gang_of_a_killed_leader_through_its_actors(
             env_of(a, jid, r)
         a.kill9()  # its tasks are detached actors: they keep running
 
-        def leads() -> bool:
-            try:
-                return httpx.get(f"{b.url}/v1/healthz", timeout=2).json()["role"] == "leader"
-            except httpx.HTTPError:
-                return False
-
-        wait_for("the standby to lead", leads, 30)
+        wait_for("the standby to lead", lambda: leads(b), 30)
         wait_for("the adoption", lambda: b.job(jid)["events"][-1]["kind"] == "adopted", 60)
         job = b.job(jid)
         assert (job["state"], job["attempt"]) == ("running", 1)
@@ -59,7 +76,36 @@ def test_the_standby_adopts_the_gang_of_a_killed_leader_through_its_actors(
         assert [e["kind"] for e in job["events"]].count("started") == 1
         assert sorted(events(b)) == ["start 0 0", "start 1 0"]  # once each, never stopped
     finally:
-        for svc in (b, a):
-            if svc.proc is not None and svc.proc.poll() is None:
-                cancel_all(svc)
-                svc.stop()
+        stop_all([b, a])
+
+
+def stopped(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2] == "T"
+
+
+def test_a_leader_paused_between_committing_a_gang_launch_and_making_it_starts_nothing(
+    tmp_path: Path, ray_cluster: RayCluster, pg_server: PostgresServer
+) -> None:
+    # A real SIGSTOP at the failpoint `pause-before-launch`: the gang's launch is committed and
+    # not made; the standby takes over, gives the launch up on its nodes' agents and runs the
+    # gang again. The old leader, let go on, finds its launch refused and exits deposed.
+    a, b = pair(tmp_path, ray_cluster, pg_server)
+    a.extra_env = {"AISCHED_FAILPOINTS": "pause-before-launch"}
+    try:
+        a.start(timeout_s=90)
+        b.start(timeout_s=90)
+        jid = submit(a, "paused", replicas=2, topology={"spread": "node"})
+        assert a.proc is not None
+        wait_for("the leader to pause at its launch", lambda: stopped(a.proc.pid), 60)
+        wait_for("the standby to lead", lambda: leads(b), 30)
+        for r in range(2):
+            env_of(b, jid, r, restart=1)  # attempt 2 (restart 1), started by the new leader
+        a.proc.send_signal(signal.SIGCONT)
+        assert a.proc.wait(60) == 3
+        (a.work / "release").touch()
+        job = b.wait_state(jid, "succeeded", "failed", timeout_s=60)
+        assert job["state"] == "succeeded", job["events"]
+        assert sorted(events(b)) == ["start 0 1", "start 1 1"]  # attempt 1 never started
+    finally:
+        stop_all([b, a])

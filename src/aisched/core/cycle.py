@@ -16,6 +16,7 @@ import numpy as np
 
 from aisched.core.actions.enqueue import admission_refusal
 from aisched.core.decisions import Bind, Decision, Preempt, Reserve, Shrink
+from aisched.core.pending import PendingQueue
 from aisched.core.policy import Policy
 from aisched.core.session import Session, ShapeBy
 from aisched.core.snapshot import PendingJob, Snapshot, usage_by_user
@@ -69,25 +70,27 @@ class CycleResult:
 
 def run_cycle(
     snapshot: Snapshot,
-    pending: Sequence[PendingJob],
+    pending: Sequence[PendingJob] | PendingQueue,
     policy: Policy,
     now: float,
     *,
     validate: bool = False,
 ) -> CycleResult:
-    session = Session(snapshot, policy, now, tuple(pending))
+    """One cycle. `pending` may be the caller's kept `PendingQueue`: the cycle then reads
+    what changed since the last one from its log rather than from the whole queue."""
+    if isinstance(pending, PendingQueue):
+        session = Session(snapshot, policy, now, pending.jobs(), pending)
+    else:
+        session = Session(snapshot, policy, now, tuple(pending))
     if validate:
         _check_inputs(session)
     for action in policy.actions:
         action.execute(session)
         if validate:
             _check(session, action.name)
-    statuses = session.statuses
-    # Statuses are only ever set for pending jobs, so equal sizes mean every job has one.
-    if len(statuses) == len(session.pending):
-        diagnostics: Mapping[str, JobStatus] = statuses
-    else:
-        diagnostics = {pj.id: statuses.get(pj.id, NOT_REACHED) for pj in session.pending}
+    # Every pending job without a status has the same one; no walk over the queue for it.
+    session.statuses.finish(NOT_REACHED)
+    diagnostics: Mapping[str, JobStatus] = session.statuses
     decisions = tuple(session.decisions)
     stats = CycleStats(
         pending=len(session.pending),

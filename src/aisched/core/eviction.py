@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from aisched.core.decisions import TaskBinding
-from aisched.core.placement import place_job
+from aisched.core.placement import place_job, sample_size
 from aisched.core.snapshot import BoolArray, RunningJob
 from aisched.core.statement import Statement
 from aisched.model.job import Job
@@ -111,19 +111,20 @@ def _take(session: Session, st: Statement, cuts: Sequence[Cut]) -> None:
         shrink(session, st, job, keep)
 
 
-def _fits_after(
+def _placed_after(
     session: Session,
     job: Job,
     cuts: Sequence[Cut],
     allowed: BoolArray | None,
     mask_key: Hashable,
-) -> bool:
+) -> tuple[TaskBinding, ...] | None:
+    """Where `job` would go once `cuts` are taken, or None when it would not fit; the session
+    is left as it was."""
     st = Statement(session)
     _take(session, st, cuts)
     placed = place_job(session, st, job, allowed, ("evict", len(cuts), mask_key))
-    ok = not isinstance(placed, str)
     st.discard()
-    return ok
+    return None if isinstance(placed, str) else placed
 
 
 def _cut_nodes(c: Cut) -> tuple[str, ...]:
@@ -146,40 +147,68 @@ def find_room(
     # to test the largest prefix first would cost O(running) every time.
     n = len(cuts)
     lo, hi = 1, 1
-    while not _fits_after(session, job, cuts[:hi], allowed, mask_key):
+    found = _placed_after(session, job, cuts[:hi], allowed, mask_key)
+    while found is None:
         if hi == n:
             return None
         lo, hi = hi + 1, min(hi * 2, n)
+        found = _placed_after(session, job, cuts[:hi], allowed, mask_key)
     while lo < hi:
         mid = (lo + hi) // 2
-        if _fits_after(session, job, cuts[:mid], allowed, mask_key):
-            hi = mid
+        placed = _placed_after(session, job, cuts[:mid], allowed, mask_key)
+        if placed is not None:
+            hi, found = mid, placed
         else:
             lo = mid + 1
     prefix = list(cuts[:lo])
-    st = Statement(session)
-    _take(session, st, prefix)
-    res = place_job(session, st, job, allowed, ("evict-final", lo, mask_key))
-    st.discard()
-    if isinstance(res, str):  # cannot happen after fits(lo); keep the session clean anyway
-        return None
+    # Where the job goes once the whole prefix is taken: `found`, when placement is a function
+    # of the free state alone (every node scored); a sample depends on the order of earlier
+    # placements, so then it is placed again, as the search always did.
+    replays = sample_size(session) == 0
+    res = found
+    if not replays:
+        st = Statement(session)
+        _take(session, st, prefix)
+        again = place_job(session, st, job, allowed, ("evict-final", lo, mask_key))
+        st.discard()
+        if isinstance(again, str):  # cannot happen after fits(lo); keep the session clean
+            return None
+        res = again
     used = {t.node for t in res}
     needed = [c for c in prefix if any(node in used for node in _cut_nodes(c))]
     st = Statement(session)
-    _take(session, st, needed)
-    final = place_job(session, st, job, allowed, ("evict-needed", len(needed), mask_key))
+    if replays and len(needed) == len(prefix):
+        final: tuple[TaskBinding, ...] | str = _apply(session, st, prefix, found)
+    else:
+        _take(session, st, needed)
+        final = place_job(session, st, job, allowed, ("evict-needed", len(needed), mask_key))
     if isinstance(final, str):
         st.discard()
         needed = prefix
         st = Statement(session)
-        _take(session, st, needed)
-        final = place_job(session, st, job, allowed, ("evict-final", lo, mask_key))
-        if isinstance(final, str):
-            st.discard()
-            return None
+        if replays:
+            final = _apply(session, st, prefix, found)
+        else:
+            _take(session, st, needed)
+            final = place_job(session, st, job, allowed, ("evict-final", lo, mask_key))
+            if isinstance(final, str):
+                st.discard()
+                return None
     st.commit()
     evicted, shrunk = _plan(needed)
     return Room(tuple(evicted), tuple(shrunk), final)
+
+
+def _apply(
+    session: Session, st: Statement, cuts: Sequence[Cut], tasks: tuple[TaskBinding, ...]
+) -> tuple[TaskBinding, ...]:
+    """Take `cuts` and bind `tasks`, the placement found for that very state, through `st`:
+    what placing again would do, without the search."""
+    _take(session, st, cuts)
+    index = session.arrays.index
+    for t in tasks:
+        st.take(index[t.node], t)
+    return tasks
 
 
 def find_victims(

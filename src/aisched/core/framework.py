@@ -69,7 +69,9 @@ class ChooseGpu(Protocol):
 
 class SelectVictims(Protocol):
     """Ranks running jobs as preemption victims; lower keys are evicted first. Called while a
-    preemption is being simulated; must not mutate."""
+    preemption is being simulated; must not mutate. A selector may also have
+    `keys(running, now) -> list[float]`, the key of each job in one pass, which must equal
+    `key` job for job (`victim_keys` uses it)."""
 
     name: str
 
@@ -127,3 +129,18 @@ def victim_key(
     keys: list[float | str] = [v.key(running, now) for v in victims]
     keys += (running.job.priority, -running.started_s, running.job.id)
     return tuple(keys)
+
+
+def victim_keys(
+    victims: Sequence[SelectVictims], running: Sequence[RunningJob], now: float
+) -> list[tuple[float | str, ...]]:
+    """`victim_key` of each of `running`, in one pass per selector rather than one call
+    chain per job (a preemption walk keys hundreds of running jobs at a time)."""
+    columns: list[list[float] | list[int] | list[str]] = []
+    for v in victims:
+        keys = getattr(v, "keys", None)  # the same keys in one pass (plugins/victims.py)
+        columns.append(keys(running, now) if keys is not None else [v.key(r, now) for r in running])
+    columns.append([r.job.priority for r in running])
+    columns.append([-r.started_s for r in running])
+    columns.append([r.job.id for r in running])
+    return list(zip(*columns, strict=True))

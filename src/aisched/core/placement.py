@@ -21,7 +21,7 @@ one set of memoised arrays; split, each part would reach into the others' memo k
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from functools import partial
+from functools import lru_cache, partial
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -186,6 +186,9 @@ def _place(
         if not isinstance(res, str) or topo.mode == TopologyMode.REQUIRED:
             return res
     elif job.num_tasks > 1 and _wants_locality(session):
+        short = _short_everywhere(session, job, allowed)
+        if short is not None:  # then no node, rack or zone has room either
+            return short
         for level in (TopologyLevel.NODE, TopologyLevel.RACK, TopologyLevel.ZONE):
             res = _place_in_domains(session, st, job, level, allowed)
             if not isinstance(res, str):
@@ -195,6 +198,33 @@ def _place(
 
 def _wants_locality(session: Session) -> bool:
     return session.policy.locality
+
+
+def _short_everywhere(session: Session, job: Job, allowed: BoolArray | None) -> str | None:
+    """The reason `_place_groups` gives a gang of one task group, no spread and no node
+    sample when the whole cluster lacks room for it, else None. A gang that tries one node,
+    then one rack, then one zone first fails in each of them too (each has no more room than
+    the whole; filters and per-node caps only take room away), and leaves nothing behind,
+    so its placement fails at once, for the reason it would end with, without those tries."""
+    if len(job.groups) != 1 or job.topology.spread is not None or sample_size(session):
+        return None
+    g = job.groups[0]
+    counts = fit_counts(session, g.request, job.gpu_models)
+    left = app_room(session, job)
+    if left is not None:
+        counts = np.minimum(counts, left)
+    policy = session.policy
+    mask = allowed
+    fmask = all_filters(policy.filters, session, job, g.request) if policy.filters else None
+    if fmask is not None:
+        mask = fmask if mask is None else (mask & fmask)
+    if mask is not None:
+        counts = np.where(mask, counts, 0)
+    room = int(np.minimum(counts, g.replicas).sum())
+    short = max(g.replicas - room, 0)
+    if short <= job.num_tasks - job.gang_min:
+        return None
+    return f"room for {room} of {g.replicas} '{g.name}' tasks ({describe(g.request)} each)"
 
 
 def _place_in_domains(
@@ -382,7 +412,7 @@ def _place_groups(
         short = max(g.replicas - room, 0)
         if short > slack:
             undo_mark.rollback()
-            return f"room for {room} of {g.replicas} '{g.name}' tasks ({req.describe()} each)"
+            return f"room for {room} of {g.replicas} '{g.name}' tasks ({describe(req)} each)"
         slack -= short
         want = g.replicas - short
         if want == 0:
@@ -442,6 +472,10 @@ def _bind_group(
     else:
         chosen, takes = _fill(session, job, nodes[np.lexsort((nodes, -scores))], counts, want)
     _take(session, st, job, group, req, chosen, takes, placed)
+
+
+# A failure's reason names its request; the same few requests fail over and over.
+describe = lru_cache(maxsize=4096)(Resources.describe)
 
 
 def sample_size(session: Session) -> int:

@@ -58,6 +58,8 @@ class Policy:
     """The topology score is on: gangs try one node, then one rack, then one zone."""
     gpu_chooser: ChooseGpu | None = field(init=False, repr=False, compare=False)
     """The first score that also picks a shared task's GPU on its node, if any."""
+    allocate_last: bool = field(init=False, repr=False, compare=False)
+    """No action runs after allocate, so nothing reads the jobs it leaves blocked."""
 
     def __post_init__(self) -> None:
         chooser = next((ws.plugin for ws in self.scores if hasattr(ws.plugin, "choose_gpu")), None)
@@ -73,6 +75,7 @@ class Policy:
             "per_job_placement": any(getattr(ws.plugin, "per_job", False) for ws in self.scores),
             "locality": any(ws.plugin.name == "topology" for ws in self.scores),
             "gpu_chooser": chooser,
+            "allocate_last": bool(self.actions) and self.actions[-1].name == "allocate",
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)

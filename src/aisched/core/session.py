@@ -10,12 +10,14 @@ from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from aisched.core.caps import node_caps
 from aisched.core.decisions import Bind, Decision, Preempt, Reserve, Shrink, TaskBinding
+from aisched.core.pending import PendingQueue
 from aisched.core.snapshot import (
     ZERO,
     BoolArray,
@@ -29,12 +31,14 @@ from aisched.core.snapshot import (
     usage_by_user,
 )
 from aisched.core.status import JobStatus, StatusCode
+from aisched.core.statuses import Statuses
 from aisched.core.taskmix import TaskMix, mix_of
 from aisched.model.job import Job
 from aisched.model.queue import QueueTree
 from aisched.model.resources import Resources
 
 if TYPE_CHECKING:  # the policy builds actions, which import from here at run time
+    from aisched.core.admitted import AdmittedOrder
     from aisched.core.policy import Policy
 
 
@@ -44,6 +48,18 @@ class ShapeBy(Enum):
     SHAPE = "shape"  # the job's shape alone
     APP = "app"  # its shape and app: a node's cap counts the app's instances (`core.caps`)
     JOB = "job"  # the job itself: a score draws per job
+
+
+_id = attrgetter("id")
+
+
+def _totals(arrays: ClusterArrays) -> Usage:
+    """The cluster's capacity as a usage vector (memoised: the arrays never change)."""
+    hit = arrays.memo.get("totals")
+    if hit is None:
+        cpu, mem, gpu = arrays.totals()
+        hit = arrays.memo["totals"] = (float(cpu), float(mem), float(gpu))
+    return hit  # type: ignore[return-value]
 
 
 def usage_vector(r: Resources) -> Usage:
@@ -80,20 +96,27 @@ class Session:
     """Per-cycle state. Actions read and change it; plugins only read it."""
 
     def __init__(
-        self, snapshot: Snapshot, policy: Policy, now: float, pending: tuple[PendingJob, ...]
+        self,
+        snapshot: Snapshot,
+        policy: Policy,
+        now: float,
+        pending: tuple[PendingJob, ...],
+        pending_queue: PendingQueue | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.arrays: ClusterArrays = snapshot.arrays
         self.policy = policy
         self.now = now
         self.pending = pending
+        # The caller's kept queue `pending` was taken from, if any: its log says what changed.
+        self.pending_queue = pending_queue
         self.free: FreeState = snapshot.free.copy()
-        cpu, mem, gpu = snapshot.arrays.totals()
-        self.totals: Usage = (float(cpu), float(mem), float(gpu))
-        self.running: dict[str, RunningJob] = {r.id: r for r in snapshot.running}
+        self.totals: Usage = _totals(snapshot.arrays)
+        running = snapshot.running
+        self.running: dict[str, RunningJob] = dict(zip(map(_id, running), running, strict=True))
         self.bound_now: set[str] = set()
         self.decisions: list[Decision] = []
-        self.statuses: dict[str, JobStatus] = {}
+        self.statuses = Statuses(pending)
         self.queue_usage: dict[str, Usage] = {}
         self.user_usage: dict[tuple[str, str], Usage] = {}
         self.reservations: list[Reservation] = []
@@ -106,8 +129,9 @@ class Session:
         # Their placement shapes, position for position, when enqueue kept them (None when it
         # reordered the candidates, e.g. promoting starving jobs).
         self.candidate_shapes: list[Hashable] | None = None
-        # The one queue every candidate is in, when enqueue knows there is one.
-        self.candidate_queue: str | None = None
+        # The order enqueue kept across cycles, when the candidates are exactly its jobs in its
+        # order (none promoted or cut by a queue depth): allocate then walks its indexes.
+        self.kept_order: AdmittedOrder | None = None
         # True when `blocked` is the candidates less those placed, in candidate order; then
         # `blocked_shapes` are their shapes, position for position.
         self.blocked_in_order = False
@@ -133,8 +157,20 @@ class Session:
             else ShapeBy.SHAPE
         )
         by_user = snapshot.usage if snapshot.usage is not None else usage_by_user(snapshot.running)
-        for (queue, user), vec in by_user.items():
-            self._add(queue, user, vec, 1.0)
+        # Only drf reads usage per user (`queues.fair_key`): copied in C, not summed again.
+        if policy.fair_users:
+            self.user_usage = dict(by_user)
+        # Per queue first, then once along each queue's path. Usage amounts are integers, so
+        # the sums are exact in any order; a (queue, user) with nothing running is exactly
+        # zero and adds nothing (a missing entry reads as zero).
+        leaves: dict[str, Usage] = {}
+        for (queue, _), vec in by_user.items():
+            if vec != ZERO:
+                leaves[queue] = add_usage(leaves.get(queue, ZERO), vec)
+        qu = self.queue_usage
+        for queue, vec in leaves.items():
+            for q in self.queue_path(queue):
+                qu[q] = add_usage(qu.get(q, ZERO), vec)
 
     @property
     def task_mix(self) -> TaskMix:
@@ -193,12 +229,12 @@ class Session:
         status = self._status_cache.get(key)
         if status is None:
             status = self._status_cache[key] = JobStatus(code, reason)
-        self.statuses[job_id] = status
+        self.statuses.own[job_id] = status
 
     def set_status(
         self, job_id: str, code: StatusCode, reason: str, eta: float | None = None
     ) -> None:
-        self.statuses[job_id] = JobStatus(code, reason, eta)
+        self.statuses.own[job_id] = JobStatus(code, reason, eta)
 
     def bind(
         self, pj: PendingJob, tasks: tuple[TaskBinding, ...], after: tuple[str, ...] = ()

@@ -223,6 +223,11 @@ class LocalExecutor(ExitWatching):
                 f"task {_show(key)} was launched before on this node ({tdir} exists); "
                 "a new run needs a new attempt number"
             )
+        if (tdir / sup.ABANDONED).exists():
+            raise LaunchError(
+                f"task {_show(key)} was given up by a scheduler that recovered it before this "
+                "launch (another instance leads now); it must not start"
+            )
         acct = account(req.user)
         env = dict(req.env) if acct is None else account_env(req.env, acct)
         try:
@@ -389,7 +394,14 @@ class LocalExecutor(ExitWatching):
         tdir = str(data.get("dir") or self.task_dir(key))
         launch = sup.read_json(os.path.join(tdir, sup.LAUNCH))
         if launch is None:
-            return AdoptState.LOST, lost_exit(key, f"no record of this task in {tdir}")
+            # 0. No request yet. Another scheduler may still write it and start the task: a
+            #    leader deposed while paused between committing a launch and making it. Give
+            #    the task up under its lock first, so any supervisor started for it later
+            #    runs nothing; a supervisor that took the lock in between is adopted.
+            os.makedirs(tdir, mode=0o700, exist_ok=True)
+            if not sup.supervisor_alive_or_abandon(tdir):
+                return AdoptState.LOST, lost_exit(key, f"no record of this task in {tdir}")
+            launch = sup.read_json(os.path.join(tdir, sup.LAUNCH)) or {}
         cgroup: str | None = launch.get("cgroup")
         ident: tuple[int, int] | None = None
         if isinstance(data.get("supervisor_pid"), int) and isinstance(

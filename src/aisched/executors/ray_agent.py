@@ -58,12 +58,16 @@ class NodeAgent:
         """Start the task (once; a repeated call answers as the first did). Waits first until
         `placement_group` (its gang's reservation; None: none) is in place. Returns {"pid",
         "cores"}, {"exit": Result} when it could not be executed, or {"unknown": True} when
-        `spec` is None (adoption asks so) and no such task is known here."""
+        `spec` is None (adoption asks so) and no such task is known here, and from then on
+        for that task (it is given up: never started here)."""
         k = _key(key)
         with self.lock:
             runner = self.tasks.get(k)
             if runner is None:
                 if spec is None or k in self.forgotten:
+                    # Adoption of a task never started here gives it up for good: a scheduler
+                    # deposed between committing its launch and making it cannot start it now.
+                    self.forgotten.add(k)
                     return {"unknown": True}
                 cores = self._pick_cores(int(spec.get("milli_cpu") or 0))
                 runner = TaskRunner({**spec, "cores": list(cores)}, gpu_watchdog)

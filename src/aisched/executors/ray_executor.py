@@ -421,6 +421,10 @@ class RayExecutor:
             if key in self._tracked:
                 return AdoptState.RUNNING, None
         node_id = str(handle.data.get("node_id") or "")
+        if not node_id and (rn := self._ray_nodes.get(handle.node)) is not None:
+            # A launch committed without a handle: the agent of the node it was bound to gives
+            # it up, so a deposed leader that makes that launch late cannot start it there.
+            node_id = rn.node_id
         if "actor" in handle.data and "agent" not in handle.data:
             # Started by an older aisched, as an actor of its own: stopped, never left running
             # beside a retry.
@@ -540,6 +544,12 @@ class RayExecutor:
                 return self._end(t, _lost(t.key, why))
             if "exit" in started:
                 return self._end(t, exit_from_record(t.key, started["exit"]))
+            if started.get("unknown"):
+                why = (
+                    "not started: a scheduler that recovered it before this launch gave it up "
+                    "(another instance leads now)"
+                )
+                return self._end(t, _lost(t.key, why))
             with self._lock:
                 t.start_ref = None
                 t.start_args = ()  # the spec and the group are not needed any more

@@ -14,21 +14,36 @@ The rules, the same in both drivers:
    frees a victim at once in its cycle and may place other jobs, not only its preemptor, in
    what it frees (`blockers`; found by the property test with victims that take time to stop:
    started at once, those jobs ran beside the victim, on its GPUs, during its grace). While one
-   does, the job waits out of the cycle (a `VictimWait`), and a later cycle places it afresh
-   once they all have stopped (`after_victims` gives None), or once it has waited the grace
+   does, the job waits out of the cycle (a `VictimWait`, which keeps where the core bound it),
+   until they all have stopped (`after_victims` gives None), or until it has waited the grace
    period of the slowest victim still stopping plus the driver's `victim_wait_s`: a victim
    that never stops must not block it for ever.
-3. What a victim frees while the job waits for others is kept for that job (`keep_freed`),
+3. When the wait is over the job starts where the core bound it, at once, if its tasks fit
+   what is free then (`resumed_tasks`; waits that end together are taken longest-waiting
+   first, `resume_order`); otherwise (a victim outlived the wait, the room was taken) a later
+   cycle places it afresh. Placed afresh every time, the job competed for the room its victims
+   had just freed with those victims, requeued at that instant, and a cycle could give the
+   room back to a victim and evict another for the job, over and over (found when the
+   simulator's victims that stop at once took a step to stop, as the service's do; under
+   `las` with two queues, whose allocate interleaves queues where preemption ranks by order,
+   two victims took turns for ever).
+4. What a victim frees while the job waits for others is kept for that job (`keep_freed`),
    held in the ledger under an id of its own (`kept_id`), as a terminating view: no cycle
    gives it to another job, the victim itself included, and none takes it as a victim (the
    nominated-node rule of Kubernetes' preemption). It is given back when the wait ends
-   (`release_kept`), just before the cycle that places the job afresh. Without it a victim
+   (`release_kept`), just before the job starts or a cycle places it afresh. Without it a victim
    requeued before the others had stopped could be placed again where it was, and preempted a
-   second time once the job was back in the cycle.
-4. Played stops (the simulator; a virtual executor in tests): a victim's tasks exit
+   second time once the job was back in the cycle. Both the waits (rule 3) and what is kept
+   are judged once every exit of an instant is in (the service: of a step), so the order in
+   which the exits come decides nothing: judged exit by exit, what the first freed was kept
+   for a job whose wait went on only until the second, though another job's wait, ended by
+   then, had been bound there (found by the random cases).
+5. Played stops (the simulator; a virtual executor in tests): a victim's tasks exit
    `stop_s` after SIGTERM, or when its grace runs out if that comes first (`played_stop_s`).
-   With `stop_s` 0 (the simulator's default) victims stop at the instant they are preempted,
-   so the bind after them goes ahead in the same cycle.
+   With `stop_s` 0 (the simulator's default) they exit at the instant they are preempted,
+   but after the cycle that preempted them, as the service sees an exit only in a step after
+   the one that signalled it: the binds after them wait that long, then start (rule 3), and
+   the victims, requeued, have a cycle at that instant, as in the service.
 
 Pure: every time is given; nothing here reads a clock or knows a driver.
 """
@@ -46,10 +61,12 @@ from aisched.model.job import Job
 
 @dataclass(frozen=True, slots=True)
 class VictimWait:
-    """A job waiting out of the cycle for `victims` to stop, since `since`."""
+    """A job waiting out of the cycle for `victims` to stop, since `since`; `tasks`: where
+    the core bound it (empty when not known: it is placed afresh)."""
 
     victims: frozenset[str]
     since: float
+    tasks: tuple[TaskBinding, ...] = ()
 
 
 def kill_at(grace_period_s: float, stopped_at: float) -> float:
@@ -64,12 +81,15 @@ def played_stop_s(grace_period_s: float, stop_s: float) -> float:
 
 
 def wait_for(
-    victims: Iterable[str], still_stopping: Callable[[str], bool], now: float
+    victims: Iterable[str],
+    still_stopping: Callable[[str], bool],
+    now: float,
+    tasks: tuple[TaskBinding, ...] = (),
 ) -> VictimWait | None:
-    """A bind after `victims` decided at `now`: None when it may go ahead now (none of them
-    holds its resources any more), else the wait it starts."""
+    """A bind to `tasks` after `victims` decided at `now`: None when it may go ahead now (none
+    of them holds its resources any more), else the wait it starts."""
     still = frozenset(v for v in victims if still_stopping(v))
-    return VictimWait(still, now) if still else None
+    return VictimWait(still, now, tasks) if still else None
 
 
 def blockers(
@@ -102,7 +122,22 @@ def after_victims(
         return None
     if now - wait.since > wait_limit_s((grace_of(v) for v in still), victim_wait_s):
         return None
-    return wait if still == wait.victims else VictimWait(still, wait.since)
+    return wait if still == wait.victims else VictimWait(still, wait.since, wait.tasks)
+
+
+def resume_order(waits: Mapping[str, VictimWait]) -> list[str]:
+    """The jobs whose waits ended together, in the order they start (rule 3): the one that
+    waited longest first (ties: the smaller id), as `keep_freed` chooses."""
+    return sorted(waits, key=lambda j: (waits[j].since, len(j), j))
+
+
+def resumed_tasks(wait: VictimWait, held: Holdings) -> tuple[TaskBinding, ...] | None:
+    """A wait is over (and what was kept for the job given back, `release_kept`): the tasks
+    it starts on now, where the core bound it, when they all fit what is free; None when it is
+    placed afresh by a later cycle."""
+    if not wait.tasks or held.short_nodes(wait.tasks):
+        return None
+    return wait.tasks
 
 
 def kept_id(job_id: str) -> str:

@@ -129,6 +129,7 @@ class Service:
                 LoopConfig(
                     data_dir=home,
                     cycle_interval_s=config.cycle_interval_s(),
+                    eta_interval_s=config.eta_interval_s(),
                     max_backoff_s=config.max_backoff_s(),
                     elastic_grow_after_s=config.elastic_grow_after_s(),
                     base_env=base_env(),

@@ -1,11 +1,20 @@
 """Commands in: the public face other threads call (`submit`, `submit_all`, `scale`,
 `cancel`: each queues a command and returns a Future), and how the loop thread applies them:
 admission (refused at once when a job can never run), pipelines' dependencies, services and
-their replicas, cancellation."""
+their replicas, cancellation.
+
+Every command taken off the queue is answered: with its result once what it changed is stored,
+or with `Rejected`. A command that needs to read the store before it may change anything (an
+Idempotency-Key to look up, an ended job to name, a pipeline's earlier jobs) and finds the store
+unreadable (locked, unreachable) is refused with 503 at once, having changed nothing, so the
+caller may send it again with the same key (`_reading`).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import replace
 
@@ -29,6 +38,7 @@ from aisched.service.loop_types import (
 from aisched.service.paths import checkpoint_dir
 from aisched.service.pipelines import DependencyError
 from aisched.service.replicas import replica_job
+from aisched.service.step_errors import classify, one_line
 from aisched.store.codec import job_to_dict
 from aisched.store.db import Row
 
@@ -83,9 +93,14 @@ class Commands(Intents):
         return fut
 
     def _on_submit(self, cmd: SubmitCommand, batch: Batch, now: float) -> None:
-        earlier = self._idempotent(cmd.job.user, cmd.idempotency_key, 1)
-        if earlier:
-            cmd.future.set_result(earlier[0])
+        try:
+            earlier = self._idempotent(cmd.job.user, cmd.idempotency_key, 1)
+        except Rejected as e:
+            cmd.future.set_exception(e)
+            return
+        if earlier is not None:
+            rows = earlier
+            batch.after.append(lambda: cmd.future.set_result(rows[0]))
             return
         why = refusal(self._empty_snapshot, self.policy, cmd.job)
         if why is not None:
@@ -99,9 +114,14 @@ class Commands(Intents):
         # 1. Answer a retry with the jobs it made; refuse the whole submission if any job of it
         #    can never run or depend as asked.
         user = cmd.items[0][0].user if cmd.items else ""
-        earlier = self._idempotent(user, cmd.idempotency_key, len(cmd.items))
-        if earlier:
-            cmd.future.set_result(earlier)
+        try:
+            earlier = self._idempotent(user, cmd.idempotency_key, len(cmd.items))
+        except Rejected as e:
+            cmd.future.set_exception(e)
+            return
+        if earlier is not None:
+            found = earlier
+            batch.after.append(lambda: cmd.future.set_result(found))
             return
         for job, _fmt, _warnings in cmd.items:
             why = refusal(self._empty_snapshot, self.policy, job)
@@ -110,9 +130,13 @@ class Commands(Intents):
                 return
         ids = [str(self.next_seq + i) for i in range(len(cmd.items))]
         try:
-            jobs = self.pipelines.resolve([j for j, _, _ in cmd.items], ids, self.jobs)
+            with _reading("the jobs it depends on", _SEND_AGAIN_WITH_KEY):
+                jobs = self.pipelines.resolve([j for j, _, _ in cmd.items], ids, self.jobs)
         except DependencyError as e:
             cmd.future.set_exception(Rejected(str(e)))
+            return
+        except Rejected as e:
+            cmd.future.set_exception(e)
             return
         # 2. Store them all in this step's one transaction, then hold back what must wait.
         #    Services start (and make replicas, taking ids) only once every job of the file has
@@ -134,14 +158,16 @@ class Commands(Intents):
 
     def _idempotent(self, user: str, key: str | None, n: int) -> list[Row] | None:
         """The rows an earlier submission with this key made, if any (the first job holds the
-        key, the others of a pipeline `KEY/1`, `KEY/2`...)."""
+        key, the others of a pipeline `KEY/1`, `KEY/2`...); they may not be stored yet (the
+        batch holds them), so the caller answers once the batch has flushed. Raises
+        Rejected(503) when the store cannot be read: nothing has changed then."""
         if key is None:
             return None
         rows = self.unstored_keys.get((user, key))
         if rows is not None:
             return rows
         keys = [key] + [f"{key}/{i}" for i in range(1, n)]
-        with self.store.read() as tx:
+        with _reading("its Idempotency-Key", _SEND_AGAIN_WITH_KEY), self.store.read() as tx:
             stored = tx.jobs_by_idempotency_key(user, keys)
         return stored or None
 
@@ -203,6 +229,7 @@ class Commands(Intents):
         service = job.kind == JobKind.SERVICE
         if not service:
             self._make_pending(lj, batch)
+            self.fresh.append(job)
         row: Row = {
             "seq": seq,
             "id": job_id,
@@ -238,8 +265,9 @@ class Commands(Intents):
         until cancelled; its replicas are the work. It never enters the cycle itself."""
         assert lj.job.service is not None
         lj.state = move(lj.id, lj.state, JobState.RUNNING)
-        lj.pending_view = None
+        self._unqueue(lj)
         lj.started_at = lj.attempt_started_at = now
+        self._arm_timers(lj)
         if row is not None:
             # Only keys every inserted row has (one batch insert takes rows of one shape).
             row.update(state=JobState.RUNNING.value, reason_code=None, reason=None)
@@ -296,8 +324,12 @@ class Commands(Intents):
     def _on_cancel(self, cmd: CancelCommand, batch: Batch, now: float) -> None:
         lj = self.jobs.get(cmd.job_id)
         if lj is None:
-            with self.store.read() as tx:
-                row = tx.get_job(cmd.job_id)
+            try:
+                with _reading("the job", "send it again"), self.store.read() as tx:
+                    row = tx.get_job(cmd.job_id)
+            except Rejected as e:
+                cmd.future.set_exception(e)
+                return
             if row is None:
                 cmd.future.set_exception(Rejected(f"no job {cmd.job_id}", 404))
             else:
@@ -325,3 +357,29 @@ class Commands(Intents):
             return JobState.RUNNING.value
         self._finish(lj, JobState.CANCELLED, batch, now, "cancelled while pending")
         return JobState.CANCELLED.value
+
+
+# A submission refused before anything was stored is safe to send again as it was.
+_SEND_AGAIN_WITH_KEY = "send it again with the same Idempotency-Key"
+
+
+@contextlib.contextmanager
+def _reading(what: str, again: str) -> Iterator[None]:
+    """A read the command needs before it changes anything: a store that fails it (locked,
+    unreachable, an I/O error) refuses the command with 503 saying why, rather than failing
+    the step with the command already off the queue and its caller never answered. A bug
+    still raises."""
+    try:
+        yield
+    except Rejected:
+        raise
+    except Exception as exc:
+        if classify(exc) == "bug":
+            raise
+        why = one_line(exc)
+        log.warning("a command was refused: the store could not be read: %s", why)
+        raise Rejected(
+            f"not taken: the store could not be read to check {what} ({why}); nothing was "
+            f"changed: {again} (GET /v1/readyz says when the store is back)",
+            503,
+        ) from exc

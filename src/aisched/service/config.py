@@ -170,6 +170,9 @@ class ServiceConfig(_Model):
     database: str | None = None
     policy: str | dict[str, Any] = "default"
     cycle_interval: Any = "5s"
+    # Waiting jobs' estimated starts are worked out by at most one cycle in this long (0: by
+    # every cycle); the cycles between keep the last ones.
+    eta_interval: Any = "5s"
     max_backoff: Any = "5m"
     # An elastic job with tasks missing is grown into idle capacity after running this long.
     elastic_grow_after: Any = "60s"
@@ -236,7 +239,9 @@ class ServiceConfig(_Model):
             )
         return self
 
-    @field_validator("cycle_interval", "max_backoff", "ray_start_timeout", "elastic_grow_after")
+    @field_validator(
+        "cycle_interval", "eta_interval", "max_backoff", "ray_start_timeout", "elastic_grow_after"
+    )
     @classmethod
     def _dur(cls, v: Any) -> Any:
         _duration(v, "duration")
@@ -315,6 +320,9 @@ class ServiceConfig(_Model):
 
     def cycle_interval_s(self) -> float:
         return _duration(self.cycle_interval, "cycle_interval")
+
+    def eta_interval_s(self) -> float:
+        return _duration(self.eta_interval, "eta_interval")
 
     def max_backoff_s(self) -> float:
         return _duration(self.max_backoff, "max_backoff")

@@ -2,23 +2,25 @@
 gang; once every task of an attempt has ended its resources are given back and the lifecycle
 (`lifecycle.attempts.after_attempt`) says what the job becomes, which this part applies to the
 store: requeued, retried after a backoff, restarted on a shrink's kept tasks, or finished.
-What a stopped victim frees while a job still waits for it is kept for that job
-(`lifecycle.preemption`)."""
+What a stopped victim frees while a job waits for it is noted, to be kept for that job
+if its wait goes on once every exit of the step is in (`intents._timers`,
+`lifecycle.preemption`)."""
 
 from __future__ import annotations
 
 import logging
 import time
 
-from aisched.core.decisions import Bind, TaskBinding
+from aisched.core.decisions import Bind
 from aisched.core.status import JobStatus, StatusCode
 from aisched.executors.base import ExitKind, TaskExited
 from aisched.lifecycle.attempts import Requeue, RestartOn, after_attempt
-from aisched.lifecycle.preemption import VictimWait, after_victims, keep_freed, release_kept
+from aisched.lifecycle.preemption import release_kept
 from aisched.lifecycle.states import move
 from aisched.model.states import JobState
 from aisched.service.launches import Launches
 from aisched.service.live import Batch, LiveJob, Stop, TaskPhase
+from aisched.service.timers import Timer
 
 log = logging.getLogger("aisched.loop")
 
@@ -66,8 +68,9 @@ class Exits(Launches):
         reason, message = lj.stopping, lj.stop_message
         lj.stopping, lj.stop_message = None, ""
         restarts_on = set(lj.shrink_to or ()) if reason == Stop.SHRINK else set()
-        freed = tuple(t.binding for t in lj.tasks if t.binding not in restarts_on)
-        self._keep_for_waiting(lj.id, freed, now)
+        if self.waiters.get(lj.id):  # kept for a job whose wait goes on: see `_timers`
+            freed = tuple(t.binding for t in lj.tasks if t.binding not in restarts_on)
+            self.freed_now.append((lj.id, freed))
         batch.job(lj.id, stopping=None, attained_gpu_s=lj.attained_gpu_s)
         end = after_attempt(
             lj.job,
@@ -97,6 +100,7 @@ class Exits(Launches):
             if nxt.not_before is not None:
                 lj.not_before = nxt.not_before
                 batch.job(lj.id, not_before=lj.not_before)
+                self.timers.add(lj.not_before, Timer.BACKOFF, lj.id)
                 job = lj.job
                 self._write_status(
                     lj,
@@ -123,25 +127,6 @@ class Exits(Launches):
         lj = self.jobs.get(job_id)
         return lj is not None and lj.state == JobState.RUNNING and lj.stopping is not None
 
-    def _keep_for_waiting(self, victim: str, freed: tuple[TaskBinding, ...], now: float) -> None:
-        """`victim` has stopped: what it freed is kept for a job whose wait for it goes on
-        (`lifecycle.preemption.keep_freed`)."""
-        going_on: dict[str, VictimWait] = {}
-        for other_id in sorted(self.waiters.get(victim, ())):  # the reverse index: no scan
-            other = self.jobs[other_id]
-            since = now if other.waiting_since is None else other.waiting_since
-            was = VictimWait(other.waiting_for, since)
-            goes_on = after_victims(
-                was,
-                self._still_stopping,
-                lambda v: self.jobs[v].job.grace_period_s,
-                now,
-                self.config.victim_wait_s,
-            )
-            if goes_on is not None:
-                going_on[other.id] = was
-        keep_freed(self.held, victim, freed, going_on, lambda j: self.jobs[j].job, now)
-
     def _requeue(self, lj: LiveJob, batch: Batch, now: float) -> None:
         lj.state = move(lj.id, lj.state, JobState.PENDING)
         lj.tasks = []
@@ -153,7 +138,7 @@ class Exits(Launches):
         if self.predictor is not None and state != JobState.SUCCEEDED:
             self.predictor.forget(lj.id)
         lj.state = move(lj.id, lj.state, state)
-        lj.pending_view = None
+        self._unqueue(lj)
         release_kept(self.held, lj.id)  # it ended while waiting for victims
         del self.jobs[lj.id]
         self.terminal_counts[state.value] = self.terminal_counts.get(state.value, 0) + 1

@@ -14,13 +14,23 @@ from dataclasses import replace
 
 from aisched.core.cycle import InvariantViolation, run_cycle
 from aisched.core.decisions import Bind, Preempt, Shrink
+from aisched.core.elastic import extra_tasks_fit
 from aisched.core.snapshot import PendingJob
 from aisched.core.status import JobStatus, StatusCode
 from aisched.executors.base import TaskLaunch, task_name
 from aisched.lifecycle.admission import never_fits_now
 from aisched.lifecycle.attempts import time_limit_at, time_limit_message
-from aisched.lifecycle.elastic import grow_at, grow_message, tasks_to_grow
-from aisched.lifecycle.preemption import VictimWait, after_victims, blockers, release_kept, wait_for
+from aisched.lifecycle.elastic import Running, capacity_is_idle, grow_message, next_to_grow
+from aisched.lifecycle.preemption import (
+    VictimWait,
+    after_victims,
+    blockers,
+    keep_freed,
+    release_kept,
+    resume_order,
+    resumed_tasks,
+    wait_for,
+)
 from aisched.lifecycle.states import move
 from aisched.model.job import Job
 from aisched.model.states import JobState
@@ -32,14 +42,23 @@ log = logging.getLogger("aisched.loop")
 
 class Intents(Exits):
     def _cycle(self, now: float, pending: list[PendingJob]) -> None:
-        for lj in self.jobs.values():
+        for job_id in list(self.held.views):  # the running jobs, not every live one
+            lj = self.jobs.get(job_id)
+            if lj is None or lj.stopping is None:
+                continue
             view = lj.running_view
-            if view is not None and lj.stopping is not None and not view.terminating:
+            if view is not None and not view.terminating:
                 view = lj.running_view = replace(view, terminating=True)
                 self.held.update(view)
         snapshot = self.held.snapshot(self.queues)
+        # Estimated starts are for people to read: worked out by one cycle in `eta_interval_s`
+        # (they cost a pass over the queue and, when they move, a write per waiting job); the
+        # cycles between keep the last ones. Decisions are the same either way.
+        etas = now - self.last_eta_at >= self.config.eta_interval_s
+        if etas:
+            self.last_eta_at = now
         t0 = time.perf_counter()
-        result = run_cycle(snapshot, pending, self.policy, now)
+        result = run_cycle(snapshot, pending, self.policy if etas else self.policy_without_eta, now)
         took = time.perf_counter() - t0
         self.next_cycle_not_before = t0 + took * (1 + self.config.cycle_gap_factor)
         self.stats.cycles += 1
@@ -49,6 +68,9 @@ class Intents(Exits):
         if self.on_cycle is not None:
             self.on_cycle(took, result)
         batch = self.batch
+        self.fresh.clear()
+        self.waiting_shapes.clear()
+        keep_eta = not etas and self.policy_without_eta is not self.policy
         launches: list[tuple[LiveJob, list[TaskLaunch]]] = []
         for d in result.decisions:
             if isinstance(d, Preempt):
@@ -59,21 +81,55 @@ class Intents(Exits):
                 planned = self._apply_bind(d, batch, now)
                 if planned is not None:
                     launches.append(planned)
+        # A status per waiting job: this loop is the service's share of a long queue's
+        # cycle, so a status unchanged since it was last written costs two comparisons.
+        jobs, shapes = self.jobs, self.waiting_shapes
         for job_id, status in result.diagnostics.items():
-            waiting = self.jobs.get(job_id)
-            if waiting is None or waiting.state != JobState.PENDING or waiting.waiting_for:
+            waiting = jobs.get(job_id)
+            if waiting is None or waiting.state is not JobState.PENDING or waiting.waiting_for:
                 continue
-            if status.code == StatusCode.NEVER_FITS:
+            code = status.code
+            if code is StatusCode.NEVER_FITS:
                 end = never_fits_now(waiting.job, status.reason, self.policy)
                 if end is not None:
                     self._finish(waiting, end.state, batch, now, end.why)
                     continue
-            self._write_status(waiting, status, batch)
+            elif code is not StatusCode.PLACED and code is not StatusCode.PREEMPTING:
+                shapes.add((waiting.job.shape_id, waiting.job.queue))
+                written = waiting.written_status
+                if (
+                    keep_eta
+                    and status.eta_s is None
+                    and written is not None
+                    and written[1] == status.reason
+                    and written[0] == code
+                ):
+                    continue  # as written, with its last estimated start
+            self._write_status(waiting, status, batch, keep_eta)
         # Launched once the intent is stored: by this flush, or by the one that retries it.
         batch.after.append(lambda: self._launch_all(launches, now))
         batch.flush(self.store)
         if self.config.validate:
             self._validate(now)
+
+    def _fresh_could_start(self) -> bool:
+        """Whether a job submitted since the last cycle could start now, so a cycle for it need
+        not wait out the gap an earlier, longer cycle left (`cycle_gap_factor`): its tasks fit
+        in what is free (counted coarsely: whole GPUs, any node), and the last cycle left no job
+        of its shape and queue waiting. A guess that is wrong costs one cycle, never a
+        decision."""
+        looked = set(self.waiting_shapes)  # a burst is mostly of a few shapes: one look each
+        for job in self.fresh:
+            key = (job.shape_id, job.queue)
+            if key in looked:
+                continue
+            looked.add(key)
+            fits = sum(
+                extra_tasks_fit(self.arrays, self.free, g.request, g.replicas) for g in job.groups
+            )
+            if fits >= job.gang_min:
+                return True
+        return False
 
     def _validate(self, now: float) -> None:
         """Validate mode: the ledger matches the held bindings, no job is both pending and
@@ -116,10 +172,12 @@ class Intents(Exits):
         if lj is None or lj.state != JobState.PENDING:
             return None
         stopping = self._still_stopping
-        wait = wait_for((*d.after, *blockers(d.tasks, self.held, stopping)), stopping, now)
+        holders = (*d.after, *blockers(d.tasks, self.held, stopping))
+        wait = wait_for(holders, stopping, now, d.tasks)
         if wait is not None:
             self._set_waiting(lj, wait.victims)
             lj.waiting_since = wait.since
+            lj.waiting_tasks = wait.tasks
             victims = ", ".join(sorted(wait.victims))
             self._write_status(
                 lj,
@@ -132,7 +190,7 @@ class Intents(Exits):
         lj.attempt_started_at = now
         if lj.started_at is None:
             lj.started_at = now
-        pending, lj.pending_view = lj.pending_view, None
+        pending = self._unqueue(lj)
         logs = self.config.data_dir / "logs" / lj.id / str(lj.attempt)
         ordered = sorted(d.tasks, key=lambda t: (_group_index(lj.job, t.group), t.index))
         lj.tasks = [
@@ -145,6 +203,7 @@ class Intents(Exits):
             for rank, b in enumerate(ordered)
         ]
         self._take(lj, pending)
+        self._arm_timers(lj)
         batch.job(
             lj.id,
             state=JobState.RUNNING.value,
@@ -186,7 +245,17 @@ class Intents(Exits):
         return lj, self._launch_requests(lj)
 
     def _timers(self, batch: Batch, now: float) -> None:
-        for lj in list(self.jobs.values()):
+        """Act on what fell due: the jobs whose timers came (`timers`) and those waiting for
+        victims (`waiters`), in submission order; no other job has anything due."""
+        ids = self.timers.pop_due(now)
+        for waiting in self.waiters.values():
+            ids |= waiting
+        ended: dict[str, VictimWait] = {}  # waits for victims that are over
+        going_on: dict[str, VictimWait] = {}  # the others, as they stood before this step
+        for job_id in sorted(ids, key=lambda i: (len(i), i)):
+            lj = self.jobs.get(job_id)
+            if lj is None:
+                continue
             if (
                 lj.state == JobState.RUNNING
                 and lj.stopping is None
@@ -202,44 +271,68 @@ class Intents(Exits):
                 batch.job(lj.id, not_before=None)
                 self.dirty = True
             if lj.waiting_for:
+                was = VictimWait(
+                    lj.waiting_for,
+                    now if lj.waiting_since is None else lj.waiting_since,
+                    lj.waiting_tasks,
+                )
                 wait = after_victims(
-                    VictimWait(
-                        lj.waiting_for, now if lj.waiting_since is None else lj.waiting_since
-                    ),
+                    was,
                     self._still_stopping,
                     lambda v: self.jobs[v].job.grace_period_s,
                     now,
                     self.config.victim_wait_s,
                 )
-                if wait is None:  # placed afresh by the next cycle, with what was kept
-                    self._set_waiting(lj, frozenset())
-                    lj.waiting_since = None
-                    release_kept(self.held, lj.id)
-                    self.dirty = True
+                if wait is None:
+                    ended[lj.id] = was
                 else:
+                    going_on[lj.id] = was
                     self._set_waiting(lj, wait.victims)
+        # Every exit of the step is in: what victims freed is kept for the jobs whose waits
+        # go on, judged now, whatever order the exits came in (`lifecycle.preemption`).
+        freed_now, self.freed_now = self.freed_now, []
+        for victim, freed in freed_now:
+            keep_freed(self.held, victim, freed, going_on, lambda j: self.jobs[j].job, now)
+        for job_id in resume_order(ended):
+            lj = self.jobs[job_id]
+            self._set_waiting(lj, frozenset())
+            lj.waiting_since = None
+            lj.waiting_tasks = ()
+            release_kept(self.held, lj.id)
+            self.dirty = True
+            tasks = resumed_tasks(ended[job_id], self.held)
+            if tasks is not None:  # where the core bound it; else placed afresh by a cycle
+                planned = self._apply_bind(Bind(lj.id, tasks), batch, now)
+                if planned is not None:
+                    self.restarts.append(planned)
 
     def _grow_elastic(self, now: float) -> None:
-        """Nothing waits: restart elastic jobs that idle capacity could make larger. The stop
-        is a requeue (SIGTERM first, so they checkpoint; no failure counted); the next cycle
-        places each with as many tasks as fit."""
+        """Nothing waits: restart the elastic job that idle capacity could make larger, one at
+        a time (`lifecycle.elastic.next_to_grow`; none while another is stopping to be
+        requeued). The stop is a requeue (SIGTERM first, so it checkpoints; no failure
+        counted); the next cycle places it with as many tasks as fit."""
+        jobs = list(self.jobs.values())
+        requeuing = any(lj.stopping == Stop.REQUEUE for lj in jobs)
+        # The step calls this with nothing pending and no job waiting for victims.
+        if not capacity_is_idle(pending=False, waiting_for_victims=False, requeuing=requeuing):
+            return
+        running = (
+            Running(lj.job, len(lj.tasks), lj.attempt_started_at, lj.grew_from)
+            for lj in jobs
+            if lj.state == JobState.RUNNING and lj.stopping is None
+        )
+        found = next_to_grow(running, now, self.config.elastic_grow_after_s, self.arrays, self.free)
+        if found is None:
+            return
+        lj, extra = self.jobs[found[0].id], found[1]
         batch = self.batch
-        for lj in list(self.jobs.values()):
-            if lj.state != JobState.RUNNING or lj.stopping is not None:
-                continue
-            held = len(lj.tasks)
-            after = self.config.elastic_grow_after_s
-            if now < grow_at(lj.job, held, lj.attempt_started_at, after, lj.grew_from):
-                continue
-            extra = tasks_to_grow(lj.job, held, self.arrays, self.free)
-            if extra < 1:
-                continue
-            lj.stopping = Stop.REQUEUE
-            lj.grew_from = held
-            lj.stop_message = grow_message(held, extra)
-            batch.job(lj.id, stopping=Stop.REQUEUE.value)
-            batch.event(now, lj.id, "growing", lj.stop_message)
-            self._stop_tasks(lj, batch)
+        held = len(lj.tasks)
+        lj.stopping = Stop.REQUEUE
+        lj.grew_from = held
+        lj.stop_message = grow_message(held, extra)
+        batch.job(lj.id, stopping=Stop.REQUEUE.value)
+        batch.event(now, lj.id, "growing", lj.stop_message)
+        self._stop_tasks(lj, batch)
         batch.flush(self.store)
 
 

@@ -19,6 +19,7 @@ from aisched.executors.base import (
     contract_env,
     master_addr_for,
 )
+from aisched.service import failpoints
 from aisched.service.live import LiveJob, TaskPhase
 from aisched.service.paths import made_by_service
 from aisched.service.replicas import HOST_ENV
@@ -82,6 +83,8 @@ class Launches(SchedulerState):
 
     def _launch_all(self, launches: list[tuple[LiveJob, list[TaskLaunch]]], now: float) -> None:
         batch = self.batch
+        if launches:
+            failpoints.hit(failpoints.PAUSE_BEFORE_LAUNCH)
         for lj, reqs in launches:
             if made_by_service(self.config.data_dir, lj.checkpoint_dir):
                 Path(lj.checkpoint_dir).mkdir(parents=True, exist_ok=True)

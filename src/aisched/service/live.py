@@ -56,9 +56,12 @@ class LiveJob:
     not_before: float | None = None
     stopping: Stop | None = None
     stop_message: str = ""
-    # Victims of a preemption made for this job: it waits, out of the cycle, until they stop.
+    # Victims of a preemption made for this job: it waits, out of the cycle, until they stop,
+    # then starts on the tasks the core bound it to if they fit (`lifecycle.preemption`). Not
+    # stored: after a scheduler restart it is placed afresh.
     waiting_for: frozenset[str] = frozenset()
     waiting_since: float | None = None
+    waiting_tasks: tuple[TaskBinding, ...] = ()
     tasks: list[LiveTask] = field(default_factory=list)
     # While stopping to shrink: the bindings it restarts on. Not stored: a scheduler restart
     # in between requeues the job instead (it is placed again with as many tasks as fit).

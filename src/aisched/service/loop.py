@@ -7,10 +7,15 @@ command and return a Future, and read finished facts from the store.
 A step of the loop:
 
 1. Take the queued commands (submissions, cancellations) and the executor's task exits, and
-   the timers that fell due (time limits, retry backoff, victims that take too long).
+   the timers that fell due (time limits, retry backoff, victims that take too long). Timers
+   come from a heap (`timers`), so a step that runs no cycle costs what changed, not a walk
+   over every live job; the pending list is made only for a cycle.
 2. Flush those changes in one transaction; only then reply to callers and signal tasks.
 3. When something changed (or `cycle_interval_s` passed with work waiting), run one cycle of
-   the pure core on a snapshot of the live state.
+   the pure core on a snapshot of the live state, unless the last cycle's gap has not passed
+   (`cycle_gap_factor`: under a stream of submissions, time to take them in) and no job
+   submitted since could start now. Waiting jobs' estimated starts are worked out by one
+   cycle in `eta_interval_s`, the others keeping the last ones.
 4. Write every decision's intent (the job RUNNING, its task rows `launching`; the victims'
    `stopping`), commit, then act: stop victims, launch tasks, record their handles.
 
@@ -38,12 +43,12 @@ import threading
 import time
 from collections.abc import Callable
 
-from aisched.lifecycle.attempts import time_limit_at
-from aisched.lifecycle.elastic import grow_at
 from aisched.model.states import JobState
 from aisched.service.bulk_cancel import BulkCancels
+from aisched.service.live import Batch, LiveJob
 from aisched.service.loop_types import (
     BulkCancelCommand,
+    Command,
     LoopConfig,
     LoopStats,
     Rejected,
@@ -110,65 +115,78 @@ class Scheduler(Recovery, BulkCancels):
                 cmd = self.commands.get_nowait()
             except queue.Empty:
                 break
-            if isinstance(cmd, SubmitCommand):
-                self._on_submit(cmd, batch, now)
-            elif isinstance(cmd, SubmitAllCommand):
-                self._on_submit_all(cmd, batch, now)
-            elif isinstance(cmd, ScaleCommand):
-                self._on_scale(cmd, batch, now)
-            elif isinstance(cmd, BulkCancelCommand):
-                self._on_bulk_cancel(cmd, batch, now)
-            else:
-                self._on_cancel(cmd, batch, now)
+            try:
+                self._apply_command(cmd, batch, now)
+            except Exception as exc:
+                # Off the queue, so answered here or never: the caller gets the error (its
+                # request fails) rather than waiting forever, and the step fails as it did.
+                if not cmd.future.done():
+                    cmd.future.set_exception(exc)
+                raise
         for ev in self.executor.poll():
             self._on_exit(ev, batch, now)
         self._timers(batch, now)
         batch.flush(self.store)
         self._launch_restarts(now)
-        pending = [
-            lj.pending_view
-            for lj in self.jobs.values()
-            if lj.pending_view is not None
-            and not lj.waiting_for
-            and (lj.not_before is None or lj.not_before <= now)
-            and lj.id not in self.pipelines.blocked
-        ]
         due = now - self.last_cycle_at >= self.config.cycle_interval_s
-        if pending and (self.dirty or due):
-            if time.perf_counter() < self.next_cycle_not_before:
-                return max(self.next_cycle_not_before - time.perf_counter(), 0.0)
-            self._cycle(now, pending)
-        elif not pending:
+        pending = None
+        if self.dirty or due:
+            # The pending list costs a walk over the live jobs: made only for a cycle.
+            gap = self.next_cycle_not_before - time.perf_counter()
+            if gap > 0 and self._schedulable(now) and not self._fresh_could_start():
+                return gap
+            blocked = self.pipelines.blocked
+            pending = [  # `_may_place`, inline: this walks every live job
+                view
+                for lj in self.jobs.values()
+                if (view := lj.pending_view) is not None
+                and not lj.waiting_for
+                and (lj.not_before is None or lj.not_before <= now)
+                and lj.job.id not in blocked
+            ]
+            if pending:
+                self._cycle(now, pending)
+        if not pending and not self._schedulable(now):
             self.dirty = False
+            self.fresh.clear()  # held back (dependencies), or gone: no cycle will clear them
             # Capacity freed by preemption or shrinking is owed to the job waiting for it.
             if not self.waiters:  # no job waits for a victim (`_set_waiting` keeps it)
                 self._grow_elastic(now)
         return self._sleep_for(now)
 
+    def _may_place(self, lj: LiveJob, now: float) -> bool:
+        """Whether a job with a pending view goes into the cycle now: not while it waits for
+        victims to stop, for its backoff, or for the jobs it depends on."""
+        return (
+            not lj.waiting_for
+            and (lj.not_before is None or lj.not_before <= now)
+            and lj.id not in self.pipelines.blocked
+        )
+
+    def _schedulable(self, now: float) -> bool:
+        """Whether any job would go into a cycle now (stops at the first one)."""
+        jobs = self.jobs
+        return any(self._may_place(jobs[i], now) for i in self.queued)
+
+    def _apply_command(self, cmd: Command, batch: Batch, now: float) -> None:
+        if isinstance(cmd, SubmitCommand):
+            self._on_submit(cmd, batch, now)
+        elif isinstance(cmd, SubmitAllCommand):
+            self._on_submit_all(cmd, batch, now)
+        elif isinstance(cmd, ScaleCommand):
+            self._on_scale(cmd, batch, now)
+        elif isinstance(cmd, BulkCancelCommand):
+            self._on_bulk_cancel(cmd, batch, now)
+        else:
+            self._on_cancel(cmd, batch, now)
+
     def _sleep_for(self, now: float) -> float:
-        delay = self.config.tick_s
-        waiting = False
-        for lj in self.jobs.values():
-            if lj.not_before is not None and lj.state == JobState.PENDING:
-                delay = min(delay, max(lj.not_before - now, 0.0))
-            if lj.state == JobState.RUNNING and lj.stopping is None:
-                ends = time_limit_at(lj.job, lj.attempt_started_at)
-                delay = min(delay, max(ends - now, 0.0))
-                # An elastic job short of tasks is looked at when it may first grow; after
-                # that, whenever something changes (a step runs then anyway).
-                grows = grow_at(
-                    lj.job,
-                    len(lj.tasks),
-                    lj.attempt_started_at,
-                    self.config.elastic_grow_after_s,
-                    lj.grew_from,
-                )
-                if grows > now:
-                    delay = min(delay, grows - now)
-            waiting = waiting or (
-                lj.pending_view is not None and lj.id not in self.pipelines.blocked
-            )
-        if waiting:
+        """Until the next timer that still stands (a time limit, a backoff's end, an elastic
+        job's first chance to grow: after that it is looked at whenever something changes),
+        the next periodic cycle while jobs wait, or `tick_s`, whichever comes first."""
+        delay = min(self.config.tick_s, max(self.timers.next_due(self._timer_stands) - now, 0.0))
+        blocked = self.pipelines.blocked
+        if any(i not in blocked for i in self.queued):
             delay = min(delay, max(self.last_cycle_at + self.config.cycle_interval_s - now, 0.0))
         return max(delay, 0.0)
 

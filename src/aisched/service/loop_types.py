@@ -30,6 +30,9 @@ class LoopConfig:
     # submissions the queue grows and so does a cycle; this keeps three quarters of the time
     # for taking submissions in, while an idle scheduler (fast cycles) still answers at once.
     cycle_gap_factor: float = 3.0
+    # Estimated starts (the `eta` action) are worked out by at most one cycle in this long;
+    # the cycles between keep each waiting job's last one (0: every cycle).
+    eta_interval_s: float = 5.0
     # An elastic job missing tasks is grown (restarted larger from its checkpoint) once it has
     # run this long in its attempt, idle capacity fits more of its tasks and nothing waits.
     elastic_grow_after_s: float = 60.0

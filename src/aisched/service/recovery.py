@@ -95,6 +95,8 @@ class Recovery(Commands):
         for lj in list(self.jobs.values()):
             if lj.job.depends_on and lj.state == JobState.PENDING:
                 self._check_dependencies(lj, batch, now)
+        for lj in self.jobs.values():
+            self._arm_timers(lj)
         batch.flush(self.store)
         self._launch_restarts(now)
         self.dirty = True

@@ -21,6 +21,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from aisched.core.cycle import CycleResult
 from aisched.core.decisions import Bind, TaskBinding
@@ -34,13 +35,16 @@ from aisched.core.snapshot import (
     Usage,
     build_arrays,
 )
-from aisched.core.status import JobStatus
+from aisched.core.status import JobStatus, StatusCode
 from aisched.executors.base import Executor, TaskExited, TaskLaunch
+from aisched.lifecycle.attempts import time_limit_at
+from aisched.lifecycle.elastic import grow_at
 from aisched.lifecycle.holdings import Holdings
 from aisched.lifecycle.work import checkpoint_interval_s, core_interval
 from aisched.model.cluster import Cluster
 from aisched.model.job import Job
 from aisched.model.queue import QueueTree
+from aisched.model.states import JobState
 from aisched.predict.features import JobFeatures
 from aisched.predict.runtime import RuntimePredictor
 from aisched.service.live import Batch, LiveJob, TaskPhase
@@ -48,10 +52,18 @@ from aisched.service.loop_types import Command, LoopConfig, LoopStats
 from aisched.service.membership import bindings_by_node, merge_nodes
 from aisched.service.pipelines import Pipelines
 from aisched.service.step_errors import StepErrors
+from aisched.service.timers import Timer, Timers
 from aisched.store.codec import job_from_dict
 from aisched.store.db import Row, Store
 
 log = logging.getLogger("aisched.loop")
+
+
+def without_eta(policy: Policy) -> Policy:
+    """`policy` without its `eta` action (itself when it has none): the same decisions."""
+    if "eta" not in policy.action_names():
+        return policy
+    return replace(policy, actions=tuple(a for a in policy.actions if a.name != "eta"))
 
 
 class SchedulerState:
@@ -72,6 +84,9 @@ class SchedulerState:
         self.store = store
         self.executor = executor
         self.policy = policy
+        # The policy for the cycles between two that work out estimated starts: without the
+        # `eta` action, which only writes statuses (`Intents._cycle`).
+        self.policy_without_eta = without_eta(policy)
         self.queues = queues
         self.config = config
         self.clock = clock
@@ -84,10 +99,18 @@ class SchedulerState:
         # Free capacity, usage and running views: the lifecycle's ledger (see `lifecycle`).
         self.held = Holdings(build_arrays(Cluster(self.nodes)))
         self.jobs: dict[str, LiveJob] = {}
+        # The jobs with a pending view (waiting to be placed, maybe held back for now), so a
+        # step asks "does anything wait?" without walking every live job.
+        self.queued: set[str] = set()
+        # Time limits, backoffs and growth, by when they fall due (`_arm_timers`).
+        self.timers = Timers()
         # Who waits on whom: a victim's id -> the jobs whose bind waits for it to stop (the
         # reverse of `LiveJob.waiting_for`, kept by `_set_waiting`), so a job's end looks up
         # its waiters instead of scanning every live job.
         self.waiters: dict[str, set[str]] = {}
+        # What victims that jobs wait for gave back in this step, kept for the jobs whose
+        # waits go on once every exit of the step is in (`intents._timers`).
+        self.freed_now: list[tuple[str, tuple[TaskBinding, ...]]] = []
         self.commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
         # Jobs held back until the jobs they depend on have ended (pipelines).
         self.pipelines = Pipelines(store)
@@ -99,12 +122,20 @@ class SchedulerState:
         self.dirty = True
         self.last_cycle_at = -math.inf
         self.next_cycle_not_before = -math.inf  # perf_counter time (see cycle_gap_factor)
+        # Jobs submitted since the last cycle, and the (shape, queue) of the jobs that cycle
+        # left waiting: a new job that could start now runs a cycle without waiting out the
+        # gap (`Intents._fresh_could_start`).
+        self.fresh: list[Job] = []
+        self.waiting_shapes: set[tuple[int, str]] = set()
+        # When the cycle last worked out every waiting job's estimated start (`eta_interval_s`).
+        self.last_eta_at = -math.inf
         self.terminal_counts: dict[str, int] = {}
         self.stats = LoopStats()
         self.last_observed_s = -math.inf
         self.lock = threading.Lock()  # guards what readers of `view()` see
-        # Shrunk elastic jobs restarted on their kept tasks, launched once the batch that wrote
-        # their task rows has committed.
+        # Attempts started outside a cycle (a shrunk elastic job restarted on its kept tasks,
+        # a job whose victims have stopped started where the core bound it), launched once the
+        # batch that wrote their task rows has committed.
         self.restarts: list[tuple[LiveJob, list[TaskLaunch]]] = []
         # The one write batch of the loop. A flush that fails (a full disk, a wedged store)
         # keeps its writes and callbacks here, and the next flush retries them with what came
@@ -158,6 +189,45 @@ class SchedulerState:
         if estimate is not None:
             batch.job(lj.id, predicted_s=estimate, predicted_upper_s=upper)
         lj.pending_view = PendingJob(lj.job, lj.attained_gpu_s, lj.attempt, estimate, upper)
+        self.queued.add(lj.id)
+
+    def _unqueue(self, lj: LiveJob) -> PendingJob | None:
+        """Take `lj` out of the waiting jobs (bound, started as a service, or ended); returns
+        the view it waited with."""
+        view, lj.pending_view = lj.pending_view, None
+        self.queued.discard(lj.id)
+        return view
+
+    def _arm_timers(self, lj: LiveJob) -> None:
+        """Arm the timers of `lj`'s current state; called wherever that state gains one (an
+        attempt bound or recovered, a backoff set). Old entries are left to go stale."""
+        if lj.state == JobState.RUNNING:
+            self.timers.add(time_limit_at(lj.job, lj.attempt_started_at), Timer.LIMIT, lj.id)
+            self.timers.add(self._grow_at(lj), Timer.GROW, lj.id)
+        elif lj.not_before is not None:
+            self.timers.add(lj.not_before, Timer.BACKOFF, lj.id)
+
+    def _timer_stands(self, kind: Timer, job_id: str, due: float) -> bool:
+        """Whether a timer armed for `due` is still what the job's state says is due."""
+        lj = self.jobs.get(job_id)
+        if lj is None:
+            return False
+        if kind == Timer.BACKOFF:
+            return lj.state == JobState.PENDING and lj.not_before == due
+        if lj.state != JobState.RUNNING or lj.stopping is not None:
+            return False
+        if kind == Timer.LIMIT:
+            return time_limit_at(lj.job, lj.attempt_started_at) == due
+        return self._grow_at(lj) == due
+
+    def _grow_at(self, lj: LiveJob) -> float:
+        return grow_at(
+            lj.job,
+            len(lj.tasks),
+            lj.attempt_started_at,
+            self.config.elastic_grow_after_s,
+            lj.grew_from,
+        )
 
     def _predict(self, lj: LiveJob) -> tuple[float | None, float | None]:
         """The predictor's (median, upper) runtime of `lj`, capped by its time limit; (None,
@@ -215,8 +285,20 @@ class SchedulerState:
             self.waiters.setdefault(v, set()).add(lj.id)
         lj.waiting_for = victims
 
-    def _write_status(self, lj: LiveJob, status: JobStatus, batch: Batch) -> None:
+    def _write_status(
+        self, lj: LiveJob, status: JobStatus, batch: Batch, keep_eta: bool = False
+    ) -> None:
+        """Store `lj`'s status if it changed. `keep_eta`: the cycle worked out no estimated
+        starts (`eta_interval_s`), so a waiting job keeps the one last written for it."""
         eta = status.eta_s if status.eta_s is not None and math.isfinite(status.eta_s) else None
+        if (
+            eta is None
+            and keep_eta
+            and lj.written_status is not None
+            and not status.code.is_placed
+            and status.code != StatusCode.NEVER_FITS
+        ):
+            eta = lj.written_status[2]
         got = (status.code.value, status.reason, eta)
         if got != lj.written_status:
             lj.written_status = got

@@ -49,23 +49,26 @@ no limit governs (`_settled`); its decisions would be none, so the log is the sa
 that can never fit the cluster at its largest is rejected when it arrives
 (`lifecycle.admission`, the live service's refusal at submission); it is logged and counted.
 
-Preemption (`lifecycle.preemption`): with `victim_stop_s` 0 a victim stops at the instant it is
-preempted and the job it makes room for is bound in the same cycle. Otherwise the victim's
-tasks exit `victim_stop_s` later (or when its grace period runs out, if sooner): until then it
-holds its resources and the core sees it as terminating, and the job bound after it waits out
-of the cycle (keeping what its first victims free while others still stop); once its victims
-have stopped it is pending again and a cycle places it afresh.
+Preemption (`lifecycle.preemption`): a victim's tasks exit `victim_stop_s` after it is
+preempted (or when its grace period runs out, if sooner), and with `victim_stop_s` 0 at that
+instant, yet after the cycle that preempted it, as the live service sees an exit only in a step
+after the one that signalled it: its stop is an event like a finish. Until then it holds its
+resources and the core sees it as terminating, and the job bound after it waits out of the
+cycle (keeping what its first victims free while others still stop); once its victims
+have stopped it starts where the core bound it, or, when that no longer fits, is pending again
+and a cycle places it afresh.
 
-Elastic jobs: a `Shrink` is applied like a preemption that restarts at once: the attempt keeps
-the work up to its last checkpoint, gives up the tasks it does not keep, and a new attempt starts
-on the kept tasks at the same instant, paying `restart_cost_s` of restore first. The trace's
+Elastic jobs: a `Shrink` stops the attempt like a preemption (`victim_stop_s`, capped by its
+grace), then restarts it at once on the tasks it keeps: it keeps the work up to its last
+checkpoint, and the new attempt pays `restart_cost_s` of restore first; a grow's requeue takes
+the same stop (every stop is one path, `_stop` then `_stopped`, as in the service). The trace's
 duration is the runtime with every task; with fewer, an elastic job runs proportionally slower
-(linear scaling). Growth follows the live service's rule: an elastic job running short of
-tasks for `elastic_grow_after_s`, when nothing is pending and idle capacity would take at
-least one more of its tasks (`core.elastic.extra_tasks_fit`), is requeued from its checkpoint
-(a "grow" in the log; no preemption counted) and the next cycle places it with as many tasks
-as fit. It is checked when that time comes (a `_GROW` event) and again whenever a job finishes
-with nothing pending.
+(linear scaling). Growth follows the live service's rule (`lifecycle.elastic`): an elastic job
+running short of tasks for `elastic_grow_after_s`, when idle capacity is owed to nobody and
+would take at least one more of its tasks, is requeued from its checkpoint (a "grow" in the
+log; no preemption counted) and the next cycle places it with as many tasks as fit; one job at
+a time. It is looked at when a job's time comes (a `_GROW` event), whenever capacity is given
+back with nothing pending, and after a cycle that left nothing pending.
 
 Autoscaling node pools (`Cluster.node_pools`): after each cycle the jobs it left waiting for
 capacity go to the core's `plan_scale_up`; the nodes it asks for are billed from then on and
@@ -101,12 +104,20 @@ from aisched.core.cycle import InvariantViolation, only_places, run_cycle
 from aisched.core.decisions import Bind, Preempt, Reserve, Shrink, TaskBinding
 from aisched.core.demotion import demotion_at
 from aisched.core.dependencies import DependencyVerdict, check_dependencies
+from aisched.core.pending import PendingQueue
 from aisched.core.policy import Policy
 from aisched.core.snapshot import FreeState, PendingJob, RunningJob, Snapshot, build_arrays
 from aisched.core.status import StatusCode
 from aisched.lifecycle.admission import Admission
 from aisched.lifecycle.attempts import AttemptEnd, Finish, Requeue, RestartOn, Stop, after_attempt
-from aisched.lifecycle.elastic import grow_at, short_of_tasks, tasks_to_grow
+from aisched.lifecycle.elastic import (
+    Running,
+    capacity_is_idle,
+    grow_at,
+    grow_message,
+    next_to_grow,
+    short_of_tasks,
+)
 from aisched.lifecycle.holdings import HoldingError, Holdings
 from aisched.lifecycle.preemption import (
     VictimWait,
@@ -115,6 +126,8 @@ from aisched.lifecycle.preemption import (
     keep_freed,
     played_stop_s,
     release_kept,
+    resume_order,
+    resumed_tasks,
     wait_for,
 )
 from aisched.lifecycle.services import replica_job, replica_name
@@ -148,7 +161,7 @@ from aisched.sim.results import (
     own_estimate,
     queues_for,
 )
-from aisched.sim.sim_job import SimJob
+from aisched.sim.sim_job import SimJob, Stopping
 from aisched.sim.traces import Trace, TraceJob
 
 __all__ = [
@@ -200,7 +213,7 @@ class _Engine(NodePools):
             self.jobs[tj.job.id] = SimJob(tj, ckpt)
         # Insertion-ordered, so the pending tuple handed to a cycle is in a deterministic order
         # (arrival, then requeue order) without sorting.
-        self.pending: dict[str, PendingJob] = {}
+        self.pending = PendingQueue()
         self.running: dict[str, SimJob] = {}
         # Failed jobs waiting out their backoff before they are pending again.
         self.backing_off: set[str] = set()
@@ -233,13 +246,15 @@ class _Engine(NodePools):
         self.cycle_wall_s = 0.0
         self.preempt_count = 0
         self.shrink_count = 0
-        # Preempted jobs whose tasks are stopping (`SimConfig.victim_stop_s`): they hold their
-        # resources until then; and the jobs waiting out of the cycle for them to stop, with
-        # the pending view they re-enter with (`lifecycle.preemption`).
-        self.stopping: dict[str, str] = {}  # job id -> the preemption's reason
+        # Jobs whose tasks are stopping (preempted, shrunk, requeued to grow; they take
+        # `SimConfig.victim_stop_s`): they hold their resources until then; and the jobs
+        # waiting out of the cycle for them to stop, with the pending view they re-enter with
+        # (`lifecycle.preemption`).
+        self.stopping: dict[str, Stopping] = {}
         self.waiting: dict[str, tuple[VictimWait, PendingJob]] = {}
-        # Jobs shrunk in the cycle being applied: running again, yet done with what they gave.
-        self.shrunk_now: set[str] = set()
+        # Jobs stopped at this instant and what each gave back: the waits are looked at, and
+        # what is kept for them handed out, after its last exit (`_resume`).
+        self.freed_now: list[tuple[str, tuple[TaskBinding, ...]]] = []
         self.grow_count = 0
         self.short_elastic: set[str] = set()  # running elastic jobs with fewer tasks than asked
         self.events = 0
@@ -290,6 +305,8 @@ class _Engine(NodePools):
                         self._fail(st, now)
                     else:
                         self._finish(st, now)
+                if self.freed_now and not (heap and heap[0][:2] == (now, FINISH)):
+                    self._resume(now)  # every exit of this instant is in
             elif kind == RETRY:
                 self._retry(self.jobs[job_id], now)
             elif kind == ARRIVE:
@@ -306,7 +323,7 @@ class _Engine(NodePools):
             elif kind == IDLE:
                 self._idle_check(job_id, attempt, now)
             else:
-                self._grow_check(job_id, attempt, now)
+                self._grow_look(now)
             self._sample(now)
             self.events += 1
             if self.progress is not None and self.events % _PROGRESS_EVERY == 0:
@@ -516,15 +533,13 @@ class _Engine(NodePools):
         self._grow_if_idle(now)
 
     def _grow_if_idle(self, now: float) -> None:
-        """Capacity was freed (a finish, a failure) or a cycle placed the last pending job:
-        with nothing pending, look at once at the elastic jobs running short that may grow
-        (the live loop looks at every step with nothing pending)."""
+        """Capacity was freed (a finish, a failure, a stop) or a cycle placed the last pending
+        job: with nothing pending, look at once at the elastic jobs running short that may
+        grow (the live loop looks at every step with nothing pending)."""
         if self.short_elastic and not self.pending:
             after = self.config.elastic_grow_after_s
-            for job_id in sorted(self.short_elastic):
-                short = self.running[job_id]
-                if now - short.start_s >= after:
-                    self._push(now, GROW, job_id, short.attempt)
+            if any(now - self.running[j].start_s >= after for j in self.short_elastic):
+                self._push(now, GROW, "", 0)
 
     def _fail(self, st: SimJob, now: float) -> None:
         """A played failure: the attempt keeps its checkpoints; retried after its backoff
@@ -584,12 +599,12 @@ class _Engine(NodePools):
         stopping = self.stopping.__contains__
         # Jobs still stopping hold what they were evicted for: a bind into it waits for them.
         others = blockers(d.tasks, self.held, stopping) if self.stopping else ()
-        wait = wait_for((*d.after, *others), stopping, now)
+        wait = wait_for((*d.after, *others), stopping, now, d.tasks)
         if wait is not None:  # out of the cycle until its victims have stopped
             self.waiting[d.job_id] = (wait, pj)
             return
         for victim in d.after:
-            if victim in self.running and victim not in self.shrunk_now:
+            if victim in self.running:
                 raise SimulationError(
                     f"t={now}: bind of {d.job_id} after {victim}, which is still running"
                 )
@@ -687,54 +702,82 @@ class _Engine(NodePools):
         st = self.running.get(d.job_id)
         if st is None or d.job_id in self.stopping:
             raise SimulationError(f"t={now}: preempt of {d.job_id}, which is not running")
-        stop_s = played_stop_s(st.job.grace_period_s, self.config.victim_stop_s)
-        if stop_s > 0:
-            # SIGTERM: it holds its resources, seen as terminating, until its tasks exit.
-            self.stopping[d.job_id] = d.reason
-            self.held.update(replace(self.held.views[d.job_id], terminating=True))
-            self._push(now + stop_s, FINISH, d.job_id, st.attempt)
-            self.preempt_count += 1
-            self.log.append((now, "preempt", d.job_id, (d.for_job, d.reason)))
-            return
-        self._keep_checkpointed(st, now)
-        self._release(st, now)
-        self._end(st, Stop.PREEMPT, d.reason, now)
+        self._stop(st, Stopping(Stop.PREEMPT, d.reason), now)
         self.preempt_count += 1
-        self._requeue(st, now)
         self.log.append((now, "preempt", d.job_id, (d.for_job, d.reason)))
 
-    def _stopped(self, st: SimJob, now: float) -> None:
-        """A preempted job's tasks have exited (at the end of its stop, or by themselves
-        during it): requeued (the lifecycle's rule), and the jobs waiting for it looked at."""
+    def _stop(self, st: SimJob, why: Stopping, now: float) -> None:
+        """SIGTERM to the attempt's tasks: it holds its resources, seen as terminating, until
+        they exit `victim_stop_s` later (its grace caps it), after this cycle even when that
+        is at once (the service sees an exit only in a step after the one that signalled it);
+        the binds into what it frees wait for it. Then `_stopped`."""
         job_id = st.job.id
-        reason = self.stopping[job_id]
+        self.stopping[job_id] = why
+        self.held.update(replace(self.held.views[job_id], terminating=True))
+        stop_s = played_stop_s(st.job.grace_period_s, self.config.victim_stop_s)
+        self._push(now + stop_s, FINISH, job_id, st.attempt)
+
+    def _stopped(self, st: SimJob, now: float) -> None:
+        """A stopped job's tasks have exited (at the end of its stop, or by themselves during
+        it): requeued, or restarted on a shrink's kept tasks (the lifecycle's rule), and the
+        jobs waiting for it looked at."""
+        job_id = st.job.id
+        why = self.stopping[job_id]
         if now >= st.end_s and not st.failing:
             st.saved_s = st.duration_s  # its work was done before it stopped
         else:
             self._keep_checkpointed(st, now)
-        freed = st.tasks
+        kept = set(why.keep or ())
+        freed = tuple(t for t in st.tasks if t not in kept)
         self._release(st, now)
-        self._end(st, Stop.PREEMPT, reason, now)
-        self._requeue(st, now)
-        going_on: dict[str, VictimWait] = {}
-        for waiting, (wait, pj) in list(self.waiting.items()):
-            still = after_victims(
-                wait,
-                self.stopping.__contains__,
-                lambda v: self.jobs[v].job.grace_period_s,
-                now,
-                self.config.victim_wait_s,
-            )
-            if still is None:  # placed afresh by the next cycle, with what was kept for it
-                del self.waiting[waiting]
-                release_kept(self.held, waiting)
-                self.pending[waiting] = pj
-            else:
-                if job_id in wait.victims:
-                    going_on[waiting] = wait
-                self.waiting[waiting] = (still, pj)
-        keep_freed(self.held, job_id, freed, going_on, lambda j: self.jobs[j].job, now)
+        nxt = self._end(st, why.stop, why.message, now, keep=why.keep).next
+        if isinstance(nxt, RestartOn):  # shrunk: at once on the tasks it keeps
+            st.move(JobState.PENDING)
+            st.estimate_s, st.upper_s = self.estimator.estimate(st.tj, now)
+            self._start(st, nxt.keep, st.pending(self.config.restart_cost_s), now)
+        else:
+            self._requeue(st, now)
+        self.freed_now.append((job_id, freed))
         self._changed(now)
+
+    def _wait_now(self, wait: VictimWait, now: float) -> VictimWait | None:
+        return after_victims(
+            wait,
+            self.stopping.__contains__,
+            lambda v: self.jobs[v].job.grace_period_s,
+            now,
+            self.config.victim_wait_s,
+        )
+
+    def _resume(self, now: float) -> None:
+        """Jobs stopped at this instant, and every exit of it taken in (as the service takes
+        in a step's exits before it looks at the waits): what they gave back is kept for the
+        jobs whose waits go on, and the waits that are over end, each job started where the
+        core bound it or pending to be placed afresh (`lifecycle.preemption`, rules 3 and 4),
+        whatever order the exits came in."""
+        going_on: dict[str, VictimWait] = {}  # as they stood before this instant
+        ended: dict[str, VictimWait] = {}
+        for waiting, (wait, pj) in list(self.waiting.items()):
+            still = self._wait_now(wait, now)
+            if still is None:
+                ended[waiting] = wait
+            else:
+                going_on[waiting] = wait
+                self.waiting[waiting] = (still, pj)
+        freed_now, self.freed_now = self.freed_now, []
+        for victim, freed in freed_now:
+            keep_freed(self.held, victim, freed, going_on, lambda j: self.jobs[j].job, now)
+        for waiting in resume_order(ended):
+            _, pj = self.waiting.pop(waiting)
+            release_kept(self.held, waiting)
+            tasks = resumed_tasks(ended[waiting], self.held)
+            if tasks is None:  # placed afresh by the next cycle
+                self.pending[waiting] = pj
+            else:  # where the core bound it
+                self._start(self.jobs[waiting], tasks, pj, now)
+                self.log.append((now, "bind", waiting, tuple(t.node for t in tasks)))
+        self._changed(now)
+        self._grow_if_idle(now)
 
     def _keep_checkpointed(self, st: SimJob, now: float) -> None:
         """An attempt stops: the work up to its last checkpoint is kept, the rest is lost."""
@@ -748,44 +791,38 @@ class _Engine(NodePools):
             raise SimulationError(f"t={now}: shrink of {d.job_id}, which is not running")
         if not d.keep or not set(d.keep) < set(st.tasks):
             raise SimulationError(f"t={now}: shrink of {d.job_id} to tasks it does not hold")
-        self._keep_checkpointed(st, now)
-        self._release(st, now)
-        end = self._end(st, Stop.SHRINK, d.reason, now, keep=d.keep)
-        assert isinstance(end.next, RestartOn)  # the kept tasks are known here
+        self._stop(st, Stopping(Stop.SHRINK, d.reason, d.keep), now)
         st.shrinks += 1
         self.shrink_count += 1
-        st.move(JobState.PENDING)
-        st.estimate_s, st.upper_s = self.estimator.estimate(st.tj, now)
-        self._start(st, end.next.keep, st.pending(self.config.restart_cost_s), now)
-        self.shrunk_now.add(d.job_id)
         self.log.append((now, "shrink", d.job_id, (d.for_job, d.reason, *(t.node for t in d.keep))))
 
-    def _grow_check(self, job_id: str, attempt: int, now: float) -> None:
-        """Requeue an elastic job running short of tasks, to grow, when nothing is pending and
-        idle capacity would take at least one more of its tasks (the live service's rule)."""
-        st = self.running.get(job_id)
-        if st is None or st.attempt != attempt or job_id not in self.short_elastic:
-            return
-        if job_id in self.stopping:
-            return  # being preempted: it is requeued, not grown
-        job = st.job
-        had = len(st.tasks)
-        after = self.config.elastic_grow_after_s
-        if self.pending or now < grow_at(job, had, st.start_s, after, st.grew_from):
+    def _grow_look(self, now: float) -> None:
+        """Requeue the one elastic job running short of tasks that may grow now, when idle
+        capacity is owed to nobody (`lifecycle.elastic`, the live service's rule); the next is
+        looked at once it has been placed again (`_grow_if_idle` after the cycle)."""
+        requeuing = any(s.stop == Stop.REQUEUE for s in self.stopping.values())
+        if not capacity_is_idle(
+            pending=bool(self.pending), waiting_for_victims=bool(self.waiting), requeuing=requeuing
+        ):
             return
         if self.membership_dirty:
             self._rebuild()
-        if tasks_to_grow(job, had, self.arrays, self.free) < 1:
-            return  # checked again when a job finishes with nothing pending
-        self._keep_checkpointed(st, now)
-        self._release(st, now)
-        self._end(st, Stop.REQUEUE, "growing", now)
+        running = (
+            Running(st.job, len(st.tasks), st.start_s, st.grew_from)
+            for st in (self.running[j] for j in self.short_elastic if j not in self.stopping)
+        )
+        after = self.config.elastic_grow_after_s
+        found = next_to_grow(running, now, after, self.arrays, self.free)
+        if found is None:
+            return  # looked at again when capacity is given back with nothing pending
+        job, extra = found
+        st = self.running[job.id]
+        had = len(st.tasks)
+        self._stop(st, Stopping(Stop.REQUEUE, grow_message(had, extra)), now)
         st.grew_from = had
         st.grows += 1
         self.grow_count += 1
-        self._requeue(st, now)
-        self.log.append((now, "grow", job_id, (f"from {had} of {job.num_tasks} tasks",)))
-        self._changed(now)
+        self.log.append((now, "grow", job.id, (f"from {had} of {job.num_tasks} tasks",)))
 
     def _reject(self, job_id: str, reason: str, now: float) -> None:
         self.pending.pop(job_id, None)  # pending when a cycle rejects it; not at its arrival
@@ -810,18 +847,20 @@ class _Engine(NodePools):
         if self.membership_dirty:
             self._rebuild()
         snapshot = self.held.snapshot(self.queues)
-        pending = tuple(self.pending.values())
+        pending = self.pending.jobs()
         before = self.free.copy() if self.config.validate else None
         t0 = time.perf_counter()
         try:
-            result = run_cycle(snapshot, pending, self.policy, now, validate=self.config.validate)
+            # The kept queue, not a copy: the cycle reads what changed from its log.
+            result = run_cycle(
+                snapshot, self.pending, self.policy, now, validate=self.config.validate
+            )
         except InvariantViolation as e:  # the core's own validate mode caught a broken cycle
             raise SimulationError(f"t={now}: {e}") from e
         self.cycle_wall_s += time.perf_counter() - t0
         self.cycles += 1
         if before is not None:
             self._check_cycle(now, before, pending, result.diagnostics)
-        self.shrunk_now.clear()
         for d in result.decisions:
             if isinstance(d, Preempt):
                 self._preempt(d, now)
@@ -854,8 +893,6 @@ class _Engine(NodePools):
             settled = self.settled if self.settled is not None else frozenset()
             self.settled = settled | result.failed_shapes
             self.pending_after_cycle = len(self.pending)
-        # A requeued victim is pending again: if the cycle left it there, it waits for the next
-        # change like any other job; it does not force a second cycle at the same instant.
 
     def _settled(self) -> bool:
         """Whether the coming cycle would decide nothing, so it is skipped (coalesced with
@@ -870,7 +907,7 @@ class _Engine(NodePools):
         if new < 0:
             return False
         ungoverned = self.queues.ungoverned
-        for pj in islice(reversed(self.pending.values()), new):
+        for pj in islice(self.pending.newest_first(), new):
             job = pj.job
             if job.shape_id not in settled or job.queue not in ungoverned:
                 return False

@@ -17,8 +17,9 @@ from aisched.core.cluster_autoscale import (
     plan_scale_up,
 )
 from aisched.core.decisions import TaskBinding
+from aisched.core.pending import PendingQueue
 from aisched.core.policy import Policy
-from aisched.core.snapshot import ClusterArrays, FreeState, PendingJob, Snapshot, build_arrays
+from aisched.core.snapshot import ClusterArrays, FreeState, Snapshot, build_arrays
 from aisched.core.status import JobStatus, StatusCode
 from aisched.lifecycle.admission import never_fits_now
 from aisched.lifecycle.holdings import Holdings
@@ -50,7 +51,7 @@ class NodePools:
     policy: Policy
     queues: QueueTree
     jobs: dict[str, SimJob]
-    pending: dict[str, PendingJob]
+    pending: PendingQueue
     running: dict[str, SimJob]
     log: list[LogEntry]
     capacity_gpus: float

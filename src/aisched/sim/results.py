@@ -88,9 +88,11 @@ class SimConfig:
     elastic_grow_after_s: float = 60.0
     # The longest a failed job waits before its retry (the live service's `max_backoff_s`).
     max_backoff_s: float = 300.0
-    # How long a preempted job's tasks take to exit after SIGTERM (its grace period caps it:
-    # then it is killed); it holds its resources until then, and the job it makes room for
-    # waits (`lifecycle.preemption`). 0: victims stop at the instant they are preempted.
+    # How long a stopped job's tasks (preempted, shrunk, requeued to grow) take to exit after
+    # SIGTERM (its grace period caps it: then it is killed); it holds its resources until
+    # then, and the job it makes room for waits (`lifecycle.preemption`). 0: they stop at the
+    # instant they are stopped, after the cycle that stopped them (the service sees an exit a
+    # step after its signal).
     victim_stop_s: float = 0.0
     # The job waiting for victims gives up after their grace plus this (the live service's).
     victim_wait_s: float = 30.0

@@ -4,13 +4,26 @@ changes only through the lifecycle's transition table (`SimJob.move`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from aisched.core.decisions import TaskBinding
 from aisched.core.snapshot import PendingJob
+from aisched.lifecycle.attempts import Stop
 from aisched.lifecycle.states import move
 from aisched.lifecycle.work import time_left_s
 from aisched.model.states import JobState
 from aisched.sim.results import Estimate, JobRecord, SimulationError
 from aisched.sim.traces import TraceJob
+
+
+@dataclass(frozen=True, slots=True)
+class Stopping:
+    """Why a running job's tasks were sent SIGTERM (preempted, shrunk to `keep`, requeued to
+    grow), for the lifecycle's `after_attempt` once they have exited."""
+
+    stop: Stop
+    message: str
+    keep: tuple[TaskBinding, ...] | None = None
 
 
 class SimJob:

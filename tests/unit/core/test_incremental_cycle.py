@@ -1,16 +1,24 @@
-"""The cycle's work-saving paths decide exactly what the plain walk decides: allocate's bulk
-in-order path (`core.actions.in_order`), preempt's skip of settled shapes, and the simulator's
-skipped cycles (`_settled`). Each replay is run twice, once with those paths and once with
+"""The cycle's work-saving paths decide exactly what the plain walk decides: allocate's walk by
+shapes over the kept order (`core.actions.shape_walk`, one queue or several), with its
+statuses stated by rule, preempt's skip of settled shapes, and the simulator's skipped cycles
+(`_settled`). Each replay is run twice, once with those paths and once with
 them turned off, and the logs and job records must be equal; the counters show that the
 paths did run."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 import aisched.sim.engine as engine_mod
-from aisched.core.actions import in_order
+from aisched.core.actions import shape_walk
+from aisched.core.actions.allocate import Allocate
+from aisched.core.cycle import CycleResult
+from aisched.core.pending import PendingQueue
 from aisched.core.policy import Policy, preset
+from aisched.core.session import Session
+from aisched.core.snapshot import PendingJob, Snapshot
 from aisched.sim.engine import SimConfig, SimResult, simulate
 from aisched.sim.traces import synthetic_cluster, synthetic_trace
 
@@ -24,27 +32,71 @@ def replay(policy: Policy, seed: int, queues: int) -> SimResult:
 
 
 @pytest.mark.parametrize("name", ["fifo", "fifo-strict", "las", "sjf"])
-@pytest.mark.parametrize(("seed", "queues"), [(1, 1), (2, 1), (3, 2)])
+@pytest.mark.parametrize(("seed", "queues"), [(1, 1), (2, 1), (3, 2), (4, 3), (5, 5)])
 def test_the_saving_paths_decide_as_the_plain_walk(
     name: str, seed: int, queues: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    used = {"in_order": 0}
-    real_applies = in_order.applies
+    used = {"shape_walk": 0}
+    real_applies = shape_walk.applies
 
     def counted(session: object) -> bool:
         ok = real_applies(session)  # type: ignore[arg-type]
-        used["in_order"] += ok
+        used["shape_walk"] += ok
         return ok
 
-    monkeypatch.setattr(in_order, "applies", counted)
+    monkeypatch.setattr(shape_walk, "applies", counted)
     fast = replay(preset(name), seed, queues)
-    monkeypatch.setattr(in_order, "applies", lambda session: False)
+    monkeypatch.setattr(shape_walk, "applies", lambda session: False)
     monkeypatch.setattr(engine_mod, "only_places", lambda policy: False)
     plain = replay(preset(name), seed, queues)
     assert fast.log == plain.log
     assert fast.jobs == plain.jobs
-    assert used["in_order"] > 0
+    assert used["shape_walk"] > 0
     if name in ("fifo", "fifo-strict", "sjf"):  # policies that only place skip cycles
         assert fast.cycles < plain.cycles
     else:
         assert fast.cycles == plain.cycles
+
+
+@pytest.mark.parametrize("name", ["fifo", "fifo-strict", "las"])
+@pytest.mark.parametrize(("seed", "queues"), [(2, 1), (3, 2), (4, 3), (5, 5)])
+def test_each_cycle_of_the_shape_walk_is_the_general_walks(
+    name: str, seed: int, queues: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cycle by cycle, on the same inputs: the same decisions, the same status for every job
+    (stated by rule or one by one), and the same blocked list, in the same order, where
+    actions after allocate read it."""
+    blocked: list[list[str]] = []
+    real_execute = Allocate.execute
+
+    def recording(self: Allocate, session: Session) -> None:
+        real_execute(self, session)
+        blocked.append([pj.id for pj in session.blocked])
+
+    monkeypatch.setattr(Allocate, "execute", recording)
+    real_cycle = engine_mod.run_cycle
+    walked = {"cycles": 0}
+
+    def twice(
+        snapshot: Snapshot,
+        pending: Sequence[PendingJob] | PendingQueue,
+        policy: Policy,
+        now: float,
+        **kw: bool,
+    ) -> CycleResult:
+        jobs = tuple(pending)
+        fast = real_cycle(snapshot, pending, policy, now, **kw)
+        fast_blocked = blocked[-1]
+        with monkeypatch.context() as m:
+            m.setattr(shape_walk, "applies", lambda session: False)
+            plain = real_cycle(snapshot, jobs, policy, now, **kw)
+        assert fast.decisions == plain.decisions
+        assert dict(fast.diagnostics) == dict(plain.diagnostics)
+        if not policy.allocate_last:  # else nothing reads it, and the walk leaves it empty
+            assert fast_blocked == blocked[-1]
+        walked["cycles"] += 1
+        return fast
+
+    monkeypatch.setattr(engine_mod, "run_cycle", twice)
+    replay(preset(name), seed, queues)
+    assert walked["cycles"] > 50

@@ -132,3 +132,34 @@ def test_the_sample_is_used_from_the_automatic_size(monkeypatch: pytest.MonkeyPa
 def test_a_bad_node_sample_is_refused(bad: object) -> None:
     with pytest.raises(PolicyError, match=r"policy\.node_sample: expected 0"):
         build_policy({"actions": ["enqueue", "allocate"], "node_sample": bad})
+
+
+def test_a_gang_with_no_room_anywhere_fails_at_once_for_the_reason_the_tries_end_with(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Random gangs on a random partly used cluster: with the check of the whole cluster's room
+    first, every placement (and every reason of a failure) is what trying one node, then one
+    rack, then one zone, then the cluster gives."""
+    rng = random.Random(7)
+    checked = 0
+    for _ in range(60):
+        s = _session()
+        for n in range(24):  # some nodes partly used
+            for _ in range(rng.randrange(3)):
+                req = Resources(milli_cpu=1000, mem_mib=1024, gpu=1)
+                if placement.fit_counts(s, req)[n] > 0:
+                    gpus, milli = placement.pick_gpus(s.free, s, n, req)
+                    s.free.take(n, TaskBinding("g", 0, s.arrays.names[n], gpus, milli, 1000, 1024))
+        gang = job("j").gang(rng.randrange(2, 9), gpu=rng.choice([1, 2, 4, 8])).build()
+        results = []
+        for shortcut in (True, False):
+            with monkeypatch.context() as m:
+                if not shortcut:
+                    m.setattr(placement, "_short_everywhere", lambda session, job, allowed: None)
+                s.fail_cache.clear()  # a failure is cached per shape: try afresh each time
+                st = Statement(s)
+                results.append(placement.place_job(s, st, gang))
+                st.discard()
+        assert results[0] == results[1]
+        checked += isinstance(results[0], str)
+    assert checked > 5

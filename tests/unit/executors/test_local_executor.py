@@ -384,6 +384,17 @@ def test_a_task_never_launched_here_is_lost(harness: Harness) -> None:
     assert ev is not None and ev.message.startswith("no record of this task in ")
 
 
+def test_a_task_given_up_before_its_launch_can_never_start(harness: Harness) -> None:
+    # A deposed leader paused between committing a launch and making it: the new leader's
+    # adopt finds no request and gives the task up, so the old leader's launch is refused.
+    key = ("j1", 0, "t-0")
+    state, ev = harness.ex.adopt(TaskHandle(key, NODE.name, {}))
+    assert state == AdoptState.LOST and ev is not None
+    with pytest.raises(LaunchError, match="was given up by a scheduler that recovered it"):
+        harness.launch("t-0", ["sh", "-c", "echo ran"])
+    assert not harness.log_path("t-0").exists()
+
+
 def test_a_supervisor_never_runs_a_task_twice(harness: Harness) -> None:
     h = harness.launch("t-0", ["sh", "-c", "echo ran"])
     assert harness.exit_of(h.key).exit_code == 0

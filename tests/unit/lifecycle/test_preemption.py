@@ -16,6 +16,8 @@ from aisched.lifecycle.preemption import (
     kill_at,
     played_stop_s,
     release_kept,
+    resume_order,
+    resumed_tasks,
     wait_for,
     wait_limit_s,
 )
@@ -46,6 +48,14 @@ def test_a_bind_after_victims_that_have_all_stopped_goes_ahead_at_once() -> None
 
 def test_a_bind_after_victims_still_stopping_waits_for_those_only() -> None:
     assert wait_for(("a", "b"), lambda v: v == "a", 5.0) == VictimWait(frozenset({"a"}), 5.0)
+
+
+def test_a_wait_keeps_where_the_core_bound_the_job_while_it_narrows() -> None:
+    tasks = (TaskBinding("g0", 0, "n1", (0,), 1000),)
+    wait = wait_for(("a", "b"), lambda v: True, 5.0, tasks)
+    assert wait == VictimWait(frozenset({"a", "b"}), 5.0, tasks)
+    narrower = after_victims(wait, lambda v: v == "a", GRACE.__getitem__, 6.0, 30.0)
+    assert narrower == VictimWait(frozenset({"a"}), 5.0, tasks)
 
 
 def test_the_wait_narrows_as_victims_stop_and_ends_when_the_last_has() -> None:
@@ -131,3 +141,27 @@ def test_nothing_is_kept_when_no_wait_goes_on() -> None:
     assert held.short_nodes(freed) == frozenset()
     release_kept(held, "urgent")  # nothing kept: nothing to give back
     assert held.problems() == []
+
+
+def test_a_job_whose_victims_stopped_starts_where_the_core_bound_it() -> None:
+    held, wide, _ = _ledger()
+    wait = VictimWait(frozenset({"wide"}), 100.0, wide.tasks)
+    assert resumed_tasks(wait, held) is None  # wide still holds it
+    held.give("wide")
+    assert resumed_tasks(wait, held) == wide.tasks
+
+
+def test_a_job_whose_room_was_taken_or_unknown_is_placed_afresh() -> None:
+    held, _, half = _ledger()
+    on_half = VictimWait(frozenset({"x"}), 100.0, half.tasks)
+    assert resumed_tasks(on_half, held) is None  # another job holds it
+    assert resumed_tasks(VictimWait(frozenset({"x"}), 100.0), held) is None  # not known
+
+
+def test_waits_that_end_together_resume_longest_waiting_first() -> None:
+    waits = {
+        "10": VictimWait(frozenset({"a"}), 100.0),
+        "9": VictimWait(frozenset({"a"}), 100.0),
+        "2": VictimWait(frozenset({"a"}), 101.0),
+    }
+    assert resume_order(waits) == ["9", "10", "2"]

@@ -26,7 +26,7 @@ from itertools import chain
 from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING
 
-from aisched.core.actions import in_order
+from aisched.core.actions import shape_walk
 from aisched.core.placement import known_failure, placement_shape
 from aisched.core.queues import fair_key, queue_blocks
 from aisched.core.reservation import HELD, place_beside, reserve_for
@@ -65,8 +65,8 @@ class Allocate:
             # this one keeps off its nodes unless it ends (upper estimate) before it starts.
             if held < self.reservations and reserve_for(session, pj):
                 held += 1
-        if in_order.applies(session):  # one ungoverned queue: work grows with the binds
-            in_order.allocate_in_order(session, strict)
+        if shape_walk.applies(session):  # ungoverned queues: work grows with the binds
+            shape_walk.walk(session, strict)
             return
         buckets: dict[Bucket, deque[tuple[int, PendingJob]]] = {}
         per_user = session.policy.fair_users

@@ -18,10 +18,13 @@ from aisched.core.placement import placement_shape
 from aisched.core.queues import queue_blocks
 from aisched.core.reservation import HELD, place_beside, reserve_for, runs_into
 from aisched.core.snapshot import PendingJob
-from aisched.core.status import StatusCode
+from aisched.core.status import JobStatus, StatusCode
 
 if TYPE_CHECKING:
     from aisched.core.session import Session
+
+# `StatusCode.is_placed`, as a set: asked once per waiting job.
+_PLACED = frozenset((StatusCode.PLACED, StatusCode.PREEMPTING))
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,11 +40,17 @@ class Backfill:
         # Failures by (shape, reservations run into), once every reservation is held: nothing
         # is given back in backfill, so a job of the same shape that runs into the same
         # reservations fails for the same reason, and is answered without a placement (a
-        # long queue is then a dictionary lookup per job, not a search).
-        failed: dict[tuple[Hashable, tuple[str, ...]], tuple[str, bool]] = {}
+        # long queue is then a dictionary lookup per job, not a search). The memo keeps the
+        # status the first such job got, which every later one shares.
+        failed: dict[tuple[Hashable, tuple[str, ...]], JobStatus] = {}
+        # The reservations a runtime bound runs into, while the reservations stay as they are
+        # (`runs_into` depends on nothing else): most of a long queue shares a few bounds.
+        into_by_bound: dict[float | None, tuple[str, ...]] = {}
+        held = len(session.reservations)
+        statuses = session.statuses
         for pj in list(session.blocked):
-            status = session.statuses.get(pj.id)
-            if status is not None and status.code.is_placed:
+            status = statuses.get(pj.id)
+            if status is not None and status.code in _PLACED:
                 continue
             reason = queue_blocks(session, pj.job)
             if reason is not None:
@@ -49,11 +58,18 @@ class Backfill:
                 continue
             key = None
             if len(session.reservations) >= self.reservations:
-                into = tuple(r.job_id for r in runs_into(session, pj))
+                if len(session.reservations) != held:
+                    into_by_bound.clear()
+                    held = len(session.reservations)
+                bound = pj.runtime_bound_s
+                into = into_by_bound.get(bound)
+                if into is None:
+                    into = tuple(r.job_id for r in runs_into(session, pj))
+                    into_by_bound[bound] = into
                 key = (placement_shape(session, pj.job), into)
                 hit = failed.get(key)
                 if hit is not None:
-                    self._wait(session, pj, *hit)
+                    statuses[pj.id] = hit
                     continue
             res, beside = place_beside(session, pj)
             if not isinstance(res, str):
@@ -63,9 +79,9 @@ class Backfill:
                 continue
             if len(session.reservations) < self.reservations and reserve_for(session, pj):
                 continue
-            if key is not None:
-                failed[key] = (res, beside)
             self._wait(session, pj, res, beside)
+            if key is not None:
+                failed[key] = statuses[pj.id]
 
     @staticmethod
     def _wait(session: Session, pj: PendingJob, res: str, beside: bool) -> None:

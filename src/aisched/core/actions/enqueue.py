@@ -56,13 +56,11 @@ class Enqueue:
     def execute(self, session: Session) -> None:
         order = session.policy.order
         kept = _kept_order(session)
-        kept.update(session.pending, partial(_judge, session, order))
-        if kept.refused:  # statuses in pending order, as a sort of the whole queue sets them
-            refused = kept.refused
-            for pj in session.pending:
-                m = refused.get(id(pj))
-                if m is not None and m.refusal is not None:
-                    session.set_status_cached(pj.id, StatusCode.NEVER_FITS, m.refusal)
+        kept.update(session.pending, partial(_judge, session, order), session.pending_queue)
+        for m in kept.refused.values():
+            assert m.refusal is not None
+            session.set_status_cached(m.pj.id, StatusCode.NEVER_FITS, m.refusal)
+        kept.lend_members(session.statuses)
         admitted = list(kept.jobs)
         shapes: list[Hashable] | None = list(kept.shapes)
         if self.starving_after_s > 0 and admitted:
@@ -84,7 +82,8 @@ class Enqueue:
                 del shapes[depth:]
         session.candidates.extend(admitted)
         session.candidate_shapes = shapes
-        session.candidate_queue = kept.only_queue
+        if shapes is not None and len(admitted) == len(kept.jobs):  # neither reordered nor cut
+            session.kept_order = kept
 
     def _overdue_first(self, session: Session, admitted: list[PendingJob]) -> list[PendingJob]:
         """`admitted` with its overdue jobs (see the module's description) moved to the front,

@@ -41,154 +41,25 @@ has run in all (its attained GPU-time): it is not done, and it is probably long.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
-from aisched.core.eviction import Cut, find_room
-from aisched.core.framework import victim_key
-from aisched.core.placement import placement_shape
+from aisched.core.actions.preempt_walk import Eligibility, run
+from aisched.core.framework import JobOrder
+from aisched.core.kept_ranks import KeptBars, KeptRanking, KeptRanks, moves_of
 from aisched.core.plugins.order import INFINITE
 from aisched.core.plugins.victims import LeastWorkLost, time_left_s
-from aisched.core.queues import borrowed, queue_blocks, within_guarantee
-from aisched.core.reservation import allowed_nodes
+from aisched.core.queues import borrowed, within_guarantee
 from aisched.core.snapshot import PendingJob, RunningJob
-from aisched.core.status import StatusCode
+from aisched.core.victim_pool import VictimPool
 from aisched.model.resources import GPU_MILLI_WHOLE
 
 if TYPE_CHECKING:
     from aisched.core.session import Session
 
-Eligible = Callable[[PendingJob, RunningJob], bool]
 LEAST_WORK_LOST = LeastWorkLost()
-# Blocked jobs that may make room by eviction: those that found no room, and those kept off a
-# reservation's nodes (which may find room off them).
-_MAY_EVICT = (StatusCode.WAIT_RESOURCES, StatusCode.WAIT_RESERVATION)
-# Who may be evicted for a job; a group and a rank such that, within one group, a job of higher
-# rank may evict only a subset of what a job of lower rank may (equal: the same set).
-Eligibility = tuple[Eligible, Hashable, float]
-
-
-def _surplus_cuts(r: RunningJob) -> list[Cut]:
-    """One cut per task an elastic job could give up and still run: its tasks above
-    `min_available`, the last ones first (the lowest ranks stay)."""
-    surplus = len(r.tasks) - r.job.gang_min
-    return [Cut(r, t) for t in reversed(r.tasks[len(r.tasks) - surplus :])]
-
-
-def _run(
-    session: Session,
-    eligible_for: Callable[[PendingJob], Eligibility | None],
-    shrinkable: Eligible,
-    why: str,
-    stable: bool,
-    shapes: list[Hashable] | None = None,
-) -> None:
-    """Preempt for each blocked job in turn. `shrinkable(pj, r)`: whether the running elastic
-    job `r` may give up its surplus tasks for `pj`; such shrinking is tried before any
-    eviction, so a job is evicted only when shrinking all that may be shrunk is not enough.
-    `stable`: whether a running job stays eligible after others are evicted (true for
-    rank-based preemption, false for reclaim, where eviction changes which queues are
-    borrowing). `shapes`: the blocked jobs' shapes, position for position, given when the
-    blocked jobs come in order of rank, all in one group, with no reservation: a job whose
-    shape has failed at a rank no higher than its own would find no room either, so it is
-    passed over at the cost of a set lookup, and once every shape has failed the walk stops
-    (work then grows with what preemption tries, not with the queue)."""
-    # (shape, group) -> the lowest rank that found no room this cycle: a job of the same shape
-    # and group and no lower rank may evict no more, so it finds none either, until some
-    # preemption changes the state. Blocked jobs come in order, so with a rank that follows the
-    # order (shortest remaining first) one failure settles the rest of its shape. While elastic
-    # jobs could be shrunk, the key also holds the blocked job's priority and queue (what
-    # shrinking depends on), so the memo never claims more than it knows.
-    failed: dict[tuple[Hashable, Hashable, tuple[str, ...], Hashable], float] = {}
-    # Every possible victim, in victim-preference order, computed once; candidates per
-    # eligibility key are filtered from it, and both are refreshed only after a preemption.
-    pool: list[RunningJob] | None = None
-    by_sig: dict[Hashable, list[RunningJob]] = {}
-    # Elastic jobs with tasks above their minimum, in victim-preference order (from `pool`).
-    elastic: list[RunningJob] = []
-    shrink_by: dict[Hashable, list[RunningJob]] = {}
-    # The shapes not yet failed, while stopping early can be judged (see `shapes`).
-    if session.reservations:
-        shapes = None
-    unsettled = set(shapes) if shapes is not None else None
-    for i, pj in enumerate(list(session.blocked)):
-        if unsettled is not None and not elastic and pool is not None:
-            if not unsettled:
-                break
-            if shapes[i] not in unsettled:  # type: ignore[index]
-                continue
-        status = session.statuses.get(pj.id)
-        if status is None or status.code not in _MAY_EVICT:
-            continue
-        if queue_blocks(session, pj.job) is not None:
-            continue
-        found_eligibility = eligible_for(pj)
-        if found_eligibility is None:
-            continue
-        eligible, group, rank = found_eligibility
-        sig = (group, rank)
-        # A job kept off reserved nodes may still make room elsewhere, never on them.
-        allowed, mask_key = (
-            allowed_nodes(session, pj) if status.code == StatusCode.WAIT_RESERVATION else (None, ())
-        )
-        if pool is None:
-            pool = [
-                r
-                for r in session.running.values()
-                if r.job.preemptible and not r.terminating and r.id not in session.bound_now
-            ]
-            pool.sort(key=lambda r: victim_key(session.policy.victims, r, session.now))
-            elastic = [r for r in pool if r.job.elastic and len(r.tasks) > r.job.gang_min]
-        shrink_sig: Hashable = (pj.job.priority, pj.job.queue) if elastic else None
-        memo_key = (placement_shape(session, pj.job), group, mask_key, shrink_sig)
-        if memo_key in failed and rank >= failed[memo_key]:
-            continue
-        cands = by_sig.get(sig)
-        if cands is None:
-            cands = by_sig[sig] = [r for r in pool if eligible(pj, r)]
-        shrinks: list[RunningJob] = []
-        if elastic:
-            got = shrink_by.get(shrink_sig)
-            if got is None:
-                got = shrink_by[shrink_sig] = [r for r in elastic if shrinkable(pj, r)]
-            shrinks = got
-        if not cands and not shrinks:
-            failed[memo_key] = rank
-            if unsettled is not None and not elastic:  # keyed by shape alone, then
-                unsettled.discard(memo_key[0])
-            continue
-        # Surplus tasks first, whole jobs after: nobody is evicted while shrinking would do.
-        cuts = [c for r in shrinks for c in _surplus_cuts(r)] + [Cut(r) for r in cands]
-        room = find_room(session, pj.job, cuts, allowed, mask_key or None)
-        if room is None:
-            failed[memo_key] = rank
-            if unsettled is not None and not elastic:  # keyed by shape alone, then
-                unsettled.discard(memo_key[0])
-            continue
-        failed.clear()
-        if unsettled is not None and shapes is not None:
-            unsettled = set(shapes)
-        session.blocked_in_order = False  # no longer the candidates less the placed
-        gone = {v.id for v in room.evicted} | {r.id for r, _ in room.shrunk}
-        pool = [r for r in pool if r.id not in gone]
-        elastic = [r for r in elastic if r.id not in gone]
-        shrink_by.clear()
-        if stable:
-            for key, cs in by_sig.items():
-                by_sig[key] = [r for r in cs if r.id not in gone]
-        else:
-            by_sig.clear()
-        for v in room.evicted:
-            session.preempt(v, pj.id, f"{why} for {pj.id}")
-        for r, keep in room.shrunk:
-            session.shrink(r, keep, pj.id, f"shrunk for {pj.id}")
-        session.blocked.remove(pj)
-        session.bind(
-            pj,
-            room.tasks,
-            after=tuple(v.id for v in room.evicted) + tuple(r.id for r, _ in room.shrunk),
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +106,8 @@ class Preempt:
         by_priority = self.by == "priority" or first is None
         now = session.now
         running_keys: dict[str, float] = {}  # first order key of each running job, at now
+        # Ranks kept across cycles while they are known (`core.kept_ranks`).
+        kept = None if by_priority or first is None else self._kept_ranking(session, first)
 
         size_key = getattr(first, "size_key", None)
         key_of_size = getattr(first, "key_of_size", None)
@@ -254,29 +127,22 @@ class Preempt:
                 return float(key_of_size(size_key(r.job, left) - cost, r.job))
             return first.key(r.job, r.attained_at(now), left) - cost
 
+        def rank_of(r: RunningJob) -> float:
+            k = running_keys.get(r.id)
+            if k is None:
+                k = kept.running.key(r, now, running_key) if kept is not None else running_key(r)
+                running_keys[r.id] = k
+            return k
+
         def eligible_for(pj: PendingJob) -> Eligibility:
-            # With `bound: upper` the blocked job is judged by its runtime bound, as a running
-            # job is (its expected end comes from that bound): like against like.
-            est = pj.runtime_bound_s if self.bound == "upper" else pj.estimate_s
-            mine = first.key(pj.job, pj.attained_gpu_s, est) if first is not None else 0.0
-            # The bar a victim's key must clear; with `factor`, above the job's own key by it.
-            # An order that says how its key follows from a size (qssf, with its aging) takes
-            # the factor on the size, before the aging applies: the age is no part of the gain.
-            if size_key is not None and key_of_size is not None:
-                size = size_key(pj.job, est)
-                bar = float(key_of_size(size * self.factor if size > 0 else size, pj.job))
-            else:
-                bar = mine * self.factor if mine > 0 else mine
+            bar = kept.bars.bar(pj) if kept is not None else self._bar(first, pj)
 
             def eligible(p: PendingJob, r: RunningJob) -> bool:
                 if self.scope == "queue" and r.job.queue != p.job.queue:
                     return False
                 if by_priority:
                     return r.job.priority < p.job.priority
-                k = running_keys.get(r.id)
-                if k is None:
-                    k = running_keys[r.id] = running_key(r)
-                return k > bar
+                return rank_of(r) > bar
 
             scope = pj.job.queue if self.scope == "queue" else ""
             # The rank is the bar itself: a job whose bar is no lower may evict no more.
@@ -287,12 +153,133 @@ class Preempt:
                 return False
             return r.job.priority <= p.job.priority
 
-        # Blocked jobs in candidate order (`in_order`) come in order of the first order key,
+        # Blocked jobs in candidate order (`shape_walk`) come in order of the first order key,
         # which is the rank under `by: order`: the walk may stop once every shape has failed.
         shapes = None
-        if not by_priority and self.scope == "cluster" and session.blocked_in_order:
+        if (
+            not by_priority
+            and self.scope == "cluster"
+            and session.blocked_in_order
+            and self._bar_follows_order(first)
+        ):
             shapes = session.blocked_shapes
-        _run(session, eligible_for, shrinkable, "preempted", stable=True, shapes=shapes)
+        elif kept is not None and self._nothing_to_try(session, kept, running_key):
+            return  # out of order, the walk would look at every blocked job to learn it
+        run(
+            session,
+            eligible_for,
+            shrinkable,
+            "preempted",
+            stable=True,
+            shapes=shapes,
+            ranking=None
+            if by_priority
+            else _Ranks(session, kept, running_key, rank_of, self.scope == "cluster"),
+        )
+
+    def _bar(self, first: JobOrder | None, pj: PendingJob) -> float:
+        """The bar a victim's rank key must be above for `pj` to evict it (`by: order`)."""
+        # With `bound: upper` the blocked job is judged by its runtime bound, as a running job
+        # is (its expected end comes from that bound): like against like.
+        est = pj.runtime_bound_s if self.bound == "upper" else pj.estimate_s
+        mine = first.key(pj.job, pj.attained_gpu_s, est) if first is not None else 0.0
+        # The bar a victim's key must clear; with `factor`, above the job's own key by it.
+        # An order that says how its key follows from a size (qssf, with its aging) takes the
+        # factor on the size, before the aging applies: the age is no part of the gain.
+        size_key = getattr(first, "size_key", None)
+        key_of_size = getattr(first, "key_of_size", None)
+        if size_key is not None and key_of_size is not None:
+            size = size_key(pj.job, est)
+            return float(key_of_size(size * self.factor if size > 0 else size, pj.job))
+        return mine * self.factor if mine > 0 else mine
+
+    def _bar_follows_order(self, first: JobOrder | None) -> bool:
+        """Whether the bars of the blocked jobs rise with their first order key, as the walk's
+        early stop over shapes needs: not when the bar is taken from another estimate than the
+        order's (`bound: upper`), nor when `factor` scales the size under a linear aging term
+        (the age is then a shift the factor does not scale; the log form of halving turns the
+        factor into a shift too, which keeps the order)."""
+        if self.bound != "estimate":
+            return False
+        return self.factor == 1.0 or not getattr(first, "aging", 0.0)
+
+    @staticmethod
+    def _nothing_to_try(
+        session: Session, kept: KeptRanking, running_key: Callable[[RunningJob], float]
+    ) -> bool:
+        """Whether no blocked job could evict or shrink anyone: no running job ranks above
+        the lowest bar of the blocked jobs, and none could be shrunk. Then the walk would try
+        nothing and decide nothing, so it need not run."""
+        kept.running.sync(session.snapshot.running, session.now, running_key)
+        if kept.running.shrinkable:
+            return False
+        kept.bars.sync(session.pending)
+        low = kept.bars.lowest(session.blocked)  # every blocked job is pending
+        return kept.running.top(session.now, running_key, low) <= low
+
+    def _kept_ranking(self, session: Session, first: JobOrder) -> KeptRanking | None:
+        """The ranks kept across cycles for this policy and action, when they can be: the
+        first order says how its keys move (`kept_ranks.moves_of`), and no minimum run nor
+        `count_lost_work` makes them move with time otherwise (`restart_cost_s` does not: a
+        constant taken off the size keeps a key that falls falling)."""
+        moves = moves_of(first)
+        if moves is None or self.min_run_s > 0 or self.min_run_checkpoints > 0:
+            return None
+        if self.count_lost_work:
+            return None
+        policy, memo = session.policy, session.arrays.memo
+        slot = ("kept-ranking", id(policy), id(self))
+        kept = memo.get(slot)
+        if not (isinstance(kept, KeptRanking) and kept.owns(policy, self)):
+            kept = KeptRanking(
+                (policy, self), KeptRanks(*moves), KeptBars(partial(self._bar, first))
+            )
+            memo[slot] = kept
+        return kept
+
+
+class _Ranks:
+    """The walk's `Ranking` for preempt `by: order` in one cycle: from the ranks kept across
+    cycles when there are some, else from every possible victim's key, computed once."""
+
+    def __init__(
+        self,
+        session: Session,
+        kept: KeptRanking | None,
+        running_key: Callable[[RunningJob], float],
+        rank_of: Callable[[RunningJob], float],
+        whole_cluster: bool,
+    ) -> None:
+        self._session, self._kept = session, kept
+        self._running_key, self._rank_of = running_key, rank_of
+        self._whole_cluster = whole_cluster  # scope: cluster, so the rank alone decides
+        self._top: float | None = None
+
+    def top(self, above: float) -> float:
+        session, kept = self._session, self._kept
+        if kept is None:
+            if self._top is None:
+                keys = map(self._rank_of, VictimPool(session).jobs)
+                self._top = max(keys, default=-INFINITE)
+            return self._top
+        # The snapshot's running jobs hold every possible victim (and perhaps more).
+        kept.running.sync(session.snapshot.running, session.now, self._running_key)
+        return kept.running.top(session.now, self._running_key, above)
+
+    def may_shrink(self) -> bool:
+        kept = self._kept
+        if kept is None:
+            return True
+        kept.running.sync(self._session.snapshot.running, self._session.now, self._running_key)
+        return kept.running.shrinkable > 0
+
+    def above(self, jobs: list[RunningJob], rank: float) -> list[RunningJob] | None:
+        if not self._whole_cluster:
+            return None  # a victim must be in the blocked job's queue too
+        if self._kept is None:
+            rank_of = self._rank_of
+            return [r for r in jobs if rank_of(r) > rank]
+        return self._kept.running.above(jobs, rank, self._session.now, self._running_key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,4 +299,4 @@ class Reclaim:
         def shrinkable(p: PendingJob, r: RunningJob) -> bool:
             return r.job.queue != p.job.queue and borrowed(session, r.job.queue, r.usage)
 
-        _run(session, eligible_for, shrinkable, "reclaimed", stable=False)
+        run(session, eligible_for, shrinkable, "reclaimed", stable=False)

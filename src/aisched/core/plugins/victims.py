@@ -1,7 +1,12 @@
-"""Victim selectors for preempt and reclaim. Lower keys are evicted first."""
+"""Victim selectors for preempt and reclaim. Lower keys are evicted first.
+
+`keys(running, now)`, where a selector has it, is `key` of each job in one pass: a preemption
+walk keys every candidate at once (`framework.victim_keys`), and a call per job cost more than
+the arithmetic. Each must equal its `key` exactly (tests/property/test_preempt_walk.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aisched.core.snapshot import RunningJob
@@ -27,6 +32,9 @@ class LowestPriority:
     def key(self, running: RunningJob, now: float) -> float:
         return float(running.job.priority)
 
+    def keys(self, running: Sequence[RunningJob], now: float) -> list[float]:
+        return [float(r.job.priority) for r in running]
+
 
 @dataclass(frozen=True, slots=True)
 class LeastWorkLost:
@@ -39,6 +47,11 @@ class LeastWorkLost:
         since = running.checkpoint_at(now)
         return max(now - since, 0.0) * max(running.usage[2] / 1000.0, 1.0)
 
+    def keys(self, running: Sequence[RunningJob], now: float) -> list[float]:
+        return [
+            max(now - r.checkpoint_at(now), 0.0) * max(r.usage[2] / 1000.0, 1.0) for r in running
+        ]
+
 
 @dataclass(frozen=True, slots=True)
 class Newest:
@@ -46,6 +59,9 @@ class Newest:
 
     def key(self, running: RunningJob, now: float) -> float:
         return -running.started_s
+
+    def keys(self, running: Sequence[RunningJob], now: float) -> list[float]:
+        return [-r.started_s for r in running]
 
 
 @dataclass(frozen=True, slots=True)

@@ -137,6 +137,8 @@ def jobs_router(svc: Service) -> APIRouter:
                 fut = sched.submit(jobs[0], one.format, one.warnings, idempotency_key)
                 stored = [await until_stored(fut, failing)]
         except Rejected as e:
+            if e.status == 503:  # the store, not the job: one line, as for NotStoredYet
+                return problem(503, f"the submission was {e}")
             return problem(e.status, "job refused", [f"{src}: {e}"])
         except NotStoredYet as e:
             return problem(503, str(e))

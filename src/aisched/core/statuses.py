@@ -1,0 +1,137 @@
+"""The statuses of one cycle's pending jobs: set job by job, or stated once for many by a rule.
+
+In a long queue most jobs end a cycle as they began it, waiting for a shape that did not fit
+(or behind a blocked job under strict order). Writing a status per job makes every cycle cost
+O(queue) however little changed, so allocate may instead state one rule for every admitted job
+it gives no status of its own: each waits for its shape's reason (`by_shape`), or all wait for
+one reason. A lookup answers from the job's own status first, then the rule; once the cycle
+ends (`finish`), a pending job with neither was not reached.
+
+Invariants:
+- A job's own status always wins over the rule, and the rule covers only admitted jobs (those
+  enqueue kept, `core.admitted`), never a refused one.
+- Until `finish`, the keys are the jobs that have a status (a job not yet reached is absent, as
+  the actions expect); after it, exactly the pending jobs' ids, in pending order.
+- The members it reads job shapes from never change while it is alive (the kept order hands it
+  a copy before it changes its table again), so a cycle's result stays what it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator, Mapping, MutableMapping
+from typing import Protocol
+
+from aisched.core.snapshot import PendingJob
+from aisched.core.status import JobStatus
+
+
+class Admitted(Protocol):
+    """What the rule needs of an enqueued job (`core.admitted.Member`)."""
+
+    @property
+    def refusal(self) -> str | None: ...
+
+    @property
+    def shape(self) -> Hashable: ...
+
+
+class Statuses(MutableMapping[str, JobStatus]):
+    """Every pending job's status this cycle: its own, else the rule's (see the module)."""
+
+    # With `__weakref__`: the kept order lends it its members and watches it weakly.
+    __slots__ = ("own", "_pending", "_members", "_by_shape", "_all", "_default", "_ids",
+                 "__weakref__")  # fmt: skip
+
+    def __init__(self, pending: tuple[PendingJob, ...]) -> None:
+        self.own: dict[str, JobStatus] = {}
+        self._pending = pending
+        # Job id -> its member, for every pending job, once enqueue kept the order.
+        self._members: Mapping[str, Admitted] | None = None
+        self._by_shape: Mapping[Hashable, JobStatus] | None = None
+        self._all: JobStatus | None = None
+        self._default: JobStatus | None = None
+        self._ids: set[str] | None = None
+
+    def know_members(self, members: Mapping[str, Admitted]) -> None:
+        """Enqueue's word: `members` holds every pending job, by id, and is not changed while
+        this is alive (the kept order hands over a copy first, `AdmittedOrder.lend_members`)."""
+        self._members = members
+
+    def wait_by_shape(self, by_shape: Mapping[Hashable, JobStatus]) -> None:
+        """Every admitted job without a status of its own has its shape's status, from now on
+        (`by_shape` must hold every such job's shape)."""
+        assert self._members is not None, "a rule needs the members enqueue kept"
+        self._by_shape, self._all = by_shape, None
+
+    def wait_all(self, status: JobStatus) -> None:
+        """Every admitted job without a status of its own has `status`, from now on."""
+        assert self._members is not None, "a rule needs the members enqueue kept"
+        self._by_shape, self._all = None, status
+
+    def finish(self, default: JobStatus) -> None:
+        """The cycle is over: a pending job with no status has `default` (not reached)."""
+        self._default = default
+
+    def _ruled(self, job_id: str) -> JobStatus | None:
+        members = self._members
+        if members is None:
+            return None
+        m = members.get(job_id)
+        if m is None or m.refusal is not None:
+            return None
+        if self._all is not None:
+            return self._all
+        by_shape = self._by_shape
+        return by_shape[m.shape] if by_shape is not None else None
+
+    def _is_pending(self, job_id: str) -> bool:
+        if self._members is not None:
+            return job_id in self._members
+        return job_id in self._pending_ids()
+
+    def get(self, job_id: str, default: JobStatus | None = None) -> JobStatus | None:  # type: ignore[override]
+        s = self.own.get(job_id)
+        if s is not None:
+            return s
+        s = self._ruled(job_id)
+        if s is not None:
+            return s
+        if self._default is not None and self._is_pending(job_id):
+            return self._default
+        return default
+
+    def __getitem__(self, job_id: str) -> JobStatus:
+        s = self.get(job_id)
+        if s is None:
+            raise KeyError(job_id)
+        return s
+
+    def __contains__(self, job_id: object) -> bool:
+        return isinstance(job_id, str) and self.get(job_id) is not None
+
+    def __setitem__(self, job_id: str, status: JobStatus) -> None:
+        self.own[job_id] = status
+
+    def __delitem__(self, job_id: str) -> None:
+        del self.own[job_id]  # a status stated by the rule cannot be taken back
+
+    def __iter__(self) -> Iterator[str]:
+        seen: set[str] = set()
+        for pj in self._pending:
+            job_id = pj.id
+            if job_id not in seen and self.get(job_id) is not None:
+                seen.add(job_id)
+                yield job_id
+
+    def __len__(self) -> int:
+        if self._default is None:
+            return sum(1 for _ in self)
+        return len(self._members) if self._members is not None else len(self._pending_ids())
+
+    def _pending_ids(self) -> set[str]:
+        if self._ids is None:
+            self._ids = {pj.id for pj in self._pending}
+        return self._ids
+
+
+__all__ = ["Admitted", "Statuses"]

@@ -1,0 +1,64 @@
+"""When an elastic job running short of tasks grows, and which one when several may."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from aisched.core.decisions import TaskBinding
+from aisched.core.snapshot import RunningJob, build_arrays
+from aisched.lifecycle.elastic import Running, capacity_is_idle, grow_at, next_to_grow
+from aisched.lifecycle.holdings import Holdings
+from aisched.model.cluster import Cluster
+from aisched.model.job import Job
+from aisched.testing import job, node
+
+AFTER_S = 60.0
+
+
+def _elastic(job_id: str, tasks: int = 3) -> Job:
+    return job(job_id).task(tasks, gpu=1).min_available(1).elastic().build()
+
+
+def _ledger(busy: int) -> Holdings:
+    """One 4-GPU node with its first `busy` GPUs held."""
+    held = Holdings(build_arrays(Cluster((node("n1").gpus(4).build(),))))
+    if busy:
+        tasks = tuple(TaskBinding("g0", i, "n1", (i,), 1000) for i in range(busy))
+        held.take(RunningJob(job("hog").task(busy, gpu=1).build(), tasks, 0.0))
+    return held
+
+
+def test_a_short_job_may_grow_once_its_attempt_has_run_long_enough() -> None:
+    assert grow_at(_elastic("a"), 1, 10.0, AFTER_S) == 70.0
+    assert grow_at(_elastic("a"), 3, 10.0, AFTER_S) == math.inf  # not short
+    assert grow_at(_elastic("a"), 1, 10.0, AFTER_S, grew_from=1) == math.inf  # brought nothing
+
+
+@pytest.mark.parametrize(
+    ("pending", "waiting", "requeuing"),
+    [(True, False, False), (False, True, False), (False, False, True)],
+)
+def test_idle_capacity_owed_to_a_job_is_not_grown_into(
+    pending: bool, waiting: bool, requeuing: bool
+) -> None:
+    assert not capacity_is_idle(pending=pending, waiting_for_victims=waiting, requeuing=requeuing)
+    assert capacity_is_idle(pending=False, waiting_for_victims=False, requeuing=False)
+
+
+def test_one_job_grows_at_a_time_the_first_by_id() -> None:
+    held = _ledger(busy=2)  # 2 GPUs idle: room for one more task of either
+    running = [Running(_elastic("10"), 1, 0.0), Running(_elastic("9"), 1, 0.0)]
+    found = next_to_grow(running, 100.0, AFTER_S, held.arrays, held.free)
+    assert found is not None
+    assert (found[0].id, found[1]) == ("9", 2)
+
+
+def test_a_job_whose_time_has_not_come_or_that_nothing_idle_fits_does_not_grow() -> None:
+    early = [Running(_elastic("1"), 1, 50.0)]
+    held = _ledger(busy=2)
+    assert next_to_grow(early, 100.0, AFTER_S, held.arrays, held.free) is None
+    full = _ledger(busy=4)
+    ready = [Running(_elastic("1"), 1, 0.0)]
+    assert next_to_grow(ready, 100.0, AFTER_S, full.arrays, full.free) is None
