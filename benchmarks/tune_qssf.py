@@ -2,11 +2,14 @@
 bench_holdout.py only (VC 6214e9's week of 2017-10-01..07 at 64 and 32 GPUs), never on the
 held-out weeks. Prints one line per variant and cluster; writes nothing.
 
-A variant sets the order's `aging` (GPU-seconds per second waited), the starvation guard
-(`starve` hours after submission, for jobs of `min_gpus` GPUs or more) and the preemption
-guards (`factor`, `min_run` seconds).
+A variant sets the order's aging, linear (`aging`, GPU-seconds per second waited) or relative
+(`halve`, hours to halve a job's predicted GPU-time), the overdue guard (`due`: jobs that have
+waited this many median waits go first; 0 off), the starvation guard (`starve` hours after
+submission, for jobs of `min_gpus` GPUs or more) and the preemption guards (`factor`, `min_run`
+seconds, `bound`: `upper` or `estimate`).
 
     python benchmarks/tune_qssf.py [--variants 'starve=12,min_gpus=1;starve=24,min_gpus=1'] [--jobs N]
+        [--size both|roomy|tight]
 """
 
 from __future__ import annotations
@@ -40,6 +43,12 @@ def variant(spec: str) -> dict[str, Any]:
             enqueue["starving_min_gpus"] = float(value)
         elif key == "aging":
             cfg["order"] = [{"name": "qssf", "aging": float(value)}, "fifo"]
+        elif key == "halve":
+            cfg["order"] = [{"name": "qssf", "halve_after_s": float(value) * 3600}, "fifo"]
+        elif key == "due":
+            enqueue["due_after_median_waits"] = float(value)
+        elif key == "bound":
+            preempt["bound"] = value
         elif key == "factor":
             preempt["factor"] = float(value)
         elif key == "min_run":
@@ -67,11 +76,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--variants", default="")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--size", choices=("both", "roomy", "tight"), default="both")
     args = ap.parse_args()
     week = SPLITS["tuning"][0]
     roomy, tight = sizes(offered_gpus(load_week(week), week))
+    gpus = {"both": (roomy, tight), "roomy": (roomy,), "tight": (tight,)}[args.size]
     specs = args.variants.split(";")
-    tasks = [(s, g) for g in (roomy, tight) for s in specs]
+    tasks = [(s, g) for g in gpus for s in specs]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for line in pool.map(run, *zip(*tasks, strict=True)):
             print(line, flush=True)

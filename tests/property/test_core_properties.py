@@ -39,7 +39,7 @@ from aisched.core.cycle import CycleResult, run_cycle
 from aisched.core.decisions import Reserve, TaskBinding
 from aisched.core.eviction import evict, shrink
 from aisched.core.placement import place_job
-from aisched.core.plugins.order import Las
+from aisched.core.plugins.order import Las, PredictedGpuTime
 from aisched.core.plugins.victims import LeastWorkLost, time_left_s
 from aisched.core.policy import PRESETS, Policy, preset
 from aisched.core.reservation import find_reservation
@@ -484,14 +484,19 @@ def check_victims_rank_below_the_job_they_make_room_for(
             mine = first_order.key(pj.job, pj.attained_gpu_s, pj.estimate_s)
             assert theirs > mine, (p, left, pj.estimate_s)
         elif policy == "qssf":
-            # Cluster-wide, by predicted remaining GPU-time less the work the victim loses,
-            # above `factor` times the job's own, and only after the victim's minimum run.
+            # Cluster-wide, by predicted remaining GPU-time (to the victim's bound) less the work
+            # it loses and its restart's cost, above `factor` times the job's own GPU-time by
+            # its bound, both with the order's aging, and only after the victim's minimum run.
             pre = next(a for a in policy_of(policy).actions if isinstance(a, PreemptAction))
-            assert scn.now - v.started_s >= pre.min_run_s, (p, v.started_s)
-            theirs = first_order.key(v.job, v.attained_at(scn.now), time_left_s(v, scn.now))
-            theirs -= LeastWorkLost().key(v, scn.now) if pre.count_lost_work else 0.0
-            mine = first_order.key(pj.job, pj.attained_gpu_s, pj.estimate_s)
-            assert theirs > mine * pre.factor, (p, theirs, mine)
+            assert isinstance(first_order, PredictedGpuTime)
+            assert scn.now - v.started_s >= pre.min_run_of(v), (p, v.started_s)
+            size = first_order.size_key(v.job, time_left_s(v, scn.now))
+            size -= LeastWorkLost().key(v, scn.now) if pre.count_lost_work else 0.0
+            size -= pre.restart_cost_s * max(v.usage[2] / 1000.0, 1.0)
+            theirs = first_order.key_of_size(size, v.job)
+            bound = pj.runtime_bound_s if pre.bound == "upper" else pj.estimate_s
+            mine = first_order.size_key(pj.job, bound) * pre.factor
+            assert theirs > first_order.key_of_size(mine, pj.job), (p, theirs, mine)
         elif v.job.queue != pj.job.queue:
             assert "reclaim" in actions, p
         elif policy in ("priority", "default"):

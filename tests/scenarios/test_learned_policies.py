@@ -4,7 +4,7 @@ preemption, starving-gang reservations without backfill, and the eta action."""
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 from helpers import running, summary
@@ -222,6 +222,58 @@ CASES = [
         now=HOUR,
     ),
     Case(
+        "qssf judges the waiting job by its upper estimate, as it does the running one",
+        [node("n1").gpus(8)],
+        # Median 600 s (bar 4,800 GPU-s), but upper 3,000 s: bar 2 x 12,000 = 24,000 GPU-s.
+        [job("short").task(gpu=4).pending(estimate_s=600.0, estimate_upper_s=3000.0)],
+        "qssf",
+        [],
+        {"short": StatusCode.WAIT_RESOURCES},
+        running=[
+            running(
+                job("mid").task(gpu=8).build(),
+                ("n1", tuple(range(8))),
+                expected_end_s=HOUR + 2000,  # 16,000 GPU-s left to its upper estimate
+                checkpoint_s=HOUR,
+            )
+        ],
+        now=HOUR,
+    ),
+    Case(
+        "qssf evicts when the running job's bound is over twice the waiting job's",
+        [node("n1").gpus(8)],
+        [job("short").task(gpu=4).pending(estimate_s=600.0, estimate_upper_s=3000.0)],
+        "qssf",
+        [("preempt", "long", "short"), ("bind", "short", "n1:0,1,2,3")],
+        running=[
+            running(
+                job("long").task(gpu=8).build(),
+                ("n1", tuple(range(8))),
+                expected_end_s=HOUR + 3100,  # 24,800 GPU-s, 24,320 after the restart's cost
+                checkpoint_s=HOUR,
+            )
+        ],
+        now=HOUR,
+    ),
+    Case(
+        "qssf counts the restart's cost against the gain",
+        [node("n1").gpus(8)],
+        [job("short").task(gpu=4).pending(estimate_s=600.0)],  # bar: 4,800 GPU-s
+        "qssf",
+        [],
+        {"short": StatusCode.WAIT_RESOURCES},
+        running=[
+            running(
+                job("near").task(gpu=8).build(),
+                ("n1", tuple(range(8))),
+                # 5,040 GPU-s left, nothing to redo, but 8 x 60 s to restart: 4,560 < 4,800.
+                expected_end_s=HOUR + 630,
+                checkpoint_s=HOUR,
+            )
+        ],
+        now=HOUR,
+    ),
+    Case(
         "a starving gang goes first and holds a reservation without backfill",
         [node("n1").gpus(8), node("n2").gpus(8)],
         [
@@ -393,6 +445,14 @@ def test_with_eta_adds_the_action_once_and_default_has_it() -> None:
             "policy.order[0]: qssf: aging must be 0 or more, got -1.0",
         ),
         (
+            {"actions": [{"name": "preempt", "by": "order", "bound": "median"}]},
+            "policy.actions[0]: bound must be 'estimate' or 'upper', not 'median'",
+        ),
+        (
+            {"actions": ["enqueue"], "order": [{"name": "qssf", "aging": 1, "halve_after_s": 1}]},
+            "policy.order[0]: qssf: set aging or halve_after_s, not both",
+        ),
+        (
             {"actions": ["enqueue"], "victims": ["longest-remainder"]},
             "policy.victims[0]: unknown victims 'longest-remainder'",
         ),
@@ -443,3 +503,142 @@ def test_with_aging_the_preemption_margin_is_on_the_size_and_the_age_is_a_shift(
     assert summary(res) == [("preempt", "old", "new"), ("bind", "new", "n1:0")]
     res = run_cycle(snap, pending, _aged_qssf(5.0), DAY, validate=True)
     assert summary(res) == []
+
+
+def _checkpointing(r: RunningJob, interval_s: float) -> RunningJob:
+    return replace(r, last_checkpoint_s=None, checkpoint_interval_s=interval_s)
+
+
+@pytest.mark.parametrize(
+    ("interval_s", "evicted"),
+    [(600.0, True), (1200.0, False), (None, False)],
+    ids=["past its first checkpoint", "before its first checkpoint", "no checkpoints: an hour"],
+)
+def test_qssf_minimum_run_is_the_victims_own_checkpoint_interval(
+    interval_s: float | None, evicted: bool
+) -> None:
+    """A job that has run 15 minutes, with its whole runtime bound still far away: evicted once
+    it has written its first checkpoint (interval 10 min), not before (20 min), and a job that
+    never checkpoints keeps the hour's minimum run."""
+    r = running(job("long").task(gpu=8).build(), ("n1", tuple(range(8))), expected_end_s=DAY)
+    if interval_s is not None:
+        r = _checkpointing(r, interval_s)
+    snap = snapshot_of(cluster(node("n1").gpus(8)), [r])
+    pending = [job("short").task(gpu=4).submitted(1).pending(estimate_s=600.0)]
+    res = run_cycle(snap, pending, preset("qssf"), 900.0, validate=True)
+    want = [("preempt", "long", "short"), ("bind", "short", "n1:0,1,2,3")] if evicted else []
+    assert summary(res) == want
+
+
+def _bare_qssf(bound: str) -> Policy:
+    """qssf's order and victims with no margin, no minimum run and nothing counted: only the
+    basis on which the two sides are judged differs."""
+    return build_policy(
+        {
+            "actions": [
+                "enqueue",
+                "allocate",
+                {"name": "preempt", "by": "order", "scope": "cluster", "bound": bound},
+            ],
+            "order": ["qssf", "fifo"],
+            "victims": ["longest-remaining", "least-work-lost"],
+        }
+    )
+
+
+@pytest.mark.parametrize(("bound", "evicts_back"), [("estimate", True), ("upper", False)])
+def test_judging_both_sides_by_their_upper_estimate_stops_evictions_back_and_forth(
+    bound: str, evicts_back: bool
+) -> None:
+    """One GPU. a runs with 2,500 s to its upper estimate; b waits, median 1,000 s, upper
+    3,000 s. Judged by its median, b evicts a; a, requeued (median 2,000 s, upper 2,500 s),
+    then evicts b, whose bound still has 3,000 s to go: back and forth. Judged by its upper
+    estimate, b never evicts a in the first place."""
+    n1 = node("n1").gpus(1)
+    a = job("a").task(gpu=1).build()
+    b = job("b").task(gpu=1).submitted(1).build()
+    policy = _bare_qssf(bound)
+    snap = snapshot_of(cluster(n1), [running(a, ("n1", (0,)), expected_end_s=2500.0)])
+    first = run_cycle(snap, [PendingJob(b, 0, 0, 1000.0, 3000.0)], policy, 0.0, validate=True)
+    if not evicts_back:
+        assert summary(first) == []
+        return
+    assert summary(first) == [("preempt", "a", "b"), ("bind", "b", "n1:0")]
+    snap = snapshot_of(cluster(n1), [running(b, ("n1", (0,)), expected_end_s=3000.0)])
+    second = run_cycle(snap, [PendingJob(a, 0, 1, 2000.0, 2500.0)], policy, 0.0, validate=True)
+    assert summary(second) == [("preempt", "b", "a"), ("bind", "a", "n1:0")]
+
+
+def _halving_qssf(halve_after_s: float) -> Policy:
+    cfg = copy.deepcopy(PRESETS["qssf"])
+    cfg["order"] = [{"name": "qssf", "halve_after_s": halve_after_s}, "fifo"]
+    return build_policy(cfg, name="qssf")
+
+
+@pytest.mark.parametrize(
+    ("gpus", "halve_after_s", "first"),
+    [(1, 2 * HOUR, "young"), (1, HOUR, "old"), (8, 2 * HOUR, "young"), (8, HOUR, "old")],
+)
+def test_halving_ages_every_size_alike(gpus: int, halve_after_s: float, first: str) -> None:
+    """old has waited 6 h longer, with 16 times the GPU-time of young (4 halvings): young goes
+    first while 6 h is under 4 half-lives (3 of 2 h), old once it is over (6 of 1 h); whether
+    both are one GPU wide or eight does not matter, only the ratio does (linear aging would hold
+    the wide job back 8 times as long)."""
+    snap = snapshot_of(cluster(node("n1").gpus(gpus)), [])
+    pending = [
+        job("old").task(gpu=gpus).submitted(0).pending(estimate_s=1600.0),
+        job("young").task(gpu=gpus).submitted(6 * HOUR).pending(estimate_s=100.0),
+    ]
+    res = run_cycle(snap, pending, _halving_qssf(halve_after_s), 6 * HOUR, validate=True)
+    assert [d[:2] for d in summary(res)] == [("bind", first)]
+
+
+def _overdue_qssf(k: float) -> Policy:
+    cfg = copy.deepcopy(PRESETS["qssf"])
+    cfg["actions"][0] = {**cfg["actions"][0], "due_after_median_waits": k}
+    cfg["order"] = ["qssf", "fifo"]
+    return build_policy(cfg, name="qssf")
+
+
+@pytest.mark.parametrize(
+    ("now", "k", "want"),
+    [
+        # Waits at 10 h: long 10 h, the others 4, 3 and 2 h. The median wait (of four, the
+        # upper one) is 4 h, the bar 8 h: long is due, then c and b by GPU-time.
+        (10 * HOUR, 2.0, ["long", "c"]),
+        # The same queue with a bar of 4 median waits (16 h): nobody is due, shortest first.
+        (10 * HOUR, 4.0, ["c", "b"]),
+        # At 7 h only long (7 h), b (1 h) and c (just now) wait: median 1 h, bar 2 h.
+        (7 * HOUR, 2.0, ["long", "c"]),
+    ],
+    ids=["overdue", "bar above the oldest", "overdue early in a burst"],
+)
+def test_an_overdue_job_goes_first_oldest_first(now: float, k: float, want: list[str]) -> None:
+    """Two GPUs, four waiting jobs. long, the oldest, has by far the most predicted GPU-time;
+    once it has waited more than k times the median wait of the waiting jobs it goes first,
+    and the rest follow in the order (shortest first) behind it."""
+    snap = snapshot_of(cluster(node("n1").gpus(2)), [])
+    pending = [
+        job("long").task(gpu=1).submitted(0).pending(estimate_s=90_000.0),
+        job("b").task(gpu=1).submitted(6 * HOUR).pending(estimate_s=200.0),
+        job("c").task(gpu=1).submitted(7 * HOUR).pending(estimate_s=100.0),
+        job("d").task(gpu=1).submitted(8 * HOUR).pending(estimate_s=300.0),
+    ]
+    pending = [p for p in pending if p.job.submit_time_s <= now]
+    res = run_cycle(snap, pending, _overdue_qssf(k), now, validate=True)
+    assert [d[1] for d in summary(res) if d[0] == "bind"] == want
+
+
+def test_an_overdue_job_that_does_not_fit_holds_nothing_back() -> None:
+    """An overdue 4-GPU job on a node with 2 free GPUs: no reservation, and the next jobs
+    start in the order beside it."""
+    busy = running(job("r").task(gpu=2).build(), ("n1", (0, 1)), expected_end_s=DAY)
+    snap = snapshot_of(cluster(node("n1").gpus(4)), [busy])
+    pending = [
+        job("wide").task(gpu=4).submitted(0).pending(estimate_s=100.0),
+        job("b").task(gpu=1).submitted(9 * HOUR).pending(estimate_s=10.0),
+        job("c").task(gpu=1).submitted(9 * HOUR).pending(estimate_s=20.0),
+    ]
+    res = run_cycle(snap, pending, _overdue_qssf(2.0), 10 * HOUR, validate=True)
+    assert summary(res) == [("bind", "b", "n1:2"), ("bind", "c", "n1:3")]
+    assert res.diagnostics["wide"].code == StatusCode.WAIT_RESOURCES

@@ -3,6 +3,7 @@ backfill never delays, ETAs and accuracy figures, and the estimator hook's contr
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -12,7 +13,15 @@ import aisched.sim.engine as engine_mod
 from aisched.core.cycle import CycleResult, run_cycle
 from aisched.core.policy import Policy, preset, with_eta
 from aisched.core.snapshot import PendingJob, Snapshot
-from aisched.predict import JobFeatures, LeakageError, Prediction, RuntimePredictor
+from aisched.predict import (
+    JobFeatures,
+    LeakageError,
+    Prediction,
+    PredictorConfig,
+    RuntimePredictor,
+)
+from aisched.predict.calibration import ConformalUpper, Group
+from aisched.predict.runtime import _calibration_groups
 from aisched.sim.engine import SimConfig, simulate
 from aisched.sim.estimators import Oracle, OwnEstimate, PredictedRuntime, estimator_for
 from aisched.sim.metrics import compute_metrics
@@ -23,22 +32,33 @@ GOLDEN = Path(__file__).parent / "golden"
 
 
 class SpyPredictor(RuntimePredictor):
-    """Records, for every prediction, the latest finish observed before it."""
+    """Records, for every prediction, the latest finish observed before it, and what the
+    calibration would answer then; for every finish, the residual it adds."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, config: PredictorConfig | None = None) -> None:
+        super().__init__(config)
         self.finished: dict[str, float] = {}
         self.asked: list[tuple[float, float]] = []  # (prediction time, latest finish seen)
         # (prediction time, residuals the calibration holds then)
         self.calibrated_from: list[tuple[float, int]] = []
+        # (prediction time, the job's groups, the calibration's margin for them then)
+        self.margins: list[tuple[float, tuple[Group, ...], tuple[float, str] | None]] = []
+        # (finish time, groups, residual) of every job scored at its finish
+        self.residuals: list[tuple[float, tuple[Group, ...], float]] = []
 
     def observe(self, features: JobFeatures, runtime_s: float, finished_s: float) -> None:
         self.finished[features.job_id] = finished_s
+        given = self._given.get(features.job_id)
+        if given is not None:
+            residual = math.log(max(runtime_s, 1.0)) - given[0]
+            self.residuals.append((finished_s, _calibration_groups(features), residual))
         super().observe(features, runtime_s, finished_s)
 
     def predict(self, features: JobFeatures) -> Prediction:
         self.asked.append((features.now_s, max(self.finished.values(), default=-1.0)))
         self.calibrated_from.append((features.now_s, len(self.calibration)))
+        groups = _calibration_groups(features)
+        self.margins.append((features.now_s, groups, self.calibration.margin(groups)))
         return super().predict(features)
 
 
@@ -58,6 +78,29 @@ def test_the_predictor_never_sees_a_job_that_has_not_finished() -> None:
     done = sorted(finishes.values())
     want = [(now, sum(1 for f in done if f <= now)) for now, _ in spy.calibrated_from]
     assert spy.calibrated_from == want
+
+
+def test_each_calibrated_bound_comes_from_residuals_of_jobs_finished_before_it() -> None:
+    """Every margin the calibration gives, per group and in all, equals the one rebuilt from
+    only the residuals of jobs that had finished by the time of the prediction (windows and
+    group sizes small enough here that the groups, the fallback to all jobs and the windows'
+    ends all come into play)."""
+    trace = load_philly(GOLDEN / "tiny-philly.csv")
+    cfg = PredictorConfig(calib_window=8, calib_group_window=4, calib_min_group=3)
+    est = PredictedRuntime(cfg)
+    spy = SpyPredictor(cfg)
+    est.predictor = spy
+    c = cluster(node("n1").gpus(8), node("n2").gpus(8))
+    simulate(trace, c, preset("qssf"), SimConfig(validate=True), estimator=est)
+    assert any(m is not None for _, _, m in spy.margins)
+    for now, groups, margin in spy.margins:
+        rebuilt = ConformalUpper(
+            cfg.upper_quantile, cfg.calib_window, cfg.calib_group_window, cfg.calib_min_group
+        )
+        for finished, gs, residual in spy.residuals:
+            if finished <= now:
+                rebuilt.add(gs, residual)
+        assert rebuilt.margin(groups) == margin, now
 
 
 def test_a_predictor_asked_about_the_past_refuses() -> None:

@@ -8,7 +8,10 @@ upper bound is its median times `exp(q)`, where `q` is the finite-sample conform
 (rank `ceil((n + 1) * level)` of `n`) of the most recent residuals of its own group (its user
 and GPU count, else its user) when that group has `min_group` of them, else of all jobs. The
 bound then covers about `level` of the runtimes of jobs like the recent ones, whatever the
-model; when the workload drifts, the window follows it.
+model; when the workload drifts, the window follows it. The window must be long enough to hold
+several of the bursts a user submits (hundreds of alike jobs, all predicted before any of them
+has finished, so their residuals move together): a window shorter than a burst holds only the
+last burst's residuals, and the bound fits it rather than the next one.
 
 Invariants:
 - Only residuals of jobs that have finished are kept, and they are added when the job is

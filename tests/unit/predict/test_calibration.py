@@ -60,9 +60,11 @@ def test_the_score_counts_coverage_and_the_median_error_ratio() -> None:
 
 def _drifting_coverage(calibrate: bool) -> tuple[float, float]:
     """A workload whose runtimes spread more and more (log sd from 0.2 to 1.5): the learned
-    0.9-quantile lags behind. Returns (coverage of the last 1,000 jobs, the score's coverage)."""
+    0.9-quantile lags behind. Returns (coverage of the last 1,000 jobs, the score's coverage).
+    Windows of 400 residuals, 300 per group: short beside the drift, so the bound follows it."""
     cfg = PredictorConfig(min_fit=300, refit_every=500, window=1000, max_iter=20,
-                          calibrate=calibrate, calib_window=400, calib_min_group=50)  # fmt: skip
+                          calibrate=calibrate, calib_window=400, calib_group_window=300,
+                          calib_min_group=50)  # fmt: skip
     p = RuntimePredictor(cfg)
     rng = np.random.default_rng(7)
     n = 3000

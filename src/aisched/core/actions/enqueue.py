@@ -9,6 +9,16 @@ that has waited that long since submission goes to the front, oldest first, what
 order says. Allocate tries those first, and with backfill in the policy the first of them that
 does not fit holds the reservation, so a large gang waits at most that long plus the time for
 the running work in its way to end, however many short jobs keep arriving.
+
+Overdue jobs: with `due_after_median_waits` set (k), a job of any size that has waited more
+than k times the median wait of the admitted jobs goes to the front, oldest first, after the
+starving gangs, with no reservation (a job that does not fit does not hold back the rest). The
+bar follows the load with no parameter of its own: the waits of the jobs waiting now say how
+long waiting lasts. Under fifo with steady arrivals the waiting jobs' ages spread about evenly
+from 0 to the oldest's, so the oldest has waited about twice the median: at k = 2 a job goes
+first once it has waited longer than fifo's oldest would have, and is then served in fifo
+order. That bounds the tail of a shortest-first order against fifo's, whatever the predictor
+says (it needs no estimate).
 """
 
 from __future__ import annotations
@@ -34,11 +44,14 @@ if TYPE_CHECKING:
 class Enqueue:
     starving_after_s: float = 0.0
     starving_min_gpus: float = 16.0
+    due_after_median_waits: float = 0.0
     name: str = "enqueue"
 
     def __post_init__(self) -> None:
         if self.starving_after_s < 0:
             raise ValueError("starving_after_s must be 0 (off) or more")
+        if not 0.0 <= self.due_after_median_waits < float("inf"):
+            raise ValueError("due_after_median_waits must be 0 (off) or more")
 
     def execute(self, session: Session) -> None:
         order = session.policy.order
@@ -54,6 +67,10 @@ class Enqueue:
             admitted = self._promote_starving(session, admitted)
             if session.promoted:
                 shapes = None  # reordered: allocate takes the shapes from the jobs
+        if self.due_after_median_waits > 0 and len(admitted) > 1:
+            overdue = self._overdue_first(session, admitted)
+            if overdue is not admitted:
+                admitted, shapes = overdue, None  # reordered: allocate takes shapes from jobs
         depth = session.policy.queue_depth
         if depth is not None and len(admitted) > depth:
             for pj in admitted[depth:]:
@@ -67,6 +84,23 @@ class Enqueue:
         session.candidate_shapes = shapes
         if shapes is not None and len(admitted) == len(kept.jobs):  # neither reordered nor cut
             session.kept_order = kept
+
+    def _overdue_first(self, session: Session, admitted: list[PendingJob]) -> list[PendingJob]:
+        """`admitted` with its overdue jobs (see the module's description) moved to the front,
+        oldest first, behind the starving ones; `admitted` itself when none is overdue."""
+        now = session.now
+        waits = sorted(now - pj.job.submit_time_s for pj in admitted)
+        cutoff = now - self.due_after_median_waits * waits[len(waits) // 2]
+        if now - waits[-1] >= cutoff:  # not even the oldest is overdue
+            return admitted
+        head = session.promoted  # starving gangs stay first
+        overdue = [pj for pj in admitted[head:] if pj.job.submit_time_s < cutoff]
+        if not overdue:
+            return admitted
+        overdue.sort(key=lambda pj: pj.job.tie_break)
+        moved = {id(pj) for pj in overdue}
+        rest = [pj for pj in admitted[head:] if id(pj) not in moved]
+        return admitted[:head] + overdue + rest
 
     def _promote_starving(self, session: Session, admitted: list[PendingJob]) -> list[PendingJob]:
         cutoff = session.now - self.starving_after_s

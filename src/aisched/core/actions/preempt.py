@@ -19,13 +19,22 @@ so equal priority is allowed, where eviction needs a strictly lower rank); for r
 elastic jobs of queues that borrow. Never below `min_available`, never a job placed this cycle
 or already terminating; surplus tasks are taken in victim order, each job's last ranks first.
 
-With estimates that may be wrong (learned runtimes), `by: order` takes three guards against
-evicting for too little gain (all off by default, as the oracle bounds need none):
-- `factor`: a victim's key must exceed the blocked job's by this factor, not just be larger.
+With estimates that may be wrong (learned runtimes), `by: order` takes guards against evicting
+for too little gain (all off by default, as the oracle bounds need none):
+- `bound: upper`: the blocked job is judged by its runtime bound (upper estimate), as running
+  jobs are (their expected end is their runtime bound), not by its median. Judging the two
+  sides alike is what keeps two jobs from evicting each other in turn: with the median on one
+  side and the upper bound on the other, A (median 1 h, bound 3 h) evicts B (2 h left to its
+  bound), and B, requeued with a 1.5 h median, evicts A back.
+- `factor`: a victim's key must exceed the blocked job's by this factor, not just be larger
+  (on the size part of the key, when the order says how its key follows from a size).
 - `min_run_s`: a victim must have run this long in its current attempt, so a restarted job
-  makes progress and two jobs cannot evict each other back and forth.
+  makes progress and two jobs cannot evict each other back and forth; with
+  `min_run_checkpoints`, a job that checkpoints must have run that many of its own checkpoint
+  intervals instead, so what it keeps after an eviction is at least that much work.
 - `count_lost_work`: a victim's key is lowered by the GPU-time it would lose (since its last
-  checkpoint), the work it must redo, so preemption pays for itself.
+  checkpoint), the work it must redo, so preemption pays for itself; `restart_cost_s` lowers it
+  further by the restart's cost (that many seconds on each of its GPUs).
 A running job that has outlived its expected end is expected to run about as long again as it
 has run in all (its attained GPU-time): it is not done, and it is probably long.
 """
@@ -45,6 +54,7 @@ from aisched.core.plugins.victims import LeastWorkLost, time_left_s
 from aisched.core.queues import borrowed, within_guarantee
 from aisched.core.snapshot import PendingJob, RunningJob
 from aisched.core.victim_pool import VictimPool
+from aisched.model.resources import GPU_MILLI_WHOLE
 
 if TYPE_CHECKING:
     from aisched.core.session import Session
@@ -73,6 +83,9 @@ class Preempt:
     factor: float = 1.0
     min_run_s: float = 0.0
     count_lost_work: bool = False
+    bound: str = "estimate"
+    restart_cost_s: float = 0.0
+    min_run_checkpoints: float = 0.0
     name: str = "preempt"
 
     def __post_init__(self) -> None:
@@ -84,6 +97,23 @@ class Preempt:
             raise ValueError(f"factor must be at least 1, got {self.factor}")
         if not self.min_run_s >= 0.0:
             raise ValueError(f"min_run_s must be 0 or more, got {self.min_run_s}")
+        if self.bound not in ("estimate", "upper"):
+            raise ValueError(f"bound must be 'estimate' or 'upper', not {self.bound!r}")
+        if not 0.0 <= self.restart_cost_s < INFINITE:
+            raise ValueError(f"restart_cost_s must be 0 or more, got {self.restart_cost_s}")
+        if not 0.0 <= self.min_run_checkpoints < INFINITE:
+            raise ValueError(
+                f"min_run_checkpoints must be 0 or more, got {self.min_run_checkpoints}"
+            )
+
+    def min_run_of(self, r: RunningJob) -> float:
+        """How long `r` must have run in its current attempt before it may be evicted: that
+        many of its own checkpoint intervals (with `min_run_checkpoints`, for a job that has
+        one), else `min_run_s`."""
+        interval = r.checkpoint_interval_s
+        if self.min_run_checkpoints and interval is not None and interval > 0:
+            return self.min_run_checkpoints * interval
+        return self.min_run_s
 
     def execute(self, session: Session) -> None:
         first = session.policy.order[0] if session.policy.order else None
@@ -93,14 +123,23 @@ class Preempt:
         # Ranks kept across cycles while they are known (`core.kept_ranks`).
         kept = None if by_priority or first is None else self._kept_ranking(session, first)
 
+        size_key = getattr(first, "size_key", None)
+        key_of_size = getattr(first, "key_of_size", None)
+
         def running_key(r: RunningJob) -> float:
             assert first is not None
-            if now - r.started_s < self.min_run_s:
+            if now - r.started_s < self.min_run_of(r):
                 return -INFINITE  # too fresh to stop
-            k = first.key(r.job, r.attained_at(now), time_left_s(r, now))
+            left = time_left_s(r, now)
+            cost = 0.0
             if self.count_lost_work:
-                k -= LEAST_WORK_LOST.key(r, now)
-            return k
+                cost += LEAST_WORK_LOST.key(r, now)
+            if self.restart_cost_s:
+                cost += self.restart_cost_s * max(r.usage[2] / GPU_MILLI_WHOLE, 1.0)
+            if size_key is not None and key_of_size is not None:
+                # The cost comes off the size, before the order's aging form applies.
+                return float(key_of_size(size_key(r.job, left) - cost, r.job))
+            return first.key(r.job, r.attained_at(now), left) - cost
 
         def rank_of(r: RunningJob) -> float:
             k = running_keys.get(r.id)
@@ -131,7 +170,12 @@ class Preempt:
         # Blocked jobs in candidate order (`shape_walk`) come in order of the first order key,
         # which is the rank under `by: order`: the walk may stop once every shape has failed.
         shapes = None
-        if not by_priority and self.scope == "cluster" and session.blocked_in_order:
+        if (
+            not by_priority
+            and self.scope == "cluster"
+            and session.blocked_in_order
+            and self._bar_follows_order(first)
+        ):
             shapes = session.blocked_shapes
         elif kept is not None and self._nothing_to_try(session, kept, running_key):
             return  # out of order, the walk would look at every blocked job to learn it
@@ -149,17 +193,29 @@ class Preempt:
 
     def _bar(self, first: JobOrder | None, pj: PendingJob) -> float:
         """The bar a victim's rank key must be above for `pj` to evict it (`by: order`)."""
-        mine = first.key(pj.job, pj.attained_gpu_s, pj.estimate_s) if first is not None else 0.0
+        # With `bound: upper` the blocked job is judged by its runtime bound, as a running job
+        # is (its expected end comes from that bound): like against like.
+        est = pj.runtime_bound_s if self.bound == "upper" else pj.estimate_s
+        mine = first.key(pj.job, pj.attained_gpu_s, est) if first is not None else 0.0
         # The bar a victim's key must clear; with `factor`, above the job's own key by it.
-        # An order with an aging term (qssf's `aging`) applies the factor to the size part
-        # of the key only: the age part is a shift, the same for the job and its victims.
+        # An order that says how its key follows from a size (qssf, with its aging) takes the
+        # factor on the size, before the aging applies: the age is no part of the gain.
         size_key = getattr(first, "size_key", None)
-        size = size_key(pj.job, pj.estimate_s) if size_key is not None else mine
-        if size == mine or not (size < INFINITE and mine < INFINITE):
-            bar = mine * self.factor if mine > 0 else mine
-        else:
-            bar = (size * self.factor if size > 0 else size) + (mine - size)
-        return above_noise(bar)
+        key_of_size = getattr(first, "key_of_size", None)
+        if size_key is not None and key_of_size is not None:
+            size = size_key(pj.job, est)
+            return above_noise(float(key_of_size(size * self.factor if size > 0 else size, pj.job)))
+        return above_noise(mine * self.factor if mine > 0 else mine)
+
+    def _bar_follows_order(self, first: JobOrder | None) -> bool:
+        """Whether the bars of the blocked jobs rise with their first order key, as the walk's
+        early stop over shapes needs: not when the bar is taken from another estimate than the
+        order's (`bound: upper`), nor when `factor` scales the size under a linear aging term
+        (the age is then a shift the factor does not scale; the log form of halving turns the
+        factor into a shift too, which keeps the order)."""
+        if self.bound != "estimate":
+            return False
+        return self.factor == 1.0 or not getattr(first, "aging", 0.0)
 
     @staticmethod
     def _nothing_to_try(
@@ -177,10 +233,13 @@ class Preempt:
 
     def _kept_ranking(self, session: Session, first: JobOrder) -> KeptRanking | None:
         """The ranks kept across cycles for this policy and action, when they can be: the
-        first order says how its keys move (`kept_ranks.moves_of`), and neither `min_run_s`
-        nor `count_lost_work` makes them move with time otherwise."""
+        first order says how its keys move (`kept_ranks.moves_of`), and no minimum run nor
+        `count_lost_work` makes them move with time otherwise (`restart_cost_s` does not: a
+        constant taken off the size keeps a key that falls falling)."""
         moves = moves_of(first)
-        if moves is None or self.min_run_s > 0 or self.count_lost_work:
+        if moves is None or self.min_run_s > 0 or self.min_run_checkpoints > 0:
+            return None
+        if self.count_lost_work:
             return None
         policy, memo = session.policy, session.arrays.memo
         slot = ("kept-ranking", id(policy), id(self))

@@ -16,6 +16,7 @@ resource share (see the allocate action); its key here is constant.
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -85,20 +86,35 @@ class ShortestFirst:
 class PredictedGpuTime:
     """Predicted GPU-time first (Helios' QSSF). Jobs without an estimate go last.
 
-    `aging` (GPU-seconds per second, default 0: none) adds `aging × submit time` to the key.
-    Within one cycle that is the same order as subtracting `aging × time waited`, since every
-    key shifts by the same `aging × now`, but the key stays fixed while the job waits (so it is
-    memoised like every other). Two jobs then swap places only when their predicted GPU-times
-    differ by more than `aging` times the gap between their submissions: on a workload whose
-    GPU-times are much alike the order is nearly fifo, and a long job is passed only by jobs
-    shorter than it by the age it has gained, so it cannot wait for ever."""
+    Two forms of aging trade the average JCT against the tail; each adds a multiple of the
+    submit time to the key, so within one cycle the order is the same as taking the time waited
+    off every key (every key shifts by the same amount at `now`), yet a waiting job's key stays
+    fixed (it is memoised like every other):
+
+    - `aging` (GPU-seconds per second waited): the key is `GPU-time + aging × submit`. A job is
+      passed by a younger one only if that one's predicted GPU-time is smaller by more than
+      `aging` × the gap between their submissions: an absolute allowance, which holds back a
+      job eight GPUs wide eight times as long as a one-GPU job of the same runtime.
+    - `halve_after_s`: the key is `log2(GPU-time) + submit / halve_after_s`, so a job's
+      predicted GPU-time counts half for every `halve_after_s` it has waited. A job is passed by
+      a younger one only if that one is smaller by a factor 2^(gap / halve_after_s): a relative
+      allowance, the same for every size, as the predictor's errors are (a factor, not an
+      amount). On a workload whose GPU-times are alike the order is close to fifo; a long job
+      is passed by a stream of jobs k times shorter for at most log2(k) × `halve_after_s`.
+
+    Both at 0 is pure shortest-predicted-first; at most one may be set."""
 
     aging: float = 0.0
+    halve_after_s: float = 0.0
     name: str = "qssf"
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.aging < INFINITE:
             raise ValueError(f"qssf: aging must be 0 or more, got {self.aging}")
+        if not 0.0 <= self.halve_after_s < INFINITE:
+            raise ValueError(f"qssf: halve_after_s must be 0 or more, got {self.halve_after_s}")
+        if self.aging and self.halve_after_s:
+            raise ValueError("qssf: set aging or halve_after_s, not both")
 
     def size_key(self, job: Job, estimate_s: float | None) -> float:
         """The predicted GPU-time alone, without the aging term."""
@@ -107,11 +123,20 @@ class PredictedGpuTime:
             return INFINITE
         return est * max(job.num_gpus, 1.0)
 
+    def key_of_size(self, size_gpu_s: float, job: Job) -> float:
+        """The key `job` would have with a predicted GPU-time of `size_gpu_s`: preemption
+        compares sizes (a margin, the cost of stopping a job) before the aging applies."""
+        if not size_gpu_s < INFINITE:
+            return size_gpu_s
+        if self.halve_after_s:
+            # GPU-times under a second count as one: a log must not run off to minus infinity.
+            return math.log2(max(size_gpu_s, 1.0)) + job.submit_time_s / self.halve_after_s
+        if self.aging:
+            return size_gpu_s + self.aging * job.submit_time_s
+        return size_gpu_s
+
     def key(self, job: Job, attained_gpu_s: float, estimate_s: float | None) -> float:
-        size = self.size_key(job, estimate_s)
-        if self.aging and size < INFINITE:
-            return size + self.aging * job.submit_time_s
-        return size
+        return self.key_of_size(self.size_key(job, estimate_s), job)
 
 
 @dataclass(frozen=True, slots=True)
