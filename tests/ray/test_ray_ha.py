@@ -14,7 +14,7 @@ import httpx
 import pytest
 from harness import Service, free_port, wait_for
 from ray_harness import RayCluster, cancel_all
-from test_ray_service import env_of, events, submit
+from test_ray_service import env_of, events, ray_gpus_in_use, submit
 
 from aisched.testing.postgres import PostgresServer
 
@@ -75,6 +75,7 @@ def test_the_standby_adopts_the_gang_of_a_killed_leader_through_its_actors(
         assert job["state"] == "succeeded", job["events"]
         assert [e["kind"] for e in job["events"]].count("started") == 1
         assert sorted(events(b)) == ["start 0 0", "start 1 0"]  # once each, never stopped
+        wait_for("Ray to hold no GPU", lambda: not any(ray_gpus_in_use(ray_cluster).values()), 60)
     finally:
         stop_all([b, a])
 
@@ -107,5 +108,14 @@ def test_a_leader_paused_between_committing_a_gang_launch_and_making_it_starts_n
         job = b.wait_state(jid, "succeeded", "failed", timeout_s=60)
         assert job["state"] == "succeeded", job["events"]
         assert sorted(events(b)) == ["start 0 1", "start 1 1"]  # attempt 1 never started
+        # The reservation the old leader made for attempt 1 is no one's: the new leader's
+        # sweep removes it (at its second look), so Ray holds no GPU once the gang is done.
+        from aisched.executors.ray_executor import SWEEP_S
+
+        wait_for(
+            "Ray to give the given-up attempt's GPUs back",
+            lambda: not any(ray_gpus_in_use(ray_cluster).values()),
+            3 * SWEEP_S + 30,
+        )
     finally:
         stop_all([b, a])
