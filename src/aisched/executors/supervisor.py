@@ -544,11 +544,16 @@ class Supervisor:
     def finish(self, kind: str, code: int | None, message: str) -> int:
         remove_cgroup(self.cgroup)
         record = {"kind": kind, "exit_code": code, "message": message, "finished_at": time.time()}
-        while True:  # the end of a task is never lost to a full disk: wait for space
+        # The end of a task is never lost to a full disk: wait for space (but not for a task
+        # directory that was deleted).
+        while True:
             try:
                 write_json_atomic(self.path(EXIT), record)
                 break
             except OSError as exc:
+                if not os.path.isdir(self.dir):  # removed under us: no one will ever read it
+                    print(f"cannot write {EXIT}: the task directory is gone", file=sys.stderr)
+                    break
                 print(f"cannot write {EXIT} ({exc.strerror or exc}); retrying", file=sys.stderr)
                 with contextlib.suppress(OSError):
                     os.unlink(f"{self.path(EXIT)}.tmp{os.getpid()}")

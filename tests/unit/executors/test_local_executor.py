@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -327,6 +328,23 @@ def test_a_supervisor_killed_while_watched_is_lost_and_its_task_killed(any_watch
     assert (ev.kind, ev.exit_code) == (ExitKind.LOST, None)
     assert ev.message.startswith(f"its supervisor (pid {h.data['supervisor_pid']}) ended without")
     wait_for(lambda: gone(started["child_pid"]), what="the orphaned task to be killed")
+
+
+WAIT_FOR_FILE = "import os, sys, time\nwhile not os.path.exists(sys.argv[1]):\n    time.sleep(0.05)"
+
+
+def test_a_supervisor_whose_task_directory_was_deleted_ends_with_its_task(
+    harness: Harness, tmp_path: Path
+) -> None:
+    # An operator removed the state directory under a running task: nobody can read its exit
+    # record any more, so the supervisor must not wait for ever to write it (as it rightly
+    # does on a full disk), but end with its task.
+    release = tmp_path / "release"
+    h = harness.launch("t-0", [PY, "-c", WAIT_FOR_FILE, str(release)])
+    harness.started(h.key)
+    shutil.rmtree(harness.ex.task_dir(h.key))
+    release.touch()
+    wait_for(lambda: gone(h.data["supervisor_pid"]), 10.0, "the supervisor to end")
 
 
 def test_a_supervisor_killed_while_nobody_watched_is_adopted_as_lost(harness: Harness) -> None:
