@@ -345,6 +345,7 @@ def test_a_supervisor_whose_task_directory_was_deleted_ends_with_its_task(
     shutil.rmtree(harness.ex.task_dir(h.key))
     release.touch()
     wait_for(lambda: gone(h.data["supervisor_pid"]), 10.0, "the supervisor to end")
+    assert harness.exit_of(h.key).kind == ExitKind.LOST  # no record: the scheduler says lost
 
 
 def test_a_supervisor_killed_while_nobody_watched_is_adopted_as_lost(harness: Harness) -> None:
