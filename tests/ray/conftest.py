@@ -22,7 +22,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 
-from harness import Service, free_port  # noqa: E402
+from harness import Service, free_port, wait_for  # noqa: E402
 from users import local_users  # noqa: E402, F401 - real local users, for tests/ray/test_ray_users.py
 
 # Not importorskip here: a conftest cannot skip; the tests skip (with this reason) instead.
@@ -34,7 +34,13 @@ except ModuleNotFoundError:
 
 NO_RAY = "Ray is not installed: pip install -e '.[ray]' (or '.[dev]') to run these"
 
-from ray_harness import OBJECT_STORE_BYTES, RAY_ENV, RayCluster, cancel_all  # noqa: E402
+from ray_harness import (  # noqa: E402
+    OBJECT_STORE_BYTES,
+    RAY_ENV,
+    RayCluster,
+    cancel_all,
+    ray_gpus_in_use,
+)
 
 
 @pytest.fixture(scope="session")
@@ -89,6 +95,11 @@ def ray_service(
     svc.start(timeout_s=90)
     try:
         yield svc
+        # Every reservation of this test's jobs goes while its service still runs (its sweep
+        # removes what no task claims): one left behind would hold GPUs in the shared cluster
+        # and fail later tests far from its cause.
+        cancel_all(svc)
+        wait_for("Ray to hold no GPU", lambda: not any(ray_gpus_in_use(ray_cluster).values()), 60)
     finally:
         cancel_all(svc)
         svc.stop()

@@ -55,3 +55,19 @@ class RayCluster:
 def cancel_all(svc: Service) -> None:
     """The e2e harness's, with more time: Ray tasks take longer to stop."""
     cancel_every_job(svc, timeout_s=60)
+
+
+def ray_gpus_in_use(cluster: RayCluster) -> dict[str, float]:
+    """GPUs Ray itself counts as taken, per aisched node name (from Ray's own accounting)."""
+    import ray  # only where Ray is installed: the tests skip without it
+
+    if not ray.is_initialized():
+        ray.init(address=cluster.address, log_to_driver=False, logging_level="WARNING")
+    total = ray._private.state.total_resources_per_node()
+    free = ray._private.state.available_resources_per_node()
+    by_id = {node.node_id: name for name, node in cluster.nodes.items()}
+    return {
+        by_id[nid]: res.get("GPU", 0.0) - free.get(nid, {}).get("GPU", 0.0)
+        for nid, res in total.items()
+        if nid in by_id
+    }

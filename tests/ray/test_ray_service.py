@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from harness import Service, wait_for
-from ray_harness import RayCluster, cancel_all
+from ray_harness import RayCluster, cancel_all, ray_gpus_in_use
 
 from aisched.executors.ray_task import TaskRunner
 
@@ -95,20 +95,6 @@ def events(svc: Service) -> list[str]:
 
 def tasks_of(svc: Service, job_id: str) -> list[dict[str, Any]]:
     return sorted(svc.job(job_id)["tasks"], key=lambda t: t["rank"])
-
-
-def ray_gpus_in_use(cluster: RayCluster) -> dict[str, float]:
-    """GPUs Ray itself counts as taken, per aisched node name (from Ray's own accounting)."""
-    if not ray.is_initialized():
-        ray.init(address=cluster.address, log_to_driver=False, logging_level="WARNING")
-    total = ray._private.state.total_resources_per_node()
-    free = ray._private.state.available_resources_per_node()
-    by_id = {node.node_id: name for name, node in cluster.nodes.items()}
-    return {
-        by_id[nid]: res.get("GPU", 0.0) - free.get(nid, {}).get("GPU", 0.0)
-        for nid, res in total.items()
-        if nid in by_id
-    }
 
 
 def test_a_packed_gang_lands_in_one_rack_with_its_gpus_ranks_and_ray_reservations(
