@@ -22,7 +22,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 
-from harness import Service, free_port, wait_for  # noqa: E402
+from harness import Service, free_port  # noqa: E402
 from users import local_users  # noqa: E402, F401 - real local users, for tests/ray/test_ray_users.py
 
 # Not importorskip here: a conftest cannot skip; the tests skip (with this reason) instead.
@@ -39,7 +39,7 @@ from ray_harness import (  # noqa: E402
     RAY_ENV,
     RayCluster,
     cancel_all,
-    ray_gpus_in_use,
+    wait_until_ray_holds_no_gpu,
 )
 
 
@@ -95,11 +95,12 @@ def ray_service(
     svc.start(timeout_s=90)
     try:
         yield svc
-        # Every reservation of this test's jobs goes while its service still runs (its sweep
-        # removes what no task claims): one left behind would hold GPUs in the shared cluster
-        # and fail later tests far from its cause.
-        cancel_all(svc)
-        wait_for("Ray to hold no GPU", lambda: not any(ray_gpus_in_use(ray_cluster).values()), 60)
     finally:
         cancel_all(svc)
-        svc.stop()
+        try:
+            # Every reservation of this test's jobs goes while its service still runs (its
+            # sweep removes what no task claims): one left behind would hold GPUs in the shared
+            # cluster and fail later tests far from its cause.
+            wait_until_ray_holds_no_gpu(ray_cluster, 60)
+        finally:
+            svc.stop()

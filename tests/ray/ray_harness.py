@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness import Service
+from harness import Service, wait_for
 from harness import cancel_all as cancel_every_job
 
 MIB = 1 << 20
@@ -71,3 +71,10 @@ def ray_gpus_in_use(cluster: RayCluster) -> dict[str, float]:
         for nid, res in total.items()
         if nid in by_id
     }
+
+
+def wait_until_ray_holds_no_gpu(
+    cluster: RayCluster, timeout_s: float, what: str = "Ray to hold no GPU"
+) -> None:
+    """Waits for Ray's own accounting to show every GPU of the cluster free."""
+    wait_for(what, lambda: not any(ray_gpus_in_use(cluster).values()), timeout_s)

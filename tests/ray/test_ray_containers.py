@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 from harness import Service, wait_for
-from ray_harness import RayCluster
-from test_ray_service import ray_gpus_in_use
+from ray_harness import RayCluster, ray_gpus_in_use
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 from container_image import MARKER, MARKER_TEXT, build_test_image, missing_tools  # noqa: E402

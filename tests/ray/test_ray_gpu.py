@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 from harness import Service, wait_for
-from ray_harness import RayCluster
-from test_ray_service import env_of, ray_gpus_in_use, submit, tasks_of
+from ray_harness import RayCluster, ray_gpus_in_use
+from test_ray_service import env_of, submit, tasks_of
 
 from aisched.executors.base import ExitKind, TaskExited, TaskKey, TaskLaunch
 from aisched.executors.gpu_watchdog import GpuProcesses, OverAction, TaskGpuMemory
