@@ -110,7 +110,9 @@ class Service:
             raise ServiceError(str(datadir.not_writable(home, e))) from None
         try:
             store = Store(
-                config.database_url(), busy_timeout_s=config.limits.store_busy_timeout_s()
+                config.database_url(),
+                busy_timeout_s=config.limits.store_busy_timeout_s(),
+                idle_tx_timeout_s=config.lease_times().ttl_s,
             )
             if store.migration_note:
                 log.info("%s", store.migration_note)

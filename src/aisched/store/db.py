@@ -75,7 +75,9 @@ def shown(url: str) -> str:
 
 
 class Store:
-    def __init__(self, url: str, *, busy_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, url: str, *, busy_timeout_s: float = 30.0, idle_tx_timeout_s: float | None = None
+    ) -> None:
         url = normalize_url(url)
         self.url = shown(url) if not url.startswith("sqlite") else url
         self.migration_note: str | None = None
@@ -89,8 +91,17 @@ class Store:
             # A write waits at most this long for a row another transaction holds, and a
             # connection at most this long for the server; then the step fails (and retries).
             ms = max(1, int(busy_timeout_s * 1000))
+            options = f"-c lock_timeout={ms}"
+            if idle_tx_timeout_s is not None:
+                # A leader stopped inside a transaction (SIGSTOP, a frozen VM) holds the lease
+                # row's lock, and a standby could never take over: the server ends such a
+                # transaction once it has sat idle this long (the lease's TTL, past which the
+                # lease is lost anyway), and its late commit fails.
+                options += (
+                    f" -c idle_in_transaction_session_timeout={int(idle_tx_timeout_s * 1000)}"
+                )
             kwargs["connect_args"] = {
-                "options": f"-c lock_timeout={ms}",
+                "options": options,
                 "connect_timeout": max(2, int(busy_timeout_s)),
             }
             # No pre-ping (a round trip per checkout): a connection the server dropped fails

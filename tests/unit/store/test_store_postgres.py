@@ -167,3 +167,32 @@ def test_a_takeover_waits_for_the_leaders_write_under_way(pg_server: PostgresSer
         tx.update_job("1", {"state": "failed"})
     old.close()
     new.close()
+
+
+def test_a_leader_stuck_inside_a_write_past_its_lease_cannot_block_the_takeover(
+    pg_server: PostgresServer,
+) -> None:
+    # A leader stopped (SIGSTOP, a frozen VM) inside a write transaction holds the lease row's
+    # lock; without a bound the standby would wait for it for ever. The server ends the
+    # transaction once it has sat idle for the lease's TTL, and its late commit fails.
+    url = pg_server.create_database()
+    old = Store(url, busy_timeout_s=5.0, idle_tx_timeout_s=1.0)
+    new = Store(url, busy_timeout_s=5.0, idle_tx_timeout_s=1.0)
+    assert lead(old, ttl_s=1.0) is not None
+    terms: list[int | None] = []
+    taken = threading.Event()
+
+    def take_over() -> None:  # as a standby that saw the lease expire
+        got = lead(new, force=True)
+        terms.append(got.term if got else None)
+        taken.set()
+
+    with pytest.raises(Exception), old.tx() as tx:  # noqa: B017 - the driver's own error
+        threading.Thread(target=take_over).start()
+        # Stuck, idle in its transaction; the takeover goes through meanwhile (at about 1 s).
+        assert taken.wait(3.0)
+        tx.insert_jobs([JOB])
+    assert terms == [2]
+    assert job_ids(new) == []  # nothing of the stuck write landed
+    old.close()
+    new.close()
