@@ -33,6 +33,7 @@ from aisched.core.framework import all_filters, combined_score
 from aisched.core.kept_placements import current_key, kept_placements
 from aisched.core.session import ShapeBy
 from aisched.core.snapshot import BoolArray, FreeState, IntArray
+from aisched.core.taskmix import TaskMix, mix_of
 from aisched.model.cluster import TopologyLevel
 from aisched.model.job import Job, TopologyMode
 from aisched.model.resources import GPU_MILLI_WHOLE, Resources
@@ -653,13 +654,17 @@ def never_fits(session: Session, job: Job) -> str | None:
     from aisched.core.statement import Statement
 
     with session.scratch(FreeState.empty(arrays)):
-        session.imagine_empty = True
+        # Scored as if the job were the whole workload: a mix-aware score (fgd) would
+        # otherwise judge one shape differently as the queue changes, and the verdict is kept.
+        # Held by the session's memo, whose entries key on a mix's id: no id reused meanwhile.
+        mix = session.memo.setdefault(("imagined-mix", key), mix_of((job,)))
+        session.imagine_empty, session.imagined_mix = True, cast(TaskMix, mix)
         st = Statement(session)
         try:
             res = _place(session, st, job, None)
         finally:
             st.discard()
-            session.imagine_empty = False
+            session.imagine_empty, session.imagined_mix = False, None
     reason = f"can never fit this cluster: {res}" if isinstance(res, str) else None
     arrays.memo[key] = reason
     return reason

@@ -146,6 +146,9 @@ class Session:
         # True while a what-if imagines the empty cluster (`placement.never_fits`): per-node
         # caps on an app's instances then count no running task (`core.caps`).
         self.imagine_empty = False
+        # The task mix such a what-if scores by (the job it places, alone), so that whether a
+        # job could ever fit does not hang on what else waits (`placement.never_fits`).
+        self.imagined_mix: TaskMix | None = None
         # What a placement's outcome depends on besides the free state (`placement_shape`):
         # fixed for the cycle, so decided once here rather than on every one of the
         # thousands of calls a long queue makes.
@@ -174,7 +177,10 @@ class Session:
 
     @property
     def task_mix(self) -> TaskMix:
-        """The snapshot's task mix, else the mix of the running and pending jobs."""
+        """The mix of a what-if's own job (`imagined_mix`), else the snapshot's task mix,
+        else the mix of the running and pending jobs."""
+        if self.imagined_mix is not None:
+            return self.imagined_mix
         given = self.snapshot.task_mix
         if given is not None:
             return given
