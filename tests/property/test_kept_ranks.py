@@ -22,6 +22,7 @@ from aisched.core.decisions import TaskBinding
 from aisched.core.demotion import demotion_at
 from aisched.core.framework import JobOrder
 from aisched.core.kept_ranks import _FALLING_ORDERS, KeptBars, KeptRanks, moves_of, shrinkable
+from aisched.core.pending import PendingQueue
 from aisched.core.plugins.order import Las, PredictedGpuTime, ShortestFirst
 from aisched.core.plugins.victims import time_left_s
 from aisched.core.policy import preset
@@ -219,5 +220,42 @@ def test_kept_bars_equal_bars_computed_afresh(steps: list[tuple[str, int]]) -> N
         assert set(kept.entries) == {id(pj) for pj in pending}
         some = pending[::2]
         assert kept.lowest(some) == min(map(bar_of, some), default=math.inf)
+        for pj in pending:
+            assert kept.bar(pj) == bar_of(pj)
+
+
+@SETTINGS
+@given(
+    steps=st.lists(
+        st.tuples(st.sampled_from(("add", "drop", "again", "plain")), st.integers(0, 30)),
+        max_size=40,
+    )
+)
+def test_kept_bars_follow_a_pending_queues_log(steps: list[tuple[str, int]]) -> None:
+    """Synced from the queue's log (or, now and then, from a plain tuple), the table holds
+    exactly the queue's jobs, and the lowest bar of all is theirs."""
+
+    def bar_of(pj: PendingJob) -> float:
+        return float(pj.job.priority) + pj.attained_gpu_s
+
+    kept = KeptBars(bar_of)
+    queue = PendingQueue()
+    made = 0
+    for what, n in steps:
+        ids = list(queue.keys())
+        if what == "add" or not ids:
+            j = job(f"p{made}").task(gpu=1).priority(n % 7).build()
+            queue[j.id] = PendingJob(j, attained_gpu_s=float(n % 3))
+            made += 1
+        elif what == "drop":
+            queue.pop(ids[n % len(ids)])
+        elif what == "again":  # set again in place, seen afresh (as a requeue is)
+            old = queue.get(ids[n % len(ids)])
+            assert old is not None
+            queue[old.id] = PendingJob(old.job, attained_gpu_s=float(n % 5))
+        pending = queue.jobs()
+        kept.sync(pending, None if what == "plain" else queue)
+        assert set(kept.entries) == {id(pj) for pj in pending}
+        assert kept.lowest_of_all() == min(map(bar_of, pending), default=math.inf)
         for pj in pending:
             assert kept.bar(pj) == bar_of(pj)

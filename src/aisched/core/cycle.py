@@ -15,6 +15,7 @@ from typing import cast
 import numpy as np
 
 from aisched.core.actions.enqueue import admission_refusal
+from aisched.core.actions.preempt import Preempt as PreemptAction
 from aisched.core.decisions import Bind, Decision, Preempt, Reserve, Shrink
 from aisched.core.pending import PendingQueue
 from aisched.core.policy import Policy
@@ -48,7 +49,7 @@ class CycleResult:
     # The job shapes (`Job.shape_id`) that did not fit, at capacity no smaller than what the
     # cycle leaves free, when placement is judged per shape (empty otherwise). Until capacity
     # is given back, a job of one of these shapes cannot fit either: the simulator skips a
-    # cycle that has only such jobs new to it, under a policy that only places (no preemption).
+    # cycle that has only such jobs new to it, under a policy that may settle (`may_settle`).
     failed_shapes: frozenset[Hashable] = frozenset()
 
     @property
@@ -170,3 +171,32 @@ def only_places(policy: Policy) -> bool:
         elif action.name != "allocate":
             return False
     return policy.queue_depth is None
+
+
+def may_settle(policy: Policy) -> bool:
+    """Whether a caller may skip a cycle it can show would decide nothing: the policy only
+    places (`only_places`), or it also preempts by rank (`by: order`), which a caller can rule
+    out cheaply at a cycle's time (`evicts_nobody`). Then, with no capacity given back since
+    the last cycle, no preemption decided in it, and every job new to the next of a shape that
+    failed since in a queue no limit governs, that cycle places nobody; and when nobody could
+    be evicted either it decides nothing."""
+    for action in policy.actions:
+        if action.name == "enqueue":
+            if getattr(action, "starving_after_s", 0.0) > 0:
+                return False
+        elif isinstance(action, PreemptAction):
+            if action.by != "order":
+                return False
+        elif action.name != "allocate":
+            return False
+    return policy.queue_depth is None
+
+
+def evicts_nobody(snapshot: Snapshot, pending: PendingQueue, policy: Policy, now: float) -> bool:
+    """Whether no preempt action of the policy could evict or shrink anyone for any of the
+    `pending` jobs at `now` (true when it has none); false when that is not known cheaply."""
+    return all(
+        action.nobody_to_evict(policy, snapshot, pending, now)
+        for action in policy.actions
+        if isinstance(action, PreemptAction)
+    )

@@ -29,7 +29,8 @@ Invariants:
   at least it, and exactly it when above `above`), and `shrinkable` the number of them that
   preemption could shrink.
 - `key(view, now, compute)` always equals `compute(view)`, the key at `now`.
-- After `sync(pending)`, `KeptBars` holds exactly the jobs of `pending`, each with its bar.
+- After `sync(pending)`, `KeptBars` holds exactly the jobs of `pending`, each with its bar
+  (synced from a `PendingQueue`'s log, the log replays to exactly its jobs).
 - Entries hold their views, so an `id()` is never reused while it is kept; heap items of
   replaced entries are recognised by their serial number and dropped when met, and the heaps
   are rebuilt once they hold more than twice the entries.
@@ -47,6 +48,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from operator import itemgetter
 
+from aisched.core.pending import PendingQueue
 from aisched.core.plugins.order import PredictedGpuTime, ShortestFirst
 from aisched.core.snapshot import PendingJob, RunningJob
 from aisched.model.resources import GPU_MILLI_WHOLE
@@ -261,30 +263,53 @@ class KeptRanks:
 
 @dataclass(slots=True)
 class KeptBars:
-    """Pending jobs' bars; `bar_of(pj)` computes one (it depends on the job alone)."""
+    """Pending jobs' bars; `bar_of(pj)` computes one (it depends on the job alone). Synced
+    from the caller's `PendingQueue` log when it is given and followable (a few jobs per
+    cycle), else by comparing whole sets."""
 
     bar_of: Callable[[PendingJob], float]
-    entries: dict[int, tuple[PendingJob, float]] = field(default_factory=dict)
+    entries: dict[int, tuple[PendingJob, float, int]] = field(default_factory=dict)
     _synced: tuple[PendingJob, ...] = ()  # the pending set of the last sync (held)
+    _queue: PendingQueue | None = None  # the queue whose log the last sync followed
+    _generation: int = -1
+    _seen: int = 0  # entries of that log already taken in
+    _serial: int = 0
+    _lows: list[tuple[float, int, int]] = field(default_factory=list)  # (bar, serial, id)
 
-    def sync(self, pending: tuple[PendingJob, ...]) -> None:
-        """Make the table hold exactly `pending`. A tuple, so the same object as last time
-        holds the same jobs."""
+    def sync(self, pending: tuple[PendingJob, ...], queue: PendingQueue | None = None) -> None:
+        """Make the table hold exactly `pending`: the jobs of `queue` now, when it is given.
+        A tuple, so the same object as last time holds the same jobs."""
         if pending is self._synced:
             return
         self._synced = pending
         entries = self.entries
-        ids = set(map(id, pending))
-        for i in entries.keys() - ids:
-            del entries[i]
-        came = len(ids) - len(entries)  # as in KeptRanks.sync: new ones come last, new ids
-        for pj in reversed(pending):
-            if not came:
-                break
-            i = id(pj)
-            if i not in entries:
-                came -= 1
-                entries[i] = (pj, self.bar_of(pj))
+        if queue is not None and queue is self._queue and queue.generation == self._generation:
+            log = queue.log
+            for pj, added in log[self._seen :]:
+                if added:
+                    self._put(pj)
+                else:
+                    hit = entries.get(id(pj))
+                    if hit is not None and hit[0] is pj:
+                        del entries[id(pj)]
+            self._seen = len(log)
+        else:
+            ids = set(map(id, pending))
+            for i in entries.keys() - ids:
+                del entries[i]
+            came = len(ids) - len(entries)  # as in KeptRanks.sync: new ones come last, new ids
+            for pj in reversed(pending):
+                if not came:
+                    break
+                if id(pj) not in entries:
+                    came -= 1
+                    self._put(pj)
+            self._queue = queue
+            self._generation = queue.generation if queue is not None else -1
+            self._seen = len(queue.log) if queue is not None else 0
+        if len(self._lows) > 2 * len(entries) + _SLACK:
+            self._lows = [(bar, serial, i) for i, (_, bar, serial) in entries.items()]
+            heapq.heapify(self._lows)
 
     def bar(self, pj: PendingJob) -> float:
         """`bar_of(pj)`, from the table when the job is in it."""
@@ -296,6 +321,24 @@ class KeptBars:
         when there are none. One pass in C: every cycle asks it of the whole blocked list."""
         entries = self.entries
         return min(map(_BAR, map(entries.__getitem__, map(id, jobs))), default=math.inf)
+
+    def lowest_of_all(self) -> float:
+        """The lowest bar of the jobs synced (inf when there are none), from a heap: a caller
+        may ask it between cycles at the cost of the jobs that came and went."""
+        lows, entries = self._lows, self.entries
+        while lows:
+            bar, serial, i = lows[0]
+            hit = entries.get(i)
+            if hit is not None and hit[2] == serial:
+                return bar
+            heapq.heappop(lows)
+        return math.inf
+
+    def _put(self, pj: PendingJob) -> None:
+        self._serial += 1
+        bar = self.bar_of(pj)
+        self.entries[id(pj)] = (pj, bar, self._serial)
+        heapq.heappush(self._lows, (bar, self._serial, id(pj)))
 
 
 @dataclass(slots=True)

@@ -43,9 +43,11 @@ alone is re-evaluated when they do: under 2D-LAS a running job's rank drops the 
 attained service crosses a threshold (`core.demotion`), and a `_DEMOTE` event runs a cycle
 then, so a waiting job may preempt it at that instant. Applying a cycle's own decisions does
 not call for another cycle. A cycle that could decide nothing is skipped (coalesced with the
-next): under a policy that only places (`core.cycle.only_places`), when no capacity was given
-back since the last cycle and every job new to it is of a shape that failed since, in a queue
-no limit governs (`_settled`); its decisions would be none, so the log is the same. A job
+next): under a policy that may settle (`core.cycle.may_settle`: it only places, or also
+preempts by rank), when no capacity was given back and no preemption decided since the last
+cycle, every job new to it is of a shape that failed since, in a queue no limit governs, and,
+when the policy preempts, no running job ranks above any pending job's bar at its time
+(`_settled`); its decisions would be none, so the log is the same. A job
 that can never fit the cluster at its largest is rejected when it arrives
 (`lifecycle.admission`, the live service's refusal at submission); it is logged and counted.
 
@@ -100,7 +102,13 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import replace
 from itertools import islice
 
-from aisched.core.cycle import InvariantViolation, only_places, run_cycle
+from aisched.core.cycle import (
+    InvariantViolation,
+    evicts_nobody,
+    may_settle,
+    only_places,
+    run_cycle,
+)
 from aisched.core.decisions import Bind, Preempt, Reserve, Shrink, TaskBinding
 from aisched.core.demotion import demotion_at
 from aisched.core.dependencies import DependencyVerdict, check_dependencies
@@ -237,11 +245,13 @@ class _Engine(NodePools):
         self.seq = 0
         self.cycle_at: float | None = None
         self.dirty = False
-        # Cycle coalescing (`_settled`): under a policy that only places, the shapes that
-        # failed since capacity was last given back, and how many jobs were pending after the
-        # last cycle (pending only grows between cycles, so the jobs new to the next one are
-        # the last ones in `pending`). None: every cycle runs.
-        self.coalesce = only_places(policy) and not cluster.node_pools
+        # Cycle coalescing (`_settled`): under a policy that may settle (it only places, or
+        # also preempts by rank), the shapes that failed since capacity was last given back or
+        # a preemption decided, and how many jobs were pending after the last cycle (pending
+        # only grows between cycles, so the jobs new to the next one are the last ones in
+        # `pending`). None: the next cycle runs.
+        self.coalesce = may_settle(policy) and not cluster.node_pools
+        self.preempts = not only_places(policy)  # then a skip also needs nobody to evict
         self.settled: frozenset[Hashable] | None = None
         self.pending_after_cycle = 0
         self.alloc_milli = 0
@@ -847,7 +857,7 @@ class _Engine(NodePools):
         self.dirty = False
         if not self.pending:
             return
-        if self._settled():
+        if self._settled(now):
             self.pending_after_cycle = len(self.pending)
             return
         if self.membership_dirty:
@@ -897,8 +907,14 @@ class _Engine(NodePools):
             self._scale_up(now, diagnostics)
         self._grow_if_idle(now)  # the cycle placed every job: idle capacity may grow one
         if self.coalesce:
-            settled = self.settled if self.settled is not None else frozenset()
-            self.settled = settled | result.failed_shapes
+            # A preemption's binds wait out of the cycle on what their victims free, so the
+            # state after it is not the one its shapes failed in: the next cycle runs.
+            stats = result.stats
+            if stats.preempted or stats.shrunk:
+                self.settled = None
+            else:
+                settled = self.settled if self.settled is not None else frozenset()
+                self.settled = settled | result.failed_shapes
             self.pending_after_cycle = len(self.pending)
 
     def _guard_livelock(self, now: float, decisions: Sequence[object]) -> None:
@@ -912,12 +928,14 @@ class _Engine(NodePools):
                 f"keeps undoing its own decisions (the last cycle's: {last})"
             )
 
-    def _settled(self) -> bool:
+    def _settled(self, now: float) -> bool:
         """Whether the coming cycle would decide nothing, so it is skipped (coalesced with
-        the next): the policy only places, no capacity was given back since the last cycle,
-        and every job new to it is of a shape that failed since, in a queue no limit governs
-        (so it is admitted and its queue lets it start; only room could stop it, and there
-        is none). Jobs it skips stay `fresh` for the next cycle that runs."""
+        the next): no capacity was given back and no preemption decided since the last
+        cycle, and every job new to it is of a shape that failed since, in a queue no limit
+        governs (so it is admitted and its queue lets it start; only room could stop it, and
+        there is none); and, under a policy that preempts by rank, no running job ranks above
+        any pending job's bar at `now` (`core.cycle.evicts_nobody`). Jobs it skips stay
+        `fresh` for the next cycle that runs."""
         settled = self.settled
         if settled is None:
             return False
@@ -929,6 +947,9 @@ class _Engine(NodePools):
             job = pj.job
             if job.shape_id not in settled or job.queue not in ungoverned:
                 return False
+        if self.preempts:
+            snapshot = self.held.snapshot(self.queues)
+            return evicts_nobody(snapshot, self.pending, self.policy, now)
         return True
 
     # --- validate mode ----------------------------------------------------------------------

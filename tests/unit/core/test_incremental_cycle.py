@@ -31,7 +31,7 @@ def replay(policy: Policy, seed: int, queues: int) -> SimResult:
     return simulate(trace, synthetic_cluster(1), policy, CONFIG)
 
 
-@pytest.mark.parametrize("name", ["fifo", "fifo-strict", "las", "sjf"])
+@pytest.mark.parametrize("name", ["fifo", "fifo-strict", "las", "sjf", "srtf-oracle"])
 @pytest.mark.parametrize(("seed", "queues"), [(1, 1), (2, 1), (3, 2), (4, 3), (5, 5)])
 def test_the_saving_paths_decide_as_the_plain_walk(
     name: str, seed: int, queues: int, monkeypatch: pytest.MonkeyPatch
@@ -47,15 +47,12 @@ def test_the_saving_paths_decide_as_the_plain_walk(
     monkeypatch.setattr(shape_walk, "applies", counted)
     fast = replay(preset(name), seed, queues)
     monkeypatch.setattr(shape_walk, "applies", lambda session: False)
-    monkeypatch.setattr(engine_mod, "only_places", lambda policy: False)
+    monkeypatch.setattr(engine_mod, "may_settle", lambda policy: False)
     plain = replay(preset(name), seed, queues)
     assert fast.log == plain.log
     assert fast.jobs == plain.jobs
     assert used["shape_walk"] > 0
-    if name in ("fifo", "fifo-strict", "sjf"):  # policies that only place skip cycles
-        assert fast.cycles < plain.cycles
-    else:
-        assert fast.cycles == plain.cycles
+    assert fast.cycles < plain.cycles  # each of these policies may skip cycles
 
 
 @pytest.mark.parametrize("name", ["fifo", "fifo-strict", "las"])

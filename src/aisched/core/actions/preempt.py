@@ -49,14 +49,16 @@ from typing import TYPE_CHECKING
 from aisched.core.actions.preempt_walk import Eligibility, run
 from aisched.core.framework import JobOrder
 from aisched.core.kept_ranks import KeptBars, KeptRanking, KeptRanks, moves_of
+from aisched.core.pending import PendingQueue
 from aisched.core.plugins.order import INFINITE
 from aisched.core.plugins.victims import LeastWorkLost, time_left_s
 from aisched.core.queues import borrowed, within_guarantee
-from aisched.core.snapshot import PendingJob, RunningJob
+from aisched.core.snapshot import PendingJob, RunningJob, Snapshot
 from aisched.core.victim_pool import VictimPool
 from aisched.model.resources import GPU_MILLI_WHOLE
 
 if TYPE_CHECKING:
+    from aisched.core.policy import Policy
     from aisched.core.session import Session
 
 LEAST_WORK_LOST = LeastWorkLost()
@@ -121,25 +123,12 @@ class Preempt:
         now = session.now
         running_keys: dict[str, float] = {}  # first order key of each running job, at now
         # Ranks kept across cycles while they are known (`core.kept_ranks`).
-        kept = None if by_priority or first is None else self._kept_ranking(session, first)
-
-        size_key = getattr(first, "size_key", None)
-        key_of_size = getattr(first, "key_of_size", None)
-
-        def running_key(r: RunningJob) -> float:
-            assert first is not None
-            if now - r.started_s < self.min_run_of(r):
-                return -INFINITE  # too fresh to stop
-            left = time_left_s(r, now)
-            cost = 0.0
-            if self.count_lost_work:
-                cost += LEAST_WORK_LOST.key(r, now)
-            if self.restart_cost_s:
-                cost += self.restart_cost_s * max(r.usage[2] / GPU_MILLI_WHOLE, 1.0)
-            if size_key is not None and key_of_size is not None:
-                # The cost comes off the size, before the order's aging form applies.
-                return float(key_of_size(size_key(r.job, left) - cost, r.job))
-            return first.key(r.job, r.attained_at(now), left) - cost
+        kept = (
+            None
+            if by_priority or first is None
+            else self._kept_ranking(session.policy, session.arrays.memo, first)
+        )
+        running_key = self._running_key(first, now)
 
         def rank_of(r: RunningJob) -> float:
             k = running_keys.get(r.id)
@@ -217,6 +206,50 @@ class Preempt:
             return False
         return self.factor == 1.0 or not getattr(first, "aging", 0.0)
 
+    def _running_key(self, first: JobOrder | None, now: float) -> Callable[[RunningJob], float]:
+        """A running job's rank key at `now` (`by: order`): its first order key read with its
+        time left, less what evicting it costs; -inf while it is too fresh to stop."""
+        size_key = getattr(first, "size_key", None)
+        key_of_size = getattr(first, "key_of_size", None)
+
+        def running_key(r: RunningJob) -> float:
+            assert first is not None
+            if now - r.started_s < self.min_run_of(r):
+                return -INFINITE  # too fresh to stop
+            left = time_left_s(r, now)
+            cost = 0.0
+            if self.count_lost_work:
+                cost += LEAST_WORK_LOST.key(r, now)
+            if self.restart_cost_s:
+                cost += self.restart_cost_s * max(r.usage[2] / GPU_MILLI_WHOLE, 1.0)
+            if size_key is not None and key_of_size is not None:
+                # The cost comes off the size, before the order's aging form applies.
+                return float(key_of_size(size_key(r.job, left) - cost, r.job))
+            return first.key(r.job, r.attained_at(now), left) - cost
+
+        return running_key
+
+    def nobody_to_evict(
+        self, policy: Policy, snapshot: Snapshot, pending: PendingQueue, now: float
+    ) -> bool:
+        """Whether, whatever allocate leaves blocked, no pending job could evict or shrink
+        anyone at `now`, known cheaply from the kept ranks: no running job ranks above the
+        lowest bar of all pending jobs, and none could be shrunk. False when that cannot be
+        known so (by priority, or ranks that are not kept). Lets a caller skip a cycle."""
+        first = policy.order[0] if policy.order else None
+        if self.by == "priority" or first is None:
+            return False
+        kept = self._kept_ranking(policy, snapshot.arrays.memo, first)
+        if kept is None:
+            return False
+        running_key = self._running_key(first, now)
+        kept.running.sync(snapshot.running, now, running_key)
+        if kept.running.shrinkable:
+            return False
+        kept.bars.sync(pending.jobs(), pending)
+        low = kept.bars.lowest_of_all()
+        return kept.running.top(now, running_key, low) <= low
+
     @staticmethod
     def _nothing_to_try(
         session: Session, kept: KeptRanking, running_key: Callable[[RunningJob], float]
@@ -227,11 +260,13 @@ class Preempt:
         kept.running.sync(session.snapshot.running, session.now, running_key)
         if kept.running.shrinkable:
             return False
-        kept.bars.sync(session.pending)
+        kept.bars.sync(session.pending, session.pending_queue)
         low = kept.bars.lowest(session.blocked)  # every blocked job is pending
         return kept.running.top(session.now, running_key, low) <= low
 
-    def _kept_ranking(self, session: Session, first: JobOrder) -> KeptRanking | None:
+    def _kept_ranking(
+        self, policy: Policy, memo: dict[object, object], first: JobOrder
+    ) -> KeptRanking | None:
         """The ranks kept across cycles for this policy and action, when they can be: the
         first order says how its keys move (`kept_ranks.moves_of`), and no minimum run nor
         `count_lost_work` makes them move with time otherwise (`restart_cost_s` does not: a
@@ -241,7 +276,6 @@ class Preempt:
             return None
         if self.count_lost_work:
             return None
-        policy, memo = session.policy, session.arrays.memo
         slot = ("kept-ranking", id(policy), id(self))
         kept = memo.get(slot)
         if not (isinstance(kept, KeptRanking) and kept.owns(policy, self)):
