@@ -329,6 +329,15 @@ class _Ranks:
             return [r for r in jobs if rank_of(r) > rank]
         return self._kept.running.above(jobs, rank, self._session.now, self._running_key)
 
+    def below(self, jobs: list[PendingJob], top: float) -> list[int] | None:
+        kept = self._kept
+        if kept is None:
+            return None
+        session = self._session
+        kept.bars.sync(session.pending, session.pending_queue)  # every blocked job is pending
+        bars = map(kept.bars.bar, jobs)
+        return [k for k, bar in enumerate(bars) if bar < top]
+
 
 @dataclass(frozen=True, slots=True)
 class Reclaim:

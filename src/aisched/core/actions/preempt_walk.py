@@ -23,7 +23,7 @@ blocked job and filtering the whole sorted pool for each decided
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from aisched.core.eviction import Cut, find_room
@@ -65,6 +65,11 @@ class Ranking(Protocol):
         """The jobs among `jobs` (in their order) whose rank key is above `rank`, when that
         alone says who is eligible; None when eligibility asks more (the walk then asks
         `eligible` of each)."""
+        ...
+
+    def below(self, jobs: list[PendingJob], top: float) -> list[int] | None:
+        """The positions, in order, of the pending `jobs` whose rank (their bar) is below
+        `top`, when the bars are at hand; None otherwise (the walk then visits every job)."""
         ...
 
 
@@ -156,9 +161,20 @@ def run(
     unsettled = _Unsettled(shapes) if shapes is not None else None
     blocked = list(session.blocked)
     placed = 0  # blocked jobs placed so far: session.blocked is `blocked` less them
+    # Out of rank order with nobody to shrink, only the jobs ranked below the highest running
+    # rank key can evict anyone (the running set only shrinks as the walk goes): the walk
+    # visits those alone (step 2 for the whole list at once).
+    worth: Iterator[int] | None = None
+    if unsettled is None and ranking is not None and not ranking.may_shrink():
+        below = ranking.below(blocked, ranking.top(-INFINITE))
+        if below is not None:
+            worth = iter(below)
     i = -1
     while True:
-        i += 1
+        if worth is not None:
+            i = next(worth, len(blocked))
+        else:
+            i += 1
         # Judged on the shapes left (see `shapes`); never while elastic jobs could shrink.
         if unsettled is not None and not elastic and started:
             if not unsettled.left:
