@@ -156,6 +156,12 @@ def test_holdings_match_a_plain_model(ops: list[tuple[str, int, int, str, str]])
             del where[job_id]
         assert held.problems() == []
         assert sorted(held.views) == sorted(model)
+        running = held.running()
+        assert [v.job.id for v in running] == list(model)  # in the order they were taken
+        assert held.running() is running  # one tuple until the views change
+        for node_name in ("n1", "n2"):
+            on = {j for j, n in where.items() if n == node_name}
+            assert held.holders_on(frozenset([node_name])) == on
     a = held.arrays
     assert [int(a.num_gpus[i]) - int(held.free.whole[i]) for i in range(2)] == [
         4 - free_gpus["n1"],

@@ -45,6 +45,11 @@ class Holdings:
         self.usage: dict[tuple[str, str], Usage] = {}
         # Insertion-ordered: the running tuple a cycle gets is in the order attempts started.
         self.views: dict[str, RunningJob] = {}
+        # The jobs holding a task on each node, for `holders_on`.
+        self.on_node: dict[str, set[str]] = {}
+        # `running()`, kept until the views change: the core keeps what it derives from the
+        # running set across cycles and knows it unchanged when handed the same tuple.
+        self._running: tuple[RunningJob, ...] | None = None
 
     def take(self, view: RunningJob) -> None:
         """Hold `view`'s bindings for its job; the job must hold nothing yet."""
@@ -57,7 +62,10 @@ class Holdings:
             if node is None:
                 raise HoldingError(f"job {job_id}: bound to unknown node {t.node}")
             free.take(node, t)
+        for t in view.tasks:
+            self.on_node.setdefault(t.node, set()).add(job_id)
         self.views[job_id] = view
+        self._running = None
         self._add_usage(view, 1.0)
 
     def give(self, job_id: str) -> RunningJob:
@@ -65,9 +73,15 @@ class Holdings:
         view = self.views.pop(job_id, None)
         if view is None:
             raise HoldingError(f"job {job_id} holds nothing")
-        index, free = self.arrays.index, self.free
+        index, free, on_node = self.arrays.index, self.free, self.on_node
         for t in view.tasks:
             free.give(index[t.node], t)
+            holders = on_node.get(t.node)  # None after another of its tasks on the node
+            if holders is not None:
+                holders.discard(job_id)
+                if not holders:
+                    del on_node[t.node]
+        self._running = None
         self._add_usage(view, -1.0)
         return view
 
@@ -77,6 +91,7 @@ class Holdings:
         if old is None or old.tasks != view.tasks:
             raise HoldingError(f"job {view.job.id}: update must keep the tasks it holds")
         self.views[view.job.id] = view
+        self._running = None
 
     def short_nodes(self, tasks: Sequence[TaskBinding]) -> frozenset[str]:
         """The nodes where `tasks`, taken together, need more than is free now (CPU, memory,
@@ -110,15 +125,17 @@ class Holdings:
 
     def holders_on(self, nodes: frozenset[str]) -> frozenset[str]:
         """The jobs holding a task on any of `nodes`."""
-        return frozenset(
-            job_id for job_id, v in self.views.items() if any(t.node in nodes for t in v.tasks)
-        )
+        on_node = self.on_node
+        return frozenset(j for node in nodes for j in on_node.get(node, ()))
 
     def holds(self, job_id: str) -> bool:
         return job_id in self.views
 
     def running(self) -> tuple[RunningJob, ...]:
-        return tuple(self.views.values())
+        """The held views in the order their attempts started (one tuple until a change)."""
+        if self._running is None:
+            self._running = tuple(self.views.values())
+        return self._running
 
     def snapshot(self, queues: QueueTree) -> Snapshot:
         return Snapshot(self.arrays, self.free, self.running(), queues, self.usage)
@@ -137,6 +154,12 @@ class Holdings:
         """Every broken invariant, as readable lines (empty when all hold)."""
         snap = Snapshot(self.arrays, self.free, self.running(), QueueTree())
         out = validate_free(snap)
+        on_node: dict[str, set[str]] = {}
+        for job_id, view in self.views.items():
+            for t in view.tasks:
+                on_node.setdefault(t.node, set()).add(job_id)
+        if on_node != self.on_node:
+            out.append("the index of jobs per node differs from the held views")
         want = usage_by_user(self.views.values())
         for key in sorted(set(want) | set(self.usage)):
             w, g = want.get(key, ZERO), self.usage.get(key, ZERO)
