@@ -53,6 +53,52 @@ class ShapeBy(Enum):
 _id = attrgetter("id")
 
 
+@dataclass(frozen=True, slots=True)
+class _RunningBase:
+    """What a session derives from the running set alone: the running jobs by id, the usage
+    per (queue, user) and per queue along each path. Kept in the cluster's memo while the
+    caller hands the same running tuple, usage mapping and queue tree (held, so no id is
+    reused): a caller hands a new running tuple whenever the running set changes, as the
+    core's other cross-cycle caches already require (`Holdings.running`). Sessions copy the
+    dicts they change."""
+
+    running: tuple[RunningJob, ...]
+    usage: object
+    queues: QueueTree
+    by_id: dict[str, RunningJob]
+    by_user: dict[tuple[str, str], Usage]
+    queue_usage: dict[str, Usage]
+
+
+def _running_base(snapshot: Snapshot) -> _RunningBase:
+    memo = snapshot.arrays.memo
+    hit = memo.get("running-base")
+    if (
+        isinstance(hit, _RunningBase)
+        and hit.running is snapshot.running
+        and hit.usage is snapshot.usage
+        and hit.queues is snapshot.queues
+    ):
+        return hit
+    running, queues = snapshot.running, snapshot.queues
+    by_user = dict(snapshot.usage if snapshot.usage is not None else usage_by_user(running))
+    # Per queue first, then once along each queue's path. Usage amounts are integers, so
+    # the sums are exact in any order; a (queue, user) with nothing running is exactly
+    # zero and adds nothing (a missing entry reads as zero).
+    leaves: dict[str, Usage] = {}
+    for (queue, _), vec in by_user.items():
+        if vec != ZERO:
+            leaves[queue] = add_usage(leaves.get(queue, ZERO), vec)
+    qu: dict[str, Usage] = {}
+    for queue, vec in leaves.items():
+        for q in queues.path(queue) if queues.has(queue) else (queue,):
+            qu[q] = add_usage(qu.get(q, ZERO), vec)
+    by_id = dict(zip(map(_id, running), running, strict=True))
+    base = _RunningBase(running, snapshot.usage, queues, by_id, by_user, qu)
+    memo["running-base"] = base
+    return base
+
+
 def _totals(arrays: ClusterArrays) -> Usage:
     """The cluster's capacity as a usage vector (memoised: the arrays never change)."""
     hit = arrays.memo.get("totals")
@@ -112,8 +158,8 @@ class Session:
         self.pending_queue = pending_queue
         self.free: FreeState = snapshot.free.copy()
         self.totals: Usage = _totals(snapshot.arrays)
-        running = snapshot.running
-        self.running: dict[str, RunningJob] = dict(zip(map(_id, running), running, strict=True))
+        base = _running_base(snapshot)
+        self.running: dict[str, RunningJob] = base.by_id.copy()
         self.bound_now: set[str] = set()
         self.decisions: list[Decision] = []
         self.statuses = Statuses(pending)
@@ -159,21 +205,10 @@ class Session:
             if node_caps(self.arrays) is not None
             else ShapeBy.SHAPE
         )
-        by_user = snapshot.usage if snapshot.usage is not None else usage_by_user(snapshot.running)
         # Only drf reads usage per user (`queues.fair_key`): copied in C, not summed again.
         if policy.fair_users:
-            self.user_usage = dict(by_user)
-        # Per queue first, then once along each queue's path. Usage amounts are integers, so
-        # the sums are exact in any order; a (queue, user) with nothing running is exactly
-        # zero and adds nothing (a missing entry reads as zero).
-        leaves: dict[str, Usage] = {}
-        for (queue, _), vec in by_user.items():
-            if vec != ZERO:
-                leaves[queue] = add_usage(leaves.get(queue, ZERO), vec)
-        qu = self.queue_usage
-        for queue, vec in leaves.items():
-            for q in self.queue_path(queue):
-                qu[q] = add_usage(qu.get(q, ZERO), vec)
+            self.user_usage = base.by_user.copy()
+        self.queue_usage = base.queue_usage.copy()
 
     @property
     def task_mix(self) -> TaskMix:
