@@ -205,9 +205,7 @@ def _apply(
     """Take `cuts` and bind `tasks`, the placement found for that very state, through `st`:
     what placing again would do, without the search."""
     _take(session, st, cuts)
-    index = session.arrays.index
-    for t in tasks:
-        st.take(index[t.node], t)
+    st.take_all(tasks)
     return tasks
 
 

@@ -188,9 +188,7 @@ def place_job(
         if result is None:
             result = outcomes[kept_key] = _place(session, st, job, allowed)
         elif not isinstance(result, str):
-            index = session.arrays.index
-            for t in result:
-                st.take(index[t.node], t)
+            st.take_all(result)
     if isinstance(result, str):
         session.fail_cache[key] = result
     return result

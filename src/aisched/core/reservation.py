@@ -99,8 +99,7 @@ def find_reservation(session: Session, job: Job) -> Reservation | None:
     if start is not None:
         start = max(start, session.now)
     headroom = after(lo).copy()
-    for t in nodes:
-        headroom.take(arrays.index[t.node], t)
+    headroom.take_all(arrays.index, nodes)
     mask: BoolArray = np.zeros(arrays.num_nodes, dtype=np.bool_)
     mask[[arrays.index[t.node] for t in nodes]] = True
     return Reservation(job.id, mask, start, nodes, headroom)
@@ -186,13 +185,11 @@ def place_beside(session: Session, pj: PendingJob) -> tuple[tuple[TaskBinding, .
         session.free, session.fail_cache = saved
     if isinstance(placed, str):
         return placed, True
-    index = session.arrays.index
     st = Statement(session)
-    for t in placed:
-        st.take(index[t.node], t)
-        for r in blocked_by:
-            assert r.headroom is not None
-            r.headroom.take(index[t.node], t)
+    st.take_all(placed)
+    for r in blocked_by:
+        assert r.headroom is not None
+        r.headroom.take_all(session.arrays.index, placed)
     st.commit()
     return placed, True
 

@@ -225,6 +225,11 @@ class FreeState:
     def give(self, node: int, t: TaskBinding) -> None:
         self._apply(node, t, +1)
 
+    def take_all(self, index: Mapping[str, int], tasks: Iterable[TaskBinding]) -> None:
+        """Take every binding of `tasks`, each on its node (`index`: node name -> row)."""
+        for t in tasks:
+            self._apply(index[t.node], t, -1)
+
     def _apply(self, node: int, t: TaskBinding, sign: int) -> None:
         if len(self.changed) >= CHANGE_LOG_LIMIT:
             self.changed = []
@@ -371,8 +376,7 @@ def usage_by_user(running: Iterable[RunningJob]) -> dict[tuple[str, str], Usage]
 def free_from_running(arrays: ClusterArrays, running: Iterable[RunningJob]) -> FreeState:
     free = FreeState.empty(arrays)
     for r in running:
-        for t in r.tasks:
-            free.take(arrays.index[t.node], t)
+        free.take_all(arrays.index, r.tasks)
     return free
 
 

@@ -6,7 +6,7 @@ session exactly: a gang that cannot be completed leaves no trace.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from aisched.core.decisions import TaskBinding
@@ -26,6 +26,12 @@ class Statement:
         free = self._session.free
         free.take(node, task)
         self._undo.append(lambda: free.give(node, task))
+
+    def take_all(self, tasks: Iterable[TaskBinding]) -> None:
+        """`take` every binding of `tasks`, each on its node."""
+        index = self._session.arrays.index
+        for t in tasks:
+            self.take(index[t.node], t)
 
     def give(self, node: int, task: TaskBinding) -> None:
         free = self._session.free

@@ -145,8 +145,7 @@ class Holdings:
         state (the caller swaps it in where readers see it)."""
         free = FreeState.empty(arrays)
         for view in self.views.values():
-            for t in view.tasks:
-                free.take(arrays.index[t.node], t)
+            free.take_all(arrays.index, view.tasks)
         self.arrays, self.free = arrays, free
         return free
 

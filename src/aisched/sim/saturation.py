@@ -133,8 +133,7 @@ def saturate(
                 failed_cpu_only += 1
                 failed_cpu_milli += job.total_request.milli_cpu
         else:
-            for t in bind.tasks:
-                free.take(arrays.index[t.node], t)
+            free.take_all(arrays.index, bind.tasks)
             view = RunningJob(job, bind.tasks, float(i))
             running.append(view)
             key = (job.queue, job.user)
