@@ -4,9 +4,11 @@ held-out weeks. Prints one line per variant and cluster; writes nothing.
 
 A variant sets the order's aging, linear (`aging`, GPU-seconds per second waited) or relative
 (`halve`, hours to halve a job's predicted GPU-time), the overdue guard (`due`: jobs that have
-waited this many median waits go first; 0 off), the starvation guard (`starve` hours after
+waited this many median waits go first; 0 off; `backlog`: jobs that have waited this many
+times the backlog's drain time go first; 0 off), the starvation guard (`starve` hours after
 submission, for jobs of `min_gpus` GPUs or more) and the preemption guards (`factor`, `min_run`
-seconds, `bound`: `upper` or `estimate`).
+seconds, `bound`: `upper` or `estimate`); `adapt` sets how fast the predictor's calibration level
+follows its misses (`PredictorConfig.calib_adapt`). Each line gives the predictor's coverage.
 
     python benchmarks/tune_qssf.py [--variants 'starve=12,min_gpus=1;starve=24,min_gpus=1'] [--jobs N]
         [--size both|roomy|tight]
@@ -19,25 +21,30 @@ import copy
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from aisched.core.policy import PRESETS, build_policy
+from aisched.predict import PredictorConfig
 from aisched.sim.engine import SimConfig, simulate
-from aisched.sim.estimators import estimator_for
+from aisched.sim.estimators import PredictedRuntime
 from aisched.sim.metrics import compute_metrics
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_holdout import SPLITS, cluster_of, load_week, offered_gpus, sizes  # noqa: E402
 
 
-def variant(spec: str) -> dict[str, Any]:
-    """The qssf preset with `spec`'s settings (`key=value,...`)."""
+def variant(spec: str) -> tuple[dict[str, Any], PredictorConfig]:
+    """The qssf preset and the predictor's settings with `spec`'s (`key=value,...`)."""
     cfg = copy.deepcopy(PRESETS["qssf"])
+    predictor = PredictorConfig()
     enqueue, _, preempt = cfg["actions"]
     for item in filter(None, spec.split(",")):
         key, value = item.split("=")
-        if key == "starve":
+        if key == "adapt":
+            predictor = replace(predictor, calib_adapt=float(value))
+        elif key == "starve":
             enqueue["starving_after_s"] = float(value) * 3600
         elif key == "min_gpus":
             enqueue["starving_min_gpus"] = float(value)
@@ -47,6 +54,8 @@ def variant(spec: str) -> dict[str, Any]:
             cfg["order"] = [{"name": "qssf", "halve_after_s": float(value) * 3600}, "fifo"]
         elif key == "due":
             enqueue["due_after_median_waits"] = float(value)
+        elif key == "backlog":
+            enqueue["due_after_backlog"] = float(value)
         elif key == "bound":
             preempt["bound"] = value
         elif key == "factor":
@@ -55,20 +64,23 @@ def variant(spec: str) -> dict[str, Any]:
             preempt["min_run_s"] = float(value)
         else:
             raise SystemExit(f"unknown setting {key!r}")
-    return cfg
+    return cfg, predictor
 
 
 def run(spec: str, gpus: int) -> str:
     week = SPLITS["tuning"][0]
     trace = load_week(week)
-    policy = build_policy(variant(spec), name="qssf")
+    cfg, predictor = variant(spec)
+    policy = build_policy(cfg, name="qssf")
     t0 = time.process_time()
-    result = simulate(trace, cluster_of(gpus), policy, SimConfig(), estimator=estimator_for(policy))
+    estimator = PredictedRuntime(predictor)
+    result = simulate(trace, cluster_of(gpus), policy, SimConfig(), estimator=estimator)
     m = compute_metrics(result)
     return (
         f"{gpus:>3} GPUs  {spec or 'preset':<40} avg {(m.avg_jct_s or 0) / 3600:6.2f} h  "
         f"median {(m.median_jct_s or 0) / 3600:6.2f} h  p99 {(m.p99_jct_s or 0) / 3600:6.2f} h  "
-        f"preemptions {m.preemptions:5}  {time.process_time() - t0:4.0f} CPU-s"
+        f"preemptions {m.preemptions:5}  coverage {m.estimate_under_upper or 0:.1%}  "
+        f"{time.process_time() - t0:4.0f} CPU-s"
     )
 
 

@@ -571,6 +571,7 @@ def test_judging_both_sides_by_their_upper_estimate_stops_evictions_back_and_for
 
 def _halving_qssf(halve_after_s: float) -> Policy:
     cfg = copy.deepcopy(PRESETS["qssf"])
+    cfg["actions"][0] = {**cfg["actions"][0], "due_after_backlog": 0.0}  # the order alone
     cfg["order"] = [{"name": "qssf", "halve_after_s": halve_after_s}, "fifo"]
     return build_policy(cfg, name="qssf")
 
@@ -595,7 +596,11 @@ def test_halving_ages_every_size_alike(gpus: int, halve_after_s: float, first: s
 
 def _overdue_qssf(k: float) -> Policy:
     cfg = copy.deepcopy(PRESETS["qssf"])
-    cfg["actions"][0] = {**cfg["actions"][0], "due_after_median_waits": k}
+    cfg["actions"][0] = {
+        **cfg["actions"][0],
+        "due_after_median_waits": k,
+        "due_after_backlog": 0.0,
+    }
     cfg["order"] = ["qssf", "fifo"]
     return build_policy(cfg, name="qssf")
 
@@ -626,6 +631,55 @@ def test_an_overdue_job_goes_first_oldest_first(now: float, k: float, want: list
     ]
     pending = [p for p in pending if p.job.submit_time_s <= now]
     res = run_cycle(snap, pending, _overdue_qssf(k), now, validate=True)
+    assert [d[1] for d in summary(res) if d[0] == "bind"] == want
+
+
+def _backlog_qssf(k: float) -> Policy:
+    cfg = copy.deepcopy(PRESETS["qssf"])
+    cfg["actions"][0] = {
+        **cfg["actions"][0],
+        "due_after_median_waits": 0.0,
+        "due_after_backlog": k,
+    }
+    cfg["order"] = ["qssf", "fifo"]
+    return build_policy(cfg, name="qssf")
+
+
+@pytest.mark.parametrize(
+    ("k", "busy_until_s", "want"),
+    [
+        # Backlog 90,600 GPU-s (90,000 + 200 + 100 + 300) on 2 GPUs: 12.6 h to drain. long has
+        # waited 10 h: under one drain time, so nobody is due and shortest goes first.
+        (1.0, None, ["c", "b"]),
+        # Half a drain time (6.3 h): long is due; b (4 h) is not.
+        (0.5, None, ["long", "c"]),
+        # A second node, its 2 GPUs busy (not preemptible) for 40 h more (288,000 GPU-s):
+        # 378,600 GPU-s on 4 GPUs is 26.3 h to drain, half of it 13.1 h: the work ahead holds
+        # long back again.
+        (0.5, 50 * HOUR, ["c", "b"]),
+    ],
+    ids=["under the drain time", "past half of it", "running work raises the bar"],
+)
+def test_a_job_waiting_past_the_backlogs_drain_time_goes_first(
+    k: float, busy_until_s: float | None, want: list[str]
+) -> None:
+    """The same four waiting jobs as above, at 10 h, with the overdue bar set by the backlog:
+    k times the GPU-time still to do (waiting jobs' bounds, running jobs' time left) over the
+    cluster's GPUs."""
+    nodes = [node("n1").gpus(2)]
+    busy: list[RunningJob] = []
+    if busy_until_s is not None:
+        nodes.append(node("n2").gpus(2))
+        r = job("r").task(gpu=2).not_preemptible().build()
+        busy.append(running(r, ("n2", (0, 1)), expected_end_s=busy_until_s))
+    snap = snapshot_of(cluster(*nodes), busy)
+    pending = [
+        job("long").task(gpu=1).submitted(0).pending(estimate_s=90_000.0),
+        job("b").task(gpu=1).submitted(6 * HOUR).pending(estimate_s=200.0),
+        job("c").task(gpu=1).submitted(7 * HOUR).pending(estimate_s=100.0),
+        job("d").task(gpu=1).submitted(8 * HOUR).pending(estimate_s=300.0),
+    ]
+    res = run_cycle(snap, pending, _backlog_qssf(k), 10 * HOUR, validate=True)
     assert [d[1] for d in summary(res) if d[0] == "bind"] == want
 
 

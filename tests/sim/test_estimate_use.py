@@ -31,10 +31,14 @@ def test_which_presets_read_estimates() -> None:
     assert blind == BLIND
 
 
-def test_eta_and_starving_promotion_read_estimates() -> None:
+def test_eta_starving_promotion_and_the_backlog_bar_read_estimates() -> None:
     assert reads_estimates(with_eta(preset("fifo")))
     starving = {"actions": [{"name": "enqueue", "starving_after_s": 60.0}, "allocate"]}
     assert reads_estimates(build_policy(starving))
+    backlog = {"actions": [{"name": "enqueue", "due_after_backlog": 1.0}, "allocate"]}
+    assert reads_estimates(build_policy(backlog))
+    waits = {"actions": [{"name": "enqueue", "due_after_median_waits": 2.0}, "allocate"]}
+    assert not reads_estimates(build_policy(waits))
     assert not reads_estimates(build_policy({"actions": ["enqueue", "allocate"]}))
 
 

@@ -43,15 +43,18 @@ class SpyPredictor(RuntimePredictor):
         self.calibrated_from: list[tuple[float, int]] = []
         # (prediction time, the job's groups, the calibration's margin for them then)
         self.margins: list[tuple[float, tuple[Group, ...], tuple[float, str] | None]] = []
-        # (finish time, groups, residual) of every job scored at its finish
-        self.residuals: list[tuple[float, tuple[Group, ...], float]] = []
+        # (finish time, groups, residual, covered) of every job scored at its finish
+        self.residuals: list[tuple[float, tuple[Group, ...], float, bool]] = []
 
     def observe(self, features: JobFeatures, runtime_s: float, finished_s: float) -> None:
         self.finished[features.job_id] = finished_s
         given = self._given.get(features.job_id)
         if given is not None:
-            residual = math.log(max(runtime_s, 1.0)) - given[0]
-            self.residuals.append((finished_s, _calibration_groups(features), residual))
+            y = math.log(max(runtime_s, 1.0))
+            covered = y <= given[1]
+            self.residuals.append(
+                (finished_s, _calibration_groups(features), y - given[0], covered)
+            )
         super().observe(features, runtime_s, finished_s)
 
     def predict(self, features: JobFeatures) -> Prediction:
@@ -82,24 +85,30 @@ def test_the_predictor_never_sees_a_job_that_has_not_finished() -> None:
 
 def test_each_calibrated_bound_comes_from_residuals_of_jobs_finished_before_it() -> None:
     """Every margin the calibration gives, per group and in all, equals the one rebuilt from
-    only the residuals of jobs that had finished by the time of the prediction (windows and
-    group sizes small enough here that the groups, the fallback to all jobs and the windows'
-    ends all come into play)."""
+    only the residuals of jobs that had finished by the time of the prediction, and with the
+    level moved only by their misses (windows and group sizes small enough here that the
+    groups, the fallback to all jobs and the windows' ends all come into play; the level
+    adapts fast, so a miss it learnt too early would change a margin)."""
     trace = load_philly(GOLDEN / "tiny-philly.csv")
-    cfg = PredictorConfig(calib_window=8, calib_group_window=4, calib_min_group=3)
+    cfg = PredictorConfig(calib_window=8, calib_group_window=4, calib_min_group=3, calib_adapt=0.05)
     est = PredictedRuntime(cfg)
     spy = SpyPredictor(cfg)
     est.predictor = spy
     c = cluster(node("n1").gpus(8), node("n2").gpus(8))
     simulate(trace, c, preset("qssf"), SimConfig(validate=True), estimator=est)
     assert any(m is not None for _, _, m in spy.margins)
+    assert spy.calibration.level_now != cfg.upper_quantile  # the level did move
     for now, groups, margin in spy.margins:
         rebuilt = ConformalUpper(
-            cfg.upper_quantile, cfg.calib_window, cfg.calib_group_window, cfg.calib_min_group
+            cfg.upper_quantile,
+            cfg.calib_window,
+            cfg.calib_group_window,
+            cfg.calib_min_group,
+            cfg.calib_adapt,
         )
-        for finished, gs, residual in spy.residuals:
+        for finished, gs, residual, covered in spy.residuals:
             if finished <= now:
-                rebuilt.add(gs, residual)
+                rebuilt.add(gs, residual, covered)
         assert rebuilt.margin(groups) == margin, now
 
 

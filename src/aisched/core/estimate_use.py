@@ -5,12 +5,14 @@ A runtime estimate (`PendingJob.estimate_s`/`estimate_upper_s`, and a running jo
 by predicted time (sjf, qssf), the victims that rank by time left (longest-remaining), the
 score that sends long jobs to fast GPUs (hetero), and every action that plans with running
 jobs' ends (backfill, eta, and enqueue when it promotes starving jobs, whose reservation then
-guards allocate). A policy made only of the others decides the same whatever the estimates
-are, so a caller need not learn any (the simulator's `--estimator auto` trains nothing then).
+guards allocate, or when its overdue bar follows the backlog's drain time). A policy made only
+of the others decides the same whatever the estimates are, so a caller need not learn any (the
+simulator's `--estimator auto` trains nothing then).
 
 Invariant: an action or plugin is counted as blind to estimates only when it is listed here by
-class (and, for enqueue, only with starving promotion off). Anything else, a new plugin
-included, counts as reading them: forgetting to list one costs time, never a wrong decision.
+class (and, for enqueue, only with starving promotion and the backlog bar off). Anything else,
+a new plugin included, counts as reading them: forgetting to list one costs time, never a wrong
+decision.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def reads_estimates(policy: Policy) -> bool:
     """True when some decision of `policy` may change with the runtime estimates given."""
     for action in policy.actions:
         if isinstance(action, Enqueue):
-            if action.starving_after_s > 0:
+            if action.starving_after_s > 0 or action.due_after_backlog > 0:
                 return True
         elif type(action) not in _BLIND_ACTIONS:
             return True

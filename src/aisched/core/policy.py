@@ -141,11 +141,13 @@ PRESETS: dict[str, dict[str, Any]] = {
     # evicts running work whose predicted remaining GPU-time, less the work it would lose since
     # its checkpoint and the restart's cost, is over twice its own, both sides judged by their
     # upper estimate, once that work has run one checkpoint interval (an hour without one).
-    # The tail: a job that has waited over twice the median wait of the queue is overdue and
-    # goes first, oldest first. A gang of 16 GPUs or more that has waited 12 h goes to the head
-    # and holds a reservation that later jobs may use only if their upper estimate ends before
-    # it starts. The overdue bar and the pure order (no aging term) were chosen on the tuning
-    # week of bench_holdout.py only (tune_qssf.py); docs/policies.md, "Preemptive qssf".
+    # The tail: a job that has waited over twice the median wait of the queue, or over the
+    # backlog's drain time (the GPU-time still to do over the cluster's GPUs: fifo's wait for a
+    # job arriving now), is overdue and goes first, oldest first. A gang of 16 GPUs or more
+    # that has waited 12 h goes to the head and holds a reservation that later jobs may use
+    # only if their upper estimate ends before it starts. The overdue bars and the pure order
+    # (no aging term) were chosen on the tuning week of bench_holdout.py only (tune_qssf.py);
+    # docs/policies.md, "Preemptive qssf".
     "qssf": {
         "actions": [
             {
@@ -153,6 +155,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                 "starving_after_s": 43200,
                 "starving_min_gpus": 16,
                 "due_after_median_waits": 2.0,
+                "due_after_backlog": 1.0,
             },
             "allocate",
             {

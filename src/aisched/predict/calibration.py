@@ -13,11 +13,25 @@ several of the bursts a user submits (hundreds of alike jobs, all predicted befo
 has finished, so their residuals move together): a window shorter than a burst holds only the
 last burst's residuals, and the bound fits it rather than the next one.
 
+Bursts defeat a fixed level: a burst's jobs are all bounded before any of them finishes, so
+their misses come together and the window cannot have seen them coming. With `adapt` (gamma)
+above 0 the level itself follows the misses, as adaptive conformal inference does (Gibbs and
+Candes, NeurIPS 2021): at each scored finish the level in use moves up by `gamma * (1 - target)`
+after a miss and down by `gamma * target` after a hit, where `target` is the nominal level. It
+stays still exactly when the misses run at `1 - target`, and over any run the share of misses
+differs from `1 - target` by at most about `1 / (gamma * finishes)`, whatever the workload
+does: a stretch of misses raises the level until they stop. That bound needs the level left
+free: past 1 it gives the largest residual, past 0 the smallest, and what it ran up beyond is a
+debt the next finishes pay back (held at 1, a burst's misses would be forgotten, and coverage
+measured on bursty Philly-like residuals fell below the fixed level's). It strays past [0, 1]
+by at most `gamma` times the predictions outstanding at once.
+
 Invariants:
 - Only residuals of jobs that have finished are kept, and they are added when the job is
   observed. The predictor refuses a question about a time before a finish it has seen, so a
   prediction at `now` never uses a residual of a job that finished after `now`.
 - The calibration never lowers the bound below the median.
+- The level in use moves only on finishes, so it too holds only what was known by `now`.
 
 `Score` keeps the predictor's own running figures, the ones the live service exports: the share
 of finished jobs whose runtime was at or under the upper bound they were given, and the median
@@ -37,9 +51,14 @@ Group = tuple[Hashable, ...]
 
 
 class ConformalUpper:
-    def __init__(self, level: float, window: int, group_window: int, min_group: int) -> None:
+    def __init__(
+        self, level: float, window: int, group_window: int, min_group: int, adapt: float = 0.0
+    ) -> None:
         self.level = level
         self.min_group = min_group
+        self.adapt = adapt
+        self.level_now = level
+        """The level in use: `level` unless `adapt` moved it (see the module's description)."""
         self._group_window = group_window
         self._all: deque[float] = deque(maxlen=window)
         self._groups: dict[Group, deque[float]] = {}
@@ -48,8 +67,12 @@ class ConformalUpper:
         """How many residuals are kept in all."""
         return len(self._all)
 
-    def add(self, groups: tuple[Group, ...], residual: float) -> None:
-        """A finished job's log residual (true over predicted median), in its groups."""
+    def add(self, groups: tuple[Group, ...], residual: float, covered: bool | None = None) -> None:
+        """A finished job's log residual (true over predicted median), in its groups, and
+        whether its runtime was at or under the bound it was given (None: not scored, the
+        level stays)."""
+        if covered is not None and self.adapt > 0:
+            self.level_now += self.adapt * ((0.0 if covered else 1.0) - (1.0 - self.level))
         self._all.append(residual)
         for g in groups:
             d = self._groups.get(g)
@@ -64,19 +87,19 @@ class ConformalUpper:
         for g in groups:
             d = self._groups.get(g)
             if d is not None and len(d) >= self.min_group:
-                return max(conformal_quantile(list(d), self.level), 0.0), str(g[0])
+                return max(conformal_quantile(list(d), self.level_now), 0.0), str(g[0])
         if len(self._all) >= self.min_group:
-            return max(conformal_quantile(list(self._all), self.level), 0.0), "all"
+            return max(conformal_quantile(list(self._all), self.level_now), 0.0), "all"
         return None
 
 
 def conformal_quantile(values: list[float], level: float) -> float:
     """The split-conformal quantile: the ceil((n + 1) * level)-th smallest of n values (the
     largest when that rank is past n), so that a new exchangeable value falls at or under it
-    with probability at least `level`."""
+    with probability at least `level`; the smallest when the rank is 0 or less."""
     s = sorted(values)
     rank = math.ceil((len(s) + 1) * level)
-    return s[min(rank, len(s)) - 1]
+    return s[min(max(rank, 1), len(s)) - 1]
 
 
 class Score:

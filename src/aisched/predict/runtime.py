@@ -95,6 +95,9 @@ class PredictorConfig:
     calib_window: int = 2000
     calib_group_window: int = 2000
     calib_min_group: int = 50
+    # How fast the calibration's level follows its misses (`ConformalUpper.adapt`); 0 keeps it
+    # at `upper_quantile`.
+    calib_adapt: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0.5 < self.upper_quantile < 1.0:
@@ -112,6 +115,8 @@ class PredictorConfig:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not 0.0 <= self.calib_adapt < 1.0:
+            raise ValueError(f"calib_adapt must be in [0, 1), got {self.calib_adapt}")
         if not self.prior_s > 0 or not self.upper_factor >= 1:
             raise ValueError("prior_s must be positive and upper_factor at least 1")
 
@@ -157,7 +162,11 @@ class RuntimePredictor:
         # when it finishes; None for an answer that was the job's own estimate.
         self._given: dict[str, tuple[float, float] | None] = {}
         self.calibration = ConformalUpper(
-            c.upper_quantile, c.calib_window, c.calib_group_window, c.calib_min_group
+            c.upper_quantile,
+            c.calib_window,
+            c.calib_group_window,
+            c.calib_min_group,
+            c.calib_adapt,
         )
         self.score = Score(c.calib_window)
         self.stats = PredictorStats()
@@ -175,7 +184,7 @@ class RuntimePredictor:
         given = self._given.pop(features.job_id, None)
         if given is not None:
             mid, up = given
-            self.calibration.add(_calibration_groups(features), y - mid)
+            self.calibration.add(_calibration_groups(features), y - mid, y <= up)
             self.score.add(max(runtime_s, _MIN_S), math.exp(mid), math.exp(up))
         self._train_x.append(row)
         self._train_y.append(y)

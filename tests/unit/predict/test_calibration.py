@@ -7,6 +7,7 @@ import math
 from dataclasses import replace
 
 import numpy as np
+import pytest
 
 from aisched.predict import JobFeatures, PredictorConfig, RuntimePredictor
 from aisched.predict.calibration import ConformalUpper, Score, conformal_quantile
@@ -98,3 +99,42 @@ def test_an_answer_from_the_users_own_estimate_is_not_calibrated() -> None:
         p.observe(f, 1000.0, finished_s=float(i))
     got = p.predict(replace(feats("told", user="new", now=5.0), estimate_s=30.0))
     assert (round(got.median_s, 6), round(got.upper_s, 6), got.source) == (30.0, 30.0, "own")
+
+
+def test_the_adaptive_level_moves_with_each_scored_finish() -> None:
+    c = ConformalUpper(level=0.9, window=10, group_window=10, min_group=1, adapt=0.1)
+    c.add((), 1.0, covered=False)  # a miss: up by 0.1 * 0.9
+    assert math.isclose(c.level_now, 0.9 + 0.1 * 0.9)
+    c.add((), 1.0, covered=True)  # a hit: down by 0.1 * 0.1
+    assert math.isclose(c.level_now, 0.9 + 0.1 * 0.9 - 0.1 * 0.1)
+    c.add((), 1.0)  # not scored: the level stays
+    assert math.isclose(c.level_now, 0.98)
+    fixed = ConformalUpper(level=0.9, window=10, group_window=10, min_group=1)
+    fixed.add((), 1.0, covered=False)
+    assert fixed.level_now == 0.9
+
+
+def _burst_coverage(adapt: float, seed: int) -> float:
+    """Bursts of 100 alike jobs, each burst bounded before any of its jobs finishes: the
+    burst's log residuals share a shift (sd 1) and spread little among themselves (sd 0.3).
+    Returns the share of jobs under the bound they were given."""
+    rng = np.random.default_rng(seed)
+    c = ConformalUpper(level=0.9, window=500, group_window=500, min_group=50, adapt=adapt)
+    hits: list[bool] = []
+    for _ in range(60):
+        got = c.margin(())
+        residuals = rng.standard_normal() + 0.3 * rng.standard_normal(100)
+        for r in residuals:
+            covered = None if got is None else bool(r <= got[0])
+            if covered is not None:
+                hits.append(covered)
+            c.add((), float(r), covered)
+    return sum(hits) / len(hits)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_an_adaptive_level_restores_the_coverage_that_bursts_take(seed: int) -> None:
+    """A window of recent residuals cannot foresee a burst's shared shift, so a fixed level
+    covers short of nominal; a level that follows the misses comes back to about nominal."""
+    assert _burst_coverage(0.0, seed) < 0.86
+    assert _burst_coverage(0.002, seed) >= 0.88

@@ -19,6 +19,18 @@ from 0 to the oldest's, so the oldest has waited about twice the median: at k = 
 first once it has waited longer than fifo's oldest would have, and is then served in fifo
 order. That bounds the tail of a shortest-first order against fifo's, whatever the predictor
 says (it needs no estimate).
+
+That bar has no scale of its own, though: under a shortest-first order the jobs left waiting
+are mostly old long ones, their ages spread from 0 to the bar, and twice their median is the
+bar again, however high it has drifted. `due_after_backlog` (k) gives the overdue rule a scale
+taken from the load: a job is overdue once it has waited more than k times the backlog's drain
+time, the GPU-time still to do (the running jobs' time left to their expected end, and the
+admitted jobs' estimates, else their runtime bounds, times their GPUs) over the cluster's
+healthy GPUs. The backlog is the same under any order that keeps the GPUs busy (arrivals and
+capacity alone set it), and under fifo a job arriving now waits about that long for the work
+ahead of it: at k = 1 a job is overdue once it has waited past fifo's wait for a job arriving
+now, and is then served in fifo order. With both bars set, the lower one holds. Jobs with
+neither an estimate nor a bound add nothing.
 """
 
 from __future__ import annotations
@@ -31,10 +43,12 @@ from typing import TYPE_CHECKING
 from aisched.core.admitted import AdmittedOrder, Member
 from aisched.core.framework import JobOrder, order_key
 from aisched.core.placement import never_fits, placement_shape
+from aisched.core.plugins.victims import time_left_s
 from aisched.core.queues import exceeds_limit_alone
 from aisched.core.snapshot import PendingJob
 from aisched.core.status import StatusCode
 from aisched.model.job import Job
+from aisched.model.resources import GPU_MILLI_WHOLE
 
 if TYPE_CHECKING:
     from aisched.core.session import Session
@@ -45,6 +59,7 @@ class Enqueue:
     starving_after_s: float = 0.0
     starving_min_gpus: float = 16.0
     due_after_median_waits: float = 0.0
+    due_after_backlog: float = 0.0
     name: str = "enqueue"
 
     def __post_init__(self) -> None:
@@ -52,6 +67,8 @@ class Enqueue:
             raise ValueError("starving_after_s must be 0 (off) or more")
         if not 0.0 <= self.due_after_median_waits < float("inf"):
             raise ValueError("due_after_median_waits must be 0 (off) or more")
+        if not 0.0 <= self.due_after_backlog < float("inf"):
+            raise ValueError("due_after_backlog must be 0 (off) or more")
 
     def execute(self, session: Session) -> None:
         order = session.policy.order
@@ -67,7 +84,8 @@ class Enqueue:
             admitted = self._promote_starving(session, admitted)
             if session.promoted:
                 shapes = None  # reordered: allocate takes the shapes from the jobs
-        if self.due_after_median_waits > 0 and len(admitted) > 1:
+        due = self.due_after_median_waits > 0 or self.due_after_backlog > 0
+        if due and len(admitted) > 1:
             overdue = self._overdue_first(session, admitted)
             if overdue is not admitted:
                 admitted, shapes = overdue, None  # reordered: allocate takes shapes from jobs
@@ -89,9 +107,16 @@ class Enqueue:
         """`admitted` with its overdue jobs (see the module's description) moved to the front,
         oldest first, behind the starving ones; `admitted` itself when none is overdue."""
         now = session.now
-        waits = sorted(now - pj.job.submit_time_s for pj in admitted)
-        cutoff = now - self.due_after_median_waits * waits[len(waits) // 2]
-        if now - waits[-1] >= cutoff:  # not even the oldest is overdue
+        oldest = min(pj.job.submit_time_s for pj in admitted)
+        bar = float("inf")
+        if self.due_after_median_waits > 0:
+            waits = sorted(now - pj.job.submit_time_s for pj in admitted)
+            bar = self.due_after_median_waits * waits[len(waits) // 2]
+        if self.due_after_backlog > 0:
+            k = self.due_after_backlog
+            bar = min(bar, k * backlog_drain_s(session, admitted, (now - oldest) / k))
+        cutoff = now - bar
+        if oldest >= cutoff:  # not even the oldest is overdue
             return admitted
         head = session.promoted  # starving gangs stay first
         overdue = [pj for pj in admitted[head:] if pj.job.submit_time_s < cutoff]
@@ -114,6 +139,35 @@ class Enqueue:
         moved = {id(pj) for pj in starving}
         session.promoted = len(starving)
         return starving + [pj for pj in admitted if id(pj) not in moved]
+
+
+def backlog_drain_s(
+    session: Session, admitted: list[PendingJob], enough_s: float = float("inf")
+) -> float:
+    """Seconds the cluster's healthy GPUs need to do the GPU-time still to do: what running
+    jobs have left to their expected end (`time_left_s`) and the admitted jobs' estimates (else
+    their runtime bounds). The sum stops once it reaches `enough_s` (a bar past the oldest
+    job's wait says the same as any higher one), so the answer is then only at least that."""
+    arrays = session.arrays
+    gpus = float(arrays.num_gpus[arrays.healthy].sum())
+    if gpus <= 0:
+        return 0.0
+    now = session.now
+    enough = enough_s * gpus
+    work = 0.0
+    for r in session.running.values():
+        left = time_left_s(r, now)
+        if left is not None:
+            work += left * r.usage[2] / GPU_MILLI_WHOLE
+    for pj in admitted:
+        # The point estimate: the upper bound of a job of widely spread runtimes is many times
+        # its median, and a backlog of bounds would be many times the work it holds.
+        left = pj.estimate_s if pj.estimate_s is not None else pj.runtime_bound_s
+        if left is not None:
+            work += left * pj.job.num_gpus
+            if work >= enough:
+                break
+    return work / gpus
 
 
 def _kept_order(session: Session) -> AdmittedOrder:
