@@ -20,7 +20,7 @@ from aisched.core.decisions import Bind, Decision, Preempt, Reserve, Shrink
 from aisched.core.pending import PendingQueue
 from aisched.core.policy import Policy
 from aisched.core.session import Session, ShapeBy
-from aisched.core.snapshot import PendingJob, Snapshot, usage_by_user
+from aisched.core.snapshot import FreeState, PendingJob, Snapshot, usage_by_user
 from aisched.core.status import JobStatus, StatusCode
 from aisched.model.job import Job
 
@@ -51,6 +51,9 @@ class CycleResult:
     # is given back, a job of one of these shapes cannot fit either: the simulator skips a
     # cycle that has only such jobs new to it, under a policy that may settle (`may_settle`).
     failed_shapes: frozenset[Hashable] = frozenset()
+    # The free state the cycle's decisions leave (its victims gone, every bind taken): each
+    # failed shape failed at capacity no smaller, so it fails at this state and any within it.
+    free_after: FreeState | None = None
 
     @property
     def binds(self) -> tuple[Bind, ...]:
@@ -105,7 +108,7 @@ def run_cycle(
     if session.shape_by is ShapeBy.SHAPE:  # failure keys are (shape, mask key) pairs
         keys = cast("Iterable[tuple[Hashable, Hashable]]", session.fail_cache)
         failed = frozenset(shape for shape, mask in keys if mask is None)
-    return CycleResult(decisions, diagnostics, stats, failed)
+    return CycleResult(decisions, diagnostics, stats, failed, session.free)
 
 
 def never_runs(snapshot: Snapshot, policy: Policy, job: Job) -> str | None:

@@ -252,6 +252,19 @@ class FreeState:
             now_whole = row[gi] == GPU_MILLI_WHOLE
             self.whole[node] += int(now_whole) - int(was_whole)
 
+    def within(self, other: FreeState) -> bool:
+        """Whether every free amount here is at most `other`'s, node for node and GPU for GPU
+        (the same cluster): whatever does not fit `other` does not fit this state either."""
+        if self.gpu_milli.shape != other.gpu_milli.shape:
+            return False
+        return bool(
+            (self.cpu <= other.cpu).all()
+            and (self.mem <= other.mem).all()
+            and (self.gpu_milli <= other.gpu_milli).all()
+            and (self.gpu_mem <= other.gpu_mem).all()
+            and (self.rdma <= other.rdma).all()
+        )
+
     def equals(self, other: FreeState) -> bool:
         return (
             np.array_equal(self.cpu, other.cpu)

@@ -44,8 +44,10 @@ attained service crosses a threshold (`core.demotion`), and a `_DEMOTE` event ru
 then, so a waiting job may preempt it at that instant. Applying a cycle's own decisions does
 not call for another cycle. A cycle that could decide nothing is skipped (coalesced with the
 next): under a policy that may settle (`core.cycle.may_settle`: it only places, or also
-preempts by rank), when no capacity was given back and no preemption decided since the last
-cycle, every job new to it is of a shape that failed since, in a queue no limit governs, and,
+preempts by rank), when the free state is within what the last cycle left free (capacity
+given back and taken again, as a preemption's victims and the job that waited for them do,
+counts as none given; with a governed queue, any release or preemption makes the next cycle
+run), every job new to it is of a shape that failed since, in a queue no limit governs, and,
 when the policy preempts, no running job ranks above any pending job's bar at its time
 (`_settled`); its decisions would be none, so the log is the same. A job
 that can never fit the cluster at its largest is rejected when it arrives
@@ -246,13 +248,20 @@ class _Engine(NodePools):
         self.cycle_at: float | None = None
         self.dirty = False
         # Cycle coalescing (`_settled`): under a policy that may settle (it only places, or
-        # also preempts by rank), the shapes that failed since capacity was last given back or
-        # a preemption decided, and how many jobs were pending after the last cycle (pending
-        # only grows between cycles, so the jobs new to the next one are the last ones in
-        # `pending`). None: the next cycle runs.
+        # also preempts by rank), the shapes known not to fit `settled_free` (what the last
+        # cycle left free), nor so any free state within it, and how many jobs were pending
+        # after the last cycle (pending only grows between cycles, so the jobs new to the next
+        # one are the last ones in `pending`). None: the next cycle runs.
         self.coalesce = may_settle(policy) and not cluster.node_pools
         self.preempts = not only_places(policy)  # then a skip also needs nobody to evict
         self.settled: frozenset[Hashable] | None = None
+        self.settled_free: FreeState | None = None
+        # With every queue ungoverned, only room decides whether a job that did not start
+        # could: capacity given back and taken again (a preemption's victims, then the job
+        # that waited for them) leaves the failures standing while the free state is within
+        # `settled_free`. A governed queue's limit reads usage, which such moves change, so
+        # then any release or preemption makes the next cycle run.
+        self.release_safe = all(tj.job.queue in self.queues.ungoverned for tj in trace.jobs)
         self.pending_after_cycle = 0
         self.alloc_milli = 0
         self.log: list[LogEntry] = []
@@ -594,7 +603,8 @@ class _Engine(NodePools):
         self.pending[st.job.id] = st.pending(self.config.restart_cost_s)
 
     def _release(self, st: SimJob, now: float) -> None:
-        self.settled = None  # capacity given back: a failed shape may fit now
+        if not self.release_safe:
+            self.settled = None  # usage moved: a job a queue's limit held may start now
         del self.running[st.job.id]
         self.stopping.pop(st.job.id, None)
         self.short_elastic.discard(st.job.id)
@@ -906,15 +916,18 @@ class _Engine(NodePools):
         if self.pools:
             self._scale_up(now, diagnostics)
         self._grow_if_idle(now)  # the cycle placed every job: idle capacity may grow one
-        if self.coalesce:
-            # A preemption's binds wait out of the cycle on what their victims free, so the
-            # state after it is not the one its shapes failed in: the next cycle runs.
+        if self.coalesce and result.free_after is not None:
+            # Shapes failed before still fail if what this cycle left is within what they
+            # failed at (capacity only taken since); else only this cycle's failures hold.
+            after, before = result.free_after, self.settled_free
+            kept = self.settled is not None and before is not None and after.within(before)
+            self.settled = (self.settled if kept and self.settled else frozenset()) | (
+                result.failed_shapes
+            )
+            self.settled_free = after
             stats = result.stats
-            if stats.preempted or stats.shrunk:
-                self.settled = None
-            else:
-                settled = self.settled if self.settled is not None else frozenset()
-                self.settled = settled | result.failed_shapes
+            if (stats.preempted or stats.shrunk) and not self.release_safe:
+                self.settled = None  # its victims' usage moves when they stop
             self.pending_after_cycle = len(self.pending)
 
     def _guard_livelock(self, now: float, decisions: Sequence[object]) -> None:
@@ -930,14 +943,18 @@ class _Engine(NodePools):
 
     def _settled(self, now: float) -> bool:
         """Whether the coming cycle would decide nothing, so it is skipped (coalesced with
-        the next): no capacity was given back and no preemption decided since the last
-        cycle, and every job new to it is of a shape that failed since, in a queue no limit
-        governs (so it is admitted and its queue lets it start; only room could stop it, and
-        there is none); and, under a policy that preempts by rank, no running job ranks above
-        any pending job's bar at `now` (`core.cycle.evicts_nobody`). Jobs it skips stay
-        `fresh` for the next cycle that runs."""
+        the next): the free state is within what the last cycle left free (with a governed
+        queue: no capacity given back and no preemption decided since), every job new to it
+        is of a shape that failed since, in a queue no limit governs (so it is admitted and
+        its queue lets it start; only room could stop it, and there is none); and, under a
+        policy that preempts by rank, no running job ranks above any pending job's bar at
+        `now` (`core.cycle.evicts_nobody`). Jobs it skips stay `fresh` for the next cycle
+        that runs."""
         settled = self.settled
-        if settled is None:
+        if settled is None or self.settled_free is None:
+            return False
+        # Capacity given back since, beyond what the last cycle left free: a shape may fit.
+        if not self.free.within(self.settled_free):
             return False
         new = len(self.pending) - self.pending_after_cycle
         if new < 0:

@@ -19,6 +19,8 @@ from aisched.core.pending import PendingQueue
 from aisched.core.policy import Policy, preset
 from aisched.core.session import Session
 from aisched.core.snapshot import PendingJob, Snapshot
+from aisched.model.queue import DEFAULT_QUEUE, Queue, QueueTree
+from aisched.model.resources import Resources
 from aisched.sim.engine import SimConfig, SimResult, simulate
 from aisched.sim.traces import synthetic_cluster, synthetic_trace
 
@@ -53,6 +55,29 @@ def test_the_saving_paths_decide_as_the_plain_walk(
     assert fast.jobs == plain.jobs
     assert used["shape_walk"] > 0
     assert fast.cycles < plain.cycles  # each of these policies may skip cycles
+
+
+@pytest.mark.parametrize("name", ["fifo", "las", "srtf-oracle"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_skipped_cycles_with_a_governed_queue_decide_as_the_plain_walk(
+    name: str, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A queue's limit reads usage, which a job's end or a preemption moves while the free
+    state may end up within what the last cycle left: a job its limit held may start then,
+    so those cycles must run."""
+    trace = synthetic_trace(250, seed=seed, arrival_rate_per_h=90.0, num_queues=2)
+    limited = Queue("q0", limit=Resources(gpu=3))
+    tree = QueueTree((limited, Queue("q1"), Queue(DEFAULT_QUEUE)))
+
+    def run() -> SimResult:
+        return simulate(trace, synthetic_cluster(1), preset(name), CONFIG, queues=tree)
+
+    fast = run()
+    monkeypatch.setattr(engine_mod, "may_settle", lambda policy: False)
+    plain = run()
+    assert fast.log == plain.log
+    assert fast.jobs == plain.jobs
+    assert fast.cycles < plain.cycles
 
 
 @pytest.mark.parametrize("name", ["fifo", "fifo-strict", "las"])
