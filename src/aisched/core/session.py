@@ -6,7 +6,7 @@ A session is created by `run_cycle` and dropped at its end; nothing outside the 
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
@@ -66,7 +66,7 @@ class _RunningBase:
     usage: object
     queues: QueueTree
     by_id: dict[str, RunningJob]
-    by_user: dict[tuple[str, str], Usage]
+    by_user: Mapping[tuple[str, str], Usage]  # the caller's, read only while it is kept
     queue_usage: dict[str, Usage]
 
 
@@ -81,7 +81,7 @@ def _running_base(snapshot: Snapshot) -> _RunningBase:
     ):
         return hit
     running, queues = snapshot.running, snapshot.queues
-    by_user = dict(snapshot.usage if snapshot.usage is not None else usage_by_user(running))
+    by_user = snapshot.usage if snapshot.usage is not None else usage_by_user(running)
     # Per queue first, then once along each queue's path. Usage amounts are integers, so
     # the sums are exact in any order; a (queue, user) with nothing running is exactly
     # zero and adds nothing (a missing entry reads as zero).
@@ -207,7 +207,7 @@ class Session:
         )
         # Only drf reads usage per user (`queues.fair_key`): copied in C, not summed again.
         if policy.fair_users:
-            self.user_usage = base.by_user.copy()
+            self.user_usage = dict(base.by_user)
         self.queue_usage = base.queue_usage.copy()
 
     @property

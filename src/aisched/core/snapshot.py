@@ -258,7 +258,8 @@ class FreeState:
         if self.gpu_milli.shape != other.gpu_milli.shape:
             return False
         return bool(
-            (self.cpu <= other.cpu).all()
+            (self.gpu_total <= other.gpu_total).all()  # first: what a job's end gives back
+            and (self.cpu <= other.cpu).all()
             and (self.mem <= other.mem).all()
             and (self.gpu_milli <= other.gpu_milli).all()
             and (self.gpu_mem <= other.gpu_mem).all()

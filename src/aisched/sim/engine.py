@@ -256,6 +256,9 @@ class _Engine(NodePools):
         self.preempts = not only_places(policy)  # then a skip also needs nobody to evict
         self.settled: frozenset[Hashable] | None = None
         self.settled_free: FreeState | None = None
+        # Whether the free state is still `settled_free` less binds (nothing given back since
+        # a cycle that preempted nothing): then it is within it with no need to compare.
+        self.only_taken = False
         # With every queue ungoverned, only room decides whether a job that did not start
         # could: capacity given back and taken again (a preemption's victims, then the job
         # that waited for them) leaves the failures standing while the free state is within
@@ -603,8 +606,11 @@ class _Engine(NodePools):
         self.pending[st.job.id] = st.pending(self.config.restart_cost_s)
 
     def _release(self, st: SimJob, now: float) -> None:
-        if not self.release_safe:
-            self.settled = None  # usage moved: a job a queue's limit held may start now
+        self.only_taken = False
+        if not (self.release_safe and self.preempts):
+            # Usage moved (a job a queue's limit held may start now); or, under a policy that
+            # only places, this is a job's end, whose capacity nothing takes before a cycle.
+            self.settled = None
         del self.running[st.job.id]
         self.stopping.pop(st.job.id, None)
         self.short_elastic.discard(st.job.id)
@@ -918,15 +924,24 @@ class _Engine(NodePools):
         self._grow_if_idle(now)  # the cycle placed every job: idle capacity may grow one
         if self.coalesce and result.free_after is not None:
             # Shapes failed before still fail if what this cycle left is within what they
-            # failed at (capacity only taken since); else only this cycle's failures hold.
+            # failed at: known without comparing when capacity was only taken since, in the
+            # engine and in the cycle (one that preempts gives its victims' back); else only
+            # this cycle's failures hold.
+            stats = result.stats
+            only_taken = not (stats.preempted or stats.shrunk)
             after, before = result.free_after, self.settled_free
-            kept = self.settled is not None and before is not None and after.within(before)
+            kept = (
+                self.settled is not None
+                and before is not None
+                and ((self.only_taken and only_taken) or after.within(before))
+            )
             self.settled = (self.settled if kept and self.settled else frozenset()) | (
                 result.failed_shapes
             )
             self.settled_free = after
-            stats = result.stats
-            if (stats.preempted or stats.shrunk) and not self.release_safe:
+            # After a preemption its victims still hold what the core counted free.
+            self.only_taken = only_taken
+            if not self.only_taken and not self.release_safe:
                 self.settled = None  # its victims' usage moves when they stop
             self.pending_after_cycle = len(self.pending)
 
@@ -954,7 +969,7 @@ class _Engine(NodePools):
         if settled is None or self.settled_free is None:
             return False
         # Capacity given back since, beyond what the last cycle left free: a shape may fit.
-        if not self.free.within(self.settled_free):
+        if not self.only_taken and not self.free.within(self.settled_free):
             return False
         new = len(self.pending) - self.pending_after_cycle
         if new < 0:
