@@ -87,7 +87,8 @@ def main() -> None:
         )
     head = (
         "Tuning data for qssf's preemption guards (margin 2, an hour's minimum run) in an earlier "
-        "round; qssf's aging was chosen on bench_holdout.py's tuning week, not here. "
+        "round; qssf's overdue bars (twice the median wait, once the backlog's drain time) were "
+        "chosen on bench_holdout.py's tuning week, not here. "
         f"First {len(trace.jobs):,} Philly jobs (mean runtime {mean_run_h:.2f} h), {gpus} GPUs, "
         f"one queue, checkpoints every hour, 60 s restart cost; ETAs on for "
         f"{', '.join(sorted(eta_on & set(results))) or 'none'}."
