@@ -167,13 +167,7 @@ def only_places(policy: Policy) -> bool:
     shrinking or ETAs, no promotion of starving jobs, no queue depth. Its choices then depend
     on no clock, and with no capacity given back a job whose shape failed fails again, so a
     cycle with only such jobs new to it decides nothing (`CycleResult.failed_shapes`)."""
-    for action in policy.actions:
-        if action.name == "enqueue":
-            if getattr(action, "starving_after_s", 0.0) > 0:
-                return False
-        elif action.name != "allocate":
-            return False
-    return policy.queue_depth is None
+    return may_settle(policy) and not any(isinstance(a, PreemptAction) for a in policy.actions)
 
 
 def may_settle(policy: Policy) -> bool:

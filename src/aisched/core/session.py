@@ -53,6 +53,11 @@ class ShapeBy(Enum):
 _id = attrgetter("id")
 
 
+def _queue_path(queues: QueueTree, queue: str) -> tuple[str, ...]:
+    """The queues a usage in `queue` counts against: its path, or itself when unknown."""
+    return queues.path(queue) if queues.has(queue) else (queue,)
+
+
 @dataclass(frozen=True, slots=True)
 class _RunningBase:
     """What a session derives from the running set alone: the running jobs by id, the usage
@@ -91,7 +96,7 @@ def _running_base(snapshot: Snapshot) -> _RunningBase:
             leaves[queue] = add_usage(leaves.get(queue, ZERO), vec)
     qu: dict[str, Usage] = {}
     for queue, vec in leaves.items():
-        for q in queues.path(queue) if queues.has(queue) else (queue,):
+        for q in _queue_path(queues, queue):
             qu[q] = add_usage(qu.get(q, ZERO), vec)
     by_id = dict(zip(map(_id, running), running, strict=True))
     base = _RunningBase(running, snapshot.usage, queues, by_id, by_user, qu)
@@ -256,9 +261,7 @@ class Session:
         self.user_usage[key] = add_usage(self.user_usage.get(key, ZERO), vec, sign)
 
     def queue_path(self, queue: str) -> tuple[str, ...]:
-        if not self.queues.has(queue):
-            return (queue,)
-        return self.queues.path(queue)
+        return _queue_path(self.queues, queue)
 
     def usage_of(self, queue: str) -> Usage:
         return self.queue_usage.get(queue, ZERO)

@@ -929,20 +929,18 @@ class _Engine(NodePools):
             # this cycle's failures hold.
             stats = result.stats
             only_taken = not (stats.preempted or stats.shrunk)
-            after, before = result.free_after, self.settled_free
-            kept = (
-                self.settled is not None
-                and before is not None
-                and ((self.only_taken and only_taken) or after.within(before))
-            )
-            self.settled = (self.settled if kept and self.settled else frozenset()) | (
-                result.failed_shapes
-            )
-            self.settled_free = after
+            after, before, settled = result.free_after, self.settled_free, self.settled
+            if not only_taken and not self.release_safe:
+                settled = None  # its victims' usage moves when they stop
+            elif settled is None or before is None:
+                settled = result.failed_shapes
+            elif (self.only_taken and only_taken) or after.within(before):
+                settled = settled | result.failed_shapes
+            else:
+                settled = result.failed_shapes
+            self.settled, self.settled_free = settled, after
             # After a preemption its victims still hold what the core counted free.
             self.only_taken = only_taken
-            if not self.only_taken and not self.release_safe:
-                self.settled = None  # its victims' usage moves when they stop
             self.pending_after_cycle = len(self.pending)
 
     def _guard_livelock(self, now: float, decisions: Sequence[object]) -> None:

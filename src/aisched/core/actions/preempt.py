@@ -243,26 +243,23 @@ class Preempt:
         if kept is None:
             return False
         running_key = self._running_key(first, now)
-        kept.running.sync(snapshot.running, now, running_key)
-        if kept.running.shrinkable:
-            return False
-        kept.bars.sync(pending.jobs(), pending)
-        low = kept.bars.lowest_of_all()
-        return kept.running.top(now, running_key, low) <= low
+        return _nothing_above(kept, snapshot, now, running_key, pending.jobs(), pending, None)
 
     @staticmethod
     def _nothing_to_try(
         session: Session, kept: KeptRanking, running_key: Callable[[RunningJob], float]
     ) -> bool:
-        """Whether no blocked job could evict or shrink anyone: no running job ranks above
-        the lowest bar of the blocked jobs, and none could be shrunk. Then the walk would try
-        nothing and decide nothing, so it need not run."""
-        kept.running.sync(session.snapshot.running, session.now, running_key)
-        if kept.running.shrinkable:
-            return False
-        kept.bars.sync(session.pending, session.pending_queue)
-        low = kept.bars.lowest(session.blocked)  # every blocked job is pending
-        return kept.running.top(session.now, running_key, low) <= low
+        """Whether no blocked job could evict or shrink anyone (`_nothing_above`); then the
+        walk would try nothing and decide nothing, so it need not run."""
+        return _nothing_above(
+            kept,
+            session.snapshot,
+            session.now,
+            running_key,
+            session.pending,
+            session.pending_queue,
+            session.blocked,  # every blocked job is pending
+        )
 
     def _kept_ranking(
         self, policy: Policy, memo: dict[object, object], first: JobOrder
@@ -284,6 +281,25 @@ class Preempt:
             )
             memo[slot] = kept
         return kept
+
+
+def _nothing_above(
+    kept: KeptRanking,
+    snapshot: Snapshot,
+    now: float,
+    running_key: Callable[[RunningJob], float],
+    pending: tuple[PendingJob, ...],
+    queue: PendingQueue | None,
+    jobs: list[PendingJob] | None,
+) -> bool:
+    """Whether no running job of `snapshot` ranks above the lowest bar of `jobs` (some of the
+    `pending` jobs; all of them when None) and none could be shrunk, from the kept ranks."""
+    kept.running.sync(snapshot.running, now, running_key)
+    if kept.running.shrinkable:
+        return False
+    kept.bars.sync(pending, queue)
+    low = kept.bars.lowest_of_all() if jobs is None else kept.bars.lowest(jobs)
+    return kept.running.top(now, running_key, low) <= low
 
 
 class _Ranks:
