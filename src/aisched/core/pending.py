@@ -12,6 +12,7 @@ Invariants:
 - The log holds every addition and removal since its generation began, in order, with the job
   object itself (so no `id()` in it can be reused while it is there). It is bounded: past
   LOG_LIMIT entries it starts again, empty, with the next generation.
+- `shapes()` holds exactly the shapes of the pending jobs, each with how many are pending.
 
 Pure: no clock, no I/O.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 from collections.abc import ItemsView, Iterator, KeysView, ValuesView
 
 from aisched.core.snapshot import PendingJob
+from aisched.model.job import Job
 
 # Entries of the log before it starts a new generation: many cycles' worth of arrivals and
 # binds, few enough that the jobs it holds on to stay a small share of memory.
@@ -31,13 +33,15 @@ class PendingQueue:
     """Pending jobs in insertion order, looked up by job id, with a log of additions and
     removals. Iterating gives the jobs, as a sequence of them would; `in` takes a job id."""
 
-    __slots__ = ("_jobs", "log", "generation", "_tuple")
+    __slots__ = ("_jobs", "log", "generation", "_tuple", "_shapes")
 
     def __init__(self) -> None:
         self._jobs: dict[str, PendingJob] = {}
         self.log: list[tuple[PendingJob, bool]] = []  # (job, True: added / False: removed)
         self.generation = 0
         self._tuple: tuple[PendingJob, ...] | None = None
+        # Per shape pending (`Job.shape_id`): how many jobs, and one of them.
+        self._shapes: dict[int, tuple[int, Job]] = {}
 
     def _record(self, pj: PendingJob, added: bool) -> None:
         if len(self.log) >= LOG_LIMIT:
@@ -45,6 +49,13 @@ class PendingQueue:
             self.generation += 1
         self.log.append((pj, added))
         self._tuple = None
+        shapes, shape = self._shapes, pj.job.shape_id
+        count, job = shapes.get(shape, (0, pj.job))
+        count += 1 if added else -1
+        if count:
+            shapes[shape] = (count, job)
+        else:
+            del shapes[shape]
 
     def __setitem__(self, job_id: str, pj: PendingJob) -> None:
         if pj.id != job_id:
@@ -90,6 +101,10 @@ class PendingQueue:
     def newest_first(self) -> Iterator[PendingJob]:
         """The pending jobs, the last added first."""
         return reversed(self._jobs.values())
+
+    def shapes(self) -> ValuesView[tuple[int, Job]]:
+        """One (count, job) per shape pending: how many jobs of it, and one of them."""
+        return self._shapes.values()
 
     def jobs(self) -> tuple[PendingJob, ...]:
         """The pending jobs in order (one tuple, kept until the next change)."""

@@ -32,7 +32,7 @@ from aisched.core.decisions import TaskBinding
 from aisched.core.framework import all_filters, combined_score
 from aisched.core.kept_placements import current_key, kept_placements
 from aisched.core.session import ShapeBy
-from aisched.core.snapshot import BoolArray, FreeState, IntArray
+from aisched.core.snapshot import BoolArray, ClusterArrays, FreeState, IntArray
 from aisched.core.taskmix import TaskMix, mix_of
 from aisched.model.cluster import TopologyLevel
 from aisched.model.job import Job, TopologyMode
@@ -58,7 +58,10 @@ LEVEL_NAMES = {
 
 def base_mask(session: Session, gpu_models: tuple[str, ...]) -> BoolArray:
     """Healthy nodes with an allowed GPU model (memoised per cluster)."""
-    arrays = session.arrays
+    return _base_mask(session.arrays, gpu_models)
+
+
+def _base_mask(arrays: ClusterArrays, gpu_models: tuple[str, ...]) -> BoolArray:
     key = ("base-mask", gpu_models)
     hit = arrays.memo.get(key)
     if hit is not None:
@@ -77,23 +80,50 @@ def fit_counts(session: Session, req: Resources, gpu_models: tuple[str, ...] = (
     Kept per request for the session's free state: a later call recomputes only the nodes a
     take or give changed since (the free state's change log), not every node. The array is
     shared and read-only; callers copy before changing it."""
-    free = session.free
+    return _kept_fit_counts(session.memo, session.arrays, session.free, req, gpu_models)
+
+
+def _kept_fit_counts(
+    memo: dict[object, object],
+    arrays: ClusterArrays,
+    free: FreeState,
+    req: Resources,
+    gpu_models: tuple[str, ...],
+) -> IntArray:
+    """`fit_counts` on `free`, kept in `memo` and updated from `free`'s change log."""
     key = ("fit-counts", req, gpu_models)
-    hit = cast("tuple[FreeState, int, int, IntArray] | None", session.memo.get(key))
+    hit = cast("tuple[FreeState, int, int, IntArray] | None", memo.get(key))
     if hit is not None and hit[0] is free and hit[1] == free.generation:
         _, generation, seen, cached = hit
         log = free.changed
         if seen < len(log):
             idx = _changed_since(log, seen)
             cached.flags.writeable = True
-            cached[idx] = _fit(session, req, gpu_models, idx)
+            cached[idx] = _fit(arrays, free, req, gpu_models, idx)
             cached.flags.writeable = False
-            session.memo[key] = (free, generation, len(log), cached)
+            memo[key] = (free, generation, len(log), cached)
         return cached
-    counts = _fit(session, req, gpu_models, None)
+    counts = _fit(arrays, free, req, gpu_models, None)
     counts.flags.writeable = False
-    session.memo[key] = (free, free.generation, len(free.changed), counts)
+    memo[key] = (free, free.generation, len(free.changed), counts)
     return counts
+
+
+def may_fit(memo: dict[object, object], arrays: ClusterArrays, free: FreeState, job: Job) -> bool:
+    """Whether `job` might fit `free`: false only when its task groups lack room on all the
+    nodes together (fit counts) for more tasks than an elastic gang may leave out. Filters,
+    per-node caps, spreads and topology domains only take room away, so a job this rules out
+    fails placement whatever the policy. For a caller between cycles (the simulator's skip of
+    a cycle that would place nobody); `memo` keeps the fit counts across calls on one free
+    state, updated on the nodes its change log names."""
+    slack = job.num_tasks - job.gang_min
+    for g in job.groups:
+        counts = _kept_fit_counts(memo, arrays, free, g.request, job.gpu_models)
+        room = int(np.minimum(counts, g.replicas).sum())
+        slack -= max(g.replicas - room, 0)
+        if slack < 0:
+            return False
+    return True
 
 
 def _changed_since(log: list[int], seen: int) -> IntArray:
@@ -103,15 +133,18 @@ def _changed_since(log: list[int], seen: int) -> IntArray:
 
 
 def _fit(
-    session: Session, req: Resources, gpu_models: tuple[str, ...], idx: IntArray | None
+    arrays: ClusterArrays,
+    f: FreeState,
+    req: Resources,
+    gpu_models: tuple[str, ...],
+    idx: IntArray | None,
 ) -> IntArray:
     """`fit_counts` computed afresh, on every node or on the nodes `idx`."""
-    f = session.free
 
     def at(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
         return a if idx is None else a[idx]
 
-    counts = np.full(session.arrays.num_nodes if idx is None else len(idx), UNBOUNDED, np.int64)
+    counts = np.full(arrays.num_nodes if idx is None else len(idx), UNBOUNDED, np.int64)
     if req.milli_cpu:
         np.minimum(counts, at(f.cpu) // req.milli_cpu, out=counts)
     if req.mem_mib:
@@ -122,7 +155,7 @@ def _fit(
         whole = at(f.whole)
         if req.gpu_mem_mib:
             need = -(-req.gpu_mem_mib // req.gpu)
-            ok = (at(f.gpu_milli) == GPU_MILLI_WHOLE) & (at(session.arrays.gpu_mem_cap) >= need)
+            ok = (at(f.gpu_milli) == GPU_MILLI_WHOLE) & (at(arrays.gpu_mem_cap) >= need)
             whole = ok.sum(axis=1)
         np.minimum(counts, whole // req.gpu, out=counts)
         gpu_models_needed = True
@@ -136,9 +169,9 @@ def _fit(
         gpu_models_needed = False
     counts[counts < 0] = 0
     if gpu_models_needed or gpu_models:
-        counts[~at(base_mask(session, gpu_models))] = 0
+        counts[~at(_base_mask(arrays, gpu_models))] = 0
     else:
-        counts[~at(session.arrays.healthy)] = 0
+        counts[~at(arrays.healthy)] = 0
     return counts
 
 
@@ -369,7 +402,7 @@ def _fits_a_domain_when_empty(session: Session, job: Job, level: TopologyLevel) 
     ok = np.ones(ndom, dtype=np.bool_)
     with session.scratch(FreeState.empty(arrays)):
         for g in job.groups:
-            c = _fit(session, g.request, job.gpu_models, None)
+            c = _fit(arrays, session.free, g.request, job.gpu_models, None)
             if job.topology.spread == TopologyLevel.NODE:
                 c = np.minimum(c, 1)
             sums = np.bincount(dom, weights=np.minimum(c, g.replicas), minlength=ndom)

@@ -47,7 +47,9 @@ next): under a policy that may settle (`core.cycle.may_settle`: it only places, 
 preempts by rank), when the free state is within what the last cycle left free (capacity
 given back and taken again, as a preemption's victims and the job that waited for them do,
 counts as none given; with a governed queue, any release or preemption makes the next cycle
-run), every job new to it is of a shape that failed since, in a queue no limit governs, and,
+run) or no shape waiting could fit it (`core.placement.may_fit`: what a job's end gave back
+is too little for anyone), every job new to it is of a shape that failed since, in a queue no
+limit governs, and,
 when the policy preempts, no running job ranks above any pending job's bar at its time
 (`_settled`); its decisions would be none, so the log is the same. A job
 that can never fit the cluster at its largest is rejected when it arrives
@@ -115,6 +117,7 @@ from aisched.core.decisions import Bind, Preempt, Reserve, Shrink, TaskBinding
 from aisched.core.demotion import demotion_at
 from aisched.core.dependencies import DependencyVerdict, check_dependencies
 from aisched.core.pending import PendingQueue
+from aisched.core.placement import may_fit
 from aisched.core.policy import Policy
 from aisched.core.snapshot import FreeState, PendingJob, RunningJob, Snapshot, build_arrays
 from aisched.core.status import StatusCode
@@ -265,6 +268,7 @@ class _Engine(NodePools):
         # `settled_free`. A governed queue's limit reads usage, which such moves change, so
         # then any release or preemption makes the next cycle run.
         self.release_safe = all(tj.job.queue in self.queues.ungoverned for tj in trace.jobs)
+        self.room_memo: dict[object, object] = {}  # fit counts on `free` for `may_fit`
         self.pending_after_cycle = 0
         self.alloc_milli = 0
         self.log: list[LogEntry] = []
@@ -607,10 +611,8 @@ class _Engine(NodePools):
 
     def _release(self, st: SimJob, now: float) -> None:
         self.only_taken = False
-        if not (self.release_safe and self.preempts):
-            # Usage moved (a job a queue's limit held may start now); or, under a policy that
-            # only places, this is a job's end, whose capacity nothing takes before a cycle.
-            self.settled = None
+        if not self.release_safe:
+            self.settled = None  # usage moved: a job a queue's limit held may start now
         del self.running[st.job.id]
         self.stopping.pop(st.job.id, None)
         self.short_elastic.discard(st.job.id)
@@ -956,18 +958,15 @@ class _Engine(NodePools):
 
     def _settled(self, now: float) -> bool:
         """Whether the coming cycle would decide nothing, so it is skipped (coalesced with
-        the next): the free state is within what the last cycle left free (with a governed
-        queue: no capacity given back and no preemption decided since), every job new to it
-        is of a shape that failed since, in a queue no limit governs (so it is admitted and
-        its queue lets it start; only room could stop it, and there is none); and, under a
-        policy that preempts by rank, no running job ranks above any pending job's bar at
-        `now` (`core.cycle.evicts_nobody`). Jobs it skips stay `fresh` for the next cycle
-        that runs."""
+        the next): every job new to it is of a shape that failed since, in a queue no limit
+        governs (so it is admitted and its queue lets it start; only room could stop it); the
+        free state is within what the last cycle left free, or else no shape waiting could
+        fit it (`core.placement.may_fit`: capacity came back, too little for anyone); and,
+        under a policy that preempts by rank, no running job ranks above any pending job's
+        bar at `now` (`core.cycle.evicts_nobody`). Jobs it skips stay `fresh` for the next
+        cycle that runs."""
         settled = self.settled
         if settled is None or self.settled_free is None:
-            return False
-        # Capacity given back since, beyond what the last cycle left free: a shape may fit.
-        if not self.only_taken and not self.free.within(self.settled_free):
             return False
         new = len(self.pending) - self.pending_after_cycle
         if new < 0:
@@ -977,10 +976,28 @@ class _Engine(NodePools):
             job = pj.job
             if job.shape_id not in settled or job.queue not in ungoverned:
                 return False
+        # Capacity given back since, beyond what the last cycle left free: a shape may fit.
+        refreshed = not self.only_taken and not self.free.within(self.settled_free)
+        if refreshed and not self._nothing_fits(settled):
+            return False
         if self.preempts:
             snapshot = self.held.snapshot(self.queues)
-            return evicts_nobody(snapshot, self.pending, self.policy, now)
+            if not evicts_nobody(snapshot, self.pending, self.policy, now):
+                return False
+        if refreshed:
+            # Every shape waiting fails here too: this state is the one they are settled on.
+            self.settled = frozenset(job.shape_id for _, job in self.pending.shapes())
+            self.settled_free, self.only_taken = self.free.copy(), True
         return True
+
+    def _nothing_fits(self, settled: frozenset[Hashable]) -> bool:
+        """Whether every shape pending failed since the last cycle and none could fit the
+        free state now, by its room alone (`may_fit`): true, the cycle would place nobody."""
+        arrays, free, memo = self.arrays, self.free, self.room_memo
+        return all(
+            job.shape_id in settled and not may_fit(memo, arrays, free, job)
+            for _, job in self.pending.shapes()
+        )
 
     # --- validate mode ----------------------------------------------------------------------
 

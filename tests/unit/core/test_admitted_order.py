@@ -1,10 +1,12 @@
 """The kept admitted order (`core.admitted`) equals one computed afresh, whatever sequence of
 arrivals, departures and cycles led to it: followed from a `PendingQueue`'s log, compared from
 a plain sequence, across the log's generations, and with cycles skipped in between. And the
-queue itself: a dict of its jobs in insertion order with a log of every change."""
+queue itself: a dict of its jobs in insertion order with a log of every change, and a count of
+its jobs per shape."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Hashable, Mapping
 
 from hypothesis import given, settings
@@ -130,6 +132,7 @@ def test_the_kept_order_equals_one_computed_afresh(
                 borrower = Borrower()
                 kept.lend_members(borrower)
                 lent.append(({i: m.key for i, m in borrower.members.items()}, borrower))
+            assert shapes_of(queue) == Counter(pj.job.shape_id for pj in queue.jobs())
         kept.update(queue.jobs(), judge, queue)
         assert kept_view(kept) == expected(queue.jobs())
     finally:
@@ -137,6 +140,11 @@ def test_the_kept_order_equals_one_computed_afresh(
     # What was lent to a cycle's statuses never changed afterwards.
     for frozen, borrower in lent:
         assert {i: m.key for i, m in borrower.members.items()} == frozen
+
+
+def shapes_of(queue: PendingQueue) -> Counter[int]:
+    """The queue's own count of jobs per shape, keyed by the shape of the job it names."""
+    return Counter({j.shape_id: n for n, j in queue.shapes()})
 
 
 def test_a_pending_queue_is_an_ordered_dict_with_a_log_of_changes() -> None:

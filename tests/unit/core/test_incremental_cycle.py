@@ -122,3 +122,32 @@ def test_each_cycle_of_the_shape_walk_is_the_general_walks(
     monkeypatch.setattr(engine_mod, "run_cycle", twice)
     replay(preset(name), seed, queues)
     assert walked["cycles"] > 50
+
+
+@pytest.mark.parametrize("name", ["fifo", "las"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_cycles_skipped_when_what_came_back_fits_nobody_decide_as_the_plain_walk(
+    name: str, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a job's end the free state is no longer within what the last cycle left, but
+    when no shape waiting may fit it (`placement.may_fit`) the cycle still places nobody: on
+    several nodes, with gangs that span them, those cycles are skipped too."""
+    trace = synthetic_trace(300, seed=seed, arrival_rate_per_h=120.0, num_queues=2)
+    skipped = {"refreshed": 0}
+    real = engine_mod._Engine._nothing_fits
+
+    def counted(self: engine_mod._Engine, settled: frozenset[object]) -> bool:
+        ok = real(self, settled)  # type: ignore[arg-type]
+        skipped["refreshed"] += ok
+        return ok
+
+    def run() -> SimResult:
+        return simulate(trace, synthetic_cluster(3, gpus_per_node=4), preset(name), CONFIG)
+
+    monkeypatch.setattr(engine_mod._Engine, "_nothing_fits", counted)
+    fast = run()
+    monkeypatch.setattr(engine_mod, "may_settle", lambda policy: False)
+    plain = run()
+    assert fast.log == plain.log
+    assert fast.jobs == plain.jobs
+    assert skipped["refreshed"] > 0

@@ -38,7 +38,7 @@ def _session(nodes: int = 24) -> Session:
 
 
 def _fresh(session: Session, req: Resources) -> list[int]:
-    return placement._fit(session, req, (), None).tolist()  # type: ignore[no-any-return]
+    return placement._fit(session.arrays, session.free, req, (), None).tolist()  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize("log_limit", [4096, 5])
