@@ -6,7 +6,8 @@ sorted pool for each job it tries, and its what-if search (`plain_find_room`) pl
 again for every question. The walk of `core.actions.preempt_walk` sorts only the candidates a
 what-if takes from, knows without a filter when nobody ranks above a job, jumps over settled
 shapes, reads ranks kept across cycles (`core.kept_ranks`) and skips a cycle's walk when
-nobody could evict anyone, and `eviction.find_room` reuses the placement it found. Both are
+nobody could evict anyone, and `eviction.find_room` reuses the placement it found (its first
+what-if kept as it stands when one victim makes room). Both are
 run on the same input and must give the same decisions and statuses: one cycle on the drawn
 scenarios of test_core_properties, and whole replays, where the kept ranks live across
 thousands of cycles.

@@ -127,6 +127,28 @@ def _placed_after(
     return None if isinstance(placed, str) else placed
 
 
+def _placed_on_first(
+    session: Session, job: Job, first: Cut, allowed: BoolArray | None, mask_key: Hashable
+) -> Room | tuple[TaskBinding, ...] | None:
+    """The search's first what-if, taking `first` alone. Kept, as a `Room` already applied,
+    when it is the answer: the job fits once `first` is taken, on a node `first` frees, with
+    every node scored (so placing again would give the same); that is what `find_room` would
+    apply after undoing the what-if, without the undo and the redo. Otherwise undone: the
+    placement found, or None when the job does not fit."""
+    st = Statement(session)
+    _take(session, st, [first])
+    placed = place_job(session, st, job, allowed, ("evict", 1, mask_key))
+    if isinstance(placed, str):
+        st.discard()
+        return None
+    if sample_size(session) != 0 or not set(_cut_nodes(first)) & {t.node for t in placed}:
+        st.discard()
+        return placed
+    st.commit()
+    evicted, shrunk = _plan([first])
+    return Room(tuple(evicted), tuple(shrunk), placed)
+
+
 def _cut_nodes(c: Cut) -> tuple[str, ...]:
     return tuple(t.node for t in c.job.tasks) if c.task is None else (c.task.node,)
 
@@ -147,7 +169,10 @@ def find_room(
     # to test the largest prefix first would cost O(running) every time.
     n = len(cuts)
     lo, hi = 1, 1
-    found = _placed_after(session, job, cuts[:hi], allowed, mask_key)
+    first = _placed_on_first(session, job, cuts[0], allowed, mask_key)
+    if isinstance(first, Room):  # the usual case: one victim makes room
+        return first
+    found = first
     while found is None:
         if hi == n:
             return None

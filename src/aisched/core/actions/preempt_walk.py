@@ -23,8 +23,8 @@ blocked job and filtering the whole sorted pool for each decided
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from typing import TYPE_CHECKING, Protocol, overload
 
 from aisched.core.eviction import Cut, find_room
 from aisched.core.placement import placement_shape
@@ -78,6 +78,35 @@ def _surplus_cuts(r: RunningJob) -> list[Cut]:
     `min_available`, the last ones first (the lowest ranks stay)."""
     surplus = len(r.tasks) - r.job.gang_min
     return [Cut(r, t) for t in reversed(r.tasks[len(r.tasks) - surplus :])]
+
+
+class _Cuts(Sequence[Cut]):
+    """Surplus tasks, then whole jobs in victim order, as cuts made only when read: the search
+    for room reads a short prefix of a list as long as the possible victims."""
+
+    __slots__ = ("_surplus", "_jobs")
+
+    def __init__(self, surplus: list[Cut], jobs: list[RunningJob]) -> None:
+        self._surplus, self._jobs = surplus, jobs
+
+    def __len__(self) -> int:
+        return len(self._surplus) + len(self._jobs)
+
+    @overload
+    def __getitem__(self, i: int) -> Cut: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Cut]: ...
+
+    def __getitem__(self, i: int | slice) -> Cut | list[Cut]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        n = len(self._surplus)
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self._surplus[i] if i < n else Cut(self._jobs[i - n])
 
 
 class _Unsettled:
@@ -249,7 +278,7 @@ def run(
         if ordered is None:
             ordered = ordered_by_sig[sig] = pool.ordered(cands)
         # Surplus tasks first, whole jobs after: nobody is evicted while shrinking would do.
-        cuts = [c for r in shrinks for c in _surplus_cuts(r)] + [Cut(r) for r in ordered]
+        cuts = _Cuts([c for r in shrinks for c in _surplus_cuts(r)], ordered)
         room = find_room(session, pj.job, cuts, allowed, mask_key or None)
         if room is None:
             failed[memo_key] = rank
