@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from aisched.core.decisions import TaskBinding
-from aisched.core.placement import place_job, sample_size
+from aisched.core.placement import may_fit, place_job, sample_size
 from aisched.core.snapshot import BoolArray, RunningJob
 from aisched.core.statement import Statement
 from aisched.model.job import Job
@@ -149,6 +149,17 @@ def _placed_on_first(
     return Room(tuple(evicted), tuple(shrunk), placed)
 
 
+def _room_with_all(session: Session, job: Job, cuts: Sequence[Cut]) -> bool:
+    """Whether `job` may fit once every cut is taken (`placement.may_fit`, an upper bound on
+    its room): when not, no prefix makes room (room only grows as more is taken), known
+    from one copy of the free state rather than a search that would take every cut twice."""
+    free, index = session.free.copy(), session.arrays.index
+    for c in cuts:
+        for t in c.job.tasks if c.task is None else (c.task,):
+            free.give(index[t.node], t)
+    return may_fit({}, session.arrays, free, job)
+
+
 def _cut_nodes(c: Cut) -> tuple[str, ...]:
     return tuple(t.node for t in c.job.tasks) if c.task is None else (c.task.node,)
 
@@ -172,6 +183,9 @@ def find_room(
     first = _placed_on_first(session, job, cuts[0], allowed, mask_key)
     if isinstance(first, Room):  # the usual case: one victim makes room
         return first
+    if first is None and n > 1 and not _room_with_all(session, job, cuts):
+        session.released()  # as the what-ifs this stands for would have, each giving back
+        return None
     found = first
     while found is None:
         if hi == n:
