@@ -26,7 +26,7 @@ from aisched.core.pending import PendingQueue
 from aisched.core.plugins.order import Las, PredictedGpuTime, ShortestFirst
 from aisched.core.plugins.victims import time_left_s
 from aisched.core.policy import preset
-from aisched.core.snapshot import PendingJob, RunningJob
+from aisched.core.snapshot import PendingJob, RunningChanges, RunningJob
 from aisched.testing import job
 
 ORDERS: dict[str, JobOrder] = {
@@ -108,21 +108,51 @@ def rank_key(order: JobOrder, r: RunningJob, now: float) -> float:
     return order.key(r.job, r.attained_at(now), time_left_s(r, now))
 
 
+class Log:
+    """A caller's log of the running set (`Snapshot.changes`), started again as a new list
+    past `limit` entries, as `Holdings` keeps one."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.entries: list[tuple[RunningJob, bool]] = []
+
+    def note(self, r: RunningJob, added: bool) -> None:
+        if len(self.entries) >= self.limit:
+            self.entries = []
+        self.entries.append((r, added))
+
+    def changes(self) -> RunningChanges:
+        return RunningChanges(self.entries, len(self.entries))
+
+
 @SETTINGS
-@given(name=st.sampled_from(sorted(ORDERS)), events=st.lists(EVENTS, max_size=40))
-def test_kept_keys_equal_keys_computed_afresh(name: str, events: list[object]) -> None:
+@given(
+    name=st.sampled_from(sorted(ORDERS)),
+    events=st.lists(EVENTS, max_size=40),
+    follow=st.booleans(),
+    limit=st.sampled_from((3, 1000)),
+    every=st.sampled_from((1, 4)),
+)
+def test_kept_keys_equal_keys_computed_afresh(
+    name: str, events: list[object], follow: bool, limit: int, every: int
+) -> None:
+    """With `follow` the table follows the caller's log (across its restarts), else it
+    compares whole running sets; either way it holds exactly what is running. It is synced
+    after every event, or after every fourth (a log may then start again in between)."""
     order = ORDERS[name]
     moves = moves_of(order)
     assert moves is not None
     kept = KeptRanks(*moves)
     running: list[RunningJob] = []
+    log = Log(limit)
     now, serial = 1000.0, 0
-    for e in events:
+    for n, e in enumerate(events):
         if isinstance(e, Start):
             running.append(view(serial, e, now))
+            log.note(running[-1], True)
             serial += 1
         elif isinstance(e, End) and running:
-            running.pop(e.which % len(running))
+            log.note(running.pop(e.which % len(running)), False)
         elif isinstance(e, Wait):
             now += e.seconds
         elif isinstance(e, ToNextChange) and running:
@@ -134,7 +164,9 @@ def test_kept_keys_equal_keys_computed_afresh(name: str, events: list[object]) -
         def compute(r: RunningJob, now: float = now) -> float:
             return rank_key(order, r, now)
 
-        kept.sync(tuple(running), now, compute)
+        if n % every:
+            continue
+        kept.sync(tuple(running), now, compute, log.changes() if follow else None)
         keys = sorted(map(compute, running))
         for above in keys[len(keys) // 2 :: 2]:  # a bound at least the top, exact above it
             bound = kept.top(now, compute, above)

@@ -50,7 +50,7 @@ from operator import itemgetter
 
 from aisched.core.pending import PendingQueue
 from aisched.core.plugins.order import PredictedGpuTime, ShortestFirst
-from aisched.core.snapshot import PendingJob, RunningJob
+from aisched.core.snapshot import PendingJob, RunningChanges, RunningJob
 from aisched.model.resources import GPU_MILLI_WHOLE
 
 # Steps back from the estimated crossing instant to find one still below the step; past this
@@ -118,19 +118,27 @@ class KeptRanks:
     shrinkable: int = 0  # entries whose view preemption could shrink
     _now: float = -math.inf
     _synced: tuple[RunningJob, ...] = ()  # the running set of the last sync (held)
+    _log: RunningChanges | None = None  # where the caller's log stood at the last sync
     _serial: int = 0
     _tops: list[tuple[float, int, int]] = field(default_factory=list)  # (-value, serial, id)
     _ends: list[tuple[float, int, int]] = field(default_factory=list)  # (to_s, serial, id)
 
-    def sync(self, running: tuple[RunningJob, ...], now: float, compute: Compute) -> None:
+    def sync(
+        self,
+        running: tuple[RunningJob, ...],
+        now: float,
+        compute: Compute,
+        changes: RunningChanges | None = None,
+    ) -> None:
         """Make the table hold exactly `running`, every entry valid at `now`. A tuple, so the
-        same object as last time holds the same views."""
+        same object as last time holds the same views. `changes`: the caller's log of the
+        running set at `running` (`Snapshot.changes`), followed when it can be."""
         if now < self._now:  # an earlier instant: nothing kept is known to hold there
             self._clear()
         self._now = now
         entries = self.entries
-        if running is not self._synced:
-            self._synced = running
+        if running is not self._synced and not self._follow(changes, now, compute):
+            self._log = changes
             ids = set(map(id, running))
             for i in entries.keys() - ids:
                 self.shrinkable -= shrinkable(entries.pop(i).view)
@@ -144,6 +152,7 @@ class KeptRanks:
                     came -= 1
                     self._put(view, now, compute(view))
                     self.shrinkable += shrinkable(view)
+        self._synced = running
         ends = self._ends
         while ends and ends[0][0] < now:
             _, serial, i = heapq.heappop(ends)
@@ -152,6 +161,30 @@ class KeptRanks:
                 self._put(hit.view, now, compute(hit.view))
         if len(self._tops) + len(ends) > 4 * len(entries) + _SLACK:
             self._rebuild_heaps()
+
+    def _follow(self, changes: RunningChanges | None, now: float, compute: Compute) -> bool:
+        """Apply what `changes` logged since the last sync, when it is the log that sync
+        followed (or compared against) and has gone on from there; False otherwise."""
+        last = self._log
+        if (
+            changes is None
+            or last is None
+            or changes.log is not last.log
+            or changes.upto < last.upto
+        ):
+            return False
+        entries = self.entries
+        for view, added in changes.log[last.upto : changes.upto]:
+            if added:
+                self._put(view, now, compute(view))
+                self.shrinkable += shrinkable(view)
+            else:
+                hit = entries.get(id(view))
+                if hit is not None and hit.view is view:
+                    del entries[id(view)]
+                    self.shrinkable -= shrinkable(view)
+        self._log = changes
+        return True
 
     def top(self, now: float, compute: Compute, above: float = -math.inf) -> float:
         """At least the highest key at `now` of the views synced, and exactly it when it is
@@ -248,6 +281,7 @@ class KeptRanks:
 
     def _clear(self) -> None:
         self._synced = ()
+        self._log = None
         self.shrinkable = 0
         self.entries.clear()
         self._tops.clear()

@@ -362,13 +362,27 @@ class RunningJob:
         return self.started_s + ((now - self.started_s) // ck) * ck
 
 
+@dataclass(frozen=True, slots=True)
+class RunningChanges:
+    """Where a caller's log of running views stood at a snapshot: `log` holds every view
+    added (True) and removed (False) since the list was started, in order, and its first
+    `upto` entries lead to the snapshot's running set. A caller bounds it by starting a new
+    list, never by clearing one. A reader that followed the same list to an earlier point
+    applies `log[seen:upto]` to what it kept rather than compare whole running sets; any
+    other reader compares whole sets."""
+
+    log: list[tuple[RunningJob, bool]]
+    upto: int
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Snapshot:
     """What a cycle sees. `usage`, when the caller keeps it, is the running jobs' usage summed
     per (queue, user); it must equal that sum (validate mode checks), and saves the cycle an
     O(running) pass. `task_mix`, when the caller keeps one, is the distribution of task GPU
     shapes seen so far (for the fragmentation score); without it that score uses the running and
-    pending jobs of the cycle."""
+    pending jobs of the cycle. `changes`, when the caller keeps a log of the running set, says
+    what changed in it (`RunningChanges`)."""
 
     arrays: ClusterArrays
     free: FreeState
@@ -376,6 +390,7 @@ class Snapshot:
     queues: QueueTree = field(default_factory=QueueTree)
     usage: Mapping[tuple[str, str], Usage] | None = None
     task_mix: TaskMix | None = None
+    changes: RunningChanges | None = None
 
 
 def usage_by_user(running: Iterable[RunningJob]) -> dict[tuple[str, str], Usage]:

@@ -18,9 +18,11 @@ from collections.abc import Sequence
 
 from aisched.core.decisions import TaskBinding
 from aisched.core.snapshot import (
+    CHANGE_LOG_LIMIT,
     ZERO,
     ClusterArrays,
     FreeState,
+    RunningChanges,
     RunningJob,
     Snapshot,
     Usage,
@@ -50,6 +52,9 @@ class Holdings:
         # `running()`, kept until the views change: the core keeps what it derives from the
         # running set across cycles and knows it unchanged when handed the same tuple.
         self._running: tuple[RunningJob, ...] | None = None
+        # Every view taken and given back, in order (`RunningChanges`): the core's kept ranks
+        # follow it rather than compare whole running sets. Bounded as the free state's log.
+        self.log: list[tuple[RunningJob, bool]] = []
 
     def take(self, view: RunningJob) -> None:
         """Hold `view`'s bindings for its job; the job must hold nothing yet."""
@@ -65,7 +70,7 @@ class Holdings:
         for t in view.tasks:
             self.on_node.setdefault(t.node, set()).add(job_id)
         self.views[job_id] = view
-        self._running = None
+        self._changed(view, True)
         self._add_usage(view, 1.0)
 
     def give(self, job_id: str) -> RunningJob:
@@ -81,7 +86,7 @@ class Holdings:
                 holders.discard(job_id)
                 if not holders:
                     del on_node[t.node]
-        self._running = None
+        self._changed(view, False)
         self._add_usage(view, -1.0)
         return view
 
@@ -91,7 +96,8 @@ class Holdings:
         if old is None or old.tasks != view.tasks:
             raise HoldingError(f"job {view.job.id}: update must keep the tasks it holds")
         self.views[view.job.id] = view
-        self._running = None
+        self._changed(old, False)
+        self._changed(view, True)
 
     def short_nodes(self, tasks: Sequence[TaskBinding]) -> frozenset[str]:
         """The nodes where `tasks`, taken together, need more than is free now (CPU, memory,
@@ -138,7 +144,14 @@ class Holdings:
         return self._running
 
     def snapshot(self, queues: QueueTree) -> Snapshot:
-        return Snapshot(self.arrays, self.free, self.running(), queues, self.usage)
+        changes = RunningChanges(self.log, len(self.log))
+        return Snapshot(self.arrays, self.free, self.running(), queues, self.usage, None, changes)
+
+    def _changed(self, view: RunningJob, added: bool) -> None:
+        self._running = None
+        if len(self.log) >= CHANGE_LOG_LIMIT:
+            self.log = []  # a new list: a reader of the old one compares whole sets
+        self.log.append((view, added))
 
     def rebuild(self, arrays: ClusterArrays) -> FreeState:
         """The nodes changed: new arrays, every held binding taken again; returns the new free

@@ -294,7 +294,7 @@ def _nothing_above(
 ) -> bool:
     """Whether no running job of `snapshot` ranks above the lowest bar of `jobs` (some of the
     `pending` jobs; all of them when None) and none could be shrunk, from the kept ranks."""
-    kept.running.sync(snapshot.running, now, running_key)
+    kept.running.sync(snapshot.running, now, running_key, snapshot.changes)
     if kept.running.shrinkable:
         return False
     kept.bars.sync(pending, queue)
@@ -327,14 +327,16 @@ class _Ranks:
                 self._top = max(keys, default=-INFINITE)
             return self._top
         # The snapshot's running jobs hold every possible victim (and perhaps more).
-        kept.running.sync(session.snapshot.running, session.now, self._running_key)
+        snapshot = session.snapshot
+        kept.running.sync(snapshot.running, session.now, self._running_key, snapshot.changes)
         return kept.running.top(session.now, self._running_key, above)
 
     def may_shrink(self) -> bool:
         kept = self._kept
         if kept is None:
             return True
-        kept.running.sync(self._session.snapshot.running, self._session.now, self._running_key)
+        snapshot = self._session.snapshot
+        kept.running.sync(snapshot.running, self._session.now, self._running_key, snapshot.changes)
         return kept.running.shrinkable > 0
 
     def above(self, jobs: list[RunningJob], rank: float) -> list[RunningJob] | None:
