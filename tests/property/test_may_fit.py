@@ -32,9 +32,12 @@ def _cluster(gpus: list[int]) -> Snapshot:
 def jobs(draw: st.DrawFn, name: str) -> Job:
     b = job(name)
     for g in range(draw(st.integers(1, 2))):
+        share = draw(st.sampled_from([0, 0, 300, 500]))  # a share of one GPU, or whole GPUs
         b = b.task(
             draw(st.integers(1, 4)),
-            gpu=draw(st.integers(0, 4)),
+            gpu=0 if share else draw(st.integers(0, 4)),
+            gpu_milli=share,
+            gpu_mem_gib=draw(st.sampled_from([0.0, 8.0])) if share else 0.0,
             cpu=draw(st.sampled_from([1, 4, 8])),
             name=f"g{g}",
         )
@@ -103,3 +106,22 @@ def test_kept_counts_follow_takes_and_gives() -> None:
     for t in bind.tasks:
         free.give(arrays.index[t.node], t)
     assert may_fit(memo, arrays, free, wide)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    gpus=st.lists(st.integers(1, 4), min_size=1, max_size=4),
+    fillers=st.lists(st.integers(0, 10**6), max_size=4),
+    data=st.data(),
+)
+def test_giving_back_in_bulk_equals_one_task_at_a_time(
+    gpus: list[int], fillers: list[int], data: st.DataObject
+) -> None:
+    """`FreeState.given_back` (the search for room's bound over every candidate) adds up
+    what `give` would, task by task; shared GPUs included."""
+    snap = _busy(_cluster(gpus), [data.draw(jobs(f"f{i}")) for i, _ in enumerate(fillers)])
+    tasks = [t for r in snap.running for t in r.tasks]
+    one_by_one = snap.free.copy()
+    for t in tasks:
+        one_by_one.give(snap.arrays.index[t.node], t)
+    assert snap.free.given_back(snap.arrays.index, tasks).equals(one_by_one)

@@ -153,10 +153,8 @@ def _room_with_all(session: Session, job: Job, cuts: Sequence[Cut]) -> bool:
     """Whether `job` may fit once every cut is taken (`placement.may_fit`, an upper bound on
     its room): when not, no prefix makes room (room only grows as more is taken), known
     from one copy of the free state rather than a search that would take every cut twice."""
-    free, index = session.free.copy(), session.arrays.index
-    for c in cuts:
-        for t in c.job.tasks if c.task is None else (c.task,):
-            free.give(index[t.node], t)
+    tasks = (t for c in cuts for t in (c.job.tasks if c.task is None else (c.task,)))
+    free = session.free.given_back(session.arrays.index, tasks)
     return may_fit({}, session.arrays, free, job)
 
 
