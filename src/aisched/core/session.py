@@ -24,6 +24,7 @@ from aisched.core.snapshot import (
     ClusterArrays,
     FreeState,
     PendingJob,
+    RunningChanges,
     RunningJob,
     Snapshot,
     Usage,
@@ -73,6 +74,28 @@ class _RunningBase:
     by_id: dict[str, RunningJob]
     by_user: Mapping[tuple[str, str], Usage]  # the caller's, read only while it is kept
     queue_usage: dict[str, Usage]
+    changes: RunningChanges | None  # the caller's log at `running`, if it keeps one
+
+
+def _by_id(last: _RunningBase | None, snapshot: Snapshot) -> dict[str, RunningJob]:
+    """The running jobs by id, in the running tuple's order: the last base's with what the
+    caller's log says came and went since, when it followed the same log and no job both
+    went and came (a view replaced in place, or an attempt ended and another started: where
+    it then stands in the tuple the log does not say); else built from the tuple."""
+    was, now = last.changes if last is not None else None, snapshot.changes
+    if last is not None and was is not None and now is not None and now.log is was.log:
+        changed = now.log[was.upto : now.upto]
+        gone = {view.id for view, added in changed if not added}
+        if now.upto >= was.upto and not any(added and v.id in gone for v, added in changed):
+            by_id = last.by_id.copy()  # a session may still read the last one
+            for view, added in changed:
+                if added:
+                    by_id[view.id] = view  # new attempts come last, as in the tuple
+                else:
+                    del by_id[view.id]
+            return by_id
+    running = snapshot.running
+    return dict(zip(map(_id, running), running, strict=True))
 
 
 def _running_base(snapshot: Snapshot) -> _RunningBase:
@@ -98,8 +121,8 @@ def _running_base(snapshot: Snapshot) -> _RunningBase:
     for queue, vec in leaves.items():
         for q in _queue_path(queues, queue):
             qu[q] = add_usage(qu.get(q, ZERO), vec)
-    by_id = dict(zip(map(_id, running), running, strict=True))
-    base = _RunningBase(running, snapshot.usage, queues, by_id, by_user, qu)
+    by_id = _by_id(hit if isinstance(hit, _RunningBase) else None, snapshot)
+    base = _RunningBase(running, snapshot.usage, queues, by_id, by_user, qu, snapshot.changes)
     memo["running-base"] = base
     return base
 
