@@ -277,6 +277,15 @@ class FreeState:
         mem_row = self.gpu_mem[node]
         self.gpu_total[node] += sign * t.gpu_milli * len(t.gpus)
         per_gpu_mem = t.gpu_mem_mib // len(t.gpus)
+        if t.gpu_milli == GPU_MILLI_WHOLE:
+            # Whole GPUs: each is whole before a take and after a give, and nothing before a
+            # give and after a take (validate mode checks the counts against the shares).
+            gpus: int | list[int] = t.gpus[0] if len(t.gpus) == 1 else list(t.gpus)
+            row[gpus] += sign * GPU_MILLI_WHOLE
+            if per_gpu_mem:
+                mem_row[gpus] += sign * per_gpu_mem
+            self.whole[node] += sign * len(t.gpus)
+            return
         for gi in t.gpus:
             was_whole = row[gi] == GPU_MILLI_WHOLE
             row[gi] += sign * t.gpu_milli
