@@ -19,8 +19,9 @@ key moves with time is known for two kinds of order:
 So per cycle each table is synced with its set of jobs (set operations in C, and work for what
 came, went or reached a step). The highest running key is found from the highest kept value
 (values above the rest are made exact first: usually one, for the job that stays on top), and
-the blocked jobs' bars are read from the table. When no running key is above the lowest bar
-and no elastic job could be shrunk, preemption has nothing to try this cycle.
+the blocked jobs' bars are read from the table (the lowest of all pending from a heap). When no
+running key is above any blocked job's bar and no elastic job could be shrunk, preemption has
+nothing to try this cycle.
 
 Invariants:
 - After `sync(running, now)`, `KeptRanks` holds exactly the views of `running`, each with an
@@ -43,7 +44,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from operator import itemgetter
@@ -349,12 +350,6 @@ class KeptBars:
         """`bar_of(pj)`, from the table when the job is in it."""
         hit = self.entries.get(id(pj))
         return hit[1] if hit is not None and hit[0] is pj else self.bar_of(pj)
-
-    def lowest(self, jobs: Iterable[PendingJob]) -> float:
-        """The lowest bar of `jobs`, all in the table (synced with a set that holds them); inf
-        when there are none. One pass in C: every cycle asks it of the whole blocked list."""
-        entries = self.entries
-        return min(map(_BAR, map(entries.__getitem__, map(id, jobs))), default=math.inf)
 
     def lowest_of_all(self) -> float:
         """The lowest bar of the jobs synced (inf when there are none), from a heap: a caller

@@ -156,6 +156,11 @@ class Preempt:
                 return False
             return r.job.priority <= p.job.priority
 
+        ranks = (
+            None
+            if by_priority
+            else _Ranks(session, kept, running_key, rank_of, self.scope == "cluster")
+        )
         # Blocked jobs in candidate order (`shape_walk`) come in order of the first order key,
         # which is the rank under `by: order`: the walk may stop once every shape has failed.
         shapes = None
@@ -166,7 +171,7 @@ class Preempt:
             and self._bar_follows_order(first)
         ):
             shapes = session.blocked_shapes
-        elif kept is not None and self._nothing_to_try(session, kept, running_key):
+        elif kept is not None and ranks is not None and ranks.nothing_to_try():
             return  # out of order, the walk would look at every blocked job to learn it
         run(
             session,
@@ -175,9 +180,7 @@ class Preempt:
             "preempted",
             stable=True,
             shapes=shapes,
-            ranking=None
-            if by_priority
-            else _Ranks(session, kept, running_key, rank_of, self.scope == "cluster"),
+            ranking=ranks,
         )
 
     def _bar(self, first: JobOrder | None, pj: PendingJob) -> float:
@@ -243,23 +246,12 @@ class Preempt:
         if kept is None:
             return False
         running_key = self._running_key(first, now)
-        return _nothing_above(kept, snapshot, now, running_key, pending.jobs(), pending, None)
-
-    @staticmethod
-    def _nothing_to_try(
-        session: Session, kept: KeptRanking, running_key: Callable[[RunningJob], float]
-    ) -> bool:
-        """Whether no blocked job could evict or shrink anyone (`_nothing_above`); then the
-        walk would try nothing and decide nothing, so it need not run."""
-        return _nothing_above(
-            kept,
-            session.snapshot,
-            session.now,
-            running_key,
-            session.pending,
-            session.pending_queue,
-            session.blocked,  # every blocked job is pending
-        )
+        kept.running.sync(snapshot.running, now, running_key, snapshot.changes)
+        if kept.running.shrinkable:
+            return False
+        kept.bars.sync(pending.jobs(), pending)
+        low = kept.bars.lowest_of_all()
+        return kept.running.top(now, running_key, low) <= low
 
     def _kept_ranking(
         self, policy: Policy, memo: dict[object, object], first: JobOrder
@@ -283,25 +275,6 @@ class Preempt:
         return kept
 
 
-def _nothing_above(
-    kept: KeptRanking,
-    snapshot: Snapshot,
-    now: float,
-    running_key: Callable[[RunningJob], float],
-    pending: tuple[PendingJob, ...],
-    queue: PendingQueue | None,
-    jobs: list[PendingJob] | None,
-) -> bool:
-    """Whether no running job of `snapshot` ranks above the lowest bar of `jobs` (some of the
-    `pending` jobs; all of them when None) and none could be shrunk, from the kept ranks."""
-    kept.running.sync(snapshot.running, now, running_key, snapshot.changes)
-    if kept.running.shrinkable:
-        return False
-    kept.bars.sync(pending, queue)
-    low = kept.bars.lowest_of_all() if jobs is None else kept.bars.lowest(jobs)
-    return kept.running.top(now, running_key, low) <= low
-
-
 class _Ranks:
     """The walk's `Ranking` for preempt `by: order` in one cycle: from the ranks kept across
     cycles when there are some, else from every possible victim's key, computed once."""
@@ -318,6 +291,8 @@ class _Ranks:
         self._running_key, self._rank_of = running_key, rank_of
         self._whole_cluster = whole_cluster  # scope: cluster, so the rank alone decides
         self._top: float | None = None
+        # The last `below`: its top, the jobs it was asked of, and the positions it found.
+        self._below: tuple[float, list[PendingJob], list[int]] | None = None
 
     def top(self, above: float) -> float:
         session, kept = self._session, self._kept
@@ -351,10 +326,23 @@ class _Ranks:
         kept = self._kept
         if kept is None:
             return None
+        last = self._below
+        if last is not None and last[0] == top and last[1] == jobs:  # identical jobs: fast
+            return last[2]
         session = self._session
         kept.bars.sync(session.pending, session.pending_queue)  # every blocked job is pending
         bars = map(kept.bars.bar, jobs)
-        return [k for k, bar in enumerate(bars) if bar < top]
+        found = [k for k, bar in enumerate(bars) if bar < top]
+        self._below = (top, list(jobs), found)
+        return found
+
+    def nothing_to_try(self) -> bool:
+        """Whether no blocked job could evict or shrink anyone, from the kept ranks: nobody
+        to shrink and no blocked job's bar below the highest running rank key. Then the walk
+        would try nothing and decide nothing, so it need not run; else the walk reads the
+        jobs found here again (`below`) rather than look for them twice."""
+        blocked = self._session.blocked
+        return not self.may_shrink() and not self.below(blocked, self.top(-INFINITE))
 
 
 @dataclass(frozen=True, slots=True)
