@@ -47,13 +47,13 @@ next): under a policy that may settle (`core.cycle.may_settle`: it only places, 
 preempts by rank), when the free state is within what the last cycle left free (capacity
 given back and taken again, as a preemption's victims and the job that waited for them do,
 counts as none given; with a governed queue, any release or preemption makes the next cycle
-run) or no shape waiting could fit it (`core.placement.may_fit`: what a job's end gave back
-is too little for anyone), every job new to it is of a shape that failed since, in a queue no
-limit governs, and,
-when the policy preempts, no running job ranks above any pending job's bar at its time
-(`_settled`); its decisions would be none, so the log is the same. A job
-that can never fit the cluster at its largest is rejected when it arrives
-(`lifecycle.admission`, the live service's refusal at submission); it is logged and counted.
+run) or, under a policy that preempts, no shape waiting could fit it
+(`core.placement.may_fit`: what a job's end gave back is too little for anyone), every job
+new to it is of a shape that failed since, in a queue no limit governs, and, when the policy
+preempts, no running job ranks above any pending job's bar at its time (`_settled`); its
+decisions would be none, so the log is the same. A job that can never fit the cluster at its
+largest is rejected when it arrives (`lifecycle.admission`, the live service's refusal at
+submission); it is logged and counted.
 
 Preemption (`lifecycle.preemption`): a victim's tasks exit `victim_stop_s` after it is
 preempted (or when its grace period runs out, if sooner), and with `victim_stop_s` 0 at that
@@ -611,8 +611,12 @@ class _Engine(NodePools):
 
     def _release(self, st: SimJob, now: float) -> None:
         self.only_taken = False
-        if not self.release_safe:
-            self.settled = None  # usage moved: a job a queue's limit held may start now
+        if not (self.release_safe and self.preempts):
+            # Usage moved (a job a queue's limit held may start now); or, under a policy that
+            # only places, this is a job's end, and checking whether what it gave back fits a
+            # shape waiting (`_nothing_fits`) costs more than the cycles it saves: a job that
+            # ends usually leaves room for one.
+            self.settled = None
         del self.running[st.job.id]
         self.stopping.pop(st.job.id, None)
         self.short_elastic.discard(st.job.id)
