@@ -153,7 +153,9 @@ def _room_with_all(session: Session, job: Job, cuts: Sequence[Cut]) -> bool:
     """Whether `job` may fit once every cut is taken (`placement.may_fit`, an upper bound on
     its room): when not, no prefix makes room (room only grows as more is taken), known
     from one copy of the free state rather than a search that would take every cut twice."""
-    tasks = (t for c in cuts for t in (c.job.tasks if c.task is None else (c.task,)))
+    evicted, shrunk = _plan(cuts)  # a job cut whole and task by task gives each task once
+    tasks = [t for v in evicted for t in v.tasks]
+    tasks += [t for job, keep in shrunk for t in job.tasks if t not in keep]
     free = session.free.given_back(session.arrays.index, tasks)
     return may_fit({}, session.arrays, free, job)
 
