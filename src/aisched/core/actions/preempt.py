@@ -341,8 +341,13 @@ class _Ranks:
         to shrink and no blocked job's bar below the highest running rank key. Then the walk
         would try nothing and decide nothing, so it need not run; else the walk reads the
         jobs found here again (`below`) rather than look for them twice."""
-        blocked = self._session.blocked
-        return not self.may_shrink() and not self.below(blocked, self.top(-INFINITE))
+        kept, session = self._kept, self._session
+        if kept is None or self.may_shrink():
+            return False
+        kept.bars.sync(session.pending, session.pending_queue)  # every blocked job is pending
+        low = kept.bars.lowest_of_all()  # no blocked job's bar is lower
+        top = self.top(low)  # exact when above it: then the walk's `top` finds it at once
+        return top <= low or not self.below(session.blocked, top)
 
 
 @dataclass(frozen=True, slots=True)
