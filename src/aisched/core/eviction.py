@@ -155,7 +155,7 @@ def _room_with_all(session: Session, job: Job, cuts: Sequence[Cut]) -> bool:
     from one copy of the free state rather than a search that would take every cut twice."""
     evicted, shrunk = _plan(cuts)  # a job cut whole and task by task gives each task once
     tasks = [t for v in evicted for t in v.tasks]
-    tasks += [t for job, keep in shrunk for t in job.tasks if t not in keep]
+    tasks += [t for r, keep in shrunk for t in r.tasks if t not in keep]
     free = session.free.given_back(session.arrays.index, tasks)
     return may_fit({}, session.arrays, free, job)
 

@@ -246,12 +246,8 @@ class Preempt:
         if kept is None:
             return False
         running_key = self._running_key(first, now)
-        kept.running.sync(snapshot.running, now, running_key, snapshot.changes)
-        if kept.running.shrinkable:
-            return False
-        kept.bars.sync(pending.jobs(), pending)
-        low = kept.bars.lowest_of_all()
-        return kept.running.top(now, running_key, low) <= low
+        found = _top_over_lowest(kept, snapshot, now, running_key, pending.jobs(), pending)
+        return found is not None and found[0] <= found[1]
 
     def _kept_ranking(
         self, policy: Policy, memo: dict[object, object], first: JobOrder
@@ -273,6 +269,25 @@ class Preempt:
             )
             memo[slot] = kept
         return kept
+
+
+def _top_over_lowest(
+    kept: KeptRanking,
+    snapshot: Snapshot,
+    now: float,
+    running_key: Callable[[RunningJob], float],
+    pending: tuple[PendingJob, ...],
+    queue: PendingQueue | None,
+) -> tuple[float, float] | None:
+    """From the kept ranks, the lowest bar of the `pending` jobs (those of `queue`, when
+    given) and the highest running rank key, exact when above that bar (at most it
+    otherwise); None when some running job could be shrunk (a bar then says too little)."""
+    kept.running.sync(snapshot.running, now, running_key, snapshot.changes)
+    if kept.running.shrinkable:
+        return None
+    kept.bars.sync(pending, queue)
+    low = kept.bars.lowest_of_all()
+    return kept.running.top(now, running_key, low), low
 
 
 class _Ranks:
@@ -342,11 +357,21 @@ class _Ranks:
         would try nothing and decide nothing, so it need not run; else the walk reads the
         jobs found here again (`below`) rather than look for them twice."""
         kept, session = self._kept, self._session
-        if kept is None or self.may_shrink():
+        if kept is None:
             return False
-        kept.bars.sync(session.pending, session.pending_queue)  # every blocked job is pending
-        low = kept.bars.lowest_of_all()  # no blocked job's bar is lower
-        top = self.top(low)  # exact when above it: then the walk's `top` finds it at once
+        # Every blocked job is pending, so none has a bar below the lowest of them all; the
+        # top is exact when above it, and the walk's `top` then finds it at once.
+        found = _top_over_lowest(
+            kept,
+            session.snapshot,
+            session.now,
+            self._running_key,
+            session.pending,
+            session.pending_queue,
+        )
+        if found is None:
+            return False
+        top, low = found
         return top <= low or not self.below(session.blocked, top)
 
 
