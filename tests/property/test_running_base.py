@@ -1,8 +1,9 @@
 """What a session derives from the running set (`session._running_base`: the running jobs by
-id, in the running tuple's order) is the same whether it follows the ledger's log of views
-taken and given back (`Holdings`, `Snapshot.changes`) or is built from the tuple: after any
-sequence of starts, ends, views replaced in place and restarts, read after every step or
-after several, across the log's restarts."""
+id, in the running tuple's order, and the usage of every queue along its path) is the same
+whether it follows the ledger's log of views taken and given back (`Holdings`,
+`Snapshot.changes`) or is built from the tuple: after any sequence of starts, ends, views
+replaced in place and restarts, read after every step or after several, across the log's
+restarts."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from hypothesis import strategies as st
 import aisched.lifecycle.holdings as holdings_mod
 from aisched.core.decisions import TaskBinding
 from aisched.core.session import _running_base
-from aisched.core.snapshot import RunningJob, build_arrays
+from aisched.core.snapshot import ZERO, RunningJob, add_usage, build_arrays
 from aisched.lifecycle.holdings import Holdings
-from aisched.model.queue import QueueTree
+from aisched.model.queue import Queue, QueueTree
 from aisched.testing import cluster, job, node
 
 STEPS = st.lists(
@@ -27,9 +28,13 @@ STEPS = st.lists(
 )
 
 
+# Two leaves under one parent, and a queue of its own: usage counts along each path.
+QUEUES = QueueTree((Queue("team"), Queue("a", "team"), Queue("b", "team"), Queue("c")))
+
+
 def _view(n: int, started_s: float) -> RunningJob:
-    task = TaskBinding("g0", 0, "n0", (), 0, 100)
-    return RunningJob(job(f"j{n}").task(cpu=0.1).build(), (task,), started_s)
+    task = TaskBinding("g0", 0, "n0", (), 0, 100 + n)
+    return RunningJob(job(f"j{n}").queue("abc"[n % 3]).task(cpu=0.1).build(), (task,), started_s)
 
 
 @settings(max_examples=200, deadline=None)
@@ -38,7 +43,7 @@ def test_running_by_id_follows_the_log_as_built_from_the_tuple(
     steps: list[tuple[str, int, bool]], limit: int
 ) -> None:
     arrays = build_arrays(cluster(node("n0").cpus(64)))
-    held, queues = Holdings(arrays), QueueTree()
+    held, queues = Holdings(arrays), QUEUES
     original = holdings_mod.CHANGE_LOG_LIMIT
     holdings_mod.CHANGE_LOG_LIMIT = limit  # a short log: it starts again mid-sequence
     try:
@@ -61,5 +66,11 @@ def test_running_by_id_follows_the_log_as_built_from_the_tuple(
                 snapshot = held.snapshot(queues)
                 base = _running_base(snapshot)
                 assert list(base.by_id.items()) == [(r.id, r) for r in snapshot.running]
+                want: dict[str, tuple[float, float, float]] = {}
+                for r in snapshot.running:
+                    for q in queues.path(r.job.queue):
+                        want[q] = add_usage(want.get(q, ZERO), r.usage)
+                for q in ("team", "a", "b", "c"):
+                    assert base.queue_usage.get(q, ZERO) == want.get(q, ZERO)
     finally:
         holdings_mod.CHANGE_LOG_LIMIT = original

@@ -52,6 +52,7 @@ class ShapeBy(Enum):
 
 
 _id = attrgetter("id")
+LoggedView = tuple[RunningJob, bool]  # an entry of a caller's running log (`RunningChanges`)
 
 
 def _queue_path(queues: QueueTree, queue: str) -> tuple[str, ...]:
@@ -77,16 +78,25 @@ class _RunningBase:
     changes: RunningChanges | None  # the caller's log at `running`, if it keeps one
 
 
-def _by_id(last: _RunningBase | None, snapshot: Snapshot) -> dict[str, RunningJob]:
-    """The running jobs by id, in the running tuple's order: the last base's with what the
-    caller's log says came and went since, when it followed the same log and no job both
-    went and came (a view replaced in place, or an attempt ended and another started: where
-    it then stands in the tuple the log does not say); else built from the tuple."""
+def _logged_since(last: _RunningBase | None, snapshot: Snapshot) -> list[LoggedView] | None:
+    """What the caller's log says came and went since `last` was built, when `last` followed
+    the same log and it has only gone on since; else None."""
     was, now = last.changes if last is not None else None, snapshot.changes
-    if last is not None and was is not None and now is not None and now.log is was.log:
-        changed = now.log[was.upto : now.upto]
+    if was is None or now is None or now.log is not was.log or now.upto < was.upto:
+        return None
+    return now.log[was.upto : now.upto]
+
+
+def _by_id(
+    last: _RunningBase | None, snapshot: Snapshot, changed: list[LoggedView] | None
+) -> dict[str, RunningJob]:
+    """The running jobs by id, in the running tuple's order: the last base's with what the
+    caller's log says came and went since (`changed`), when no job both went and came (a view
+    replaced in place, or an attempt ended and another started: where it then stands in the
+    tuple the log does not say); else built from the tuple."""
+    if last is not None and changed is not None:
         gone = {view.id for view, added in changed if not added}
-        if now.upto >= was.upto and not any(added and v.id in gone for v, added in changed):
+        if not any(added and v.id in gone for v, added in changed):
             by_id = last.by_id.copy()  # a session may still read the last one
             for view, added in changed:
                 if added:
@@ -98,31 +108,58 @@ def _by_id(last: _RunningBase | None, snapshot: Snapshot) -> dict[str, RunningJo
     return dict(zip(map(_id, running), running, strict=True))
 
 
-def _running_base(snapshot: Snapshot) -> _RunningBase:
-    memo = snapshot.arrays.memo
-    hit = memo.get("running-base")
-    if (
-        isinstance(hit, _RunningBase)
-        and hit.running is snapshot.running
-        and hit.usage is snapshot.usage
-        and hit.queues is snapshot.queues
-    ):
-        return hit
-    running, queues = snapshot.running, snapshot.queues
-    by_user = snapshot.usage if snapshot.usage is not None else usage_by_user(running)
-    # Per queue first, then once along each queue's path. Usage amounts are integers, so
-    # the sums are exact in any order; a (queue, user) with nothing running is exactly
-    # zero and adds nothing (a missing entry reads as zero).
+def _queue_usage(
+    last: _RunningBase | None, snapshot: Snapshot, changed: list[LoggedView] | None
+) -> dict[str, Usage]:
+    """The usage per queue along each path: the last base's moved by the views the log says
+    came and went (`changed`), when the queue tree is the same; else summed from the usage per
+    (queue, user). Usage amounts are integers, so the sums are exact in any order; a queue
+    with nothing running reads as zero either way (a missing entry is zero)."""
+    queues = snapshot.queues
+    qu: dict[str, Usage]
+    if last is not None and changed is not None and last.queues is queues:
+        qu = last.queue_usage.copy()  # a session may still read the last one
+        for view, added in changed:
+            sign = 1.0 if added else -1.0
+            for q in _queue_path(queues, view.job.queue):
+                qu[q] = add_usage(qu.get(q, ZERO), view.usage, sign)
+        return qu
+    by_user = snapshot.usage if snapshot.usage is not None else usage_by_user(snapshot.running)
+    # Per queue first, then once along each queue's path.
     leaves: dict[str, Usage] = {}
     for (queue, _), vec in by_user.items():
         if vec != ZERO:
             leaves[queue] = add_usage(leaves.get(queue, ZERO), vec)
-    qu: dict[str, Usage] = {}
+    qu = {}
     for queue, vec in leaves.items():
         for q in _queue_path(queues, queue):
             qu[q] = add_usage(qu.get(q, ZERO), vec)
-    by_id = _by_id(hit if isinstance(hit, _RunningBase) else None, snapshot)
-    base = _RunningBase(running, snapshot.usage, queues, by_id, by_user, qu, snapshot.changes)
+    return qu
+
+
+def _running_base(snapshot: Snapshot) -> _RunningBase:
+    memo = snapshot.arrays.memo
+    hit = memo.get("running-base")
+    last = hit if isinstance(hit, _RunningBase) else None
+    if (
+        last is not None
+        and last.running is snapshot.running
+        and last.usage is snapshot.usage
+        and last.queues is snapshot.queues
+    ):
+        return last
+    running = snapshot.running
+    by_user = snapshot.usage if snapshot.usage is not None else usage_by_user(running)
+    changed = _logged_since(last, snapshot)
+    base = _RunningBase(
+        running,
+        snapshot.usage,
+        snapshot.queues,
+        _by_id(last, snapshot, changed),
+        by_user,
+        _queue_usage(last, snapshot, changed),
+        snapshot.changes,
+    )
     memo["running-base"] = base
     return base
 

@@ -346,8 +346,7 @@ class _Ranks:
             return last[2]
         session = self._session
         kept.bars.sync(session.pending, session.pending_queue)  # every blocked job is pending
-        bars = map(kept.bars.bar, jobs)
-        found = [k for k, bar in enumerate(bars) if bar < top]
+        found = kept.bars.below(jobs, top)
         self._below = (top, list(jobs), found)
         return found
 

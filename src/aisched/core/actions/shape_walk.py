@@ -97,22 +97,25 @@ class _Queue:
                 return key, shape
         return None
 
-    def to(self, key: Key) -> list[tuple[Key, PendingJob]]:
-        """Visit its jobs before `key`; they are returned with their keys."""
-        index, start = self.index, self.at
-        end = bisect_left(index.keys, key, start)
-        self.at = end
-        return list(zip(index.keys[start:end], index.jobs[start:end], strict=True))
+    def to(self, key: Key) -> tuple[_Queue, int, int]:
+        """Visit its jobs before `key`: the span of its index they are."""
+        start = self.at
+        self.at = end = bisect_left(self.index.keys, key, start)
+        return self, start, end
 
     def skip_to(self, key: Key) -> None:
         """Visit its jobs before `key`, with nothing to return."""
         self.at = bisect_left(self.index.keys, key, self.at)
 
-    def rest(self) -> list[tuple[Key, PendingJob]]:
-        """Visit all its jobs left."""
-        index, start = self.index, self.at
-        self.at = len(index.keys)
-        return list(zip(index.keys[start:], index.jobs[start:], strict=True))
+    def rest(self) -> tuple[_Queue, int, int]:
+        """Visit all its jobs left: the span of its index they are."""
+        start = self.at
+        self.at = end = len(self.index.keys)
+        return self, start, end
+
+
+# Jobs visited in one queue: positions [start, end) of its index.
+Span = tuple[_Queue, int, int]
 
 
 def walk(session: Session, strict: bool) -> None:
@@ -145,14 +148,14 @@ def walk(session: Session, strict: bool) -> None:
             tries = [(t, q) for q in group if (t := q.next_try(untried)) is not None]
             if not tries:  # every job left in these queues fails: visited in key order
                 if visits:
-                    visited.extend(_merged([q.rest() for q in group]))
+                    _extend_merged(visited, [q.rest() for q in group])
                 else:
                     for q in group:
                         q.at = len(q.index.keys)
                 break
             (key, shape), q = min(tries, key=_first_key)
             if visits:
-                visited.extend(_merged([other.to(key) for other in group]))
+                _extend_merged(visited, [other.to(key) for other in group])
             else:
                 for other in group:
                     other.skip_to(key)
@@ -185,7 +188,7 @@ def walk(session: Session, strict: bool) -> None:
         session.blocked_in_order = True
         return
     session.blocked.extend(visited)
-    session.blocked.extend(_merged([q.rest() for q in queues if q.left]))
+    _extend_merged(session.blocked, [q.rest() for q in queues if q.left])
 
 
 def _stop(session: Session, queues: list[_Queue], pj: PendingJob) -> None:
@@ -194,7 +197,7 @@ def _stop(session: Session, queues: list[_Queue], pj: PendingJob) -> None:
     session.statuses.wait_all(BEHIND)
     if not session.policy.allocate_last:
         session.blocked.append(pj)
-        session.blocked.extend(_merged([q.rest() for q in queues if q.left]))
+        _extend_merged(session.blocked, [q.rest() for q in queues if q.left])
 
 
 class _Shares:
@@ -235,12 +238,19 @@ def _first_key(entry: tuple[tuple[Key, Hashable], _Queue]) -> Key:
     return entry[0][0]
 
 
-def _merged(parts: list[list[tuple[Key, PendingJob]]]) -> list[PendingJob]:
-    """The jobs of several queues' runs in key order (keys are unique)."""
-    nonempty = [p for p in parts if p]
+def _extend_merged(out: list[PendingJob], spans: list[Span]) -> None:
+    """Add to `out` the jobs of several queues' spans in key order (keys are unique): most
+    often one span has jobs, and its slice is taken whole."""
+    nonempty = [span for span in spans if span[1] < span[2]]
     if len(nonempty) == 1:
-        return list(map(_second, nonempty[0]))
-    return list(map(_second, sorted(chain.from_iterable(nonempty), key=_key_of)))
+        q, start, end = nonempty[0]
+        out.extend(q.index.jobs[start:end])
+    elif nonempty:
+        keyed = chain.from_iterable(
+            zip(q.index.keys[start:end], q.index.jobs[start:end], strict=True)
+            for q, start, end in nonempty
+        )
+        out.extend(map(_second, sorted(keyed, key=_key_of)))
 
 
 def _key_of(item: tuple[Key, PendingJob]) -> Key:
