@@ -37,6 +37,7 @@ from aisched.core.session import Session
 from aisched.core.snapshot import BoolArray, PendingJob, RunningJob
 from aisched.core.statement import Statement
 from aisched.core.status import StatusCode
+from aisched.core.victim_pool import InVictimOrder, VictimPool
 from aisched.model.job import Job
 from aisched.sim.engine import SimConfig, SimResult, simulate
 from aisched.sim.traces import synthetic_cluster, synthetic_trace
@@ -251,3 +252,37 @@ def test_victim_keys_in_one_pass_are_the_keys_one_by_one(scn: Scenario) -> None:
     assert victim_keys(selectors, running, scn.now) == [
         victim_key(selectors, r, scn.now) for r in running
     ]
+
+
+@SETTINGS
+@given(
+    scn=scenarios(),
+    selectors=st.lists(
+        st.sampled_from((LeastWorkLost(), Newest(), LongestRemaining(), LowestPriority())),
+        max_size=3,
+    ),
+    read=st.lists(st.integers(0, 40), max_size=6),
+    gone=st.sets(st.integers(0, 40), max_size=4),
+)
+def test_victim_order_read_lazily_is_the_sorted_order(
+    scn: Scenario, selectors: list[object], read: list[int], gone: set[int]
+) -> None:
+    # The first job found in one pass (ties on the first selector's key, LowestPriority's
+    # above all, broken by whole keys), the rest sorted when read, before and after some go.
+    policy = replace(preset("las"), victims=tuple(selectors))  # type: ignore[arg-type]
+    session = Session(scn.snapshot(), policy, scn.now, scn.pending)
+    pool = VictimPool(session)
+    jobs = pool.jobs
+    want = sorted(jobs, key=lambda r: victim_key(policy.victims, r, scn.now))
+    lazy = InVictimOrder(pool, jobs)
+    assert len(lazy) == len(want)
+    if want:
+        assert lazy[0] is want[0]
+    for i in read:
+        if i < len(want):
+            assert lazy[i] is want[i]
+    ids = {jobs[i].id for i in gone if i < len(jobs)}
+    left = lazy.without(ids)
+    assert [left[i] for i in range(len(left))] == [r for r in want if r.id not in ids]
+    fresh = InVictimOrder(pool, jobs).without(ids)  # never sorted before some went
+    assert [fresh[i] for i in range(len(fresh))] == [r for r in want if r.id not in ids]

@@ -33,7 +33,7 @@ from aisched.core.queues import queue_blocks
 from aisched.core.reservation import allowed_nodes
 from aisched.core.snapshot import PendingJob, RunningJob
 from aisched.core.status import StatusCode
-from aisched.core.victim_pool import VictimPool
+from aisched.core.victim_pool import InVictimOrder, VictimPool
 
 if TYPE_CHECKING:
     from aisched.core.session import Session
@@ -86,7 +86,7 @@ class _Cuts(Sequence[Cut]):
 
     __slots__ = ("_surplus", "_jobs")
 
-    def __init__(self, surplus: list[Cut], jobs: list[RunningJob]) -> None:
+    def __init__(self, surplus: list[Cut], jobs: Sequence[RunningJob]) -> None:
         self._surplus, self._jobs = surplus, jobs
 
     def __len__(self) -> int:
@@ -180,7 +180,7 @@ def run(
     started = False  # a blocked job got past the first checks (the plain walk built its pool)
     top = INFINITE  # with `ranking`: at least the highest running rank key
     by_sig: dict[Hashable, list[RunningJob]] = {}
-    ordered_by_sig: dict[Hashable, list[RunningJob]] = {}
+    ordered_by_sig: dict[Hashable, InVictimOrder] = {}
     # Elastic jobs with tasks above their minimum (from `pool`).
     elastic: list[RunningJob] = []
     shrink_by: dict[Hashable, list[RunningJob]] = {}
@@ -276,7 +276,7 @@ def run(
             continue
         ordered = ordered_by_sig.get(sig)
         if ordered is None:
-            ordered = ordered_by_sig[sig] = pool.ordered(cands)
+            ordered = ordered_by_sig[sig] = InVictimOrder(pool, cands)
         # Surplus tasks first, whole jobs after: nobody is evicted while shrinking would do.
         cuts = _Cuts([c for r in shrinks for c in _surplus_cuts(r)], ordered)
         room = find_room(session, pj.job, cuts, allowed, mask_key or None)
@@ -296,9 +296,10 @@ def run(
         elastic = [r for r in elastic if r.id not in gone]
         shrink_by.clear()
         if stable:
-            for kept in (by_sig, ordered_by_sig):
-                for key, cs in kept.items():
-                    kept[key] = [r for r in cs if r.id not in gone]
+            for key, cs in by_sig.items():
+                by_sig[key] = [r for r in cs if r.id not in gone]
+            for key, order in ordered_by_sig.items():
+                ordered_by_sig[key] = order.without(gone)
         else:
             by_sig.clear()
             ordered_by_sig.clear()
