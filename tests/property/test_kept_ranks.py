@@ -13,6 +13,7 @@ step it names.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from hypothesis import given, settings
@@ -253,6 +254,7 @@ def test_kept_bars_equal_bars_computed_afresh(steps: list[tuple[str, int]]) -> N
         assert kept.lowest_of_all() == min(map(bar_of, pending), default=math.inf)
         for pj in pending:
             assert kept.bar(pj) == bar_of(pj)
+        _assert_below(kept, bar_of, list(pending)[n % 3 :], n)
 
 
 @SETTINGS
@@ -290,3 +292,16 @@ def test_kept_bars_follow_a_pending_queues_log(steps: list[tuple[str, int]]) -> 
         assert kept.lowest_of_all() == min(map(bar_of, pending), default=math.inf)
         for pj in pending:
             assert kept.bar(pj) == bar_of(pj)
+        _assert_below(kept, bar_of, list(pending)[::-1], n)
+
+
+def _assert_below(
+    kept: KeptBars, bar_of: Callable[[PendingJob], float], jobs: list[PendingJob], n: int
+) -> None:
+    """`below` finds, in order, the positions of the jobs (some of those synced, and one that
+    is not) whose bar is under each of several tops."""
+    stranger = PendingJob(job(f"x{n}").task(gpu=1).priority(n % 7).build())
+    jobs = [*jobs[: n % 4], stranger, *jobs[n % 4 :]]
+    for top in (-math.inf, 0.5, 2.0, float(n % 9), math.inf):
+        want = [k for k, pj in enumerate(jobs) if bar_of(pj) < top]
+        assert kept.below(jobs, top) == want

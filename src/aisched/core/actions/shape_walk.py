@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from aisched.core.session import Session
 
 BEHIND = JobStatus(StatusCode.NOT_CONSIDERED, "behind a blocked job")
-_second = itemgetter(1)
+_first, _second = itemgetter(0), itemgetter(1)
 T = TypeVar("T")
 
 
@@ -250,11 +250,7 @@ def _extend_merged(out: list[PendingJob], spans: list[Span]) -> None:
             zip(q.index.keys[start:end], q.index.jobs[start:end], strict=True)
             for q, start, end in nonempty
         )
-        out.extend(map(_second, sorted(keyed, key=_key_of)))
-
-
-def _key_of(item: tuple[Key, PendingJob]) -> Key:
-    return item[0]
+        out.extend(map(_second, sorted(keyed, key=_first)))  # runs: Timsort merges them
 
 
 def _without(items: list[T], positions: list[int]) -> list[T]:
