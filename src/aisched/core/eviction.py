@@ -160,6 +160,23 @@ def _room_with_all(session: Session, job: Job, cuts: Sequence[Cut]) -> bool:
     return may_fit({}, session.arrays, free, job)
 
 
+def _placed_if_room(
+    session: Session,
+    job: Job,
+    cuts: Sequence[Cut],
+    allowed: BoolArray | None,
+    mask_key: Hashable,
+    bounded: bool,
+) -> tuple[TaskBinding, ...] | None:
+    """`_placed_after`, known to be None without the what-if when `bounded` and the job may
+    not fit once every one of `cuts` is taken (then only the failure caches are cleared, as
+    the what-if's give-backs would have)."""
+    if bounded and not _room_with_all(session, job, cuts):
+        session.released()
+        return None
+    return _placed_after(session, job, cuts, allowed, mask_key)
+
+
 def _cut_nodes(c: Cut) -> tuple[str, ...]:
     return tuple(t.node for t in c.job.tasks) if c.task is None else (c.task.node,)
 
@@ -186,15 +203,18 @@ def find_room(
     if first is None and n > 1 and not _room_with_all(session, job, cuts):
         session.released()  # as the what-ifs this stands for would have, each giving back
         return None
+    # Every node scored: a what-if the bound rules out fails, so it need not be made (with a
+    # sample, each placement moves where the next sample starts, so every one is made).
+    bounded = sample_size(session) == 0
     found = first
     while found is None:
         if hi == n:
             return None
         lo, hi = hi + 1, min(hi * 2, n)
-        found = _placed_after(session, job, cuts[:hi], allowed, mask_key)
+        found = _placed_if_room(session, job, cuts[:hi], allowed, mask_key, bounded)
     while lo < hi:
         mid = (lo + hi) // 2
-        placed = _placed_after(session, job, cuts[:mid], allowed, mask_key)
+        placed = _placed_if_room(session, job, cuts[:mid], allowed, mask_key, bounded)
         if placed is not None:
             hi, found = mid, placed
         else:
