@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from aisched.predict import JobFeatures, PredictorConfig, RuntimePredictor
+from aisched.predict import JobFeatures, LeakageError, PredictorConfig, RuntimePredictor
 from aisched.predict.calibration import ConformalUpper, Score, conformal_quantile
 from aisched.testing import job
 
@@ -138,3 +138,63 @@ def test_an_adaptive_level_restores_the_coverage_that_bursts_take(seed: int) -> 
     covers short of nominal; a level that follows the misses comes back to about nominal."""
     assert _burst_coverage(0.0, seed) < 0.86
     assert _burst_coverage(0.002, seed) >= 0.88
+
+
+def _burst_after(cfg: PredictorConfig) -> tuple[RuntimePredictor, float, float]:
+    """Warm jobs that run as predicted, then job "x" predicted with a burst of its user's
+    alike jobs, which all run ten times their median and finish before "x" starts. Returns
+    the predictor, x's log median and the log upper bound it was predicted with."""
+    p = RuntimePredictor(cfg)
+    for i in range(6):
+        f = feats(f"w{i}", now=float(i))
+        p.predict(f)
+        p.observe(f, 100.0, finished_s=float(i))
+    x = p.predict(feats("x", now=10.0))
+    burst = [feats(f"b{i}", now=10.0) for i in range(6)]
+    medians = [p.predict(f).median_s for f in burst]
+    for i, (f, m) in enumerate(zip(burst, medians, strict=True)):
+        p.observe(f, 10.0 * m, finished_s=20.0 + i)
+    return p, math.log(x.median_s), math.log(x.upper_s)
+
+
+def test_a_refreshed_bound_takes_the_margin_the_finishes_since_taught() -> None:
+    cfg = PredictorConfig(calib_min_group=3, calib_window=4, calib_group_window=4)
+    p, mid, up = _burst_after(replace(cfg, calib_refresh=True))
+    margin = p.calibration.margin((("user-gpus", "u", 1.0), ("user", "u")))
+    assert margin is not None and mid + margin[0] > up + 1.0  # the burst taught a wider one
+    got = p.refresh("x", 30.0)
+    assert got is not None and math.isclose(math.log(got), mid + margin[0])
+    assert p.stats.refreshed == 1
+    # "x" runs five times its median: over the bound it was predicted with, under the
+    # refreshed one, which is the one scored (the last four scored: three of the burst,
+    # all misses, and "x").
+    p.observe(feats("x", now=10.0), 5.0 * math.exp(mid), finished_s=40.0)
+    assert p.score.coverage == 0.25
+
+
+def test_without_refresh_a_job_keeps_the_bound_it_was_predicted_with() -> None:
+    cfg = PredictorConfig(calib_min_group=3, calib_window=4, calib_group_window=4)
+    p, mid, _ = _burst_after(cfg)
+    assert p.refresh("x", 30.0) is None and p.stats.refreshed == 0
+    p.observe(feats("x", now=10.0), 5.0 * math.exp(mid), finished_s=40.0)
+    assert p.score.coverage == 0.0  # "x" missed, as the burst did
+
+
+def test_a_refresh_before_a_seen_finish_is_refused() -> None:
+    p, _, _ = _burst_after(PredictorConfig(calib_min_group=3, calib_refresh=True))
+    with pytest.raises(LeakageError):
+        p.refresh("x", 24.0)  # the burst's last job finished at 25
+
+
+def test_only_a_calibrated_prediction_is_refreshed() -> None:
+    p = RuntimePredictor(PredictorConfig(calib_min_group=2, calib_refresh=True))
+    assert p.refresh("never-predicted", 0.0) is None
+    p.predict(feats("early", now=0.0))
+    assert p.refresh("early", 0.0) is None  # no residuals yet
+    for i in range(3):
+        f = feats(f"a{i}", now=float(i))
+        p.predict(f)
+        p.observe(f, 1000.0, finished_s=float(i))
+    p.predict(replace(feats("told", user="new", now=5.0), estimate_s=30.0))
+    assert p.refresh("told", 5.0) is None  # its own estimate
+    assert p.refresh("early", 5.0) is not None
