@@ -8,7 +8,10 @@ waited this many median waits go first; 0 off; `backlog`: jobs that have waited 
 times the backlog's drain time go first; 0 off), the starvation guard (`starve` hours after
 submission, for jobs of `min_gpus` GPUs or more) and the preemption guards (`factor`, `min_run`
 seconds, `bound`: `upper` or `estimate`); `adapt` sets how fast the predictor's calibration level
-follows its misses (`PredictorConfig.calib_adapt`). Each line gives the predictor's coverage.
+follows its misses (`PredictorConfig.calib_adapt`), `refresh` (0 or 1) whether a job's upper
+bound is calibrated again when it starts (`PredictorConfig.calib_refresh`) and `group_window`
+the residuals kept per group (`PredictorConfig.calib_group_window`). Each line gives the
+predictor's coverage (of the bound a job's first attempt started with).
 
     python benchmarks/tune_qssf.py [--variants 'starve=12,min_gpus=1;starve=24,min_gpus=1'] [--jobs N]
         [--size both|roomy|tight]
@@ -44,6 +47,10 @@ def variant(spec: str) -> tuple[dict[str, Any], PredictorConfig]:
         key, value = item.split("=")
         if key == "adapt":
             predictor = replace(predictor, calib_adapt=float(value))
+        elif key == "refresh":
+            predictor = replace(predictor, calib_refresh=bool(int(value)))
+        elif key == "group_window":
+            predictor = replace(predictor, calib_group_window=int(value))
         elif key == "starve":
             enqueue["starving_after_s"] = float(value) * 3600
         elif key == "min_gpus":

@@ -45,6 +45,8 @@ class SpyPredictor(RuntimePredictor):
         self.margins: list[tuple[float, tuple[Group, ...], tuple[float, str] | None]] = []
         # (finish time, groups, residual, covered) of every job scored at its finish
         self.residuals: list[tuple[float, tuple[Group, ...], float, bool]] = []
+        # (refresh time, the job's groups, the margin it was given then), as `margins`
+        self.refreshes: list[tuple[float, tuple[Group, ...], tuple[float, str] | None]] = []
 
     def observe(self, features: JobFeatures, runtime_s: float, finished_s: float) -> None:
         self.finished[features.job_id] = finished_s
@@ -63,6 +65,15 @@ class SpyPredictor(RuntimePredictor):
         groups = _calibration_groups(features)
         self.margins.append((features.now_s, groups, self.calibration.margin(groups)))
         return super().predict(features)
+
+    def refresh(self, job_id: str, now_s: float) -> float | None:
+        self.asked.append((now_s, max(self.finished.values(), default=-1.0)))
+        got = super().refresh(job_id, now_s)
+        given = self._given.get(job_id)
+        if got is not None and given is not None:
+            # The margin it refreshed with, as the median and the bound now given say.
+            self.refreshes.append((now_s, given[2], (given[1] - given[0], "")))
+        return got
 
 
 def test_the_predictor_never_sees_a_job_that_has_not_finished() -> None:
@@ -84,13 +95,19 @@ def test_the_predictor_never_sees_a_job_that_has_not_finished() -> None:
 
 
 def test_each_calibrated_bound_comes_from_residuals_of_jobs_finished_before_it() -> None:
-    """Every margin the calibration gives, per group and in all, equals the one rebuilt from
-    only the residuals of jobs that had finished by the time of the prediction, and with the
-    level moved only by their misses (windows and group sizes small enough here that the
-    groups, the fallback to all jobs and the windows' ends all come into play; the level
-    adapts fast, so a miss it learnt too early would change a margin)."""
+    """Every margin the calibration gives, per group and in all, at a prediction or at a
+    refresh when a job starts, equals the one rebuilt from only the residuals of jobs that had
+    finished by then, and with the level moved only by their misses (windows and group sizes
+    small enough here that the groups, the fallback to all jobs and the windows' ends all come
+    into play; the level adapts fast, so a miss it learnt too early would change a margin)."""
     trace = load_philly(GOLDEN / "tiny-philly.csv")
-    cfg = PredictorConfig(calib_window=8, calib_group_window=4, calib_min_group=3, calib_adapt=0.05)
+    cfg = PredictorConfig(
+        calib_window=8,
+        calib_group_window=4,
+        calib_min_group=3,
+        calib_adapt=0.05,
+        calib_refresh=True,
+    )
     est = PredictedRuntime(cfg)
     spy = SpyPredictor(cfg)
     est.predictor = spy
@@ -98,7 +115,9 @@ def test_each_calibrated_bound_comes_from_residuals_of_jobs_finished_before_it()
     simulate(trace, c, preset("qssf"), SimConfig(validate=True), estimator=est)
     assert any(m is not None for _, _, m in spy.margins)
     assert spy.calibration.level_now != cfg.upper_quantile  # the level did move
-    for now, groups, margin in spy.margins:
+    assert spy.refreshes and spy.stats.refreshed == len(spy.refreshes)
+    assert all(latest <= now for now, latest in spy.asked)
+    for now, groups, margin in spy.margins + spy.refreshes:
         rebuilt = ConformalUpper(
             cfg.upper_quantile,
             cfg.calib_window,
@@ -109,7 +128,11 @@ def test_each_calibrated_bound_comes_from_residuals_of_jobs_finished_before_it()
         for finished, gs, residual, covered in spy.residuals:
             if finished <= now:
                 rebuilt.add(gs, residual, covered)
-        assert rebuilt.margin(groups) == margin, now
+        want = rebuilt.margin(groups)
+        if margin is not None and margin[1] == "":  # a refresh: its margin, from the bound
+            assert want is not None and math.isclose(want[0], margin[0], abs_tol=1e-9), now
+        else:
+            assert want == margin, now
 
 
 def test_a_predictor_asked_about_the_past_refuses() -> None:
@@ -128,6 +151,10 @@ def test_the_engine_feeds_estimators_in_time_order() -> None:
             calls.append(("estimate", tj.job.id, now_s))
             return None, None
 
+        def upper_at_start(self, tj: TraceJob, now_s: float) -> float | None:
+            calls.append(("start", tj.job.id, now_s))
+            return None
+
         def observe(self, tj: TraceJob, runtime_s: float, finished_s: float) -> None:
             calls.append(("observe", tj.job.id, finished_s))
 
@@ -141,10 +168,57 @@ def test_the_engine_feeds_estimators_in_time_order() -> None:
     simulate(trace, cluster(node("n1").gpus(8)), preset("fifo"), estimator=Recorder())
     assert calls == [
         ("estimate", "a", 0.0),
+        ("start", "a", 0.0),
         ("estimate", "b", 10.0),
         ("observe", "a", 100.0),
+        ("start", "b", 100.0),
         ("observe", "b", 150.0),
     ]
+
+
+def test_a_job_runs_with_the_upper_bound_it_was_given_at_its_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The engine asks for the bound again as a job starts: the running job's expected end
+    and the bound it is scored with (its record) come from that answer, not from the one it
+    waited with."""
+
+    class Refreshing:
+        def estimate(self, tj: TraceJob, now_s: float) -> tuple[float | None, float | None]:
+            return 10.0, 20.0
+
+        def upper_at_start(self, tj: TraceJob, now_s: float) -> float | None:
+            return 50.0 if tj.job.id == "b" else None
+
+        def observe(self, tj: TraceJob, runtime_s: float, finished_s: float) -> None:
+            return None
+
+    ends: dict[str, float | None] = {}
+
+    def spy(
+        snapshot: Snapshot, pending: Sequence[PendingJob], policy: Policy, now: float, **kw: bool
+    ) -> CycleResult:
+        ends.update((r.id, r.expected_end_s) for r in snapshot.running)
+        return run_cycle(snapshot, pending, policy, now, **kw)
+
+    monkeypatch.setattr(engine_mod, "run_cycle", spy)
+    trace = Trace(
+        "t",
+        (
+            TraceJob(job("a").task(gpu=8).build(), 100.0),
+            TraceJob(job("b").task(gpu=4).submitted(10.0).build(), 100.0),
+            TraceJob(job("c").task(gpu=8).submitted(120.0).build(), 10.0),
+        ),
+    )
+    result = simulate(trace, cluster(node("n1").gpus(8)), preset("fifo"), estimator=Refreshing())
+    records = {r.job_id: r for r in result.jobs}
+    assert {j: (r.estimate_s, r.estimate_upper_s) for j, r in records.items()} == {
+        "a": (10.0, 20.0),
+        "b": (10.0, 50.0),
+        "c": (10.0, 20.0),
+    }
+    # "a" runs 0..100 with its bound of 20 s; "b" starts at 100 with 50 s, while "c" waits.
+    assert (ends["a"], ends["b"]) == (20.0, 150.0)
 
 
 @pytest.mark.parametrize(

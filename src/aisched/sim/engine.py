@@ -152,6 +152,7 @@ from aisched.lifecycle.work import (
     fails,
     kept_work_s,
     planned_end_s,
+    time_left_s,
 )
 from aisched.model.cluster import Cluster
 from aisched.model.job import JobKind
@@ -673,8 +674,13 @@ class _Engine(NodePools):
         st.restore_s = restore
         if st.interrupted:
             st.restarts += 1
+        upper = self.estimator.upper_at_start(st.tj, now)
+        if upper is not None:
+            st.upper_s = upper
+            pj = replace(pj, estimate_upper_s=time_left_s(upper, st.saved_s, restore))
         if st.first_start_s is None:
             st.first_start_s = now
+            st.first_estimate = (st.estimate_s, st.upper_s)
         self.running[job_id] = st
         self.alloc_milli += milli
         st.speed = self._speed(tasks)

@@ -3,7 +3,8 @@
 - `OwnEstimate`: what the job declares (`Job.estimate_s`), nothing learned.
 - `PredictedRuntime`: `aisched.predict.RuntimePredictor`, fed online: each job is predicted
   when it arrives (at that time) and observed when it finishes, so it only ever learns from
-  jobs that have finished (the predictor refuses anything else).
+  jobs that have finished (the predictor refuses anything else). With
+  `PredictorConfig.calib_refresh` its upper bound is calibrated again each time it starts.
 - `Oracle`: the trace's true duration, for the `*-oracle` policies only, which are bounds to
   compare against, not schedulers one could run.
 
@@ -34,6 +35,9 @@ class OwnEstimate:
     def estimate(self, tj: TraceJob, now_s: float) -> Estimate:
         return tj.job.estimate_s, None
 
+    def upper_at_start(self, tj: TraceJob, now_s: float) -> float | None:
+        return None
+
     def observe(self, tj: TraceJob, runtime_s: float, finished_s: float) -> None:
         return None
 
@@ -42,13 +46,17 @@ class Oracle:
     def estimate(self, tj: TraceJob, now_s: float) -> Estimate:
         return tj.duration_s, tj.duration_s
 
+    def upper_at_start(self, tj: TraceJob, now_s: float) -> float | None:
+        return None
+
     def observe(self, tj: TraceJob, runtime_s: float, finished_s: float) -> None:
         return None
 
 
 class PredictedRuntime:
     """A job keeps the prediction made when it arrived: requeues reuse it (Helios' QSSF
-    predicts once per job), and its features say when it was asked."""
+    predicts once per job), and its features say when it was asked. Only its upper bound may
+    move, when it starts (`RuntimePredictor.refresh`); requeues reuse the latest."""
 
     def __init__(self, config: PredictorConfig | None = None) -> None:
         self.predictor = RuntimePredictor(config)
@@ -64,6 +72,15 @@ class PredictedRuntime:
         self._asked[tj.job.id] = features
         answer = self._answer[tj.job.id] = (p.median_s, p.upper_s)
         return answer
+
+    def upper_at_start(self, tj: TraceJob, now_s: float) -> float | None:
+        known = self._answer.get(tj.job.id)
+        if known is None:
+            return None
+        upper = self.predictor.refresh(tj.job.id, now_s)
+        if upper is not None:
+            self._answer[tj.job.id] = (known[0], upper)
+        return upper
 
     def observe(self, tj: TraceJob, runtime_s: float, finished_s: float) -> None:
         features = self._asked.pop(tj.job.id, None) or JobFeatures.from_job(tj.job, finished_s)

@@ -19,10 +19,16 @@ Estimate = tuple[float | None, float | None]
 
 class Estimator(Protocol):
     """Runtime estimates for the simulated scheduler. `estimate` is called whenever a job
-    becomes pending (arrival, requeue) with the current time; `observe` when a job finishes,
-    with its true runtime and the finish time. The engine calls them in time order."""
+    becomes pending (arrival, requeue) with the current time; `upper_at_start` when a job is
+    about to start an attempt; `observe` when a job finishes, with its true runtime and the
+    finish time. The engine calls them in time order."""
 
     def estimate(self, tj: TraceJob, now_s: float) -> Estimate: ...
+
+    def upper_at_start(self, tj: TraceJob, now_s: float) -> float | None:
+        """The upper estimate of the job's whole runtime to run this attempt with, asked
+        again now; None keeps the one it waited with."""
+        ...
 
     def observe(self, tj: TraceJob, runtime_s: float, finished_s: float) -> None: ...
 
@@ -35,6 +41,9 @@ class _Plain:
 
     def estimate(self, tj: TraceJob, now_s: float) -> Estimate:
         return self._fn(tj)
+
+    def upper_at_start(self, tj: TraceJob, now_s: float) -> float | None:
+        return None
 
     def observe(self, tj: TraceJob, runtime_s: float, finished_s: float) -> None:
         return None
@@ -129,7 +138,8 @@ class JobRecord:
     `preemptions` counts the times it was stopped, `shrinks` the times it was restarted with
     fewer tasks and `grows` the times it was requeued to get more (an elastic job), `restarts`
     the times it started again after any of these.
-    `estimate_s` / `estimate_upper_s` are the runtime estimate it had when it arrived;
+    `estimate_s` / `estimate_upper_s` are the runtime estimate it had when its first attempt
+    started (when it arrived, for a job that never started);
     `eta_s` is the start time its first cycle estimated, when it had to wait (None otherwise).
     """
 
