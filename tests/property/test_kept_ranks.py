@@ -255,6 +255,7 @@ def test_kept_bars_equal_bars_computed_afresh(steps: list[tuple[str, int]]) -> N
         for pj in pending:
             assert kept.bar(pj) == bar_of(pj)
         _assert_below(kept, bar_of, list(pending)[n % 3 :], n)
+        _assert_lowest_without(kept, bar_of, pending, n)
 
 
 @SETTINGS
@@ -293,6 +294,7 @@ def test_kept_bars_follow_a_pending_queues_log(steps: list[tuple[str, int]]) -> 
         for pj in pending:
             assert kept.bar(pj) == bar_of(pj)
         _assert_below(kept, bar_of, list(pending)[::-1], n)
+        _assert_lowest_without(kept, bar_of, pending, n)
 
 
 def _assert_below(
@@ -305,3 +307,13 @@ def _assert_below(
     for top in (-math.inf, 0.5, 2.0, float(n % 9), math.inf):
         want = [k for k, pj in enumerate(jobs) if bar_of(pj) < top]
         assert kept.below(jobs, top) == want
+
+
+def _assert_lowest_without(
+    kept: KeptBars, bar_of: Callable[[PendingJob], float], pending: tuple[PendingJob, ...], n: int
+) -> None:
+    """The lowest bar of the jobs synced, some of the lowest and some others left out."""
+    by_bar = sorted(pending, key=bar_of)
+    for left_out in (set(), {pj.id for pj in by_bar[: n % 4]}, {pj.id for pj in pending[::2]}):
+        want = min((bar_of(pj) for pj in pending if pj.id not in left_out), default=math.inf)
+        assert kept.lowest_without(left_out) == want

@@ -352,37 +352,14 @@ class KeptBars:
         return hit[1] if hit is not None and hit[0] is pj else self.bar_of(pj)
 
     def below(self, jobs: list[PendingJob], top: float) -> list[int]:
-        """The positions, in order, of the `jobs` whose bar is below `top`. The synced jobs
-        below it come from the heap (a subtree whose root is at or above `top` holds none),
-        so the work grows with them, not with `jobs` (a few among hundreds, usually); a job
-        not synced has its bar computed."""
-        where = dict(zip(map(id, jobs), range(len(jobs)), strict=True))
-        found = [where[i] for i in self._ids_below(top) if i in where]
-        for i in where.keys() - self.entries.keys():
-            if self.bar_of(jobs[where[i]]) < top:
-                found.append(where[i])
-        found.sort()
-        return found
-
-    def _ids_below(self, top: float) -> list[int]:
-        """The keys of the entries whose bar is below `top`, walking the heap from its root
-        down only through items below it (stale items are passed through, not returned)."""
-        lows, entries, out = self._lows, self.entries, []
-        stack = [0] if lows else []
-        n = len(lows)
-        while stack:
-            at = stack.pop()
-            bar, serial, i = lows[at]
-            if bar >= top:
-                continue  # and so is every item under it
-            hit = entries.get(i)
-            if hit is not None and hit[2] == serial:
-                out.append(i)
-            child = 2 * at + 1
-            if child < n:
-                stack.append(child)
-                if child + 1 < n:
-                    stack.append(child + 1)
+        """The positions, in order, of the `jobs` whose bar is below `top` (`bar` of each,
+        read in one loop: a walk asks it of every blocked job)."""
+        get, bar_of, out = self.entries.get, self.bar_of, []
+        for k, pj in enumerate(jobs):
+            hit = get(id(pj))
+            bar = hit[1] if hit is not None and hit[0] is pj else bar_of(pj)
+            if bar < top:
+                out.append(k)
         return out
 
     def lowest_of_all(self) -> float:
@@ -395,6 +372,22 @@ class KeptBars:
             if hit is not None and hit[2] == serial:
                 return bar
             heapq.heappop(lows)
+        return math.inf
+
+    def lowest_without(self, ids: set[str]) -> float:
+        """The lowest bar of the jobs synced whose id is not in `ids` (inf when none): the
+        heap's items in ascending order until one is such a job, so the work grows with the
+        jobs left out and the stale items met, not with the table."""
+        lows, entries = self._lows, self.entries
+        ahead = [(lows[0], 0)] if lows else []
+        while ahead:
+            (bar, serial, i), at = heapq.heappop(ahead)
+            hit = entries.get(i)
+            if hit is not None and hit[2] == serial and hit[0].id not in ids:
+                return bar
+            for child in (2 * at + 1, 2 * at + 2):
+                if child < len(lows):
+                    heapq.heappush(ahead, (lows[child], child))
         return math.inf
 
     def _put(self, pj: PendingJob) -> None:

@@ -371,7 +371,13 @@ class _Ranks:
         if found is None:
             return False
         top, low = found
-        return top <= low or not self.below(session.blocked, top)
+        if top <= low:
+            return True
+        # The lowest bar is often a job placed in this cycle (a new one, which ranks first):
+        # then none left blocked may be below the top either, known without reading them.
+        if top <= kept.bars.lowest_without(session.bound_now):
+            return True
+        return not self.below(session.blocked, top)
 
 
 @dataclass(frozen=True, slots=True)
