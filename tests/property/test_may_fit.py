@@ -6,9 +6,11 @@ fit counts, followed through takes and gives, equal counts computed afresh."""
 
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aisched.core import placement
 from aisched.core.cycle import run_cycle
 from aisched.core.decisions import Bind
 from aisched.core.placement import may_fit
@@ -16,6 +18,7 @@ from aisched.core.policy import preset
 from aisched.core.snapshot import RunningJob, Snapshot, snapshot_of
 from aisched.model.cluster import TopologyLevel
 from aisched.model.job import Job, TopologyMode
+from aisched.model.resources import Resources
 from aisched.testing import cluster, job, node, pending
 
 POLICIES = ("fifo", "fgd", "bestfit", "worstfit", "hetero")
@@ -125,3 +128,44 @@ def test_giving_back_in_bulk_equals_one_task_at_a_time(
     for t in tasks:
         one_by_one.give(snap.arrays.index[t.node], t)
     assert snap.free.given_back(snap.arrays.index, tasks).equals(one_by_one)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    shapes=st.lists(
+        st.tuples(
+            st.integers(0, 8), st.sampled_from(["A100", "H100"]), st.integers(0, 2), st.booleans()
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    held=st.lists(st.tuples(st.integers(-4000, 64000), st.integers(-4096, 300000)), max_size=6),
+    cpu=st.sampled_from([0, 500, 4000, 16000]),
+    mem=st.sampled_from([0, 1024, 65536]),
+    gpu=st.integers(0, 4),
+    rdma=st.integers(0, 2),
+    models=st.sampled_from([(), ("H100",), ("A100", "H100")]),
+)
+def test_fit_counts_of_a_few_nodes_in_integers_equal_numpys(
+    shapes: list[tuple[int, str, int, bool]],
+    held: list[tuple[int, int]],
+    cpu: int,
+    mem: int,
+    gpu: int,
+    rdma: int,
+    models: tuple[str, ...],
+) -> None:
+    """`_fit_few` (the kept fit counts' path for a few changed nodes) gives `_fit`'s counts:
+    free amounts gone negative, unhealthy nodes, RDMA and GPU models included."""
+    nodes = []
+    for i, (gpus, model, devices, healthy) in enumerate(shapes):
+        b = node(f"n{i}").gpus(gpus, model).cpus(32).mem_gib(256).rdma(devices)
+        nodes.append(b if healthy else b.unhealthy())
+    snap = snapshot_of(cluster(*nodes))
+    free = snap.free.copy()
+    for i, (cpu_left, mem_left) in enumerate(held[: len(nodes)]):
+        free.cpu[i], free.mem[i] = cpu_left, mem_left
+    req = Resources(milli_cpu=cpu, mem_mib=mem, gpu=gpu, rdma=rdma)
+    at = list(range(len(nodes)))
+    few = placement._fit_few(snap.arrays, free, req, models, at)
+    assert few == placement._fit(snap.arrays, free, req, models, np.array(at)).tolist()

@@ -97,9 +97,15 @@ def _kept_fit_counts(
         _, generation, seen, cached = hit
         log = free.changed
         if seen < len(log):
-            idx = _changed_since(log, seen)
+            nodes = sorted(set(log[seen:]))
+            few = _fit_few(arrays, free, req, gpu_models, nodes) if len(nodes) <= _FEW else None
             cached.flags.writeable = True
-            cached[idx] = _fit(arrays, free, req, gpu_models, idx)
+            if few is not None:
+                for node, count in zip(nodes, few, strict=True):
+                    cached[node] = count
+            else:
+                idx = np.array(nodes, dtype=np.int64)
+                cached[idx] = _fit(arrays, free, req, gpu_models, idx)
             cached.flags.writeable = False
             memo[key] = (free, generation, len(log), cached)
         return cached
@@ -130,6 +136,39 @@ def _changed_since(log: list[int], seen: int) -> IntArray:
     """The distinct nodes of the change log from `seen` on, ascending (a few, usually: a set
     is cheaper than numpy's unique for them)."""
     return np.array(sorted(set(log[seen:])), dtype=np.int64)
+
+
+# Up to this many nodes changed, their fit counts are worked out in plain integers: numpy's
+# cost per call, not per node, is most of `_fit` on a few nodes (a bind changes one).
+_FEW = 6
+
+
+def _fit_few(
+    arrays: ClusterArrays,
+    f: FreeState,
+    req: Resources,
+    gpu_models: tuple[str, ...],
+    nodes: list[int],
+) -> list[int] | None:
+    """`_fit` on `nodes`, node by node in integers (the same floor divisions, so the same
+    counts); None for a request with GPU memory or a GPU share, left to `_fit`."""
+    if req.gpu_mem_mib or (req.gpu_milli and not req.gpu):
+        return None
+    mask = _base_mask(arrays, gpu_models) if req.gpu or gpu_models else arrays.healthy
+    cpu, mem, rdma, whole = f.cpu, f.mem, f.rdma, f.whole
+    out = []
+    for node in nodes:
+        count = UNBOUNDED
+        if req.milli_cpu:
+            count = min(count, cpu.item(node) // req.milli_cpu)
+        if req.mem_mib:
+            count = min(count, mem.item(node) // req.mem_mib)
+        if req.rdma:
+            count = min(count, rdma.item(node) // req.rdma)
+        if req.gpu:
+            count = min(count, whole.item(node) // req.gpu)
+        out.append(count if count > 0 and mask.item(node) else 0)
+    return out
 
 
 def _fit(
