@@ -672,21 +672,24 @@ def pick_gpus(
     `job` known), else to the fullest GPU it fits on (best fit).
     """
     if req.gpu:
-        row = free.gpu_milli[node]
-        ok = row == GPU_MILLI_WHOLE
+        # In plain integers: a node's few GPUs cost less so than numpy's calls on them.
+        whole = [
+            g for g, milli in enumerate(free.gpu_milli[node].tolist()) if milli == GPU_MILLI_WHOLE
+        ]
         if req.gpu_mem_mib:
-            ok &= session.arrays.gpu_mem_cap[node] >= -(-req.gpu_mem_mib // req.gpu)
-        idx = np.flatnonzero(ok)
-        groups = session.arrays.nvlink[node][idx]
-        best: tuple[int, ...] | None = None
+            need, caps = -(-req.gpu_mem_mib // req.gpu), session.arrays.gpu_mem_cap[node].tolist()
+            whole = [g for g in whole if caps[g] >= need]
+        nvlink = session.arrays.nvlink[node].tolist()
+        groups: dict[int, list[int]] = {}
+        for g in whole:  # ascending, so each group's members are too
+            groups.setdefault(nvlink[g], []).append(g)
+        best: list[int] = whole
         best_size = UNBOUNDED
-        for grp in sorted(set(groups.tolist())):
-            members = idx[groups == grp]
+        for grp in sorted(groups):
+            members = groups[grp]
             if req.gpu <= len(members) < best_size:
-                best, best_size = tuple(int(i) for i in members[: req.gpu]), len(members)
-        if best is None:
-            best = tuple(int(i) for i in idx[: req.gpu])
-        return best, GPU_MILLI_WHOLE
+                best, best_size = members, len(members)
+        return tuple(best[: req.gpu]), GPU_MILLI_WHOLE
     if req.gpu_milli:
         row = free.gpu_milli[node]
         ok = row >= req.gpu_milli
