@@ -106,6 +106,11 @@ class PendingQueue:
         """One (count, job) per shape pending: how many jobs of it, and one of them."""
         return self._shapes.values()
 
+    def of_shape(self, shape_id: int) -> Job | None:
+        """A pending job of that shape, if any."""
+        hit = self._shapes.get(shape_id)
+        return hit[1] if hit is not None else None
+
     def jobs(self) -> tuple[PendingJob, ...]:
         """The pending jobs in order (one tuple, kept until the next change)."""
         if self._tuple is None:

@@ -270,6 +270,7 @@ class _Engine(NodePools):
         # then any release or preemption makes the next cycle run.
         self.release_safe = all(tj.job.queue in self.queues.ungoverned for tj in trace.jobs)
         self.room_memo: dict[object, object] = {}  # fit counts on `free` for `may_fit`
+        self.may_fit_hint = -1  # the last shape found that may fit (-1: none yet)
         self.pending_after_cycle = 0
         self.alloc_milli = 0
         self.log: list[LogEntry] = []
@@ -1004,10 +1005,16 @@ class _Engine(NodePools):
         """Whether every shape pending failed since the last cycle and none could fit the
         free state now, by its room alone (`may_fit`): true, the cycle would place nobody."""
         arrays, free, memo = self.arrays, self.free, self.room_memo
-        return all(
-            job.shape_id in settled and not may_fit(memo, arrays, free, job)
-            for _, job in self.pending.shapes()
-        )
+        # The job that may have fit last time is asked first: it usually still may, and then
+        # the other shapes need no asking.
+        hint = self.pending.of_shape(self.may_fit_hint)
+        if hint is not None and (hint.shape_id not in settled or may_fit(memo, arrays, free, hint)):
+            return False
+        for _, job in self.pending.shapes():
+            if job.shape_id not in settled or may_fit(memo, arrays, free, job):
+                self.may_fit_hint = job.shape_id
+                return False
+        return True
 
     # --- validate mode ----------------------------------------------------------------------
 
