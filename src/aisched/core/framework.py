@@ -45,7 +45,9 @@ class Filter(Protocol):
 
 class Score(Protocol):
     """Rates feasible nodes for one task of `request`. `nodes` are indices of feasible nodes;
-    returns one raw value per node there, higher is better. Must not mutate the session."""
+    returns one raw value per node there, higher is better. Must not mutate the session. A
+    score may also have `uniform(job) -> bool`: true only when it would give `job` the same
+    value on every node (the combined score then adds what equal values add, uncomputed)."""
 
     name: str
 
@@ -103,6 +105,10 @@ def combined_score(
     if len(nodes) == 0:
         return total
     for ws in scores:
+        uniform = getattr(ws.plugin, "uniform", None)
+        if uniform is not None and uniform(job):  # what equal raw scores add, uncomputed
+            total += ws.weight * 100.0
+            continue
         raw = ws.plugin.score(session, job, request, nodes)
         lo, hi = float(raw.min()), float(raw.max())
         if hi > lo:

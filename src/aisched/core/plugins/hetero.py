@@ -86,6 +86,10 @@ class Heterogeneity:
 class PreferredModel:
     name: str = "gpu-preference"
 
+    def uniform(self, job: Job) -> bool:
+        """A job without preferred models scores alike everywhere (`Score.uniform`)."""
+        return not job.gpu_models_preferred
+
     def score(self, session: Session, job: Job, request: Resources, nodes: IntArray) -> FloatArray:
         if not job.gpu_models_preferred:
             return np.zeros(len(nodes), dtype=np.float64)
