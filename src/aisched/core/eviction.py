@@ -5,9 +5,10 @@ Simulate on the session, then undo (Kueue's preemption: simulate, then issue). W
 taken is a list of cuts in preference order: a cut is either a whole running job (evict it) or
 one surplus task of a running elastic job (shrink it by that task). Cuts are tried as a prefix
 of that order; the shortest prefix that makes room is found by galloping then bisection (room
-only grows as more is taken), and then only cuts with a task on a node the placement uses are
-kept, so no job is stopped or shrunk that did not need to be. A job whose whole cut is kept is
-evicted even if some of its task cuts are kept too; the rest of the jobs are shrunk.
+only grows as more is taken; a prefix that the bound on room, `placement.may_fit` once all of
+it is taken, rules out is not tried), and then only cuts with a task on a node the placement
+uses are kept, so no job is stopped or shrunk that did not need to be. A job whose whole cut
+is kept is evicted even if some of its task cuts are kept too; the rest of the jobs are shrunk.
 
 Invariants: a what-if leaves the session exactly as it found it; a shrunk job keeps at least
 its `min_available` tasks (the caller offers only surplus tasks as cuts).
