@@ -1005,8 +1005,8 @@ class _Engine(NodePools):
         """Whether every shape pending failed since the last cycle and none could fit the
         free state now, by its room alone (`may_fit`): true, the cycle would place nobody."""
         arrays, free, memo = self.arrays, self.free, self.room_memo
-        # The job that may have fit last time is asked first: it usually still may, and then
-        # the other shapes need no asking.
+        # A job of the shape that may have fitted last time is asked first: it usually still may,
+        # and then the other shapes need no asking.
         hint = self.pending.of_shape(self.may_fit_hint)
         if hint is not None and (hint.shape_id not in settled or may_fit(memo, arrays, free, hint)):
             return False
