@@ -64,6 +64,11 @@ def test_submit_json_then_show_list_and_finish(
     )
     running = wait(client, jid, "running")
     assert [(t["name"], t["gpus"]) for t in running["tasks"]] == [("main-0", [0, 1])]
+    # The job reads running once its intent is committed; its task is launched right after.
+    deadline = time.monotonic() + 10
+    while not fx.launched:
+        assert time.monotonic() < deadline, "the task was never launched"
+        time.sleep(0.01)
     assert fx.launched[0].workdir == str(tmp_path)
     assert [j["id"] for j in client.get("/v1/jobs").json()["jobs"]] == [jid]
     fx.exit(fx.keys(jid)[0], 0)

@@ -121,7 +121,9 @@ def test_the_standby_takes_over_when_the_leader_stops_and_adopts_its_task(
     b = instance("http://b.test:2")
     ca, cb = client_for(a), client_for(b)
     job = ca.post("/v1/jobs", json={"command": ["sleep", "60"]}).json()
+    # Running once its intent is committed; launched by the leader right after.
     until("the job to run", lambda: ca.get(f"/v1/jobs/{job['id']}").json()["state"] == "running")
+    until("its task to be launched", lambda: bool(fx.launched))
     launched = list(fx.launched)
     a.close()  # resigns: the standby need not wait for the lease
     until("the takeover", lambda: b.leadership.leading)
