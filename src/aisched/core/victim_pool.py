@@ -34,27 +34,18 @@ class VictimPool:
     """Every possible victim of one walk: preemptible, not already terminating, not placed in
     this cycle. `jobs` is in the session's running order."""
 
-    __slots__ = ("_keys", "_now", "_victims", "_jobs", "_gone")
+    __slots__ = ("_keys", "_now", "_victims", "jobs")
 
     def __init__(self, session: Session) -> None:
         bound_now = session.bound_now
-        self._jobs: list[RunningJob] = [
+        self.jobs: list[RunningJob] = [
             r
             for r in session.running.values()
             if r.job.preemptible and not r.terminating and r.id not in bound_now
         ]
-        self._gone: set[str] = set()  # dropped, still to be taken out of `_jobs`
         self._victims = session.policy.victims
         self._now = session.now
         self._keys: dict[str, VictimKey] = {}
-
-    @property
-    def jobs(self) -> list[RunningJob]:
-        """The pool, in the session's running order."""
-        if self._gone:
-            gone, self._gone = self._gone, set()
-            self._jobs = [r for r in self._jobs if r.id not in gone]
-        return self._jobs
 
     def ordered(self, jobs: Sequence[RunningJob]) -> list[RunningJob]:
         """`jobs` (members of the pool) in victim order: first to be evicted first."""
@@ -82,8 +73,9 @@ class VictimPool:
         return min(tied, key=lambda r: keys.get(r.id) or victim_key(victims, r, now))
 
     def drop(self, gone: Iterable[str]) -> None:
-        """Take the jobs `gone` (evicted or shrunk) out of the pool (when next read)."""
-        self._gone.update(gone)
+        """Take the jobs `gone` (evicted or shrunk) out of the pool."""
+        out = set(gone)
+        self.jobs = [r for r in self.jobs if r.id not in out]
 
 
 class InVictimOrder(Sequence[RunningJob]):

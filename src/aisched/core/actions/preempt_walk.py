@@ -143,21 +143,6 @@ class _Unsettled:
         self.left = set(self._shapes)
 
 
-def _clear(
-    sig: Hashable,
-    by_sig: dict[Hashable, list[RunningJob]],
-    ordered_by_sig: dict[Hashable, InVictimOrder],
-    gone: set[str],
-) -> None:
-    """Take the jobs `gone` out of the lists kept for `sig`."""
-    cands = by_sig.get(sig)
-    if cands is not None:
-        by_sig[sig] = [r for r in cands if r.id not in gone]
-    order = ordered_by_sig.get(sig)
-    if order is not None:
-        ordered_by_sig[sig] = order.without(gone)
-
-
 def run(
     session: Session,
     eligible_for: Callable[[PendingJob], Eligibility | None],
@@ -196,10 +181,6 @@ def run(
     top = INFINITE  # with `ranking`: at least the highest running rank key
     by_sig: dict[Hashable, list[RunningJob]] = {}
     ordered_by_sig: dict[Hashable, InVictimOrder] = {}
-    # `stable`: who was evicted or shrunk so far, and how many of them each kept list has been
-    # cleared of (the walk mostly ends after one preemption: lists are cleared when read again).
-    gone_all: set[str] = set()
-    cleared: dict[Hashable, int] = {}
     # Elastic jobs with tasks above their minimum (from `pool`).
     elastic: list[RunningJob] = []
     shrink_by: dict[Hashable, list[RunningJob]] = {}
@@ -259,9 +240,6 @@ def run(
         memo_key = (placement_shape(session, pj.job), group, mask_key, shrink_sig)
         if memo_key in failed and rank >= failed[memo_key]:
             continue
-        if cleared.get(sig, 0) < len(gone_all):  # kept lists still hold some gone since
-            _clear(sig, by_sig, ordered_by_sig, gone_all)
-            cleared[sig] = len(gone_all)
         cands = by_sig.get(sig)
         if cands is None:
             if nobody_above:
@@ -318,7 +296,10 @@ def run(
         elastic = [r for r in elastic if r.id not in gone]
         shrink_by.clear()
         if stable:
-            gone_all |= gone
+            for key, cs in by_sig.items():
+                by_sig[key] = [r for r in cs if r.id not in gone]
+            for key, order in ordered_by_sig.items():
+                ordered_by_sig[key] = order.without(gone)
         else:
             by_sig.clear()
             ordered_by_sig.clear()
