@@ -352,15 +352,8 @@ class KeptBars:
         return hit[1] if hit is not None and hit[0] is pj else self.bar_of(pj)
 
     def below(self, jobs: list[PendingJob], top: float) -> list[int]:
-        """The positions, in order, of the `jobs` whose bar is below `top` (`bar` of each,
-        read in one loop: a walk asks it of every blocked job)."""
-        get, bar_of, out = self.entries.get, self.bar_of, []
-        for k, pj in enumerate(jobs):
-            hit = get(id(pj))
-            bar = hit[1] if hit is not None and hit[0] is pj else bar_of(pj)
-            if bar < top:
-                out.append(k)
-        return out
+        """The positions, in order, of the `jobs` whose bar is below `top`."""
+        return [k for k, bar in enumerate(map(self.bar, jobs)) if bar < top]
 
     def lowest_of_all(self) -> float:
         """The lowest bar of the jobs synced (inf when there are none), from a heap: a caller
