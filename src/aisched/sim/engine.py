@@ -104,7 +104,8 @@ import math
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import replace
-from itertools import islice
+from itertools import chain, islice
+from operator import itemgetter
 
 from aisched.core.cycle import (
     InvariantViolation,
@@ -201,6 +202,7 @@ _PROGRESS_EVERY = 2000
 # 0) lets one instant legitimately hold a chain of preempt, stop, requeue and place again,
 # about a cycle per job moved; this is far beyond any such chain.
 _MAX_CYCLES_AT_ONE_INSTANT = 10_000
+_JOB = itemgetter(1)  # the job of a (count, job) entry of `PendingQueue.shapes`
 
 
 class _Engine(NodePools):
@@ -1008,9 +1010,7 @@ class _Engine(NodePools):
         # A job of the shape that may have fitted last time is asked first: it usually still may,
         # and then the other shapes need no asking.
         hint = self.pending.of_shape(self.may_fit_hint)
-        if hint is not None and (hint.shape_id not in settled or may_fit(memo, arrays, free, hint)):
-            return False
-        for _, job in self.pending.shapes():
+        for job in chain(() if hint is None else (hint,), map(_JOB, self.pending.shapes())):
             if job.shape_id not in settled or may_fit(memo, arrays, free, job):
                 self.may_fit_hint = job.shape_id
                 return False
