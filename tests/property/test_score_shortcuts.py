@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aisched.core.framework import combined_score
+from aisched.core.framework import Score, WeightedScore, combined_score
 from aisched.core.plugins.score import CPU_ONLY_ON_GPU_NODE_PENALTY, GPU_WEIGHT
 from aisched.core.policy import Policy, build_policy, preset
 from aisched.core.session import Session
@@ -49,27 +49,29 @@ def utilisation_before(session: Session, request: Resources, nodes: IntArray) ->
     return np.asarray(total / weight, dtype=np.float64)
 
 
+class ComputedAsBefore:
+    """A policy score without its shortcuts: no `uniform` (so it is computed for every job),
+    binpack and spread by the formula as it was, their penalty array subtracted always."""
+
+    def __init__(self, plugin: Score) -> None:
+        self.plugin, self.name = plugin, plugin.name
+
+    def score(self, session: Session, job: Job, request: Resources, nodes: IntArray) -> FloatArray:
+        if self.name not in ("binpack", "spread"):
+            return self.plugin.score(session, job, request, nodes)
+        util = utilisation_before(session, request, nodes)
+        if request.gpu or request.gpu_milli:
+            penalty = np.zeros(len(nodes), dtype=np.float64)
+        else:
+            has_gpu = session.arrays.num_gpus[nodes] > 0
+            penalty = np.where(has_gpu, CPU_ONLY_ON_GPU_NODE_PENALTY, 0.0)
+        return np.asarray((util if self.name == "binpack" else -util) - penalty)
+
+
 def combined_before(session: Session, job: Job, request: Resources, nodes: IntArray) -> FloatArray:
-    """Every score computed, binpack and spread with the penalty array subtracted always."""
-    total = np.zeros(len(nodes), dtype=np.float64)
-    for ws in session.policy.scores:
-        name = ws.plugin.name
-        if name in ("binpack", "spread"):
-            util = utilisation_before(session, request, nodes)
-            if request.gpu or request.gpu_milli:
-                penalty = np.zeros(len(nodes), dtype=np.float64)
-            else:
-                has_gpu = session.arrays.num_gpus[nodes] > 0
-                penalty = np.where(has_gpu, CPU_ONLY_ON_GPU_NODE_PENALTY, 0.0)
-            raw = (util if name == "binpack" else -util) - penalty
-        else:
-            raw = ws.plugin.score(session, job, request, nodes)
-        lo, hi = float(raw.min()), float(raw.max())
-        if hi > lo:
-            total += ws.weight * 100.0 * (raw - lo) / (hi - lo)
-        else:
-            total += ws.weight * 100.0
-    return total
+    """Every score computed, combined by the framework as the policy's own are."""
+    plain = [WeightedScore(ComputedAsBefore(ws.plugin), ws.weight) for ws in session.policy.scores]
+    return combined_score(plain, session, job, request, nodes)
 
 
 @settings(max_examples=200, deadline=None)
