@@ -175,8 +175,8 @@ class KeptRanks:
         ):
             return False
         entries = self.entries
-        for view, added in changes.log[last.upto : changes.upto]:
-            if added:
+        for view, came in changes.log[last.upto : changes.upto]:
+            if came:  # ADDED or IN_PLACE
                 self._put(view, now, compute(view))
                 self.shrinkable += shrinkable(view)
             else:

@@ -19,6 +19,7 @@ from aisched.core.caps import node_caps
 from aisched.core.decisions import Bind, Decision, Preempt, Reserve, Shrink, TaskBinding
 from aisched.core.pending import PendingQueue
 from aisched.core.snapshot import (
+    IN_PLACE,
     ZERO,
     BoolArray,
     ClusterArrays,
@@ -52,7 +53,7 @@ class ShapeBy(Enum):
 
 
 _id = attrgetter("id")
-LoggedView = tuple[RunningJob, bool]  # an entry of a caller's running log (`RunningChanges`)
+LoggedView = tuple[RunningJob, int]  # an entry of a caller's running log (`RunningChanges`)
 
 
 def _queue_path(queues: QueueTree, queue: str) -> tuple[str, ...]:
@@ -91,19 +92,16 @@ def _by_id(
     last: _RunningBase | None, snapshot: Snapshot, changed: list[LoggedView] | None
 ) -> dict[str, RunningJob]:
     """The running jobs by id, in the running tuple's order: the last base's with what the
-    caller's log says came and went since (`changed`), when no job both went and came (a view
-    replaced in place, or an attempt ended and another started: where it then stands in the
-    tuple the log does not say); else built from the tuple."""
+    caller's log says came and went since (`changed`), as the caller's ledger did it (a new
+    attempt comes last, a view replaced in place keeps its place); else built from the tuple."""
     if last is not None and changed is not None:
-        gone = {view.id for view, added in changed if not added}
-        if not any(added and v.id in gone for v, added in changed):
-            by_id = last.by_id.copy()  # a session may still read the last one
-            for view, added in changed:
-                if added:
-                    by_id[view.id] = view  # new attempts come last, as in the tuple
-                else:
-                    del by_id[view.id]
-            return by_id
+        by_id = last.by_id.copy()  # a session may still read the last one
+        for k, (view, came) in enumerate(changed):
+            if came:
+                by_id[view.id] = view
+            elif k + 1 == len(changed) or changed[k + 1][1] != IN_PLACE:
+                del by_id[view.id]  # (not when its replacement follows: that takes its place)
+        return by_id
     running = snapshot.running
     return dict(zip(map(_id, running), running, strict=True))
 
@@ -119,8 +117,8 @@ def _queue_usage(
     qu: dict[str, Usage]
     if last is not None and changed is not None and last.queues is queues:
         qu = last.queue_usage.copy()  # a session may still read the last one
-        for view, added in changed:
-            sign = 1.0 if added else -1.0
+        for view, came in changed:
+            sign = 1.0 if came else -1.0
             for q in _queue_path(queues, view.job.queue):
                 qu[q] = add_usage(qu.get(q, ZERO), view.usage, sign)
         return qu

@@ -403,16 +403,22 @@ class RunningJob:
         return self.started_s + ((now - self.started_s) // ck) * ck
 
 
+# What an entry of a running log says of its view (true when the view came): GONE, ADDED
+# (last in the running order), or IN_PLACE: it replaced the job's view logged GONE just before
+# it (the same attempt changed, e.g. now terminating), where that view stood in the order.
+GONE, ADDED, IN_PLACE = 0, 1, 2
+
+
 @dataclass(frozen=True, slots=True)
 class RunningChanges:
     """Where a caller's log of running views stood at a snapshot: `log` holds every view
-    added (True) and removed (False) since the list was started, in order, and its first
-    `upto` entries lead to the snapshot's running set. A caller bounds it by starting a new
-    list, never by clearing one. A reader that followed the same list to an earlier point
-    applies `log[seen:upto]` to what it kept rather than compare whole running sets; any
-    other reader compares whole sets."""
+    that came (ADDED, IN_PLACE) and went (GONE) since the list was started, in order, and
+    its first `upto` entries lead to the snapshot's running set. A caller bounds it by
+    starting a new list, never by clearing one. A reader that followed the same list to an
+    earlier point applies `log[seen:upto]` to what it kept rather than compare whole running
+    sets; any other reader compares whole sets."""
 
-    log: list[tuple[RunningJob, bool]]
+    log: list[tuple[RunningJob, int]]
     upto: int
 
 

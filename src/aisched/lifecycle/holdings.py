@@ -18,7 +18,10 @@ from collections.abc import Sequence
 
 from aisched.core.decisions import TaskBinding
 from aisched.core.snapshot import (
+    ADDED,
     CHANGE_LOG_LIMIT,
+    GONE,
+    IN_PLACE,
     ZERO,
     ClusterArrays,
     FreeState,
@@ -54,7 +57,7 @@ class Holdings:
         self._running: tuple[RunningJob, ...] | None = None
         # Every view taken and given back, in order (`RunningChanges`): the core's kept ranks
         # follow it rather than compare whole running sets. Bounded as the free state's log.
-        self.log: list[tuple[RunningJob, bool]] = []
+        self.log: list[tuple[RunningJob, int]] = []
 
     def take(self, view: RunningJob) -> None:
         """Hold `view`'s bindings for its job; the job must hold nothing yet."""
@@ -70,7 +73,7 @@ class Holdings:
         for t in view.tasks:
             self.on_node.setdefault(t.node, set()).add(job_id)
         self.views[job_id] = view
-        self._changed(view, True)
+        self._changed(view, ADDED)
         self._add_usage(view, 1.0)
 
     def give(self, job_id: str) -> RunningJob:
@@ -86,7 +89,7 @@ class Holdings:
                 holders.discard(job_id)
                 if not holders:
                     del on_node[t.node]
-        self._changed(view, False)
+        self._changed(view, GONE)
         self._add_usage(view, -1.0)
         return view
 
@@ -96,8 +99,8 @@ class Holdings:
         if old is None or old.tasks != view.tasks:
             raise HoldingError(f"job {view.job.id}: update must keep the tasks it holds")
         self.views[view.job.id] = view
-        self._changed(old, False)
-        self._changed(view, True)
+        self._changed(old, GONE)
+        self._changed(view, IN_PLACE)
 
     def short_nodes(self, tasks: Sequence[TaskBinding]) -> frozenset[str]:
         """The nodes where `tasks`, taken together, need more than is free now (CPU, memory,
@@ -147,11 +150,11 @@ class Holdings:
         changes = RunningChanges(self.log, len(self.log))
         return Snapshot(self.arrays, self.free, self.running(), queues, self.usage, None, changes)
 
-    def _changed(self, view: RunningJob, added: bool) -> None:
+    def _changed(self, view: RunningJob, came: int) -> None:
         self._running = None
         if len(self.log) >= CHANGE_LOG_LIMIT:
             self.log = []  # a new list: a reader of the old one compares whole sets
-        self.log.append((view, added))
+        self.log.append((view, came))
 
     def rebuild(self, arrays: ClusterArrays) -> FreeState:
         """The nodes changed: new arrays, every held binding taken again; returns the new free
