@@ -5,7 +5,8 @@ held-out weeks. Prints one line per variant and cluster; writes nothing.
 A variant sets the order's aging, linear (`aging`, GPU-seconds per second waited) or relative
 (`halve`, hours to halve a job's predicted GPU-time), the overdue guard (`due`: jobs that have
 waited this many median waits go first; 0 off; `backlog`: jobs that have waited this many
-times the backlog's drain time go first; 0 off), the starvation guard (`starve` hours after
+times the backlog's drain time go first; 0 off; `backlog_bound`: `started` or `waited`, the
+bound of a running job that drain time reads), the starvation guard (`starve` hours after
 submission, for jobs of `min_gpus` GPUs or more) and the preemption guards (`factor`, `min_run`
 seconds, `bound`: `upper` or `estimate`); `adapt` sets how fast the predictor's calibration level
 follows its misses (`PredictorConfig.calib_adapt`), `refresh` (0 or 1) whether a job's upper
@@ -63,6 +64,8 @@ def variant(spec: str) -> tuple[dict[str, Any], PredictorConfig]:
             enqueue["due_after_median_waits"] = float(value)
         elif key == "backlog":
             enqueue["due_after_backlog"] = float(value)
+        elif key == "backlog_bound":
+            enqueue["backlog_bound"] = value
         elif key == "bound":
             preempt["bound"] = value
         elif key == "factor":

@@ -683,6 +683,52 @@ def test_a_job_waiting_past_the_backlogs_drain_time_goes_first(
     assert [d[1] for d in summary(res) if d[0] == "bind"] == want
 
 
+@pytest.mark.parametrize(
+    ("backlog_bound", "want"),
+    [
+        # To its started bound (50 h): 40 h left on 2 GPUs, 378,600 GPU-s on 4 GPUs, half of
+        # the drain time 13.1 h: long (10 h) is not due, shortest goes first.
+        ("started", ["c", "b"]),
+        # To the bound it waited with (15 h): 5 h left, 126,600 GPU-s, half of it 4.4 h: long
+        # is due, b (4 h) is not.
+        ("waited", ["long", "c"]),
+    ],
+)
+def test_the_backlog_can_read_the_bound_a_running_job_waited_with(
+    backlog_bound: str, want: list[str]
+) -> None:
+    """The third case above with the running job's bound calibrated again as it started
+    (expected end 50 h) where it waited with a narrower one (15 h): `backlog_bound: waited`
+    takes its time left from the one it waited with."""
+    cfg = copy.deepcopy(PRESETS["qssf"])
+    cfg["actions"][0] = {
+        **cfg["actions"][0],
+        "due_after_median_waits": 0.0,
+        "due_after_backlog": 0.5,
+        "backlog_bound": backlog_bound,
+    }
+    cfg["order"] = ["qssf", "fifo"]
+    r = job("r").task(gpu=2).not_preemptible().build()
+    busy = replace(running(r, ("n2", (0, 1)), expected_end_s=50 * HOUR), waited_end_s=15 * HOUR)
+    snap = snapshot_of(cluster(node("n1").gpus(2), node("n2").gpus(2)), [busy])
+    pending = [
+        job("long").task(gpu=1).submitted(0).pending(estimate_s=90_000.0),
+        job("b").task(gpu=1).submitted(6 * HOUR).pending(estimate_s=200.0),
+        job("c").task(gpu=1).submitted(7 * HOUR).pending(estimate_s=100.0),
+        job("d").task(gpu=1).submitted(8 * HOUR).pending(estimate_s=300.0),
+    ]
+    policy = build_policy(cfg, name="qssf")
+    res = run_cycle(snap, pending, policy, 10 * HOUR, validate=True)
+    assert [d[1] for d in summary(res) if d[0] == "bind"] == want
+
+
+def test_an_unknown_backlog_bound_is_refused() -> None:
+    cfg = copy.deepcopy(PRESETS["qssf"])
+    cfg["actions"][0] = {**cfg["actions"][0], "backlog_bound": "median"}
+    with pytest.raises(PolicyError, match="backlog_bound"):
+        build_policy(cfg, name="qssf")
+
+
 def test_an_overdue_job_that_does_not_fit_holds_nothing_back() -> None:
     """An overdue 4-GPU job on a node with 2 free GPUs: no reservation, and the next jobs
     start in the order beside it."""

@@ -3,6 +3,7 @@ backfill never delays, ETAs and accuracy figures, and the estimator hook's contr
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 
 import aisched.sim.engine as engine_mod
 from aisched.core.cycle import CycleResult, run_cycle
-from aisched.core.policy import Policy, preset, with_eta
+from aisched.core.policy import PRESETS, Policy, build_policy, preset, with_eta
 from aisched.core.snapshot import PendingJob, Snapshot
 from aisched.predict import (
     JobFeatures,
@@ -94,12 +95,17 @@ def test_the_predictor_never_sees_a_job_that_has_not_finished() -> None:
     assert spy.calibrated_from == want
 
 
-def test_each_calibrated_bound_comes_from_residuals_of_jobs_finished_before_it() -> None:
+@pytest.mark.parametrize("backlog_bound", ["started", "waited"])
+def test_each_calibrated_bound_comes_from_residuals_of_jobs_finished_before_it(
+    backlog_bound: str,
+) -> None:
     """Every margin the calibration gives, per group and in all, at a prediction or at a
     refresh when a job starts, equals the one rebuilt from only the residuals of jobs that had
     finished by then, and with the level moved only by their misses (windows and group sizes
     small enough here that the groups, the fallback to all jobs and the windows' ends all come
-    into play; the level adapts fast, so a miss it learnt too early would change a margin)."""
+    into play; the level adapts fast, so a miss it learnt too early would change a margin).
+    Whichever bound of a running job the backlog reads (the one it started with or the one it
+    waited with), both come from such margins."""
     trace = load_philly(GOLDEN / "tiny-philly.csv")
     cfg = PredictorConfig(
         calib_window=8,
@@ -112,7 +118,10 @@ def test_each_calibrated_bound_comes_from_residuals_of_jobs_finished_before_it()
     spy = SpyPredictor(cfg)
     est.predictor = spy
     c = cluster(node("n1").gpus(8), node("n2").gpus(8))
-    simulate(trace, c, preset("qssf"), SimConfig(validate=True), estimator=est)
+    cfg_qssf = copy.deepcopy(PRESETS["qssf"])
+    cfg_qssf["actions"][0] = {**cfg_qssf["actions"][0], "backlog_bound": backlog_bound}
+    policy = build_policy(cfg_qssf, name="qssf")
+    simulate(trace, c, policy, SimConfig(validate=True), estimator=est)
     assert any(m is not None for _, _, m in spy.margins)
     assert spy.calibration.level_now != cfg.upper_quantile  # the level did move
     assert spy.refreshes and spy.stats.refreshed == len(spy.refreshes)
@@ -181,7 +190,8 @@ def test_a_job_runs_with_the_upper_bound_it_was_given_at_its_start(
 ) -> None:
     """The engine asks for the bound again as a job starts: the running job's expected end
     and the bound it is scored with (its record) come from that answer, not from the one it
-    waited with."""
+    waited with; the running view keeps the end the one it waited with gives beside it
+    (`waited_end_s`, for the backlog), where a new one replaced it."""
 
     class Refreshing:
         def estimate(self, tj: TraceJob, now_s: float) -> tuple[float | None, float | None]:
@@ -193,12 +203,12 @@ def test_a_job_runs_with_the_upper_bound_it_was_given_at_its_start(
         def observe(self, tj: TraceJob, runtime_s: float, finished_s: float) -> None:
             return None
 
-    ends: dict[str, float | None] = {}
+    ends: dict[str, tuple[float | None, float | None]] = {}
 
     def spy(
         snapshot: Snapshot, pending: Sequence[PendingJob], policy: Policy, now: float, **kw: bool
     ) -> CycleResult:
-        ends.update((r.id, r.expected_end_s) for r in snapshot.running)
+        ends.update((r.id, (r.expected_end_s, r.waited_end_s)) for r in snapshot.running)
         return run_cycle(snapshot, pending, policy, now, **kw)
 
     monkeypatch.setattr(engine_mod, "run_cycle", spy)
@@ -217,8 +227,9 @@ def test_a_job_runs_with_the_upper_bound_it_was_given_at_its_start(
         "b": (10.0, 50.0),
         "c": (10.0, 20.0),
     }
-    # "a" runs 0..100 with its bound of 20 s; "b" starts at 100 with 50 s, while "c" waits.
-    assert (ends["a"], ends["b"]) == (20.0, 150.0)
+    # "a" runs 0..100 with its bound of 20 s; "b" starts at 100 with 50 s (it waited with
+    # 20 s), while "c" waits.
+    assert (ends["a"], ends["b"]) == ((20.0, None), (150.0, 120.0))
 
 
 @pytest.mark.parametrize(

@@ -364,6 +364,10 @@ class RunningJob:
     `checkpoint_interval_s`; with neither, the attempt's start counts as its checkpoint.
     `terminating`: a live executor is already stopping it (preempted or cancelled, within its
     grace period); it still holds its resources but is never chosen as a victim again.
+    `waited_end_s`: the end the bound it waited with gives, when its caller calibrated a new
+    bound as the attempt started (the simulator with `calib_refresh`); None when the two are
+    the same (the live service never recalibrates). Only the backlog's drain time may read it
+    (`Enqueue.backlog_bound`); everything else reads `expected_end_s`.
     """
 
     job: Job
@@ -374,6 +378,7 @@ class RunningJob:
     last_checkpoint_s: float | None = None
     checkpoint_interval_s: float | None = None
     terminating: bool = False
+    waited_end_s: float | None = None
     # (milli_cpu, mem_mib, gpu_milli) held, summed once: every cycle reads it.
     usage: Usage = field(init=False, repr=False, compare=False)
     id: str = field(init=False, repr=False, compare=False)

@@ -678,8 +678,10 @@ class _Engine(NodePools):
         if st.interrupted:
             st.restarts += 1
         upper = self.estimator.upper_at_start(st.tj, now)
+        waited = None  # the bound it waited with, kept when a new one replaces it
         if upper is not None:
             st.upper_s = upper
+            waited = pj.runtime_bound_s
             pj = replace(pj, estimate_upper_s=time_left_s(upper, st.saved_s, restore))
         if st.first_start_s is None:
             st.first_start_s = now
@@ -713,6 +715,7 @@ class _Engine(NodePools):
             st.expected_end_s,
             None,
             core_interval(st.ckpt_s),
+            waited_end_s=None if waited is None else now + waited,
         )
         try:
             self.held.take(view)

@@ -31,6 +31,13 @@ capacity alone set it), and under fifo a job arriving now waits about that long 
 ahead of it: at k = 1 a job is overdue once it has waited past fifo's wait for a job arriving
 now, and is then served in fifo order. With both bars set, the lower one holds. Jobs with
 neither an estimate nor a bound add nothing.
+
+`backlog_bound` says which bound a running job's time left is taken from in that drain time:
+`started`, the one it started with (its `expected_end_s`, as preemption and backfill read), or
+`waited`, the one it waited with (`waited_end_s`). They differ only where the caller calibrates
+a job's bound again as it starts (the simulator with `calib_refresh`): the wider refreshed
+bounds of a burst's later jobs would raise the drain time, and the bar with it, above the scale
+it was chosen on, while the bounds the waiting jobs are compared with stay as they waited.
 """
 
 from __future__ import annotations
@@ -60,6 +67,7 @@ class Enqueue:
     starving_min_gpus: float = 16.0
     due_after_median_waits: float = 0.0
     due_after_backlog: float = 0.0
+    backlog_bound: str = "started"  # or "waited": see the module's description
     name: str = "enqueue"
 
     def __post_init__(self) -> None:
@@ -69,6 +77,10 @@ class Enqueue:
             raise ValueError("due_after_median_waits must be 0 (off) or more")
         if not 0.0 <= self.due_after_backlog < float("inf"):
             raise ValueError("due_after_backlog must be 0 (off) or more")
+        if self.backlog_bound not in ("started", "waited"):
+            raise ValueError(
+                f"backlog_bound must be 'started' or 'waited', not {self.backlog_bound!r}"
+            )
 
     def execute(self, session: Session) -> None:
         order = session.policy.order
@@ -114,7 +126,8 @@ class Enqueue:
             bar = self.due_after_median_waits * waits[len(waits) // 2]
         if self.due_after_backlog > 0:
             k = self.due_after_backlog
-            bar = min(bar, k * backlog_drain_s(session, admitted, (now - oldest) / k))
+            waited = self.backlog_bound == "waited"
+            bar = min(bar, k * backlog_drain_s(session, admitted, (now - oldest) / k, waited))
         cutoff = now - bar
         if oldest >= cutoff:  # not even the oldest is overdue
             return admitted
@@ -142,12 +155,16 @@ class Enqueue:
 
 
 def backlog_drain_s(
-    session: Session, admitted: list[PendingJob], enough_s: float = float("inf")
+    session: Session,
+    admitted: list[PendingJob],
+    enough_s: float = float("inf"),
+    waited: bool = False,
 ) -> float:
     """Seconds the cluster's healthy GPUs need to do the GPU-time still to do: what running
-    jobs have left to their expected end (`time_left_s`) and the admitted jobs' estimates (else
-    their runtime bounds). The sum stops once it reaches `enough_s` (a bar past the oldest
-    job's wait says the same as any higher one), so the answer is then only at least that."""
+    jobs have left to their expected end (`time_left_s`; with `waited`, to the end the bound
+    they waited with gives) and the admitted jobs' estimates (else their runtime bounds). The
+    sum stops once it reaches `enough_s` (a bar past the oldest job's wait says the same as any
+    higher one), so the answer is then only at least that."""
     arrays = session.arrays
     gpus = float(arrays.num_gpus[arrays.healthy].sum())
     if gpus <= 0:
@@ -156,7 +173,7 @@ def backlog_drain_s(
     enough = enough_s * gpus
     work = 0.0
     for r in session.running.values():
-        left = time_left_s(r, now)
+        left = time_left_s(r, now, waited)
         if left is not None:
             work += left * r.usage[2] / GPU_MILLI_WHOLE
     for pj in admitted:

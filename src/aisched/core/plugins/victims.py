@@ -13,11 +13,14 @@ from aisched.core.snapshot import RunningJob
 from aisched.model.resources import GPU_MILLI_WHOLE
 
 
-def time_left_s(running: RunningJob, now: float) -> float | None:
+def time_left_s(running: RunningJob, now: float, waited: bool = False) -> float | None:
     """How long a running job is expected to go on: to its expected end, or, once past it, as
     long again as it has run in all (it outlived its estimate, so it is probably long);
-    None when it has no expected end."""
+    None when it has no expected end. `waited`: to the end the bound it waited with gives
+    (`RunningJob.waited_end_s`, where its caller gives one)."""
     end = running.expected_end_s
+    if waited and running.waited_end_s is not None:
+        end = running.waited_end_s
     if end is None:
         return None
     if end > now:
