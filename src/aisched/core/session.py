@@ -6,7 +6,7 @@ A session is created by `run_cycle` and dropped at its end; nothing outside the 
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
@@ -231,8 +231,11 @@ class Session:
         self.reservations: list[Reservation] = []
         # Free states beside reservations, keyed by the reservations' job ids (reservation.py).
         self.guards: dict[tuple[str, ...], Guard] = {}
-        # Jobs that allocate could not place, in scheduling order, for preempt/backfill.
-        self.blocked: list[PendingJob] = []
+        # Jobs that allocate could not place, in scheduling order, for preempt/backfill
+        # (`blocked`; the walk that found them may leave the rest of the list to be built
+        # when first read: most cycles of a preempting policy never read it).
+        self._blocked: list[PendingJob] = []
+        self._blocked_rest: Callable[[list[PendingJob]], None] | None = None
         # Jobs admitted by enqueue, in scheduling order (before fair-share interleaving).
         self.candidates: list[PendingJob] = []
         # Their placement shapes, position for position, when enqueue kept them (None when it
@@ -317,6 +320,21 @@ class Session:
             qu[q] = add_usage(qu.get(q, ZERO), vec, sign)
         key = (queue, user)
         self.user_usage[key] = add_usage(self.user_usage.get(key, ZERO), vec, sign)
+
+    @property
+    def blocked(self) -> list[PendingJob]:
+        """The jobs allocate could not place, in scheduling order (built in full now if the
+        walk left the rest for later)."""
+        rest = self._blocked_rest
+        if rest is not None:
+            self._blocked_rest = None
+            rest(self._blocked)
+        return self._blocked
+
+    def block_later(self, rest: Callable[[list[PendingJob]], None]) -> None:
+        """`rest(blocked)` adds the rest of the blocked jobs, in order, when first read."""
+        assert self._blocked_rest is None
+        self._blocked_rest = rest
 
     def queue_path(self, queue: str) -> tuple[str, ...]:
         return _queue_path(self.queues, queue)

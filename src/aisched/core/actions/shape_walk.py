@@ -18,6 +18,7 @@ whose shape has failed fails again for the same reason and changes nothing. So:
 4. When an action runs after allocate, the blocked list is built as the general walk builds it:
    the jobs in the order it visits them (slices of the queues' kept lists, equal shares merged
    by key); once every shape has failed, the rest in candidate order (`Allocate._fail_rest`).
+   With several queues it is merged only when first read (`Session.blocked`).
    With one queue both orders are the candidates' own, and preempt is told so.
 
 The decisions, statuses and blocked list are those of the general walk, whose rules this module
@@ -131,9 +132,10 @@ def walk(session: Session, strict: bool) -> None:
     failed: dict[Hashable, JobStatus] = {}
     track = not session.policy.allocate_last  # later actions read the blocked list
     # With one queue the blocked list is the candidates less those bound (built at the end);
-    # with several, the order of the visits is kept as they happen.
+    # with several, the visits are kept as they happen (a job that failed, or the spans of
+    # queues passed together), and merged only if a later action reads the list.
     visits = track and len(queues) > 1
-    visited: list[PendingJob] = []  # in the general walk's order, while kept
+    visited: list[PendingJob | list[Span]] = []  # in the general walk's order
     bound: list[Key] = []
     shares = _Shares(session, queues)
     levels = shares.levels()
@@ -148,14 +150,14 @@ def walk(session: Session, strict: bool) -> None:
             tries = [(t, q) for q in group if (t := q.next_try(untried)) is not None]
             if not tries:  # every job left in these queues fails: visited in key order
                 if visits:
-                    _extend_merged(visited, [q.rest() for q in group])
+                    visited.append([q.rest() for q in group])
                 else:
                     for q in group:
                         q.at = len(q.index.keys)
                 break
             (key, shape), q = min(tries, key=_first_key)
             if visits:
-                _extend_merged(visited, [other.to(key) for other in group])
+                visited.append([other.to(key) for other in group])
             else:
                 for other in group:
                     other.skip_to(key)
@@ -187,8 +189,16 @@ def walk(session: Session, strict: bool) -> None:
         session.blocked_shapes = _without(kept.shapes, positions)
         session.blocked_in_order = True
         return
-    session.blocked.extend(visited)
-    _extend_merged(session.blocked, [q.rest() for q in queues if q.left])
+    visited.append([q.rest() for q in queues if q.left])
+
+    def rest(blocked: list[PendingJob]) -> None:
+        for visit in visited:
+            if isinstance(visit, list):
+                _extend_merged(blocked, visit)
+            else:
+                blocked.append(visit)
+
+    session.block_later(rest)
 
 
 def _stop(session: Session, queues: list[_Queue], pj: PendingJob) -> None:
