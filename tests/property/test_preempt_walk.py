@@ -248,7 +248,12 @@ def test_replays_decide_as_the_plain_walk(policy: str, seed: int, queues: int) -
 @given(scn=scenarios())
 def test_victim_keys_in_one_pass_are_the_keys_one_by_one(scn: Scenario) -> None:
     selectors = (LeastWorkLost(), Newest(), LongestRemaining(), LowestPriority())
-    running = list(scn.running)
+    # Also with periodic checkpoints in place of a known last one (none, or none yet at now).
+    running = list(scn.running) + [
+        replace(r, last_checkpoint_s=None, checkpoint_interval_s=interval)
+        for r in scn.running
+        for interval in (0.0, 7.0, 100.0)
+    ]
     assert victim_keys(selectors, running, scn.now) == [
         victim_key(selectors, r, scn.now) for r in running
     ]

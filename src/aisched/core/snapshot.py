@@ -280,10 +280,13 @@ class FreeState:
         if t.gpu_milli == GPU_MILLI_WHOLE:
             # Whole GPUs: each is whole before a take and after a give, and nothing before a
             # give and after a take (validate mode checks the counts against the shares).
-            gpus: int | list[int] = t.gpus[0] if len(t.gpus) == 1 else list(t.gpus)
-            row[gpus] += sign * GPU_MILLI_WHOLE
+            # One GPU at a time: cheaper than numpy's fancy indexing for a task's few GPUs.
+            step = sign * GPU_MILLI_WHOLE
+            for g in t.gpus:
+                row[g] += step
             if per_gpu_mem:
-                mem_row[gpus] += sign * per_gpu_mem
+                for g in t.gpus:
+                    mem_row[g] += sign * per_gpu_mem
             self.whole[node] += sign * len(t.gpus)
             return
         for gi in t.gpus:
