@@ -35,6 +35,7 @@ queue tree; it holds both, so neither id can be reused meanwhile. Pure: no clock
 
 from __future__ import annotations
 
+import heapq
 import weakref
 from bisect import bisect_left, insort
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -72,8 +73,21 @@ class QueueIndex:
     keys: list[Key] = field(default_factory=list)
     jobs: list[PendingJob] = field(default_factory=list)
     shape_keys: dict[Hashable, list[Key]] = field(default_factory=dict)
+    # Each shape's first key, as a heap, kept until a job comes or goes (`heads`).
+    _heads: list[tuple[Key, Hashable]] | None = None
+
+    def heads(self) -> list[tuple[Key, Hashable]]:
+        """(first key, shape) of every shape, as a heap: a new list, the caller's to change.
+        Worked out again only after the index changed: most queues keep theirs between
+        cycles, and allocate's walk starts from it every cycle."""
+        heads = self._heads
+        if heads is None:
+            heads = self._heads = [(keys[0], shape) for shape, keys in self.shape_keys.items()]
+            heapq.heapify(heads)
+        return heads.copy()
 
     def add(self, m: Member) -> None:
+        self._heads = None
         at = bisect_left(self.keys, m.key)
         self.keys.insert(at, m.key)
         self.jobs.insert(at, m.pj)
@@ -84,6 +98,7 @@ class QueueIndex:
             insort(keys, m.key)
 
     def remove(self, m: Member) -> None:
+        self._heads = None
         at = bisect_left(self.keys, m.key)
         assert self.jobs[at] is m.pj, "a queue's kept order lost a job"
         del self.keys[at], self.jobs[at]

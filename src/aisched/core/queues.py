@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from aisched.core.session import usage_vector
-from aisched.core.snapshot import Usage, add_usage
+from aisched.core.snapshot import ZERO, Usage, add_usage
 from aisched.model.job import Job
 from aisched.model.resources import Resources
 
@@ -82,10 +82,8 @@ def borrowed(session: Session, queue: str, minus: Usage) -> bool:
 def fair_key(session: Session, job: Job) -> tuple[float, ...]:
     """Hierarchical weighted dominant share along the job's queue path (lower goes first),
     then its user's share when drf is on."""
-    key: list[float] = []
-    for qname in session.queue_path(job.queue):
-        weight = session.queues.get(qname).weight if session.queues.has(qname) else 1.0
-        key.append(session.dominant_share(session.usage_of(qname)) / weight)
+    queues, usage, share = session.queues, session.queue_usage, session.dominant_share
+    key = [share(usage.get(q, ZERO)) / queues.weight_of(q) for q in session.queue_path(job.queue)]
     if session.policy.fair_users:
         u = session.user_usage.get((job.queue, job.user))
         key.append(session.dominant_share(u) if u is not None else 0.0)

@@ -345,11 +345,15 @@ class Session:
     def set_status_cached(self, job_id: str, code: StatusCode, reason: str) -> None:
         """Like set_status, sharing one status object per (code, reason): many waiting jobs
         give the same reason, and a cycle may set thousands."""
+        self.statuses.own[job_id] = self.shared_status(code, reason)
+
+    def shared_status(self, code: StatusCode, reason: str) -> JobStatus:
+        """The cycle's one status object for (code, reason)."""
         key = (code, reason)
         status = self._status_cache.get(key)
         if status is None:
             status = self._status_cache[key] = JobStatus(code, reason)
-        self.statuses.own[job_id] = status
+        return status
 
     def set_status(
         self, job_id: str, code: StatusCode, reason: str, eta: float | None = None

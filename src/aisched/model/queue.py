@@ -73,6 +73,11 @@ class QueueTree:
     def has(self, name: str) -> bool:
         return name in self._by_name
 
+    def weight_of(self, name: str) -> float:
+        """`name`'s weight (1 for a queue not in the tree)."""
+        q = self._by_name.get(name)
+        return q.weight if q is not None else 1.0
+
     def path(self, name: str) -> tuple[str, ...]:
         """Queue names from the top level down to `name` (the root left out). An
         `ungoverned` queue has no limit and allows borrowing all the way up its path."""

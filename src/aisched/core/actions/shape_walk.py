@@ -67,8 +67,7 @@ class _Queue:
         self.name = name
         self.index = index
         self.at = 0  # position in `index` of the next job not yet visited
-        self.shapes = [(keys[0], shape) for shape, keys in index.shape_keys.items()]
-        heapq.heapify(self.shapes)
+        self.shapes = index.heads()
 
     @property
     def left(self) -> bool:
@@ -175,7 +174,7 @@ def walk(session: Session, strict: bool) -> None:
                 session.set_status_cached(pj.id, StatusCode.WAIT_RESOURCES, placed)
                 _stop(session, queues, pj)
                 return
-            failed[shape] = JobStatus(StatusCode.WAIT_RESOURCES, placed)
+            failed[shape] = session.shared_status(StatusCode.WAIT_RESOURCES, placed)
             if visits:
                 visited.append(pj)
             if not untried:
