@@ -58,6 +58,7 @@ class Holdings:
         # Every view taken and given back, in order (`RunningChanges`): the core's kept ranks
         # follow it rather than compare whole running sets. Bounded as the free state's log.
         self.log: list[tuple[RunningJob, int]] = []
+        self._snapshot: Snapshot | None = None  # the last `snapshot`, while it still holds
 
     def take(self, view: RunningJob) -> None:
         """Hold `view`'s bindings for its job; the job must hold nothing yet."""
@@ -147,8 +148,24 @@ class Holdings:
         return self._running
 
     def snapshot(self, queues: QueueTree) -> Snapshot:
-        changes = RunningChanges(self.log, len(self.log))
-        return Snapshot(self.arrays, self.free, self.running(), queues, self.usage, None, changes)
+        """The core's view of what is held: the last one again while nothing changed (the
+        free state and usage it holds are the ledger's own, so they are current anyway)."""
+        last, running, log = self._snapshot, self.running(), self.log
+        if (
+            last is not None
+            and last.running is running
+            and last.queues is queues
+            and last.free is self.free
+            and last.arrays is self.arrays
+            and last.changes is not None
+            and last.changes.log is log
+            and last.changes.upto == len(log)
+        ):
+            return last
+        changes = RunningChanges(log, len(log))
+        snap = Snapshot(self.arrays, self.free, running, queues, self.usage, None, changes)
+        self._snapshot = snap
+        return snap
 
     def _changed(self, view: RunningJob, came: int) -> None:
         self._running = None
