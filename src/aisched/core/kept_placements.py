@@ -80,15 +80,26 @@ def current_key(session: Session) -> bytes:
 class KeptPlacements:
     """Outcomes of `place_job` per free state (least recently used dropped past MAX_STATES)."""
 
-    __slots__ = ("policy", "_states")
+    __slots__ = ("policy", "_states", "_last")
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy  # held: the memo slot is keyed by its id
         self._states: OrderedDict[bytes, dict[Hashable, Outcome]] = OrderedDict()
+        # The state asked last (the very key object) and its table: most recently used
+        # already, so asked again (a walk tries several shapes on one state) it is read as is.
+        self._last: tuple[bytes, dict[Hashable, Outcome]] | None = None
 
     def outcomes(self, state: bytes) -> dict[Hashable, Outcome]:
         """The outcomes kept for this free state (a new, empty table for a state not kept);
         the caller reads and adds to it."""
+        last = self._last
+        if last is not None and last[0] is state:
+            return last[1]
+        table = self._outcomes(state)
+        self._last = (state, table)
+        return table
+
+    def _outcomes(self, state: bytes) -> dict[Hashable, Outcome]:
         states = self._states
         table = states.get(state)
         if table is None:
