@@ -495,7 +495,10 @@ def _place_groups(
         else:
             sub = among if mask is None else among[mask[among]]
             nodes = sub[counts[sub] > 0]
-        room = int(np.minimum(counts[nodes], g.replicas).sum()) if len(nodes) else 0
+        if g.replicas == 1:  # the sum below: every node listed has room for one task
+            room = len(nodes)
+        else:
+            room = int(np.minimum(counts[nodes], g.replicas).sum()) if len(nodes) else 0
         if spread_dom is not None and job.topology.spread != TopologyLevel.NODE:
             room = min(room, len(np.unique(spread_dom[nodes])))
         short = max(g.replicas - room, 0)
