@@ -7,12 +7,13 @@ A variant sets the order's aging, linear (`aging`, GPU-seconds per second waited
 waited this many median waits go first; 0 off; `backlog`: jobs that have waited this many
 times the backlog's drain time go first; 0 off; `backlog_bound`: `started` or `waited`, the
 bound of a running job that drain time reads), the starvation guard (`starve` hours after
-submission, for jobs of `min_gpus` GPUs or more) and the preemption guards (`factor`, `min_run`
-seconds, `bound`: `upper` or `estimate`); `adapt` sets how fast the predictor's calibration level
-follows its misses (`PredictorConfig.calib_adapt`), `refresh` (0 or 1) whether a job's upper
-bound is calibrated again when it starts (`PredictorConfig.calib_refresh`) and `group_window`
-the residuals kept per group (`PredictorConfig.calib_group_window`). Each line gives the
-predictor's coverage (of the bound a job's first attempt started with).
+submission, or `starve_backlog` times the backlog's drain time, for jobs of `min_gpus` GPUs
+or more) and the preemption guards (`factor`, `min_run` seconds, `bound`: `upper` or
+`estimate`); `adapt` sets how fast the predictor's calibration level follows its misses
+(`PredictorConfig.calib_adapt`), `refresh` (0 or 1) whether a job's upper bound is calibrated
+again when it starts (`PredictorConfig.calib_refresh`) and `group_window` the residuals kept
+per group (`PredictorConfig.calib_group_window`). Each line gives the predictor's coverage (of
+the bound a job's first attempt started with).
 
     python benchmarks/tune_qssf.py [--variants 'starve=12,min_gpus=1;starve=24,min_gpus=1'] [--jobs N]
         [--size both|roomy|tight]
@@ -56,6 +57,8 @@ def variant(spec: str) -> tuple[dict[str, Any], PredictorConfig]:
             enqueue["starving_after_s"] = float(value) * 3600
         elif key == "min_gpus":
             enqueue["starving_min_gpus"] = float(value)
+        elif key == "starve_backlog":
+            enqueue["starving_after_backlog"] = float(value)
         elif key == "aging":
             cfg["order"] = [{"name": "qssf", "aging": float(value)}, "fifo"]
         elif key == "halve":

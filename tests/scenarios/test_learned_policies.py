@@ -437,6 +437,10 @@ def test_with_eta_adds_the_action_once_and_default_has_it() -> None:
             "policy.actions[0]: starving_after_s must be 0 (off) or more",
         ),
         (
+            {"actions": [{"name": "enqueue", "starving_after_backlog": -0.5}]},
+            "policy.actions[0]: starving_after_backlog must be 0 (off) or more",
+        ),
+        (
             {"actions": [{"name": "preempt", "by": "order", "factor": 0.5}]},
             "policy.actions[0]: factor must be at least 1, got 0.5",
         ),
@@ -742,3 +746,48 @@ def test_an_overdue_job_that_does_not_fit_holds_nothing_back() -> None:
     res = run_cycle(snap, pending, _overdue_qssf(2.0), 10 * HOUR, validate=True)
     assert summary(res) == [("bind", "b", "n1:2"), ("bind", "c", "n1:3")]
     assert res.diagnostics["wide"].code == StatusCode.WAIT_RESOURCES
+
+
+@pytest.mark.parametrize(
+    ("k", "want", "wide_status"),
+    [
+        # Off: wide is only the oldest job; it does not fit and b and c start beside it.
+        (0.0, [("bind", "b", "n1:2"), ("bind", "c", "n1:3")], StatusCode.WAIT_RESOURCES),
+        # The backlog: r's 14 h left on 2 GPUs and 430 GPU-s waiting, on 4 GPUs: 7.0 h to
+        # drain. wide has waited 10 h, past it: it starves and holds n1; b and c would end
+        # (upper estimate, 20 h) after r's end frees n1, so they keep off it.
+        (1.0, [("reserve", "wide", "n1")], StatusCode.RESERVED),
+        # Twice the drain time (14.1 h) is past wide's wait: not starving yet.
+        (2.0, [("bind", "b", "n1:2"), ("bind", "c", "n1:3")], StatusCode.WAIT_RESOURCES),
+    ],
+    ids=["off", "past the drain time", "under twice the drain time"],
+)
+def test_a_wide_job_waiting_past_the_backlogs_drain_time_starves_and_holds_a_reservation(
+    k: float, want: list[tuple[str, ...]], wide_status: StatusCode
+) -> None:
+    """`starving_after_backlog`: the starving bar (with a reservation) set by the load, as the
+    overdue bar is, for jobs of `starving_min_gpus` GPUs or more; without it the wide job keeps
+    failing to fit while narrower ones take the GPUs that free up."""
+    cfg = copy.deepcopy(PRESETS["qssf"])
+    cfg["actions"][0] = {
+        "name": "enqueue",
+        "starving_min_gpus": 4,
+        "starving_after_backlog": k,
+    }
+    r = job("r").task(gpu=2).not_preemptible().build()
+    busy = running(r, ("n1", (0, 1)), expected_end_s=DAY)
+    snap = snapshot_of(cluster(node("n1").gpus(4)), [busy])
+    pending = [
+        job("wide").task(gpu=4).submitted(0).pending(estimate_s=100.0),
+        job("b")
+        .task(gpu=1)
+        .submitted(9 * HOUR)
+        .pending(estimate_s=10.0, estimate_upper_s=20 * HOUR),
+        job("c")
+        .task(gpu=1)
+        .submitted(9 * HOUR)
+        .pending(estimate_s=20.0, estimate_upper_s=20 * HOUR),
+    ]
+    res = run_cycle(snap, pending, build_policy(cfg, name="qssf"), 10 * HOUR, validate=True)
+    assert summary(res) == want
+    assert res.diagnostics["wide"].code == wide_status

@@ -179,7 +179,7 @@ def may_settle(policy: Policy) -> bool:
     be evicted either it decides nothing."""
     for action in policy.actions:
         if action.name == "enqueue":
-            if getattr(action, "starving_after_s", 0.0) > 0:
+            if getattr(action, "promotes", False):
                 return False
         elif isinstance(action, PreemptAction):
             if action.by != "order":

@@ -52,7 +52,7 @@ def reads_estimates(policy: Policy) -> bool:
     """True when some decision of `policy` may change with the runtime estimates given."""
     for action in policy.actions:
         if isinstance(action, Enqueue):
-            if action.starving_after_s > 0 or action.due_after_backlog > 0:
+            if action.promotes or action.due_after_backlog > 0:
                 return True
         elif type(action) not in _BLIND_ACTIONS:
             return True

@@ -9,6 +9,11 @@ that has waited that long since submission goes to the front, oldest first, what
 order says. Allocate tries those first, and with backfill in the policy the first of them that
 does not fit holds the reservation, so a large gang waits at most that long plus the time for
 the running work in its way to end, however many short jobs keep arriving.
+`starving_after_backlog` (k) gives that bar a scale taken from the load instead of (or beside:
+the lower holds) a fixed one: such a job starves once it has waited k times the backlog's drain
+time (below). Why: an overdue job goes first but holds nothing back, so a wide one can keep
+failing to fit while narrow ones take each GPU that frees around it; a fixed starving bar is
+either too low for a lightly loaded cluster or too high for a loaded one.
 
 Overdue jobs: with `due_after_median_waits` set (k), a job of any size that has waited more
 than k times the median wait of the admitted jobs goes to the front, oldest first, after the
@@ -65,6 +70,7 @@ if TYPE_CHECKING:
 class Enqueue:
     starving_after_s: float = 0.0
     starving_min_gpus: float = 16.0
+    starving_after_backlog: float = 0.0
     due_after_median_waits: float = 0.0
     due_after_backlog: float = 0.0
     backlog_bound: str = "started"  # or "waited": see the module's description
@@ -73,6 +79,8 @@ class Enqueue:
     def __post_init__(self) -> None:
         if self.starving_after_s < 0:
             raise ValueError("starving_after_s must be 0 (off) or more")
+        if not 0.0 <= self.starving_after_backlog < float("inf"):
+            raise ValueError("starving_after_backlog must be 0 (off) or more")
         if not 0.0 <= self.due_after_median_waits < float("inf"):
             raise ValueError("due_after_median_waits must be 0 (off) or more")
         if not 0.0 <= self.due_after_backlog < float("inf"):
@@ -92,7 +100,7 @@ class Enqueue:
         kept.lend_members(session.statuses)
         admitted = list(kept.jobs)
         shapes: list[Hashable] | None = list(kept.shapes)
-        if self.starving_after_s > 0 and admitted:
+        if self.promotes and admitted:
             admitted = self._promote_starving(session, admitted)
             if session.promoted:
                 shapes = None  # reordered: allocate takes the shapes from the jobs
@@ -140,12 +148,24 @@ class Enqueue:
         rest = [pj for pj in admitted[head:] if id(pj) not in moved]
         return admitted[:head] + overdue + rest
 
+    @property
+    def promotes(self) -> bool:
+        """Whether some job may be promoted for starving (and so hold a reservation)."""
+        return self.starving_after_s > 0 or self.starving_after_backlog > 0
+
     def _promote_starving(self, session: Session, admitted: list[PendingJob]) -> list[PendingJob]:
-        cutoff = session.now - self.starving_after_s
-        least = self.starving_min_gpus
-        starving = [
-            pj for pj in admitted if pj.job.submit_time_s <= cutoff and pj.job.num_gpus >= least
-        ]
+        now, least = session.now, self.starving_min_gpus
+        wide = [pj for pj in admitted if pj.job.num_gpus >= least]
+        if not wide:
+            return admitted
+        bar = self.starving_after_s if self.starving_after_s > 0 else float("inf")
+        if self.starving_after_backlog > 0:
+            k = self.starving_after_backlog
+            oldest = min(pj.job.submit_time_s for pj in wide)
+            waited = self.backlog_bound == "waited"
+            bar = min(bar, k * backlog_drain_s(session, admitted, (now - oldest) / k, waited))
+        cutoff = now - bar
+        starving = [pj for pj in wide if pj.job.submit_time_s <= cutoff]
         if not starving:
             return admitted
         starving.sort(key=lambda pj: pj.job.tie_break)
