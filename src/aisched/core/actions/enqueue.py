@@ -133,9 +133,7 @@ class Enqueue:
             waits = sorted(now - pj.job.submit_time_s for pj in admitted)
             bar = self.due_after_median_waits * waits[len(waits) // 2]
         if self.due_after_backlog > 0:
-            k = self.due_after_backlog
-            waited = self.backlog_bound == "waited"
-            bar = min(bar, k * backlog_drain_s(session, admitted, (now - oldest) / k, waited))
+            bar = min(bar, self._backlog_bar(session, admitted, self.due_after_backlog, oldest))
         cutoff = now - bar
         if oldest >= cutoff:  # not even the oldest is overdue
             return admitted
@@ -147,6 +145,14 @@ class Enqueue:
         moved = {id(pj) for pj in overdue}
         rest = [pj for pj in admitted[head:] if id(pj) not in moved]
         return admitted[:head] + overdue + rest
+
+    def _backlog_bar(
+        self, session: Session, admitted: list[PendingJob], k: float, oldest: float
+    ) -> float:
+        """k times the backlog's drain time, read from the bound `backlog_bound` names; summed
+        no further than a bar past the wait of the job submitted at `oldest` needs."""
+        waited = self.backlog_bound == "waited"
+        return k * backlog_drain_s(session, admitted, (session.now - oldest) / k, waited)
 
     @property
     def promotes(self) -> bool:
@@ -160,10 +166,9 @@ class Enqueue:
             return admitted
         bar = self.starving_after_s if self.starving_after_s > 0 else float("inf")
         if self.starving_after_backlog > 0:
-            k = self.starving_after_backlog
             oldest = min(pj.job.submit_time_s for pj in wide)
-            waited = self.backlog_bound == "waited"
-            bar = min(bar, k * backlog_drain_s(session, admitted, (now - oldest) / k, waited))
+            k = self.starving_after_backlog
+            bar = min(bar, self._backlog_bar(session, admitted, k, oldest))
         cutoff = now - bar
         starving = [pj for pj in wide if pj.job.submit_time_s <= cutoff]
         if not starving:
