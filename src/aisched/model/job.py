@@ -191,12 +191,20 @@ class Job:
     # Equal for jobs of equal shape, different otherwise (and never reused): the interned
     # shape's serial number.
     shape_id: int = field(init=False, repr=False, compare=False)
+    # Tasks in all, and those that must start together (all of them unless `min_available`
+    # says fewer): read by placement and preemption for every job they look at.
+    num_tasks: int = field(init=False, repr=False, compare=False)
+    gang_min: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.groups:
             raise ValueError(f"job {self.id}: needs at least one task group")
         if any(g.replicas < 1 for g in self.groups):
             raise ValueError(f"job {self.id}: every task group needs at least one replica")
+        num_tasks = sum(g.replicas for g in self.groups)
+        object.__setattr__(self, "num_tasks", num_tasks)
+        gang_min = num_tasks if self.min_available is None else self.min_available
+        object.__setattr__(self, "gang_min", gang_min)
         if self.min_available is not None and not 1 <= self.min_available <= self.num_tasks:
             raise ValueError(
                 f"job {self.id}: min_available {self.min_available} must be in 1..{self.num_tasks}"
@@ -223,15 +231,6 @@ class Job:
         """What a node's `max_per_node` counts instances of: the service a replica serves,
         else the job itself (its tasks are one job group)."""
         return self.replica_of if self.replica_of is not None else self.id
-
-    @property
-    def num_tasks(self) -> int:
-        return sum(g.replicas for g in self.groups)
-
-    @property
-    def gang_min(self) -> int:
-        """Tasks that must start together: all of them unless `min_available` says fewer."""
-        return self.num_tasks if self.min_available is None else self.min_available
 
     @property
     def total_request(self) -> Resources:
