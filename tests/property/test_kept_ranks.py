@@ -22,7 +22,14 @@ from hypothesis import strategies as st
 from aisched.core.decisions import TaskBinding
 from aisched.core.demotion import demotion_at
 from aisched.core.framework import JobOrder
-from aisched.core.kept_ranks import _FALLING_ORDERS, KeptBars, KeptRanks, moves_of, shrinkable
+from aisched.core.kept_ranks import (
+    _FALLING_ORDERS,
+    KeptBars,
+    KeptRanks,
+    Moves,
+    moves_of,
+    shrinkable,
+)
 from aisched.core.pending import PendingQueue
 from aisched.core.plugins.order import Las, PredictedGpuTime, ShortestFirst
 from aisched.core.plugins.victims import time_left_s
@@ -175,6 +182,14 @@ def test_kept_keys_equal_keys_computed_afresh(
             assert kept.above(running, above, now, compute) == [
                 r for r in running if compute(r) > above
             ]
+            found = kept.views_above(above, now)
+            if kept.moves is Moves.STEPS:  # the same views, read from the values above
+                assert found is not None
+                assert sorted(map(id, found)) == sorted(
+                    id(r) for r in running if compute(r) > above
+                )
+            else:
+                assert found is None
         assert kept.top(now, compute) == max(keys, default=-math.inf)
         for r in running:
             assert kept.key(r, now, compute) == compute(r)

@@ -30,6 +30,8 @@ Invariants:
   at least it, and exactly it when above `above`), and `shrinkable` the number of them that
   preemption could shrink.
 - `key(view, now, compute)` always equals `compute(view)`, the key at `now`.
+- Under `steps`, `_by_value` files every entry's view under its value; after `sync` at `now`
+  `views_above(bar, now)` holds exactly the views whose key at `now` is above `bar`.
 - After `sync(pending)`, `KeptBars` holds exactly the jobs of `pending`, each with its bar
   (synced from a `PendingQueue`'s log, the log replays to exactly its jobs).
 - Entries hold their views, so an `id()` is never reused while it is kept; heap items of
@@ -123,6 +125,9 @@ class KeptRanks:
     _serial: int = 0
     _tops: list[tuple[float, int, int]] = field(default_factory=list)  # (-value, serial, id)
     _ends: list[tuple[float, int, int]] = field(default_factory=list)  # (to_s, serial, id)
+    # `steps` only: the views kept at each value, so those above a bar are read without the
+    # rest (a LAS key takes a few values, and most running jobs rank below most bars).
+    _by_value: dict[float, dict[int, RunningJob]] = field(default_factory=dict)
 
     def sync(
         self,
@@ -142,7 +147,7 @@ class KeptRanks:
             self._log = changes
             ids = set(map(id, running))
             for i in entries.keys() - ids:
-                self.shrinkable -= shrinkable(entries.pop(i).view)
+                self.shrinkable -= shrinkable(self._drop(i).view)
             # An entry holds its view, so a view new to the table has an id new to it too;
             # new attempts come last in a running set kept in start order: look from the back.
             came = len(ids) - len(entries)
@@ -182,7 +187,7 @@ class KeptRanks:
             else:
                 hit = entries.get(id(view))
                 if hit is not None and hit.view is view:
-                    del entries[id(view)]
+                    self._drop(id(view))
                     self.shrinkable -= shrinkable(view)
         self._log = changes
         return True
@@ -230,6 +235,17 @@ class KeptRanks:
                 out.append(view)
         return out
 
+    def views_above(self, bar: float, now: float) -> list[RunningJob] | None:
+        """`steps`, synced at `now`: every view kept whose key at `now` is above `bar`, in no
+        set order, read from the values above it alone; None otherwise (`above` then)."""
+        if self.moves is not Moves.STEPS or now != self._now:
+            return None
+        out: list[RunningJob] = []
+        for value, views in self._by_value.items():
+            if value > bar:
+                out.extend(views.values())
+        return out
+
     def _exact(self, entry: _Entry, now: float) -> bool:
         """Whether the entry's value is the key at `now` (a `falls` value is only a bound
         after the instant it was computed at)."""
@@ -241,6 +257,10 @@ class KeptRanks:
         self._serial += 1
         entry = _Entry(view, value, now, self._holds_until(view, now), self._serial)
         i = id(view)
+        if self.moves is Moves.STEPS:
+            if i in self.entries:
+                self._drop(i)
+            self._by_value.setdefault(value, {})[i] = view
         self.entries[i] = entry
         heapq.heappush(self._tops, (-value, entry.serial, i))
         if entry.to_s < math.inf:
@@ -280,11 +300,22 @@ class KeptRanks:
             at = math.nextafter(at, -math.inf)
         return now
 
+    def _drop(self, i: int) -> _Entry:
+        """Take the entry of id `i` out of the table (and its value's views)."""
+        entry = self.entries.pop(i)
+        if self.moves is Moves.STEPS:
+            views = self._by_value[entry.value]
+            del views[i]
+            if not views:
+                del self._by_value[entry.value]
+        return entry
+
     def _clear(self) -> None:
         self._synced = ()
         self._log = None
         self.shrinkable = 0
         self.entries.clear()
+        self._by_value.clear()
         self._tops.clear()
         self._ends.clear()
 

@@ -13,7 +13,10 @@ sorts only when more than the first is read.
 Invariant: `ordered(xs)` equals `xs` filtered out of the whole pool sorted by victim key, since
 the key is a total order (its last word is the job id): sorting after filtering gives what
 filtering after sorting gave; `InVictimOrder(pool, xs)` reads as `ordered(xs)`, position for
-position. Pure, per cycle: nothing is kept past the walk.
+position. `holds(r)` is whether `r` is one of `jobs` (the same object), whenever `jobs` is first
+read: the session's running set changes in a walk only by evictions and shrinks (which the walk
+drops) and by binds (placed in this cycle, never in the pool). Pure, per cycle: nothing is kept
+past the walk.
 """
 
 from __future__ import annotations
@@ -32,20 +35,44 @@ VictimKey = tuple[float | str, ...]
 
 class VictimPool:
     """Every possible victim of one walk: preemptible, not already terminating, not placed in
-    this cycle. `jobs` is in the session's running order."""
+    this cycle. `jobs` is in the session's running order, listed when first read (a walk that
+    finds its candidates from kept ranks never reads it; `holds` asks of one job)."""
 
-    __slots__ = ("_keys", "_now", "_victims", "jobs")
+    __slots__ = ("_keys", "_now", "_victims", "_session", "_jobs", "_dropped")
 
     def __init__(self, session: Session) -> None:
-        bound_now = session.bound_now
-        self.jobs: list[RunningJob] = [
-            r
-            for r in session.running.values()
-            if r.job.preemptible and not r.terminating and r.id not in bound_now
-        ]
+        self._session = session
+        self._jobs: list[RunningJob] | None = None
+        self._dropped: set[str] = set()
         self._victims = session.policy.victims
         self._now = session.now
         self._keys: dict[str, VictimKey] = {}
+
+    @property
+    def jobs(self) -> list[RunningJob]:
+        if self._jobs is None:
+            bound_now, dropped = self._session.bound_now, self._dropped
+            self._jobs = [
+                r
+                for r in self._session.running.values()
+                if r.job.preemptible
+                and not r.terminating
+                and r.id not in bound_now
+                and r.id not in dropped
+            ]
+        return self._jobs
+
+    def holds(self, r: RunningJob) -> bool:
+        """Whether `r` is in `jobs`: the session's running view of its job, a possible victim,
+        not dropped."""
+        session = self._session
+        return (
+            session.running.get(r.id) is r
+            and r.job.preemptible
+            and not r.terminating
+            and r.id not in session.bound_now
+            and r.id not in self._dropped
+        )
 
     def ordered(self, jobs: Sequence[RunningJob]) -> list[RunningJob]:
         """`jobs` (members of the pool) in victim order: first to be evicted first."""
@@ -75,7 +102,9 @@ class VictimPool:
     def drop(self, gone: Iterable[str]) -> None:
         """Take the jobs `gone` (evicted or shrunk) out of the pool."""
         out = set(gone)
-        self.jobs = [r for r in self.jobs if r.id not in out]
+        self._dropped |= out
+        if self._jobs is not None:
+            self._jobs = [r for r in self._jobs if r.id not in out]
 
 
 class InVictimOrder(Sequence[RunningJob]):

@@ -329,13 +329,21 @@ class _Ranks:
         kept.running.sync(snapshot.running, self._session.now, self._running_key, snapshot.changes)
         return kept.running.shrinkable > 0
 
-    def above(self, jobs: list[RunningJob], rank: float) -> list[RunningJob] | None:
+    def above(self, pool: VictimPool, rank: float) -> list[RunningJob] | None:
         if not self._whole_cluster:
             return None  # a victim must be in the blocked job's queue too
         if self._kept is None:
             rank_of = self._rank_of
-            return [r for r in jobs if rank_of(r) > rank]
-        return self._kept.running.above(jobs, rank, self._session.now, self._running_key)
+            return [r for r in pool.jobs if rank_of(r) > rank]
+        session, running = self._session, self._kept.running
+        snapshot, now = session.snapshot, session.now
+        running.sync(snapshot.running, now, self._running_key, snapshot.changes)
+        views = running.views_above(rank, now)
+        if views is None:
+            return running.above(pool.jobs, rank, now, self._running_key)
+        # The table holds the snapshot's running jobs, which the pool is drawn from: the pool's
+        # jobs above the rank, in another order (the walk puts candidates in victim order).
+        return [r for r in views if pool.holds(r)]
 
     def below(self, jobs: list[PendingJob], top: float) -> list[int] | None:
         kept = self._kept

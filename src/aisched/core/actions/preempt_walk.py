@@ -61,10 +61,11 @@ class Ranking(Protocol):
         with tasks above its minimum): the walk then looks for none."""
         ...
 
-    def above(self, jobs: list[RunningJob], rank: float) -> list[RunningJob] | None:
-        """The jobs among `jobs` (in their order) whose rank key is above `rank`, when that
-        alone says who is eligible; None when eligibility asks more (the walk then asks
-        `eligible` of each)."""
+    def above(self, pool: VictimPool, rank: float) -> list[RunningJob] | None:
+        """The jobs of `pool` whose rank key is above `rank` (in any order: the walk sorts
+        candidates into victim order, and judges them by their number), when that alone says
+        who is eligible; None when eligibility asks more (the walk then asks `eligible` of
+        each)."""
         ...
 
     def below(self, jobs: list[PendingJob], top: float) -> list[int] | None:
@@ -247,7 +248,7 @@ def run(
             else:
                 if pool is None:
                     pool = VictimPool(session)
-                found = ranking.above(pool.jobs, rank) if ranking is not None else None
+                found = ranking.above(pool, rank) if ranking is not None else None
                 if found is None:
                     found = [r for r in pool.jobs if eligible(pj, r)]
                 cands = by_sig[sig] = found
