@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from aisched.core.decisions import TaskBinding
 from aisched.core.placement import may_fit, place_job, sample_size
@@ -30,9 +30,9 @@ if TYPE_CHECKING:
     from aisched.core.session import Session
 
 
-@dataclass(frozen=True, slots=True)
-class Cut:
-    """Capacity a what-if may take: all of `job` (`task` None), or that one task of it."""
+class Cut(NamedTuple):
+    """Capacity a what-if may take: all of `job` (`task` None), or that one task of it. A
+    named tuple: the walk makes one per candidate it reads, and a tuple is made cheaply."""
 
     job: RunningJob
     task: TaskBinding | None = None
