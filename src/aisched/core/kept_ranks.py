@@ -384,7 +384,12 @@ class KeptBars:
 
     def below(self, jobs: list[PendingJob], top: float) -> list[int]:
         """The positions, in order, of the `jobs` whose bar is below `top`."""
-        return [k for k, bar in enumerate(map(self.bar, jobs)) if bar < top]
+        entries, out = self.entries, []
+        for k, pj in enumerate(jobs):  # `bar` inlined: this reads every blocked job
+            hit = entries.get(id(pj))
+            if (hit[1] if hit is not None and hit[0] is pj else self.bar_of(pj)) < top:
+                out.append(k)
+        return out
 
     def lowest_of_all(self) -> float:
         """The lowest bar of the jobs synced (inf when there are none), from a heap: a caller
