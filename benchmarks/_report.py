@@ -12,10 +12,23 @@ from pathlib import Path
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 
 
+def cpu_model() -> str:
+    """The processor's model name (Linux's /proc/cpuinfo, else what `platform` says): CPU-s
+    figures from different processors differ by tens of percent, so each table names its own."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
 def write_section(name: str, body: str) -> None:
     command = "python " + " ".join(["benchmarks/" + Path(sys.argv[0]).name, *sys.argv[1:]])
     machine = (
-        f"{platform.machine()}, {platform.python_implementation()} {platform.python_version()}"
+        f"{platform.machine()} {cpu_model()}, "
+        f"{platform.python_implementation()} {platform.python_version()}"
     )
     block = (
         f"<!-- {name}:begin -->\n"
