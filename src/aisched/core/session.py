@@ -224,6 +224,7 @@ class Session:
         base = _running_base(snapshot)
         self.running: dict[str, RunningJob] = base.by_id.copy()
         self.bound_now: set[str] = set()
+        self._paths: dict[str, tuple[str, ...]] = {}  # queue_path's answers
         self.decisions: list[Decision] = []
         self.statuses = Statuses(pending)
         self.queue_usage: dict[str, Usage] = {}
@@ -337,7 +338,10 @@ class Session:
         self._blocked_rest = rest
 
     def queue_path(self, queue: str) -> tuple[str, ...]:
-        return _queue_path(self.queues, queue)
+        path = self._paths.get(queue)  # the tree is the snapshot's: fixed for the session
+        if path is None:
+            path = self._paths[queue] = _queue_path(self.queues, queue)
+        return path
 
     def usage_of(self, queue: str) -> Usage:
         return self.queue_usage.get(queue, ZERO)
