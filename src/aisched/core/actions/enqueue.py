@@ -50,7 +50,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from aisched.core.admitted import AdmittedOrder, Member
 from aisched.core.framework import JobOrder, order_key
@@ -73,7 +73,7 @@ class Enqueue:
     starving_after_backlog: float = 0.0
     due_after_median_waits: float = 0.0
     due_after_backlog: float = 0.0
-    backlog_bound: str = "started"  # or "waited": see the module's description
+    backlog_bound: Literal["started", "waited"] = "started"  # see the module's description
     name: str = "enqueue"
 
     def __post_init__(self) -> None:
