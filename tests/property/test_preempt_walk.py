@@ -291,3 +291,44 @@ def test_victim_order_read_lazily_is_the_sorted_order(
     assert [left[i] for i in range(len(left))] == [r for r in want if r.id not in ids]
     fresh = InVictimOrder(pool, jobs).without(ids)  # never sorted before some went
     assert [fresh[i] for i in range(len(fresh))] == [r for r in want if r.id not in ids]
+
+
+@SETTINGS
+@given(
+    scn=scenarios(),
+    changes=st.lists(st.sampled_from(("kept", "evicted", "shrunk", "dropped", "earlier"))),
+    read_first=st.booleans(),
+)
+def test_victim_pool_holds_exactly_its_jobs(
+    scn: Scenario, changes: list[str], read_first: bool
+) -> None:
+    # `holds` (what candidates read from the kept ranks are checked with) agrees with `jobs`,
+    # whether the list was read before this walk evicted and shrank some jobs or only after;
+    # with a job shrunk by an earlier action (marked terminating before the pool was made) and
+    # jobs dropped from the pool alone. `changes[k]` says what befalls the k-th running job.
+    session = Session(scn.snapshot(), preset("las"), scn.now, scn.pending)
+    every = list(session.running.values())
+    befall = list(zip(changes, every, strict=False))
+    for change, r in befall:
+        if change == "earlier":
+            session.running[r.id] = replace(r, terminating=True)
+    pool = VictimPool(session)
+    if read_first:
+        assert len(pool.jobs) <= len(every)
+    dropped = set()
+    for change, r in befall:
+        if change == "evicted":
+            del session.running[r.id]
+        elif change == "shrunk":  # it goes on smaller, marked terminating
+            session.running[r.id] = replace(r, terminating=True)
+        if change in ("evicted", "shrunk", "dropped"):
+            dropped.add(r.id)
+    pool.drop(dropped)
+    members = {id(r) for r in pool.jobs}
+    assert members == {
+        id(r)
+        for r in session.running.values()
+        if r.job.preemptible and not r.terminating and r.id not in dropped
+    }
+    for r in every + list(session.running.values()):
+        assert pool.holds(r) == (id(r) in members)
