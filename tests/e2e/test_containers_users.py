@@ -86,3 +86,27 @@ def test_a_users_job_may_not_mount_what_the_user_cannot_read(
         )
     finally:
         secret.rmdir()
+
+
+def test_a_users_first_container_leaves_its_home_its_own(
+    service: Service, local_users: Any
+) -> None:
+    # The checkpoint directory's missing parents (~/.aisched/checkpoints) are made by the user,
+    # not by the service as root: else the user's later plain jobs could not make theirs there.
+    image = build_test_image()
+    alice = local_users["alice"]
+    subprocess.run(["rm", "-rf", "--", str(alice.home / ".aisched")], check=True)
+    proc = as_user(service, alice, "run", "--json", "--image", image, "--", "true")
+    jid = str(json.loads(proc.stdout)["id"])
+    service.wait_state(jid, "succeeded", timeout_s=60)
+    made = Path(service.job(jid)["checkpoint_dir"])
+    for d in [made, *made.parents]:
+        if d == alice.home:
+            break
+        assert d.owner() == alice.name, d
+    assert made.stat().st_mode & 0o777 == 0o700
+    proc = as_user(
+        service, alice, "run", "--json", "--", "sh", "-c", 'touch "$AISCHED_CHECKPOINT_DIR/x"'
+    )
+    plain = str(json.loads(proc.stdout)["id"])
+    service.wait_state(plain, "succeeded", timeout_s=30)

@@ -894,16 +894,32 @@ class Container:
 
     def make_dirs(self) -> None:
         """The directories the container mounts that must exist first (its checkpoint
-        directory), made the task's user's when it runs as one; one that exists is left as
-        it is (never chown a directory someone else made)."""
+        directory); one that exists is left as it is. For a task run as a user they are made
+        by that user (`mkdir` run with its ids, the leaf 0700): missing parents in its home
+        are its own too, never root's, and a link it placed is followed with its rights alone.
+        Else the service makes them, 0755."""
+        import subprocess  # only container tasks pay for it
+
         owner = self.spec.get("owner")
         for path in self.spec.get("make_dirs") or ():
             if os.path.isdir(path):
                 continue
+            if owner:
+                made = subprocess.run(
+                    ["mkdir", "-p", "-m", "700", "--", path],
+                    user=int(owner[0]),
+                    group=int(owner[1]),
+                    extra_groups=[],
+                    umask=0o022,
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
+                if made.returncode != 0:
+                    raise _ExecFailed(126, f"cannot make {path}: {_last(made.stderr)}")
+                continue
             try:
-                os.makedirs(path, mode=0o700 if owner else 0o755)
-                if owner:
-                    os.chown(path, int(owner[0]), int(owner[1]))
+                os.makedirs(path, mode=0o755)
             except OSError as exc:
                 raise _ExecFailed(126, f"cannot make {path}: {exc.strerror or exc}") from None
 
