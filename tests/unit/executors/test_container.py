@@ -215,19 +215,42 @@ def test_the_checkpoint_directory_is_mounted_before_it_exists(dirs: tuple[str, s
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="making a directory another user's needs root")
-def test_a_users_container_gets_its_checkpoint_directory_made_its_own(tmp_path: Path) -> None:
-    from aisched.executors.supervisor import Container
+def test_a_users_container_gets_its_checkpoint_directory_made_by_the_user() -> None:
+    from aisched.executors.supervisor import Container, _ExecFailed
 
-    made, kept = tmp_path / "ckpt" / "job-1", tmp_path / "kept"
-    kept.mkdir()
-    c = Container(
-        {"binary": "podman", "name": "n", "make_dirs": [str(made), str(kept)],
-         "owner": [65534, 65534]}
-    )  # fmt: skip
-    c.make_dirs()
-    st, kst = made.stat(), kept.stat()
-    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (65534, 65534, 0o700)
-    assert (kst.st_uid, kst.st_gid) == (0, 0)  # an existing one is left as it was
+    nobody = (65534, 65534)
+    top = Path(tempfile.mkdtemp())  # root's; the user may pass through it, not write in it
+    try:
+        top.chmod(0o755)
+        home = top / "home"
+        home.mkdir()
+        os.chown(home, *nobody)
+        made, kept = home / ".aisched" / "checkpoints" / "job-1", top / "kept"
+        kept.mkdir()
+        c = Container(
+            {"binary": "podman", "name": "n", "make_dirs": [str(made), str(kept)],
+             "owner": list(nobody)}
+        )  # fmt: skip
+        c.make_dirs()
+        # Every directory it made is the user's (the missing parents too), the leaf private.
+        for d in (made, made.parent, made.parent.parent):
+            st = d.stat()
+            assert (st.st_uid, st.st_gid) == nobody, d
+        assert made.stat().st_mode & 0o777 == 0o700
+        assert made.parent.stat().st_mode & 0o777 == 0o755
+        assert (kept.stat().st_uid, kept.stat().st_gid) == (0, 0)  # one that exists is left
+        # Where the user may not write, nothing is made with root's rights: a one-line reason.
+        denied = top / "not-yours" / "job-2"
+        with pytest.raises(_ExecFailed) as err:
+            Container(
+                {"binary": "podman", "name": "n", "make_dirs": [str(denied)],
+                 "owner": list(nobody)}
+            ).make_dirs()  # fmt: skip
+        assert str(err.value).startswith(f"cannot make {denied}: mkdir: ")
+        assert "Permission denied" in str(err.value)
+        assert not denied.parent.exists()
+    finally:
+        shutil.rmtree(top)
 
 
 def _docker_daemon() -> bool:
