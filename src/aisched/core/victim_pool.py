@@ -51,6 +51,8 @@ class VictimPool:
     @property
     def jobs(self) -> list[RunningJob]:
         if self._jobs is None:
+            # `holds`'s test, inlined (this reads every running job; the property test of the
+            # pool ties the two)
             bound_now, dropped = self._session.bound_now, self._dropped
             self._jobs = [
                 r
