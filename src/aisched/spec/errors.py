@@ -54,6 +54,15 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[
     seen: set[Any] = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node)
+        try:
+            hash(key)
+        except TypeError:  # `{[1]: 2}` or `{{}}`: a list or mapping as a key
+            raise yaml.constructor.ConstructorError(
+                "while reading a mapping",
+                node.start_mark,
+                f"a key must be a plain value, not a {type(key).__name__}",
+                key_node.start_mark,
+            ) from None
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 "while reading a mapping",

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from aisched.executors.base import TaskPlace, contract_env
@@ -1108,9 +1108,29 @@ def test_valid_documents_with_one_part_replaced_by_junk(data: st.DataObject) -> 
 
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=200))
+@example("{{}}")  # a mapping as a key once raised TypeError
 def test_junk_text(text: str) -> None:
     with contextlib.suppress(SpecError):
         parse_job_text(text, "junk.yaml")
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "what"),
+    [
+        ("{{}}", "1:2", "dict"),
+        ("? [1, 2]\n: x\n", "1:3", "list"),
+        ("name: a\ntasks:\n  {a: 1}: 2\n", "3:3", "dict"),
+    ],
+)
+def test_a_key_that_is_a_list_or_mapping_is_refused_with_its_place(
+    text: str, where: str, what: str
+) -> None:
+    with pytest.raises(SpecError) as e:
+        parse_job_text(text, "junk.yaml")
+    assert (
+        str(e.value)
+        == f"junk.yaml:{where}: YAML syntax error: a key must be a plain value, not a {what}"
+    )
 
 
 # --- containers -----------------------------------------------------------------------------
