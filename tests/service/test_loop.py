@@ -13,6 +13,7 @@ from world import World
 
 from aisched.executors.base import ExitKind
 from aisched.model.job import RestartPolicy
+from aisched.predict import PredictorConfig, RuntimePredictor
 from aisched.service.loop import Rejected
 from aisched.testing import job
 
@@ -281,3 +282,37 @@ def test_a_running_job_expects_to_end_by_its_predicted_upper_runtime_also_after_
     upper_b = w.state(estimated)["predicted_upper_s"]
     assert isinstance(upper_b, float)
     assert expected_end(estimated) == pytest.approx(start + upper_b)
+
+
+@pytest.mark.parametrize("refresh", [True, False])
+def test_a_job_starts_with_the_bound_the_finishes_while_it_waited_taught(
+    pw: World, refresh: bool
+) -> None:
+    """Calibrating a bound again at the start (`PredictorConfig.calib_refresh`), as the
+    simulator does: jobs that finished while "x" waited ran ten times their prediction, so "x"
+    starts with a wider bound than it was predicted with, and keeps the one it waited with for
+    the backlog's drain time (`waited_end_s`). Without refresh it keeps the bound it waited
+    with."""
+    w = pw
+    cfg = PredictorConfig(calib_min_group=3, calib_window=4, calib_group_window=4)
+    w.sched.predictor = RuntimePredictor(replace(cfg, calib_refresh=refresh))
+    ahead = [w.submit(job(f"b{i}").task(gpu=1).build()) for i in range(4)]  # all 4 GPUs
+    x = w.submit(job("x").task(gpu=1).build())
+    assert w.state(x)["state"] == "pending"
+    waited_upper = w.state(x)["predicted_upper_s"]
+    assert isinstance(waited_upper, float)
+    w.clock.t += 10 * 3600.0  # ten times the prior's median
+    for jid in ahead:
+        w.fx.exit(w.fx.keys(jid)[0], 0)
+    w.sched.step()
+    w.sched.step()
+    assert w.state(x)["state"] == "running"
+    view = w.sched.jobs[x].running_view
+    assert view is not None
+    if refresh:
+        assert view.expected_end_s is not None
+        assert view.expected_end_s - view.started_s > 2 * waited_upper
+        assert view.waited_end_s == pytest.approx(view.started_s + waited_upper)
+    else:
+        assert view.expected_end_s == pytest.approx(view.started_s + waited_upper)
+        assert view.waited_end_s is None

@@ -156,6 +156,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                 "starving_min_gpus": 16,
                 "due_after_median_waits": 2.0,
                 "due_after_backlog": 1.0,
+                "backlog_bound": "waited",
             },
             "allocate",
             {

@@ -368,8 +368,8 @@ class RunningJob:
     `terminating`: a live executor is already stopping it (preempted or cancelled, within its
     grace period); it still holds its resources but is never chosen as a victim again.
     `waited_end_s`: the end the bound it waited with gives, when its caller calibrated a new
-    bound as the attempt started (the simulator with `calib_refresh`); None when the two are
-    the same (the live service never recalibrates). Only the backlog's drain time may read it
+    bound as the attempt started (the simulator and the service with `calib_refresh`); None
+    when the two are the same. Only the backlog's drain time may read it
     (`Enqueue.backlog_bound`); everything else reads `expected_end_s`.
     """
 

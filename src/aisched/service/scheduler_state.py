@@ -242,15 +242,34 @@ class SchedulerState:
             upper = min(upper, lj.job.time_limit_s)
         return estimate, upper
 
+    def _refreshed_upper(self, lj: LiveJob) -> float | None:
+        """`lj`'s upper runtime calibrated again as it starts, from the jobs finished by now
+        (`RuntimePredictor.refresh`), capped by its time limit; None when the predictor keeps
+        the bound it waited with (no predictor, refresh off, its own estimate, too few
+        residuals)."""
+        if self.predictor is None:
+            return None
+        upper = self.predictor.refresh(lj.id, max(self.clock(), self.last_observed_s))
+        if upper is not None and lj.job.time_limit_s is not None:
+            upper = min(upper, lj.job.time_limit_s)
+        return upper
+
     def _take(self, lj: LiveJob, pending: PendingJob | None = None) -> None:
         """Hold `lj`'s tasks' resources and build its running view. Its expected end uses the
         same bound the core used to bind it (`pending`, the view it was pending with): the
         predicted upper runtime first, then the user's estimate, then the time limit, so a
         preemptive policy (`qssf`) does not treat an unestimated running job as endless."""
         start = lj.attempt_started_at or self.clock()
+        waited_end = None  # the end the bound it waited with gives, when a new one replaces it
         if pending is None:  # recovered after a restart: predict again
             estimate, upper = self._predict(lj)
             pending = PendingJob(lj.job, lj.attained_gpu_s, lj.attempt, estimate, upper)
+        else:
+            upper = self._refreshed_upper(lj)
+            if upper is not None:
+                waited = pending.runtime_bound_s
+                waited_end = None if waited is None else start + waited
+                pending = replace(pending, estimate_upper_s=upper)
         bound = pending.runtime_bound_s
         view = RunningJob(
             lj.job,
@@ -262,6 +281,7 @@ class SchedulerState:
                 checkpoint_interval_s(lj.job, self.config.checkpoint_interval_s)
             ),
             terminating=lj.stopping is not None,
+            waited_end_s=waited_end,
         )
         self.held.take(view)
         lj.running_view = view

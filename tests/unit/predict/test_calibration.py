@@ -174,7 +174,7 @@ def test_a_refreshed_bound_takes_the_margin_the_finishes_since_taught() -> None:
 
 def test_without_refresh_a_job_keeps_the_bound_it_was_predicted_with() -> None:
     cfg = PredictorConfig(calib_min_group=3, calib_window=4, calib_group_window=4)
-    p, mid, _ = _burst_after(cfg)
+    p, mid, _ = _burst_after(replace(cfg, calib_refresh=False))
     assert p.refresh("x", 30.0) is None and p.stats.refreshed == 0
     p.observe(feats("x", now=10.0), 5.0 * math.exp(mid), finished_s=40.0)
     assert p.score.coverage == 0.0  # "x" missed, as the burst did

@@ -40,7 +40,7 @@ neither an estimate nor a bound add nothing.
 `backlog_bound` says which bound a running job's time left is taken from in that drain time:
 `started`, the one it started with (its `expected_end_s`, as preemption and backfill read), or
 `waited`, the one it waited with (`waited_end_s`). They differ only where the caller calibrates
-a job's bound again as it starts (the simulator with `calib_refresh`): the wider refreshed
+a job's bound again as it starts (`PredictorConfig.calib_refresh`): the wider refreshed
 bounds of a burst's later jobs would raise the drain time, and the bar with it, above the scale
 it was chosen on, while the bounds the waiting jobs are compared with stay as they waited.
 """
