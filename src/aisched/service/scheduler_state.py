@@ -258,7 +258,9 @@ class SchedulerState:
         """Hold `lj`'s tasks' resources and build its running view. Its expected end uses the
         same bound the core used to bind it (`pending`, the view it was pending with): the
         predicted upper runtime first, then the user's estimate, then the time limit, so a
-        preemptive policy (`qssf`) does not treat an unestimated running job as endless."""
+        preemptive policy (`qssf`) does not treat an unestimated running job as endless. The
+        predicted upper runtime is calibrated again as the job starts (`_refreshed_upper`), as
+        the simulator does; the bound it waited with is kept beside it (`waited_end_s`)."""
         start = lj.attempt_started_at or self.clock()
         waited_end = None  # the end the bound it waited with gives, when a new one replaces it
         if pending is None:  # recovered after a restart: predict again
