@@ -123,6 +123,9 @@ def alice_service(local_users: dict[str, Any]) -> Iterator[UserService]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+        # Rootless podman leaves a pause process (catatonit) holding alice's namespaces after
+        # the service ends; stop it, or it outlives the suite and userdel refuses the user.
+        subprocess.run(alice.cmd("podman", "system", "migrate"), capture_output=True, timeout=60)
         shutil.rmtree(top, ignore_errors=True)
 
 
