@@ -75,9 +75,32 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[
     return mapping
 
 
-# A safe loader that rejects repeated keys. Made with type() because PyYAML may lack type stubs,
-# and mypy refuses a class statement whose base is untyped.
-_UniqueKeyLoader: Any = type("_UniqueKeyLoader", (yaml.SafeLoader,), {})
+def _construct_object(loader: yaml.SafeLoader, node: yaml.Node, deep: bool = False) -> Any:
+    # Some of PyYAML's safe constructors fail with a plain exception on a value their tag does
+    # not fit (`!!timestamp x`: AttributeError; `!!int` alone: IndexError; `!!int x`:
+    # ValueError); say where instead.
+    try:
+        return yaml.SafeLoader.construct_object(loader, node, deep)
+    except (yaml.YAMLError, RecursionError):
+        raise
+    except Exception as e:  # IndexError, AttributeError, TypeError, ValueError, OverflowError
+        tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+        what = ""
+        if isinstance(node, yaml.ScalarNode):
+            value = node.value if len(node.value) <= 40 else node.value[:36] + "..."
+            what = f"{value!r} "
+        why = f": {e}" if isinstance(e, ValueError | OverflowError) else ""  # else PyYAML's own
+        raise yaml.constructor.ConstructorError(
+            None, None, f"{what}cannot be read as {tag}{why}", node.start_mark
+        ) from None
+
+
+# A safe loader that rejects repeated keys and says where a tagged value does not fit its tag.
+# Made with type() because PyYAML may lack type stubs, and mypy refuses a class statement whose
+# base is untyped.
+_UniqueKeyLoader: Any = type(
+    "_UniqueKeyLoader", (yaml.SafeLoader,), {"construct_object": _construct_object}
+)
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
@@ -100,9 +123,6 @@ def _parse(load: Callable[[], Any], source: str) -> Any:
         what = e.problem or e.context or "invalid YAML"
         raise SpecError(f"{where}: YAML syntax error: {what}") from None
     except yaml.YAMLError as e:
-        raise SpecError(f"{source}: YAML error: {e}") from None
-    except ValueError as e:
-        # PyYAML's int() of a number longer than Python's digit limit.
         raise SpecError(f"{source}: YAML error: {e}") from None
     except RecursionError:
         raise SpecError(f"{source}: YAML error: nested too deeply") from None

@@ -988,7 +988,11 @@ def test_example_files(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
         ("\tcommand: x\n", "j.yaml:1:1: YAML syntax error: "),
         ("command: x\n---\ncommand: y\n", "j.yaml:2:1: YAML syntax error: "),
         ('{"command": ["x"] "replicas": 2}', "j.yaml:1:19: YAML syntax error: expected ','"),
-        ("replicas: " + "9" * 5000, "j.yaml: YAML error: Exceeds the limit"),
+        (
+            "replicas: " + "9" * 5000,
+            f"j.yaml:1:11: YAML syntax error: '{'9' * 36}...' cannot be read as !!int: Exceeds "
+            "the limit",
+        ),
         ("[" * 1500 + "]" * 1500, "j.yaml: YAML error: nested too deeply"),
     ],
 )
@@ -1106,9 +1110,18 @@ def test_valid_documents_with_one_part_replaced_by_junk(data: st.DataObject) -> 
     _parses_or_says_why(_replace(doc, path, data.draw(JUNK)))
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.text(max_size=200))
+# Text made of YAML's punctuation, tags and a few keys reaches the parser's corners that
+# random text seldom does.
+YAMLISH = st.lists(
+    st.sampled_from([*"{}[]?:,-&*!|>'\"#%@` \n\tax01.", "tasks", "gpu", "!!int", "!!timestamp"]),
+    max_size=60,
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(YAMLISH, st.text(max_size=200)))
 @example("{{}}")  # a mapping as a key once raised TypeError
+@example("!!timestamp")  # a value that does not fit its tag once raised AttributeError
 def test_junk_text(text: str) -> None:
     with contextlib.suppress(SpecError):
         parse_job_text(text, "junk.yaml")
@@ -1131,6 +1144,30 @@ def test_a_key_that_is_a_list_or_mapping_is_refused_with_its_place(
         str(e.value)
         == f"junk.yaml:{where}: YAML syntax error: a key must be a plain value, not a {what}"
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("!!timestamp", "1:1: YAML syntax error: '' cannot be read as !!timestamp"),
+        (
+            "a: !!timestamp 2020-13-45",
+            "1:4: YAML syntax error: '2020-13-45' cannot be read as !!timestamp: month must be "
+            "in 1..12",
+        ),
+        (
+            "name: a\ntasks:\n  - gpu: !!int two\n",
+            "3:10: YAML syntax error: 'two' cannot be read as !!int: invalid literal for int() "
+            "with base 10: 'two'",
+        ),
+    ],
+)
+def test_a_value_that_does_not_fit_its_tag_is_refused_with_its_place(
+    text: str, message: str
+) -> None:
+    with pytest.raises(SpecError) as e:
+        parse_job_text(text, "junk.yaml")
+    assert str(e.value) == f"junk.yaml:{message}"
 
 
 # --- containers -----------------------------------------------------------------------------
