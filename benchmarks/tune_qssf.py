@@ -10,9 +10,9 @@ bound of a running job that drain time reads), the starvation guard (`starve` ho
 submission, or `starve_backlog` times the backlog's drain time, for jobs of `min_gpus` GPUs
 or more) and the preemption guards (`factor`, `min_run` seconds, `bound`: `upper` or
 `estimate`); `adapt` sets how fast the predictor's calibration level follows its misses
-(`PredictorConfig.calib_adapt`), `refresh` (0 or 1, on by default) whether a job's upper bound is calibrated
-again when it starts (`PredictorConfig.calib_refresh`) and `group_window` the residuals kept
-per group (`PredictorConfig.calib_group_window`). Each line gives the predictor's coverage (of
+(`PredictorConfig.calib_adapt`), `refresh` (0 or 1, on by default) whether a job's upper bound
+is calibrated again when it starts (`PredictorConfig.calib_refresh`) and `group_window` the
+residuals kept per group (`PredictorConfig.calib_group_window`). Each line gives the predictor's coverage (of
 the bound a job's first attempt started with).
 
     python benchmarks/tune_qssf.py [--variants 'starve=12,min_gpus=1;starve=24,min_gpus=1'] [--jobs N]
