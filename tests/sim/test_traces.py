@@ -328,6 +328,27 @@ def test_openb_bad_row(tmp_path: Path, row: str, column: str) -> None:
     assert str(info.value).startswith(f"{f}:3: column {column!r}: ")
 
 
+@pytest.mark.parametrize("kind", ["philly", "pods", "nodes"])
+def test_a_byte_that_is_not_utf8_is_refused_with_its_line(tmp_path: Path, kind: str) -> None:
+    """Many good lines first, so that a reader decoding ahead in blocks would meet the bad
+    byte while still on an early line."""
+    header, good, load = {
+        "philly": (_PHILLY_HEADER, "2017-10-09 06:13:03,2951.0,1,2951.0,6214e9\n", load_philly),
+        "pods": (_POD_HEADER, "p{},1000,1024,1,1000,,BE,Running,0,7,0\n", load_openb_pods),
+        "nodes": (
+            "sn,cpu_milli,memory_mib,gpu,model\n",
+            "n{},32000,262144,1,T4\n",
+            load_openb_nodes,
+        ),
+    }[kind]
+    lines = "".join(good.format(n) for n in range(2000))
+    f = tmp_path / f"{kind}.csv"
+    f.write_bytes((header + lines).encode() + b"p\xff,1\n")
+    with pytest.raises(TraceError) as info:
+        load(f)
+    assert str(info.value) == f"{f}:2002: not UTF-8 text (byte 2)"
+
+
 def test_openb_small_file_without_node_list(tmp_path: Path) -> None:
     f = tmp_path / "pods.csv"
     f.write_text(

@@ -11,14 +11,21 @@ never skipped.
 
 from __future__ import annotations
 
+import csv
 import os
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
 from aisched.model.cluster import Cluster
 from aisched.model.job import Job, JobKind, TaskGroup
 from aisched.model.resources import Resources
+
+if TYPE_CHECKING:
+    from _csv import Reader
 
 TRACES_ENV = "AISCHED_TRACES"
 
@@ -66,8 +73,9 @@ class Trace:
 class TraceError(ValueError):
     """A row of a trace file that cannot be read; the message says where and what is wrong."""
 
-    def __init__(self, file: Path | str, line: int, column: str, problem: str) -> None:
-        super().__init__(f"{file}:{line}: column {column!r}: {problem}")
+    def __init__(self, file: Path | str, line: int, column: str | None, problem: str) -> None:
+        where = f"{file}:{line}:" if column is None else f"{file}:{line}: column {column!r}:"
+        super().__init__(f"{where} {problem}")
         self.file = str(file)
         self.line = line
         self.column = column
@@ -123,6 +131,23 @@ def resolve_trace_file(path: Path | str | None, folder: str, filename: str) -> P
     if not p.is_file():
         raise FileNotFoundError(f"trace file not found: {p}")
     return p
+
+
+@contextmanager
+def open_csv(file: Path) -> Iterator[Reader]:
+    """A csv reader of `file`. Its lines are decoded one at a time, so that a byte that is not
+    UTF-8 is a `TraceError` naming its line, as a bad value is (a text-mode file decodes ahead
+    in blocks, and its error names neither)."""
+    with file.open("rb") as raw:
+        yield csv.reader(_utf8_lines(file, raw))
+
+
+def _utf8_lines(file: Path, raw: IO[bytes]) -> Iterable[str]:
+    for line, data in enumerate(raw, 1):
+        try:
+            yield data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise TraceError(file, line, None, f"not UTF-8 text (byte {e.start + 1})") from None
 
 
 def one_queue(trace: Trace, queue: str = "default") -> Trace:

@@ -12,7 +12,6 @@ and hold forever (`duration_s = inf`), which suits fill-the-cluster experiments,
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 from typing import NoReturn
@@ -20,7 +19,14 @@ from typing import NoReturn
 from aisched.model.cluster import GPU, Cluster, Node
 from aisched.model.job import Job, JobKind, TaskGroup
 from aisched.model.resources import GPU_MILLI_WHOLE, Resources
-from aisched.sim.traces.base import Trace, TraceError, TraceJob, resolve_trace_file, sort_key
+from aisched.sim.traces.base import (
+    Trace,
+    TraceError,
+    TraceJob,
+    open_csv,
+    resolve_trace_file,
+    sort_key,
+)
 
 FOLDER = "alibaba-openb-v2023"
 ALL_NODES_FILE = "openb_node_list_all_node.csv"
@@ -54,8 +60,7 @@ def load_openb_nodes(
         raise ValueError(f"nodes_per_rack must be >= 1, got {nodes_per_rack}")
     file = resolve_trace_file(path, FOLDER, GPU_NODES_FILE if gpu_only else ALL_NODES_FILE)
     nodes: list[Node] = []
-    with file.open(newline="", encoding="utf-8") as fh:
-        reader = csv.reader(fh)
+    with open_csv(file) as reader:
         idx = _header(file, next(reader, None), _NODE_COLUMNS)
         for row in reader:
             if _blank(row):
@@ -116,8 +121,7 @@ def load_openb_pods(
     pods: list[tuple[float, str, Resources, JobKind, tuple[str, ...], float]] = []
     seen: dict[str, int] = {}  # pod name -> line, because ids must be unique
     skipped: list[TraceError] = []
-    with file.open(newline="", encoding="utf-8") as fh:
-        reader = csv.reader(fh)
+    with open_csv(file) as reader:
         header = next(reader, None)
         idx = _header(file, header, _POD_RESOURCE_COLUMNS)
         timed = all(c in idx for c in _POD_TIME_COLUMNS)

@@ -13,7 +13,6 @@ GPUs, so more than 8 GPUs is a gang of several replicas).
 
 from __future__ import annotations
 
-import csv
 from datetime import datetime
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from aisched.sim.traces.base import (
     TraceError,
     TraceJob,
     gpu_train_job,
+    open_csv,
     resolve_trace_file,
 )
 
@@ -47,8 +47,7 @@ def load_philly(
     skipped: list[TraceError] = []
     # Jobs submitted in the same second share a stamp; each distinct stamp is parsed once.
     stamps: dict[str, float] = {}
-    with file.open(newline="", encoding="utf-8") as fh:
-        reader = csv.reader(fh)
+    with open_csv(file) as reader:
         header = next(reader, None)
         if header is None:
             raise TraceError(file, 1, "timestamp", "file is empty, expected a header row")
