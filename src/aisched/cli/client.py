@@ -71,6 +71,8 @@ def read_token() -> str | None:
         return path.read_text(encoding="utf-8").strip() or None
     except OSError as e:
         raise CLIError(f"{path}: cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise CLIError(f"{path}: not UTF-8 text") from None
 
 
 def add_server_option(p: argparse.ArgumentParser) -> None:

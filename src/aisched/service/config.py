@@ -25,7 +25,7 @@ from aisched.core.policy import Policy, PolicyError, build_policy
 from aisched.model.queue import DEFAULT_QUEUE, Queue, QueueTree
 from aisched.model.resources import Resources
 from aisched.service.defaults import DEFAULT_PORT, default_home, default_socket
-from aisched.spec.errors import SpecError, parse_yaml
+from aisched.spec.errors import SpecError, parse_yaml, read_text_file
 from aisched.spec.job import DEFAULT_PRIORITY_CLASSES, JobDefaults
 from aisched.spec.policy import load_policy
 from aisched.spec.units import parse_bytes, parse_duration_s, parse_mem_mib
@@ -347,11 +347,7 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
     source = "defaults"
     if path is not None:
         source = str(path)
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as e:
-            raise SpecError(f"{source}: cannot read config file: {e.strerror or e}") from None
-        parsed = parse_yaml(text, source)
+        parsed = parse_yaml(read_text_file(path, "config file"), source)
         if parsed is None:
             parsed = {}
         if not isinstance(parsed, dict):

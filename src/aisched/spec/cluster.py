@@ -38,7 +38,7 @@ from aisched.model.cluster import (
     NodePool,
     TopologyLevel,
 )
-from aisched.spec.errors import SpecError, parse_yaml
+from aisched.spec.errors import SpecError, parse_yaml, read_text_file
 
 # A typo such as `nodes_per_rack: 80000` should be an error, not an out-of-memory crash.
 MAX_NODES = 100_000
@@ -183,13 +183,7 @@ def cluster_from_dict(data: Any, source: str = "<dict>") -> Cluster:
 def load_cluster_file(path: str | Path) -> Cluster:
     """Read and convert one cluster YAML file; every problem is a SpecError."""
     source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as e:
-        raise SpecError(f"{source}: cannot read: {e.strerror or e}") from None
-    except UnicodeDecodeError as e:
-        raise SpecError(f"{source}: not UTF-8 text: {e.reason}") from None
-    return cluster_from_dict(parse_yaml(text, source), source)
+    return cluster_from_dict(parse_yaml(read_text_file(path), source), source)
 
 
 def builtin_cluster_names() -> tuple[str, ...]:

@@ -9,6 +9,7 @@ errors and repeated keys are reported the same way for every kind of file.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -102,6 +103,18 @@ _UniqueKeyLoader: Any = type(
     "_UniqueKeyLoader", (yaml.SafeLoader,), {"construct_object": _construct_object}
 )
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def read_text_file(path: str | Path, what: str = "") -> str:
+    """The UTF-8 text of the file at `path`; one that cannot be read, or is not UTF-8, is a
+    SpecError naming it (`what`: the kind of file, for the message)."""
+    kind = f" {what}" if what else ""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read{kind}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise SpecError(f"{path}: not UTF-8 text: {e.reason}") from None
 
 
 def parse_yaml(text: str, source: str) -> Any:

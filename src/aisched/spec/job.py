@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from aisched.model.job import JobKind
-from aisched.spec.errors import SpecError, parse_yaml
+from aisched.spec.errors import SpecError, parse_yaml, read_text_file
 from aisched.spec.job_common import (
     DEFAULT_PRIORITY_CLASSES,
     DEFAULTS,
@@ -73,11 +73,4 @@ def parse_job_document(data: Any, source: str, defaults: JobDefaults = DEFAULTS)
 
 def load_job_file(path: str | Path, defaults: JobDefaults = DEFAULTS) -> ParsedJob:
     """Read and convert one job file; every problem (unreadable file included) is a SpecError."""
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as e:
-        raise SpecError(f"{source}: cannot read: {e.strerror or e}") from None
-    except UnicodeDecodeError as e:
-        raise SpecError(f"{source}: not UTF-8 text: {e.reason}") from None
-    return parse_job_text(text, source, defaults)
+    return parse_job_text(read_text_file(path), str(path), defaults)

@@ -10,16 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from aisched.core.policy import PRESETS, Policy, PolicyError, build_policy, preset
-from aisched.spec.errors import SpecError, parse_yaml
+from aisched.spec.errors import SpecError, parse_yaml, read_text_file
 
 
 def load_policy_file(path: str | Path) -> Policy:
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise SpecError(f"{p}: cannot read policy file: {e.strerror or e}") from None
-    data = parse_yaml(text, str(p))
+    data = parse_yaml(read_text_file(p, "policy file"), str(p))
     if not isinstance(data, dict):
         raise SpecError(f"{p}: a policy file must be a mapping")
     try:

@@ -7,7 +7,10 @@ from pathlib import Path
 import pytest
 
 from aisched.core.policy import PRESETS, PolicyError, build_policy, preset
+from aisched.service.config import load_config
 from aisched.spec import SpecError, load_policy
+from aisched.spec.cluster import load_cluster_file
+from aisched.spec.policy import load_policy_file
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "policies"
 
@@ -81,3 +84,26 @@ def test_unknown_preset_lists_the_presets() -> None:
 def test_build_policy_refuses_a_non_mapping() -> None:
     with pytest.raises(PolicyError, match="expected a mapping"):
         build_policy(["fifo"])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kind", ["policy", "cluster", "service config"])
+def test_a_spec_file_that_is_not_utf8_or_missing_is_refused_naming_it(
+    tmp_path: Path, kind: str
+) -> None:
+    """Each went through its own read; the policy and service config files let a
+    UnicodeDecodeError through (a traceback from `aisched up --config`)."""
+    load, what = {
+        "policy": (load_policy_file, "policy file"),
+        "cluster": (load_cluster_file, ""),
+        "service config": (lambda p: load_config(p), "config file"),
+    }[kind]
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b"name: \xff\n")
+    with pytest.raises(SpecError) as info:
+        load(bad)
+    assert str(info.value) == f"{bad}: not UTF-8 text: invalid start byte"
+    missing = tmp_path / "missing.yaml"
+    with pytest.raises(SpecError) as info:
+        load(missing)
+    cannot = f"cannot read {what}" if what else "cannot read"
+    assert str(info.value) == f"{missing}: {cannot}: No such file or directory"
