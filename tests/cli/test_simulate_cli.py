@@ -164,6 +164,7 @@ def test_saturate_compares_placements(tmp_path: Path, capsys: pytest.CaptureFixt
     ("extra", "message"),
     [
         (["--saturate", "--targets", "x"], "--targets: expected shares"),
+        (["--saturate", "--targets", "90"], "above 0 and at most 10 (0.9 is 90 %), got '90'"),
         (["--placement", "fgd"], "--placement goes with --saturate"),
         (["--saturate", "--placement", "nope"], "unknown policy 'nope'"),
         (["--gpu-speeds", "T4"], "--gpu-speeds: 'T4' is not MODEL=SPEED"),

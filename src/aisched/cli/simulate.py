@@ -443,7 +443,10 @@ def parse_targets(text: str) -> list[float]:
     except ValueError:
         raise CLIError(f"--targets: expected shares such as 0.9,1.0, got {text!r}") from None
     if not targets or any(not 0 < t <= 10 for t in targets):
-        raise CLIError(f"--targets: expected shares of capacity above 0, got {text!r}")
+        raise CLIError(
+            f"--targets: expected shares of capacity above 0 and at most 10 (0.9 is 90 %), "
+            f"got {text!r}"
+        )
     return targets
 
 
