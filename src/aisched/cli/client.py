@@ -103,7 +103,10 @@ class Client:
         elif url.startswith(("http://", "https://")):
             token = read_token()
             headers = {"Authorization": f"Bearer {token}"} if token else {}
-            self.http = httpx.Client(base_url=url, timeout=self.timeout_s, headers=headers)
+            try:
+                self.http = httpx.Client(base_url=url, timeout=self.timeout_s, headers=headers)
+            except httpx.InvalidURL as e:
+                raise CLIError(f"--server {url}: not a valid URL: {e}") from None
         else:
             raise CLIError(f"--server {url}: expected unix:PATH or http(s)://HOST:PORT")
 

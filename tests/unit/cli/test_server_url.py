@@ -1,0 +1,22 @@
+"""A malformed --server (or AISCHED_SERVER) is a usage error naming it, not a traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from aisched.cli.main import main
+
+
+@pytest.mark.parametrize(
+    ("server", "message"),
+    [
+        ("http://[::1", "--server http://[::1: not a valid URL: Invalid port: ':1'"),
+        ("http://host:port", "--server http://host:port: not a valid URL: Invalid port: 'port'"),
+        ("ftp://host", "--server ftp://host: expected unix:PATH or http(s)://HOST:PORT"),
+    ],
+)
+def test_a_malformed_server_url_is_refused_naming_it(
+    server: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["jobs", "--server", server]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {message}"
