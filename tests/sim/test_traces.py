@@ -349,6 +349,25 @@ def test_a_byte_that_is_not_utf8_is_refused_with_its_line(tmp_path: Path, kind: 
     assert str(info.value) == f"{f}:2002: not UTF-8 text (byte 2)"
 
 
+def test_a_trace_file_whose_lines_end_in_cr_alone_reads_as_with_newlines(tmp_path: Path) -> None:
+    rows = ["2017-10-09 07:00:00,20.0,1,20.0,bb", "2017-10-09 07:00:10,30.0,2,60.0,cc"]
+    f = tmp_path / "philly.csv"
+    f.write_bytes((_PHILLY_HEADER.strip() + "\r" + "\r".join(rows) + "\r").encode())
+    crlf = tmp_path / "crlf.csv"
+    crlf.write_bytes((_PHILLY_HEADER.strip() + "\r\n" + "\r\n".join(rows) + "\r\n").encode())
+    want = [("philly-00000", 20.0), ("philly-00001", 30.0)]
+    for path in (f, crlf):
+        assert [(tj.job.id, tj.duration_s) for tj in load_philly(path).jobs] == want
+
+
+def test_a_field_over_the_csv_size_limit_is_refused_with_its_line(tmp_path: Path) -> None:
+    f = tmp_path / "philly.csv"
+    f.write_text(_PHILLY_HEADER + "2017-10-09 07:00:00,20.0," + "9" * 200_000 + ",20.0,bb\n")
+    with pytest.raises(TraceError) as info:
+        load_philly(f)
+    assert str(info.value) == f"{f}:2: not CSV: field larger than field limit (131072)"
+
+
 def test_openb_small_file_without_node_list(tmp_path: Path) -> None:
     f = tmp_path / "pods.csv"
     f.write_text(

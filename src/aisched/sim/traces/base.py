@@ -13,19 +13,17 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
 from aisched.model.cluster import Cluster
 from aisched.model.job import Job, JobKind, TaskGroup
 from aisched.model.resources import Resources
-
-if TYPE_CHECKING:
-    from _csv import Reader
 
 TRACES_ENV = "AISCHED_TRACES"
 
@@ -134,20 +132,50 @@ def resolve_trace_file(path: Path | str | None, folder: str, filename: str) -> P
 
 
 @contextmanager
-def open_csv(file: Path) -> Iterator[Reader]:
-    """A csv reader of `file`. Its lines are decoded one at a time, so that a byte that is not
-    UTF-8 is a `TraceError` naming its line, as a bad value is (a text-mode file decodes ahead
-    in blocks, and its error names neither)."""
+def open_csv(file: Path) -> Iterator[CsvRows]:
+    """The rows of `file` as a csv reader does, with the same `line_num`. Its lines are decoded
+    one at a time, so that a byte that is not UTF-8 is a `TraceError` naming its line, as a
+    bad value is (a text-mode file decodes ahead in blocks, and its error names neither); what
+    the csv module refuses (a field over its size limit) is one too."""
     with file.open("rb") as raw:
-        yield csv.reader(_utf8_lines(file, raw))
+        yield CsvRows(file, _utf8_lines(file, raw))
+
+
+class CsvRows:
+    """A csv reader over `lines` whose errors are `TraceError`s naming `file` and the line."""
+
+    def __init__(self, file: Path, lines: Iterable[str]) -> None:
+        self.file = file
+        self._reader = csv.reader(lines)
+
+    def __iter__(self) -> CsvRows:
+        return self
+
+    def __next__(self) -> list[str]:
+        try:
+            return next(self._reader)
+        except csv.Error as e:
+            raise TraceError(self.file, self._reader.line_num, None, f"not CSV: {e}") from None
+
+    @property
+    def line_num(self) -> int:
+        return self._reader.line_num
+
+
+# A line and its end as text mode with newline="" gives them: \r\n, \r or \n.
+_LINE = re.compile(r"[^\r\n]*(?:\r\n?|\n)|[^\r\n]+")
 
 
 def _utf8_lines(file: Path, raw: IO[bytes]) -> Iterable[str]:
     for line, data in enumerate(raw, 1):
         try:
-            yield data.decode("utf-8")
+            text = data.decode("utf-8")
         except UnicodeDecodeError as e:
             raise TraceError(file, line, None, f"not UTF-8 text (byte {e.start + 1})") from None
+        if "\r" in text:  # a file's lines may end in \r alone, which binary lines do not split
+            yield from _LINE.findall(text)
+        else:
+            yield text
 
 
 def one_queue(trace: Trace, queue: str = "default") -> Trace:
