@@ -16,7 +16,8 @@ from aisched.cli.main import main
     ],
 )
 def test_a_malformed_server_url_is_refused_naming_it(
-    server: str, message: str, capsys: pytest.CaptureFixture[str]
+    server: str, message: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("AISCHED_TOKEN", "t")  # no token file of the machine's is read
     assert main(["jobs", "--server", server]) == 2
     assert capsys.readouterr().err.strip() == f"error: {message}"
