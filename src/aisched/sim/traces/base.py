@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import csv
 import os
-import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import IO
 
 from aisched.model.cluster import Cluster
 from aisched.model.job import Job, JobKind, TaskGroup
@@ -133,12 +131,11 @@ def resolve_trace_file(path: Path | str | None, folder: str, filename: str) -> P
 
 @contextmanager
 def open_csv(file: Path) -> Iterator[CsvRows]:
-    """The rows of `file` as a csv reader does, with the same `line_num`. Its lines are decoded
-    one at a time, so that a byte that is not UTF-8 is a `TraceError` naming its line, as a
-    bad value is (a text-mode file decodes ahead in blocks, and its error names neither); what
-    the csv module refuses (a field over its size limit) is one too."""
-    with file.open("rb") as raw:
-        yield CsvRows(file, _utf8_lines(file, raw))
+    """The rows of `file` as a csv reader gives them, with its `line_num`; what cannot be read
+    (a byte that is not UTF-8, a field over the csv module's size limit) is a `TraceError`
+    naming its line, as a bad value is."""
+    with file.open(newline="", encoding="utf-8") as fh:
+        yield CsvRows(file, fh)
 
 
 class CsvRows:
@@ -156,26 +153,25 @@ class CsvRows:
             return next(self._reader)
         except csv.Error as e:
             raise TraceError(self.file, self._reader.line_num, None, f"not CSV: {e}") from None
+        except UnicodeDecodeError:
+            raise _not_utf8(self.file) from None
 
     @property
     def line_num(self) -> int:
         return self._reader.line_num
 
 
-# A line and its end as text mode with newline="" gives them: \r\n, \r or \n.
-_LINE = re.compile(r"[^\r\n]*(?:\r\n?|\n)|[^\r\n]+")
-
-
-def _utf8_lines(file: Path, raw: IO[bytes]) -> Iterable[str]:
-    for line, data in enumerate(raw, 1):
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise TraceError(file, line, None, f"not UTF-8 text (byte {e.start + 1})") from None
-        if "\r" in text:  # a file's lines may end in \r alone, which binary lines do not split
-            yield from _LINE.findall(text)
-        else:
-            yield text
+def _not_utf8(file: Path) -> TraceError:
+    """The error for `file`'s first byte that is not UTF-8, found again in the raw bytes: the
+    text-mode reader decodes ahead in blocks, so its own error names no line."""
+    data = file.read_bytes()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line_start = data.rfind(b"\n", 0, e.start) + 1
+        line = data.count(b"\n", 0, e.start) + 1
+        return TraceError(file, line, None, f"not UTF-8 text (byte {e.start - line_start + 1})")
+    return TraceError(file, 1, None, "not UTF-8 text")  # changed since it was read
 
 
 def one_queue(trace: Trace, queue: str = "default") -> Trace:
