@@ -82,9 +82,7 @@ def _construct_object(loader: yaml.SafeLoader, node: yaml.Node, deep: bool = Fal
     # ValueError); say where instead.
     try:
         return yaml.SafeLoader.construct_object(loader, node, deep)
-    except (yaml.YAMLError, RecursionError):
-        raise
-    except Exception as e:  # IndexError, AttributeError, TypeError, ValueError, OverflowError
+    except (ValueError, TypeError, AttributeError, IndexError, KeyError, OverflowError) as e:
         tag = node.tag.replace("tag:yaml.org,2002:", "!!")
         what = ""
         if isinstance(node, yaml.ScalarNode):
