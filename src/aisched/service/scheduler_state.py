@@ -66,6 +66,11 @@ def without_eta(policy: Policy) -> Policy:
     return replace(policy, actions=tuple(a for a in policy.actions if a.name != "eta"))
 
 
+def _within_limit(job: Job, runtime_s: float) -> float:
+    """A predicted runtime of `job`, no longer than its time limit (it cannot run longer)."""
+    return runtime_s if job.time_limit_s is None else min(runtime_s, job.time_limit_s)
+
+
 class SchedulerState:
     """Live state and the helpers every part uses (see the module docstring)."""
 
@@ -234,13 +239,8 @@ class SchedulerState:
         None) without a predictor."""
         if self.predictor is None:
             return None, None
-        now = max(self.clock(), self.last_observed_s)
-        p = self.predictor.predict(JobFeatures.from_job(lj.job, now))
-        estimate, upper = p.median_s, p.upper_s
-        if lj.job.time_limit_s is not None:  # it cannot run longer than its limit
-            estimate = min(estimate, lj.job.time_limit_s)
-            upper = min(upper, lj.job.time_limit_s)
-        return estimate, upper
+        p = self.predictor.predict(JobFeatures.from_job(lj.job, self._predictor_now()))
+        return _within_limit(lj.job, p.median_s), _within_limit(lj.job, p.upper_s)
 
     def _refreshed_upper(self, lj: LiveJob) -> float | None:
         """`lj`'s upper runtime calibrated again as it starts, from the jobs finished by now
@@ -249,10 +249,13 @@ class SchedulerState:
         residuals)."""
         if self.predictor is None:
             return None
-        upper = self.predictor.refresh(lj.id, max(self.clock(), self.last_observed_s))
-        if upper is not None and lj.job.time_limit_s is not None:
-            upper = min(upper, lj.job.time_limit_s)
-        return upper
+        upper = self.predictor.refresh(lj.id, self._predictor_now())
+        return None if upper is None else _within_limit(lj.job, upper)
+
+    def _predictor_now(self) -> float:
+        """The time to ask the predictor at: never before a finish it has been told of (a
+        clock step back is no leak)."""
+        return max(self.clock(), self.last_observed_s)
 
     def _take(self, lj: LiveJob, pending: PendingJob | None = None) -> None:
         """Hold `lj`'s tasks' resources and build its running view. Its expected end uses the
