@@ -16,7 +16,7 @@ residuals kept per group (`PredictorConfig.calib_group_window`). Each line gives
 the bound a job's first attempt started with).
 
     python benchmarks/tune_qssf.py [--variants 'starve=12,min_gpus=1;starve=24,min_gpus=1'] [--jobs N]
-        [--size both|roomy|tight]
+        [--size both|roomy|tight] [--gpus 64,32,96,128]
 """
 
 from __future__ import annotations
@@ -102,10 +102,15 @@ def main() -> None:
     ap.add_argument("--variants", default="")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--size", choices=("both", "roomy", "tight"), default="both")
+    ap.add_argument(
+        "--gpus", default="", help="cluster sizes instead of --size's, e.g. 64,32,96,128"
+    )
     args = ap.parse_args()
     week = SPLITS["tuning"][0]
     roomy, tight = sizes(offered_gpus(load_week(week), week))
     gpus = {"both": (roomy, tight), "roomy": (roomy,), "tight": (tight,)}[args.size]
+    if args.gpus:
+        gpus = tuple(int(g) for g in args.gpus.split(","))
     specs = args.variants.split(";")
     tasks = [(s, g) for g in gpus for s in specs]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
