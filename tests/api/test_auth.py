@@ -105,3 +105,41 @@ def test_the_dashboard_asks_for_a_token_and_keeps_it_in_an_httponly_cookie(
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie
     assert bare.get("/").status_code == 200 and "login" not in bare.get("/").text.lower()
     assert bare.get("/v1/dashboard").status_code == 200
+
+
+def test_the_dashboard_cookie_reads_the_dashboard_and_acts_on_nothing(
+    svc: Service, client: TestClient
+) -> None:
+    # Any page the browser opens sends the cookie, one on another port of this host too
+    # (SameSite does not tell ports apart): it must not submit or cancel as its holder.
+    mine = client.post("/v1/jobs", json=JOB).json()["id"]
+    browser = TestClient(client.app)
+    r = browser.post("/login", content=f"token={token_for(svc, 'ana')}", follow_redirects=False)
+    assert r.status_code == 303
+    assert browser.get("/v1/dashboard").status_code == 200
+    forged = {"origin": "http://127.0.0.1:9999", "content-type": "text/plain"}
+    assert browser.post("/v1/jobs", content="command: id\n", headers=forged).status_code == 401
+    assert browser.post(f"/v1/jobs/{mine}/cancel", headers=forged).status_code == 401
+    assert browser.get("/v1/jobs").status_code == 401
+    assert browser.post("/v1/tokens", json={"user": "ana"}).status_code == 401
+    assert client.get(f"/v1/jobs/{mine}").json()["state"] != "cancelled"
+
+
+def test_the_login_form_is_refused_from_another_page_and_the_cookie_is_secure_over_tls(
+    svc: Service, client: TestClient
+) -> None:
+    secret = token_for(svc, "ana")
+    browser = TestClient(client.app)
+    for site in ("same-site", "cross-site"):
+        r = browser.post("/login", content=f"token={secret}", headers={"sec-fetch-site": site})
+        assert r.status_code == 403 and "set-cookie" not in r.headers, site
+    r = browser.post(
+        "/login",
+        content=f"token={secret}",
+        headers={"sec-fetch-site": "same-origin"},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303 and "secure" not in r.headers["set-cookie"].lower()
+    tls = TestClient(client.app, base_url="https://testserver")
+    r = tls.post("/login", content=f"token={secret}", follow_redirects=False)
+    assert r.status_code == 303 and "; secure" in r.headers["set-cookie"].lower()

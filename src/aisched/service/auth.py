@@ -1,8 +1,13 @@
 """Who may do what, as FastAPI dependencies: the caller's identity and the permission rules.
 
 Identity (`caller`): on the Unix socket, the kernel's peer credentials (`service/protocol.py`
-puts them in the scope); over TCP, a bearer token (`Authorization: Bearer ...`, or the
-dashboard's HttpOnly cookie made from one). `/v1/healthz` alone needs neither. A missing or
+puts them in the scope); over TCP, a bearer token (`Authorization: Bearer ...`). The
+dashboard's HttpOnly cookie made from a token counts only for the dashboard's own reads
+(`reader`): a browser sends a cookie with any request a page makes, whatever page, and
+SameSite does not tell one port of a host from another, so a page another local user serves on
+127.0.0.1 could otherwise submit and cancel jobs as whoever opened the dashboard. A header it
+cannot send across origins without the service's consent, which it never gives.
+`/v1/healthz` alone needs none of these. A missing or
 bad token is a 401; a caller without the right is a 403. Neither answer says whether the job
 asked about exists: identity is settled before any job is looked up.
 
@@ -35,11 +40,25 @@ class Unauthorized(HTTPException):
 
 
 def caller(request: Request) -> Caller:
+    """Who is calling, from the socket's peer or the bearer header; never from a cookie."""
+    return _identify(request, bearer(request))
+
+
+def reader(request: Request) -> Caller:
+    """Who is calling a read of the dashboard's: as `caller`, or from the dashboard's cookie.
+    Only for GET routes that change nothing and answer only to the page (a cross-origin page
+    may send the cookie but cannot read the answer)."""
+    secret = bearer(request)
+    if secret is None and not request.headers.get("authorization"):
+        secret = request.cookies.get(COOKIE)
+    return _identify(request, secret)
+
+
+def _identify(request: Request, secret: str | None) -> Caller:
     svc: Service = request.app.state.service
     peer = request.scope.get(PEER_SCOPE_KEY)
     if peer is not None:
         return from_peer(peer, svc.admins)
-    secret = bearer(request)
     if secret is None:
         raise Unauthorized(
             "authentication required: send a token (Authorization: Bearer ...; "
@@ -57,10 +76,11 @@ def bearer(request: Request) -> str | None:
     if auth:
         scheme, _, value = auth.partition(" ")
         return value.strip() if scheme.lower() == "bearer" and value.strip() else None
-    return request.cookies.get(COOKIE)
+    return None
 
 
 CallerDep = Annotated[Caller, Depends(caller)]
+ReaderDep = Annotated[Caller, Depends(reader)]
 
 
 def require_admin(who: Caller, what: str) -> None:

@@ -35,7 +35,7 @@ from aisched import __version__
 from aisched.model.states import JobState
 from aisched.service import tokens
 from aisched.service.app import Service
-from aisched.service.auth import COOKIE, CallerDep, caller
+from aisched.service.auth import COOKIE, ReaderDep, reader
 from aisched.service.loop import Scheduler
 
 log = logging.getLogger("aisched.dashboard")
@@ -328,17 +328,24 @@ def dashboard_router(svc: Service, clock: Callable[[], float] = time.time) -> AP
     @router.get("/", include_in_schema=False)
     def page(request: Request, token: str | None = None) -> Response:
         if token is not None:  # a link with ?token=: swap it for a cookie, off the URL
-            return _login(svc, token)
+            return _login(svc, token, request)
         try:
-            caller(request)
+            reader(request)
         except HTTPException:
             return HTMLResponse(_static("login.html"), status_code=401)
         return HTMLResponse(_static("dashboard.html"))
 
     @router.post("/login", include_in_schema=False)
     async def login(request: Request) -> Response:
+        # The form is posted by the login page itself; a browser says when another page, even
+        # one on another port of this host, posts it (login CSRF: its token, its view).
+        if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
+            return JSONResponse(
+                status_code=403,
+                content={"error": "the login form may be posted only from its own page"},
+            )
         form = urllib.parse.parse_qs((await request.body()).decode("utf-8", "replace"))
-        return _login(svc, (form.get("token") or [""])[0])
+        return _login(svc, (form.get("token") or [""])[0], request)
 
     @router.get("/static/{name}", include_in_schema=False)
     def static(name: str) -> Response:
@@ -351,7 +358,7 @@ def dashboard_router(svc: Service, clock: Callable[[], float] = time.time) -> AP
 
     @router.get("/v1/dashboard")
     def dashboard(
-        who: CallerDep,
+        who: ReaderDep,
         since: Annotated[
             float | None, Query(description="only utilisation samples after this Unix time")
         ] = None,
@@ -369,15 +376,19 @@ def dashboard_router(svc: Service, clock: Callable[[], float] = time.time) -> AP
     return router
 
 
-def _login(svc: Service, secret: str) -> Response:
-    """A valid token becomes an HttpOnly, SameSite=Strict cookie (scripts cannot read it, other
-    sites cannot send it) and a redirect to the page; a bad one, the login form again."""
+def _login(svc: Service, secret: str, request: Request) -> Response:
+    """A valid token becomes an HttpOnly, SameSite=Strict cookie (scripts cannot read it; it
+    stands only for the dashboard's reads, `auth.reader`), Secure when served over TLS, and a
+    redirect to the page; a bad one, the login form again."""
     try:
         tokens.verify(svc.store, secret.strip(), time.time())
     except tokens.TokenRefused:
         return HTMLResponse(_static("login.html"), status_code=401)
     out = RedirectResponse("/", status_code=303)
-    out.set_cookie(COOKIE, secret.strip(), httponly=True, samesite="strict", path="/")
+    secure = request.url.scheme == "https"
+    out.set_cookie(
+        COOKIE, secret.strip(), httponly=True, samesite="strict", path="/", secure=secure
+    )
     return out
 
 
