@@ -143,3 +143,12 @@ def test_the_login_form_is_refused_from_another_page_and_the_cookie_is_secure_ov
     tls = TestClient(client.app, base_url="https://testserver")
     r = tls.post("/login", content=f"token={secret}", follow_redirects=False)
     assert r.status_code == 303 and "; secure" in r.headers["set-cookie"].lower()
+
+
+def test_only_admins_see_where_the_state_database_is(
+    svc: Service, client: TestClient, client_as: AsUser
+) -> None:
+    kind = svc.store.url.partition(":")[0]
+    assert kind in ("sqlite", "postgresql+psycopg")
+    assert client_as("ana").get("/v1/info").json()["database"] == kind
+    assert client.get("/v1/info").json()["database"] == svc.store.url != kind

@@ -223,7 +223,9 @@ class Info(BaseModel):
     version: str
     policy: str
     data_dir: str
-    database: str
+    database: str = Field(
+        description="the state database (its URL, password hidden, for admins; its kind for others)"
+    )
     started_at: float
     executor: str
     you: str = ""  # the caller, as the service knows them

@@ -19,7 +19,6 @@ come back as plain dicts (column name → value); the store knows tables, not sc
 
 from __future__ import annotations
 
-import re
 import secrets
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -38,8 +37,8 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.engine import Connection
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from aisched.store.errors import Deposed, StoreError
 from aisched.store.lease import Fence, check_fence
@@ -68,10 +67,23 @@ def normalize_url(url: str) -> str:
 
 def shown(url: str) -> str:
     """The URL as messages show it: an SQLite file's path, or the URL with its password
-    masked (the rest as the user wrote it)."""
+    masked and a `password` query parameter left out, as SQLAlchemy parses it (a password
+    may hold any character, `/` and `@` included); only the scheme when it cannot be parsed."""
     if url.startswith("sqlite:///"):
         return url.removeprefix("sqlite:///")
-    return re.sub(r"^([a-z0-9+]+://[^:/@]*):[^@/]*@", r"\1:***@", url)
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        return url.partition("://")[0] + "://(unparsable URL, not shown)"
+    base = parsed.set(query={}).render_as_string(hide_password=True)
+    # The query unquoted: `host=/run/...` reads better than `host=%2Frun%2F...`.
+    kept = [
+        f"{key}={value}"
+        for key, values in parsed.query.items()
+        if key != "password"
+        for value in ((values,) if isinstance(values, str) else values)
+    ]
+    return base + ("?" + "&".join(kept) if kept else "")
 
 
 class Store:

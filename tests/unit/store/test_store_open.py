@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, inspect
 
-from aisched.store.db import Store, StoreError
+from aisched.store.db import Store, StoreError, shown
 from aisched.store.schema import SCHEMA_VERSION
 
 # The schema-1 tables as aisched 0.1 made them (the jobs table without idempotency_key).
@@ -133,3 +133,23 @@ def test_a_database_with_a_damaged_page_is_refused_at_open(tmp_path: Path) -> No
         "aside to start with an empty one (its jobs are forgotten), or restore it from a "
         "backup; `sqlite3 FILE .recover` can save what is still readable"
     )
+
+
+PG = "postgresql+psycopg://"
+
+
+@pytest.mark.parametrize(
+    ("url", "want"),
+    [
+        # A raw `/` or `@` in a password is legal to SQLAlchemy; a pattern that stopped at
+        # either showed the password whole.
+        (PG + "ais:ab/cd+ef@127.0.0.1:5432/db", PG + "ais:***@127.0.0.1:5432/db"),
+        (PG + "ais:p%40ss@host/db?host=/run/pg", PG + "ais:***@host/db?host=/run/pg"),
+        (PG + "ais@host/db?password=s3cret&sslmode=require", PG + "ais@host/db?sslmode=require"),
+        (PG + "host/db", PG + "host/db"),
+        (PG + "ais:a?b&password=c@host/db?sslmode=require", PG + "ais:***@host/db?sslmode=require"),
+        (PG + "ais:s3cret@[::1/db", PG + "(unparsable URL, not shown)"),
+    ],
+)
+def test_a_database_url_is_shown_without_its_password(url: str, want: str) -> None:
+    assert shown(url) == want

@@ -51,7 +51,8 @@ def system_router(svc: Service) -> APIRouter:
             version=__version__,
             policy=svc.policy.name,
             data_dir=str(svc.home),
-            database=svc.store.url,
+            # Where the state lives is the admins' business: a user sees only the kind.
+            database=svc.store.url if who.admin else svc.store.url.partition(":")[0],
             started_at=svc.started_at,
             executor=svc.executor.info().name,
             you=who.user,
