@@ -152,3 +152,18 @@ def test_only_admins_see_where_the_state_database_is(
     assert kind in ("sqlite", "postgresql+psycopg")
     assert client_as("ana").get("/v1/info").json()["database"] == kind
     assert client.get("/v1/info").json()["database"] == svc.store.url != kind
+
+
+def test_odd_numbers_in_a_body_are_a_422_not_a_500(client: TestClient) -> None:
+    huge = '{"command": "true", "priority": ' + "9" * 5000 + "}"
+    r = client.post("/v1/jobs", content=huge, headers={"content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["problems"][0].startswith(
+        "request: not valid JSON: Exceeds the limit"
+    )
+    for odd in ("Infinity", "NaN", "-1", "1e12"):
+        body = '{"user": "ana", "expires_in_s": ' + odd + "}"
+        r = client.post("/v1/tokens", content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 422 and "expires_in_s: must be above 0" in r.text, odd
+    # Nothing half-made: the listing still answers, with no token for ana.
+    listed = client.get("/v1/tokens")
+    assert listed.status_code == 200 and all(t["user"] != "ana" for t in listed.json())

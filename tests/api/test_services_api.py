@@ -86,6 +86,16 @@ def test_bad_metrics_are_refused_naming_the_field(client: TestClient) -> None:
     for job_id, body, status, problems in cases:
         r = client.post(f"/v1/jobs/{job_id}/metrics", json=body)
         assert (r.status_code, r.json()["problems"]) == (status, problems)
+    big = "1" + "0" * 400  # an int JSON reads but no float holds
+    least = "body: rps: expected a number of at least 0, got"
+    raw = [
+        (big.join(['{"rps": ', "}"]), f"{least} {big[:40]}..."),
+        ('{"rps": ' + "9" * 5000 + "}", "body: not valid JSON: Exceeds the limit"),
+        ("[" * 100_000, "body: nested deeper than"),
+    ]  # fmt: skip
+    for text, start in raw:
+        r = client.post(f"/v1/jobs/{sid}/metrics", content=text)
+        assert r.status_code == 422 and r.json()["problems"][0].startswith(start), r.text
     r = client.post(f"/v1/jobs/{batch}/metrics", json={"rps": 1})
     assert r.status_code == 409 and "not a running service" in r.json()["error"]
     assert client.post("/v1/jobs/999/metrics", json={"rps": 1}).status_code == 404

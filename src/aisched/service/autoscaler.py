@@ -212,7 +212,7 @@ class Autoscaler:
             return None
         try:
             return parse_scrape(body)
-        except (ValueError, TypeError, UnicodeDecodeError):
+        except (ValueError, TypeError, RecursionError):  # a replica's page is untrusted too
             return None
 
     def _load(
@@ -255,10 +255,21 @@ def parse_metrics(values: object) -> dict[str, float]:
     for k, v in values.items():
         if k not in METRIC_NAMES:
             raise MetricError(f"{k}: unknown metric; one of {', '.join(sorted(METRIC_NAMES))}")
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
-            raise MetricError(f"{k}: expected a number of at least 0, got {v!r}")
-        out[str(k)] = float(v)
+        bad = MetricError(f"{k}: expected a number of at least 0, got {_cut(repr(v))}")
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise bad
+        try:
+            number = float(v)  # an int past a float's range overflows
+        except OverflowError:
+            raise bad from None
+        if not math.isfinite(number) or number < 0:
+            raise bad
+        out[str(k)] = number
     return out
+
+
+def _cut(text: str, most: int = 40) -> str:
+    return text if len(text) <= most else text[:most] + "..."
 
 
 def parse_scrape(body: bytes) -> dict[str, float]:

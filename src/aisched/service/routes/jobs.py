@@ -95,7 +95,7 @@ def jobs_router(svc: Service) -> APIRouter:
             if "json" in request.headers.get("content-type", ""):
                 try:
                     data = json.loads(body)
-                except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                except ValueError as e:  # not JSON, not UTF-8, or an integer past the limit
                     raise SpecError(f"{src}: not valid JSON: {e}") from None
                 parsed = parse_submission_document(data, src, defaults)
             else:

@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse, Response
 from aisched.service.app import Service
 from aisched.service.auth import CallerDep, require_owner
 from aisched.service.autoscaler import MetricError
+from aisched.service.limits import check_depth
 from aisched.service.routes.common import MAX_BODY, job_or_404, problem
 from aisched.service.schemas import MetricsOut, Problem, ServiceStatusOut
 
@@ -36,9 +37,11 @@ def services_router(svc: Service) -> APIRouter:
         body = await request.body()
         if len(body) > MAX_BODY:
             return problem(413, f"the metrics document is larger than {MAX_BODY} bytes")
+        if (deep := check_depth(body)) is not None:
+            return problem(422, "invalid metrics", [f"body: {deep}"])
         try:
             values = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        except ValueError as e:  # not JSON, not UTF-8, or an integer past Python's digit limit
             return problem(422, "invalid metrics", [f"body: not valid JSON: {e}"])
         if svc.autoscaler is None:
             return problem(409, "the autoscaler is not running")

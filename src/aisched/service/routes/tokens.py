@@ -20,6 +20,8 @@ from aisched.service.auth import CallerDep, require_admin
 from aisched.service.routes.common import audit, problem
 from aisched.service.schemas import AuditOut, TokenCreated, TokenIn, TokenOut
 
+MAX_EXPIRY_S = 10 * 365 * 86400.0
+
 
 def tokens_router(svc: Service) -> APIRouter:
     router = APIRouter()
@@ -29,8 +31,14 @@ def tokens_router(svc: Service) -> APIRouter:
         """A new token for `user`; its secret is in this answer and nowhere else, ever."""
         require_admin(who, "create tokens")
         now = time.time()
-        if body.expires_in_s is not None and body.expires_in_s <= 0:
-            return problem(422, "invalid request", ["expires_in_s: must be above 0"])
+        if body.expires_in_s is not None and not 0 < body.expires_in_s <= MAX_EXPIRY_S:
+            # NaN and infinity too: stored, they never expire and break every listing after.
+            return problem(
+                422,
+                "invalid request",
+                [f"expires_in_s: must be above 0 and at most {MAX_EXPIRY_S:.0f} (10 years), "
+                 f"got {body.expires_in_s}; leave it out for a token that does not expire"],
+            )  # fmt: skip
         expires = None if body.expires_in_s is None else now + body.expires_in_s
         secret, row = tokens.create(
             svc.store,
