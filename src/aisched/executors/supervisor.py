@@ -517,6 +517,13 @@ def _child(launch: dict[str, Any], out_w: int, err_w: int) -> None:
             os._exit(int(report.split("\n", 1)[0]))
 
 
+def _note(line: str) -> None:
+    """A line for the supervisor's own log (its stderr), which is on the disk that may be full:
+    failing to write it must not stop the supervisor from recording its task's end."""
+    with contextlib.suppress(OSError):
+        print(line, file=sys.stderr, flush=True)
+
+
 class Supervisor:
     def __init__(self, task_dir: str, launch: dict[str, Any], wake_r: int, sigs: _Signals):
         self.dir = task_dir
@@ -552,9 +559,9 @@ class Supervisor:
                 break
             except OSError as exc:
                 if not os.path.isdir(self.dir):  # removed under us: no one will ever read it
-                    print(f"cannot write {EXIT}: the task directory is gone", file=sys.stderr)
+                    _note(f"cannot write {EXIT}: the task directory is gone")
                     break
-                print(f"cannot write {EXIT} ({exc.strerror or exc}); retrying", file=sys.stderr)
+                _note(f"cannot write {EXIT} ({exc.strerror or exc}); retrying")
                 with contextlib.suppress(OSError):
                     os.unlink(f"{self.path(EXIT)}.tmp{os.getpid()}")
                 time.sleep(EXIT_RETRY_S)

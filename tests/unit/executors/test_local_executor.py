@@ -3,6 +3,7 @@ end is reported, stops, memory limits, and taking tasks over after the scheduler
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -612,3 +613,25 @@ def test_under_a_cgroup_a_stop_sends_the_task_one_sigterm_and_escaped_processes_
     assert harness.exit_of(h.key).kind == ExitKind.STOPPED
     assert counted.read_text() == "1"
     wait_for(lambda: escaped.exists(), what="the escaped process's SIGTERM")
+
+
+def test_a_supervisor_records_its_task_s_end_though_its_own_log_is_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On a full disk the exit record cannot be written, and neither can the supervisor's own
+    # log line saying so (its stderr is on the same disk): that failure must not end the
+    # supervisor before the record is written, or a task that succeeded is taken as lost and
+    # run again. /dev/full fails every write with ENOSPC; a directory in the way of the
+    # record's temporary file fails its writes until it is removed.
+    blocker = tmp_path / f"{sup.EXIT}.tmp{os.getpid()}"
+    blocker.mkdir()
+    threading.Timer(0.3, blocker.rmdir).start()
+    supervisor = sup.Supervisor(str(tmp_path), {}, -1, sup._Signals())
+    full = open("/dev/full", "w", buffering=1)  # noqa: SIM115 - its close fails too
+    monkeypatch.setattr(sys, "stderr", full)
+    assert supervisor.finish("exited", 0, "done") == 0
+    monkeypatch.undo()
+    with contextlib.suppress(OSError):
+        full.close()
+    record = json.loads((tmp_path / sup.EXIT).read_text())
+    assert (record["kind"], record["exit_code"]) == ("exited", 0)
