@@ -280,3 +280,36 @@ def test_a_submission_whose_key_cannot_be_read_is_answered_503_and_made_once_whe
     again = client.post("/v1/jobs", json=doc, headers={"Idempotency-Key": "k-1"})
     assert [(r.status_code, r.json()["id"]) for r in (first, again)] == [(201, "1"), (201, "1")]
     assert ids(client) == ["1"]
+
+
+def test_a_cancel_the_store_cannot_write_is_a_503_and_carried_out_once_it_can(
+    open_service: OpenService, fx: FakeExecutor, tmp_path: Path
+) -> None:
+    svc = open_service(fx, limits={"store_busy_timeout": "0.2s"})
+    client = client_for(svc)
+    one = client.post("/v1/jobs", json={"command": ["sleep", "100"]}).json()["id"]
+    two = client.post("/v1/jobs", json={"command": ["sleep", "100"]}).json()["id"]
+    until(
+        "both to run",
+        lambda: {j["state"] for j in client.get("/v1/jobs").json()["jobs"]} == {"running"},
+    )
+    holder = Holder(svc, tmp_path)  # another writer holds the database
+    answers: list[Any] = []
+    threads = [
+        threading.Thread(target=lambda: answers.append(client.post(f"/v1/jobs/{one}/cancel"))),
+        threading.Thread(
+            target=lambda: answers.append(client.post("/v1/jobs/cancel", json={"mine": True}))
+        ),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert [a.status_code for a in answers] == [503, 503]
+    for a in answers:
+        assert a.json()["error"].startswith("the cancel is not stored yet: the store cannot")
+    holder.release()
+    until(
+        "the cancels to be carried out",
+        lambda: {client.get(f"/v1/jobs/{j}").json()["state"] for j in (one, two)} == {"cancelled"},
+    )

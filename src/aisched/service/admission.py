@@ -9,10 +9,10 @@ stored without hanging on a failing store.
    account is answered as that account sees the files: a path behind a directory it may not
    search is "no such" file or directory, as a missing one is, so that the service (often
    root) tells nobody whether a path exists that they could not find themselves.
-2. `until_stored`: the loop answers a submission once it is durable. While the store cannot
-   write, that answer waits (the loop retries its batch); the caller is then told 503 within
-   `patience_s` instead of hanging, and a retry with the same Idempotency-Key returns the job
-   once it is stored.
+2. `until_stored`: the loop answers a submission (or a cancel) once it is durable. While the
+   store cannot write, that answer waits (the loop retries its batch); the caller is then told
+   503 within `patience_s` instead of hanging, and a retry with the same Idempotency-Key
+   returns the job once it is stored.
 """
 
 from __future__ import annotations
@@ -87,11 +87,25 @@ def path_problems(jobs: Sequence[Job], source: str, as_user: str | None = None) 
     return out
 
 
+NOT_STORED_SUBMISSION = (
+    "the submission is not stored yet: the store cannot write (see /v1/readyz); "
+    "it is kept and stored once the store recovers, so retry with the same "
+    "Idempotency-Key to get that job rather than a second one"
+)
+NOT_STORED_CANCEL = (
+    "the cancel is not stored yet: the store cannot write (see /v1/readyz); it is kept and "
+    "carried out once the store recovers (`aisched show` will say so)"
+)
+
+
 async def until_stored(
-    future: Future[T], store_failing: Callable[[], bool], patience_s: float = 5.0
+    future: Future[T],
+    store_failing: Callable[[], bool],
+    patience_s: float = 5.0,
+    not_stored: str = NOT_STORED_SUBMISSION,
 ) -> T:
-    """The loop's answer; raises NotStoredYet when the store has been failing for
-    `patience_s` while it waited (a healthy store answers in milliseconds)."""
+    """The loop's answer; raises NotStoredYet (with `not_stored`) when the store has been
+    failing for `patience_s` while it waited (a healthy store answers in milliseconds)."""
     waited = 0.0
     step = 0.25
     wrapped = asyncio.wrap_future(future)
@@ -101,8 +115,4 @@ async def until_stored(
             return wrapped.result()
         waited = waited + step if store_failing() else 0.0
         if waited >= patience_s:
-            raise NotStoredYet(
-                "the submission is not stored yet: the store cannot write (see /v1/readyz); "
-                "it is kept and stored once the store recovers, so retry with the same "
-                "Idempotency-Key to get that job rather than a second one"
-            )
+            raise NotStoredYet(not_stored)

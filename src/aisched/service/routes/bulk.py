@@ -10,7 +10,6 @@ the count; the answer gives the count and each job with its state after the comm
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Literal
 
@@ -18,6 +17,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 
+from aisched.service.admission import NOT_STORED_CANCEL, NotStoredYet, until_stored
 from aisched.service.app import Service
 from aisched.service.auth import CallerDep
 from aisched.service.loop_types import CancelSelection
@@ -58,7 +58,13 @@ def bulk_router(svc: Service) -> APIRouter:
             )
         user = who.user if body.mine or not who.admin else None
         selection = CancelSelection(user=user, queue=body.queue, state=body.state)
-        done = await asyncio.wrap_future(svc.scheduler.cancel_matching(selection))
+        failing = lambda: svc.health.errors.store_failing  # noqa: E731
+        try:
+            done = await until_stored(
+                svc.scheduler.cancel_matching(selection), failing, not_stored=NOT_STORED_CANCEL
+            )
+        except NotStoredYet as e:
+            return JSONResponse(status_code=503, content=Problem(error=str(e)).model_dump())
         cancelled = sum(1 for _, state in done if state == "cancelled")
         out = BulkCancelOut(
             count=len(done),

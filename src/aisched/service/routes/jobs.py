@@ -8,7 +8,6 @@ owner's and the admins'. A cancel of another user's job goes to the audit log.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +18,12 @@ from fastapi.responses import JSONResponse, Response
 
 from aisched.model.job import Job
 from aisched.model.states import JobState
-from aisched.service.admission import NotStoredYet, path_problems, until_stored
+from aisched.service.admission import (
+    NOT_STORED_CANCEL,
+    NotStoredYet,
+    path_problems,
+    until_stored,
+)
 from aisched.service.app import Service
 from aisched.service.auth import CallerDep, may_run_jobs, may_submit_to, owns, require_owner
 from aisched.service.limits import check_depth
@@ -209,10 +213,13 @@ def jobs_router(svc: Service) -> APIRouter:
     async def cancel(job_id: str, who: CallerDep) -> Response:
         row = job_or_404(svc, job_id)
         require_owner(who, job_id, row["user"], "cancel it")
+        failing = lambda: svc.health.errors.store_failing  # noqa: E731
         try:
-            state = await asyncio.wrap_future(sched.cancel(job_id))
+            state = await until_stored(sched.cancel(job_id), failing, not_stored=NOT_STORED_CANCEL)
         except Rejected as e:
             return problem(e.status, str(e))
+        except NotStoredYet as e:
+            return problem(503, str(e))
         audit(svc, who, "cancel", f"job {job_id}", row["user"], f"was {row['state']}")
         return JSONResponse(status_code=202, content=CancelOut(id=job_id, state=state).model_dump())
 
