@@ -4,12 +4,13 @@ stored without hanging on a failing store.
 1. `path_problems`: a task's `workdir` that is not a directory, and a command named by a path
    (`./train.sh`, `/opt/run`) that is not an executable file, are refused at once (422, one
    line per problem naming its field) instead of being accepted, failing at start and being
-   retried. A job that names an image has its workdir and command checked inside its image,
-   not here; its hostPath volumes are checked here. A submitter who is an ordinary local
-   account is answered as that account sees the files, symbolic links followed as the kernel
-   would follow them for it: a path behind a directory it may not search is "no such" file or
-   directory, as a missing one is, so that the service (often root) tells nobody whether a
-   path exists that they could not find themselves.
+   retried. A job that names an image has its command checked inside its image, not here; its
+   hostPath volumes are checked here, and so is its workdir where it is a directory here (the
+   engine mounts it then, with root's rights, so its user must be able to read and enter it).
+   A submitter who is an ordinary local account is answered as that account sees the files,
+   symbolic links followed as the kernel would follow them for it: a path behind a directory
+   it may not search is "no such" file or directory, as a missing one is, so that the service
+   (often root) tells nobody whether a path exists that they could not find themselves.
 2. `until_stored`: the loop answers a submission once it is durable. While the store cannot
    write, that answer waits (the loop retries its batch); the caller is then told 503 within
    `patience_s` instead of hanging, and a retry with the same Idempotency-Key returns the job
@@ -43,6 +44,19 @@ def _field(job: Job, index: int, name: str) -> str:
     return f"tasks.{index}.{name}"
 
 
+def _may_mount_workdir(user: str, path: str) -> bool:
+    """Whether a container task of `user` may have `path` as its working directory. The
+    engine mounts it when it is a directory here, so the user must be able to read and enter
+    it; one the user can see is not here is left to the image. A path hidden from the user is
+    refused whether or not it is here, so that the answer does not tell which."""
+    look = user_lookup(user, path)
+    if look.hidden:
+        return False
+    if look.found is None or not stat.S_ISDIR(look.found.st_mode):
+        return True
+    return user_can(user, path, 0o5)
+
+
 def path_problems(jobs: Sequence[Job], source: str, as_user: str | None = None) -> list[str]:
     """One line per missing working directory or command file, naming the field; as
     `as_user` sees the files, when that is an ordinary local account (see the module doc)."""
@@ -66,13 +80,18 @@ def path_problems(jobs: Sequence[Job], source: str, as_user: str | None = None) 
         prefix = f"{source}: " if len(jobs) == 1 else f"{source}: job {job.name!r}: "
         for i, g in enumerate(job.groups):
             if g.container is not None:
-                # Its workdir and command are inside its image; what it names on this machine
-                # are its hostPath volumes (the image itself is the engine's to find or pull,
-                # and a missing one fails the attempt at once, without a retry).
+                # Its command is inside its image; what it names on this machine are its
+                # hostPath volumes and its workdir (the image itself is the engine's to find or
+                # pull, and a missing one fails the attempt at once, without a retry).
                 for v, vol in enumerate(g.container.volumes):
                     if seen(Path(vol.host_path)) is None:
                         field = _field(job, i, f"volumes.{v}.host_path")
                         out.append(f"{prefix}{field}: no such file or directory: {vol.host_path}")
+                if local is not None and g.workdir and not _may_mount_workdir(local, g.workdir):
+                    out.append(
+                        f"{prefix}{_field(job, i, 'workdir')}: user {local} may not read "
+                        f"{g.workdir}, so its container may not mount it"
+                    )
                 continue
             workdir = Path(g.workdir) if g.workdir else None
             if workdir is not None:

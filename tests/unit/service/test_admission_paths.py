@@ -92,6 +92,18 @@ CASES = [
     Case("a file the user may execute", host(command="T/open/tool"), []),
     Case("a volume through a link into a closed directory", in_image(volume="T/home/in"),
          ["s: volumes.0.host_path: no such file or directory: T/home/in"]),
+    Case("a container's workdir the user may read", in_image("T/open/data"), []),
+    Case("a container's workdir the user may enter but not read", in_image("T/open/private"),
+         [f"s: workdir: user {USER} may not read T/open/private, so its container may not "
+          "mount it"]),
+    Case("a container's workdir through a link into a closed directory", in_image("T/home/in"),
+         [f"s: workdir: user {USER} may not read T/home/in, so its container may not mount "
+          "it"]),
+    Case("a container's workdir behind a closed directory, not there", in_image("T/closed/no"),
+         [f"s: workdir: user {USER} may not read T/closed/no, so its container may not mount "
+          "it"]),
+    Case("a container's workdir the user sees is not here (the image's)",
+         in_image("T/open/none"), []),
 ]  # fmt: skip
 
 
@@ -119,6 +131,6 @@ def test_paths_are_checked_as_the_submitter_sees_them(top: Path, case: Case) -> 
 
 
 def test_root_and_unknown_names_are_answered_as_the_service_sees_the_files(top: Path) -> None:
-    jobs = [_under(j, top) for j in (host("T/home/in"), in_image(volume="T/closed/inner"))]
+    jobs = [_under(j, top) for j in (host("T/home/in"), in_image("T/closed/inner"))]
     for who in ("root", "no-such-user-here", None):
         assert path_problems(jobs, "s", who) == []
