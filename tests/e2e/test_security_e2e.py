@@ -158,6 +158,56 @@ def test_a_path_a_user_cannot_reach_is_answered_as_a_missing_one(
         shutil.rmtree(private, ignore_errors=True)
 
 
+def test_a_link_leads_no_user_past_a_directory_it_may_not_search(
+    service: Service, local_users: dict[str, User]
+) -> None:
+    # Root's 0700 directory holds a world-readable `inner`; alice's links lead into it, to
+    # what is there and to what is not. Nothing she names through them may be used, nor may
+    # the answers tell the two apart.
+    alice = local_users["alice"]
+    closed = Path(tempfile.mkdtemp())
+    (closed / "inner").mkdir(mode=0o755)
+    (closed / "inner/secret.txt").write_text("secret\n")
+    (closed / "inner/secret.txt").chmod(0o644)
+    there, gone, mount = alice.home / "there", alice.home / "gone", alice.home / "mount.yaml"
+    try:
+        for link, target in ((there, closed / "inner"), (gone, closed / "none")):
+            link.unlink(missing_ok=True)
+            link.symlink_to(target)
+            os.lchown(link, alice.uid, alice.gid)
+
+        def refusal(*args: str) -> str:
+            return one_error_line(as_user(service, alice, "run", *args))
+
+        invalid = "error: invalid job aisched run:"
+        assert [refusal("--workdir", f"{d}/.", "--", "true") for d in (there, gone)] == [
+            f"{invalid} workdir: no such directory: {d}" for d in (there, gone)
+        ]
+        assert [refusal("--", f"{d}/secret.txt") for d in (there, gone)] == [
+            f"{invalid} command.0: no such file: {d}/secret.txt" for d in (there, gone)
+        ]
+        # A container's workdir is mounted from here when it is a directory here.
+        assert [
+            refusal("--image", "img", "--workdir", str(d), "--", "true") for d in (there, gone)
+        ] == [
+            f"{invalid} workdir: user {alice.name} may not read {d}, so its container may "
+            "not mount it"
+            for d in (there, gone)
+        ]
+        mount.write_text(
+            f"image: img\ncommand: 'cat /s/s.txt'\nvolumes: [{{host_path: {there}, path: /s}}]\n"
+        )
+        proc = as_user(service, alice, "submit", str(mount))
+        assert one_error_line(proc) == (
+            f"error: invalid job {mount.name}: volumes.0.host_path: no such file or directory: "
+            f"{there}"
+        )
+    finally:
+        for p in (there, gone, mount):
+            p.unlink(missing_ok=True)
+        shutil.rmtree(closed)
+
+
 def test_tcp_needs_a_token_and_a_token_gives_only_its_users_rights(
     service: Service, local_users: dict[str, User]
 ) -> None:

@@ -4,11 +4,13 @@ stored without hanging on a failing store.
 1. `path_problems`: a task's `workdir` that is not a directory, and a command named by a path
    (`./train.sh`, `/opt/run`) that is not an executable file, are refused at once (422, one
    line per problem naming its field) instead of being accepted, failing at start and being
-   retried. A job that names an image has its workdir and command checked inside its image,
-   not here; its hostPath volumes are checked here. A submitter who is an ordinary local
-   account is answered as that account sees the files: a path behind a directory it may not
-   search is "no such" file or directory, as a missing one is, so that the service (often
-   root) tells nobody whether a path exists that they could not find themselves.
+   retried. A job that names an image has its command checked inside its image, not here; its
+   hostPath volumes are checked here, and so is its workdir where it is a directory here (the
+   engine mounts it then, with root's rights, so its user must be able to read and enter it).
+   A submitter who is an ordinary local account is answered as that account sees the files,
+   symbolic links followed as the kernel would follow them for it: a path behind a directory
+   it may not search is "no such" file or directory, as a missing one is, so that the service
+   (often root) tells nobody whether a path exists that they could not find themselves.
 2. `until_stored`: the loop answers a submission (or a cancel) once it is durable. While the
    store cannot write, that answer waits (the loop retries its batch); the caller is then told
    503 within `patience_s` instead of hanging, and a retry with the same Idempotency-Key
@@ -19,12 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import TypeVar
 
-from aisched.executors.runas import ordinary_account, user_can
+from aisched.executors.runas import ordinary_account, user_can, user_lookup
 from aisched.model.job import Job
 
 T = TypeVar("T")
@@ -41,14 +44,33 @@ def _field(job: Job, index: int, name: str) -> str:
     return f"tasks.{index}.{name}"
 
 
+def _may_mount_workdir(user: str, path: str) -> bool:
+    """Whether a container task of `user` may have `path` as its working directory. The
+    engine mounts it when it is a directory here, so the user must be able to read and enter
+    it; one the user can see is not here is left to the image. A path hidden from the user is
+    refused whether or not it is here, so that the answer does not tell which."""
+    look = user_lookup(user, path)
+    if look.hidden:
+        return False
+    if look.found is None or not stat.S_ISDIR(look.found.st_mode):
+        return True
+    return user_can(user, path, 0o5)
+
+
 def path_problems(jobs: Sequence[Job], source: str, as_user: str | None = None) -> list[str]:
     """One line per missing working directory or command file, naming the field; as
     `as_user` sees the files, when that is an ordinary local account (see the module doc)."""
     local = as_user if as_user is not None and ordinary_account(as_user) else None
 
-    def hidden(path: Path) -> bool:
-        # Whether the path is behind a directory the submitter may not search.
-        return local is not None and not user_can(local, str(path.absolute().parent), 0o1)
+    def seen(path: Path) -> os.stat_result | None:
+        # What the submitter finds at the path: None alike when it is missing and when it is
+        # hidden from the submitter.
+        if local is not None:
+            return user_lookup(local, str(path)).found
+        try:
+            return path.stat()
+        except OSError:
+            return None
 
     def executable(path: Path) -> bool:
         return user_can(local, str(path), 0o1) if local else os.access(path, os.X_OK)
@@ -58,21 +80,26 @@ def path_problems(jobs: Sequence[Job], source: str, as_user: str | None = None) 
         prefix = f"{source}: " if len(jobs) == 1 else f"{source}: job {job.name!r}: "
         for i, g in enumerate(job.groups):
             if g.container is not None:
-                # Its workdir and command are inside its image; what it names on this machine
-                # are its hostPath volumes (the image itself is the engine's to find or pull,
-                # and a missing one fails the attempt at once, without a retry).
+                # Its command is inside its image; what it names on this machine are its
+                # hostPath volumes and its workdir (the image itself is the engine's to find or
+                # pull, and a missing one fails the attempt at once, without a retry).
                 for v, vol in enumerate(g.container.volumes):
-                    host = Path(vol.host_path)
-                    if hidden(host) or not host.exists():
+                    if seen(Path(vol.host_path)) is None:
                         field = _field(job, i, f"volumes.{v}.host_path")
                         out.append(f"{prefix}{field}: no such file or directory: {vol.host_path}")
+                if local is not None and g.workdir and not _may_mount_workdir(local, g.workdir):
+                    out.append(
+                        f"{prefix}{_field(job, i, 'workdir')}: user {local} may not read "
+                        f"{g.workdir}, so its container may not mount it"
+                    )
                 continue
             workdir = Path(g.workdir) if g.workdir else None
-            if workdir is not None and (hidden(workdir) or not workdir.is_dir()):
-                seen = not hidden(workdir) and workdir.exists()
-                why = "not a directory" if seen else "no such directory"
-                out.append(f"{prefix}{_field(job, i, 'workdir')}: {why}: {workdir}")
-                continue
+            if workdir is not None:
+                found = seen(workdir)
+                if found is None or not stat.S_ISDIR(found.st_mode):
+                    why = "no such directory" if found is None else "not a directory"
+                    out.append(f"{prefix}{_field(job, i, 'workdir')}: {why}: {workdir}")
+                    continue
             if not g.command or "/" not in g.command[0]:
                 continue  # found on PATH at start (by the task's own environment)
             exe = Path(g.command[0])
@@ -80,7 +107,8 @@ def path_problems(jobs: Sequence[Job], source: str, as_user: str | None = None) 
                 continue  # relative to a working directory only the executor knows
             full = exe if exe.is_absolute() else (workdir or Path()) / exe
             where = f"{prefix}{_field(job, i, 'command')}.0"
-            if hidden(full) or not full.is_file():
+            found = seen(full)
+            if found is None or not stat.S_ISREG(found.st_mode):
                 out.append(f"{where}: no such file: {full}")
             elif not executable(full):
                 out.append(f"{where}: not executable: {full}")
