@@ -322,10 +322,15 @@ class LocalExecutor(ExitWatching):
             if w is None:
                 return
             grace = w.grace_period_s if grace_period_s is None else grace_period_s
-            sup.write_json_atomic(
-                os.path.join(w.dir, sup.STOP),
-                {"grace_period_s": max(0.0, grace), "requested_at": time.time()},
-            )
+            try:
+                sup.write_json_atomic(
+                    os.path.join(w.dir, sup.STOP),
+                    {"grace_period_s": max(0.0, grace), "requested_at": time.time()},
+                )
+            except OSError as exc:
+                # The stop still goes out: without the file the supervisor gives the task the
+                # grace its launch named (a full disk must not leave a cancelled task running).
+                log.warning("task %s: cannot write its stop request (%s); stopping it", key, exc)
             # Under the lock: the watcher closes pidfds and reaps under it too, so neither the
             # fd nor (for our own children) the pid can name another process here.
             try:

@@ -8,6 +8,7 @@ acts on the change (launch, signal): state is written before it is acted on.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -21,6 +22,8 @@ from aisched.model.job import Job
 from aisched.model.resources import GPU_MILLI_WHOLE
 from aisched.model.states import JobState
 from aisched.store.db import Store
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Batch", "LiveJob", "LiveTask", "Stop", "TaskPhase"]
 
@@ -127,5 +130,10 @@ class Batch:
         after = self.after
         self.new_jobs, self.jobs, self.new_tasks, self.tasks, self.events = [], {}, [], {}, []
         self.after = []
+        # Each on its own: one that fails (a stop whose file cannot be written) must not drop
+        # the others (other stops, launches, the answers callers wait for).
         for fn in after:
-            fn()
+            try:
+                fn()
+            except Exception:
+                log.exception("an action after a stored step failed")

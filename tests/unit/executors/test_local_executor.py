@@ -635,3 +635,18 @@ def test_a_supervisor_records_its_task_s_end_though_its_own_log_is_full(
         full.close()
     record = json.loads((tmp_path / sup.EXIT).read_text())
     assert (record["kind"], record["exit_code"]) == ("exited", 0)
+
+
+def test_a_stop_whose_request_file_cannot_be_written_still_stops_the_task(
+    harness: Harness,
+) -> None:
+    # A full disk (here a directory in the way of the request's temporary file) must not
+    # leave a cancelled task running: the signal goes out all the same.
+    h = harness.launch("t-0", ["sh", "-c", "echo ready; sleep 60"])
+    wait_for(lambda: "ready" in harness.log("t-0"), what="the task to start")
+    blocker = harness.ex.task_dir(h.key) / f"{sup.STOP}.tmp{os.getpid()}"
+    blocker.mkdir()
+    harness.ex.stop(h.key, grace_period_s=1)
+    ev = harness.exit_of(h.key)
+    assert ev.kind == ExitKind.STOPPED
+    blocker.rmdir()
