@@ -183,7 +183,10 @@ def cmd_up(args: argparse.Namespace) -> int:
 
         service.on_deposed = on_deposed
         stopper.request_stop = lambda: stop_servers(servers)
-        service.start(address=config.advertise or url)
+        try:
+            service.start(address=config.advertise or url)
+        except (ServiceError, StoreError) as e:  # recovery found what it cannot start from
+            raise CLIError(str(e)) from None  # closed below
         if not is_loopback(config.host) and not tls:
             logging.getLogger("aisched.service").warning(
                 "listening on %s without TLS (--insecure): tokens and jobs cross the network "

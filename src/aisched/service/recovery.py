@@ -4,7 +4,9 @@ launch cut short), before the first cycle."""
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Callable
 
 from aisched.core.decisions import TaskBinding
 from aisched.executors.base import AdoptState, ExitKind, TaskExited, TaskHandle
@@ -15,14 +17,25 @@ from aisched.service.commands import Commands
 from aisched.service.live import Batch, LiveJob, LiveTask, Stop, TaskPhase
 from aisched.store.codec import job_from_dict
 from aisched.store.db import Row
+from aisched.store.errors import StoreError
 
 log = logging.getLogger("aisched.loop")
+_MEND = "restore the database from a backup, or mend or delete that row, then start again"
 
 
 class Recovery(Commands):
     def recover(self) -> list[str]:
         """Rebuild live state from the store; adopt or account for every task that may be
-        running. Returns a line per notable finding (for the service log)."""
+        running. Returns a line per notable finding (for the service log). A damaged row
+        (one no version of aisched wrote) is a StoreError that says so."""
+        try:
+            return self._recover()
+        except json.JSONDecodeError as exc:  # a JSON column, decoded as the store reads it
+            raise StoreError(
+                f"the state database holds a damaged job or task row ({exc}); {_MEND}"
+            ) from None
+
+    def _recover(self) -> list[str]:
         notes: list[str] = []
         learned = self.warm_up()
         if learned:
@@ -36,7 +49,7 @@ class Recovery(Commands):
             counts = tx.count_by_state()
         self.terminal_counts = {s: counts.get(s, 0) for s in ("succeeded", "failed", "cancelled")}
         for row in rows:
-            lj = self._live_from_row(row)
+            lj = _readable(row, self._live_from_row)
             self.jobs[lj.id] = lj
             if row["submitted_at"] > self.last_submit_s:
                 self.last_submit_s = row["submitted_at"]
@@ -103,6 +116,7 @@ class Recovery(Commands):
         return notes
 
     def _live_from_row(self, row: Row) -> LiveJob:
+        """The live job a stored row describes; a damaged row raises (see `_readable`)."""
         job = job_from_dict(row["spec"])
         return LiveJob(
             job=job,
@@ -146,3 +160,16 @@ class Recovery(Commands):
                 r["finished_at"] or 0.0,
             )
         return LiveTask(r["name"], r["rank"], binding, r["log_path"], phase, handle, exited)
+
+
+def _readable(row: Row, read: Callable[[Row], LiveJob]) -> LiveJob:
+    """`read(row)`, or a StoreError naming the job when the row is damaged (a state or spec
+    no version of aisched wrote): starting without that job would leave its tasks, which may
+    be running, unwatched, so the operator is told which row to mend."""
+    try:
+        return read(row)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise StoreError(
+            f"the state database's job {row.get('id')!r} cannot be read "
+            f"({exc.__class__.__name__}: {str(exc)[:200]}); {_MEND}"
+        ) from None
