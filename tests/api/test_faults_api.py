@@ -14,12 +14,15 @@ from typing import Any
 import pytest
 from clients import client_for
 from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, text
 
 from aisched.service.app import Service
+from aisched.service.config import load_config
 from aisched.service.identity import service_user
 from aisched.service.loop import Rejected
+from aisched.store.errors import StoreError
 from aisched.testing.builders import job
-from aisched.testing.fakes import FakeExecutor
+from aisched.testing.fakes import FakeExecutor, fake_node
 
 OpenService = Callable[..., Service]  # the open_service fixture of conftest.py
 
@@ -313,3 +316,32 @@ def test_a_cancel_the_store_cannot_write_is_a_503_and_carried_out_once_it_can(
         "the cancels to be carried out",
         lambda: {client.get(f"/v1/jobs/{j}").json()["state"] for j in (one, two)} == {"cancelled"},
     )
+
+
+@pytest.mark.parametrize("damage", ["state = 'bogus'", "spec = '{not json'"])
+def test_a_damaged_job_row_stops_the_start_with_one_line_naming_it(
+    tmp_path: Path, database_url: str | None, damage: str
+) -> None:
+    if database_url is not None and "spec" in damage:
+        pytest.skip("PostgreSQL refuses to store JSON that is not JSON")
+    cfg = load_config(None, {"data_dir": str(tmp_path), "database": database_url})
+    svc = Service.open(cfg, executor=FakeExecutor([fake_node(gpus=4)]))
+    svc.start()
+    jid = client_for(svc).post("/v1/jobs", json={"command": ["sleep", "100"]}).json()["id"]
+    svc.close()
+    engine = create_engine(database_url or f"sqlite:///{tmp_path / 'state.db'}")
+    with engine.begin() as conn:
+        conn.execute(text(f"UPDATE jobs SET {damage} WHERE id = :id"), {"id": jid})
+    engine.dispose()
+    again = Service.open(cfg, executor=FakeExecutor([fake_node(gpus=4)]))
+    try:
+        with pytest.raises(StoreError) as err:
+            again.start()
+    finally:
+        again.close()
+    message = str(err.value)
+    assert message.startswith("the state database")
+    assert message.endswith("mend or delete that row, then start again")
+    assert "\n" not in message
+    if "state" in damage:
+        assert f"job {jid!r} cannot be read" in message

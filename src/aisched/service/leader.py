@@ -123,8 +123,10 @@ class Leadership:
         self.role = Role.STANDBY
         try:
             self._try_lead(force=False, in_thread=False)
-        except Exception as exc:  # the thread keeps trying
-            log.warning("cannot read the leader's lease yet: %s", exc)
+        except Exception as exc:
+            if self.leading:  # elected, but starting as leader failed: the start's own error
+                raise
+            log.warning("cannot read the leader's lease yet: %s", exc)  # the thread tries on
         self._thread = threading.Thread(target=self._run, name="aisched-leader", daemon=True)
         self._thread.start()
 
