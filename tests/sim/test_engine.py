@@ -398,3 +398,34 @@ def test_a_run_stuck_at_one_instant_stops_with_an_error_that_says_so(
         run(jobs, policy="priority")
     monkeypatch.setattr(engine_mod, "_MAX_CYCLES_AT_ONE_INSTANT", 2)
     assert rec(run(jobs, policy="priority"), "a").preemptions == 1
+
+
+@pytest.mark.parametrize("policy", ["fifo", "las"])
+def test_jobs_of_one_shape_are_bound_to_their_own_task_groups(
+    policy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second job arrives once the first has ended, to the free state the first was
+    placed on, where the core reads the first one's placement back: the bind still names the
+    second job's task groups (validate mode checks every bind's tasks against its job)."""
+    binds: dict[str, tuple[TaskBinding, ...]] = {}
+    real = engine_mod.run_cycle
+
+    def cycle(*args: object, **kw: object) -> CycleResult:
+        result = real(*args, **kw)  # type: ignore[arg-type]
+        binds.update((d.job_id, d.tasks) for d in result.decisions if isinstance(d, Bind))
+        return result
+
+    monkeypatch.setattr(engine_mod, "run_cycle", cycle)
+    jobs = [
+        TraceJob(job(j).task(2, gpu=2, name=g).submitted(t).build(), 50.0)
+        for j, g, t in (("a", "trainer", 0.0), ("b", "worker", 100.0))
+    ]
+    r = run(jobs, policy)
+    assert [(e[1], e[2]) for e in r.log] == [
+        ("bind", "a"),
+        ("finish", "a"),
+        ("bind", "b"),
+        ("finish", "b"),
+    ]
+    assert sorted((t.group, t.index) for t in binds["b"]) == [("worker", 0), ("worker", 1)]
+    assert [t.gpus for t in binds["b"]] == [t.gpus for t in binds["a"]]

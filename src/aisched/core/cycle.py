@@ -16,7 +16,7 @@ import numpy as np
 
 from aisched.core.actions.enqueue import admission_refusal
 from aisched.core.actions.preempt import Preempt as PreemptAction
-from aisched.core.decisions import Bind, Decision, Preempt, Reserve, Shrink
+from aisched.core.decisions import Bind, Decision, Preempt, Reserve, Shrink, TaskBinding
 from aisched.core.pending import PendingQueue
 from aisched.core.policy import Policy
 from aisched.core.session import Session, ShapeBy
@@ -158,8 +158,25 @@ def _check(session: Session, action: str) -> None:
             bound.add(d.job_id)
             if set(d.after) - evicted:
                 raise InvariantViolation(f"after {action}: {d.job_id} waits on a job not evicted")
+            r = session.running.get(d.job_id)
+            if r is not None and not _own_tasks(r.job, d.tasks):
+                raise InvariantViolation(
+                    f"after {action}: {d.job_id} bound to tasks it does not have: "
+                    f"{sorted((t.group, t.index) for t in d.tasks)}"
+                )
     if bound & evicted:
         raise InvariantViolation(f"after {action}: a job bound and evicted in one cycle")
+
+
+def _own_tasks(job: Job, tasks: Sequence[TaskBinding]) -> bool:
+    """Whether `tasks` are distinct tasks of the job's own task groups (the names and indices
+    its runner starts them by), at least its gang minimum of them."""
+    replicas = {g.name: g.replicas for g in job.groups}
+    return (
+        job.gang_min <= len(tasks) <= job.num_tasks
+        and len({(t.group, t.index) for t in tasks}) == len(tasks)
+        and all(0 <= t.index < replicas.get(t.group, 0) for t in tasks)
+    )
 
 
 def only_places(policy: Policy) -> bool:

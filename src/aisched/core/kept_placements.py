@@ -16,8 +16,10 @@ name may stand for other nodes in another cycle.
 
 Invariants:
 - An entry is keyed by the free state's full content (every array, byte for byte), the job's
-  shape, the score-relevant job fields not in the shape (preferred GPU models) and the caller's
-  mask key; its value is what `place_job` returned there: a reason, or the bindings.
+  shape, the score-relevant job fields not in the shape (preferred GPU models), the names of
+  its task groups (which the bindings and reasons carry, and the shape leaves out) and the
+  caller's mask key; its value is what `place_job` returned there: a reason, or the bindings.
+  Read back, it is exactly what placing that job afresh on that state would return.
 - At most `MAX_STATES` free states are kept, the least recently used dropped first, so memory
   stays bounded however long the run.
 - Kept in the cluster arrays' memo, one per policy (held, so its id cannot be reused), like the

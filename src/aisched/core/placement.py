@@ -255,7 +255,9 @@ def place_job(
         result = _place(session, st, job, allowed)
     else:
         outcomes = kept.outcomes(current_key(session))
-        kept_key = (key, job.gpu_models_preferred)
+        # Bindings name their task groups: a job of the same shape whose groups are named
+        # otherwise must not be handed another job's names (its tasks are started by them).
+        kept_key = (key, job.gpu_models_preferred, tuple(g.name for g in job.groups))
         result = outcomes.get(kept_key)  # type: ignore[assignment]
         if result is None:
             result = outcomes[kept_key] = _place(session, st, job, allowed)

@@ -17,7 +17,7 @@ from aisched.core.decisions import Bind, Preempt, Shrink
 from aisched.core.elastic import extra_tasks_fit
 from aisched.core.snapshot import PendingJob
 from aisched.core.status import JobStatus, StatusCode
-from aisched.executors.base import TaskLaunch, task_name
+from aisched.executors.base import task_name
 from aisched.lifecycle.admission import never_fits_now
 from aisched.lifecycle.attempts import time_limit_at, time_limit_message
 from aisched.lifecycle.elastic import Running, capacity_is_idle, grow_message, next_to_grow
@@ -35,7 +35,7 @@ from aisched.lifecycle.states import move
 from aisched.model.job import Job
 from aisched.model.states import JobState
 from aisched.service.exits import Exits
-from aisched.service.live import Batch, LiveJob, LiveTask, Stop, TaskPhase
+from aisched.service.live import Batch, LiveJob, LiveTask, Requests, Stop, TaskPhase
 
 log = logging.getLogger("aisched.loop")
 
@@ -71,7 +71,7 @@ class Intents(Exits):
         self.fresh.clear()
         self.waiting_shapes.clear()
         keep_eta = not etas and self.policy_without_eta is not self.policy
-        launches: list[tuple[LiveJob, list[TaskLaunch]]] = []
+        launches: list[tuple[LiveJob, Requests]] = []
         for d in result.decisions:
             if isinstance(d, Preempt):
                 self._apply_preempt(d, batch, now)
@@ -165,9 +165,7 @@ class Intents(Exits):
         batch.event(now, lj.id, "shrinking", f"{lj.stop_message}: stopping its tasks")
         self._stop_tasks(lj, batch)
 
-    def _apply_bind(
-        self, d: Bind, batch: Batch, now: float
-    ) -> tuple[LiveJob, list[TaskLaunch]] | None:
+    def _apply_bind(self, d: Bind, batch: Batch, now: float) -> tuple[LiveJob, Requests] | None:
         lj = self.jobs.get(d.job_id)
         if lj is None or lj.state != JobState.PENDING:
             return None

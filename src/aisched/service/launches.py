@@ -1,6 +1,15 @@
 """Launches: an attempt's tasks become launch requests (the environment contract, the
 torchrun variables, a service replica's address) and are started, after the batch that wrote
-their rows has committed; a task that cannot start ends its attempt like a lost task."""
+their rows has committed; a task that cannot start ends its attempt like a lost task.
+
+Invariant: every task of a bound attempt ends up started or exited, never left `launching`
+(holding its resources until a restart). An attempt whose requests cannot even be put
+together (a binding naming a task group the job lacks, no free port for the gang, or a bug)
+is not started at all: its first task "could not start", which fails the attempt, and its
+restart policy says whether it is retried (after a backoff, a bounded number of times) or
+fails, as for a launch the executor refused. A task the executor fails to start with an
+unexpected error, not a `LaunchError`, is lost likewise. Unexpected errors are logged with
+their traceback: they are bugs, of the scheduler or of the executor."""
 
 from __future__ import annotations
 
@@ -20,7 +29,7 @@ from aisched.executors.base import (
     master_addr_for,
 )
 from aisched.service import failpoints
-from aisched.service.live import LiveJob, TaskPhase
+from aisched.service.live import Batch, LiveJob, Requests, TaskPhase
 from aisched.service.paths import made_by_service
 from aisched.service.replicas import HOST_ENV
 from aisched.service.scheduler_state import SchedulerState
@@ -34,7 +43,20 @@ class Launches(SchedulerState):
         the loop's `master_addr` (loopback)."""
         return master_addr_for(self.executor, node, self.config.master_addr)
 
-    def _launch_requests(self, lj: LiveJob) -> list[TaskLaunch]:
+    def _launch_requests(self, lj: LiveJob) -> Requests:
+        """The launch requests of the attempt's tasks, in rank order; or, when they cannot
+        be put together, why (for `_launch_all` to end the attempt with)."""
+        try:
+            return self._requests(lj)
+        except LaunchError as e:
+            log.error("job %s: its launch could not be prepared: %s", lj.id, e)
+            return e
+        except Exception as e:  # a bug must not leave the attempt launching for ever
+            log.exception("job %s: its launch could not be prepared", lj.id)
+            return LaunchError(f"its launch could not be prepared: {e!r}")
+
+    def _requests(self, lj: LiveJob) -> list[TaskLaunch]:
+        groups = {g.name: g for g in lj.job.groups}
         places = [
             TaskPlace(t.name, t.binding.node, t.binding.gpus, t.binding.milli_cpu, t.binding.index)
             for t in lj.tasks
@@ -43,7 +65,12 @@ class Launches(SchedulerState):
         master_addr = self.node_address(places[0].node)
         out = []
         for t in lj.tasks:
-            group = next(g for g in lj.job.groups if g.name == t.binding.group)
+            group = groups.get(t.binding.group)
+            if group is None:
+                raise LaunchError(
+                    f"its placement binds task {t.name} to task group {t.binding.group!r}, "
+                    "which it lacks"
+                )
             env = dict(self.config.base_env)
             env.update(group.env)
             if lj.job.replica_of is not None:  # where to listen: its node's address
@@ -81,13 +108,20 @@ class Launches(SchedulerState):
             )
         return out
 
-    def _launch_all(self, launches: list[tuple[LiveJob, list[TaskLaunch]]], now: float) -> None:
+    def _launch_all(self, launches: list[tuple[LiveJob, Requests]], now: float) -> None:
         batch = self.batch
         if launches:
             failpoints.hit(failpoints.PAUSE_BEFORE_LAUNCH)
         for lj, reqs in launches:
-            if made_by_service(self.config.data_dir, lj.checkpoint_dir):
-                Path(lj.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+            if isinstance(reqs, LaunchError):
+                self._not_started(lj, reqs, batch, now)
+                continue
+            try:
+                if made_by_service(self.config.data_dir, lj.checkpoint_dir):
+                    Path(lj.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                self._not_started(lj, LaunchError(f"its checkpoint directory: {e}"), batch, now)
+                continue
             # A gang launcher starts them together (all or none); else one by one, below.
             started: list[TaskHandle | LaunchError | None] = [None] * len(reqs)
             if isinstance(self.executor, GangLauncher):
@@ -97,7 +131,11 @@ class Launches(SchedulerState):
                 except OSError:
                     pass  # reported below, task by task, where none was started together
                 else:
-                    started = list(self.executor.launch_gang(reqs))
+                    try:
+                        started = list(self.executor.launch_gang(reqs))
+                    except Exception as e:  # the executor's bug: none started, none held
+                        log.exception("job %s: starting its gang failed", lj.id)
+                        started = [LaunchError(repr(e))] * len(reqs)
             for req, task, got in zip(reqs, lj.tasks, started, strict=True):
                 if lj.stopping is not None:  # an earlier task failed to launch: roll back
                     self._on_exit(
@@ -106,14 +144,20 @@ class Launches(SchedulerState):
                         now,
                     )
                     continue
+                why: str | None = None
                 try:
                     Path(req.log_path).parent.mkdir(parents=True, exist_ok=True)
                     if isinstance(got, LaunchError):
                         raise got
                     handle = got if got is not None else self.executor.launch(req)
                 except (LaunchError, OSError) as e:
+                    why = str(e)
+                except Exception as e:  # the executor's bug: the task is not left launching
+                    log.exception("job %s: starting task %s failed", lj.id, req.task)
+                    why = repr(e)
+                if why is not None:
                     self._on_exit(
-                        TaskExited(req.key, ExitKind.LOST, None, f"could not start: {e}", now),
+                        TaskExited(req.key, ExitKind.LOST, None, f"could not start: {why}", now),
                         batch,
                         now,
                     )
@@ -127,6 +171,17 @@ class Launches(SchedulerState):
                     started_at=self.clock(),
                 )
         batch.flush(self.store)
+
+    def _not_started(self, lj: LiveJob, why: LaunchError, batch: Batch, now: float) -> None:
+        """None of the attempt's tasks is started: the first could not start (which fails
+        the attempt and stops the rest), the others are rolled back as not started."""
+        for t in lj.tasks:
+            key = lj.key(t)
+            if lj.stopping is None:
+                ev = TaskExited(key, ExitKind.LOST, None, f"could not start: {why}", now)
+            else:
+                ev = TaskExited(key, ExitKind.STOPPED, None, "not started", now)
+            self._on_exit(ev, batch, now)
 
     def _launch_restarts(self, now: float) -> None:
         if self.restarts:

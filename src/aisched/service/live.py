@@ -16,7 +16,7 @@ from typing import Any
 
 from aisched.core.decisions import TaskBinding
 from aisched.core.snapshot import PendingJob, RunningJob
-from aisched.executors.base import TaskExited, TaskHandle, TaskKey
+from aisched.executors.base import LaunchError, TaskExited, TaskHandle, TaskKey, TaskLaunch
 from aisched.lifecycle.attempts import Stop
 from aisched.model.job import Job
 from aisched.model.resources import GPU_MILLI_WHOLE
@@ -25,7 +25,11 @@ from aisched.store.db import Store
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Batch", "LiveJob", "LiveTask", "Stop", "TaskPhase"]
+__all__ = ["Batch", "LiveJob", "LiveTask", "Requests", "Stop", "TaskPhase"]
+
+# A bound attempt's launch requests, one per task in rank order, or why they could not be put
+# together (`launches`).
+Requests = list[TaskLaunch] | LaunchError
 
 
 class TaskPhase(StrEnum):

@@ -36,7 +36,7 @@ from aisched.core.snapshot import (
     build_arrays,
 )
 from aisched.core.status import JobStatus, StatusCode
-from aisched.executors.base import Executor, TaskExited, TaskLaunch
+from aisched.executors.base import Executor, TaskExited
 from aisched.lifecycle.attempts import time_limit_at
 from aisched.lifecycle.elastic import grow_at
 from aisched.lifecycle.holdings import Holdings
@@ -47,7 +47,7 @@ from aisched.model.queue import QueueTree
 from aisched.model.states import JobState
 from aisched.predict.features import JobFeatures
 from aisched.predict.runtime import RuntimePredictor
-from aisched.service.live import Batch, LiveJob, TaskPhase
+from aisched.service.live import Batch, LiveJob, Requests, TaskPhase
 from aisched.service.loop_types import Command, LoopConfig, LoopStats
 from aisched.service.membership import bindings_by_node, merge_nodes
 from aisched.service.pipelines import Pipelines
@@ -141,7 +141,7 @@ class SchedulerState:
         # Attempts started outside a cycle (a shrunk elastic job restarted on its kept tasks,
         # a job whose victims have stopped started where the core bound it), launched once the
         # batch that wrote their task rows has committed.
-        self.restarts: list[tuple[LiveJob, list[TaskLaunch]]] = []
+        self.restarts: list[tuple[LiveJob, Requests]] = []
         # The one write batch of the loop. A flush that fails (a full disk, a wedged store)
         # keeps its writes and callbacks here, and the next flush retries them with what came
         # since: what was acted on in memory reaches the store in order, and nothing is acted
@@ -366,9 +366,7 @@ class SchedulerState:
     def _on_exit(self, ev: TaskExited, batch: Batch, now: float) -> None:
         raise NotImplementedError  # exits.Exits
 
-    def _apply_bind(
-        self, d: Bind, batch: Batch, now: float
-    ) -> tuple[LiveJob, list[TaskLaunch]] | None:
+    def _apply_bind(self, d: Bind, batch: Batch, now: float) -> tuple[LiveJob, Requests] | None:
         raise NotImplementedError  # intents.Intents
 
     def _check_dependencies(self, lj: LiveJob, batch: Batch, now: float) -> None:

@@ -5,11 +5,13 @@ and never kept where placement is not a function of the free state and the shape
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
 from aisched.core import kept_placements as kept_mod
-from aisched.core.decisions import TaskBinding
+from aisched.core.cycle import run_cycle
+from aisched.core.decisions import Bind, TaskBinding
 from aisched.core.kept_placements import (
     KeptPlacements,
     current_key,
@@ -23,7 +25,7 @@ from aisched.core.snapshot import FreeState, snapshot_of
 from aisched.core.statement import Statement
 from aisched.model.cluster import Cluster
 from aisched.model.job import Job
-from aisched.testing import cluster, job, node
+from aisched.testing import cluster, job, node, pending
 
 
 def _cluster() -> Cluster:
@@ -158,3 +160,29 @@ def test_the_current_key_follows_every_change_of_the_session_free_state() -> Non
     assert current_key(session) == before
     with session.scratch(FreeState.empty(snap.arrays)):
         assert current_key(session) == free_state_key(session.free)
+
+
+@pytest.mark.parametrize("policy", ["fifo", "las"])
+def test_a_placement_read_back_for_another_job_names_that_jobs_task_groups(policy: str) -> None:
+    """Two jobs of one shape whose task groups are named differently: the second, placed on
+    the free state the first was placed on, gets bindings naming its own groups (the live
+    service starts each task from the group its binding names)."""
+    c, pol = _cluster(), preset(policy)
+    arrays = snapshot_of(c).arrays
+    first = job("first").task(2, gpu=2, name="trainer").task(1, cpu=2, name="ps").build()
+    second = job("second").task(2, gpu=2, name="worker").task(1, cpu=2, name="chief").build()
+    assert first.shape_id == second.shape_id
+    got = {}
+    for now, j in enumerate((first, second)):
+        result = run_cycle(snapshot_of(arrays), pending(j), pol, float(now), validate=True)
+        (bind,) = [d for d in result.decisions if isinstance(d, Bind)]
+        got[j.id] = bind.tasks
+    assert sorted((t.group, t.index) for t in got["second"]) == [
+        ("chief", 0),
+        ("worker", 0),
+        ("worker", 1),
+    ]
+    # Placed where the first one was: the same nodes and GPUs, only the names are its own.
+    assert [replace(t, group="") for t in got["second"]] == [
+        replace(t, group="") for t in got["first"]
+    ]
