@@ -386,15 +386,24 @@ def to_bandwidth_bit_s(v: Any) -> int:
     return rate
 
 
-def _container_path(v: str) -> str:
+def _mount_path(v: str) -> str:
     if not v.startswith("/"):
         raise ValueError(f"{v!r} must be an absolute path")
+    # The engine's `--volume HOST:PATH[:OPTIONS]` reads what follows a ':' as mount options
+    # (`/mnt:U` made root chown the host path to the job's user); ',' separates options.
+    for c in (":", ","):
+        if c in v:
+            raise ValueError(
+                f"{v!r} holds a {c!r}, which the container engine would read as mount "
+                "options: a mounted path may hold neither ':' nor ','"
+            )
     return v
 
 
 Image = Annotated[StrictStr, AfterValidator(_image)]
 Bandwidth = Annotated[int, BeforeValidator(to_bandwidth_bit_s)]
-AbsPath = Annotated[StrictStr, AfterValidator(_path), AfterValidator(_container_path)]
+# A path of a volume, on the host or in the container.
+MountPath = Annotated[StrictStr, AfterValidator(_path), AfterValidator(_mount_path)]
 
 
 def container_spec(

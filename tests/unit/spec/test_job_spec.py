@@ -1227,6 +1227,17 @@ CONTAINER_INVALID = [
     Invalid("two volumes on one path", {**CMD, "image": "a", "volumes": [
                 {"host_path": "/a", "path": "/d"}, {"host_path": "/b", "path": "/d"}]},
             ["j.yaml: volumes.1: mounts on /d, as volumes.0"]),
+    # `/mnt:U` made rootful podman chown the host path to the job's user.
+    Invalid("mount options smuggled into a volume's paths", {**CMD, "image": "a", "volumes": [
+                {"host_path": "/tmp/rootdir", "path": "/mnt:U"},
+                {"host_path": "/srv/a:ro,U", "path": "/a"},
+                {"host_path": "/srv/b,U"}]},
+            ["j.yaml: volumes.0.path: '/mnt:U' holds a ':', which the container engine would "
+             "read as mount options: a mounted path may hold neither ':' nor ','",
+             "j.yaml: volumes.1.host_path: '/srv/a:ro,U' holds a ':', which the container "
+             "engine would read as mount options: a mounted path may hold neither ':' nor ','",
+             "j.yaml: volumes.2.host_path: '/srv/b,U' holds a ',', which the container engine "
+             "would read as mount options: a mounted path may hold neither ':' nor ','"]),
 ]  # fmt: skip
 
 
@@ -1235,6 +1246,22 @@ def test_container_errors(case: Invalid) -> None:
     with pytest.raises(SpecError) as info:
         parse_job_document(case.doc, "j.yaml")
     assert list(info.value.problems) == case.want
+
+
+def test_a_volcano_mount_may_not_carry_mount_options() -> None:
+    doc = vc(task(
+        volumeMounts=[{"name": "data", "mountPath": "/data:U"}],
+        pod={"volumes": [{"name": "data", "hostPath": {"path": "/srv/data,U"}}]},
+    ))  # fmt: skip
+    with pytest.raises(SpecError) as info:
+        parse_job_document(doc, "v.yaml")
+    assert sorted(info.value.problems) == [
+        f"v.yaml: {C0}.volumeMounts.0.mountPath: '/data:U' holds a ':', which the container "
+        "engine would read as mount options: a mounted path may hold neither ':' nor ','",
+        "v.yaml: spec.tasks.0.template.spec.volumes.0.hostPath.path: '/srv/data,U' holds a "
+        "',', which the container engine would read as mount options: a mounted path may "
+        "hold neither ':' nor ','",
+    ]
 
 
 def test_a_volcano_pod_with_hostpath_volumes_and_the_bandwidth_annotation() -> None:
