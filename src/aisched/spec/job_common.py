@@ -355,13 +355,38 @@ K8sGpus = Annotated[int, BeforeValidator(_unit(k8s_count, _gpu_count_check))]
 
 # --- containers -----------------------------------------------------------------------------
 
-# An OCI image reference as podman and docker take it: [registry[:port]/]name[:tag][@digest].
-_IMAGE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
+# A registry reference, as the OCI distribution (docker) grammar writes it:
+# [domain[:port]/]path-component[/path-component...][:tag][@algorithm:hex], path components
+# in lowercase. Nothing else: the engine would read any other form as a transport (below).
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN_COMPONENT = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9A-Fa-f:]+\])(?::[0-9]+)?"
+_IMAGE_RE = re.compile(
+    rf"(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
+    r"(?::\w[\w.-]{0,127})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9A-Fa-f]{32,})?",
+    re.ASCII,
+)
+# The containers-image transports: `docker-archive:/some/file.tar` and the like load an image
+# from a file, a directory or another store. The engine runs as root for every user, so it
+# would read a file the job's user may not, into the store all users share, under a tag another
+# user's job then runs. Some of them (`oci:x`, `dir:x`) are valid references by the grammar.
+_IMAGE_TRANSPORTS = frozenset(
+    ("atomic", "containers-storage", "dir", "docker", "docker-archive", "docker-daemon", "oci",
+     "oci-archive", "openshift", "ostree", "sif", "tarball")
+)  # fmt: skip
 _BANDWIDTH_RE = re.compile(r"(?i)\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgt]?)(bit|bps|bit/s)?\s*")
 _BANDWIDTH_SCALE = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 
 
 def _image(v: str) -> str:
+    transport = v.partition(":")[0]
+    if ":" in v and transport.lower() in _IMAGE_TRANSPORTS:
+        raise ValueError(
+            f"{v!r} names the image transport {transport!r}, which loads an image from a "
+            "file, a directory or another store with the engine's rights: give a registry "
+            "reference such as python:3.11 or nvcr.io/nvidia/pytorch:24.01-py3"
+        )
     if len(v) > MAX_IMAGE_LEN or not _IMAGE_RE.fullmatch(v):
         raise ValueError(
             f"{v!r} is not an image reference such as python:3.11, "
