@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from aisched.executors.container import (
+    ContainerArgsError,
     ContainerTask,
     Engine,
     EngineError,
@@ -178,6 +179,94 @@ def test_values_an_env_file_cannot_hold_are_passed_apart() -> None:
         "A=1\nC=\n",
         [("B", "two\nlines")],
     )
+
+
+def test_a_value_with_a_newline_is_named_on_the_command_line_never_given(
+    dirs: tuple[str, str],
+) -> None:
+    # /proc/PID/cmdline is readable by every local user; the value is in create's environment.
+    args = create_args(ContainerSpec("img"), task(*dirs), ENGINE, inline_env=[("KEY", "a\nb")])
+    assert args[args.index("--env-file") : args.index("--entrypoint")] == [
+        "--env-file", "/state/7/2/worker-0/container.env", "--env", "KEY",
+    ]  # fmt: skip
+    assert not [a for a in args if "a\nb" in a]
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [(n, f"env {n}: a value with a newline is given to the engine through its own environment, "
+         f"where the engine would read {n} itself; give it on one line")
+     for n in ("LD_PRELOAD", "CONTAINERS_CONF", "https_proxy", "PATH", "XDG_RUNTIME_DIR",
+               "GODEBUG", "REGISTRY_AUTH_FILE", "SSL_CERT_FILE")]
+    + [("P*", "env 'P*': not a variable name")],
+)  # fmt: skip
+def test_a_variable_the_engine_itself_reads_is_not_given_through_its_environment(
+    dirs: tuple[str, str], name: str, why: str
+) -> None:
+    with pytest.raises(ContainerArgsError) as err:
+        create_args(ContainerSpec("img"), task(*dirs), ENGINE, inline_env=[(name, "x\n")])
+    assert str(err.value) == why
+
+
+def test_create_runs_with_the_values_it_names_in_its_environment(tmp_path: Path) -> None:
+    from aisched.executors.supervisor import Container, _ExecFailed
+
+    engine = tmp_path / "engine"
+    engine.write_text(f'#!/bin/sh\nprintf %s "$KEY" > {tmp_path}/"$1"\nexit 1\n')
+    engine.chmod(0o755)
+    c = Container(
+        {"binary": str(engine), "name": "n", "image": "img", "create": [str(engine), "create"],
+         "create_env": {"KEY": "two\nlines"}, "engine_env": {"PATH": "/usr/bin:/bin"}}
+    )  # fmt: skip
+    with pytest.raises(_ExecFailed):
+        c.prepare(lambda line: None)
+    # Only `create` gets it: the other commands of the engine run in its own environment.
+    assert ((tmp_path / "create").read_text(), (tmp_path / "image").read_text()) == (
+        "two\nlines",
+        "",
+    )
+
+
+@pytest.mark.parametrize(
+    ("where", "why"),
+    [
+        ("volume", "volumes.0: cannot mount '/d:U': it holds a ':', which the container engine "
+                   "would read as mount options"),
+        ("host", "volumes.0: cannot mount '{top}/a,U': it holds a ',', which the container "
+                 "engine would read as mount options"),
+        ("workdir", "workdir: cannot mount '{top}/w:U': it holds a ':', which the container "
+                    "engine would read as mount options"),
+        ("checkpoint", "checkpoint directory: cannot mount '{top}/c:U': it holds a ':', which "
+                       "the container engine would read as mount options"),
+    ],
+)  # fmt: skip
+def test_a_mount_path_holding_mount_options_is_refused(
+    tmp_path: Path, where: str, why: str
+) -> None:
+    # The spec refuses these in volumes; the command line refuses them whatever it is given.
+    top = tmp_path
+    for d in ("a,U", "w:U", "c:U", "w", "c"):
+        (top / d).mkdir()
+    volume = {"volume": Volume(str(top), "/d:U"), "host": Volume(f"{top}/a,U", "/a")}
+    spec = ContainerSpec("img", volumes=(volume[where],) if where in volume else ())
+    t = replace(
+        task(f"{top}/w", f"{top}/c"),
+        workdir=f"{top}/w:U" if where == "workdir" else f"{top}/w",
+        checkpoint_dir=f"{top}/c:U" if where == "checkpoint" else f"{top}/c",
+    )
+    with pytest.raises(ContainerArgsError) as err:
+        create_args(spec, t, ENGINE)
+    assert str(err.value) == why.format(top=top)
+
+
+def test_a_volume_is_mounted_where_its_link_leads_when_the_command_is_made(
+    dirs: tuple[str, str], tmp_path: Path
+) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "data")
+    spec = ContainerSpec("img", volumes=(Volume(f"{tmp_path}/link", "/data", read_only=True),))
+    args = create_args(spec, task(*dirs), ENGINE)
+    assert args[args.index("--volume") + 1] == f"{tmp_path}/data:/data:ro"
 
 
 def test_start_attaches_without_proxying_signals() -> None:
