@@ -52,6 +52,7 @@ import os
 import resource
 import select
 import signal
+import stat
 import sys
 import time
 
@@ -785,6 +786,25 @@ class Supervisor:
 # --- container tasks --------------------------------------------------------------------------
 
 
+def _own_dir(path: str, uid: int) -> None:
+    """Raises _ExecFailed unless `path` is a directory of `uid` itself, not a link. The engine
+    mounts it read-write with root's rights: a link the user placed there (to a directory it
+    may not read) or another's directory would give the task what its user may not open."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise _ExecFailed(126, f"checkpoint directory {path}: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(st.st_mode):
+        why = "is a symbolic link, which the engine would follow with root's rights"
+    elif not stat.S_ISDIR(st.st_mode):
+        why = "is not a directory"
+    elif st.st_uid != uid:
+        why = f"belongs to uid {st.st_uid}, not to the task's user (uid {uid})"
+    else:
+        return
+    raise _ExecFailed(126, f"checkpoint directory {path} {why}: refused; remove it")
+
+
 class Container:
     """One task's container, driven through its engine's command line (podman or docker).
 
@@ -907,12 +927,15 @@ class Container:
         directory); one that exists is left as it is. For a task run as a user they are made
         by that user (`mkdir` run with its ids, the leaf 0700): missing parents in its home
         are its own too, never root's, and a link it placed is followed with its rights alone.
-        Else the service makes them, 0755."""
+        Else the service makes them, 0755. Either way the directory must then be a directory
+        of the task's user (of the service's, without one) and no link (see `_own_dir`)."""
         import subprocess  # only container tasks pay for it
 
         owner = self.spec.get("owner")
+        uid = int(owner[0]) if owner else os.geteuid()
         for path in self.spec.get("make_dirs") or ():
-            if os.path.isdir(path):
+            if os.path.lexists(path):
+                _own_dir(path, uid)
                 continue
             if owner:
                 made = subprocess.run(
@@ -927,11 +950,12 @@ class Container:
                 )
                 if made.returncode != 0:
                     raise _ExecFailed(126, f"cannot make {path}: {_last(made.stderr)}")
-                continue
-            try:
-                os.makedirs(path, mode=0o755)
-            except OSError as exc:
-                raise _ExecFailed(126, f"cannot make {path}: {exc.strerror or exc}") from None
+            else:
+                try:
+                    os.makedirs(path, mode=0o755)
+                except OSError as exc:
+                    raise _ExecFailed(126, f"cannot make {path}: {exc.strerror or exc}") from None
+            _own_dir(path, uid)
 
     def create_failure(self, err: str) -> tuple[str, bool]:
         """The one line that says why `create` failed, and whether the image is missing."""

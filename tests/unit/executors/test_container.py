@@ -315,7 +315,8 @@ def test_a_users_container_gets_its_checkpoint_directory_made_by_the_user() -> N
         home.mkdir()
         os.chown(home, *nobody)
         made, kept = home / ".aisched" / "checkpoints" / "job-1", top / "kept"
-        kept.mkdir()
+        kept.mkdir(mode=0o750)
+        os.chown(kept, *nobody)
         c = Container(
             {"binary": "podman", "name": "n", "make_dirs": [str(made), str(kept)],
              "owner": list(nobody)}
@@ -327,7 +328,7 @@ def test_a_users_container_gets_its_checkpoint_directory_made_by_the_user() -> N
             assert (st.st_uid, st.st_gid) == nobody, d
         assert made.stat().st_mode & 0o777 == 0o700
         assert made.parent.stat().st_mode & 0o777 == 0o755
-        assert (kept.stat().st_uid, kept.stat().st_gid) == (0, 0)  # one that exists is left
+        assert kept.stat().st_mode & 0o777 == 0o750  # one of the user's that exists is left
         # Where the user may not write, nothing is made with root's rights: a one-line reason.
         denied = top / "not-yours" / "job-2"
         with pytest.raises(_ExecFailed) as err:
@@ -340,6 +341,39 @@ def test_a_users_container_gets_its_checkpoint_directory_made_by_the_user() -> N
         assert not denied.parent.exists()
     finally:
         shutil.rmtree(top)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a directory of another user needs root")
+def test_a_checkpoint_directory_that_is_a_link_or_anothers_is_refused(tmp_path: Path) -> None:
+    # The engine mounts it read-write as root: a link the user placed would hand the task
+    # whatever it leads to (a directory the user may not read).
+    from aisched.executors.supervisor import Container, _ExecFailed
+
+    nobody = (65534, 65534)
+    secret = tmp_path / "secret"
+    secret.mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(secret)
+    os.lchown(tmp_path / "link", *nobody)  # the user's own link
+    (tmp_path / "file").touch()
+    os.chown(tmp_path / "file", *nobody)
+    refused = []
+    for name, owner in (("link", nobody), ("secret", nobody), ("file", nobody), ("link", None)):
+        with pytest.raises(_ExecFailed) as err:
+            Container(
+                {"binary": "podman", "name": "n", "make_dirs": [str(tmp_path / name)],
+                 "owner": list(owner) if owner else None}
+            ).make_dirs()  # fmt: skip
+        refused.append((err.value.code, err.value.message))
+    link = f"checkpoint directory {tmp_path}/link"
+    assert refused == [
+        (126, f"{link} is a symbolic link, which the engine would follow with root's rights: "
+              "refused; remove it"),
+        (126, f"checkpoint directory {secret} belongs to uid 0, not to the task's user "
+              "(uid 65534): refused; remove it"),
+        (126, f"checkpoint directory {tmp_path}/file is not a directory: refused; remove it"),
+        (126, f"{link} is a symbolic link, which the engine would follow with root's rights: "
+              "refused; remove it"),
+    ]  # fmt: skip
 
 
 def _docker_daemon() -> bool:
