@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from aisched.executors.runas import user_can
-from aisched.model.job import ContainerSpec, NetworkMode
+from aisched.model.job import IMAGE_TRANSPORTS, ContainerSpec, NetworkMode
 
 ENGINES = ("podman", "docker")
 OCI_RUNTIMES = ("crun", "runc")
@@ -384,6 +384,13 @@ def create_args(
     see supervisor.Container). Raises
     ContainerArgsError for a mount path holding ':' or ',' and for an inline variable the
     engine itself would read."""
+    transport = spec.image.partition(":")[0]
+    if ":" in spec.image and transport.lower() in IMAGE_TRANSPORTS:
+        # The job spec refuses these; a job stored before it did must not run either.
+        raise ContainerArgsError(
+            f"image {spec.image}: names the image transport {transport!r}: only a registry "
+            "reference may be run"
+        )
     name = container_name(t.instance, t.job_id, t.attempt, t.task)
     a = [engine.binary, "create", "--name", name]
     for key, value in (

@@ -20,7 +20,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, Field, StrictInt, StrictStr, ValidationError
 
-from aisched.model.job import ContainerSpec, Job, NetworkMode, Volume
+from aisched.model.job import IMAGE_TRANSPORTS, ContainerSpec, Job, NetworkMode, Volume
 from aisched.spec.units import (
     UnitError,
     k8s_count,
@@ -367,21 +367,13 @@ _IMAGE_RE = re.compile(
     r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9A-Fa-f]{32,})?",
     re.ASCII,
 )
-# The containers-image transports: `docker-archive:/some/file.tar` and the like load an image
-# from a file, a directory or another store. The engine runs as root for every user, so it
-# would read a file the job's user may not, into the store all users share, under a tag another
-# user's job then runs. Some of them (`oci:x`, `dir:x`) are valid references by the grammar.
-_IMAGE_TRANSPORTS = frozenset(
-    ("atomic", "containers-storage", "dir", "docker", "docker-archive", "docker-daemon", "oci",
-     "oci-archive", "openshift", "ostree", "sif", "tarball")
-)  # fmt: skip
 _BANDWIDTH_RE = re.compile(r"(?i)\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgt]?)(bit|bps|bit/s)?\s*")
 _BANDWIDTH_SCALE = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 
 
 def _image(v: str) -> str:
     transport = v.partition(":")[0]
-    if ":" in v and transport.lower() in _IMAGE_TRANSPORTS:
+    if ":" in v and transport.lower() in IMAGE_TRANSPORTS:
         raise ValueError(
             f"{v!r} names the image transport {transport!r}, which loads an image from a "
             "file, a directory or another store with the engine's rights: give a registry "

@@ -259,6 +259,15 @@ def test_a_mount_path_holding_mount_options_is_refused(
     assert str(err.value) == why.format(top=top)
 
 
+def test_an_image_behind_a_transport_is_never_created(dirs: tuple[str, str]) -> None:
+    with pytest.raises(ContainerArgsError) as err:
+        create_args(ContainerSpec("oci-archive:/root-only/img.tar"), task(*dirs), ENGINE)
+    assert str(err.value) == (
+        "image oci-archive:/root-only/img.tar: names the image transport 'oci-archive': only a "
+        "registry reference may be run"
+    )
+
+
 def test_a_volume_is_mounted_where_its_link_leads_when_the_command_is_made(
     dirs: tuple[str, str], tmp_path: Path
 ) -> None:
