@@ -351,6 +351,17 @@ except PermissionError:
 """
 
 
+def test_a_value_with_a_newline_reaches_the_task_whole(svc: Service, image: str) -> None:
+    # An env file holds one line a variable: such a value is given to `create` through its
+    # environment (not on its command line, which every local user may read).
+    jid = svc.run(
+        "--image", image, "--env", "NOTE=two\nlines", "--env", "PLAIN=one line", "--",
+        "sh", "-c", 'printf "[%s] [%s]\\n" "$NOTE" "$PLAIN"',
+    )  # fmt: skip
+    svc.wait_state(jid, "succeeded")
+    assert logs(svc, jid) == "[two\nlines] [one line]\n"
+
+
 def test_a_setuid_root_binary_in_the_image_does_not_gain_root(image: str, tmp_path: Path) -> None:
     """The image holds a setuid-root Python; the host's / is mounted (a hostPath any job
     may name). Run as a user, with the hardening every container gets, it stays that user;

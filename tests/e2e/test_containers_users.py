@@ -110,3 +110,38 @@ def test_a_users_first_container_leaves_its_home_its_own(
     )
     plain = str(json.loads(proc.stdout)["id"])
     service.wait_state(plain, "succeeded", timeout_s=30)
+
+
+def test_a_checkpoint_directory_the_user_made_a_link_is_refused(
+    service: Service, local_users: Any
+) -> None:
+    # The engine mounts the checkpoint directory read-write as root: a link alice placed where
+    # her next job's would be made must not hand that job a directory she may not read.
+    image = build_test_image()
+    alice = local_users["alice"]
+    proc = as_user(service, alice, "run", "--json", "--image", image, "--", "true")
+    first = str(json.loads(proc.stdout)["id"])
+    service.wait_state(first, "succeeded", timeout_s=60)
+    nxt = str(int(first) + 1)
+    ckpt = Path(service.job(first)["checkpoint_dir"].removesuffix(f"-{first}") + f"-{nxt}")
+    secret = Path(tempfile.mkdtemp())  # root's, 0700
+    try:
+        (secret / "root-only").touch()
+        ckpt.symlink_to(secret)
+        os.lchown(ckpt, alice.uid, alice.gid)
+        (alice.home / "ckpt.yaml").write_text(
+            f"image: {image}\ncommand: 'ls $AISCHED_CHECKPOINT_DIR'\nrestart: {{policy: never}}\n"
+        )
+        proc = as_user(service, alice, "submit", "--json", str(alice.home / "ckpt.yaml"))
+        jid = str(json.loads(proc.stdout)["id"])
+        job = service.wait_state(jid, "failed", timeout_s=60)
+        assert (jid, job["checkpoint_dir"]) == (nxt, str(ckpt))
+        assert job["message"] == (
+            f"task main-0 checkpoint directory {ckpt} is a symbolic link, "
+            "which the engine would follow with root's rights: refused; remove it; restart "
+            "policy is never"
+        )
+        assert "root-only" not in as_user(service, alice, "logs", jid).stdout
+    finally:
+        ckpt.unlink(missing_ok=True)
+        subprocess.run(["rm", "-rf", "--", str(secret)], check=True)

@@ -34,16 +34,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import resource
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from aisched.executors.runas import user_can
-from aisched.model.job import ContainerSpec, NetworkMode
+from aisched.model.job import IMAGE_TRANSPORTS, ContainerSpec, NetworkMode
 
 ENGINES = ("podman", "docker")
 OCI_RUNTIMES = ("crun", "runc")
@@ -60,6 +61,10 @@ _PROBE_COMMAND = "/aisched-probe-not-here"
 
 class EngineError(RuntimeError):
     """No usable container engine; the message says what is missing and how to get it."""
+
+
+class ContainerArgsError(ValueError):
+    """A task whose container cannot be created safely; the message says what and where."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,7 +379,18 @@ def create_args(
     inline_env: Sequence[tuple[str, str]] = (),
 ) -> list[str]:
     """The `create` command of the task's container (see the module docstring). Its
-    environment is read from `t.env_file`, but for `inline_env` (what a file cannot hold)."""
+    environment is read from `t.env_file`, but for `inline_env` (what a file cannot hold),
+    named here and valued in the environment `create` runs with (the launch's `create_env`,
+    see supervisor.Container). Raises
+    ContainerArgsError for a mount path holding ':' or ',' and for an inline variable the
+    engine itself would read."""
+    transport = spec.image.partition(":")[0]
+    if ":" in spec.image and transport.lower() in IMAGE_TRANSPORTS:
+        # The job spec refuses these; a job stored before it did must not run either.
+        raise ContainerArgsError(
+            f"image {spec.image}: names the image transport {transport!r}: only a registry "
+            "reference may be run"
+        )
     name = container_name(t.instance, t.job_id, t.attempt, t.task)
     a = [engine.binary, "create", "--name", name]
     for key, value in (
@@ -421,25 +437,76 @@ def create_args(
     if t.gpus and engine.gpu_cdi:
         for g in t.gpus:
             a += ["--device", f"nvidia.com/gpu={g}"]
-    # 5. Mounts: the working and checkpoint directories where the task expects them.
+    # 5. Mounts: the working and checkpoint directories where the task expects them. A host
+    #    path is mounted resolved: a link swapped after the service's check changes nothing.
     mounted: set[str] = set()
-    for v in spec.volumes:
-        a += ["--volume", f"{v.host_path}:{v.container_path}" + (":ro" if v.read_only else "")]
+    for i, v in enumerate(spec.volumes):
+        host = os.path.realpath(v.host_path)
+        a += ["--volume", _mount(f"volumes.{i}", host, v.container_path, v.read_only)]
         mounted.add(v.container_path)
     # The checkpoint directory is made before the container (supervisor.Container.prepare);
     # the working directory is mounted when it exists (else the image's own is used).
-    for d, must in ((t.workdir, False), (t.checkpoint_dir, True)):
+    for what, d, must in (
+        ("workdir", t.workdir, False),
+        ("checkpoint directory", t.checkpoint_dir, True),
+    ):
         if d and d not in mounted and (must or os.path.isdir(d)):
-            a += ["--volume", f"{d}:{d}"]
+            a += ["--volume", _mount(what, d, d, False)]
             mounted.add(d)
     if t.workdir:
         a += ["--workdir", t.workdir]
     a += ["--env-file", t.env_file]
-    for name, value in inline_env:
-        a += ["--env", f"{name}={value}"]
+    # The value is in the engine's environment, which only root may read: a command line is
+    # readable by every local user in /proc/PID/cmdline.
+    for name, _ in inline_env:
+        if not _ENV_NAME.fullmatch(name):  # `--env P*` would pass on all of the engine's P...
+            raise ContainerArgsError(f"env {name!r}: not a variable name")
+        if _engine_reads(name):
+            raise ContainerArgsError(
+                f"env {name}: a value with a newline is given to the engine through its own "
+                f"environment, where the engine would read {name} itself; give it on one line"
+            )
+        a += ["--env", name]
     # 6. The command replaces the image's entrypoint, as a pod's `command` does.
     a += ["--entrypoint", "", spec.image, *t.command]
     return a
+
+
+def _mount(what: str, host: str, path: str, read_only: bool) -> str:
+    """The `--volume` value HOST:PATH[:ro]. The engine reads what follows a ':' as mount
+    options (`:U` chowns the host path to the container's user), ',' separating them: a path
+    holding either is refused, whatever the job spec let through."""
+    for p in (host, path):
+        for c in (":", ","):
+            if c in p:
+                raise ContainerArgsError(
+                    f"{what}: cannot mount {p!r}: it holds a {c!r}, which the container "
+                    "engine would read as mount options"
+                )
+    return f"{host}:{path}" + (":ro" if read_only else "")
+
+
+# Names the engine (podman, docker), Go's runtime, the dynamic loader or the C library read from
+# the engine's own environment: a task's variable of such a name in the environment of
+# `create` would change what the engine, root, does (LD_PRELOAD, CONTAINERS_CONF, a proxy...).
+_ENGINE_ENV_NAMES = frozenset(
+    ("PATH", "HOME", "SHELL", "USER", "LOGNAME", "TMPDIR", "TMP", "TEMP", "TZ", "TZDIR", "LANG",
+     "LANGUAGE", "NOTIFY_SOCKET", "HOSTALIASES", "LOCALDOMAIN", "RES_OPTIONS", "NLSPATH",
+     "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "FTP_PROXY", "GODEBUG", "GOGC",
+     "GOMEMLIMIT", "GOMAXPROCS", "GOTRACEBACK", "GORACE", "GOROOT", "GOPATH", "GOFLAGS",
+     "REGISTRY_AUTH_FILE", "SSL_CERT_FILE", "SSL_CERT_DIR", "GCONV_PATH", "CONMON")
+)  # fmt: skip
+_ENGINE_ENV_PREFIXES = ("LD_", "LC_", "MALLOC_", "GLIBC_", "XDG_", "CONTAINER", "_CONTAINERS",
+                        "PODMAN", "DOCKER", "BUILDAH", "STORAGE_", "CNI_", "NETAVARK", "OCI_",
+                        "CRUN", "RUNC", "SSL", "OPENSSL", "DBUS_", "SYSTEMD_")  # fmt: skip
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _engine_reads(name: str) -> bool:
+    upper = name.upper()
+    return upper in _ENGINE_ENV_NAMES or upper.startswith(_ENGINE_ENV_PREFIXES)
 
 
 def unapplied_limits(t: ContainerTask, engine: Engine) -> str | None:
@@ -466,7 +533,7 @@ def unapplied_limits(t: ContainerTask, engine: Engine) -> str | None:
 
 def env_file_lines(env: Mapping[str, str]) -> tuple[str, list[tuple[str, str]]]:
     """The env file's text, and the variables it cannot hold (a newline in the value) to be
-    passed as `--env` instead."""
+    passed as `--env NAME` instead, their values in the environment of `create`."""
     lines, rest = [], []
     for k, v in env.items():
         if "\n" in v or "\r" in v:
@@ -484,6 +551,18 @@ def start_args(engine: Engine, name: str) -> list[str]:
         *(["--sig-proxy=false"] if engine.name == "podman" else []),
         name,
     ]
+
+
+def resolve_volumes(spec: ContainerSpec) -> ContainerSpec:
+    """`spec` with each volume's host path resolved (links followed): what the service checks
+    a user may read is then what the engine mounts, not where a link points later."""
+    resolved = tuple(replace(v, host_path=os.path.realpath(v.host_path)) for v in spec.volumes)
+    return replace(spec, volumes=resolved)
+
+
+def shown_path(given: str, real: str) -> str:
+    """A host path in a message: as the job gave it, and where it leads if elsewhere."""
+    return given if given == real else f"{given} (a link to {real})"
 
 
 def user_may_read(user: str, path: str) -> bool:

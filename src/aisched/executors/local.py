@@ -521,12 +521,14 @@ class LocalExecutor(ExitWatching):
             )
         # A local user's job mounts only what that user could read; a job of a name that is
         # no local user runs as the service's own user, as its host tasks do.
+        given, spec = spec, ctr.resolve_volumes(spec)
         if owner is not None and owner != "root" and _local_user(owner):
-            for i, v in enumerate(spec.volumes):
-                if not ctr.user_may_read(owner, v.host_path):
+            for i, (v, real) in enumerate(zip(given.volumes, spec.volumes, strict=True)):
+                if not ctr.user_may_read(owner, real.host_path):
                     raise LaunchError(
                         f"task {_show(key)}: volumes.{i}: user {owner} may not read "
-                        f"{v.host_path}, so its job may not mount it"
+                        f"{ctr.shown_path(v.host_path, real.host_path)}, so its job may not "
+                        "mount it"
                     )
         tools: dict[str, str] = {}
         if spec.bandwidth_bit_s is not None and engine.rootless:
@@ -566,10 +568,13 @@ class LocalExecutor(ExitWatching):
             user=doc.get("user"),
         )
         text, rest = ctr.env_file_lines(ctr.task_env(spec, t, engine))
+        try:
+            create = ctr.create_args(spec, t, engine, inline_env=rest)
+        except ctr.ContainerArgsError as e:
+            raise LaunchError(f"task {_show(key)}: {e}") from None
         fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        create = ctr.create_args(spec, t, engine, inline_env=rest)
         name = self.container_name(key)
         return {
             **doc,
@@ -581,6 +586,7 @@ class LocalExecutor(ExitWatching):
                 "name": name,
                 "image": spec.image,
                 "create": create,
+                "create_env": dict(rest),
                 "start": ctr.start_args(engine, name),
                 "engine_env": _engine_env(),
                 # "none": no cgroup of its own, nothing to watch for its OOM kills.

@@ -392,14 +392,27 @@ class TaskRunner:
         c = spec["container"]
         image = str(c["image"])
         job_id, attempt, task = spec["key"]
+        # Resolved once: what is checked is what is mounted (see ctr.resolve_volumes).
+        cspec = ctr.resolve_volumes(
+            ContainerSpec(
+                image,
+                network=NetworkMode(c["network"]),
+                bandwidth_bit_s=c.get("bandwidth_bit_s"),
+                shm_mib=c.get("shm_mib"),
+                volumes=tuple(Volume(str(h), str(p), bool(ro)) for h, p, ro in c["volumes"]),
+            )
+        )
         if user is not None:
             # As on one machine: the engine mounts with its own privileges, so a user's job
             # mounts only what that user could read on this node.
-            for i, (host, _path, _ro) in enumerate(c["volumes"]):
-                if not ctr.user_may_read(str(user["name"]), str(host)):
+            for i, ((host, _path, _ro), v) in enumerate(
+                zip(c["volumes"], cspec.volumes, strict=True)
+            ):
+                if not ctr.user_may_read(str(user["name"]), v.host_path):
                     msg = (
                         f"task {job_id}/{attempt}/{task}: volumes.{i}: user {user['name']} "
-                        f"may not read {host}, so its job may not mount it"
+                        f"may not read {ctr.shown_path(str(host), v.host_path)}, so its job "
+                        "may not mount it"
                     )
                     self._log(msg)
                     self.start_error = {"kind": "exited", "exit_code": 126, "message": msg}
@@ -428,14 +441,14 @@ class TaskRunner:
             env_file=env_file,
             user=user,
         )
-        cspec = ContainerSpec(
-            image,
-            network=NetworkMode(c["network"]),
-            bandwidth_bit_s=c.get("bandwidth_bit_s"),
-            shm_mib=c.get("shm_mib"),
-            volumes=tuple(Volume(str(h), str(p), bool(ro)) for h, p, ro in c["volumes"]),
-        )
         text, rest = ctr.env_file_lines(ctr.task_env(cspec, t, engine))
+        try:
+            create = ctr.create_args(cspec, t, engine, inline_env=rest)
+        except ctr.ContainerArgsError as e:
+            msg = f"task {job_id}/{attempt}/{task}: {e}"
+            self._log(msg)
+            self.start_error = {"kind": "exited", "exit_code": 126, "message": msg}
+            return None
         fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
@@ -449,7 +462,8 @@ class TaskRunner:
                 "engine": engine.name,
                 "name": name,
                 "image": image,
-                "create": ctr.create_args(cspec, t, engine, inline_env=rest),
+                "create": create,
+                "create_env": dict(rest),
                 "start": ctr.start_args(engine, name),
                 "engine_env": {
                     **{k: v for k, v in os.environ.items() if k in ("HOME", "XDG_RUNTIME_DIR")},

@@ -52,6 +52,7 @@ import os
 import resource
 import select
 import signal
+import stat
 import sys
 import time
 
@@ -792,12 +793,32 @@ class Supervisor:
 # --- container tasks --------------------------------------------------------------------------
 
 
+def _own_dir(path: str, uid: int) -> None:
+    """Raises _ExecFailed unless `path` is a directory of `uid` itself, not a link. The engine
+    mounts it read-write with root's rights: a link the user placed there (to a directory it
+    may not read) or another's directory would give the task what its user may not open."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise _ExecFailed(126, f"checkpoint directory {path}: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(st.st_mode):
+        why = "is a symbolic link, which the engine would follow with root's rights"
+    elif not stat.S_ISDIR(st.st_mode):
+        why = "is not a directory"
+    elif st.st_uid != uid:
+        why = f"belongs to uid {st.st_uid}, not to the task's user (uid {uid})"
+    else:
+        return
+    raise _ExecFailed(126, f"checkpoint directory {path} {why}: refused; remove it")
+
+
 class Container:
     """One task's container, driven through its engine's command line (podman or docker).
 
     `launch["container"]` (written by the executor, see `container.py`): `binary`, `name`,
-    `image`, `create` (the whole create command), `start` (the attached start command),
-    `engine_env` (the environment the engine needs), `cgroup_version`, `bandwidth_bit_s`;
+    `image`, `create` (the whole create command), `create_env` (the values of the variables
+    `create` names alone), `start` (the attached start command), `engine_env` (the
+    environment the engine needs), `cgroup_version`, `bandwidth_bit_s`;
     where the engine has no cgroup for it (rootless podman on cgroup v1: `cgroup_version`
     "none"), `pin_cores` (set as the affinity of the engine's `init`, which the container's
     processes inherit), `rlimit_data` (bytes, set on the container's process before it
@@ -826,7 +847,11 @@ class Container:
         self.rlimit_data = int(spec.get("rlimit_data") or 0)
 
     def engine(
-        self, *args: str, timeout_s: float = 60.0, cores: Sequence[int] = ()
+        self,
+        *args: str,
+        timeout_s: float = 60.0,
+        cores: Sequence[int] = (),
+        env: dict[str, str] | None = None,
     ) -> tuple[int, str, str]:
         import subprocess  # only container tasks pay for it
 
@@ -839,7 +864,7 @@ class Container:
                 capture_output=True,
                 text=True,
                 timeout=timeout_s,
-                env=self.env,
+                env=self.env if env is None else env,
                 cwd=self.cwd,
                 check=False,
                 preexec_fn=pin if cores else None,
@@ -857,7 +882,12 @@ class Container:
         image = str(self.spec.get("image") or "")
         if image and self.engine("image", "inspect", "--format", "{{.Id}}", image)[0] != 0:
             log(f"image {image} is not on this node: pulling it (if the pull policy allows)")
-        code, _, err = self.engine(*self.spec["create"][1:], timeout_s=3600.0)
+        # The values of the variables `create` names alone (`--env NAME`, see container.py's
+        # create_args): in its environment, which no other user may read.
+        values = {str(k): str(v) for k, v in (self.spec.get("create_env") or {}).items()}
+        code, _, err = self.engine(
+            *self.spec["create"][1:], timeout_s=3600.0, env={**self.env, **values}
+        )
         if code != 0:
             message, image_missing = self.create_failure(err)
             raise _ExecFailed(125, message, "unrunnable" if image_missing else "exited")
@@ -904,12 +934,15 @@ class Container:
         directory); one that exists is left as it is. For a task run as a user they are made
         by that user (`mkdir` run with its ids, the leaf 0700): missing parents in its home
         are its own too, never root's, and a link it placed is followed with its rights alone.
-        Else the service makes them, 0755."""
+        Else the service makes them, 0755. Either way the directory must then be a directory
+        of the task's user (of the service's, without one) and no link (see `_own_dir`)."""
         import subprocess  # only container tasks pay for it
 
         owner = self.spec.get("owner")
+        uid = int(owner[0]) if owner else os.geteuid()
         for path in self.spec.get("make_dirs") or ():
-            if os.path.isdir(path):
+            if os.path.lexists(path):
+                _own_dir(path, uid)
                 continue
             if owner:
                 made = subprocess.run(
@@ -924,11 +957,12 @@ class Container:
                 )
                 if made.returncode != 0:
                     raise _ExecFailed(126, f"cannot make {path}: {_last(made.stderr)}")
-                continue
-            try:
-                os.makedirs(path, mode=0o755)
-            except OSError as exc:
-                raise _ExecFailed(126, f"cannot make {path}: {exc.strerror or exc}") from None
+            else:
+                try:
+                    os.makedirs(path, mode=0o755)
+                except OSError as exc:
+                    raise _ExecFailed(126, f"cannot make {path}: {exc.strerror or exc}") from None
+            _own_dir(path, uid)
 
     def create_failure(self, err: str) -> tuple[str, bool]:
         """The one line that says why `create` failed, and whether the image is missing."""

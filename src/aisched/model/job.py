@@ -113,6 +113,16 @@ class Volume:
     read_only: bool = False
 
 
+# The containers-image transports: `docker-archive:/some/file.tar` and the like load an image
+# from a file, a directory or another store. The engine runs as root for every user, so it
+# would read a file the job's user may not, into the store all users share, under a tag another
+# user's job then runs. Some of them (`oci:x`, `dir:x`) are valid references by the grammar.
+IMAGE_TRANSPORTS = frozenset(
+    ("atomic", "containers-storage", "dir", "docker", "docker-archive", "docker-daemon", "oci",
+     "oci-archive", "openshift", "ostree", "sif", "tarball")
+)  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class ContainerSpec:
     """How a task group runs in an OCI image instead of on the host.

@@ -20,7 +20,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, Field, StrictInt, StrictStr, ValidationError
 
-from aisched.model.job import ContainerSpec, Job, NetworkMode, Volume
+from aisched.model.job import IMAGE_TRANSPORTS, ContainerSpec, Job, NetworkMode, Volume
 from aisched.spec.units import (
     UnitError,
     k8s_count,
@@ -355,13 +355,30 @@ K8sGpus = Annotated[int, BeforeValidator(_unit(k8s_count, _gpu_count_check))]
 
 # --- containers -----------------------------------------------------------------------------
 
-# An OCI image reference as podman and docker take it: [registry[:port]/]name[:tag][@digest].
-_IMAGE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
+# A registry reference, as the OCI distribution (docker) grammar writes it:
+# [domain[:port]/]path-component[/path-component...][:tag][@algorithm:hex], path components
+# in lowercase. Nothing else: the engine would read any other form as a transport (below).
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN_COMPONENT = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9A-Fa-f:]+\])(?::[0-9]+)?"
+_IMAGE_RE = re.compile(
+    rf"(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
+    r"(?::\w[\w.-]{0,127})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9A-Fa-f]{32,})?",
+    re.ASCII,
+)
 _BANDWIDTH_RE = re.compile(r"(?i)\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgt]?)(bit|bps|bit/s)?\s*")
 _BANDWIDTH_SCALE = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 
 
 def _image(v: str) -> str:
+    transport = v.partition(":")[0]
+    if ":" in v and transport.lower() in IMAGE_TRANSPORTS:
+        raise ValueError(
+            f"{v!r} names the image transport {transport!r}, which loads an image from a "
+            "file, a directory or another store with the engine's rights: give a registry "
+            "reference such as python:3.11 or nvcr.io/nvidia/pytorch:24.01-py3"
+        )
     if len(v) > MAX_IMAGE_LEN or not _IMAGE_RE.fullmatch(v):
         raise ValueError(
             f"{v!r} is not an image reference such as python:3.11, "
@@ -386,15 +403,24 @@ def to_bandwidth_bit_s(v: Any) -> int:
     return rate
 
 
-def _container_path(v: str) -> str:
+def _mount_path(v: str) -> str:
     if not v.startswith("/"):
         raise ValueError(f"{v!r} must be an absolute path")
+    # The engine's `--volume HOST:PATH[:OPTIONS]` reads what follows a ':' as mount options
+    # (`/mnt:U` made root chown the host path to the job's user); ',' separates options.
+    for c in (":", ","):
+        if c in v:
+            raise ValueError(
+                f"{v!r} holds a {c!r}, which the container engine would read as mount "
+                "options: a mounted path may hold neither ':' nor ','"
+            )
     return v
 
 
 Image = Annotated[StrictStr, AfterValidator(_image)]
 Bandwidth = Annotated[int, BeforeValidator(to_bandwidth_bit_s)]
-AbsPath = Annotated[StrictStr, AfterValidator(_path), AfterValidator(_container_path)]
+# A path of a volume, on the host or in the container.
+MountPath = Annotated[StrictStr, AfterValidator(_path), AfterValidator(_mount_path)]
 
 
 def container_spec(

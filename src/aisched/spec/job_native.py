@@ -45,7 +45,6 @@ from aisched.model.service import ScaleMetric, ServiceSpec
 from aisched.spec.errors import SpecError
 from aisched.spec.job_common import (
     MAX_TASKS,
-    AbsPath,
     Bandwidth,
     Command,
     Delay,
@@ -58,6 +57,7 @@ from aisched.spec.job_common import (
     JobDefaults,
     MemMib,
     MilliCpu,
+    MountPath,
     Name,
     ParsedJob,
     Path,
@@ -123,8 +123,8 @@ GpuModels = Annotated[GpuModelsModel, BeforeValidator(_models_from_list)]
 class VolumeModel(_Spec):
     """A host path mounted into the container (`path`: where; default the same path)."""
 
-    host_path: AbsPath
-    path: AbsPath | None = None
+    host_path: MountPath
+    path: MountPath | None = None
     read_only: StrictBool = False
 
 

@@ -30,12 +30,12 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from aisched.spec.job_common import (
     MAX_DURATION_S,
     MAX_GRACE_S,
-    AbsPath,
     EnvName,
     Image,
     K8sGpus,
     K8sMemMib,
     K8sMilliCpu,
+    MountPath,
     Name,
     Path,
     Replicas,
@@ -122,13 +122,13 @@ class EnvVar(_K8s):
 
 class VolumeMount(_K8s):
     name: StrictStr
-    mount_path: AbsPath
+    mount_path: MountPath
     read_only: bool = False
     sub_path: Any = None
 
 
 class HostPathSource(_K8s):
-    path: AbsPath
+    path: MountPath
     type: StrictStr | None = None
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from aisched.executors.container import (
+    ContainerArgsError,
     ContainerTask,
     Engine,
     EngineError,
@@ -180,6 +181,103 @@ def test_values_an_env_file_cannot_hold_are_passed_apart() -> None:
     )
 
 
+def test_a_value_with_a_newline_is_named_on_the_command_line_never_given(
+    dirs: tuple[str, str],
+) -> None:
+    # /proc/PID/cmdline is readable by every local user; the value is in create's environment.
+    args = create_args(ContainerSpec("img"), task(*dirs), ENGINE, inline_env=[("KEY", "a\nb")])
+    assert args[args.index("--env-file") : args.index("--entrypoint")] == [
+        "--env-file", "/state/7/2/worker-0/container.env", "--env", "KEY",
+    ]  # fmt: skip
+    assert not [a for a in args if "a\nb" in a]
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [(n, f"env {n}: a value with a newline is given to the engine through its own environment, "
+         f"where the engine would read {n} itself; give it on one line")
+     for n in ("LD_PRELOAD", "CONTAINERS_CONF", "https_proxy", "PATH", "XDG_RUNTIME_DIR",
+               "GODEBUG", "REGISTRY_AUTH_FILE", "SSL_CERT_FILE")]
+    + [("P*", "env 'P*': not a variable name")],
+)  # fmt: skip
+def test_a_variable_the_engine_itself_reads_is_not_given_through_its_environment(
+    dirs: tuple[str, str], name: str, why: str
+) -> None:
+    with pytest.raises(ContainerArgsError) as err:
+        create_args(ContainerSpec("img"), task(*dirs), ENGINE, inline_env=[(name, "x\n")])
+    assert str(err.value) == why
+
+
+def test_create_runs_with_the_values_it_names_in_its_environment(tmp_path: Path) -> None:
+    from aisched.executors.supervisor import Container, _ExecFailed
+
+    engine = tmp_path / "engine"
+    engine.write_text(f'#!/bin/sh\nprintf %s "$KEY" > {tmp_path}/"$1"\nexit 1\n')
+    engine.chmod(0o755)
+    c = Container(
+        {"binary": str(engine), "name": "n", "image": "img", "create": [str(engine), "create"],
+         "create_env": {"KEY": "two\nlines"}, "engine_env": {"PATH": "/usr/bin:/bin"}}
+    )  # fmt: skip
+    with pytest.raises(_ExecFailed):
+        c.prepare(lambda line: None)
+    # Only `create` gets it: the other commands of the engine run in its own environment.
+    assert ((tmp_path / "create").read_text(), (tmp_path / "image").read_text()) == (
+        "two\nlines",
+        "",
+    )
+
+
+@pytest.mark.parametrize(
+    ("where", "why"),
+    [
+        ("volume", "volumes.0: cannot mount '/d:U': it holds a ':', which the container engine "
+                   "would read as mount options"),
+        ("host", "volumes.0: cannot mount '{top}/a,U': it holds a ',', which the container "
+                 "engine would read as mount options"),
+        ("workdir", "workdir: cannot mount '{top}/w:U': it holds a ':', which the container "
+                    "engine would read as mount options"),
+        ("checkpoint", "checkpoint directory: cannot mount '{top}/c:U': it holds a ':', which "
+                       "the container engine would read as mount options"),
+    ],
+)  # fmt: skip
+def test_a_mount_path_holding_mount_options_is_refused(
+    tmp_path: Path, where: str, why: str
+) -> None:
+    # The spec refuses these in volumes; the command line refuses them whatever it is given.
+    top = tmp_path
+    for d in ("a,U", "w:U", "c:U", "w", "c"):
+        (top / d).mkdir()
+    volume = {"volume": Volume(str(top), "/d:U"), "host": Volume(f"{top}/a,U", "/a")}
+    spec = ContainerSpec("img", volumes=(volume[where],) if where in volume else ())
+    t = replace(
+        task(f"{top}/w", f"{top}/c"),
+        workdir=f"{top}/w:U" if where == "workdir" else f"{top}/w",
+        checkpoint_dir=f"{top}/c:U" if where == "checkpoint" else f"{top}/c",
+    )
+    with pytest.raises(ContainerArgsError) as err:
+        create_args(spec, t, ENGINE)
+    assert str(err.value) == why.format(top=top)
+
+
+def test_an_image_behind_a_transport_is_never_created(dirs: tuple[str, str]) -> None:
+    with pytest.raises(ContainerArgsError) as err:
+        create_args(ContainerSpec("oci-archive:/root-only/img.tar"), task(*dirs), ENGINE)
+    assert str(err.value) == (
+        "image oci-archive:/root-only/img.tar: names the image transport 'oci-archive': only a "
+        "registry reference may be run"
+    )
+
+
+def test_a_volume_is_mounted_where_its_link_leads_when_the_command_is_made(
+    dirs: tuple[str, str], tmp_path: Path
+) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "data")
+    spec = ContainerSpec("img", volumes=(Volume(f"{tmp_path}/link", "/data", read_only=True),))
+    args = create_args(spec, task(*dirs), ENGINE)
+    assert args[args.index("--volume") + 1] == f"{tmp_path}/data:/data:ro"
+
+
 def test_start_attaches_without_proxying_signals() -> None:
     assert start_args(ENGINE, "n") == [
         "/usr/bin/podman",
@@ -226,7 +324,8 @@ def test_a_users_container_gets_its_checkpoint_directory_made_by_the_user() -> N
         home.mkdir()
         os.chown(home, *nobody)
         made, kept = home / ".aisched" / "checkpoints" / "job-1", top / "kept"
-        kept.mkdir()
+        kept.mkdir(mode=0o750)
+        os.chown(kept, *nobody)
         c = Container(
             {"binary": "podman", "name": "n", "make_dirs": [str(made), str(kept)],
              "owner": list(nobody)}
@@ -238,7 +337,7 @@ def test_a_users_container_gets_its_checkpoint_directory_made_by_the_user() -> N
             assert (st.st_uid, st.st_gid) == nobody, d
         assert made.stat().st_mode & 0o777 == 0o700
         assert made.parent.stat().st_mode & 0o777 == 0o755
-        assert (kept.stat().st_uid, kept.stat().st_gid) == (0, 0)  # one that exists is left
+        assert kept.stat().st_mode & 0o777 == 0o750  # one of the user's that exists is left
         # Where the user may not write, nothing is made with root's rights: a one-line reason.
         denied = top / "not-yours" / "job-2"
         with pytest.raises(_ExecFailed) as err:
@@ -251,6 +350,39 @@ def test_a_users_container_gets_its_checkpoint_directory_made_by_the_user() -> N
         assert not denied.parent.exists()
     finally:
         shutil.rmtree(top)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a directory of another user needs root")
+def test_a_checkpoint_directory_that_is_a_link_or_anothers_is_refused(tmp_path: Path) -> None:
+    # The engine mounts it read-write as root: a link the user placed would hand the task
+    # whatever it leads to (a directory the user may not read).
+    from aisched.executors.supervisor import Container, _ExecFailed
+
+    nobody = (65534, 65534)
+    secret = tmp_path / "secret"
+    secret.mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(secret)
+    os.lchown(tmp_path / "link", *nobody)  # the user's own link
+    (tmp_path / "file").touch()
+    os.chown(tmp_path / "file", *nobody)
+    refused = []
+    for name, owner in (("link", nobody), ("secret", nobody), ("file", nobody), ("link", None)):
+        with pytest.raises(_ExecFailed) as err:
+            Container(
+                {"binary": "podman", "name": "n", "make_dirs": [str(tmp_path / name)],
+                 "owner": list(owner) if owner else None}
+            ).make_dirs()  # fmt: skip
+        refused.append((err.value.code, err.value.message))
+    link = f"checkpoint directory {tmp_path}/link"
+    assert refused == [
+        (126, f"{link} is a symbolic link, which the engine would follow with root's rights: "
+              "refused; remove it"),
+        (126, f"checkpoint directory {secret} belongs to uid 0, not to the task's user "
+              "(uid 65534): refused; remove it"),
+        (126, f"checkpoint directory {tmp_path}/file is not a directory: refused; remove it"),
+        (126, f"{link} is a symbolic link, which the engine would follow with root's rights: "
+              "refused; remove it"),
+    ]  # fmt: skip
 
 
 def _docker_daemon() -> bool:

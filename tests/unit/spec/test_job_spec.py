@@ -1227,6 +1227,23 @@ CONTAINER_INVALID = [
     Invalid("two volumes on one path", {**CMD, "image": "a", "volumes": [
                 {"host_path": "/a", "path": "/d"}, {"host_path": "/b", "path": "/d"}]},
             ["j.yaml: volumes.1: mounts on /d, as volumes.0"]),
+    # `/mnt:U` made rootful podman chown the host path to the job's user.
+    Invalid("mount options smuggled into a volume's paths", {**CMD, "image": "a", "volumes": [
+                {"host_path": "/tmp/rootdir", "path": "/mnt:U"},
+                {"host_path": "/srv/a:ro,U", "path": "/a"},
+                {"host_path": "/srv/b,U"}]},
+            ["j.yaml: volumes.0.path: '/mnt:U' holds a ':', which the container engine would "
+             "read as mount options: a mounted path may hold neither ':' nor ','",
+             "j.yaml: volumes.1.host_path: '/srv/a:ro,U' holds a ':', which the container "
+             "engine would read as mount options: a mounted path may hold neither ':' nor ','",
+             "j.yaml: volumes.2.host_path: '/srv/b,U' holds a ',', which the container engine "
+             "would read as mount options: a mounted path may hold neither ':' nor ','"]),
+    Invalid("an image behind a transport",
+            {**CMD, "image": "docker-archive:/home/u/evil.tar"},
+            ["j.yaml: image: 'docker-archive:/home/u/evil.tar' names the image transport "
+             "'docker-archive', which loads an image from a file, a directory or another store "
+             "with the engine's rights: give a registry reference such as python:3.11 or "
+             "nvcr.io/nvidia/pytorch:24.01-py3"]),
 ]  # fmt: skip
 
 
@@ -1235,6 +1252,67 @@ def test_container_errors(case: Invalid) -> None:
     with pytest.raises(SpecError) as info:
         parse_job_document(case.doc, "j.yaml")
     assert list(info.value.problems) == case.want
+
+
+@pytest.mark.parametrize(
+    "image",
+    ["python:3.11", "busybox", "nvcr.io/nvidia/pytorch:24.01-py3", "localhost/aisched-test:TAG",
+     "localhost:5000/team/trainer:v1.2_rc-3", "[::1]:5000/x", "docker.io/library/oci:1",
+     f"localhost/mine@sha256:{'a' * 64}", f"python:3.11@sha256:{'0' * 64}", "a_b__c-d---e.f/g"],
+)  # fmt: skip
+def test_a_registry_reference_is_an_image(image: str) -> None:
+    parsed = parse_job_document({**CMD, "image": image}, "j.yaml")
+    assert parsed.job.groups[0].container == ContainerSpec(image)
+
+
+# Every transport of containers-image, in the forms podman takes them; some (`oci:x`, `dir:x`,
+# `containers-storage:x`) fit the reference grammar, as a name and a tag.
+@pytest.mark.parametrize(
+    "image",
+    ["docker-archive:/home/u/evil.tar", "oci-archive:/root-only/img.tar", "dir:/srv/img",
+     "dir:img", "containers-storage:busybox", "docker-daemon:busybox:latest", "oci:layout",
+     "docker://busybox", "sif:/x.sif", "ostree:img@/ostree/repo", "tarball:/x.tar",
+     "atomic:x/y:1", "openshift:x", "Docker-Archive:/x.tar"],
+)  # fmt: skip
+def test_an_image_transport_is_refused(image: str) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_job_document({**CMD, "image": image}, "j.yaml")
+    assert list(info.value.problems) == [
+        f"j.yaml: image: {image!r} names the image transport {image.partition(':')[0]!r}, "
+        "which loads an image from a file, a directory or another store with the engine's "
+        "rights: give a registry reference such as python:3.11 or "
+        "nvcr.io/nvidia/pytorch:24.01-py3"
+    ]
+
+
+@pytest.mark.parametrize(
+    "image",
+    ["Python:3.11", "a//b", "-a", "a:b:c", "a@sha256:abc", "a:-tag", "a/B", "a b", "a/:1",
+     "a:" + "t" * 129, "localhost:port/x"],
+)  # fmt: skip
+def test_what_is_no_reference_is_refused(image: str) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_job_document({**CMD, "image": image}, "j.yaml")
+    assert list(info.value.problems) == [
+        f"j.yaml: image: {image!r} is not an image reference such as python:3.11, "
+        "nvcr.io/nvidia/pytorch:24.01-py3 or localhost/mine@sha256:..."
+    ]
+
+
+def test_a_volcano_mount_may_not_carry_mount_options() -> None:
+    doc = vc(task(
+        volumeMounts=[{"name": "data", "mountPath": "/data:U"}],
+        pod={"volumes": [{"name": "data", "hostPath": {"path": "/srv/data,U"}}]},
+    ))  # fmt: skip
+    with pytest.raises(SpecError) as info:
+        parse_job_document(doc, "v.yaml")
+    assert sorted(info.value.problems) == [
+        f"v.yaml: {C0}.volumeMounts.0.mountPath: '/data:U' holds a ':', which the container "
+        "engine would read as mount options: a mounted path may hold neither ':' nor ','",
+        "v.yaml: spec.tasks.0.template.spec.volumes.0.hostPath.path: '/srv/data,U' holds a "
+        "',', which the container engine would read as mount options: a mounted path may "
+        "hold neither ':' nor ','",
+    ]
 
 
 def test_a_volcano_pod_with_hostpath_volumes_and_the_bandwidth_annotation() -> None:
