@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import resource
 import shutil
 import subprocess
@@ -372,18 +371,10 @@ def task_env(spec: ContainerSpec, t: ContainerTask, engine: Engine) -> dict[str,
     return env
 
 
-def create_args(
-    spec: ContainerSpec,
-    t: ContainerTask,
-    engine: Engine,
-    inline_env: Sequence[tuple[str, str]] = (),
-) -> list[str]:
-    """The `create` command of the task's container (see the module docstring). Its
-    environment is read from `t.env_file`, but for `inline_env` (what a file cannot hold),
-    named here and valued in the environment `create` runs with (the launch's `create_env`,
-    see supervisor.Container). Raises
-    ContainerArgsError for a mount path holding ':' or ',' and for an inline variable the
-    engine itself would read."""
+def create_args(spec: ContainerSpec, t: ContainerTask, engine: Engine) -> list[str]:
+    """The `create` command of the task's container (see the module docstring); its
+    environment is read from `t.env_file` (`env_file_text`). Raises ContainerArgsError for an
+    image behind a transport and for a mount path holding ':' or ','."""
     transport = spec.image.partition(":")[0]
     if ":" in spec.image and transport.lower() in IMAGE_TRANSPORTS:
         # The job spec refuses these; a job stored before it did must not run either.
@@ -456,17 +447,6 @@ def create_args(
     if t.workdir:
         a += ["--workdir", t.workdir]
     a += ["--env-file", t.env_file]
-    # The value is in the engine's environment, which only root may read: a command line is
-    # readable by every local user in /proc/PID/cmdline.
-    for name, _ in inline_env:
-        if not _ENV_NAME.fullmatch(name):  # `--env P*` would pass on all of the engine's P...
-            raise ContainerArgsError(f"env {name!r}: not a variable name")
-        if _engine_reads(name):
-            raise ContainerArgsError(
-                f"env {name}: a value with a newline is given to the engine through its own "
-                f"environment, where the engine would read {name} itself; give it on one line"
-            )
-        a += ["--env", name]
     # 6. The command replaces the image's entrypoint, as a pod's `command` does.
     a += ["--entrypoint", "", spec.image, *t.command]
     return a
@@ -484,29 +464,6 @@ def _mount(what: str, host: str, path: str, read_only: bool) -> str:
                     "engine would read as mount options"
                 )
     return f"{host}:{path}" + (":ro" if read_only else "")
-
-
-# Names the engine (podman, docker), Go's runtime, the dynamic loader or the C library read from
-# the engine's own environment: a task's variable of such a name in the environment of
-# `create` would change what the engine, root, does (LD_PRELOAD, CONTAINERS_CONF, a proxy...).
-_ENGINE_ENV_NAMES = frozenset(
-    ("PATH", "HOME", "SHELL", "USER", "LOGNAME", "TMPDIR", "TMP", "TEMP", "TZ", "TZDIR", "LANG",
-     "LANGUAGE", "NOTIFY_SOCKET", "HOSTALIASES", "LOCALDOMAIN", "RES_OPTIONS", "NLSPATH",
-     "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "FTP_PROXY", "GODEBUG", "GOGC",
-     "GOMEMLIMIT", "GOMAXPROCS", "GOTRACEBACK", "GORACE", "GOROOT", "GOPATH", "GOFLAGS",
-     "REGISTRY_AUTH_FILE", "SSL_CERT_FILE", "SSL_CERT_DIR", "GCONV_PATH", "CONMON")
-)  # fmt: skip
-_ENGINE_ENV_PREFIXES = ("LD_", "LC_", "MALLOC_", "GLIBC_", "XDG_", "CONTAINER", "_CONTAINERS",
-                        "PODMAN", "DOCKER", "BUILDAH", "STORAGE_", "CNI_", "NETAVARK", "OCI_",
-                        "CRUN", "RUNC", "SSL", "OPENSSL", "DBUS_", "SYSTEMD_")  # fmt: skip
-
-
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def _engine_reads(name: str) -> bool:
-    upper = name.upper()
-    return upper in _ENGINE_ENV_NAMES or upper.startswith(_ENGINE_ENV_PREFIXES)
 
 
 def unapplied_limits(t: ContainerTask, engine: Engine) -> str | None:
@@ -531,16 +488,20 @@ def unapplied_limits(t: ContainerTask, engine: Engine) -> str | None:
     )
 
 
-def env_file_lines(env: Mapping[str, str]) -> tuple[str, list[tuple[str, str]]]:
-    """The env file's text, and the variables it cannot hold (a newline in the value) to be
-    passed as `--env NAME` instead, their values in the environment of `create`."""
-    lines, rest = [], []
+def env_file_text(env: Mapping[str, str]) -> str:
+    """The env file the engine reads the task's environment from, one `NAME=value` a line.
+    Raises ContainerArgsError for a value with a line break, which such a file cannot carry:
+    the job spec refuses one in a container task (a command line would show it to every local
+    user, and the engine's own environment is root's); a job stored before it did must not
+    have its variable cut short."""
+    lines = []
     for k, v in env.items():
         if "\n" in v or "\r" in v:
-            rest.append((k, v))
-        else:
-            lines.append(f"{k}={v}")
-    return "".join(f"{ln}\n" for ln in lines), rest
+            raise ContainerArgsError(
+                f"env {k}: holds a line break, which the engine's env file cannot carry"
+            )
+        lines.append(f"{k}={v}\n")
+    return "".join(lines)
 
 
 def start_args(engine: Engine, name: str) -> list[str]:

@@ -567,9 +567,9 @@ class LocalExecutor(ExitWatching):
             env_file=env_file,
             user=doc.get("user"),
         )
-        text, rest = ctr.env_file_lines(ctr.task_env(spec, t, engine))
         try:
-            create = ctr.create_args(spec, t, engine, inline_env=rest)
+            text = ctr.env_file_text(ctr.task_env(spec, t, engine))
+            create = ctr.create_args(spec, t, engine)
         except ctr.ContainerArgsError as e:
             raise LaunchError(f"task {_show(key)}: {e}") from None
         fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -586,7 +586,6 @@ class LocalExecutor(ExitWatching):
                 "name": name,
                 "image": spec.image,
                 "create": create,
-                "create_env": dict(rest),
                 "start": ctr.start_args(engine, name),
                 "engine_env": _engine_env(),
                 # "none": no cgroup of its own, nothing to watch for its OOM kills.

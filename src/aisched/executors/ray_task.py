@@ -441,9 +441,9 @@ class TaskRunner:
             env_file=env_file,
             user=user,
         )
-        text, rest = ctr.env_file_lines(ctr.task_env(cspec, t, engine))
         try:
-            create = ctr.create_args(cspec, t, engine, inline_env=rest)
+            text = ctr.env_file_text(ctr.task_env(cspec, t, engine))
+            create = ctr.create_args(cspec, t, engine)
         except ctr.ContainerArgsError as e:
             msg = f"task {job_id}/{attempt}/{task}: {e}"
             self._log(msg)
@@ -463,7 +463,6 @@ class TaskRunner:
                 "name": name,
                 "image": image,
                 "create": create,
-                "create_env": dict(rest),
                 "start": ctr.start_args(engine, name),
                 "engine_env": {
                     **{k: v for k, v in os.environ.items() if k in ("HOME", "XDG_RUNTIME_DIR")},

@@ -816,9 +816,8 @@ class Container:
     """One task's container, driven through its engine's command line (podman or docker).
 
     `launch["container"]` (written by the executor, see `container.py`): `binary`, `name`,
-    `image`, `create` (the whole create command), `create_env` (the values of the variables
-    `create` names alone), `start` (the attached start command), `engine_env` (the
-    environment the engine needs), `cgroup_version`, `bandwidth_bit_s`;
+    `image`, `create` (the whole create command), `start` (the attached start command),
+    `engine_env` (the environment the engine needs), `cgroup_version`, `bandwidth_bit_s`;
     where the engine has no cgroup for it (rootless podman on cgroup v1: `cgroup_version`
     "none"), `pin_cores` (set as the affinity of the engine's `init`, which the container's
     processes inherit), `rlimit_data` (bytes, set on the container's process before it
@@ -847,11 +846,7 @@ class Container:
         self.rlimit_data = int(spec.get("rlimit_data") or 0)
 
     def engine(
-        self,
-        *args: str,
-        timeout_s: float = 60.0,
-        cores: Sequence[int] = (),
-        env: dict[str, str] | None = None,
+        self, *args: str, timeout_s: float = 60.0, cores: Sequence[int] = ()
     ) -> tuple[int, str, str]:
         import subprocess  # only container tasks pay for it
 
@@ -864,7 +859,7 @@ class Container:
                 capture_output=True,
                 text=True,
                 timeout=timeout_s,
-                env=self.env if env is None else env,
+                env=self.env,
                 cwd=self.cwd,
                 check=False,
                 preexec_fn=pin if cores else None,
@@ -882,12 +877,7 @@ class Container:
         image = str(self.spec.get("image") or "")
         if image and self.engine("image", "inspect", "--format", "{{.Id}}", image)[0] != 0:
             log(f"image {image} is not on this node: pulling it (if the pull policy allows)")
-        # The values of the variables `create` names alone (`--env NAME`, see container.py's
-        # create_args): in its environment, which no other user may read.
-        values = {str(k): str(v) for k, v in (self.spec.get("create_env") or {}).items()}
-        code, _, err = self.engine(
-            *self.spec["create"][1:], timeout_s=3600.0, env={**self.env, **values}
-        )
+        code, _, err = self.engine(*self.spec["create"][1:], timeout_s=3600.0)
         if code != 0:
             message, image_missing = self.create_failure(err)
             raise _ExecFailed(125, message, "unrunnable" if image_missing else "exited")

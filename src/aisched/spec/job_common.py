@@ -13,7 +13,7 @@ Nothing here reads files or builds a `Job`; `job_native` and `job_volcano` do.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Annotated, Any
@@ -431,9 +431,11 @@ def container_spec(
     volumes: tuple[Volume, ...],
     path: str,
     p: Problems,
+    env: Sequence[tuple[str, str]] = (),
 ) -> ContainerSpec | None:
     """The container of a task group (None: it runs on the host), checking what only makes
-    sense in one: every container field without an image is a mistake at `path`."""
+    sense in one: every container field without an image is a mistake at `path`. `env`: the
+    group's variables, each with its field's path."""
     if image is None:
         for given, key in (
             (network is not None, "network"),
@@ -457,6 +459,16 @@ def container_spec(
         )
     for i, first in duplicates(v.container_path for v in volumes):
         p.add(f"{path}volumes.{i}", f"mounts on {volumes[i].container_path}, as volumes.{first}")
+    for field_path, value in env:
+        if "\n" in value or "\r" in value:
+            # The engine reads a container's variables from a file of one line each; on its
+            # command line every local user would read the value, and its own environment
+            # is root's (what it reads there, LD_PRELOAD and the like, it obeys).
+            p.add(
+                field_path,
+                "a container task's variable cannot hold a line break; encode the value "
+                "(base64, for instance) or put it in a file the task reads",
+            )
     return ContainerSpec(
         image=image,
         network=net,

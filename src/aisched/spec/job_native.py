@@ -344,6 +344,7 @@ def _container(t: TaskModel, path: str, p: Problems, job: NativeJobModel) -> Con
         volumes,
         f"{path}." if path else "",
         p,
+        [(f"{path}.env.{k}" if path else f"env.{k}", str(v)) for k, v in t.env.items()],
     )
 
 

@@ -281,7 +281,8 @@ def _container(t: TaskSpec, tp: str, p: Problems, w: Problems) -> ContainerSpec 
     network = NetworkMode.BRIDGE if bandwidth is not None else NetworkMode.HOST
     if pod.host_network and bandwidth is not None:
         p.add(f"{sp}.hostNetwork", f"cannot be shaped ({EGRESS_ANNOTATION}): it needs a bridge")
-    return container_spec(c.image, network, bandwidth, None, tuple(volumes), f"{tp}.", p)
+    env = [(f"{cp}.env.{j}.value", e.value) for j, e in enumerate(c.env)]
+    return container_spec(c.image, network, bandwidth, None, tuple(volumes), f"{tp}.", p, env)
 
 
 def _k8s_rate(v: Any) -> int:

@@ -1238,6 +1238,17 @@ CONTAINER_INVALID = [
              "engine would read as mount options: a mounted path may hold neither ':' nor ','",
              "j.yaml: volumes.2.host_path: '/srv/b,U' holds a ',', which the container engine "
              "would read as mount options: a mounted path may hold neither ':' nor ','"]),
+    # An env file holds one line a variable; on podman's command line the value is every
+    # local user's to read, and podman's own environment is root's.
+    Invalid("a container's variable with a line break",
+            {"tasks": [{"name": "w", "command": "true", "image": "a",
+                        "env": {"KEY": "-----BEGIN\nKEY-----", "OK": "one line"}}]},
+            ["j.yaml: tasks.0.env.KEY: a container task's variable cannot hold a line break; "
+             "encode the value (base64, for instance) or put it in a file the task reads"]),
+    Invalid("the same, written short",
+            {**CMD, "image": "a", "env": {"KEY": "a\rb"}},
+            ["j.yaml: env.KEY: a container task's variable cannot hold a line break; "
+             "encode the value (base64, for instance) or put it in a file the task reads"]),
     Invalid("an image behind a transport",
             {**CMD, "image": "docker-archive:/home/u/evil.tar"},
             ["j.yaml: image: 'docker-archive:/home/u/evil.tar' names the image transport "
@@ -1313,6 +1324,18 @@ def test_a_volcano_mount_may_not_carry_mount_options() -> None:
         "',', which the container engine would read as mount options: a mounted path may "
         "hold neither ':' nor ','",
     ]
+
+
+def test_a_volcano_container_variable_may_not_hold_a_line_break() -> None:
+    doc = vc(task(env=[{"name": "KEY", "value": "two\nlines"}]))
+    with pytest.raises(SpecError) as info:
+        parse_job_document(doc, "v.yaml")
+    assert list(info.value.problems) == [
+        f"v.yaml: {C0}.env.0.value: a container task's variable cannot hold a line break; "
+        "encode the value (base64, for instance) or put it in a file the task reads"
+    ]
+    # On the host a task gets its environment whole: a line break is fine there.
+    parse_job_document({**CMD, "env": {"KEY": "two\nlines"}}, "j.yaml")
 
 
 def test_a_volcano_pod_with_hostpath_volumes_and_the_bandwidth_annotation() -> None:
