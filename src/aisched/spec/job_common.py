@@ -46,6 +46,10 @@ MAX_PRIORITY = 1_000_000_000  # Kubernetes' own bound for user priorities
 MAX_NAME_LEN = 63
 MAX_PATH_LEN = 4096
 MAX_IMAGE_LEN = 512
+# Linux's MAX_ARG_STRLEN (32 pages) bounds each argument and each NAME=value string of an
+# exec; the variable's name and a margin for it are kept out of this bar.
+MAX_EXEC_STRING = 32 * 4096 - 1024
+MAX_ENV_NAME_LEN = 256
 MIN_BANDWIDTH_BIT_S = 8_000  # tc cannot shape below a few kbit/s in any useful way
 MAX_BANDWIDTH_BIT_S = 10**13  # 10 Tbit/s
 
@@ -195,9 +199,10 @@ _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 def _name(v: str) -> str:
     if len(v) > MAX_NAME_LEN or not _NAME_RE.fullmatch(v):
+        shown = repr(v) if len(v) <= 2 * MAX_NAME_LEN else f"{v[:MAX_NAME_LEN]!r}..."
         raise ValueError(
-            f"{v!r} is not a valid name: 1 to {MAX_NAME_LEN} letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit"
+            f"{shown} is not a valid name: 1 to {MAX_NAME_LEN} letters, digits, '.', '_' or "
+            "'-', starting with a letter or digit"
         )
     return v
 
@@ -209,6 +214,8 @@ def _gpu_model(v: str) -> str:
 
 
 def _env_name(v: str) -> str:
+    if len(v) > MAX_ENV_NAME_LEN:
+        raise ValueError(f"is longer than {MAX_ENV_NAME_LEN} characters")
     if not _ENV_NAME_RE.fullmatch(v):
         raise ValueError(
             f"{v!r} is not a valid environment variable name: letters, digits and '_', "
@@ -224,6 +231,12 @@ def _text(v: Any) -> str:
     if isinstance(v, str):
         if "\x00" in v:
             raise ValueError("contains a NUL character")
+        if len(v) > MAX_EXEC_STRING // 4 and len(v.encode()) > MAX_EXEC_STRING:
+            # Accepted, it would fail at every start (E2BIG) and be retried to no end.
+            raise ValueError(
+                f"is {len(v.encode()):,} bytes: a program gets at most {MAX_EXEC_STRING:,} "
+                "bytes in each argument or variable (the kernel's limit); put it in a file"
+            )
         return v
     if isinstance(v, int) and not isinstance(v, bool):
         return str(v)

@@ -435,6 +435,24 @@ def test_native_errors(case: Invalid) -> None:
     assert list(info.value.problems) == case.want
 
 
+def test_what_no_program_could_be_started_with_is_refused_at_submission() -> None:
+    # Accepted, each failed at every start with "Argument list too long" and was retried.
+    big = "x" * 200_000
+    doc = {"name": "n" * 5000, "command": ["echo", big], "env": {"BIG": big, "N" * 300: "v"}}
+    with pytest.raises(SpecError) as info:
+        parse_job_document(doc, "j.yaml")
+    exec_limit = "a program gets at most 130,048 bytes in each argument or variable"
+    assert list(info.value.problems) == [
+        f"j.yaml: name: {'n' * 63!r}... is not a valid name: 1 to 63 letters, digits, '.', "
+        "'_' or '-', starting with a letter or digit",
+        f"j.yaml: command.1: is 200,000 bytes: {exec_limit} (the kernel's limit); put it in a file",
+        f"j.yaml: env.BIG: is 200,000 bytes: {exec_limit} (the kernel's limit); put it in a file",
+        f"j.yaml: env.{'N' * 300}: is longer than 256 characters",
+    ]
+    fits = "y" * 130_000
+    parse_job_document({"command": ["echo", fits], "env": {"BIG": fits}}, "j.yaml")
+
+
 RESERVED = sorted(SCHEDULER_ENV) + ["AISCHED_JOB_ID", "AISCHED_ANYTHING"]
 
 
