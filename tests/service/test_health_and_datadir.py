@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from aisched.service import datadir
+from aisched.service.app import Service, ServiceError
+from aisched.service.config import load_config
 from aisched.service.health import Health
 from aisched.service.step_errors import StepErrors
 
@@ -95,4 +97,34 @@ def test_another_users_directory_is_refused(tmp_path: Path) -> None:
     assert str(err.value).startswith(f"the data directory {theirs} belongs to ")
     assert str(err.value).endswith(
         "not to root (uid 0); run aisched up as its owner, or give another --data-dir"
+    )
+
+
+@pytest.mark.parametrize(
+    ("entry", "there", "wanted"),
+    [
+        ("tasks", "a file", "a directory"),
+        ("logs", "a file", "a directory"),
+        ("state.db", "a directory", "a file"),
+        ("lock", "a directory", "a file"),
+    ],
+)
+def test_an_entry_of_the_wrong_kind_in_the_data_directory_is_named(
+    tmp_path: Path, entry: str, there: str, wanted: str
+) -> None:
+    # Each was a traceback (tasks) or "the data directory is not writable" (the rest).
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "lock").write_text("")  # an aisched data directory
+    if there == "a file":
+        (home / entry).write_text("")
+    else:
+        (home / entry).unlink(missing_ok=True)
+        (home / entry).mkdir()
+    cfg = load_config(None, {"data_dir": str(home), "node": {"gpus": 1}})
+    with pytest.raises(ServiceError) as err:
+        Service.open(cfg).close()
+    assert str(err.value) == (
+        f"{home / entry} is {there}, where aisched keeps {wanted} of its own; move it out of "
+        "the data directory, or give another --data-dir"
     )

@@ -141,6 +141,11 @@ class Service:
                 predictor=RuntimePredictor(background=True) if config.predict_runtimes else None,
             )
             metrics.watch(scheduler)
+        except OSError as e:
+            lock_file.close()
+            if e.filename is not None and Path(os.fsdecode(e.filename)).is_relative_to(home):
+                raise ServiceError(str(datadir.not_writable(home, e))) from None
+            raise
         except Exception:
             lock_file.close()
             raise

@@ -73,8 +73,23 @@ def prepare(home: Path) -> None:
 
 
 def not_writable(home: Path, exc: OSError) -> DataDirError:
+    """What keeps aisched from writing in `home`, naming the entry `exc` is about when it is
+    one inside (a file where aisched keeps a directory, or the other way round)."""
     if exc.errno == errno.ENOSPC:
         return full(home, 0, 0)
+    inside = exc.filename is not None and Path(os.fsdecode(exc.filename)) != home
+    if inside and exc.errno in (errno.EEXIST, errno.EISDIR, errno.ENOTDIR):
+        where = Path(os.fsdecode(exc.filename))
+        there, wanted = ("a directory", "a file") if where.is_dir() else ("a file", "a directory")
+        return DataDirError(
+            f"{where} is {there}, where aisched keeps {wanted} of its own; move it out of the "
+            "data directory, or give another --data-dir"
+        )
+    if inside:
+        return DataDirError(
+            f"cannot write {os.fsdecode(exc.filename)} in the data directory "
+            f"({exc.strerror or exc}); fix its permissions, or give another --data-dir"
+        )
     return DataDirError(
         f"the data directory {home} is not writable ({exc.strerror or exc}); give a writable "
         "--data-dir, or remount or fix its permissions"
