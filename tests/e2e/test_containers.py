@@ -420,6 +420,21 @@ def test_a_job_may_not_mount_a_host_path_its_user_cannot_read(image: str, tmp_pa
             f"task 9/1/main-0: volumes.0: user nobody may not read {secret}, "
             "so its job may not mount it"
         )
+        # Its working directory is mounted too, read-write: the same rule holds at launch
+        # for a job admitted before admission checked it.
+        with pytest.raises(LaunchError) as err:
+            ex.launch(
+                TaskLaunch(
+                    job_id="9", attempt=2, task="main-0", node=ex.nodes()[0].name,
+                    command=("true",), env={}, workdir=str(secret), milli_cpu=0,
+                    mem_limit_mib=0, gpus=(), log_path=str(tmp_path / "log"),
+                    grace_period_s=1.0, user="nobody", container=ContainerSpec(image),
+                )
+            )  # fmt: skip
+        assert str(err.value) == (
+            f"task 9/2/main-0: workdir: user nobody may not read {secret}, so its container "
+            "may not mount it"
+        )
     finally:
         ex.close()
         secret.rmdir()

@@ -533,6 +533,16 @@ def user_may_read(user: str, path: str) -> bool:
     return user_can(user, path, 0o5 if os.path.isdir(path) else 0o4)
 
 
+def workdir_refusal(user: str, workdir: str | None) -> str | None:
+    """Why a container task of `user` may not have `workdir` mounted, or None: `create_args`
+    mounts a working directory that is a directory here, read-write with the engine's
+    privileges, so the user must be able to read and enter it (admission checks it too; this
+    holds for a job admitted before it did, or a directory changed since)."""
+    if not workdir or not os.path.isdir(workdir) or user_may_read(user, workdir):
+        return None
+    return f"workdir: user {user} may not read {workdir}, so its container may not mount it"
+
+
 def list_containers(engine: Engine, instance: str) -> list[tuple[str, str, int, str]]:
     """(name, job, attempt, task) of every container of this scheduler instance, any state,
     read from the names (`container_name`), which both engines list alike."""

@@ -530,6 +530,8 @@ class LocalExecutor(ExitWatching):
                         f"{ctr.shown_path(v.host_path, real.host_path)}, so its job may not "
                         "mount it"
                     )
+            if (why := ctr.workdir_refusal(owner, req.workdir)) is not None:
+                raise LaunchError(f"task {_show(key)}: {why}")
         tools: dict[str, str] = {}
         if spec.bandwidth_bit_s is not None and engine.rootless:
             raise LaunchError(

@@ -417,6 +417,12 @@ class TaskRunner:
                     self._log(msg)
                     self.start_error = {"kind": "exited", "exit_code": 126, "message": msg}
                     return None
+            why = ctr.workdir_refusal(str(user["name"]), spec.get("workdir"))
+            if why is not None:
+                msg = f"task {job_id}/{attempt}/{task}: {why}"
+                self._log(msg)
+                self.start_error = {"kind": "exited", "exit_code": 126, "message": msg}
+                return None
         try:
             engine = _node_engine()
         except ctr.EngineError as e:
