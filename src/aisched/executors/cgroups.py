@@ -193,8 +193,11 @@ _RLIMIT_NOTES = (
 )
 
 
-def cgroup_name(job_id: str, attempt: int, task: str) -> str:
-    return _UNSAFE.sub("_", f"{job_id}.{attempt}.{task}")[:200]
+def cgroup_name(instance: str, job_id: str, attempt: int, task: str) -> str:
+    """A task's cgroup under the parent: named by its executor's instance too, since two
+    services started from one shell share that parent, and a launch replaces a leftover of its
+    own name (it would empty another service's task of the same key)."""
+    return _UNSAFE.sub("_", f"{instance}.{job_id}.{attempt}.{task}")[:200]
 
 
 def create_task_cgroup(ctrl: MemoryControl, name: str, mem_limit_mib: int) -> str | None:

@@ -244,8 +244,10 @@ class LocalExecutor(ExitWatching):
             ) from None
         with self._lock:
             cores = self._pick_cores(req.milli_cpu)
+        leaf = cgroup_name(self._instance, *key)
+        # A container task's limits are the engine's, in a cgroup of the engine's own.
         cgroup = (
-            os.path.join(self._mem.base, cgroup_name(*key))
+            os.path.join(self._mem.base, leaf)
             if self._mem.base is not None and spec is None
             else None
         )
@@ -277,7 +279,8 @@ class LocalExecutor(ExitWatching):
         sup.write_json_atomic(str(tdir / sup.LAUNCH), doc)
         try:
             # 2. Its cgroup, with the limit, before the supervisor can fork into it.
-            create_task_cgroup(self._mem, cgroup_name(*key), req.mem_limit_mib)
+            if cgroup is not None:
+                create_task_cgroup(self._mem, leaf, req.mem_limit_mib)
             # 3. The supervisor, in its own session so it outlives us; SIGTERM blocked until
             #    its handler is in place, so an early stop is not lost.
             pid, start, own_child = self._start_supervisor(tdir)

@@ -285,8 +285,8 @@ def test_cgroup_v2_needs_the_memory_controller(tmp_path: Path) -> None:
 def test_a_task_cgroup_gets_its_limit(tmp_path: Path, mechanism: str, want: dict[str, str]) -> None:
     # A plain directory stands in for the parent cgroup: only the files written are checked.
     ctrl = MemoryControl(mechanism, str(tmp_path))
-    path = create_task_cgroup(ctrl, cgroup_name("job/1", 0, "w-0"), 512)
-    assert path == str(tmp_path / "job_1.0.w-0")
+    path = create_task_cgroup(ctrl, cgroup_name("ab12", "job/1", 0, "w-0"), 512)
+    assert path == str(tmp_path / "ab12.job_1.0.w-0")
     assert {p.name: p.read_text() for p in Path(path).iterdir()} == want
     assert create_task_cgroup(MemoryControl("rlimit"), "x", 512) is None
 

@@ -650,3 +650,29 @@ def test_a_stop_whose_request_file_cannot_be_written_still_stops_the_task(
     ev = harness.exit_of(h.key)
     assert ev.kind == ExitKind.STOPPED
     blocker.rmdir()
+
+
+CGROUP_MECHANISMS = [p for p in WITH_MECHANISM if str(p.values[0]).startswith("cgroup")]
+
+
+@pytest.mark.parametrize("mechanism", CGROUP_MECHANISMS)
+def test_two_services_tasks_of_one_key_keep_their_own_cgroups(
+    tmp_path: Path, mechanism: str
+) -> None:
+    # Two services started from one shell share the parent cgroup, and a launch replaces a
+    # leftover cgroup of its name, emptying it: by the key alone, the second service's task
+    # killed the first's.
+    first, second = Harness(tmp_path / "a"), Harness(tmp_path / "b")
+    try:
+        for h in (first, second):
+            h.new_executor(mem_mechanism=mechanism)
+        one = first.launch("t-0", ["sh", "-c", "echo ready; sleep 60"], mem_limit_mib=256)
+        wait_for(lambda: "ready" in first.log("t-0"), what="the first service's task")
+        two = second.launch("t-0", ["sh", "-c", "echo ready; sleep 60"], mem_limit_mib=256)
+        wait_for(lambda: "ready" in second.log("t-0"), what="the second service's task")
+        assert one.data["cgroup"] != two.data["cgroup"]
+        assert sup.is_alive(one.data["supervisor_pid"], one.data["supervisor_start"])
+        assert first.ex.poll() == []  # nothing ended
+    finally:
+        first.cleanup()
+        second.cleanup()
