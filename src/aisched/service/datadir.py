@@ -73,8 +73,8 @@ def prepare(home: Path) -> None:
 
 
 def not_writable(home: Path, exc: OSError) -> DataDirError:
-    """What keeps aisched from writing in `home`, naming the entry `exc` is about when it is
-    one inside (a file where aisched keeps a directory, or the other way round)."""
+    """What keeps aisched from writing in `home`; the entry `exc` is about, when it is one
+    inside of the wrong kind (a file where aisched keeps a directory, or the other way round)."""
     if exc.errno == errno.ENOSPC:
         return full(home, 0, 0)
     inside = exc.filename is not None and Path(os.fsdecode(exc.filename)) != home
@@ -84,11 +84,6 @@ def not_writable(home: Path, exc: OSError) -> DataDirError:
         return DataDirError(
             f"{where} is {there}, where aisched keeps {wanted} of its own; move it out of the "
             "data directory, or give another --data-dir"
-        )
-    if inside:
-        return DataDirError(
-            f"cannot write {os.fsdecode(exc.filename)} in the data directory "
-            f"({exc.strerror or exc}); fix its permissions, or give another --data-dir"
         )
     return DataDirError(
         f"the data directory {home} is not writable ({exc.strerror or exc}); give a writable "
