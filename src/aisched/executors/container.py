@@ -435,14 +435,18 @@ def create_args(spec: ContainerSpec, t: ContainerTask, engine: Engine) -> list[s
         host = os.path.realpath(v.host_path)
         a += ["--volume", _mount(f"volumes.{i}", host, v.container_path, v.read_only)]
         mounted.add(v.container_path)
-    # The checkpoint directory is made before the container (supervisor.Container.prepare);
-    # the working directory is mounted when it exists (else the image's own is used).
+    # The checkpoint directory is made before the container (supervisor.Container.prepare,
+    # which mounts it resolved once it is made); the working directory is mounted resolved
+    # when it exists (else the image's own is used).
     for what, d, must in (
         ("workdir", t.workdir, False),
         ("checkpoint directory", t.checkpoint_dir, True),
     ):
         if d and d not in mounted and (must or os.path.isdir(d)):
-            a += ["--volume", _mount(what, d, d, False)]
+            if (why := not_plain(d)) is not None:
+                raise ContainerArgsError(f"{what}: {why}")
+            host = os.path.realpath(d) if what == "workdir" else d
+            a += ["--volume", _mount(what, host, d, False)]
             mounted.add(d)
     if t.workdir:
         a += ["--workdir", t.workdir]
@@ -533,12 +537,26 @@ def user_may_read(user: str, path: str) -> bool:
     return user_can(user, path, 0o5 if os.path.isdir(path) else 0o4)
 
 
+def not_plain(path: str) -> str | None:
+    """Why `path` may not be mounted as written, or None. The engine drops a `..` from the
+    text before it follows any link, where the kernel (and so the check of what the user may
+    read) follows the link first: `~/link/../x` would be checked in one place and mounted
+    from another."""
+    if any(part in (".", "..") for part in path.split("/")):
+        return f"{path!r} holds '.' or '..': give the directory's own path"
+    return None
+
+
 def workdir_refusal(user: str, workdir: str | None) -> str | None:
     """Why a container task of `user` may not have `workdir` mounted, or None: `create_args`
-    mounts a working directory that is a directory here, read-write with the engine's
-    privileges, so the user must be able to read and enter it (admission checks it too; this
-    holds for a job admitted before it did, or a directory changed since)."""
-    if not workdir or not os.path.isdir(workdir) or user_may_read(user, workdir):
+    mounts a working directory that is a directory here, resolved, read-write with the
+    engine's privileges, so the user must be able to read and enter it (admission checks it
+    too; this holds for a job admitted before it did, or a directory changed since)."""
+    if not workdir or not os.path.isdir(workdir):
+        return None
+    if (why := not_plain(workdir)) is not None:
+        return f"workdir: {why}"
+    if user_may_read(user, os.path.realpath(workdir)):
         return None
     return f"workdir: user {user} may not read {workdir}, so its container may not mount it"
 

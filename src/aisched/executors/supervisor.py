@@ -812,6 +812,14 @@ def _own_dir(path: str, uid: int) -> None:
     raise _ExecFailed(126, f"checkpoint directory {path} {why}: refused; remove it")
 
 
+def _own_resolved(path: str, uid: int) -> str:
+    """Where `path` resolves to, checked as `_own_dir` checks the path itself: a link on the
+    way (the user's to place) must lead to a directory of the task's user too."""
+    real = os.path.realpath(path)
+    _own_dir(real, uid)
+    return real
+
+
 class Container:
     """One task's container, driven through its engine's command line (podman or docker).
 
@@ -871,7 +879,7 @@ class Container:
     def prepare(self, log: Any) -> dict[str, Any]:
         """Creates and initialises the container; the launch its attached client runs with.
         Raises _ExecFailed with one line (naming the image when it is the image's fault)."""
-        self.make_dirs()
+        self.mount_resolved(self.make_dirs())
         if self.spec.get("notice"):
             log(str(self.spec["notice"]))
         image = str(self.spec.get("image") or "")
@@ -919,20 +927,30 @@ class Container:
             "workdir": self.cwd,
         }
 
-    def make_dirs(self) -> None:
+    def mount_resolved(self, resolved: dict[str, str]) -> None:
+        """`create` mounts each made directory from where it resolved when it was checked
+        (`make_dirs`), not through the links on its way, which its user may change since."""
+        create = self.spec["create"]
+        for path, real in resolved.items():
+            create[:] = [f"{real}:{path}" if a == f"{path}:{path}" else a for a in create]
+
+    def make_dirs(self) -> dict[str, str]:
         """The directories the container mounts that must exist first (its checkpoint
         directory); one that exists is left as it is. For a task run as a user they are made
         by that user (`mkdir` run with its ids, the leaf 0700): missing parents in its home
         are its own too, never root's, and a link it placed is followed with its rights alone.
         Else the service makes them, 0755. Either way the directory must then be a directory
-        of the task's user (of the service's, without one) and no link (see `_own_dir`)."""
+        of the task's user (of the service's, without one) and no link (see `_own_dir`), and
+        so must the directory it resolves to. Returns each one's resolved path."""
         import subprocess  # only container tasks pay for it
 
         owner = self.spec.get("owner")
         uid = int(owner[0]) if owner else os.geteuid()
+        resolved: dict[str, str] = {}
         for path in self.spec.get("make_dirs") or ():
             if os.path.lexists(path):
                 _own_dir(path, uid)
+                resolved[path] = _own_resolved(path, uid)
                 continue
             if owner:
                 made = subprocess.run(
@@ -953,6 +971,8 @@ class Container:
                 except OSError as exc:
                     raise _ExecFailed(126, f"cannot make {path}: {exc.strerror or exc}") from None
             _own_dir(path, uid)
+            resolved[path] = _own_resolved(path, uid)
+        return resolved
 
     def create_failure(self, err: str) -> tuple[str, bool]:
         """The one line that says why `create` failed, and whether the image is missing."""

@@ -27,6 +27,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import TypeVar
 
+from aisched.executors.container import not_plain
 from aisched.executors.runas import ordinary_account, user_can, user_lookup
 from aisched.model.job import Job
 
@@ -87,7 +88,10 @@ def path_problems(jobs: Sequence[Job], source: str, as_user: str | None = None) 
                     if seen(Path(vol.host_path)) is None:
                         field = _field(job, i, f"volumes.{v}.host_path")
                         out.append(f"{prefix}{field}: no such file or directory: {vol.host_path}")
-                if local is not None and g.workdir and not _may_mount_workdir(local, g.workdir):
+                if g.workdir and (why := not_plain(g.workdir)) is not None:
+                    # Mounted from the host: see container.not_plain.
+                    out.append(f"{prefix}{_field(job, i, 'workdir')}: {why}")
+                elif local is not None and g.workdir and not _may_mount_workdir(local, g.workdir):
                     out.append(
                         f"{prefix}{_field(job, i, 'workdir')}: user {local} may not read "
                         f"{g.workdir}, so its container may not mount it"

@@ -25,6 +25,7 @@ from aisched.executors.container import (
     task_env,
     unapplied_limits,
     user_may_read,
+    workdir_refusal,
 )
 from aisched.model.job import ContainerSpec, NetworkMode, Volume
 
@@ -232,6 +233,49 @@ def test_a_volume_is_mounted_where_its_link_leads_when_the_command_is_made(
     spec = ContainerSpec("img", volumes=(Volume(f"{tmp_path}/link", "/data", read_only=True),))
     args = create_args(spec, task(*dirs), ENGINE)
     assert args[args.index("--volume") + 1] == f"{tmp_path}/data:/data:ro"
+
+
+def test_a_workdir_is_mounted_where_it_leads_and_never_through_dot_dot(
+    dirs: tuple[str, str], tmp_path: Path
+) -> None:
+    # The engine drops `..` from the text before following links, where the user's check
+    # follows the link first: `~/link/../x` was checked in one place and mounted from another.
+    (tmp_path / "real" / "w").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    work = f"{tmp_path}/link/w"
+    args = create_args(ContainerSpec("img"), task(work, dirs[1]), ENGINE)
+    assert f"{tmp_path}/real/w:{work}" in args
+    sideways = f"{tmp_path}/link/../real/w"
+    with pytest.raises(ContainerArgsError) as err:
+        create_args(ContainerSpec("img"), task(sideways, dirs[1]), ENGINE)
+    assert (
+        str(err.value) == f"workdir: {sideways!r} holds '.' or '..': give the directory's own path"
+    )
+    assert (
+        workdir_refusal("nobody", sideways)
+        == f"workdir: {sideways!r} holds '.' or '..': give the directory's own path"
+    )
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a directory of another user needs root")
+def test_a_checkpoint_directory_is_mounted_from_where_it_resolved_when_checked(
+    tmp_path: Path,
+) -> None:
+    # A link on its way (~/.aisched, the user's) may be changed between the check and the
+    # mount: the mount does not go through it.
+    from aisched.executors.supervisor import Container
+
+    nobody = (65534, 65534)
+    (tmp_path / "real" / "ck").mkdir(parents=True)
+    os.chown(tmp_path / "real" / "ck", *nobody)
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    path = f"{tmp_path}/link/ck"
+    c = Container(
+        {"binary": "podman", "name": "n", "make_dirs": [path], "owner": list(nobody),
+         "create": ["podman", "create", "--volume", f"{path}:{path}", "img"]}
+    )  # fmt: skip
+    c.mount_resolved(c.make_dirs())
+    assert c.spec["create"] == ["podman", "create", "--volume", f"{tmp_path}/real/ck:{path}", "img"]
 
 
 def test_start_attaches_without_proxying_signals() -> None:
