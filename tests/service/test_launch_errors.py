@@ -106,3 +106,34 @@ def test_a_job_whose_launch_breaks_fails_its_attempt_and_frees_its_resources(
             events = tx.events_of(jid)
         assert [e["kind"] for e in events][:3] == ["submitted", "started", "task-exited"]
         assert "could not start" in events[2]["message"] and said in events[2]["message"]
+
+
+def test_a_bug_applying_one_decision_strands_none_of_the_launches_before_it(
+    w: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cycle binds two jobs and applying the second raises (a bug): the first, applied
+    already (running, its tasks launching, in the batch the loop retries), is launched with
+    that batch instead of being left launching for ever."""
+    real = w.sched._apply_bind
+    applied: list[str] = []
+
+    def apply(d: Bind, batch: object, now: float) -> object:
+        applied.append(d.job_id)
+        if len(applied) == 2:
+            raise RuntimeError("a bug")
+        return real(d, batch, now)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(w.sched, "_apply_bind", apply)
+    futures = [w.sched.submit(job(name).task(gpu=1).build()) for name in ("a", "b")]
+    with pytest.raises(RuntimeError, match="a bug"):
+        w.sched.step()
+    monkeypatch.undo()
+    w.sched.step()  # as the loop does after a failed step: the batch it kept is stored
+    ids = [str(f.result(0)["id"]) for f in futures]
+    assert [t.job_id for t in w.fx.launched] == [ids[0]]
+    w.clock.t += w.sched.config.cycle_interval_s
+    w.sched.step()  # the next cycle binds the second
+    assert sorted({t.job_id for t in w.fx.launched}) == sorted(ids)
+    for jid in ids:
+        with w.store.read() as tx:
+            assert [t["state"] for t in tx.tasks_of(jid)] == ["running"]

@@ -72,6 +72,10 @@ class Intents(Exits):
         self.waiting_shapes.clear()
         keep_eta = not etas and self.policy_without_eta is not self.policy
         launches: list[tuple[LiveJob, Requests]] = []
+        # Launched once the intent is stored: by this flush, or by the one that retries it;
+        # queued before the decisions are applied, so that what was applied before one that
+        # raises (a bug) is launched with the batch it wrote, not left launching for ever.
+        batch.after.append(lambda: self._launch_all(launches, now))
         for d in result.decisions:
             if isinstance(d, Preempt):
                 self._apply_preempt(d, batch, now)
@@ -106,8 +110,6 @@ class Intents(Exits):
                 ):
                     continue  # as written, with its last estimated start
             self._write_status(waiting, status, batch, keep_eta)
-        # Launched once the intent is stored: by this flush, or by the one that retries it.
-        batch.after.append(lambda: self._launch_all(launches, now))
         batch.flush(self.store)
         if self.config.validate:
             self._validate(now)
