@@ -14,8 +14,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -207,3 +209,69 @@ def test_a_leader_paused_between_committing_a_launch_and_making_it_never_runs_it
     kinds = [e["kind"] for e in events]
     assert kinds.count("succeeded") == 1
     assert any("its launch was interrupted by a scheduler restart" in e["message"] for e in events)
+
+
+class FreezableRelay:
+    """A Unix-socket relay to the PostgreSQL server that can stop passing bytes on, the way a
+    dead network path does: connections stay open, and what is sent gets no answer."""
+
+    def __init__(self, server: PostgresServer, where: Path) -> None:
+        where.mkdir()
+        self.dir = where
+        self.target = str(next(server.socket_dir.glob(".s.PGSQL.*")))
+        self.frozen = threading.Event()
+        self.listener = socket.socket(socket.AF_UNIX)
+        self.listener.bind(str(where / Path(self.target).name))
+        self.listener.listen()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def url(self, database_url: str) -> str:
+        return database_url.split("?host=")[0] + f"?host={self.dir}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                near, _ = self.listener.accept()
+            except OSError:
+                return
+            far = socket.socket(socket.AF_UNIX)
+            far.connect(self.target)
+            for a, b in ((near, far), (far, near)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                while self.frozen.is_set():
+                    time.sleep(0.05)
+                dst.sendall(data)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.frozen.clear()
+        self.listener.close()
+
+
+def test_a_leader_whose_database_stops_answering_steps_down(
+    tmp_path: Path, pg_server: PostgresServer
+) -> None:
+    """No error comes back from a connection that hangs, so the renewal that waits on it never
+    reaches its own deadline check: the leader still called itself the leader (ready, taking
+    changes it could not store) while the standby led. It deposes itself by the deadline."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    url = pg_server.create_database()
+    relay = FreezableRelay(pg_server, tmp_path / "relay")
+    a = instance(home, work, "a", relay.url(url))
+    try:
+        a.start()
+        assert health(a)["role"] == "leader"
+        relay.frozen.set()
+        assert a.proc is not None
+        assert a.proc.wait(30) == 3  # lease_ttl 6 s less lease_renew 2 s, and some margin
+        assert "no renewal of the lease came back for" in a.log.read_text()
+    finally:
+        relay.close()
+        a.stop()

@@ -87,6 +87,7 @@ class Leadership:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._renewed_at = 0.0  # monotonic, the start of the last renewal that succeeded
+        self._deposing = threading.Lock()
 
     # --- what readers see ----------------------------------------------------------------
 
@@ -129,6 +130,7 @@ class Leadership:
             log.warning("cannot read the leader's lease yet: %s", exc)  # the thread tries on
         self._thread = threading.Thread(target=self._run, name="aisched-leader", daemon=True)
         self._thread.start()
+        threading.Thread(target=self._watch, name="aisched-lease-watch", daemon=True).start()
 
     def alive(self) -> bool:
         """Whether this instance still takes part (its thread runs, or it leads on SQLite)."""
@@ -167,6 +169,25 @@ class Leadership:
                     )
             wait = self.times.renew_s if self.leading else self.times.poll_s
             self._stop.wait(wait)
+
+    def _watch(self) -> None:
+        """Depose a leader whose renewal has not come back by the deadline: a connection that
+        hangs (a dead network path, a frozen server) raises nothing, so `_run`, blocked in it,
+        would never get to its own check, and this instance would go on calling itself the
+        leader (ready, taking changes it cannot store) while a standby leads."""
+        # From its own start too: a recovery at start holds up the first renewal, and `_run`
+        # renews (or finds the lease taken) as soon as it runs.
+        began = time.monotonic()
+        while not self._stop.wait(self.times.renew_s / 2):
+            if self.role == Role.DEPOSED:
+                return
+            late = time.monotonic() - max(self._renewed_at, began)
+            if self.leading and late > self._deadline_s():
+                self._depose(
+                    f"no renewal of the lease came back for {late:.0f} s (the database does "
+                    "not answer): a standby may lead now"
+                )
+                return
 
     def _deadline_s(self) -> float:
         """How long a leader goes on without a renewal: the lease less a margin, so that it has
@@ -225,9 +246,10 @@ class Leadership:
         )
 
     def _depose(self, why: str) -> None:
-        if self.role == Role.DEPOSED:
-            return
-        self.role = Role.DEPOSED
+        with self._deposing:  # the renewal's thread and the watch may both come here
+            if self.role == Role.DEPOSED:
+                return
+            self.role = Role.DEPOSED
         self.store.deposed = why
         log.error("%s; this instance stops scheduling", why)
         self.on_deposed(why)
