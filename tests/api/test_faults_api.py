@@ -360,3 +360,22 @@ def test_a_job_row_whose_spec_is_not_json_stops_the_start_with_one_line(tmp_path
     # SQLite keeps what it is given (PostgreSQL refuses to store such a value).
     message = _start_after("spec = '{not json'", tmp_path, None)
     assert message.startswith("the state database holds a damaged job or task row (Expecting")
+
+
+def test_a_read_the_store_cannot_answer_is_a_503_that_says_so(
+    open_service: OpenService, fx: FakeExecutor, tmp_path: Path
+) -> None:
+    # It was a bare 500 "Internal Server Error": nothing said the store, not the request,
+    # was at fault, nor that a retry would do.
+    svc = open_service(fx, limits={"store_busy_timeout": "0.2s"})
+    client = client_for(svc)
+    client.post("/v1/jobs", json={"command": ["true"]})
+    blocker = ReadBlocker(svc, tmp_path)
+    try:
+        r = client.get("/v1/jobs/1")
+    finally:
+        blocker.release()
+    assert r.status_code == 503
+    assert r.json()["error"].startswith("the state database cannot answer now (")
+    assert r.json()["error"].endswith("GET /v1/readyz says when it is back: try again then")
+    assert client.get("/v1/jobs/1").status_code == 200

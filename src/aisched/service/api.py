@@ -21,9 +21,12 @@ Cancels and actions on another user's job go to the audit log.
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException
 
 from aisched import __version__
@@ -39,6 +42,9 @@ from aisched.service.routes.logs import logs_router
 from aisched.service.routes.services import services_router
 from aisched.service.routes.system import system_router
 from aisched.service.routes.tokens import tokens_router
+from aisched.store.errors import StoreError
+
+log = logging.getLogger("aisched.api")
 
 
 def create_app(svc: Service) -> FastAPI:
@@ -68,6 +74,19 @@ def create_app(svc: Service) -> FastAPI:
         out = problem(exc.status_code, str(exc.detail))
         out.headers.update(exc.headers or {})
         return out
+
+    @app.exception_handler(SQLAlchemyError)
+    @app.exception_handler(StoreError)
+    async def _store(_req: Request, exc: Exception) -> JSONResponse:
+        # A read the store could not answer (locked, unreachable, a connection that timed
+        # out): the store's state, not a bug of the request, and worth a retry.
+        first = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
+        log.warning("a request met a failing store: %s", first)
+        return problem(
+            503,
+            f"the state database cannot answer now ({first[:300]}); GET /v1/readyz says when "
+            "it is back: try again then",
+        )
 
     app.include_router(dashboard_router(svc))  # the page at /, its JSON at /v1/dashboard
     app.include_router(system_router(svc))  # healthz, readyz, info, openapi.json, /metrics
