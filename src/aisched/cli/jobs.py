@@ -195,6 +195,18 @@ def run_document(args: argparse.Namespace) -> dict[str, Any]:
             for k, v in os.environ.items()
             if _ENV_NAME.match(k) and not _OWNED.match(k) and k not in _NOISE
         }
+        if args.image:
+            # A container's variable cannot hold a line break (the service refuses one): a
+            # shell's multi-line variable left out should not refuse the whole job.
+            broken = sorted(k for k, v in env.items() if "\n" in v or "\r" in v)
+            for k in broken:
+                del env[k]
+            if broken:
+                print(
+                    f"aisched: --env-all: left out {', '.join(broken)}: a container's "
+                    "variable cannot hold a line break",
+                    file=sys.stderr,
+                )
     for item in args.env:
         key, sep, value = item.partition("=")
         if not _ENV_NAME.match(key):
