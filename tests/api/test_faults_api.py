@@ -167,7 +167,10 @@ class Holder:
     def __init__(self, svc: Service, tmp_path: Path) -> None:
         self.sqlite = svc.store.engine.dialect.name == "sqlite"
         if self.sqlite:
-            self.conn: Any = sqlite3.connect(tmp_path / "state.db", isolation_level=None)
+            # Waits for a step of the loop that holds the database now to end.
+            self.conn: Any = sqlite3.connect(
+                tmp_path / "state.db", isolation_level=None, timeout=30
+            )
             self.conn.execute("BEGIN EXCLUSIVE")
         else:
             self.conn = svc.store.engine.raw_connection()
@@ -236,7 +239,10 @@ class ReadBlocker:
         self.sqlite = svc.store.engine.dialect.name == "sqlite"
         if self.sqlite:
             svc.store.engine.dispose()
-            self.conn: Any = sqlite3.connect(tmp_path / "state.db", isolation_level=None)
+            # Waits for a step of the loop that holds the database now to end.
+            self.conn: Any = sqlite3.connect(
+                tmp_path / "state.db", isolation_level=None, timeout=30
+            )
             self.conn.execute("PRAGMA locking_mode=EXCLUSIVE")
             self.conn.execute("BEGIN EXCLUSIVE")
         else:
@@ -368,14 +374,13 @@ def test_a_read_the_store_cannot_answer_is_a_503_that_says_so(
     # It was a bare 500 "Internal Server Error": nothing said the store, not the request,
     # was at fault, nor that a retry would do.
     svc = open_service(fx, limits={"store_busy_timeout": "0.2s"})
-    client = client_for(svc)
-    client.post("/v1/jobs", json={"command": ["true"]})
+    client = client_for(svc)  # its token is stored before the store is blocked
     blocker = ReadBlocker(svc, tmp_path)
     try:
-        r = client.get("/v1/jobs/1")
+        r = client.get("/v1/jobs")
     finally:
         blocker.release()
     assert r.status_code == 503
     assert r.json()["error"].startswith("the state database cannot answer now (")
     assert r.json()["error"].endswith("GET /v1/readyz says when it is back: try again then")
-    assert client.get("/v1/jobs/1").status_code == 200
+    assert client.get("/v1/jobs").status_code == 200
