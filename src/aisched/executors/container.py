@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from aisched.executors.runas import user_can
-from aisched.model.job import IMAGE_TRANSPORTS, ContainerSpec, NetworkMode
+from aisched.model.job import ContainerSpec, NetworkMode, image_transport, mount_option_char
 
 ENGINES = ("podman", "docker")
 OCI_RUNTIMES = ("crun", "runc")
@@ -375,8 +375,7 @@ def create_args(spec: ContainerSpec, t: ContainerTask, engine: Engine) -> list[s
     """The `create` command of the task's container (see the module docstring); its
     environment is read from `t.env_file` (`env_file_text`). Raises ContainerArgsError for an
     image behind a transport and for a mount path holding ':' or ','."""
-    transport = spec.image.partition(":")[0]
-    if ":" in spec.image and transport.lower() in IMAGE_TRANSPORTS:
+    if (transport := image_transport(spec.image)) is not None:
         # The job spec refuses these; a job stored before it did must not run either.
         raise ContainerArgsError(
             f"image {spec.image}: names the image transport {transport!r}: only a registry "
@@ -457,16 +456,14 @@ def create_args(spec: ContainerSpec, t: ContainerTask, engine: Engine) -> list[s
 
 
 def _mount(what: str, host: str, path: str, read_only: bool) -> str:
-    """The `--volume` value HOST:PATH[:ro]. The engine reads what follows a ':' as mount
-    options (`:U` chowns the host path to the container's user), ',' separating them: a path
-    holding either is refused, whatever the job spec let through."""
+    """The `--volume` value HOST:PATH[:ro]; a path holding what the engine reads as mount
+    options (`mount_option_char`) is refused, whatever the job spec let through."""
     for p in (host, path):
-        for c in (":", ","):
-            if c in p:
-                raise ContainerArgsError(
-                    f"{what}: cannot mount {p!r}: it holds a {c!r}, which the container "
-                    "engine would read as mount options"
-                )
+        if (c := mount_option_char(p)) is not None:
+            raise ContainerArgsError(
+                f"{what}: cannot mount {p!r}: it holds a {c!r}, which the container "
+                "engine would read as mount options"
+            )
     return f"{host}:{path}" + (":ro" if read_only else "")
 
 

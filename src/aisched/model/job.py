@@ -123,6 +123,19 @@ IMAGE_TRANSPORTS = frozenset(
 )  # fmt: skip
 
 
+def image_transport(image: str) -> str | None:
+    """The transport `image` names (as written), or None for a registry reference."""
+    transport, colon, _ = image.partition(":")
+    return transport if colon and transport.lower() in IMAGE_TRANSPORTS else None
+
+
+def mount_option_char(path: str) -> str | None:
+    """The character of `path` the engine would read as mount options, or None: its
+    `--volume HOST:PATH[:OPTIONS]` reads what follows a ':' as options (`/mnt:U` has root chown
+    the host path to the job's user), ',' separating them."""
+    return next((c for c in (":", ",") if c in path), None)
+
+
 @dataclass(frozen=True, slots=True)
 class ContainerSpec:
     """How a task group runs in an OCI image instead of on the host.

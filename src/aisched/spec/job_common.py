@@ -20,7 +20,14 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, Field, StrictInt, StrictStr, ValidationError
 
-from aisched.model.job import IMAGE_TRANSPORTS, ContainerSpec, Job, NetworkMode, Volume
+from aisched.model.job import (
+    ContainerSpec,
+    Job,
+    NetworkMode,
+    Volume,
+    image_transport,
+    mount_option_char,
+)
 from aisched.spec.units import (
     UnitError,
     k8s_count,
@@ -385,8 +392,7 @@ _BANDWIDTH_SCALE = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 
 
 def _image(v: str) -> str:
-    transport = v.partition(":")[0]
-    if ":" in v and transport.lower() in IMAGE_TRANSPORTS:
+    if (transport := image_transport(v)) is not None:
         raise ValueError(
             f"{v!r} names the image transport {transport!r}, which loads an image from a "
             "file, a directory or another store with the engine's rights: give a registry "
@@ -419,14 +425,11 @@ def to_bandwidth_bit_s(v: Any) -> int:
 def _mount_path(v: str) -> str:
     if not v.startswith("/"):
         raise ValueError(f"{v!r} must be an absolute path")
-    # The engine's `--volume HOST:PATH[:OPTIONS]` reads what follows a ':' as mount options
-    # (`/mnt:U` made root chown the host path to the job's user); ',' separates options.
-    for c in (":", ","):
-        if c in v:
-            raise ValueError(
-                f"{v!r} holds a {c!r}, which the container engine would read as mount "
-                "options: a mounted path may hold neither ':' nor ','"
-            )
+    if (c := mount_option_char(v)) is not None:
+        raise ValueError(
+            f"{v!r} holds a {c!r}, which the container engine would read as mount "
+            "options: a mounted path may hold neither ':' nor ','"
+        )
     return v
 
 
