@@ -812,9 +812,35 @@ def _own_dir(path: str, uid: int) -> None:
     raise _ExecFailed(126, f"checkpoint directory {path} {why}: refused; remove it")
 
 
+def _make_dir(path: str, owner: list[int] | None) -> None:
+    """`path` made by `owner` (uid, gid), the leaf 0700, its missing parents its own too; by
+    the service, 0755, without one. Raises _ExecFailed with the reason."""
+    import subprocess  # only container tasks pay for it
+
+    if owner:
+        made = subprocess.run(
+            ["mkdir", "-p", "-m", "700", "--", path],
+            user=int(owner[0]),
+            group=int(owner[1]),
+            extra_groups=[],
+            umask=0o022,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if made.returncode != 0:
+            raise _ExecFailed(126, f"cannot make {path}: {_last(made.stderr)}")
+        return
+    try:
+        os.makedirs(path, mode=0o755)
+    except OSError as exc:
+        raise _ExecFailed(126, f"cannot make {path}: {exc.strerror or exc}") from None
+
+
 def _own_resolved(path: str, uid: int) -> str:
-    """Where `path` resolves to, checked as `_own_dir` checks the path itself: a link on the
-    way (the user's to place) must lead to a directory of the task's user too."""
+    """Where `path` resolves to, once it and that are both checked by `_own_dir`: a link on
+    the way (the user's to place) must lead to a directory of the task's user too."""
+    _own_dir(path, uid)
     real = os.path.realpath(path)
     _own_dir(real, uid)
     return real
@@ -942,35 +968,12 @@ class Container:
         Else the service makes them, 0755. Either way the directory must then be a directory
         of the task's user (of the service's, without one) and no link (see `_own_dir`), and
         so must the directory it resolves to. Returns each one's resolved path."""
-        import subprocess  # only container tasks pay for it
-
         owner = self.spec.get("owner")
         uid = int(owner[0]) if owner else os.geteuid()
         resolved: dict[str, str] = {}
         for path in self.spec.get("make_dirs") or ():
-            if os.path.lexists(path):
-                _own_dir(path, uid)
-                resolved[path] = _own_resolved(path, uid)
-                continue
-            if owner:
-                made = subprocess.run(
-                    ["mkdir", "-p", "-m", "700", "--", path],
-                    user=int(owner[0]),
-                    group=int(owner[1]),
-                    extra_groups=[],
-                    umask=0o022,
-                    capture_output=True,
-                    text=True,
-                    check=False,
-                )
-                if made.returncode != 0:
-                    raise _ExecFailed(126, f"cannot make {path}: {_last(made.stderr)}")
-            else:
-                try:
-                    os.makedirs(path, mode=0o755)
-                except OSError as exc:
-                    raise _ExecFailed(126, f"cannot make {path}: {exc.strerror or exc}") from None
-            _own_dir(path, uid)
+            if not os.path.lexists(path):
+                _make_dir(path, owner)
             resolved[path] = _own_resolved(path, uid)
         return resolved
 
