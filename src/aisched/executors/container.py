@@ -544,6 +544,22 @@ def not_plain(path: str) -> str | None:
     return None
 
 
+def mount_refusal(
+    user: str, given: ContainerSpec, resolved: ContainerSpec, workdir: str | None
+) -> str | None:
+    """Why a container task of the local user `user` may not have its mounts, or None: each
+    hostPath volume (`resolved` is `given` after `resolve_volumes`: what is checked is what is
+    mounted) and the working directory must be ones the user could read, since the engine
+    mounts them with its own privileges."""
+    for i, (v, real) in enumerate(zip(given.volumes, resolved.volumes, strict=True)):
+        if not user_may_read(user, real.host_path):
+            return (
+                f"volumes.{i}: user {user} may not read "
+                f"{shown_path(v.host_path, real.host_path)}, so its job may not mount it"
+            )
+    return workdir_refusal(user, workdir)
+
+
 def workdir_refusal(user: str, workdir: str | None) -> str | None:
     """Why a container task of `user` may not have `workdir` mounted, or None: `create_args`
     mounts a working directory that is a directory here, resolved, read-write with the

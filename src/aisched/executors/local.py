@@ -525,16 +525,10 @@ class LocalExecutor(ExitWatching):
         # A local user's job mounts only what that user could read; a job of a name that is
         # no local user runs as the service's own user, as its host tasks do.
         given, spec = spec, ctr.resolve_volumes(spec)
-        if owner is not None and owner != "root" and _local_user(owner):
-            for i, (v, real) in enumerate(zip(given.volumes, spec.volumes, strict=True)):
-                if not ctr.user_may_read(owner, real.host_path):
-                    raise LaunchError(
-                        f"task {_show(key)}: volumes.{i}: user {owner} may not read "
-                        f"{ctr.shown_path(v.host_path, real.host_path)}, so its job may not "
-                        "mount it"
-                    )
-            if (why := ctr.workdir_refusal(owner, req.workdir)) is not None:
-                raise LaunchError(f"task {_show(key)}: {why}")
+        local = owner is not None and owner != "root" and _local_user(owner)
+        why = ctr.mount_refusal(owner, given, spec, req.workdir) if local and owner else None
+        if why is not None:
+            raise LaunchError(f"task {_show(key)}: {why}")
         tools: dict[str, str] = {}
         if spec.bandwidth_bit_s is not None and engine.rootless:
             raise LaunchError(

@@ -393,31 +393,18 @@ class TaskRunner:
         image = str(c["image"])
         job_id, attempt, task = spec["key"]
         # Resolved once: what is checked is what is mounted (see ctr.resolve_volumes).
-        cspec = ctr.resolve_volumes(
-            ContainerSpec(
-                image,
-                network=NetworkMode(c["network"]),
-                bandwidth_bit_s=c.get("bandwidth_bit_s"),
-                shm_mib=c.get("shm_mib"),
-                volumes=tuple(Volume(str(h), str(p), bool(ro)) for h, p, ro in c["volumes"]),
-            )
+        given = ContainerSpec(
+            image,
+            network=NetworkMode(c["network"]),
+            bandwidth_bit_s=c.get("bandwidth_bit_s"),
+            shm_mib=c.get("shm_mib"),
+            volumes=tuple(Volume(str(h), str(p), bool(ro)) for h, p, ro in c["volumes"]),
         )
+        cspec = ctr.resolve_volumes(given)
         if user is not None:
             # As on one machine: the engine mounts with its own privileges, so a user's job
             # mounts only what that user could read on this node.
-            for i, ((host, _path, _ro), v) in enumerate(
-                zip(c["volumes"], cspec.volumes, strict=True)
-            ):
-                if not ctr.user_may_read(str(user["name"]), v.host_path):
-                    msg = (
-                        f"task {job_id}/{attempt}/{task}: volumes.{i}: user {user['name']} "
-                        f"may not read {ctr.shown_path(str(host), v.host_path)}, so its job "
-                        "may not mount it"
-                    )
-                    self._log(msg)
-                    self.start_error = {"kind": "exited", "exit_code": 126, "message": msg}
-                    return None
-            why = ctr.workdir_refusal(str(user["name"]), spec.get("workdir"))
+            why = ctr.mount_refusal(str(user["name"]), given, cspec, spec.get("workdir"))
             if why is not None:
                 msg = f"task {job_id}/{attempt}/{task}: {why}"
                 self._log(msg)
