@@ -571,7 +571,11 @@ def workdir_refusal(user: str, workdir: str | None) -> str | None:
         return f"workdir: {why}"
     if user_may_read(user, os.path.realpath(workdir)):
         return None
-    return f"workdir: user {user} may not read {workdir}, so its container may not mount it"
+    return f"workdir: {unreadable_workdir(user, workdir)}"
+
+
+def unreadable_workdir(user: str, workdir: str) -> str:
+    return f"user {user} may not read {workdir}, so its container may not mount it"
 
 
 def list_containers(engine: Engine, instance: str) -> list[tuple[str, str, int, str]]:

@@ -27,7 +27,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import TypeVar
 
-from aisched.executors.container import not_plain
+from aisched.executors.container import not_plain, unreadable_workdir
 from aisched.executors.runas import ordinary_account, user_can, user_lookup
 from aisched.model.job import Job
 
@@ -92,10 +92,8 @@ def path_problems(jobs: Sequence[Job], source: str, as_user: str | None = None) 
                     # Mounted from the host: see container.not_plain.
                     out.append(f"{prefix}{_field(job, i, 'workdir')}: {why}")
                 elif local is not None and g.workdir and not _may_mount_workdir(local, g.workdir):
-                    out.append(
-                        f"{prefix}{_field(job, i, 'workdir')}: user {local} may not read "
-                        f"{g.workdir}, so its container may not mount it"
-                    )
+                    why = unreadable_workdir(local, g.workdir)
+                    out.append(f"{prefix}{_field(job, i, 'workdir')}: {why}")
                 continue
             workdir = Path(g.workdir) if g.workdir else None
             if workdir is not None:
