@@ -1,0 +1,97 @@
+"""Cross-site requests against the dashboard's cookie, for real: the service as root, two real
+local users, and a real Chromium. Alice has the dashboard open (her token swapped for its
+cookie); Bob serves a page on another port of 127.0.0.1, which is the same site as the service
+to the browser, so SameSite lets Alice's browser send her cookie with the requests his page
+makes. The cookie must stand for nothing but the dashboard's own reads: his page may neither
+submit a job (which would run as Alice) nor cancel hers.
+
+It needs Debian's `chromium` at /usr/bin/chromium (`.ci/run` installs it) and Playwright."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from harness import Service, free_port, local_service, wait_for
+from playwright.sync_api import sync_playwright
+from users import User
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"]
+
+# What Bob's page does in the visitor's browser: a job file as text/plain (a "simple" request,
+# sent without asking the service first) and a cancel, both with the visitor's cookies.
+EVIL_PAGE = """<!doctype html><title>loading</title><script>
+const svc = "{url}";
+const opts = {{method: "POST", mode: "no-cors", credentials: "include"}};
+Promise.allSettled([
+  fetch(svc + "/v1/jobs", {{...opts, headers: {{"Content-Type": "text/plain"}},
+    body: "name: planted\\ncommand: [sleep, '60']\\n"}}),
+  fetch(svc + "/v1/jobs/{job}/cancel", opts),
+]).then(() => {{ document.title = "done"; }});
+</script>"""
+
+pytestmark = [
+    pytest.mark.usefixtures("local_users"),
+    pytest.mark.skipif(
+        not os.access(CHROMIUM, os.X_OK),
+        reason=f"no Chromium at {CHROMIUM} (Debian: apt-get install -y chromium; .ci/run does)",
+    ),
+]
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Service]:
+    tmp_path.chmod(0o755)
+    with local_service(tmp_path) as svc:
+        yield svc
+
+
+def test_a_page_another_user_serves_can_neither_submit_nor_cancel_with_the_dashboard_cookie(
+    service: Service, local_users: dict[str, User]
+) -> None:
+    alice, bob = local_users["alice"], local_users["bob"]
+    token = service.cli("token", "create", alice.name).stdout.strip()
+    as_alice = {"Authorization": f"Bearer {token}"}
+    r = httpx.post(f"{service.url}/v1/jobs", json={"command": ["sleep", "60"]}, headers=as_alice)
+    assert r.status_code == 201
+    mine = r.json()["id"]
+    site = bob.home / "site"
+    subprocess.run(bob.cmd("mkdir", "-p", str(site)), check=True)
+    page_file = site / "index.html"
+    subprocess.run(bob.cmd("sh", "-c", f"cat > {page_file}"), check=True, text=True,
+                   input=EVIL_PAGE.format(url=service.url, job=mine))  # fmt: skip
+    port = free_port()
+    server = subprocess.Popen(
+        bob.cmd("python3", "-m", "http.server", str(port), "--bind", "127.0.0.1", "-d", str(site)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for("Bob's page", lambda: _answers(f"http://127.0.0.1:{port}/"))
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+            try:
+                page = browser.new_page()
+                page.goto(f"{service.url}/?token={token}")  # Alice opens her dashboard
+                assert "aisched" in page.content()
+                page.goto(f"http://127.0.0.1:{port}/")  # and then Bob's page
+                page.wait_for_function("document.title === 'done'", timeout=30_000)
+            finally:
+                browser.close()
+    finally:
+        server.terminate()
+        server.wait(10)
+    jobs = service.api.get("/v1/jobs", params={"all": "true"}).json()["jobs"]
+    assert [(j["id"], j["user"], j["state"]) for j in jobs] == [(mine, alice.name, "running")]
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
