@@ -136,6 +136,7 @@ class Service:
                     elastic_grow_after_s=config.elastic_grow_after_s(),
                     base_env=base_env(),
                     instance=store.instance_id(),
+                    user_max_jobs=config.limits.user_max_jobs,
                 ),
                 on_cycle=metrics.observe_cycle,
                 predictor=RuntimePredictor(background=True) if config.predict_runtimes else None,

@@ -102,6 +102,9 @@ class Commands(Intents):
             rows = earlier
             batch.after.append(lambda: cmd.future.set_result(rows[0]))
             return
+        if (past := self._past_user_limit(cmd.job.user, 1)) is not None:
+            cmd.future.set_exception(Rejected(past, 429))
+            return
         why = refusal(self._empty_snapshot, self.policy, cmd.job)
         if why is not None:
             cmd.future.set_exception(Rejected(why))
@@ -122,6 +125,9 @@ class Commands(Intents):
         if earlier is not None:
             found = earlier
             batch.after.append(lambda: cmd.future.set_result(found))
+            return
+        if (past := self._past_user_limit(user, len(cmd.items))) is not None:
+            cmd.future.set_exception(Rejected(past, 429))
             return
         for job, _fmt, _warnings in cmd.items:
             why = refusal(self._empty_snapshot, self.policy, job)
@@ -155,6 +161,17 @@ class Commands(Intents):
                 self._start_service(lj, batch, now, row)
         self._remember_key(user, cmd.idempotency_key, rows, batch)
         batch.after.append(lambda: cmd.future.set_result(rows))
+
+    def _past_user_limit(self, user: str, adding: int) -> str | None:
+        """Why `adding` more jobs would take `user` past `user_max_jobs`, or None."""
+        most, has = self.config.user_max_jobs, self.live_per_user[user]
+        if most <= 0 or has + adding <= most:
+            return None
+        more = "" if adding == 1 else f" (this submission has {adding})"
+        return (
+            f"{user} has {has} jobs not yet ended and may have at most {most}{more} "
+            "(limits.user_max_jobs): wait for some to end, or cancel some"
+        )
 
     def _idempotent(self, user: str, key: str | None, n: int) -> list[Row] | None:
         """The rows an earlier submission with this key made, if any (the first job holds the
@@ -225,7 +242,7 @@ class Commands(Intents):
         job = replace(job, id=job_id, submit_time_s=submitted)
         ckpt = checkpoint_dir(self.config.data_dir, self.config.instance, job.user, job_id)
         lj = LiveJob(job=job, state=JobState.PENDING, submitted_at=submitted, checkpoint_dir=ckpt)
-        self.jobs[job_id] = lj
+        self._add_live(lj)
         service = job.kind == JobKind.SERVICE
         if not service:
             self._make_pending(lj, batch)

@@ -141,6 +141,9 @@ class Exits(Launches):
         self._unqueue(lj)
         release_kept(self.held, lj.id)  # it ended while waiting for victims
         del self.jobs[lj.id]
+        self.live_per_user[lj.job.user] -= 1
+        if not self.live_per_user[lj.job.user]:
+            del self.live_per_user[lj.job.user]
         self.terminal_counts[state.value] = self.terminal_counts.get(state.value, 0) + 1
         batch.job(
             lj.id,

@@ -41,6 +41,9 @@ class LoopConfig:
     checkpoint_interval_s: float = math.inf
     # The service's id (`Store.instance_id`): names checkpoint directories outside data_dir.
     instance: str = ""
+    # The most jobs one user may have not yet ended (`limits.user_max_jobs`; 0: no limit).
+    # Submissions past it are refused with 429; a service's replicas are not refused.
+    user_max_jobs: int = 0
     # Check the lifecycle's invariants after every cycle and raise on a broken one (tests).
     validate: bool = False
 

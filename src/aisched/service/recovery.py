@@ -50,7 +50,7 @@ class Recovery(Commands):
         self.terminal_counts = {s: counts.get(s, 0) for s in ("succeeded", "failed", "cancelled")}
         for row in rows:
             lj = _readable(row, self._live_from_row)
-            self.jobs[lj.id] = lj
+            self._add_live(lj)
             if row["submitted_at"] > self.last_submit_s:
                 self.last_submit_s = row["submitted_at"]
             if lj.state != JobState.RUNNING:

@@ -20,6 +20,7 @@ import math
 import queue
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -104,6 +105,9 @@ class SchedulerState:
         # Free capacity, usage and running views: the lifecycle's ledger (see `lifecycle`).
         self.held = Holdings(build_arrays(Cluster(self.nodes)))
         self.jobs: dict[str, LiveJob] = {}
+        # How many of `jobs` each user has (`limits.user_max_jobs`), kept by `_add_live` and
+        # `_finish`, the only places a live job comes and goes.
+        self.live_per_user: Counter[str] = Counter()
         # The jobs with a pending view (waiting to be placed, maybe held back for now), so a
         # step asks "does anything wait?" without walking every live job.
         self.queued: set[str] = set()
@@ -187,6 +191,10 @@ class SchedulerState:
         self._empty_snapshot = Snapshot(arrays, FreeState.empty(arrays), (), self.queues)
         self.dirty = True
         log.info("nodes: %s", ", ".join(n.name + ("" if n.healthy else " (gone)") for n in nodes))
+
+    def _add_live(self, lj: LiveJob) -> None:
+        self.jobs[lj.id] = lj
+        self.live_per_user[lj.job.user] += 1
 
     def _make_pending(self, lj: LiveJob, batch: Batch) -> None:
         lj.running_view = None

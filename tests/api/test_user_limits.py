@@ -1,0 +1,63 @@
+"""`limits.user_max_jobs`: one user's jobs not yet ended are bounded, so one user cannot fill the
+queue, the store and every cycle for the others. Past it a submission is a 429 that says why."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from clients import client_for
+from fastapi.testclient import TestClient
+
+from aisched.service.app import Service
+from aisched.service.config import load_config
+from aisched.testing.fakes import FakeExecutor, fake_node
+
+JOB = {"command": ["sleep", "100"], "resources": {"gpus": 4}}
+PIPELINE = "jobs:\n" + "".join(f"  - {{name: s{i}, command: [sleep, '1']}}\n" for i in range(2))
+
+
+def submit(client: TestClient, **extra: Any) -> Any:
+    return client.post("/v1/jobs", json=JOB, **extra)
+
+
+def test_a_user_past_the_limit_is_refused_with_429_and_others_are_not(
+    open_service: Callable[..., Service], fx: FakeExecutor
+) -> None:
+    svc = open_service(fx, limits={"user_max_jobs": 2})
+    mine, nobody = client_for(svc), client_for(svc, "nobody")
+    first = submit(mine, headers={"Idempotency-Key": "k1"}).json()["id"]
+    waiting = submit(mine).json()["id"]  # one runs, one waits: both count
+    r = submit(mine)
+    assert r.status_code == 429, r.text
+    (why,) = r.json()["problems"]
+    assert "has 2 jobs not yet ended and may have at most 2 (limits.user_max_jobs)" in why
+    # A retry of a job already taken is answered with that job, not refused.
+    again = submit(mine, headers={"Idempotency-Key": "k1"})
+    assert (again.status_code, again.json()["id"]) == (201, first)
+    # Another user is not held back by this one's jobs; a file of jobs counts whole.
+    assert submit(nobody).status_code == 201
+    r = nobody.post("/v1/jobs", content=PIPELINE)
+    assert r.status_code == 429, r.text
+    assert "(this submission has 2)" in r.json()["problems"][0]
+    assert [j["user"] for j in mine.get("/v1/jobs").json()["jobs"]].count("nobody") == 1
+    # A job that ends makes room.
+    assert mine.post(f"/v1/jobs/{waiting}/cancel").status_code == 202
+    assert submit(mine).status_code == 201
+
+
+def test_the_count_is_taken_again_from_the_store_after_a_restart(tmp_path: Path) -> None:
+    cfg = load_config(None, {"data_dir": str(tmp_path), "limits": {"user_max_jobs": 1}})
+    svc = Service.open(cfg, executor=FakeExecutor([fake_node(gpus=4)]))
+    svc.start()
+    try:
+        assert submit(client_for(svc)).status_code == 201
+    finally:
+        svc.close()
+    again = Service.open(cfg, executor=FakeExecutor([fake_node(gpus=4)]))
+    again.start()
+    try:
+        assert submit(client_for(again)).status_code == 429
+    finally:
+        again.close()
