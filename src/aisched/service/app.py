@@ -137,6 +137,7 @@ class Service:
                     base_env=base_env(),
                     instance=store.instance_id(),
                     user_max_jobs=config.limits.user_max_jobs,
+                    keep_ended_s=config.limits.keep_ended_s(),
                 ),
                 on_cycle=metrics.observe_cycle,
                 predictor=RuntimePredictor(background=True) if config.predict_runtimes else None,

@@ -140,6 +140,9 @@ class LimitsModel(_Model):
     # counted): past it a submission is refused with 429, so one user cannot fill the queue,
     # the store and every cycle for all the others. 0: no limit.
     user_max_jobs: Annotated[int, Field(ge=0)] = 10_000
+    # Ended jobs (their rows, events and logs) are kept this long after they end, then
+    # forgotten, so months of history do not fill the disk. 0: kept for ever.
+    keep_ended: Any = "30d"
 
     @field_validator("log_max_size", "disk_min_free")
     @classmethod
@@ -154,6 +157,12 @@ class LimitsModel(_Model):
             raise ValueError("must be a duration above 0, such as 10s")
         return v
 
+    @field_validator("keep_ended")
+    @classmethod
+    def _duration_or_zero(cls, v: Any) -> Any:
+        _duration(v, "duration")  # negative durations are refused there
+        return v
+
     def log_max_bytes(self) -> int:
         return parse_bytes(self.log_max_size, "limits.log_max_size")
 
@@ -162,6 +171,9 @@ class LimitsModel(_Model):
 
     def shutdown_grace_s(self) -> float:
         return _duration(self.shutdown_grace, "limits.shutdown_grace")
+
+    def keep_ended_s(self) -> float:
+        return _duration(self.keep_ended, "limits.keep_ended")
 
     def store_busy_timeout_s(self) -> float:
         return _duration(self.store_busy_timeout, "limits.store_busy_timeout")

@@ -109,6 +109,7 @@ class Batch:
     new_tasks: list[dict[str, Any]] = field(default_factory=list)
     tasks: dict[TaskKey, dict[str, Any]] = field(default_factory=dict)
     events: list[tuple[float, str, str, str]] = field(default_factory=list)
+    forget: list[str] = field(default_factory=list)  # ended jobs to delete (`retention`)
     after: list[Callable[[], None]] = field(default_factory=list)
 
     def job(self, job_id: str, **values: Any) -> None:
@@ -121,7 +122,9 @@ class Batch:
         self.events.append((time_s, job_id, kind, message))
 
     def empty(self) -> bool:
-        return not (self.new_jobs or self.jobs or self.new_tasks or self.tasks or self.events)
+        return not (
+            self.new_jobs or self.jobs or self.new_tasks or self.tasks or self.events or self.forget
+        )
 
     def flush(self, store: Store) -> None:
         if not self.empty():
@@ -131,8 +134,10 @@ class Batch:
                 tx.insert_tasks(self.new_tasks)
                 tx.update_tasks(self.tasks)
                 tx.add_events(self.events)
+                tx.forget_jobs(self.forget)
         after = self.after
         self.new_jobs, self.jobs, self.new_tasks, self.tasks, self.events = [], {}, [], {}, []
+        self.forget = []
         self.after = []
         # Each on its own: one that fails (a stop whose file cannot be written) must not drop
         # the others (other stops, launches, the answers callers wait for).

@@ -52,6 +52,7 @@ from aisched.service.live import Batch, LiveJob, Requests, TaskPhase
 from aisched.service.loop_types import Command, LoopConfig, LoopStats
 from aisched.service.membership import bindings_by_node, merge_nodes
 from aisched.service.pipelines import Pipelines
+from aisched.service.retention import Retention
 from aisched.service.step_errors import StepErrors
 from aisched.service.timers import Timer, Timers
 from aisched.store.codec import job_from_dict
@@ -139,6 +140,7 @@ class SchedulerState:
         # When the cycle last worked out every waiting job's estimated start (`eta_interval_s`).
         self.last_eta_at = -math.inf
         self.terminal_counts: dict[str, int] = {}
+        self.retention = Retention(config.data_dir, config.keep_ended_s)
         self.stats = LoopStats()
         self.last_observed_s = -math.inf
         self.lock = threading.Lock()  # guards what readers of `view()` see

@@ -30,6 +30,7 @@ from sqlalchemy import (
     Engine,
     bindparam,
     create_engine,
+    delete,
     event,
     func,
     insert,
@@ -341,6 +342,29 @@ class Tx:
         q = select(jobs).where(jobs.c.user == user, jobs.c.idempotency_key.in_(list(keys)))
         found = {r["idempotency_key"]: dict(r) for r in self.conn.execute(q).mappings()}
         return [found[k] for k in keys if k in found]
+
+    def ended_before(self, cutoff: float, limit: int) -> list[str]:
+        """Ids of up to `limit` jobs that ended before `cutoff`, oldest end first; never the
+        newest job, whose seq keeps the next id from going back to a forgotten one."""
+        newest = select(func.max(jobs.c.seq)).scalar_subquery()
+        q = (
+            select(jobs.c.id)
+            .where(jobs.c.finished_at < cutoff, jobs.c.state.in_(TERMINAL), jobs.c.seq < newest)
+            .order_by(jobs.c.finished_at)
+            .limit(limit)
+        )
+        return [str(r) for r in self.conn.execute(q).scalars()]
+
+    def forget_jobs(self, job_ids: Sequence[str]) -> None:
+        """Delete ended jobs with their tasks and events (a job not ended is left alone)."""
+        if not job_ids:
+            return
+        ended = select(jobs.c.id).where(jobs.c.id.in_(list(job_ids)), jobs.c.state.in_(TERMINAL))
+        gone = [str(r) for r in self.conn.execute(ended).scalars()]
+        if gone:
+            self.conn.execute(delete(events).where(events.c.job_id.in_(gone)))
+            self.conn.execute(delete(tasks).where(tasks.c.job_id.in_(gone)))
+            self.conn.execute(delete(jobs).where(jobs.c.id.in_(gone)))
 
     def count_by_state(self) -> dict[str, int]:
         q = select(jobs.c.state, func.count()).group_by(jobs.c.state)

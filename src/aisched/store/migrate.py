@@ -45,11 +45,21 @@ def _v3_to_v4(conn: Connection) -> None:
     conn.execute(leader.insert().values(LEASE_ROW))
 
 
+def _v4_to_v5(conn: Connection) -> None:
+    """Retention: ended jobs are found by when they finished."""
+    conn.execute(text("CREATE INDEX ix_jobs_finished ON jobs (finished_at)"))
+
+
 # The leader row a new database starts with: term 0, held by nobody, long expired.
 LEASE_ROW = {"id": 1, "holder": "", "address": "", "term": 0, "expires_at": 0.0}
 
 # MIGRATIONS[v] takes a database from version v to v + 1.
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {
+    1: _v1_to_v2,
+    2: _v2_to_v3,
+    3: _v3_to_v4,
+    4: _v4_to_v5,
+}
 
 
 def check_and_migrate(conn: Connection, where: str) -> str | None:

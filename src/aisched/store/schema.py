@@ -1,9 +1,11 @@
 """The tables of the service's durable state (SQLAlchemy Core; SQLite by default, PostgreSQL
 through the same definitions).
 
-- `jobs`: one row per submitted job, never deleted. `id` is the decimal form of `seq`, so ids
-  are short and ordered (`aisched show 42`). `spec` is the job as submitted (the model `Job`,
-  encoded by `store.codec`), fixed once written; every other column is the job's live state.
+- `jobs`: one row per submitted job, deleted (with its tasks and events) only once it has
+  ended more than `limits.keep_ended` ago (`service.retention`), the newest job never. `id`
+  is the decimal form of `seq`, so ids are short and ordered (`aisched show 42`). `spec` is the
+  job as submitted (the model `Job`, encoded by `store.codec`), fixed once written; every other
+  column is the job's live state.
 - `tasks`: one row per task per attempt, `(job_id, attempt, name)`. A row is written (state
   `launching`) *before* the task is started and carries the executor's handle once it runs, so
   a restarted scheduler can find every task it may have started.
@@ -36,7 +38,7 @@ from sqlalchemy import (
     Text,
 )
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 metadata = MetaData()
 
@@ -78,6 +80,7 @@ jobs = Table(
     Column("idempotency_key", String(256)),
     Index("ix_jobs_state", "state"),
     Index("ix_jobs_idempotency", "user", "idempotency_key", unique=True),
+    Index("ix_jobs_finished", "finished_at"),  # schema 5: which ended jobs to forget
 )
 
 tasks = Table(

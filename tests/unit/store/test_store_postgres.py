@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import inspect, text
 
 from aisched.store.db import Deposed, Store, StoreError
 from aisched.store.lease import Fence, read_lease, renew, try_acquire
@@ -55,11 +55,14 @@ def states(store: Store) -> list[tuple[str, str]]:
         return [(r["id"], r["state"]) for r in tx.list_jobs()]
 
 
-def test_a_database_older_by_one_version_gets_the_lease_row(pg_server: PostgresServer) -> None:
+def test_a_version_3_database_gets_the_lease_row_and_the_finished_index(
+    pg_server: PostgresServer,
+) -> None:
     url = pg_server.create_database()
     Store(url).close()
     with Store(url).engine.begin() as conn:
         conn.execute(text("DROP TABLE leader"))
+        conn.execute(text("DROP INDEX ix_jobs_finished"))
         conn.execute(text("UPDATE meta SET value = '3' WHERE key = 'schema'"))
     store = Store(url)
     assert store.migration_note == (
@@ -68,6 +71,8 @@ def test_a_database_older_by_one_version_gets_the_lease_row(pg_server: PostgresS
     with store.lease_tx() as conn:
         lease = read_lease(conn)
     assert (lease.holder, lease.address, lease.term, lease.expires_at) == ("", "", 0, 0.0)
+    indexes = {i["name"] for i in inspect(store.engine).get_indexes("jobs")}
+    assert "ix_jobs_finished" in indexes
     store.close()
 
 

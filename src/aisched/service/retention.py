@@ -1,0 +1,57 @@
+"""Ended jobs are kept `limits.keep_ended` (30 days by default), then forgotten: their rows,
+task rows and events in the store, and their files in the data directory (`logs/JOB`, the
+local executor's `tasks/JOB`), so a service that runs for months does not fill its disk and
+its lists with history. Checkpoint directories are left alone: they may hold what the job
+made (a user's are in their home anyway).
+
+Only jobs that have ended are ever forgotten (the store checks the state again as it deletes),
+and never the newest job: its id is where the next id is counted from, so an id, and with it a
+log or checkpoint directory, is never given out twice. The leader's loop does this, at most
+`FORGET_AT_MOST` jobs in a step, in the step's own transaction; the files go once it commits.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+from pathlib import Path
+
+from aisched.service.live import Batch
+from aisched.store.db import Store
+
+log = logging.getLogger("aisched.loop")
+
+FORGET_EVERY_S = 60.0  # or a tenth of `keep_s`, when that is shorter
+FORGET_AT_MOST = 500
+
+
+class Retention:
+    def __init__(self, data_dir: Path, keep_s: float) -> None:
+        self.data_dir = data_dir
+        self.keep_s = keep_s  # 0: keep every ended job for ever
+        self.next_at = -math.inf
+
+    def forget_ended(self, store: Store, batch: Batch, now: float) -> None:
+        """Add to `batch` the jobs that ended more than `keep_s` ago (some of them, when many),
+        and the removal of their files once it has committed."""
+        if self.keep_s <= 0 or now < self.next_at:
+            return
+        with store.read() as tx:
+            ids = tx.ended_before(now - self.keep_s, FORGET_AT_MOST)
+        # A full batch means more are due: the next step takes them, not a minute later.
+        full = len(ids) == FORGET_AT_MOST
+        self.next_at = now if full else now + min(FORGET_EVERY_S, self.keep_s / 10)
+        if not ids:
+            return
+        batch.forget.extend(ids)
+        batch.after.append(lambda: self._remove_files(ids))
+
+    def _remove_files(self, job_ids: list[str]) -> None:
+        for job_id in job_ids:
+            if not job_id.isdigit():  # ids are decimal; anything else is no path to follow
+                continue
+            for kind in ("logs", "tasks"):
+                # rmtree removes links, never what they point to.
+                shutil.rmtree(self.data_dir / kind / job_id, ignore_errors=True)
+        log.info("forgot %d jobs that ended over %.0f s ago", len(job_ids), self.keep_s)

@@ -1,0 +1,71 @@
+"""`limits.keep_ended`: an ended job is forgotten (its row, tasks, events and files in the data
+directory) once it ended that long ago; a job not ended never is, nor the newest job, so no id
+is given out twice."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from clients import client_for
+from fastapi.testclient import TestClient
+
+from aisched.service.app import Service
+from aisched.testing.fakes import FakeExecutor
+
+JOB = {"command": ["sleep", "100"], "resources": {"gpus": 4}}
+
+
+def until(what: str, check: Callable[[], bool], timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_ended_jobs_are_forgotten_after_keep_ended_and_no_others(
+    open_service: Callable[..., Service], fx: FakeExecutor, tmp_path: Path
+) -> None:
+    svc = open_service(fx, limits={"keep_ended": "1s"})
+    client = client_for(svc)
+
+    def submit() -> str:
+        r = client.post("/v1/jobs", json=JOB)
+        assert r.status_code == 201, r.text
+        return str(r.json()["id"])
+
+    def state(job_id: str) -> str | None:
+        r = client.get(f"/v1/jobs/{job_id}")
+        return None if r.status_code == 404 else str(r.json()["state"])
+
+    running, ended, newest = submit(), submit(), submit()  # 4 GPUs each: one runs
+    until("the first job to run", lambda: state(running) == "running")
+    logs = tmp_path / "logs" / ended
+    logs.mkdir(parents=True)
+    (logs / "main-0.log").write_text("output\n")
+    outside = tmp_path / "outside"
+    outside.write_text("not the job's\n")
+    (logs / "link").symlink_to(outside)
+    for job_id in (ended, newest):
+        assert client.post(f"/v1/jobs/{job_id}/cancel").status_code == 202
+    until("the ended job to be forgotten", lambda: state(ended) is None)
+    assert not logs.exists() and outside.read_text() == "not the job's\n"
+    with svc.store.read() as tx:
+        assert tx.events_of(ended) == [] and tx.tasks_of(ended) == []
+    # The newest job is kept (the next id counts from it), and one running for longer than
+    # `keep_ended` is never forgotten.
+    time.sleep(1.5)
+    assert (state(newest), state(running)) == ("cancelled", "running")
+    assert submit() == str(int(newest) + 1)
+
+
+def test_keep_ended_zero_keeps_every_ended_job(
+    open_service: Callable[..., Service], fx: FakeExecutor
+) -> None:
+    client: TestClient = client_for(open_service(fx, limits={"keep_ended": 0}))
+    first = client.post("/v1/jobs", json=JOB).json()["id"]
+    client.post("/v1/jobs", json=JOB)
+    assert client.post(f"/v1/jobs/{first}/cancel").status_code == 202
+    time.sleep(1.0)
+    assert client.get(f"/v1/jobs/{first}").json()["state"] == "cancelled"
