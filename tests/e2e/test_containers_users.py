@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -86,6 +87,36 @@ def test_a_users_job_may_not_mount_what_the_user_cannot_read(
         )
     finally:
         secret.rmdir()
+
+
+def test_a_users_volume_inside_another_may_not_make_root_create_files_there(
+    service: Service, local_users: Any
+) -> None:
+    # Root's engine makes a missing mount point inside a mounted host directory before the
+    # container starts: a volume at /r/planted inside a directory alice may only read would
+    # leave root's empty `planted` there (the way to an empty /etc/nologin).
+    image = build_test_image()
+    alice = local_users["alice"]
+    readable = Path(tempfile.mkdtemp())
+    readable.chmod(0o755)
+    try:
+        (alice.home / "nested.yaml").write_text(
+            f"image: {image}\ncommand: 'true'\nrestart: {{policy: never}}\n"
+            f"volumes: [{{host_path: {readable}, path: /r}}, "
+            f"{{host_path: {alice.home}, path: /r/planted}}]\n"
+        )
+        proc = as_user(service, alice, "submit", "--json", str(alice.home / "nested.yaml"))
+        jid = str(json.loads(proc.stdout)["id"])
+        job = service.wait_state(jid, "failed", timeout_s=60)
+        assert job["message"] == (
+            f"task main-0 could not start: task {jid}/1/main-0: volumes.1: /r/planted is "
+            f"inside volumes.0 (/r from {readable}), so the engine would create "
+            f"{readable}/planted as root, and user {alice.name} may not write {readable}: "
+            f"mount it elsewhere, or make {readable}/planted first; restart policy is never"
+        )
+        assert list(readable.iterdir()) == []
+    finally:
+        shutil.rmtree(readable)
 
 
 def test_a_users_first_container_leaves_its_home_its_own(

@@ -545,19 +545,59 @@ def not_plain(path: str) -> str | None:
 
 
 def mount_refusal(
-    user: str, given: ContainerSpec, resolved: ContainerSpec, workdir: str | None
+    user: str,
+    given: ContainerSpec,
+    resolved: ContainerSpec,
+    workdir: str | None,
+    checkpoint_dir: str | None = None,
 ) -> str | None:
     """Why a container task of the local user `user` may not have its mounts, or None: each
     hostPath volume (`resolved` is `given` after `resolve_volumes`: what is checked is what is
     mounted) and the working directory must be ones the user could read, since the engine
-    mounts them with its own privileges."""
+    mounts them with its own privileges, and no mount may make the engine create its mount
+    point where the user could not (`nested_mount_refusal`)."""
     for i, (v, real) in enumerate(zip(given.volumes, resolved.volumes, strict=True)):
         if not user_may_read(user, real.host_path):
             return (
                 f"volumes.{i}: user {user} may not read "
                 f"{shown_path(v.host_path, real.host_path)}, so its job may not mount it"
             )
-    return workdir_refusal(user, workdir)
+    if (why := workdir_refusal(user, workdir)) is not None:
+        return why
+    mounts = [
+        (f"volumes.{i}", v.host_path, v.container_path) for i, v in enumerate(resolved.volumes)
+    ]
+    if workdir and os.path.isdir(workdir):  # as create_args mounts it
+        mounts.append(("workdir", os.path.realpath(workdir), workdir))
+    if checkpoint_dir:
+        mounts.append(("checkpoint directory", checkpoint_dir, checkpoint_dir))
+    return nested_mount_refusal(user, mounts)
+
+
+def nested_mount_refusal(user: str, mounts: Sequence[tuple[str, str, str]]) -> str | None:
+    """Why a mount (what, host path, container path) may not go inside another, or None. A
+    mount point that does not exist inside a mounted host directory is made there by the
+    engine, as root, before the container starts: a job must not make root create files in
+    a directory its user could only read (an empty /etc/nologin, say). Where the mount point
+    exists already, nothing is made; else the user must be able to write where it would be."""
+    for what, _host, inner in mounts:
+        for outer_what, outer_host, outer in mounts:
+            rel = os.path.relpath(os.path.normpath(inner), os.path.normpath(outer))
+            if rel == "." or rel.startswith(".."):
+                continue  # not strictly inside the other one
+            target = os.path.join(outer_host, rel)
+            if os.path.lexists(target):
+                continue
+            parent = os.path.dirname(target)
+            while not os.path.lexists(parent) and parent != outer_host:
+                parent = os.path.dirname(parent)
+            if not user_can(user, parent, 0o3):
+                return (
+                    f"{what}: {inner} is inside {outer_what} ({outer} from {outer_host}), so "
+                    f"the engine would create {target} as root, and user {user} may not "
+                    f"write {parent}: mount it elsewhere, or make {target} first"
+                )
+    return None
 
 
 def workdir_refusal(user: str, workdir: str | None) -> str | None:

@@ -526,7 +526,8 @@ class LocalExecutor(ExitWatching):
         # no local user runs as the service's own user, as its host tasks do.
         given, spec = spec, ctr.resolve_volumes(spec)
         local = owner is not None and owner != "root" and _local_user(owner)
-        why = ctr.mount_refusal(owner, given, spec, req.workdir) if local and owner else None
+        ckpt = req.env.get("AISCHED_CHECKPOINT_DIR")
+        why = ctr.mount_refusal(owner, given, spec, req.workdir, ckpt) if local and owner else None
         if why is not None:
             raise LaunchError(f"task {_show(key)}: {why}")
         tools: dict[str, str] = {}

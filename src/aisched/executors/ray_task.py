@@ -404,7 +404,13 @@ class TaskRunner:
         if user is not None:
             # As on one machine: the engine mounts with its own privileges, so a user's job
             # mounts only what that user could read on this node.
-            why = ctr.mount_refusal(str(user["name"]), given, cspec, spec.get("workdir"))
+            why = ctr.mount_refusal(
+                str(user["name"]),
+                given,
+                cspec,
+                spec.get("workdir"),
+                env.get("AISCHED_CHECKPOINT_DIR"),
+            )
             if why is not None:
                 msg = f"task {job_id}/{attempt}/{task}: {why}"
                 self._log(msg)

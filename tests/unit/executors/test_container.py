@@ -21,6 +21,7 @@ from aisched.executors.container import (
     create_args,
     detect_engine,
     env_file_text,
+    nested_mount_refusal,
     start_args,
     task_env,
     unapplied_limits,
@@ -301,6 +302,33 @@ def test_a_user_may_mount_only_what_it_could_read() -> None:
         ] == [True, False, False, False]
         assert user_may_read("root", str(closed_dir)) is True
         assert user_may_read("no-such-user-here", str(open_dir)) is False
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a directory of another user needs root")
+def test_a_mount_inside_another_may_not_make_root_create_where_the_user_cannot() -> None:
+    with tempfile.TemporaryDirectory() as top:
+        os.chmod(top, 0o755)  # reachable by nobody, as the user's own paths would be
+        rootonly, mine = Path(top) / "rootonly", Path(top) / "mine"
+        rootonly.mkdir(mode=0o755)
+        (rootonly / "there").mkdir()
+        mine.mkdir()
+        os.chown(mine, 65534, 65534)
+        outer = ("volumes.0", str(rootonly), "/r")
+
+        def why(inner_path: str) -> str | None:
+            return nested_mount_refusal("nobody", [outer, ("volumes.1", str(mine), inner_path)])
+
+        assert why("/r/planted/deeper") == (
+            f"volumes.1: /r/planted/deeper is inside volumes.0 (/r from {rootonly}), so the "
+            f"engine would create {rootonly}/planted/deeper as root, and user nobody may not "
+            f"write {rootonly}: mount it elsewhere, or make {rootonly}/planted/deeper first"
+        )
+        # A mount point there already is used as it is; beside, not inside, is no nesting.
+        assert [why(p) for p in ("/r/there", "/r", "/rr", "/elsewhere")] == [None] * 4
+        # Inside a directory the user may write, the engine makes only what the user could.
+        inside_mine = [("volumes.0", str(mine), "/m"), ("workdir", "/w", "/m/a/b")]
+        assert nested_mount_refusal("nobody", inside_mine) is None
+        assert nested_mount_refusal("root", [outer, ("volumes.1", str(mine), "/r/x")]) is None
 
 
 def test_the_checkpoint_directory_is_mounted_before_it_exists(dirs: tuple[str, str]) -> None:
