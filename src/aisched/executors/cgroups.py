@@ -153,6 +153,7 @@ def _v2(parent: str | None) -> tuple[MemoryControl | None, str]:
             os.makedirs(base, exist_ok=True)
             if "memory" not in _read(os.path.join(base, "cgroup.subtree_control")).split():
                 _write(os.path.join(base, "cgroup.subtree_control"), "+memory")
+        _enable_bounds_v2(holder, base)
         _probe(base, "memory.max")
     except OSError as exc:
         why = exc.strerror or str(exc)
@@ -161,6 +162,16 @@ def _v2(parent: str | None) -> tuple[MemoryControl | None, str]:
             "in a delegated cgroup, or give a cgroup parent)"
         )
     return MemoryControl("cgroup-v2", base, owned, (f"memory cgroups (v2) under {base}",)), ""
+
+
+def _enable_bounds_v2(holder: str, base: str) -> None:
+    """Enable the pids and cpuset controllers for task cgroups where the holder offers them
+    (`choose_task_bounds` notes any that is not)."""
+    offered = _read(os.path.join(holder, "cgroup.controllers")).split()
+    for ctrl in BOUND_CONTROLLERS:
+        if ctrl in offered:
+            for at in dict.fromkeys((holder, base)):
+                _try_write(os.path.join(at, "cgroup.subtree_control"), f"+{ctrl}")
 
 
 def choose_memory_control(wanted: str = "auto", cgroup_parent: str | None = None) -> MemoryControl:
@@ -210,6 +221,7 @@ def create_task_cgroup(ctrl: MemoryControl, name: str, mem_limit_mib: int) -> st
         os.makedirs(ctrl.base, exist_ok=True)
         if ctrl.mechanism == "cgroup-v2" and ctrl.owned:
             _try_write(os.path.join(ctrl.base, "cgroup.subtree_control"), "+memory")
+            _enable_bounds_v2(os.path.dirname(ctrl.base), ctrl.base)
     path = os.path.join(ctrl.base, name)
     if os.path.isdir(path):
         remove_cgroup(path)
@@ -271,3 +283,127 @@ def own_memory_limit_mib() -> int | None:
         # v1 writes "no limit" as a huge page-rounded number.
         return limit >> 20 if limit < (1 << 60) else None
     return None
+
+
+# --- processes and cores: the bounds besides memory --------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TaskBounds:
+    """Where a host task's process count (`pids.max`) and cores (`cpuset.cpus`) are bounded,
+    so that a task can neither take every PID of the machine nor widen its own CPU affinity.
+    Under cgroup v1 each is a hierarchy of its own: `bases` holds (controller, the parent of
+    the task cgroups there), and the task joins a cgroup in each. Under cgroup v2 they are
+    files of the task's one cgroup: `in_task_cgroup` names the controllers enabled for it."""
+
+    bases: tuple[tuple[str, str], ...] = ()
+    in_task_cgroup: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+BOUND_CONTROLLERS = ("pids", "cpuset")
+
+
+def choose_task_bounds(mem: MemoryControl) -> TaskBounds:
+    """The bounds this machine lets us set, with a note for each one it does not."""
+    if mem.mechanism == "cgroup-v2" and mem.base is not None:
+        enabled = _read(os.path.join(mem.base, "cgroup.subtree_control")).split()
+        found = tuple(c for c in BOUND_CONTROLLERS if c in enabled)
+        missing = [c for c in BOUND_CONTROLLERS if c not in found]
+        notes = [f"{', '.join(found)} bounded in each task's cgroup (v2)"] if found else []
+        notes += [_UNBOUNDED[c] + f" (the {c} controller is not enabled in {mem.base})"
+                  for c in missing]  # fmt: skip
+        return TaskBounds(in_task_cgroup=found, notes=tuple(notes))
+    bases: list[tuple[str, str]] = []
+    notes = []
+    for ctrl in BOUND_CONTROLLERS:
+        base, why = _v1_base(ctrl)
+        if base is None:
+            notes.append(f"{_UNBOUNDED[ctrl]} ({why})")
+        else:
+            bases.append((ctrl, base))
+            notes.append(f"{ctrl} cgroups (v1) under {base}")
+    return TaskBounds(bases=tuple(bases), notes=tuple(notes))
+
+
+_UNBOUNDED = {
+    "pids": "a task's processes and threads are not bounded",
+    "cpuset": "a task's cores are its CPU affinity only, which it may widen",
+}
+
+
+def _v1_base(ctrl: str) -> tuple[str | None, str]:
+    mount = next((m for m in _mounts() if m.fstype == "cgroup" and ctrl in m.options), None)
+    own = _own_cgroups().get(ctrl)
+    if mount is None or own is None:
+        return None, f"no cgroup v1 {ctrl} hierarchy is mounted"
+    holder = _join(mount, own)
+    base = os.path.join(holder, PARENT_NAME)
+    probe = os.path.join(base, f".probe-{os.getpid()}")
+    try:
+        os.makedirs(base, exist_ok=True)
+        if ctrl == "cpuset":  # a v1 cpuset starts empty: its parent's cores and memory nodes
+            for name in ("cpuset.cpus", "cpuset.mems"):
+                if not _read(os.path.join(base, name)).strip():
+                    _write(os.path.join(base, name), _read(os.path.join(holder, name)))
+        os.mkdir(probe)
+        try:
+            _set_bound(probe, ctrl, 64, (), base)
+        finally:
+            os.rmdir(probe)
+    except OSError as exc:
+        return None, f"cannot create {ctrl} cgroups under {base}: {exc.strerror or exc}"
+    return base, ""
+
+
+def _set_bound(path: str, ctrl: str, pids_max: int, cores: tuple[int, ...], parent: str) -> None:
+    if ctrl == "pids":
+        _write(os.path.join(path, "pids.max"), str(pids_max) if pids_max > 0 else "max")
+        return
+    cpus = ",".join(map(str, cores)) or _read(os.path.join(parent, "cpuset.cpus")).strip()
+    _write(os.path.join(path, "cpuset.cpus"), cpus)
+    mems = os.path.join(path, "cpuset.mems")
+    wanted = _read(os.path.join(parent, "cpuset.mems")).strip()
+    if wanted and not _read(mems).strip():  # v1: empty until set (v2: empty is inherited)
+        _write(mems, wanted)
+
+
+def bound_cgroups(bounds: TaskBounds, name: str) -> list[str]:
+    """The v1 cgroups (beside the memory one) a task of cgroup name `name` joins."""
+    return [os.path.join(base, name) for _ctrl, base in bounds.bases]
+
+
+def create_bounds(
+    bounds: TaskBounds,
+    name: str,
+    task_cgroup: str | None,
+    pids_max: int,
+    cores: tuple[int, ...],
+) -> None:
+    """Make the task's v1 bound cgroups (`bound_cgroups`; a leftover of the name is emptied
+    and replaced) and set its bounds there, or in `task_cgroup` under v2. Raises OSError; what
+    it made is removed first."""
+    made: list[str] = []
+    try:
+        for ctrl, base in bounds.bases:
+            path = os.path.join(base, name)
+            if os.path.isdir(path):
+                remove_cgroup(path)
+            os.mkdir(path)
+            made.append(path)
+            _set_bound(path, ctrl, pids_max, cores, base)
+        if task_cgroup is not None:
+            parent = os.path.dirname(task_cgroup)
+            for ctrl in bounds.in_task_cgroup:
+                _set_bound(task_cgroup, ctrl, pids_max, cores, parent)
+    except OSError:
+        for path in made:
+            remove_cgroup(path)
+        raise
+
+
+def release_bounds(bounds: TaskBounds) -> None:
+    """Removes the v1 parents of the bound cgroups when no task cgroup is left in them."""
+    for _ctrl, base in bounds.bases:
+        with contextlib.suppress(OSError):
+            os.rmdir(base)

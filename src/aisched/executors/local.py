@@ -61,10 +61,14 @@ from aisched.executors.base import (
 )
 from aisched.executors.cgroups import (
     MemoryControl,
+    bound_cgroups,
     cgroup_name,
     choose_memory_control,
+    choose_task_bounds,
+    create_bounds,
     create_task_cgroup,
     release_base,
+    release_bounds,
 )
 from aisched.executors.discovery import discover_node
 from aisched.executors.exit_watch import ExitWatching, Watched, lost_exit, pidfd_works
@@ -122,6 +126,7 @@ class LocalExecutor(ExitWatching):
         oci_runtime: str = "auto",
         image_pull: str = "missing",
         container_pids_limit: int = ctr.DEFAULT_PIDS_LIMIT,
+        task_pids_limit: int = ctr.DEFAULT_PIDS_LIMIT,
         log_max_bytes: int = sup.LOG_MAX_BYTES,
         log_max_files: int = sup.LOG_MAX_FILES,
     ) -> None:
@@ -133,11 +138,14 @@ class LocalExecutor(ExitWatching):
             notes = (*notes, *found)
         self._node = node
         self._mem: MemoryControl = choose_memory_control(mem_mechanism, cgroup_parent)
+        self._bounds = choose_task_bounds(self._mem)
+        self._pids_limit = task_pids_limit
         self._cores = tuple(sorted(os.sched_getaffinity(0)))
         self._pidfd = pidfd_works() if use_pidfd is None else use_pidfd and pidfd_works()
         self._notes = (
             *notes,
             *self._mem.notes,
+            *self._bounds.notes,
             "exits seen through pidfds" if self._pidfd else "exits seen by polling every 0.1 s",
         )
         if gpu_watchdog is not None:
@@ -251,6 +259,8 @@ class LocalExecutor(ExitWatching):
             if self._mem.base is not None and spec is None
             else None
         )
+        # Its process count and cores, in cgroups of their own under cgroup v1.
+        bounded = bound_cgroups(self._bounds, leaf) if spec is None else []
         tdir.mkdir(parents=True, exist_ok=True, mode=0o700)
         # 1. The request is durable before anything runs: after a crash, adopt finds it.
         doc: dict[str, Any] = {
@@ -270,6 +280,7 @@ class LocalExecutor(ExitWatching):
             "mem_limit_mib": req.mem_limit_mib,
             "mechanism": self._mem.mechanism,
             "cgroup": cgroup,
+            "bound_cgroups": bounded,
             "grace_period_s": req.grace_period_s,
             "gpus": list(req.gpus),
             "gpu_mem_mib": req.gpu_mem_mib,
@@ -281,11 +292,14 @@ class LocalExecutor(ExitWatching):
             # 2. Its cgroup, with the limit, before the supervisor can fork into it.
             if cgroup is not None:
                 create_task_cgroup(self._mem, leaf, req.mem_limit_mib)
+            if spec is None:
+                create_bounds(self._bounds, leaf, cgroup, self._pids_limit, cores)
             # 3. The supervisor, in its own session so it outlives us; SIGTERM blocked until
             #    its handler is in place, so an early stop is not lost.
             pid, start, own_child = self._start_supervisor(tdir)
         except OSError as exc:
-            sup.remove_cgroup(cgroup)
+            for made in (cgroup, *bounded):
+                sup.remove_cgroup(made)
             shutil.rmtree(tdir, ignore_errors=True)
             raise LaunchError(
                 f"task {_show(key)}: cannot start its supervisor: {exc.strerror or exc}"
@@ -431,7 +445,7 @@ class LocalExecutor(ExitWatching):
                 recorded = self._recorded(key, tdir)
             if recorded is not None:
                 self._reap_later(key, tdir, ident)
-                sup.remove_cgroup(cgroup)
+                sup.remove_task_cgroups(launch)
                 return AdoptState.EXITED, recorded
             if not sup.supervisor_alive_or_abandon(tdir):
                 break
@@ -456,7 +470,7 @@ class LocalExecutor(ExitWatching):
             child_start=started.get("child_start"),
             cgroup=cgroup,
         )
-        sup.remove_cgroup(cgroup)
+        sup.remove_task_cgroups(launch)
         _remove_container(launch)
         if not started:
             why = "it never started (the scheduler stopped while launching it)"
@@ -654,10 +668,12 @@ class LocalExecutor(ExitWatching):
         os.close(self._wake_r)
         os.close(self._wake_w)
         release_base(self._mem)
+        release_bounds(self._bounds)
 
     # --- cores ---------------------------------------------------------------------------
 
     def _left_behind(self, launch: dict[str, Any] | None) -> None:
+        sup.remove_task_cgroups(launch or {})
         _remove_container(launch)
 
     def _pick_cores(self, milli_cpu: int) -> tuple[int, ...]:

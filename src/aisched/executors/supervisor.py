@@ -208,6 +208,12 @@ def signal_cgroup(cgroup: str, sig: int, skip_group: int = 0) -> None:
         kill_quietly(pid, sig)
 
 
+def remove_task_cgroups(launch: dict[str, Any]) -> None:
+    """`remove_cgroup` for each cgroup a task's launch document names."""
+    for cgroup in [launch.get("cgroup"), *launch.get("bound_cgroups", ())]:
+        remove_cgroup(cgroup)
+
+
 def remove_cgroup(cgroup: str | None, drain_s: float = CGROUP_DRAIN_S) -> None:
     """Kills whatever is left in the cgroup, waits for it to empty, and removes it. Idempotent;
     a cgroup that will not empty is left behind (rmdir fails) rather than waited on forever."""
@@ -475,9 +481,10 @@ def _child(launch: dict[str, Any], out_w: int, err_w: int) -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
         stage = "cgroup"
         # Join before exec, so every byte the task allocates counts against its limit.
-        if launch.get("cgroup"):
-            with open(os.path.join(launch["cgroup"], "cgroup.procs"), "w") as f:
-                f.write(str(os.getpid()))
+        for cgroup in [launch.get("cgroup"), *launch.get("bound_cgroups", ())]:
+            if cgroup:
+                with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+                    f.write(str(os.getpid()))
         stage = "cpu affinity"
         if launch.get("cores"):
             os.sched_setaffinity(0, launch["cores"])
@@ -550,7 +557,7 @@ class Supervisor:
             self.out.write(f"aisched: {line}\n".encode())
 
     def finish(self, kind: str, code: int | None, message: str) -> int:
-        remove_cgroup(self.cgroup)
+        remove_task_cgroups(self.launch)
         record = {"kind": kind, "exit_code": code, "message": message, "finished_at": time.time()}
         # The end of a task is never lost to a full disk: wait for space (but not for a task
         # directory that was deleted).
@@ -760,7 +767,7 @@ class Supervisor:
             self.out_r = -1
         if oom is None and self.cgroup and oom_kills(self.cgroup) and code != 0:
             oom = self.oom_message()
-        remove_cgroup(self.cgroup)
+        remove_task_cgroups(self.launch)
         by_rlimit = self.mechanism == "rlimit" or (
             self.container is not None and self.container.rlimit_data > 0
         )

@@ -201,6 +201,9 @@ class ServiceConfig(_Model):
     image_pull: Literal["missing", "never", "always"] = "missing"
     # Processes (and threads) one container may hold.
     container_pids_limit: Annotated[int, Field(ge=16, le=4_194_304)] = 4096
+    # Processes (and threads) one host task may hold (its pids cgroup), so that no task can
+    # take every PID of the machine.
+    task_pids_limit: Annotated[int, Field(ge=16, le=4_194_304)] = 4096
     # A task above the GPU memory it declared (gpu_mem): report it in the log, or stop it.
     # Needs NVML (nvidia-ml-py and a driver); without it the watchdog is off and says why.
     gpu_memory_over: Literal["report", "stop"] = "report"

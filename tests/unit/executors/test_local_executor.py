@@ -676,3 +676,52 @@ def test_two_services_tasks_of_one_key_keep_their_own_cgroups(
     finally:
         first.cleanup()
         second.cleanup()
+
+
+# --- processes and cores: bounds the task cannot lift --------------------------------------
+
+THREADS = """
+import threading, time
+started = 0
+try:
+    for _ in range(64):
+        threading.Thread(target=time.sleep, args=(5,), daemon=True).start()
+        started += 1
+except RuntimeError:
+    pass
+print(started)
+"""
+
+WIDEN = """
+import os, sys
+try:
+    os.sched_setaffinity(0, [int(c) for c in sys.argv[1:]])
+except OSError:
+    pass
+print(sorted(os.sched_getaffinity(0)))
+"""
+
+
+def _bounded(ex: LocalExecutor, ctrl: str) -> bool:
+    unbounded = {"pids": "a task's processes and threads are not bounded",
+                 "cpuset": "a task's cores are its CPU affinity only"}[ctrl]  # fmt: skip
+    return not any(n.startswith(unbounded) for n in ex.info().notes)
+
+
+def test_a_task_holds_no_more_processes_and_threads_than_its_pids_limit(harness: Harness) -> None:
+    ex = harness.new_executor(task_pids_limit=16)
+    if not _bounded(ex, "pids"):
+        pytest.skip("no pids cgroup here")
+    h = harness.launch("t-0", [PY, "-c", THREADS])
+    assert harness.exit_of(h.key).kind == ExitKind.EXITED
+    # The interpreter and its threads together: at most 16 tasks of the kernel.
+    assert 0 < int(harness.log("t-0").strip()) < 16
+
+
+@pytest.mark.skipif(len(USABLE) < 2, reason="needs at least 2 usable cores")
+def test_a_task_cannot_widen_its_cores_past_its_cpuset(harness: Harness) -> None:
+    if not _bounded(harness.ex, "cpuset"):
+        pytest.skip("no cpuset cgroup here")
+    h = harness.launch("t-0", [PY, "-c", WIDEN, *map(str, USABLE)], milli_cpu=1000)
+    assert harness.exit_of(h.key).kind == ExitKind.EXITED
+    assert json.loads(harness.log("t-0")) == h.data["cores"] != USABLE
