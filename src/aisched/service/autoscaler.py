@@ -23,13 +23,14 @@ Figures older than `metric_max_age_s` are ignored; with none fresh the count is 
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import math
+import os
 import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -39,6 +40,7 @@ from aisched.core.autoscale import Recommendation, decide
 from aisched.model.job import JobKind
 from aisched.model.service import ScaleMetric, ServiceSpec
 from aisched.model.states import JobState
+from aisched.service.listeners import is_loopback, listening_uids, peer_uid, uid_of
 from aisched.service.live import LiveJob, TaskPhase
 from aisched.service.loop import Scheduler
 from aisched.service.replicas import replica_port
@@ -46,22 +48,31 @@ from aisched.service.replicas import replica_port
 log = logging.getLogger("aisched.autoscaler")
 
 METRIC_NAMES = frozenset(m.value for m in ScaleMetric)
-# GET url → (status, body); a connection failure is status 0.
-Fetch = Callable[[str, float], tuple[int, bytes]]
+# GET url, from a server owned by one of the uids when they are given → (status, body); a
+# connection failure, or a server of another owner, is status 0.
+Fetch = Callable[[str, float, frozenset[int] | None], tuple[int, bytes]]
 
 
-# Replicas are on this machine: never route a probe through an HTTP proxy from the environment.
-_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def http_get(url: str, timeout_s: float) -> tuple[int, bytes]:
+def http_get(url: str, timeout_s: float, owners: frozenset[int] | None = None) -> tuple[int, bytes]:
+    """One GET, straight to the replica (no proxy from the environment, no redirect). With
+    `owners`, the answer counts only if the process that accepted the connection belongs to
+    one of them (`listeners.peer_uid`): checked on the connection itself, so a process of
+    another user that took the port in between is never heard."""
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout_s)
     try:
-        with _DIRECT.open(url, timeout=timeout_s) as r:
-            return int(r.status), r.read(1 << 16)
-    except urllib.error.HTTPError as e:
-        return int(e.code), b""
-    except (OSError, ValueError):
+        conn.connect()
+        if owners is not None and conn.sock is not None:
+            uid = peer_uid(conn.sock)
+            if uid is not None and uid not in owners:
+                return 0, b""
+        conn.request("GET", parts.path or "/")
+        r = conn.getresponse()
+        return int(r.status), r.read(1 << 16)
+    except (OSError, ValueError, http.client.HTTPException):
         return 0, b""
+    finally:
+        conn.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +111,7 @@ class Autoscaler:
         self.samples: dict[tuple[str, str], tuple[float, dict[str, float]]] = {}
         self.statuses: dict[str, ServiceStatus] = {}
         self.history: dict[str, list[Recommendation]] = {}
+        self.squatters: set[tuple[str, int]] = set()  # (replica, uid) already logged
         self.stopping = threading.Event()
         self.thread: threading.Thread | None = None
 
@@ -164,6 +176,7 @@ class Autoscaler:
                 del self.statuses[sid]
         for sid in [s for s in self.history if s not in alive]:
             del self.history[sid]
+        self.squatters = {(r, u) for r, u in self.squatters if r in self.scheduler.jobs}
 
     def _one(self, svc: LiveJob) -> None:
         spec = svc.job.service
@@ -176,12 +189,19 @@ class Autoscaler:
             if port is None or not _running(r):
                 continue
             # Its node's address: loopback here, the node's own on a cluster of machines.
-            where = f"{self.scheduler.node_address(r.tasks[0].binding.node)}:{port}"
-            if not self._ready(spec, where):
+            host = self.scheduler.node_address(r.tasks[0].binding.node)
+            where = f"{host}:{port}"
+            # On this machine the kernel says whose a port is (else: another machine's).
+            owners: frozenset[int] | None = None
+            if is_loopback(host):
+                owners = frozenset({0, uid_of(r.job.user, os.geteuid())})
+                if self._held_by_another(r, port, owners):
+                    continue
+            if not self._ready(spec, where, owners):
                 continue
             ready.append((r.id, where))
             if spec.metrics_path is not None:
-                figures = self._scrape(spec.metrics_path, where)
+                figures = self._scrape(spec.metrics_path, where, owners)
                 if figures:
                     scraped[r.id] = figures
         now = self.clock()
@@ -200,14 +220,38 @@ class Autoscaler:
                 len(replicas), len(ready), desired, load, reason, endpoints
             )
 
-    def _ready(self, spec: ServiceSpec, where: str) -> bool:
+    def _held_by_another(self, replica: LiveJob, port: int, owners: frozenset[int]) -> bool:
+        """Whether a process of another user than the replica's (`owners`: its user, and
+        root, whose engine holds a container's published port) listens on its port. Such a
+        replica is not ready: neither probed, scraped nor listed as an endpoint. (A process
+        that binds the port after this look is caught by `http_get` on the connection.)"""
+        others = (listening_uids(port) or set()) - owners
+        for uid in sorted(others):
+            if (replica.id, uid) in self.squatters:
+                continue
+            self.squatters.add((replica.id, uid))
+            log.warning(
+                "replica %s of service %s: its port %d is held by uid %d, not by its user "
+                "%s: not taken as ready",
+                replica.id,
+                replica.job.replica_of,
+                port,
+                uid,
+                replica.job.user,
+            )
+        return bool(others)
+
+    def _ready(self, spec: ServiceSpec, where: str, owners: frozenset[int] | None) -> bool:
         if spec.readiness_path is None:
             return True
-        status, _ = self.fetch(f"http://{where}{spec.readiness_path}", self.probe_timeout_s)
+        url = f"http://{where}{spec.readiness_path}"
+        status, _ = self.fetch(url, self.probe_timeout_s, owners)
         return 200 <= status < 300
 
-    def _scrape(self, path: str, where: str) -> dict[str, float] | None:
-        status, body = self.fetch(f"http://{where}{path}", self.probe_timeout_s)
+    def _scrape(
+        self, path: str, where: str, owners: frozenset[int] | None
+    ) -> dict[str, float] | None:
+        status, body = self.fetch(f"http://{where}{path}", self.probe_timeout_s, owners)
         if not 200 <= status < 300:
             return None
         try:
