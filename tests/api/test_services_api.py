@@ -74,6 +74,17 @@ def test_a_service_with_no_minimum_scales_to_zero_and_back_on_pushed_load(
     until("no replica", lambda: service_of(client, sid)["replica_ids"] == [])
 
 
+def test_one_services_figures_cannot_stop_the_others_scaling(client: TestClient) -> None:
+    # A huge load over a tiny target overflowed the rule, and the round stopped at it.
+    tiny = {**SERVICE, "name": "tiny", "service": {**SERVICE["service"], "target": 1e-320}}
+    first = client.post("/v1/jobs", json=tiny).json()["id"]
+    client.post(f"/v1/jobs/{first}/metrics", json={"rps": 1e308})
+    other = client.post("/v1/jobs", json=SERVICE).json()["id"]
+    client.post(f"/v1/jobs/{other}/metrics", json={"rps": 25})
+    until("the other service to scale", lambda: service_of(client, other)["ready"] == 3)
+    assert service_of(client, first)["desired"] == 3
+
+
 def test_bad_metrics_are_refused_naming_the_field(client: TestClient) -> None:
     sid = client.post("/v1/jobs", json=SERVICE).json()["id"]
     batch = client.post("/v1/jobs", json={"command": "sleep 1"}).json()["id"]

@@ -38,13 +38,19 @@ def raw_recommendation(spec: ServiceSpec, current: int, load: float) -> int:
     """Step 1. `load` is the per-replica rps, or the latency, that the replicas report; for rps
     with `current == 0` it is the total rps offered to the service."""
     if spec.metric == ScaleMetric.RPS and current == 0:
-        return math.ceil(load / spec.target) if load > 0 else 0
+        return _ceil_within(load / spec.target, spec.max_replicas) if load > 0 else 0
     if current == 0:
         return 0
     ratio = load / spec.target
     if abs(ratio - 1.0) <= spec.tolerance:
         return current
-    return math.ceil(current * ratio)
+    return _ceil_within(current * ratio, spec.max_replicas)
+
+
+def _ceil_within(replicas: float, most: int) -> int:
+    """`ceil(replicas)`, but no more than `most`: a huge load over a tiny target is an
+    infinite ratio, which has no ceiling as an int (and would fail the autoscaler's round)."""
+    return most if not replicas < most else math.ceil(replicas)
 
 
 def decide(

@@ -168,7 +168,10 @@ class Autoscaler:
         ]
         alive = {s.id for s in services}
         for svc in services:
-            self._one(svc)
+            try:
+                self._one(svc)
+            except Exception:  # one service's bug or figures must not stop the others' scaling
+                log.exception("autoscaler: service %s failed this round", svc.id)
         with self.lock:
             for key in [k for k in self.samples if k[0] not in alive]:
                 del self.samples[key]

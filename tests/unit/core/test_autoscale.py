@@ -20,6 +20,9 @@ SPEC = ServiceSpec(min_replicas=1, max_replicas=5, target=10.0, scale_down_windo
         (SPEC, 0, 0.0, 0),
         (ServiceSpec(1, 5, ScaleMetric.LATENCY_MS, 100.0), 2, 250.0, 5),
         (ServiceSpec(1, 5, ScaleMetric.LATENCY_MS, 100.0), 0, 250.0, 0),
+        # A load over a tiny target is an infinite ratio: the maximum, not an overflow.
+        (ServiceSpec(1, 3, target=1e-320), 2, 1e308, 3),
+        (ServiceSpec(0, 3, target=1e-320), 0, 1e308, 3),
     ],
 )
 def test_raw_recommendation(spec: ServiceSpec, current: int, load: float, want: int) -> None:
