@@ -171,8 +171,12 @@ def test_the_autoscaler_takes_its_interval_and_metric_age_from_the_config(
     [
         ("autoscaler_interval", "0s", "autoscaler_interval: must be a duration above 0"),
         ("metric_max_age", "soon", "metric_max_age: duration: 'soon' is not a duration"),
+        # Past what the store holds: it stopped every step of the loop at its first job.
+        ("priority_classes", {"huge": 10**23}, "priority_classes.huge: .* less than or equal"),
+        ("limits", {"user_max_jobs": -1}, "limits.user_max_jobs: .* greater than or equal"),
+        ("limits", {"keep_ended": "-1d"}, "limits.keep_ended: .*'-1d' is not a duration"),
     ],
 )
-def test_bad_autoscaler_settings_name_the_key(key: str, value: str, message: str) -> None:
+def test_bad_settings_name_the_key(key: str, value: Any, message: str) -> None:
     with pytest.raises(SpecError, match=message):
         load_config(None, {key: value})

@@ -27,6 +27,7 @@ from aisched.model.resources import Resources
 from aisched.service.defaults import DEFAULT_PORT, default_home, default_socket
 from aisched.spec.errors import SpecError, parse_yaml, read_text_file
 from aisched.spec.job import DEFAULT_PRIORITY_CLASSES, JobDefaults
+from aisched.spec.job_common import Priority
 from aisched.spec.policy import load_policy
 from aisched.spec.units import parse_bytes, parse_duration_s, parse_mem_mib
 
@@ -219,7 +220,7 @@ class ServiceConfig(_Model):
     metric_max_age: Any = "10s"
     defaults: DefaultsModel = DefaultsModel()
     limits: LimitsModel = LimitsModel()
-    priority_classes: dict[Name, int] = Field(
+    priority_classes: dict[Name, Priority] = Field(
         default_factory=lambda: dict(DEFAULT_PRIORITY_CLASSES)
     )
     node: NodeModel = NodeModel()
