@@ -4,6 +4,9 @@ here needs a service (each error is found before any request)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from aisched.cli.main import main
@@ -59,5 +62,22 @@ def test_an_unreadable_file_among_several_submits_none(capsys: pytest.CaptureFix
     )
     assert (status, err) == (
         2,
-        ["error: /nonexistent/a.yaml: cannot read: No such file or directory"],
+        ["error: /nonexistent/a.yaml: cannot read job file: No such file or directory"],
     )
+
+
+def test_a_job_file_that_never_ends_or_is_too_large_is_refused_unread(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # /dev/zero was read until the memory ran out, and a FIFO blocked for ever.
+    fifo, big = tmp_path / "fifo", tmp_path / "big.yaml"
+    os.mkfifo(fifo)
+    big.write_text("#" * (1 << 20) + "\n")
+    for path, why in (
+        ("/dev/zero", "cannot read job file: not a regular file"),
+        (str(fifo), "cannot read job file: not a regular file"),
+        (str(tmp_path), "cannot read job file: Is a directory"),
+        (str(big), "larger than 1 MiB; no job file is that large"),
+    ):
+        status, err, _ = run(capsys, "--server", "http://127.0.0.1:1", "submit", path)
+        assert (status, err) == (2, [f"error: {path}: {why}"])

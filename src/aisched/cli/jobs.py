@@ -27,6 +27,7 @@ from aisched.cli.client import Client, add_server_option
 from aisched.cli.columns import Cell, render
 from aisched.cli.errors import CLIError
 from aisched.cli.eta import clock, eta_words, waiting_words
+from aisched.spec.errors import MAX_JOB_FILE, SpecError, read_text_file
 
 # What `run` never exports: names the scheduler sets itself, and shell noise.
 _OWNED = re.compile(
@@ -312,14 +313,14 @@ def cmd_submit(args: argparse.Namespace) -> int:
 def _read_job_file(name: str) -> tuple[str, str]:
     """(text, source name) of a job file, or of standard input for -."""
     if name == "-":
-        return sys.stdin.read(), "<stdin>"
-    path = Path(name)
+        text = sys.stdin.read(MAX_JOB_FILE + 1)
+        if len(text.encode()) > MAX_JOB_FILE:
+            raise CLIError("<stdin>: larger than 1 MiB; no job file is that large")
+        return text, "<stdin>"
     try:
-        return path.read_text(encoding="utf-8"), path.name
-    except OSError as e:
-        raise CLIError(f"{path}: cannot read: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise CLIError(f"{path}: not UTF-8 text") from None
+        return read_text_file(name, "job file", MAX_JOB_FILE), Path(name).name
+    except SpecError as e:
+        raise CLIError(str(e)) from None
 
 
 def _submitted(client: Client, args: argparse.Namespace, out: dict[str, Any]) -> int:

@@ -8,6 +8,8 @@ errors and repeated keys are reported the same way for every kind of file.
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -103,16 +105,40 @@ _UniqueKeyLoader: Any = type(
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def read_text_file(path: str | Path, what: str = "") -> str:
-    """The UTF-8 text of the file at `path`; one that cannot be read, or is not UTF-8, is a
+# The most an input file (a job, cluster, policy or config file) may hold: far more than any
+# real one, and a bound on what `/dev/zero` or a mistaken multi-gigabyte file would cost.
+MAX_TEXT_FILE = 16 << 20
+MAX_JOB_FILE = 1 << 20  # a job file larger than 1 MiB is a mistake, not a job (the API's bound)
+
+
+def read_text_file(path: str | Path, what: str = "", max_bytes: int = MAX_TEXT_FILE) -> str:
+    """The UTF-8 text of the file at `path`; one that cannot be read, is not a regular file
+    (a FIFO would block, a device never end), is larger than `max_bytes` or is not UTF-8 is a
     SpecError naming it (`what`: the kind of file, for the message)."""
     kind = f" {what}" if what else ""
     try:
-        return Path(path).read_text(encoding="utf-8")
+        # Not blocking: opening a FIFO for reading would wait for a writer.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISDIR(mode):
+                raise SpecError(f"{path}: cannot read{kind}: Is a directory")
+            if not stat.S_ISREG(mode):
+                raise SpecError(f"{path}: cannot read{kind}: not a regular file")
+            data = f.read(max_bytes + 1)
     except OSError as e:
         raise SpecError(f"{path}: cannot read{kind}: {e.strerror or e}") from None
+    if len(data) > max_bytes:
+        what = kind or " input file"
+        raise SpecError(f"{path}: larger than {_size(max_bytes)}; no{what} is that large")
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise SpecError(f"{path}: not UTF-8 text: {e.reason}") from None
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n} bytes"
 
 
 def parse_yaml(text: str, source: str) -> Any:

@@ -16,8 +16,9 @@ from aisched.model.states import JobState
 from aisched.service.app import Service
 from aisched.service.identity import Caller
 from aisched.service.schemas import Problem
+from aisched.spec.errors import MAX_JOB_FILE
 
-MAX_BODY = 1 << 20  # a job file larger than 1 MiB is a mistake, not a job
+MAX_BODY = MAX_JOB_FILE
 LIVE_STATES = (JobState.PENDING.value, JobState.RUNNING.value)
 
 
