@@ -407,6 +407,12 @@ def test_openb_skip_invalid_and_a_custom_list_is_named_after_its_file(tmp_path: 
         2,
         f"{f}:3: column 'creation_time': expected a non-negative integer, got '1.5'",
     )
+    huge = tmp_path / "huge.csv"  # numpy's int64 overflowed on it
+    huge.write_text(_POD_HEADER + "a,1000,1024,99999999999999999999,1000,,LS,Running,0,7,0\n")
+    with pytest.raises(
+        TraceError, match=r"huge.csv:2: column 'num_gpu': 99999999999999999999 is too large"
+    ):
+        load_openb_pods(huge)
     named = tmp_path / "openb_pod_list_mine.csv"
     named.write_text(_POD_HEADER + "a,1000,1024,1,1000,,BE,Running,0,7,0\n")
     assert load_openb_pods(named).name == "openb-mine"

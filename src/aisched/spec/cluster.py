@@ -44,10 +44,17 @@ from aisched.spec.errors import SpecError, parse_yaml, read_text_file
 MAX_NODES = 100_000
 
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
-Count = Annotated[int, Field(ge=1)]
+Count = Annotated[int, Field(ge=1, le=MAX_NODES)]
 NonNegInt = Annotated[int, Field(ge=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 NonNegFloat = Annotated[float, Field(ge=0)]
+# What one node may have, as the service's `node` settings bound it: past these a file is a
+# mistake, and a per-node array of that size would take the machine's memory.
+NodeGpus = Annotated[int, Field(ge=0, le=1024)]
+NodeCpus = Annotated[float, Field(gt=0, le=100_000)]
+NodeMemGib = Annotated[float, Field(gt=0, le=1 << 20)]
+GpuMemGib = Annotated[float, Field(ge=0, le=1 << 14)]
+NodeRdma = Annotated[int, Field(ge=0, le=1024)]
 # What a node is for (`model.cluster.Node.role`): CPU-only work, or work that asks for GPUs.
 Role = Literal["cpu", "gpu"]
 
@@ -75,16 +82,16 @@ class PoolModel(_Spec):
     zones: Count = 1
     racks_per_zone: Count = 1
     nodes_per_rack: Count
-    gpus_per_node: NonNegInt = 0
+    gpus_per_node: NodeGpus = 0
     gpu_model: Name = "generic"
-    gpu_mem_gib: NonNegFloat = 0.0
+    gpu_mem_gib: GpuMemGib = 0.0
     nvlink_group_size: Count | None = None  # None: all GPUs of a node in one group
-    cpus: PositiveFloat
-    mem_gib: PositiveFloat
+    cpus: NodeCpus
+    mem_gib: NodeMemGib
     labels: dict[str, str] = Field(default_factory=dict)
     role: Role | None = None
     max_per_node: Count | None = None
-    rdma: NonNegInt = 0
+    rdma: NodeRdma = 0
 
     @model_validator(mode="after")
     def _not_too_big(self) -> PoolModel:
@@ -99,16 +106,16 @@ class TemplateModel(_Spec):
     """A node of an autoscaling pool: a node's fields, less its name, rack and health."""
 
     zone: Name = "zone-0"
-    cpus: PositiveFloat
-    mem_gib: PositiveFloat
-    gpus: NonNegInt = 0
+    cpus: NodeCpus
+    mem_gib: NodeMemGib
+    gpus: NodeGpus = 0
     gpu_model: Name = "generic"
-    gpu_mem_gib: NonNegFloat = 0.0
+    gpu_mem_gib: GpuMemGib = 0.0
     nvlink_group_size: Count | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     role: Role | None = None
     max_per_node: Count | None = None
-    rdma: NonNegInt = 0
+    rdma: NodeRdma = 0
 
     @model_validator(mode="after")
     def _role_fits(self) -> TemplateModel:

@@ -167,6 +167,18 @@ ERROR_CASES = [
         ["c.yaml: pools.0.role: Input should be 'cpu' or 'gpu'"],
     ),
     Case(
+        "more than a node holds",  # 1e8 GPUs a node took gigabytes before it failed
+        {
+            "pools": [_pool(gpus_per_node=100_000_000, rdma=10**23)],
+            "nodes": [{"name": "n", "cpus": 4, "mem_gib": 8, "gpus": 1, "gpu_mem_gib": 1e300}],
+        },
+        [
+            "c.yaml: pools.0.gpus_per_node: Input should be less than or equal to 1024",
+            "c.yaml: pools.0.rdma: Input should be less than or equal to 1024",
+            "c.yaml: nodes.0.gpu_mem_gib: Input should be less than or equal to 16384",
+        ],
+    ),  # fmt: skip
+    Case(
         "rack in two zones",
         {
             "nodes": [

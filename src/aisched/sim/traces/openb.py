@@ -50,6 +50,7 @@ _POD_RESOURCE_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_mill
 _POD_TIME_COLUMNS = ("gpu_spec", "qos", "creation_time", "deletion_time")
 _INFER_QOS = frozenset({"LS", "Guaranteed"})
 _KNOWN_QOS = frozenset({"LS", "Guaranteed", "BE", "Burstable"})
+MAX_INTEGER = 10**12  # any count or time of a row (a year is 3e7 s, a node 1e6 millicores)
 
 
 def load_openb_nodes(
@@ -261,4 +262,6 @@ class _Cells:
             n = -1
         if n < 0:
             self.fail(column, f"expected a non-negative integer, got {value!r}")
+        if n > MAX_INTEGER:  # no pod asks that much, and numpy's int64 would overflow
+            self.fail(column, f"{value} is too large (at most {MAX_INTEGER:.0e})")
         return n
