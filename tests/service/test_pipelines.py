@@ -114,3 +114,55 @@ def test_a_restarted_scheduler_keeps_holding_and_then_releases_dependents(w: Wor
     assert w.state(train)["reason_code"] == "wait-dependencies"
     finish(w, prep)
     assert w.state(train)["state"] == "running"
+
+
+def test_a_dependency_that_ended_while_the_scheduler_was_down_is_seen_ended(w: World) -> None:
+    # The restart adopts prep's exit (an end not yet stored) before it re-checks train: train
+    # must not be held for a job that has already ended.
+    prep, train, serve = submit_all(w, step("prep"), step("train", "prep"), step("serve", "train"))
+    (key,) = w.fx.keys(prep)
+    w.fx.crash_while_down(key, 0)
+    w.restart()
+    w.sched.step()
+    assert [w.state(i)["state"] for i in (prep, train, serve)] == [
+        "succeeded",
+        "running",
+        "pending",
+    ]
+    finish(w, train)
+    finish(w, serve)
+    assert w.state(serve)["state"] == "succeeded"
+
+
+def test_a_chain_whose_head_was_being_cancelled_when_the_scheduler_died_ends_cancelled(
+    w: World,
+) -> None:
+    prep, train, serve = submit_all(w, step("prep"), step("train", "prep"), step("serve", "train"))
+    (key,) = w.fx.keys(prep)
+    w.fx.stubborn.add(key)  # still running when the scheduler is killed
+    w.sched.cancel(prep)
+    w.sched.step()
+    w.fx.crash_while_down(key, -15)
+    w.restart()
+    w.sched.step()
+    assert [(w.state(i)["state"], w.state(i)["message"]) for i in (prep, train, serve)] == [
+        ("cancelled", "cancelled"),
+        ("cancelled", f"dependency {prep} (prep) cancelled; it had to succeed"),
+        ("cancelled", f"dependency {train} (train) cancelled; it had to succeed"),
+    ]
+
+
+def test_a_job_ended_in_the_same_step_as_a_submission_naming_it_counts_as_ended(w: World) -> None:
+    # Its end is not stored yet when the submission is resolved: the store still says pending.
+    first, second = submit_all(w, step("first"), step("second", "first"))
+    cancelled = w.sched.cancel(second)
+    success = w.sched.submit_all(((step("on-success", second), "native", ()),))
+    anyway = w.sched.submit_all(
+        ((step("anyway", second, condition=DependencyCondition.ANY), "native", ()),)
+    )
+    w.sched.step()
+    assert cancelled.result(0) == "cancelled"
+    with pytest.raises(Rejected, match=rf"job {second} \(second\) has already cancelled"):
+        success.result(0)
+    (after,) = anyway.result(0)
+    assert w.state(str(after["id"]))["state"] == "running"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 
 from aisched.core.decisions import Bind
 from aisched.core.status import JobStatus, StatusCode
@@ -160,6 +161,7 @@ class Exits(Launches):
             self.dirty = True
         if lj.waiting_for:  # it ended while waiting on victims
             self._set_waiting(lj, frozenset())
+        batch.after.append(partial(self.pipelines.stored, lj.id))
         for dependent in self.pipelines.on_end(lj.id, state, lj.job.name):
             waiting = self.jobs.get(dependent)
             if waiting is not None and waiting.state == JobState.PENDING:

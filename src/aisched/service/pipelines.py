@@ -6,7 +6,11 @@ reason as its status. The verdicts themselves come from the pure `core.dependenc
 
 Invariants: `blocked` holds only live pending jobs; `dependents[d]` lists the live jobs that
 wait on job `d`, so the loop re-checks exactly those when `d` ends. Ended jobs' states are read
-from the store once and cached, since an ended job never changes.
+from the store once and cached, since an ended job never changes. An end not stored yet
+(written to the loop's batch, not flushed) is remembered from `on_end` until `stored`: the
+store still calls that job pending or running, and a job checked against it meanwhile (one
+submitted, or re-checked by a restart, in the same step) must see it ended, whatever order the
+step took.
 """
 
 from __future__ import annotations
@@ -31,14 +35,16 @@ class Pipelines:
         self.blocked: dict[str, str] = {}  # job id → why it waits
         self.dependents: dict[str, set[str]] = {}
         self.ended: dict[str, tuple[JobState, str]] = {}  # job id → (final state, name)
+        self.unstored: dict[str, tuple[JobState, str]] = {}  # ended, its batch not yet flushed
 
     def lookup(self, job_id: str, live: Mapping[str, LiveJob]) -> tuple[JobState, str] | None:
         """(state, name) of any job, live or ended; None if there is no such job."""
         lj = live.get(job_id)
         if lj is not None:
             return lj.state, lj.job.name
-        if job_id in self.ended:
-            return self.ended[job_id]
+        found = self.ended.get(job_id) or self.unstored.get(job_id)
+        if found is not None:
+            return found
         with self.store.read() as tx:
             row = tx.get_job(job_id)
         if row is None:
@@ -99,9 +105,15 @@ class Pipelines:
         return verdict
 
     def on_end(self, job_id: str, state: JobState, name: str) -> list[str]:
-        """Job `job_id` ended: remember how, and return the live jobs that waited on it."""
+        """Job `job_id` ended (written to the batch, not yet stored): remember how, and return
+        the live jobs that waited on it. The caller calls `stored` once the batch is flushed."""
         self.blocked.pop(job_id, None)
+        self.unstored[job_id] = (state, name)
         waiting = self.dependents.pop(job_id, set())
         if waiting:
             self.ended[job_id] = (state, name)
         return sorted(waiting, key=lambda i: (len(i), i))
+
+    def stored(self, job_id: str) -> None:
+        """The end of `job_id` is in the store: from now on the store says so."""
+        self.unstored.pop(job_id, None)
