@@ -4,13 +4,18 @@ a fake executor and a fake clock (see test_loop.py)."""
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Mapping
 from dataclasses import replace
 
 import pytest
+from sqlalchemy.exc import OperationalError
 from world import World
 
+from aisched.core.dependencies import DependencyCheck
 from aisched.executors.base import ExitKind
 from aisched.model.job import Dependency, DependencyCondition, Job, RestartPolicy
+from aisched.service.live import LiveJob
 from aisched.service.loop import Rejected
 from aisched.testing import job
 
@@ -166,3 +171,42 @@ def test_a_job_ended_in_the_same_step_as_a_submission_naming_it_counts_as_ended(
         success.result(0)
     (after,) = anyway.result(0)
     assert w.state(str(after["id"]))["state"] == "running"
+
+
+def test_cancelling_the_head_of_a_chain_of_2000_jobs_cancels_every_one(w: World) -> None:
+    n = 2000
+    ids = submit_all(w, step("s0"), *(step(f"s{i}", f"s{i - 1}") for i in range(1, n)))
+    cancelled = w.sched.cancel(ids[0])
+    w.sched.step()  # the head's task is asked to stop
+    assert cancelled.result(0) == "running"
+    w.sched.step()  # it has: the head ends, and with it the chain (once, this overflowed)
+    with w.store.read() as tx:
+        assert tx.count_by_state() == {"cancelled": n}
+        tail = tx.get_job(ids[-1])
+    assert tail is not None and tail["message"] == (
+        f"dependency {ids[-2]} (s{n - 2}) cancelled; it had to succeed"
+    )
+    assert w.sched.jobs == {} and w.sched.pipelines.blocked == {}
+
+
+def test_a_cascade_cut_short_by_a_failed_step_is_finished_by_the_next_step(
+    w: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = submit_all(w, step("s0"), *(step(f"s{i}", f"s{i - 1}") for i in range(1, 5)))
+    check = w.sched.pipelines.check
+    failed: list[str] = []
+
+    def check_failing_once(lj: LiveJob, live: Mapping[str, LiveJob]) -> DependencyCheck:
+        if lj.id == ids[2] and not failed:  # the store cannot be read, this once
+            failed.append(lj.id)
+            raise OperationalError("SELECT ...", {}, sqlite3.OperationalError("database is locked"))
+        return check(lj, live)
+
+    monkeypatch.setattr(w.sched.pipelines, "check", check_failing_once)
+    w.sched.cancel(ids[0])
+    w.sched.step()
+    with pytest.raises(OperationalError):
+        w.sched.step()  # s0 ends, s1 is cancelled, s2's re-check fails
+    assert failed == [ids[2]]
+    w.sched.step()
+    assert [w.state(i)["state"] for i in ids] == ["cancelled"] * 5
