@@ -10,7 +10,7 @@ import re
 import sys
 import textwrap
 
-from harness import Service
+from harness import Service, wait_for
 
 PY = sys.executable
 
@@ -120,3 +120,42 @@ def test_a_waiting_step_shows_why_and_bad_pipelines_create_nothing(service: Serv
     assert service.cli_json("jobs", "--all")["jobs"] == before
     (service.work / "release").touch()
     assert service.wait_state(second, "succeeded", "failed")["state"] == "succeeded"
+
+
+def test_a_step_that_ends_while_the_service_is_down_releases_the_next_after_a_restart(
+    service: Service,
+) -> None:
+    # prep ends (exit 0) while `aisched up` is killed; the restart adopts its end and must see
+    # it ended when it re-checks train, not the "running" its store row still said.
+    (service.work / "hold.py").write_text(
+        "import os, time\nwhile not os.path.exists('release'): time.sleep(0.05)\n"
+        "open('done-prep', 'w').close()\n"
+    )
+    ids = submit(
+        service,
+        textwrap.dedent(
+            f"""
+            name: prep
+            command: [{PY}, hold.py]
+            ---
+            name: train
+            command: [{PY}, step.py, train, prep, "0"]
+            depends_on: [prep]
+            ---
+            name: serve
+            command: [{PY}, step.py, serve, train, "0"]
+            depends_on: [train]
+            """
+        ),
+    )
+    service.wait_state(ids["prep"], "running")
+    service.kill9()
+    (service.work / "release").touch()
+    exited = service.home / "tasks" / ids["prep"] / "1" / "main-0" / "exit.json"
+    wait_for("prep to end while the service is down", exited.exists)
+    service.start()
+    for name in ("prep", "train", "serve"):
+        assert service.wait_state(ids[name], "succeeded", "failed", "cancelled")["state"] == (
+            "succeeded"
+        ), service.cli("show", ids[name]).stdout
+    assert (service.work / "order.log").read_text().split() == ["train", "serve"]

@@ -4,13 +4,18 @@ a fake executor and a fake clock (see test_loop.py)."""
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Mapping
 from dataclasses import replace
 
 import pytest
+from sqlalchemy.exc import OperationalError
 from world import World
 
+from aisched.core.dependencies import DependencyCheck
 from aisched.executors.base import ExitKind
 from aisched.model.job import Dependency, DependencyCondition, Job, RestartPolicy
+from aisched.service.live import LiveJob
 from aisched.service.loop import Rejected
 from aisched.testing import job
 
@@ -114,3 +119,94 @@ def test_a_restarted_scheduler_keeps_holding_and_then_releases_dependents(w: Wor
     assert w.state(train)["reason_code"] == "wait-dependencies"
     finish(w, prep)
     assert w.state(train)["state"] == "running"
+
+
+def test_a_dependency_that_ended_while_the_scheduler_was_down_is_seen_ended(w: World) -> None:
+    # The restart adopts prep's exit (an end not yet stored) before it re-checks train: train
+    # must not be held for a job that has already ended.
+    prep, train, serve = submit_all(w, step("prep"), step("train", "prep"), step("serve", "train"))
+    (key,) = w.fx.keys(prep)
+    w.fx.crash_while_down(key, 0)
+    w.restart()
+    w.sched.step()
+    assert [w.state(i)["state"] for i in (prep, train, serve)] == [
+        "succeeded",
+        "running",
+        "pending",
+    ]
+    finish(w, train)
+    finish(w, serve)
+    assert w.state(serve)["state"] == "succeeded"
+
+
+def test_a_chain_whose_head_was_being_cancelled_when_the_scheduler_died_ends_cancelled(
+    w: World,
+) -> None:
+    prep, train, serve = submit_all(w, step("prep"), step("train", "prep"), step("serve", "train"))
+    (key,) = w.fx.keys(prep)
+    w.fx.stubborn.add(key)  # still running when the scheduler is killed
+    w.sched.cancel(prep)
+    w.sched.step()
+    w.fx.crash_while_down(key, -15)
+    w.restart()
+    w.sched.step()
+    assert [(w.state(i)["state"], w.state(i)["message"]) for i in (prep, train, serve)] == [
+        ("cancelled", "cancelled"),
+        ("cancelled", f"dependency {prep} (prep) cancelled; it had to succeed"),
+        ("cancelled", f"dependency {train} (train) cancelled; it had to succeed"),
+    ]
+
+
+def test_a_job_ended_in_the_same_step_as_a_submission_naming_it_counts_as_ended(w: World) -> None:
+    # Its end is not stored yet when the submission is resolved: the store still says pending.
+    first, second = submit_all(w, step("first"), step("second", "first"))
+    cancelled = w.sched.cancel(second)
+    success = w.sched.submit_all(((step("on-success", second), "native", ()),))
+    anyway = w.sched.submit_all(
+        ((step("anyway", second, condition=DependencyCondition.ANY), "native", ()),)
+    )
+    w.sched.step()
+    assert cancelled.result(0) == "cancelled"
+    with pytest.raises(Rejected, match=rf"job {second} \(second\) has already cancelled"):
+        success.result(0)
+    (after,) = anyway.result(0)
+    assert w.state(str(after["id"]))["state"] == "running"
+
+
+def test_cancelling_the_head_of_a_chain_of_2000_jobs_cancels_every_one(w: World) -> None:
+    n = 2000
+    ids = submit_all(w, step("s0"), *(step(f"s{i}", f"s{i - 1}") for i in range(1, n)))
+    cancelled = w.sched.cancel(ids[0])
+    w.sched.step()  # the head's task is asked to stop
+    assert cancelled.result(0) == "running"
+    w.sched.step()  # it has: the head ends, and with it the chain (once, this overflowed)
+    with w.store.read() as tx:
+        assert tx.count_by_state() == {"cancelled": n}
+        tail = tx.get_job(ids[-1])
+    assert tail is not None and tail["message"] == (
+        f"dependency {ids[-2]} (s{n - 2}) cancelled; it had to succeed"
+    )
+    assert w.sched.jobs == {} and w.sched.pipelines.blocked == {}
+
+
+def test_a_cascade_cut_short_by_a_failed_step_is_finished_by_the_next_step(
+    w: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = submit_all(w, step("s0"), *(step(f"s{i}", f"s{i - 1}") for i in range(1, 5)))
+    check = w.sched.pipelines.check
+    failed: list[str] = []
+
+    def check_failing_once(lj: LiveJob, live: Mapping[str, LiveJob]) -> DependencyCheck:
+        if lj.id == ids[2] and not failed:  # the store cannot be read, this once
+            failed.append(lj.id)
+            raise OperationalError("SELECT ...", {}, sqlite3.OperationalError("database is locked"))
+        return check(lj, live)
+
+    monkeypatch.setattr(w.sched.pipelines, "check", check_failing_once)
+    w.sched.cancel(ids[0])
+    w.sched.step()
+    with pytest.raises(OperationalError):
+        w.sched.step()  # s0 ends, s1 is cancelled, s2's re-check fails
+    assert failed == [ids[2]]
+    w.sched.step()
+    assert [w.state(i)["state"] for i in ids] == ["cancelled"] * 5

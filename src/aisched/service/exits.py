@@ -1,7 +1,8 @@
 """Task exits and attempt ends: a task's exit is recorded; a failed one stops the rest of its
 gang; once every task of an attempt has ended its resources are given back and the lifecycle
 (`lifecycle.attempts.after_attempt`) says what the job becomes, which this part applies to the
-store: requeued, retried after a backoff, restarted on a shrink's kept tasks, or finished.
+store: requeued, retried after a backoff, restarted on a shrink's kept tasks, or finished; a
+job that finishes has the jobs that wait on it re-checked (`_recheck_dependents`).
 What a stopped victim frees while a job waits for it is noted, to be kept for that job
 if its wait goes on once every exit of the step is in (`intents._timers`,
 `lifecycle.preemption`)."""
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 
 from aisched.core.decisions import Bind
 from aisched.core.status import JobStatus, StatusCode
@@ -160,10 +162,28 @@ class Exits(Launches):
             self.dirty = True
         if lj.waiting_for:  # it ended while waiting on victims
             self._set_waiting(lj, frozenset())
-        for dependent in self.pipelines.on_end(lj.id, state, lj.job.name):
-            waiting = self.jobs.get(dependent)
-            if waiting is not None and waiting.state == JobState.PENDING:
-                self._check_dependencies(waiting, batch, now)
+        self.pipelines.on_end(lj.id, state, lj.job.name)
+        batch.after.append(partial(self.pipelines.stored, lj.id))
+        self._recheck_dependents(batch, now)
+
+    def _recheck_dependents(self, batch: Batch, now: float) -> None:
+        """Re-check the jobs that wait on jobs that ended (`pipelines.recheck`), and those that
+        wait on them in turn when a re-check ends them (a broken dependency cancels), until none
+        is left. A loop over a work list, not recursion, so a chain of any length cascades in
+        one go; a call made while one runs (a re-check that ends a job) leaves its work to that
+        one. A re-check that raises stays first on the list, for the next step to redo."""
+        if self.rechecking:
+            return
+        self.rechecking = True
+        todo = self.pipelines.recheck
+        try:
+            while todo:
+                waiting = self.jobs.get(todo[0])
+                if waiting is not None and waiting.state == JobState.PENDING:
+                    self._check_dependencies(waiting, batch, now)
+                todo.popleft()
+        finally:
+            self.rechecking = False
 
 
 def _describe_exit(ev: TaskExited) -> str:

@@ -126,6 +126,7 @@ class Scheduler(Recovery, BulkCancels):
         for ev in self.executor.poll():
             self._on_exit(ev, batch, now)
         self._timers(batch, now)
+        self._recheck_dependents(batch, now)  # what a failed step left undone, if anything
         self.retention.forget_ended(self.store, batch, now)
         batch.flush(self.store)
         self._launch_restarts(now)

@@ -5,12 +5,22 @@ placement: a job it reports as blocked is simply left out of the cycle's pending
 reason as its status. The verdicts themselves come from the pure `core.dependencies`.
 
 Invariants: `blocked` holds only live pending jobs; `dependents[d]` lists the live jobs that
-wait on job `d`, so the loop re-checks exactly those when `d` ends. Ended jobs' states are read
-from the store once and cached, since an ended job never changes.
+wait on job `d`, a job not yet ended. When `d` ends they move, in id order, to the end of
+`recheck`, the loop's work list: the loop re-checks exactly those, and takes each off the list
+only once it has been re-checked, so a step that fails halfway leaves the rest to the next one,
+and a re-check that ends a job (a broken dependency) only adds to the list, however long the
+chain it cascades down.
+
+Ended jobs' states are read from the store once and cached, since an ended job never changes.
+An end not stored yet (written to the loop's batch, not flushed) is remembered from `on_end`
+until `stored`: the store still calls that job pending or running, and a job checked against
+it meanwhile (one submitted, or re-checked by a restart, in the same step) must see it ended,
+whatever order the step took.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -29,16 +39,19 @@ class Pipelines:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.blocked: dict[str, str] = {}  # job id → why it waits
-        self.dependents: dict[str, set[str]] = {}
+        self.dependents: dict[str, set[str]] = {}  # job id → the live jobs waiting on it
+        self.recheck: deque[str] = deque()  # jobs to re-check: something they wait on ended
         self.ended: dict[str, tuple[JobState, str]] = {}  # job id → (final state, name)
+        self.unstored: dict[str, tuple[JobState, str]] = {}  # ended, its batch not yet flushed
 
     def lookup(self, job_id: str, live: Mapping[str, LiveJob]) -> tuple[JobState, str] | None:
         """(state, name) of any job, live or ended; None if there is no such job."""
         lj = live.get(job_id)
         if lj is not None:
             return lj.state, lj.job.name
-        if job_id in self.ended:
-            return self.ended[job_id]
+        found = self.ended.get(job_id) or self.unstored.get(job_id)
+        if found is not None:
+            return found
         with self.store.read() as tx:
             row = tx.get_job(job_id)
         if row is None:
@@ -92,16 +105,24 @@ class Pipelines:
         verdict = check_dependencies(lj.job, states.get, names)
         if verdict.verdict == DependencyVerdict.WAITING:
             self.blocked[lj.id] = verdict.reason
-            for d in lj.job.depends_on:
-                self.dependents.setdefault(d.job_id, set()).add(lj.id)
+            for job_id, state in states.items():
+                if not state.is_terminal:  # an ended one is never re-checked for
+                    self.dependents.setdefault(job_id, set()).add(lj.id)
         else:
             self.blocked.pop(lj.id, None)
         return verdict
 
-    def on_end(self, job_id: str, state: JobState, name: str) -> list[str]:
-        """Job `job_id` ended: remember how, and return the live jobs that waited on it."""
+    def on_end(self, job_id: str, state: JobState, name: str) -> None:
+        """Job `job_id` ended (written to the batch, not yet stored): remember how, and add
+        the live jobs that waited on it to `recheck`. The caller calls `stored` once the batch
+        is flushed."""
         self.blocked.pop(job_id, None)
-        waiting = self.dependents.pop(job_id, set())
+        self.unstored[job_id] = (state, name)
+        waiting = self.dependents.pop(job_id, None)
         if waiting:
             self.ended[job_id] = (state, name)
-        return sorted(waiting, key=lambda i: (len(i), i))
+            self.recheck.extend(sorted(waiting, key=lambda i: (len(i), i)))
+
+    def stored(self, job_id: str) -> None:
+        """The end of `job_id` is in the store: from now on the store says so."""
+        self.unstored.pop(job_id, None)

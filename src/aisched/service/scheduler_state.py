@@ -122,8 +122,10 @@ class SchedulerState:
         # waits go on once every exit of the step is in (`intents._timers`).
         self.freed_now: list[tuple[str, tuple[TaskBinding, ...]]] = []
         self.commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
-        # Jobs held back until the jobs they depend on have ended (pipelines).
+        # Jobs held back until the jobs they depend on have ended (pipelines), and whether
+        # their re-checks are being worked through (`Exits._recheck_dependents`).
         self.pipelines = Pipelines(store)
+        self.rechecking = False
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.thread: threading.Thread | None = None
