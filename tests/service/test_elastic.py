@@ -63,6 +63,22 @@ def test_an_elastic_job_shrinks_for_an_equal_priority_job_and_grows_back(w: Worl
     assert "growing" in w.events(el)
 
 
+def test_an_elastic_job_grows_back_after_every_shrink(w: World) -> None:
+    # Once grown, it remembered the size it grew from and never grew from that size again.
+    el = w.submit(elastic(4, 1))
+    for attempt in (3, 5, 7):
+        other = w.submit(job("other").task(gpu=2).build())
+        w.sched.step()
+        w.sched.step()
+        assert len(w.fx.keys(el)) == 2, f"round to attempt {attempt}: not shrunk"
+        w.fx.exit(w.fx.keys(other)[0], 0)
+        w.sched.step()
+        w.clock.t += 60
+        for _ in range(3):
+            w.sched.step()
+        assert (w.state(el)["attempt"], len(w.fx.keys(el))) == (attempt, 4)
+
+
 def test_a_scheduler_restart_in_the_middle_of_a_shrink_requeues_the_job(w: World) -> None:
     el = w.submit(elastic(4, 1))
     w.fx.stubborn.update(w.fx.keys(el))  # its tasks take their time to stop

@@ -6,7 +6,8 @@ a shrink is owed to the job waiting for it), and idle capacity would take at lea
 its tasks, it is requeued from its checkpoint (a stop of kind `Stop.REQUEUE`: no failure, no
 preemption counted) and the next cycle places it with as many tasks as fit.
 
-A grow that brought no more tasks is not tried again at that size (`grew_from`): the core may
+A grow that brought no more tasks is not tried again at that size (`grew_from`, forgotten once
+an attempt starts larger, so a job shrunk later grows back again): the core may
 place fewer tasks than `tasks_to_grow` counts (it packs, reserves, keeps room), and a job
 requeued every `grow_after_s` for nothing would lose its work since the last checkpoint each
 time and, without checkpoints, never finish (found by the lifecycle's property test).
@@ -61,6 +62,12 @@ def grow_at(
     if grew_from is not None and held <= grew_from:
         return math.inf  # the last grow brought nothing: not again at this size
     return attempt_started_at + grow_after_s
+
+
+def grew_from_after_start(grew_from: int | None, tasks: int) -> int | None:
+    """`grew_from` once an attempt has started with `tasks` tasks: forgotten when the grow
+    brought more (it worked; a later shrink may be grown back from), kept when not."""
+    return None if grew_from is not None and tasks > grew_from else grew_from
 
 
 def tasks_to_grow(job: Job, held: int, arrays: ClusterArrays, free: FreeState) -> int:

@@ -20,7 +20,13 @@ from aisched.core.status import JobStatus, StatusCode
 from aisched.executors.base import task_name
 from aisched.lifecycle.admission import never_fits_now
 from aisched.lifecycle.attempts import time_limit_at, time_limit_message
-from aisched.lifecycle.elastic import Running, capacity_is_idle, grow_message, next_to_grow
+from aisched.lifecycle.elastic import (
+    Running,
+    capacity_is_idle,
+    grew_from_after_start,
+    grow_message,
+    next_to_grow,
+)
 from aisched.lifecycle.preemption import (
     VictimWait,
     after_victims,
@@ -193,6 +199,7 @@ class Intents(Exits):
         pending = self._unqueue(lj)
         logs = self.config.data_dir / "logs" / lj.id / str(lj.attempt)
         ordered = sorted(d.tasks, key=lambda t: (_group_index(lj.job, t.group), t.index))
+        lj.grew_from = grew_from_after_start(lj.grew_from, len(d.tasks))
         lj.tasks = [
             LiveTask(
                 task_name(b.group, b.index),

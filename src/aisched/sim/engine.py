@@ -127,6 +127,7 @@ from aisched.lifecycle.attempts import AttemptEnd, Finish, Requeue, RestartOn, S
 from aisched.lifecycle.elastic import (
     Running,
     capacity_is_idle,
+    grew_from_after_start,
     grow_at,
     grow_message,
     next_to_grow,
@@ -670,6 +671,7 @@ class _Engine(NodePools):
         if self.node_tasks:
             self._busy(tasks)
         st.tasks = tasks
+        st.grew_from = grew_from_after_start(st.grew_from, len(tasks))
         st.milli = milli
         st.gpus = milli / GPU_MILLI_WHOLE
         st.start_s = now
