@@ -5,6 +5,9 @@ here needs a service (each error is found before any request)."""
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -81,3 +84,83 @@ def test_a_job_file_that_never_ends_or_is_too_large_is_refused_unread(
     ):
         status, err, _ = run(capsys, "--server", "http://127.0.0.1:1", "submit", path)
         assert (status, err) == (2, [f"error: {path}: {why}"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["show", "1/../2"], "error: argument id: '1/../2' is not a job ID: give the number "
+         "`aisched jobs` shows (see aisched show --help)"),
+        (["logs", "?x=1"], "error: argument id: '?x=1' is not a job ID: give the number "
+         "`aisched jobs` shows (see aisched logs --help)"),
+        (["cancel", "7", ""], "error: argument ID: '' is not a job ID: give the number "
+         "`aisched jobs` shows (see aisched cancel --help)"),
+        (["token", "revoke", "a/b"], "error: argument id: 'a/b' is not a token id: give the id "
+         "`aisched token list` shows (see aisched token revoke --help)"),
+    ],
+)  # fmt: skip
+def test_an_id_that_could_name_another_path_is_refused(
+    capsys: pytest.CaptureFixture[str], argv: list[str], line: str
+) -> None:
+    assert run(capsys, "--server", "http://127.0.0.1:1", *argv)[:2] == (2, [line])
+
+
+@pytest.fixture
+def not_aisched() -> Iterator[str]:
+    """A web server that is no aisched: a page for /v1/jobs, a redirect for anything else."""
+
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.startswith("/v1/jobs?"):
+                body = b"<html>hello</html>\n"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            else:
+                self.send_response(307)
+                self.send_header("Location", "/elsewhere")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+def test_a_server_that_is_no_aisched_is_one_line_not_a_traceback(
+    capsys: pytest.CaptureFixture[str], not_aisched: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("AISCHED_TOKEN", raising=False)
+    status, err, _ = run(capsys, "--server", not_aisched, "jobs")
+    assert (status, err) == (1, [f"error: {not_aisched} answered 200 without JSON: it does not "
+                                 "look like an aisched service (--server or AISCHED_SERVER "
+                                 "choose another)"])  # fmt: skip
+    status, err, _ = run(capsys, "--server", not_aisched, "show", "3")
+    assert (status, err) == (1, [f"error: {not_aisched} answered 307 (a redirect to /elsewhere): "
+                                 "it does not look like an aisched service (--server or "
+                                 "AISCHED_SERVER choose another)"])  # fmt: skip
+
+
+def test_a_token_that_cannot_go_in_a_header_is_named(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("AISCHED_TOKEN", "tök\u00e9n")
+    assert run(capsys, "--server", "http://127.0.0.1:1", "jobs")[:2] == (
+        2,
+        ["error: AISCHED_TOKEN: not a token (a token is one word of printable ASCII, as "
+         "`aisched token create` prints it)"],
+    )  # fmt: skip
+    monkeypatch.delenv("AISCHED_TOKEN")
+    monkeypatch.setenv("AISCHED_TOKEN_FILE", str(tmp_path))
+    assert run(capsys, "--server", "http://127.0.0.1:1", "jobs")[:2] == (
+        2,
+        [f"error: {tmp_path}: the token file is not a regular file"],
+    )

@@ -54,7 +54,7 @@ def read_token() -> str | None:
     """The token to send over TCP: `$AISCHED_TOKEN`, else a private token file."""
     env = os.environ.get("AISCHED_TOKEN")
     if env:
-        return env.strip()
+        return _token(env.strip(), "AISCHED_TOKEN")
     named = os.environ.get("AISCHED_TOKEN_FILE")
     path = Path(named).expanduser() if named else default_home() / "token"
     try:
@@ -63,16 +63,28 @@ def read_token() -> str | None:
         if named:
             raise CLIError(f"AISCHED_TOKEN_FILE {path}: cannot read it") from None
         return None
+    if not stat.S_ISREG(st.st_mode):
+        raise CLIError(f"{path}: the token file is not a regular file")
     if stat.S_IMODE(st.st_mode) & 0o077:
         raise CLIError(
             f"{path}: the token file is readable by others; make it private: chmod 600 {path}"
         )
     try:
-        return path.read_text(encoding="utf-8").strip() or None
+        return _token(path.read_text(encoding="utf-8").strip(), str(path)) or None
     except OSError as e:
         raise CLIError(f"{path}: cannot read: {e.strerror or e}") from None
     except UnicodeDecodeError:
         raise CLIError(f"{path}: not UTF-8 text") from None
+
+
+def _token(token: str, where: str) -> str:
+    """A token as it may go in a header: printable ASCII, no spaces or line breaks."""
+    if token and not all("!" <= c <= "~" for c in token):
+        raise CLIError(
+            f"{where}: not a token (a token is one word of printable ASCII, as "
+            "`aisched token create` prints it)"
+        )
+    return token
 
 
 def add_server_option(p: argparse.ArgumentParser) -> None:
@@ -134,7 +146,18 @@ class Client:
         return cls(server_url(getattr(args, "server", None)))
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        return self._send(method, path, **kwargs).json()
+        return self._json(self._send(method, path, **kwargs))
+
+    def _json(self, r: httpx.Response) -> Any:
+        """The answer's JSON; an answer that has none is not from an aisched service."""
+        try:
+            return r.json()
+        except ValueError:
+            raise CLIError(
+                f"{self.url} answered {r.status_code} without JSON: it does not look like an "
+                "aisched service (--server or AISCHED_SERVER choose another)",
+                EXIT_FAILURE,
+            ) from None
 
     def text(self, path: str, params: dict[str, Any]) -> str:
         return self._send("GET", path, params=params).text
@@ -150,6 +173,13 @@ class Client:
             ) from None
         if r.status_code >= 400:
             raise CLIError(_problem_text(r), EXIT_FAILURE if r.status_code >= 500 else 2)
+        if r.is_redirect:  # aisched redirects nothing it is asked by its own commands
+            raise CLIError(
+                f"{self.url} answered {r.status_code} (a redirect to "
+                f"{r.headers.get('location', 'nowhere')}): it does not look like an aisched "
+                "service (--server or AISCHED_SERVER choose another)",
+                EXIT_FAILURE,
+            )
         return r
 
     def send_retrying(
@@ -177,7 +207,7 @@ class Client:
                         raise CLIError(
                             _problem_text(r), EXIT_FAILURE if r.status_code >= 500 else 2
                         )
-                    return r.json()
+                    return self._json(r)
             time.sleep(min(2.0**attempt, 8.0))
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -211,7 +241,12 @@ def _problem_text(r: httpx.Response) -> str:
     try:
         body = r.json()
     except ValueError:
-        return f"the service answered {r.status_code}: {r.text[:500]}"
+        first = (r.text.strip().splitlines() or [""])[0][:200]
+        return (
+            f"{r.request.url.host or 'the server'} answered {r.status_code} without JSON "
+            f"({first!r}): it does not look like an aisched service (--server or "
+            "AISCHED_SERVER choose another)"
+        )
     if isinstance(body, dict) and "error" in body:
         lines = [str(body["error"])]
         lines.extend(str(p) for p in body.get("problems") or [])

@@ -23,6 +23,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from aisched.cli import options
 from aisched.cli.client import Client, add_server_option
 from aisched.cli.columns import Cell, render
 from aisched.cli.errors import CLIError
@@ -127,12 +128,12 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("show", help="one job in detail: why it waits, its tasks, its events")
     add_server_option(p)
-    p.add_argument("id")
+    p.add_argument("id", type=options.job_id)
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("logs", help="print a job's output")
     add_server_option(p)
-    p.add_argument("id")
+    p.add_argument("id", type=options.job_id)
     p.add_argument("-f", "--follow", action="store_true", help="keep streaming until it ends")
     p.add_argument("--task", help="only this task, e.g. worker-1")
     p.add_argument("--attempt", type=int, help="an earlier attempt (default: the latest)")
@@ -140,7 +141,7 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("cancel", help="cancel jobs (running ones get SIGTERM, then SIGKILL)")
     add_server_option(p)
-    p.add_argument("ids", nargs="*", metavar="ID")
+    p.add_argument("ids", nargs="*", metavar="ID", type=options.job_id)
     bulk = p.add_argument_group(
         "many at once",
         "cancel every live job these name, in one request (an admin's take "

@@ -75,3 +75,23 @@ def add_global_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print JSON instead of a table, for every client command (also after it)",
     )
+
+
+def job_id(value: str) -> str:
+    """An argparse type: a job's ID as the service gives it (a decimal number), so that no
+    argument can make a request to another path (`1/../2`, `?x=1`)."""
+    if not (value.isascii() and value.isdigit() and len(value) <= 20):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a job ID: give the number `aisched jobs` shows"
+        )
+    return value
+
+
+def token_id(value: str) -> str:
+    """An argparse type: a token's public id (letters, digits, '-' and '_'), as `job_id`."""
+    plain = all(c.isascii() and (c.isalnum() or c in "-_") for c in value)
+    if not (plain and 0 < len(value) <= 64):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a token id: give the id `aisched token list` shows"
+        )
+    return value

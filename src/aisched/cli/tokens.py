@@ -19,6 +19,7 @@ from rich.table import Table
 
 from aisched.cli.client import Client, add_server_option
 from aisched.cli.errors import CLIError
+from aisched.cli.options import token_id
 
 
 def register(sub: Any) -> None:
@@ -36,7 +37,7 @@ def register(sub: Any) -> None:
     ls.set_defaults(func=cmd_list)
     r = tsub.add_parser("revoke", help="revoke a token by its id")
     add_server_option(r)
-    r.add_argument("id")
+    r.add_argument("id", type=token_id)
     r.set_defaults(func=cmd_revoke)
 
     a = sub.add_parser("audit", help="the audit log: cancels and actions on others' jobs (admins)")
