@@ -175,6 +175,7 @@ def test_the_autoscaler_takes_its_interval_and_metric_age_from_the_config(
         ("priority_classes", {"huge": 10**23}, "priority_classes.huge: .* less than or equal"),
         ("limits", {"user_max_jobs": -1}, "limits.user_max_jobs: .* greater than or equal"),
         ("limits", {"keep_ended": "-1d"}, "limits.keep_ended: .*'-1d' is not a duration"),
+        ("data_dir", "/tmp/x\x00y", "data_dir: holds a NUL byte"),  # a traceback from mkdir
     ],
 )
 def test_bad_settings_name_the_key(key: str, value: Any, message: str) -> None:

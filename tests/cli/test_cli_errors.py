@@ -47,6 +47,9 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str],
         (["cancel", "7", "--all-mine"],
          "error: cancel: give job IDs or --all-mine/--queue/--state, not both"),
         (["cancel", "--state", "done"], None),
+        (["up", "--cpus", "nan"], "error: --cpus: 'nan' is not a CPU count: give e.g. 4, 0.5 or "
+         "500m"),
+        (["up", "--mem", "0G"], "error: --mem: must be above 0"),
     ],
 )  # fmt: skip
 def test_a_bad_flag_is_one_error_line_and_status_2(

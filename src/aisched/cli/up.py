@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import logging
 import os
 import socket
@@ -78,7 +79,7 @@ def register(sub: Any) -> None:
         "on a CPU-only machine); with real GPUs, uses only the first N",
     )
     p.add_argument("--gpu-model", help="GPU model name for declared GPUs")
-    p.add_argument("--cpus", type=float, help="CPU cores to schedule (default: all usable)")
+    p.add_argument("--cpus", help="CPU cores to schedule, e.g. 8 (default: all usable)")
     p.add_argument("--mem", help="memory to schedule, e.g. 64G (default: all)")
     p.add_argument(
         "--memory-limit",
@@ -103,6 +104,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from aisched.service.serve import make_servers, run_servers, stop_servers
     from aisched.service.shutdown import Stopper
     from aisched.spec.errors import SpecError
+    from aisched.spec.units import parse_cpus_milli, parse_mem_mib
     from aisched.store.db import StoreError
 
     logging.basicConfig(
@@ -110,6 +112,13 @@ def cmd_up(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    try:  # in the flags' own words, as `aisched run` says them
+        cpus = None if args.cpus is None else parse_cpus_milli(args.cpus, "--cpus") / 1000
+        mem_mib = None if args.mem is None else parse_mem_mib(args.mem, "--mem")
+    except SpecError as e:
+        raise CLIError(str(e)) from None
+    if cpus == 0 or mem_mib == 0:
+        raise CLIError(f"{'--cpus' if cpus == 0 else '--mem'}: must be above 0")
     overrides: dict[str, Any] = {
         "host": args.host,
         "port": args.port,
@@ -126,7 +135,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         "node": {
             "gpus": args.gpus,
             "gpu_model": args.gpu_model,
-            "cpus": args.cpus,
+            "cpus": cpus,
             "mem": args.mem,
         },
     }
@@ -144,10 +153,12 @@ def cmd_up(args: argparse.Namespace) -> int:
     try:
         sock = _listen(config.host, config.port)
     except OSError as e:
-        raise CLIError(
-            f"cannot listen on {config.host}:{config.port}: {e.strerror or e}; another program "
-            "(another aisched up?) has it: stop it, or give --port",
-        ) from None
+        why = f"cannot listen on {config.host}:{config.port}: {e.strerror or e}"
+        if e.errno == errno.EADDRINUSE:
+            why += "; another program (another aisched up?) has it: stop it, or give --port"
+        elif isinstance(e, socket.gaierror):
+            why += " (--host takes an address or a name of this machine)"
+        raise CLIError(why) from None
     try:
         service = Service.open(config)
     except (SpecError, ServiceError, StoreError) as e:

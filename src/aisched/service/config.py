@@ -41,6 +41,15 @@ Name = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_nul(cls, v: Any) -> Any:
+        # No path, name or URL of the configuration may hold one (the OS refuses it deep in a
+        # call, as a traceback).
+        if isinstance(v, str) and "\x00" in v:
+            raise ValueError("holds a NUL byte")
+        return v
+
 
 def _duration(v: Any, what: str) -> float:
     if isinstance(v, bool):
@@ -212,6 +221,9 @@ class ServiceConfig(_Model):
     ray: Annotated[str, Field(min_length=1)] | None = None
     # How long Ray may take to start a task on its node before its gang is rolled back.
     ray_start_timeout: Any = "60s"
+    # Serve other users' jobs (as root) on a Ray cluster that takes requests without a token:
+    # any local user reaching it could then run commands as root there (docs/ray.md).
+    ray_allow_unauthenticated: bool = False
     # Learn runtimes from finished jobs (median and upper bound for qssf, backfill and ETAs).
     predict_runtimes: bool = True
     # Services: how often the autoscaler probes replicas and decides, and how old a load figure
