@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from math import inf
 from typing import Any
 
 from aisched.core.actions.allocate import Allocate
@@ -81,8 +82,8 @@ def make(kind: str, entry: Any, path: str) -> Any:
 def make_score(entry: Any, path: str) -> WeightedScore:
     name, args = _split(entry, path)
     weight = args.pop("weight", 1.0)
-    if isinstance(weight, bool) or not isinstance(weight, int | float) or weight < 0:
-        raise PolicyError(f"policy.{path}.weight: expected a non-negative number")
+    if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight < inf:
+        raise PolicyError(f"policy.{path}.weight: expected a non-negative finite number")
     return WeightedScore(_construct("score", name, args, path), float(weight))
 
 

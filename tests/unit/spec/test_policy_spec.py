@@ -58,6 +58,10 @@ def test_a_file_means_what_its_preset_means(tmp_path: Path) -> None:
             "policy.actions[0]: by must be 'priority' or 'order'",
         ),
         ("actions: [enqueue]\nscore: [{name: binpack, weight: -1}]\n", "policy.score[0].weight"),
+        (
+            "actions: [enqueue]\nscore: [{name: binpack, weight: .nan}]\n",
+            "policy.score[0].weight: expected a non-negative finite number",
+        ),
         ("actions: [enqueue]\norder: [{name: las, thresholds_gpu_s: [10, 5]}]\n", "increasing"),
         ("actions: []\n", "policy.actions: at least one action is required"),
         ("actions: [enqueue\n", "p.yaml:2:1: YAML syntax error"),
