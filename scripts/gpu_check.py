@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -443,6 +444,9 @@ def phase_ray(c: Check, out: Path) -> None:
     first = mem.split()[0] if mem.split() and mem.split()[0].isdigit() else ""
     labels = "aisched/name=gpunode" + (f",aisched/gpu-mem={first}M" if first else "")
     ray_bin = str(Path(PY).parent / "ray")
+    # A shared cluster asks for its token (aisched up as root refuses one that does not); the
+    # service started below inherits it from this process.
+    os.environ.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)})
     env = {**os.environ, "RAY_enable_metrics_collection": "0"}
     started = subprocess.run(
         [ray_bin, "start", "--head", f"--port={port}", "--num-cpus=4",

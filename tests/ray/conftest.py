@@ -14,6 +14,7 @@ Skipped, with the reason, when Ray is not installed (`pip install -e '.[dev]'` i
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 
 from harness import Service, free_port  # noqa: E402
+from ray_harness import RAY_AUTH  # noqa: E402
 from users import local_users  # noqa: E402, F401 - real local users, for tests/ray/test_ray_users.py
+
+# Ray reads its auth mode once, when it is imported: the token is this process's before that.
+os.environ.update(RAY_AUTH)
 
 # Not importorskip here: a conftest cannot skip; the tests skip (with this reason) instead.
 try:

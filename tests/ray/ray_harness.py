@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,7 +12,11 @@ from harness import cancel_all as cancel_every_job
 MIB = 1 << 20
 OBJECT_STORE_BYTES = 80 * MIB
 # Keeps Ray from pre-starting idle Python workers on every node (2 cores are shared).
+# As a shared cluster must run: clients without the token are refused (aisched up as root
+# refuses a cluster that takes them; tests/ray/test_ray_auth.py).
+RAY_AUTH = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
 RAY_ENV = {
+    **RAY_AUTH,
     "RAY_enable_worker_prestart": "0",
     "RAY_prestart_worker_first_driver": "0",
     "RAY_enable_metrics_collection": "0",

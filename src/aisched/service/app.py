@@ -318,6 +318,33 @@ def _local_executor(config: ServiceConfig, home: Path) -> tuple[Executor, list[s
     return executor, [*notes, *found]
 
 
+def _ray_auth(address: str, allow_open: bool) -> str:
+    """The start-up line on Ray's token authentication; a ServiceError when the cluster takes
+    requests without a token and this service runs other users' jobs (as root), unless the
+    operator said to allow that (`ray_allow_unauthenticated`)."""
+    from aisched.executors.ray_auth import RayAuthUnknown, open_to_anyone
+
+    try:
+        is_open = open_to_anyone(address)
+    except RayAuthUnknown as e:
+        is_open, why = True, f"could not tell whether it asks for a token ({e})"
+    else:
+        why = "takes requests without a token"
+    if not is_open:
+        return "Ray: the cluster asks for its token (RAY_AUTH_MODE=token)"
+    risk = (
+        f"the Ray cluster at {address} {why}: any local user of its machines who reaches it "
+        "could run commands as root there, or as another user (docs/ray.md, Security)"
+    )
+    if os.geteuid() == 0 and not allow_open:
+        raise ServiceError(
+            f"{risk}. Start Ray with RAY_AUTH_MODE=token on every node and aisched up with "
+            "its token (RAY_AUTH_TOKEN, or ~/.ray/auth_token), or set "
+            "ray_allow_unauthenticated: true to accept that"
+        )
+    return f"Ray: {risk}"
+
+
 def _ray_executor(config: ServiceConfig, address: str, home: Path) -> tuple[Executor, list[str]]:
     from aisched.executors.gpu_watchdog import GpuMemoryWatchdog, OverAction
 
@@ -333,6 +360,7 @@ def _ray_executor(config: ServiceConfig, address: str, home: Path) -> tuple[Exec
         ray_executor.connect(address)
     except ray_executor.RayConnectError as e:
         raise ServiceError(str(e)) from None
+    auth_note = _ray_auth(address, config.ray_allow_unauthenticated)
     executor = ray_executor.RayExecutor(
         ray_executor.namespace_for(str(home.resolve())),
         start_timeout_s=config.ray_start_timeout_s(),
@@ -347,4 +375,4 @@ def _ray_executor(config: ServiceConfig, address: str, home: Path) -> tuple[Exec
         raise ServiceError(
             f"the Ray cluster at {address} has no node with CPUs or GPUs to schedule on"
         )
-    return executor, [f"Ray cluster at {address}"]
+    return executor, [f"Ray cluster at {address}", auth_note]
