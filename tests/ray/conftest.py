@@ -96,6 +96,8 @@ def ray_service(
         (tmp_path / "aisched.json").write_text(json.dumps(config.args[0]))
         extra += ["--config", str(tmp_path / "aisched.json")]
     svc = Service(tmp_path / "home", free_port(), work, ["--ray", ray_cluster.address, *extra])
+    # Started apart from Ray, as on a real cluster: its PATH is not the Ray workers'.
+    svc.extra_env["PATH"] = "/opt/aisched-service/bin:" + os.environ.get("PATH", "")
     svc.home.mkdir()
     svc.start(timeout_s=90)
     try:

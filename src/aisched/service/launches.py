@@ -28,7 +28,9 @@ from aisched.executors.base import (
     contract_env,
     master_addr_for,
 )
+from aisched.executors.runas import USER_PATH, ordinary_account
 from aisched.service import failpoints
+from aisched.service.identity import service_user
 from aisched.service.live import Batch, LiveJob, Requests, TaskPhase
 from aisched.service.paths import made_by_service
 from aisched.service.replicas import HOST_ENV
@@ -72,6 +74,10 @@ class Launches(SchedulerState):
                     "which it lacks"
                 )
             env = dict(self.config.base_env)
+            if lj.job.user != service_user() and ordinary_account(lj.job.user):
+                # That user's usual PATH, not the service's own (root's): said here, since the
+                # worker that starts it on a Ray node has a PATH of its own to compare with.
+                env["PATH"] = USER_PATH
             env.update(group.env)
             if lj.job.replica_of is not None:  # where to listen: its node's address
                 env[HOST_ENV] = self.node_address(t.binding.node)
