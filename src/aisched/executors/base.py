@@ -173,8 +173,8 @@ class Executor(Protocol):
         it ended in the meantime, and the event says how (kind exited, stopped or oom); LOST:
         nothing says how it ended, whatever was left of it has been killed, and the event
         (kind LOST) says why. Never runs the task again. An executor that can find a task
-        from its key alone accepts a handle with empty `data` (the scheduler died before it
-        could store the handle `launch` returned)."""
+        from its key alone accepts a handle whose `data` holds only `log_path` (the scheduler
+        died before it could store the handle `launch` returned)."""
         ...
 
     def set_wakeup(self, wakeup: Callable[[], None]) -> None:

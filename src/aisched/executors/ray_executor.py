@@ -47,9 +47,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import os
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,7 +76,7 @@ from aisched.executors.base import (
 from aisched.executors.gpu_watchdog import GPU_CHECK_INTERVAL_S, TaskGpuMemory
 from aisched.executors.ray_agent import NodeAgent
 from aisched.executors.ray_nodes import RayNode, nodes_from_ray
-from aisched.executors.ray_task import MakeWatchdog
+from aisched.executors.ray_task import MakeWatchdog, exit_record_path, recorded_exit
 from aisched.executors.supervisor import LOG_MAX_BYTES, LOG_MAX_FILES
 from aisched.model.cluster import Node
 from aisched.model.job import ContainerSpec
@@ -94,6 +96,13 @@ WAIT_SLICE_S = 0.2
 # is asked again this often, until Ray either reaches it or declares its node dead.
 UNAVAILABLE_RETRY_S = 1.0
 CONNECT_PROBE_S = 5.0
+# How long the watcher waits for the GCS to accept a connection before it calls Ray unreachable.
+GCS_PROBE_S = 1.0
+# How long this process's Ray driver keeps trying to reach a GCS that went away before Ray
+# terminates the whole process (Ray's default: 60 s). The service must outlive an outage of
+# the GCS: a year, in effect never.
+GCS_RECONNECT_TIMEOUT_S = 365 * 24 * 3600
+GCS_RECONNECT_ENV = "RAY_gcs_rpc_server_reconnect_timeout_s"  # Ray's own spelling
 
 _RemoteAgent: Any = ray.remote(NodeAgent)
 # Ray's stubs type get() by its argument; our references are untyped actor-call results.
@@ -118,6 +127,8 @@ class _Tracked:
     node_id: str = ""
     start_args: tuple[Any, ...] = ()  # what `start` is (re)sent with: spec, watchdog, group
     stopping: bool = False  # a stop was asked: it ends soon, its gang is not re-reserved
+    exit_record: str = ""  # where its runner records its end (see ray_task.exit_record_path)
+    launch_id: str = ""  # this launch's id, in its exit record
 
 
 @dataclass(slots=True)
@@ -148,6 +159,9 @@ def connect(address: str) -> None:
         return
     if address != "auto":
         _probe(address)
+    # Read by Ray's C++ core when it starts in this process (set over whatever the environment
+    # said: the service never dies of an outage of the GCS; see RayExecutor.unavailable).
+    os.environ[GCS_RECONNECT_ENV] = str(GCS_RECONNECT_TIMEOUT_S)
     try:
         ray.init(
             address=address,
@@ -332,11 +346,14 @@ class RayExecutor:
     ) -> TaskHandle:
         key = req.key
         agent = self._agent(rn.node_id)
+        launch_id = uuid.uuid4().hex
         spec = {
             **_spec(req, self._gpu_check_s, req.container, self._namespace),
             "log_max_bytes": self._log_cap[0],
             "log_max_files": self._log_cap[1],
+            "launch": launch_id,
         }
+        record = exit_record_path(req.log_path)
         start_args = (spec, self._gpu_watchdog, group)
         start_ref = agent.start.remote(list(key), *start_args)
         with self._lock:
@@ -351,6 +368,8 @@ class RayExecutor:
                 gpus=tuple(req.gpus),
                 node_id=rn.node_id,
                 start_args=start_args,
+                exit_record=record,
+                launch_id=launch_id,
             )
         return TaskHandle(
             key=key,
@@ -363,6 +382,8 @@ class RayExecutor:
                 "placement_group_name": gang_name if group is not None else None,
                 "gpu_share": _gpu_share(req),
                 "gpus": list(req.gpus),
+                "exit_record": record,
+                "launch": launch_id,
             },
         )
 
@@ -416,10 +437,31 @@ class RayExecutor:
             return [self._gpu_usage[k] for k in sorted(self._gpu_usage) if k in self._tracked]
 
     def adopt(self, handle: TaskHandle) -> tuple[AdoptState, TaskExited | None]:
+        """As the protocol says; a task its agent cannot account for (the agent is gone, or
+        is a new one) is looked for in its exit record first, and is LOST only without one:
+        a task that ended while no agent remembered it is never run again."""
         key = handle.key
         with self._lock:
             if key in self._tracked:
                 return AdoptState.RUNNING, None
+        state, ended = self._adopt(handle)
+        if state == AdoptState.LOST and (recorded := self._recorded(handle)) is not None:
+            return AdoptState.EXITED, recorded
+        return state, ended
+
+    def _recorded(self, handle: TaskHandle) -> TaskExited | None:
+        """The end of the task of `handle` from its exit record, if it wrote one."""
+        data = handle.data
+        path = data.get("exit_record") or (
+            exit_record_path(str(data["log_path"])) if data.get("log_path") else None
+        )
+        if not path:
+            return None
+        rec = recorded_exit(str(path), handle.key, str(data.get("launch") or "") or None)
+        return None if rec is None else exit_from_record(handle.key, rec)
+
+    def _adopt(self, handle: TaskHandle) -> tuple[AdoptState, TaskExited | None]:
+        key = handle.key
         node_id = str(handle.data.get("node_id") or "")
         if not node_id and (rn := self._ray_nodes.get(handle.node)) is not None:
             # A launch committed without a handle: the agent of the node it was bound to gives
@@ -472,6 +514,8 @@ class RayExecutor:
                 time.monotonic(),
                 gpus=tuple(int(g) for g in handle.data.get("gpus") or ()),
                 node_id=node_id,
+                exit_record=str(handle.data.get("exit_record") or ""),
+                launch_id=str(handle.data.get("launch") or ""),
             )
         return AdoptState.RUNNING, None
 
@@ -541,7 +585,7 @@ class RayExecutor:
                 return self._ask_again(t)
             except Exception as e:
                 why = f"could not start on {t.node}: {self._died(t, e)}"
-                return self._end(t, _lost(t.key, why))
+                return self._end(t, self._recorded_or_lost(t, why))
             if "exit" in started:
                 return self._end(t, exit_from_record(t.key, started["exit"]))
             if started.get("unknown"):
@@ -560,10 +604,19 @@ class RayExecutor:
         except ActorUnavailableError:
             return self._ask_again(t)
         except Exception as e:
-            return self._end(t, _lost(t.key, self._died(t, e)))
+            return self._end(t, self._recorded_or_lost(t, self._died(t, e)))
         for line in result.get("gpu_reports") or ():
             log.warning("%s", line)
         return self._end(t, exit_from_record(t.key, result))
+
+    def _recorded_or_lost(self, t: _Tracked, why: str) -> TaskExited:
+        """A task whose agent died: ended as its exit record says, if it wrote one before (it
+        ended, and the agent died before it could tell), else LOST for `why`."""
+        if t.exit_record:
+            rec = recorded_exit(t.exit_record, t.key, t.launch_id or None)
+            if rec is not None:
+                return exit_from_record(t.key, rec)
+        return _lost(t.key, why)
 
     def _check_gpu_memory(self) -> None:
         """Collects the answers of the watchdogs asked before (never waiting), writes what

@@ -1,0 +1,102 @@
+"""Faults of the Ray cluster itself, on a real local multi-node cluster, with the real
+`aisched up --ray`:
+
+- a task that ended while aisched was not running, and whose node agent is gone since (the
+  agent's memory, where its result was, went with it: a Ray node or the whole cluster went
+  down), is accounted for from its exit record on shared storage, with its exit code, when
+  aisched starts again, and never run a second time.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from harness import Service, wait_for
+from ray_harness import RayCluster
+
+from aisched.executors.ray_executor import namespace_for
+
+ray = pytest.importorskip(
+    "ray", reason="Ray is not installed: pip install -e '.[ray]' (or '.[dev]') to run these"
+)
+
+PY = sys.executable
+# Appends "start JOB RESTART" to events.log, blocks until `release` exists, appends "end JOB
+# RESTART" and exits 0.
+TASK = textwrap.dedent(
+    """
+    import os, time
+    me = f"{os.environ['AISCHED_JOB_ID']} {os.environ['AISCHED_RESTART_COUNT']}"
+    def log(line):
+        with open("events.log", "a") as f:
+            f.write(f"{line} {me}\\n")
+    log("start")
+    while not os.path.exists("release"):
+        time.sleep(0.1)
+    log("end")
+    """
+)
+
+
+def submit(svc: Service, name: str) -> str:
+    (svc.work / "task.py").write_text(TASK)
+    doc = {
+        "name": name,
+        "restart": {"policy": "on-failure", "max_retries": 2, "backoff": "1s"},
+        "tasks": [
+            {
+                "name": "worker",
+                "command": [PY, "task.py"],
+                "resources": {"cpus": 0.5, "mem": "128M"},
+            }
+        ],
+    }
+    path = svc.work / f"{name}.json"
+    path.write_text(json.dumps(doc))
+    return str(svc.cli_json("submit", str(path))["id"])
+
+
+def lines(svc: Service, job_id: str, what: str = "start") -> list[str]:
+    path = svc.work / "events.log"
+    got = path.read_text().splitlines() if path.exists() else []
+    return [line for line in got if line.split()[:2] == [what, job_id]]
+
+
+def kill_agents(address: str, data_dir: Path) -> int:
+    """Kills every node agent of the service on `data_dir`, as a node's (or the cluster's)
+    death would; returns how many there were."""
+    if not ray.is_initialized():
+        ray.init(address=address, log_to_driver=False, logging_level="WARNING")
+    ns = namespace_for(str(data_dir.resolve()))
+    named = [a for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == ns]
+    for a in named:
+        ray.kill(ray.get_actor(a["name"], namespace=ns))
+    return len(named)
+
+
+def test_a_task_that_ended_unseen_and_whose_agent_is_gone_is_recorded_and_not_run_again(
+    ray_service: Service, ray_cluster: RayCluster
+) -> None:
+    svc = ray_service
+    jid = submit(svc, "ended-unseen")
+    wait_for("the task to start", lambda: lines(svc, jid), 60)
+    svc.kill9()  # its task is held by a detached agent: it runs on
+    (svc.work / "release").touch()
+    wait_for("the task to end, with no scheduler watching", lambda: lines(svc, jid, "end"), 30)
+    record = svc.home / "logs" / jid / "1" / "worker-0.log.exit.json"
+    deadline = time.monotonic() + 10  # its end recorded just after (none without the fix)
+    while not record.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert kill_agents(ray_cluster.address, svc.home) >= 1
+
+    svc.start(timeout_s=90)
+    job = svc.wait_state(jid, "succeeded", "failed", "pending", timeout_s=30)
+    # Its end as it was (exit 0: the job succeeded), not "lost" and retried: run once.
+    assert (job["state"], job["exit_code"]) == ("succeeded", 0), job["events"]
+    assert not any("lost" in e["message"] for e in job["events"]), job["events"]
+    assert lines(svc, jid) == [f"start {jid} 0"]
