@@ -206,6 +206,20 @@ class GangLauncher(Protocol):
     def launch_gang(self, reqs: Sequence[TaskLaunch]) -> list[TaskHandle | LaunchError]: ...
 
 
+@runtime_checkable
+class Availability(Protocol):
+    """An executor whose nodes are behind a service of their own (Ray's GCS) says while it
+    cannot start tasks at all. `unavailable` is called by the loop before each cycle and by
+    readiness checks, from any thread; it must be cheap. A line saying why, or None."""
+
+    def unavailable(self) -> str | None: ...
+
+
+def unavailable(executor: object) -> str | None:
+    """Why `executor` cannot start tasks now, or None (always None for one that cannot tell)."""
+    return executor.unavailable() if isinstance(executor, Availability) else None
+
+
 def master_addr_for(executor: object, node: str, default: str) -> str:
     """MASTER_ADDR for a gang whose rank 0 runs on `node`."""
     if isinstance(executor, NodeAddresses):
