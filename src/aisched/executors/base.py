@@ -173,8 +173,8 @@ class Executor(Protocol):
         it ended in the meantime, and the event says how (kind exited, stopped or oom); LOST:
         nothing says how it ended, whatever was left of it has been killed, and the event
         (kind LOST) says why. Never runs the task again. An executor that can find a task
-        from its key alone accepts a handle with empty `data` (the scheduler died before it
-        could store the handle `launch` returned)."""
+        from its key alone accepts a handle whose `data` holds only `log_path` (the scheduler
+        died before it could store the handle `launch` returned)."""
         ...
 
     def set_wakeup(self, wakeup: Callable[[], None]) -> None:
@@ -204,6 +204,20 @@ class GangLauncher(Protocol):
     It starts all of them or none (then every answer is a LaunchError)."""
 
     def launch_gang(self, reqs: Sequence[TaskLaunch]) -> list[TaskHandle | LaunchError]: ...
+
+
+@runtime_checkable
+class Availability(Protocol):
+    """An executor whose nodes are behind a service of their own (Ray's GCS) says while it
+    cannot start tasks at all. `unavailable` is called by the loop before each cycle and by
+    readiness checks, from any thread; it must be cheap. A line saying why, or None."""
+
+    def unavailable(self) -> str | None: ...
+
+
+def unavailable(executor: object) -> str | None:
+    """Why `executor` cannot start tasks now, or None (always None for one that cannot tell)."""
+    return executor.unavailable() if isinstance(executor, Availability) else None
 
 
 def master_addr_for(executor: object, node: str, default: str) -> str:

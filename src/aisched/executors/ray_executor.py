@@ -38,6 +38,12 @@ Invariants:
   the data directory, their placement groups detached): a restarted `aisched up --ray` adopts
   them through their agent, by name. A placement group of ours that no task claims any more
   (every task of it ended while no scheduler watched) is removed by a sweep.
+- a task is LOST only when neither its agent nor its exit record (`ray_task.exit_record_path`,
+  written on its node once it ended) says how it ended: one that ended is never run again.
+- the service outlives an outage of the GCS: the driver in this process is kept from
+  terminating (`connect`), the GCS is probed before the calls that would wait on it, and
+  while it does not answer `unavailable` says why (the loop holds new launches, readiness
+  reports it) and the tasks are watched through their agents alone.
 
 Importing this module imports Ray; nothing else in aisched does, so Ray stays optional.
 """
@@ -47,9 +53,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import os
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,7 +82,7 @@ from aisched.executors.base import (
 from aisched.executors.gpu_watchdog import GPU_CHECK_INTERVAL_S, TaskGpuMemory
 from aisched.executors.ray_agent import NodeAgent
 from aisched.executors.ray_nodes import RayNode, nodes_from_ray
-from aisched.executors.ray_task import MakeWatchdog
+from aisched.executors.ray_task import MakeWatchdog, exit_record_path, recorded_exit
 from aisched.executors.supervisor import LOG_MAX_BYTES, LOG_MAX_FILES
 from aisched.model.cluster import Node
 from aisched.model.job import ContainerSpec
@@ -94,6 +102,13 @@ WAIT_SLICE_S = 0.2
 # is asked again this often, until Ray either reaches it or declares its node dead.
 UNAVAILABLE_RETRY_S = 1.0
 CONNECT_PROBE_S = 5.0
+# How long the watcher waits for the GCS to accept a connection before it calls Ray unreachable.
+GCS_PROBE_S = 1.0
+# How long this process's Ray driver keeps trying to reach a GCS that went away before Ray
+# terminates the whole process (Ray's default: 60 s). The service must outlive an outage of
+# the GCS: a year, in effect never.
+GCS_RECONNECT_TIMEOUT_S = 365 * 24 * 3600
+GCS_RECONNECT_ENV = "RAY_gcs_rpc_server_reconnect_timeout_s"  # Ray's own spelling
 
 _RemoteAgent: Any = ray.remote(NodeAgent)
 # Ray's stubs type get() by its argument; our references are untyped actor-call results.
@@ -118,6 +133,8 @@ class _Tracked:
     node_id: str = ""
     start_args: tuple[Any, ...] = ()  # what `start` is (re)sent with: spec, watchdog, group
     stopping: bool = False  # a stop was asked: it ends soon, its gang is not re-reserved
+    exit_record: str = ""  # where its runner records its end (see ray_task.exit_record_path)
+    launch_id: str = ""  # this launch's id, in its exit record
 
 
 @dataclass(slots=True)
@@ -148,6 +165,9 @@ def connect(address: str) -> None:
         return
     if address != "auto":
         _probe(address)
+    # Read by Ray's C++ core when it starts in this process (set over whatever the environment
+    # said: the service never dies of an outage of the GCS; see RayExecutor.unavailable).
+    os.environ[GCS_RECONNECT_ENV] = str(GCS_RECONNECT_TIMEOUT_S)
     try:
         ray.init(
             address=address,
@@ -225,6 +245,13 @@ class RayExecutor:
         # Task -> its gang's group id now (re-reserving moves the rest to a new group).
         self._gang_of: dict[TaskKey, str] = {}
         self._next_sweep = time.monotonic() + SWEEP_S
+        # The GCS this driver is connected to, and its session: a GCS that went away is
+        # probed (a TCP connect) before any call that would block on it, and one that comes
+        # back is believed only with the same session (a new cluster crashes Ray's driver).
+        self._gcs_address = str(ray.get_runtime_context().gcs_address)
+        self._session = _session_here()
+        self._unreachable: str | None = None  # why new launches are held, while they are
+        self._replaced = False  # the cluster came back as a new one: never usable again
         self._refresh_nodes()
         self._next_refresh = time.monotonic() + refresh_s
         self._thread = threading.Thread(target=self._watch, name="aisched-ray", daemon=True)
@@ -232,9 +259,14 @@ class RayExecutor:
 
     # --- the protocol ----------------------------------------------------------------------
 
+    def unavailable(self) -> str | None:
+        """Why no task can be started now (the GCS is unreachable), or None (`Availability`)."""
+        return self._unreachable
+
     def info(self) -> ExecutorInfo:
         notes = [
             f"Ray cluster: {len(self._nodes)} node(s), namespace {self._namespace}",
+            *([self._unreachable] if self._unreachable else []),
             "memory is reserved in Ray's accounting, not enforced on the process",
             "each gang reserves through one placement group; each node's agent starts its "
             "tasks, pinned to the cores it chose there",
@@ -309,6 +341,8 @@ class RayExecutor:
         key = req.key
         if self._closed.is_set():
             return f"task {_show(key)}: the executor is closed"
+        if (why := self._unreachable) is not None:
+            return f"task {_show(key)}: not started: {why}"
         rn = self._ray_nodes.get(req.node)
         if rn is None:
             return f"task {_show(key)}: node {req.node!r} is not in the Ray cluster"
@@ -332,11 +366,14 @@ class RayExecutor:
     ) -> TaskHandle:
         key = req.key
         agent = self._agent(rn.node_id)
+        launch_id = uuid.uuid4().hex
         spec = {
             **_spec(req, self._gpu_check_s, req.container, self._namespace),
             "log_max_bytes": self._log_cap[0],
             "log_max_files": self._log_cap[1],
+            "launch": launch_id,
         }
+        record = exit_record_path(req.log_path)
         start_args = (spec, self._gpu_watchdog, group)
         start_ref = agent.start.remote(list(key), *start_args)
         with self._lock:
@@ -351,6 +388,8 @@ class RayExecutor:
                 gpus=tuple(req.gpus),
                 node_id=rn.node_id,
                 start_args=start_args,
+                exit_record=record,
+                launch_id=launch_id,
             )
         return TaskHandle(
             key=key,
@@ -363,6 +402,8 @@ class RayExecutor:
                 "placement_group_name": gang_name if group is not None else None,
                 "gpu_share": _gpu_share(req),
                 "gpus": list(req.gpus),
+                "exit_record": record,
+                "launch": launch_id,
             },
         )
 
@@ -416,10 +457,31 @@ class RayExecutor:
             return [self._gpu_usage[k] for k in sorted(self._gpu_usage) if k in self._tracked]
 
     def adopt(self, handle: TaskHandle) -> tuple[AdoptState, TaskExited | None]:
+        """As the protocol says; a task its agent cannot account for (the agent is gone, or
+        is a new one) is looked for in its exit record first, and is LOST only without one:
+        a task that ended while no agent remembered it is never run again."""
         key = handle.key
         with self._lock:
             if key in self._tracked:
                 return AdoptState.RUNNING, None
+        state, ended = self._adopt(handle)
+        if state == AdoptState.LOST and (recorded := self._recorded(handle)) is not None:
+            return AdoptState.EXITED, recorded
+        return state, ended
+
+    def _recorded(self, handle: TaskHandle) -> TaskExited | None:
+        """The end of the task of `handle` from its exit record, if it wrote one."""
+        data = handle.data
+        path = data.get("exit_record") or (
+            exit_record_path(str(data["log_path"])) if data.get("log_path") else None
+        )
+        if not path:
+            return None
+        rec = recorded_exit(str(path), handle.key, str(data.get("launch") or "") or None)
+        return None if rec is None else exit_from_record(handle.key, rec)
+
+    def _adopt(self, handle: TaskHandle) -> tuple[AdoptState, TaskExited | None]:
+        key = handle.key
         node_id = str(handle.data.get("node_id") or "")
         if not node_id and (rn := self._ray_nodes.get(handle.node)) is not None:
             # A launch committed without a handle: the agent of the node it was bound to gives
@@ -472,6 +534,8 @@ class RayExecutor:
                 time.monotonic(),
                 gpus=tuple(int(g) for g in handle.data.get("gpus") or ()),
                 node_id=node_id,
+                exit_record=str(handle.data.get("exit_record") or ""),
+                launch_id=str(handle.data.get("launch") or ""),
             )
         return AdoptState.RUNNING, None
 
@@ -525,12 +589,53 @@ class RayExecutor:
             self._check_gpu_memory()
         if time.monotonic() >= self._next_refresh:
             self._next_refresh = time.monotonic() + self._refresh_s
-            changed |= self._refresh_nodes()
-        if time.monotonic() >= self._next_sweep:
+            before = self._unreachable
+            if self._check_gcs():
+                changed |= self._refresh_nodes()
+            changed |= self._unreachable != before
+        if time.monotonic() >= self._next_sweep and self._unreachable is None:
             self._next_sweep = time.monotonic() + SWEEP_S
             self._sweep_groups()
         if changed and self._wakeup is not None:
             self._wakeup()
+
+    def _check_gcs(self) -> bool:
+        """Whether Ray's GCS can be called now. Calls into Ray that need the GCS (the node
+        table, placement groups) block while it is down, and the driver in this process is
+        kept from terminating then (see `connect`); so it is probed first, and while it does
+        not answer, `unavailable` says why: new launches are held, groups are left as they
+        are, and the tasks are watched through their agents, which need no GCS."""
+        addr = self._gcs_address
+        why = _gcs_refusal(addr)
+        if why is None and self._unreachable is not None and not self._replaced:
+            session = _session_at(addr)
+            if session is None:
+                why = "it accepts connections but does not answer yet"
+            elif self._session and session != self._session:
+                self._replaced = True
+        if self._replaced:
+            why = (
+                "it came back as a new Ray cluster (its GCS lost its state): this service "
+                "cannot use it; restart aisched, which accounts for every task from its agent "
+                "or its exit record"
+            )
+        with self._lock:
+            was = self._unreachable
+            if why is None:
+                self._unreachable = None
+            elif was is None:
+                since = time.strftime("%H:%M:%S")
+                self._unreachable = (
+                    f"the Ray cluster is unreachable: its GCS at {addr}: {why} (since {since});"
+                    " new launches are held"
+                )
+            elif self._replaced and "new Ray cluster" not in was:
+                self._unreachable = f"the Ray cluster at {addr}: {why}; new launches are held"
+        if why is not None and was is None:
+            log.warning("%s", self._unreachable)
+        elif why is None and was is not None:
+            log.warning("the Ray cluster's GCS at %s answers again: launching again", addr)
+        return why is None
 
     def _on_ready(self, t: _Tracked, ref: Any) -> bool:
         """A start or a wait finished. Returns True when an event was produced."""
@@ -541,7 +646,7 @@ class RayExecutor:
                 return self._ask_again(t)
             except Exception as e:
                 why = f"could not start on {t.node}: {self._died(t, e)}"
-                return self._end(t, _lost(t.key, why))
+                return self._end(t, self._recorded_or_lost(t, why))
             if "exit" in started:
                 return self._end(t, exit_from_record(t.key, started["exit"]))
             if started.get("unknown"):
@@ -560,10 +665,19 @@ class RayExecutor:
         except ActorUnavailableError:
             return self._ask_again(t)
         except Exception as e:
-            return self._end(t, _lost(t.key, self._died(t, e)))
+            return self._end(t, self._recorded_or_lost(t, self._died(t, e)))
         for line in result.get("gpu_reports") or ():
             log.warning("%s", line)
         return self._end(t, exit_from_record(t.key, result))
+
+    def _recorded_or_lost(self, t: _Tracked, why: str) -> TaskExited:
+        """A task whose agent died: ended as its exit record says, if it wrote one before (it
+        ended, and the agent died before it could tell), else LOST for `why`."""
+        if t.exit_record:
+            rec = recorded_exit(t.exit_record, t.key, t.launch_id or None)
+            if rec is not None:
+                return exit_from_record(t.key, rec)
+        return _lost(t.key, why)
 
     def _check_gpu_memory(self) -> None:
         """Collects the answers of the watchdogs asked before (never waiting), writes what
@@ -658,15 +772,21 @@ class RayExecutor:
             rest = [self._tracked.get(k) for k in sorted(gang.keys)]
             if not gang.keys:
                 del self._gangs[gang_id]
-            elif mine is None or any(
-                r is None or r.start_ref is not None or r.stopping or r.key not in gang.bundles
-                for r in rest
+            elif (
+                mine is None
+                or self._unreachable is not None  # re-reserved once the GCS answers, if ever
+                or any(
+                    r is None or r.start_ref is not None or r.stopping or r.key not in gang.bundles
+                    for r in rest
+                )
             ):
                 # Nothing to give back, or not now (one still waits for the group, or is
                 # ending too: a cancel): held until the next end, or the gang's last.
                 return
             else:
                 del self._gangs[gang_id]
+        if self._unreachable is not None:
+            return  # no task claims its group now: the sweep removes it once the GCS answers
         _remove_group(gang.group)
         if not gang.keys:
             return
@@ -707,7 +827,8 @@ class RayExecutor:
             _remove_group(PlacementGroup(PlacementGroupID.from_hex(gid)))
 
     def _died(self, t: _Tracked, e: Exception) -> str:
-        self._refresh_nodes()
+        if self._unreachable is None:
+            self._refresh_nodes()
         with self._lock:  # the next task there gets a new agent
             if self._agents.get(t.node_id) is t.agent:
                 del self._agents[t.node_id]
@@ -729,6 +850,41 @@ class RayExecutor:
         for node_id in new:  # started now, so that a first gang there does not wait for it
             self._agent(node_id)
         return True
+
+
+def _gcs_refusal(address: str) -> str | None:
+    """Why the GCS at `address` (HOST:PORT) does not take a connection now, or None."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=GCS_PROBE_S):
+            return None
+    except (OSError, ValueError) as e:
+        return str(getattr(e, "strerror", None) or e)
+
+
+def _session_here() -> str:
+    """The session name of the Ray cluster this driver joined ("" if Ray does not say)."""
+    try:
+        node: Any = ray._private.worker.global_worker.node
+        return str(node.session_name)
+    except Exception:
+        return ""
+
+
+def _session_at(address: str) -> str | None:
+    """The session name of the Ray cluster whose GCS is at `address`, asked by a client of its
+    own (never the driver's: that one aborts the process on a GCS of another cluster); None
+    when it does not answer."""
+    try:
+        from ray._raylet import GcsClient  # type: ignore[attr-defined]
+
+        got = GcsClient(address=address).internal_kv_get(
+            b"session_name", b"session", timeout=GCS_PROBE_S
+        )
+    except Exception as e:
+        log.debug("session of the GCS at %s: %s", address, e)
+        return None
+    return got.decode() if isinstance(got, bytes) else None
 
 
 def _bundle(req: TaskLaunch) -> dict[str, float]:

@@ -17,11 +17,20 @@ task by CPU affinity, a container by its cpuset. A container outlives the proces
 it, so each one gets a reaper: a small process of its own session that removes the container
 if the agent's process dies (killed, or its node shut down) before the task's end did.
 
-Invariants: the command is started at most once per runner; `wait` returns exactly one result,
-after the whole process group has been killed; the process gets exactly the environment it was
-given (not the Ray worker's: Ray's own CUDA_VISIBLE_DEVICES must not leak into it). The process
-is started from a thread that lives until it ends, with a parent-death signal, so a task whose
-agent (or node) dies is killed with it instead of running on unseen.
+A task's end is also written, whole (`supervisor.write_json_atomic`), to its exit record beside
+its log (`exit_record_path`: `LOG.exit.json`, on the data directory's shared storage), with the
+task's key and launch id, so a scheduler that restarts after the agent's memory is gone (its
+node, or the whole Ray cluster, went down) still finds how the task ended instead of running it
+again; as the local supervisor's `exit.json`, it is retried until written.
+
+Invariants: the command is started at most once per runner, and never for a task whose exit
+record exists (it ran and ended before); the exit record is written once the whole process
+group has been killed, so a record means the task has ended; `wait` returns exactly one result,
+after the whole process group has been killed and its record written; the process gets exactly
+the environment it was given (not the Ray worker's: Ray's own CUDA_VISIBLE_DEVICES must not
+leak into it). The process is started from a thread that lives until it ends, with a
+parent-death signal, so a task whose agent (or node) dies is killed with it instead of running
+on unseen.
 
 Standard library and aisched's standard-library modules only (NVML is imported, on the node,
 only when the watchdog looks for it): it runs inside Ray worker processes, which import this
@@ -66,6 +75,25 @@ MakeWatchdog = Callable[[], GpuMemoryWatchdog]
 # "finished_at": float, "gpu_reports": [str]}; the kinds are those of `ExitKind`, and
 # gpu_reports the watchdog's lines for the scheduler's log that `gpu_memory` did not hand out.
 Result = dict[str, Any]
+
+# A write of the exit record that failed (a full disk) is tried again this often.
+EXIT_RETRY_S = 1.0
+
+
+def exit_record_path(log_path: str) -> str:
+    """Where the task whose log is `log_path` records its end (see the module docstring)."""
+    return f"{log_path}.exit.json"
+
+
+def recorded_exit(path: str, key: TaskKey, launch_id: str | None) -> Result | None:
+    """The end recorded at `path` if it is this task's: its key, and its launch id when both
+    sides have one (a record of another task or attempt is never taken as this one's)."""
+    rec = sup.read_json(path)
+    if rec is None or rec.get("key") != [key[0], key[1], key[2]]:
+        return None
+    if launch_id and rec.get("launch") and rec.get("launch") != launch_id:
+        return None
+    return rec
 
 
 def _describe(code: int) -> str:
@@ -189,6 +217,7 @@ class TaskRunner:
         # drives one (create, init, shape, attach; stop, kill, end).
         self.container: sup.Container | None = None
         self.reaper = 0  # the pid of the container's reaper, while it has one
+        self.recorded = False  # its exit record exists already (it ended before this runner)
         self.cores = tuple(int(c) for c in spec.get("cores") or ())
 
     # --- called by the executor (by the agent, each in its own thread) -------------------
@@ -287,6 +316,15 @@ class TaskRunner:
         spec = self.spec
         command = [str(c) for c in spec["command"]]
         name = command[0] if command else "(empty command)"
+        key = self._key()
+        if key is not None:
+            ended = recorded_exit(exit_record_path(spec["log_path"]), key, spec.get("launch"))
+            if ended is not None:  # it ran and ended before (under an agent now gone): never again
+                self.recorded = True
+                self.start_error = {
+                    k: ended.get(k) for k in ("kind", "exit_code", "message", "finished_at")
+                }
+                return
         try:
             os.makedirs(os.path.dirname(spec["log_path"]) or ".", exist_ok=True)
             # Capped and rotated as on one machine (the supervisor's CappedLog): the task's
@@ -599,7 +637,8 @@ class TaskRunner:
         with self.lock:
             # The watchdog's lines not fetched yet go with the result, so none is lost when
             # the task ends (is stopped) before the executor asks again.
-            result = {**result, "finished_at": time.time(), "gpu_reports": self.gpu_reports}
+            finished_at = result.get("finished_at") or time.time()
+            result = {**result, "finished_at": finished_at, "gpu_reports": self.gpu_reports}
             self.gpu_reports = []
             self.result = result
         with self.out_lock:
@@ -608,4 +647,32 @@ class TaskRunner:
                     os.close(self.out.fd)
                 self.out = None
             self.log_fd = -1
+        if not self.recorded:
+            self._record(result)
         self.done.set()
+
+    def _key(self) -> TaskKey | None:
+        key = self.spec.get("key")
+        return None if not key else (str(key[0]), int(key[1]), str(key[2]))
+
+    def _record(self, result: Result) -> None:
+        """Writes the task's exit record (see the module docstring): retried until written, as
+        the local supervisor's exit.json, unless its directory is gone (no one will read it)."""
+        key = self._key()
+        if key is None:
+            return
+        path = exit_record_path(self.spec["log_path"])
+        record = {k: result.get(k) for k in ("kind", "exit_code", "message", "finished_at")}
+        record |= {"key": list(key), "launch": self.spec.get("launch")}
+        while True:
+            try:
+                sup.write_json_atomic(path, record)
+                return
+            except OSError as exc:
+                if not os.path.isdir(os.path.dirname(path) or "."):
+                    return
+                why = exc.strerror or exc
+                print(f"aisched: cannot write {path} ({why}); retrying", file=sys.stderr)
+                with contextlib.suppress(OSError):
+                    os.unlink(f"{path}.tmp{os.getpid()}")
+                time.sleep(EXIT_RETRY_S)

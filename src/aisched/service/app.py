@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import IO
 
 from aisched.core.policy import Policy
-from aisched.executors.base import Executor
+from aisched.executors.base import Executor, unavailable
 from aisched.predict.runtime import RuntimePredictor
 from aisched.service import datadir
 from aisched.service.autoscaler import Autoscaler
@@ -86,6 +86,7 @@ class Service:
             self.config.limits.disk_min_free_bytes(),
             self.scheduler.step_errors,
             lambda: self.scheduler.thread is not None and self.scheduler.thread.is_alive(),
+            lambda: unavailable(self.executor),
         )
         self.metrics.registry.register(HealthCollector(self.health))
 

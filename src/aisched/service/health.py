@@ -14,6 +14,8 @@ What is watched:
 2. The loop's failed steps (`StepErrors`): a write that failed with ENOSPC is disk pressure
    too, whatever statvfs says (a quota, a full inode table); another store error or a bug
    makes the service not ready until a step succeeds again.
+3. The executor's own availability (`executors.base.Availability`): while a Ray cluster's GCS
+   cannot be reached, the service is not ready and says so; the loop holds new launches.
 
 Nothing here acts: recovery is the loop's own (it retries its unwritten batch with back-off),
 and readiness comes back by itself once space returns and a step succeeds.
@@ -99,6 +101,7 @@ class Health:
         min_free_bytes: int,
         errors: StepErrors,
         alive: Callable[[], bool],
+        executor_problem: Callable[[], str | None] = lambda: None,
         *,
         refresh_s: float = 1.0,
         statvfs: Callable[[str], tuple[int | None, str]] = _free,
@@ -107,6 +110,7 @@ class Health:
         self.min_free_bytes = min_free_bytes
         self.errors = errors
         self.alive = alive
+        self.executor_problem = executor_problem
         self.refresh_s = refresh_s
         self.statvfs = statvfs
         self._lock = threading.Lock()
@@ -143,6 +147,8 @@ class Health:
         problems: list[str] = []
         if not self.alive():
             problems.append("the scheduler loop is not running")
+        if (why := self.executor_problem()) is not None:
+            problems.append(why)
         for d in disks:
             if d.free_bytes is None:
                 problems.append(f"disk pressure: the {d.name} directory {d.path}: {d.error}")

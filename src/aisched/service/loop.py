@@ -43,6 +43,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from aisched.executors.base import unavailable
 from aisched.model.states import JobState
 from aisched.service.bulk_cancel import BulkCancels
 from aisched.service.live import Batch, LiveJob
@@ -146,7 +147,9 @@ class Scheduler(Recovery, BulkCancels):
                 and (lj.not_before is None or lj.not_before <= now)
                 and lj.job.id not in blocked
             ]
-            if pending:
+            # New launches are held while the executor cannot start anything (its cluster is
+            # unreachable): the jobs wait, pending, rather than fail to launch.
+            if pending and unavailable(self.executor) is None:
                 self._cycle(now, pending)
         if not pending and not self._schedulable(now):
             self.dirty = False

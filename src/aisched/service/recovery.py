@@ -75,7 +75,9 @@ class Recovery(Commands):
                 if t.phase == TaskPhase.EXITED:
                     continue
                 key = lj.key(t)
-                handle = t.handle or TaskHandle(key, t.binding.node, {})
+                # Without a stored handle (the scheduler died before it could write it), the log
+                # path still tells an executor where the task would have recorded its end.
+                handle = t.handle or TaskHandle(key, t.binding.node, {"log_path": t.log_path})
                 state, exited = self.executor.adopt(handle)
                 if state == AdoptState.RUNNING:
                     t.phase = TaskPhase.RUNNING
