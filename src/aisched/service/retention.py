@@ -35,7 +35,8 @@ class Retention:
     def forget_ended(self, store: Store, batch: Batch, now: float) -> None:
         """Add to `batch` the jobs that ended more than `keep_s` ago (some of them, when many),
         and the removal of their files once it has committed."""
-        if self.keep_s <= 0 or now < self.next_at:
+        # A batch that still holds some (its write failed, to be retried) is left as it is.
+        if self.keep_s <= 0 or now < self.next_at or batch.forget:
             return
         with store.read() as tx:
             ids = tx.ended_before(now - self.keep_s, FORGET_AT_MOST)
