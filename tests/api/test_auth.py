@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 
 from aisched.service import tokens
 from aisched.service.app import Service
+from aisched.service.identity import service_user
 
 AsUser = Callable[[str], TestClient]
 JOB = {"command": ["sleep", "100"], "resources": {"gpus": 1}, "env": {"KEY": "v"}}
@@ -167,3 +168,30 @@ def test_odd_numbers_in_a_body_are_a_422_not_a_500(client: TestClient) -> None:
     # Nothing half-made: the listing still answers, with no token for ana.
     listed = client.get("/v1/tokens")
     assert listed.status_code == 200 and all(t["user"] != "ana" for t in listed.json())
+
+
+def test_a_read_only_token_reads_everything_its_user_may_and_changes_nothing(
+    svc: Service, client: TestClient
+) -> None:
+    mine = client.post("/v1/jobs", json=JOB).json()["id"]
+    secret, row = tokens.create(
+        svc.store, service_user(), admin=True, created_by="test", now=time.time(), read_only=True
+    )
+    watcher = TestClient(client.app, headers={"Authorization": f"Bearer {secret}"})
+    reads = ("/v1/jobs", f"/v1/jobs/{mine}", "/v1/nodes", "/v1/audit", "/v1/tokens", "/metrics")
+    for path in reads:
+        assert watcher.get(path).status_code == 200, path
+    refused = f"token {row['id']} is read-only: it may read (GET), not POST"
+    for path, body in (
+        ("/v1/jobs", JOB),
+        (f"/v1/jobs/{mine}/cancel", None),
+        ("/v1/jobs/cancel", {"mine": True}),
+        (f"/v1/jobs/{mine}/metrics", {"rps": 1}),
+        ("/v1/tokens", {"user": "ana"}),
+        (f"/v1/tokens/{row['id']}/revoke", None),
+    ):
+        r = watcher.post(path, json=body)
+        assert (r.status_code, r.json()["error"]) == (403, refused), path
+    assert client.get(f"/v1/jobs/{mine}").json()["state"] != "cancelled"
+    (listed,) = [t for t in client.get("/v1/tokens").json() if t["id"] == row["id"]]
+    assert listed["read_only"] is True

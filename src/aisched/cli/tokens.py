@@ -29,6 +29,11 @@ def register(sub: Any) -> None:
     add_server_option(c)
     c.add_argument("user")
     c.add_argument("--admin", action="store_true", help="the token acts as an admin")
+    c.add_argument(
+        "--read-only",
+        action="store_true",
+        help="the token may only read (dashboards, monitoring): no submit, cancel or change",
+    )
     c.add_argument("--expires", metavar="DURATION", help="e.g. 30d, 12h (default: never)")
     c.add_argument("--note", help="what the token is for")
     c.set_defaults(func=cmd_create)
@@ -50,7 +55,12 @@ def cmd_create(args: argparse.Namespace) -> int:
     from aisched.spec.errors import SpecError
     from aisched.spec.units import parse_duration_s
 
-    body: dict[str, Any] = {"user": args.user, "admin": args.admin, "note": args.note}
+    body: dict[str, Any] = {
+        "user": args.user,
+        "admin": args.admin,
+        "read_only": args.read_only,
+        "note": args.note,
+    }
     if args.expires:
         try:
             body["expires_in_s"] = parse_duration_s(args.expires, "--expires")
@@ -62,7 +72,8 @@ def cmd_create(args: argparse.Namespace) -> int:
     else:
         print(out["token"])
         print(
-            f"token {out['id']} for {out['user']}{' (admin)' if out['admin'] else ''}: "
+            f"token {out['id']} for {out['user']}{' (admin)' if out['admin'] else ''}"
+            f"{' (read-only)' if out.get('read_only') else ''}: "
             "shown once; keep it in AISCHED_TOKEN or a 0600 file",
             file=sys.stderr,
         )
@@ -75,7 +86,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(json.dumps(rows))
         return 0
     table = Table(box=None, header_style="bold")
-    for col in ("ID", "USER", "ADMIN", "CREATED", "BY", "EXPIRES", "STATE", "NOTE"):
+    for col in ("ID", "USER", "ADMIN", "READ-ONLY", "CREATED", "BY", "EXPIRES", "STATE", "NOTE"):
         table.add_column(col)
     now = time.time()
     for r in rows:
@@ -85,6 +96,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             r["id"],
             r["user"],
             "yes" if r["admin"] else "",
+            "yes" if r.get("read_only") else "",
             _when(r["created_at"]),
             r["created_by"],
             _when(r["expires_at"]) if r["expires_at"] else "never",

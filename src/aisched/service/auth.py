@@ -32,6 +32,7 @@ from aisched.service.identity import Caller, from_peer, from_token, group_name, 
 from aisched.service.protocol import PEER_SCOPE_KEY
 
 COOKIE = "aisched_token"
+READS = frozenset({"GET", "HEAD"})  # all a read-only token may send
 
 
 class Unauthorized(HTTPException):
@@ -68,6 +69,11 @@ def _identify(request: Request, secret: str | None) -> Caller:
         info = tokens.verify(svc.store, secret, time.time())
     except tokens.TokenRefused:
         raise Unauthorized("the token is not valid (unknown, revoked or expired)") from None
+    if info.read_only and request.method not in READS:
+        # Here, where every route learns who calls: no route can forget to check it.
+        raise HTTPException(
+            403, f"token {info.id} is read-only: it may read (GET), not {request.method}"
+        )
     return from_token(info.user, info.admin, svc.admins)
 
 

@@ -123,6 +123,7 @@ class JobDetail(JobOut):
 class TokenIn(BaseModel):
     user: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_][A-Za-z0-9._-]*\$?$")
     admin: bool = False
+    read_only: bool = False
     expires_in_s: float | None = None
     note: str | None = Field(default=None, max_length=256)
 
@@ -131,6 +132,7 @@ class TokenOut(BaseModel):
     id: str
     user: str
     admin: bool
+    read_only: bool
     created_at: float
     created_by: str
     expires_at: float | None

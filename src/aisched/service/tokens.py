@@ -22,6 +22,7 @@ class TokenInfo:
     id: str
     user: str
     admin: bool
+    read_only: bool = False
 
 
 class TokenRefused(Exception):
@@ -41,6 +42,7 @@ def create(
     now: float,
     expires_at: float | None = None,
     note: str | None = None,
+    read_only: bool = False,
 ) -> tuple[str, Row]:
     """A new token for `user`: returns (the secret, shown once; its stored row)."""
     secret = PREFIX + secrets.token_urlsafe(32)
@@ -49,6 +51,7 @@ def create(
         "digest": digest(secret),
         "user": user,
         "admin": int(admin),
+        "read_only": int(read_only),
         "created_at": now,
         "created_by": created_by,
         "expires_at": expires_at,
@@ -69,4 +72,9 @@ def verify(store: Store, secret: str, now: float) -> TokenInfo:
         raise TokenRefused
     if row["expires_at"] is not None and row["expires_at"] <= now:
         raise TokenRefused
-    return TokenInfo(id=row["id"], user=row["user"], admin=bool(row["admin"]))
+    return TokenInfo(
+        id=row["id"],
+        user=row["user"],
+        admin=bool(row["admin"]),
+        read_only=bool(row.get("read_only")),
+    )

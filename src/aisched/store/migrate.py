@@ -46,8 +46,11 @@ def _v3_to_v4(conn: Connection) -> None:
 
 
 def _v4_to_v5(conn: Connection) -> None:
-    """Retention: ended jobs are found by when they finished."""
+    """Retention: ended jobs are found by when they finished. Read-only tokens."""
     conn.execute(text("CREATE INDEX ix_jobs_finished ON jobs (finished_at)"))
+    # A version-2 database made its tokens table in the v2 -> v3 step, from today's schema.
+    if "read_only" not in {c["name"] for c in inspect(conn).get_columns("tokens")}:
+        conn.execute(text("ALTER TABLE tokens ADD COLUMN read_only INTEGER NOT NULL DEFAULT 0"))
 
 
 # The leader row a new database starts with: term 0, held by nobody, long expired.

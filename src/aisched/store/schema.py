@@ -133,6 +133,9 @@ tokens = Table(
     Column("digest", String(64), nullable=False, unique=True),
     Column("user", String(128), nullable=False),
     Column("admin", Integer, nullable=False, default=0),
+    # Schema 5: a token that may only read (GET); its requests that would change anything are
+    # refused whoever it names.
+    Column("read_only", Integer, nullable=False, server_default="0"),
     Column("created_at", Float, nullable=False),
     Column("created_by", String(128), nullable=False),
     Column("expires_at", Float),

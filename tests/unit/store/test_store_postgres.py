@@ -55,7 +55,7 @@ def states(store: Store) -> list[tuple[str, str]]:
         return [(r["id"], r["state"]) for r in tx.list_jobs()]
 
 
-def test_a_version_3_database_gets_the_lease_row_and_the_finished_index(
+def test_a_version_3_database_gets_the_lease_row_the_finished_index_and_read_only_tokens(
     pg_server: PostgresServer,
 ) -> None:
     url = pg_server.create_database()
@@ -63,6 +63,13 @@ def test_a_version_3_database_gets_the_lease_row_and_the_finished_index(
     with Store(url).engine.begin() as conn:
         conn.execute(text("DROP TABLE leader"))
         conn.execute(text("DROP INDEX ix_jobs_finished"))
+        conn.execute(text("ALTER TABLE tokens DROP COLUMN read_only"))
+        conn.execute(
+            text(
+                'INSERT INTO tokens (id, digest, "user", admin, created_at, '
+                "created_by) VALUES ('t1', 'd1', 'ana', 0, 1.0, 'root')"
+            )
+        )
         conn.execute(text("UPDATE meta SET value = '3' WHERE key = 'schema'"))
     store = Store(url)
     assert store.migration_note == (
@@ -73,6 +80,8 @@ def test_a_version_3_database_gets_the_lease_row_and_the_finished_index(
     assert (lease.holder, lease.address, lease.term, lease.expires_at) == ("", "", 0, 0.0)
     indexes = {i["name"] for i in inspect(store.engine).get_indexes("jobs")}
     assert "ix_jobs_finished" in indexes
+    with store.read() as tx:  # a token made before read-only ones existed may write
+        assert [(t["id"], t["read_only"]) for t in tx.list_tokens()] == [("t1", 0)]
     store.close()
 
 

@@ -48,9 +48,15 @@ def tokens_router(svc: Service) -> APIRouter:
             now=now,
             expires_at=expires,
             note=body.note,
+            read_only=body.read_only,
         )
         audit(
-            svc, who, "token create", f"token {row['id']}", body.user, "admin" if body.admin else ""
+            svc,
+            who,
+            "token create",
+            f"token {row['id']}",
+            body.user,
+            ", ".join(w for w, on in (("admin", body.admin), ("read-only", body.read_only)) if on),
         )
         out = TokenCreated(**_token_out(row).model_dump(), token=secret)
         return JSONResponse(status_code=201, content=out.model_dump())
@@ -91,6 +97,7 @@ def _token_out(row: dict[str, Any]) -> TokenOut:
         id=row["id"],
         user=row["user"],
         admin=bool(row["admin"]),
+        read_only=bool(row.get("read_only")),
         created_at=row["created_at"],
         created_by=row["created_by"],
         expires_at=row["expires_at"],
