@@ -135,6 +135,7 @@ class Service:
                     eta_interval_s=config.eta_interval_s(),
                     max_backoff_s=config.max_backoff_s(),
                     elastic_grow_after_s=config.elastic_grow_after_s(),
+                    lost_node_grace_s=config.lost_node_grace_s(),
                     base_env=base_env(),
                     instance=store.instance_id(),
                     user_max_jobs=config.limits.user_max_jobs,

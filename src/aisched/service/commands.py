@@ -105,7 +105,7 @@ class Commands(Intents):
         if (past := self._past_user_limit(cmd.job.user, 1)) is not None:
             cmd.future.set_exception(Rejected(past, 429))
             return
-        why = refusal(self._empty_snapshot, self.policy, cmd.job)
+        why = refusal(self._admitting_against(now), self.policy, cmd.job)
         if why is not None:
             cmd.future.set_exception(Rejected(why))
             return
@@ -130,7 +130,7 @@ class Commands(Intents):
             cmd.future.set_exception(Rejected(past, 429))
             return
         for job, _fmt, _warnings in cmd.items:
-            why = refusal(self._empty_snapshot, self.policy, job)
+            why = refusal(self._admitting_against(now), self.policy, job)
             if why is not None:
                 cmd.future.set_exception(Rejected(f"job {job.name!r}: {why}"))
                 return

@@ -202,6 +202,8 @@ class ServiceConfig(_Model):
     max_backoff: Any = "5m"
     # An elastic job with tasks missing is grown into idle capacity after running this long.
     elastic_grow_after: Any = "60s"
+    # A waiting job that fits only with nodes that left the cluster waits this long for them.
+    lost_node_grace: Any = "10m"
     memory_limit: MemoryLimit = "auto"
     # Jobs that name an image run through this engine (auto: podman, else docker; none: such
     # jobs fail with the reason), with this OCI runtime (auto: the first the probe accepts).
@@ -272,7 +274,12 @@ class ServiceConfig(_Model):
         return self
 
     @field_validator(
-        "cycle_interval", "eta_interval", "max_backoff", "ray_start_timeout", "elastic_grow_after"
+        "cycle_interval",
+        "eta_interval",
+        "max_backoff",
+        "ray_start_timeout",
+        "elastic_grow_after",
+        "lost_node_grace",
     )
     @classmethod
     def _dur(cls, v: Any) -> Any:
@@ -358,6 +365,9 @@ class ServiceConfig(_Model):
 
     def max_backoff_s(self) -> float:
         return _duration(self.max_backoff, "max_backoff")
+
+    def lost_node_grace_s(self) -> float:
+        return _duration(self.lost_node_grace, "lost_node_grace")
 
     def elastic_grow_after_s(self) -> float:
         return _duration(self.elastic_grow_after, "elastic_grow_after")

@@ -100,10 +100,17 @@ class Intents(Exits):
                 continue
             code = status.code
             if code is StatusCode.NEVER_FITS:
-                end = never_fits_now(waiting.job, status.reason, self.policy)
+                with_lost, lost = self._with_lost(now)
+                end = never_fits_now(waiting.job, status.reason, self.policy, with_lost)
                 if end is not None:
                     self._finish(waiting, end.state, batch, now, end.why)
                     continue
+                status = JobStatus(
+                    StatusCode.WAIT_RESOURCES,
+                    f"{status.reason.replace('can never fit', 'does not fit')} now; waits up "
+                    f"to {self.config.lost_node_grace_s:g} s for {', '.join(lost)}, which left, "
+                    "to come back",
+                )
             elif code is not StatusCode.PLACED and code is not StatusCode.PREEMPTING:
                 shapes.add((waiting.job.shape_id, waiting.job.queue))
                 written = waiting.written_status

@@ -44,6 +44,9 @@ class LoopConfig:
     # The most jobs one user may have not yet ended (`limits.user_max_jobs`; 0: no limit).
     # Submissions past it are refused with 429; a service's replicas are not refused.
     user_max_jobs: int = 0
+    # A waiting job that fits only with nodes that left the cluster (a raylet restart, a
+    # network blip) waits this long for them to come back before it is failed as never fitting.
+    lost_node_grace_s: float = 600.0
     # Ended jobs are forgotten this long after they ended (`limits.keep_ended`; 0: never).
     keep_ended_s: float = 0.0
     # Check the lifecycle's invariants after every cycle and raise on a broken one (tests).

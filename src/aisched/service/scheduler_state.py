@@ -42,7 +42,7 @@ from aisched.lifecycle.attempts import time_limit_at
 from aisched.lifecycle.elastic import grow_at
 from aisched.lifecycle.holdings import Holdings
 from aisched.lifecycle.work import checkpoint_interval_s, core_interval
-from aisched.model.cluster import Cluster
+from aisched.model.cluster import Cluster, Node
 from aisched.model.job import Job
 from aisched.model.queue import QueueTree
 from aisched.model.states import JobState
@@ -142,6 +142,10 @@ class SchedulerState:
         # When the cycle last worked out every waiting job's estimated start (`eta_interval_s`).
         self.last_eta_at = -math.inf
         self.terminal_counts: dict[str, int] = {}
+        # Nodes that left the cluster, by name, with when (`_sync_nodes`), kept for
+        # `lost_node_grace_s`: what a waiting job is judged against meanwhile (`_with_lost`).
+        self.left: dict[str, tuple[Node, float]] = {}
+        self._with_lost_cache: tuple[object, Snapshot] | None = None
         self.retention = Retention(config.data_dir, config.keep_ended_s)
         self.stats = LoopStats()
         self.last_observed_s = -math.inf
@@ -183,6 +187,8 @@ class SchedulerState:
         leftovers = len(self.nodes) != len(offered)  # gone nodes kept while bound: re-check
         if offered == self.offered_nodes and not missing and not leftovers:
             return
+        if offered != self.offered_nodes:
+            self._note_left(offered)
         running = [t for view in self.held.running() for t in view.tasks]
         nodes = merge_nodes(offered, self.nodes, bindings_by_node([*running, *(extra or [])]))
         self.offered_nodes = offered
@@ -195,6 +201,39 @@ class SchedulerState:
         self._empty_snapshot = Snapshot(arrays, FreeState.empty(arrays), (), self.queues)
         self.dirty = True
         log.info("nodes: %s", ", ".join(n.name + ("" if n.healthy else " (gone)") for n in nodes))
+
+    def _note_left(self, offered: tuple[Node, ...]) -> None:
+        """Remember the nodes offered before and not now; forget those offered again."""
+        now, names = self.clock(), {n.name for n in offered}
+        for n in self.offered_nodes:
+            if n.name not in names:
+                self.left[n.name] = (n, now)
+        for name in names:
+            self.left.pop(name, None)
+
+    def _with_lost(self, now: float) -> tuple[Snapshot | None, list[str]]:
+        """The empty cluster with the nodes that left within `lost_node_grace_s` back, and
+        their names; (None, []) when none did."""
+        grace = self.config.lost_node_grace_s
+        for name, (_, at) in list(self.left.items()):
+            if now - at > grace:
+                del self.left[name]
+        if not self.left:
+            return None, []
+        key = (tuple(sorted(self.left)), self.nodes)
+        if self._with_lost_cache is None or self._with_lost_cache[0] != key:
+            here = {n.name for n in self.nodes}
+            back = [n for n, _ in self.left.values() if n.name not in here]
+            nodes = tuple(replace(n, healthy=True) for n in (*self.nodes, *back))
+            arrays = build_arrays(Cluster(nodes))
+            snap = Snapshot(arrays, FreeState.empty(arrays), (), self.queues)
+            self._with_lost_cache = (key, snap)
+        return self._with_lost_cache[1], sorted(self.left)
+
+    def _admitting_against(self, now: float) -> Snapshot:
+        """What a submission is judged against: the empty cluster, with the nodes that left
+        lately back (a job for them waits for them, as one already admitted does)."""
+        return self._with_lost(now)[0] or self._empty_snapshot
 
     def _add_live(self, lj: LiveJob) -> None:
         self.jobs[lj.id] = lj

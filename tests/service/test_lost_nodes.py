@@ -1,0 +1,59 @@
+"""A node that leaves the cluster for a while (a raylet restart, a network blip): a waiting job
+that fits only with it waits `lost_node_grace_s` for it to come back, rather than failing at once
+as never fitting; past the grace it fails as before. A real store and loop, a fake executor whose
+node list changes (as a cluster executor's does)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from world import World, new_world
+
+from aisched.model.job import Job
+from aisched.testing import job
+from aisched.testing.fakes import FakeExecutor, fake_node
+
+A, B = fake_node("a", gpus=2), fake_node("b", gpus=2)
+
+
+@pytest.fixture
+def w(tmp_path: Path, database_url: str | None) -> Iterator[World]:
+    world = new_world(tmp_path, FakeExecutor([A, B]), database_url=database_url)
+    yield world
+    world.store.close()
+
+
+def gang() -> Job:
+    return job("gang").task(2, gpu=2).build()
+
+
+def test_a_job_that_fits_only_with_a_node_that_left_waits_for_it(w: World) -> None:
+    w.fx.node_list = [A]
+    w.sched.step()
+    jid = w.submit(gang())  # taken: it fits the cluster with b back
+    w.sched.step()
+    row = w.state(jid)
+    assert (row["state"], row["reason_code"]) == ("pending", "wait-resources")
+    assert "does not fit this cluster" in str(row["reason"])
+    assert "waits up to 600 s for b, which left, to come back" in str(row["reason"])
+    w.clock.t += 300
+    w.fx.node_list = [A, B]
+    w.sched.step()
+    w.sched.step()
+    assert w.state(jid)["state"] == "running"
+    assert sorted(k[2] for k in w.fx.keys(jid)) == ["g0-0", "g0-1"]
+
+
+def test_past_the_grace_it_fails_as_never_fitting(w: World) -> None:
+    w.fx.node_list = [A]
+    w.sched.step()
+    jid = w.submit(gang())
+    w.clock.t += 601
+    w.sched.step()
+    w.clock.t += 10  # the next cycle
+    w.sched.step()
+    row = w.state(jid)
+    assert row["state"] == "failed"
+    assert str(row["message"]).startswith("can never fit this cluster")
