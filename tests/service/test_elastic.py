@@ -6,12 +6,19 @@ fake clock (see test_loop.py)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
-from world import World
+from world import Clock, World
 
+from aisched.core.policy import preset
 from aisched.model.job import Job
+from aisched.model.queue import Queue, QueueTree
+from aisched.model.resources import Resources
+from aisched.service.loop import LoopConfig, Scheduler
+from aisched.store.db import Store
 from aisched.testing import job
+from aisched.testing.fakes import FakeExecutor, fake_node
 
 
 def elastic(workers: int, min_workers: int) -> Job:
@@ -140,3 +147,33 @@ def test_elastic_needs_a_smaller_minimum() -> None:
     assert e.value.problems == (
         "j.yaml: elastic: needs min_available below the job's 2 tasks: the fewest it runs with",
     )
+
+
+def test_an_elastic_job_is_not_grown_out_of_what_its_queue_would_take_back(tmp_path: Path) -> None:
+    # Growing requeues the job, and its queue charges the whole request: with its queue at
+    # its limit, the job lost the task it ran and waited for ever ("queue small would exceed").
+    queues = QueueTree((Queue("default"), Queue("small", limit=Resources(gpu=2))))
+    store = Store.sqlite(tmp_path / "state.db")
+    fx = FakeExecutor([fake_node(gpus=4)])
+    clock = Clock()
+    sched = Scheduler(
+        store, fx, preset("default"), queues, LoopConfig(data_dir=tmp_path, cycle_gap_factor=0),
+        clock=clock,
+    )  # fmt: skip
+    sched.recover()
+    w = World(store, fx, clock, sched, tmp_path)
+    big = w.submit(job("big").task(gpu=3).build())
+    el = w.submit(replace(elastic(2, 1), queue="small"))
+    small = w.submit(job("p").task(gpu=1).queue("small").build())
+    assert (len(w.fx.keys(el)), w.state(small)["state"]) == (1, "pending")
+    w.fx.exit(w.fx.keys(big)[0], 0)
+    for _ in range(2):
+        w.sched.step()
+    assert w.state(small)["state"] == "running"  # the queue is at its 2-GPU limit now
+    w.clock.t += 120
+    for _ in range(3):
+        w.sched.step()
+    row = w.state(el)
+    assert (row["state"], row["attempt"], len(w.fx.keys(el))) == ("running", 1, 1)
+    assert "growing" not in w.events(el)
+    store.close()

@@ -6,11 +6,13 @@ queue can cap GPUs without also naming CPUs and memory.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from aisched.core.session import usage_vector
 from aisched.core.snapshot import ZERO, Usage, add_usage
 from aisched.model.job import Job
+from aisched.model.queue import QueueTree
 from aisched.model.resources import Resources
 
 if TYPE_CHECKING:
@@ -53,6 +55,30 @@ def queue_blocks(session: Session, job: Job) -> str | None:
         if not q.borrowing and (dim := _over(after, q.guarantee)) is not None:
             return f"queue {qname} would exceed its {DIM_NAMES[dim]} guarantee and may not borrow"
     return None
+
+
+def room_to_regrow(
+    queues: QueueTree, usage: Mapping[tuple[str, str], Usage], job: Job, held: Usage
+) -> bool:
+    """Whether `job`, which holds `held` now, would be let start whole by its queue once it has
+    given that back (`queue_blocks`' rules, on the usage per (queue, user) outside a cycle):
+    growing an elastic job requeues it, and a requeued job its queue will not take back would
+    lose the tasks it ran for nothing."""
+    if job.queue in queues.ungoverned or not queues.has(job.queue):
+        return True
+    req = usage_vector(job.total_request)
+    for qname in queues.path(job.queue):
+        used = ZERO
+        for (leaf, _user), u in usage.items():
+            if queues.has(leaf) and qname in queues.path(leaf):
+                used = add_usage(used, u)
+        after = add_usage(add_usage(used, held, -1.0), req)
+        q = queues.get(qname)
+        if q.limit is not None and _over(after, q.limit) is not None:
+            return False
+        if not q.borrowing and _over(after, q.guarantee) is not None:
+            return False
+    return True
 
 
 def within_guarantee(session: Session, job: Job) -> bool:

@@ -24,12 +24,15 @@ since the last checkpoint, and all but one for nothing.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from aisched.core.elastic import extra_tasks_fit
+from aisched.core.queues import room_to_regrow
 from aisched.core.snapshot import ClusterArrays, FreeState
+from aisched.lifecycle.holdings import Holdings
 from aisched.model.job import Job
+from aisched.model.queue import QueueTree
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,17 +93,27 @@ def capacity_is_idle(*, pending: bool, waiting_for_victims: bool, requeuing: boo
     return not (pending or waiting_for_victims or requeuing)
 
 
+def queue_takes_back(queues: QueueTree, held: Holdings, r: Running) -> bool:
+    """`next_to_grow`'s `queue_room` for a driver: whether `r`'s queue would let it start whole
+    once it gives back what it holds."""
+    view = held.views.get(r.job.id)
+    return view is None or room_to_regrow(queues, held.usage, r.job, view.usage)
+
+
 def next_to_grow(
     running: Iterable[Running],
     now: float,
     grow_after_s: float,
     arrays: ClusterArrays,
     free: FreeState,
+    queue_room: Callable[[Running], bool] = lambda r: True,
 ) -> tuple[Job, int] | None:
     """The one job to grow now, with how many more of its tasks idle capacity would take:
     the first by id (shorter ids first, so numbered ids go in their order) whose time to grow
-    has come and of which idle capacity would take a task; None when none may. Ask only when
-    `capacity_is_idle`, and again once the job grown has been placed."""
+    has come, of which idle capacity would take a task, and whose queue would take it back
+    whole (`queue_room`: a grow is a requeue, and the queue charges the whole request); None
+    when none may. Ask only when `capacity_is_idle`, and again once the job grown has been
+    placed."""
     ready = [
         r
         for r in running
@@ -108,6 +121,6 @@ def next_to_grow(
     ]
     for r in sorted(ready, key=lambda r: (len(r.job.id), r.job.id)):
         extra = tasks_to_grow(r.job, r.held, arrays, free)
-        if extra >= 1:
+        if extra >= 1 and queue_room(r):
             return r.job, extra
     return None

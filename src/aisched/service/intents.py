@@ -8,6 +8,7 @@ never fit, `lifecycle.admission`."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import replace
@@ -26,6 +27,7 @@ from aisched.lifecycle.elastic import (
     grew_from_after_start,
     grow_message,
     next_to_grow,
+    queue_takes_back,
 )
 from aisched.lifecycle.preemption import (
     VictimWait,
@@ -335,7 +337,9 @@ class Intents(Exits):
             for lj in jobs
             if lj.state == JobState.RUNNING and lj.stopping is None
         )
-        found = next_to_grow(running, now, self.config.elastic_grow_after_s, self.arrays, self.free)
+        room = functools.partial(queue_takes_back, self.queues, self.held)
+        after = self.config.elastic_grow_after_s
+        found = next_to_grow(running, now, after, self.arrays, self.free, room)
         if found is None:
             return
         lj, extra = self.jobs[found[0].id], found[1]

@@ -99,6 +99,7 @@ stopping), or a `Shrink` of one that is not running or to tasks it does not hold
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 import time
@@ -131,6 +132,7 @@ from aisched.lifecycle.elastic import (
     grow_at,
     grow_message,
     next_to_grow,
+    queue_takes_back,
     short_of_tasks,
 )
 from aisched.lifecycle.holdings import HoldingError, Holdings
@@ -864,7 +866,8 @@ class _Engine(NodePools):
             for st in (self.running[j] for j in self.short_elastic if j not in self.stopping)
         )
         after = self.config.elastic_grow_after_s
-        found = next_to_grow(running, now, after, self.arrays, self.free)
+        room = functools.partial(queue_takes_back, self.queues, self.held)
+        found = next_to_grow(running, now, after, self.arrays, self.free, room)
         if found is None:
             return  # looked at again when capacity is given back with nothing pending
         job, extra = found
