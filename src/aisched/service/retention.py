@@ -7,7 +7,8 @@ made (a user's are in their home anyway).
 Only jobs that have ended are ever forgotten (the store checks the state again as it deletes),
 and never the newest job: its id is where the next id is counted from, so an id, and with it a
 log or checkpoint directory, is never given out twice. The leader's loop does this, at most
-`FORGET_AT_MOST` jobs in a step, in the step's own transaction; the files go once it commits.
+`FORGET_AT_MOST` jobs in a step: their files first, then their rows in the step's own
+transaction, so no file outlives the rows that name it.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ class Retention:
         self.next_at = -math.inf
 
     def forget_ended(self, store: Store, batch: Batch, now: float) -> None:
-        """Add to `batch` the jobs that ended more than `keep_s` ago (some of them, when many),
-        and the removal of their files once it has committed."""
+        """Remove the files of the jobs that ended more than `keep_s` ago (some of them, when
+        many) and add their rows' deletion to `batch`."""
         # A batch that still holds some (its write failed, to be retried) is left as it is.
         if self.keep_s <= 0 or now < self.next_at or batch.forget:
             return
@@ -45,8 +46,10 @@ class Retention:
         self.next_at = now if full else now + min(FORGET_EVERY_S, self.keep_s / 10)
         if not ids:
             return
+        # Files first, rows after: a stop in between leaves rows that the next pass takes,
+        # never files that no row names any more. (An ended job never runs again.)
+        self._remove_files(ids)
         batch.forget.extend(ids)
-        batch.after.append(lambda: self._remove_files(ids))
 
     def _remove_files(self, job_ids: list[str]) -> None:
         for job_id in job_ids:
