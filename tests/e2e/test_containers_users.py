@@ -119,6 +119,38 @@ def test_a_users_volume_inside_another_may_not_make_root_create_files_there(
         shutil.rmtree(readable)
 
 
+def test_a_link_in_a_users_mount_does_not_lead_a_nested_mount_into_another(
+    service: Service, local_users: Any
+) -> None:
+    # ~/A/lnk -> /tmp/X (alice's, so checked alone it looks like hers), and a second volume
+    # mounts root's directory at /tmp/X: inside the container /a/lnk/planted is in root's one.
+    image = build_test_image()
+    alice = local_users["alice"]
+    readable, x = Path(tempfile.mkdtemp()), Path(tempfile.mkdtemp())
+    readable.chmod(0o755)
+    mine = alice.home / "A"
+    shutil.rmtree(mine, ignore_errors=True)
+    try:
+        for d in (x, mine, alice.home / "src"):
+            d.mkdir(exist_ok=True)
+            os.chown(d, alice.uid, alice.gid)
+        (mine / "lnk").symlink_to(x)
+        os.lchown(mine / "lnk", alice.uid, alice.gid)
+        (alice.home / "linked.yaml").write_text(
+            f"image: {image}\ncommand: 'true'\nrestart: {{policy: never}}\nvolumes: ["
+            f"{{host_path: {mine}, path: /a}}, {{host_path: {readable}, path: {x}}}, "
+            f"{{host_path: {alice.home / 'src'}, path: /a/lnk/planted}}]\n"
+        )
+        proc = as_user(service, alice, "submit", "--json", str(alice.home / "linked.yaml"))
+        jid = str(json.loads(proc.stdout)["id"])
+        job = service.wait_state(jid, "failed", timeout_s=60)
+        assert "through " in job["message"] and "a symbolic link" in job["message"], job
+        assert list(readable.iterdir()) == []
+    finally:
+        for d in (readable, x, mine):
+            shutil.rmtree(d, ignore_errors=True)
+
+
 def test_a_users_first_container_leaves_its_home_its_own(
     service: Service, local_users: Any
 ) -> None:

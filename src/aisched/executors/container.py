@@ -429,10 +429,14 @@ def create_args(spec: ContainerSpec, t: ContainerTask, engine: Engine) -> list[s
             a += ["--device", f"nvidia.com/gpu={g}"]
     # 5. Mounts: the working and checkpoint directories where the task expects them. A host
     #    path is mounted resolved: a link swapped after the service's check changes nothing.
+    #    A host path its user may not write is mounted read-only: the task could not write
+    #    there anyway (it runs as the user), and the engine, as root, then cannot make a mount
+    #    point in it either, whatever link (in the image, in a mount) leads a nested mount in.
     mounted: set[str] = set()
     for i, v in enumerate(spec.volumes):
         host = os.path.realpath(v.host_path)
-        a += ["--volume", _mount(f"volumes.{i}", host, v.container_path, v.read_only)]
+        read_only = v.read_only or not _user_may_write(t, host)
+        a += ["--volume", _mount(f"volumes.{i}", host, v.container_path, read_only)]
         mounted.add(v.container_path)
     # The checkpoint directory is made before the container (supervisor.Container.prepare,
     # which mounts it resolved once it is made); the working directory is mounted resolved
@@ -445,7 +449,8 @@ def create_args(spec: ContainerSpec, t: ContainerTask, engine: Engine) -> list[s
             if (why := not_plain(d)) is not None:
                 raise ContainerArgsError(f"{what}: {why}")
             host = os.path.realpath(d) if what == "workdir" else d
-            a += ["--volume", _mount(what, host, d, False)]
+            read_only = what == "workdir" and not _user_may_write(t, host)
+            a += ["--volume", _mount(what, host, d, read_only)]
             mounted.add(d)
     if t.workdir:
         a += ["--workdir", t.workdir]
@@ -453,6 +458,14 @@ def create_args(spec: ContainerSpec, t: ContainerTask, engine: Engine) -> list[s
     # 6. The command replaces the image's entrypoint, as a pod's `command` does.
     a += ["--entrypoint", "", spec.image, *t.command]
     return a
+
+
+def _user_may_write(t: ContainerTask, host: str) -> bool:
+    """Whether the task's user may write `host` (a task of no local user's: the service's
+    own, which may)."""
+    if t.user is None:
+        return True
+    return user_can(str(t.user["name"]), host, 0o3 if os.path.isdir(host) else 0o2)
 
 
 def _mount(what: str, host: str, path: str, read_only: bool) -> str:
@@ -586,6 +599,13 @@ def nested_mount_refusal(user: str, mounts: Sequence[tuple[str, str, str]]) -> s
             if rel == "." or rel.startswith(".."):
                 continue  # not strictly inside the other one
             target = os.path.join(outer_host, rel)
+            if (link := _first_link(outer_host, rel)) is not None:
+                # The engine follows it inside the container, where it may lead into another
+                # mount: what is checked here would not be where the mount point is made.
+                return (
+                    f"{what}: {inner} is inside {outer_what} ({outer} from {outer_host}), "
+                    f"through {link}, a symbolic link: give a path without links"
+                )
             if os.path.lexists(target):
                 continue
             parent = os.path.dirname(target)
@@ -612,6 +632,19 @@ def workdir_refusal(user: str, workdir: str | None) -> str | None:
     if user_may_read(user, os.path.realpath(workdir)):
         return None
     return f"workdir: {unreadable_workdir(user, workdir)}"
+
+
+def _first_link(top: str, rel: str) -> str | None:
+    """The first symbolic link on the way from `top` down `rel` (as far as it exists), or
+    None."""
+    path = top
+    for part in rel.split("/"):
+        path = os.path.join(path, part)
+        if os.path.islink(path):
+            return path
+        if not os.path.lexists(path):
+            return None
+    return None
 
 
 def unreadable_workdir(user: str, workdir: str) -> str:

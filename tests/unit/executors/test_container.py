@@ -53,6 +53,7 @@ NOBODY = {"name": "nobody", "uid": 65534, "gid": 65534, "groups": [65534, 100], 
 @pytest.fixture
 def dirs() -> Iterator[tuple[str, str]]:
     with tempfile.TemporaryDirectory() as work, tempfile.TemporaryDirectory() as ckpt:
+        os.chmod(work, 0o777)  # a working directory the task's user may write
         yield work, ckpt
 
 
@@ -329,6 +330,18 @@ def test_a_mount_inside_another_may_not_make_root_create_where_the_user_cannot()
         inside_mine = [("volumes.0", str(mine), "/m"), ("workdir", "/w", "/m/a/b")]
         assert nested_mount_refusal("nobody", inside_mine) is None
         assert nested_mount_refusal("root", [outer, ("volumes.1", str(mine), "/r/x")]) is None
+
+
+def test_a_host_path_the_user_may_not_write_is_mounted_read_only(dirs: tuple[str, str]) -> None:
+    # The task could not write there; mounted read-only, root's engine cannot make a nested
+    # mount point there either, whatever link (in the image, in another mount) leads to it.
+    work, ckpt = dirs
+    os.chmod(work, 0o755)
+    spec = ContainerSpec("img", volumes=(Volume("/usr", "/u"), Volume(work, "/w")))
+    args = create_args(spec, task(work, ckpt, user=NOBODY), ENGINE)
+    mounts = [args[i + 1] for i, a in enumerate(args) if a == "--volume"]
+    assert mounts[:3] == ["/usr:/u:ro", f"{work}:/w:ro", f"{work}:{work}:ro"]
+    assert create_args(spec, task(work, ckpt), ENGINE).count("/usr:/u") == 1  # no user: as given
 
 
 def test_the_checkpoint_directory_is_mounted_before_it_exists(dirs: tuple[str, str]) -> None:
