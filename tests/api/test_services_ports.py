@@ -19,37 +19,41 @@ import pytest
 from clients import client_for
 
 from aisched.service.app import Service
-from aisched.service.listeners import listening_uids
+from aisched.service.listeners import accepting_uid
 from aisched.testing.fakes import FakeExecutor, fake_node
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("runuser") is None, reason="needs root and runuser"
 )
 
-# Answers 200 to every GET and prints a line for each, so the test can count them.
+# Answers 200 to every GET on HOST:PORT and prints a line for each, so the test can count them.
 SERVER = """
-import http.server, sys
+import http.server, socket, sys
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         print(self.path, flush=True)
         self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers()
         self.wfile.write(b"{}")
     def log_message(self, *a): pass
-http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+class S(http.server.HTTPServer):
+    address_family = socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET
+S((sys.argv[1], int(sys.argv[2])), H).serve_forever()
 """
 
 
 @contextmanager
-def serving(port: int, as_user: str | None) -> Iterator[subprocess.Popen[str]]:
+def serving(
+    port: int, as_user: str | None, host: str = "127.0.0.1"
+) -> Iterator[subprocess.Popen[str]]:
     python = "/usr/bin/python3" if as_user else sys.executable  # one nobody may run
-    cmd = [python, "-c", SERVER, str(port)]
+    cmd = [python, "-c", SERVER, host, str(port)]
     proc = subprocess.Popen(
         ["runuser", "-u", as_user, "--", *cmd] if as_user else cmd,
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
-        until("the server to listen", lambda: listening_uids(port))
+        until("the server to listen", lambda: accepting_uid(host, port, 1.0) is not None)
         yield proc
     finally:
         proc.terminate()
@@ -85,15 +89,18 @@ def test_a_replica_port_held_by_another_user_is_not_the_replica(
                     and k.startswith("AISCHED_SERVICE")))  # fmt: skip
     # The fake executor runs nothing: the port is free for whoever binds it first.
     with serving(port, "nobody") as squatter:
-        assert listening_uids(port) == {pwd.getpwnam("nobody").pw_uid}
+        assert accepting_uid("127.0.0.1", port, 1.0) == pwd.getpwnam("nobody").pw_uid
         time.sleep(1.0)  # ten rounds of the autoscaler
         status = client.get(f"/v1/jobs/{sid}").json()["service"]
         assert (status["ready"], status["endpoints"]) == (0, [])
     assert squatter.stdout is not None and squatter.stdout.read() == ""  # never asked
-    # The replica's own user (here the service's) listening there is the replica.
-    with serving(port, None) as own:
+    # The replica's own user (here the service's) listening there is the replica, even with
+    # another user's listener on another address of the port, which takes none of its
+    # connections (it made the replica "not ready" for as long as it listened).
+    with serving(port, "nobody", "::1") as beside, serving(port, None) as own:
         until(
             "the replica to be ready",
             lambda: client.get(f"/v1/jobs/{sid}").json()["service"]["ready"] == 1,
         )
     assert own.stdout is not None and "/healthz" in own.stdout.read()
+    assert beside.stdout is not None and beside.stdout.read() == ""

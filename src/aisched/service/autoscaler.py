@@ -40,7 +40,7 @@ from aisched.core.autoscale import Recommendation, decide
 from aisched.model.job import JobKind
 from aisched.model.service import ScaleMetric, ServiceSpec
 from aisched.model.states import JobState
-from aisched.service.listeners import is_loopback, listening_uids, peer_uid, uid_of
+from aisched.service.listeners import accepting_uid, is_loopback, peer_uid, uid_of
 from aisched.service.live import LiveJob, TaskPhase
 from aisched.service.loop import Scheduler
 from aisched.service.replicas import replica_port
@@ -198,7 +198,7 @@ class Autoscaler:
             owners: frozenset[int] | None = None
             if is_loopback(host):
                 owners = frozenset({0, uid_of(r.job.user, os.geteuid())})
-                if self._held_by_another(r, port, owners):
+                if self._held_by_another(r, host, port, owners):
                     continue
             if not self._ready(spec, where, owners):
                 continue
@@ -223,12 +223,15 @@ class Autoscaler:
                 len(replicas), len(ready), desired, load, reason, endpoints
             )
 
-    def _held_by_another(self, replica: LiveJob, port: int, owners: frozenset[int]) -> bool:
+    def _held_by_another(
+        self, replica: LiveJob, host: str, port: int, owners: frozenset[int]
+    ) -> bool:
         """Whether a process of another user than the replica's (`owners`: its user, and
-        root, whose engine holds a container's published port) listens on its port. Such a
-        replica is not ready: neither probed, scraped nor listed as an endpoint. (A process
-        that binds the port after this look is caught by `http_get` on the connection.)"""
-        others = (listening_uids(port) or set()) - owners
+        root, whose engine holds a container's published port) accepts connections to its
+        port. Such a replica is not ready: neither probed, scraped nor listed as an endpoint.
+        (One that takes the port after this look is caught by `http_get` on the connection.)"""
+        uid = accepting_uid(host, port, self.probe_timeout_s)
+        others = set() if uid is None or uid in owners else {uid}
         for uid in sorted(others):
             if (replica.id, uid) in self.squatters:
                 continue

@@ -1,8 +1,9 @@
-"""Who listens on a TCP port of this machine: the uids that own its listening sockets, read
-from the kernel's socket tables (`/proc/net/tcp`, `/proc/net/tcp6`), which every process may
-read. The autoscaler asks before it takes a replica's port as the replica's: a port is free
-between the service choosing it and the replica binding it, and after a replica dies, so
-another local user could bind it first and answer its probes and scrapes."""
+"""Whose process accepts a TCP connection on this machine: the uid that owns the socket the
+kernel made for it, read from the kernel's socket tables (`/proc/net/tcp`, `/proc/net/tcp6`),
+which every process may read. The autoscaler asks before it takes a replica's port as the
+replica's: a port is free between the service choosing it and the replica binding it, and
+after a replica dies, so another local user could bind it first and answer its probes and
+scrapes."""
 
 from __future__ import annotations
 
@@ -14,24 +15,17 @@ TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
 LISTEN = "0A"  # the kernel's TCP_LISTEN, as the tables write states
 
 
-def listening_uids(port: int, tables: tuple[str, ...] = TABLES) -> set[int] | None:
-    """The uids of the sockets listening on `port` (empty: none listens), or None when no
-    table can be read (not Linux)."""
-    found: set[int] = set()
-    read_any = False
-    for table in tables:
-        try:
-            with open(table, encoding="ascii") as f:
-                lines = f.read().splitlines()[1:]
-        except OSError:
-            continue
-        read_any = True
-        for line in lines:
-            fields = line.split()
-            # sl local_address rem_address st tx:rx tr:when retrnsmt uid ...
-            if len(fields) > 7 and fields[3] == LISTEN and _port(fields[1]) == port:
-                found.add(int(fields[7]))
-    return found if read_any else None
+def accepting_uid(host: str, port: int, timeout_s: float) -> int | None:
+    """The uid of the process that accepts a TCP connection to `host:port` on this machine
+    (`peer_uid` of a connection made and closed at once), or None when nothing accepts it or
+    the tables do not say. Asked of the connection itself, not of the listeners: a listener on
+    another address of the port (`::1`, `127.0.0.2`) takes no connection to this one, so it
+    must not count."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            return peer_uid(sock)
+    except OSError:
+        return None
 
 
 def peer_uid(sock: socket.socket, tables: tuple[str, ...] = TABLES) -> int | None:
