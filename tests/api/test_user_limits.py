@@ -32,7 +32,7 @@ def test_a_user_past_the_limit_is_refused_with_429_and_others_are_not(
     r = submit(mine)
     assert r.status_code == 429, r.text
     (why,) = r.json()["problems"]
-    assert "has 2 jobs not yet ended and may have at most 2 (limits.user_max_jobs)" in why
+    assert "has 2 jobs not yet ended and may have at most 2 (limits.user_max_jobs;" in why
     # A retry of a job already taken is answered with that job, not refused.
     again = submit(mine, headers={"Idempotency-Key": "k1"})
     assert (again.status_code, again.json()["id"]) == (201, first)
@@ -40,7 +40,7 @@ def test_a_user_past_the_limit_is_refused_with_429_and_others_are_not(
     assert submit(nobody).status_code == 201
     r = nobody.post("/v1/jobs", content=PIPELINE)
     assert r.status_code == 429, r.text
-    assert "(this submission has 2)" in r.json()["problems"][0]
+    assert "(this submission counts 2)" in r.json()["problems"][0]
     assert [j["user"] for j in mine.get("/v1/jobs").json()["jobs"]].count("nobody") == 1
     # A job that ends makes room.
     assert mine.post(f"/v1/jobs/{waiting}/cancel").status_code == 202
@@ -61,3 +61,27 @@ def test_the_count_is_taken_again_from_the_store_after_a_restart(tmp_path: Path)
         assert submit(client_for(again)).status_code == 429
     finally:
         again.close()
+
+
+def test_a_service_counts_with_every_replica_it_may_scale_to(
+    open_service: Callable[..., Service], fx: FakeExecutor
+) -> None:
+    # Its replicas are admitted as it scales, unchecked: counted as one job, a service of a
+    # user at the limit took 100 replicas (a second audit).
+    svc = open_service(fx, limits={"user_max_jobs": 3})
+    client = client_for(svc)
+
+    def service(most: int) -> Any:
+        body = {
+            "name": f"s{most}",
+            "kind": "service",
+            "command": ["sleep", "100"],
+            "service": {"min_replicas": most, "max_replicas": most, "readiness_path": None},
+        }
+        return client.post("/v1/jobs", json=body)  # fmt: skip
+
+    r = service(3)
+    assert r.status_code == 429, r.text
+    assert "(this submission counts 4)" in r.json()["problems"][0]
+    assert service(2).status_code == 201  # itself and two replicas: 3
+    assert submit(client).status_code == 429

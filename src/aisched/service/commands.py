@@ -38,6 +38,7 @@ from aisched.service.loop_types import (
 from aisched.service.paths import checkpoint_dir
 from aisched.service.pipelines import DependencyError
 from aisched.service.replicas import replica_job
+from aisched.service.scheduler_state import jobs_counted
 from aisched.service.step_errors import classify, one_line
 from aisched.store.codec import job_to_dict
 from aisched.store.db import Row
@@ -102,7 +103,7 @@ class Commands(Intents):
             rows = earlier
             batch.after.append(lambda: cmd.future.set_result(rows[0]))
             return
-        if (past := self._past_user_limit(cmd.job.user, 1)) is not None:
+        if (past := self._past_user_limit(cmd.job.user, jobs_counted(cmd.job))) is not None:
             cmd.future.set_exception(Rejected(past, 429))
             return
         why = refusal(self._admitting_against(now), self.policy, cmd.job)
@@ -126,7 +127,8 @@ class Commands(Intents):
             found = earlier
             batch.after.append(lambda: cmd.future.set_result(found))
             return
-        if (past := self._past_user_limit(user, len(cmd.items))) is not None:
+        adding = sum(jobs_counted(job) for job, _, _ in cmd.items)
+        if (past := self._past_user_limit(user, adding)) is not None:
             cmd.future.set_exception(Rejected(past, 429))
             return
         for job, _fmt, _warnings in cmd.items:
@@ -167,10 +169,11 @@ class Commands(Intents):
         most, has = self.config.user_max_jobs, self.live_per_user[user]
         if most <= 0 or has + adding <= most:
             return None
-        more = "" if adding == 1 else f" (this submission has {adding})"
+        more = "" if adding == 1 else f" (this submission counts {adding})"
         return (
             f"{user} has {has} jobs not yet ended and may have at most {most}{more} "
-            "(limits.user_max_jobs): wait for some to end, or cancel some"
+            "(limits.user_max_jobs; a service counts with the replicas it may scale to): "
+            "wait for some to end, or cancel some"
         )
 
     def _idempotent(self, user: str, key: str | None, n: int) -> list[Row] | None:

@@ -146,9 +146,9 @@ class LimitsModel(_Model):
     # How long a write may wait for a database locked by another process before the step
     # fails (and is retried after a back-off).
     store_busy_timeout: Any = "5s"
-    # The most jobs one user may have not yet ended (waiting or running, a service's replicas
-    # counted): past it a submission is refused with 429, so one user cannot fill the queue,
-    # the store and every cycle for all the others. 0: no limit.
+    # The most jobs one user may have not yet ended (waiting or running; a service counts as
+    # itself and every replica it may scale to): past it a submission is refused with 429, so
+    # one user cannot fill the queue, the store and every cycle for the others. 0: no limit.
     user_max_jobs: Annotated[int, Field(ge=0)] = 10_000
     # Ended jobs (their rows, events and logs) are kept this long after they end, then
     # forgotten, so months of history do not fill the disk. 0: kept for ever.

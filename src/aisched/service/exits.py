@@ -22,6 +22,7 @@ from aisched.lifecycle.states import move
 from aisched.model.states import JobState
 from aisched.service.launches import Launches
 from aisched.service.live import Batch, LiveJob, Stop, TaskPhase
+from aisched.service.scheduler_state import jobs_counted
 from aisched.service.timers import Timer
 
 log = logging.getLogger("aisched.loop")
@@ -143,7 +144,7 @@ class Exits(Launches):
         self._unqueue(lj)
         release_kept(self.held, lj.id)  # it ended while waiting for victims
         del self.jobs[lj.id]
-        self.live_per_user[lj.job.user] -= 1
+        self.live_per_user[lj.job.user] -= jobs_counted(lj.job)
         if not self.live_per_user[lj.job.user]:
             del self.live_per_user[lj.job.user]
         self.terminal_counts[state.value] = self.terminal_counts.get(state.value, 0) + 1

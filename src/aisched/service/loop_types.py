@@ -42,7 +42,7 @@ class LoopConfig:
     # The service's id (`Store.instance_id`): names checkpoint directories outside data_dir.
     instance: str = ""
     # The most jobs one user may have not yet ended (`limits.user_max_jobs`; 0: no limit).
-    # Submissions past it are refused with 429; a service's replicas are not refused.
+    # Submissions past it are refused with 429; a service counts with its `max_replicas`.
     user_max_jobs: int = 0
     # A waiting job that fits only with nodes that left the cluster (a raylet restart, a
     # network blip) waits this long for them to come back before it is failed as never fitting.

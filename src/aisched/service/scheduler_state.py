@@ -43,7 +43,7 @@ from aisched.lifecycle.elastic import grow_at
 from aisched.lifecycle.holdings import Holdings
 from aisched.lifecycle.work import checkpoint_interval_s, core_interval
 from aisched.model.cluster import Cluster, Node
-from aisched.model.job import Job
+from aisched.model.job import Job, JobKind
 from aisched.model.queue import QueueTree
 from aisched.model.states import JobState
 from aisched.predict.features import JobFeatures
@@ -106,8 +106,8 @@ class SchedulerState:
         # Free capacity, usage and running views: the lifecycle's ledger (see `lifecycle`).
         self.held = Holdings(build_arrays(Cluster(self.nodes)))
         self.jobs: dict[str, LiveJob] = {}
-        # How many of `jobs` each user has (`limits.user_max_jobs`), kept by `_add_live` and
-        # `_finish`, the only places a live job comes and goes.
+        # How many jobs each user's live jobs may come to (`limits.user_max_jobs`,
+        # `jobs_counted`), kept by `_add_live` and `_finish`, where a live job comes and goes.
         self.live_per_user: Counter[str] = Counter()
         # The jobs with a pending view (waiting to be placed, maybe held back for now), so a
         # step asks "does anything wait?" without walking every live job.
@@ -237,7 +237,7 @@ class SchedulerState:
 
     def _add_live(self, lj: LiveJob) -> None:
         self.jobs[lj.id] = lj
-        self.live_per_user[lj.job.user] += 1
+        self.live_per_user[lj.job.user] += jobs_counted(lj.job)
 
     def _make_pending(self, lj: LiveJob, batch: Batch) -> None:
         lj.running_view = None
@@ -422,3 +422,14 @@ class SchedulerState:
 
     def _check_dependencies(self, lj: LiveJob, batch: Batch, now: float) -> None:
         raise NotImplementedError  # commands.Commands
+
+
+def jobs_counted(job: Job) -> int:
+    """What a live job counts for against `limits.user_max_jobs`: a service, itself and every
+    replica it may scale to (its replicas are admitted as it scales, unchecked), so they count
+    nothing of their own; any other job, one."""
+    if job.replica_of is not None:
+        return 0
+    if job.kind == JobKind.SERVICE and job.service is not None:
+        return 1 + job.service.max_replicas
+    return 1
