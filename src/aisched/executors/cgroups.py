@@ -309,6 +309,8 @@ def choose_task_bounds(mem: MemoryControl) -> TaskBounds:
     if mem.mechanism == "cgroup-v2" and mem.base is not None:
         enabled = _read(os.path.join(mem.base, "cgroup.subtree_control")).split()
         found = tuple(c for c in BOUND_CONTROLLERS if c in enabled)
+        if "pids" in found:
+            _try_write(os.path.join(mem.base, "pids.max"), str(all_tasks_pids_max()))
         missing = [c for c in BOUND_CONTROLLERS if c not in found]
         notes = [f"{', '.join(found)} bounded in each task's cgroup (v2)"] if found else []
         notes += [_UNBOUNDED[c] + f" (the {c} controller is not enabled in {mem.base})"
@@ -346,6 +348,8 @@ def _v1_base(ctrl: str) -> tuple[str | None, str]:
             for name in ("cpuset.cpus", "cpuset.mems"):
                 if not _read(os.path.join(base, name)).strip():
                     _write(os.path.join(base, name), _read(os.path.join(holder, name)))
+        else:
+            _write(os.path.join(base, "pids.max"), str(all_tasks_pids_max()))
         os.mkdir(probe)
         try:
             _set_bound(probe, ctrl, 64, (), base)
@@ -354,6 +358,22 @@ def _v1_base(ctrl: str) -> tuple[str | None, str]:
     except OSError as exc:
         return None, f"cannot create {ctrl} cgroups under {base}: {exc.strerror or exc}"
     return base, ""
+
+
+# PIDs the machine keeps outside every task, whatever the tasks do together: its services,
+# logins, and aisched itself (a supervisor must still fork to stop a task).
+PIDS_KEPT_FREE = 4096
+
+
+def all_tasks_pids_max() -> int:
+    """The most processes and threads all tasks together may hold (the parent cgroup's
+    `pids.max`): each task has its own bound, but many tasks of one user could still take
+    every PID of the machine (`kernel.pid_max`) without this."""
+    try:
+        pid_max = int(_read("/proc/sys/kernel/pid_max"))
+    except (OSError, ValueError):
+        pid_max = 32768
+    return max(pid_max - max(PIDS_KEPT_FREE, pid_max // 8), pid_max // 2)
 
 
 def _set_bound(path: str, ctrl: str, pids_max: int, cores: tuple[int, ...], parent: str) -> None:

@@ -61,6 +61,7 @@ from aisched.executors.base import (
 )
 from aisched.executors.cgroups import (
     MemoryControl,
+    TaskBounds,
     bound_cgroups,
     cgroup_name,
     choose_memory_control,
@@ -193,6 +194,11 @@ class LocalExecutor(ExitWatching):
     def memory_control(self) -> MemoryControl:
         """The memory-limit mechanism in use and where its cgroups live."""
         return self._mem
+
+    @property
+    def task_bounds(self) -> TaskBounds:
+        """Where tasks' process counts and cores are bounded (`cgroups.TaskBounds`)."""
+        return self._bounds
 
     def task_dir(self, key: TaskKey) -> Path:
         job_id, attempt, task = key

@@ -16,7 +16,12 @@ from pathlib import Path
 from aisched.executors import supervisor as sup
 from aisched.executors.base import TaskExited, TaskHandle, TaskKey, TaskLaunch, TaskPlace
 from aisched.executors.base import contract_env as make_contract_env
-from aisched.executors.cgroups import MemoryControlError, choose_memory_control, release_base
+from aisched.executors.cgroups import (
+    MemoryControlError,
+    choose_memory_control,
+    release_base,
+    release_bounds,
+)
 from aisched.executors.local import LocalExecutor
 from aisched.model.cluster import GPU, Node
 
@@ -169,6 +174,7 @@ class Harness:
                 child_start=started.get("child_start"),
                 cgroup=rec.get("cgroup"),
             )
-            sup.remove_cgroup(rec.get("cgroup"))
-        for ex in self.made:  # the parent cgroup too, once empty (a killed scheduler's stays)
+            sup.remove_task_cgroups(rec)
+        for ex in self.made:  # the parent cgroups too, once empty (a killed scheduler's stay)
             release_base(ex.memory_control)
+            release_bounds(ex.task_bounds)

@@ -27,7 +27,7 @@ from aisched.executors.base import (
     TaskHandle,
     TaskLaunch,
 )
-from aisched.executors.cgroups import MemoryControlError
+from aisched.executors.cgroups import MemoryControlError, all_tasks_pids_max
 from aisched.executors.local import SUPERVISOR_SCRIPT, LocalExecutor
 
 USABLE = sorted(os.sched_getaffinity(0))
@@ -716,6 +716,15 @@ def test_a_task_holds_no_more_processes_and_threads_than_its_pids_limit(harness:
     assert harness.exit_of(h.key).kind == ExitKind.EXITED
     # The interpreter and its threads together: at most 16 tasks of the kernel.
     assert 0 < int(harness.log("t-0").strip()) < 16
+    # And all tasks together keep PIDs free for the machine (many tasks of one user could
+    # otherwise take every PID): the parent of the task cgroups has a bound of its own.
+    (base,) = [n.split(" under ")[1] for n in ex.info().notes if n.startswith("pids cgroups")]
+    with open(os.path.join(base, "pids.max")) as f:
+        assert (
+            int(f.read())
+            == all_tasks_pids_max()
+            < int(Path("/proc/sys/kernel/pid_max").read_text())
+        )
 
 
 @pytest.mark.skipif(len(USABLE) < 2, reason="needs at least 2 usable cores")
