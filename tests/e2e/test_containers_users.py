@@ -67,20 +67,25 @@ def test_a_users_container_runs_as_the_user(service: Service, local_users: Any) 
     assert (Path(service.job(jid)["checkpoint_dir"]) / "saved").owner() == alice.name
 
 
+def failed_mount(service: Service, user: Any, volumes: str) -> tuple[str, dict[str, Any]]:
+    """Submit, as `user`, a container job with these `volumes` (YAML flow list) that should
+    fail to start; its id and its row once failed."""
+    (user.home / "mounts.yaml").write_text(
+        f"image: {build_test_image()}\ncommand: 'true'\nrestart: {{policy: never}}\n"
+        f"volumes: {volumes}\n"
+    )
+    proc = as_user(service, user, "submit", "--json", str(user.home / "mounts.yaml"))
+    jid = str(json.loads(proc.stdout)["id"])
+    return jid, service.wait_state(jid, "failed", timeout_s=60)
+
+
 def test_a_users_job_may_not_mount_what_the_user_cannot_read(
     service: Service, local_users: Any
 ) -> None:
-    image = build_test_image()
     alice = local_users["alice"]
     secret = Path(tempfile.mkdtemp())  # root's, 0700
     try:
-        (alice.home / "mount.yaml").write_text(
-            f"image: {image}\ncommand: 'ls /s'\nrestart: {{policy: never}}\n"
-            f"volumes: [{{host_path: {secret}, path: /s}}]\n"
-        )
-        proc = as_user(service, alice, "submit", "--json", str(alice.home / "mount.yaml"))
-        jid = str(json.loads(proc.stdout)["id"])
-        job = service.wait_state(jid, "failed", timeout_s=60)
+        jid, job = failed_mount(service, alice, f"[{{host_path: {secret}, path: /s}}]")
         assert job["message"] == (
             f"task main-0 could not start: task {jid}/1/main-0: volumes.0: user {alice.name} "
             f"may not read {secret}, so its job may not mount it; restart policy is never"
@@ -95,19 +100,14 @@ def test_a_users_volume_inside_another_may_not_make_root_create_files_there(
     # Root's engine makes a missing mount point inside a mounted host directory before the
     # container starts: a volume at /r/planted inside a directory alice may only read would
     # leave root's empty `planted` there (the way to an empty /etc/nologin).
-    image = build_test_image()
     alice = local_users["alice"]
     readable = Path(tempfile.mkdtemp())
     readable.chmod(0o755)
     try:
-        (alice.home / "nested.yaml").write_text(
-            f"image: {image}\ncommand: 'true'\nrestart: {{policy: never}}\n"
-            f"volumes: [{{host_path: {readable}, path: /r}}, "
-            f"{{host_path: {alice.home}, path: /r/planted}}]\n"
+        volumes = (
+            f"[{{host_path: {readable}, path: /r}}, {{host_path: {alice.home}, path: /r/planted}}]"
         )
-        proc = as_user(service, alice, "submit", "--json", str(alice.home / "nested.yaml"))
-        jid = str(json.loads(proc.stdout)["id"])
-        job = service.wait_state(jid, "failed", timeout_s=60)
+        jid, job = failed_mount(service, alice, volumes)
         assert job["message"] == (
             f"task main-0 could not start: task {jid}/1/main-0: volumes.1: /r/planted is "
             f"inside volumes.0 (/r from {readable}), so the engine would create "
@@ -124,7 +124,6 @@ def test_a_link_in_a_users_mount_does_not_lead_a_nested_mount_into_another(
 ) -> None:
     # ~/A/lnk -> /tmp/X (alice's, so checked alone it looks like hers), and a second volume
     # mounts root's directory at /tmp/X: inside the container /a/lnk/planted is in root's one.
-    image = build_test_image()
     alice = local_users["alice"]
     readable, x = Path(tempfile.mkdtemp()), Path(tempfile.mkdtemp())
     readable.chmod(0o755)
@@ -136,14 +135,11 @@ def test_a_link_in_a_users_mount_does_not_lead_a_nested_mount_into_another(
             os.chown(d, alice.uid, alice.gid)
         (mine / "lnk").symlink_to(x)
         os.lchown(mine / "lnk", alice.uid, alice.gid)
-        (alice.home / "linked.yaml").write_text(
-            f"image: {image}\ncommand: 'true'\nrestart: {{policy: never}}\nvolumes: ["
-            f"{{host_path: {mine}, path: /a}}, {{host_path: {readable}, path: {x}}}, "
-            f"{{host_path: {alice.home / 'src'}, path: /a/lnk/planted}}]\n"
+        volumes = (
+            f"[{{host_path: {mine}, path: /a}}, {{host_path: {readable}, path: {x}}}, "
+            f"{{host_path: {alice.home / 'src'}, path: /a/lnk/planted}}]"
         )
-        proc = as_user(service, alice, "submit", "--json", str(alice.home / "linked.yaml"))
-        jid = str(json.loads(proc.stdout)["id"])
-        job = service.wait_state(jid, "failed", timeout_s=60)
+        _, job = failed_mount(service, alice, volumes)
         assert "through " in job["message"] and "a symbolic link" in job["message"], job
         assert list(readable.iterdir()) == []
     finally:

@@ -635,10 +635,12 @@ def workdir_refusal(user: str, workdir: str | None) -> str | None:
 
 
 def _first_link(top: str, rel: str) -> str | None:
-    """The first symbolic link on the way from `top` down `rel` (as far as it exists), or
-    None."""
+    """The first symbolic link among the directories on the way from `top` down to `rel` (as
+    far as they exist), or None. (A mount point that is itself a link is one that exists: the
+    engine makes nothing for it; and a checkpoint directory that is a link is refused by the
+    supervisor, in words of its own.)"""
     path = top
-    for part in rel.split("/"):
+    for part in rel.split("/")[:-1]:
         path = os.path.join(path, part)
         if os.path.islink(path):
             return path
