@@ -313,6 +313,8 @@ def choose_task_bounds(mem: MemoryControl) -> TaskBounds:
             _try_write(os.path.join(mem.base, "pids.max"), str(all_tasks_pids_max()))
         missing = [c for c in BOUND_CONTROLLERS if c not in found]
         notes = [f"{', '.join(found)} bounded in each task's cgroup (v2)"] if found else []
+        if "pids" in found:
+            notes.append("processes are bounded per task and for all tasks, not per user (v2)")
         notes += [_UNBOUNDED[c] + f" (the {c} controller is not enabled in {mem.base})"
                   for c in missing]  # fmt: skip
         return TaskBounds(in_task_cgroup=found, notes=tuple(notes))
@@ -388,9 +390,17 @@ def _set_bound(path: str, ctrl: str, pids_max: int, cores: tuple[int, ...], pare
         _write(mems, wanted)
 
 
-def bound_cgroups(bounds: TaskBounds, name: str) -> list[str]:
-    """The v1 cgroups (beside the memory one) a task of cgroup name `name` joins."""
-    return [os.path.join(base, name) for _ctrl, base in bounds.bases]
+def bound_cgroups(bounds: TaskBounds, name: str, uid: int) -> list[str]:
+    """The v1 cgroups (beside the memory one) a task of cgroup name `name` run as `uid` joins:
+    its pids cgroup is under its user's (`user_cgroup`), whose bound all its tasks share."""
+    return [
+        os.path.join(user_cgroup(base, uid) if ctrl == "pids" else base, name)
+        for ctrl, base in bounds.bases
+    ]
+
+
+def user_cgroup(base: str, uid: int) -> str:
+    return os.path.join(base, f"user-{uid}")
 
 
 def create_bounds(
@@ -399,14 +409,22 @@ def create_bounds(
     task_cgroup: str | None,
     pids_max: int,
     cores: tuple[int, ...],
+    uid: int,
+    user_pids_max: int,
 ) -> None:
     """Make the task's v1 bound cgroups (`bound_cgroups`; a leftover of the name is emptied
-    and replaced) and set its bounds there, or in `task_cgroup` under v2. Raises OSError; what
-    it made is removed first."""
+    and replaced) and set its bounds there, or in `task_cgroup` under v2. Its user's pids
+    cgroup is made when missing, and bounded by `user_pids_max` (all of the user's tasks
+    together). Raises OSError; what it made is removed first."""
     made: list[str] = []
     try:
         for ctrl, base in bounds.bases:
-            path = os.path.join(base, name)
+            parent = base
+            if ctrl == "pids":
+                parent = user_cgroup(base, uid)
+                os.makedirs(parent, exist_ok=True)
+                _write(os.path.join(parent, "pids.max"), str(user_pids_max))
+            path = os.path.join(parent, name)
             if os.path.isdir(path):
                 remove_cgroup(path)
             os.mkdir(path)
@@ -424,6 +442,12 @@ def create_bounds(
 
 def release_bounds(bounds: TaskBounds) -> None:
     """Removes the v1 parents of the bound cgroups when no task cgroup is left in them."""
-    for _ctrl, base in bounds.bases:
+    for ctrl, base in bounds.bases:
+        if ctrl == "pids":  # its users' cgroups first, the empty ones
+            with contextlib.suppress(OSError):
+                for entry in os.scandir(base):
+                    if entry.name.startswith("user-") and entry.is_dir(follow_symlinks=False):
+                        with contextlib.suppress(OSError):
+                            os.rmdir(entry.path)
         with contextlib.suppress(OSError):
             os.rmdir(base)

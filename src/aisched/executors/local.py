@@ -128,6 +128,7 @@ class LocalExecutor(ExitWatching):
         image_pull: str = "missing",
         container_pids_limit: int = ctr.DEFAULT_PIDS_LIMIT,
         task_pids_limit: int = ctr.DEFAULT_PIDS_LIMIT,
+        user_pids_limit: int = 4 * ctr.DEFAULT_PIDS_LIMIT,
         log_max_bytes: int = sup.LOG_MAX_BYTES,
         log_max_files: int = sup.LOG_MAX_FILES,
     ) -> None:
@@ -141,6 +142,7 @@ class LocalExecutor(ExitWatching):
         self._mem: MemoryControl = choose_memory_control(mem_mechanism, cgroup_parent)
         self._bounds = choose_task_bounds(self._mem)
         self._pids_limit = task_pids_limit
+        self._user_pids_limit = user_pids_limit
         self._cores = tuple(sorted(os.sched_getaffinity(0)))
         self._pidfd = pidfd_works() if use_pidfd is None else use_pidfd and pidfd_works()
         self._notes = (
@@ -266,7 +268,8 @@ class LocalExecutor(ExitWatching):
             else None
         )
         # Its process count and cores, in cgroups of their own under cgroup v1.
-        bounded = bound_cgroups(self._bounds, leaf) if spec is None else []
+        uid = acct["uid"] if acct is not None else os.geteuid()
+        bounded = bound_cgroups(self._bounds, leaf, uid) if spec is None else []
         tdir.mkdir(parents=True, exist_ok=True, mode=0o700)
         # 1. The request is durable before anything runs: after a crash, adopt finds it.
         doc: dict[str, Any] = {
@@ -299,7 +302,15 @@ class LocalExecutor(ExitWatching):
             if cgroup is not None:
                 create_task_cgroup(self._mem, leaf, req.mem_limit_mib)
             if spec is None:
-                create_bounds(self._bounds, leaf, cgroup, self._pids_limit, cores)
+                create_bounds(
+                    self._bounds,
+                    leaf,
+                    cgroup,
+                    self._pids_limit,
+                    cores,
+                    uid,
+                    self._user_pids_limit,
+                )
             # 3. The supervisor, in its own session so it outlives us; SIGTERM blocked until
             #    its handler is in place, so an early stop is not lost.
             pid, start, own_child = self._start_supervisor(tdir)

@@ -309,6 +309,7 @@ def _local_executor(config: ServiceConfig, home: Path) -> tuple[Executor, list[s
         image_pull=config.image_pull,
         container_pids_limit=config.container_pids_limit,
         task_pids_limit=config.task_pids_limit,
+        user_pids_limit=config.user_pids_limit,
         log_max_bytes=config.limits.log_max_bytes(),
         log_max_files=config.limits.log_max_files,
     )

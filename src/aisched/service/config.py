@@ -216,6 +216,9 @@ class ServiceConfig(_Model):
     # Processes (and threads) one host task may hold (its pids cgroup), so that no task can
     # take every PID of the machine.
     task_pids_limit: Annotated[int, Field(ge=16, le=4_194_304)] = 4096
+    # Processes (and threads) all host tasks of one user may hold together (where cgroup v1
+    # has a pids hierarchy), so that one user's many tasks cannot take the others' PIDs.
+    user_pids_limit: Annotated[int, Field(ge=16, le=4_194_304)] = 16384
     # A task above the GPU memory it declared (gpu_mem): report it in the log, or stop it.
     # Needs NVML (nvidia-ml-py and a driver); without it the watchdog is off and says why.
     gpu_memory_over: Literal["report", "stop"] = "report"

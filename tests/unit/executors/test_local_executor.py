@@ -692,6 +692,21 @@ except RuntimeError:
 print(started)
 """
 
+# THREADS, holding its threads until the file argv[1] exists.
+HOLD = """
+import os, sys, threading, time
+started = 0
+try:
+    for _ in range(64):
+        threading.Thread(target=time.sleep, args=(120,), daemon=True).start()
+        started += 1
+except RuntimeError:
+    pass
+print(started, flush=True)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.05)
+"""
+
 WIDEN = """
 import os, sys
 try:
@@ -725,6 +740,25 @@ def test_a_task_holds_no_more_processes_and_threads_than_its_pids_limit(harness:
             == all_tasks_pids_max()
             < int(Path("/proc/sys/kernel/pid_max").read_text())
         )
+
+
+def test_one_users_tasks_together_hold_no_more_than_its_user_pids_limit(
+    harness: Harness,
+) -> None:
+    ex = harness.new_executor(task_pids_limit=16, user_pids_limit=24)
+    if not _bounded(ex, "pids") or any("not per user" in n for n in ex.info().notes):
+        pytest.skip("no cgroup v1 pids hierarchy here")
+    # Each could take 15 threads alone; held at once, together they may not pass their
+    # user's 24 (each task's interpreter is one more).
+    release = harness.tmp / "release"
+    tasks = [harness.launch(f"t-{i}", [PY, "-c", HOLD, str(release)]) for i in range(2)]
+    for i in range(2):
+        wait_for(lambda i=i: harness.log(f"t-{i}").strip() != "", what=f"t-{i} to count")
+    release.touch()
+    for h in tasks:
+        assert harness.exit_of(h.key).kind == ExitKind.EXITED
+    held = [int(harness.log(f"t-{i}").strip()) for i in range(2)]
+    assert all(n > 0 for n in held) and sum(held) + 2 <= 24, held
 
 
 @pytest.mark.skipif(len(USABLE) < 2, reason="needs at least 2 usable cores")
