@@ -680,19 +680,8 @@ def test_two_services_tasks_of_one_key_keep_their_own_cgroups(
 
 # --- processes and cores: bounds the task cannot lift --------------------------------------
 
-THREADS = """
-import threading, time
-started = 0
-try:
-    for _ in range(64):
-        threading.Thread(target=time.sleep, args=(5,), daemon=True).start()
-        started += 1
-except RuntimeError:
-    pass
-print(started)
-"""
-
-# THREADS, holding its threads until the file argv[1] exists.
+# Starts up to 64 threads, prints how many it could, and holds them until the file argv[1]
+# exists.
 HOLD = """
 import os, sys, threading, time
 started = 0
@@ -727,7 +716,9 @@ def test_a_task_holds_no_more_processes_and_threads_than_its_pids_limit(harness:
     ex = harness.new_executor(task_pids_limit=16)
     if not _bounded(ex, "pids"):
         pytest.skip("no pids cgroup here")
-    h = harness.launch("t-0", [PY, "-c", THREADS])
+    release = harness.tmp / "release"
+    release.touch()  # no need to hold them: alone, it counts what it could start
+    h = harness.launch("t-0", [PY, "-c", HOLD, str(release)])
     assert harness.exit_of(h.key).kind == ExitKind.EXITED
     # The interpreter and its threads together: at most 16 tasks of the kernel.
     assert 0 < int(harness.log("t-0").strip()) < 16
