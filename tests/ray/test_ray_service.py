@@ -244,7 +244,13 @@ def test_losing_a_node_fails_the_attempt_and_restarts_the_job_on_healthy_nodes(
         assert {e["AISCHED_CHECKPOINT_DIR"] for e in first + second} == {
             str(svc.home / "checkpoints" / jid)
         }
-        assert any("left the cluster" in e["message"] for e in job["events"])
+        # Which Ray says first, the agent's death or the node's, is a race of Ray's own (its
+        # health check marks a node dead seconds after its processes are gone): either is the
+        # attempt's cause, in words that name it.
+        assert any(
+            "left the cluster" in e["message"] or "Ray agent died" in e["message"]
+            for e in job["events"]
+        ), job["events"]
         wait_for(
             "the lost node to leave the node list",
             lambda: lost not in {n["name"] for n in svc.cli_json("nodes")["nodes"]},
