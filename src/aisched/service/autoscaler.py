@@ -40,10 +40,11 @@ from aisched.core.autoscale import Recommendation, decide
 from aisched.model.job import JobKind
 from aisched.model.service import ScaleMetric, ServiceSpec
 from aisched.model.states import JobState
-from aisched.service.listeners import accepting_uid, is_loopback, peer_uid, uid_of
+from aisched.service.listeners import accepting_uid, peer_uid, uid_of
 from aisched.service.live import LiveJob, TaskPhase
 from aisched.service.loop import Scheduler
 from aisched.service.replicas import replica_port
+from aisched.service.serve import is_loopback
 
 log = logging.getLogger("aisched.autoscaler")
 
@@ -198,9 +199,13 @@ class Autoscaler:
             owners: frozenset[int] | None = None
             if is_loopback(host):
                 owners = frozenset({0, uid_of(r.job.user, os.geteuid())})
-                if self._held_by_another(r, host, port, owners):
-                    continue
-            if not self._ready(spec, where, owners):
+            ready_now = self._ready(spec, where, owners)
+            # A probe that answered was checked on its own connection; without one (no
+            # readiness path), or when it failed, ask whose process takes the port (and say so).
+            probed = ready_now and spec.readiness_path is not None
+            if owners is not None and not probed and self._held_by_another(r, host, port, owners):
+                continue
+            if not ready_now:
                 continue
             ready.append((r.id, where))
             if spec.metrics_path is not None:

@@ -7,7 +7,6 @@ scrapes."""
 
 from __future__ import annotations
 
-import ipaddress
 import pwd
 import socket
 
@@ -49,13 +48,6 @@ def peer_uid(sock: socket.socket, tables: tuple[str, ...] = TABLES) -> int | Non
 def _port(address: str) -> int:
     """The port of a table's `HEXADDR:HEXPORT`."""
     return int(address.rpartition(":")[2], 16)
-
-
-def is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
 
 
 def uid_of(user: str, default: int) -> int:
