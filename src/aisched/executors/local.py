@@ -629,6 +629,7 @@ class LocalExecutor(ExitWatching):
                 # Made (as the user's, when it runs as one) before the container is created.
                 "make_dirs": [t.checkpoint_dir] if t.checkpoint_dir else [],
                 "owner": None if t.user is None else [int(t.user["uid"]), int(t.user["gid"])],
+                "owner_groups": [] if t.user is None else [int(g) for g in t.user["groups"]],
                 **tools,
             },
         }

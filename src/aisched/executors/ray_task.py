@@ -513,6 +513,7 @@ class TaskRunner:
                 "bandwidth_bit_s": c.get("bandwidth_bit_s"),
                 "make_dirs": [t.checkpoint_dir] if t.checkpoint_dir else [],
                 "owner": None if user is None else [int(user["uid"]), int(user["gid"])],
+                "owner_groups": [] if user is None else [int(g) for g in user["groups"]],
                 "nsenter": shutil.which("nsenter", path=system) or "nsenter",
                 "tc": shutil.which("tc", path=system) or "tc",
             },

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aisched.executors.base import LaunchError
+from aisched.executors.supervisor import user_bits
 
 # A task of another user does not inherit the service's PATH (root's may name directories the
 # user cannot read, or tools root installed for itself): it gets the usual one, unless the
@@ -86,16 +87,6 @@ _MISSING = Lookup(None)
 _HIDDEN = Lookup(None, hidden=True)
 
 
-def _bits(st: os.stat_result, uid: int, groups: frozenset[int]) -> int:
-    # The kernel's order: the owner's bits for the owner (even when group or others have more),
-    # else the group's for a member, else the others'.
-    if st.st_uid == uid:
-        return (st.st_mode >> 6) & 0o7
-    if st.st_gid in groups:
-        return (st.st_mode >> 3) & 0o7
-    return st.st_mode & 0o7
-
-
 def _resolve(path: str, uid: int, groups: frozenset[int]) -> Lookup:
     """`path` resolved as the kernel resolves it for `uid`: component by component from /,
     each symbolic link's text put in place of its name, every directory a name is looked up
@@ -106,7 +97,7 @@ def _resolve(path: str, uid: int, groups: frozenset[int]) -> Lookup:
     links = 0
     while todo:
         name = todo.popleft()
-        if uid != 0 and not _bits(cur_st, uid, groups) & 0o1:
+        if uid != 0 and not user_bits(cur_st, uid, groups) & 0o1:
             return _HIDDEN
         if name == ".":
             continue
@@ -182,7 +173,7 @@ def user_can(user: str, path: str, want: int) -> bool:
     if found is None:
         return False
     groups = frozenset(os.getgrouplist(pw.pw_name, pw.pw_gid))
-    return _bits(found, pw.pw_uid, groups) & want == want
+    return user_bits(found, pw.pw_uid, groups) & want == want
 
 
 def ordinary_account(user: str) -> bool:

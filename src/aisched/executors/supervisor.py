@@ -150,6 +150,18 @@ def proc_stat(pid: int) -> ProcStat | None:
         return None
 
 
+def user_bits(st: os.stat_result, uid: int, groups: frozenset[int]) -> int:
+    """The permission bits (0o4 read, 0o2 write, 0o1 execute or search) `uid` with `groups`
+    has on what `st` describes, in the kernel's order: the owner's bits for the owner (even
+    when group or others have more), else the group's for a member, else the others'. POSIX
+    ACLs are not read."""
+    if st.st_uid == uid:
+        return (st.st_mode >> 6) & 0o7
+    if st.st_gid in groups:
+        return (st.st_mode >> 3) & 0o7
+    return st.st_mode & 0o7
+
+
 def start_time(pid: int) -> int | None:
     st = proc_stat(pid)
     return None if st is None else st.start
@@ -797,6 +809,150 @@ class Supervisor:
         return None
 
 
+# --- pinned mounts ---------------------------------------------------------------------------
+# Root's engine mounts a host path when it sets the container up, long after the path was
+# checked (an image pull may lie between), through whatever links are on the path by then: a
+# user who owns a directory on the way could put a link in its place and have root mount what
+# no check saw. So each host path of a user's container is opened here, one component at a
+# time without following a link, judged by the user's rights on what was opened, and that very
+# file bind-mounted (through /proc/self/fd) at a place of root's own, which is what the engine
+# is given. Podman's mounts are in the container once it is initialised, so its pins are undone
+# then; docker makes its mounts at the start, so docker's last until the task ends. A pin left
+# by a supervisor that died is undone by the next container's supervisor on the node.
+
+PIN_ROOT = "/run/aisched-pins"
+_MS_BIND, _MS_REC, _MS_PRIVATE, _MNT_DETACH = 0x1000, 0x4000, 1 << 18, 2
+
+
+def _open_as(path: str, uid: int, groups: frozenset[int]) -> int:
+    """An O_PATH descriptor of `path` (absolute and resolved when it was checked), each name
+    looked up in a directory the user may search, none of them followed if it is a link now.
+    Raises _ExecFailed with the reason."""
+    fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    seen = "/"
+    try:
+        for name in [p for p in path.split("/") if p]:
+            if name in (".", ".."):
+                raise _ExecFailed(126, f"{path}: holds '.' or '..': refused")
+            if not user_bits(os.fstat(fd), uid, groups) & 0o1:
+                raise _ExecFailed(126, f"{path}: uid {uid} may not search {seen}: refused")
+            nxt = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd, seen = nxt, os.path.join(seen, name)
+            if stat.S_ISLNK(os.fstat(fd).st_mode):
+                raise _ExecFailed(
+                    126, f"{path}: {seen} is a symbolic link now, not what was checked: refused"
+                )
+        return fd
+    except OSError as exc:
+        os.close(fd)
+        raise _ExecFailed(126, f"{path}: {exc.strerror or exc}") from None
+    except _ExecFailed:
+        os.close(fd)
+        raise
+
+
+def _mount(source: str | None, target: str, flags: int) -> None:
+    import ctypes  # only pinned mounts pay for it
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
+                           ctypes.c_void_p]  # fmt: skip
+    src = source.encode() if source is not None else None
+    if libc.mount(src, target.encode(), None, flags, None) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), target)
+
+
+def _unpin(dest: str) -> None:
+    """Undoes one pin: detached (a process still in it keeps it), then its mount point goes."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.umount2(dest.encode(), _MNT_DETACH)
+    with contextlib.suppress(OSError):
+        if os.path.isdir(dest) and not os.path.islink(dest):
+            os.rmdir(dest)  # never a recursive removal: it could run through a mount
+        else:
+            os.unlink(dest)
+
+
+def _pin_root() -> str:
+    """PIN_ROOT, made root's and private; a directory left there by a supervisor no longer
+    alive has its pins undone."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(PIN_ROOT, 0o700)
+    st = os.lstat(PIN_ROOT)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o077:
+        raise _ExecFailed(126, f"{PIN_ROOT} is not a directory of root's alone: refused")
+    for name in os.listdir(PIN_ROOT):
+        pid, _, rest = name.partition("-")
+        start = rest.partition("-")[0]
+        if pid.isdigit() and start.isdigit() and not is_alive(int(pid), int(start)):
+            held = os.path.join(PIN_ROOT, name)
+            for pin in os.listdir(held):
+                _unpin(os.path.join(held, pin))
+            with contextlib.suppress(OSError):
+                os.rmdir(held)
+    return PIN_ROOT
+
+
+class Pins:
+    """The host paths pinned for one container (see the section's header)."""
+
+    def __init__(self, name: str, uid: int, groups: frozenset[int]) -> None:
+        self.name = name
+        self.uid = uid
+        self.groups = groups
+        self.dir: str | None = None
+        self.made: list[str] = []
+
+    def pin(self, path: str, own: bool) -> tuple[str, bool]:
+        """Where the engine finds `path` as it is now, and whether the user may write it there.
+        `own`: it must be a directory of the user's own (a checkpoint directory). Raises
+        _ExecFailed with the reason."""
+        fd = _open_as(path, self.uid, self.groups)
+        try:
+            st = os.fstat(fd)
+            is_dir = stat.S_ISDIR(st.st_mode)
+            bits = user_bits(st, self.uid, self.groups)
+            if bits & (0o5 if is_dir else 0o4) != (0o5 if is_dir else 0o4):
+                raise _ExecFailed(126, f"{path}: uid {self.uid} may not read it: refused")
+            if own and not (is_dir and st.st_uid == self.uid):
+                raise _ExecFailed(126, f"{path}: not a directory of uid {self.uid}: refused")
+            dest = os.path.join(self.held(), str(len(self.made)))
+            if is_dir:
+                os.mkdir(dest, 0o700)
+            else:
+                os.close(os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            self.made.append(dest)
+            # Private: nothing mounted or unmounted here reaches the container's copy later.
+            _mount(f"/proc/self/fd/{fd}", dest, _MS_BIND | _MS_REC)
+            _mount(None, dest, _MS_PRIVATE | _MS_REC)
+        except OSError as exc:
+            why = exc.strerror or exc
+            raise _ExecFailed(126, f"cannot pin {path} for the engine: {why}") from None
+        finally:
+            os.close(fd)
+        return dest, bits & (0o3 if is_dir else 0o2) == (0o3 if is_dir else 0o2)
+
+    def held(self) -> str:
+        if self.dir is None:
+            me = os.getpid()
+            self.dir = os.path.join(_pin_root(), f"{me}-{start_time(me)}-{self.name}")
+            os.mkdir(self.dir, 0o700)
+        return self.dir
+
+    def release(self) -> None:
+        for dest in reversed(self.made):
+            _unpin(dest)
+        self.made = []
+        if self.dir is not None:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.dir)
+            self.dir = None
+
+
 # --- container tasks --------------------------------------------------------------------------
 
 
@@ -885,6 +1041,12 @@ class Container:
         # Memory held by a per-process rlimit, not a cgroup (bytes; 0: none): a failed
         # allocation is the sign of going over it.
         self.rlimit_data = int(spec.get("rlimit_data") or 0)
+        # A user's container under root's engine has its host paths pinned (see Pins).
+        owner = spec.get("owner")
+        self.pins: Pins | None = None
+        if owner and os.geteuid() == 0:
+            groups = frozenset(int(g) for g in spec.get("owner_groups") or (owner[1],))
+            self.pins = Pins(self.name, int(owner[0]), groups)
 
     def engine(
         self, *args: str, timeout_s: float = 60.0, cores: Sequence[int] = ()
@@ -912,7 +1074,17 @@ class Container:
     def prepare(self, log: Any) -> dict[str, Any]:
         """Creates and initialises the container; the launch its attached client runs with.
         Raises _ExecFailed with one line (naming the image when it is the image's fault)."""
-        self.mount_resolved(self.make_dirs())
+        try:
+            return self.create(log)
+        except BaseException:
+            self.unpin()
+            raise
+
+    def create(self, log: Any) -> dict[str, Any]:
+        if self.pins is not None:
+            self.pin_mounts(self.make_dirs())
+        else:
+            self.mount_resolved(self.make_dirs())
         if self.spec.get("notice"):
             log(str(self.spec["notice"]))
         image = str(self.spec.get("image") or "")
@@ -930,6 +1102,7 @@ class Container:
         if code != 0:
             self.remove()
             raise _ExecFailed(125, f"container {self.name} could not start: {_last(err)}")
+        self.unpin()  # its mounts are in the container now
         _, out, _ = self.engine("inspect", "--format", "{{.State.Pid}}", self.name)
         pid = int(out.strip() or 0) if out.strip().isdigit() else 0
         if pid > 0 and self.rlimit_data:
@@ -959,6 +1132,26 @@ class Container:
             "env": self.env,
             "workdir": self.cwd,
         }
+
+    def pin_mounts(self, resolved: dict[str, str]) -> None:
+        """Each host path `create` mounts replaced by its pin (see Pins): the directories made
+        (`make_dirs`) by where they resolved, which must be the user's own; one the user may
+        not write mounted read-only."""
+        assert self.pins is not None
+        own = set(resolved.values())
+        create = self.spec["create"]
+        for i in range(len(create) - 1):
+            if create[i] != "--volume":
+                continue
+            host, _, rest = create[i + 1].partition(":")
+            host = resolved.get(host, host)
+            pinned, writable = self.pins.pin(host, own=host in own)
+            read_only = rest.endswith(":ro") or not writable
+            create[i + 1] = f"{pinned}:{rest.removesuffix(':ro')}" + (":ro" if read_only else "")
+
+    def unpin(self) -> None:
+        if self.pins is not None:
+            self.pins.release()
 
     def mount_resolved(self, resolved: dict[str, str]) -> None:
         """`create` mounts each made directory from where it resolved when it was checked
@@ -1113,6 +1306,7 @@ class Container:
         # Podman's `rm --force` would first wait out the stop timeout; docker's kills at once.
         at_once = [] if self.spec.get("engine") == "docker" else ["--time", "0"]
         self.engine("rm", "--force", *at_once, self.name)
+        self.unpin()
 
 
 def self_launch_defaults() -> dict[str, Any]:
