@@ -9,6 +9,7 @@ with the reason where it is absent.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -16,10 +17,13 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from container_image import MARKER, MARKER_TEXT, build_test_image, missing_tools
 from harness import Service, local_service, wait_for
+
+from aisched.executors.supervisor import PIN_ROOT
 
 
 def _why_not() -> str | None:
@@ -143,3 +147,40 @@ def test_cancel_stops_a_docker_container(svc: Service, image: str, dockerd: str)
     job = svc.wait_state(jid, "cancelled", timeout_s=60)
     assert [t["exit_kind"] for t in job["tasks"]] == ["stopped"]
     assert docker_ps(dockerd, jid) == []
+
+
+def test_a_users_docker_container_holds_its_pinned_volume_until_it_ends(
+    tmp_path: Path, dockerd: str, image: str, monkeypatch: pytest.MonkeyPatch, local_users: Any
+) -> None:
+    # Docker makes its mounts when the container starts, so its pins (see supervisor.Pins)
+    # last until the task ends, and go then.
+    bob = local_users["bob"]
+    tmp_path.chmod(0o755)  # bob's CLI reaches the socket
+    monkeypatch.setenv("DOCKER_HOST", dockerd)
+    data = bob.home / "pinned"
+    shutil.rmtree(data, ignore_errors=True)
+    data.mkdir()
+    (data / "mine").write_text("bob's\n")
+    for p in (data, data / "mine"):
+        os.chown(p, bob.uid, bob.gid)
+    job_file = bob.home / "pinned.yaml"
+    job_file.write_text(
+        f"image: {image}\nrestart: {{policy: never}}\nvolumes: [{{host_path: {data}, path: /d}}]\n"
+        "command: 'ls /d; while [ ! -e /d/go ]; do sleep 0.1; done'\n"
+    )
+    with local_service(tmp_path, "container_runtime: docker\n") as svc:
+        proc = bob.aisched("submit", "--json", str(job_file),
+                           env={"AISCHED_SERVER": f"unix:{svc.socket}"})  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        jid = str(json.loads(proc.stdout)["id"])
+        svc.wait_state(jid, "running", timeout_s=60)
+        wait_for("its container", lambda: docker_ps(dockerd, jid), 30)
+        held = [n for n in os.listdir(PIN_ROOT) if f"-{jid}." in n and n.endswith(".main-0")]
+        # The volume, the working directory (his home, submitted from) and the checkpoint's.
+        assert len(held) == 1 and sorted(os.listdir(os.path.join(PIN_ROOT, held[0]))) == [
+            "0", "1", "2"
+        ]  # fmt: skip
+        (data / "go").touch()
+        svc.wait_state(jid, "succeeded", timeout_s=60)
+        assert svc.cli("logs", jid).stdout == "mine\n"
+        assert not os.path.exists(os.path.join(PIN_ROOT, held[0]))
