@@ -210,3 +210,25 @@ def test_a_cascade_cut_short_by_a_failed_step_is_finished_by_the_next_step(
     assert failed == [ids[2]]
     w.sched.step()
     assert [w.state(i)["state"] for i in ids] == ["cancelled"] * 5
+
+
+def test_ended_dependencies_are_cached_within_a_bound_and_read_again_past_it(
+    w: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A service that runs for months must not keep every job it ever ended.
+    monkeypatch.setattr("aisched.service.pipelines.ENDED_CACHED", 3)
+    heads = []
+    for i in range(6):
+        head, tail = submit_all(w, step(f"head{i}"), step(f"tail{i}", f"head{i}"))
+        finish(w, head, code=1 if i == 0 else 0)
+        finish(w, tail)
+        heads.append(head)
+    assert len(w.sched.pipelines.ended) == 3
+    assert heads[0] not in w.sched.pipelines.ended
+    # Past the cache, the store still says how a job ended.
+    (after,) = submit_all(w, step("after", heads[1]))
+    assert w.state(after)["state"] == "running"
+    fut = w.sched.submit_all(((step("again", heads[0]), "native", ()),))
+    w.sched.step()
+    with pytest.raises(Rejected, match=rf"job {heads[0]} \(head0\) has already failed"):
+        fut.result(0)

@@ -11,7 +11,9 @@ only once it has been re-checked, so a step that fails halfway leaves the rest t
 and a re-check that ends a job (a broken dependency) only adds to the list, however long the
 chain it cascades down.
 
-Ended jobs' states are read from the store once and cached, since an ended job never changes.
+Ended jobs' states are read from the store once and cached, since an ended job never changes;
+the cache keeps the `ENDED_CACHED` most recently used (a service that runs for months must not
+hold every job it ever ended), and a job no longer in it is read from the store again.
 An end not stored yet (written to the loop's batch, not flushed) is remembered from `on_end`
 until `stored`: the store still calls that job pending or running, and a job checked against
 it meanwhile (one submitted, or re-checked by a restart, in the same step) must see it ended,
@@ -20,7 +22,7 @@ whatever order the step took.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -29,6 +31,10 @@ from aisched.model.job import Dependency, DependencyCondition, Job
 from aisched.model.states import JobState
 from aisched.service.live import LiveJob
 from aisched.store.db import Store
+
+# Ended jobs whose (state, name) the loop keeps at hand: far more than the dependencies a step
+# looks up, few enough to be nothing in memory (some 200 bytes each).
+ENDED_CACHED = 10_000
 
 
 class DependencyError(ValueError):
@@ -41,7 +47,8 @@ class Pipelines:
         self.blocked: dict[str, str] = {}  # job id → why it waits
         self.dependents: dict[str, set[str]] = {}  # job id → the live jobs waiting on it
         self.recheck: deque[str] = deque()  # jobs to re-check: something they wait on ended
-        self.ended: dict[str, tuple[JobState, str]] = {}  # job id → (final state, name)
+        # job id → (final state, name), the most recently used last (see ENDED_CACHED)
+        self.ended: OrderedDict[str, tuple[JobState, str]] = OrderedDict()
         self.unstored: dict[str, tuple[JobState, str]] = {}  # ended, its batch not yet flushed
 
     def lookup(self, job_id: str, live: Mapping[str, LiveJob]) -> tuple[JobState, str] | None:
@@ -49,8 +56,12 @@ class Pipelines:
         lj = live.get(job_id)
         if lj is not None:
             return lj.state, lj.job.name
-        found = self.ended.get(job_id) or self.unstored.get(job_id)
+        found = self.unstored.get(job_id)
         if found is not None:
+            return found
+        found = self.ended.get(job_id)
+        if found is not None:
+            self.ended.move_to_end(job_id)
             return found
         with self.store.read() as tx:
             row = tx.get_job(job_id)
@@ -58,8 +69,14 @@ class Pipelines:
             return None
         found = JobState(row["state"]), str(row["name"])
         if found[0].is_terminal:
-            self.ended[job_id] = found
+            self.remember(job_id, found)
         return found
+
+    def remember(self, job_id: str, ended: tuple[JobState, str]) -> None:
+        self.ended[job_id] = ended
+        self.ended.move_to_end(job_id)
+        while len(self.ended) > ENDED_CACHED:
+            self.ended.popitem(last=False)
 
     def resolve(
         self, jobs: Sequence[Job], ids: Sequence[str], live: Mapping[str, LiveJob]
@@ -120,7 +137,7 @@ class Pipelines:
         self.unstored[job_id] = (state, name)
         waiting = self.dependents.pop(job_id, None)
         if waiting:
-            self.ended[job_id] = (state, name)
+            self.remember(job_id, (state, name))
             self.recheck.extend(sorted(waiting, key=lambda i: (len(i), i)))
 
     def stored(self, job_id: str) -> None:
