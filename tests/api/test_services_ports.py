@@ -68,7 +68,13 @@ def until(what: str, check: Callable[[], Any], timeout_s: float = 15.0) -> Any:
     return got
 
 
-def test_a_replica_port_held_by_another_user_is_not_the_replica(
+def replica_port(client: Any, rid: str) -> int:
+    env = client.get(f"/v1/jobs/{rid}").json()["env"]
+    return int(next(v for group in env.values() for k, v in group.items()
+                    if k == "AISCHED_SERVICE_PORT"))  # fmt: skip
+
+
+def test_a_replica_port_held_by_another_user_is_not_the_replica_and_it_is_replaced(
     open_service: Callable[..., Service],
 ) -> None:
     svc = open_service(FakeExecutor([fake_node(gpus=2)]), autoscaler_interval="100ms")
@@ -80,27 +86,36 @@ def test_a_replica_port_held_by_another_user_is_not_the_replica(
         "service": {"min_replicas": 1, "max_replicas": 2, "target": 10,
                     "readiness_path": "/healthz", "metrics_path": "/metrics"},
     }  # fmt: skip
+
+    def replicas() -> list[str]:
+        return list(client.get(f"/v1/jobs/{sid}").json()["service"]["replica_ids"])
+
     sid = client.post("/v1/jobs", json=body).json()["id"]
-    (rid,) = until(
-        "a replica", lambda: client.get(f"/v1/jobs/{sid}").json()["service"]["replica_ids"]
-    )
-    env = client.get(f"/v1/jobs/{rid}").json()["env"]
-    port = int(next(v for group in env.values() for k, v in group.items() if k.endswith("_PORT")
-                    and k.startswith("AISCHED_SERVICE")))  # fmt: skip
-    # The fake executor runs nothing: the port is free for whoever binds it first.
+    (rid,) = until("a replica", replicas)
+    port = replica_port(client, rid)
+    # The fake executor runs nothing: the port is free for whoever binds it first. The replica
+    # could not listen there: it is neither probed nor listed, and one on another port takes
+    # its place (a squatter could otherwise keep another user's service down for good).
     with serving(port, "nobody") as squatter:
         assert accepting_uid("127.0.0.1", port, 1.0) == pwd.getpwnam("nobody").pw_uid
-        time.sleep(1.0)  # ten rounds of the autoscaler
+        (new,) = until("a new replica", lambda: [r for r in replicas() if r != rid])
+        old = until("the old replica to end", lambda: (j := client.get(f"/v1/jobs/{rid}").json())
+                    ["state"] == "cancelled" and j)  # fmt: skip
+        why = [e["message"] for e in old["events"] if e["kind"] == "cancelling"]
+        assert why == [f"replaced: replica {rid}'s port {port} is held by another user"]
         status = client.get(f"/v1/jobs/{sid}").json()["service"]
-        assert (status["ready"], status["endpoints"]) == (0, [])
+        assert (status["replica_ids"], status["ready"], status["endpoints"]) == ([new], 0, [])
     assert squatter.stdout is not None and squatter.stdout.read() == ""  # never asked
+    assert replica_port(client, new) != port
     # The replica's own user (here the service's) listening there is the replica, even with
     # another user's listener on another address of the port, which takes none of its
-    # connections (it made the replica "not ready" for as long as it listened).
+    # connections: it is ready, and not replaced.
+    port = replica_port(client, new)
     with serving(port, "nobody", "::1") as beside, serving(port, None) as own:
         until(
             "the replica to be ready",
             lambda: client.get(f"/v1/jobs/{sid}").json()["service"]["ready"] == 1,
         )
+        assert replicas() == [new]
     assert own.stdout is not None and "/healthz" in own.stdout.read()
     assert beside.stdout is not None and beside.stdout.read() == ""

@@ -204,6 +204,9 @@ class Autoscaler:
             # readiness path), or when it failed, ask whose process takes the port (and say so).
             probed = ready_now and spec.readiness_path is not None
             if owners is not None and not probed and self._held_by_another(r, host, port, owners):
+                # The replica cannot listen there: one on another port takes its place.
+                why = f"replica {r.id}'s port {port} is held by another user"
+                self.scheduler.scale(svc.id, len(replicas), why, replace=r.id)
                 continue
             if not ready_now:
                 continue
@@ -233,8 +236,9 @@ class Autoscaler:
     ) -> bool:
         """Whether a process of another user than the replica's (`owners`: its user, and
         root, whose engine holds a container's published port) accepts connections to its
-        port. Such a replica is not ready: neither probed, scraped nor listed as an endpoint.
-        (One that takes the port after this look is caught by `http_get` on the connection.)"""
+        port. Such a replica is not ready: neither probed, scraped nor listed as an endpoint,
+        and is replaced by one on another port. (One that takes the port after this look is
+        caught by `http_get` on the connection.)"""
         uid = accepting_uid(host, port, self.probe_timeout_s)
         others = set() if uid is None or uid in owners else {uid}
         for uid in sorted(others):
@@ -243,7 +247,7 @@ class Autoscaler:
             self.squatters.add((replica.id, uid))
             log.warning(
                 "replica %s of service %s: its port %d is held by uid %d, not by its user "
-                "%s: not taken as ready",
+                "%s: not taken as ready, replaced by one on another port",
                 replica.id,
                 replica.job.replica_of,
                 port,

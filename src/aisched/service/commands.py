@@ -76,12 +76,15 @@ class Commands(Intents):
         self.wake.set()
         return fut
 
-    def scale(self, service_id: str, replicas: int, reason: str) -> Future[int]:
+    def scale(
+        self, service_id: str, replicas: int, reason: str, replace: str | None = None
+    ) -> Future[int]:
         """Ask for `replicas` live replicas of a service: new ones are submitted, surplus ones
-        cancelled (pending ones first, then the newest). The Future gives the number asked
-        for, or raises Rejected(404/409) for an unknown or ended service."""
+        cancelled (pending ones first, then the newest); with `replace`, that replica is
+        cancelled first and does not count (a new one takes its place). The Future gives the
+        number asked for, or raises Rejected(404/409) for an unknown or ended service."""
         fut: Future[int] = Future()
-        self.commands.put(ScaleCommand(service_id, replicas, reason, fut))
+        self.commands.put(ScaleCommand(service_id, replicas, reason, fut, replace))
         self.wake.set()
         return fut
 
@@ -309,6 +312,9 @@ class Commands(Intents):
             cmd.future.set_exception(Rejected(f"no live service {cmd.service_id}", 404))
             return
         n = replicas_within(lj.job.service, cmd.replicas)
+        old = self.jobs.get(cmd.replace) if cmd.replace is not None else None
+        if old is not None and old.job.replica_of == lj.id and old.stopping != Stop.CANCEL:
+            self._retire(old, f"replaced: {cmd.reason}", batch, now)
         self._scale_to(lj, n, cmd.reason, batch, now)
         batch.after.append(lambda: cmd.future.set_result(n))
 
@@ -332,14 +338,18 @@ class Commands(Intents):
             self._admit(replica, "native", (), now, batch)
         going = surplus([(r.id, r.state == JobState.RUNNING) for r in live], n)
         for r in (self.jobs[job_id] for job_id in going):
-            if r.state == JobState.RUNNING:
-                r.stopping = Stop.CANCEL
-                r.stop_message = "scaled down"
-                batch.job(r.id, stopping=Stop.CANCEL.value)
-                batch.event(now, r.id, "cancelling", f"scaled down: {reason}")
-                self._stop_tasks(r, batch)
-            else:
-                self._finish(r, JobState.CANCELLED, batch, now, f"scaled down: {reason}")
+            self._retire(r, f"scaled down: {reason}", batch, now)
+
+    def _retire(self, replica: LiveJob, message: str, batch: Batch, now: float) -> None:
+        """Cancel a replica for its service: a running one is stopped first."""
+        if replica.state == JobState.RUNNING:
+            replica.stopping = Stop.CANCEL
+            replica.stop_message = message
+            batch.job(replica.id, stopping=Stop.CANCEL.value)
+            batch.event(now, replica.id, "cancelling", message)
+            self._stop_tasks(replica, batch)
+        else:
+            self._finish(replica, JobState.CANCELLED, batch, now, message)
 
     def _on_cancel(self, cmd: CancelCommand, batch: Batch, now: float) -> None:
         lj = self.jobs.get(cmd.job_id)

@@ -83,12 +83,14 @@ class SubmitAllCommand:
 
 @dataclass(frozen=True, slots=True)
 class ScaleCommand:
-    """Keep `replicas` live replicas of service `service_id` (the autoscaler's command)."""
+    """Keep `replicas` live replicas of service `service_id` (the autoscaler's command), the
+    replica `replace` (when given) stopped and counted out first."""
 
     service_id: str
     replicas: int
     reason: str
     future: Future[int]
+    replace: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
