@@ -52,9 +52,11 @@ class Case:
     # submission order, the ids the service gives them.
     jobs: tuple[tuple[Job, float, float, tuple[float, ...]], ...]
     policy: str = "default"
+    # The simulator's whole log, sorted, where a case spells it out.
     want: tuple[Entry, ...] = ()
     # How long a stopped task takes to exit (its grace period caps it), in both drivers.
     stop_s: float = 0.0
+    queues: QueueTree = QueueTree()
 
 
 def gpus(name: str, n: int) -> Node:
@@ -79,7 +81,7 @@ def sim_log(case: Case) -> list[Entry]:
         victim_stop_s=case.stop_s,
     )
     result: SimResult = simulate(
-        trace_of(case), Cluster(case.nodes), preset(case.policy), config, queues=QueueTree()
+        trace_of(case), Cluster(case.nodes), preset(case.policy), config, queues=case.queues
     )
     out: list[Entry] = []
     for t, kind, job_id, detail in result.log:
@@ -130,7 +132,7 @@ def live_log(case: Case, home: Path) -> list[Entry]:
         checkpoint_interval_s=CHECKPOINT_S,
         validate=True,
     )
-    sched = Scheduler(store, fx, preset(case.policy), QueueTree(), config, clock=clock)
+    sched = Scheduler(store, fx, preset(case.policy), case.queues, config, clock=clock)
     sched.recover()
     arrivals = sorted(trace.jobs, key=lambda tj: tj.job.submit_time_s)
     refused: list[Entry] = []

@@ -21,6 +21,8 @@ import pytest
 from drivers import Case, elastic, gang, gpus, graceful, live_log, show, sim_log
 
 from aisched.model.job import Dependency, DependencyCondition, Job, JobKind
+from aisched.model.queue import Queue, QueueTree
+from aisched.model.resources import Resources
 from aisched.model.service import ServiceSpec
 from aisched.testing import job
 
@@ -232,9 +234,39 @@ CASES += [
 ]
 
 
+CASES += [
+    Case(
+        # Queue capped may hold 3 of the 4 GPUs. el arrives with one held by other, of its
+        # queue: it starts at 1 s with the 2 tasks its queue has room for. free's end at 102 s
+        # leaves a GPU idle, but el's queue would take it back no larger: it is not grown
+        # until other ends at 300 s, and then to 3 tasks, its queue's limit.
+        "elastic-under-a-queue-limit",
+        (gpus("n1", 4),),
+        (
+            (replace(gang("other", 1, 1), queue="capped"), 0.0, 300.0, ()),
+            (replace(elastic("el", 4, 1), queue="capped"), 1.0, 800.0, ()),
+            (gang("free", 1, 1), 2.0, 100.0, ()),
+        ),
+        want=(
+            (0.0, "1", "bind", ("n1",)),
+            (1.0, "2", "bind", ("n1", "n1")),
+            (2.0, "3", "bind", ("n1",)),
+            (102.0, "3", "finish", ()),
+            (300.0, "1", "finish", ()),
+            (300.0, "2", "bind", ("n1", "n1", "n1")),
+            (300.0, "2", "grow", ()),
+            (1205.0, "2", "finish", ()),
+        ),
+        queues=QueueTree((Queue("default"), Queue("capped", limit=Resources(gpu=3)))),
+    ),
+]
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_parity_of_simulator_and_live_service(case: Case, tmp_path: Path) -> None:
     want = sim_log(case)
     assert want, "the simulator made no decision"
+    if case.want:
+        assert want == list(case.want), show(want)
     got = live_log(case, tmp_path)
     assert got == want, f"live:\n{show(got)}\nsim:\n{show(want)}"

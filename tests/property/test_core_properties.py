@@ -55,7 +55,7 @@ from aisched.core.snapshot import (
 from aisched.core.statement import Statement
 from aisched.core.status import StatusCode
 from aisched.model.cluster import Cluster, TopologyLevel
-from aisched.model.job import TopologyMode
+from aisched.model.job import Job, TopologyMode
 from aisched.model.queue import Queue, QueueTree
 from aisched.model.resources import GPU_MILLI_WHOLE, Resources
 from aisched.testing import cluster, job, node
@@ -717,19 +717,33 @@ def test_never_fits_only_what_cannot_fit_the_empty_cluster(policy: str, scn: Sce
 
 
 def fits_alone(scn: Scenario, pj: PendingJob, policy: str) -> bool:
-    """Whether `pj` could run by itself on the empty cluster: its queue exists and no queue on
-    its path caps it below its request, and placement finds room for its gang."""
+    """Whether `pj` could run by itself on the empty cluster: its queue exists, and placement
+    finds room for its gang cut to the most of its first tasks, at least its minimum, that no
+    queue on its path caps (a job that may start with fewer tasks is charged for those)."""
     j, tree = pj.job, scn.queues
     if not tree.has(j.queue):
         return False
-    need = governed(j.total_request)
+    caps = []
     for name in tree.path(j.queue):
         q = tree.get(name)
-        caps = ([q.limit] if q.limit is not None else []) + ([] if q.borrowing else [q.guarantee])
-        if any(np.any((governed(c) > 0) & (need > governed(c))) for c in caps):
-            return False
-    session = Session(snapshot_of(scn.cluster, (), tree), policy_of(policy), scn.now, (pj,))
-    return not isinstance(place_job(session, Statement(session), j), str)
+        caps += ([q.limit] if q.limit is not None else []) + ([] if q.borrowing else [q.guarantee])
+    for tasks in range(j.num_tasks, j.gang_min - 1, -1):
+        first = first_tasks(j, tasks)
+        need = governed(first.total_request)
+        if not any(np.any((governed(c) > 0) & (need > governed(c))) for c in caps):
+            session = Session(snapshot_of(scn.cluster, (), tree), policy_of(policy), scn.now, (pj,))
+            return not isinstance(place_job(session, Statement(session), first), str)
+    return False
+
+
+def first_tasks(j: Job, tasks: int) -> Job:
+    """`j` with its first `tasks` tasks, its groups in turn."""
+    groups, left = [], tasks
+    for g in j.groups:
+        if left > 0:
+            groups.append(replace(g, replicas=min(g.replicas, left)))
+            left -= g.replicas
+    return replace(j, groups=tuple(groups), min_available=min(j.gang_min, tasks))
 
 
 def test_strategies_reach_the_interesting_cases() -> None:

@@ -31,7 +31,7 @@ from aisched.core.framework import victim_key, victim_keys
 from aisched.core.placement import place_job, placement_shape
 from aisched.core.plugins.victims import LeastWorkLost, LongestRemaining, LowestPriority, Newest
 from aisched.core.policy import preset
-from aisched.core.queues import queue_blocks
+from aisched.core.queues import queue_takes
 from aisched.core.reservation import allowed_nodes
 from aisched.core.session import Session
 from aisched.core.snapshot import BoolArray, PendingJob, RunningJob
@@ -73,7 +73,8 @@ def plain_walk(
         status = session.statuses.get(pj.id)
         if status is None or status.code not in MAY_EVICT:
             continue
-        if queue_blocks(session, pj.job) is not None:
+        taken = queue_takes(session, pj.job)
+        if isinstance(taken, str):
             continue
         found = eligible_for(pj)
         if found is None:
@@ -92,7 +93,7 @@ def plain_walk(
             pool.sort(key=lambda r: victim_key(session.policy.victims, r, session.now))
             elastic = [r for r in pool if r.job.elastic and len(r.tasks) > r.job.gang_min]
         shrink_sig: Hashable = (pj.job.priority, pj.job.queue) if elastic else None
-        memo_key = (placement_shape(session, pj.job), group, mask_key, shrink_sig)
+        memo_key = (placement_shape(session, taken), group, mask_key, shrink_sig)
         if memo_key in failed and rank >= failed[memo_key]:
             continue
         cands = by_sig.get(sig)
@@ -111,7 +112,7 @@ def plain_walk(
             continue
         surplus = [Cut(r, t) for r in shrinks for t in reversed(r.tasks[r.job.gang_min :])]
         cuts = surplus + [Cut(r) for r in cands]
-        room = plain_find_room(session, pj.job, cuts, allowed, mask_key or None)
+        room = plain_find_room(session, taken, cuts, allowed, mask_key or None)
         if room is None:
             failed[memo_key] = rank
             if unsettled is not None and not elastic:

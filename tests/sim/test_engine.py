@@ -14,6 +14,8 @@ from aisched.core.decisions import Bind, TaskBinding
 from aisched.core.policy import Policy, load_policy
 from aisched.core.snapshot import PendingJob, Snapshot
 from aisched.model.cluster import Cluster
+from aisched.model.queue import Queue, QueueTree
+from aisched.model.resources import Resources
 from aisched.sim.engine import SimConfig, SimResult, SimulationError, simulate
 from aisched.sim.metrics import compute_metrics
 from aisched.sim.traces import Trace, TraceJob, synthetic_cluster, synthetic_trace
@@ -429,3 +431,33 @@ def test_jobs_of_one_shape_are_bound_to_their_own_task_groups(
     ]
     assert sorted((t.group, t.index) for t in binds["b"]) == [("worker", 0), ("worker", 1)]
     assert [t.gpus for t in binds["b"]] == [t.gpus for t in binds["a"]]
+
+
+def test_an_elastic_job_starts_at_what_its_queue_has_room_for_and_grows_as_it_frees() -> None:
+    # Queue capped may hold 4 GPUs. c (2 GPUs of it) runs until 1,000 s; a (elastic, 4 tasks of
+    # one GPU, at least 1) arrives at 1 s: it starts with the 2 tasks its queue has room for,
+    # not waiting for c. d (another queue) ends at 500 s with nothing waiting: the node has
+    # idle GPUs, but a's queue would take it back no larger, so it is not grown until c ends.
+    queues = QueueTree((Queue("default"), Queue("capped", limit=Resources(gpu=4))))
+    c = job("c").task(gpu=2).queue("capped").submitted(0.0)
+    d = job("d").task(gpu=2).submitted(0.0)
+    a = job("a").task(4, gpu=1).min_available(1).elastic().queue("capped").submitted(1.0)
+    trace = Trace(
+        "t",
+        (
+            TraceJob(c.build(), 1000.0),
+            TraceJob(d.build(), 500.0),
+            TraceJob(a.build(), 10_000.0),
+        ),
+    )
+    r = simulate(trace, one_node(), load_policy("fifo"), VALIDATE, queues=queues)
+    assert r.log[:7] == (
+        (0.0, "bind", "c", ("n1",)),
+        (0.0, "bind", "d", ("n1",)),
+        (1.0, "bind", "a", ("n1", "n1")),
+        (500.0, "finish", "d", ()),
+        (1000.0, "finish", "c", ()),
+        (1000.0, "grow", "a", ("from 2 of 4 tasks",)),
+        (1000.0, "bind", "a", ("n1",) * 4),
+    )
+    assert (rec(r, "a").grows, r.stats["grows"]) == (1, 1.0)

@@ -1,10 +1,12 @@
 """Elastic gangs: how many more tasks of a running job the idle capacity could take.
 
 A job marked `elastic` starts with as many tasks as fit, at least `min_available` (placement
-already does this). When tasks of it are missing and capacity sits idle, the service restarts
-it from its checkpoint to grow; this module answers only "how many more would fit", counted per
-node over free CPU, memory and whole GPUs (a GPU share request counts free whole GPUs too, which
-understates what shares could take, never overstates). Pure: arrays in, a number out.
+already does this, and its queue lets it in with as many as its limit has room for:
+`core.queues.queue_takes`). When tasks of it are missing and capacity sits idle, the service
+restarts it from its checkpoint to grow; this module answers only "how many more would fit",
+counted per node over free CPU, memory and whole GPUs (a GPU share request counts free whole
+GPUs too, which understates what shares could take, never overstates). Pure: arrays in, a
+number out.
 """
 
 from __future__ import annotations

@@ -2,17 +2,27 @@
 
 A zero in a queue's `limit` or `guarantee` means that resource is not governed there, so a
 queue can cap GPUs without also naming CPUs and memory.
+
+A queue is charged for the tasks a job runs, never for more. A job that may start with fewer
+tasks than it asks for (`min_available`, elastic jobs among them) is let in with as many of
+its first tasks as every queue on its path has room for, at least its minimum (`queue_takes`
+cuts it to them: its last groups' last tasks are left out, as a shrink leaves them); it waits
+for its queue only when not even its minimum fits there. Volcano's and Kueue's partial
+admission do the same. Growing such a job restarts it, so a grow is worth it only when its
+queue would take it back with more tasks than it holds (`tasks_to_regrow`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from aisched.core.session import usage_vector
-from aisched.core.snapshot import ZERO, Usage, add_usage
+from aisched.core.snapshot import ZERO, PendingJob, Usage, add_usage
 from aisched.model.job import Job
-from aisched.model.queue import QueueTree
+from aisched.model.queue import Queue, QueueTree
 from aisched.model.resources import Resources
 
 if TYPE_CHECKING:
@@ -31,8 +41,9 @@ def _over(usage: Usage, cap: Resources) -> int | None:
 
 
 def exceeds_limit_alone(session: Session, job: Job) -> str | None:
-    """Why the job could never run in its queue: it alone is above a limit on its path."""
-    req = usage_vector(job.total_request)
+    """Why the job could never run in its queue: its minimum alone is above a limit on its
+    path (the whole job, unless it may start with fewer tasks)."""
+    req = usage_vector(first_tasks_request(job, job.gang_min))
     for qname in session.queue_path(job.queue):
         q = session.queues.get(qname)
         if q.limit is not None and (dim := _over(req, q.limit)) is not None:
@@ -42,12 +53,43 @@ def exceeds_limit_alone(session: Session, job: Job) -> str | None:
     return None
 
 
-def queue_blocks(session: Session, job: Job) -> str | None:
-    """Why the job's queue does not let it start now (limit reached, may not borrow)."""
+def queue_takes(session: Session, job: Job) -> Job | str:
+    """The job as its queue lets it start now: itself when every queue on its path has room
+    for its whole request; a job that may start with fewer tasks cut to the most of its first
+    tasks they have room for, at least its minimum (`cut_to`); else why the queue holds it
+    (limit reached, may not borrow). Place the job returned, and bind the job asked about."""
     if job.queue in session.queues.ungoverned:
-        return None
-    req = usage_vector(job.total_request)
-    for qname in session.queue_path(job.queue):
+        return job
+    reason = _blocks(session, job.queue, usage_vector(job.total_request))
+    if reason is None:
+        return job
+    if job.gang_min == job.num_tasks:
+        return reason
+    rooms = _rooms_left(session.queues, session.queue_path(job.queue), session.usage_of)
+    tasks = _tasks_fitting(job, rooms)
+    if tasks >= job.gang_min:
+        return cut_to(job, tasks)
+    least = _blocks(session, job.queue, usage_vector(first_tasks_request(job, job.gang_min)))
+    return least or reason
+
+
+def as_taken(pj: PendingJob, taken: Job) -> PendingJob:
+    """`pj` with the job its queue takes (`queue_takes`) in its place, to place or reserve
+    for; the decisions still name `pj`."""
+    return pj if taken is pj.job else replace(pj, job=taken)
+
+
+def queue_blocks(session: Session, job: Job) -> str | None:
+    """Why the job's queue does not let it start now, not even at its minimum (`queue_takes`
+    without the cut job)."""
+    taken = queue_takes(session, job)
+    return taken if isinstance(taken, str) else None
+
+
+def _blocks(session: Session, queue: str, req: Usage) -> str | None:
+    """Why `req` more in `queue` would go over a limit (or a guarantee that may not be
+    borrowed above) on its path."""
+    for qname in session.queue_path(queue):
         q = session.queues.get(qname)
         after = add_usage(session.usage_of(qname), req)
         if q.limit is not None and (dim := _over(after, q.limit)) is not None:
@@ -57,28 +99,93 @@ def queue_blocks(session: Session, job: Job) -> str | None:
     return None
 
 
-def room_to_regrow(
+def first_tasks_request(job: Job, tasks: int) -> Resources:
+    """What the job's first `tasks` tasks ask for, its groups in turn."""
+    if tasks >= job.num_tasks:
+        return job.total_request
+    return cut_to(job, tasks).total_request
+
+
+def cut_to(job: Job, tasks: int) -> Job:
+    """`job` with its first `tasks` tasks only (at least its minimum): its last groups' last
+    tasks left out. The tasks keep their group names and indices, so a binding of the cut job
+    is a binding of the job."""
+    if tasks >= job.num_tasks:
+        return job
+    groups = []
+    left = tasks
+    for g in job.groups:
+        if left <= 0:
+            break
+        keep = min(g.replicas, left)
+        groups.append(g if keep == g.replicas else replace(g, replicas=keep))
+        left -= keep
+    return replace(job, groups=tuple(groups), min_available=min(job.gang_min, tasks))
+
+
+def _caps(q: Queue) -> list[Resources]:
+    """What a queue's usage may not go above: its limit, and its guarantee when it may not
+    borrow."""
+    caps = [q.limit] if q.limit is not None else []
+    if not q.borrowing:
+        caps.append(q.guarantee)
+    return caps
+
+
+def _rooms_left(
+    queues: QueueTree, path: tuple[str, ...], used: Callable[[str], Usage]
+) -> list[list[float]]:
+    """Per cap on `path`, what is left under it per dimension (inf where it governs none)."""
+    rooms = []
+    for qname in path:
+        u = used(qname)
+        for cap in _caps(queues.get(qname)):
+            c = usage_vector(cap)
+            rooms.append([c[i] - u[i] if c[i] > 0 else math.inf for i in range(3)])
+    return rooms
+
+
+def _tasks_fitting(job: Job, rooms: list[list[float]]) -> int:
+    """How many of the job's first tasks, its groups in turn, fit under every room (which it
+    uses up as it counts)."""
+    fitting = 0
+    for g in job.groups:
+        req = usage_vector(g.request)
+        take = g.replicas
+        for room in rooms:
+            for left, per_task in zip(room, req, strict=True):
+                if per_task > 0 and left != math.inf:
+                    take = min(take, max(0, math.floor(left / per_task)))
+        fitting += take
+        if take < g.replicas:
+            break
+        for room in rooms:
+            for i in range(3):
+                room[i] -= take * req[i]
+    return fitting
+
+
+def tasks_to_regrow(
     queues: QueueTree, usage: Mapping[tuple[str, str], Usage], job: Job, held: Usage
-) -> bool:
-    """Whether `job`, which holds `held` now, would be let start whole by its queue once it has
-    given that back (`queue_blocks`' rules, on the usage per (queue, user) outside a cycle):
-    growing an elastic job requeues it, and a requeued job its queue will not take back would
-    lose the tasks it ran for nothing."""
+) -> int:
+    """How many tasks `job`, which holds `held` now, would be let start with by its queue once
+    it has given that back (`queue_takes`' rules, on the usage per (queue, user) outside a
+    cycle); 0 when not even its minimum. Growing an elastic job requeues it: a grow is worth
+    it only when this is more than the tasks it holds, and a requeued job its queue will not
+    take back would lose the tasks it ran for nothing."""
     if job.queue in queues.ungoverned or not queues.has(job.queue):
-        return True
-    req = usage_vector(job.total_request)
-    for qname in queues.path(job.queue):
-        used = ZERO
+        return job.num_tasks
+    path = queues.path(job.queue)
+
+    def used(qname: str) -> Usage:
+        total = add_usage(ZERO, held, -1.0)
         for (leaf, _user), u in usage.items():
             if queues.has(leaf) and qname in queues.path(leaf):
-                used = add_usage(used, u)
-        after = add_usage(add_usage(used, held, -1.0), req)
-        q = queues.get(qname)
-        if q.limit is not None and _over(after, q.limit) is not None:
-            return False
-        if not q.borrowing and _over(after, q.guarantee) is not None:
-            return False
-    return True
+                total = add_usage(total, u)
+        return total
+
+    tasks = _tasks_fitting(job, _rooms_left(queues, path, used))
+    return tasks if tasks >= job.gang_min else 0
 
 
 def within_guarantee(session: Session, job: Job) -> bool:

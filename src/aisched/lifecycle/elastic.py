@@ -6,6 +6,11 @@ a shrink is owed to the job waiting for it), and idle capacity would take at lea
 its tasks, it is requeued from its checkpoint (a stop of kind `Stop.REQUEUE`: no failure, no
 preemption counted) and the next cycle places it with as many tasks as fit.
 
+A job is grown only as far as its queue would take it back: a queue lets a job that may
+start with fewer tasks in with as many as its limit has room for (`core.queues`), so a job
+started short by its queue grows once work of that queue ends, and not while its queue is full,
+however idle the cluster is.
+
 A grow that brought no more tasks is not tried again at that size (`grew_from`, forgotten once
 an attempt starts larger, so a job shrunk later grows back again): the core may
 place fewer tasks than `tasks_to_grow` counts (it packs, reserves, keeps room), and a job
@@ -28,7 +33,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from aisched.core.elastic import extra_tasks_fit
-from aisched.core.queues import room_to_regrow
+from aisched.core.queues import tasks_to_regrow
 from aisched.core.snapshot import ClusterArrays, FreeState
 from aisched.lifecycle.holdings import Holdings
 from aisched.model.job import Job
@@ -93,11 +98,13 @@ def capacity_is_idle(*, pending: bool, waiting_for_victims: bool, requeuing: boo
     return not (pending or waiting_for_victims or requeuing)
 
 
-def queue_takes_back(queues: QueueTree, held: Holdings, r: Running) -> bool:
-    """`next_to_grow`'s `queue_room` for a driver: whether `r`'s queue would let it start whole
-    once it gives back what it holds."""
+def queue_takes_back(queues: QueueTree, held: Holdings, r: Running) -> int:
+    """`next_to_grow`'s `queue_room` for a driver: how many tasks `r`'s queue would let it
+    start with once it gives back what it holds (0: not even its minimum)."""
     view = held.views.get(r.job.id)
-    return view is None or room_to_regrow(queues, held.usage, r.job, view.usage)
+    if view is None:
+        return r.job.num_tasks
+    return tasks_to_regrow(queues, held.usage, r.job, view.usage)
 
 
 def next_to_grow(
@@ -106,14 +113,15 @@ def next_to_grow(
     grow_after_s: float,
     arrays: ClusterArrays,
     free: FreeState,
-    queue_room: Callable[[Running], bool] = lambda r: True,
+    queue_room: Callable[[Running], int] = lambda r: r.job.num_tasks,
 ) -> tuple[Job, int] | None:
-    """The one job to grow now, with how many more of its tasks idle capacity would take:
-    the first by id (shorter ids first, so numbered ids go in their order) whose time to grow
-    has come, of which idle capacity would take a task, and whose queue would take it back
-    whole (`queue_room`: a grow is a requeue, and the queue charges the whole request); None
-    when none may. Ask only when `capacity_is_idle`, and again once the job grown has been
-    placed."""
+    """The one job to grow now, with how many more of its tasks idle capacity and its queue
+    would take: the first by id (shorter ids first, so numbered ids go in their order) whose
+    time to grow has come and that both would take at least one more task of. `queue_room`:
+    how many tasks its queue would take it back with once it gives back what it holds (a grow
+    is a requeue, and a queue takes back only what its limit has room for: a job its queue
+    would take back no larger would lose its work for nothing). None when none may. Ask only
+    when `capacity_is_idle`, and again once the job grown has been placed."""
     ready = [
         r
         for r in running
@@ -121,6 +129,8 @@ def next_to_grow(
     ]
     for r in sorted(ready, key=lambda r: (len(r.job.id), r.job.id)):
         extra = tasks_to_grow(r.job, r.held, arrays, free)
-        if extra >= 1 and queue_room(r):
-            return r.job, extra
+        if extra >= 1:
+            extra = min(extra, queue_room(r) - r.held)
+            if extra >= 1:
+                return r.job, extra
     return None

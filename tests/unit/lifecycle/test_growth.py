@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
 from aisched.core.decisions import TaskBinding
 from aisched.core.snapshot import RunningJob, build_arrays
-from aisched.lifecycle.elastic import Running, capacity_is_idle, grow_at, next_to_grow
+from aisched.lifecycle.elastic import (
+    Running,
+    capacity_is_idle,
+    grow_at,
+    next_to_grow,
+    queue_takes_back,
+)
 from aisched.lifecycle.holdings import Holdings
 from aisched.model.cluster import Cluster
 from aisched.model.job import Job
+from aisched.model.queue import Queue, QueueTree
+from aisched.model.resources import Resources
 from aisched.testing import job, node
 
 AFTER_S = 60.0
@@ -62,3 +71,30 @@ def test_a_job_whose_time_has_not_come_or_that_nothing_idle_fits_does_not_grow()
     full = _ledger(busy=4)
     ready = [Running(_elastic("1"), 1, 0.0)]
     assert next_to_grow(ready, 100.0, AFTER_S, full.arrays, full.free) is None
+
+
+def test_a_job_grows_only_as_far_as_its_queue_would_take_it_back() -> None:
+    # 4 GPUs idle, 2 more tasks of each job missing. The queue of "1" would take it back with
+    # the 1 task it holds (no larger: not grown), that of "2" with 2 (grown by one, not two).
+    held = _ledger(busy=0)
+    running = [Running(_elastic("1"), 1, 0.0), Running(_elastic("2"), 1, 0.0)]
+    room = {"1": 1, "2": 2}
+    found = next_to_grow(running, 100.0, AFTER_S, held.arrays, held.free, lambda r: room[r.job.id])
+    assert found is not None
+    assert (found[0].id, found[1]) == ("2", 1)
+
+
+def test_the_queue_takes_back_what_its_limit_has_room_for_once_the_job_gives_back() -> None:
+    # Queue capped may hold 3 GPUs; a job of it holds 1 and an elastic job of it 1 of its 3:
+    # given back, the elastic job would be let in with 2 tasks; with a 1-GPU limit, none.
+    ledger = _ledger(busy=0)
+    el = replace(_elastic("e"), queue="capped")
+    other = job("o").task(gpu=1).queue("capped").build()
+    ledger.take(RunningJob(other, (TaskBinding("g0", 0, "n1", (0,), 1000),), 0.0))
+    ledger.take(RunningJob(el, (TaskBinding("g0", 0, "n1", (1,), 1000),), 0.0))
+    running = Running(el, 1, 0.0)
+    capped = QueueTree((Queue("default"), Queue("capped", limit=Resources(gpu=3))))
+    assert queue_takes_back(capped, ledger, running) == 2
+    tight = QueueTree((Queue("default"), Queue("capped", limit=Resources(gpu=1))))
+    assert queue_takes_back(tight, ledger, running) == 0
+    assert queue_takes_back(QueueTree((Queue("capped"),)), ledger, running) == 3

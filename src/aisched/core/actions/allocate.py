@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from aisched.core.actions import shape_walk
 from aisched.core.placement import known_failure, placement_shape
-from aisched.core.queues import fair_key, queue_blocks
+from aisched.core.queues import as_taken, fair_key, queue_blocks, queue_takes
 from aisched.core.reservation import HELD, place_beside, reserve_for
 from aisched.core.snapshot import PendingJob
 from aisched.core.status import JobStatus, StatusCode
@@ -56,14 +56,15 @@ class Allocate:
         head = session.candidates[: session.promoted]
         held = 0
         for i, pj in enumerate(head):
-            if self._place_promoted(session, pj):
+            tried = self._place_promoted(session, pj)
+            if tried is None:
                 continue
             if strict:
                 self._defer(session, session.candidates[i + 1 :])
                 return
             # Without backfill, allocate holds the reservation itself, and every job after
             # this one keeps off its nodes unless it ends (upper estimate) before it starts.
-            if held < self.reservations and reserve_for(session, pj):
+            if held < self.reservations and reserve_for(session, tried):
                 held += 1
         if shape_walk.applies(session):  # ungoverned queues: work grows with the binds
             shape_walk.walk(session, strict)
@@ -104,14 +105,15 @@ class Allocate:
                 heapq.heappush(heap, (share, items[0][0], key))
             else:
                 del buckets[key]
-            reason = queue_blocks(session, pj.job)
-            if reason is not None:
-                session.set_status_cached(pj.id, StatusCode.WAIT_QUEUE, reason)
+            taken = queue_takes(session, pj.job)
+            if isinstance(taken, str):
+                session.set_status_cached(pj.id, StatusCode.WAIT_QUEUE, taken)
                 continue
+            tried = as_taken(pj, taken)
             beside = False
-            res = None if guarded else known_failure(session, pj.job)
+            res = None if guarded else known_failure(session, taken)
             if res is None:
-                placed, beside = place_beside(session, pj)
+                placed, beside = place_beside(session, tried)
                 if isinstance(placed, str):
                     res = placed
                 else:
@@ -119,7 +121,8 @@ class Allocate:
                     if len(heap) > 1:
                         heap = self._heap(session, buckets)
                     continue
-            untried.discard(placement_shape(session, pj.job))
+            # A cut job's failure says nothing of its whole shape's: only its own is tried.
+            untried.discard(placement_shape(session, taken))
             if beside:
                 session.set_status_cached(pj.id, StatusCode.WAIT_RESERVATION, f"{res}{HELD}")
             else:
@@ -130,23 +133,26 @@ class Allocate:
                 return
 
     @staticmethod
-    def _place_promoted(session: Session, pj: PendingJob) -> bool:
+    def _place_promoted(session: Session, pj: PendingJob) -> PendingJob | None:
         """Try a job promoted for starving, before any fair-share interleaving; it keeps off
-        the nodes of an older starving job's reservation like every later job."""
-        reason = queue_blocks(session, pj.job)
-        if reason is not None:
-            session.set_status_cached(pj.id, StatusCode.WAIT_QUEUE, reason)
-            return True  # its queue holds it, not the cluster: the rest may go on
-        placed, beside = place_beside(session, pj)
+        the nodes of an older starving job's reservation like every later job. The job as
+        its queue takes it when the cluster has no room for that (to reserve for), else
+        None."""
+        taken = queue_takes(session, pj.job)
+        if isinstance(taken, str):
+            session.set_status_cached(pj.id, StatusCode.WAIT_QUEUE, taken)
+            return None  # its queue holds it, not the cluster: the rest may go on
+        tried = as_taken(pj, taken)
+        placed, beside = place_beside(session, tried)
         if isinstance(placed, str):
             if beside:
                 session.set_status_cached(pj.id, StatusCode.WAIT_RESERVATION, f"{placed}{HELD}")
             else:
                 session.set_status_cached(pj.id, StatusCode.WAIT_RESOURCES, placed)
             session.blocked.append(pj)
-            return False
+            return tried
         session.bind(pj, placed)
-        return True
+        return None
 
     @staticmethod
     def _defer(session: Session, rest: list[PendingJob]) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aisched.core.placement import placement_shape
-from aisched.core.queues import queue_blocks
+from aisched.core.queues import as_taken, queue_takes
 from aisched.core.reservation import HELD, place_beside, reserve_for, runs_into
 from aisched.core.snapshot import PendingJob
 from aisched.core.status import JobStatus, StatusCode
@@ -52,10 +52,11 @@ class Backfill:
             status = statuses.get(pj.id)
             if status is not None and status.code in _PLACED:
                 continue
-            reason = queue_blocks(session, pj.job)
-            if reason is not None:
-                session.set_status(pj.id, StatusCode.WAIT_QUEUE, reason)
+            taken = queue_takes(session, pj.job)
+            if isinstance(taken, str):
+                session.set_status(pj.id, StatusCode.WAIT_QUEUE, taken)
                 continue
+            tried = as_taken(pj, taken)
             key = None
             if len(session.reservations) >= self.reservations:
                 if len(session.reservations) != held:
@@ -66,18 +67,18 @@ class Backfill:
                 if into is None:
                     into = tuple(r.job_id for r in runs_into(session, pj))
                     into_by_bound[bound] = into
-                key = (placement_shape(session, pj.job), into)
+                key = (placement_shape(session, taken), into)
                 hit = failed.get(key)
                 if hit is not None:
                     statuses[pj.id] = hit
                     continue
-            res, beside = place_beside(session, pj)
+            res, beside = place_beside(session, tried)
             if not isinstance(res, str):
                 session.bind(pj, res)
                 if beside:
                     session.set_status(pj.id, StatusCode.PLACED, "backfilled")
                 continue
-            if len(session.reservations) < self.reservations and reserve_for(session, pj):
+            if len(session.reservations) < self.reservations and reserve_for(session, tried):
                 continue
             self._wait(session, pj, res, beside)
             if key is not None:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Protocol, overload
 from aisched.core.eviction import Cut, find_room
 from aisched.core.placement import placement_shape
 from aisched.core.plugins.order import INFINITE
-from aisched.core.queues import queue_blocks
+from aisched.core.queues import queue_takes
 from aisched.core.reservation import allowed_nodes
 from aisched.core.snapshot import PendingJob, RunningJob
 from aisched.core.status import StatusCode
@@ -216,7 +216,8 @@ def run(
         status = session.statuses.get(pj.id)
         if status is None or status.code not in MAY_EVICT:
             continue
-        if queue_blocks(session, pj.job) is not None:
+        taken = queue_takes(session, pj.job)
+        if isinstance(taken, str):
             continue
         found_eligibility = eligible_for(pj)
         if found_eligibility is None:
@@ -238,7 +239,7 @@ def run(
             allowed_nodes(session, pj) if status.code == StatusCode.WAIT_RESERVATION else (None, ())
         )
         shrink_sig: Hashable = (pj.job.priority, pj.job.queue) if elastic else None
-        memo_key = (placement_shape(session, pj.job), group, mask_key, shrink_sig)
+        memo_key = (placement_shape(session, taken), group, mask_key, shrink_sig)
         if memo_key in failed and rank >= failed[memo_key]:
             continue
         cands = by_sig.get(sig)
@@ -280,7 +281,7 @@ def run(
             ordered = ordered_by_sig[sig] = InVictimOrder(pool, cands)
         # Surplus tasks first, whole jobs after: nobody is evicted while shrinking would do.
         cuts = _Cuts([c for r in shrinks for c in _surplus_cuts(r)], ordered)
-        room = find_room(session, pj.job, cuts, allowed, mask_key or None)
+        room = find_room(session, taken, cuts, allowed, mask_key or None)
         if room is None:
             failed[memo_key] = rank
             failed_sizes[memo_key] = sizes
