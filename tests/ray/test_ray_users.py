@@ -6,12 +6,19 @@ root, so they can switch; a worker that cannot refuses the task instead)."""
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 
+import pytest
 from harness import Service, wait_for
 from users import User
 
 from aisched.executors.runas import USER_PATH
+from aisched.executors.supervisor import PIN_ROOT
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+from container_image import build_test_image, missing_tools  # noqa: E402
 
 
 def test_a_users_job_on_ray_runs_as_that_user(
@@ -34,3 +41,32 @@ def test_a_users_job_on_ray_runs_as_that_user(
         str(alice.uid), str(alice.home), str(alice.home), alice.name, USER_PATH
     ]  # fmt: skip
     assert Path(job["checkpoint_dir"]).is_relative_to(alice.home)
+
+
+def test_a_users_container_on_ray_mounts_the_volume_its_agent_pinned(
+    ray_service: Service, local_users: dict[str, User]
+) -> None:
+    # The agent (root, on the task's node) pins her volume as the supervisor does on one
+    # machine (see supervisor.Pins): a directory she swapped for a link would be refused there.
+    if (why := missing_tools()) is not None:
+        pytest.skip(why)
+    alice = local_users["alice"]
+    env = {"AISCHED_SERVER": f"unix:{ray_service.socket}"}
+    data = alice.home / "ray-pinned"
+    data.mkdir(exist_ok=True)
+    (data / "mine").write_text("hers\n")
+    for p in (data, data / "mine"):
+        os.chown(p, alice.uid, alice.gid)
+    job_file = alice.home / "ray-pinned.yaml"
+    job_file.write_text(
+        f"image: {build_test_image()}\nrestart: {{policy: never}}\n"
+        f"volumes: [{{host_path: {data}, path: /d}}]\ncommand: 'ls /d; id -u > /d/out'\n"
+    )
+    proc = alice.aisched("submit", "--json", str(job_file), env=env)
+    assert proc.returncode == 0, proc.stderr
+    jid = str(json.loads(proc.stdout)["id"])
+    job = ray_service.wait_state(jid, "succeeded", "failed", timeout_s=120)
+    assert job["state"] == "succeeded", job
+    assert wait_for("its output", lambda: alice.aisched("logs", jid, env=env).stdout) == "mine\n"
+    assert (data / "out").read_text() == f"{alice.uid}\n"
+    assert [n for n in os.listdir(PIN_ROOT) if f"-{jid}." in n] == []
