@@ -79,6 +79,7 @@ from aisched.executors.base import (
     TaskLaunch,
     exit_from_record,
 )
+from aisched.executors.container import DEFAULT_PIDS_LIMIT
 from aisched.executors.gpu_watchdog import GPU_CHECK_INTERVAL_S, TaskGpuMemory
 from aisched.executors.ray_agent import NodeAgent
 from aisched.executors.ray_nodes import RayNode, nodes_from_ray
@@ -218,6 +219,9 @@ class RayExecutor:
         gpu_check_s: float = GPU_CHECK_INTERVAL_S,
         log_max_bytes: int = LOG_MAX_BYTES,
         log_max_files: int = LOG_MAX_FILES,
+        memory_limit: str = "auto",
+        task_pids_limit: int = DEFAULT_PIDS_LIMIT,
+        user_pids_limit: int = 4 * DEFAULT_PIDS_LIMIT,
     ) -> None:
         if not ray.is_initialized():
             raise RayConnectError("not connected to a Ray cluster (call connect first)")
@@ -229,6 +233,8 @@ class RayExecutor:
         self._gpu_watchdog = gpu_watchdog
         self._gpu_check_s = gpu_check_s
         self._log_cap = (log_max_bytes, log_max_files)  # each task's log, on its node
+        self._memory_limit = memory_limit  # the mechanism each node's agent uses
+        self._pids_limits = (task_pids_limit, user_pids_limit)
         self._next_gpu_check = 0.0
         self._gpu_refs: dict[Any, tuple[TaskKey, str]] = {}  # pending gpu_memory calls
         self._gpu_usage: dict[TaskKey, TaskGpuMemory] = {}
@@ -372,6 +378,10 @@ class RayExecutor:
             "log_max_bytes": self._log_cap[0],
             "log_max_files": self._log_cap[1],
             "launch": launch_id,
+            # A host task's bounds on its node (ray_limits), as the local executor's.
+            "memory_limit": self._memory_limit,
+            "task_pids_limit": self._pids_limits[0],
+            "user_pids_limit": self._pids_limits[1],
         }
         record = exit_record_path(req.log_path)
         start_args = (spec, self._gpu_watchdog, group)
@@ -906,6 +916,7 @@ def _spec(
     req: TaskLaunch, gpu_check_s: float, container: ContainerSpec | None, namespace: str
 ) -> dict[str, Any]:
     out = _host_spec(req, gpu_check_s)
+    out["instance"] = hashlib.sha256(namespace.encode()).hexdigest()[:10]
     if container is not None:
         # Run with podman (or docker) on the task's node: see ray_task.TaskRunner.
         out["container"] = {
@@ -934,6 +945,7 @@ def _host_spec(req: TaskLaunch, gpu_check_s: float) -> dict[str, Any]:
         "gpu_check_s": gpu_check_s,
         "user": req.user,
         "milli_cpu": req.milli_cpu,  # its agent pins it to that many cores
+        "mem_limit_mib": req.mem_limit_mib,
     }
 
 

@@ -53,8 +53,10 @@ from collections.abc import Callable
 from typing import Any
 
 from aisched.executors import container as ctr
+from aisched.executors import ray_limits
 from aisched.executors import supervisor as sup
 from aisched.executors.base import LaunchError, TaskKey
+from aisched.executors.cgroups import MemoryControlError
 from aisched.executors.gpu_watchdog import (
     GPU_CHECK_INTERVAL_S,
     GpuMemoryWatchdog,
@@ -123,10 +125,13 @@ def _account_here(user: str | None) -> dict[str, Any] | None:
     return None
 
 
-def _as_user_setup(workdir: str | None, checkpoint_dir: str | None) -> Callable[[], None]:
-    """What the child does once it is the task's user, before exec."""
+def _as_user_setup(
+    acct: dict[str, Any], workdir: str | None, checkpoint_dir: str | None
+) -> Callable[[], None]:
+    """What the child does to become the task's user, and then as that user, before exec."""
 
     def setup() -> None:
+        sup.become(acct)
         _die_with_parent()
         if checkpoint_dir:
             os.makedirs(checkpoint_dir, mode=0o700, exist_ok=True)
@@ -219,6 +224,7 @@ class TaskRunner:
         self.reaper = 0  # the pid of the container's reaper, while it has one
         self.recorded = False  # its exit record exists already (it ended before this runner)
         self.cores = tuple(int(c) for c in spec.get("cores") or ())
+        self.cgroups: ray_limits.TaskCgroups | None = None  # a host task's, once made
 
     # --- called by the executor (by the agent, each in its own thread) -------------------
 
@@ -279,6 +285,7 @@ class TaskRunner:
         finally:
             self.started.set()
         if self.proc is None:
+            ray_limits.removed(self.cgroups)
             self._finish(self.start_error)
             return
         if self.make_watchdog is not None and self.spec.get("gpus"):
@@ -286,20 +293,28 @@ class TaskRunner:
                 target=self._watch_gpu_memory, args=(self.proc,), name="aisched-gpu", daemon=True
             ).start()
         code = self.proc.wait()
-        if self.copier is not None:  # the rest of its output (a leftover child may hold the
-            self.copier.join(2.0)  # pipe open: it does not hold up the task's end)
         oom = False
         if self.container is not None:
+            if self.copier is not None:  # the rest of its output (a leftover child may hold
+                self.copier.join(2.0)  # the pipe open: it does not hold up the task's end)
             code, oom = self.container.end(code)
             if self.reaper > 0:  # removed by its end: nothing left to reap
                 with contextlib.suppress(OSError):
                     os.kill(self.reaper, signal.SIGTERM)
         else:
             self._signal(self.proc, signal.SIGKILL)  # whatever the task left in its group
+            oom = self.cgroups is not None and self.cgroups.oom_killed()
+            ray_limits.removed(self.cgroups)  # and in its cgroups (a child that left its group)
+            if self.copier is not None:
+                self.copier.join(2.0)
         with self.lock:
             stopped, after_grace = self.stop_requested, self.killed_after_grace
         if oom and code != 0:
-            limit = int((self.spec.get("container") or {}).get("mem_limit_mib") or 0)
+            limit = int(
+                self.spec.get("mem_limit_mib")
+                or (self.spec.get("container") or {}).get("mem_limit_mib")
+                or 0
+            )
             msg = f"killed: exceeded its memory limit of {limit} MiB"
             self._log(msg)
             self._finish({"kind": "oom", "exit_code": code, "message": msg})
@@ -346,22 +361,37 @@ class TaskRunner:
             self.start_error = {"kind": "exited", "exit_code": 126, "message": str(exc)}
             return
         workdir = spec.get("workdir") or None
+        if not spec.get("container"):
+            # Its memory, processes and cores bounded in cgroups of its own (ray_limits).
+            uid = acct["uid"] if acct is not None else os.geteuid()
+            try:
+                self.cgroups = ray_limits.make_task_cgroups(spec, uid, self.cores)
+            except (OSError, MemoryControlError) as exc:
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+                msg = f"cannot make the task's cgroups on this node: {why}"
+                self.start_error = {"kind": "exited", "exit_code": 126, "message": msg}
+                return
+            if self.cgroups.note:
+                self._log(self.cgroups.note)
         as_user: dict[str, Any] = {
             "cwd": workdir,
-            "preexec_fn": _pinned(self.cores, _die_with_parent),
+            "preexec_fn": _pinned(
+                self.cores, ray_limits.joined_then(self.cgroups, _die_with_parent)
+            ),
         }
         if acct is not None:
             env = account_env(env, acct)
             os.fchown(self.log_fd, acct["uid"], acct["gid"])
-            # Popen enters `cwd` before it switches user; the task's own directories are
-            # entered (and its checkpoint directory made) after, as the user, in preexec_fn.
+            # The child joins its cgroups as root, then becomes the user; the task's own
+            # directories are entered (and its checkpoint directory made) after, as the user.
             as_user = {
-                "user": acct["uid"],
-                "group": acct["gid"],
-                "extra_groups": acct["groups"],
                 "umask": 0o022,
                 "preexec_fn": _pinned(
-                    self.cores, _as_user_setup(workdir, env.get("AISCHED_CHECKPOINT_DIR"))
+                    self.cores,
+                    ray_limits.joined_then(
+                        self.cgroups,
+                        _as_user_setup(acct, workdir, env.get("AISCHED_CHECKPOINT_DIR")),
+                    ),
                 ),
             }
         with self.lock:

@@ -456,7 +456,7 @@ def _exec_failure(stage: str, exc: BaseException, command: list[str], workdir: s
     return f"126\ncannot run {name}: {stage}: {why}"
 
 
-def _become(user: dict[str, Any]) -> None:
+def become(user: dict[str, Any]) -> None:
     """Drop to the task's user for good: groups first (they need root), then gid, then uid;
     then check that root cannot be regained."""
     uid, gid = int(user["uid"]), int(user["gid"])
@@ -517,7 +517,7 @@ def _child(launch: dict[str, Any], out_w: int, err_w: int) -> None:
             # library may be out of reach (a Python installed under root's home).
             import warnings  # noqa: F401
 
-            _become(user)
+            become(user)
         # The task's own files get the usual modes; the service's umask is for its own.
         os.umask(0o022)
         for path in launch.get("make_dirs") or ():

@@ -369,6 +369,9 @@ def _ray_executor(config: ServiceConfig, address: str, home: Path) -> tuple[Exec
         start_timeout_s=config.ray_start_timeout_s(),
         log_max_bytes=config.limits.log_max_bytes(),
         log_max_files=config.limits.log_max_files,
+        memory_limit=config.memory_limit,
+        task_pids_limit=config.task_pids_limit,
+        user_pids_limit=config.user_pids_limit,
         # Made on each task's node, where NVML sees the task's processes.
         gpu_watchdog=functools.partial(
             GpuMemoryWatchdog.with_nvml, OverAction(config.gpu_memory_over)
