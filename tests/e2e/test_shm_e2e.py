@@ -47,6 +47,9 @@ def service(tmp_path: Path) -> Iterator[Service]:
     yield from start(tmp_path)
 
 
+WAIT_FOR_GO = 'while [ ! -e "$GO" ]; do sleep 0.1; done'
+
+
 def run_as(svc: Service, user: User, *args: str) -> str:
     proc = user.aisched("run", "--json", *args, env={"AISCHED_SERVER": f"unix:{svc.socket}"})
     assert proc.returncode == 0, proc.stderr
@@ -62,6 +65,19 @@ def mounts_under(path: Path) -> list[str]:
     with open("/proc/self/mountinfo", encoding="utf-8") as f:
         targets = [line.split()[4] for line in f]
     return [t for t in targets if t.startswith(f"{path}/")]
+
+
+def mounted_anywhere(dev: int) -> list[str]:
+    """The processes in whose mount namespace the filesystem `dev` is mounted."""
+    wanted = f" {os.major(dev)}:{os.minor(dev)} "
+    holders = []
+    for mountinfo in Path("/proc").glob("[0-9]*/mountinfo"):
+        try:
+            if wanted in mountinfo.read_text():
+                holders.append(mountinfo.parent.name)
+        except OSError:  # gone meanwhile
+            continue
+    return holders
 
 
 def nothing_left(svc: Service, tok: str) -> None:
@@ -92,7 +108,7 @@ def test_the_tasks_of_one_job_share_dev_shm_and_another_job_does_not_see_it(
     service: Service, local_users: dict[str, User], tok: str
 ) -> None:
     alice, bob = local_users["alice"], local_users["bob"]
-    go = alice.home / f".{tok}-go"
+    go, go_bob = alice.home / f".{tok}-go", bob.home / f".{tok}-go"
     # Each of the two tasks writes its file, waits for the other's (through /dev/shm alone),
     # then holds on until the test says go.
     script = (
@@ -100,7 +116,7 @@ def test_the_tasks_of_one_job_share_dev_shm_and_another_job_does_not_see_it(
         'i=0; while [ ! -e "/dev/shm/$TOK-$other" ]; do i=$((i+1)); '
         '[ $i -gt 600 ] && { echo "no file of task $other"; exit 1; }; sleep 0.1; done; '
         'echo "task $me sees task $other"; '
-        'while [ ! -e "$GO" ]; do sleep 0.1; done'
+        f"{WAIT_FOR_GO}"
     )
     gang = run_as(
         service, alice, "--replicas", "2", "--mem", "64M", "--env", f"TOK={tok}",
@@ -120,11 +136,24 @@ def test_the_tasks_of_one_job_share_dev_shm_and_another_job_does_not_see_it(
         (shm_dir,) = (service.home / "tasks" / ".shm").glob(f"{gang}.*")
         size = os.statvfs(shm_dir)
         assert size.f_blocks * size.f_frsize == 128 << 20
+        tmpfs = os.stat(shm_dir).st_dev
+        assert mounted_anywhere(tmpfs)
+        # A job that starts now and outlives the gang must not keep the gang's tmpfs alive.
+        later = run_as(
+            service, bob, "--env", f"GO={go_bob}", "--", "sh", "-c", f"echo on; {WAIT_FOR_GO}"
+        )
+        wait_for("the later job to run", lambda: logs(service, later) == "on\n")
         assert sorted(p.name for p in HOST_SHM.glob(f"{tok}*")) == []
     finally:
         go.touch()
     service.wait_state(gang, "succeeded")
     go.unlink()
+    # No mount namespace holds the gang's tmpfs any more, not even the later job's (which got
+    # a copy of every mount when it started): the kernel has freed it.
+    assert mounted_anywhere(tmpfs) == []
+    go_bob.touch()
+    service.wait_state(later, "succeeded")
+    go_bob.unlink()
     nothing_left(service, tok)
 
 
@@ -154,7 +183,7 @@ def holding_task(svc: Service, user: User, tok: str, go: Path) -> str:
     jid = run_as(
         svc, user, "--mem", "64M", "--max-retries", "0", "--env", f"TOK={tok}",
         "--env", f"GO={go}", "--", "sh", "-c",
-        'echo held > "/dev/shm/$TOK"; echo written; while [ ! -e "$GO" ]; do sleep 0.1; done',
+        f'echo held > "/dev/shm/$TOK"; echo written; {WAIT_FOR_GO}',
     )  # fmt: skip
     wait_for("the task to write its file", lambda: "written" in logs(svc, jid))
     return jid
