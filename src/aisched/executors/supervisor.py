@@ -1199,11 +1199,13 @@ def _tmpfs_mib(path: str) -> int:
 
 
 def join_shm(shm: dict[str, Any], task_dir: str) -> str:
-    """Mounts the attempt's tmpfs, or joins it and grows it by this task's share (the job's
-    memory on this node, at most `max_mib`), and marks the task a holder. Returns its path;
-    raises OSError."""
+    """Mounts the attempt's tmpfs, or joins it, and marks the task a holder (its share in
+    its `SHM_HELD`). The size is the shares of the tasks that hold it (each one's memory),
+    at most `max_mib`: a service whose replicas come and go does not grow it for ever.
+    Returns its path; raises OSError."""
     path, mine, cap = str(shm["dir"]), int(shm["size_mib"]), int(shm.get("max_mib") or 0)
-    with _ShmLock(str(shm["attempt_dir"])):
+    attempt = str(shm["attempt_dir"])
+    with _ShmLock(attempt):
         os.makedirs(str(shm["root"]), mode=0o700, exist_ok=True)
         with contextlib.suppress(FileExistsError):
             os.mkdir(path, 0o700)
@@ -1214,13 +1216,33 @@ def join_shm(shm: dict[str, Any], task_dir: str) -> str:
         elif os.stat(path).st_uid != int(shm["uid"]):
             raise OSError(errno.EPERM, f"{path} belongs to another user")
         else:
-            have = _tmpfs_mib(path)
-            want = min(have + mine, cap) if cap else have + mine
-            if want > have:
-                _syscall("mount", None, path, None, _MS_REMOUNT | _MS_NOSUID | _MS_NODEV,
-                         f"size={want}m")  # fmt: skip
-        os.close(os.open(os.path.join(task_dir, SHM_HELD), os.O_WRONLY | os.O_CREAT, 0o600))
+            total = mine + sum(_shm_holders(attempt, skip=task_dir).values())
+            want, have = min(total, cap) if cap else total, _tmpfs_mib(path)
+            if want != have:
+                try:
+                    _syscall("mount", None, path, None, _MS_REMOUNT | _MS_NOSUID | _MS_NODEV,
+                             f"size={want}m")  # fmt: skip
+                except OSError:
+                    if want > have:
+                        raise
+                    # Smaller than what its files hold now: it stays as it is.
+        write_json_atomic(os.path.join(task_dir, SHM_HELD), {"size_mib": mine})
     return path
+
+
+def _shm_holders(attempt_dir: str, skip: str | None = None) -> dict[str, int]:
+    """The tasks of the attempt that hold its tmpfs (marked, with a live supervisor) and the
+    share of each, in MiB; the task in `skip` left out."""
+    held: dict[str, int] = {}
+    with contextlib.suppress(FileNotFoundError):
+        for name in os.listdir(attempt_dir):
+            task_dir = os.path.join(attempt_dir, name)
+            if name.startswith(".") or task_dir == skip:
+                continue
+            mark = read_json(os.path.join(task_dir, SHM_HELD))
+            if mark is not None and _supervisor_holds(task_dir):
+                held[task_dir] = int(mark.get("size_mib") or 0)
+    return held
 
 
 def enter_shm(path: str, root: str) -> None:
@@ -1263,13 +1285,8 @@ def release_shm(shm: dict[str, Any], task_dir: str | None = None) -> bool:
         if task_dir is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(task_dir, SHM_HELD))
-        with contextlib.suppress(FileNotFoundError):
-            for name in os.listdir(attempt):
-                other = os.path.join(attempt, name)
-                if name.startswith(".") or not os.path.exists(os.path.join(other, SHM_HELD)):
-                    continue
-                if _supervisor_holds(other):
-                    return False
+        if _shm_holders(attempt):
+            return False
         return _unmount(str(shm["dir"]))
 
 
