@@ -1163,8 +1163,8 @@ def _last(text: str) -> str:
 # its join to its release (`SHM_HELD` in its directory) while its supervisor lives (holds its
 # lock): a supervisor killed in between leaves the tmpfs to the executor, which removes every
 # one that no task holds. Never rmtree'd: that would go through the mount into the task's
-# files. `launch["shm"]`: `root`, `dir`, `attempt_dir`,
-# `size_mib` (this task's share), `max_mib` (0: no cap), `uid`, `gid`.
+# files. `launch["shm"]`: `root`, `dir`, `attempt_dir`, `size_mib` (this task's share),
+# `max_mib` (0: no cap), `uid`, `gid`.
 
 SHM_ROOT = ".shm"  # in the executor's state directory; no job id or task name starts with "."
 SHM_LOCK = ".shm.lock"  # in the attempt's directory: serialises mounting, growing, unmounting
@@ -1298,8 +1298,13 @@ def _unmount(path: str) -> bool:
         except OSError as exc:
             _note(f"cannot unmount {path}: {exc}")
             return False
-    with contextlib.suppress(FileNotFoundError):
+    try:
         os.rmdir(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        _note(f"cannot remove {path}: {exc.strerror or exc}")
+        return False
     return True
 
 
@@ -1317,9 +1322,12 @@ def sweep_shm(state_dir: str) -> list[str]:
         attempt_dir = os.path.join(state_dir, job, attempt)
         path = os.path.join(root, name)
         shm = {"attempt_dir": attempt_dir, "dir": path}
-        if (os.path.isdir(attempt_dir) and release_shm(shm)) or (
-            not os.path.isdir(attempt_dir) and _unmount(path)
-        ):
+        try:
+            removed = release_shm(shm) if os.path.isdir(attempt_dir) else _unmount(path)
+        except OSError as exc:  # the next sweep tries again
+            _note(f"cannot remove {path}: {exc.strerror or exc}")
+            continue
+        if removed:
             gone.append(path)
     return gone
 
