@@ -59,6 +59,8 @@ class Service:
     token: str = ""
     # Set in the service's environment only (not the CLI's), e.g. a failpoint.
     extra_env: dict[str, str] = field(default_factory=dict)
+    # Runs `aisched up` (e.g. `setpriv` with fewer capabilities); empty: run it directly.
+    launcher: list[str] = field(default_factory=list)
     _api: httpx.Client | None = None
 
     def __post_init__(self) -> None:
@@ -102,7 +104,7 @@ class Service:
     def start(self, timeout_s: float = 30.0, *, https: bool = False) -> None:
         out = open(self.log, "ab")  # noqa: SIM115 - the child owns it
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "aisched", "up", "--port", str(self.port),
+            [*self.launcher, sys.executable, "-m", "aisched", "up", "--port", str(self.port),
              "--data-dir", str(self.home), "--socket", str(self.socket), *self.args],
             stdout=out,
             stderr=subprocess.STDOUT,

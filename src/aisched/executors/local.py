@@ -40,6 +40,7 @@ import os
 import select
 import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -131,6 +132,7 @@ class LocalExecutor(ExitWatching):
         user_pids_limit: int = 4 * ctr.DEFAULT_PIDS_LIMIT,
         log_max_bytes: int = sup.LOG_MAX_BYTES,
         log_max_files: int = sup.LOG_MAX_FILES,
+        shm_max_mib: int = 0,
     ) -> None:
         self._log_cap = (log_max_bytes, log_max_files)  # the supervisor caps each task's log
         self._state = Path(state_dir).resolve()
@@ -144,6 +146,8 @@ class LocalExecutor(ExitWatching):
         self._pids_limit = task_pids_limit
         self._user_pids_limit = user_pids_limit
         self._cores = tuple(sorted(os.sched_getaffinity(0)))
+        self._shm_max_mib = shm_max_mib
+        self._shm_off, self._shm_note = self._private_shm()
         self._pidfd = pidfd_works() if use_pidfd is None else use_pidfd and pidfd_works()
         self._notes = (
             *notes,
@@ -196,6 +200,12 @@ class LocalExecutor(ExitWatching):
     def memory_control(self) -> MemoryControl:
         """The memory-limit mechanism in use and where its cgroups live."""
         return self._mem
+
+    @property
+    def shm_note(self) -> str | None:
+        """What host tasks of users get as /dev/shm, for the start-up log and `aisched nodes`
+        (None: not root, so every task runs as the service's user with the host's)."""
+        return self._shm_note
 
     @property
     def task_bounds(self) -> TaskBounds:
@@ -296,6 +306,8 @@ class LocalExecutor(ExitWatching):
         }
         if spec is not None:
             doc = self._container_launch(req, spec, owner, cores, tdir, doc)
+        elif acct is not None:
+            doc.update(self._shm_launch(req, acct))
         sup.write_json_atomic(str(tdir / sup.LAUNCH), doc)
         try:
             # 2. Its cgroup, with the limit, before the supervisor can fork into it.
@@ -487,13 +499,62 @@ class LocalExecutor(ExitWatching):
             child_start=started.get("child_start"),
             cgroup=cgroup,
         )
-        sup.remove_task_cgroups(launch)
-        _remove_container(launch)
+        self._left_behind(launch)
         if not started:
             why = "it never started (the scheduler stopped while launching it)"
         else:
             why = "its supervisor is gone without a record; what was left of it was killed"
         return AdoptState.LOST, lost_exit(key, why)
+
+    # --- a job's private /dev/shm ---------------------------------------------------------
+
+    def _private_shm(self) -> tuple[str | None, str | None]:
+        """(why host tasks of users cannot have a private /dev/shm, or None; the start-up
+        note). Only a root executor runs tasks as users, and only root may mount; it first
+        sweeps the tmpfs mounts that a killed supervisor or service left behind."""
+        if os.geteuid() != 0:
+            return "the service is not root", None
+        for path in sup.sweep_shm(str(self._state)):
+            log.info("removed %s: no live task of its job holds it", path)
+        try:
+            probe = subprocess.run(
+                [sys.executable, "-I", "-S", SUPERVISOR_SCRIPT, "--probe-shm"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            why = probe.stdout.strip() or probe.stderr.strip() or f"exit {probe.returncode}"
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            probe, why = None, f"its probe failed: {exc}"
+        if probe is None or probe.returncode != 0:
+            return why, f"{sup.SHM_SHARED}: {why}"
+        return None, (
+            "/dev/shm of host tasks: a private tmpfs per job on this node, the size of its "
+            "memory here, removed when its last task ends"
+        )
+
+    def _shm_launch(self, req: TaskLaunch, acct: dict[str, Any]) -> dict[str, Any]:
+        """What a user's host task adds to its launch document: the attempt's private
+        /dev/shm (`supervisor.join_shm`), or the line its log gets when there is none."""
+        if self._shm_off is not None:
+            return {"shm_notice": f"{sup.SHM_SHARED}: {self._shm_off}"}
+        # Its share of the tmpfs: the memory it asked for (none asked: tmpfs's default, half
+        # of the machine's memory, as the host's /dev/shm), at most shm_max_mib.
+        size = req.mem_limit_mib or _half_memory_mib()
+        cap = self._shm_max_mib
+        root = self._state / sup.SHM_ROOT
+        return {
+            "shm": {
+                "root": str(root),
+                "dir": str(root / f"{req.job_id}.{req.attempt}"),
+                "attempt_dir": str(self._state / req.job_id / str(req.attempt)),
+                "size_mib": min(size, cap) if cap else size,
+                "max_mib": cap,
+                "uid": acct["uid"],
+                "gid": acct["gid"],
+            }
+        }
 
     # --- containers ----------------------------------------------------------------------
 
@@ -693,6 +754,7 @@ class LocalExecutor(ExitWatching):
     def _left_behind(self, launch: dict[str, Any] | None) -> None:
         sup.remove_task_cgroups(launch or {})
         _remove_container(launch)
+        _release_shm(launch)
 
     def _pick_cores(self, milli_cpu: int) -> tuple[int, ...]:
         """The cores for a task, counting the cores of every task watched (0 CPUs: not
@@ -745,6 +807,21 @@ def _remove_container(launch: dict[str, Any] | None) -> None:
     c = (launch or {}).get("container")
     if isinstance(c, dict) and c.get("binary") and c.get("name"):
         ctr.remove_container(str(c["binary"]), str(c["name"]))
+
+
+def _release_shm(launch: dict[str, Any] | None) -> None:
+    """A task whose supervisor is gone: its job's /dev/shm goes too, unless a live task of the
+    job still holds it."""
+    shm = (launch or {}).get("shm")
+    if isinstance(shm, dict):
+        try:
+            sup.release_shm(shm)
+        except OSError as exc:
+            log.warning("cannot remove the /dev/shm of %s: %s", shm.get("dir"), exc)
+
+
+def _half_memory_mib() -> int:
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2 // (1 << 20)
 
 
 def _show(key: TaskKey) -> str:

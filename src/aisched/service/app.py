@@ -312,7 +312,10 @@ def _local_executor(config: ServiceConfig, home: Path) -> tuple[Executor, list[s
         user_pids_limit=config.user_pids_limit,
         log_max_bytes=config.limits.log_max_bytes(),
         log_max_files=config.limits.log_max_files,
+        shm_max_mib=config.limits.shm_max_mib(),
     )
+    if executor.shm_note is not None:
+        notes = [*notes, executor.shm_note]
     if config.container_runtime == "none":
         return executor, [*notes, "container tasks: off (container_runtime: none)"]
     # Probed now, so the start-up lines say what container tasks will run with.

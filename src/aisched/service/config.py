@@ -153,11 +153,15 @@ class LimitsModel(_Model):
     # Ended jobs (their rows, events and logs) are kept this long after they end, then
     # forgotten, so months of history do not fill the disk. 0: kept for ever.
     keep_ended: Any = "30d"
+    # A job's private /dev/shm on a node (host tasks run as a user by a root service) holds
+    # at most the memory its tasks there asked for, and at most this (None: no other cap).
+    shm_max_size: str | None = None
 
-    @field_validator("log_max_size", "disk_min_free")
+    @field_validator("log_max_size", "disk_min_free", "shm_max_size")
     @classmethod
-    def _size(cls, v: str) -> str:
-        parse_mem_mib(v, "size")
+    def _size(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_mem_mib(v, "size")
         return v
 
     @field_validator("shutdown_grace", "store_busy_timeout")
@@ -175,6 +179,12 @@ class LimitsModel(_Model):
 
     def log_max_bytes(self) -> int:
         return parse_bytes(self.log_max_size, "limits.log_max_size")
+
+    def shm_max_mib(self) -> int:
+        """0: no cap."""
+        if self.shm_max_size is None:
+            return 0
+        return max(1, parse_mem_mib(self.shm_max_size, "limits.shm_max_size"))
 
     def disk_min_free_bytes(self) -> int:
         return parse_bytes(self.disk_min_free, "limits.disk_min_free")

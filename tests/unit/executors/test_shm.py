@@ -1,0 +1,124 @@
+"""A job attempt's private /dev/shm as the supervisors keep it (real tmpfs mounts, as root):
+sized by the shares of the tasks that hold it, kept while one of them has a live supervisor,
+unmounted and removed after the last, and swept when every holder's supervisor was killed.
+A live supervisor is one that holds its task directory's lock; here the test holds it."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aisched.executors import supervisor as sup
+
+
+def _can_mount() -> bool:
+    probe = [sys.executable, "-I", "-S", sup.__file__, "--probe-shm"]
+    return os.geteuid() == 0 and subprocess.run(probe, capture_output=True).returncode == 0
+
+
+pytestmark = pytest.mark.skipif(
+    not _can_mount(), reason="needs root and a kernel that lets it mount (supervisor.probe_shm)"
+)
+
+
+class Attempt:
+    """The task directories of one job attempt under a state directory, and their locks."""
+
+    def __init__(self, state: Path) -> None:
+        self.state = state
+        self.dir = state / "7" / "1"
+        self.locks: dict[str, int] = {}
+
+    def shm(self, size_mib: int, max_mib: int = 0) -> dict[str, Any]:
+        root = self.state / sup.SHM_ROOT
+        return {"root": str(root), "dir": str(root / "7.1"), "attempt_dir": str(self.dir),
+                "size_mib": size_mib, "max_mib": max_mib, "uid": 65534, "gid": 65534}  # fmt: skip
+
+    def start(self, task: str) -> str:
+        """A task directory whose supervisor lives (its lock held) until `die`."""
+        task_dir = self.dir / task
+        task_dir.mkdir(parents=True)
+        fd = os.open(task_dir / sup.LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        self.locks[task] = fd
+        return str(task_dir)
+
+    def die(self, task: str) -> None:
+        os.close(self.locks.pop(task))
+
+    @property
+    def mount(self) -> Path:
+        return self.state / sup.SHM_ROOT / "7.1"
+
+    def size_mib(self) -> int:
+        st = os.statvfs(self.mount)
+        return st.f_blocks * st.f_frsize >> 20
+
+    def mounted(self) -> bool:
+        return self.mount.exists() and os.path.ismount(self.mount)
+
+
+@pytest.fixture
+def attempt(tmp_path: Path) -> Iterator[Attempt]:
+    a = Attempt(tmp_path)
+    yield a
+    for task in list(a.locks):
+        a.die(task)
+    sup.sweep_shm(str(tmp_path))  # never leave a mount behind, whatever failed
+
+
+def test_each_task_that_joins_adds_its_share_up_to_the_cap(attempt: Attempt) -> None:
+    first, second, third = (attempt.start(t) for t in ("a-0", "a-1", "a-2"))
+    sup.join_shm(attempt.shm(16), first)
+    assert attempt.mounted() and attempt.size_mib() == 16
+    owner = attempt.mount.stat()
+    assert (owner.st_uid, owner.st_gid, owner.st_mode & 0o777) == (65534, 65534, 0o700)
+    sup.join_shm(attempt.shm(8), second)
+    assert attempt.size_mib() == 24
+    sup.join_shm(attempt.shm(16, max_mib=32), third)
+    assert attempt.size_mib() == 32
+
+
+def test_a_task_joining_after_others_left_sizes_it_by_those_that_hold_it(
+    attempt: Attempt,
+) -> None:
+    # A service's replicas come and go: the tmpfs follows the ones there, never grows for ever.
+    first, second = attempt.start("a-0"), attempt.start("a-1")
+    sup.join_shm(attempt.shm(16), first)
+    sup.join_shm(attempt.shm(16), second)
+    assert sup.release_shm(attempt.shm(16), second) is False  # a-0 still holds it
+    third = attempt.start("a-2")
+    sup.join_shm(attempt.shm(4), third)
+    assert attempt.size_mib() == 20
+
+
+def test_the_last_holder_to_leave_unmounts_and_removes_it(attempt: Attempt) -> None:
+    first, second = attempt.start("a-0"), attempt.start("a-1")
+    path = sup.join_shm(attempt.shm(16), first)
+    sup.join_shm(attempt.shm(16), second)
+    (Path(path) / "kept").write_bytes(b"x" * 4096)
+    assert sup.release_shm(attempt.shm(16), first) is False
+    assert attempt.mounted() and (Path(path) / "kept").exists()
+    assert sup.release_shm(attempt.shm(16), second) is True
+    assert not attempt.mount.exists()
+    # Unmounted, not emptied: nothing was deleted through the mount.
+    assert list((attempt.state / sup.SHM_ROOT).iterdir()) == []
+
+
+def test_a_tmpfs_whose_holders_were_all_killed_is_swept(attempt: Attempt) -> None:
+    first, second = attempt.start("a-0"), attempt.start("a-1")
+    sup.join_shm(attempt.shm(16), first)
+    sup.join_shm(attempt.shm(16), second)
+    attempt.die("a-0")  # killed: its mark stays, its lock does not
+    assert sup.sweep_shm(str(attempt.state)) == []  # a-1 still holds it
+    assert attempt.mounted()
+    attempt.die("a-1")
+    assert sup.sweep_shm(str(attempt.state)) == [str(attempt.mount)]
+    assert not attempt.mount.exists()
