@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from harness import Service, wait_for
 from harness import cancel_all as cancel_every_job
 
@@ -55,6 +58,30 @@ class RayCluster:
 
     def remove(self, name: str) -> None:
         self.cluster.remove_node(self.nodes.pop(name), allow_graceful=False)
+
+
+@contextmanager
+def local_cluster() -> Iterator[RayCluster]:
+    """A Ray cluster on this machine, run with `RAY_ENV` (set in this process's environment
+    until it is shut down): a head with no CPUs, which aisched leaves out, and no node yet
+    (`RayCluster.add` adds them). Ray picks its ports."""
+    from ray import cluster_utils  # only where Ray is installed: the tests skip without it
+
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in RAY_ENV.items():
+            mp.setenv(k, v)
+        cluster = cluster_utils.Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": 0,
+                "object_store_memory": OBJECT_STORE_BYTES,
+                "include_dashboard": False,
+            },
+        )
+        try:
+            yield RayCluster(cluster)
+        finally:
+            cluster.shutdown()
 
 
 def cancel_all(svc: Service) -> None:
