@@ -89,12 +89,27 @@ def cancel_all(svc: Service) -> None:
     cancel_every_job(svc, timeout_s=60)
 
 
-def ray_gpus_in_use(cluster: RayCluster) -> dict[str, float]:
-    """GPUs Ray itself counts as taken, per aisched node name (from Ray's own accounting)."""
+def connect_driver(cluster: RayCluster) -> None:
+    """Connects the tests' own Ray driver to `cluster`, once (to read Ray's own accounting)."""
     import ray  # only where Ray is installed: the tests skip without it
 
     if not ray.is_initialized():
         ray.init(address=cluster.address, log_to_driver=False, logging_level="WARNING")
+
+
+def ray_node_alive(cluster: RayCluster, node_id: str) -> bool:
+    """Whether Ray's node table says Ray node `node_id` is alive (the tests' own look)."""
+    import ray  # only where Ray is installed: the tests skip without it
+
+    connect_driver(cluster)
+    return any(n["NodeID"] == node_id and n["Alive"] for n in ray.nodes())
+
+
+def ray_gpus_in_use(cluster: RayCluster) -> dict[str, float]:
+    """GPUs Ray itself counts as taken, per aisched node name (from Ray's own accounting)."""
+    import ray  # only where Ray is installed: the tests skip without it
+
+    connect_driver(cluster)
     total = ray._private.state.total_resources_per_node()
     free = ray._private.state.available_resources_per_node()
     by_id = {node.node_id: name for name, node in cluster.nodes.items()}
