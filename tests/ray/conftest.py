@@ -33,17 +33,15 @@ os.environ.update(RAY_AUTH)
 # Not importorskip here: a conftest cannot skip; the tests skip (with this reason) instead.
 try:
     import ray
-    from ray import cluster_utils
 except ModuleNotFoundError:
-    ray = cluster_utils = None
+    ray = None
 
 NO_RAY = "Ray is not installed: pip install -e '.[ray]' (or '.[dev]') to run these"
 
 from ray_harness import (  # noqa: E402
-    OBJECT_STORE_BYTES,
-    RAY_ENV,
     RayCluster,
     cancel_all,
+    local_cluster,
     wait_until_ray_holds_no_gpu,
 )
 
@@ -52,28 +50,15 @@ from ray_harness import (  # noqa: E402
 def ray_cluster() -> Iterator[RayCluster]:
     if ray is None:
         pytest.skip(NO_RAY)
-    mp = pytest.MonkeyPatch()
-    for k, v in RAY_ENV.items():
-        mp.setenv(k, v)
-    cluster = cluster_utils.Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 0,
-            "object_store_memory": OBJECT_STORE_BYTES,
-            "include_dashboard": False,
-        },
-    )
-    rc = RayCluster(cluster)
-    try:
-        rc.add("a1", "ra", "z1")
-        rc.add("a2", "ra", "z1")
-        rc.add("b1", "rb", "z2")
-        rc.add("b2", "rb", "z2")
-        yield rc
-    finally:
-        ray.shutdown()  # the tests' own driver (Ray's accounting), if they connected one
-        cluster.shutdown()
-        mp.undo()
+    with local_cluster() as rc:
+        try:
+            rc.add("a1", "ra", "z1")
+            rc.add("a2", "ra", "z1")
+            rc.add("b1", "rb", "z2")
+            rc.add("b2", "rb", "z2")
+            yield rc
+        finally:
+            ray.shutdown()  # the tests' own driver (Ray's accounting), if they connected one
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from harness import Service, wait_for
 from harness import cancel_all as cancel_every_job
 
@@ -57,17 +60,56 @@ class RayCluster:
         self.cluster.remove_node(self.nodes.pop(name), allow_graceful=False)
 
 
+@contextmanager
+def local_cluster() -> Iterator[RayCluster]:
+    """A Ray cluster on this machine, run with `RAY_ENV` (set in this process's environment
+    until it is shut down): a head with no CPUs, which aisched leaves out, and no node yet
+    (`RayCluster.add` adds them). Ray picks its ports."""
+    from ray import cluster_utils  # only where Ray is installed: the tests skip without it
+
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in RAY_ENV.items():
+            mp.setenv(k, v)
+        cluster = cluster_utils.Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": 0,
+                "object_store_memory": OBJECT_STORE_BYTES,
+                "include_dashboard": False,
+            },
+        )
+        try:
+            yield RayCluster(cluster)
+        finally:
+            cluster.shutdown()
+
+
 def cancel_all(svc: Service) -> None:
     """The e2e harness's, with more time: Ray tasks take longer to stop."""
     cancel_every_job(svc, timeout_s=60)
+
+
+def connect_driver(cluster: RayCluster) -> None:
+    """Connects the tests' own Ray driver to `cluster`, once (to read Ray's own accounting)."""
+    import ray  # only where Ray is installed: the tests skip without it
+
+    if not ray.is_initialized():
+        ray.init(address=cluster.address, log_to_driver=False, logging_level="WARNING")
+
+
+def ray_node_alive(cluster: RayCluster, node_id: str) -> bool:
+    """Whether Ray's node table says Ray node `node_id` is alive (the tests' own look)."""
+    import ray  # only where Ray is installed: the tests skip without it
+
+    connect_driver(cluster)
+    return any(n["NodeID"] == node_id and n["Alive"] for n in ray.nodes())
 
 
 def ray_gpus_in_use(cluster: RayCluster) -> dict[str, float]:
     """GPUs Ray itself counts as taken, per aisched node name (from Ray's own accounting)."""
     import ray  # only where Ray is installed: the tests skip without it
 
-    if not ray.is_initialized():
-        ray.init(address=cluster.address, log_to_driver=False, logging_level="WARNING")
+    connect_driver(cluster)
     total = ray._private.state.total_resources_per_node()
     free = ray._private.state.available_resources_per_node()
     by_id = {node.node_id: name for name, node in cluster.nodes.items()}

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 from harness import Service, free_port, wait_for
-from ray_harness import OBJECT_STORE_BYTES, RAY_ENV, RayCluster
+from ray_harness import RayCluster, local_cluster
 
 from aisched.executors.ray_executor import namespace_for
 
@@ -109,26 +109,11 @@ def test_a_task_that_ended_unseen_and_whose_agent_is_gone_is_recorded_and_not_ru
 
 
 @pytest.fixture
-def own_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[RayCluster]:
+def own_cluster() -> Iterator[RayCluster]:
     """A cluster of this test alone (its GCS is killed): a head and one worker node."""
-    from ray import cluster_utils
-
-    for k, v in RAY_ENV.items():
-        monkeypatch.setenv(k, v)
-    cluster = cluster_utils.Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 0,
-            "object_store_memory": OBJECT_STORE_BYTES,
-            "include_dashboard": False,
-        },
-    )
-    rc = RayCluster(cluster)
-    try:
+    with local_cluster() as rc:
         rc.add("o1", "ro", "zo", gpus=0)
         yield rc
-    finally:
-        cluster.shutdown()
 
 
 def readiness(svc: Service) -> dict[str, Any]:

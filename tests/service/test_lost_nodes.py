@@ -57,3 +57,21 @@ def test_past_the_grace_it_fails_as_never_fitting(w: World) -> None:
     row = w.state(jid)
     assert row["state"] == "failed"
     assert str(row["message"]).startswith("can never fit this cluster")
+
+
+def test_one_that_waited_for_it_fails_past_the_grace_naming_it(w: World) -> None:
+    w.fx.node_list = [A]
+    w.sched.step()
+    jid = w.submit(gang())
+    w.sched.step()
+    assert "waits up to 600 s for b" in str(w.state(jid)["reason"])
+    w.clock.t += 601
+    w.sched.step()
+    w.clock.t += 10  # the next cycle
+    w.sched.step()
+    row = w.state(jid)
+    assert row["state"] == "failed"
+    assert str(row["message"]).startswith("can never fit this cluster")
+    assert str(row["message"]).endswith(
+        "; waited 600 s (lost_node_grace) for b, which left, to come back"
+    )

@@ -850,16 +850,24 @@ class RayExecutor:
         """Re-reads Ray's node table; True when the set of nodes changed."""
         found = nodes_from_ray(ray.nodes())  # type: ignore[no-untyped-call]
         with self._lock:
-            nodes = tuple(rn.node for rn in found)
-            if nodes == self._nodes:
+            # Compared with their Ray ids and addresses, not as `Node`s only: a node replaced
+            # (a new raylet, a new id) between two looks is the same `Node`, and work placed
+            # there must go to the new id, not wait for ever on the dead one.
+            ray_nodes = {rn.node.name: rn for rn in found}
+            if ray_nodes == self._ray_nodes:
                 return False
-            self._ray_nodes = {rn.node.name: rn for rn in found}
+            nodes = tuple(rn.node for rn in found)
+            changed = nodes != self._nodes
+            self._ray_nodes = ray_nodes
             self._nodes = nodes
             new = [rn.node_id for rn in found if rn.node_id not in self._agents]
-        log.info("Ray nodes: %s", ", ".join(n.name for n in nodes) or "none")
+        log.info(
+            "Ray nodes: %s",
+            ", ".join(f"{rn.node.name} ({rn.node_id[:8]})" for rn in found) or "none",
+        )
         for node_id in new:  # started now, so that a first gang there does not wait for it
             self._agent(node_id)
-        return True
+        return changed
 
 
 def _gcs_refusal(address: str) -> str | None:

@@ -105,8 +105,9 @@ class Intents(Exits):
                 with_lost, lost = self._with_lost(now)
                 end = never_fits_now(waiting.job, status.reason, self.policy, with_lost)
                 if end is not None:
-                    self._finish(waiting, end.state, batch, now, end.why)
+                    self._finish(waiting, end.state, batch, now, self._gave_up(waiting, end.why))
                     continue
+                waiting.waited_for_left = tuple(lost)
                 status = JobStatus(
                     StatusCode.WAIT_RESOURCES,
                     f"{status.reason.replace('can never fit', 'does not fit')} now; waits up "
@@ -128,6 +129,18 @@ class Intents(Exits):
         batch.flush(self.store)
         if self.config.validate:
             self._validate(now)
+
+    def _gave_up(self, lj: LiveJob, why: str) -> str:
+        """`why` a job fails as never fitting, naming the nodes it waited for that are still
+        away: its last reason said it waited for them, and they are why it fails now."""
+        here = {n.name for n in self.nodes}
+        away = [name for name in lj.waited_for_left if name not in here]
+        if not away:
+            return why
+        return (
+            f"{why}; waited {self.config.lost_node_grace_s:g} s (lost_node_grace) for "
+            f"{', '.join(away)}, which left, to come back"
+        )
 
     def _fresh_could_start(self) -> bool:
         """Whether a job submitted since the last cycle could start now, so a cycle for it need

@@ -80,6 +80,9 @@ class LiveJob:
     exit_code: int | None = None
     # (code, reason, eta) last written for this job, so unchanged statuses cost no write.
     written_status: tuple[str, str, float | None] | None = None
+    # Nodes that left which it last waited for (`lost_node_grace_s`), named again should it
+    # fail as never fitting once they have stayed away past the grace. Not stored.
+    waited_for_left: tuple[str, ...] = ()
     pending_view: PendingJob | None = None
     running_view: RunningJob | None = None
 
