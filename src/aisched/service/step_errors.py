@@ -14,6 +14,8 @@ import sqlite3
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from aisched.store.errors import StoreError
+
 # Error numbers that mean "the disk cannot take more", whatever layer raised them.
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 _IO = (errno.EIO, errno.EROFS)
@@ -27,6 +29,8 @@ def classify(exc: BaseException) -> str:
             return "disk-full"
         if isinstance(seen, OSError) and seen.errno in _IO:
             return "io-error"
+        if isinstance(seen, StoreError):  # the store's own (a server that did not answer)
+            return "store"
         if isinstance(seen, sqlite3.Error | SQLAlchemyError):
             text = str(seen).lower()
             if "disk is full" in text or "no space" in text:
