@@ -210,6 +210,17 @@ class Store:
             yield Tx(conn)
 
     @contextmanager
+    def trial(self) -> Iterator[Tx]:
+        """A write transaction that is always rolled back: whether the store would take these
+        writes, without keeping any of them."""
+        with self.engine.connect() as conn:
+            trans = conn.begin()
+            try:
+                yield Tx(conn)
+            finally:
+                trans.rollback()
+
+    @contextmanager
     def lease_tx(self) -> Iterator[Connection]:
         """A transaction for the lease itself (acquire, renew, resign): never fenced."""
         with self.engine.begin() as conn:
