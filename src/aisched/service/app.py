@@ -113,6 +113,7 @@ class Service:
             store = Store(
                 config.database_url(),
                 busy_timeout_s=config.limits.store_busy_timeout_s(),
+                statement_timeout_s=config.limits.store_statement_timeout_s(),
                 idle_tx_timeout_s=config.lease_times().ttl_s,
             )
             if store.migration_note:

@@ -146,6 +146,10 @@ class LimitsModel(_Model):
     # How long a write may wait for a database locked by another process before the step
     # fails (and is retried after a back-off).
     store_busy_timeout: Any = "5s"
+    # PostgreSQL: a statement the server works on longer than this is cancelled by it, and a
+    # server that does not answer at all (stopped, stuck, unreachable) within this and 5 s more
+    # has the connection closed; the step fails and is retried, a request gets 503.
+    store_statement_timeout: Any = "30s"
     # The most jobs one user may have not yet ended (waiting or running; a service counts as
     # itself and every replica it may scale to): past it a submission is refused with 429, so
     # one user cannot fill the queue, the store and every cycle for the others. 0: no limit.
@@ -164,7 +168,7 @@ class LimitsModel(_Model):
             parse_mem_mib(v, "size")
         return v
 
-    @field_validator("shutdown_grace", "store_busy_timeout")
+    @field_validator("shutdown_grace", "store_busy_timeout", "store_statement_timeout")
     @classmethod
     def _positive(cls, v: Any) -> Any:
         if _duration(v, "duration") <= 0:
@@ -197,6 +201,9 @@ class LimitsModel(_Model):
 
     def store_busy_timeout_s(self) -> float:
         return _duration(self.store_busy_timeout, "limits.store_busy_timeout")
+
+    def store_statement_timeout_s(self) -> float:
+        return _duration(self.store_statement_timeout, "limits.store_statement_timeout")
 
 
 class ServiceConfig(_Model):

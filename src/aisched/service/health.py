@@ -161,7 +161,7 @@ class Health:
         kind, consecutive, last = e.kind, e.consecutive, e.last_error
         if consecutive and kind == "disk-full":
             problems.append(f"disk pressure: the store cannot write: {last}")
-        elif consecutive and kind in ("io-error", "store"):
+        elif consecutive and kind in ("io-error", "store", "data"):
             problems.append(f"the store is failing ({consecutive} steps in a row): {last}")
         elif consecutive:
             problems.append(f"the scheduler's step is failing ({consecutive} in a row): {last}")

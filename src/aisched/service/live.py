@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -21,11 +22,11 @@ from aisched.lifecycle.attempts import Stop
 from aisched.model.job import Job
 from aisched.model.resources import GPU_MILLI_WHOLE
 from aisched.model.states import JobState
-from aisched.store.db import Store
+from aisched.store.db import Store, Tx
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Batch", "LiveJob", "LiveTask", "Requests", "Stop", "TaskPhase"]
+__all__ = ["Batch", "LiveJob", "LiveTask", "Origin", "Requests", "Stop", "TaskPhase"]
 
 # A bound attempt's launch requests, one per task in rank order, or why they could not be put
 # together (`launches`).
@@ -102,10 +103,22 @@ class LiveJob:
         return [t for t in self.tasks if t.phase != TaskPhase.EXITED]
 
 
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """A command applied since the last flush that made jobs: their ids, the command's Future,
+    and the callbacks it queued in `Batch.after` (its reply), so that a command whose values the
+    store cannot hold can be taken out of the batch whole (`Scheduler._refuse_unstorable`)."""
+
+    future: Future[Any]
+    job_ids: frozenset[str]
+    after: tuple[Callable[[], None], ...]
+
+
 @dataclass(slots=True)
 class Batch:
     """Writes of one step of the loop, applied in one transaction by `flush`; `after` runs once
-    the transaction has committed (replies to callers, signals to the executor)."""
+    the transaction has committed (replies to callers, signals to the executor). A flush that
+    fails leaves the batch as it was, for the next step to flush again."""
 
     new_jobs: list[dict[str, Any]] = field(default_factory=list)
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -114,6 +127,7 @@ class Batch:
     events: list[tuple[float, str, str, str]] = field(default_factory=list)
     forget: list[str] = field(default_factory=list)  # ended jobs to delete (`retention`)
     after: list[Callable[[], None]] = field(default_factory=list)
+    origins: list[Origin] = field(default_factory=list)
 
     def job(self, job_id: str, **values: Any) -> None:
         self.jobs.setdefault(job_id, {}).update(values)
@@ -129,19 +143,41 @@ class Batch:
             self.new_jobs or self.jobs or self.new_tasks or self.tasks or self.events or self.forget
         )
 
+    def write(self, tx: Tx) -> None:
+        tx.insert_jobs(self.new_jobs)
+        tx.update_jobs(self.jobs)
+        tx.insert_tasks(self.new_tasks)
+        tx.update_tasks(self.tasks)
+        tx.add_events(self.events)
+        tx.forget_jobs(self.forget)
+
+    def of_jobs(self, job_ids: frozenset[str]) -> Batch:
+        """The writes of these jobs alone (to try them on their own)."""
+        out = Batch()
+        out.new_jobs = [r for r in self.new_jobs if r["id"] in job_ids]
+        out.jobs = {k: v for k, v in self.jobs.items() if k in job_ids}
+        out.new_tasks = [r for r in self.new_tasks if r["job_id"] in job_ids]
+        out.tasks = {k: v for k, v in self.tasks.items() if k[0] in job_ids}
+        out.events = [e for e in self.events if e[1] in job_ids]
+        return out
+
+    def drop_jobs(self, job_ids: frozenset[str]) -> None:
+        """Take every write of these jobs out (jobs never stored, so nothing else names them)."""
+        self.new_jobs = [r for r in self.new_jobs if r["id"] not in job_ids]
+        self.jobs = {k: v for k, v in self.jobs.items() if k not in job_ids}
+        self.new_tasks = [r for r in self.new_tasks if r["job_id"] not in job_ids]
+        self.tasks = {k: v for k, v in self.tasks.items() if k[0] not in job_ids}
+        self.events = [e for e in self.events if e[1] not in job_ids]
+
     def flush(self, store: Store) -> None:
         if not self.empty():
             with store.tx() as tx:
-                tx.insert_jobs(self.new_jobs)
-                tx.update_jobs(self.jobs)
-                tx.insert_tasks(self.new_tasks)
-                tx.update_tasks(self.tasks)
-                tx.add_events(self.events)
-                tx.forget_jobs(self.forget)
+                self.write(tx)
         after = self.after
         self.new_jobs, self.jobs, self.new_tasks, self.tasks, self.events = [], {}, [], {}, []
         self.forget = []
         self.after = []
+        self.origins = []
         # Each on its own: one that fails (a stop whose file cannot be written) must not drop
         # the others (other stops, launches, the answers callers wait for).
         for fn in after:

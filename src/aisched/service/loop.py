@@ -46,7 +46,7 @@ from collections.abc import Callable
 from aisched.executors.base import unavailable
 from aisched.model.states import JobState
 from aisched.service.bulk_cancel import BulkCancels
-from aisched.service.live import Batch, LiveJob
+from aisched.service.live import Batch, LiveJob, Origin
 from aisched.service.loop_types import (
     BulkCancelCommand,
     Command,
@@ -58,6 +58,7 @@ from aisched.service.loop_types import (
     SubmitCommand,
 )
 from aisched.service.recovery import Recovery
+from aisched.service.step_errors import classify, one_line
 from aisched.store.errors import Deposed
 
 __all__ = ["LoopConfig", "LoopStats", "Rejected", "Scheduler"]
@@ -116,8 +117,12 @@ class Scheduler(Recovery, BulkCancels):
                 cmd = self.commands.get_nowait()
             except queue.Empty:
                 break
+            replies, made = len(batch.after), len(batch.new_jobs)
             try:
                 self._apply_command(cmd, batch, now)
+                if len(batch.new_jobs) > made:
+                    ids = frozenset(row["id"] for row in batch.new_jobs[made:])
+                    batch.origins.append(Origin(cmd.future, ids, tuple(batch.after[replies:])))
             except Exception as exc:
                 # Off the queue, so answered here or never: the caller gets the error (its
                 # request fails) rather than waiting forever, and the step fails as it did.
@@ -129,7 +134,12 @@ class Scheduler(Recovery, BulkCancels):
         self._timers(batch, now)
         self._recheck_dependents(batch, now)  # what a failed step left undone, if anything
         self.retention.forget_ended(self.store, batch, now)
-        batch.flush(self.store)
+        try:
+            batch.flush(self.store)
+        except Exception as exc:
+            if classify(exc) != "data" or not self._refuse_unstorable(batch, now):
+                raise  # the step fails and is retried, its batch kept
+            batch.flush(self.store)
         self._launch_restarts(now)
         due = now - self.last_cycle_at >= self.config.cycle_interval_s
         pending = None
@@ -158,6 +168,51 @@ class Scheduler(Recovery, BulkCancels):
             if not self.waiters:  # no job waits for a victim (`_set_waiting` keeps it)
                 self._grow_elastic(now)
         return self._sleep_for(now)
+
+    def _refuse_unstorable(self, batch: Batch, now: float) -> bool:
+        """The batch failed on a value the store cannot hold (a NUL byte in text for
+        PostgreSQL, an integer past 64 bits, ...): such a write fails however often it is
+        retried, and would hold back every later command. Each command that made jobs is tried
+        on its own, in a transaction rolled back; one the store refuses for its data is taken
+        out whole: its jobs are ended in memory and every write of theirs leaves the batch, and
+        its caller is answered 422 with what the store said. Returns whether any was; if none
+        was, the value came from elsewhere and the step fails (and is retried) as before."""
+        refused: list[tuple[Origin, str]] = []
+        for origin in batch.origins:
+            try:
+                with self.store.trial() as tx:
+                    batch.of_jobs(origin.job_ids).write(tx)
+            except Exception as exc:
+                if classify(exc) != "data":
+                    raise
+                refused.append((origin, one_line(exc)))
+        if not refused:
+            return False
+        replies = {id(fn) for origin, _ in refused for fn in origin.after}
+        batch.after = [fn for fn in batch.after if id(fn) not in replies]
+        batch.origins = [o for o in batch.origins if all(o is not r for r, _ in refused)]
+        for origin, why in refused:
+            log.warning("a command was refused: the store cannot hold it: %s", why)
+            # Each ends in memory as a cancelled job does (replicas before their service), and
+            # is counted nowhere: it never was.
+            made = [self.jobs[i] for i in origin.job_ids if i in self.jobs]
+            for lj in sorted(made, key=lambda lj: lj.job.replica_of is None):
+                self._finish(lj, JobState.CANCELLED, batch, now, "not stored")
+                self.terminal_counts[JobState.CANCELLED.value] -= 1
+            batch.drop_jobs(origin.job_ids)
+            self.fresh = [j for j in self.fresh if j.id not in origin.job_ids]
+            for key, rows in list(self.unstored_keys.items()):
+                if any(r["id"] in origin.job_ids for r in rows):
+                    del self.unstored_keys[key]
+            if not origin.future.done():
+                origin.future.set_exception(
+                    Rejected(
+                        f"not stored: the store cannot hold a value of this request ({why}); "
+                        "nothing of it was kept: correct it and send it again",
+                        422,
+                    )
+                )
+        return True
 
     def _may_place(self, lj: LiveJob, now: float) -> bool:
         """Whether a job with a pending view goes into the cycle now: not while it waits for

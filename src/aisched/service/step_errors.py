@@ -12,21 +12,41 @@ from __future__ import annotations
 import errno
 import sqlite3
 
+import sqlalchemy.exc
 from sqlalchemy.exc import SQLAlchemyError
+
+from aisched.store.errors import StoreError
 
 # Error numbers that mean "the disk cannot take more", whatever layer raised them.
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 _IO = (errno.EIO, errno.EROFS)
+# What the database (or its driver, binding the value) says about a value rather than about
+# the connection: out of range, a NUL byte in text, too long, a constraint broken (SQLAlchemy
+# wraps psycopg's and sqlite3's DataError and IntegrityError in its own). Such a statement fails
+# the same way every time; an OperationalError (a lost connection, a lock, a timeout) may not.
+# sqlite3 refuses an integer past 64 bits with a bare OverflowError.
+_DATA = (
+    sqlalchemy.exc.DataError,
+    sqlalchemy.exc.IntegrityError,
+    sqlite3.DataError,
+    sqlite3.IntegrityError,
+    OverflowError,
+)
 
 
 def classify(exc: BaseException) -> str:
-    """`disk-full`, `io-error`, `store` (any other failure of the database) or `bug`."""
+    """`disk-full`, `io-error`, `data` (the database refuses a value: not one it can hold),
+    `store` (any other failure of the database) or `bug`."""
     seen: BaseException | None = exc
     while seen is not None:
+        if isinstance(seen, _DATA):
+            return "data"
         if isinstance(seen, OSError) and seen.errno in _FULL:
             return "disk-full"
         if isinstance(seen, OSError) and seen.errno in _IO:
             return "io-error"
+        if isinstance(seen, StoreError):  # the store's own (a server that did not answer)
+            return "store"
         if isinstance(seen, sqlite3.Error | SQLAlchemyError):
             text = str(seen).lower()
             if "disk is full" in text or "no space" in text:

@@ -10,7 +10,10 @@ older one is migrated (`store.migrate`). Every failure to open is a `StoreError`
 that says what to do (a damaged, foreign or newer database; a full or read-only disk).
 
 A write that fails (ENOSPC, EIO, a lock held too long) rolls its whole transaction back: the
-database holds every committed transaction whole and nothing of the failed one.
+database holds every committed transaction whole and nothing of the failed one. Nothing waits
+on PostgreSQL for ever: a connection, a lock, a statement and the server's answer are each
+bounded (`connect_timeout`, `lock_timeout`, `statement_timeout`, `store.answers`), so a stopped
+or unreachable server fails the step (retried) or the request (503) rather than hanging them.
 
 Who writes: only the service's loop thread writes jobs, tasks and events; API threads read
 them, and write only the `tokens` and `audit` tables (no scheduling state lives there). Rows
@@ -41,6 +44,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
+from aisched.store.answers import AnswerDeadlines
 from aisched.store.errors import Deposed, StoreError
 from aisched.store.lease import Fence, check_fence
 from aisched.store.migrate import SchemaError, check_and_migrate
@@ -55,6 +59,10 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 # Serialises the first open (schema creation, migration) of instances sharing one PostgreSQL
 # database: a transaction-level advisory lock, released at its commit.
 _MIGRATION_LOCK = 0x61697363  # "aisc"
+# The client waits up to this much longer than the server's statement_timeout (never more than
+# that timeout again) before it cuts a connection: a server that is merely slow cancels its
+# statement first, keeping the connection.
+_ANSWER_GRACE_S = 5.0
 
 
 def normalize_url(url: str) -> str:
@@ -89,7 +97,12 @@ def shown(url: str) -> str:
 
 class Store:
     def __init__(
-        self, url: str, *, busy_timeout_s: float = 30.0, idle_tx_timeout_s: float | None = None
+        self,
+        url: str,
+        *,
+        busy_timeout_s: float = 30.0,
+        idle_tx_timeout_s: float | None = None,
+        statement_timeout_s: float = 30.0,
     ) -> None:
         url = normalize_url(url)
         self.url = shown(url) if not url.startswith("sqlite") else url
@@ -98,6 +111,7 @@ class Store:
         self.fence: Fence | None = None
         self.deposed: str | None = None  # why this instance may write no more, once deposed
         kwargs: dict[str, Any] = {}
+        self.deadlines: AnswerDeadlines | None = None  # PostgreSQL's bound on an answer
         if url.startswith("sqlite"):
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": busy_timeout_s}
         elif url.startswith("postgresql"):
@@ -113,10 +127,24 @@ class Store:
                 options += (
                     f" -c idle_in_transaction_session_timeout={int(idle_tx_timeout_s * 1000)}"
                 )
-            kwargs["connect_args"] = {
+            # A statement the server works on for longer is cancelled by the server; one it
+            # does not answer at all (stopped, stuck) is cut by the client a little later
+            # (`answers`), and TCP keepalives and tcp_user_timeout find a peer whose machine or
+            # network is gone. The URL's own libpq parameters win over these.
+            options += f" -c statement_timeout={max(1, int(statement_timeout_s * 1000))}"
+            answer_s = statement_timeout_s + min(_ANSWER_GRACE_S, statement_timeout_s)
+            connect_args = {
                 "options": options,
                 "connect_timeout": max(2, int(busy_timeout_s)),
+                "keepalives": 1,
+                "keepalives_idle": 10,
+                "keepalives_interval": 5,
+                "keepalives_count": 3,
+                "tcp_user_timeout": int(answer_s * 1000),
             }
+            given = make_url(url).query
+            kwargs["connect_args"] = {k: v for k, v in connect_args.items() if k not in given}
+            self.deadlines = AnswerDeadlines(answer_s)
             # No pre-ping (a round trip per checkout): a connection the server dropped fails
             # its statement once, SQLAlchemy drops the pool's connections, and the loop's step
             # is retried on new ones.
@@ -126,6 +154,8 @@ class Store:
             self.engine: Engine = create_engine(url, **kwargs)
             if url.startswith("sqlite"):
                 event.listen(self.engine, "connect", _sqlite_pragmas(busy_timeout_s))
+            if self.deadlines is not None:
+                self.deadlines.install(self.engine)
             with self.engine.begin() as conn:
                 if self.engine.dialect.name == "postgresql":
                     conn.execute(text(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})"))
@@ -133,9 +163,14 @@ class Store:
                 if self.engine.dialect.name == "sqlite":
                     _check_intact(conn)
         except SchemaError as e:
-            self.engine.dispose()
+            self.close()
             raise StoreError(str(e)) from None
+        except StoreError as e:  # a server that took the connection and never answered
+            self.close()
+            raise StoreError(open_failure(where, e)) from None
         except (SQLAlchemyError, sqlite3.Error) as e:
+            if self.deadlines is not None:
+                self.deadlines.close()
             raise StoreError(open_failure(where, e)) from None
         except ModuleNotFoundError as e:  # a driver that is not installed
             raise StoreError(f"cannot open the state database {where}: {e}") from None
@@ -175,6 +210,17 @@ class Store:
             yield Tx(conn)
 
     @contextmanager
+    def trial(self) -> Iterator[Tx]:
+        """A write transaction that is always rolled back: whether the store would take these
+        writes, without keeping any of them."""
+        with self.engine.connect() as conn:
+            trans = conn.begin()
+            try:
+                yield Tx(conn)
+            finally:
+                trans.rollback()
+
+    @contextmanager
     def lease_tx(self) -> Iterator[Connection]:
         """A transaction for the lease itself (acquire, renew, resign): never fenced."""
         with self.engine.begin() as conn:
@@ -187,6 +233,8 @@ class Store:
 
     def close(self) -> None:
         self.engine.dispose()
+        if self.deadlines is not None:
+            self.deadlines.close()
 
     def __enter__(self) -> Store:
         return self

@@ -23,6 +23,7 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -100,6 +101,30 @@ class PostgresServer:
             ]
         )
         return out.strip()
+
+    def pause(self) -> None:
+        """Stop the server with SIGSTOP, the postmaster and every backend: it takes connections
+        and requests (the kernel does) and answers none, as a server stuck in I/O or a frozen
+        machine would."""
+        for pid in self._processes():
+            os.kill(pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        for pid in self._processes():
+            os.kill(pid, signal.SIGCONT)
+
+    def _processes(self) -> list[int]:
+        """The postmaster and its children (backends, background workers)."""
+        postmaster = int((self.root / "data" / "postmaster.pid").read_text().split()[0])
+        children = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:  # gone meanwhile
+                continue
+            if int(fields[1]) == postmaster:
+                children.append(int(stat.parent.name))
+        return [postmaster, *children]
 
     def stop(self) -> None:
         if self._watchdog is not None:

@@ -12,8 +12,10 @@ import pytest
 from sqlalchemy import inspect, text
 
 from aisched.store.db import Deposed, Store, StoreError
+from aisched.store.errors import StoreUnanswered
 from aisched.store.lease import Fence, read_lease, renew, try_acquire
 from aisched.store.schema import SCHEMA_VERSION
+from aisched.testing import postgres
 from aisched.testing.postgres import PostgresServer
 
 JOB = {
@@ -210,3 +212,43 @@ def test_a_leader_stuck_inside_a_write_past_its_lease_cannot_block_the_takeover(
     assert job_ids(new) == []  # nothing of the stuck write landed
     old.close()
     new.close()
+
+
+def test_a_server_that_stops_answering_fails_a_statement_within_its_bound() -> None:
+    """SIGSTOP of the server (its own, not the session's): the kernel still takes requests and
+    nothing answers them; the statement fails with StoreUnanswered instead of waiting for ever,
+    and once the server goes on the store works again on a new connection."""
+    try:
+        server = postgres.start()
+    except postgres.PostgresUnavailable as e:
+        pytest.skip(str(e))
+    store = Store(server.create_database(), busy_timeout_s=0.5, statement_timeout_s=0.5)
+    try:
+        with store.tx() as tx:
+            tx.insert_jobs([JOB])
+        failed: list[BaseException] = []
+
+        def count() -> None:
+            try:
+                with store.read() as tx:
+                    tx.count_by_state()
+            except BaseException as e:
+                failed.append(e)
+
+        server.pause()
+        try:
+            t = threading.Thread(target=count, daemon=True)
+            t.start()
+            t.join(60)  # far past the bound: no answer by then is an answer never
+        finally:
+            server.resume()
+        assert [type(e) for e in failed] == [StoreUnanswered]
+        assert str(failed[0]) == (
+            "the database server did not answer within 1 s (limits.store_statement_timeout): "
+            "its connection was closed"
+        )
+        with store.read() as tx:
+            assert tx.count_by_state() == {"pending": 1}
+    finally:
+        store.close()
+        server.stop()
