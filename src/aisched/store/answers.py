@@ -23,6 +23,7 @@ import socket
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy import Engine, event
@@ -42,6 +43,7 @@ class AnswerDeadlines:
         # id(DBAPI connection) -> (deadline, the connection, its socket's fd when armed)
         self._due: dict[int, tuple[float, weakref.ref[Any], int]] = {}
         self._cut: set[int] = set()  # connections cut, until their error is raised
+        self._unbounded: set[int] = set()  # connections doing work that may take long
         self._wake = threading.Event()
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -68,6 +70,8 @@ class AnswerDeadlines:
         except Exception:  # closed already: nothing to wait for
             return
         with self._lock:
+            if id(dbapi_conn) in self._unbounded:
+                return
             # Deadlines only grow (now + one limit): the thread, asleep until the first one,
             # needs waking only when there was none.
             idle = not self._due
@@ -83,6 +87,20 @@ class AnswerDeadlines:
                 self._thread.start()
         if idle:
             self._wake.set()
+
+    @contextlib.contextmanager
+    def unbounded(self, dbapi_conn: Any) -> Iterator[None]:
+        """No deadline for `dbapi_conn` inside: work that may rightly take long (a migration
+        of a big database, or the wait for another instance's)."""
+        key = id(dbapi_conn)
+        with self._lock:
+            self._unbounded.add(key)
+            self._due.pop(key, None)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._unbounded.discard(key)
 
     def disarm(self, dbapi_conn: Any) -> None:
         with self._lock:

@@ -22,6 +22,7 @@ come back as plain dicts (column name → value); the store knows tables, not sc
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -156,8 +157,12 @@ class Store:
                 event.listen(self.engine, "connect", _sqlite_pragmas(busy_timeout_s))
             if self.deadlines is not None:
                 self.deadlines.install(self.engine)
-            with self.engine.begin() as conn:
+            with self.engine.connect() as conn, self._unbounded(conn), conn.begin():
                 if self.engine.dialect.name == "postgresql":
+                    # A migration may take long on a big database, and an instance starting
+                    # beside one waits for its end: neither is bounded as a step's work is.
+                    conn.execute(text("SET LOCAL statement_timeout = 0"))
+                    conn.execute(text("SET LOCAL lock_timeout = 0"))
                     conn.execute(text(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})"))
                 self.migration_note = check_and_migrate(conn, where)
                 if self.engine.dialect.name == "sqlite":
@@ -230,6 +235,12 @@ class Store:
     def read(self) -> Iterator[Tx]:
         with self.engine.connect() as conn:
             yield Tx(conn)
+
+    def _unbounded(self, conn: Connection) -> contextlib.AbstractContextManager[None]:
+        """`conn` without the bound on the server's answer (`answers`), where there is one."""
+        if self.deadlines is None:
+            return contextlib.nullcontext()
+        return self.deadlines.unbounded(conn.connection.dbapi_connection)
 
     def close(self) -> None:
         self.engine.dispose()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect, text
 
-from aisched.store.db import Deposed, Store, StoreError
+from aisched.store.db import _MIGRATION_LOCK, Deposed, Store, StoreError
 from aisched.store.errors import StoreUnanswered
 from aisched.store.lease import Fence, read_lease, renew, try_acquire
 from aisched.store.schema import SCHEMA_VERSION
@@ -130,6 +130,37 @@ def test_instances_opening_one_empty_database_at_once_all_open_it(
     for s in opened:
         assert isinstance(s, Store)
         s.close()
+
+
+def test_opening_waits_for_another_instances_migration_however_long_the_bounds(
+    pg_server: PostgresServer,
+) -> None:
+    # A migration of a big database may take longer than a step's statements may, and an
+    # instance starting beside it waits for its end: neither is held to those bounds.
+    url = pg_server.create_database()
+    Store(url).close()
+    migrating = Store(url)
+    try:
+        with migrating.engine.connect() as conn, migrating._unbounded(conn), conn.begin():
+            conn.execute(text(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})"))
+            opened: list[object] = []
+
+            def open_one() -> None:
+                try:
+                    opened.append(Store(url, busy_timeout_s=0.5, statement_timeout_s=0.5))
+                except StoreError as e:
+                    opened.append(e)
+
+            t = threading.Thread(target=open_one)
+            t.start()
+            time.sleep(3.0)  # six times both bounds
+            assert opened == []  # still waiting
+        t.join(30)
+        assert [type(s) for s in opened] == [Store], opened
+        assert isinstance(opened[0], Store)
+        opened[0].close()
+    finally:
+        migrating.close()
 
 
 def test_a_deposed_leaders_late_write_is_refused_whole(pg_server: PostgresServer) -> None:
