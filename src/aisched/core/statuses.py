@@ -5,7 +5,9 @@ In a long queue most jobs end a cycle as they began it, waiting for a shape that
 O(queue) however little changed, so allocate may instead state one rule for every admitted job
 it gives no status of its own: each waits for its shape's reason (`by_shape`), or all wait for
 one reason. A lookup answers from the job's own status first, then the rule; once the cycle
-ends (`finish`), a pending job with neither was not reached.
+ends (`finish`), a pending job with neither was not reached. A status shared by the jobs of a
+shape names task groups by place (`status.group_ref`): each job reads its own groups' names,
+never those of the job the reason was first worked out for (maybe another user's).
 
 Invariants:
 - A job's own status always wins over the rule, and the rule covers only admitted jobs (those
@@ -22,11 +24,15 @@ from collections.abc import Hashable, Iterator, Mapping, MutableMapping
 from typing import Protocol
 
 from aisched.core.snapshot import PendingJob
-from aisched.core.status import JobStatus
+from aisched.core.status import JobStatus, named_for, names_groups
+from aisched.model.job import Job
 
 
 class Admitted(Protocol):
     """What the rule needs of an enqueued job (`core.admitted.Member`)."""
+
+    @property
+    def pj(self) -> PendingJob: ...
 
     @property
     def refusal(self) -> str | None: ...
@@ -40,7 +46,7 @@ class Statuses(MutableMapping[str, JobStatus]):
 
     # With `__weakref__`: the kept order lends it its members and watches it weakly.
     __slots__ = ("own", "_pending", "_members", "_by_shape", "_all", "_default", "_ids",
-                 "__weakref__")  # fmt: skip
+                 "_jobs", "_named", "__weakref__")  # fmt: skip
 
     def __init__(self, pending: tuple[PendingJob, ...]) -> None:
         self.own: dict[str, JobStatus] = {}
@@ -51,6 +57,10 @@ class Statuses(MutableMapping[str, JobStatus]):
         self._all: JobStatus | None = None
         self._default: JobStatus | None = None
         self._ids: set[str] | None = None
+        self._jobs: dict[str, Job] | None = None  # by id, before enqueue's members are known
+        # (shared status, reason as one job reads it) -> that job's status: one object for
+        # every job that reads it alike.
+        self._named: dict[tuple[JobStatus, str], JobStatus] = {}
 
     def know_members(self, members: Mapping[str, Admitted]) -> None:
         """Enqueue's word: `members` holds every pending job, by id, and is not changed while
@@ -84,6 +94,22 @@ class Statuses(MutableMapping[str, JobStatus]):
         by_shape = self._by_shape
         return by_shape[m.shape] if by_shape is not None else None
 
+    def _named_for(self, s: JobStatus, job_id: str) -> JobStatus:
+        """`s` as the job `job_id` reads it (see the module)."""
+        reason = named_for(s.reason, self._job(job_id))
+        named = self._named.get((s, reason))
+        if named is None:
+            named = self._named[(s, reason)] = JobStatus(s.code, reason, s.eta_s)
+        return named
+
+    def _job(self, job_id: str) -> Job:
+        members = self._members
+        if members is not None:
+            return members[job_id].pj.job
+        if self._jobs is None:
+            self._jobs = {pj.id: pj.job for pj in self._pending}
+        return self._jobs[job_id]
+
     def _is_pending(self, job_id: str) -> bool:
         if self._members is not None:
             return job_id in self._members
@@ -91,11 +117,10 @@ class Statuses(MutableMapping[str, JobStatus]):
 
     def get(self, job_id: str, default: JobStatus | None = None) -> JobStatus | None:  # type: ignore[override]
         s = self.own.get(job_id)
+        if s is None:
+            s = self._ruled(job_id)
         if s is not None:
-            return s
-        s = self._ruled(job_id)
-        if s is not None:
-            return s
+            return self._named_for(s, job_id) if names_groups(s.reason) else s
         if self._default is not None and self._is_pending(job_id):
             return self._default
         return default

@@ -81,7 +81,7 @@ class Backfill:
                 continue
             self._wait(session, pj, res, beside)
             if key is not None:
-                failed[key] = statuses[pj.id]
+                failed[key] = statuses.own[pj.id]  # as stated: groups named by place
 
     @staticmethod
     def _wait(session: Session, pj: PendingJob, res: str, beside: bool) -> None:
