@@ -13,7 +13,6 @@ from threading import Event
 
 import httpx
 from clients import client_for
-from conftest import OpenService
 from fastapi.testclient import TestClient
 
 from aisched.executors.base import TaskExited
@@ -73,6 +72,7 @@ def answers(futures: list[Future[httpx.Response]]) -> list[tuple[int, dict[str, 
 
 
 Post = Callable[..., httpx.Response]
+OpenService = Callable[..., Service]  # the `open_service` fixture
 
 
 def test_the_second_cancel_in_a_step_is_refused_as_already_ended(
