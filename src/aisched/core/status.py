@@ -45,24 +45,24 @@ PLACED = JobStatus(StatusCode.PLACED, "placed")
 
 
 # Around a group's index in a shared reason; never in a name (names are validated at the edge).
-_GROUP = "\x00"
+GROUP_MARK = "\x00"
 
 
 def group_ref(index: int) -> str:
     """The task group at `index` of whichever job reads the reason (see the module)."""
-    return f"{_GROUP}{index}{_GROUP}"
+    return f"{GROUP_MARK}{index}{GROUP_MARK}"
 
 
-def names_groups(reason: str) -> bool:
-    """Whether `reason` refers to task groups by place (`named_for` names them)."""
-    return _GROUP in reason
+def group_refs(reason: str) -> tuple[int, ...]:
+    """The places of the task groups `reason` refers to, in order."""
+    return tuple(int(i) for i in reason.split(GROUP_MARK)[1::2])
 
 
 def named_for(reason: str, job: Job) -> str:
     """`reason` as `job` reads it: with its own task groups' names."""
-    if _GROUP not in reason:
+    if GROUP_MARK not in reason:
         return reason
-    parts = reason.split(_GROUP)
+    parts = reason.split(GROUP_MARK)
     groups = job.groups
     parts[1::2] = [groups[int(i)].name for i in parts[1::2]]
     return "".join(parts)
