@@ -108,6 +108,38 @@ def test_the_dashboard_asks_for_a_token_and_keeps_it_in_an_httponly_cookie(
     assert bare.get("/v1/dashboard").status_code == 200
 
 
+def test_a_link_with_a_token_fills_in_the_login_form_and_never_signs_in_by_itself(
+    svc: Service, client: TestClient
+) -> None:
+    # Any page can send a browser to such a link: signed in by it, the visitor would see
+    # (and act in) the dashboard as whoever the link's token is (login CSRF).
+    secret = token_for(svc, "ana")
+    browser = TestClient(client.app)
+    r = browser.get(f"/?token={secret}", follow_redirects=False)
+    assert r.status_code == 200 and "set-cookie" not in r.headers
+    assert f'value="{secret}"' in r.text and "signs you in as <b>ana</b>" in r.text
+    assert r.headers["cache-control"] == "no-store"
+    assert r.headers["x-frame-options"] == "DENY"  # no other site frames it for a click
+    assert browser.get("/v1/dashboard").status_code == 401
+    assert browser.get("/").status_code == 401
+    # A token the service refuses is said to be refused, and not written into the page.
+    for bad in ("ais_unknown", 'ais_"><script>alert(1)</script>'):
+        r = browser.get("/", params={"token": bad}, follow_redirects=False)
+        assert r.status_code == 401 and "set-cookie" not in r.headers
+        assert "refused" in r.text and "ais_" not in r.text
+    # Signed in by the form, the same link (bookmarked) goes straight to the page.
+    r = browser.post("/login", content=f"token={secret}", follow_redirects=False)
+    assert r.status_code == 303
+    r = browser.get(f"/?token={secret}", follow_redirects=False)
+    assert (r.status_code, r.headers["location"]) == (303, "/")
+    assert "set-cookie" not in r.headers
+    # Signed in as ana, a link with bo's token changes nothing until its form is sent.
+    r = browser.get(f"/?token={token_for(svc, 'bo')}", follow_redirects=False)
+    assert r.status_code == 200 and "signs you in as <b>bo</b>" in r.text
+    assert "set-cookie" not in r.headers
+    assert browser.get("/v1/dashboard").status_code == 200
+
+
 def test_the_dashboard_cookie_reads_the_dashboard_and_acts_on_nothing(
     svc: Service, client: TestClient
 ) -> None:

@@ -102,7 +102,9 @@ def test_dashboard_shows_the_running_job_on_its_gpus_and_why_another_waits(
     users = {g["index"]: sorted(u["job"] for u in g["used_by"]) for g in node["gpus"]}
     assert sorted(users.values()) == sorted([[], sorted([serve_a, serve_b]), [train], [train]])
 
+    # The link fills the login form in; the user signs in with it.
     page.goto(f"{service.url}/?token={service.admin_token()}")
+    page.get_by_role("button", name="Sign in").click()
     expect(page.locator("body[data-loaded=true]")).to_have_count(1)
     for index, jobs in users.items():
         cell = page.locator(f'.gpu[data-node="{node["name"]}"][data-gpu="{index}"]')

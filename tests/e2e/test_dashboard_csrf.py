@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -78,7 +79,8 @@ def test_a_page_another_user_serves_can_neither_submit_nor_cancel_with_the_dashb
             try:
                 page = browser.new_page()
                 page.goto(f"{service.url}/?token={token}")  # Alice opens her dashboard
-                assert "aisched" in page.content()
+                page.get_by_role("button", name="Sign in").click()
+                page.wait_for_selector("body[data-loaded=true]")
                 page.goto(f"http://127.0.0.1:{port}/")  # and then Bob's page
                 page.wait_for_function("document.title === 'done'", timeout=30_000)
             finally:
@@ -88,6 +90,67 @@ def test_a_page_another_user_serves_can_neither_submit_nor_cancel_with_the_dashb
         server.wait(10)
     jobs = service.api.get("/v1/jobs", params={"all": "true"}).json()["jobs"]
     assert [(j["id"], j["user"], j["state"]) for j in jobs] == [(mine, alice.name, "running")]
+
+
+def test_a_link_another_user_sends_the_browser_to_does_not_sign_it_in(
+    service: Service, local_users: dict[str, User]
+) -> None:
+    # Bob's page sends the visitor to the dashboard with his token in the link: signed in by
+    # it, Alice would see (and watch, or trust) Bob's view as if it were her own.
+    alice, bob = local_users["alice"], local_users["bob"]
+    hers = service.cli("token", "create", alice.name).stdout.strip()
+    his = service.cli("token", "create", bob.name).stdout.strip()
+    page_of_bob = LINK_PAGE.format(url=service.url, token=his)
+    with _bobs_page(bob, page_of_bob) as bobs, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            context = browser.new_context()
+            page = context.new_page()
+            page.goto(bobs)  # a browser signed in to nothing
+            page.wait_for_url(lambda url: url.startswith(service.url))
+            page.wait_for_load_state()
+            assert not context.cookies(service.url), "Bob's link signed the browser in"
+            assert f"signs you in as {bob.name}" in page.inner_text("#link-note")
+            page.goto(f"{service.url}/")
+            assert page.locator('input[name="token"]').count() == 1  # still the login form
+
+            page.fill('input[name="token"]', hers)  # Alice signs in herself
+            page.get_by_role("button", name="Sign in").click()
+            page.wait_for_selector("body[data-loaded=true]")
+            page.goto(bobs)
+            page.wait_for_url(lambda url: url.startswith(service.url))
+            page.wait_for_selector("#link-note")
+            page.goto(f"{service.url}/")
+            page.wait_for_selector("body[data-loaded=true]")
+            assert [c["value"] for c in context.cookies(service.url)] == [hers]
+        finally:
+            browser.close()
+
+
+LINK_PAGE = """<!doctype html><title>loading</title><script>
+location.href = "{url}/?token={token}";
+</script>"""
+
+
+@contextmanager
+def _bobs_page(bob: User, html: str) -> Iterator[str]:
+    """Bob's page, served by Bob on a port of 127.0.0.1: its URL."""
+    site = bob.home / "site"
+    subprocess.run(bob.cmd("mkdir", "-p", str(site)), check=True)
+    page_file = site / "index.html"
+    subprocess.run(bob.cmd("sh", "-c", f"cat > {page_file}"), check=True, text=True, input=html)
+    port = free_port()
+    server = subprocess.Popen(
+        bob.cmd("python3", "-m", "http.server", str(port), "--bind", "127.0.0.1", "-d", str(site)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for("Bob's page", lambda: _answers(f"http://127.0.0.1:{port}/"))
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        server.terminate()
+        server.wait(10)
 
 
 def _answers(url: str) -> bool:

@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from aisched.cli.errors import EXIT_FAILURE, CLIError
+from aisched.cli.errors import EXIT_FAILURE, CLIError, answered
 from aisched.service.defaults import DEFAULT_PORT, SYSTEM_SOCKET, default_home
 
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
@@ -151,13 +151,15 @@ class Client:
     def _json(self, r: httpx.Response) -> Any:
         """The answer's JSON; an answer that has none is not from an aisched service."""
         try:
-            return r.json()
+            body = r.json()
         except ValueError:
             raise CLIError(
                 f"{self.url} answered {r.status_code} without JSON: it does not look like an "
                 "aisched service (--server or AISCHED_SERVER choose another)",
                 EXIT_FAILURE,
             ) from None
+        answered(self.url, r.request.method, r.request.url.path)
+        return body
 
     def text(self, path: str, params: dict[str, Any]) -> str:
         return self._send("GET", path, params=params).text
@@ -249,6 +251,8 @@ def _problem_text(r: httpx.Response) -> str:
         )
     if isinstance(body, dict) and "error" in body:
         lines = [str(body["error"])]
-        lines.extend(str(p) for p in body.get("problems") or [])
+        problems = body.get("problems")
+        if isinstance(problems, list):  # else not aisched's: its error alone
+            lines.extend(str(p) for p in problems)
         return "\n".join(lines)
     return f"the service answered {r.status_code}: {body}"

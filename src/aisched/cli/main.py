@@ -3,7 +3,8 @@
 `main` never lets an expected error escape as a traceback: a `CLIError` becomes one `error: ...`
 line (continuation lines indented) on stderr and its exit status; argparse's own usage errors
 take the same one-line form and exit 2 (`cli/options.py`, which also lets `--server` and
-`--json` come before the subcommand). Unexpected exceptions are bugs and keep their traceback.
+`--json` come before the subcommand), and so does an answer of the wrong shape from a server
+(`errors.reading_answers`). Unexpected exceptions are bugs and keep their traceback.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 
 from aisched import __version__
-from aisched.cli.errors import CLIError
+from aisched.cli.errors import CLIError, reading_answers
 from aisched.cli.options import Parser, add_global_options
 
 # Subcommand modules, in the order `aisched --help` lists them, and the commands each adds.
@@ -80,7 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        return func(args)
+        with reading_answers():
+            return func(args)
     except CLIError as e:
         print_error(str(e))
         return e.status

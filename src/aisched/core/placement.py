@@ -3,7 +3,9 @@
 Works on numpy arrays over nodes. Identical tasks (one task group) share one feasibility
 computation: `fit_counts` says how many replicas of a request each node can take at once, and
 the group is then filled greedily in score order. All changes go through the caller's
-statement; on failure this module rolls back what it did and returns a reason.
+statement; on failure this module rolls back what it did and returns a reason. A reason is
+kept for the shape and read by other jobs of it, so it names a task group by its place
+(`status.group_ref`), never by the name one job gave it.
 
 Steps of `place_job`:
 1. A cached failure for the same shape and mask answers at once (capacity only shrinks between
@@ -33,6 +35,7 @@ from aisched.core.framework import all_filters, combined_score
 from aisched.core.kept_placements import current_key, kept_placements
 from aisched.core.session import ShapeBy
 from aisched.core.snapshot import BoolArray, ClusterArrays, FreeState, IntArray
+from aisched.core.status import group_ref
 from aisched.core.taskmix import TaskMix, mix_of
 from aisched.model.cluster import TopologyLevel
 from aisched.model.job import Job, TopologyMode
@@ -239,7 +242,8 @@ def place_job(
     mask_key: Hashable = None,
 ) -> tuple[TaskBinding, ...] | str:
     """Place every task of `job` (at least `gang_min`) via `st`; return the bindings, or a
-    reason when the job does not fit now. `allowed` limits the nodes it may use."""
+    reason (kept for the shape: groups named by place) when the job does not fit now.
+    `allowed` limits the nodes it may use."""
     key = (placement_shape(session, job), mask_key)
     cached = session.fail_cache.get(key)
     if cached is not None:
@@ -315,7 +319,7 @@ def _short_everywhere(session: Session, job: Job, allowed: BoolArray | None) -> 
     short = max(g.replicas - room, 0)
     if short <= job.num_tasks - job.gang_min:
         return None
-    return f"room for {room} of {g.replicas} '{g.name}' tasks ({describe(g.request)} each)"
+    return f"room for {room} of {g.replicas} '{group_ref(0)}' tasks ({describe(g.request)} each)"
 
 
 def _place_in_domains(
@@ -470,7 +474,7 @@ def _place_groups(
     spread_dom = session.arrays.domain(spread) if spread is not None else None
     used_domains: set[int] = set()
     left = app_room(session, job)  # per-node caps on the app's tasks, lowered as they go
-    for g in job.groups:
+    for i, g in enumerate(job.groups):
         req = g.request
         counts = fit_counts(session, req, job.gpu_models)
         if left is not None:
@@ -506,7 +510,7 @@ def _place_groups(
         short = max(g.replicas - room, 0)
         if short > slack:
             undo_mark.rollback()
-            return f"room for {room} of {g.replicas} '{g.name}' tasks ({describe(req)} each)"
+            return f"room for {room} of {g.replicas} '{group_ref(i)}' tasks ({describe(req)} each)"
         slack -= short
         want = g.replicas - short
         if want == 0:
@@ -724,7 +728,8 @@ class _Mark:
 
 
 def never_fits(session: Session, job: Job) -> str | None:
-    """Why `job` could not run even on the empty cluster, or None if it could."""
+    """Why `job` could not run even on the empty cluster, or None if it could (kept for its
+    shape: its groups named by place, `status.named_for` names them)."""
     arrays = session.arrays
     key = ("never-fits", placement_shape(session, job), session.policy.locality)
     if key in arrays.memo:

@@ -5,7 +5,9 @@ In a long queue most jobs end a cycle as they began it, waiting for a shape that
 O(queue) however little changed, so allocate may instead state one rule for every admitted job
 it gives no status of its own: each waits for its shape's reason (`by_shape`), or all wait for
 one reason. A lookup answers from the job's own status first, then the rule; once the cycle
-ends (`finish`), a pending job with neither was not reached.
+ends (`finish`), a pending job with neither was not reached. A status shared by the jobs of a
+shape names task groups by place (`status.group_ref`): each job reads its own groups' names,
+never those of the job the reason was first worked out for (maybe another user's).
 
 Invariants:
 - A job's own status always wins over the rule, and the rule covers only admitted jobs (those
@@ -22,11 +24,15 @@ from collections.abc import Hashable, Iterator, Mapping, MutableMapping
 from typing import Protocol
 
 from aisched.core.snapshot import PendingJob
-from aisched.core.status import JobStatus
+from aisched.core.status import GROUP_MARK, JobStatus, group_refs, named_for
+from aisched.model.job import Job
 
 
 class Admitted(Protocol):
     """What the rule needs of an enqueued job (`core.admitted.Member`)."""
+
+    @property
+    def pj(self) -> PendingJob: ...
 
     @property
     def refusal(self) -> str | None: ...
@@ -40,7 +46,7 @@ class Statuses(MutableMapping[str, JobStatus]):
 
     # With `__weakref__`: the kept order lends it its members and watches it weakly.
     __slots__ = ("own", "_pending", "_members", "_by_shape", "_all", "_default", "_ids",
-                 "__weakref__")  # fmt: skip
+                 "_jobs", "_named", "__weakref__")  # fmt: skip
 
     def __init__(self, pending: tuple[PendingJob, ...]) -> None:
         self.own: dict[str, JobStatus] = {}
@@ -51,6 +57,10 @@ class Statuses(MutableMapping[str, JobStatus]):
         self._all: JobStatus | None = None
         self._default: JobStatus | None = None
         self._ids: set[str] | None = None
+        self._jobs: dict[str, Job] | None = None  # by id, before enqueue's members are known
+        # id of a status that names groups by place -> it, the places, and by the names there
+        # the status as the jobs of those names read it (one object for all of them).
+        self._named: dict[int, tuple[JobStatus, tuple[int, ...], dict[object, JobStatus]]] = {}
 
     def know_members(self, members: Mapping[str, Admitted]) -> None:
         """Enqueue's word: `members` holds every pending job, by id, and is not changed while
@@ -72,17 +82,44 @@ class Statuses(MutableMapping[str, JobStatus]):
         """The cycle is over: a pending job with no status has `default` (not reached)."""
         self._default = default
 
-    def _ruled(self, job_id: str) -> JobStatus | None:
+    def _ruled(self, job_id: str, named: bool) -> JobStatus | None:
         members = self._members
         if members is None:
             return None
         m = members.get(job_id)
         if m is None or m.refusal is not None:
             return None
-        if self._all is not None:
-            return self._all
-        by_shape = self._by_shape
-        return by_shape[m.shape] if by_shape is not None else None
+        s = self._all
+        if s is None:
+            by_shape = self._by_shape
+            if by_shape is None:
+                return None
+            s = by_shape[m.shape]
+        return self._named_for(s, m.pj.job) if named and GROUP_MARK in s.reason else s
+
+    def _named_for(self, s: JobStatus, job: Job) -> JobStatus:
+        """`s` as `job` reads it (see the module). Called for every waiting job a
+        shared reason covers: a lookup by the names at its places, worked out once per names."""
+        entry = self._named.get(id(s))
+        if entry is None:  # the entry holds `s`: its id is not reused while this is alive
+            entry = self._named[id(s)] = (s, group_refs(s.reason), {})
+        _, places, by_names = entry
+        groups = job.groups
+        names = (
+            groups[places[0]].name if len(places) == 1 else tuple(groups[i].name for i in places)
+        )
+        named = by_names.get(names)
+        if named is None:
+            named = by_names[names] = JobStatus(s.code, named_for(s.reason, job), s.eta_s)
+        return named
+
+    def _job(self, job_id: str) -> Job:
+        members = self._members
+        if members is not None:
+            return members[job_id].pj.job
+        if self._jobs is None:
+            self._jobs = {pj.id: pj.job for pj in self._pending}
+        return self._jobs[job_id]
 
     def _is_pending(self, job_id: str) -> bool:
         if self._members is not None:
@@ -90,15 +127,28 @@ class Statuses(MutableMapping[str, JobStatus]):
         return job_id in self._pending_ids()
 
     def get(self, job_id: str, default: JobStatus | None = None) -> JobStatus | None:  # type: ignore[override]
+        s = self._find(job_id, True)
+        return default if s is None else s
+
+    def stated(self, job_id: str) -> JobStatus | None:
+        """The job's status as the cycle stated it: a shared reason with its groups named by
+        place. For actions that read its code, or pass it on to a job of the same shape."""
+        return self._find(job_id, False)
+
+    def _find(self, job_id: str, named: bool) -> JobStatus | None:
+        """The job's status; as the job reads it if `named`, else as stated (enough to say
+        whether it has one)."""
         s = self.own.get(job_id)
         if s is not None:
+            if named and GROUP_MARK in s.reason:
+                return self._named_for(s, self._job(job_id))
             return s
-        s = self._ruled(job_id)
+        s = self._ruled(job_id, named)
         if s is not None:
             return s
         if self._default is not None and self._is_pending(job_id):
             return self._default
-        return default
+        return None
 
     def __getitem__(self, job_id: str) -> JobStatus:
         s = self.get(job_id)
@@ -107,7 +157,7 @@ class Statuses(MutableMapping[str, JobStatus]):
         return s
 
     def __contains__(self, job_id: object) -> bool:
-        return isinstance(job_id, str) and self.get(job_id) is not None
+        return isinstance(job_id, str) and self._find(job_id, False) is not None
 
     def __setitem__(self, job_id: str, status: JobStatus) -> None:
         self.own[job_id] = status
@@ -119,7 +169,7 @@ class Statuses(MutableMapping[str, JobStatus]):
         seen: set[str] = set()
         for pj in self._pending:
             job_id = pj.id
-            if job_id not in seen and self.get(job_id) is not None:
+            if job_id not in seen and self._find(job_id, False) is not None:
                 seen.add(job_id)
                 yield job_id
 

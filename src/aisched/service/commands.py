@@ -353,6 +353,13 @@ class Commands(Intents):
 
     def _on_cancel(self, cmd: CancelCommand, batch: Batch, now: float) -> None:
         lj = self.jobs.get(cmd.job_id)
+        ended = batch.jobs.get(cmd.job_id, {}).get("state") if lj is None else None
+        if ended is not None:
+            # It ended in this step (another cancel, a bulk one): the store still has it live
+            # until the batch is stored, and this answer waits for that, as the first did.
+            refused = Rejected(f"job {cmd.job_id} has already ended ({ended})", 409)
+            batch.after.append(lambda: cmd.future.set_exception(refused))
+            return
         if lj is None:
             try:
                 with _reading("the job", "send it again"), self.store.read() as tx:

@@ -16,6 +16,8 @@ that ends when the scheduler stops; it is lost on restart by design (Prometheus 
 
 from __future__ import annotations
 
+import hmac
+import html
 import logging
 import math
 import threading
@@ -327,13 +329,13 @@ def dashboard_router(svc: Service, clock: Callable[[], float] = time.time) -> AP
 
     @router.get("/", include_in_schema=False)
     def page(request: Request, token: str | None = None) -> Response:
-        if token is not None:  # a link with ?token=: swap it for a cookie, off the URL
-            return _login(svc, token, request)
+        if token is not None:
+            return _link(svc, token, request)
         try:
             reader(request)
         except HTTPException:
-            return HTMLResponse(_static("login.html"), status_code=401)
-        return HTMLResponse(_static("dashboard.html"))
+            return _login_page(status=401)
+        return _page(_static("dashboard.html"))
 
     @router.post("/login", include_in_schema=False)
     async def login(request: Request) -> Response:
@@ -376,6 +378,49 @@ def dashboard_router(svc: Service, clock: Callable[[], float] = time.time) -> AP
     return router
 
 
+def _link(svc: Service, secret: str, request: Request) -> Response:
+    """A link with `?token=`: the login form filled in with it, saying whose it is, for the
+    user to submit. Never a login by itself: any page can send a browser to such a link, and
+    would sign its visitor in as whoever the token is (login CSRF). A browser already signed in
+    with that very token just goes to the page, off the URL (a bookmarked link)."""
+    secret = secret.strip()
+    try:
+        info = tokens.verify(svc.store, secret, time.time())
+    except tokens.TokenRefused:
+        note = "The token in this link was refused (unknown, revoked or expired)."
+        return _login_page(note, status=401)
+    held = request.cookies.get(COOKIE)
+    if held is not None and hmac.compare_digest(held.encode(), secret.encode()):
+        return RedirectResponse("/", status_code=303)
+    return _login_page(
+        f"This link signs you in as <b>{html.escape(info.user)}</b>"
+        f"{' (admin)' if info.admin else ''}. Sign in only if you meant to.",
+        secret,
+    )
+
+
+def _login_page(note: str = "", secret: str = "", status: int = 200) -> Response:
+    """The login form, with `note` (HTML) above it and its token field filled with `secret`."""
+    text = _static("login.html")
+    if note:
+        text = text.replace("<!--link-->", f'<p id="link-note">{note}</p>', 1)
+    if secret:
+        text = text.replace('value=""', f'value="{html.escape(secret, quote=True)}"', 1)
+    out = _page(text, status)
+    out.headers["Cache-Control"] = "no-store"  # it may hold a token
+    return out
+
+
+def _page(text: str, status: int = 200) -> Response:
+    """An HTML page of the dashboard's: never inside another site's frame (where a page could
+    get a click on its buttons)."""
+    return HTMLResponse(
+        text,
+        status_code=status,
+        headers={"X-Frame-Options": "DENY", "Content-Security-Policy": "frame-ancestors 'none'"},
+    )
+
+
 def _login(svc: Service, secret: str, request: Request) -> Response:
     """A valid token becomes an HttpOnly, SameSite=Strict cookie (scripts cannot read it; it
     stands only for the dashboard's reads, `auth.reader`), Secure when served over TLS, and a
@@ -383,7 +428,7 @@ def _login(svc: Service, secret: str, request: Request) -> Response:
     try:
         tokens.verify(svc.store, secret.strip(), time.time())
     except tokens.TokenRefused:
-        return HTMLResponse(_static("login.html"), status_code=401)
+        return _login_page(status=401)
     out = RedirectResponse("/", status_code=303)
     secure = request.url.scheme == "https"
     out.set_cookie(

@@ -49,7 +49,7 @@ class Backfill:
         held = len(session.reservations)
         statuses = session.statuses
         for pj in list(session.blocked):
-            status = statuses.get(pj.id)
+            status = statuses.stated(pj.id)
             if status is not None and status.code in _PLACED:
                 continue
             taken = queue_takes(session, pj.job)
@@ -82,7 +82,7 @@ class Backfill:
                 continue
             self._wait(session, pj, res, beside)
             if key is not None:
-                failed[key] = statuses[pj.id]
+                failed[key] = statuses.own[pj.id]  # as stated (groups named by place)
 
     @staticmethod
     def _wait(session: Session, pj: PendingJob, res: str, beside: bool) -> None:

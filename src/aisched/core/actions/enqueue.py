@@ -58,7 +58,7 @@ from aisched.core.placement import never_fits, placement_shape
 from aisched.core.plugins.victims import time_left_s
 from aisched.core.queues import exceeds_limit_alone
 from aisched.core.snapshot import PendingJob
-from aisched.core.status import StatusCode
+from aisched.core.status import StatusCode, named_for
 from aisched.model.job import Job
 from aisched.model.resources import GPU_MILLI_WHOLE
 
@@ -239,16 +239,18 @@ def _judge(session: Session, order: tuple[JobOrder, ...], pj: PendingJob) -> Mem
 
 def admission_refusal(session: Session, job: Job) -> str | None:
     """Why `job` can never run here (memoised: it depends only on the queue tree, the job's
-    queue and shape, and the cluster)."""
+    queue and shape, and the cluster; the memo names task groups by place, for any job of
+    the shape, and the answer by `job`'s names)."""
     memo = session.arrays.memo
     shape = placement_shape(session, job)
     key = ("admit", id(session.queues), job.queue, shape, session.policy.locality)
     hit = memo.get(key)
     if hit is not None and hit[0] is session.queues:  # type: ignore[index]
-        return hit[1]  # type: ignore[index, no-any-return]
+        said: str | None = hit[1]  # type: ignore[index]
+        return None if said is None else named_for(said, job)
     if not session.queues.has(job.queue):
         reason: str | None = f"unknown queue {job.queue!r}"
     else:
         reason = exceeds_limit_alone(session, job) or never_fits(session, job)
     memo[key] = (session.queues, reason)
-    return reason
+    return None if reason is None else named_for(reason, job)

@@ -46,7 +46,7 @@ class EstimateStart:
         statuses = session.statuses
         known = True
         for pj in session.candidates:
-            status = statuses.get(pj.id)
+            status = statuses.stated(pj.id)  # passed on with its ETA: named when read
             if status is None or status.code.is_placed or status.code == StatusCode.NEVER_FITS:
                 continue
             gpus = pj.job.num_gpus

@@ -213,7 +213,7 @@ def run(
         if i >= len(blocked):
             break
         pj = blocked[i]
-        status = session.statuses.get(pj.id)
+        status = session.statuses.stated(pj.id)
         if status is None or status.code not in MAY_EVICT:
             continue
         taken = queue_takes(session, pj.job)
