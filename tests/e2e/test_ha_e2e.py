@@ -24,7 +24,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from harness import Service, free_port, wait_for
+from harness import Service, free_port, stopped, wait_for
 
 from aisched.store.db import Deposed, Store
 from aisched.store.lease import Fence, read_lease, try_acquire
@@ -167,12 +167,6 @@ def test_a_leader_whose_lease_is_taken_exits_with_a_line(
         "aisched: deposed: term 2 belongs to http://other.test:1 (this instance led term 1); "
         "stopped (tasks go on under the new leader); start it again to stand by"
     )
-
-
-def stopped(pid: int) -> bool:
-    """The process is stopped by a signal (state T in /proc)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat[stat.rindex(")") + 2] == "T"
 
 
 def test_a_leader_paused_between_committing_a_launch_and_making_it_never_runs_it(
