@@ -15,12 +15,14 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from harness import Service, cancel_all, free_port, local_service, stopped, wait_for
 
 from aisched.store.db import Store
+from aisched.testing.postgres import PostgresServer
 
 MIB = 1 << 20
 LIMITS = "limits: {log_max_size: 4M, log_max_files: 2, disk_min_free: 8M}\n"
@@ -232,6 +234,57 @@ def test_a_gang_launch_cut_short_is_requeued_even_when_the_next_start_is_killed_
         assert (out / "main-1").read_text().split() == ["1"]  # given up before it started
     finally:
         (out / "release").touch()
+        cancel_all(svc)
+        svc.stop()
+
+
+def fill_up(path: Path) -> None:
+    """Fill the filesystem of `path` to its last byte (as a runaway task would)."""
+    with open(path, "wb", buffering=0) as f:
+        for size in (MIB, 4096, 1):
+            with contextlib.suppress(OSError):
+                while True:
+                    f.write(b"\0" * size)
+
+
+def test_a_job_due_while_the_disk_is_full_waits_instead_of_failing(
+    tmp_path: Path, tmpfs: Path, pg_server: PostgresServer
+) -> None:
+    # With the store elsewhere (PostgreSQL), a job due to start while the data directory was
+    # full was launched anyway: its request could not be written ("No space left on device"),
+    # each retry failed the same way, and the job failed for good, its own code never run.
+    svc = tmpfs_service(tmp_path, tmpfs)
+    svc.args += ["--database", pg_server.create_database()]
+    svc.start()
+    fill = tmpfs / "fill"
+    try:
+        doc = {
+            "command": ["sh", "-c", '[ "$AISCHED_RESTART_COUNT" -gt 0 ] || exit 1'],
+            "restart": {"policy": "on-failure", "max_retries": 1, "backoff": "10s"},
+        }
+        r = svc.api.post("/v1/jobs", json=doc)
+        assert r.status_code == 201, r.text
+        job_id = r.json()["id"]
+
+        def show() -> dict[str, Any]:
+            return dict(svc.api.get(f"/v1/jobs/{job_id}").json())
+
+        wait_for("its first attempt to fail", lambda: show()["failures"] == 1)
+        fill_up(fill)  # before its backoff ends
+
+        def held_or_failed() -> dict[str, Any] | None:
+            job = show()
+            return (
+                job if job["state"] != "pending" or job["reason_code"] == "not-considered" else None
+            )
+
+        job = wait_for("the job to be held or to fail", held_or_failed, 60)
+        assert (job["state"], job["failures"]) == ("pending", 1)
+        assert job["reason"].startswith("launches are held: disk pressure: 0 MiB free for the data")
+        fill.unlink()
+        assert svc.wait_state(job_id, "succeeded", "failed", timeout_s=60)["state"] == "succeeded"
+    finally:
+        fill.unlink(missing_ok=True)
         cancel_all(svc)
         svc.stop()
 
