@@ -49,9 +49,10 @@ log = logging.getLogger("aisched.loop")
 
 
 class Intents(Exits):
-    def _hold_launches(self, pending: list[PendingJob], why: str) -> None:
+    def _hold_launches(self, pending: list[PendingJob], why: str, now: float) -> None:
         """No cycle while new launches are held (`launch_hold`): each job due to start says
-        why it waits, once."""
+        why it waits, once, and the next look is a cycle from now."""
+        self.last_cycle_at = now
         status = JobStatus(StatusCode.NOT_CONSIDERED, f"launches are held: {why}")
         for view in pending:
             lj = self.jobs.get(view.job.id)

@@ -152,11 +152,13 @@ class Scheduler(Recovery, BulkCancels):
             # New launches are held while the executor cannot start anything (its cluster is
             # unreachable) or their files cannot be written (a full disk): the jobs wait,
             # pending, rather than fail to launch and use up their retries.
-            if pending and unavailable(self.executor) is None:
-                if (held := self.launch_hold()) is None:
-                    self._cycle(now, pending)
-                else:
-                    self._hold_launches(pending, held)
+            # A held cycle counts as one for pacing: the next look is a cycle from now.
+            if pending and unavailable(self.executor) is not None:
+                self.last_cycle_at = now
+            elif pending and (held := self.launch_hold()) is not None:
+                self._hold_launches(pending, held, now)
+            elif pending:
+                self._cycle(now, pending)
         if not pending and not self._schedulable(now):
             self.dirty = False
             self.fresh.clear()  # held back (dependencies), or gone: no cycle will clear them
