@@ -158,11 +158,7 @@ class Health:
             problems.append("the scheduler loop is not running")
         if (why := self.executor_problem()) is not None:
             problems.append(why)
-        for d in disks:
-            if d.free_bytes is None:
-                problems.append(f"disk pressure: the {d.name} directory {d.path}: {d.error}")
-            elif d.pressure:
-                problems.append(_pressure(d))
+        problems += [_pressure(d) for d in disks if d.pressure]
         # Read once: the loop thread replaces these fields as it goes.
         kind, consecutive, last = e.kind, e.consecutive, e.last_error
         if consecutive and kind == "disk-full":
