@@ -45,6 +45,12 @@ def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 30.0) -> An
         time.sleep(0.05)
 
 
+def stopped(pid: int) -> bool:
+    """The process is stopped by a signal (state T in /proc): a failpoint paused it."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2] == "T"
+
+
 @dataclass
 class Service:
     home: Path

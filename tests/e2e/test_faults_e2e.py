@@ -15,12 +15,14 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-from harness import Service, cancel_all, free_port, local_service, wait_for
+from harness import Service, cancel_all, free_port, local_service, stopped, wait_for
 
 from aisched.store.db import Store
+from aisched.testing.postgres import PostgresServer
 
 MIB = 1 << 20
 LIMITS = "limits: {log_max_size: 4M, log_max_files: 2, disk_min_free: 8M}\n"
@@ -168,6 +170,119 @@ def test_a_full_disk_refuses_submissions_then_recovers_with_every_job(
             filler: "cancelled",
             after: "succeeded",
         }
+    finally:
+        fill.unlink(missing_ok=True)
+        cancel_all(svc)
+        svc.stop()
+
+
+# A gang's task: its first attempt holds on through SIGTERM until the file `release` exists
+# (a checkpoint being written); a later attempt ends at once. Each start is a line.
+HOLDS_ON = (
+    'echo "$AISCHED_RESTART_COUNT" >> "$OUT/$AISCHED_TASK"; '
+    '[ "$AISCHED_RESTART_COUNT" -gt 0 ] && exit 0; '
+    'trap \'touch "$OUT/term-$AISCHED_TASK"; '
+    'while [ ! -e "$OUT/release" ]; do sleep 0.1; done; exit 143\' TERM; '
+    "while true; do sleep 0.1; done"
+)
+
+
+def test_a_gang_launch_cut_short_is_requeued_even_when_the_next_start_is_killed_too(
+    tmp_path: Path,
+) -> None:
+    # Killed between starting a gang's first task and its second, the scheduler's next start
+    # gives the second up and stops the first, to requeue the gang. That requeue was kept in
+    # memory alone: killed again while the first task took its grace, the start after took
+    # that task's end for a failure of the job's own, and the gang, with no retry left, failed.
+    # (The adopted first task was also shown `launching` for as long as it ran.)
+    out, work, home = tmp_path / "out", tmp_path / "work", tmp_path / "home"
+    for d in (out, work, home):
+        d.mkdir()
+    svc = Service(home, free_port(), work, ["--gpus", "0", "--cpus", "4", "--mem", "8G"])
+    svc.extra_env = {"AISCHED_FAILPOINTS": "pause-mid-launch"}
+    svc.start()
+    try:
+        doc = {
+            "command": ["sh", "-c", HOLDS_ON],
+            "env": {"OUT": str(out)},
+            "replicas": 2,
+            "resources": {"cpus": 1, "mem": "64M"},
+            "restart": {"policy": "on-failure", "max_retries": 0},
+            "grace_period": "5m",
+        }
+        r = svc.api.post("/v1/jobs", json=doc)
+        assert r.status_code == 201, r.text
+        job_id = r.json()["id"]
+        assert svc.proc is not None
+        wait_for("the scheduler to pause after the first launch", lambda: stopped(svc.proc.pid))
+        svc.kill9()
+        svc.extra_env = {}
+        svc.start()
+
+        def given_up() -> bool:
+            tasks = {t["name"]: t["state"] for t in svc.job(job_id)["tasks"]}
+            return tasks == {"main-0": "running", "main-1": "exited"}
+
+        wait_for("the second task to be given up", given_up)
+        wait_for("the first task to be stopped", (out / "term-main-0").exists)
+        svc.kill9()  # while the first task takes its grace
+        svc.start()
+        (out / "release").touch()
+        done = svc.wait_state(job_id, "succeeded", "failed", timeout_s=60)
+        assert done["state"] == "succeeded", [e["message"] for e in done["events"]]
+        assert (out / "main-0").read_text().split() == ["0", "1"]
+        assert (out / "main-1").read_text().split() == ["1"]  # given up before it started
+    finally:
+        (out / "release").touch()
+        cancel_all(svc)
+        svc.stop()
+
+
+def fill_up(path: Path) -> None:
+    """Fill the filesystem of `path` to its last byte (as a runaway task would)."""
+    with open(path, "wb", buffering=0) as f:
+        for size in (MIB, 4096, 1):
+            with contextlib.suppress(OSError):
+                while True:
+                    f.write(b"\0" * size)
+
+
+def test_a_job_due_while_the_disk_is_full_waits_instead_of_failing(
+    tmp_path: Path, tmpfs: Path, pg_server: PostgresServer
+) -> None:
+    # With the store elsewhere (PostgreSQL), a job due to start while the data directory was
+    # full was launched anyway: its request could not be written ("No space left on device"),
+    # each retry failed the same way, and the job failed for good, its own code never run.
+    svc = tmpfs_service(tmp_path, tmpfs)
+    svc.args += ["--database", pg_server.create_database()]
+    svc.start()
+    fill = tmpfs / "fill"
+    try:
+        doc = {
+            "command": ["sh", "-c", '[ "$AISCHED_RESTART_COUNT" -gt 0 ] || exit 1'],
+            "restart": {"policy": "on-failure", "max_retries": 1, "backoff": "10s"},
+        }
+        r = svc.api.post("/v1/jobs", json=doc)
+        assert r.status_code == 201, r.text
+        job_id = r.json()["id"]
+
+        def show() -> dict[str, Any]:
+            return dict(svc.api.get(f"/v1/jobs/{job_id}").json())
+
+        wait_for("its first attempt to fail", lambda: show()["failures"] == 1)
+        fill_up(fill)  # before its backoff ends
+
+        def held_or_failed() -> dict[str, Any] | None:
+            job = show()
+            return (
+                job if job["state"] != "pending" or job["reason_code"] == "not-considered" else None
+            )
+
+        job = wait_for("the job to be held or to fail", held_or_failed, 60)
+        assert (job["state"], job["failures"]) == ("pending", 1)
+        assert job["reason"].startswith("launches are held: disk pressure: 0 MiB free for the data")
+        fill.unlink()
+        assert svc.wait_state(job_id, "succeeded", "failed", timeout_s=60)["state"] == "succeeded"
     finally:
         fill.unlink(missing_ok=True)
         cancel_all(svc)

@@ -11,8 +11,10 @@ it over several kills for docs/benchmarks.md.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -24,7 +26,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from harness import Service, free_port, wait_for
+from harness import Service, free_port, stopped, wait_for
 
 from aisched.store.db import Deposed, Store
 from aisched.store.lease import Fence, read_lease, try_acquire
@@ -169,12 +171,6 @@ def test_a_leader_whose_lease_is_taken_exits_with_a_line(
     )
 
 
-def stopped(pid: int) -> bool:
-    """The process is stopped by a signal (state T in /proc)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat[stat.rindex(")") + 2] == "T"
-
-
 def test_a_leader_paused_between_committing_a_launch_and_making_it_never_runs_it(
     pair: tuple[Service, Service, str], tmp_path: Path
 ) -> None:
@@ -213,13 +209,15 @@ def test_a_leader_paused_between_committing_a_launch_and_making_it_never_runs_it
 
 class FreezableRelay:
     """A Unix-socket relay to the PostgreSQL server that can stop passing bytes on, the way a
-    dead network path does: connections stay open, and what is sent gets no answer."""
+    dead network path does (connections stay open, and what is sent gets no answer), or be
+    cut, the way a server that went away is (connections closed, new ones refused)."""
 
     def __init__(self, server: PostgresServer, where: Path) -> None:
         where.mkdir()
         self.dir = where
         self.target = str(next(server.socket_dir.glob(".s.PGSQL.*")))
         self.frozen = threading.Event()
+        self.open: list[socket.socket] = []
         self.listener = socket.socket(socket.AF_UNIX)
         self.listener.bind(str(where / Path(self.target).name))
         self.listener.listen()
@@ -236,6 +234,7 @@ class FreezableRelay:
                 return
             far = socket.socket(socket.AF_UNIX)
             far.connect(self.target)
+            self.open += [near, far]
             for a, b in ((near, far), (far, near)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
@@ -247,6 +246,13 @@ class FreezableRelay:
                 dst.sendall(data)
         except OSError:
             pass
+
+    def cut(self) -> None:
+        self.listener.close()
+        for sock in self.open:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
 
     def close(self) -> None:
         self.frozen.clear()
@@ -272,6 +278,36 @@ def test_a_leader_whose_database_stops_answering_steps_down(
         assert a.proc is not None
         assert a.proc.wait(30) == 3  # lease_ttl 6 s less lease_renew 2 s, and some margin
         assert "no renewal of the lease came back for" in a.log.read_text()
+    finally:
+        relay.close()
+        a.stop()
+
+
+def test_a_leader_whose_database_went_away_says_why_in_one_line(
+    tmp_path: Path, pg_server: PostgresServer
+) -> None:
+    """Renewals that fail depose the leader by the deadline. Its last line said it could not
+    renew "for 4 s" (the deadline, however long it had been) and went on over several lines
+    of SQLAlchemy's statement dump; or, when the watch deposed it first, not why at all."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    url = pg_server.create_database()
+    relay = FreezableRelay(pg_server, tmp_path / "relay")
+    a = instance(home, work, "a", relay.url(url))
+    try:
+        a.start()
+        assert health(a)["role"] == "leader"
+        relay.cut()
+        assert a.proc is not None
+        assert a.proc.wait(30) == 3
+        last = a.log.read_text().splitlines()[-1]
+        assert re.fullmatch(
+            r"aisched: no renewal of the lease came back for \d+ s \(\(psycopg\.OperationalError\)"
+            r" [^()]+\): a standby may lead now; stopped \(tasks go on under the new leader\); "
+            r"start it again to stand by",
+            last,
+        ), last
     finally:
         relay.close()
         a.stop()

@@ -316,3 +316,19 @@ def test_a_job_starts_with_the_bound_the_finishes_while_it_waited_taught(
     else:
         assert view.expected_end_s == pytest.approx(view.started_s + waited_upper)
         assert view.waited_end_s is None
+
+
+def test_while_launches_are_held_a_due_job_waits_saying_why_and_the_loop_does_not_spin(
+    w: World,
+) -> None:
+    # Held launches (a full disk) skipped the cycle but left it due: the loop stepped again at
+    # once, for as long as the hold lasted, and kept a core busy.
+    held = ["disk pressure: 0 MiB free for the data directory D, below the 8 MiB it keeps free"]
+    w.sched.launch_hold = lambda: held[0] if held else None
+    jid = w.submit(job("x").task(1, cpu=1).build())
+    assert w.sched.step() > 0
+    row = w.state(jid)
+    assert (row["state"], row["reason"]) == ("pending", f"launches are held: {held[0]}")
+    held.clear()
+    w.sched.step()
+    assert w.state(jid)["state"] == "running"

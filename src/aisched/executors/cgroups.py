@@ -341,17 +341,10 @@ def _v1_base(ctrl: str) -> tuple[str | None, str]:
     own = _own_cgroups().get(ctrl)
     if mount is None or own is None:
         return None, f"no cgroup v1 {ctrl} hierarchy is mounted"
-    holder = _join(mount, own)
-    base = os.path.join(holder, PARENT_NAME)
+    base = os.path.join(_join(mount, own), PARENT_NAME)
     probe = os.path.join(base, f".probe-{os.getpid()}")
     try:
-        os.makedirs(base, exist_ok=True)
-        if ctrl == "cpuset":  # a v1 cpuset starts empty: its parent's cores and memory nodes
-            for name in ("cpuset.cpus", "cpuset.mems"):
-                if not _read(os.path.join(base, name)).strip():
-                    _write(os.path.join(base, name), _read(os.path.join(holder, name)))
-        else:
-            _write(os.path.join(base, "pids.max"), str(all_tasks_pids_max()))
+        _make_v1_base(ctrl, base)
         os.mkdir(probe)
         try:
             _set_bound(probe, ctrl, 64, (), base)
@@ -360,6 +353,20 @@ def _v1_base(ctrl: str) -> tuple[str | None, str]:
     except OSError as exc:
         return None, f"cannot create {ctrl} cgroups under {base}: {exc.strerror or exc}"
     return base, ""
+
+
+def _make_v1_base(ctrl: str, base: str) -> None:
+    """Make (or complete) the v1 parent of the task cgroups of `ctrl`: a cpuset starts empty,
+    so it gets its own parent's cores and memory nodes; the pids one bounds all tasks together.
+    Raises OSError."""
+    os.makedirs(base, exist_ok=True)
+    holder = os.path.dirname(base)
+    if ctrl == "cpuset":
+        for name in ("cpuset.cpus", "cpuset.mems"):
+            if not _read(os.path.join(base, name)).strip():
+                _write(os.path.join(base, name), _read(os.path.join(holder, name)))
+    else:
+        _write(os.path.join(base, "pids.max"), str(all_tasks_pids_max()))
 
 
 # PIDs the machine keeps outside every task, whatever the tasks do together: its services,
@@ -419,6 +426,10 @@ def create_bounds(
     made: list[str] = []
     try:
         for ctrl, base in bounds.bases:
+            if not os.path.isdir(base):
+                # Every service of the machine shares it, and one that stopped while none of
+                # its tasks ran removed it (`release_bounds`): a standby beside a leader.
+                _make_v1_base(ctrl, base)
             parent = base
             if ctrl == "pids":
                 parent = user_cgroup(base, uid)

@@ -89,6 +89,7 @@ class Service:
             lambda: unavailable(self.executor),
         )
         self.metrics.registry.register(HealthCollector(self.health))
+        self.scheduler.launch_hold = self.health.launch_hold
 
     @classmethod
     def open(cls, config: ServiceConfig, executor: Executor | None = None) -> Service:

@@ -16,6 +16,8 @@ import signal
 ENV = "AISCHED_FAILPOINTS"
 # Between the commit of an attempt's intent (its tasks `launching`) and their launch.
 PAUSE_BEFORE_LAUNCH = "pause-before-launch"
+# After the first task of an attempt of several tasks is started, before the others are.
+PAUSE_MID_LAUNCH = "pause-mid-launch"
 
 _fired: set[str] = set()
 

@@ -90,6 +90,15 @@ def _free(path: str) -> tuple[int | None, str]:
     return st.f_bavail * st.f_frsize, ""
 
 
+def _pressure(d: DiskState) -> str:
+    if d.free_bytes is None:
+        return f"disk pressure: the {d.name} directory {d.path}: {d.error}"
+    return (
+        f"disk pressure: {_mib(d.free_bytes)} free for the {d.name} directory {d.path}, "
+        f"below the {_mib(d.min_free_bytes)} it keeps free"
+    )
+
+
 def _mib(n: int) -> str:
     return f"{n / MIB:.0f} MiB" if n < 10 * 1024 * MIB else f"{n / (1024 * MIB):.1f} GiB"
 
@@ -149,14 +158,7 @@ class Health:
             problems.append("the scheduler loop is not running")
         if (why := self.executor_problem()) is not None:
             problems.append(why)
-        for d in disks:
-            if d.free_bytes is None:
-                problems.append(f"disk pressure: the {d.name} directory {d.path}: {d.error}")
-            elif d.pressure:
-                problems.append(
-                    f"disk pressure: {_mib(d.free_bytes)} free for the {d.name} directory "
-                    f"{d.path}, below the {_mib(d.min_free_bytes)} it keeps free"
-                )
+        problems += [_pressure(d) for d in disks if d.pressure]
         # Read once: the loop thread replaces these fields as it goes.
         kind, consecutive, last = e.kind, e.consecutive, e.last_error
         if consecutive and kind == "disk-full":
@@ -175,6 +177,16 @@ class Health:
             loop_failing_since=e.since,
             last_error=last,
         )
+
+    def launch_hold(self) -> str | None:
+        """Why new launches must wait now, else None: a launch writes its request, the task's
+        log and its checkpoint directory to these disks, and one made into a full disk fails
+        ("No space left on device") and counts against the job's retries. (A store on the
+        full disk cannot store a launch's intent anyway; a PostgreSQL store elsewhere can.)"""
+        for d in self.disks():
+            if d.pressure:
+                return _pressure(d)
+        return None
 
     def refusal(self) -> tuple[int, str] | None:
         """(status, one-line reason) when a submission must be refused now, else None."""

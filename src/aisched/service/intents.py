@@ -49,6 +49,16 @@ log = logging.getLogger("aisched.loop")
 
 
 class Intents(Exits):
+    def _hold_launches(self, pending: list[PendingJob], why: str, now: float) -> None:
+        """No cycle while new launches are held (`launch_hold`): each job due to start says
+        why it waits, once, and the next look is a cycle from now."""
+        self.last_cycle_at = now
+        status = JobStatus(StatusCode.NOT_CONSIDERED, f"launches are held: {why}")
+        for view in pending:
+            lj = self.jobs.get(view.job.id)
+            if lj is not None:
+                self._write_status(lj, status, self.batch)
+
     def _cycle(self, now: float, pending: list[PendingJob]) -> None:
         for job_id in list(self.held.views):  # the running jobs, not every live one
             lj = self.jobs.get(job_id)

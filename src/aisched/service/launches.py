@@ -170,6 +170,8 @@ class Launches(SchedulerState):
                     continue
                 task.handle = handle
                 task.phase = TaskPhase.RUNNING
+                if len(reqs) > 1:
+                    failpoints.hit(failpoints.PAUSE_MID_LAUNCH)
                 batch.task(
                     req.key,
                     state=TaskPhase.RUNNING.value,

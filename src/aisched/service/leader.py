@@ -39,6 +39,7 @@ from enum import Enum
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from aisched.service.step_errors import one_line
 from aisched.store.db import Store
 from aisched.store.lease import Fence, Lease, read_lease, renew, resign, try_acquire
 
@@ -87,6 +88,7 @@ class Leadership:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._renewed_at = 0.0  # monotonic, the start of the last renewal that succeeded
+        self._renew_error = ""  # why the renewals since then failed, in one line
         self._deposing = threading.Lock()
 
     # --- what readers see ----------------------------------------------------------------
@@ -160,21 +162,18 @@ class Leadership:
                     self._try_lead(force=False, in_thread=True)
                 else:
                     return
-            except Exception as exc:  # the database unreachable, for instance
+            except Exception as exc:  # the database unreachable, for instance: `_watch`
+                self._renew_error = one_line(exc)  # deposes by the deadline, saying why
                 log.warning("lease: %s", exc)
-                if self.leading and time.monotonic() - self._renewed_at > self._deadline_s():
-                    self._depose(
-                        f"could not renew the lease for {self._deadline_s():.0f} s ({exc}): "
-                        "a standby may lead now"
-                    )
             wait = self.times.renew_s if self.leading else self.times.poll_s
             self._stop.wait(wait)
 
     def _watch(self) -> None:
-        """Depose a leader whose renewal has not come back by the deadline: a connection that
-        hangs (a dead network path, a frozen server) raises nothing, so `_run`, blocked in it,
-        would never get to its own check, and this instance would go on calling itself the
-        leader (ready, taking changes it cannot store) while a standby leads."""
+        """Depose a leader whose renewal has not come back by the deadline: renewals that
+        fail, or a connection that hangs (a dead network path, a frozen server) and raises
+        nothing, so that `_run`, blocked in it, could never check the time itself; else this
+        instance would go on calling itself the leader (ready, taking changes it cannot
+        store) while a standby leads."""
         # From its own start too: a recovery at start holds up the first renewal, and `_run`
         # renews (or finds the lease taken) as soon as it runs.
         began = time.monotonic()
@@ -183,9 +182,10 @@ class Leadership:
                 return
             late = time.monotonic() - max(self._renewed_at, began)
             if self.leading and late > self._deadline_s():
+                why = self._renew_error or "the database does not answer"
                 self._depose(
-                    f"no renewal of the lease came back for {late:.0f} s (the database does "
-                    "not answer): a standby may lead now"
+                    f"no renewal of the lease came back for {late:.0f} s ({why}): a standby "
+                    "may lead now"
                 )
                 return
 
@@ -239,6 +239,7 @@ class Leadership:
         self.lease = lease
         if ok:
             self._renewed_at = started
+            self._renew_error = ""
             return
         self._depose(
             f"deposed: term {lease.term} belongs to {lease.address or lease.holder} "

@@ -72,6 +72,8 @@ class Scheduler(Recovery, BulkCancels):
     # Called (in the loop thread) when a write was refused because another instance leads
     # now; the loop has stopped by then (`service.leader`).
     on_deposed: Callable[[str], None] | None = None
+    # Why new launches must wait now (the disks they write to are full), else None.
+    launch_hold: Callable[[], str | None] = staticmethod(lambda: None)
 
     def start(self) -> None:
         self.thread = threading.Thread(target=self._run, name="aisched-loop", daemon=True)
@@ -158,8 +160,14 @@ class Scheduler(Recovery, BulkCancels):
                 and lj.job.id not in blocked
             ]
             # New launches are held while the executor cannot start anything (its cluster is
-            # unreachable): the jobs wait, pending, rather than fail to launch.
-            if pending and unavailable(self.executor) is None:
+            # unreachable) or their files cannot be written (a full disk): the jobs wait,
+            # pending, rather than fail to launch and use up their retries.
+            # A held cycle counts as one for pacing: the next look is a cycle from now.
+            if pending and unavailable(self.executor) is not None:
+                self.last_cycle_at = now
+            elif pending and (held := self.launch_hold()) is not None:
+                self._hold_launches(pending, held, now)
+            elif pending:
                 self._cycle(now, pending)
         if not pending and not self._schedulable(now):
             self.dirty = False

@@ -80,6 +80,8 @@ class Recovery(Commands):
                 handle = t.handle or TaskHandle(key, t.binding.node, {"log_path": t.log_path})
                 state, exited = self.executor.adopt(handle)
                 if state == AdoptState.RUNNING:
+                    if t.phase != TaskPhase.RUNNING:  # started, but stored as `launching`
+                        batch.task(key, state=TaskPhase.RUNNING.value)
                     t.phase = TaskPhase.RUNNING
                     batch.event(now, lj.id, "adopted", f"task {t.name} still running: adopted")
                     notes.append(f"job {lj.id}: adopted task {t.name}")
@@ -88,8 +90,11 @@ class Recovery(Commands):
                 else:
                     never_started = key in task_rows and task_rows[key]["state"] == "launching"
                     if never_started and lj.stopping is None:
+                        # Stored, so that a start after another crash, finding the gang's
+                        # other tasks stopping, still requeues it instead of failing it.
                         lj.stopping = Stop.REQUEUE
                         lj.stop_message = "its launch was interrupted by a scheduler restart"
+                        batch.job(lj.id, stopping=Stop.REQUEUE.value)
                     exits.append(
                         exited
                         or TaskExited(
@@ -101,6 +106,8 @@ class Recovery(Commands):
                         )
                     )
                     notes.append(f"job {lj.id}: task {t.name} lost")
+            if lj.stopping == Stop.REQUEUE and not lj.stop_message:  # the message is not stored
+                lj.stop_message = "a requeue cut short by a scheduler restart"
             if lj.stopping is not None:  # a stop was under way: finish it
                 for t in lj.live_tasks():
                     if t.phase == TaskPhase.RUNNING:

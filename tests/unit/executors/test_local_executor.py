@@ -27,7 +27,14 @@ from aisched.executors.base import (
     TaskHandle,
     TaskLaunch,
 )
-from aisched.executors.cgroups import MemoryControlError, all_tasks_pids_max
+from aisched.executors.cgroups import (
+    MemoryControlError,
+    TaskBounds,
+    all_tasks_pids_max,
+    bound_cgroups,
+    create_bounds,
+    release_bounds,
+)
 from aisched.executors.local import SUPERVISOR_SCRIPT, LocalExecutor
 
 USABLE = sorted(os.sched_getaffinity(0))
@@ -750,6 +757,35 @@ def test_one_users_tasks_together_hold_no_more_than_its_user_pids_limit(
         assert harness.exit_of(h.key).kind == ExitKind.EXITED
     held = [int(harness.log(f"t-{i}").strip()) for i in range(2)]
     assert all(n > 0 for n in held) and sum(held) + 2 <= 24, held
+
+
+def test_the_bound_parents_another_service_removed_are_made_again(harness: Harness) -> None:
+    # Every service of the machine shares the v1 parents of the bound cgroups, and one that
+    # stops while none of its tasks run removes them (`release_bounds`): a standby stopping
+    # beside an idle leader. The leader's next launch then failed ("No such file or
+    # directory" for the cpuset), and so did every one after it.
+    shared = harness.ex.task_bounds.bases
+    if not shared:
+        pytest.skip("no cgroup v1 pids or cpuset hierarchy here")
+    bounds = TaskBounds(bases=tuple((c, f"{base}-test-{os.getpid()}") for c, base in shared))
+    create_bounds(bounds, "first", None, 16, tuple(USABLE[:1]), os.geteuid(), 64)
+    for path in bound_cgroups(bounds, "first", os.geteuid()):
+        sup.remove_cgroup(path)
+    release_bounds(bounds)  # the other service stops
+    assert not any(os.path.isdir(base) for _, base in bounds.bases)
+    try:
+        create_bounds(bounds, "second", None, 16, tuple(USABLE[:1]), os.geteuid(), 64)
+        for ctrl, base in bounds.bases:
+            if ctrl == "pids":  # all tasks together are bounded again
+                assert Path(base, "pids.max").read_text().strip() == str(all_tasks_pids_max())
+            else:  # and the cpuset has the machine's cores to hand out
+                assert Path(base, "cpuset.cpus").read_text().strip() != ""
+        made = bound_cgroups(bounds, "second", os.geteuid())
+        assert all(os.path.isdir(path) for path in made)
+    finally:
+        for path in bound_cgroups(bounds, "second", os.geteuid()):
+            sup.remove_cgroup(path)
+        release_bounds(bounds)
 
 
 @pytest.mark.skipif(len(USABLE) < 2, reason="needs at least 2 usable cores")
