@@ -54,14 +54,40 @@ def home() -> Iterator[Home]:
     shutil.rmtree(top)
 
 
+def image_with_link(at: str, to: str) -> str:
+    """The test image with a symbolic link at `at` leading to `to` (as an image from a
+    registry may have), made from a created container's root file system."""
+    name = f"localhost/aisched-test-link:{build_test_image().rpartition(':')[2]}"
+    if subprocess.run(["podman", "image", "exists", name], check=False).returncode == 0:
+        return name
+    made = f"aisched-test-link-{os.getpid()}"
+    subprocess.run(["podman", "create", "--name", made, build_test_image(), "true"], check=True,
+                   capture_output=True)  # fmt: skip
+    try:
+        rootfs = subprocess.run(["podman", "mount", made], check=True, capture_output=True,
+                                text=True).stdout.strip()  # fmt: skip
+        os.symlink(to, os.path.join(rootfs, at.lstrip("/")))
+        subprocess.run(["podman", "umount", made], check=True, capture_output=True)
+        subprocess.run(["podman", "commit", "-q", made, name], check=True, capture_output=True)
+    finally:
+        subprocess.run(["podman", "rm", "-f", made], check=False, capture_output=True)
+    return name
+
+
 def container(
-    home: Home, script: str, volumes: tuple[Volume, ...] = (), workdir: str | None = None
+    home: Home,
+    script: str,
+    volumes: tuple[Volume, ...] = (),
+    workdir: str | None = None,
+    image: str | None = None,
 ) -> Container:
     """The container of a task of nobody's that mounts `home.data` at /data (or `volumes`),
     its command made (and its paths checked and resolved) as the executor makes it at
     launch."""
     engine = ctr.detect_engine("podman")
-    given = ContainerSpec(build_test_image(), volumes=volumes or (Volume(str(home.data), "/data"),))
+    given = ContainerSpec(
+        image or build_test_image(), volumes=volumes or (Volume(str(home.data), "/data"),)
+    )
     spec = ctr.resolve_volumes(given)
     assert ctr.mount_refusal("nobody", given, spec, workdir) is None
     t = ctr.ContainerTask(
@@ -203,3 +229,24 @@ def test_a_working_directory_missing_in_a_volume_is_made_by_the_user_not_through
         c.remove()
     assert (code, ran.stdout) == (0, f"{data}/via/made\n"), ran.stderr
     assert (home.data / "via" / "made").stat().st_uid == 65534
+
+
+def test_a_link_of_the_image_on_the_way_to_a_mount_point_is_refused(home: Home) -> None:
+    shared = home.top / "shared"  # /tmp-like, as above
+    (shared / "roots").mkdir(parents=True)
+    shared.chmod(0o1777)
+    # The image's /zz leads into /shared: root's engine would make /zz/data's mount point in
+    # the directory of root's there.
+    image = image_with_link("/zz", "/shared/roots")
+    volumes = (Volume(str(shared), "/shared"), Volume(str(home.data), "/zz/data"))
+    c = container(home, "true", volumes, image=image)
+    try:
+        with pytest.raises(ExecFailed) as err:
+            c.prepare(print)
+    finally:
+        c.remove()
+    assert err.value.message == (
+        f"image {image}: /zz is a symbolic link on the way to /zz/data, which the engine would "
+        "follow as root: refused"
+    )
+    assert (os.listdir(shared / "roots"), my_pins()) == ([], [])

@@ -1074,6 +1074,30 @@ def _enclosing(m: _Pinned, mounts: Sequence[_Pinned]) -> _Pinned | None:
     return max(outers, key=lambda o: len(o.path), default=None)
 
 
+def _image_link(rootfs: str, path: str, mounted: set[str]) -> str | None:
+    """The first symbolic link on the way to `path` (itself included) in the container's root
+    file system `rootfs`, as far as the names exist and up to a `mounted` path (what is below
+    one is the mount's), or None."""
+    fd = os.open(rootfs, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    seen = "/"
+    try:
+        for name in [p for p in path.split("/") if p]:
+            seen = os.path.join(seen, name)
+            try:
+                nxt = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except OSError:
+                return None  # missing (made in the container's own layer), or no directory
+            os.close(fd)
+            fd = nxt
+            if stat.S_ISLNK(os.fstat(fd).st_mode):
+                return seen
+            if seen in mounted:
+                return None
+        return None
+    finally:
+        os.close(fd)
+
+
 class Container:
     """One task's container, driven through its engine's command line (podman or docker).
 
@@ -1163,6 +1187,8 @@ class Container:
             # Docker has no `init`: the container starts with its attached client, and docker
             # reports its OOM kills itself (bandwidth is refused for it at launch).
             return self.client_launch()
+        if self.pins is not None:
+            self.refuse_image_links()
         code, _, err = self.engine("init", self.name, cores=self.pin_cores)
         if code != 0:
             self.remove()
@@ -1247,6 +1273,35 @@ class Container:
         self.make_mount_point(host, True)
         pinned, writable = self.pins.pin(host, own=False)
         return _Pinned(-1, host, path, pinned, outer.read_only or not writable)
+
+    def refuse_image_links(self) -> None:
+        """Fails the launch when a symbolic link of the image is on the way to where a host
+        path is mounted or to the working directory: the runtime follows it inside the
+        container, as root, into whatever is mounted where it leads (a writable volume
+        holding a directory its user may not write), and makes the mount point or the
+        working directory there. Read from the created container's root file system, which
+        nothing else changes before `init`."""
+        code, out, err = self.engine("mount", self.name)
+        if code != 0:
+            self.remove()
+            raise _ExecFailed(125, f"container {self.name} could not be read: {_last(err)}")
+        create = self.spec["create"]
+        mounted = {create[i + 1].split(":")[1] for i in range(len(create) - 1)
+                   if create[i] == "--volume"}  # fmt: skip
+        paths = sorted(mounted)
+        if "--workdir" in create[:-1]:
+            paths.append(create[create.index("--workdir") + 1])
+        links = [(p, link) for p in paths if (link := _image_link(out.strip(), p, mounted))]
+        self.engine("umount", self.name)
+        if links:
+            self.remove()
+            path, link = links[0]
+            image = self.spec.get("image", "?")
+            raise _ExecFailed(
+                126,
+                f"image {image}: {link} is a symbolic link on the way to {path}, which the "
+                "engine would follow as root: refused",
+            )
 
     def make_mount_point(self, path: str, is_dir: bool) -> None:
         """A missing mount point inside a mounted host directory made by the task's user
