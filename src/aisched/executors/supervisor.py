@@ -947,9 +947,9 @@ class Pins:
         up itself, as root, through whatever link the user has put there by then, and make
         the mount point wherever that leads. Raises _ExecFailed with the reason."""
         where = os.path.join(shown, rel)
+        if read_only:
+            self.make_read_only(inner, where)
         try:
-            if read_only:
-                _mount(None, inner, _MS_REMOUNT | _MS_BIND | _MS_RDONLY)
             self.lock_way(outer, os.path.dirname(rel), shown)
             fd = _open_as(rel, self.uid, self.groups, top=outer, shown=shown)
         except OSError as exc:
@@ -964,6 +964,13 @@ class Pins:
             raise _ExecFailed(126, f"cannot pin {where} for the engine: {exc.strerror}") from None
         finally:
             os.close(fd)
+
+    def make_read_only(self, dest: str, shown: str) -> None:
+        """The pin `dest` (of `shown`) made read-only itself, what is mounted in it not."""
+        try:
+            _mount(None, dest, _MS_REMOUNT | _MS_BIND | _MS_RDONLY)
+        except OSError as exc:
+            raise _ExecFailed(126, f"cannot pin {shown} for the engine: {exc.strerror}") from None
 
     def lock_way(self, outer: str, rel: str, shown: str) -> None:
         """Each directory on the way to `rel` inside the pin `outer` bound onto itself there:
@@ -1246,6 +1253,7 @@ class Container:
         if (workdir := self.nested_workdir(mounts)) is not None:
             mounts.append(workdir)
         nested: set[int] = set()
+        holders: set[int] = set()  # the mounts something is nested in
         # The deepest first: a pin holds what is nested in it before it is nested itself.
         for m in sorted(mounts, key=lambda m: m.path.count("/"), reverse=True):
             if (outer := _enclosing(m, mounts)) is None:
@@ -1254,6 +1262,14 @@ class Container:
             self.make_mount_point(os.path.join(outer.host, rel), os.path.isdir(m.pin))
             self.pins.nest(m.pin, outer.pin, rel, outer.host, m.read_only)
             nested |= {m.at, m.at + 1} if m.at >= 0 else set()
+            holders.add(outer.at)
+        if self.spec.get("engine") == "docker":
+            # Docker (25 on) makes all of a `:ro` mount read-only, what is nested in it too:
+            # such a pin is made read-only here instead, itself alone.
+            for m in mounts:
+                if m.at >= 0 and m.at in holders and m.at not in nested and m.read_only:
+                    self.pins.make_read_only(m.pin, m.host)
+                    create[m.at + 1] = create[m.at + 1].removesuffix(":ro")
         self.spec["create"] = [a for k, a in enumerate(create) if k not in nested]
 
     def nested_workdir(self, mounts: list[_Pinned]) -> _Pinned | None:
