@@ -887,16 +887,29 @@ def _pin_root() -> str:
     st = os.lstat(PIN_ROOT)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o077:
         raise _ExecFailed(126, f"{PIN_ROOT} is not a directory of root's alone: refused")
-    for name in os.listdir(PIN_ROOT):
+    sweep_pins()
+    return PIN_ROOT
+
+
+def sweep_pins() -> None:
+    """Undoes the pins of supervisors no longer alive (killed between pinning and letting go:
+    they hold their users' directories, and the ones on the way to a nested mount cannot be
+    renamed meanwhile). Called by each container's supervisor, and by the executor when it
+    finds a container task's supervisor gone."""
+    try:
+        names = os.listdir(PIN_ROOT)
+    except OSError:
+        return
+    for name in names:
         pid, _, rest = name.partition("-")
         start = rest.partition("-")[0]
         if pid.isdigit() and start.isdigit() and not is_alive(int(pid), int(start)):
             held = os.path.join(PIN_ROOT, name)
-            for pin in os.listdir(held):
-                _unpin(os.path.join(held, pin))
+            with contextlib.suppress(OSError):
+                for pin in os.listdir(held):
+                    _unpin(os.path.join(held, pin))
             with contextlib.suppress(OSError):
                 os.rmdir(held)
-    return PIN_ROOT
 
 
 class Pins:

@@ -143,3 +143,22 @@ def test_a_nested_pin_holds_the_directories_on_its_way_until_it_is_released(top:
     assert (busy.value.errno, read_only.value.errno) == (errno.EBUSY, errno.EROFS)
     (data / "a").rename(data / "moved")  # released: hers to change again
     assert os.listdir(data / "moved" / "b") == [] and os.listdir(inner) == ["f"]
+
+
+@pytest.mark.skipif(shutil.which("podman") is None, reason="the executor removes with podman")
+def test_the_executor_undoes_the_pins_of_a_container_supervisor_it_finds_gone(top: Path) -> None:
+    # Killed between pinning and letting go, no later container task on the node may come
+    # to sweep them: the executor, finding the supervisor gone, does.
+    from aisched.executors.local import _remove_container
+
+    os.makedirs(PIN_ROOT, mode=0o700, exist_ok=True)
+    stale = Path(PIN_ROOT) / f"{os.getpid()}-1-gone"
+    (stale / "0").mkdir(parents=True)
+    subprocess.run(["mount", "--bind", str(top), str(stale / "0")], check=True)
+    try:
+        _remove_container({"container": {"binary": "podman", "name": "aisched-pins-gone"}})
+        assert not stale.exists() and not mounted(str(stale / "0"))
+    finally:
+        if mounted(str(stale / "0")):
+            subprocess.run(["umount", "-l", str(stale / "0")], check=False)
+            shutil.rmtree(stale)
