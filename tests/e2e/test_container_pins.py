@@ -54,14 +54,45 @@ def home() -> Iterator[Home]:
     shutil.rmtree(top)
 
 
-def container(home: Home, script: str) -> Container:
-    """The container of a task of nobody's that mounts `home.data` at /data, its command
-    made (and its path checked and resolved) as the executor makes it at launch."""
+def image_with_link(at: str, to: str) -> str:
+    """The test image with a symbolic link at `at` leading to `to` (as an image from a
+    registry may have), made from a created container's root file system."""
+    name = f"localhost/aisched-test-link:{build_test_image().rpartition(':')[2]}"
+    if subprocess.run(["podman", "image", "exists", name], check=False).returncode == 0:
+        return name
+    made = f"aisched-test-link-{os.getpid()}"
+    subprocess.run(["podman", "create", "--name", made, build_test_image(), "true"], check=True,
+                   capture_output=True)  # fmt: skip
+    try:
+        rootfs = subprocess.run(["podman", "mount", made], check=True, capture_output=True,
+                                text=True).stdout.strip()  # fmt: skip
+        os.symlink(to, os.path.join(rootfs, at.lstrip("/")))
+        subprocess.run(["podman", "umount", made], check=True, capture_output=True)
+        subprocess.run(["podman", "commit", "-q", made, name], check=True, capture_output=True)
+    finally:
+        subprocess.run(["podman", "rm", "-f", made], check=False, capture_output=True)
+    return name
+
+
+def container(
+    home: Home,
+    script: str,
+    volumes: tuple[Volume, ...] = (),
+    workdir: str | None = None,
+    image: str | None = None,
+) -> Container:
+    """The container of a task of nobody's that mounts `home.data` at /data (or `volumes`),
+    its command made (and its paths checked and resolved) as the executor makes it at
+    launch."""
     engine = ctr.detect_engine("podman")
-    spec = ContainerSpec(build_test_image(), volumes=(Volume(str(home.data), "/data"),))
+    given = ContainerSpec(
+        image or build_test_image(), volumes=volumes or (Volume(str(home.data), "/data"),)
+    )
+    spec = ctr.resolve_volumes(given)
+    assert ctr.mount_refusal("nobody", given, spec, workdir) is None
     t = ctr.ContainerTask(
         instance="pins", job_id=str(os.getpid()), attempt=0, task="main-0",
-        command=("sh", "-c", script), env={}, workdir=None, cores=(), milli_cpu=0,
+        command=("sh", "-c", script), env={}, workdir=workdir, cores=(), milli_cpu=0,
         mem_limit_mib=0, gpus=(), checkpoint_dir=None, env_file=str(home.top / "env"),
         user=NOBODY,
     )  # fmt: skip
@@ -114,3 +145,108 @@ def test_the_container_keeps_what_was_pinned_and_the_pin_goes_at_its_start(home:
     out = home.top / "moved" / "out"
     assert (out.read_text(), out.stat().st_uid) == ("written\n", 65534)
     assert sorted(os.listdir(home.secret)) == ["root-only"]
+
+
+def test_a_link_where_a_nested_mount_goes_leads_the_engine_nowhere(home: Home) -> None:
+    # /tmp-like: nobody may write it, not the directory of root's inside it.
+    shared = home.top / "shared"
+    (shared / "roots").mkdir(parents=True)
+    shared.chmod(0o1777)
+    inner = home.top / "inner"
+    inner.mkdir()
+    # Where the inner volume goes, inside her /data: a link, followed by the engine as root
+    # inside the container (where it leads into /shared) to make the mount point there.
+    (home.data / "sub").symlink_to("/shared/roots/made")
+    os.lchown(home.data / "sub", 65534, 65534)
+    volumes = (Volume(str(shared), "/shared"), Volume(str(home.data), "/data"),
+               Volume(str(inner), "/data/sub"))  # fmt: skip
+    c = container(home, "ls /data", volumes)
+    try:
+        with pytest.raises(ExecFailed) as err:
+            c.prepare(print)
+    finally:
+        c.remove()
+    sub = home.data / "sub"
+    assert (
+        err.value.message == f"{sub}: {sub} is a symbolic link now, not what was checked: refused"
+    )
+    assert (os.listdir(shared / "roots"), my_pins()) == ([], [])
+
+
+def test_a_nested_mount_is_made_in_its_outer_pin_on_a_mount_point_the_user_made(home: Home) -> None:
+    (home.top / "inner").mkdir()
+    (home.top / "inner" / "f").write_text("root's\n")  # nobody may read, not write
+    volumes = (Volume(str(home.data), "/data"), Volume(str(home.top / "inner"), "/data/a/b"))
+    c = container(home, "cat /data/a/b/f; touch /data/a/b/x || echo read-only", volumes)
+    try:
+        launch = c.prepare(print)
+        assert my_pins() == []
+        ran = subprocess.run(
+            launch["command"], env=c.env, cwd=c.cwd, capture_output=True, text=True, timeout=60
+        )
+        code, _ = c.end(ran.returncode)
+    finally:
+        c.remove()
+    assert (code, ran.stdout) == (0, "root's\nread-only\n"), ran.stderr
+    # The mount point was missing: made by her, not by the engine as root.
+    made = [
+        (p.stat().st_uid, p.stat().st_mode & 0o777) for p in (home.data / "a", home.data / "a/b")
+    ]
+    assert made == [(65534, 0o755), (65534, 0o755)]
+    assert os.listdir(home.top / "inner") == ["f"]
+
+
+def test_a_working_directory_missing_in_a_volume_is_made_by_the_user_not_through_a_link(
+    home: Home,
+) -> None:
+    shared = home.top / "shared"  # /tmp-like, as above
+    (shared / "roots").mkdir(parents=True)
+    shared.chmod(0o1777)
+    data = str(home.data)  # mounted where it is, so a working directory in it is in the volume
+    volumes = (Volume(str(shared), "/shared"), Volume(data, data))
+    # On the way to it: a link, which the runtime, making the directory as root inside the
+    # container, would follow into /shared.
+    (home.data / "via").symlink_to("/shared/roots")
+    os.lchown(home.data / "via", 65534, 65534)
+    c = container(home, "pwd", volumes, workdir=f"{data}/via/made")
+    try:
+        with pytest.raises(ExecFailed) as err:
+            c.prepare(print)
+    finally:
+        c.remove()
+    assert err.value.message.startswith(f"cannot make {data}/via/made to mount on: mkdir: ")
+    assert (os.listdir(shared / "roots"), my_pins()) == ([], [])
+    # Without the link it is hers, made before the container, and the task starts in it.
+    (home.data / "via").unlink()
+    c = container(home, "pwd", volumes, workdir=f"{data}/via/made")
+    try:
+        launch = c.prepare(print)
+        ran = subprocess.run(
+            launch["command"], env=c.env, cwd=c.cwd, capture_output=True, text=True, timeout=60
+        )
+        code, _ = c.end(ran.returncode)
+    finally:
+        c.remove()
+    assert (code, ran.stdout) == (0, f"{data}/via/made\n"), ran.stderr
+    assert (home.data / "via" / "made").stat().st_uid == 65534
+
+
+def test_a_link_of_the_image_on_the_way_to_a_mount_point_is_refused(home: Home) -> None:
+    shared = home.top / "shared"  # /tmp-like, as above
+    (shared / "roots").mkdir(parents=True)
+    shared.chmod(0o1777)
+    # The image's /zz leads into /shared: root's engine would make /zz/data's mount point in
+    # the directory of root's there.
+    image = image_with_link("/zz", "/shared/roots")
+    volumes = (Volume(str(shared), "/shared"), Volume(str(home.data), "/zz/data"))
+    c = container(home, "true", volumes, image=image)
+    try:
+        with pytest.raises(ExecFailed) as err:
+            c.prepare(print)
+    finally:
+        c.remove()
+    assert err.value.message == (
+        f"image {image}: /zz is a symbolic link on the way to /zz/data, which the engine would "
+        "follow as root: refused"
+    )
+    assert (os.listdir(shared / "roots"), my_pins()) == ([], [])

@@ -184,3 +184,31 @@ def test_a_users_docker_container_holds_its_pinned_volume_until_it_ends(
         svc.wait_state(jid, "succeeded", timeout_s=60)
         assert svc.cli("logs", jid).stdout == "mine\n"
         assert not os.path.exists(os.path.join(PIN_ROOT, held[0]))
+
+
+def test_a_users_read_only_docker_volume_keeps_what_is_nested_in_it_writable(
+    tmp_path: Path, dockerd: str, image: str, monkeypatch: pytest.MonkeyPatch, local_users: Any
+) -> None:
+    # His checkpoint directory is nested in the read-only volume of his home, in its pin
+    # (supervisor.Pins.nest). Docker from 25 on makes all of a `:ro` mount read-only, what is
+    # nested in it too, so the pin is made read-only itself and given to docker without `:ro`.
+    bob = local_users["bob"]
+    tmp_path.chmod(0o755)  # bob's CLI reaches the socket
+    monkeypatch.setenv("DOCKER_HOST", dockerd)
+    job_file = bob.home / "nested-ro.yaml"
+    job_file.write_text(
+        f"image: {image}\nrestart: {{policy: never}}\n"
+        f"volumes: [{{host_path: {bob.home}, path: {bob.home}, read_only: true}}]\n"
+        "command: 'touch $HOME/nested-ro-out 2>/dev/null || echo read-only; "
+        "echo saved > $AISCHED_CHECKPOINT_DIR/state && echo saved'\n"
+    )
+    with local_service(tmp_path, "container_runtime: docker\n") as svc:
+        proc = bob.aisched("submit", "--json", str(job_file), cwd=bob.home,
+                           env={"AISCHED_SERVER": f"unix:{svc.socket}"})  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        jid = str(json.loads(proc.stdout)["id"])
+        job = svc.wait_state(jid, "succeeded", timeout_s=60)
+        assert svc.cli("logs", jid).stdout == "read-only\nsaved\n"
+        state = Path(job["checkpoint_dir"]) / "state"
+        assert (state.read_text(), state.stat().st_uid) == ("saved\n", bob.uid)
+        assert not (bob.home / "nested-ro-out").exists()

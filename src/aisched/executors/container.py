@@ -636,9 +636,9 @@ def workdir_refusal(user: str, workdir: str | None) -> str | None:
 
 def _first_link(top: str, rel: str) -> str | None:
     """The first symbolic link among the directories on the way from `top` down to `rel` (as
-    far as they exist), or None. (A mount point that is itself a link is one that exists: the
-    engine makes nothing for it; and a checkpoint directory that is a link is refused by the
-    supervisor, in words of its own.)"""
+    far as they exist), or None. (A mount point that is itself a link would be followed by
+    root's engine: the supervisor refuses it when it nests the mount (`Pins.nest`), and a
+    checkpoint directory that is a link when it makes it, each in words of its own.)"""
     path = top
     for part in rel.split("/")[:-1]:
         path = os.path.join(path, part)

@@ -803,10 +803,13 @@ def _engine_env() -> dict[str, str]:
 
 
 def _remove_container(launch: dict[str, Any] | None) -> None:
-    """A container task whose supervisor is gone: its container goes too (it may run on)."""
+    """A container task whose supervisor is gone: its container goes too (it may run on), and
+    so do the pins of its user's paths that supervisor left (`supervisor.Pins`)."""
     c = (launch or {}).get("container")
     if isinstance(c, dict) and c.get("binary") and c.get("name"):
         ctr.remove_container(str(c["binary"]), str(c["name"]))
+        if os.geteuid() == 0:
+            sup.sweep_pins()
 
 
 def _release_shm(launch: dict[str, Any] | None) -> None:

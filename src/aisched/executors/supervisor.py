@@ -845,17 +845,19 @@ class Supervisor:
 # by a supervisor that died is undone by the next container's supervisor on the node.
 
 PIN_ROOT = "/run/aisched-pins"
-_MS_BIND, _MS_REC, _MS_PRIVATE, _MNT_DETACH = 0x1000, 0x4000, 1 << 18, 2
+_MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 1, 0x20, 0x1000, 0x4000, 1 << 18
+_MNT_DETACH = 2
 
 
-def _open_as(path: str, uid: int, groups: frozenset[int]) -> int:
+def _open_as(path: str, uid: int, groups: frozenset[int], top: str = "/", shown: str = "/") -> int:
     """An O_PATH descriptor of `path` (absolute and resolved when it was checked), each name
     looked up in a directory the user may search, none of them followed if it is a link now.
-    Raises _ExecFailed with the reason."""
-    fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    seen = "/"
+    `top`: the directory of root's own to look `path` up in instead of /, which messages call
+    `shown`. Raises _ExecFailed with the reason."""
+    fd = os.open(top, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    names, seen, path = [p for p in path.split("/") if p], shown, os.path.join(shown, path)
     try:
-        for name in [p for p in path.split("/") if p]:
+        for name in names:
             if name in (".", ".."):
                 raise _ExecFailed(126, f"{path}: holds '.' or '..': refused")
             if not user_bits(os.fstat(fd), uid, groups) & 0o1:
@@ -909,16 +911,29 @@ def _pin_root() -> str:
     st = os.lstat(PIN_ROOT)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o077:
         raise _ExecFailed(126, f"{PIN_ROOT} is not a directory of root's alone: refused")
-    for name in os.listdir(PIN_ROOT):
+    sweep_pins()
+    return PIN_ROOT
+
+
+def sweep_pins() -> None:
+    """Undoes the pins of supervisors no longer alive (killed between pinning and letting go:
+    they hold their users' directories, and the ones on the way to a nested mount cannot be
+    renamed meanwhile). Called by each container's supervisor, and by the executor when it
+    finds a container task's supervisor gone."""
+    try:
+        names = os.listdir(PIN_ROOT)
+    except OSError:
+        return
+    for name in names:
         pid, _, rest = name.partition("-")
         start = rest.partition("-")[0]
         if pid.isdigit() and start.isdigit() and not is_alive(int(pid), int(start)):
             held = os.path.join(PIN_ROOT, name)
-            for pin in os.listdir(held):
-                _unpin(os.path.join(held, pin))
+            with contextlib.suppress(OSError):
+                for pin in os.listdir(held):
+                    _unpin(os.path.join(held, pin))
             with contextlib.suppress(OSError):
                 os.rmdir(held)
-    return PIN_ROOT
 
 
 class Pins:
@@ -930,6 +945,7 @@ class Pins:
         self.groups = groups
         self.dir: str | None = None
         self.made: list[str] = []
+        self.locked: set[tuple[str, str]] = set()  # (pin, directory in it): see lock_way
 
     def pin(self, path: str, own: bool) -> tuple[str, bool]:
         """Where the engine finds `path` as it is now, and whether the user may write it there.
@@ -960,6 +976,57 @@ class Pins:
             os.close(fd)
         return dest, bits & (0o3 if is_dir else 0o2) == (0o3 if is_dir else 0o2)
 
+    def nest(self, inner: str, outer: str, rel: str, shown: str, read_only: bool) -> None:
+        """Mounts the pin `inner` on `rel` inside the pin `outer` (which holds the host path
+        `shown`): on the very directory or file found there, a name at a time from `outer`,
+        none followed if it is a link, each directory one the user may search. The engine is
+        then given `outer` alone (its mounts are recursive): given both, it would look `rel`
+        up itself, as root, through whatever link the user has put there by then, and make
+        the mount point wherever that leads. Raises _ExecFailed with the reason."""
+        where = os.path.join(shown, rel)
+        if read_only:
+            self.make_read_only(inner, where)
+        try:
+            self.lock_way(outer, os.path.dirname(rel), shown)
+            fd = _open_as(rel, self.uid, self.groups, top=outer, shown=shown)
+        except OSError as exc:
+            raise _ExecFailed(126, f"cannot pin {where} for the engine: {exc.strerror}") from None
+        try:
+            if stat.S_ISDIR(os.fstat(fd).st_mode) != os.path.isdir(inner):
+                kind = "directory" if os.path.isdir(inner) else "file"
+                raise _ExecFailed(126, f"{where}: not a {kind} to mount a {kind} on: refused")
+            # Not private on its own: a bind under the private `outer` is private already.
+            _mount(inner, f"/proc/self/fd/{fd}", _MS_BIND | _MS_REC)
+        except OSError as exc:
+            raise _ExecFailed(126, f"cannot pin {where} for the engine: {exc.strerror}") from None
+        finally:
+            os.close(fd)
+
+    def make_read_only(self, dest: str, shown: str) -> None:
+        """The pin `dest` (of `shown`) made read-only itself, what is mounted in it not."""
+        try:
+            _mount(None, dest, _MS_REMOUNT | _MS_BIND | _MS_RDONLY)
+        except OSError as exc:
+            raise _ExecFailed(126, f"cannot pin {shown} for the engine: {exc.strerror}") from None
+
+    def lock_way(self, outer: str, rel: str, shown: str) -> None:
+        """Each directory on the way to `rel` inside the pin `outer` bound onto itself there:
+        a mount point cannot be renamed or removed (EBUSY) by a process of this mount
+        namespace, so the runtime, which walks a working directory inside `outer` as root
+        and makes what is missing, finds them where the nested mounts were put. (A user in
+        another mount namespace is not held back: such a rename detaches them.)"""
+        parts = [p for p in rel.split("/") if p]
+        for k in range(1, len(parts) + 1):
+            way = "/".join(parts[:k])
+            if (outer, way) in self.locked:
+                continue  # bound again, it would hide what is mounted below the first
+            fd = _open_as(way, self.uid, self.groups, top=outer, shown=shown)
+            try:
+                _mount(f"/proc/self/fd/{fd}", f"/proc/self/fd/{fd}", _MS_BIND)
+            finally:
+                os.close(fd)
+            self.locked.add((outer, way))
+
     def held(self) -> str:
         if self.dir is None:
             me = os.getpid()
@@ -969,8 +1036,9 @@ class Pins:
 
     def release(self) -> None:
         for dest in reversed(self.made):
-            _unpin(dest)
+            _unpin(dest)  # and what is nested or locked in it, detached with it
         self.made = []
+        self.locked = set()
         if self.dir is not None:
             with contextlib.suppress(OSError):
                 os.rmdir(self.dir)
@@ -1031,6 +1099,47 @@ def _own_resolved(path: str, uid: int) -> str:
     real = os.path.realpath(path)
     _own_dir(real, uid)
     return real
+
+
+class _Pinned:
+    """One `--volume` of `create` once pinned: where its value is (`at` is its flag's index),
+    the host path, the normalised container path, the pin, and whether it is read-only. (A
+    plain class: the supervisor imports no dataclasses, start-up time counts.)"""
+
+    __slots__ = ("at", "host", "path", "pin", "read_only")
+
+    def __init__(self, at: int, host: str, path: str, pin: str, read_only: bool) -> None:
+        self.at, self.host, self.path, self.pin, self.read_only = at, host, path, pin, read_only
+
+
+def _enclosing(m: _Pinned, mounts: Sequence[_Pinned]) -> _Pinned | None:
+    """The mount `m` is nested in (the deepest whose container path holds `m`'s), or None."""
+    outers = [o for o in mounts if m.path.startswith(o.path.rstrip("/") + "/")]
+    return max(outers, key=lambda o: len(o.path), default=None)
+
+
+def _image_link(rootfs: str, path: str, mounted: set[str]) -> str | None:
+    """The first symbolic link on the way to `path` (itself included) in the container's root
+    file system `rootfs`, as far as the names exist and up to a `mounted` path (what is below
+    one is the mount's), or None."""
+    fd = os.open(rootfs, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    seen = "/"
+    try:
+        for name in [p for p in path.split("/") if p]:
+            seen = os.path.join(seen, name)
+            try:
+                nxt = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except OSError:
+                return None  # missing (made in the container's own layer), or no directory
+            os.close(fd)
+            fd = nxt
+            if stat.S_ISLNK(os.fstat(fd).st_mode):
+                return seen
+            if seen in mounted:
+                return None
+        return None
+    finally:
+        os.close(fd)
 
 
 class Container:
@@ -1122,6 +1231,8 @@ class Container:
             # Docker has no `init`: the container starts with its attached client, and docker
             # reports its OOM kills itself (bandwidth is refused for it at launch).
             return self.client_launch()
+        if self.pins is not None:
+            self.refuse_image_links()
         code, _, err = self.engine("init", self.name, cores=self.pin_cores)
         if code != 0:
             self.remove()
@@ -1160,10 +1271,12 @@ class Container:
     def pin_mounts(self, resolved: dict[str, str]) -> None:
         """Each host path `create` mounts replaced by its pin (see Pins): the directories made
         (`make_dirs`) by where they resolved, which must be the user's own; one the user may
-        not write mounted read-only."""
+        not write mounted read-only. A mount inside another one is put in that one's pin by
+        the supervisor (`Pins.nest`), not left to the engine."""
         assert self.pins is not None
         own = set(resolved.values())
         create = self.spec["create"]
+        mounts: list[_Pinned] = []
         for i in range(len(create) - 1):
             if create[i] != "--volume":
                 continue
@@ -1171,7 +1284,94 @@ class Container:
             host = resolved.get(host, host)
             pinned, writable = self.pins.pin(host, own=host in own)
             read_only = rest.endswith(":ro") or not writable
-            create[i + 1] = f"{pinned}:{rest.removesuffix(':ro')}" + (":ro" if read_only else "")
+            inner = rest.removesuffix(":ro")
+            create[i + 1] = f"{pinned}:{inner}" + (":ro" if read_only else "")
+            mounts.append(_Pinned(i, host, os.path.normpath(inner), pinned, read_only))
+        if (workdir := self.nested_workdir(mounts)) is not None:
+            mounts.append(workdir)
+        nested: set[int] = set()
+        holders: set[int] = set()  # the mounts something is nested in
+        # The deepest first: a pin holds what is nested in it before it is nested itself.
+        for m in sorted(mounts, key=lambda m: m.path.count("/"), reverse=True):
+            if (outer := _enclosing(m, mounts)) is None:
+                continue
+            rel = os.path.relpath(m.path, outer.path)
+            self.make_mount_point(os.path.join(outer.host, rel), os.path.isdir(m.pin))
+            self.pins.nest(m.pin, outer.pin, rel, outer.host, m.read_only)
+            nested |= {m.at, m.at + 1} if m.at >= 0 else set()
+            holders.add(outer.at)
+        if self.spec.get("engine") == "docker":
+            # Docker (25 on) makes all of a `:ro` mount read-only, what is nested in it too:
+            # such a pin is made read-only here instead, itself alone.
+            for m in mounts:
+                if m.at >= 0 and m.at in holders and m.at not in nested and m.read_only:
+                    self.pins.make_read_only(m.pin, m.host)
+                    create[m.at + 1] = create[m.at + 1].removesuffix(":ro")
+        self.spec["create"] = [a for k, a in enumerate(create) if k not in nested]
+
+    def nested_workdir(self, mounts: list[_Pinned]) -> _Pinned | None:
+        """The working directory pinned, when it is inside a mount but not mounted itself (it
+        was no directory when `create` was made): the runtime would make it as root, through
+        whatever links the user put on its way. Made by the user instead, and nested like a
+        mount (`at` -1: no `--volume` of its own)."""
+        assert self.pins is not None
+        create = self.spec["create"]
+        if "--workdir" not in create[:-1]:
+            return None
+        path = os.path.normpath(create[create.index("--workdir") + 1])
+        m = _Pinned(-1, "", path, "", False)
+        if any(o.path == path for o in mounts) or (outer := _enclosing(m, mounts)) is None:
+            return None
+        host = os.path.join(outer.host, os.path.relpath(path, outer.path))
+        self.make_mount_point(host, True)
+        pinned, writable = self.pins.pin(host, own=False)
+        return _Pinned(-1, host, path, pinned, outer.read_only or not writable)
+
+    def refuse_image_links(self) -> None:
+        """Fails the launch when a symbolic link of the image is on the way to where a host
+        path is mounted or to the working directory: the runtime follows it inside the
+        container, as root, into whatever is mounted where it leads (a writable volume
+        holding a directory its user may not write), and makes the mount point or the
+        working directory there. Read from the created container's root file system, which
+        nothing else changes before `init`."""
+        code, out, err = self.engine("mount", self.name)
+        if code != 0:
+            self.remove()
+            raise _ExecFailed(125, f"container {self.name} could not be read: {_last(err)}")
+        create = self.spec["create"]
+        mounted = {create[i + 1].split(":")[1] for i in range(len(create) - 1)
+                   if create[i] == "--volume"}  # fmt: skip
+        paths = sorted(mounted)
+        if "--workdir" in create[:-1]:
+            paths.append(create[create.index("--workdir") + 1])
+        links = [(p, link) for p in paths if (link := _image_link(out.strip(), p, mounted))]
+        self.engine("umount", self.name)
+        if links:
+            self.remove()
+            path, link = links[0]
+            image = self.spec.get("image", "?")
+            raise _ExecFailed(
+                126,
+                f"image {image}: {link} is a symbolic link on the way to {path}, which the "
+                "engine would follow as root: refused",
+            )
+
+    def make_mount_point(self, path: str, is_dir: bool) -> None:
+        """A missing mount point inside a mounted host directory made by the task's user
+        (the engine would make it as root); one the user cannot make fails the launch."""
+        if os.path.lexists(path):
+            return
+        owner = self.spec["owner"]
+        assert self.pins is not None
+        make = ["mkdir", "-p", "--", path] if is_dir else ["touch", "--", path]
+        import subprocess  # only nested mounts pay for it
+
+        made = subprocess.run(
+            make, user=int(owner[0]), group=int(owner[1]), extra_groups=sorted(self.pins.groups),
+            umask=0o022, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if made.returncode != 0:
+            raise _ExecFailed(126, f"cannot make {path} to mount on: {_last(made.stderr)}")
 
     def unpin(self) -> None:
         if self.pins is not None:

@@ -4,6 +4,7 @@ root (mounts, another user's files)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -118,3 +119,46 @@ def test_pins_left_by_a_supervisor_that_died_are_undone_and_keep_the_files(top: 
         p.release()
         if mounted(str(stale / "0")):
             subprocess.run(["umount", "-l", str(stale / "0")], check=False)
+
+
+def test_a_nested_pin_holds_the_directories_on_its_way_until_it_is_released(top: Path) -> None:
+    data, inner = top / "data", top / "inner"
+    (data / "a" / "b").mkdir(parents=True)
+    inner.mkdir()
+    (inner / "f").write_text("x\n")
+    for p in (data, data / "a", data / "a" / "b"):
+        os.chown(p, NOBODY, NOBODY)
+    p = pins()
+    try:
+        outer, _ = p.pin(str(data), own=False)
+        nested, _ = p.pin(str(inner), own=False)
+        p.nest(nested, outer, "a/b", str(data), read_only=True)
+        assert os.listdir(f"{outer}/a/b") == ["f"] and not mounted(f"{data}/a/b")
+        with pytest.raises(OSError) as busy:
+            (data / "a").rename(data / "moved")  # then a link in its place: not now
+        with pytest.raises(OSError) as read_only:
+            Path(f"{outer}/a/b/new").write_text("")
+    finally:
+        p.release()
+    assert (busy.value.errno, read_only.value.errno) == (errno.EBUSY, errno.EROFS)
+    (data / "a").rename(data / "moved")  # released: hers to change again
+    assert os.listdir(data / "moved" / "b") == [] and os.listdir(inner) == ["f"]
+
+
+@pytest.mark.skipif(shutil.which("podman") is None, reason="the executor removes with podman")
+def test_the_executor_undoes_the_pins_of_a_container_supervisor_it_finds_gone(top: Path) -> None:
+    # Killed between pinning and letting go, no later container task on the node may come
+    # to sweep them: the executor, finding the supervisor gone, does.
+    from aisched.executors.local import _remove_container
+
+    os.makedirs(PIN_ROOT, mode=0o700, exist_ok=True)
+    stale = Path(PIN_ROOT) / f"{os.getpid()}-1-gone"
+    (stale / "0").mkdir(parents=True)
+    subprocess.run(["mount", "--bind", str(top), str(stale / "0")], check=True)
+    try:
+        _remove_container({"container": {"binary": "podman", "name": "aisched-pins-gone"}})
+        assert not stale.exists() and not mounted(str(stale / "0"))
+    finally:
+        if mounted(str(stale / "0")):
+            subprocess.run(["umount", "-l", str(stale / "0")], check=False)
+            shutil.rmtree(stale)
