@@ -174,7 +174,8 @@ def test_a_users_docker_container_holds_its_pinned_volume_until_it_ends(
         assert proc.returncode == 0, proc.stderr
         jid = str(json.loads(proc.stdout)["id"])
         svc.wait_state(jid, "running", timeout_s=60)
-        wait_for("its container", lambda: docker_ps(dockerd, jid), 30)
+        # Listed before it has run its `ls`: the file that ends it is made once it has.
+        wait_for("its ls", lambda: svc.cli("logs", jid).stdout == "mine\n", 60)
         held = [n for n in os.listdir(PIN_ROOT) if f"-{jid}." in n and n.endswith(".main-0")]
         # The volume, the working directory (his home, submitted from) and the checkpoint's.
         assert len(held) == 1 and sorted(os.listdir(os.path.join(PIN_ROOT, held[0]))) == [
