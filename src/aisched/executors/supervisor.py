@@ -833,6 +833,30 @@ class Supervisor:
         return None
 
 
+# --- mount(2) and its kin, for pins and private /dev/shm -----------------------------------
+
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT = 0x1, 0x2, 0x4, 0x20
+_MS_BIND, _MS_REC, _MS_PRIVATE, _MS_SLAVE = 0x1000, 0x4000, 1 << 18, 1 << 19
+_MNT_DETACH = 0x2
+_CLONE_NEWNS = 0x00020000
+
+
+def _syscall(name: str, *args: object) -> None:
+    """libc's `name` (mount, umount2, unshare) through ctypes (Python 3.11 has no os.unshare
+    and no mount): one call each, no helper process to start or to parse the errors of."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    fn = getattr(libc, name)
+    if name == "mount":
+        fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
+                       ctypes.c_char_p]  # fmt: skip
+    raw = [a.encode() if isinstance(a, str) else a for a in args]
+    if fn(*raw) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{name}: {os.strerror(err)}")
+
+
 # --- pinned mounts ---------------------------------------------------------------------------
 # Root's engine mounts a host path when it sets the container up, long after the path was
 # checked (an image pull may lie between), through whatever links are on the path by then: a
@@ -845,8 +869,6 @@ class Supervisor:
 # by a supervisor that died is undone by the next container's supervisor on the node.
 
 PIN_ROOT = "/run/aisched-pins"
-_MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 1, 0x20, 0x1000, 0x4000, 1 << 18
-_MNT_DETACH = 2
 
 
 def _open_as(path: str, uid: int, groups: frozenset[int], top: str = "/", shown: str = "/") -> int:
@@ -879,23 +901,13 @@ def _open_as(path: str, uid: int, groups: frozenset[int], top: str = "/", shown:
 
 
 def _mount(source: str | None, target: str, flags: int) -> None:
-    import ctypes  # only pinned mounts pay for it
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
-                           ctypes.c_void_p]  # fmt: skip
-    src = source.encode() if source is not None else None
-    if libc.mount(src, target.encode(), None, flags, None) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err), target)
+    _syscall("mount", source, target, None, flags, None)
 
 
 def _unpin(dest: str) -> None:
     """Undoes one pin: detached (a process still in it keeps it), then its mount point goes."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.umount2(dest.encode(), _MNT_DETACH)
+    with contextlib.suppress(OSError):  # not mounted (a pin left half made)
+        _syscall("umount2", dest, _MNT_DETACH)
     with contextlib.suppress(OSError):
         if os.path.isdir(dest) and not os.path.islink(dest):
             os.rmdir(dest)  # never a recursive removal: it could run through a mount
@@ -1565,26 +1577,6 @@ SHM_LOCK = ".shm.lock"  # in the attempt's directory: serialises mounting, growi
 SHM_HELD = "shm.held"  # in a task's directory from its joining to its release
 # How a task's log (and the service's start-up log) begins to say it has the host's /dev/shm.
 SHM_SHARED = "/dev/shm is the host's, shared by every task (no private one)"
-_CLONE_NEWNS = 0x00020000
-_MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND = 0x2, 0x4, 0x20, 0x1000
-_MS_REC, _MS_SLAVE = 0x4000, 0x80000
-_MNT_DETACH = 0x2
-
-
-def _syscall(name: str, *args: object) -> None:
-    """libc's `name` (mount, umount2, unshare) through ctypes (Python 3.11 has no os.unshare
-    and no mount): one call each, no helper process to start or to parse the errors of."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    fn = getattr(libc, name)
-    if name == "mount":
-        fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
-                       ctypes.c_char_p]  # fmt: skip
-    raw = [a.encode() if isinstance(a, str) else a for a in args]
-    if fn(*raw) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{name}: {os.strerror(err)}")
 
 
 def _tmpfs_mib(path: str) -> int:
