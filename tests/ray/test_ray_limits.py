@@ -1,15 +1,22 @@
 """A host task on a Ray node is bounded there as on one machine (`ray_limits`): its memory by
 a cgroup of its own (over it: an OOM kill, reported as such) and its processes and threads by
-the pids limits, for a task run as a real local user too. The Ray workers here run as root,
+the pids limits, for a task run as a real local user too; a user's task gets its job's own
+/dev/shm there (`ray_shm`). The Ray workers here run as root,
 as on a shared cluster, on a machine whose cgroups the tests may write."""
 
 from __future__ import annotations
 
 import json
+import uuid
+from pathlib import Path
 
 import pytest
 from harness import Service
 from users import User
+
+from aisched.executors.ray_shm import NODE_STATE
+
+HOST_SHM = Path("/dev/shm")
 
 # Starts threads until the kernel refuses one; prints how many it started.
 THREADS = """
@@ -53,3 +60,29 @@ def test_a_users_ray_task_holds_no_more_threads_than_its_pids_limit(
     # The interpreter and its threads together: at most 32 tasks of the kernel.
     started = int(alice.aisched("logs", jid, env=env).stdout.strip())
     assert 0 < started < 32
+
+
+def test_a_users_ray_task_has_a_dev_shm_of_its_jobs_own_gone_when_it_ends(
+    ray_service: Service, local_users: dict[str, User]
+) -> None:
+    # As on one machine (tests/e2e/test_shm_e2e.py): the node's agent holds the tmpfs.
+    alice = local_users["alice"]
+    env = {"AISCHED_SERVER": f"unix:{ray_service.socket}"}
+    tok = f"ais-rayshm-{uuid.uuid4().hex[:12]}"
+    script = (
+        f'echo kept > /dev/shm/{tok}; stat -c "%U %a" /dev/shm; '
+        "df -m /dev/shm | tail -n 1 | awk '{print $2}'"
+    )
+    proc = alice.aisched("run", "--json", "--mem", "256M", "--", "sh", "-c", script, env=env)
+    assert proc.returncode == 0, proc.stderr
+    jid = str(json.loads(proc.stdout)["id"])
+    job = ray_service.wait_state(jid, "succeeded", "failed", timeout_s=90)
+    assert job["state"] == "succeeded", job
+    try:
+        out = alice.aisched("logs", jid, env=env).stdout
+        assert out.splitlines() == [f"{alice.name} 700", "256"]
+        assert not (HOST_SHM / tok).exists()
+        with open("/proc/self/mountinfo", encoding="utf-8") as f:
+            assert [ln for ln in f if f" {NODE_STATE}/" in ln] == []
+    finally:
+        (HOST_SHM / tok).unlink(missing_ok=True)

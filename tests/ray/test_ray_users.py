@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -53,7 +54,8 @@ def test_a_users_container_on_ray_mounts_the_volume_its_agent_pinned(
     alice = local_users["alice"]
     env = {"AISCHED_SERVER": f"unix:{ray_service.socket}"}
     data = alice.home / "ray-pinned"
-    data.mkdir(exist_ok=True)
+    shutil.rmtree(data, ignore_errors=True)  # a run before this one's
+    data.mkdir()
     (data / "mine").write_text("hers\n")
     for p in (data, data / "mine"):
         os.chown(p, alice.uid, alice.gid)

@@ -541,7 +541,7 @@ class LocalExecutor(ExitWatching):
             return {"shm_notice": f"{sup.SHM_SHARED}: {self._shm_off}"}
         # Its share of the tmpfs: the memory it asked for (none asked: tmpfs's default, half
         # of the machine's memory, as the host's /dev/shm), at most shm_max_mib.
-        size = req.mem_limit_mib or _half_memory_mib()
+        size = req.mem_limit_mib or sup.half_memory_mib()
         cap = self._shm_max_mib
         root = self._state / sup.SHM_ROOT
         return {
@@ -821,10 +821,6 @@ def _release_shm(launch: dict[str, Any] | None) -> None:
             sup.release_shm(shm)
         except OSError as exc:
             log.warning("cannot remove the /dev/shm of %s: %s", shm.get("dir"), exc)
-
-
-def _half_memory_mib() -> int:
-    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2 // (1 << 20)
 
 
 def _show(key: TaskKey) -> str:

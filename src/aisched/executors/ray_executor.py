@@ -222,6 +222,7 @@ class RayExecutor:
         memory_limit: str = "auto",
         task_pids_limit: int = DEFAULT_PIDS_LIMIT,
         user_pids_limit: int = 4 * DEFAULT_PIDS_LIMIT,
+        shm_max_mib: int = 0,
     ) -> None:
         if not ray.is_initialized():
             raise RayConnectError("not connected to a Ray cluster (call connect first)")
@@ -235,6 +236,7 @@ class RayExecutor:
         self._log_cap = (log_max_bytes, log_max_files)  # each task's log, on its node
         self._memory_limit = memory_limit  # the mechanism each node's agent uses
         self._pids_limits = (task_pids_limit, user_pids_limit)
+        self._shm_max_mib = shm_max_mib  # a user's host task's private /dev/shm, at most
         self._next_gpu_check = 0.0
         self._gpu_refs: dict[Any, tuple[TaskKey, str]] = {}  # pending gpu_memory calls
         self._gpu_usage: dict[TaskKey, TaskGpuMemory] = {}
@@ -382,6 +384,7 @@ class RayExecutor:
             "memory_limit": self._memory_limit,
             "task_pids_limit": self._pids_limits[0],
             "user_pids_limit": self._pids_limits[1],
+            "shm_max_mib": self._shm_max_mib,
         }
         record = exit_record_path(req.log_path)
         start_args = (spec, self._gpu_watchdog, group)

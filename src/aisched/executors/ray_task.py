@@ -53,7 +53,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aisched.executors import container as ctr
-from aisched.executors import ray_limits
+from aisched.executors import ray_limits, ray_shm
 from aisched.executors import supervisor as sup
 from aisched.executors.base import LaunchError, TaskKey
 from aisched.executors.cgroups import MemoryControlError
@@ -126,11 +126,16 @@ def _account_here(user: str | None) -> dict[str, Any] | None:
 
 
 def _as_user_setup(
-    acct: dict[str, Any], workdir: str | None, checkpoint_dir: str | None
+    acct: dict[str, Any],
+    workdir: str | None,
+    checkpoint_dir: str | None,
+    shm: ray_shm.TaskShm | None = None,
 ) -> Callable[[], None]:
-    """What the child does to become the task's user, and then as that user, before exec."""
+    """What the child does to become the task's user (its private /dev/shm entered first, as
+    root), and then as that user, before exec."""
 
     def setup() -> None:
+        ray_shm.entered(shm)
         sup.become(acct)
         _die_with_parent()
         if checkpoint_dir:
@@ -225,6 +230,7 @@ class TaskRunner:
         self.recorded = False  # its exit record exists already (it ended before this runner)
         self.cores = tuple(int(c) for c in spec.get("cores") or ())
         self.cgroups: ray_limits.TaskCgroups | None = None  # a host task's, once made
+        self.shm: ray_shm.TaskShm | None = None  # a user's host task's hold on its /dev/shm
 
     # --- called by the executor (by the agent, each in its own thread) -------------------
 
@@ -286,6 +292,7 @@ class TaskRunner:
             self.started.set()
         if self.proc is None:
             ray_limits.removed(self.cgroups)
+            ray_shm.release(self.shm)
             self._finish(self.start_error)
             return
         if self.make_watchdog is not None and self.spec.get("gpus"):
@@ -305,6 +312,7 @@ class TaskRunner:
             self._signal(self.proc, signal.SIGKILL)  # whatever the task left in its group
             oom = self.cgroups is not None and self.cgroups.oom_killed()
             ray_limits.removed(self.cgroups)  # and in its cgroups (a child that left its group)
+            ray_shm.release(self.shm)  # none of its processes is left to hold it
             if self.copier is not None:
                 self.copier.join(2.0)
         with self.lock:
@@ -373,6 +381,12 @@ class TaskRunner:
                 return
             if self.cgroups.note:
                 self._log(self.cgroups.note)
+            if acct is not None:
+                held = ray_shm.join(spec, acct)
+                if isinstance(held, str):
+                    self._log(held)
+                else:
+                    self.shm = held
         as_user: dict[str, Any] = {
             "cwd": workdir,
             "preexec_fn": _pinned(
@@ -390,7 +404,7 @@ class TaskRunner:
                     self.cores,
                     ray_limits.joined_then(
                         self.cgroups,
-                        _as_user_setup(acct, workdir, env.get("AISCHED_CHECKPOINT_DIR")),
+                        _as_user_setup(acct, workdir, env.get("AISCHED_CHECKPOINT_DIR"), self.shm),
                     ),
                 ),
             }

@@ -1579,6 +1579,11 @@ SHM_HELD = "shm.held"  # in a task's directory from its joining to its release
 SHM_SHARED = "/dev/shm is the host's, shared by every task (no private one)"
 
 
+def half_memory_mib() -> int:
+    """tmpfs's default size, and so the host's /dev/shm's: half of the machine's memory."""
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2 // MIB
+
+
 def _tmpfs_mib(path: str) -> int:
     st = os.statvfs(path)
     return st.f_blocks * st.f_frsize // MIB

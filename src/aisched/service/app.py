@@ -377,6 +377,7 @@ def _ray_executor(config: ServiceConfig, address: str, home: Path) -> tuple[Exec
         memory_limit=config.memory_limit,
         task_pids_limit=config.task_pids_limit,
         user_pids_limit=config.user_pids_limit,
+        shm_max_mib=config.limits.shm_max_mib(),
         # Made on each task's node, where NVML sees the task's processes.
         gpu_watchdog=functools.partial(
             GpuMemoryWatchdog.with_nvml, OverAction(config.gpu_memory_over)
