@@ -333,7 +333,9 @@ def dashboard_router(svc: Service, clock: Callable[[], float] = time.time) -> AP
             return _link(svc, token, request)
         try:
             reader(request)
-        except HTTPException:
+        except HTTPException as e:
+            if e.status_code == 429:  # known, but over the rate limit: not a login question
+                raise
             return _login_page(status=401)
         return _page(_static("dashboard.html"))
 
