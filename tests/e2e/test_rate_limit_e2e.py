@@ -154,6 +154,13 @@ def test_the_limit_is_one_budget_per_user_over_the_socket_and_a_token(
         .json()["error"]
         .startswith("rate limit: address 127.0.0.1 sent more than 8 requests")
     )
+    # ...and so are the dashboard's login form and link, which check a token too.
+    assert httpx.post(f"{tight.url}/login", data={"token": "ais_forged"}).status_code == 429
+    assert httpx.get(f"{tight.url}/", params={"token": "ais_forged"}).status_code == 429
+    # A valid token is charged to its user, not to the address the guesses came from.
+    alice_token = tight.cli("token", "create", "aisalice").stdout.strip()
+    as_alice = {"Authorization": f"Bearer {alice_token}"}
+    assert httpx.get(f"{tight.url}/v1/jobs", headers=as_alice).status_code == 200
 
 
 def test_submissions_have_a_smaller_budget_of_their_own(

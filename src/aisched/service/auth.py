@@ -63,7 +63,7 @@ def _identify(request: Request, secret: str | None) -> Caller:
     if peer is not None:
         return _charged(request, from_peer(peer, svc.admins))
     if secret is None:
-        _charge(request, _address(request))
+        charge_unidentified(request)
         raise Unauthorized(
             "authentication required: send a token (Authorization: Bearer ...; "
             "`aisched token create` makes one), or use the local Unix socket"
@@ -71,7 +71,7 @@ def _identify(request: Request, secret: str | None) -> Caller:
     try:
         info = tokens.verify(svc.store, secret, time.time())
     except tokens.TokenRefused:
-        _charge(request, _address(request))
+        charge_unidentified(request)
         raise Unauthorized("the token is not valid (unknown, revoked or expired)") from None
     who = _charged(request, from_token(info.user, info.admin, svc.admins))
     if info.read_only and request.method not in READS:
@@ -93,8 +93,10 @@ def _charged(request: Request, who: Caller) -> Caller:
     return who
 
 
-def _address(request: Request) -> str:
-    return f"address {request.client.host if request.client else 'unknown'}"
+def charge_unidentified(request: Request) -> None:
+    """Charge a request without a valid identity to its peer address (429 past its budget),
+    so that guessing tokens is slowed as much as any flood."""
+    _charge(request, f"address {request.client.host if request.client else 'unknown'}")
 
 
 def _charge(request: Request, key: str) -> None:
