@@ -12,6 +12,10 @@ Several instances (docs/ha.md): `--server` and `$AISCHED_SERVER` take a comma-se
 A request goes to the first that answers (the next is tried when one cannot be reached), and
 a change that a standby refuses (421, naming the leader) is sent again, once, to the leader it
 names: only a leader acts on changes, and every instance reads.
+
+A read past the caller's rate limit (429) waits the Retry-After it is given and is sent again,
+a few times; a change is not (a submission, which carries an Idempotency-Key, is: see
+`send_retrying`), and the limit's one line says when to try again.
 """
 
 from __future__ import annotations
@@ -32,6 +36,10 @@ from aisched.service.defaults import DEFAULT_PORT, SYSTEM_SOCKET, default_home
 
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 UNIX = "unix:"
+# A read refused by the service's rate limit (429) is sent again after its Retry-After, this
+# many times, if it asks for no longer a wait than this; else the limit's own line is the error.
+RATE_LIMIT_RETRIES = 3
+RATE_LIMIT_MAX_WAIT_S = 30.0
 
 
 def server_url(explicit: str | None) -> str:
@@ -167,6 +175,12 @@ class Client:
     def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
             r = self._request(method, path, **kwargs)
+            for _ in range(RATE_LIMIT_RETRIES if method in ("GET", "HEAD") else 0):
+                wait = _retry_after(r)
+                if wait is None:
+                    break
+                time.sleep(wait)  # a read is safe to repeat; the limit was hit before any work
+                r = self._request(method, path, **kwargs)
         except httpx.TransportError as e:
             raise CLIError(
                 f"cannot reach the aisched service at {self.url} ({e.__class__.__name__}); "
@@ -189,7 +203,8 @@ class Client:
     ) -> Any:
         """A request that is safe to repeat (it carries an Idempotency-Key): a time-out or a
         503 (the service cannot store it now) is tried again, up to `tries` times, waiting
-        1, 2, 4... s in between; any other answer is final, as in `request`."""
+        1, 2, 4... s in between, and a rate limit's 429 after its Retry-After; any other
+        answer is final, as in `request`."""
         for attempt in range(tries):
             last = attempt == tries - 1
             try:
@@ -204,6 +219,10 @@ class Client:
             except httpx.TransportError:
                 return self.request(method, path, **kwargs)  # not reached: say so, as usual
             else:
+                wait = _retry_after(r)
+                if wait is not None and not last:
+                    time.sleep(wait)  # refused before any work, and the key makes it safe
+                    continue
                 if r.status_code != 503 or last:
                     if r.status_code >= 400:
                         raise CLIError(
@@ -215,15 +234,35 @@ class Client:
 
     def stream(self, path: str, params: dict[str, Any]) -> Iterator[str]:
         try:
-            with self.http.stream("GET", path, params=params, timeout=None) as r:
-                if r.status_code >= 400:
-                    r.read()
-                    raise CLIError(_problem_text(r))
-                yield from r.iter_text()
+            for attempt in range(RATE_LIMIT_RETRIES + 1):
+                with self.http.stream("GET", path, params=params, timeout=None) as r:
+                    if r.status_code >= 400:
+                        r.read()
+                        wait = _retry_after(r) if attempt < RATE_LIMIT_RETRIES else None
+                        if wait is not None:
+                            time.sleep(wait)
+                            continue
+                        raise CLIError(_problem_text(r))
+                    yield from r.iter_text()
+                    return
         except httpx.TransportError as e:
             raise CLIError(
                 f"lost the aisched service at {self.url} ({e.__class__.__name__})", EXIT_FAILURE
             ) from None
+
+
+def _retry_after(r: httpx.Response) -> float | None:
+    """The seconds a rate limit's 429 asks us to wait, or None for any other answer and for a
+    wait longer than we would sit through (its line then says when to try again). Only the
+    rate limit's 429 carries Retry-After; a user's job limit's does not, and waiting would not
+    help it."""
+    if r.status_code != 429:
+        return None
+    try:
+        wait = max(float(r.headers["retry-after"]), 0.0)
+    except (KeyError, ValueError):
+        return None
+    return wait if wait <= RATE_LIMIT_MAX_WAIT_S else None
 
 
 def _leader_named(r: httpx.Response) -> str | None:

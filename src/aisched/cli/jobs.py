@@ -580,7 +580,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
             results.append(client.request("POST", f"/v1/jobs/{job_id}/cancel"))
         except CLIError as e:
             failed = e
-            Console(stderr=True, highlight=False).print(f"error: {e}")
+            # Not wrapped at 80 columns: one error is one line, whatever reads it.
+            Console(stderr=True, highlight=False, soft_wrap=True).print(f"error: {e}")
     if args.json:
         print(json.dumps(results, indent=2))
     else:

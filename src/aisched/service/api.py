@@ -9,8 +9,9 @@ Handlers never change live state themselves: submissions and cancellations go to
 else is read from the store or from the loop's published figures. Every error is a `Problem`
 document with a status code: 422 for input that is wrong (with one line per problem, each
 naming its field), 404 for an unknown job, 409 for a command that no longer applies, 413 for an
-oversized body, 507/503 for a submission the service cannot take now (disk pressure, a failing
-store: `/v1/readyz` says why; `service.health`). The service never answers a bad request with
+oversized body, 429 for a caller past their rate limit (with Retry-After), 507/503 for a
+submission the service cannot take now (disk pressure, a failing store: `/v1/readyz` says
+why; `service.health`). The service never answers a bad request with
 a 500 or dies of one.
 
 Every route but `/v1/healthz` and `/v1/readyz` needs an identity (`service/auth.py`): 401
@@ -34,6 +35,7 @@ from aisched.service import leader_gate
 from aisched.service.app import Service
 from aisched.service.dashboard import dashboard_router
 from aisched.service.limits import BodyLimit
+from aisched.service.ratelimit import RequestLimits
 from aisched.service.routes.bulk import bulk_router
 from aisched.service.routes.cluster import cluster_router
 from aisched.service.routes.common import MAX_BODY, problem
@@ -57,6 +59,8 @@ def create_app(svc: Service) -> FastAPI:
         openapi_url=None,  # served by the system router, behind the same identity as the rest
     )
     app.state.service = svc
+    # Per-caller request budgets, charged where the caller is identified (`service/auth.py`).
+    app.state.rate_limits = RequestLimits(svc.config.limits.rate_budgets())
     leader_gate.install(app, svc)  # standbys answer reads and refuse writes
     # Outermost: an oversized body is refused before any of it is buffered.
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY)

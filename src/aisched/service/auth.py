@@ -7,9 +7,10 @@ dashboard's HttpOnly cookie made from a token counts only for the dashboard's ow
 SameSite does not tell one port of a host from another, so a page another local user serves on
 127.0.0.1 could otherwise submit and cancel jobs as whoever opened the dashboard. A header it
 cannot send across origins without the service's consent, which it never gives.
-`/v1/healthz` alone needs none of these. A missing or
-bad token is a 401; a caller without the right is a 403. Neither answer says whether the job
-asked about exists: identity is settled before any job is looked up.
+`/v1/healthz` and `/v1/readyz` need none of these. Each identified caller's requests are
+charged here to their rate budget (`service/ratelimit.py`): past it, 429 with Retry-After. A
+missing or bad token is a 401; a caller without the right is a 403. Neither answer says
+whether the job asked about exists: identity is settled before any job is looked up.
 
 Rules: a user acts on their own jobs; admins on all. Every job is listed for every caller
 (without its command, environment and logs, like `squeue`). A service that does not run as
@@ -30,6 +31,7 @@ from aisched.service import tokens
 from aisched.service.app import Service
 from aisched.service.identity import Caller, from_peer, from_token, group_name, service_user
 from aisched.service.protocol import PEER_SCOPE_KEY
+from aisched.service.ratelimit import RequestLimits
 
 COOKIE = "aisched_token"
 READS = frozenset({"GET", "HEAD"})  # all a read-only token may send
@@ -59,8 +61,9 @@ def _identify(request: Request, secret: str | None) -> Caller:
     svc: Service = request.app.state.service
     peer = request.scope.get(PEER_SCOPE_KEY)
     if peer is not None:
-        return from_peer(peer, svc.admins)
+        return _charged(request, from_peer(peer, svc.admins))
     if secret is None:
+        charge_unidentified(request)
         raise Unauthorized(
             "authentication required: send a token (Authorization: Bearer ...; "
             "`aisched token create` makes one), or use the local Unix socket"
@@ -68,13 +71,44 @@ def _identify(request: Request, secret: str | None) -> Caller:
     try:
         info = tokens.verify(svc.store, secret, time.time())
     except tokens.TokenRefused:
+        charge_unidentified(request)
         raise Unauthorized("the token is not valid (unknown, revoked or expired)") from None
+    who = _charged(request, from_token(info.user, info.admin, svc.admins))
     if info.read_only and request.method not in READS:
         # Here, where every route learns who calls: no route can forget to check it.
         raise HTTPException(
             403, f"token {info.id} is read-only: it may read (GET), not {request.method}"
         )
-    return from_token(info.user, info.admin, svc.admins)
+    return who
+
+
+def _charged(request: Request, who: Caller) -> Caller:
+    """`who`, once the request is charged to their rate budget. Here, like the read-only
+    check, so that no route can miss it; before any route's work. Admins are not limited:
+    they can already cancel every job and reconfigure the service, so a limit would protect
+    no one from them, and their tools (monitoring, an operator's clean-up under load) must
+    not be throttled when the service is busiest."""
+    if not who.admin:
+        _charge(request, who.user)  # the user, whether by socket or by token: one budget
+    return who
+
+
+def charge_unidentified(request: Request) -> None:
+    """Charge a request without a valid identity to its peer address (429 past its budget),
+    so that guessing tokens is slowed as much as any flood."""
+    _charge(request, f"address {request.client.host if request.client else 'unknown'}")
+
+
+def _charge(request: Request, key: str) -> None:
+    limits: RequestLimits | None = getattr(request.app.state, "rate_limits", None)
+    refusal = limits.check(key, request.method, request.url.path) if limits else None
+    if refusal is None:
+        return
+    svc: Service = request.app.state.service
+    svc.metrics.rate_limited.labels(refusal.budget.name).inc()
+    raise HTTPException(
+        429, refusal.message(key), headers={"Retry-After": str(refusal.retry_after_s)}
+    )
 
 
 def bearer(request: Request) -> str | None:

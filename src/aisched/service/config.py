@@ -25,6 +25,7 @@ from aisched.core.policy import Policy, PolicyError, build_policy
 from aisched.model.queue import DEFAULT_QUEUE, Queue, QueueTree
 from aisched.model.resources import Resources
 from aisched.service.defaults import DEFAULT_PORT, default_home, default_socket
+from aisched.service.ratelimit import Budget
 from aisched.spec.errors import SpecError, parse_yaml, read_text_file
 from aisched.spec.job import DEFAULT_PRIORITY_CLASSES, JobDefaults
 from aisched.spec.job_common import Priority
@@ -160,6 +161,14 @@ class LimitsModel(_Model):
     # A job's private /dev/shm on a node (host tasks run as a user by a root service) holds
     # at most the memory its tasks there asked for, and at most this (None: no other cap).
     shm_max_size: str | None = None
+    # Requests per caller (a user on the socket or by token; an address without a valid
+    # token): a token bucket of `request_burst` refilled at `request_rate` a second; past it,
+    # 429 with Retry-After. Submissions and bulk cancels also take from the smaller `submit_`
+    # budget. Admins are not limited; healthz and readyz never. A rate of 0: no limit.
+    request_rate: Annotated[float, Field(ge=0)] = 20.0
+    request_burst: Annotated[int, Field(ge=1)] = 200
+    submit_rate: Annotated[float, Field(ge=0)] = 5.0
+    submit_burst: Annotated[int, Field(ge=1)] = 100
 
     @field_validator("log_max_size", "disk_min_free", "shm_max_size")
     @classmethod
@@ -204,6 +213,12 @@ class LimitsModel(_Model):
 
     def store_statement_timeout_s(self) -> float:
         return _duration(self.store_statement_timeout, "limits.store_statement_timeout")
+
+    def rate_budgets(self) -> list[Budget]:
+        return [
+            Budget("request", self.request_rate, self.request_burst),
+            Budget("submit", self.submit_rate, self.submit_burst),
+        ]
 
 
 class ServiceConfig(_Model):

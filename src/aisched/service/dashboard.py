@@ -37,7 +37,7 @@ from aisched import __version__
 from aisched.model.states import JobState
 from aisched.service import tokens
 from aisched.service.app import Service
-from aisched.service.auth import COOKIE, ReaderDep, reader
+from aisched.service.auth import COOKIE, ReaderDep, charge_unidentified, reader
 from aisched.service.loop import Scheduler
 
 log = logging.getLogger("aisched.dashboard")
@@ -333,7 +333,9 @@ def dashboard_router(svc: Service, clock: Callable[[], float] = time.time) -> AP
             return _link(svc, token, request)
         try:
             reader(request)
-        except HTTPException:
+        except HTTPException as e:
+            if e.status_code == 429:  # known, but over the rate limit: not a login question
+                raise
             return _login_page(status=401)
         return _page(_static("dashboard.html"))
 
@@ -387,6 +389,7 @@ def _link(svc: Service, secret: str, request: Request) -> Response:
     try:
         info = tokens.verify(svc.store, secret, time.time())
     except tokens.TokenRefused:
+        charge_unidentified(request)
         note = "The token in this link was refused (unknown, revoked or expired)."
         return _login_page(note, status=401)
     held = request.cookies.get(COOKIE)
@@ -428,6 +431,7 @@ def _login(svc: Service, secret: str, request: Request) -> Response:
     try:
         tokens.verify(svc.store, secret.strip(), time.time())
     except tokens.TokenRefused:
+        charge_unidentified(request)
         return _login_page(status=401)
     out = RedirectResponse("/", status_code=303)
     secure = request.url.scheme == "https"

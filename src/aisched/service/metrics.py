@@ -180,6 +180,12 @@ class Metrics:
             "Running elastic jobs the scheduler decided to shrink (instead of evicting anyone).",
             registry=self.registry,
         )
+        self.rate_limited = Counter(
+            "aisched_requests_rate_limited",
+            "Requests refused with 429 because their caller's rate budget was spent.",
+            labelnames=["limit"],
+            registry=self.registry,
+        )
         self.queueing_delay = Histogram(
             "aisched_job_queueing_delay_seconds",
             "From submission to a job's first start.",
