@@ -259,6 +259,33 @@ CASES += [
         ),
         queues=QueueTree((Queue("default"), Queue("capped", limit=Resources(gpu=3)))),
     ),
+    Case(
+        # Queue team lets each user hold 2 of the 4 GPUs. el arrives with one held by
+        # alice's first job: it starts at 1 s with the one task her limit leaves; bob's job
+        # starts beside it, her third waits for her limit with a GPU idle, and starts when her
+        # first ends. el grows to 2 tasks, her limit, only once that one has ended too.
+        "elastic-under-a-per-user-limit",
+        (gpus("n1", 4),),
+        (
+            (replace(gang("first", 1, 1), queue="team", user="alice"), 0.0, 300.0, ()),
+            (replace(elastic("el", 4, 1), queue="team", user="alice"), 1.0, 800.0, ()),
+            (replace(gang("bob", 1, 1), queue="team", user="bob"), 2.0, 100.0, ()),
+            (replace(gang("third", 1, 1), queue="team", user="alice"), 3.0, 50.0, ()),
+        ),
+        want=(
+            (0.0, "1", "bind", ("n1",)),
+            (1.0, "2", "bind", ("n1",)),
+            (2.0, "3", "bind", ("n1",)),
+            (102.0, "3", "finish", ()),
+            (300.0, "1", "finish", ()),
+            (300.0, "4", "bind", ("n1",)),
+            (350.0, "2", "bind", ("n1", "n1")),
+            (350.0, "2", "grow", ()),
+            (350.0, "4", "finish", ()),
+            (1805.0, "2", "finish", ()),
+        ),
+        queues=QueueTree((Queue("default"), Queue("team", user_limit=Resources(gpu=2)))),
+    ),
 ]
 
 

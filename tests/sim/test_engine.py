@@ -461,3 +461,39 @@ def test_an_elastic_job_starts_at_what_its_queue_has_room_for_and_grows_as_it_fr
         (1000.0, "bind", "a", ("n1",) * 4),
     )
     assert (rec(r, "a").grows, r.stats["grows"]) == (1, 1.0)
+
+
+def test_a_user_at_a_queues_per_user_limit_waits_while_others_run_and_grows_within_it() -> None:
+    # Queue team lets each user hold 4 GPUs. Alice's elastic job starts with the 2 tasks her
+    # 2-GPU job leaves her, her third job waits while bob's starts on idle GPUs; when c ends,
+    # w starts and a grows to the 3 tasks her limit leaves, then to 4 when w ends: never to
+    # the node's 8.
+    queues = QueueTree((Queue("default"), Queue("team", user_limit=Resources(gpu=4))))
+    c = job("c").task(gpu=2).queue("team").user("alice").submitted(0.0)
+    a = job("a").task(6, gpu=1).min_available(1).elastic().queue("team").user("alice")
+    w = job("w").task(gpu=1).queue("team").user("alice").submitted(2.0)
+    b = job("b").task(gpu=1).queue("team").user("bob").submitted(3.0)
+    trace = Trace(
+        "t",
+        (
+            TraceJob(c.build(), 1000.0),
+            TraceJob(a.submitted(1.0).build(), 10_000.0),
+            TraceJob(w.build(), 10.0),
+            TraceJob(b.build(), 10.0),
+        ),
+    )
+    r = simulate(trace, one_node(), load_policy("fifo"), VALIDATE, queues=queues)
+    assert r.log == (
+        (0.0, "bind", "c", ("n1",)),
+        (1.0, "bind", "a", ("n1", "n1")),
+        (3.0, "bind", "b", ("n1",)),
+        (13.0, "finish", "b", ()),
+        (1000.0, "finish", "c", ()),
+        (1000.0, "bind", "w", ("n1",)),
+        (1000.0, "grow", "a", ("from 2 of 6 tasks",)),
+        (1000.0, "bind", "a", ("n1", "n1", "n1")),
+        (1010.0, "finish", "w", ()),
+        (1060.0, "grow", "a", ("from 3 of 6 tasks",)),
+        (1060.0, "bind", "a", ("n1", "n1", "n1", "n1")),
+        (16_120.0, "finish", "a", ()),
+    )

@@ -16,7 +16,9 @@ def register(sub: Any) -> None:
     p = sub.add_parser("nodes", help="nodes: capacity, free resources, each GPU and its users")
     add_server_option(p)
     p.set_defaults(func=cmd_nodes)
-    p = sub.add_parser("queues", help="queues: guarantee, limit, usage, waiting and running jobs")
+    p = sub.add_parser(
+        "queues", help="queues: guarantee, limit, per-user limit, usage, waiting and running jobs"
+    )
     add_server_option(p)
     p.set_defaults(func=cmd_queues)
 
@@ -74,7 +76,8 @@ def cmd_queues(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
         return 0
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("QUEUE", "PARENT", "WEIGHT", "GUARANTEE", "LIMIT", "USED", "PENDING", "RUNNING"):
+    columns = ("QUEUE", "PARENT", "WEIGHT", "GUARANTEE", "LIMIT", "PER USER", "USED")
+    for col in (*columns, "PENDING", "RUNNING"):
         table.add_column(col)
     for q in out["queues"]:
         table.add_row(
@@ -83,6 +86,7 @@ def cmd_queues(args: argparse.Namespace) -> int:
             f"{q['weight']:g}",
             _amount(q["guarantee"]),
             "-" if q["limit"] is None else _amount(q["limit"]),
+            "-" if q.get("user_limit") is None else _amount(q["user_limit"]),
             _amount(q["used"]),
             str(q["pending"]),
             str(q["running"]),

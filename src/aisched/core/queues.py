@@ -8,8 +8,10 @@ tasks than it asks for (`min_available`, elastic jobs among them) is let in with
 its first tasks as every queue on its path has room for, at least its minimum (`queue_takes`
 cuts it to them: its last groups' last tasks are left out, as a shrink leaves them); it waits
 for its queue only when not even its minimum fits there. Volcano's and Kueue's partial
-admission do the same. Growing such a job restarts it, so a grow is worth it only when its
-queue would take it back with more tasks than it holds (`tasks_to_regrow`).
+admission do the same. A queue's `user_limit` is one more such cap, on what one user's jobs
+hold there (and under it): it holds a job, cuts it and bounds its regrowth like `limit`, on
+the usage of the job's user alone. Growing such a job restarts it, so a grow is worth it only
+when its queue would take it back with more tasks than it holds (`tasks_to_regrow`).
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ def exceeds_limit_alone(session: Session, job: Job) -> str | None:
         q = session.queues.get(qname)
         if q.limit is not None and (dim := _over(req, q.limit)) is not None:
             return f"needs more {DIM_NAMES[dim]} than queue {qname}'s limit"
+        if q.user_limit is not None and (dim := _over(req, q.user_limit)) is not None:
+            return f"needs more {DIM_NAMES[dim]} than queue {qname}'s per-user limit"
         if not q.borrowing and (dim := _over(req, q.guarantee)) is not None:
             return f"needs more {DIM_NAMES[dim]} than queue {qname}'s guarantee (no borrowing)"
     return None
@@ -60,16 +64,19 @@ def queue_takes(session: Session, job: Job) -> Job | str:
     (limit reached, may not borrow). Place the job returned, and bind the job asked about."""
     if job.queue in session.queues.ungoverned:
         return job
-    reason = _blocks(session, job.queue, usage_vector(job.total_request))
+    reason = _blocks(session, job.queue, job.user, usage_vector(job.total_request))
     if reason is None:
         return job
     if job.gang_min == job.num_tasks:
         return reason
-    rooms = _rooms_left(session.queues, session.queue_path(job.queue), session.usage_of)
+    path = session.queue_path(job.queue)
+    rooms = _rooms_left(session.queues, path, session.usage_of, session.user_usage_of, job.user)
     tasks = _tasks_fitting(job, rooms)
     if tasks >= job.gang_min:
         return cut_to(job, tasks)
-    least = _blocks(session, job.queue, usage_vector(first_tasks_request(job, job.gang_min)))
+    least = _blocks(
+        session, job.queue, job.user, usage_vector(first_tasks_request(job, job.gang_min))
+    )
     return least or reason
 
 
@@ -86,9 +93,9 @@ def queue_blocks(session: Session, job: Job) -> str | None:
     return taken if isinstance(taken, str) else None
 
 
-def _blocks(session: Session, queue: str, req: Usage) -> str | None:
-    """Why `req` more in `queue` would go over a limit (or a guarantee that may not be
-    borrowed above) on its path."""
+def _blocks(session: Session, queue: str, user: str, req: Usage) -> str | None:
+    """Why `req` more of `user`'s in `queue` would go over a limit, a user limit (or a
+    guarantee that may not be borrowed above) on its path."""
     for qname in session.queue_path(queue):
         q = session.queues.get(qname)
         after = add_usage(session.usage_of(qname), req)
@@ -96,6 +103,10 @@ def _blocks(session: Session, queue: str, req: Usage) -> str | None:
             return f"queue {qname} would exceed its {DIM_NAMES[dim]} limit"
         if not q.borrowing and (dim := _over(after, q.guarantee)) is not None:
             return f"queue {qname} would exceed its {DIM_NAMES[dim]} guarantee and may not borrow"
+        if q.user_limit is not None:
+            mine = add_usage(session.user_usage_of(qname, user), req)
+            if (dim := _over(mine, q.user_limit)) is not None:
+                return f"user {user} would exceed queue {qname}'s per-user {DIM_NAMES[dim]} limit"
     return None
 
 
@@ -133,13 +144,22 @@ def _caps(q: Queue) -> list[Resources]:
 
 
 def _rooms_left(
-    queues: QueueTree, path: tuple[str, ...], used: Callable[[str], Usage]
+    queues: QueueTree,
+    path: tuple[str, ...],
+    used: Callable[[str], Usage],
+    user_used: Callable[[str, str], Usage],
+    user: str,
 ) -> list[list[float]]:
-    """Per cap on `path`, what is left under it per dimension (inf where it governs none)."""
+    """Per cap on `path`, what is left under it per dimension (inf where it governs none): a
+    queue's caps on what `used` says it holds, its user limit on what `user_used` says
+    `user` holds there."""
     rooms = []
     for qname in path:
-        u = used(qname)
-        for cap in _caps(queues.get(qname)):
+        q = queues.get(qname)
+        held = [(cap, used(qname)) for cap in _caps(q)]
+        if q.user_limit is not None:
+            held.append((q.user_limit, user_used(qname, user)))
+        for cap, u in held:
             c = usage_vector(cap)
             rooms.append([c[i] - u[i] if c[i] > 0 else math.inf for i in range(3)])
     return rooms
@@ -177,14 +197,15 @@ def tasks_to_regrow(
         return job.num_tasks
     path = queues.path(job.queue)
 
-    def used(qname: str) -> Usage:
+    def used(qname: str, user: str | None = None) -> Usage:
+        """What `qname` (`user`'s part of it, if named) will hold once the job gave back."""
         total = add_usage(ZERO, held, -1.0)
-        for (leaf, _user), u in usage.items():
-            if queues.has(leaf) and qname in queues.path(leaf):
+        for (leaf, owner), u in usage.items():
+            if (user is None or owner == user) and queues.has(leaf) and qname in queues.path(leaf):
                 total = add_usage(total, u)
         return total
 
-    tasks = _tasks_fitting(job, _rooms_left(queues, path, used))
+    tasks = _tasks_fitting(job, _rooms_left(queues, path, used, used, job.user))
     return tasks if tasks >= job.gang_min else 0
 
 

@@ -135,6 +135,22 @@ def _queue_usage(
     return qu
 
 
+def limited_user_usage(
+    queues: QueueTree, by_user: Mapping[tuple[str, str], Usage]
+) -> dict[tuple[str, str], Usage]:
+    """The usage per (queue with a user limit, user), summed from the usage per (leaf queue,
+    user) along each leaf's path: a user limit counts the queues under it too."""
+    limited = queues.user_limited
+    out: dict[tuple[str, str], Usage] = {}
+    for (leaf, user), vec in by_user.items():
+        if vec == ZERO or not queues.has(leaf):
+            continue
+        for q in queues.path(leaf):
+            if q in limited:
+                out[q, user] = add_usage(out.get((q, user), ZERO), vec)
+    return out
+
+
 def _running_base(snapshot: Snapshot) -> _RunningBase:
     memo = snapshot.arrays.memo
     hit = memo.get("running-base")
@@ -229,6 +245,8 @@ class Session:
         self.statuses = Statuses(pending)
         self.queue_usage: dict[str, Usage] = {}
         self.user_usage: dict[tuple[str, str], Usage] = {}
+        # Per (queue with a user limit, user): that user's usage there and under it.
+        self.limited_user_usage: dict[tuple[str, str], Usage] = {}
         self.reservations: list[Reservation] = []
         # Free states beside reservations, keyed by the reservations' job ids (reservation.py).
         self.guards: dict[tuple[str, ...], Guard] = {}
@@ -276,6 +294,8 @@ class Session:
         if policy.fair_users:
             self.user_usage = dict(base.by_user)
         self.queue_usage = base.queue_usage.copy()
+        if self.queues.user_limited:
+            self.limited_user_usage = limited_user_usage(self.queues, base.by_user)
 
     @property
     def task_mix(self) -> TaskMix:
@@ -321,6 +341,12 @@ class Session:
             qu[q] = add_usage(qu.get(q, ZERO), vec, sign)
         key = (queue, user)
         self.user_usage[key] = add_usage(self.user_usage.get(key, ZERO), vec, sign)
+        limited = self.queues.user_limited
+        if limited:
+            lu = self.limited_user_usage
+            for q in self.queue_path(queue):
+                if q in limited:
+                    lu[q, user] = add_usage(lu.get((q, user), ZERO), vec, sign)
 
     @property
     def blocked(self) -> list[PendingJob]:
@@ -345,6 +371,11 @@ class Session:
 
     def usage_of(self, queue: str) -> Usage:
         return self.queue_usage.get(queue, ZERO)
+
+    def user_usage_of(self, queue: str, user: str) -> Usage:
+        """What `user`'s running jobs hold in `queue` and under it (kept only for a queue
+        with a user limit)."""
+        return self.limited_user_usage.get((queue, user), ZERO)
 
     def set_status_cached(self, job_id: str, code: StatusCode, reason: str) -> None:
         """Like set_status, sharing one status object per (code, reason): many waiting jobs

@@ -3,6 +3,8 @@
 A queue's usage includes its descendants'. `guarantee` is capacity the queue gets back (by
 reclaim) when it needs it; above its guarantee a queue may borrow idle capacity if `borrowing`
 is on, and what it borrowed can be reclaimed. `limit` is a hard ceiling (None: no ceiling).
+`user_limit` is a ceiling per user: what the running jobs of one user in the queue (and the
+queues under it) may hold together, as Slurm's QOS MaxTRESPerUser (None: no ceiling).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class Queue:
     guarantee: Resources = field(default_factory=Resources)
     limit: Resources | None = None
     borrowing: bool = True
+    user_limit: Resources | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +36,8 @@ class QueueTree:
     _by_name: dict[str, Queue] = field(init=False, repr=False, compare=False)
     _paths: dict[str, tuple[str, ...]] = field(init=False, repr=False, compare=False)
     ungoverned: frozenset[str] = field(init=False, repr=False, compare=False)
+    # Queues with a `user_limit`: the usage per user is kept for these along each path.
+    user_limited: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         names = {q.name for q in self.queues}
@@ -61,10 +66,11 @@ class QueueTree:
             frozenset(
                 q.name
                 for q in self.queues
-                if all(
-                    self.get(n).limit is None and self.get(n).borrowing for n in self.path(q.name)
-                )
+                if all(_unlimited(self.get(n)) for n in self.path(q.name))
             ),
+        )
+        object.__setattr__(
+            self, "user_limited", frozenset(q.name for q in self.queues if q.user_limit is not None)
         )
 
     def get(self, name: str) -> Queue:
@@ -80,7 +86,8 @@ class QueueTree:
 
     def path(self, name: str) -> tuple[str, ...]:
         """Queue names from the top level down to `name` (the root left out). An
-        `ungoverned` queue has no limit and allows borrowing all the way up its path."""
+        `ungoverned` queue has no limit (nor user limit) and allows borrowing all the way up
+        its path."""
         hit = self._paths.get(name)
         if hit is not None:
             return hit
@@ -96,3 +103,8 @@ class QueueTree:
     def children(self, name: str | None) -> tuple[Queue, ...]:
         parent = name or ROOT_QUEUE
         return tuple(q for q in self.queues if (q.parent or ROOT_QUEUE) == parent)
+
+
+def _unlimited(q: Queue) -> bool:
+    """True when nothing caps what `q` holds: no limit, no user limit, and it may borrow."""
+    return q.limit is None and q.user_limit is None and q.borrowing

@@ -89,6 +89,9 @@ class QueueModel(_Model):
     guarantee: AmountModel = AmountModel()
     limit: AmountModel | None = None
     borrowing: bool = True
+    # What one user's running jobs here (and under here) may hold together, like Slurm's QOS
+    # MaxTRESPerUser; None: no cap per user.
+    user_limit: AmountModel | None = None
     # Who may submit to this queue (and the queues under it), like Slurm's AllowGroups: a user
     # named here or in one of the groups. Both empty: everyone. Admins always may.
     users: list[Name] = Field(default_factory=list)
@@ -347,6 +350,7 @@ class ServiceConfig(_Model):
                         guarantee=q.guarantee.to_resources(),
                         limit=None if q.limit is None else q.limit.to_resources(),
                         borrowing=q.borrowing,
+                        user_limit=None if q.user_limit is None else q.user_limit.to_resources(),
                     )
                     for q in self.queues
                 )

@@ -205,6 +205,7 @@ class QueueOut(BaseModel):
     guarantee: dict[str, float]
     limit: dict[str, float] | None
     borrowing: bool
+    user_limit: dict[str, float] | None = None
     used: dict[str, float]
     pending: int
     running: int
