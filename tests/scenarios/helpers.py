@@ -1,11 +1,18 @@
-"""Shared pieces of the scenario tables: a running-job helper and a compact decision view."""
+"""Shared pieces of the scenario tables: a running-job helper, a compact decision view, and a
+case of the queue tables run through one cycle."""
 
 from __future__ import annotations
 
-from aisched.core.cycle import CycleResult
+from dataclasses import dataclass, field
+
+from aisched.core.cycle import CycleResult, run_cycle
 from aisched.core.decisions import Bind, Preempt, Reserve, Shrink, TaskBinding
-from aisched.core.snapshot import RunningJob
+from aisched.core.policy import preset
+from aisched.core.snapshot import RunningJob, snapshot_of
+from aisched.core.status import StatusCode
 from aisched.model.job import Job
+from aisched.model.queue import QueueTree
+from aisched.testing import JobBuilder, cluster, node
 
 
 def running(
@@ -58,3 +65,26 @@ def summary(result: CycleResult) -> list[tuple[str, ...]]:
         elif isinstance(d, Reserve):
             out.append(("reserve", d.job_id, *d.nodes))
     return out
+
+
+@dataclass
+class QueueCase:
+    """A scenario on one node of `gpus` GPUs with queues: the jobs waiting, those running, and
+    what one cycle of `policy` must decide (`summary`) and say of some (`want_status`)."""
+
+    name: str
+    jobs: list[JobBuilder]
+    want: list[tuple[str, ...]]
+    want_status: dict[str, StatusCode] = field(default_factory=dict)
+    running: list[RunningJob] = field(default_factory=list)
+    policy: str = "fifo"
+    gpus: int = 8
+
+
+def check_queue_case(case: QueueCase, queues: QueueTree) -> None:
+    snap = snapshot_of(cluster(node("n1").gpus(case.gpus)), case.running, queues)
+    pending = [j.pending() for j in case.jobs]
+    result = run_cycle(snap, pending, preset(case.policy), 0.0, validate=True)
+    assert summary(result) == case.want
+    got = {k: result.diagnostics[k].code for k in case.want_status}
+    assert got == case.want_status

@@ -5,10 +5,8 @@ when not even its minimum fits there."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import pytest
-from helpers import running, summary
+from helpers import QueueCase, check_queue_case, running
 
 from aisched.core.cycle import never_runs, run_cycle
 from aisched.core.policy import preset
@@ -42,39 +40,28 @@ def holding(
     return running(built, ("n1", held), expected_end_s=end_s)
 
 
-@dataclass
-class Case:
-    name: str
-    jobs: list[JobBuilder]
-    want: list[tuple[str, ...]]
-    want_status: dict[str, StatusCode] = field(default_factory=dict)
-    running: list[RunningJob] = field(default_factory=list)
-    policy: str = "fifo"
-    gpus: int = 8
-
-
 CASES = [
-    Case(
+    QueueCase(
         "an elastic job whose maximum is above its queue's limit starts at the limit",
         [el("e", 8, 2, "capped")],
         [("bind", "e", "n1:0", "n1:1", "n1:2", "n1:3")],
         {"e": StatusCode.PLACED},
     ),
-    Case(
+    QueueCase(
         "an elastic job takes what its queue has left, above its minimum",
         [el("e", 4, 1, "capped")],
         [("bind", "e", "n1:2", "n1:3")],
         {"e": StatusCode.PLACED},
         [holding("r", 2, "capped")],
     ),
-    Case(
+    QueueCase(
         "an elastic job waits for its queue when not even its minimum fits",
         [el("e", 4, 2, "capped")],
         [],
         {"e": StatusCode.WAIT_QUEUE},
         [holding("r", 3, "capped")],
     ),
-    Case(
+    QueueCase(
         "the queue and the cluster both bound the start: the smaller holds",
         [el("e", 4, 1, "capped", gpu=2)],
         [("bind", "e", "n1:4,5")],
@@ -82,27 +69,27 @@ CASES = [
         [holding("r", 2, "capped"), holding("o", 2, "default", first=2)],
         gpus=6,
     ),
-    Case(
+    QueueCase(
         "a queue that may not borrow takes an elastic job up to its guarantee",
         [el("e", 4, 1, "strict")],
         [("bind", "e", "n1:0", "n1:1", "n1:2")],
         {"e": StatusCode.PLACED},
     ),
-    Case(
+    QueueCase(
         "a parent queue's limit cuts a child queue's elastic job",
         [el("e", 4, 1, "team")],
         [("bind", "e", "n1:4")],
         {"e": StatusCode.PLACED},
         [holding("r", 4, "org")],
     ),
-    Case(
+    QueueCase(
         "a job behind a cut elastic job sees the queue as the cut job left it",
         [el("e", 4, 1, "capped"), job("w").task(gpu=1).queue("capped").submitted(1)],
         [("bind", "e", "n1:1", "n1:2", "n1:3")],
         {"e": StatusCode.PLACED, "w": StatusCode.WAIT_QUEUE},
         [holding("r", 1, "capped")],
     ),
-    Case(
+    QueueCase(
         "with backfill, a blocked head job does not keep a cut elastic job from its holes",
         [job("big").task(gpu=8), el("e", 4, 1, "capped").time_limit(10).submitted(1)],
         [("reserve", "big", "n1"), ("bind", "e", "n1:2", "n1:3")],
@@ -114,13 +101,8 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_elastic_queue_scenarios(case: Case) -> None:
-    snap = snapshot_of(cluster(node("n1").gpus(case.gpus)), case.running, QUEUES)
-    pending = [j.pending() for j in case.jobs]
-    result = run_cycle(snap, pending, preset(case.policy), 0.0, validate=True)
-    assert summary(result) == case.want
-    got = {k: result.diagnostics[k].code for k in case.want_status}
-    assert got == case.want_status
+def test_elastic_queue_scenarios(case: QueueCase) -> None:
+    check_queue_case(case, QUEUES)
 
 
 def test_the_cut_job_keeps_its_first_tasks_and_the_queue_counts_them() -> None:

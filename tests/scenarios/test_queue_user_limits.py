@@ -6,10 +6,8 @@ a job held by its own user's limit evicts nobody."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import pytest
-from helpers import running, summary
+from helpers import QueueCase, check_queue_case, running
 
 from aisched.core.cycle import never_runs, run_cycle
 from aisched.core.policy import preset
@@ -42,60 +40,49 @@ def holding(name: str, user: str, gpus: int, queue: str = "team", first: int = 0
     return running(built, ("n1", tuple(range(first, first + gpus))))
 
 
-@dataclass
-class Case:
-    name: str
-    jobs: list[JobBuilder]
-    want: list[tuple[str, ...]]
-    want_status: dict[str, StatusCode] = field(default_factory=dict)
-    running: list[RunningJob] = field(default_factory=list)
-    policy: str = "fifo"
-    gpus: int = 8
-
-
 CASES = [
-    Case(
+    QueueCase(
         "a user at the limit waits while another user of the queue starts",
         [one("a3", "alice").submitted(0), one("b1", "bob").submitted(1)],
         [("bind", "b1", "n1:2")],
         {"a3": StatusCode.WAIT_QUEUE, "b1": StatusCode.PLACED},
         [holding("a1", "alice", 2)],
     ),
-    Case(
+    QueueCase(
         "the jobs bound in one cycle count against their user's limit",
         [one("a1", "alice"), one("a2", "alice").submitted(1), one("a3", "alice").submitted(2)],
         [("bind", "a1", "n1:0"), ("bind", "a2", "n1:1")],
         {"a3": StatusCode.WAIT_QUEUE},
     ),
-    Case(
+    QueueCase(
         "an elastic job starts cut to what its user has left",
         [job("e").task(4, gpu=1).min_available(1).elastic().queue("team").user("alice")],
         [("bind", "e", "n1:1")],
         {"e": StatusCode.PLACED},
         [holding("a1", "alice", 1)],
     ),
-    Case(
+    QueueCase(
         "an elastic job waits when not even its minimum fits under its user's limit",
         [job("e").task(4, gpu=1).min_available(2).elastic().queue("team").user("alice")],
         [],
         {"e": StatusCode.WAIT_QUEUE},
         [holding("a1", "alice", 1)],
     ),
-    Case(
+    QueueCase(
         "a parent queue's user limit counts the user's jobs in every queue under it",
         [one("x", "alice", "b"), one("y", "bob", "b").submitted(1)],
         [("bind", "y", "n1:2")],
         {"x": StatusCode.WAIT_QUEUE},
         [holding("a1", "alice", 2, "a")],
     ),
-    Case(
+    QueueCase(
         "the limit is per queue: the same user may still run in another queue",
         [one("x", "alice", "default")],
         [("bind", "x", "n1:2")],
         {"x": StatusCode.PLACED},
         [holding("a1", "alice", 2)],
     ),
-    Case(
+    QueueCase(
         "a high-priority job held by its own user's limit preempts nobody",
         [one("hi", "alice").priority(10)],
         [],
@@ -104,7 +91,7 @@ CASES = [
         policy="priority",
         gpus=4,
     ),
-    Case(
+    QueueCase(
         "a job within its queue's guarantee but held by its user's limit reclaims nothing",
         [one("x", "alice", "owned")],
         [],
@@ -113,7 +100,7 @@ CASES = [
         policy="priority",
         gpus=4,
     ),
-    Case(
+    QueueCase(
         "a job within its user's limit still preempts a lower-priority job of its queue",
         [one("hi", "bob").priority(10)],
         [("preempt", "a1", "hi"), ("bind", "hi", "n1:0")],
@@ -130,13 +117,8 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_user_limit_scenarios(case: Case) -> None:
-    snap = snapshot_of(cluster(node("n1").gpus(case.gpus)), case.running, QUEUES)
-    pending = [j.pending() for j in case.jobs]
-    result = run_cycle(snap, pending, preset(case.policy), 0.0, validate=True)
-    assert summary(result) == case.want
-    got = {k: result.diagnostics[k].code for k in case.want_status}
-    assert got == case.want_status
+def test_user_limit_scenarios(case: QueueCase) -> None:
+    check_queue_case(case, QUEUES)
 
 
 def test_the_wait_reason_names_the_queue_the_user_and_the_resource() -> None:
