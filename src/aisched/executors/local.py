@@ -40,7 +40,6 @@ import os
 import select
 import shutil
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -516,18 +515,7 @@ class LocalExecutor(ExitWatching):
             return "the service is not root", None
         for path in sup.sweep_shm(str(self._state)):
             log.info("removed %s: no live task of its job holds it", path)
-        try:
-            probe = subprocess.run(
-                [sys.executable, "-I", "-S", SUPERVISOR_SCRIPT, "--probe-shm"],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-            )
-            why = probe.stdout.strip() or probe.stderr.strip() or f"exit {probe.returncode}"
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            probe, why = None, f"its probe failed: {exc}"
-        if probe is None or probe.returncode != 0:
+        if (why := sup.shm_unavailable()) is not None:
             return why, f"{sup.SHM_SHARED}: {why}"
         return None, (
             "/dev/shm of host tasks: a private tmpfs per job on this node, the size of its "
@@ -539,22 +527,11 @@ class LocalExecutor(ExitWatching):
         /dev/shm (`supervisor.join_shm`), or the line its log gets when there is none."""
         if self._shm_off is not None:
             return {"shm_notice": f"{sup.SHM_SHARED}: {self._shm_off}"}
-        # Its share of the tmpfs: the memory it asked for (none asked: tmpfs's default, half
-        # of the machine's memory, as the host's /dev/shm), at most shm_max_mib.
-        size = req.mem_limit_mib or sup.half_memory_mib()
-        cap = self._shm_max_mib
-        root = self._state / sup.SHM_ROOT
-        return {
-            "shm": {
-                "root": str(root),
-                "dir": str(root / f"{req.job_id}.{req.attempt}"),
-                "attempt_dir": str(self._state / req.job_id / str(req.attempt)),
-                "size_mib": min(size, cap) if cap else size,
-                "max_mib": cap,
-                "uid": acct["uid"],
-                "gid": acct["gid"],
-            }
-        }
+        shm = sup.shm_spec(
+            str(self._state), req.job_id, str(req.attempt), req.mem_limit_mib,
+            self._shm_max_mib, acct["uid"], acct["gid"],
+        )  # fmt: skip
+        return {"shm": shm}
 
     # --- containers ----------------------------------------------------------------------
 

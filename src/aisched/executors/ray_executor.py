@@ -936,7 +936,7 @@ def _spec(
             "bandwidth_bit_s": container.bandwidth_bit_s,
             "shm_mib": container.shm_mib,
             "volumes": [[v.host_path, v.container_path, v.read_only] for v in container.volumes],
-            "instance": hashlib.sha256(namespace.encode()).hexdigest()[:10],
+            "instance": out["instance"],
             "milli_cpu": req.milli_cpu,
             "mem_limit_mib": req.mem_limit_mib,
         }

@@ -80,17 +80,23 @@ class TaskCgroups:
             sup.remove_cgroup(cgroup)
 
 
+def task_names(spec: dict[str, Any]) -> tuple[str, str, str, str]:
+    """(instance, job, attempt, task) of the task of `spec`, which its things on the node are
+    named by. Without an instance or a key (a runner made by hand), its log names it."""
+    log = str(spec["log_path"])
+    instance = str(spec.get("instance") or hashlib.sha256(log.encode()).hexdigest()[:10])
+    job, attempt, task = spec.get("key") or ("task", 0, os.path.basename(log))
+    return instance, str(job), str(attempt), str(task)
+
+
 def make_task_cgroups(spec: dict[str, Any], uid: int, cores: tuple[int, ...]) -> TaskCgroups:
     """The cgroups of the host task of `spec` (its key, instance, mem_limit_mib, and the
     executor's memory_limit, task_pids_limit and user_pids_limit) run as `uid` on `cores`,
     made with their bounds. Raises OSError, or MemoryControlError (a forced mechanism that
     this node does not have)."""
     controls = node_controls(str(spec.get("memory_limit") or "auto"))
-    log = str(spec["log_path"])
-    # Without an instance (a runner made by hand), its log names it: one cgroup per log.
-    instance = str(spec.get("instance") or hashlib.sha256(log.encode()).hexdigest()[:10])
-    job, attempt, task = spec.get("key") or ("task", 0, os.path.basename(log))
-    name = cgroup_name(instance, str(job), int(attempt), str(task))
+    instance, job, attempt, task = task_names(spec)
+    name = cgroup_name(instance, job, int(attempt), task)
     mem_mib = int(spec.get("mem_limit_mib") or 0)
     memory = create_task_cgroup(controls.mem, name, mem_mib)
     try:

@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import os
 import stat
-import subprocess
-import sys
 from dataclasses import dataclass
 from typing import Any
 
+from aisched.executors import ray_limits
 from aisched.executors import supervisor as sup
 
 NODE_STATE = "/run/aisched-ray"
@@ -48,25 +46,15 @@ class TaskShm:
 def join(spec: dict[str, Any], acct: dict[str, Any]) -> TaskShm | str:
     """The private /dev/shm of the task of `spec` run as `acct`, joined (made if it is the
     first of its attempt here), or the line its log gets when it keeps the node's."""
-    log = str(spec["log_path"])
-    instance = str(spec.get("instance") or hashlib.sha256(log.encode()).hexdigest()[:10])
+    instance, job, attempt, task = ray_limits.task_names(spec)
     state = os.path.join(NODE_STATE, instance)
     why = _unavailable(state)
     if why is not None:
         return f"{sup.SHM_SHARED}: {why}"
-    job, attempt, task = (str(k) for k in spec.get("key") or ("task", 0, os.path.basename(log)))
-    size = int(spec.get("mem_limit_mib") or 0) or sup.half_memory_mib()
-    cap = int(spec.get("shm_max_mib") or 0)
-    root = os.path.join(state, sup.SHM_ROOT)
-    shm = {
-        "root": root,
-        "dir": os.path.join(root, f"{job}.{attempt}"),
-        "attempt_dir": os.path.join(state, job, attempt),
-        "size_mib": min(size, cap) if cap else size,
-        "max_mib": cap,
-        "uid": int(acct["uid"]),
-        "gid": int(acct["gid"]),
-    }
+    shm = sup.shm_spec(
+        state, job, attempt, int(spec.get("mem_limit_mib") or 0),
+        int(spec.get("shm_max_mib") or 0), int(acct["uid"]), int(acct["gid"]),
+    )  # fmt: skip
     task_dir = os.path.join(state, job, attempt, task)
     fd = -1
     try:
@@ -119,19 +107,7 @@ def _probe(state: str) -> str | None:
     except OSError as exc:
         return f"cannot make {state}: {exc.strerror or exc}"
     sup.sweep_shm(state)
-    try:
-        probe = subprocess.run(
-            [sys.executable, "-I", "-S", sup.__file__, "--probe-shm"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"its probe failed: {exc}"
-    if probe.returncode != 0:
-        return probe.stdout.strip() or probe.stderr.strip() or f"exit {probe.returncode}"
-    return None
+    return sup.shm_unavailable()
 
 
 def entered(held: TaskShm | None) -> None:

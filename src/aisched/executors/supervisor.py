@@ -1082,26 +1082,27 @@ def _own_dir(path: str, uid: int) -> None:
 def _make_dir(path: str, owner: list[int] | None) -> None:
     """`path` made by `owner` (uid, gid), the leaf 0700, its missing parents its own too; by
     the service, 0755, without one. Raises _ExecFailed with the reason."""
-    import subprocess  # only container tasks pay for it
-
     if owner:
-        made = subprocess.run(
-            ["mkdir", "-p", "-m", "700", "--", path],
-            user=int(owner[0]),
-            group=int(owner[1]),
-            extra_groups=[],
-            umask=0o022,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if made.returncode != 0:
-            raise _ExecFailed(126, f"cannot make {path}: {_last(made.stderr)}")
+        why = _run_as(owner, (), ["mkdir", "-p", "-m", "700", "--", path])
+        if why is not None:
+            raise _ExecFailed(126, f"cannot make {path}: {why}")
         return
     try:
         os.makedirs(path, mode=0o755)
     except OSError as exc:
         raise _ExecFailed(126, f"cannot make {path}: {exc.strerror or exc}") from None
+
+
+def _run_as(owner: Sequence[int], groups: Sequence[int], argv: list[str]) -> str | None:
+    """Runs `argv` as `owner` (uid, gid) with `groups` and the usual umask; why it failed
+    (its last line), or None."""
+    import subprocess  # only container tasks pay for it
+
+    done = subprocess.run(
+        argv, user=int(owner[0]), group=int(owner[1]), extra_groups=list(groups),
+        umask=0o022, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    return None if done.returncode == 0 else _last(done.stderr)
 
 
 def _own_resolved(path: str, uid: int) -> str:
@@ -1122,6 +1123,12 @@ class _Pinned:
 
     def __init__(self, at: int, host: str, path: str, pin: str, read_only: bool) -> None:
         self.at, self.host, self.path, self.pin, self.read_only = at, host, path, pin, read_only
+
+
+def _flag_value(argv: Sequence[str], flag: str) -> str | None:
+    """The value of `flag` in a command line (its first), or None."""
+    at = [i for i, a in enumerate(argv[:-1]) if a == flag]
+    return argv[at[0] + 1] if at else None
 
 
 def _enclosing(m: _Pinned, mounts: Sequence[_Pinned]) -> _Pinned | None:
@@ -1327,10 +1334,10 @@ class Container:
         whatever links the user put on its way. Made by the user instead, and nested like a
         mount (`at` -1: no `--volume` of its own)."""
         assert self.pins is not None
-        create = self.spec["create"]
-        if "--workdir" not in create[:-1]:
+        workdir = _flag_value(self.spec["create"], "--workdir")
+        if workdir is None:
             return None
-        path = os.path.normpath(create[create.index("--workdir") + 1])
+        path = os.path.normpath(workdir)
         m = _Pinned(-1, "", path, "", False)
         if any(o.path == path for o in mounts) or (outer := _enclosing(m, mounts)) is None:
             return None
@@ -1354,8 +1361,8 @@ class Container:
         mounted = {create[i + 1].split(":")[1] for i in range(len(create) - 1)
                    if create[i] == "--volume"}  # fmt: skip
         paths = sorted(mounted)
-        if "--workdir" in create[:-1]:
-            paths.append(create[create.index("--workdir") + 1])
+        if (workdir := _flag_value(create, "--workdir")) is not None:
+            paths.append(workdir)
         links = [(p, link) for p in paths if (link := _image_link(out.strip(), p, mounted))]
         self.engine("umount", self.name)
         if links:
@@ -1373,17 +1380,11 @@ class Container:
         (the engine would make it as root); one the user cannot make fails the launch."""
         if os.path.lexists(path):
             return
-        owner = self.spec["owner"]
         assert self.pins is not None
         make = ["mkdir", "-p", "--", path] if is_dir else ["touch", "--", path]
-        import subprocess  # only nested mounts pay for it
-
-        made = subprocess.run(
-            make, user=int(owner[0]), group=int(owner[1]), extra_groups=sorted(self.pins.groups),
-            umask=0o022, capture_output=True, text=True, check=False,
-        )  # fmt: skip
-        if made.returncode != 0:
-            raise _ExecFailed(126, f"cannot make {path} to mount on: {_last(made.stderr)}")
+        why = _run_as(self.spec["owner"], sorted(self.pins.groups), make)
+        if why is not None:
+            raise _ExecFailed(126, f"cannot make {path} to mount on: {why}")
 
     def unpin(self) -> None:
         if self.pins is not None:
@@ -1582,6 +1583,45 @@ SHM_SHARED = "/dev/shm is the host's, shared by every task (no private one)"
 def half_memory_mib() -> int:
     """tmpfs's default size, and so the host's /dev/shm's: half of the machine's memory."""
     return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2 // MIB
+
+
+def shm_spec(
+    state_dir: str, job: str, attempt: str, mem_mib: int, max_mib: int, uid: int, gid: int
+) -> dict[str, Any]:
+    """A user's task's `launch["shm"]` under the executor's `state_dir`: its share is the
+    memory it asked for (none asked: tmpfs's default, as the host's /dev/shm), at most
+    `max_mib` (0: no cap)."""
+    size = mem_mib or half_memory_mib()
+    root = os.path.join(state_dir, SHM_ROOT)
+    return {
+        "root": root,
+        "dir": os.path.join(root, f"{job}.{attempt}"),
+        "attempt_dir": os.path.join(state_dir, job, attempt),
+        "size_mib": min(size, max_mib) if max_mib else size,
+        "max_mib": max_mib,
+        "uid": uid,
+        "gid": gid,
+    }
+
+
+def shm_unavailable() -> str | None:
+    """Why tasks here cannot have a private /dev/shm (`probe_shm`, run in a child of its own
+    so that its mount namespace ends with it), or None."""
+    import subprocess  # only a root executor pays for it, once
+
+    try:
+        probe = subprocess.run(
+            [sys.executable, "-I", "-S", os.path.abspath(__file__), "--probe-shm"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"its probe failed: {exc}"
+    if probe.returncode != 0:
+        return probe.stdout.strip() or probe.stderr.strip() or f"exit {probe.returncode}"
+    return None
 
 
 def _tmpfs_mib(path: str) -> int:
