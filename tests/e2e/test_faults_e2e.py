@@ -183,6 +183,7 @@ HOLDS_ON = (
     '[ "$AISCHED_RESTART_COUNT" -gt 0 ] && exit 0; '
     'trap \'touch "$OUT/term-$AISCHED_TASK"; '
     'while [ ! -e "$OUT/release" ]; do sleep 0.1; done; exit 143\' TERM; '
+    'touch "$OUT/ready-$AISCHED_TASK"; '
     "while true; do sleep 0.1; done"
 )
 
@@ -215,6 +216,9 @@ def test_a_gang_launch_cut_short_is_requeued_even_when_the_next_start_is_killed_
         job_id = r.json()["id"]
         assert svc.proc is not None
         wait_for("the scheduler to pause after the first launch", lambda: stopped(svc.proc.pid))
+        # Its stop must find its TERM handler in place (a SIGTERM before `trap` ends it at once,
+        # and the gang, requeued, starts again whole): the first task says when it is.
+        wait_for("the first task to be ready", (out / "ready-main-0").exists)
         svc.kill9()
         svc.extra_env = {}
         svc.start()
