@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 
 ENV = "AISCHED_FAILPOINTS"
 # Between the commit of an attempt's intent (its tasks `launching`) and their launch.
@@ -27,4 +28,7 @@ def hit(name: str) -> None:
     if name in _fired or name not in os.environ.get(ENV, "").split(","):
         return
     _fired.add(name)
-    os.kill(os.getpid(), signal.SIGSTOP)
+    # Sent to this thread, not the process: a process-directed SIGSTOP is taken by the main
+    # thread, which stops the others only once it is scheduled, and this one ran on meanwhile
+    # (a gang's second task was started past its "pause").
+    signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
