@@ -9,6 +9,7 @@ with the reason where it is absent.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -43,6 +44,13 @@ pytestmark = pytest.mark.skipif((why := _why_not()) is not None, reason=why or "
 @pytest.fixture(scope="module")
 def dockerd() -> Iterator[str]:
     """DOCKER_HOST of a daemon of this module's own."""
+    with own_dockerd() as host:
+        yield host
+
+
+@contextlib.contextmanager
+def own_dockerd(*args: str) -> Iterator[str]:
+    """A daemon started on a private socket and data root (`args`: more of its options)."""
     top = Path(tempfile.mkdtemp(prefix="ais-dk-"))
     host = f"unix://{top}/docker.sock"
     log = open(top / "dockerd.log", "ab")  # noqa: SIM115 - the child owns it
@@ -51,7 +59,7 @@ def dockerd() -> Iterator[str]:
          str(top / "exec"), "--pidfile", str(top / "docker.pid"), "--iptables=false",
          "--ip6tables=false", "--ip-masq=false", "--bridge=none",
          "--containerd-namespace", "aisched-test", "--containerd-plugins-namespace",
-         "aisched-test-plugins"],
+         "aisched-test-plugins", *args],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     log.close()
@@ -213,3 +221,77 @@ def test_a_users_read_only_docker_volume_keeps_what_is_nested_in_it_writable(
         state = Path(job["checkpoint_dir"]) / "state"
         assert (state.read_text(), state.stat().st_uid) == ("saved\n", bob.uid)
         assert not (bob.home / "nested-ro-out").exists()
+
+
+def image_with_link(dockerd: str, image: str, at: str, to: str) -> str:
+    """The test image with a symbolic link at `at` leading to `to` (as an image from a
+    registry may have), in a layer of its own: a container's change, committed."""
+    name = f"localhost/aisched-test-link:{image.rpartition(':')[2]}"
+    docker = ["docker", "-H", dockerd]
+    if subprocess.run([*docker, "image", "inspect", name], capture_output=True).returncode == 0:
+        return name
+    made = f"aisched-test-link-{os.getpid()}"
+    try:
+        ln = ["busybox", "ln", "-s", to, at]
+        run = [*docker, "run", "--name", made, "--network", "none", image, *ln]
+        subprocess.run(run, check=True, capture_output=True)
+        subprocess.run([*docker, "commit", made, name], check=True, capture_output=True)
+    finally:
+        subprocess.run([*docker, "rm", "--force", made], check=False, capture_output=True)
+    return name
+
+
+@pytest.fixture(scope="module")
+def vfs_dockerd() -> Iterator[str]:
+    """DOCKER_HOST of a daemon of this module's own on the vfs storage driver: no overlay
+    layers to read, so the supervisor reads the container's export instead."""
+    with own_dockerd("--storage-driver", "vfs") as host:
+        yield host
+
+
+@pytest.mark.parametrize("driver", ["overlay2", "vfs"])
+def test_a_link_of_the_image_on_the_way_to_a_users_docker_mount_point_is_refused(
+    tmp_path: Path,
+    driver: str,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+    local_users: Any,
+) -> None:
+    # The image's /zz leads into /shared, a /tmp of everyone's with a directory of root's in
+    # it: root's docker would make /zz/data's mount point in root's directory.
+    dockerd = request.getfixturevalue("dockerd" if driver == "overlay2" else "vfs_dockerd")
+    info = ["docker", "-H", dockerd, "info", "--format", "{{.Driver}}"]
+    assert subprocess.run(info, capture_output=True, text=True).stdout.strip() == driver
+    image = build_test_image(engine=("docker", "-H", dockerd))
+    bob = local_users["bob"]
+    tmp_path.chmod(0o755)  # bob's CLI reaches the socket
+    monkeypatch.setenv("DOCKER_HOST", dockerd)
+    shared = Path(tempfile.mkdtemp())
+    (shared / "roots").mkdir()
+    shared.chmod(0o1777)
+    data = bob.home / "linked"
+    shutil.rmtree(data, ignore_errors=True)
+    data.mkdir()
+    os.chown(data, bob.uid, bob.gid)
+    linked = image_with_link(dockerd, image, "/zz", "/shared/roots")
+    job_file = bob.home / "linked.yaml"
+    job_file.write_text(
+        f"image: {linked}\nrestart: {{policy: never}}\ncommand: 'true'\n"
+        f"volumes: [{{host_path: {shared}, path: /shared}}, "
+        f"{{host_path: {data}, path: /zz/data}}]\n"
+    )
+    try:
+        with local_service(tmp_path, "container_runtime: docker\n") as svc:
+            proc = bob.aisched("submit", "--json", str(job_file),
+                               env={"AISCHED_SERVER": f"unix:{svc.socket}"})  # fmt: skip
+            assert proc.returncode == 0, proc.stderr
+            jid = str(json.loads(proc.stdout)["id"])
+            job = svc.wait_state(jid, "failed", "succeeded", timeout_s=60)
+            assert (job["state"], os.listdir(shared / "roots")) == ("failed", [])
+            assert job["message"] == (
+                f"task main-0 image {linked}: /zz is a symbolic link on the way to /zz/data, "
+                "which the engine would follow as root: refused; restart policy is never"
+            )
+            assert docker_ps(dockerd, jid) == []
+    finally:
+        shutil.rmtree(shared)

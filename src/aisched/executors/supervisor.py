@@ -60,7 +60,7 @@ import time
 # Without importing typing (start-up time counts): mypy treats this name as always true.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from typing import Any
 
 LAUNCH = "launch.json"
@@ -1137,28 +1137,115 @@ def _enclosing(m: _Pinned, mounts: Sequence[_Pinned]) -> _Pinned | None:
     return max(outers, key=lambda o: len(o.path), default=None)
 
 
-def _image_link(rootfs: str, path: str, mounted: set[str]) -> str | None:
-    """The first symbolic link on the way to `path` (itself included) in the container's root
-    file system `rootfs`, as far as the names exist and up to a `mounted` path (what is below
-    one is the mount's), or None."""
-    fd = os.open(rootfs, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+def _image_link(kind_of: Callable[[str], str], path: str, mounted: set[str]) -> str | None:
+    """The first symbolic link on the way to `path` (itself included) in a container's root
+    file system, as far as the names exist and up to a `mounted` path (what is below one is
+    the mount's), or None. `kind_of` reads the file system (`_rootfs_kind`, `_layers_kind`,
+    `_exported_kinds`): what a path is, "link", "dir" or anything else (no directory, or
+    missing), never following a link; it is asked about each name on the way in turn, and
+    only past directories. Paths are read as the engines read them: a `..` dropped from the
+    text before any link is followed (`/x/../zz` is `/zz`, whatever `/x` is)."""
+    path = _clean(path)
+    mounted = {_clean(m) for m in mounted}
     seen = "/"
-    try:
+    for name in [p for p in path.split("/") if p]:
+        seen = os.path.join(seen, name)
+        kind = kind_of(seen)
+        if kind == "link":
+            return seen
+        if kind != "dir" or seen in mounted:
+            return None
+    return None
+
+
+def _clean(path: str) -> str:
+    return os.path.normpath("/" + path.lstrip("/"))
+
+
+def _kind(st: os.stat_result) -> str:
+    if stat.S_ISLNK(st.st_mode):
+        return "link"
+    return "dir" if stat.S_ISDIR(st.st_mode) else "other"
+
+
+def _rootfs_kind(rootfs: str) -> Callable[[str], str]:
+    """The reader of a mounted root file system (podman's `mount`). An lstat from its top:
+    asked in turn (see `_image_link`), everything on the way is a directory, no link."""
+
+    def kind_of(path: str) -> str:
+        try:
+            return _kind(os.lstat(os.path.join(rootfs, path.lstrip("/"))))
+        except OSError:
+            return "missing"
+
+    return kind_of
+
+
+def _layers_kind(layers: Sequence[str]) -> Callable[[str], str]:
+    """The reader of a root file system not mounted, from the directories of its overlay
+    layers (docker's overlay2: the container's own layer, then its `-init` layer and the
+    image's, the uppermost first), merged as overlayfs merges them: the uppermost layer that
+    holds a name decides what it is; a whiteout there (a character device 0/0) hides it; a
+    directory is merged with the directories of that name below it, down to the first
+    opaque one (`trusted.overlay.opaque`) or the first layer where the name is no directory."""
+
+    def kind_of(path: str) -> str:
+        dirs, kind = list(layers), "dir"
         for name in [p for p in path.split("/") if p]:
-            seen = os.path.join(seen, name)
-            try:
-                nxt = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            except OSError:
-                return None  # missing (made in the container's own layer), or no directory
-            os.close(fd)
-            fd = nxt
-            if stat.S_ISLNK(os.fstat(fd).st_mode):
-                return seen
-            if seen in mounted:
-                return None
-        return None
-    finally:
-        os.close(fd)
+            if kind != "dir":
+                return "missing"
+            below: list[str] = []
+            kind = "missing"
+            for top in dirs:
+                at = os.path.join(top, name)
+                try:
+                    st = os.lstat(at)
+                except OSError:
+                    continue  # not in this layer: the next one down may hold it
+                if not stat.S_ISDIR(st.st_mode):
+                    if not below and not (stat.S_ISCHR(st.st_mode) and st.st_rdev == 0):
+                        kind = _kind(st)
+                    break
+                below.append(at)
+                kind = "dir"
+                if _opaque(at):
+                    break
+            dirs = below
+        return kind
+
+    return kind_of
+
+
+def _opaque(path: str) -> bool:
+    try:
+        return os.getxattr(path, "trusted.overlay.opaque", follow_symlinks=False) == b"y"
+    except OSError:
+        return False
+
+
+def _exported_kinds(tar_stream: Any, paths: Sequence[str]) -> Callable[[str], str]:
+    """The reader of a root file system exported as a tar (docker's `export`, for storage
+    drivers other than overlay2): what each name on the way to `paths` is, read from the
+    whole stream (a name may come anywhere in it)."""
+    import tarfile  # only this fallback pays for it
+
+    wanted = {"/".join(p.strip("/").split("/")[:k]) for p in paths
+              for k in range(1, len(p.strip("/").split("/")) + 1)}  # fmt: skip
+    links: set[str] = set()  # every symbolic link: a hard link to one is one too
+    kinds: dict[str, str] = {}
+    with tarfile.open(fileobj=tar_stream, mode="r|") as tar:
+        for entry in tar:
+            name = os.path.normpath(entry.name).lstrip("/")
+            if entry.issym():
+                links.add(name)
+            if name not in wanted:
+                continue
+            if entry.islnk():
+                target = os.path.normpath(entry.linkname).lstrip("/")
+                kinds[name] = "link" if target in links else "other"
+            else:
+                kinds[name] = "link" if entry.issym() else "dir" if entry.isdir() else "other"
+    return lambda path: kinds.get(path.strip("/"), "missing")
 
 
 class Container:
@@ -1246,12 +1333,12 @@ class Container:
         if code != 0:
             message, image_missing = self.create_failure(err)
             raise _ExecFailed(125, message, "unrunnable" if image_missing else "exited")
+        if self.pins is not None:
+            self.refuse_image_links()
         if self.spec.get("engine") == "docker":
             # Docker has no `init`: the container starts with its attached client, and docker
             # reports its OOM kills itself (bandwidth is refused for it at launch).
             return self.client_launch()
-        if self.pins is not None:
-            self.refuse_image_links()
         code, _, err = self.engine("init", self.name, cores=self.pin_cores)
         if code != 0:
             self.remove()
@@ -1352,19 +1439,18 @@ class Container:
         container, as root, into whatever is mounted where it leads (a writable volume
         holding a directory its user may not write), and makes the mount point or the
         working directory there. Read from the created container's root file system, which
-        nothing else changes before `init`."""
-        code, out, err = self.engine("mount", self.name)
-        if code != 0:
-            self.remove()
-            raise _ExecFailed(125, f"container {self.name} could not be read: {_last(err)}")
+        nothing else changes before it is initialised (podman) or started (docker)."""
         create = self.spec["create"]
         mounted = {create[i + 1].split(":")[1] for i in range(len(create) - 1)
                    if create[i] == "--volume"}  # fmt: skip
         paths = sorted(mounted)
         if (workdir := _flag_value(create, "--workdir")) is not None:
             paths.append(workdir)
-        links = [(p, link) for p in paths if (link := _image_link(out.strip(), p, mounted))]
-        self.engine("umount", self.name)
+        try:
+            links = self.image_links(paths, mounted)
+        except _ExecFailed:
+            self.remove()
+            raise
         if links:
             self.remove()
             path, link = links[0]
@@ -1374,6 +1460,70 @@ class Container:
                 f"image {image}: {link} is a symbolic link on the way to {path}, which the "
                 "engine would follow as root: refused",
             )
+
+    def image_links(self, paths: list[str], mounted: set[str]) -> list[tuple[str, str]]:
+        """Each of `paths` with the image's link on its way (see `_image_link`). Podman mounts
+        the container's root file system for reading. Docker has no such command: under
+        overlay2 (its default) the container's layer directories are read where `inspect`
+        says they are; under another storage driver the file system is exported whole."""
+        if self.spec.get("engine") != "docker":
+            code, out, err = self.engine("mount", self.name)
+            if code != 0:
+                raise _ExecFailed(125, f"container {self.name} could not be read: {_last(err)}")
+            kind_of = _rootfs_kind(out.strip())
+            links = [(p, link) for p in paths if (link := _image_link(kind_of, p, mounted))]
+            self.engine("umount", self.name)
+            return links
+        layers = self.overlay_layers()
+        kind_of = _layers_kind(layers) if layers is not None else self.exported_kinds(paths)
+        return [(p, link) for p in paths if (link := _image_link(kind_of, p, mounted))]
+
+    def overlay_layers(self) -> list[str] | None:
+        """The layer directories of a docker container under overlay2, the uppermost first;
+        None under another storage driver."""
+        code, out, err = self.engine("container", "inspect", "--format", "{{json .GraphDriver}}",
+                                     self.name)  # fmt: skip
+        if code != 0:
+            raise _ExecFailed(125, f"container {self.name} could not be read: {_last(err)}")
+        try:
+            driver = json.loads(out) or {}
+        except ValueError:
+            driver = {}
+        data = driver.get("Data") or {}
+        # Else (vfs, btrfs, zfs, containerd's snapshotters) the file system is exported.
+        if driver.get("Name") != "overlay2" or not data.get("UpperDir"):
+            return None
+        layers = [str(data["UpperDir"]), *str(data.get("LowerDir") or "").split(":")]
+        layers = [d for d in layers if d]
+        for d in layers:  # root's: not looked up through a link of anyone's
+            try:
+                is_dir = stat.S_ISDIR(os.lstat(d).st_mode)
+            except OSError as exc:
+                is_dir, d = False, f"{d}: {exc.strerror}"
+            if not is_dir:
+                raise _ExecFailed(125, f"container {self.name} could not be read: {d}")
+        return layers
+
+    def exported_kinds(self, paths: list[str]) -> Callable[[str], str]:
+        """`_exported_kinds` of the container's `export`."""
+        import subprocess
+        import tarfile
+
+        proc = subprocess.Popen([self.binary, "export", self.name], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=self.env, cwd=self.cwd)  # fmt: skip
+        try:
+            kind_of = _exported_kinds(proc.stdout, paths)
+        except (OSError, tarfile.TarError) as exc:
+            proc.kill()
+            raise _ExecFailed(125, f"container {self.name} could not be read: {exc}") from None
+        finally:
+            assert proc.stdout is not None
+            proc.stdout.close()
+            err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+            proc.wait()
+        if proc.returncode != 0:
+            raise _ExecFailed(125, f"container {self.name} could not be read: {_last(err)}")
+        return kind_of
 
     def make_mount_point(self, path: str, is_dir: bool) -> None:
         """A missing mount point inside a mounted host directory made by the task's user
