@@ -1229,8 +1229,8 @@ def _exported_kinds(tar_stream: Any, paths: Sequence[str]) -> Callable[[str], st
     whole stream (a name may come anywhere in it)."""
     import tarfile  # only this fallback pays for it
 
-    wanted = {"/".join(p.strip("/").split("/")[:k]) for p in paths
-              for k in range(1, len(p.strip("/").split("/")) + 1)}  # fmt: skip
+    names = [_clean(p).strip("/").split("/") for p in paths]  # as `_image_link` asks
+    wanted = {"/".join(n[:k]) for n in names for k in range(1, len(n) + 1)}
     links: set[str] = set()  # every symbolic link: a hard link to one is one too
     kinds: dict[str, str] = {}
     with tarfile.open(fileobj=tar_stream, mode="r|") as tar:

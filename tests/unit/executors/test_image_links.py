@@ -114,8 +114,12 @@ def test_each_reader_sees_what_the_kernels_overlay_shows(
     ],
 )
 def test_the_walk_stops_at_the_first_link_up_to_a_mount(
-    layers: tuple[list[str], str], path: str, mounted: set[str], link: str | None
+    layers: tuple[list[str], str], path: str, mounted: set[str], link: str | None, tmp_path: Path
 ) -> None:
     dirs, merged = layers
     assert _image_link(_layers_kind(dirs), path, mounted) == link
     assert _image_link(_rootfs_kind(merged), path, mounted) == link
+    tar = tmp_path / "rootfs.tar"
+    subprocess.run(["tar", "-C", merged, "-cf", str(tar), "."], check=True)
+    with open(tar, "rb") as f:  # the export reads only the names on the way to the paths
+        assert _image_link(_exported_kinds(f, [path, *mounted]), path, mounted) == link
