@@ -75,6 +75,10 @@ def test_a_user_at_the_queues_per_user_limit_waits_while_another_user_starts(
         ("aisched_queue_user_allocated", "team", "gpus", alice.name): 2,
         ("aisched_queue_user_allocated", "team", "gpus", bob.name): 1,
     }
+    # `aisched top`: each user's line under the queue.
+    top = [" ".join(line.split()) for line in service.cli("top", "--once").stdout.splitlines()]
+    assert f"{alice.name} 2 of 2 GPU (at the limit)" in top, top
+    assert f"{bob.name} 1 of 2 GPU" in top, top
 
     # A job above the limit on its own is refused at submission, with the reason.
     refused = as_user(service, alice, "run", "--queue", "team", "--gpus", "3", "--", "true")
