@@ -183,7 +183,12 @@ def _grafana_metrics(doc: dict[str, Any]) -> set[str]:
     return names
 
 
-def test_the_grafana_dashboard_uses_only_exported_metrics(client: TestClient) -> None:
+def test_the_grafana_dashboard_uses_only_exported_metrics(
+    open_service: Callable[..., Service], fx: FakeExecutor
+) -> None:
+    # A queue with a user limit, so that its series exist too.
+    svc = open_service(fx, queues=[{"name": "default", "user_limit": {"gpus": 2}}])
+    client = client_for(svc)
     jid = client.post("/v1/jobs", json={"command": ["x"], "resources": {"gpus": 1}}).json()["id"]
     wait(client, jid, "running")  # so that labelled series (queueing delay) exist
     exported = {name for name, _ in samples(client)}
