@@ -116,6 +116,36 @@ def test_queues_show_guarantee_usage_and_borrowed(
     assert (p["guarantee_gpus"], p["used_gpus"], p["borrowed_gpus"]) == (3.0, 0.0, 0.0)
 
 
+def test_queues_show_each_users_holding_against_the_per_user_limit(
+    open_service: Callable[..., Service], fx: FakeExecutor
+) -> None:
+    queues = [{"name": "default"}, {"name": "team", "user_limit": {"gpus": 2}}]
+    svc = open_service(fx, queues=queues)
+    # Two users with accounts here (a job is refused for a user who has none).
+    first, second = client_for(svc, "daemon"), client_for(svc, "nobody")
+    for client in (first, first, second):
+        submit(client, 1, queue="team")
+    waiting = submit(first, 1, queue="team")
+    doc = wait_for(
+        client_for(svc),
+        "three running, one held by its user's limit",
+        lambda d: (
+            d["summary"]["jobs"]["running"] == 3
+            and d["pending"]
+            and d["pending"][0]["reason_code"] == "wait-queue"
+        ),
+    )
+    assert doc["pending"][0]["id"] == waiting
+    by_name = {q["name"]: q for q in doc["queues"]}
+    assert (by_name["default"]["user_limit"], by_name["default"]["users"]) == (None, [])
+    team = by_name["team"]
+    assert team["user_limit"] == {"gpus": 2.0}  # only what the limit caps
+    assert team["users"] == [
+        {"user": "daemon", "others": False, "gpus": 2.0, "at_limit": True},
+        {"user": "nobody", "others": False, "gpus": 1.0, "at_limit": False},
+    ]
+
+
 def test_utilisation_samples_and_since(client: TestClient) -> None:
     first = client.get("/v1/dashboard").json()["utilisation"]
     assert len(first) == 1 and first[0]["gpus_total"] == 4.0

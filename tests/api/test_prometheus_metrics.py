@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,9 @@ UNITS = ("_seconds", "_bytes", "_ratio", "_gpus", "_cpu_cores", "_jobs", "_info"
 CONDITIONS = ("aisched_ready", "aisched_disk_pressure", "aisched_leader")
 # Plain numbers without a unit: the leader's term is a generation count (the fencing token).
 NUMBERS = ("aisched_leader_term",)
+# One series per resource, the unit in the `resource` label's value (`gpus`, `cpu_cores`,
+# `memory_bytes`), as kube-state-metrics' quota metrics, so that usage and limit divide.
+PER_RESOURCE = ("aisched_queue_user_limit", "aisched_queue_user_allocated")
 
 
 def wait(client: TestClient, job_id: str, state: str) -> None:
@@ -53,7 +57,7 @@ def test_names_follow_the_prometheus_conventions(client: TestClient) -> None:
             assert all(s.name.endswith(("_total", "_created")) for s in f.samples), f.name
         else:
             assert not f.name.endswith("_total"), f.name
-            unitless = f.name == "aisched_jobs" or f.name in CONDITIONS + NUMBERS
+            unitless = f.name == "aisched_jobs" or f.name in CONDITIONS + NUMBERS + PER_RESOURCE
             assert f.name.endswith(UNITS) or unitless, f"{f.name}: no unit"
 
 
@@ -132,6 +136,45 @@ def test_shrinks_are_counted(tmp_path: Path, fx: FakeExecutor) -> None:
         svc.close()
 
 
+def test_each_users_holding_against_a_queues_user_limit(
+    open_service: Callable[..., Service], fx: FakeExecutor
+) -> None:
+    queues = [
+        {"name": "default"},
+        {"name": "org", "user_limit": {"gpus": 2, "cpus": 2}},
+        {"name": "team", "parent": "org"},
+    ]
+    svc = open_service(fx, queues=queues)
+    # Two users with accounts here (a job is refused for a user who has none).
+    alice, bob, admin = client_for(svc, "daemon"), client_for(svc, "nobody"), client_for(svc)
+
+    def run(client: TestClient, queue: str) -> str:
+        body = {"command": ["x"], "queue": queue, "resources": {"gpus": 1, "cpus": 0.5}}
+        r = client.post("/v1/jobs", json=body)
+        assert r.status_code == 201, r.text
+        return str(r.json()["id"])
+
+    # One user's jobs in org and in team under it count against org's limit together; the
+    # other's job in default holds nothing against any user limit.
+    for jid in (run(alice, "org"), run(alice, "team"), run(bob, "team"), run(bob, "default")):
+        wait(admin, jid, "running")
+    got = samples(admin)
+
+    def series(name: str) -> dict[tuple[str, ...], float]:
+        return {
+            tuple(v for _, v in labels): value for (n, labels), value in got.items() if n == name
+        }
+
+    # Labels in name order: queue, resource (, user). Only the resources the limit caps.
+    assert series("aisched_queue_user_limit") == {("org", "gpus"): 2, ("org", "cpu_cores"): 2}
+    assert series("aisched_queue_user_allocated") == {
+        ("org", "gpus", "daemon"): 2,
+        ("org", "cpu_cores", "daemon"): 1,
+        ("org", "gpus", "nobody"): 1,
+        ("org", "cpu_cores", "nobody"): 0.5,
+    }
+
+
 def _grafana_metrics(doc: dict[str, Any]) -> set[str]:
     names: set[str] = set()
     for panel in doc["panels"]:
@@ -140,7 +183,12 @@ def _grafana_metrics(doc: dict[str, Any]) -> set[str]:
     return names
 
 
-def test_the_grafana_dashboard_uses_only_exported_metrics(client: TestClient) -> None:
+def test_the_grafana_dashboard_uses_only_exported_metrics(
+    open_service: Callable[..., Service], fx: FakeExecutor
+) -> None:
+    # A queue with a user limit, so that its series exist too.
+    svc = open_service(fx, queues=[{"name": "default", "user_limit": {"gpus": 2}}])
+    client = client_for(svc)
     jid = client.post("/v1/jobs", json={"command": ["x"], "resources": {"gpus": 1}}).json()["id"]
     wait(client, jid, "running")  # so that labelled series (queueing delay) exist
     exported = {name for name, _ in samples(client)}

@@ -12,6 +12,7 @@ import pytest
 
 from aisched import __version__
 from aisched.cli.main import main
+from aisched.sim.traces import synthetic_trace
 
 SMALL = ["simulate", "--trace", "synthetic", "--jobs", "40", "--seed", "2", "--no-progress"]
 
@@ -223,3 +224,45 @@ def test_saturate_wants_a_fixed_cluster(tmp_path: Path, capsys: pytest.CaptureFi
     c.write_text(AUTOSCALED)
     assert main([*SMALL, "--cluster", str(c), "--saturate"]) == 2
     assert "--pools-at-max" in capsys.readouterr().err
+
+
+def test_queues_file_replays_under_the_services_queues(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The synthetic trace's users submit to q0 and q1; q0 capped at one GPU rejects every job
+    # of q0 that asks for more, as the service refuses it at submission.
+    queues = tmp_path / "aisched.yaml"
+    queues.write_text("queues:\n  - {name: q0, limit: {gpus: 1}}\n  - {name: q1}\n")
+    out = tmp_path / "out.json"
+    assert main([*SMALL, "--queues", str(queues), "--json", str(out)]) == 0
+    (result,) = json.loads(out.read_text())["results"]
+    trace = synthetic_trace(40, seed=2)
+    too_big = [tj for tj in trace.jobs if tj.job.queue == "q0" and tj.job.total_request.gpu > 1]
+    assert too_big and result["jobs_rejected"] == len(too_big)
+    assert main([*SMALL, "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["results"][0]["jobs_rejected"] == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # The service's own parser: the file and the field are named.
+        ("queues:\n  - {name: q0, user_limit: {gpus: -1}}\n", "{file}: queues.0.user_limit.gpus"),
+        ("queues:\n  - {name: q0, user_limit: {gpu: 2}}\n", "queues.0.user_limit.gpu: unknown"),
+        ("queues:\n  - {name: q0, parent: nowhere}\n", "{file}: queues: queue q0: parent"),
+        ("node: {gpus: 2}\n", "--queues {file}: no queues: list in it"),
+        (
+            "queues:\n  - {name: q0}\n",
+            "--queues {file}: the trace's jobs use queues it does not name: q1",
+        ),
+    ],
+)
+def test_a_bad_queues_file_exits_2_naming_the_file_and_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str
+) -> None:
+    queues = tmp_path / "queues.yaml"
+    queues.write_text(text)
+    assert main([*SMALL, "--queues", str(queues)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err
+    assert message.format(file=queues) in err

@@ -7,6 +7,7 @@ test's folder, and also to `$AISCHED_SCREENSHOT_DIR` when that is set (how docs/
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -14,8 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import Service, free_port, wait_for
+from harness import Service, free_port, local_service, wait_for
 from playwright.sync_api import Browser, Page, expect, sync_playwright
+from users import User
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -134,3 +136,40 @@ def test_dashboard_shows_the_running_job_on_its_gpus_and_why_another_waits(
     assert shot.stat().st_size > 10_000
     if out := os.environ.get("AISCHED_SCREENSHOT_DIR"):
         shutil.copy(shot, Path(out) / "dashboard.png")
+
+
+def test_dashboard_shows_each_users_holding_against_the_per_user_limit(
+    page: Page, tmp_path: Path, local_users: dict[str, User]
+) -> None:
+    tmp_path.chmod(0o755)  # the users' jobs run in their homes; the service's files stay private
+    config = "queues:\n  - name: default\n  - {name: team, user_limit: {gpus: 2}}\n"
+    with local_service(tmp_path, config=config) as service:
+        alice, bob = local_users["alice"], local_users["bob"]
+
+        def run_as(user: User) -> str:
+            env = {"AISCHED_SERVER": f"unix:{service.socket}"}
+            args = ("run", "--json", "--queue", "team", "--gpus", "1", "--", "sleep", "300")
+            proc = user.aisched(*args, env=env)
+            assert proc.returncode == 0, proc.stderr
+            return str(json.loads(proc.stdout)["id"])
+
+        for jid in (run_as(alice), run_as(alice), run_as(bob)):
+            service.wait_state(jid, "running")
+        held = run_as(alice)
+        wait_for("alice's third job held by her limit", lambda: service.job(held)["reason"])
+
+        page.goto(f"{service.url}/?token={service.admin_token()}")
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.locator("body[data-loaded=true]")).to_have_count(1)
+        expect(page.locator('#queues tr[data-queue="team"] td.user-limit')).to_have_text("2 GPU")
+        expect(page.locator('#queues tr[data-queue="default"] td.user-limit')).to_have_text("-")
+        users = page.locator('#queues tr.queue-user[data-in-queue="team"]')
+        expect(users).to_have_count(2)
+        hers = users.and_(page.locator(f'[data-user="{alice.name}"]'))
+        expect(hers).to_have_class("queue-user at-limit")
+        expect(hers.locator("td.held")).to_have_text(
+            "2 of 2 GPU (at the limit: their next job here waits)"
+        )
+        his = users.and_(page.locator(f'[data-user="{bob.name}"]'))
+        expect(his).to_have_class("queue-user")
+        expect(his.locator("td.held")).to_have_text("1 of 2 GPU")

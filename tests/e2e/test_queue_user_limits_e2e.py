@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from harness import Service, local_service
+from prometheus_client.parser import text_string_to_metric_families
 from users import User
 
 CONFIG = """
@@ -61,6 +62,23 @@ def test_a_user_at_the_queues_per_user_limit_waits_while_another_user_starts(
     assert (team["user_limit"]["gpus"], team["used"]["gpus"], team["running"]) == (2, 3, 3)
     table = service.cli("queues").stdout
     assert "PER USER" in table and "2 GPU" in table
+
+    # /metrics: the limit, and what each user's running jobs hold against it.
+    held = {
+        (s.name, s.labels["queue"], s.labels["resource"], s.labels.get("user")): s.value
+        for f in text_string_to_metric_families(service.api.get("/metrics").text)
+        for s in f.samples
+        if f.name in ("aisched_queue_user_limit", "aisched_queue_user_allocated")
+    }
+    assert held == {
+        ("aisched_queue_user_limit", "team", "gpus", None): 2,
+        ("aisched_queue_user_allocated", "team", "gpus", alice.name): 2,
+        ("aisched_queue_user_allocated", "team", "gpus", bob.name): 1,
+    }
+    # `aisched top`: each user's line under the queue.
+    top = [" ".join(line.split()) for line in service.cli("top", "--once").stdout.splitlines()]
+    assert f"{alice.name} 2 of 2 GPU (at the limit)" in top, top
+    assert f"{bob.name} 1 of 2 GPU" in top, top
 
     # A job above the limit on its own is refused at submission, with the reason.
     refused = as_user(service, alice, "run", "--queue", "team", "--gpus", "3", "--", "true")

@@ -53,6 +53,7 @@ def plain_walk(
     stable: bool,
     shapes: list[Hashable] | None = None,
     ranking: Ranking | None = None,  # not used: the plain walk filters for every job
+    cap: Callable[[Job], Job | None] | None = None,
 ) -> None:
     """The walk before issue 16's preemption work, step for step."""
     failed: dict[tuple[Hashable, Hashable, tuple[str, ...], Hashable], float] = {}
@@ -80,6 +81,11 @@ def plain_walk(
         if found is None:
             continue
         eligible, group, rank = found
+        if cap is not None:
+            capped = cap(taken)
+            if capped is None:
+                continue
+            taken = capped
         sig = (group, rank)
         allowed, mask_key = (
             allowed_nodes(session, pj) if status.code == StatusCode.WAIT_RESERVATION else (None, ())

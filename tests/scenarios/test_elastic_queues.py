@@ -1,7 +1,8 @@
 """Scenario table for elastic jobs under queue limits: a job that may start with fewer tasks
 (`min_available`) is charged for the tasks placed, so it starts with as many as its queue and
 the cluster take, at least its minimum, its last tasks left out; it waits for its queue only
-when not even its minimum fits there."""
+when not even its minimum fits there. Reclaim judges such a job the same way: it takes back
+room for as many of its tasks as its queue's guarantee holds, at least its minimum."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ QUEUES = QueueTree(
         Queue("strict", guarantee=Resources(gpu=3), borrowing=False),
         Queue("org", limit=Resources(gpu=5)),
         Queue("team", parent="org"),
+        Queue("owned", guarantee=Resources(gpu=4)),
     )
 )
 
@@ -96,6 +98,30 @@ CASES = [
         {"big": StatusCode.RESERVED, "e": StatusCode.PLACED},
         [holding("r", 2, "capped", end_s=100)],
         policy="fifo-backfill",
+    ),
+    QueueCase(
+        "an elastic job larger than its queue's guarantee reclaims room for its minimum",
+        [el("e", 8, 2, "owned")],
+        [("preempt", "d0", "e"), ("preempt", "d1", "e"), ("bind", "e", "n1:0", "n1:1")],
+        {"e": StatusCode.PREEMPTING},
+        [holding(f"d{i}", 1, "default", first=i) for i in range(8)],
+        policy="priority",
+    ),
+    QueueCase(
+        "an elastic job reclaiming takes no more tasks than its queue's guarantee holds",
+        [el("e", 8, 1, "owned")],
+        [("preempt", "d", "e"), ("bind", "e", "n1:2", "n1:3")],
+        {"e": StatusCode.PREEMPTING},
+        [holding("o", 2, "owned"), holding("d", 6, "default", first=2)],
+        policy="priority",
+    ),
+    QueueCase(
+        "an elastic job whose minimum is above what its guarantee has left reclaims nothing",
+        [el("e", 8, 2, "owned")],
+        [],
+        {"e": StatusCode.WAIT_RESOURCES},
+        [holding("o", 3, "owned")] + [holding(f"d{i}", 1, "default", first=i) for i in range(3, 8)],
+        policy="priority",
     ),
 ]
 

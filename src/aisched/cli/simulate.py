@@ -23,6 +23,8 @@ from aisched.cli.errors import EXIT_FAILURE, CLIError
 from aisched.core.policy import PLACEMENT_SCORES, PRESETS, Policy, with_eta
 from aisched.model.cluster import Cluster
 from aisched.model.gpu_speed import GpuSpeeds
+from aisched.model.queue import QueueTree
+from aisched.service.config import load_config
 from aisched.sim.engine import SimConfig, SimulationError, simulate
 from aisched.sim.estimators import ESTIMATORS, estimator_for
 from aisched.sim.html_report import ReportUnavailable, require_matplotlib, write_report
@@ -83,6 +85,14 @@ def register(sub: Any) -> None:
         action="store_true",
         help="put every job in one queue: a cluster-wide order instead of one fair-shared "
         "queue per Philly VC or openb tenant",
+    )
+    p.add_argument(
+        "--queues",
+        type=Path,
+        metavar="FILE",
+        help="replay under the queues of FILE, a service config file (its queues: list, read "
+        "as aisched up reads it: guarantee, limit, borrowing, user_limit); every queue the "
+        "trace's jobs name must be in it (default: one flat queue per Philly VC or openb tenant)",
     )
     p.add_argument("--jobs", type=int, default=500, help="synthetic trace: number of jobs")
     p.add_argument("--seed", type=int, default=0, help="synthetic trace: random seed")
@@ -188,6 +198,8 @@ def run(args: argparse.Namespace) -> int:
     # asking for more than a node has runs as a gang over several.
     trace, split = fit_gangs_to(trace, cluster)
     if args.saturate:
+        if args.queues is not None:
+            raise CLIError("--queues goes with replaying time; --saturate fills without queues")
         if cluster.node_pools and not args.pools_at_max:
             raise CLIError(
                 "--saturate fills a fixed cluster; add --pools-at-max to fill the autoscaling "
@@ -198,6 +210,7 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError("--placement goes with --saturate; to replay time, use --policy")
     if args.one_queue:
         trace = one_queue(trace)
+    queues = load_queues(args.queues, trace)
     policies = load_policies(args.policy)
     if args.eta:
         policies = [with_eta(p) for p in policies]
@@ -252,6 +265,7 @@ def run(args: argparse.Namespace) -> int:
                     config,
                     callback,
                     estimator=estimator_for(policy, args.estimator),
+                    queues=queues,
                 )
             except SimulationError as e:
                 raise CLIError(f"policy {policy.name}: {e}", EXIT_FAILURE) from None
@@ -359,6 +373,30 @@ def choose_cluster(name: str | None, trace: Trace, kind: str) -> Cluster:
         return resolve_cluster(name)
     except (OSError, ValueError) as e:  # SpecError, TraceError, missing node list
         raise CLIError(str(e)) from None
+
+
+def load_queues(path: Path | None, trace: Trace) -> QueueTree | None:
+    """`--queues FILE`: the queue tree of a service config file, read by the service's own
+    parser, so a file `aisched up` takes replays alike and a bad one is refused with the same
+    message (naming the file and the field). A trace job whose queue the file does not name
+    would be rejected as never fitting: such a trace is refused up front instead."""
+    if path is None:
+        return None
+    try:
+        config = load_config(path)
+        tree = config.queue_tree(str(path))
+    except SpecError as e:
+        raise CLIError(str(e)) from None
+    if "queues" not in config.model_fields_set:
+        raise CLIError(f"--queues {path}: no queues: list in it")
+    unknown = sorted({tj.job.queue for tj in trace.jobs if not tree.has(tj.job.queue)})
+    if unknown:
+        shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if unknown[5:] else "")
+        raise CLIError(
+            f"--queues {path}: the trace's jobs use queues it does not name: {shown} (add "
+            "them, or --one-queue to put every job in queue default)"
+        )
+    return tree
 
 
 def describe_pools(cluster: Cluster) -> list[str]:

@@ -130,7 +130,25 @@ def _queues(doc: dict[str, Any]) -> Table:
             str(q["pending"]),
             str(q["running"]),
         )
+        for u in q.get("users") or []:
+            table.add_row(*_user_row(u, q["user_limit"]))
     return table
+
+
+# A per-user limit's resources, as `aisched queues`' PER USER column names them.
+USER_UNITS = (("gpus", "GPU"), ("cpus", "CPU"), ("mem_gib", "GiB"))
+
+
+def _user_row(user: dict[str, Any], limit: dict[str, float]) -> tuple[str, Text]:
+    """Under a queue with a per-user limit: a user with running jobs there and what they hold
+    against it, in red at the limit (their next job there waits)."""
+    name = "other users" if user["others"] else user["user"]
+    held = ", ".join(
+        f"{user[key]:g} of {limit[key]:g} {unit}" for key, unit in USER_UNITS if key in limit
+    )
+    if user["at_limit"]:
+        return f"  {name}", Text(f"{held} (at the limit)", style="red")
+    return f"  {name}", Text(held)
 
 
 def _pending(doc: dict[str, Any]) -> Table:

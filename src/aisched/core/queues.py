@@ -209,15 +209,23 @@ def tasks_to_regrow(
     return tasks if tasks >= job.gang_min else 0
 
 
-def within_guarantee(session: Session, job: Job) -> bool:
-    """True when the job's leaf queue stays within its guarantee with the job added, on every
-    governed dimension, and the guarantee governs something."""
+def guarantee_takes(session: Session, job: Job) -> Job | None:
+    """The job as its leaf queue's guarantee holds it: itself when the guarantee has room for
+    its whole request; a job that may start with fewer tasks cut to the most of its first tasks
+    it has room for, at least its minimum (`cut_to`); None when not even that fits, the queue
+    is already above its guarantee, or the guarantee governs nothing. Reclaim takes capacity
+    back for this much of a job and no more: an elastic job larger than its queue's guarantee
+    still gets the guarantee, as a job of that size would."""
     q = session.queues.get(job.queue)
     g = usage_vector(q.guarantee)
     if not any(x > 0 for x in g):
-        return False
-    after = add_usage(session.usage_of(job.queue), usage_vector(job.total_request))
-    return all(gi == 0 or ai <= gi for gi, ai in zip(g, after, strict=True))
+        return None
+    used = session.usage_of(job.queue)
+    if any(gi > 0 and ui > gi for gi, ui in zip(g, used, strict=True)):
+        return None
+    room = [gi - ui if gi > 0 else math.inf for gi, ui in zip(g, used, strict=True)]
+    tasks = _tasks_fitting(job, [room])
+    return cut_to(job, tasks) if tasks >= job.gang_min else None
 
 
 def borrowed(session: Session, queue: str, minus: Usage) -> bool:

@@ -34,11 +34,14 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from starlette.exceptions import HTTPException
 
 from aisched import __version__
+from aisched.core.session import usage_vector
+from aisched.model.resources import Resources
 from aisched.model.states import JobState
 from aisched.service import tokens
 from aisched.service.app import Service
 from aisched.service.auth import COOKIE, ReaderDep, charge_unidentified, reader
 from aisched.service.loop import Scheduler
+from aisched.service.user_limits import OTHERS, UserHolding, governed, in_unit, user_holdings
 
 log = logging.getLogger("aisched.dashboard")
 
@@ -182,8 +185,9 @@ def racks_section(sched: Scheduler) -> list[dict[str, Any]]:
 
 
 def queues_section(sched: Scheduler) -> list[dict[str, Any]]:
-    """Per queue: its guarantee, what it uses (its descendants included), and the part of that
-    above its guarantee (borrowed from idle capacity)."""
+    """Per queue: its guarantee, what it uses (its descendants included), the part of that
+    above its guarantee (borrowed from idle capacity), and its per-user limit with what each
+    user's running jobs hold against it (`_per_user`)."""
     _, per_queue = sched.live_summary()
     capacity_gpus = sched.allocation()["gpu"][1]
     used: dict[str, list[float]] = {}
@@ -195,6 +199,7 @@ def queues_section(sched: Scheduler) -> list[dict[str, Any]]:
             acc[1] += mem / 1024
             acc[2] += gpu / 1000
     roots = [q for q in sched.queues.queues if q.parent is None]
+    holdings = user_holdings(sched.queues, dict(list(sched.usage.items())))
     out = []
     for q in sched.queues.queues:
         cpus, mem_gib, gpus = used.get(q.name, [0.0, 0.0, 0.0])
@@ -219,9 +224,32 @@ def queues_section(sched: Scheduler) -> list[dict[str, Any]]:
                 "share": gpus / capacity_gpus if capacity_gpus > 0 else 0.0,
                 "pending": pending,
                 "running": running,
+                **_per_user(q.user_limit, holdings.get(q.name, [])),
             }
         )
     return out
+
+
+def _per_user(limit: Resources | None, held: list[UserHolding]) -> dict[str, Any]:
+    """A queue's `user_limit` (the resources it caps, in GPUs, CPUs and GiB; None without one)
+    and, per user with running jobs under it (bounded, `user_limits.USERS_SHOWN`), what they
+    hold of each of those resources and whether they are at the limit on one of them (their
+    next job there waits)."""
+    if limit is None:
+        return {"user_limit": None, "users": []}
+    resources = governed(limit)
+    cap = usage_vector(limit)
+    users = []
+    for h in held:
+        row: dict[str, Any] = {"user": h.user, "others": h.user == OTHERS}
+        for _, key, i in resources:
+            row[key] = in_unit(h.usage[i], i, metric=False)
+        row["at_limit"] = not row["others"] and any(h.usage[i] >= cap[i] for _, _, i in resources)
+        users.append(row)
+    return {
+        "user_limit": {key: in_unit(cap[i], i, metric=False) for _, key, i in resources},
+        "users": users,
+    }
 
 
 def _job_gpus(row: dict[str, Any]) -> float:

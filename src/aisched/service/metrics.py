@@ -20,7 +20,15 @@ from prometheus_client.registry import Collector
 
 from aisched import __version__
 from aisched.core.cycle import CycleResult
+from aisched.core.session import usage_vector
 from aisched.service.loop import Scheduler
+from aisched.service.user_limits import (
+    OTHERS,
+    USERS_SHOWN,
+    governed,
+    in_unit,
+    user_holdings,
+)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LIVE_STATES = ("pending", "running")
@@ -132,6 +140,41 @@ class _SchedulerCollector(Collector):
         yield allocated
         yield guaranteed
         yield limit
+        yield from self._user_limits()
+
+    def _user_limits(self) -> Iterator[Metric]:
+        """Each queue's `user_limit` and what each user's running jobs hold against it, per
+        resource it governs; the unit is in the resource's name (`gpus`, `cpu_cores`,
+        `memory_bytes`), so the two divide per (queue, resource). The users are bounded per
+        queue (`user_limits.USERS_SHOWN`, the rest as one `OTHERS` series), and a user with
+        nothing running there has no series."""
+        s = self.scheduler
+        limit = GaugeMetricFamily(
+            "aisched_queue_user_limit",
+            "Most that one user's running jobs may hold in each queue with a per-user limit "
+            "(its descendants included), per resource it caps.",
+            labels=["queue", "resource"],
+        )
+        held = GaugeMetricFamily(
+            "aisched_queue_user_allocated",
+            "What each user's running jobs hold against their queue's per-user limit, per "
+            f"resource it caps (at most {USERS_SHOWN} users a queue, those holding the most; "
+            f"the rest summed as user {OTHERS}).",
+            labels=["queue", "user", "resource"],
+        )
+        holdings = user_holdings(s.queues, dict(list(s.usage.items())))
+        for q in s.queues.queues:
+            if q.user_limit is None:
+                continue
+            resources = governed(q.user_limit)
+            cap = usage_vector(q.user_limit)
+            for name, _, i in resources:
+                limit.add_metric([q.name, name], in_unit(cap[i], i, metric=True))
+            for h in holdings.get(q.name, []):
+                for name, _, i in resources:
+                    held.add_metric([q.name, h.user, name], in_unit(h.usage[i], i, metric=True))
+        yield limit
+        yield held
 
     def _allocation(self) -> Iterator[Metric]:
         units = {"cpu": "cpu_cores", "memory_bytes": "memory_bytes", "gpu": "gpus"}

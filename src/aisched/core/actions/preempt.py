@@ -4,7 +4,9 @@ preempt works inside a queue (or the whole cluster, `scope: cluster`): victims m
 strictly below the blocked job, by priority (`by: priority`) or by the policy's first job-order
 key (`by: order`: Tiresias' LAS queue, or shortest-remaining-time first, where a running job's
 estimate is the time to its expected end). reclaim works across queues: a queue within its
-guarantee takes back capacity that other queues borrowed beyond theirs, whatever the priorities.
+guarantee takes back capacity that other queues borrowed beyond theirs, whatever the priorities;
+a job that may start with fewer tasks (an elastic one) takes back room for as many of its first
+tasks as the guarantee holds, at least its minimum, never more (`guarantee_takes`).
 A blocked job kept off a reservation's nodes may make room elsewhere, never on those nodes.
 Only preemptible jobs are victims, never one placed in this cycle nor one already terminating.
 Victims are ordered by the policy's victim selectors (lowest priority, least work lost since
@@ -52,7 +54,7 @@ from aisched.core.kept_ranks import KeptBars, KeptRanking, KeptRanks, moves_of
 from aisched.core.pending import PendingQueue
 from aisched.core.plugins.order import INFINITE
 from aisched.core.plugins.victims import LeastWorkLost, time_left_s
-from aisched.core.queues import borrowed, within_guarantee
+from aisched.core.queues import borrowed, guarantee_takes
 from aisched.core.snapshot import PendingJob, RunningJob, Snapshot
 from aisched.core.victim_pool import VictimPool
 from aisched.model.resources import GPU_MILLI_WHOLE
@@ -394,7 +396,7 @@ class Reclaim:
 
     def execute(self, session: Session) -> None:
         def eligible_for(pj: PendingJob) -> Eligibility | None:
-            if not within_guarantee(session, pj.job):
+            if guarantee_takes(session, pj.job) is None:
                 return None
 
             def eligible(p: PendingJob, r: RunningJob) -> bool:
@@ -405,4 +407,7 @@ class Reclaim:
         def shrinkable(p: PendingJob, r: RunningJob) -> bool:
             return r.job.queue != p.job.queue and borrowed(session, r.job.queue, r.usage)
 
-        run(session, eligible_for, shrinkable, "reclaimed", stable=False)
+        # An elastic job makes room for as much of itself as its guarantee holds (at least its
+        # minimum), so it takes back what a job of that size would, and no more.
+        cap = partial(guarantee_takes, session)
+        run(session, eligible_for, shrinkable, "reclaimed", stable=False, cap=cap)

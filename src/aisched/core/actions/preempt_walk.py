@@ -34,6 +34,7 @@ from aisched.core.reservation import allowed_nodes
 from aisched.core.snapshot import PendingJob, RunningJob
 from aisched.core.status import StatusCode
 from aisched.core.victim_pool import InVictimOrder, VictimPool
+from aisched.model.job import Job
 
 if TYPE_CHECKING:
     from aisched.core.session import Session
@@ -152,6 +153,7 @@ def run(
     stable: bool,
     shapes: list[Hashable] | None = None,
     ranking: Ranking | None = None,
+    cap: Callable[[Job], Job | None] | None = None,
 ) -> None:
     """Preempt for each blocked job in turn. `shrinkable(pj, r)`: whether the running elastic
     job `r` may give up its surplus tasks for `pj`; such shrinking is tried before any
@@ -164,7 +166,8 @@ def run(
     passed over, and once every shape has failed the walk stops (work then grows with what
     preemption tries, not with the queue). `ranking`: given when eligibility goes by rank; a job
     ranked at or above the highest running rank key then finds nobody, known without the
-    possible victims gathered or filtered."""
+    possible victims gathered or filtered. `cap`: what of the job (as its queue takes it) the
+    action makes room for, None for nothing (reclaim: no more than its queue's guarantee)."""
     # (shape, group) -> the lowest rank that found no room this cycle: a job of the same shape
     # and group and no lower rank may evict no more, so it finds none either, until some
     # preemption changes the state. Blocked jobs come in order, so with a rank that follows the
@@ -223,6 +226,11 @@ def run(
         if found_eligibility is None:
             continue
         eligible, group, rank = found_eligibility
+        if cap is not None:
+            capped = cap(taken)
+            if capped is None:
+                continue
+            taken = capped
         if not started:
             started = True
             if ranking is None or ranking.may_shrink():

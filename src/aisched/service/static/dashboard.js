@@ -141,13 +141,48 @@ function queueBar(q) {
   return bar;
 }
 
+// A per-user limit's resources, as the CLI's PER USER column names them.
+const USER_UNITS = [["gpus", "GPU"], ["cpus", "CPU"], ["mem_gib", "GiB"]];
+
+function userLimitText(limit) {
+  if (!limit) return "-";
+  return USER_UNITS.filter(([k]) => k in limit).map(([k, unit]) => `${num(limit[k])} ${unit}`).join(", ");
+}
+
+function userBar(u, limit) {
+  // The user's share of the limit on its tightest resource; full at the limit.
+  const share = Math.min(Math.max(...USER_UNITS.filter(([k]) => k in limit).map(([k]) => u[k] / limit[k]), 0), 1);
+  const bar = el("div", { class: "qbar" });
+  bar.append(el("span", { class: u.at_limit ? "borrowed" : "used", style: `left:0;width:${100 * share}%` }));
+  return bar;
+}
+
+// Under a queue with a per-user limit: one row per user with running jobs there.
+function userRows(q) {
+  return (q.users || []).map((u) =>
+    el(
+      "tr",
+      { class: u.at_limit ? "queue-user at-limit" : "queue-user", "data-in-queue": q.name, "data-user": u.user },
+      el("td", { class: "user" }, u.others ? "other users" : u.user),
+      el("td", {}, u.others ? null : userBar(u, q.user_limit)),
+      el(
+        "td",
+        { class: "held", colspan: 7 },
+        USER_UNITS.filter(([k]) => k in q.user_limit)
+          .map(([k, unit]) => `${num(u[k], 2)} of ${num(q.user_limit[k])} ${unit}`)
+          .join(", ") + (u.at_limit ? " (at the limit: their next job here waits)" : ""),
+      ),
+    ),
+  );
+}
+
 function drawQueues(doc) {
   const head = el(
     "tr",
     {},
-    ...["queue", "GPUs", "used", "guarantee", "borrowed", "share", "waiting", "running"].map((h) => el("th", {}, h)),
+    ...["queue", "GPUs", "used", "guarantee", "borrowed", "share", "waiting", "running", "per user"].map((h) => el("th", {}, h)),
   );
-  const rows = (doc.queues || []).map((q) =>
+  const rows = (doc.queues || []).flatMap((q) => [
     el(
       "tr",
       { "data-queue": q.name },
@@ -159,8 +194,10 @@ function drawQueues(doc) {
       el("td", { class: "num" }, `${(100 * q.share).toFixed(0)}%`),
       el("td", { class: "num" }, q.pending),
       el("td", { class: "num" }, q.running),
+      el("td", { class: "user-limit" }, userLimitText(q.user_limit)),
     ),
-  );
+    ...userRows(q),
+  ]);
   document.getElementById("queues").replaceChildren(head, ...rows);
 }
 

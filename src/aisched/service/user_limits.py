@@ -1,0 +1,79 @@
+"""What each user's running jobs hold against their queue's `user_limit`, for the dashboard and
+the metrics (the read side of the cap that `core/queues.py` enforces).
+
+A user limit counts the user's jobs in the queue and in every queue under it, as the core
+does (`limited_user_usage`), so the figures here are the ones a waiting job is judged by. Only
+the resources a limit governs (non-zero in it) are reported: a resource it does not name is
+not capped, and a ratio to it would mean nothing.
+
+The users shown per queue are bounded (`USERS_SHOWN`, those holding the most), the rest summed
+under `OTHERS`, which is no user's name: a queue shared by thousands of users gives a page
+and a set of metric series of bounded size. Users with nothing running are not shown at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from aisched.core.session import limited_user_usage, usage_vector
+from aisched.core.snapshot import ZERO, Usage, add_usage
+from aisched.model.queue import QueueTree
+from aisched.model.resources import Resources
+
+# Per queue: the users holding the most; at most (queues with a user limit) x (this + 1)
+# users in the metrics, times three resources.
+USERS_SHOWN = 50
+# Not a user's name: parentheses are in no POSIX portable user name.
+OTHERS = "(others)"
+# Each governed resource: its name in the metrics (the unit in it, as in `aisched_allocated_*`),
+# its name in the dashboard's JSON and its index in a usage vector.
+RESOURCES = (("gpus", "gpus", 2), ("cpu_cores", "cpus", 0), ("memory_bytes", "mem_gib", 1))
+_MIB = float(2**20)
+
+
+@dataclass(frozen=True, slots=True)
+class UserHolding:
+    """What `user`'s running jobs hold in a queue with a user limit (the queues under it
+    included), as a usage vector (milli-CPU, MiB, milli-GPU)."""
+
+    user: str
+    usage: Usage
+
+
+def governed(limit: Resources) -> list[tuple[str, str, int]]:
+    """The entries of `RESOURCES` that `limit` caps (non-zero), in that order."""
+    capped = usage_vector(limit)
+    return [r for r in RESOURCES if capped[r[2]] > 0]
+
+
+def in_unit(value: float, index: int, metric: bool) -> float:
+    """A usage vector's `index`th figure in the unit of its metric (GPUs, cores, bytes), or of
+    the dashboard (GPUs, CPUs, GiB)."""
+    if index == 1:
+        return value * _MIB if metric else value / 1024
+    return value / 1000
+
+
+def user_holdings(
+    queues: QueueTree, usage: Mapping[tuple[str, str], Usage], shown: int = USERS_SHOWN
+) -> dict[str, list[UserHolding]]:
+    """Per queue with a user limit (every one, in tree order, even with nobody running), the
+    users with running jobs there, those holding the most first (GPUs, then CPUs, then memory;
+    then by name), at most `shown` of them, the rest summed as `OTHERS` last. `usage` is the
+    service's usage per (leaf queue, user)."""
+    by_user = limited_user_usage(queues, usage)
+    out: dict[str, list[UserHolding]] = {
+        q.name: [] for q in queues.queues if q.user_limit is not None
+    }
+    for (qname, user), vec in by_user.items():
+        if qname in out and vec != ZERO:
+            out[qname].append(UserHolding(user, vec))
+    for qname, held in out.items():
+        held.sort(key=lambda h: (-h.usage[2], -h.usage[0], -h.usage[1], h.user))
+        if len(held) > shown:
+            rest = ZERO
+            for h in held[shown:]:
+                rest = add_usage(rest, h.usage)
+            out[qname] = [*held[:shown], UserHolding(OTHERS, rest)]
+    return out

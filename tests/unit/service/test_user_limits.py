@@ -1,0 +1,44 @@
+"""`user_holdings`: what each user's running jobs hold against their queue's `user_limit`, as
+the dashboard and the metrics show it, bounded per queue."""
+
+from __future__ import annotations
+
+from aisched.model.queue import Queue, QueueTree
+from aisched.model.resources import Resources
+from aisched.service.user_limits import OTHERS, UserHolding, user_holdings
+
+QUEUES = QueueTree(
+    (
+        Queue("default"),
+        Queue("org", user_limit=Resources(gpu=4)),
+        Queue("team", parent="org"),
+        Queue("idle", user_limit=Resources(gpu=1)),
+    )
+)
+
+
+def gpus(n: float) -> tuple[float, float, float]:
+    return (1000.0 * n, 1024.0 * n, 1000.0 * n)
+
+
+def test_a_user_limit_counts_the_queues_under_it_and_only_users_holding_something() -> None:
+    usage = {
+        ("org", "ann"): gpus(1),
+        ("team", "ann"): gpus(2),
+        ("team", "bo"): gpus(1),
+        ("team", "cy"): gpus(0),  # nothing running: not shown
+        ("default", "dee"): gpus(8),  # no user limit on its path
+    }
+    assert user_holdings(QUEUES, usage) == {
+        "org": [UserHolding("ann", gpus(3)), UserHolding("bo", gpus(1))],
+        "idle": [],
+    }
+
+
+def test_past_the_bound_the_users_holding_least_are_summed_as_others() -> None:
+    usage = {("org", f"u{i}"): gpus(i) for i in range(1, 6)}
+    assert user_holdings(QUEUES, usage, shown=2)["org"] == [
+        UserHolding("u5", gpus(5)),
+        UserHolding("u4", gpus(4)),
+        UserHolding(OTHERS, gpus(1 + 2 + 3)),
+    ]
