@@ -137,6 +137,19 @@ class Service:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
 
+    def wait_exit(self, timeout_s: float) -> int:
+        """Its exit status; past the timeout, its threads' stacks go to its log first (the
+        service dumps them on SIGUSR1), so that a failure shows where it waited."""
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGUSR1)
+            time.sleep(1)
+            raise AssertionError(
+                f"aisched up did not exit within {timeout_s} s:\n{self.log.read_text()[-20000:]}"
+            ) from None
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

@@ -164,7 +164,7 @@ def test_a_leader_whose_lease_is_taken_exits_with_a_line(
     with Store(url) as store, store.lease_tx() as conn:  # another instance took over
         try_acquire(conn, "other", "http://other.test:1", 60.0, force=True)
     assert a.proc is not None
-    assert a.proc.wait(30) == 3
+    assert a.wait_exit(30) == 3
     assert a.log.read_text().splitlines()[-1] == (
         "aisched: deposed: term 2 belongs to http://other.test:1 (this instance led term 1); "
         "stopped (tasks go on under the new leader); start it again to stand by"
@@ -198,7 +198,7 @@ def test_a_leader_paused_between_committing_a_launch_and_making_it_never_runs_it
 
     wait_for("the job to succeed under the new leader", lambda: state() == "succeeded", 60)
     a.proc.send_signal(signal.SIGCONT)
-    assert a.proc.wait(30) == 3  # it finds itself deposed at its next write and exits
+    assert a.wait_exit(30) == 3  # it finds itself deposed at its next write and exits
     time.sleep(1)  # what the old leader might still have started has had time to write
     assert (out / job_id).read_text().splitlines() == ["once"]
     events = b.api.get(f"/v1/jobs/{job_id}").json()["events"]
@@ -276,7 +276,7 @@ def test_a_leader_whose_database_stops_answering_steps_down(
         assert health(a)["role"] == "leader"
         relay.frozen.set()
         assert a.proc is not None
-        assert a.proc.wait(30) == 3  # lease_ttl 6 s less lease_renew 2 s, and some margin
+        assert a.wait_exit(30) == 3  # lease_ttl 6 s less lease_renew 2 s, and some margin
         assert "no renewal of the lease came back for" in a.log.read_text()
     finally:
         relay.close()
@@ -300,7 +300,7 @@ def test_a_leader_whose_database_went_away_says_why_in_one_line(
         assert health(a)["role"] == "leader"
         relay.cut()
         assert a.proc is not None
-        assert a.proc.wait(30) == 3
+        assert a.wait_exit(30) == 3
         last = a.log.read_text().splitlines()[-1]
         assert re.fullmatch(
             r"aisched: no renewal of the lease came back for \d+ s \(\(psycopg\.OperationalError\)"

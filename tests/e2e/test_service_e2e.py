@@ -346,3 +346,15 @@ def test_logs_follow_streams_until_the_job_ends(service: Service) -> None:
     exits_4 = "import sys; print('hi'); sys.exit(4)"
     proc = service.cli("run", "-f", "--restart", "never", "--", PY, "-c", exits_4, check=False)
     assert proc.stdout == "hi\n" and proc.returncode == 4
+
+
+def test_sigusr1_writes_every_threads_stack_to_the_log_and_the_service_goes_on(
+    service: Service,
+) -> None:
+    # Where a wedged service waits, without a debugger (docs/service.md, Operations).
+    assert service.proc is not None
+    service.proc.send_signal(signal.SIGUSR1)
+    wait_for("the stacks in the log", lambda: "Thread 0x" in service.log.read_text())
+    log = service.log.read_text()
+    assert 'File "' in log and "aisched/service/loop.py" in log, log[-3000:]
+    assert service.api.get("/v1/healthz").json()["ok"]

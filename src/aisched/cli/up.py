@@ -13,8 +13,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import faulthandler
 import logging
 import os
+import signal
 import socket
 import ssl
 import sys
@@ -150,6 +152,8 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     stopper = Stopper(config.limits.shutdown_grace_s())
     stopper.install()
+    # `kill -USR1 PID` writes every thread's stack to the log: where a wedged service waits.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         sock = _listen(config.host, config.port)
     except OSError as e:
