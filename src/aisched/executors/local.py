@@ -278,7 +278,9 @@ class LocalExecutor(ExitWatching):
         )
         # Its process count and cores, in cgroups of their own under cgroup v1.
         uid = acct["uid"] if acct is not None else os.geteuid()
-        bounded = bound_cgroups(self._bounds, leaf, uid) if spec is None else []
+        bounded = (
+            bound_cgroups(self._bounds, leaf, uid, self._user_pids_limit) if spec is None else []
+        )
         tdir.mkdir(parents=True, exist_ok=True, mode=0o700)
         # 1. The request is durable before anything runs: after a crash, adopt finds it.
         doc: dict[str, Any] = {
