@@ -912,3 +912,37 @@ def test_a_task_cannot_widen_its_cores_past_its_cpuset(harness: Harness) -> None
     h = harness.launch("t-0", [PY, "-c", WIDEN, *map(str, USABLE)], milli_cpu=1000)
     assert harness.exit_of(h.key).kind == ExitKind.EXITED
     assert json.loads(harness.log("t-0")) == h.data["cores"] != USABLE
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace")
+def test_a_fork_server_killed_between_its_fork_and_its_answer_runs_the_task_once_and_stoppable(
+    harness: Harness, tmp_path: Path
+) -> None:
+    # The fork server killed after forking a supervisor and before answering with its pid:
+    # the executor, with no answer, starts a new server and asks again. The first supervisor
+    # ran the task unwatched, and the second, the one watched, waited on the task's lock
+    # behind it: a stop (SIGTERM to the watched one) never reached the task.
+    server = harness.ex._fork_server
+    assert server is not None
+    first = harness.launch("t-0", ["true"])  # starts the server
+    assert harness.exit_of(first.key).exit_code == 0
+    assert server._proc is not None
+    traced = server._proc.pid
+    # The kernel's kill, at the server's next write (its answer), by strace's fault injection.
+    tracer = subprocess.Popen(
+        ["strace", "-qq", "-o", "/dev/null", "-p", str(traced),
+         "-e", "trace=write", "-e", "inject=write:signal=SIGKILL:when=1"],
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        status = Path(f"/proc/{traced}/status")
+        wait_for(lambda: "TracerPid:\t0\n" not in status.read_text(), what="strace to attach")
+        marks = tmp_path / "runs"
+        h = harness.launch("t-1", ["sh", "-c", f"echo run >> {marks}; exec sleep 600"])
+    finally:
+        tracer.wait(10)
+    assert server._proc is not None and server._proc.pid != traced  # killed, and started again
+    wait_for(marks.exists, what="the task to run")
+    harness.ex.stop(h.key, grace_period_s=1)
+    assert harness.exit_of(h.key).kind == ExitKind.STOPPED
+    assert marks.read_text() == "run\n"  # once
