@@ -380,11 +380,14 @@ class LocalExecutor(ExitWatching):
                 log.warning("task %s: cannot write its stop request (%s); stopping it", key, exc)
             # Under the lock: the watcher closes pidfds and reaps under it too, so neither the
             # fd nor (for our own children) the pid can name another process here.
+            # SIGCONT too: a supervisor stopped (SIGSTOP, a debugger let go) would take the
+            # stop only once continued, and its task would run past its grace meanwhile.
             try:
-                if w.pidfd is not None:
-                    signal.pidfd_send_signal(w.pidfd, signal.SIGTERM)
-                elif sup.is_alive(w.sup_pid, w.sup_start):
-                    os.kill(w.sup_pid, signal.SIGTERM)
+                for sig in (signal.SIGTERM, signal.SIGCONT):
+                    if w.pidfd is not None:
+                        signal.pidfd_send_signal(w.pidfd, sig)
+                    elif sup.is_alive(w.sup_pid, w.sup_start):
+                        os.kill(w.sup_pid, sig)
             except ProcessLookupError:
                 pass
 

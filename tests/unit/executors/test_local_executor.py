@@ -190,6 +190,19 @@ def test_supervisors_forked_by_the_fork_server_outlive_it(harness: Harness) -> N
 # --- stopping --------------------------------------------------------------------------------
 
 
+def test_stop_reaches_a_task_whose_supervisor_is_stopped(any_watch: Harness) -> None:
+    # A supervisor stopped (SIGSTOP) while its task runs takes a stop's SIGTERM only once
+    # continued: the task ran on past its grace, a cancel or a preemption never ended it.
+    h = any_watch.launch("t-0", ["sleep", "600"])
+    started = any_watch.started(h.key)
+    sup_pid = h.data["supervisor_pid"]
+    os.kill(sup_pid, signal.SIGSTOP)
+    wait_for(lambda: getattr(sup.proc_stat(sup_pid), "state", "") == "T", what="it to stop")
+    any_watch.ex.stop(h.key, grace_period_s=1)
+    assert any_watch.exit_of(h.key).kind == ExitKind.STOPPED
+    assert gone(started["child_pid"])
+
+
 def test_stop_lets_a_task_that_traps_sigterm_finish(harness: Harness, tmp_path: Path) -> None:
     trapped = tmp_path / "trapped"
     script = f"trap 'echo bye > {trapped}; exit 0' TERM; echo ready; while :; do sleep 0.05; done"
