@@ -523,3 +523,54 @@ def test_a_data_directory_turned_read_only_under_the_service_is_reported_and_sto
         assert "Traceback" not in stopping
     finally:
         svc.stop()
+
+
+# Prints a numbered line of 200 bytes every 20 ms and notes the count outside the data
+# directory, until the file `release` exists; then a last line.
+TICKS = (
+    "import os, sys, time\n"
+    "n = 0\n"
+    "while not os.path.exists(sys.argv[2]):\n"
+    "    n += 1\n"
+    "    print(f'tick {n} '.ljust(199, '.'), flush=True)\n"
+    "    with open(sys.argv[1], 'w') as f:\n"
+    "        f.write(str(n))\n"
+    "    time.sleep(0.02)\n"
+    "print('last', flush=True)\n"
+)
+
+
+def test_a_task_writing_while_the_log_disk_is_full_runs_on_and_its_log_says_what_was_lost(
+    tmp_path: Path, tmpfs: Path
+) -> None:
+    svc = tmpfs_service(tmp_path, tmpfs)
+    svc.start()
+    count, release = tmp_path / "count", tmp_path / "release"
+    fill = tmpfs / "fill"
+
+    def ticks() -> int:
+        return int(count.read_text() or 0) if count.exists() else 0
+
+    try:
+        job = svc.run("--", sys.executable, "-c", TICKS, str(count), str(release))
+        wait_for("the task to write", lambda: ticks() > 5)
+        with open(fill, "wb", buffering=0) as f:  # the disk full, as a runaway task makes it
+            for size in (1 << 20, 4096, 1):
+                with contextlib.suppress(OSError):
+                    while True:
+                        f.write(b"\0" * size)
+        full_at = ticks()
+        wait_for("the task to write on while the disk is full", lambda: ticks() > full_at + 50)
+        fill.unlink()
+        release.touch()
+        done = svc.wait_state(job, "succeeded", "failed", timeout_s=60)
+        assert done["state"] == "succeeded"
+        assert [e["kind"] for e in done["events"]].count("task-exited") == 1
+        log = svc.cli("logs", job).stdout
+        lost = [line for line in log.splitlines() if "bytes of output lost" in line]
+        assert lost and "No space left on device" in lost[0], log[-2000:]
+        assert log.splitlines()[-1] == "last"
+    finally:
+        fill.unlink(missing_ok=True)
+        cancel_all(svc)
+        svc.stop()
