@@ -453,3 +453,124 @@ def test_a_full_data_directory_is_one_line(tmpfs: Path) -> None:
         "MiB free, below the 256 MiB that aisched keeps free (limits.disk_min_free); free some "
         "space, or lower the limit"
     )
+
+
+@pytest.fixture
+def ext4(tmp_path: Path) -> Iterator[Path]:
+    """A 64 MiB ext4 file system (a loop device) that turns read-only on its first error, as
+    a disk failing under a running service makes it; `fs_error` raises one."""
+    why = _can_mount()
+    if why is not None:
+        pytest.skip(why)
+    img, mnt = tmp_path / "ext4.img", tmp_path / "ext4"
+    mnt.mkdir()
+    with img.open("wb") as f:
+        f.truncate(64 * MIB)
+    for cmd in (["mkfs.ext4", "-q", "-F", str(img)],
+                ["mount", "-o", "loop,errors=remount-ro", str(img), str(mnt)]):  # fmt: skip
+        try:
+            got = subprocess.run(cmd, capture_output=True, text=True)
+        except FileNotFoundError:
+            pytest.skip(f"{cmd[0]} is not installed")
+        if got.returncode != 0:
+            pytest.skip(f"cannot make an ext4 file system here: {got.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def fs_error(mnt: Path) -> None:
+    """An error of the file system at `mnt` (ext4's own trigger): it is read-only from then."""
+    dev = subprocess.run(
+        ["findmnt", "-n", "-o", "SOURCE", str(mnt)], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    trigger = Path("/sys/fs/ext4", os.path.basename(dev), "trigger_fs_error")
+    if not trigger.exists():
+        pytest.skip("this kernel cannot raise an ext4 error on demand")
+    trigger.write_text("test")
+
+
+def test_a_data_directory_turned_read_only_under_the_service_is_reported_and_stops_cleanly(
+    tmp_path: Path, ext4: Path
+) -> None:
+    # A disk error turns the data directory read-only while a job runs: the task runs on
+    # (once), readiness names the failing store, a submission is refused with the reason,
+    # and a stop is the usual one. It ended in a traceback: the stop's removal of the
+    # service's announcement (server.json) failed.
+    svc = tmpfs_service(tmp_path, ext4)
+    svc.start()
+    svc.admin_token()
+    out = tmp_path / "out"
+    try:
+        job = svc.run("--", "sh", "-c", f"sleep 2; echo once >> {out}")
+        svc.wait_state(job, "running")
+        fs_error(ext4)
+        wait_for("the task to end", out.exists)
+
+        # The first write to fail is the submission's (the task's end is not reported yet:
+        # its supervisor cannot record it either, and waits).
+        r = svc.api.post("/v1/jobs", json={"command": ["true"]}, timeout=30)
+        assert r.status_code == 503
+        assert r.json()["error"].startswith("the submission is not stored yet: the store cannot")
+        code, body = readyz(svc)
+        assert code == 503 and str(body["problems"][0]).startswith("the store is failing")
+        assert svc.job(job)["state"] == "running"  # its end is not stored yet, nor lost
+        assert out.read_text() == "once\n"
+        svc.stop()
+        assert svc.proc is not None and svc.proc.returncode == 0
+        stopping = svc.log.read_text().split("SIGTERM: stopping")[1]
+        assert "Traceback" not in stopping
+    finally:
+        svc.stop()
+
+
+# Prints a numbered line of 200 bytes every 20 ms and notes the count outside the data
+# directory, until the file `release` exists; then a last line.
+TICKS = (
+    "import os, sys, time\n"
+    "n = 0\n"
+    "while not os.path.exists(sys.argv[2]):\n"
+    "    n += 1\n"
+    "    print(f'tick {n} '.ljust(199, '.'), flush=True)\n"
+    "    with open(sys.argv[1], 'w') as f:\n"
+    "        f.write(str(n))\n"
+    "    time.sleep(0.02)\n"
+    "print('last', flush=True)\n"
+)
+
+
+def test_a_task_writing_while_the_log_disk_is_full_runs_on_and_its_log_says_what_was_lost(
+    tmp_path: Path, tmpfs: Path
+) -> None:
+    svc = tmpfs_service(tmp_path, tmpfs)
+    svc.start()
+    count, release = tmp_path / "count", tmp_path / "release"
+    fill = tmpfs / "fill"
+
+    def ticks() -> int:
+        return int(count.read_text() or 0) if count.exists() else 0
+
+    try:
+        job = svc.run("--", sys.executable, "-c", TICKS, str(count), str(release))
+        wait_for("the task to write", lambda: ticks() > 5)
+        with open(fill, "wb", buffering=0) as f:  # the disk full, as a runaway task makes it
+            for size in (1 << 20, 4096, 1):
+                with contextlib.suppress(OSError):
+                    while True:
+                        f.write(b"\0" * size)
+        full_at = ticks()
+        wait_for("the task to write on while the disk is full", lambda: ticks() > full_at + 50)
+        fill.unlink()
+        release.touch()
+        done = svc.wait_state(job, "succeeded", "failed", timeout_s=60)
+        assert done["state"] == "succeeded"
+        assert [e["kind"] for e in done["events"]].count("task-exited") == 1
+        log = svc.cli("logs", job).stdout
+        lost = [line for line in log.splitlines() if "bytes of output lost" in line]
+        assert lost and "No space left on device" in lost[0], log[-2000:]
+        assert log.splitlines()[-1] == "last"
+    finally:
+        fill.unlink(missing_ok=True)
+        cancel_all(svc)
+        svc.stop()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from aisched.executors.supervisor import remove_cgroup
@@ -216,16 +217,18 @@ def create_task_cgroup(ctrl: MemoryControl, name: str, mem_limit_mib: int) -> st
     cgroups. A leftover of the same name is emptied and replaced. Raises OSError."""
     if ctrl.base is None or ctrl.mechanism not in ("cgroup-v1", "cgroup-v2"):
         return None
-    if not os.path.isdir(ctrl.base):
-        # Removed when another executor sharing it closed while it was empty.
-        os.makedirs(ctrl.base, exist_ok=True)
-        if ctrl.mechanism == "cgroup-v2" and ctrl.owned:
-            _try_write(os.path.join(ctrl.base, "cgroup.subtree_control"), "+memory")
-            _enable_bounds_v2(os.path.dirname(ctrl.base), ctrl.base)
-    path = os.path.join(ctrl.base, name)
-    if os.path.isdir(path):
-        remove_cgroup(path)
-    os.mkdir(path)
+    base = ctrl.base
+
+    def make_base() -> None:
+        if not os.path.isdir(base):
+            # Removed when another executor sharing it closed while it was empty.
+            os.makedirs(base, exist_ok=True)
+            if ctrl.mechanism == "cgroup-v2" and ctrl.owned:
+                _try_write(os.path.join(base, "cgroup.subtree_control"), "+memory")
+                _enable_bounds_v2(os.path.dirname(base), base)
+
+    path = os.path.join(base, name)
+    _mkdir_in_shared(path, make_base)
     try:
         limit = str(mem_limit_mib << 20)
         if ctrl.mechanism == "cgroup-v1":
@@ -397,17 +400,21 @@ def _set_bound(path: str, ctrl: str, pids_max: int, cores: tuple[int, ...], pare
         _write(mems, wanted)
 
 
-def bound_cgroups(bounds: TaskBounds, name: str, uid: int) -> list[str]:
+def bound_cgroups(bounds: TaskBounds, name: str, uid: int, user_pids_max: int) -> list[str]:
     """The v1 cgroups (beside the memory one) a task of cgroup name `name` run as `uid` joins:
     its pids cgroup is under its user's (`user_cgroup`), whose bound all its tasks share."""
     return [
-        os.path.join(user_cgroup(base, uid) if ctrl == "pids" else base, name)
+        os.path.join(user_cgroup(base, uid, user_pids_max) if ctrl == "pids" else base, name)
         for ctrl, base in bounds.bases
     ]
 
 
-def user_cgroup(base: str, uid: int) -> str:
-    return os.path.join(base, f"user-{uid}")
+def user_cgroup(base: str, uid: int, user_pids_max: int) -> str:
+    """The pids cgroup of a user's tasks, bounded by `user_pids_max`. Named by the bound too:
+    every service of the machine shares the parent, and one that wrote its own bound into a
+    cgroup of the user alone would lower (or raise) another service's bound for that user's
+    tasks already running; services of one bound (a leader and its standby) share one."""
+    return os.path.join(base, f"user-{uid}.max-{user_pids_max}")
 
 
 def create_bounds(
@@ -426,19 +433,19 @@ def create_bounds(
     made: list[str] = []
     try:
         for ctrl, base in bounds.bases:
-            if not os.path.isdir(base):
-                # Every service of the machine shares it, and one that stopped while none of
-                # its tasks ran removed it (`release_bounds`): a standby beside a leader.
-                _make_v1_base(ctrl, base)
-            parent = base
-            if ctrl == "pids":
-                parent = user_cgroup(base, uid)
-                os.makedirs(parent, exist_ok=True)
-                _write(os.path.join(parent, "pids.max"), str(user_pids_max))
+            parent = user_cgroup(base, uid, user_pids_max) if ctrl == "pids" else base
+
+            def make_parents(ctrl: str = ctrl, base: str = base, parent: str = parent) -> None:
+                if not os.path.isdir(base):
+                    # Every service of the machine shares it, and one that stopped while none
+                    # of its tasks ran removed it (`release_bounds`): a standby beside a leader.
+                    _make_v1_base(ctrl, base)
+                if parent != base:
+                    os.makedirs(parent, exist_ok=True)
+                    _write(os.path.join(parent, "pids.max"), str(user_pids_max))
+
             path = os.path.join(parent, name)
-            if os.path.isdir(path):
-                remove_cgroup(path)
-            os.mkdir(path)
+            _mkdir_in_shared(path, make_parents)
             made.append(path)
             _set_bound(path, ctrl, pids_max, cores, base)
         if task_cgroup is not None:
@@ -449,6 +456,24 @@ def create_bounds(
         for path in made:
             remove_cgroup(path)
         raise
+
+
+def _mkdir_in_shared(path: str, make_parents: Callable[[], None]) -> None:
+    """Make the task cgroup `path` (a leftover of its name is emptied and replaced) below
+    parents that `make_parents` makes where missing. Every service of the machine shares those
+    parents, and one that stops with none of its tasks running removes them (`release_base`,
+    `release_bounds`), maybe between our making them and our mkdir: that ENOENT makes them
+    once more. Once the task cgroup is in, the parents are not empty and stay. Raises OSError."""
+    for last in (False, True):
+        try:
+            make_parents()
+            if os.path.isdir(path):
+                remove_cgroup(path)
+            os.mkdir(path)
+            return
+        except FileNotFoundError:
+            if last:
+                raise
 
 
 def release_bounds(bounds: TaskBounds) -> None:

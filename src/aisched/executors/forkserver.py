@@ -7,7 +7,9 @@ it forked are in their own sessions and outlive both, as spawned ones do.
 
 If the server cannot be started or dies, `spawn` raises `ForkServerError` and the executor
 falls back to spawning the supervisor directly: the fork server is an optimisation, never a
-condition for running a task.
+condition for running a task. A server killed between forking a supervisor and answering with
+its pid leaves that supervisor to exit without running anything (it waits for its go), so the
+one asked for next is the task's only one, and the one watched.
 """
 
 from __future__ import annotations

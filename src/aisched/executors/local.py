@@ -278,7 +278,9 @@ class LocalExecutor(ExitWatching):
         )
         # Its process count and cores, in cgroups of their own under cgroup v1.
         uid = acct["uid"] if acct is not None else os.geteuid()
-        bounded = bound_cgroups(self._bounds, leaf, uid) if spec is None else []
+        bounded = (
+            bound_cgroups(self._bounds, leaf, uid, self._user_pids_limit) if spec is None else []
+        )
         tdir.mkdir(parents=True, exist_ok=True, mode=0o700)
         # 1. The request is durable before anything runs: after a crash, adopt finds it.
         doc: dict[str, Any] = {
@@ -378,11 +380,14 @@ class LocalExecutor(ExitWatching):
                 log.warning("task %s: cannot write its stop request (%s); stopping it", key, exc)
             # Under the lock: the watcher closes pidfds and reaps under it too, so neither the
             # fd nor (for our own children) the pid can name another process here.
+            # SIGCONT too: a supervisor stopped (SIGSTOP, a debugger let go) would take the
+            # stop only once continued, and its task would run past its grace meanwhile.
             try:
-                if w.pidfd is not None:
-                    signal.pidfd_send_signal(w.pidfd, signal.SIGTERM)
-                elif sup.is_alive(w.sup_pid, w.sup_start):
-                    os.kill(w.sup_pid, signal.SIGTERM)
+                for sig in (signal.SIGTERM, signal.SIGCONT):
+                    if w.pidfd is not None:
+                        signal.pidfd_send_signal(w.pidfd, sig)
+                    elif sup.is_alive(w.sup_pid, w.sup_start):
+                        os.kill(w.sup_pid, sig)
             except ProcessLookupError:
                 pass
 

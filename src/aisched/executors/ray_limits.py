@@ -99,6 +99,7 @@ def make_task_cgroups(spec: dict[str, Any], uid: int, cores: tuple[int, ...]) ->
     name = cgroup_name(instance, job, int(attempt), task)
     mem_mib = int(spec.get("mem_limit_mib") or 0)
     memory = create_task_cgroup(controls.mem, name, mem_mib)
+    user_pids_max = int(spec.get("user_pids_limit") or 4 * DEFAULT_PIDS_LIMIT)
     try:
         create_bounds(
             controls.bounds,
@@ -107,12 +108,13 @@ def make_task_cgroups(spec: dict[str, Any], uid: int, cores: tuple[int, ...]) ->
             int(spec.get("task_pids_limit") or DEFAULT_PIDS_LIMIT),
             cores,
             uid,
-            int(spec.get("user_pids_limit") or 4 * DEFAULT_PIDS_LIMIT),
+            user_pids_max,
         )
     except OSError:
         sup.remove_cgroup(memory)
         raise
-    joined = tuple(c for c in (memory, *bound_cgroups(controls.bounds, name, uid)) if c)
+    bounded = bound_cgroups(controls.bounds, name, uid, user_pids_max)
+    joined = tuple(c for c in (memory, *bounded) if c)
     rlimit = mem_mib << 20 if controls.mem.mechanism == "rlimit" else 0
     note = None
     if memory is None and mem_mib:

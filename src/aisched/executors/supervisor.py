@@ -2025,15 +2025,21 @@ def supervisor_alive_or_abandon(task_dir: str) -> bool:
         os.close(fd)  # releases the lock
 
 
+# What the fork server sends a supervisor it forked once its pid is answered: the go to run.
+GO = b"g"
+
+
 def fork_server() -> int:
     """`supervisor.py --fork-server`: starts supervisors by forking itself, so a launch costs a
     fork (about a millisecond) instead of a Python interpreter's start (tens of them).
 
     Reads task directories on stdin, one per line; for each forks a supervisor (its own session,
     output to the task's `supervisor.log`, SIGTERM blocked as `main` expects) and answers
-    "PID START" on stdout, or "ERR message". Ends at EOF, that is when the executor closes the
-    pipe or dies; the supervisors it forked live on. Children are reaped by the kernel (SIGCHLD
-    ignored): they are watched through pidfds or /proc, never waited for by this process.
+    "PID START" on stdout, or "ERR message". A supervisor runs only once its answer is out
+    (`GO`): killed in between, the server leaves none running that the executor does not
+    watch. Ends at EOF, that is when the executor closes the pipe or dies; the supervisors it
+    forked live on. Children are reaped by the kernel (SIGCHLD ignored): they are watched
+    through pidfds or /proc, never waited for by this process.
     """
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -2056,9 +2062,15 @@ def fork_server() -> int:
             _forked_supervisor(task_dir, go_r, go_w)
         os.close(go_r)
         start = start_time(pid)
-        os.close(go_w)
-        replies.write(f"{pid} {start or 0}\n".encode())
-        replies.flush()
+        try:
+            replies.write(f"{pid} {start or 0}\n".encode())
+            replies.flush()
+            # And it runs the task only once its pid is answered: killed before that, this
+            # server leaves the executor without it, and the supervisor it asks for next
+            # would wait on the task's lock behind an unwatched one (deaf to a stop).
+            os.write(go_w, GO)
+        finally:
+            os.close(go_w)
     return 0
 
 
@@ -2067,8 +2079,11 @@ def _forked_supervisor(task_dir: str, go_r: int, go_w: int) -> None:
     code = 3
     try:
         os.close(go_w)
-        os.read(go_r, 1)  # EOF once the server has read our start time
+        go = os.read(go_r, 1)  # once the server has read our start time and answered it
         os.close(go_r)
+        if go != GO:  # the server died before answering: nobody knows of us
+            code = 0
+            return
         os.setsid()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         null = os.open(os.devnull, os.O_RDONLY)

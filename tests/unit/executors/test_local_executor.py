@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import glob
 import json
 import os
 import shlex
@@ -13,7 +14,9 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from executor_harness import MECHANISMS, NODE, PY, Harness, wait_for
@@ -28,11 +31,14 @@ from aisched.executors.base import (
     TaskLaunch,
 )
 from aisched.executors.cgroups import (
+    MemoryControl,
     MemoryControlError,
     TaskBounds,
     all_tasks_pids_max,
     bound_cgroups,
     create_bounds,
+    create_task_cgroup,
+    release_base,
     release_bounds,
 )
 from aisched.executors.local import SUPERVISOR_SCRIPT, LocalExecutor
@@ -182,6 +188,19 @@ def test_supervisors_forked_by_the_fork_server_outlive_it(harness: Harness) -> N
 
 
 # --- stopping --------------------------------------------------------------------------------
+
+
+def test_stop_reaches_a_task_whose_supervisor_is_stopped(any_watch: Harness) -> None:
+    # A supervisor stopped (SIGSTOP) while its task runs takes a stop's SIGTERM only once
+    # continued: the task ran on past its grace, a cancel or a preemption never ended it.
+    h = any_watch.launch("t-0", ["sleep", "600"])
+    started = any_watch.started(h.key)
+    sup_pid = h.data["supervisor_pid"]
+    os.kill(sup_pid, signal.SIGSTOP)
+    wait_for(lambda: getattr(sup.proc_stat(sup_pid), "state", "") == "T", what="it to stop")
+    any_watch.ex.stop(h.key, grace_period_s=1)
+    assert any_watch.exit_of(h.key).kind == ExitKind.STOPPED
+    assert gone(started["child_pid"])
 
 
 def test_stop_lets_a_task_that_traps_sigterm_finish(harness: Harness, tmp_path: Path) -> None:
@@ -769,7 +788,7 @@ def test_the_bound_parents_another_service_removed_are_made_again(harness: Harne
         pytest.skip("no cgroup v1 pids or cpuset hierarchy here")
     bounds = TaskBounds(bases=tuple((c, f"{base}-test-{os.getpid()}") for c, base in shared))
     create_bounds(bounds, "first", None, 16, tuple(USABLE[:1]), os.geteuid(), 64)
-    for path in bound_cgroups(bounds, "first", os.geteuid()):
+    for path in bound_cgroups(bounds, "first", os.geteuid(), 64):
         sup.remove_cgroup(path)
     release_bounds(bounds)  # the other service stops
     assert not any(os.path.isdir(base) for _, base in bounds.bases)
@@ -780,12 +799,123 @@ def test_the_bound_parents_another_service_removed_are_made_again(harness: Harne
                 assert Path(base, "pids.max").read_text().strip() == str(all_tasks_pids_max())
             else:  # and the cpuset has the machine's cores to hand out
                 assert Path(base, "cpuset.cpus").read_text().strip() != ""
-        made = bound_cgroups(bounds, "second", os.geteuid())
+        made = bound_cgroups(bounds, "second", os.geteuid(), 64)
         assert all(os.path.isdir(path) for path in made)
     finally:
-        for path in bound_cgroups(bounds, "second", os.geteuid()):
+        for path in bound_cgroups(bounds, "second", os.geteuid(), 64):
             sup.remove_cgroup(path)
         release_bounds(bounds)
+
+
+def _private_bounds(harness: Harness, what: str) -> TaskBounds:
+    """Bound parents of this test's own, beside the shared ones: others' tasks stay out."""
+    shared = harness.ex.task_bounds.bases
+    if not shared:
+        pytest.skip("no cgroup v1 pids or cpuset hierarchy here")
+    return TaskBounds(bases=tuple((c, f"{base}-{what}-{os.getpid()}") for c, base in shared))
+
+
+def _task_cgroups(bounds: TaskBounds, name: str) -> list[str]:
+    """Where the task cgroups named `name` are, found on disk (under a user's pids cgroup)."""
+    return [p for _, base in bounds.bases for p in glob.glob(f"{base}/**/{name}", recursive=True)]
+
+
+def _remove_all(bounds: TaskBounds, *names: str) -> None:
+    for name in names:
+        for path in _task_cgroups(bounds, name):
+            sup.remove_cgroup(path)
+    release_bounds(bounds)
+
+
+def _another_service_stops_at_the_mkdir_of(
+    monkeypatch: pytest.MonkeyPatch, name: str, under: str, stop: Callable[[], None]
+) -> list[bool]:
+    """Runs `stop` (another service releasing the shared parents) at the instant a launch
+    has made the parents of its cgroup `name` under `under` and is about to mkdir it; the
+    kernel's own mkdir follows. Returns whether each stop left the parents gone."""
+    real, seen = os.mkdir, []
+
+    def mkdir(path: Any, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
+        path = os.fspath(path)
+        if not seen and os.path.basename(path) == name and path.startswith(under):
+            stop()
+            seen.append(not os.path.isdir(os.path.dirname(path)))
+        real(path, mode, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    return seen
+
+
+def test_a_launch_makes_again_the_bound_parents_removed_just_before_its_mkdir(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another service that stops with none of its tasks running removes the shared parents,
+    # maybe between a launch's making them and its mkdir: that launch failed (ENOENT).
+    bounds = _private_bounds(harness, "race")
+    pids_base = dict(bounds.bases).get("pids", bounds.bases[0][1])
+    uid = os.geteuid()
+    seen = _another_service_stops_at_the_mkdir_of(
+        monkeypatch, "t", pids_base, lambda: release_bounds(bounds)
+    )
+    try:
+        create_bounds(bounds, "t", None, 16, tuple(USABLE[:1]), uid, 64)
+        monkeypatch.undo()
+        assert seen == [True]  # the parents were really gone at the mkdir
+        made = _task_cgroups(bounds, "t")
+        assert sorted(made) == sorted(bound_cgroups(bounds, "t", uid, 64))
+        for ctrl, base in bounds.bases:  # made whole again, with their bounds
+            if ctrl == "pids":
+                assert Path(base, "pids.max").read_text().strip() == str(all_tasks_pids_max())
+                user = os.path.dirname(next(p for p in made if p.startswith(base)))
+                assert Path(user, "pids.max").read_text().strip() == "64"
+            else:
+                assert Path(base, "cpuset.cpus").read_text().strip() != ""
+    finally:
+        monkeypatch.undo()
+        _remove_all(bounds, "t")
+
+
+def test_a_launch_makes_again_the_memory_parent_removed_just_before_its_mkdir(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shared = harness.ex.memory_control
+    if shared.base is None:
+        pytest.skip("no memory cgroups here")
+    ctrl = MemoryControl(shared.mechanism, f"{shared.base}-race-{os.getpid()}", owned=True)
+    assert ctrl.base is not None
+    seen = _another_service_stops_at_the_mkdir_of(
+        monkeypatch, "t", ctrl.base, lambda: release_base(ctrl)
+    )
+    try:
+        path = create_task_cgroup(ctrl, "t", 64)
+        monkeypatch.undo()
+        assert seen == [True]
+        assert path == os.path.join(ctrl.base, "t") and os.path.isdir(path)
+    finally:
+        monkeypatch.undo()
+        sup.remove_cgroup(os.path.join(ctrl.base, "t"))
+        release_base(ctrl)
+
+
+def test_services_of_different_user_pids_limits_leave_each_others_bound_alone(
+    harness: Harness,
+) -> None:
+    # Every service of the machine shares the parent of the users' pids cgroups; one that
+    # wrote its own user_pids_limit into a user's cgroup changed the bound of the user's
+    # tasks of every other service (lowered, their forks failed).
+    bounds = _private_bounds(harness, "users")
+    if "pids" not in dict(bounds.bases):
+        pytest.skip("no cgroup v1 pids hierarchy here")
+    uid, cores = os.geteuid(), tuple(USABLE[:1])
+    try:
+        create_bounds(bounds, "a", None, 16, cores, uid, 64)  # a service bounds it at 64
+        create_bounds(bounds, "b", None, 16, cores, uid, 32)  # another, at 32
+        base = dict(bounds.bases)["pids"]
+        for name, want in (("a", "64"), ("b", "32")):
+            (pids,) = [p for p in _task_cgroups(bounds, name) if p.startswith(base)]
+            assert Path(os.path.dirname(pids), "pids.max").read_text().strip() == want, name
+    finally:
+        _remove_all(bounds, "a", "b")
 
 
 @pytest.mark.skipif(len(USABLE) < 2, reason="needs at least 2 usable cores")
@@ -795,3 +925,37 @@ def test_a_task_cannot_widen_its_cores_past_its_cpuset(harness: Harness) -> None
     h = harness.launch("t-0", [PY, "-c", WIDEN, *map(str, USABLE)], milli_cpu=1000)
     assert harness.exit_of(h.key).kind == ExitKind.EXITED
     assert json.loads(harness.log("t-0")) == h.data["cores"] != USABLE
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace")
+def test_a_fork_server_killed_between_its_fork_and_its_answer_runs_the_task_once_and_stoppable(
+    harness: Harness, tmp_path: Path
+) -> None:
+    # The fork server killed after forking a supervisor and before answering with its pid:
+    # the executor, with no answer, starts a new server and asks again. The first supervisor
+    # ran the task unwatched, and the second, the one watched, waited on the task's lock
+    # behind it: a stop (SIGTERM to the watched one) never reached the task.
+    server = harness.ex._fork_server
+    assert server is not None
+    first = harness.launch("t-0", ["true"])  # starts the server
+    assert harness.exit_of(first.key).exit_code == 0
+    assert server._proc is not None
+    traced = server._proc.pid
+    # The kernel's kill, at the server's next write (its answer), by strace's fault injection.
+    tracer = subprocess.Popen(
+        ["strace", "-qq", "-o", "/dev/null", "-p", str(traced),
+         "-e", "trace=write", "-e", "inject=write:signal=SIGKILL:when=1"],
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        status = Path(f"/proc/{traced}/status")
+        wait_for(lambda: "TracerPid:\t0\n" not in status.read_text(), what="strace to attach")
+        marks = tmp_path / "runs"
+        h = harness.launch("t-1", ["sh", "-c", f"echo run >> {marks}; exec sleep 600"])
+    finally:
+        tracer.wait(10)
+    assert server._proc is not None and server._proc.pid != traced  # killed, and started again
+    wait_for(marks.exists, what="the task to run")
+    harness.ex.stop(h.key, grace_period_s=1)
+    assert harness.exit_of(h.key).kind == ExitKind.STOPPED
+    assert marks.read_text() == "run\n"  # once
