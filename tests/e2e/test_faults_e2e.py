@@ -495,8 +495,9 @@ def test_a_data_directory_turned_read_only_under_the_service_is_reported_and_sto
     tmp_path: Path, ext4: Path
 ) -> None:
     # A disk error turns the data directory read-only while a job runs: the task runs on
-    # (once), readiness names the failing store, a submission is refused with the reason,
-    # and a stop is the usual one. It ended in a traceback: the stop's removal of the
+    # (once), readiness names the read-only directory at once (it said "ready" until a write
+    # failed, and took a submission it could not store), a submission is refused with the
+    # reason, and a stop is the usual one. It ended in a traceback: the stop's removal of the
     # service's announcement (server.json) failed.
     svc = tmpfs_service(tmp_path, ext4)
     svc.start()
@@ -508,13 +509,14 @@ def test_a_data_directory_turned_read_only_under_the_service_is_reported_and_sto
         fs_error(ext4)
         wait_for("the task to end", out.exists)
 
-        # The first write to fail is the submission's (the task's end is not reported yet:
-        # its supervisor cannot record it either, and waits).
+        # Not ready, before any write has failed (the task's end is not reported yet: its
+        # supervisor cannot record it either, and waits).
+        read_only = f"disk pressure: the data directory {svc.home}: read-only file system"
+        wait_for("readiness to name it", lambda: readyz(svc)[1]["problems"] == [read_only])
+        assert readyz(svc)[0] == 503
         r = svc.api.post("/v1/jobs", json={"command": ["true"]}, timeout=30)
-        assert r.status_code == 503
-        assert r.json()["error"].startswith("the submission is not stored yet: the store cannot")
-        code, body = readyz(svc)
-        assert code == 503 and str(body["problems"][0]).startswith("the store is failing")
+        assert r.status_code == 507
+        assert r.json()["error"] == f"the service is not accepting new jobs: {read_only}"
         assert svc.job(job)["state"] == "running"  # its end is not stored yet, nor lost
         assert out.read_text() == "once\n"
         svc.stop()

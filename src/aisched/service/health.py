@@ -9,8 +9,9 @@ disk-pressure condition and Slurm's drained node with a reason behave.
 What is watched:
 
 1. The free space of the data directory (the database lives there) and of the log directory
-   (tasks' output), through `statvfs`, at most once a `refresh_s`: below `min_free_bytes` is
-   disk pressure. Directories on one filesystem are reported once.
+   (tasks' output), through `statvfs`, at most once a `refresh_s`: below `min_free_bytes`, or
+   read-only (remounted so after a disk error), is disk pressure. Directories on one
+   filesystem are reported once.
 2. The loop's failed steps (`StepErrors`): a write that failed with ENOSPC is disk pressure
    too, whatever statvfs says (a quota, a full inode table); another store error or a bug
    makes the service not ready until a step succeeds again.
@@ -23,6 +24,7 @@ and readiness comes back by itself once space returns and a step succeeds.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -87,7 +89,20 @@ def _free(path: str) -> tuple[int | None, str]:
         st = os.statvfs(path)
     except OSError as e:
         return None, e.strerror or str(e)
+    if st.f_flag & os.ST_RDONLY or _refuses_writes(path):
+        return None, "read-only file system"
     return st.f_bavail * st.f_frsize, ""
+
+
+def _refuses_writes(path: str) -> bool:
+    """Whether the filesystem of `path` refuses writes: ext4 turned read-only by a disk error
+    (errors=remount-ro) says so only when written to, not in statvfs's flags. The probe is a
+    metadata write: the directory's times set to now."""
+    try:
+        os.utime(path)
+    except OSError as e:
+        return e.errno == errno.EROFS
+    return False
 
 
 def _pressure(d: DiskState) -> str:
