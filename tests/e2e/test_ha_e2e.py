@@ -322,3 +322,33 @@ def test_a_leader_whose_database_went_away_says_why_in_one_line(
     finally:
         relay.close()
         a.stop()
+
+
+def test_a_standby_whose_database_went_away_says_so_in_its_readiness(
+    tmp_path: Path, pg_server: PostgresServer
+) -> None:
+    # An idle instance's readiness named only what it had tried to write: a standby (or a
+    # leader with nothing to do) whose database went away still said only "not the leader".
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    url = pg_server.create_database()
+    relay = FreezableRelay(pg_server, tmp_path / "relay")
+    a, b = instance(home, work, "a", url), instance(home, work, "b", relay.url(url))
+    try:
+        a.start()
+        b.start()
+        assert health(b)["role"] == "standby"
+
+        def problems() -> list[str]:
+            return list(httpx.get(f"{b.url}/v1/readyz", timeout=2).json()["problems"])
+
+        assert len(problems()) == 1  # not the leader, and nothing else
+        relay.cut()
+        wait_for("the standby's readiness to name the database", lambda: len(problems()) == 2)
+        assert problems()[1].startswith("the lease could not be read: (psycopg.OperationalError)")
+        assert health(b)["role"] == "standby"  # it goes on standing by, polling
+    finally:
+        relay.close()
+        for svc in (a, b):
+            svc.stop()

@@ -86,7 +86,7 @@ class Service:
             self.config.limits.disk_min_free_bytes(),
             self.scheduler.step_errors,
             lambda: self.scheduler.thread is not None and self.scheduler.thread.is_alive(),
-            lambda: unavailable(self.executor),
+            (lambda: unavailable(self.executor), self.leadership.problem),
         )
         self.metrics.registry.register(HealthCollector(self.health))
         self.scheduler.launch_hold = self.health.launch_hold

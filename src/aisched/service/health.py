@@ -17,6 +17,8 @@ What is watched:
    makes the service not ready until a step succeeds again.
 3. The executor's own availability (`executors.base.Availability`): while a Ray cluster's GCS
    cannot be reached, the service is not ready and says so; the loop holds new launches.
+4. On a shared database, the lease: a renewal (or a standby's poll) that failed at its last
+   try names the database that does not answer, even when nothing else touches the store.
 
 Nothing here acts: recovery is the loop's own (it retries its unwritten batch with back-off),
 and readiness comes back by itself once space returns and a step succeeds.
@@ -125,7 +127,7 @@ class Health:
         min_free_bytes: int,
         errors: StepErrors,
         alive: Callable[[], bool],
-        executor_problem: Callable[[], str | None] = lambda: None,
+        elsewhere: Sequence[Callable[[], str | None]] = (),
         *,
         refresh_s: float = 1.0,
         statvfs: Callable[[str], tuple[int | None, str]] = _free,
@@ -134,7 +136,7 @@ class Health:
         self.min_free_bytes = min_free_bytes
         self.errors = errors
         self.alive = alive
-        self.executor_problem = executor_problem
+        self.elsewhere = elsewhere  # the executor's, the lease's: one line each, or None
         self.refresh_s = refresh_s
         self.statvfs = statvfs
         self._lock = threading.Lock()
@@ -171,8 +173,7 @@ class Health:
         problems: list[str] = []
         if not self.alive():
             problems.append("the scheduler loop is not running")
-        if (why := self.executor_problem()) is not None:
-            problems.append(why)
+        problems += [why for source in self.elsewhere if (why := source()) is not None]
         problems += [_pressure(d) for d in disks if d.pressure]
         # Read once: the loop thread replaces these fields as it goes.
         kind, consecutive, last = e.kind, e.consecutive, e.last_error

@@ -88,7 +88,7 @@ class Leadership:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._renewed_at = 0.0  # monotonic, the start of the last renewal that succeeded
-        self._renew_error = ""  # why the renewals since then failed, in one line
+        self._renew_error = ""  # why the last renewal or poll failed, in one line
         self._deposing = threading.Lock()
 
     # --- what readers see ----------------------------------------------------------------
@@ -109,6 +109,14 @@ class Leadership:
     def seen_term(self) -> int:
         """Our term while we lead, else the lease's as last read."""
         return self.term if self.leading or self.lease is None else self.lease.term
+
+    def problem(self) -> str | None:
+        """Why the lease could not be renewed (a leader) or read (a standby) at the last try,
+        else None: the database does not answer, whether or not anything else touches it."""
+        why = self._renew_error
+        if not why or self.role == Role.DEPOSED:
+            return None
+        return f"the lease could not be {'renewed' if self.leading else 'read'}: {why}"
 
     def describe(self) -> dict[str, object]:
         """role, term and leader address, as `/v1/healthz` shows them."""
@@ -162,6 +170,7 @@ class Leadership:
                     self._try_lead(force=False, in_thread=True)
                 else:
                     return
+                self._renew_error = ""
             except Exception as exc:  # the database unreachable, for instance: `_watch`
                 self._renew_error = one_line(exc)  # deposes by the deadline, saying why
                 log.warning("lease: %s", exc)

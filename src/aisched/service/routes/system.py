@@ -42,7 +42,9 @@ def system_router(svc: Service) -> APIRouter:
         if svc.leadership.leading:
             return JSONResponse(doc, status_code=200 if r.ready else 503)
         doc["ready"] = False
-        doc["problems"] = [not_leader(svc)]
+        # A standby's loop does not run; whether it could take over is the lease's to say.
+        lease = svc.leadership.problem()
+        doc["problems"] = [not_leader(svc), *([lease] if lease else [])]
         return JSONResponse(doc, status_code=503)
 
     @router.get("/v1/info", response_model=Info)
