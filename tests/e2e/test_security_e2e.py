@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -401,3 +402,78 @@ def test_a_client_that_never_finishes_its_headers_is_disconnected(service: Servi
         conn.settimeout(HEADER_TIMEOUT_S + 20)
         assert conn.recv(1) == b""  # closed by the service (a time-out would raise instead)
     assert service.api.get("/v1/healthz").json() == service.alive_leader()
+
+
+# Run as a user: hold `n` connections on the socket (each following a job's logs, which the
+# service keeps open), then make one more and print its answer's status line and body; hold
+# them until stdin closes.
+HOLD_CONNECTIONS = r"""
+import socket, sys
+path, job, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+held = []
+for _ in range(n):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    s.sendall(f"GET /v1/jobs/{job}/logs?follow=true HTTP/1.1\r\nHost: aisched\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += s.recv(4096) or sys.exit(f"closed: {head!r}")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    held.append(s)
+extra = socket.socket(socket.AF_UNIX)
+extra.connect(path)
+try:
+    extra.sendall(b"GET /v1/jobs HTTP/1.1\r\nHost: aisched\r\nConnection: close\r\n\r\n")
+except OSError:
+    pass  # refused and closed before the request went out: its answer is still there to read
+answer = b""
+while chunk := extra.recv(65536):
+    answer += chunk
+status, _, rest = answer.decode().partition("\r\n")
+print(status)
+print(rest.partition("\r\n\r\n")[2], flush=True)
+sys.stdin.read()
+"""
+
+
+@contextmanager
+def holding(svc: Service, argv: list[str], job: str, n: int) -> Iterator[tuple[str, str]]:
+    """`n` connections held by the process `argv` runs (a user's), and what one more got."""
+    proc = subprocess.Popen(
+        [*argv, "-c", HOLD_CONNECTIONS, str(svc.socket), job, str(n)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stdin is not None
+    try:
+        status, body = proc.stdout.readline().strip(), proc.stdout.readline().strip()
+        assert status, proc.stderr.read() if proc.stderr else ""
+        yield status, body
+    finally:
+        proc.stdin.close()
+        proc.wait(30)
+
+
+def test_one_user_cannot_take_every_connection_from_the_others(
+    tmp_path: Path, local_users: dict[str, User]
+) -> None:
+    """A user holding connections open (each one free to open again when the service closes
+    it) is bound to `limits.connections_per_peer`: one more is refused with 429 at once, and
+    other users and root are still answered. Without the bound, the server's own limit (4096)
+    is shared by everyone: one user's idle connections had every other request answered 503."""
+    tmp_path.chmod(0o755)
+    alice, bob = local_users["alice"], local_users["bob"]
+    config = CONFIG + "limits:\n  connections_per_peer: 4\n"
+    with local_service(tmp_path, config=config) as svc:
+        jid = run_as(svc, bob, "--", "sleep", "300")
+        svc.wait_state(jid, "running")
+        with holding(svc, bob.cmd(bob.python), jid, 4) as (status, body):
+            assert status == "HTTP/1.1 429 Too Many Requests"
+            assert json.loads(body)["error"] == (
+                "too many connections: user aisbob holds 4 open connections to this service, "
+                "the most one may (limits.connections_per_peer); close some and try again"
+            )
+            assert as_user(svc, alice, "jobs").returncode == 0
+            with holding(svc, [sys.executable], jid, 4) as (root_status, _):
+                assert root_status == "HTTP/1.1 200 OK"  # admins are not bound
+        # Closed, bob's connections count no more.
+        assert as_user(svc, bob, "jobs").returncode == 0
