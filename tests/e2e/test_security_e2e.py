@@ -18,7 +18,7 @@ import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -477,3 +477,48 @@ def test_one_user_cannot_take_every_connection_from_the_others(
                 assert root_status == "HTTP/1.1 200 OK"  # admins are not bound
         # Closed, bob's connections count no more.
         assert as_user(svc, bob, "jobs").returncode == 0
+
+
+def peak_rss_growth(pid: int, read: Callable[[], object]) -> int:
+    """How far `read()` took the resident memory of process `pid` above where it was (its peak
+    is reset first, through /proc/PID/clear_refs)."""
+    status = Path(f"/proc/{pid}/status")
+
+    def kib(field: str) -> int:
+        line = next(x for x in status.read_text().splitlines() if x.startswith(field + ":"))
+        return int(line.split()[1]) * 1024
+
+    Path(f"/proc/{pid}/clear_refs").write_text("5")  # the peak (VmHWM) is now the present
+    before = kib("VmRSS")
+    read()
+    return kib("VmHWM") - before
+
+
+def test_reading_a_big_jobs_logs_never_holds_them_whole(service: Service) -> None:
+    """A job's logs are streamed a chunk at a time, never read whole: 20 tasks' logs of 9 MB
+    each (180 MB) are read, whole and followed, while the service's resident memory grows by
+    less than 50 MB. Read whole, decoded, split and joined, the logs of a job of many tasks
+    took several times their size (386 MB of 40 tasks: 1.4 GB), for each request, so that a
+    few reads of one user's job could exhaust the machine's memory."""
+    jid = service.run(
+        "--replicas", "20", "--cpus", "0.05", "--mem", "32M", "--",
+        "sh", "-c", "head -c 9000000 /dev/zero | tr '\\0' x | fold -w 99",
+    )  # fmt: skip
+    service.wait_state(jid, "succeeded", timeout_s=120)
+    pid = int(json.loads((service.home / "server.json").read_text())["pid"])
+    api = service.api
+    sizes: list[int] = []
+
+    def read(params: dict[str, str]) -> Callable[[], object]:
+        def go() -> None:
+            with api.stream("GET", f"/v1/jobs/{jid}/logs", params=params, timeout=120) as r:
+                assert r.status_code == 200
+                sizes.append(sum(len(chunk) for chunk in r.iter_bytes()))
+
+        return go
+
+    for params in ({}, {"follow": "true"}):
+        assert peak_rss_growth(pid, read(params)) < 50 << 20
+    # Each task's: 90,909 lines of 99 x's, then 9 x's; each line prefixed with its task.
+    prefixes = [len(f"[main-{i}] ") for i in range(20)]
+    assert sizes == [sum(90_909 * (p + 100) + p + 10 for p in prefixes)] * 2
