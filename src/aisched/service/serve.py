@@ -118,6 +118,10 @@ def make_servers(
                     timeout_keep_alive=5,
                     timeout_graceful_shutdown=max(1, int(graceful_s)),
                     limit_concurrency=4096,
+                    # A client's address is its connection's: uvicorn would otherwise take the
+                    # one X-Forwarded-For names from any local user on 127.0.0.1, and the
+                    # rate limit of requests without a token (by address) would name nobody.
+                    proxy_headers=False,
                     **extra,
                 )
             ),
