@@ -522,3 +522,53 @@ def test_reading_a_big_jobs_logs_never_holds_them_whole(service: Service) -> Non
     # Each task's: 90,909 lines of 99 x's, then 9 x's; each line prefixed with its task.
     prefixes = [len(f"[main-{i}] ") for i in range(20)]
     assert sizes == [sum(90_909 * (p + 100) + p + 10 for p in prefixes)] * 2
+
+
+# Run as a user: a server on a free loopback port that answers every request with an empty
+# job list and prints what it was sent; its port first.
+IMPOSTOR = r"""
+import socket, sys
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen()
+print(srv.getsockname()[1], flush=True)
+while True:
+    conn, _ = srv.accept()
+    conn.settimeout(5)
+    try:
+        got = conn.recv(65536)
+        print(repr(got), flush=True)
+        if got:
+            conn.sendall(b'HTTP/1.1 200 OK\r\ncontent-length: 11\r\n\r\n{"jobs":[]}')
+    except OSError:
+        pass
+    conn.close()
+"""
+
+
+def test_the_cli_sends_nothing_to_another_users_server_on_the_loopback(
+    local_users: dict[str, User],
+) -> None:
+    """Any local user may listen on a free loopback port, the default one too while the
+    system service is down (the CLI then falls back to it): another user's CLI sent it their
+    token (and would have sent a job's command and `--env` values)."""
+    alice, bob = local_users["alice"], local_users["bob"]
+    impostor = subprocess.Popen(
+        bob.cmd(bob.python, "-c", IMPOSTOR), stdout=subprocess.PIPE, text=True
+    )
+    assert impostor.stdout is not None
+    try:
+        port = int(impostor.stdout.readline())
+        url = f"http://127.0.0.1:{port}"
+        proc = alice.aisched(
+            "jobs", env={"AISCHED_SERVER": url, "AISCHED_TOKEN": "ais_alices_secret"}
+        )
+    finally:
+        impostor.kill()
+        sent, _ = impostor.communicate(timeout=30)
+    assert "ais_alices_secret" not in sent and "GET" not in sent
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert proc.stderr == (
+        f"error: {url} is served by a process of {bob.name}, not by root's aisched or yours: "
+        "nothing (no token, no job) is sent to it (--server or AISCHED_SERVER choose another)\n"
+    )
