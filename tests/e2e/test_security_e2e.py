@@ -572,3 +572,34 @@ def test_the_cli_sends_nothing_to_another_users_server_on_the_loopback(
         f"error: {url} is served by a process of {bob.name}, not by root's aisched or yours: "
         "nothing (no token, no job) is sent to it (--server or AISCHED_SERVER choose another)\n"
     )
+
+
+def test_listing_many_jobs_with_long_commands_never_holds_them_all(service: Service) -> None:
+    """A listing is read from the store and written a page at a time: 2,000 jobs whose
+    commands are 90 KB each (a user's own listing shows them: 180 MB) are listed while the
+    service's resident memory grows by less than 100 MB. Read and built whole, 1,000 of them
+    took 265 MB more, so that a few listings at once of one user's 10,000 jobs (its
+    `user_max_jobs`) could exhaust the machine's memory."""
+    blocker = service.run("--cpus", "0.1", "--mem", "64M", "--", "sleep", "300")
+    service.wait_state(blocker, "running")
+    arg = "x" * 90_000
+    for k in range(200):  # waiting on the blocker: none of them runs
+        jobs = [
+            {"name": f"j{k}-{i}", "command": ["true", arg], "depends_on": [blocker],
+             "resources": {"cpus": 0.1, "mem": "16M"}}
+            for i in range(10)
+        ]  # fmt: skip
+        assert service.api.post("/v1/jobs", json={"jobs": jobs}).status_code == 201
+    pid = int(json.loads((service.home / "server.json").read_text())["pid"])
+    listed: list[list[str]] = []
+
+    def read() -> None:
+        r = service.api.get("/v1/jobs", params={"limit": 100_000}, timeout=120)
+        assert r.status_code == 200
+        listed.append([j["id"] for j in r.json()["jobs"]])
+
+    assert service.api.get("/v1/jobs", params={"limit": 5}).status_code == 200
+    assert peak_rss_growth(pid, read) < 100 << 20
+    ids = [int(i) for i in listed[0]]
+    assert (len(ids), ids == sorted(ids, reverse=True), ids[-1]) == (2001, True, int(blocker))
+    service.cli("cancel", blocker)  # and its dependents end with it

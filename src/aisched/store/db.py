@@ -366,8 +366,13 @@ class Tx:
         user: str | None = None,
         limit: int | None = None,
         newest_first: bool = True,
+        before_seq: int | None = None,
     ) -> list[Row]:
+        """Jobs, newest (or oldest) first; `before_seq`: only those submitted before the job
+        of that `seq` (a newest-first list read a page at a time)."""
         q = select(jobs)
+        if before_seq is not None:
+            q = q.where(jobs.c.seq < before_seq)
         if states is not None:
             q = q.where(jobs.c.state.in_(list(states)))
         if queue is not None:
