@@ -1,5 +1,5 @@
-"""The HTTP protocol the service's servers speak: uvicorn's httptools protocol, plus two things
-it lacks for a shared machine.
+"""The HTTP protocol the service's servers speak: uvicorn's httptools protocol, plus three
+things it lacks for a shared machine.
 
 1. On a Unix-socket connection, the peer's credentials (SO_PEERCRED, read once when the
    connection is made) go into every request's ASGI scope under `PEER_SCOPE_KEY`. That is the
