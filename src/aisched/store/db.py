@@ -502,6 +502,10 @@ class Tx:
         r = self.conn.execute(select(tokens).where(tokens.c.digest == digest)).mappings().first()
         return dict(r) if r is not None else None
 
+    def token_by_id(self, token_id: str) -> Row | None:
+        r = self.conn.execute(select(tokens).where(tokens.c.id == token_id)).mappings().first()
+        return dict(r) if r is not None else None
+
     def list_tokens(self, user: str | None = None) -> list[Row]:
         q = select(tokens).order_by(tokens.c.created_at)
         if user is not None:
