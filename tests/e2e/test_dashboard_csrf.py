@@ -21,6 +21,8 @@ from harness import Service, free_port, local_service, wait_for
 from playwright.sync_api import sync_playwright
 from users import User
 
+from aisched.service import tokens
+
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"]
 
@@ -122,7 +124,9 @@ def test_a_link_another_user_sends_the_browser_to_does_not_sign_it_in(
             page.wait_for_selector("#link-note")
             page.goto(f"{service.url}/")
             page.wait_for_selector("body[data-loaded=true]")
-            assert [c["value"] for c in context.cookies(service.url)] == [hers]
+            [held] = [c["value"] for c in context.cookies(service.url)]
+            token_id = held.removeprefix(tokens.COOKIE_PREFIX).partition(".")[0]
+            assert held == tokens.dashboard_cookie(hers, token_id)  # hers, not the token
         finally:
             browser.close()
 
@@ -158,3 +162,64 @@ def _answers(url: str) -> bool:
         return httpx.get(url, timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+# Bob's server on another port of 127.0.0.1: a page, and every Cookie header it is sent,
+# one a line on its output.
+COOKIE_JAR = r"""
+import http.server, sys
+class Page(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        print(self.headers.get("Cookie", ""), flush=True)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.end_headers()
+        self.wfile.write(b"<!doctype html><title>bob</title>")
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Page).serve_forever()
+"""
+
+
+def test_the_cookie_another_users_page_is_sent_is_no_token(
+    service: Service, local_users: dict[str, User]
+) -> None:
+    """A browser sends the cookies of 127.0.0.1 to every port of it: Alice, signed in to the
+    dashboard, who then opens a page Bob serves on another port sends him her cookie. It
+    held her token, which Bob could send as his own (here, to cancel her job). It now stands
+    only for the dashboard's reads, and is refused as a token."""
+    alice, bob = local_users["alice"], local_users["bob"]
+    token = service.cli("token", "create", alice.name).stdout.strip()
+    as_alice = {"Authorization": f"Bearer {token}"}
+    r = httpx.post(f"{service.url}/v1/jobs", json={"command": ["sleep", "60"]}, headers=as_alice)
+    assert r.status_code == 201
+    mine = r.json()["id"]
+    port = free_port()
+    jar = subprocess.Popen(
+        bob.cmd(bob.python, "-c", COOKIE_JAR, str(port)), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        wait_for("Bob's page", lambda: _answers(f"http://127.0.0.1:{port}/"))
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+            try:
+                page = browser.new_page()
+                page.goto(f"{service.url}/?token={token}")  # Alice opens her dashboard
+                page.get_by_role("button", name="Sign in").click()
+                page.wait_for_selector("body[data-loaded=true]")
+                page.goto(f"http://127.0.0.1:{port}/")  # and then Bob's page
+                page.wait_for_load_state()
+            finally:
+                browser.close()
+    finally:
+        jar.kill()
+        sent, _ = jar.communicate(timeout=10)
+    cookies = [c.partition("=")[2] for line in sent.splitlines() for c in line.split("; ")]
+    stolen = [c for c in cookies if c.startswith(("ais_", "aisd_"))]
+    assert stolen, f"the browser sent Bob no cookie of the service: {sent!r}"
+    for value in stolen:
+        r = httpx.post(
+            f"{service.url}/v1/jobs/{mine}/cancel", headers={"Authorization": f"Bearer {value}"}
+        )
+        assert r.status_code == 401
+    assert service.job(mine)["state"] == "running"

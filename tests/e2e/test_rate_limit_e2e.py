@@ -200,3 +200,23 @@ def test_the_cli_retries_a_read_after_a_429(tmp_path: Path) -> None:
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["jobs"] == []
         assert limited(svc) > before  # it was refused first, waited, and asked again
+
+
+def test_an_address_is_the_peers_own_never_one_a_header_names(tight: Service) -> None:
+    """Requests without a valid token are charged to the address they come from, whatever
+    `X-Forwarded-For` they claim: a local user on the loopback could otherwise name a new
+    address with each guess and never be limited (uvicorn believes that header from
+    127.0.0.1 by default)."""
+    forged = [
+        httpx.get(
+            f"{tight.url}/v1/jobs",
+            headers={"Authorization": "Bearer ais_forged", "X-Forwarded-For": f"10.0.0.{i}"},
+        )
+        for i in range(10)
+    ]
+    assert [r.status_code for r in forged] == [401] * 8 + [429] * 2
+    assert (
+        forged[-1]
+        .json()["error"]
+        .startswith("rate limit: address 127.0.0.1 sent more than 8 requests")
+    )

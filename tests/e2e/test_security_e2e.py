@@ -18,7 +18,8 @@ import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -401,3 +402,204 @@ def test_a_client_that_never_finishes_its_headers_is_disconnected(service: Servi
         conn.settimeout(HEADER_TIMEOUT_S + 20)
         assert conn.recv(1) == b""  # closed by the service (a time-out would raise instead)
     assert service.api.get("/v1/healthz").json() == service.alive_leader()
+
+
+# Run as a user: hold `n` connections on the socket (each following a job's logs, which the
+# service keeps open), then make one more and print its answer's status line and body; hold
+# them until stdin closes.
+HOLD_CONNECTIONS = r"""
+import socket, sys
+path, job, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+held = []
+for _ in range(n):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    s.sendall(f"GET /v1/jobs/{job}/logs?follow=true HTTP/1.1\r\nHost: aisched\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += s.recv(4096) or sys.exit(f"closed: {head!r}")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    held.append(s)
+extra = socket.socket(socket.AF_UNIX)
+extra.connect(path)
+try:
+    extra.sendall(b"GET /v1/jobs HTTP/1.1\r\nHost: aisched\r\nConnection: close\r\n\r\n")
+except OSError:
+    pass  # refused and closed before the request went out: its answer is still there to read
+answer = b""
+while chunk := extra.recv(65536):
+    answer += chunk
+status, _, rest = answer.decode().partition("\r\n")
+print(status)
+print(rest.partition("\r\n\r\n")[2], flush=True)
+sys.stdin.read()
+"""
+
+
+@contextmanager
+def holding(svc: Service, argv: list[str], job: str, n: int) -> Iterator[tuple[str, str]]:
+    """`n` connections held by the process `argv` runs (a user's), and what one more got."""
+    proc = subprocess.Popen(
+        [*argv, "-c", HOLD_CONNECTIONS, str(svc.socket), job, str(n)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stdin is not None
+    try:
+        status, body = proc.stdout.readline().strip(), proc.stdout.readline().strip()
+        assert status, proc.stderr.read() if proc.stderr else ""
+        yield status, body
+    finally:
+        proc.stdin.close()
+        proc.wait(30)
+
+
+def test_one_user_cannot_take_every_connection_from_the_others(
+    tmp_path: Path, local_users: dict[str, User]
+) -> None:
+    """A user holding connections open (each one free to open again when the service closes
+    it) is bound to `limits.connections_per_peer`: one more is refused with 429 at once, and
+    other users and root are still answered. Without the bound, the server's own limit (4096)
+    is shared by everyone: one user's idle connections had every other request answered 503."""
+    tmp_path.chmod(0o755)
+    alice, bob = local_users["alice"], local_users["bob"]
+    config = CONFIG + "limits:\n  connections_per_peer: 4\n"
+    with local_service(tmp_path, config=config) as svc:
+        jid = run_as(svc, bob, "--", "sleep", "300")
+        svc.wait_state(jid, "running")
+        with holding(svc, bob.cmd(bob.python), jid, 4) as (status, body):
+            assert status == "HTTP/1.1 429 Too Many Requests"
+            assert json.loads(body)["error"] == (
+                "too many connections: user aisbob holds 4 open connections to this service, "
+                "the most one may (limits.connections_per_peer); close some and try again"
+            )
+            assert as_user(svc, alice, "jobs").returncode == 0
+            with holding(svc, [sys.executable], jid, 4) as (root_status, _):
+                assert root_status == "HTTP/1.1 200 OK"  # admins are not bound
+        # Closed, bob's connections count no more.
+        assert as_user(svc, bob, "jobs").returncode == 0
+
+
+def peak_rss_growth(pid: int, read: Callable[[], object]) -> int:
+    """How far `read()` took the resident memory of process `pid` above where it was (its peak
+    is reset first, through /proc/PID/clear_refs)."""
+    status = Path(f"/proc/{pid}/status")
+
+    def kib(field: str) -> int:
+        line = next(x for x in status.read_text().splitlines() if x.startswith(field + ":"))
+        return int(line.split()[1]) * 1024
+
+    Path(f"/proc/{pid}/clear_refs").write_text("5")  # the peak (VmHWM) is now the present
+    before = kib("VmRSS")
+    read()
+    return kib("VmHWM") - before
+
+
+def test_reading_a_big_jobs_logs_never_holds_them_whole(service: Service) -> None:
+    """A job's logs are streamed a chunk at a time, never read whole: 20 tasks' logs of 9 MB
+    each (180 MB) are read, whole and followed, while the service's resident memory grows by
+    less than 50 MB. Read whole, decoded, split and joined, the logs of a job of many tasks
+    took several times their size (386 MB of 40 tasks: 1.4 GB), for each request, so that a
+    few reads of one user's job could exhaust the machine's memory."""
+    jid = service.run(
+        "--replicas", "20", "--cpus", "0.05", "--mem", "32M", "--",
+        "sh", "-c", "head -c 9000000 /dev/zero | tr '\\0' x | fold -w 99",
+    )  # fmt: skip
+    service.wait_state(jid, "succeeded", timeout_s=120)
+    pid = int(json.loads((service.home / "server.json").read_text())["pid"])
+    api = service.api
+    sizes: list[int] = []
+
+    def read(params: dict[str, str]) -> Callable[[], object]:
+        def go() -> None:
+            with api.stream("GET", f"/v1/jobs/{jid}/logs", params=params, timeout=120) as r:
+                assert r.status_code == 200
+                sizes.append(sum(len(chunk) for chunk in r.iter_bytes()))
+
+        return go
+
+    for params in ({}, {"follow": "true"}):
+        assert peak_rss_growth(pid, read(params)) < 50 << 20
+    # Each task's: 90,909 lines of 99 x's, then 9 x's; each line prefixed with its task.
+    prefixes = [len(f"[main-{i}] ") for i in range(20)]
+    assert sizes == [sum(90_909 * (p + 100) + p + 10 for p in prefixes)] * 2
+
+
+# Run as a user: a server on a free loopback port that answers every request with an empty
+# job list and prints what it was sent; its port first.
+IMPOSTOR = r"""
+import socket, sys
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen()
+print(srv.getsockname()[1], flush=True)
+while True:
+    conn, _ = srv.accept()
+    conn.settimeout(5)
+    try:
+        got = conn.recv(65536)
+        print(repr(got), flush=True)
+        if got:
+            conn.sendall(b'HTTP/1.1 200 OK\r\ncontent-length: 11\r\n\r\n{"jobs":[]}')
+    except OSError:
+        pass
+    conn.close()
+"""
+
+
+def test_the_cli_sends_nothing_to_another_users_server_on_the_loopback(
+    local_users: dict[str, User],
+) -> None:
+    """Any local user may listen on a free loopback port, the default one too while the
+    system service is down (the CLI then falls back to it): another user's CLI sent it their
+    token (and would have sent a job's command and `--env` values)."""
+    alice, bob = local_users["alice"], local_users["bob"]
+    impostor = subprocess.Popen(
+        bob.cmd(bob.python, "-c", IMPOSTOR), stdout=subprocess.PIPE, text=True
+    )
+    assert impostor.stdout is not None
+    try:
+        port = int(impostor.stdout.readline())
+        url = f"http://127.0.0.1:{port}"
+        proc = alice.aisched(
+            "jobs", env={"AISCHED_SERVER": url, "AISCHED_TOKEN": "ais_alices_secret"}
+        )
+    finally:
+        impostor.kill()
+        sent, _ = impostor.communicate(timeout=30)
+    assert "ais_alices_secret" not in sent and "GET" not in sent
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert proc.stderr == (
+        f"error: {url} is served by a process of {bob.name}, not by root's aisched or yours: "
+        "nothing (no token, no job) is sent to it (--server or AISCHED_SERVER choose another)\n"
+    )
+
+
+def test_listing_many_jobs_with_long_commands_never_holds_them_all(service: Service) -> None:
+    """A listing is read from the store and written a page at a time: 2,000 jobs whose
+    commands are 90 KB each (a user's own listing shows them: 180 MB) are listed while the
+    service's resident memory grows by less than 100 MB. Read and built whole, 1,000 of them
+    took 265 MB more, so that a few listings at once of one user's 10,000 jobs (its
+    `user_max_jobs`) could exhaust the machine's memory."""
+    blocker = service.run("--cpus", "0.1", "--mem", "64M", "--", "sleep", "300")
+    service.wait_state(blocker, "running")
+    arg = "x" * 90_000
+    for k in range(200):  # waiting on the blocker: none of them runs
+        jobs = [
+            {"name": f"j{k}-{i}", "command": ["true", arg], "depends_on": [blocker],
+             "resources": {"cpus": 0.1, "mem": "16M"}}
+            for i in range(10)
+        ]  # fmt: skip
+        assert service.api.post("/v1/jobs", json={"jobs": jobs}).status_code == 201
+    pid = int(json.loads((service.home / "server.json").read_text())["pid"])
+    listed: list[list[str]] = []
+
+    def read() -> None:
+        r = service.api.get("/v1/jobs", params={"limit": 100_000}, timeout=120)
+        assert r.status_code == 200
+        listed.append([j["id"] for j in r.json()["jobs"]])
+
+    assert service.api.get("/v1/jobs", params={"limit": 5}).status_code == 200
+    assert peak_rss_growth(pid, read) < 100 << 20
+    ids = [int(i) for i in listed[0]]
+    assert (len(ids), ids == sorted(ids, reverse=True), ids[-1]) == (2001, True, int(blocker))
+    service.cli("cancel", blocker)  # and its dependents end with it

@@ -5,7 +5,10 @@ Where the service is: `--server`, else `$AISCHED_SERVER` (either `unix:PATH` or
 `$AISCHED_HOME/server.json`, else the system service's socket (`/run/aisched/aisched.sock`),
 else the default loopback port. On a Unix socket the service knows who we are from the kernel;
 over TCP we send a token: `$AISCHED_TOKEN`, else the file `$AISCHED_TOKEN_FILE` or
-`$AISCHED_HOME/token`, which must be private (0600). Every failure becomes a `CLIError` with the
+`$AISCHED_HOME/token`, which must be private (0600). A server on this machine's loopback is
+sent nothing unless root or this user runs it: any local user may listen on a free port (the
+default one too, while the system service is down), and would get the token, the commands
+and the `--env` values sent to it. Every failure becomes a `CLIError` with the
 service's own message (its `Problem` lines), never a traceback.
 
 Several instances (docs/ha.md): `--server` and `$AISCHED_SERVER` take a comma-separated list.
@@ -21,6 +24,7 @@ a few times; a change is not (a submission, which carries an Idempotency-Key, is
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
 import stat
@@ -33,6 +37,8 @@ import httpx
 
 from aisched.cli.errors import EXIT_FAILURE, CLIError, answered
 from aisched.service.defaults import DEFAULT_PORT, SYSTEM_SOCKET, default_home
+from aisched.service.identity import user_name
+from aisched.service.listeners import accepting_uid
 
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 UNIX = "unix:"
@@ -121,6 +127,7 @@ class Client:
                 transport=transport, base_url="http://aisched", timeout=self.timeout_s
             )
         elif url.startswith(("http://", "https://")):
+            _check_loopback_owner(url, self.timeout_s)
             token = read_token()
             headers = {"Authorization": f"Bearer {token}"} if token else {}
             try:
@@ -249,6 +256,37 @@ class Client:
             raise CLIError(
                 f"lost the aisched service at {self.url} ({e.__class__.__name__})", EXIT_FAILURE
             ) from None
+
+
+def _check_loopback_owner(url: str, timeout_s: float) -> None:
+    """CLIError when `url` is on this machine's loopback and another user's process (neither
+    root's nor ours) accepts its connections. Asked of a connection made for it just before
+    the client's own: a port's owner changes only when its listener closes."""
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL:
+        return  # said by the client, which is made next
+    host = parsed.host
+    if not _is_loopback(host):
+        return
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    uid = accepting_uid(host, port, min(timeout_s, 5.0))
+    if uid is None or uid in (0, os.geteuid()):
+        return
+    raise CLIError(
+        f"{url} is served by a process of {user_name(uid)}, not by root's aisched or yours: "
+        "nothing (no token, no job) is sent to it (--server or AISCHED_SERVER choose another)",
+        EXIT_FAILURE,
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _retry_after(r: httpx.Response) -> float | None:

@@ -190,7 +190,12 @@ def cmd_up(args: argparse.Namespace) -> int:
         host, port = sock.getsockname()[:2]
         url = f"{'https' if tls else 'http'}://{host}:{port}"
         app = create_app(service)
-        servers = make_servers(app, listeners, config.limits.shutdown_grace_s() / 2)
+        servers = make_servers(
+            app,
+            listeners,
+            config.limits.shutdown_grace_s() / 2,
+            config.limits.connections_per_peer,
+        )
 
         def on_deposed(why: str) -> None:  # another instance leads: stop, to stand by anew
             deposed.append(why)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -32,6 +33,7 @@ from aisched.service.app import Service
 from aisched.service.identity import Caller, from_peer, from_token, group_name, service_user
 from aisched.service.protocol import PEER_SCOPE_KEY
 from aisched.service.ratelimit import RequestLimits
+from aisched.store.db import Store
 
 COOKIE = "aisched_token"
 READS = frozenset({"GET", "HEAD"})  # all a read-only token may send
@@ -53,11 +55,17 @@ def reader(request: Request) -> Caller:
     may send the cookie but cannot read the answer)."""
     secret = bearer(request)
     if secret is None and not request.headers.get("authorization"):
-        secret = request.cookies.get(COOKIE)
+        cookie = request.cookies.get(COOKIE)
+        if cookie is not None:
+            return _identify(request, cookie, tokens.verify_cookie)
     return _identify(request, secret)
 
 
-def _identify(request: Request, secret: str | None) -> Caller:
+def _identify(
+    request: Request,
+    secret: str | None,
+    verify: Callable[[Store, str, float], tokens.TokenInfo] = tokens.verify,
+) -> Caller:
     svc: Service = request.app.state.service
     peer = request.scope.get(PEER_SCOPE_KEY)
     if peer is not None:
@@ -69,7 +77,7 @@ def _identify(request: Request, secret: str | None) -> Caller:
             "`aisched token create` makes one), or use the local Unix socket"
         )
     try:
-        info = tokens.verify(svc.store, secret, time.time())
+        info = verify(svc.store, secret, time.time())
     except tokens.TokenRefused:
         charge_unidentified(request)
         raise Unauthorized("the token is not valid (unknown, revoked or expired)") from None

@@ -172,6 +172,10 @@ class LimitsModel(_Model):
     request_burst: Annotated[int, Field(ge=1)] = 200
     submit_rate: Annotated[float, Field(ge=0)] = 5.0
     submit_burst: Annotated[int, Field(ge=1)] = 100
+    # Connections one peer (a local user on the socket, an address on TCP) may hold open at
+    # once; one more is answered 429 and closed, so that nobody can take every connection the
+    # server has from the others. Admins are not bound.
+    connections_per_peer: Annotated[int, Field(ge=1, le=4096)] = 128
 
     @field_validator("log_max_size", "disk_min_free", "shm_max_size")
     @classmethod

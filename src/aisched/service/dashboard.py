@@ -421,7 +421,8 @@ def _link(svc: Service, secret: str, request: Request) -> Response:
         note = "The token in this link was refused (unknown, revoked or expired)."
         return _login_page(note, status=401)
     held = request.cookies.get(COOKIE)
-    if held is not None and hmac.compare_digest(held.encode(), secret.encode()):
+    cookie = tokens.dashboard_cookie(secret, info.id)
+    if held is not None and hmac.compare_digest(held.encode(), cookie.encode()):
         return RedirectResponse("/", status_code=303)
     return _login_page(
         f"This link signs you in as <b>{html.escape(info.user)}</b>"
@@ -453,19 +454,20 @@ def _page(text: str, status: int = 200) -> Response:
 
 
 def _login(svc: Service, secret: str, request: Request) -> Response:
-    """A valid token becomes an HttpOnly, SameSite=Strict cookie (scripts cannot read it; it
-    stands only for the dashboard's reads, `auth.reader`), Secure when served over TLS, and a
-    redirect to the page; a bad one, the login form again."""
+    """A valid token becomes an HttpOnly, SameSite=Strict cookie that names it, not the token
+    itself (scripts cannot read it; it stands only for the dashboard's reads, `auth.reader`),
+    Secure when served over TLS, and a redirect to the page; a bad one, the login form
+    again."""
     try:
-        tokens.verify(svc.store, secret.strip(), time.time())
+        info = tokens.verify(svc.store, secret.strip(), time.time())
     except tokens.TokenRefused:
         charge_unidentified(request)
         return _login_page(status=401)
     out = RedirectResponse("/", status_code=303)
     secure = request.url.scheme == "https"
-    out.set_cookie(
-        COOKIE, secret.strip(), httponly=True, samesite="strict", path="/", secure=secure
-    )
+    # Not the token: the browser sends it to every port of the host (`service/tokens.py`).
+    cookie = tokens.dashboard_cookie(secret.strip(), info.id)
+    out.set_cookie(COOKIE, cookie, httponly=True, samesite="strict", path="/", secure=secure)
     return out
 
 

@@ -43,7 +43,7 @@ class Admins:
     def include(self, user: str, uid: int | None, gids: tuple[int, ...]) -> bool:
         if uid == 0 or uid == os.geteuid() or user in self.users:
             return True
-        return any(group_name(g) in self.groups for g in gids)
+        return bool(self.groups) and any(group_name(g) in self.groups for g in gids)
 
 
 # Linux's SO_PEERGROUPS (4.13+): the peer's supplementary groups, as the kernel saw them at

@@ -1,42 +1,108 @@
-"""The HTTP protocol the service's servers speak: uvicorn's httptools protocol, plus two things
-it lacks for a shared machine.
+"""The HTTP protocol the service's servers speak: uvicorn's httptools protocol, plus three
+things it lacks for a shared machine.
 
 1. On a Unix-socket connection, the peer's credentials (SO_PEERCRED, read once when the
    connection is made) go into every request's ASGI scope under `PEER_SCOPE_KEY`. That is the
    only way an identity enters the app from the socket; TCP connections never carry one.
 2. A connection must send a request's whole header within `HEADER_TIMEOUT_S`, so a client that
    connects and trickles (or sends nothing) cannot hold a connection open for ever.
+3. One peer (a local user on the socket, by the kernel's uid; an address on TCP) holds at most
+   `ConnectionCaps.per_peer` connections at once; one more is answered 429 and closed as soon
+   as it is made. The server's own bound (uvicorn's `limit_concurrency`, then the process's
+   descriptors) is shared by everyone, and connections cost nothing to open again when the
+   header timeout closes them: without a bound of their own, one user holding thousands of
+   idle connections would have every other user's request refused. Admins are not bound.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
 import socket
+from collections import Counter
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from aisched.service.identity import PeerCred, peer_credentials
+from aisched.service.identity import Admins, PeerCred, peer_credentials, user_name
 
 PEER_SCOPE_KEY = "aisched.peer"
 HEADER_TIMEOUT_S = 10.0
+CONNECTIONS_PER_PEER = 128
+
+
+class ConnectionCaps:
+    """How many connections each peer holds open, and the most one may hold. Shared by the
+    servers of one process (the event loop's thread only: no lock)."""
+
+    def __init__(self, per_peer: int, admins: Admins) -> None:
+        self.per_peer = per_peer
+        self.admins = admins
+        self._held: Counter[str] = Counter()
+
+    def admit(self, key: str, peer: PeerCred | None) -> bool:
+        """Count one more connection of `key`, or refuse it (False) past the cap. Whether the
+        peer is an admin is asked only then: group look-ups may be slow."""
+        if self._held[key] >= self.per_peer and not (
+            peer is not None and self.admins.include(user_name(peer.uid), peer.uid, peer.groups)
+        ):
+            return False
+        self._held[key] += 1
+        return True
+
+    def release(self, key: str) -> None:
+        self._held[key] -= 1
+        if self._held[key] <= 0:
+            del self._held[key]
+
+    def refusal(self, key: str, peer: PeerCred | None) -> bytes:
+        """The whole HTTP answer to a connection of `key` past the cap."""
+        who = f"user {user_name(peer.uid)}" if peer is not None else key
+        body = json.dumps(
+            {
+                "error": f"too many connections: {who} holds {self.per_peer} open connections "
+                "to this service, the most one may (limits.connections_per_peer); close some "
+                "and try again",
+                "problems": [],
+            }
+        ).encode()
+        head = (
+            "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n"
+            f"retry-after: 1\r\nconnection: close\r\ncontent-length: {len(body)}\r\n\r\n"
+        )
+        return head.encode() + body
 
 
 class ServiceProtocol(HttpToolsProtocol):
+    caps: ConnectionCaps | None = None  # set on a subclass by `service.serve.make_servers`
     _peer: PeerCred | None = None
+    _cap_key: str | None = None
     _header_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         sock: Any = transport.get_extra_info("socket")
         self._peer = None
+        self._cap_key = None
         if sock is not None and sock.family == socket.AF_UNIX:
             try:
                 self._peer = peer_credentials(sock)
             except OSError:
                 transport.close()  # no credentials, no service: never guess who it is
                 return
+        if self.caps is not None:
+            key = _peer_key(self._peer, self.client)
+            if not self.caps.admit(key, self._peer):
+                # At once: held open, it would count against everyone. What the client sent
+                # is read first: a socket closed with unread data is reset, and the client
+                # would lose the answer.
+                _discard_pending(sock)
+                transport.write(self.caps.refusal(key, self._peer))
+                transport.close()
+                return
+            self._cap_key = key
         self._arm_header_timer()
 
     def on_message_begin(self) -> None:
@@ -51,6 +117,9 @@ class ServiceProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_header_timer()
+        if self.caps is not None and self._cap_key is not None:
+            self.caps.release(self._cap_key)
+            self._cap_key = None
         super().connection_lost(exc)
 
     def _arm_header_timer(self) -> None:
@@ -66,3 +135,21 @@ class ServiceProtocol(HttpToolsProtocol):
         self._header_timer = None
         with contextlib.suppress(Exception):
             self.transport.close()
+
+
+def _peer_key(peer: PeerCred | None, client: tuple[str, int] | None) -> str:
+    """Whom a connection is counted against: the local user (the kernel's uid; no look-up for
+    every connection) on the socket, the address on TCP (a token is not known before the
+    request's headers)."""
+    if peer is not None:
+        return f"uid {peer.uid}"
+    return f"address {client[0] if client else 'unknown'}"
+
+
+def _discard_pending(sock: Any) -> None:
+    """Read and drop what has arrived on the (non-blocking) socket `sock` so far."""
+    if sock is None:
+        return
+    with contextlib.suppress(OSError):  # BlockingIOError: nothing more
+        while os.read(sock.fileno(), 1 << 16):
+            pass

@@ -23,7 +23,7 @@ from typing import Any
 
 import uvicorn
 
-from aisched.service.protocol import ServiceProtocol
+from aisched.service.protocol import CONNECTIONS_PER_PEER, ConnectionCaps, ServiceProtocol
 
 
 class ListenError(Exception):
@@ -97,21 +97,31 @@ def _answers(path: Path) -> bool:
 
 
 def make_servers(
-    app: Any, listeners: list[tuple[socket.socket, dict[str, Any]]], graceful_s: float
+    app: Any,
+    listeners: list[tuple[socket.socket, dict[str, Any]]],
+    graceful_s: float,
+    per_peer: int = CONNECTIONS_PER_PEER,
 ) -> list[tuple[uvicorn.Server, socket.socket]]:
     """One uvicorn server per (socket, extra uvicorn options), all serving `app`; signals are
-    left to the caller (`service.shutdown.Stopper`)."""
+    left to the caller (`service.shutdown.Stopper`). A peer holds at most `per_peer`
+    connections to them all together (`service.protocol`)."""
+    caps = ConnectionCaps(per_peer, app.state.service.admins)
+    protocol = type("ServiceProtocol", (ServiceProtocol,), {"caps": caps})
     return [
         (
             _Server(
                 uvicorn.Config(
                     app,
-                    http=ServiceProtocol,
+                    http=protocol,
                     lifespan="off",
                     log_level="warning",
                     timeout_keep_alive=5,
                     timeout_graceful_shutdown=max(1, int(graceful_s)),
                     limit_concurrency=4096,
+                    # A client's address is its connection's: uvicorn would otherwise take the
+                    # one X-Forwarded-For names from any local user on 127.0.0.1, and the
+                    # rate limit of requests without a token (by address) would name nobody.
+                    proxy_headers=False,
                     **extra,
                 )
             ),

@@ -4,17 +4,25 @@ A token is `ais_` + 32 random bytes (urlsafe base64) from `secrets`. At rest onl
 is stored: the secret has 256 bits of entropy, so a slow password hash (argon2, bcrypt) would
 add cost to every request and no protection; a database that leaks gives no usable token.
 Lookups are by digest, so no secret is ever compared byte by byte in Python.
+
+The dashboard's cookie is not the token: a browser sends the cookies of 127.0.0.1 to every
+port of it, so to whatever page another local user serves there, who could then send the
+token itself and act as its user. The cookie names the token and carries an HMAC keyed with
+its digest (`dashboard_cookie`): it is checked against the stored digest, stands only for the
+dashboard's reads (`service/auth.py`), and is no token anywhere else.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import secrets
 from dataclasses import dataclass
 
 from aisched.store.db import Row, Store
 
 PREFIX = "ais_"
+COOKIE_PREFIX = "aisd_"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +76,31 @@ def verify(store: Store, secret: str, now: float) -> TokenInfo:
         raise TokenRefused
     with store.read() as tx:
         row = tx.token_by_digest(digest(secret))
+    return _live(row, now)
+
+
+def dashboard_cookie(secret: str, token_id: str) -> str:
+    """What the dashboard's cookie holds for the token `secret` (of id `token_id`)."""
+    return f"{COOKIE_PREFIX}{token_id}.{_cookie_mac(digest(secret))}"
+
+
+def verify_cookie(store: Store, cookie: str, now: float) -> TokenInfo:
+    """The token a dashboard cookie stands for, if it is still live."""
+    token_id, _, mac = cookie.removeprefix(COOKIE_PREFIX).partition(".")
+    if not cookie.startswith(COOKIE_PREFIX) or len(cookie) > 256 or not mac:
+        raise TokenRefused
+    with store.read() as tx:
+        row = tx.token_by_id(token_id)
+    if row is None or not hmac.compare_digest(_cookie_mac(row["digest"]), mac):
+        raise TokenRefused
+    return _live(row, now)
+
+
+def _cookie_mac(token_digest: str) -> str:
+    return hmac.new(token_digest.encode(), b"aisched dashboard cookie", "sha256").hexdigest()
+
+
+def _live(row: Row | None, now: float) -> TokenInfo:
     if row is None or row["revoked_at"] is not None:
         raise TokenRefused
     if row["expires_at"] is not None and row["expires_at"] <= now:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +135,37 @@ def read_text_file(path: str | Path, what: str = "", max_bytes: int = MAX_TEXT_F
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise SpecError(f"{path}: not UTF-8 text: {e.reason}") from None
+
+
+def expanded_size_problem(docs: Iterable[Any], max_bytes: int = MAX_JOB_FILE) -> str | None:
+    """Why `docs` (parsed YAML) are too large once every alias (`*name`) in them is written
+    out, or None. An alias costs a few bytes of text and stands for its anchor's whole value:
+    without this bound, a 100 KB job file of 2,000 aliases to one 100 KB string was a 200 MB
+    command, stored and answered by the service. Measured as the length of every string plus
+    one for each container and each of its items, which is never more than the text of a file
+    without aliases. The walk stops as soon as it passes the bound, and what it has still to
+    visit is counted before it is queued, so it costs no more than the bound whatever the
+    aliases nest."""
+    size = 0
+    todo: list[Any] = list(docs)
+    while todo:
+        value = todo.pop()
+        items: list[Any] = []
+        if isinstance(value, dict):
+            items = [*value.keys(), *value.values()]
+            size += 1 + len(items)
+        elif isinstance(value, list):
+            items = value
+            size += 1 + len(items)
+        elif isinstance(value, str | bytes):
+            size += len(value)
+        if size > max_bytes:
+            return (
+                f"larger than {_size(max_bytes)} with its aliases (*name) written out; no job "
+                "file is that large"
+            )
+        todo.extend(items)
+    return None
 
 
 def _size(n: int) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from aisched.model.job import JobKind
-from aisched.spec.errors import SpecError, parse_yaml, read_text_file
+from aisched.spec.errors import SpecError, expanded_size_problem, parse_yaml, read_text_file
 from aisched.spec.job_common import (
     DEFAULT_PRIORITY_CLASSES,
     DEFAULTS,
@@ -45,7 +45,10 @@ _ACCEPTED = (
 
 def parse_job_text(text: str, source: str, defaults: JobDefaults = DEFAULTS) -> ParsedJob:
     """A job from YAML (or JSON) text; `source` names it in messages (a file name, `<stdin>`)."""
-    return parse_job_document(parse_yaml(text, source), source, defaults)
+    data = parse_yaml(text, source)
+    if (too_large := expanded_size_problem([data])) is not None:
+        raise SpecError(f"{source}: {too_large}")
+    return parse_job_document(data, source, defaults)
 
 
 def parse_job_document(data: Any, source: str, defaults: JobDefaults = DEFAULTS) -> ParsedJob:

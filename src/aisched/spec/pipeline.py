@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aisched.core.dependencies import find_cycle
-from aisched.spec.errors import SpecError, parse_yaml_all
+from aisched.spec.errors import SpecError, expanded_size_problem, parse_yaml_all
 from aisched.spec.job import parse_job_document
 from aisched.spec.job_common import DEFAULTS, JobDefaults, ParsedJob, Problems, describe
 
@@ -41,6 +41,8 @@ def parse_submission_text(
 ) -> ParsedSubmission:
     """A submission from YAML (or JSON) text, one document or several."""
     docs = [d for d in parse_yaml_all(text, source) if d is not None]
+    if (too_large := expanded_size_problem(docs)) is not None:
+        raise SpecError(f"{source}: {too_large}")
     if len(docs) <= 1:
         return parse_submission_document(docs[0] if docs else None, source, defaults)
     return _pipeline(

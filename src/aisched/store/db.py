@@ -366,8 +366,13 @@ class Tx:
         user: str | None = None,
         limit: int | None = None,
         newest_first: bool = True,
+        before_seq: int | None = None,
     ) -> list[Row]:
+        """Jobs, newest (or oldest) first; `before_seq`: only those submitted before the job
+        of that `seq` (a newest-first list read a page at a time)."""
         q = select(jobs)
+        if before_seq is not None:
+            q = q.where(jobs.c.seq < before_seq)
         if states is not None:
             q = q.where(jobs.c.state.in_(list(states)))
         if queue is not None:
@@ -495,6 +500,10 @@ class Tx:
 
     def token_by_digest(self, digest: str) -> Row | None:
         r = self.conn.execute(select(tokens).where(tokens.c.digest == digest)).mappings().first()
+        return dict(r) if r is not None else None
+
+    def token_by_id(self, token_id: str) -> Row | None:
+        r = self.conn.execute(select(tokens).where(tokens.c.id == token_id)).mappings().first()
         return dict(r) if r is not None else None
 
     def list_tokens(self, user: str | None = None) -> list[Row]:

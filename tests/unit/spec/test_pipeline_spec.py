@@ -106,3 +106,36 @@ def test_the_example_pipeline() -> None:
         ("evaluate", (Dependency("train"),)),
         ("cleanup", (Dependency("evaluate", DependencyCondition.ANY),)),
     ]
+
+
+def test_aliases_that_write_out_past_the_job_file_limit_are_refused() -> None:
+    """A 100 KB file of 2,000 aliases to one 100 KB string stands for a 200 MB command; the
+    service stored and answered it (4.8 s and 1 GB of its memory, 400 MB more of database).
+    Refused, in a walk that stops at the limit, however the aliases nest (a billion laughs:
+    9 levels of 10 aliases each stand for 10^9 strings)."""
+    big = "x" * 100_000
+    fan_out = f"name: a\ncommand: [echo, &b {big}, {', '.join(['*b'] * 2000)}]\n"
+    laughs = ["name: a", 'x0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    laughs += [f"x{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, 10)]
+    laughs.append("command: *l9")
+    for text in (fan_out, "\n".join(laughs), f"name: a\ncommand: echo\n---\n{fan_out}"):
+        with pytest.raises(SpecError) as e:
+            parse_submission_text(text, "bomb.yaml")
+        assert e.value.problems == (
+            "bomb.yaml: larger than 1 MiB with its aliases (*name) written out; no job file "
+            "is that large",
+        )
+
+
+def test_aliases_that_share_a_few_values_are_fine() -> None:
+    text = """\
+jobs:
+  - name: prep
+    command: python prep.py
+    env: &env {DATA: /data, SEED: "1"}
+  - name: train
+    command: python train.py
+    env: *env
+"""
+    sub = parse_submission_text(text, "p.yaml")
+    assert [dict(p.job.groups[0].env) for p in sub.jobs] == [{"DATA": "/data", "SEED": "1"}] * 2

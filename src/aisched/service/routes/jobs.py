@@ -1,7 +1,9 @@
 """Jobs: submit, list, show and cancel (`/v1/jobs`).
 
 Submissions and cancellations go to the loop (`Scheduler.submit` / `cancel`) and are answered
-once the loop has committed them; lists and details are read from the store. Every job is
+once the loop has committed them; lists and details are read from the store, a long list a
+page (`LIST_PAGE` jobs) at a time, written as it is read: a user's own jobs show their commands
+(up to 1 MiB each), and 10,000 of them read at once held several GB. Every job is
 listed for every caller without its commands; a job's command, environment and events are its
 owner's and the admins'. A cancel of another user's job goes to the audit log.
 """
@@ -9,12 +11,13 @@ owner's and the admins'. A cancel of another user's job goes to the audit log.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from aisched.model.job import Job
 from aisched.model.states import JobState
@@ -49,6 +52,10 @@ from aisched.service.schemas import (
 from aisched.spec.errors import SpecError
 from aisched.spec.pipeline import parse_submission_document, parse_submission_text
 from aisched.store.db import job_row
+
+# Jobs a listing reads from the store, and holds, at a time: a user's own jobs show their
+# commands, up to 1 MiB each, and a listing may ask for 100,000 jobs.
+LIST_PAGE = 100
 
 _SUBMIT_BODY: dict[str, Any] = {
     "requestBody": {
@@ -176,10 +183,32 @@ def jobs_router(svc: Service) -> APIRouter:
                 )
         else:
             states = None if all else list(LIVE_STATES)
+        # The first page is read here, so that a failing store is a 503, not a cut answer.
         with svc.store.read() as tx:
-            rows = tx.list_jobs(states=states, queue=queue, user=user, limit=limit)
-        outs = [_visible(job_out(r), owns(who, r["user"])) for r in rows]
-        return JSONResponse(JobList(jobs=outs).model_dump())
+            first = tx.list_jobs(states=states, queue=queue, user=user, limit=min(limit, LIST_PAGE))
+        if len(first) < min(limit, LIST_PAGE) or limit <= LIST_PAGE:
+            outs = [_visible(job_out(r), owns(who, r["user"])) for r in first]
+            return JSONResponse(JobList(jobs=outs).model_dump())
+
+        def pages() -> Iterator[list[dict[str, Any]]]:
+            rows, left = first, limit
+            while rows:
+                yield rows
+                left -= len(rows)
+                if left <= 0 or len(rows) < LIST_PAGE:
+                    return
+                with svc.store.read() as tx:
+                    rows = tx.list_jobs(
+                        states=states,
+                        queue=queue,
+                        user=user,
+                        limit=min(left, LIST_PAGE),
+                        before_seq=rows[-1]["seq"],
+                    )
+
+        return StreamingResponse(
+            _job_list(pages(), lambda owner: owns(who, owner)), media_type="application/json"
+        )
 
     @router.get("/v1/jobs/{job_id}", response_model=JobDetail, responses={404: {"model": Problem}})
     def show(job_id: str, who: CallerDep) -> Response:
@@ -224,6 +253,23 @@ def jobs_router(svc: Service) -> APIRouter:
         return JSONResponse(status_code=202, content=CancelOut(id=job_id, state=state).model_dump())
 
     return router
+
+
+def _job_list(
+    pages: Iterator[list[dict[str, Any]]], mine: Callable[[str], bool]
+) -> Iterator[bytes]:
+    """`{"jobs": [...]}` of the rows of `pages`, written a page at a time, as JSONResponse
+    writes a JobList."""
+    yield b'{"jobs":['
+    sep = ""
+    for rows in pages:
+        outs = (_visible(job_out(r), mine(r["user"])).model_dump() for r in rows)
+        text = ",".join(
+            json.dumps(o, ensure_ascii=False, allow_nan=False, separators=(",", ":")) for o in outs
+        )
+        yield (sep + text).encode()
+        sep = ","
+    yield b"]}"
 
 
 def _visible(out: JobOut, mine: bool) -> JobOut:

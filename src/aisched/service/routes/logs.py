@@ -3,13 +3,20 @@
 The logs are the owner's and the admins'; an admin reading another user's goes to the audit
 log. Files are read where the task rows say they are; a log the supervisor rotated (it caps
 them) is noticed by its shrinking size and read again from its start.
+
+Logs are streamed, a chunk at a time, never read whole: a job may have thousands of tasks, each
+with a log of `limits.log_max_size`, and one request (or a few at once) for all of them must
+not make the service hold their sum several times over. A line longer than `MAX_LINE` is sent
+in pieces of that size, each a line of its own where lines are prefixed with their task.
 """
 
 from __future__ import annotations
 
 import asyncio
+import codecs
+import io
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -20,6 +27,9 @@ from aisched.service.app import Service
 from aisched.service.auth import CallerDep, require_owner
 from aisched.service.routes.common import LIVE_STATES, audit, problem
 from aisched.service.schemas import Problem
+
+CHUNK = 1 << 16  # read from a log file at a time
+MAX_LINE = 1 << 20  # the longest line kept whole; a longer one is sent in pieces
 
 
 def logs_router(svc: Service) -> APIRouter:
@@ -47,8 +57,8 @@ def logs_router(svc: Service) -> APIRouter:
         if attempt is not None and attempt > row["attempt"]:
             return problem(404, f"job {job_id} has had {row['attempt']} attempt(s), not {attempt}")
         if not follow:
-            text = "".join(_read_logs(svc, job_id, attempt or row["attempt"], task))
-            return PlainTextResponse(text)
+            paths = _log_paths(svc, job_id, attempt or row["attempt"], task)
+            return StreamingResponse(_read_logs(paths), media_type="text/plain; charset=utf-8")
         return StreamingResponse(
             _follow_logs(svc, job_id, task, attempt), media_type="text/plain; charset=utf-8"
         )
@@ -64,19 +74,46 @@ def _log_paths(svc: Service, job_id: str, attempt: int, task: str | None) -> lis
     return [(r["name"], Path(r["log_path"])) for r in rows if task is None or r["name"] == task]
 
 
-def _read_logs(svc: Service, job_id: str, attempt: int, task: str | None) -> list[str]:
-    paths = _log_paths(svc, job_id, attempt, task)
-    out: list[str] = []
+def _read_logs(paths: list[tuple[str, Path]]) -> Iterator[bytes]:
+    """The logs at `paths` as UTF-8 text (undecodable bytes replaced, line ends made "\\n", as
+    a file read as text), each line prefixed with its task's name where there are several."""
     for name, path in paths:
         try:
-            text = path.read_text(encoding="utf-8", errors="replace")
+            fh = open(path, "rb")  # noqa: SIM115 - closed below, as the stream goes on
         except OSError:
             continue
-        if len(paths) > 1:
-            out.extend(f"[{name}] {line}\n" for line in text.splitlines())
-        else:
-            out.append(text)
-    return out
+        with fh:
+            decoder = io.IncrementalNewlineDecoder(
+                codecs.getincrementaldecoder("utf-8")("replace"), translate=True
+            )
+            if len(paths) == 1:
+                while chunk := fh.read(CHUNK):
+                    yield decoder.decode(chunk).encode()
+                yield decoder.decode(b"", final=True).encode()  # an unfinished character
+                continue
+            carry = ""
+            while chunk := fh.read(CHUNK):
+                lines, carry = _whole_lines(carry + decoder.decode(chunk))
+                yield "".join(f"[{name}] {line}\n" for line in lines).encode()
+            last = (carry + decoder.decode(b"", final=True)).splitlines()
+            yield "".join(f"[{name}] {line}\n" for line in last).encode()
+
+
+def _whole_lines(text: str) -> tuple[list[str], str]:
+    """The whole lines of `text` (as `str.splitlines` ends them, without their ends) and what
+    follows the last (a line still being read). A rest over `MAX_LINE` is cut into lines of
+    that length."""
+    parts = text.splitlines(keepends=True)
+    rest = parts.pop() if parts and not _ended(parts[-1]) else ""
+    lines = [p.splitlines()[0] for p in parts]
+    while len(rest) > MAX_LINE:
+        lines.append(rest[:MAX_LINE])
+        rest = rest[MAX_LINE:]
+    return lines, rest
+
+
+def _ended(part: str) -> bool:
+    return part.splitlines()[0] != part
 
 
 async def _follow_logs(
@@ -120,26 +157,32 @@ def _drain(
     partial: dict[str, bytes],
     *,
     final: bool,
-) -> list[bytes]:
+) -> Iterator[bytes]:
+    """What the logs of `attempt` have gained since `offsets`, in whole lines (and, if `final`,
+    the last part line too), a chunk at a time."""
     paths = _log_paths(svc, job_id, attempt, task)
-    out: list[bytes] = []
     for name, path in paths:
+        prefix = f"[{name}] ".encode() if len(paths) > 1 else b""
         try:
-            with open(path, "rb") as fh:
+            fh = open(path, "rb")  # noqa: SIM115 - closed below, as the stream goes on
+        except OSError:
+            continue
+        with fh:
+            try:
                 if os.fstat(fh.fileno()).st_size < offsets.get(name, 0):
                     offsets[name] = 0  # rotated (the supervisor caps logs): a new file
                 fh.seek(offsets.get(name, 0))
-                data = fh.read()
-        except OSError:
-            continue
-        offsets[name] = offsets.get(name, 0) + len(data)
-        buf = partial.get(name, b"") + data
-        lines = buf.split(b"\n")
-        rest = lines.pop()
-        if final and rest:
-            lines.append(rest)
-            rest = b""
-        partial[name] = rest
-        prefix = f"[{name}] ".encode() if len(paths) > 1 else b""
-        out.extend(prefix + line + b"\n" for line in lines)
-    return out
+            except OSError:
+                continue
+            while data := fh.read(CHUNK):
+                offsets[name] = offsets.get(name, 0) + len(data)
+                lines = (partial.get(name, b"") + data).split(b"\n")
+                rest = lines.pop()
+                while len(rest) > MAX_LINE:
+                    lines.append(rest[:MAX_LINE])
+                    rest = rest[MAX_LINE:]
+                partial[name] = rest
+                yield b"".join(prefix + line + b"\n" for line in lines)
+        if final and partial.get(name):
+            yield prefix + partial[name] + b"\n"
+            partial[name] = b""
