@@ -147,9 +147,12 @@ def _peer_key(peer: PeerCred | None, client: tuple[str, int] | None) -> str:
 
 
 def _discard_pending(sock: Any) -> None:
-    """Read and drop what has arrived on the (non-blocking) socket `sock` so far."""
+    """Read and drop what has arrived on the (non-blocking) socket `sock` so far, up to 1 MiB
+    (a request's whole header and more): a client that goes on sending must not hold the
+    event loop here."""
     if sock is None:
         return
     with contextlib.suppress(OSError):  # BlockingIOError: nothing more
-        while os.read(sock.fileno(), 1 << 16):
-            pass
+        for _ in range(16):
+            if not os.read(sock.fileno(), 1 << 16):
+                return
