@@ -173,7 +173,6 @@ class Health:
         problems: list[str] = []
         if not self.alive():
             problems.append("the scheduler loop is not running")
-        problems += [why for source in self.elsewhere if (why := source()) is not None]
         problems += [_pressure(d) for d in disks if d.pressure]
         # Read once: the loop thread replaces these fields as it goes.
         kind, consecutive, last = e.kind, e.consecutive, e.last_error
@@ -183,6 +182,8 @@ class Health:
             problems.append(f"the store is failing ({consecutive} steps in a row): {last}")
         elif consecutive:
             problems.append(f"the scheduler's step is failing ({consecutive} in a row): {last}")
+        # Last: a failing store or disk says more than the lease failing for the same cause.
+        problems += [why for source in self.elsewhere if (why := source()) is not None]
         pressure = any(d.pressure for d in disks) or (consecutive > 0 and kind == "disk-full")
         return Readiness(
             ready=not problems,
