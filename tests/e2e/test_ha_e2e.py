@@ -27,8 +27,11 @@ from pathlib import Path
 import httpx
 import pytest
 from harness import Service, free_port, stopped, wait_for
+from sqlalchemy import create_engine, text
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.pool import NullPool
 
-from aisched.store.db import Deposed, Store
+from aisched.store.db import Deposed, Store, normalize_url
 from aisched.store.lease import Fence, read_lease, try_acquire
 from aisched.testing.postgres import PostgresServer
 
@@ -229,6 +232,8 @@ class FreezableRelay:
         self.target = str(next(server.socket_dir.glob(".s.PGSQL.*")))
         self.frozen = threading.Event()
         self.open: list[socket.socket] = []
+        self.is_cut = False
+        self._cutting = threading.Lock()  # a connection is relayed whole or refused whole
         self.listener = socket.socket(socket.AF_UNIX)
         self.listener.bind(str(where / Path(self.target).name))
         self.listener.listen()
@@ -243,9 +248,13 @@ class FreezableRelay:
                 near, _ = self.listener.accept()
             except OSError:
                 return
-            far = socket.socket(socket.AF_UNIX)
-            far.connect(self.target)
-            self.open += [near, far]
+            with self._cutting:
+                if self.is_cut:  # accepted as it was cut: the server has gone away
+                    near.close()
+                    return
+                far = socket.socket(socket.AF_UNIX)
+                far.connect(self.target)
+                self.open += [near, far]
             for a, b in ((near, far), (far, near)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
@@ -259,15 +268,47 @@ class FreezableRelay:
             pass
 
     def cut(self) -> None:
-        self.listener.close()
-        for sock in self.open:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
+        with self._cutting:
+            self.is_cut = True
+            self._stop_listening()
+            for sock in self.open:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
 
     def close(self) -> None:
         self.frozen.clear()
+        self._stop_listening()
+
+    def _stop_listening(self) -> None:
+        # Shut down before closing: a close alone leaves the socket listening while the
+        # accepting thread waits in accept() on it (the kernel keeps it open for that call), and
+        # the first connection after a cut reached the server.
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)
         self.listener.close()
+
+
+def test_a_cut_relay_lets_no_connection_through(tmp_path: Path, pg_server: PostgresServer) -> None:
+    """The relay's cut is the next test's database that went away. It closed its listener
+    only, which a thread waiting in accept() on it kept listening: the first connection after
+    the cut reached the server, the leader renewed its lease on it (failing only when another
+    thread held that connection) and never deposed itself, on a loaded machine where that
+    renewal came before the deadline's check."""
+    url = pg_server.create_database()
+    relay = FreezableRelay(pg_server, tmp_path / "relay")
+    engine = create_engine(normalize_url(relay.url(url)), poolclass=NullPool)
+    try:
+        with engine.connect() as before:
+            assert before.execute(text("SELECT 1")).scalar() == 1
+            relay.cut()
+            with pytest.raises(OperationalError):
+                before.execute(text("SELECT 1"))
+        with pytest.raises(OperationalError, match="Connection refused"):
+            engine.connect()
+    finally:
+        engine.dispose()
+        relay.close()
 
 
 def test_a_leader_whose_database_stops_answering_steps_down(

@@ -213,6 +213,7 @@ class Leadership:
             self.lease = before
             return
         self._renewed_at = started
+        self._renew_error = ""  # a failure of the standby's polls is no reason of the leader's
         self.lease = got
         self.term = got.term
         if before.holder and before.holder != self.holder and self.store.shared:
@@ -247,6 +248,11 @@ class Leadership:
             lease = read_lease(conn)
         self.lease = lease
         if ok:
+            if self._renew_error:  # else the log shows only the failures, as if none came back
+                log.info(
+                    "renewed the lease again, %.1f s after the last renewal (those between failed)",
+                    started - self._renewed_at,
+                )
             self._renewed_at = started
             self._renew_error = ""
             return
