@@ -28,11 +28,13 @@ import json
 import logging
 import math
 import os
+import socket
 import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -46,6 +48,9 @@ from aisched.service.loop import Scheduler
 from aisched.service.replicas import replica_port
 from aisched.service.serve import is_loopback
 
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+
 log = logging.getLogger("aisched.autoscaler")
 
 METRIC_NAMES = frozenset(m.value for m in ScaleMetric)
@@ -55,12 +60,14 @@ Fetch = Callable[[str, float, frozenset[int] | None], tuple[int, bytes]]
 
 
 def http_get(url: str, timeout_s: float, owners: frozenset[int] | None = None) -> tuple[int, bytes]:
-    """One GET, straight to the replica (no proxy from the environment, no redirect). With
-    `owners`, the answer counts only if the process that accepted the connection belongs to
-    one of them (`listeners.peer_uid`): checked on the connection itself, so a process of
-    another user that took the port in between is never heard."""
+    """One GET, straight to the replica (no proxy from the environment, no redirect), over
+    within `timeout_s` in all: a replica that drips its answer a byte at a time, each before
+    a read's own timeout, must not hold the autoscaler (one thread for every user's services)
+    for hours. With `owners`, the answer counts only if the process that accepted the
+    connection belongs to one of them (`listeners.peer_uid`): checked on the connection
+    itself, so a process of another user that took the port in between is never heard."""
     parts = urllib.parse.urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout_s)
+    conn = _DeadlineConnection(parts.hostname or "", parts.port, time.monotonic() + timeout_s)
     try:
         conn.connect()
         if owners is not None and conn.sock is not None:
@@ -74,6 +81,33 @@ def http_get(url: str, timeout_s: float, owners: frozenset[int] | None = None) -
         return 0, b""
     finally:
         conn.close()
+
+
+class _DeadlineSocket(socket.socket):
+    """A socket whose every read waits only for what is left of one deadline (a plain
+    socket's timeout bounds each read, not the answer)."""
+
+    deadline: float
+
+    def recv_into(self, buffer: WriteableBuffer, nbytes: int = 0, flags: int = 0) -> int:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the answer took longer than its timeout")
+        self.settimeout(left)
+        return super().recv_into(buffer, nbytes, flags)
+
+
+class _DeadlineConnection(http.client.HTTPConnection):
+    def __init__(self, host: str, port: int | None, deadline: float) -> None:
+        super().__init__(host, port, timeout=max(deadline - time.monotonic(), 0.0))
+        self.deadline = deadline
+
+    def connect(self) -> None:
+        super().connect()
+        plain = self.sock
+        sock = _DeadlineSocket(plain.family, plain.type, plain.proto, fileno=plain.detach())
+        sock.deadline = self.deadline
+        self.sock = sock
 
 
 @dataclass(frozen=True, slots=True)
