@@ -122,3 +122,29 @@ def test_a_page_dripped_past_the_timeout_is_not_waited_for(dripping: int) -> Non
     # Each byte comes 0.1 s after the last, within a read's 0.5 s, but the page would take
     # 7 s: the autoscaler, one thread for every user's services, gives up at 0.5 s in all.
     assert http_get(f"http://127.0.0.1:{dripping}/metrics", 0.5) == (0, b"")
+
+
+def test_a_metrics_path_with_a_query_is_asked_for_whole() -> None:
+    # Model servers often choose the format by a query: `/metrics?format=json`.
+    asked: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        assert http_get(f"http://127.0.0.1:{port}/metrics?format=json", 5.0) == (200, b"{}")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert asked == ["/metrics?format=json"]

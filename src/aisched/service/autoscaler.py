@@ -81,7 +81,8 @@ def http_get(url: str, timeout_s: float, owners: frozenset[int] | None = None) -
             uid = peer_uid(conn.sock)
             if uid is not None and uid not in owners:
                 return 0, b""
-        conn.request("GET", parts.path or "/")
+        query = f"?{parts.query}" if parts.query else ""  # `/metrics?format=json` asks with it
+        conn.request("GET", (parts.path or "/") + query)
         r = conn.getresponse()
         return int(r.status), r.read(1 << 16)
     except (OSError, ValueError, http.client.HTTPException):
