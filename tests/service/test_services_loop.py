@@ -202,3 +202,26 @@ def test_one_users_replicas_that_never_answer_do_not_hold_another_users_scaling(
         ticking.join()
         scaler.close()
     assert scaler.status(alice) is not None
+
+
+def test_a_closed_autoscaler_gives_up_its_round(w: World) -> None:
+    # Rounds run on workers that the interpreter waits for at exit: closing must end them
+    # after the probe under way, not after a user's hundreds of slow replicas.
+    w.submit(web(min_replicas=3))
+    asked: list[str] = []
+    probing, released = threading.Event(), threading.Event()
+
+    def fetch(url: str, timeout_s: float, owners: frozenset[int] | None) -> tuple[int, bytes]:
+        asked.append(url)
+        probing.set()
+        released.wait(30)
+        return 0, b""
+
+    scaler = Autoscaler(w.sched, fetch=fetch)
+    ticking = threading.Thread(target=scaler.tick)
+    ticking.start()
+    assert probing.wait(30)
+    scaler.close()
+    released.set()
+    ticking.join()
+    assert len(asked) == 1

@@ -235,8 +235,11 @@ class Autoscaler:
         self.squatters = {(r, u) for r, u in list(self.squatters) if r in self.scheduler.jobs}
 
     def _round(self, services: list[LiveJob]) -> None:
-        """One user's services, one after another."""
+        """One user's services, one after another; given up when the autoscaler closes (its
+        workers are waited for at exit, and a round may take a while)."""
         for svc in services:
+            if self.stopping.is_set():
+                return
             try:
                 self._one(svc)
             except Exception:  # one service's bug or figures must not stop the others' scaling
@@ -249,6 +252,8 @@ class Autoscaler:
         ready: list[tuple[str, str]] = []  # (replica id, host:port)
         scraped: dict[str, dict[str, float]] = {}
         for r in replicas:
+            if self.stopping.is_set():
+                return
             port = replica_port(r.job)
             if port is None or not _running(r):
                 continue
