@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -84,3 +85,66 @@ def test_a_prometheus_exporter_is_read_over_http(exporter: tuple[int, Gauge]) ->
     status, body = http_get(f"http://127.0.0.1:{port}/metrics", 5.0)
     assert status == 200
     assert parse_scrape(body) == {"rps": 4.25}
+
+
+@pytest.fixture
+def dripping() -> Iterator[int]:
+    """A replica that answers its metrics page a byte at a time, each byte well within a
+    read's timeout, for far longer than the probe's timeout."""
+    page = b'{"rps": 1}' + b" " * 60
+    head = b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n" % len(page)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            try:
+                self.wfile.write(head)
+                for i in range(len(page)):
+                    self.wfile.write(page[i : i + 1])
+                    self.wfile.flush()
+                    time.sleep(0.1)
+            except OSError:  # the autoscaler hung up: what a bounded fetch does
+                pass
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_page_dripped_past_the_timeout_is_not_waited_for(dripping: int) -> None:
+    # Each byte comes 0.1 s after the last, within a read's 0.5 s, but the page would take
+    # 7 s: the autoscaler, one thread for every user's services, gives up at 0.5 s in all.
+    assert http_get(f"http://127.0.0.1:{dripping}/metrics", 0.5) == (0, b"")
+
+
+def test_a_metrics_path_with_a_query_is_asked_for_whole() -> None:
+    # Model servers often choose the format by a query: `/metrics?format=json`.
+    asked: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        assert http_get(f"http://127.0.0.1:{port}/metrics?format=json", 5.0) == (200, b"{}")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert asked == ["/metrics?format=json"]

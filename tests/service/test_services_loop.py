@@ -5,6 +5,7 @@ fake clock (see test_loop.py); the autoscaler is not involved (its rule is core.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -169,3 +170,58 @@ def test_replicas_listen_on_their_nodes_address_where_the_autoscaler_finds_them(
     assert status.desired == 2  # 12 rps on one replica for a target of 10
     w.sched.step()
     assert [r[1] for r in replicas(w, sid)] == ["running", "running"]
+
+
+def test_one_users_replicas_that_never_answer_do_not_hold_another_users_scaling(
+    w: World,
+) -> None:
+    # Alice's replica takes its whole timeout to answer every probe (here: until released, as
+    # hundreds of such replicas would one after another); Bob's service is scaled meanwhile.
+    alice = w.submit(replace(web(), user="alice"))
+    bob = w.submit(replace(web(), user="bob"))
+    (slow,) = [replica_port(r.job) for r in w.sched.replicas_of(alice)]
+    released = threading.Event()
+
+    def fetch(url: str, timeout_s: float, owners: frozenset[int] | None) -> tuple[int, bytes]:
+        if f":{slow}/" in url:
+            released.wait(30)
+        return 200, b""
+
+    scaler = Autoscaler(w.sched, fetch=fetch)
+    ticking = threading.Thread(target=scaler.tick)
+    ticking.start()
+    try:
+        for _ in range(100):  # Bob's status comes as soon as his own round is over
+            if scaler.status(bob) is not None:
+                break
+            time.sleep(0.1)
+        assert scaler.status(bob) is not None, "bob's service waited for alice's replica"
+        assert scaler.status(alice) is None
+    finally:
+        released.set()
+        ticking.join()
+        scaler.close()
+    assert scaler.status(alice) is not None
+
+
+def test_a_closed_autoscaler_gives_up_its_round(w: World) -> None:
+    # Rounds run on workers that the interpreter waits for at exit: closing must end them
+    # after the probe under way, not after a user's hundreds of slow replicas.
+    w.submit(web(min_replicas=3))
+    asked: list[str] = []
+    probing, released = threading.Event(), threading.Event()
+
+    def fetch(url: str, timeout_s: float, owners: frozenset[int] | None) -> tuple[int, bytes]:
+        asked.append(url)
+        probing.set()
+        released.wait(30)
+        return 0, b""
+
+    scaler = Autoscaler(w.sched, fetch=fetch)
+    ticking = threading.Thread(target=scaler.tick)
+    ticking.start()
+    assert probing.wait(30)
+    scaler.close()
+    released.set()
+    ticking.join()
+    assert len(asked) == 1

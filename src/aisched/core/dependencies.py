@@ -37,7 +37,8 @@ def check_dependencies(
     """The verdict on `job.depends_on`; `state_of(id)` is None for a job that does not exist.
 
     A broken dependency wins over waiting ones (the job can be ended at once); the reason names
-    the first dependency that breaks or is awaited, in the order the job lists them.
+    the first dependency that breaks, or the first `NAMED_WAITING` awaited and how many more,
+    in the order the job lists them.
     """
     waiting: list[str] = []
     for dep in job.depends_on:
@@ -57,8 +58,18 @@ def check_dependencies(
         elif not state.is_terminal:
             waiting.append(f"{label} to end")
     if waiting:
-        return DependencyCheck(DependencyVerdict.WAITING, "waiting for job " + ", ".join(waiting))
+        return DependencyCheck(DependencyVerdict.WAITING, _waiting_reason(waiting))
     return MET
+
+
+# A waiting job's reason is its status, shown in every listing: it names a few, not all.
+NAMED_WAITING = 3
+
+
+def _waiting_reason(waiting: list[str]) -> str:
+    named = ", ".join(waiting[:NAMED_WAITING])
+    more = len(waiting) - NAMED_WAITING
+    return f"waiting for job {named}" + (f" and {more} more" if more > 0 else "")
 
 
 def find_cycle(edges: Mapping[str, Sequence[str]]) -> list[str] | None:

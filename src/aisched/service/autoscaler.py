@@ -19,6 +19,10 @@ Every `interval_s`, for each running service:
 4. If the answer differs from the live count, `scale`; publish the service's status.
 
 Figures older than `metric_max_age_s` are ignored; with none fresh the count is held.
+
+Each user's services are gone through in a round of that user's own, on a worker thread, and a
+user whose last round is still going gets no new one: a user's replicas that take their whole
+timeout to answer, hundreds of them, delay that user's scaling only, never another user's.
 """
 
 from __future__ import annotations
@@ -28,11 +32,14 @@ import json
 import logging
 import math
 import os
+import socket
 import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -46,34 +53,69 @@ from aisched.service.loop import Scheduler
 from aisched.service.replicas import replica_port
 from aisched.service.serve import is_loopback
 
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+
 log = logging.getLogger("aisched.autoscaler")
 
 METRIC_NAMES = frozenset(m.value for m in ScaleMetric)
 # GET url, from a server owned by one of the uids when they are given → (status, body); a
 # connection failure, or a server of another owner, is status 0.
 Fetch = Callable[[str, float, frozenset[int] | None], tuple[int, bytes]]
+# Users whose rounds run at once; the others' wait for a worker (one user never holds two).
+MAX_ROUNDS = 32
 
 
 def http_get(url: str, timeout_s: float, owners: frozenset[int] | None = None) -> tuple[int, bytes]:
-    """One GET, straight to the replica (no proxy from the environment, no redirect). With
-    `owners`, the answer counts only if the process that accepted the connection belongs to
-    one of them (`listeners.peer_uid`): checked on the connection itself, so a process of
-    another user that took the port in between is never heard."""
+    """One GET, straight to the replica (no proxy from the environment, no redirect), over
+    within `timeout_s` in all: a replica that drips its answer a byte at a time, each before
+    a read's own timeout, must not hold the autoscaler (one thread for every user's services)
+    for hours. With `owners`, the answer counts only if the process that accepted the
+    connection belongs to one of them (`listeners.peer_uid`): checked on the connection
+    itself, so a process of another user that took the port in between is never heard."""
     parts = urllib.parse.urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout_s)
+    conn = _DeadlineConnection(parts.hostname or "", parts.port, time.monotonic() + timeout_s)
     try:
         conn.connect()
         if owners is not None and conn.sock is not None:
             uid = peer_uid(conn.sock)
             if uid is not None and uid not in owners:
                 return 0, b""
-        conn.request("GET", parts.path or "/")
+        query = f"?{parts.query}" if parts.query else ""  # `/metrics?format=json` asks with it
+        conn.request("GET", (parts.path or "/") + query)
         r = conn.getresponse()
         return int(r.status), r.read(1 << 16)
     except (OSError, ValueError, http.client.HTTPException):
         return 0, b""
     finally:
         conn.close()
+
+
+class _DeadlineSocket(socket.socket):
+    """A socket whose every read waits only for what is left of one deadline (a plain
+    socket's timeout bounds each read, not the answer)."""
+
+    deadline: float
+
+    def recv_into(self, buffer: WriteableBuffer, nbytes: int = 0, flags: int = 0) -> int:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the answer took longer than its timeout")
+        self.settimeout(left)
+        return super().recv_into(buffer, nbytes, flags)
+
+
+class _DeadlineConnection(http.client.HTTPConnection):
+    def __init__(self, host: str, port: int | None, deadline: float) -> None:
+        super().__init__(host, port, timeout=max(deadline - time.monotonic(), 0.0))
+        self.deadline = deadline
+
+    def connect(self) -> None:
+        super().connect()
+        plain = self.sock
+        sock = _DeadlineSocket(plain.family, plain.type, plain.proto, fileno=plain.detach())
+        sock.deadline = self.deadline
+        self.sock = sock
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +157,8 @@ class Autoscaler:
         self.squatters: set[tuple[str, int]] = set()  # (replica, uid) already logged
         self.stopping = threading.Event()
         self.thread: threading.Thread | None = None
+        self.workers = ThreadPoolExecutor(MAX_ROUNDS, thread_name_prefix="aisched-autoscaler")
+        self.rounds: dict[str, Future[None]] = {}  # user → their round, running or queued
 
     # --- any thread -------------------------------------------------------------------------
 
@@ -148,18 +192,20 @@ class Autoscaler:
         self.stopping.set()
         if self.thread is not None:
             self.thread.join(5.0)
+        self.workers.shutdown(wait=False, cancel_futures=True)
 
     def _run(self) -> None:
         while not self.stopping.wait(self.interval_s):
             try:
-                self.tick()
+                self.tick(wait_s=self.interval_s)
             except Exception:  # a bug must not stop scaling for good; it is logged loudly
                 log.exception("autoscaler round failed")
 
     # --- the autoscaler's thread ------------------------------------------------------------
 
-    def tick(self) -> None:
-        """One round over every running service (steps 1-4 of the module docstring)."""
+    def tick(self, wait_s: float | None = None) -> None:
+        """One round over every running service (steps 1-4 of the module docstring), a round
+        per user; waits up to `wait_s` (None: until they are over) for the rounds it started."""
         services = [
             lj
             for lj in list(self.scheduler.jobs.values())
@@ -167,20 +213,37 @@ class Autoscaler:
             and lj.state == JobState.RUNNING
             and lj.job.service is not None
         ]
-        alive = {s.id for s in services}
+        by_user: dict[str, list[LiveJob]] = {}
         for svc in services:
-            try:
-                self._one(svc)
-            except Exception:  # one service's bug or figures must not stop the others' scaling
-                log.exception("autoscaler: service %s failed this round", svc.id)
+            by_user.setdefault(svc.job.user, []).append(svc)
+        self.rounds = {u: f for u, f in self.rounds.items() if not f.done()}
+        started: list[Future[None]] = []
+        for user, theirs in by_user.items():
+            if user not in self.rounds:  # else it is still at its last round
+                self.rounds[user] = self.workers.submit(self._round, theirs)
+                started.append(self.rounds[user])
+        wait(started, timeout=wait_s)
+        alive = {s.id for s in services}
         with self.lock:
             for key in [k for k in self.samples if k[0] not in alive]:
                 del self.samples[key]
             for sid in [s for s in self.statuses if s not in alive]:
                 del self.statuses[sid]
-        for sid in [s for s in self.history if s not in alive]:
-            del self.history[sid]
-        self.squatters = {(r, u) for r, u in self.squatters if r in self.scheduler.jobs}
+        # Snapshots: rounds still going add to both meanwhile.
+        for sid in [s for s in list(self.history) if s not in alive]:
+            self.history.pop(sid, None)
+        self.squatters = {(r, u) for r, u in list(self.squatters) if r in self.scheduler.jobs}
+
+    def _round(self, services: list[LiveJob]) -> None:
+        """One user's services, one after another; given up when the autoscaler closes (its
+        workers are waited for at exit, and a round may take a while)."""
+        for svc in services:
+            if self.stopping.is_set():
+                return
+            try:
+                self._one(svc)
+            except Exception:  # one service's bug or figures must not stop the others' scaling
+                log.exception("autoscaler: service %s failed this round", svc.id)
 
     def _one(self, svc: LiveJob) -> None:
         spec = svc.job.service
@@ -189,6 +252,8 @@ class Autoscaler:
         ready: list[tuple[str, str]] = []  # (replica id, host:port)
         scraped: dict[str, dict[str, float]] = {}
         for r in replicas:
+            if self.stopping.is_set():
+                return
             port = replica_port(r.job)
             if port is None or not _running(r):
                 continue

@@ -22,6 +22,9 @@ from aisched.spec.job import parse_job_document
 from aisched.spec.job_common import DEFAULTS, JobDefaults, ParsedJob, Problems, describe
 
 MAX_PIPELINE_JOBS = 100  # more jobs in one file is a script's mistake, not a pipeline
+# A job's dependencies are looked up again each time one of them ends, by the loop that
+# schedules everyone: a user's thousands of jobs, each waiting on thousands, would stall it.
+MAX_DEPENDENCIES = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +96,11 @@ def _pipeline(
                 "file; jobs of one file need distinct names"
             )
         names.setdefault(name, i)
+        if len(p.job.depends_on) > MAX_DEPENDENCIES:
+            problems.append(
+                f"{src}: depends_on: {len(p.job.depends_on)} dependencies, more than the limit "
+                f"of {MAX_DEPENDENCIES} (wait on fewer jobs that wait on the rest)"
+            )
         seen: set[str] = set()
         for k, dep in enumerate(p.job.depends_on):
             at = Problems(src)

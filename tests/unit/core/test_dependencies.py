@@ -41,6 +41,10 @@ MUST = "it had to succeed"
          DependencyCheck(BROKEN, "dependency 1 (prep) failed; it had to succeed")),
         ([("1", S), ("2", A)], {"1": JobState.RUNNING, "2": JobState.RUNNING},
          DependencyCheck(WAITING, "waiting for job 1 (prep) to succeed, 2 (train) to end")),
+        # The reason is the job's status in every listing: a few are named, the rest counted.
+        ([(str(i), A) for i in range(1, 101)], {str(i): JobState.RUNNING for i in range(1, 101)},
+         DependencyCheck(WAITING, "waiting for job 1 (prep) to end, 2 (train) to end, 3 to end "
+                                  "and 97 more")),
     ],
 )  # fmt: skip
 def test_verdicts(

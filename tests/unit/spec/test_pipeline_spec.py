@@ -85,6 +85,13 @@ def test_one_job_without_dependencies_is_no_pipeline() -> None:
             ["p.yaml: jobs.0: depends_on.0.condition: Input should be 'success' or 'any'"],
         ),
         (
+            "name: a\ncommand: x\ndepends_on: [" + ", ".join(map(str, range(1, 102))) + "]\n",
+            [
+                "p.yaml: depends_on: 101 dependencies, more than the limit of 100 (wait on "
+                "fewer jobs that wait on the rest)"
+            ],
+        ),
+        (
             "name: a\ncommand: x\n---\nname: b\n",
             ["p.yaml (document 2): command: a job needs a command (or a list of tasks)"],
         ),
