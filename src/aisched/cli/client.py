@@ -24,7 +24,6 @@ a few times; a change is not (a submission, which carries an Idempotency-Key, is
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import os
 import stat
@@ -38,7 +37,7 @@ import httpx
 from aisched.cli.errors import EXIT_FAILURE, CLIError, answered
 from aisched.service.defaults import DEFAULT_PORT, SYSTEM_SOCKET, default_home
 from aisched.service.identity import user_name
-from aisched.service.listeners import accepting_uid
+from aisched.service.listeners import accepting_uid, is_loopback
 
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 UNIX = "unix:"
@@ -267,7 +266,7 @@ def _check_loopback_owner(url: str, timeout_s: float) -> None:
     except httpx.InvalidURL:
         return  # said by the client, which is made next
     host = parsed.host
-    if not _is_loopback(host):
+    if not is_loopback(host):
         return
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     uid = accepting_uid(host, port, min(timeout_s, 5.0))
@@ -278,15 +277,6 @@ def _check_loopback_owner(url: str, timeout_s: float) -> None:
         "nothing (no token, no job) is sent to it (--server or AISCHED_SERVER choose another)",
         EXIT_FAILURE,
     )
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _retry_after(r: httpx.Response) -> float | None:

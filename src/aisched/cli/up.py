@@ -26,7 +26,8 @@ from aisched import __version__
 from aisched.cli.errors import CLIError
 from aisched.service.defaults import DEFAULT_PORT
 from aisched.service.identity import service_user
-from aisched.service.serve import ListenError, check_exposure, is_loopback, listen_unix
+from aisched.service.listeners import is_loopback
+from aisched.service.serve import ListenError, check_exposure, listen_unix
 
 EXIT_DEPOSED = 3  # another instance took the lease over: this one stopped scheduling
 

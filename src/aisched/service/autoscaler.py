@@ -47,11 +47,10 @@ from aisched.core.autoscale import Recommendation, decide
 from aisched.model.job import JobKind
 from aisched.model.service import ScaleMetric, ServiceSpec
 from aisched.model.states import JobState
-from aisched.service.listeners import accepting_uid, peer_uid, uid_of
+from aisched.service.listeners import accepting_uid, is_loopback, peer_uid, uid_of
 from aisched.service.live import LiveJob, TaskPhase
 from aisched.service.loop import Scheduler
 from aisched.service.replicas import replica_port
-from aisched.service.serve import is_loopback
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer

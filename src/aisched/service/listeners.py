@@ -7,11 +7,22 @@ scrapes."""
 
 from __future__ import annotations
 
+import ipaddress
 import pwd
 import socket
 
 TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
 LISTEN = "0A"  # the kernel's TCP_LISTEN, as the tables write states
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a name or an address) is this machine's loopback."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def accepting_uid(host: str, port: int, timeout_s: float) -> int | None:

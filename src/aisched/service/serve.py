@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import ipaddress
 import os
 import socket
 import stat
@@ -23,6 +22,7 @@ from typing import Any
 
 import uvicorn
 
+from aisched.service.listeners import is_loopback
 from aisched.service.protocol import CONNECTIONS_PER_PEER, ConnectionCaps, ServiceProtocol
 
 
@@ -34,15 +34,6 @@ class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_exposure(host: str, tls: bool, insecure: bool) -> str | None:
