@@ -603,3 +603,27 @@ def test_listing_many_jobs_with_long_commands_never_holds_them_all(service: Serv
     ids = [int(i) for i in listed[0]]
     assert (len(ids), ids == sorted(ids, reverse=True), ids[-1]) == (2001, True, int(blocker))
     service.cli("cancel", blocker)  # and its dependents end with it
+
+
+def test_another_user_sees_no_message_naming_a_jobs_files(
+    service: Service, local_users: dict[str, User]
+) -> None:
+    # A job's end and its tasks' messages name its files ("... /home/aisalice/secret-project
+    # ..."), and everyone could read them in `aisched show` and `aisched jobs`.
+    alice, bob = local_users["alice"], local_users["bob"]
+    project = alice.home / "secret-project"
+    subprocess.run(alice.cmd("mkdir", str(project)), check=True)
+    # The first holds every GPU, so the second waits; its directory goes meanwhile.
+    first = run_as(service, alice, "--gpus", "4", "--", "sleep", "2")
+    second = run_as(service, alice, "--gpus", "1", "--max-retries", "0", "--workdir",
+                    str(project), "--", "true")  # fmt: skip
+    service.wait_state(first, "running")
+    subprocess.run(alice.cmd("rmdir", str(project)), check=True)
+    done = service.wait_state(second, "failed", "succeeded", timeout_s=60)
+    assert done["state"] == "failed"
+    mine = json.loads(as_user(service, alice, "show", "--json", second).stdout)
+    assert "secret-project" in json.dumps(mine)  # the owner is told what went wrong
+    seen = as_user(service, bob, "show", "--json", second).stdout
+    listed = as_user(service, bob, "jobs", "--all", "--json").stdout
+    assert json.loads(seen)["state"] == "failed"
+    assert "secret-project" not in seen and "secret-project" not in listed

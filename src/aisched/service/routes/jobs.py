@@ -274,14 +274,18 @@ def _job_list(
 
 def _visible(out: JobOut, mine: bool) -> JobOut:
     """A job as its owner and admins see it, or as everyone else does: without its commands,
-    its tasks' log paths and its checkpoint directory (like `squeue` for another's job)."""
+    its tasks' log paths, its checkpoint directory, and the messages of its end and its tasks'
+    and its submission's warnings, which name its programs, files and directories ("exec
+    failed: /home/ana/project/run.sh: ...") (like `squeue` for another's job)."""
     if mine:
         return out
     return out.model_copy(
         update={
             "groups": [g.model_copy(update={"command": []}) for g in out.groups],
-            "tasks": [t.model_copy(update={"log_path": ""}) for t in out.tasks],
+            "tasks": [t.model_copy(update={"log_path": "", "message": None}) for t in out.tasks],
             "checkpoint_dir": "",
+            "message": None,
+            "warnings": [],
         }
     )
 
