@@ -18,6 +18,7 @@ import pytest
 from harness import Service, wait_for
 from ray_harness import RayCluster, cancel_all, ray_gpus_in_use
 
+from aisched.executors.ray_executor import writable_by_all
 from aisched.executors.ray_task import TaskRunner
 
 ray = pytest.importorskip(
@@ -393,3 +394,25 @@ def test_a_service_on_ray_serves_from_its_nodes_addresses_where_the_autoscaler_p
     for endpoint in st["endpoints"]:  # each one answers where the autoscaler found it
         with httpx.Client(trust_env=False) as client:
             assert client.get(f"http://{endpoint}/hello", timeout=10).text == "ok"
+
+
+def test_ray_files_every_local_user_may_change_are_named_at_start(ray_service: Service) -> None:
+    # Ray makes its temporary directory (/tmp/ray unless told --temp-dir) 0777 without the
+    # sticky bit: any local user may replace root's workers' sockets there. Said nowhere.
+    temp = "/tmp/ray"
+    assert writable_by_all(temp)  # as Ray made it for this cluster
+    assert (
+        f"Ray's files at {temp} may be changed by every local user (mode 777): start Ray with "
+        "--temp-dir inside a directory of root's alone on every node (docs/ray.md)"
+    ) in ray_service.log.read_text()
+
+
+def test_a_directory_writable_by_all_is_told_from_a_shared_or_a_private_one(
+    tmp_path: Path,
+) -> None:
+    for mode, open_to_all in ((0o777, True), (0o1777, False), (0o755, False), (0o700, False)):
+        d = tmp_path / f"{mode:o}"
+        d.mkdir()
+        d.chmod(mode)
+        assert writable_by_all(str(d)) is open_to_all, oct(mode)
+    assert not writable_by_all(str(tmp_path / "missing"))

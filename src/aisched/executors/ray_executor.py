@@ -55,6 +55,7 @@ import hashlib
 import logging
 import os
 import socket
+import stat
 import threading
 import time
 import uuid
@@ -180,6 +181,36 @@ def connect(address: str) -> None:
         raise RayConnectError(f"cannot connect to the Ray cluster at {address}: {e}") from None
 
 
+def writable_by_all(path: str) -> bool:
+    """Whether every local user may rename or remove what is in directory `path` (others may
+    write it, and no sticky bit keeps them to their own files)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return bool(mode & stat.S_IWOTH) and not mode & stat.S_ISVTX
+
+
+def _open_temp_dir_note() -> str | None:
+    """A warning when Ray's files on this machine (its temporary directory: sockets, session
+    files, logs) may be changed by every local user, as Ray makes /tmp/ray (0777): one could
+    replace a socket of root's workers, or read their logs (docs/ray.md)."""
+    try:  # Ray's own record of where it put them (no public API says)
+        from ray._private import worker
+
+        node: Any = worker._global_node
+        temp = os.path.dirname(node.get_session_dir_path())
+    except Exception:  # another Ray version: say nothing rather than guess
+        return None
+    if not writable_by_all(temp):
+        return None
+    return (
+        f"Ray's files at {temp} may be changed by every local user (mode "
+        f"{stat.S_IMODE(os.stat(temp).st_mode):o}): start Ray with --temp-dir inside a "
+        "directory of root's alone on every node (docs/ray.md)"
+    )
+
+
 def _probe(address: str) -> None:
     """Fail fast and clearly on an address nobody answers (ray.init would retry for long)."""
     host, sep, port = address.rpartition(":")
@@ -258,6 +289,7 @@ class RayExecutor:
         # back is believed only with the same session (a new cluster crashes Ray's driver).
         self._gcs_address = str(ray.get_runtime_context().gcs_address)
         self._session = _session_here()
+        self.temp_note = _open_temp_dir_note()  # read once: Ray made it before we came
         self._unreachable: str | None = None  # why new launches are held, while they are
         self._replaced = False  # the cluster came back as a new one: never usable again
         self._refresh_nodes()
@@ -275,6 +307,7 @@ class RayExecutor:
         notes = [
             f"Ray cluster: {len(self._nodes)} node(s), namespace {self._namespace}",
             *([self._unreachable] if self._unreachable else []),
+            *([self.temp_note] if self.temp_note else []),
             "memory is reserved in Ray's accounting, not enforced on the process",
             "each gang reserves through one placement group; each node's agent starts its "
             "tasks, pinned to the cores it chose there",

@@ -390,4 +390,5 @@ def _ray_executor(config: ServiceConfig, address: str, home: Path) -> tuple[Exec
         raise ServiceError(
             f"the Ray cluster at {address} has no node with CPUs or GPUs to schedule on"
         )
-    return executor, [f"Ray cluster at {address}", auth_note]
+    temp_note = [executor.temp_note] if executor.temp_note else []
+    return executor, [f"Ray cluster at {address}", auth_note, *temp_note]
