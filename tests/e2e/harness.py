@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -26,11 +27,25 @@ from typing import Any
 
 import httpx
 
+# Ports the kernel never hands out by itself (below its ephemeral range, where every outgoing
+# connection takes its local port) and above Ray's workers' own (10002-19999 by default).
+PORTS_FROM = 20000
+
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port free now that only an explicit bind can take before the service binds it: one
+    from the ephemeral range (a bind to port 0) was taken once by an outgoing connection of
+    Ray's, during the minute a service on Ray takes to start, and that start failed."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(200):
+        port = random.randrange(PORTS_FROM, low) if low > PORTS_FROM + 1000 else 0
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise AssertionError("no free port found below the ephemeral range")
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 30.0) -> Any:
