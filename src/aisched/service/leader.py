@@ -170,7 +170,6 @@ class Leadership:
                     self._try_lead(force=False, in_thread=True)
                 else:
                     return
-                self._renew_error = ""
             except Exception as exc:  # the database unreachable, for instance: `_watch`
                 self._renew_error = one_line(exc)  # deposes by the deadline, saying why
                 log.warning("lease: %s", exc)
@@ -209,11 +208,13 @@ class Leadership:
             before, got = try_acquire(
                 conn, self.holder, self.address, self.times.ttl_s, force=force
             )
+        # The lease was read: an earlier poll's failure is past (a standby's readiness line),
+        # and no reason of the leader's if this one takes it.
+        self._renew_error = ""
         if got is None:
             self.lease = before
             return
         self._renewed_at = started
-        self._renew_error = ""  # a failure of the standby's polls is no reason of the leader's
         self.lease = got
         self.term = got.term
         if before.holder and before.holder != self.holder and self.store.shared:
