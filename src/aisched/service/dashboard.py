@@ -191,13 +191,12 @@ def queues_section(sched: Scheduler) -> list[dict[str, Any]]:
     _, per_queue = sched.live_summary()
     capacity_gpus = sched.allocation()["gpu"][1]
     used: dict[str, list[float]] = {}
-    for (qname, _user), (cpu, mem, gpu) in list(sched.usage.items()):
+    for (qname, _user), vec in list(sched.usage.items()):
         path = sched.queues.path(qname) if sched.queues.has(qname) else (qname,)
         for name in path:
             acc = used.setdefault(name, [0.0, 0.0, 0.0])
-            acc[0] += cpu / 1000
-            acc[1] += mem / 1024
-            acc[2] += gpu / 1000
+            for i, value in enumerate(vec):
+                acc[i] += in_unit(value, i, metric=False)
     roots = [q for q in sched.queues.queues if q.parent is None]
     holdings = user_holdings(sched.queues, dict(list(sched.usage.items())))
     out = []
