@@ -15,7 +15,8 @@ cores it chose. Starting a gang is one placement group and one call per task: no
 process is started for it. The reservation goes back to Ray when the gang's last task ended
 (a placement group cannot give back one bundle, so when a task ends before its gang-mates,
 the rest are re-reserved in a new group of their bundles: the old one is removed first, since
-the new one needs its room).
+the new one needs its room). A group is removed only once Ray has placed it (`ray_groups.py`:
+Ray leaks what it prepared for a group removed while being placed).
 
 Tasks sharing a GPU (`gpu_milli` < 1000) reserve that share of one GPU in Ray (fractional
 `num_gpus`) and get the index the core chose in CUDA_VISIBLE_DEVICES, never the device Ray picked
@@ -83,6 +84,7 @@ from aisched.executors.base import (
 from aisched.executors.container import DEFAULT_PIDS_LIMIT
 from aisched.executors.gpu_watchdog import GPU_CHECK_INTERVAL_S, TaskGpuMemory
 from aisched.executors.ray_agent import NodeAgent
+from aisched.executors.ray_groups import GroupRemovals, reserve
 from aisched.executors.ray_nodes import RayNode, nodes_from_ray
 from aisched.executors.ray_task import MakeWatchdog, exit_record_path, recorded_exit
 from aisched.executors.supervisor import LOG_MAX_BYTES, LOG_MAX_FILES
@@ -95,7 +97,6 @@ MIB = 1 << 20
 # An agent's calls in flight: per task a start (waiting for its reservation) or a wait, and
 # the short stop, status and GPU-memory calls; so about 120 running tasks per node.
 AGENT_THREADS = 256
-NODE_ID_LABEL = "ray.io/node-id"
 # Placement groups of ours that no task claims are removed at the second sweep that finds
 # them (the first may see one between its creation and its tasks' registration).
 SWEEP_S = 10.0
@@ -280,6 +281,7 @@ class RayExecutor:
         self._agents: dict[str, Any] = {}  # Ray node id -> its agent's handle
         self._gangs: dict[str, _Gang] = {}  # placement group id (hex) -> its tasks
         self._unclaimed: set[str] = set()  # our groups the last sweep found no task of
+        self._removals = GroupRemovals()  # groups removed once Ray has placed them
         self._reserve_lock = threading.Lock()  # one gang's groups changed by one thread
         # Task -> its gang's group id now (re-reserving moves the rest to a new group).
         self._gang_of: dict[TaskKey, str] = {}
@@ -347,12 +349,12 @@ class RayExecutor:
                 for r, why in zip(reqs, refusals, strict=True)
             ]
         placed = [self._ray_nodes[r.node] for r in reqs]
-        bundles, selectors, owners = [], [], []
+        bundles, node_ids, owners = [], [], []
         for r, rn in zip(reqs, placed, strict=True):
             bundle = _bundle(r)
             if bundle:
                 bundles.append(bundle)
-                selectors.append({NODE_ID_LABEL: rn.node_id})
+                node_ids.append(rn.node_id)
                 owners.append(r.key)
         group: PlacementGroup | None = None
         gang_id: str | None = None
@@ -360,14 +362,11 @@ class RayExecutor:
         name = f"{self._namespace}:{job_id}:{attempt}:{task}"
         if bundles:
             try:
-                group = _reserve(name, bundles, [s[NODE_ID_LABEL] for s in selectors])
+                group = reserve(name, bundles, node_ids)
             except (ValueError, TypeError) as e:
                 return [LaunchError(f"task {_show(r.key)}: Ray refused it: {e}") for r in reqs]
             gang_id = group.id.hex()
-            held = {
-                k: (b, sel[NODE_ID_LABEL])
-                for k, b, sel in zip(owners, bundles, selectors, strict=True)
-            }
+            held = dict(zip(owners, zip(bundles, node_ids, strict=True), strict=True))
             with self._lock:
                 self._gangs[gang_id] = _Gang(group, set(owners), name, held)
                 self._gang_of.update(dict.fromkeys(owners, gang_id))
@@ -592,6 +591,8 @@ class RayExecutor:
         """Stop watching; the tasks keep running as detached actors, adopted at next start."""
         self._closed.set()
         self._thread.join(timeout=5.0)
+        if self._unreachable is None:
+            self._removals.drain()  # else the next scheduler's sweep removes them
 
     # --- watching ----------------------------------------------------------------------------
 
@@ -639,6 +640,8 @@ class RayExecutor:
             if self._check_gcs():
                 changed |= self._refresh_nodes()
             changed |= self._unreachable != before
+        if self._unreachable is None:
+            self._removals.step()
         if time.monotonic() >= self._next_sweep and self._unreachable is None:
             self._next_sweep = time.monotonic() + SWEEP_S
             self._sweep_groups()
@@ -833,12 +836,12 @@ class RayExecutor:
                 del self._gangs[gang_id]
         if self._unreachable is not None:
             return  # no task claims its group now: the sweep removes it once the GCS answers
-        _remove_group(gang.group)
+        self._removals.remove(gang.group)
         if not gang.keys:
             return
         keys = sorted(gang.keys)
         try:
-            group = _reserve(
+            group = reserve(
                 gang.name, [gang.bundles[k][0] for k in keys], [gang.bundles[k][1] for k in keys]
             )
         except (ValueError, TypeError) as e:
@@ -870,7 +873,7 @@ class RayExecutor:
             stale, self._unclaimed = ours & self._unclaimed, ours - self._unclaimed
         for gid in sorted(stale):
             log.info("removing placement group %s: none of its tasks is running", gid)
-            _remove_group(PlacementGroup(PlacementGroupID.from_hex(gid)))
+            self._removals.remove(PlacementGroup(PlacementGroupID.from_hex(gid)))
 
     def _died(self, t: _Tracked, e: Exception) -> str:
         if self._unreachable is None:
@@ -997,18 +1000,6 @@ def _lost(key: TaskKey, message: str) -> TaskExited:
     return TaskExited(key, ExitKind.LOST, None, message, time.time())
 
 
-def _reserve(name: str, bundles: list[dict[str, float]], node_ids: list[str]) -> PlacementGroup:
-    """A detached placement group of `bundles`, each held to its node."""
-    group: PlacementGroup = ray.util.placement_group(
-        bundles,
-        strategy="PACK",
-        name=name,
-        lifetime="detached",
-        bundle_label_selector=[{NODE_ID_LABEL: n} for n in node_ids],
-    )
-    return group
-
-
 def _current_group(gang_id: object, name: object) -> str | None:
     """The id of a gang's group now: the stored one, or, when that one was replaced (the rest
     of the gang re-reserved), the live group of the same name."""
@@ -1024,13 +1015,6 @@ def _current_group(gang_id: object, name: object) -> str | None:
         return gang_id
     live = [g for g, r in table.items() if r.get("name") == name and r.get("state") != "REMOVED"]
     return live[0] if live else gang_id
-
-
-def _remove_group(group: PlacementGroup) -> None:
-    try:
-        ray.util.remove_placement_group(group)
-    except Exception as e:  # already removed
-        log.debug("remove placement group: %s", e)
 
 
 def _why(e: BaseException) -> str:
