@@ -41,8 +41,9 @@ NO_RAY = "Ray is not installed: pip install -e '.[ray]' (or '.[dev]') to run the
 from ray_harness import (  # noqa: E402
     RayCluster,
     cancel_all,
+    kill_agents,
     local_cluster,
-    wait_until_ray_holds_no_gpu,
+    wait_until_ray_holds_nothing,
 )
 
 
@@ -91,8 +92,9 @@ def ray_service(
         cancel_all(svc)
         try:
             # Every reservation of this test's jobs goes while its service still runs (its
-            # sweep removes what no task claims): one left behind would hold GPUs in the shared
-            # cluster and fail later tests far from its cause.
-            wait_until_ray_holds_no_gpu(ray_cluster, 60)
+            # sweep removes what no task claims): one left behind would hold GPUs or CPUs in
+            # the shared cluster and fail later tests far from its cause.
+            wait_until_ray_holds_nothing(ray_cluster, 60)
         finally:
             svc.stop()
+            kill_agents(ray_cluster, svc.home)

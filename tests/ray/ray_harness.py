@@ -6,6 +6,7 @@ import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -97,6 +98,23 @@ def connect_driver(cluster: RayCluster) -> None:
         ray.init(address=cluster.address, log_to_driver=False, logging_level="WARNING")
 
 
+def kill_agents(cluster: RayCluster, data_dir: Path) -> int:
+    """Kills every node agent of the service on `data_dir` (its Ray namespace's), as a node's
+    (or the cluster's) death would; returns how many there were. Agents are detached and
+    outlive their service; in the shared cluster each test's service has its own, each with
+    its pool of threads, and those left behind ran the machine out of process ids."""
+    import ray  # only where Ray is installed: the tests skip without it
+
+    from aisched.executors.ray_executor import namespace_for
+
+    connect_driver(cluster)
+    ns = namespace_for(str(data_dir.resolve()))
+    named = [a for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == ns]
+    for a in named:
+        ray.kill(ray.get_actor(a["name"], namespace=ns))
+    return len(named)
+
+
 def ray_node_alive(cluster: RayCluster, node_id: str) -> bool:
     """Whether Ray's node table says Ray node `node_id` is alive (the tests' own look)."""
     import ray  # only where Ray is installed: the tests skip without it
@@ -105,8 +123,9 @@ def ray_node_alive(cluster: RayCluster, node_id: str) -> bool:
     return any(n["NodeID"] == node_id and n["Alive"] for n in ray.nodes())
 
 
-def ray_gpus_in_use(cluster: RayCluster) -> dict[str, float]:
-    """GPUs Ray itself counts as taken, per aisched node name (from Ray's own accounting)."""
+def ray_in_use(cluster: RayCluster, resource: str) -> dict[str, float]:
+    """How much of `resource` ("GPU", "CPU") Ray itself counts as taken, per aisched node name
+    (from Ray's own accounting)."""
     import ray  # only where Ray is installed: the tests skip without it
 
     connect_driver(cluster)
@@ -114,10 +133,15 @@ def ray_gpus_in_use(cluster: RayCluster) -> dict[str, float]:
     free = ray._private.state.available_resources_per_node()
     by_id = {node.node_id: name for name, node in cluster.nodes.items()}
     return {
-        by_id[nid]: res.get("GPU", 0.0) - free.get(nid, {}).get("GPU", 0.0)
+        by_id[nid]: round(res.get(resource, 0.0) - free.get(nid, {}).get(resource, 0.0), 6)
         for nid, res in total.items()
         if nid in by_id
     }
+
+
+def ray_gpus_in_use(cluster: RayCluster) -> dict[str, float]:
+    """GPUs Ray itself counts as taken, per aisched node name."""
+    return ray_in_use(cluster, "GPU")
 
 
 def wait_until_ray_holds_no_gpu(
@@ -125,3 +149,17 @@ def wait_until_ray_holds_no_gpu(
 ) -> None:
     """Waits for Ray's own accounting to show every GPU of the cluster free."""
     wait_for(what, lambda: not any(ray_gpus_in_use(cluster).values()), timeout_s)
+
+
+def wait_until_ray_holds_nothing(cluster: RayCluster, timeout_s: float) -> None:
+    """Waits for Ray's own accounting to show every GPU and CPU of the cluster free (the
+    nodes' agents take none): a reservation left behind fails later tests far from its
+    cause, on CPUs as on GPUs."""
+    wait_for(
+        "Ray to hold no GPU and no CPU",
+        lambda: (
+            not any(ray_in_use(cluster, "GPU").values())
+            and not any(ray_in_use(cluster, "CPU").values())
+        ),
+        timeout_s,
+    )

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 from harness import Service, free_port, wait_for
-from ray_harness import RayCluster, cancel_all, wait_until_ray_holds_no_gpu
+from ray_harness import RayCluster, cancel_all, kill_agents, wait_until_ray_holds_no_gpu
 from test_ray_service import env_of, events, submit
 
 from aisched.testing.postgres import PostgresServer
@@ -45,11 +45,12 @@ def leads(svc: Service) -> bool:
         return False
 
 
-def stop_all(services: list[Service]) -> None:
+def stop_all(services: list[Service], ray_cluster: RayCluster) -> None:
     for svc in services:
         if svc.proc is not None and svc.proc.poll() is None:
             cancel_all(svc)
             svc.stop()
+    kill_agents(ray_cluster, services[0].home)  # the pair's, in the shared cluster
 
 
 def test_the_standby_adopts_the_gang_of_a_killed_leader_through_its_actors(
@@ -77,7 +78,7 @@ def test_the_standby_adopts_the_gang_of_a_killed_leader_through_its_actors(
         assert sorted(events(b)) == ["start 0 0", "start 1 0"]  # once each, never stopped
         wait_until_ray_holds_no_gpu(ray_cluster, 60)
     finally:
-        stop_all([b, a])
+        stop_all([b, a], ray_cluster)
 
 
 def stopped(pid: int) -> bool:
@@ -116,4 +117,4 @@ def test_a_leader_paused_between_committing_a_gang_launch_and_making_it_starts_n
             ray_cluster, 3 * SWEEP_S + 30, "Ray to give the given-up attempt's GPUs back"
         )
     finally:
-        stop_all([b, a])
+        stop_all([b, a], ray_cluster)

@@ -17,7 +17,7 @@ def test_a_chatty_ray_task_leaves_at_most_the_cap_on_disk(ray_service: Service) 
     script = "line = 'x' * 1023 + '\\n'\nfor _ in range(1024): print(line, end='')\nprint('done')"
     jid = ray_service.run("--", sys.executable, "-c", script)
     job = ray_service.wait_state(jid, "succeeded", "failed", timeout_s=90)
-    assert job["state"] == "succeeded", job
+    assert job["state"] == "succeeded", job["events"]
     log = Path(job["tasks"][0]["log_path"])
     files = sorted(log.parent.glob(log.name + "*"))
     kept = [p for p in files if p.name in (log.name, log.name + ".1")]

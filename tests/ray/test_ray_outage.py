@@ -23,11 +23,9 @@ from typing import Any
 import httpx
 import pytest
 from harness import Service, free_port, wait_for
-from ray_harness import RayCluster, local_cluster
+from ray_harness import RayCluster, kill_agents, local_cluster
 
-from aisched.executors.ray_executor import namespace_for
-
-ray = pytest.importorskip(
+pytest.importorskip(
     "ray", reason="Ray is not installed: pip install -e '.[ray]' (or '.[dev]') to run these"
 )
 
@@ -73,18 +71,6 @@ def lines(svc: Service, job_id: str, what: str = "start") -> list[str]:
     return [line for line in got if line.split()[:2] == [what, job_id]]
 
 
-def kill_agents(address: str, data_dir: Path) -> int:
-    """Kills every node agent of the service on `data_dir`, as a node's (or the cluster's)
-    death would; returns how many there were."""
-    if not ray.is_initialized():
-        ray.init(address=address, log_to_driver=False, logging_level="WARNING")
-    ns = namespace_for(str(data_dir.resolve()))
-    named = [a for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == ns]
-    for a in named:
-        ray.kill(ray.get_actor(a["name"], namespace=ns))
-    return len(named)
-
-
 def test_a_task_that_ended_unseen_and_whose_agent_is_gone_is_recorded_and_not_run_again(
     ray_service: Service, ray_cluster: RayCluster
 ) -> None:
@@ -98,7 +84,7 @@ def test_a_task_that_ended_unseen_and_whose_agent_is_gone_is_recorded_and_not_ru
     deadline = time.monotonic() + 10  # its end recorded just after (none without the fix)
     while not record.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert kill_agents(ray_cluster.address, svc.home) >= 1
+    assert kill_agents(ray_cluster, svc.home) >= 1
 
     svc.start(timeout_s=90)
     job = svc.wait_state(jid, "succeeded", "failed", "pending", timeout_s=30)

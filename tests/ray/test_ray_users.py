@@ -35,7 +35,7 @@ def test_a_users_job_on_ray_runs_as_that_user(
     assert proc.returncode == 0, proc.stderr
     jid = str(json.loads(proc.stdout)["id"])
     job = ray_service.wait_state(jid, "succeeded", "failed", timeout_s=90)
-    assert job["state"] == "succeeded", job
+    assert job["state"] == "succeeded", job["events"]
     out = wait_for("its output", lambda: alice.aisched("logs", jid, env=env).stdout)
     # The usual PATH of a user, not the service's (root's) nor the Ray worker's.
     assert out.splitlines() == [
@@ -68,7 +68,7 @@ def test_a_users_container_on_ray_mounts_the_volume_its_agent_pinned(
     assert proc.returncode == 0, proc.stderr
     jid = str(json.loads(proc.stdout)["id"])
     job = ray_service.wait_state(jid, "succeeded", "failed", timeout_s=120)
-    assert job["state"] == "succeeded", job
+    assert job["state"] == "succeeded", job["events"]
     assert wait_for("its output", lambda: alice.aisched("logs", jid, env=env).stdout) == "mine\n"
     assert (data / "out").read_text() == f"{alice.uid}\n"
     assert [n for n in os.listdir(PIN_ROOT) if f"-{jid}." in n] == []
