@@ -74,8 +74,8 @@ def test_submit_json_then_show_list_and_finish(
     fx.exit(fx.keys(jid)[0], 0)
     fx._wakeup and fx._wakeup()
     done = wait(client, jid, "succeeded")
-    assert [e["kind"] for e in done["events"]] == ["submitted", "started", "task-exited",
-                                                    "succeeded"]  # fmt: skip
+    assert [e["kind"] for e in done["events"]] == ["submitted", "placed", "started",
+                                                    "task-exited", "succeeded"]  # fmt: skip
     assert client.get("/v1/jobs").json()["jobs"] == []
     assert [j["id"] for j in client.get("/v1/jobs", params={"all": "true"}).json()["jobs"]] == [jid]
 

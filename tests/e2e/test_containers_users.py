@@ -76,7 +76,10 @@ def failed_mount(service: Service, user: Any, volumes: str) -> tuple[str, dict[s
     )
     proc = as_user(service, user, "submit", "--json", str(user.home / "mounts.yaml"))
     jid = str(json.loads(proc.stdout)["id"])
-    return jid, service.wait_state(jid, "failed", timeout_s=60)
+    job = service.wait_state(jid, "failed", timeout_s=60)
+    kinds = [e["kind"] for e in job["events"]]
+    assert "started" not in kinds and "placed" in kinds  # refused: its task never ran
+    return jid, job
 
 
 def test_a_users_job_may_not_mount_what_the_user_cannot_read(

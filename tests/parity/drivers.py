@@ -203,7 +203,7 @@ def read_log(store: Store) -> list[Entry]:
                 kind, t = e["kind"], e["time"]
                 if kind == "started" and e["message"] == "service started":
                     out.append((t, job_id, "service", ()))
-                elif kind == "started":
+                elif kind == "placed":
                     m = _ATTEMPT.match(e["message"])
                     assert m is not None, e["message"]
                     tasks = tx.tasks_of(job_id, int(m.group(1)))

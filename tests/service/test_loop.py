@@ -14,7 +14,10 @@ from world import World
 from aisched.executors.base import ExitKind
 from aisched.model.job import RestartPolicy
 from aisched.predict import PredictorConfig, RuntimePredictor
+from aisched.service import failpoints, launches
+from aisched.service.live import Batch
 from aisched.service.loop import Rejected
+from aisched.store.db import Store
 from aisched.testing import job
 
 
@@ -39,7 +42,9 @@ def test_a_gang_starts_whole_with_distinct_gpus_and_ranks(w: World) -> None:
         w.fx.exit(key, 0)
     w.sched.step()
     assert w.state(jid)["state"] == "succeeded"
-    assert w.events(jid) == ["submitted", "started", "task-exited", "task-exited", "succeeded"]
+    assert w.events(jid) == [
+        "submitted", "placed", "started", "task-exited", "task-exited", "succeeded"
+    ]  # fmt: skip
 
 
 def test_ranks_run_across_groups_and_volcano_task_indices_within_each(w: World) -> None:
@@ -89,8 +94,8 @@ def test_higher_priority_preempts_and_the_victim_restarts_with_its_checkpoint_di
     assert (relaunch.job_id, relaunch.attempt) == (low, 2)
     assert relaunch.env["AISCHED_RESTART_COUNT"] == "1"
     assert relaunch.env["AISCHED_CHECKPOINT_DIR"] == w.fx.launched[0].env["AISCHED_CHECKPOINT_DIR"]
-    assert w.events(low) == ["submitted", "started", "preempting", "task-exited", "preempted",
-                             "started"]  # fmt: skip
+    assert w.events(low) == ["submitted", "placed", "started", "preempting", "task-exited",
+                             "preempted", "placed", "started"]  # fmt: skip
 
 
 def test_a_failing_job_is_retried_with_backoff_up_to_its_limit(w: World) -> None:
@@ -239,6 +244,64 @@ def test_a_launch_failure_rolls_the_gang_back(w: World) -> None:
     assert (row["state"], row["failures"]) == ("pending", 1)
     assert w.fx.running == {}
     assert "could not start" in str(row["reason"]) or row["not_before"] is not None
+    # Placed, but one of its tasks could not start: the attempt never started.
+    assert "started" not in w.events(jid)
+    assert w.events(jid)[:2] == ["submitted", "placed"]
+
+
+class Crash(Exception):
+    """The scheduler process dying at that point: the test restarts it. (The loop logs and
+    drops the exception: the old loop is simply not used again.)"""
+
+
+def test_a_launch_committed_but_never_made_shows_no_start(
+    w: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    died: list[str] = []
+
+    def die(name: str) -> None:
+        if name == failpoints.PAUSE_BEFORE_LAUNCH:
+            died.append(name)
+            raise Crash(name)
+
+    monkeypatch.setattr(launches.failpoints, "hit", die)
+    fut = w.sched.submit(job("a").task(gpu=1).build())
+    w.sched.step()
+    assert died and w.fx.launched == []
+    jid = str(fut.result(0)["id"])
+    assert "started" not in w.events(jid)
+    assert w.events(jid) == ["submitted", "placed"]
+    monkeypatch.undo()
+    w.restart()  # the launch is given up, requeued, and made this time
+    w.sched.step()
+    assert (w.state(jid)["state"], w.state(jid)["attempt"]) == ("running", 2)
+    assert w.events(jid).count("started") == 1
+    assert w.events(jid) == ["submitted", "placed", "task-exited", "requeued", "placed", "started"]
+    assert [t.attempt for t in w.fx.launched] == [2]
+
+
+def test_a_launch_made_but_not_recorded_is_started_on_recovery(
+    w: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = Batch.flush
+    died: list[str] = []
+
+    def flush(batch: Batch, store: Store) -> None:
+        if w.fx.launched:  # the batch recording the launch: the process dies before it lands
+            died.append("flush")
+            raise Crash("before the launch was recorded")
+        real(batch, store)
+
+    monkeypatch.setattr(Batch, "flush", flush)
+    fut = w.sched.submit(job("a").task(2, gpu=1).build())
+    w.sched.step()
+    assert died and len(w.fx.launched) == 2
+    jid = str(fut.result(0)["id"])
+    assert w.events(jid) == ["submitted", "placed"]
+    monkeypatch.undo()
+    w.restart()  # both tasks are found running: the attempt started after all
+    assert w.events(jid) == ["submitted", "placed", "started", "adopted", "adopted"]
+    assert len(w.fx.launched) == 2 and w.state(jid)["attempt"] == 1
 
 
 def test_the_predictor_learns_runtimes_and_relearns_them_after_a_restart(pw: World) -> None:

@@ -280,7 +280,9 @@ class Intents(Exits):
             + (f" GPU {','.join(map(str, t.binding.gpus))}" if t.binding.gpus else "")
             for t in lj.tasks
         )
-        batch.event(now, lj.id, "started", f"attempt {lj.attempt}: {where}")
+        # Placed, not started: the tasks are made once this batch is stored (`_launch_all`,
+        # which records `started`), and a leader that dies or pauses first never makes them.
+        batch.event(now, lj.id, "placed", f"attempt {lj.attempt}: {where}")
         return lj, self._launch_requests(lj)
 
     def _timers(self, batch: Batch, now: float) -> None:

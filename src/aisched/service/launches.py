@@ -9,7 +9,12 @@ is not started at all: its first task "could not start", which fails the attempt
 restart policy says whether it is retried (after a backoff, a bounded number of times) or
 fails, as for a launch the executor refused. A task the executor fails to start with an
 unexpected error, not a `LaunchError`, is lost likewise. Unexpected errors are logged with
-their traceback: they are bugs, of the scheduler or of the executor."""
+their traceback: they are bugs, of the scheduler or of the executor.
+
+The job's `started` event is written here, in the batch that stores the tasks as running, once
+the executor has taken every task of the attempt; the bind only wrote `placed`. An attempt
+whose launch was never made (its leader died or paused first) or that could not start has no
+`started` event."""
 
 from __future__ import annotations
 
@@ -142,6 +147,7 @@ class Launches(SchedulerState):
                     except Exception as e:  # the executor's bug: none started, none held
                         log.exception("job %s: starting its gang failed", lj.id)
                         started = [LaunchError(repr(e))] * len(reqs)
+            made = 0
             for req, task, got in zip(reqs, lj.tasks, started, strict=True):
                 if lj.stopping is not None:  # an earlier task failed to launch: roll back
                     self._on_exit(
@@ -172,12 +178,13 @@ class Launches(SchedulerState):
                 task.phase = TaskPhase.RUNNING
                 if len(reqs) > 1:
                     failpoints.hit(failpoints.PAUSE_MID_LAUNCH)
+                at = self.clock()
                 batch.task(
-                    req.key,
-                    state=TaskPhase.RUNNING.value,
-                    handle=handle.data,
-                    started_at=self.clock(),
+                    req.key, state=TaskPhase.RUNNING.value, handle=handle.data, started_at=at
                 )
+                made += 1
+                if made == len(reqs):
+                    batch.event(at, lj.id, "started", started_message(lj.attempt))
         batch.flush(self.store)
 
     def _not_started(self, lj: LiveJob, why: LaunchError, batch: Batch, now: float) -> None:
@@ -195,6 +202,11 @@ class Launches(SchedulerState):
         if self.restarts:
             restarts, self.restarts = self.restarts, []
             self._launch_all(restarts, now)
+
+
+def started_message(attempt: int) -> str:
+    """The message of the `started` event of an attempt all of whose tasks were made."""
+    return f"attempt {attempt}: every task launched"
 
 
 def free_port(host: str) -> int:

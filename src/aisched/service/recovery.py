@@ -14,6 +14,7 @@ from aisched.lifecycle.states import move
 from aisched.model.job import JobKind
 from aisched.model.states import JobState
 from aisched.service.commands import Commands
+from aisched.service.launches import started_message
 from aisched.service.live import Batch, LiveJob, LiveTask, Stop, TaskPhase
 from aisched.store.codec import job_from_dict
 from aisched.store.db import Row
@@ -70,7 +71,11 @@ class Recovery(Commands):
                 continue
             self._sync_nodes([t.binding for t in lj.tasks])
             self._take(lj)
+            # A task stored `launching` means the batch of the launch never landed, so nor
+            # did its `started`: written here if every task was in fact made.
+            unrecorded = any(t.phase == TaskPhase.LAUNCHING for t in lj.tasks)
             exits: list[TaskExited] = []
+            adopted: list[str] = []
             for t in lj.tasks:
                 if t.phase == TaskPhase.EXITED:
                     continue
@@ -83,7 +88,7 @@ class Recovery(Commands):
                     if t.phase != TaskPhase.RUNNING:  # started, but stored as `launching`
                         batch.task(key, state=TaskPhase.RUNNING.value)
                     t.phase = TaskPhase.RUNNING
-                    batch.event(now, lj.id, "adopted", f"task {t.name} still running: adopted")
+                    adopted.append(t.name)
                     notes.append(f"job {lj.id}: adopted task {t.name}")
                 elif state == AdoptState.EXITED and exited is not None:
                     exits.append(exited)
@@ -106,6 +111,11 @@ class Recovery(Commands):
                         )
                     )
                     notes.append(f"job {lj.id}: task {t.name} lost")
+                    unrecorded = False  # not every task was made: the attempt never started
+            if unrecorded:
+                batch.event(now, lj.id, "started", started_message(lj.attempt))
+            for name in adopted:
+                batch.event(now, lj.id, "adopted", f"task {name} still running: adopted")
             if lj.stopping == Stop.REQUEUE and not lj.stop_message:  # the message is not stored
                 lj.stop_message = "a requeue cut short by a scheduler restart"
             if lj.stopping is not None:  # a stop was under way: finish it
