@@ -12,9 +12,10 @@ import pytest
 from sqlalchemy.exc import OperationalError
 from world import World
 
-from aisched.core.dependencies import DependencyCheck
+from aisched.core.dependencies import NAMED_WAITING, DependencyCheck
 from aisched.executors.base import ExitKind
 from aisched.model.job import Dependency, DependencyCondition, Job, RestartPolicy
+from aisched.model.states import JobState
 from aisched.service.live import LiveJob
 from aisched.service.loop import Rejected
 from aisched.testing import job
@@ -232,3 +233,97 @@ def test_ended_dependencies_are_cached_within_a_bound_and_read_again_past_it(
     w.sched.step()
     with pytest.raises(Rejected, match=rf"job {heads[0]} \(head0\) has already failed"):
         fut.result(0)
+
+
+def test_a_step_waiting_on_many_names_what_it_still_awaits_as_they_end_in_any_order(
+    w: World,
+) -> None:
+    # What it awaits is kept between re-checks (and rebuilt from the store by a restart): its
+    # reason must stay the one a look at every dependency gives.
+    heads = submit_all(w, *(step(f"h{i}") for i in range(4)))
+    before = submit_all(w, step("before", heads[0], condition=DependencyCondition.ANY))[0]
+    deps = (*heads, before)
+    (last,) = submit_all(w, replace(step("last"), depends_on=(
+        Dependency(deps[0], DependencyCondition.SUCCESS),
+        Dependency(deps[1], DependencyCondition.ANY),
+        Dependency(deps[2], DependencyCondition.SUCCESS),
+        Dependency(deps[3], DependencyCondition.ANY),
+        Dependency(deps[4], DependencyCondition.SUCCESS),
+    )))  # fmt: skip
+    h0, h1, h2, h3, b = (
+        f"{d} ({n})" for d, n in zip(deps, ("h0", "h1", "h2", "h3", "before"), strict=True)
+    )
+    assert w.state(last)["reason"] == (
+        f"waiting for job {h0} to succeed, {h1} to end, {h2} to succeed and 2 more"
+    )
+    finish(w, heads[1], code=1)  # "any": awaited no more
+    assert w.state(last)["reason"] == (
+        f"waiting for job {h0} to succeed, {h2} to succeed, {h3} to end and 1 more"
+    )
+    w.restart()
+    w.sched.step()
+    assert w.state(last)["reason"] == (
+        f"waiting for job {h0} to succeed, {h2} to succeed, {h3} to end and 1 more"
+    )
+    finish(w, heads[2])
+    assert (
+        w.state(last)["reason"] == f"waiting for job {h0} to succeed, {h3} to end, {b} to succeed"
+    )
+    finish(w, heads[0])  # "before" runs now
+    assert w.state(last)["reason"] == f"waiting for job {h3} to end, {b} to succeed"
+    finish(w, before)
+    assert (w.state(last)["state"], w.state(last)["reason"]) == (
+        "pending",
+        f"waiting for job {h3} to end",
+    )
+    finish(w, heads[3], code=1)
+    assert w.state(last)["state"] == "running"
+
+
+def test_a_job_listed_twice_is_awaited_twice(w: World) -> None:
+    (first,) = submit_all(w, step("first"))
+    (second,) = submit_all(w, replace(step("second"), depends_on=(
+        Dependency(first, DependencyCondition.SUCCESS),
+        Dependency(first, DependencyCondition.ANY),
+    )))  # fmt: skip
+    assert w.state(second)["reason"] == (
+        f"waiting for job {first} (first) to succeed, {first} (first) to end"
+    )
+    finish(w, first)
+    assert w.state(second)["state"] == "running"
+
+
+def test_a_step_may_wait_on_a_job_of_another_user(w: World) -> None:
+    (theirs,) = submit_all(w, replace(step("theirs"), user="alice"))
+    (mine,) = submit_all(w, replace(step("mine", theirs), user="bob"))
+    assert w.state(mine)["reason"] == f"waiting for job {theirs} (theirs) to succeed"
+    finish(w, theirs, code=2)
+    assert (w.state(mine)["state"], w.state(mine)["message"]) == (
+        "cancelled",
+        f"dependency {theirs} (theirs) failed; it had to succeed",
+    )
+
+
+def test_an_end_does_not_look_again_at_its_waiters_other_dependencies(
+    w: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 30 steps each waiting on the same 20: one of the 20 ending used to look up all 20 for
+    # each waiter (600 lookups, every time; 10,000 waiters on 100 jobs took seconds a step).
+    heads = submit_all(w, *(step(f"h{i}") for i in range(20)))
+    waiters = submit_all(w, *(step(f"w{i}", *heads) for i in range(30)))
+    lookups: list[str] = []
+    lookup = w.sched.pipelines.lookup
+
+    def counted(job_id: str, live: Mapping[str, LiveJob]) -> tuple[JobState, str] | None:
+        lookups.append(job_id)
+        return lookup(job_id, live)
+
+    monkeypatch.setattr(w.sched.pipelines, "lookup", counted)
+    finish(w, heads[1])  # one of the 4 running (a GPU each)
+    # Only the jobs each reason names are looked up (for their names), not all 20.
+    assert len(lookups) == len(waiters) * NAMED_WAITING
+    assert set(lookups) == {heads[0], heads[2], heads[3]}
+    assert w.state(waiters[0])["reason"] == (
+        f"waiting for job {heads[0]} (h0) to succeed, {heads[2]} (h2) to succeed, "
+        f"{heads[3]} (h3) to succeed and 16 more"
+    )

@@ -4,12 +4,18 @@ Owned by the loop thread, like every other piece of live state. It decides nothi
 placement: a job it reports as blocked is simply left out of the cycle's pending list, with the
 reason as its status. The verdicts themselves come from the pure `core.dependencies`.
 
-Invariants: `blocked` holds only live pending jobs; `dependents[d]` lists the live jobs that
-wait on job `d`, a job not yet ended. When `d` ends they move, in id order, to the end of
-`recheck`, the loop's work list: the loop re-checks exactly those, and takes each off the list
-only once it has been re-checked, so a step that fails halfway leaves the rest to the next one,
-and a re-check that ends a job (a broken dependency) only adds to the list, however long the
-chain it cascades down.
+Invariants: `blocked` holds only live pending jobs; `awaited.waiters[d]` lists the jobs that
+wait on job `d`, a job not yet ended (and maybe some that no longer wait). When `d` ends they
+move, in id order, to the end of `recheck`, the loop's work list: the loop re-checks exactly
+those, and takes each off the list only once it has been re-checked, so a step that fails
+halfway leaves the rest to the next one, and a re-check that ends a job (a broken dependency)
+only adds to the list, however long the chain it cascades down.
+
+A re-check is incremental (`core.dependencies.Awaited`): a job that still awaits other jobs
+only has its reason rebuilt from what it still awaits, without a look at the dependencies
+that have already ended; the full check runs when a job is first held (submission, and every
+waiting job at recovery, which is how a restart or a takeover rebuilds the index from the
+store), and when an end may release or cancel it.
 
 Ended jobs' states are read from the store once and cached, since an ended job never changes;
 the cache keeps the `ENDED_CACHED` most recently used (a service that runs for months must not
@@ -26,7 +32,13 @@ from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from aisched.core.dependencies import DependencyCheck, DependencyVerdict, check_dependencies
+from aisched.core.dependencies import (
+    Awaited,
+    DependencyCheck,
+    DependencyVerdict,
+    check_dependencies,
+    waiting_reason,
+)
 from aisched.model.job import Dependency, DependencyCondition, Job
 from aisched.model.states import JobState
 from aisched.service.live import LiveJob
@@ -45,7 +57,7 @@ class Pipelines:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.blocked: dict[str, str] = {}  # job id → why it waits
-        self.dependents: dict[str, set[str]] = {}  # job id → the live jobs waiting on it
+        self.awaited = Awaited()  # who waits on whom
         self.recheck: deque[str] = deque()  # jobs to re-check: something they wait on ended
         # job id → (final state, name), the most recently used last (see ENDED_CACHED)
         self.ended: OrderedDict[str, tuple[JobState, str]] = OrderedDict()
@@ -114,31 +126,48 @@ class Pipelines:
         return out
 
     def check(self, lj: LiveJob, live: Mapping[str, LiveJob]) -> DependencyCheck:
-        """Re-evaluate a pending job's dependencies; record it as blocked (and as a dependent
-        of what it waits on) or not. The caller ends it if the verdict is BROKEN."""
+        """Re-evaluate a pending job's dependencies; record it as blocked (and as a waiter on
+        what it awaits) or not. The caller ends it if the verdict is BROKEN."""
+        still = self.awaited.still_awaited(lj.id)
+        if still is not None:  # it waits on: only its reason changes
+            reason = self._waiting_reason(*still, live)
+            self.blocked[lj.id] = reason
+            return DependencyCheck(DependencyVerdict.WAITING, reason)
         found = {d.job_id: self.lookup(d.job_id, live) for d in lj.job.depends_on}
         states = {k: v[0] for k, v in found.items() if v is not None}
         names = {k: v[1] for k, v in found.items() if v is not None}
         verdict = check_dependencies(lj.job, states.get, names)
         if verdict.verdict == DependencyVerdict.WAITING:
             self.blocked[lj.id] = verdict.reason
-            for job_id, state in states.items():
-                if not state.is_terminal:  # an ended one is never re-checked for
-                    self.dependents.setdefault(job_id, set()).add(lj.id)
+            self.awaited.hold(lj.job, states.get)
         else:
             self.blocked.pop(lj.id, None)
+            self.awaited.forget(lj.id)
         return verdict
+
+    def _waiting_reason(
+        self, first: Sequence[Dependency], count: int, live: Mapping[str, LiveJob]
+    ) -> str:
+        """The reason of a job that still awaits `count` jobs, `first` of all: only those
+        named are looked up (live jobs, at no cost)."""
+        names: dict[str, str] = {}
+        for dep in first:
+            found = self.lookup(dep.job_id, live)
+            if found is not None:
+                names[dep.job_id] = found[1]
+        return waiting_reason(first, count, names)
 
     def on_end(self, job_id: str, state: JobState, name: str) -> None:
         """Job `job_id` ended (written to the batch, not yet stored): remember how, and add
         the live jobs that waited on it to `recheck`. The caller calls `stored` once the batch
         is flushed."""
         self.blocked.pop(job_id, None)
+        self.awaited.forget(job_id)
         self.unstored[job_id] = (state, name)
-        waiting = self.dependents.pop(job_id, None)
+        waiting = self.awaited.ended(job_id, state)
         if waiting:
             self.remember(job_id, (state, name))
-            self.recheck.extend(sorted(waiting, key=lambda i: (len(i), i)))
+            self.recheck.extend(waiting)
 
     def stored(self, job_id: str) -> None:
         """The end of `job_id` is in the store: from now on the store says so."""

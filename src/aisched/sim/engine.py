@@ -117,7 +117,7 @@ from aisched.core.cycle import (
 )
 from aisched.core.decisions import Bind, Preempt, Reserve, Shrink, TaskBinding
 from aisched.core.demotion import demotion_at
-from aisched.core.dependencies import DependencyVerdict, check_dependencies
+from aisched.core.dependencies import Awaited, DependencyVerdict, check_dependencies
 from aisched.core.pending import PendingQueue
 from aisched.core.placement import may_fit
 from aisched.core.policy import Policy
@@ -242,9 +242,10 @@ class _Engine(NodePools):
         # Failed jobs waiting out their backoff before they are pending again.
         self.backing_off: set[str] = set()
         # Pipelines: jobs that arrived and wait for their dependencies to end, and who waits
-        # on whom (re-checked exactly when a dependency ends, as the live service does).
+        # on whom (re-checked exactly when a dependency ends, and incrementally, as the live
+        # service does).
         self.blocked: set[str] = set()
-        self.dependents: dict[str, set[str]] = {}
+        self.awaited = Awaited()
         # Services' replicas, in the order they were made; their ids continue the trace's.
         self.replicas: list[str] = []
         numeric = [int(tj.job.id) for tj in trace.jobs if tj.job.id.isdigit()]
@@ -493,22 +494,25 @@ class _Engine(NodePools):
     def _dependencies_met(self, st: SimJob, now: float) -> bool:
         """Whether a pending job with dependencies may enter the cycle; one that waits is
         blocked, one whose dependencies can never be met is cancelled."""
+        job_id = st.job.id
+        if self.awaited.still_awaited(job_id) is not None:
+            return False  # it awaits others still: nothing to look at
         names = {
             d.job_id: self.jobs[d.job_id].job.name
             for d in st.job.depends_on
             if d.job_id in self.jobs
         }
         check = check_dependencies(st.job, self._state_of, names)
-        job_id = st.job.id
         if check.verdict == DependencyVerdict.MET:
             self.blocked.discard(job_id)
+            self.awaited.forget(job_id)
             return True
         if check.verdict == DependencyVerdict.WAITING:
             self.blocked.add(job_id)
-            for d in st.job.depends_on:
-                self.dependents.setdefault(d.job_id, set()).add(job_id)
+            self.awaited.hold(st.job, self._state_of)
             return False
         self.blocked.discard(job_id)
+        self.awaited.forget(job_id)
         st.move(JobState.CANCELLED)
         st.cancelled = check.reason
         self.log.append((now, "cancel", job_id, (check.reason,)))
@@ -518,8 +522,12 @@ class _Engine(NodePools):
         return False
 
     def _ended(self, job_id: str, now: float) -> None:
-        """A job ended for good: look again at the jobs that waited on it."""
-        for waiting in sorted(self.dependents.pop(job_id, ()), key=lambda i: (len(i), i)):
+        """A job ended for good (its state says how): look again at the jobs that waited on
+        it."""
+        state = self.jobs[job_id].state
+        assert state is not None, "each caller moves the job to its final state first"
+        self.awaited.forget(job_id)
+        for waiting in self.awaited.ended(job_id, state):
             st = self.jobs[waiting]
             if waiting in self.blocked and self._dependencies_met(st, now):
                 if st.job.kind == JobKind.SERVICE:

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 import pytest
 
 from aisched.core.dependencies import (
+    NAMED_WAITING,
+    Awaited,
     DependencyCheck,
     DependencyVerdict,
     check_dependencies,
     find_cycle,
+    waiting_reason,
 )
 from aisched.model.job import Dependency, DependencyCondition
 from aisched.model.states import JobState
@@ -77,3 +81,50 @@ def test_a_long_chain_has_no_cycle_and_no_recursion_limit() -> None:
     edges["5000"] = ["0"]
     cycle = find_cycle(edges)
     assert cycle is not None and cycle[0] == cycle[-1] and len(cycle) == 5002
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_what_a_job_still_awaits_gives_the_verdict_of_a_full_check(seed: int) -> None:
+    # Jobs waiting on random subsets of 12 (some listed twice), which end one at a time in a
+    # random order and state: after each end, every job still held must get from `Awaited`
+    # exactly what a look at all its dependencies says, or be left to that look.
+    rng = random.Random(seed)
+    heads = [str(i) for i in range(1, 13)]
+    names = {h: f"h{h}" for h in heads}
+    states = dict.fromkeys(heads, JobState.RUNNING)
+    waiters = []
+    for k in range(30):
+        listed = rng.sample(heads, rng.randint(1, 8))
+        if k % 10 == 0:
+            listed.append(listed[0])  # the same job twice
+        deps = tuple(Dependency(h, rng.choice((S, A))) for h in listed)
+        waiters.append(replace(job(f"w{k}").build(), depends_on=deps))
+    index = Awaited()
+    held = {}
+    for w in waiters:
+        assert check_dependencies(w, states.get, names).verdict == WAITING
+        index.hold(w, states.get)
+        held[w.id] = w
+    for h in rng.sample(heads, len(heads)):
+        states[h] = rng.choice((JobState.SUCCEEDED, JobState.SUCCEEDED, JobState.FAILED))
+        rechecked = index.ended(h, states[h])
+        assert rechecked == sorted(rechecked, key=lambda i: (len(i), i))
+        # Jobs that no longer wait may be named too: the caller skips them.
+        assert {w.id for w in held.values() if any(d.job_id == h for d in w.depends_on)} <= set(
+            rechecked
+        )
+        for job_id in (i for i in rechecked if i in held):
+            full = check_dependencies(held[job_id], states.get, names)
+            still = index.still_awaited(job_id)
+            if still is not None:
+                first, count = still
+                assert len(first) == min(count, NAMED_WAITING)
+                assert DependencyCheck(WAITING, waiting_reason(first, count, names)) == full
+            elif full.verdict == WAITING:  # only a job listed twice is left to full checks
+                deps = held[job_id].depends_on
+                assert len({d.job_id for d in deps}) < len(deps)
+                index.hold(held[job_id], states.get)
+            else:
+                index.forget(job_id)
+                del held[job_id]
+    assert held == {}
