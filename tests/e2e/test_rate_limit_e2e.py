@@ -38,15 +38,19 @@ limits:
   request_burst: 1
 """
 
-# Run as a local user: N requests of PATH over the socket, each answer as
-# [status, Retry-After, error], as JSON.
+# Run as a local user: N requests of PATH over the socket (or over TCP to a URL, with TOKEN),
+# each answer as [status, Retry-After, error], as JSON.
 FLOOD = """
 import json, sys, httpx
-sock, n, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-c = httpx.Client(transport=httpx.HTTPTransport(uds=sock), base_url="http://aisched", timeout=30)
+where, n, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+if where.startswith("http"):
+    c = httpx.Client(base_url=where, timeout=30)
+else:
+    c = httpx.Client(transport=httpx.HTTPTransport(uds=where), base_url="http://x", timeout=30)
+headers = {"Authorization": f"Bearer {sys.argv[4]}"} if len(sys.argv) > 4 else {}
 out = []
 for _ in range(n):
-    r = c.get(path)
+    r = c.get(path, headers=headers)
     out.append([r.status_code, r.headers.get("retry-after"), r.json().get("error")])
 print(json.dumps(out))
 """
@@ -59,9 +63,13 @@ def tight(tmp_path: Path) -> Iterator[Service]:
         yield svc
 
 
-def flood(svc: Service, user: User, n: int, path: str = "/v1/jobs") -> subprocess.Popen[str]:
+def flood(
+    svc: Service, user: User, n: int, path: str = "/v1/jobs", tcp_token: str = ""
+) -> subprocess.Popen[str]:
+    """`n` requests of `path` by `user`: on the socket, or over TCP with `tcp_token`."""
+    where = [svc.url, tcp_token] if tcp_token else [str(svc.socket)]
     return subprocess.Popen(
-        user.cmd(user.python, "-c", FLOOD, str(svc.socket), str(n), path),
+        user.cmd(user.python, "-c", FLOOD, where[0], str(n), path, *where[1:]),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -143,17 +151,14 @@ def test_the_limit_is_one_budget_per_user_over_the_socket_and_a_token(
             proc.stderr,
         ), proc.stderr
 
-    # Without a valid token, callers are limited by their address.
+    # Without a valid token, callers are limited by who they are on this machine (the owner
+    # of a loopback client's socket), apart from their user's own budget.
     forged = [
         httpx.get(f"{tight.url}/v1/jobs", headers={"Authorization": "Bearer ais_forged"})
         for _ in range(10)
     ]
     assert [r.status_code for r in forged] == [401] * 8 + [429] * 2
-    assert (
-        forged[-1]
-        .json()["error"]
-        .startswith("rate limit: address 127.0.0.1 sent more than 8 requests")
-    )
+    assert forged[-1].json()["error"].startswith("rate limit: user root sent more than 8")
     # ...and so are the dashboard's login form and link, which check a token too.
     assert httpx.post(f"{tight.url}/login", data={"token": "ais_forged"}).status_code == 429
     assert httpx.get(f"{tight.url}/", params={"token": "ais_forged"}).status_code == 429
@@ -202,11 +207,28 @@ def test_the_cli_retries_a_read_after_a_429(tmp_path: Path) -> None:
         assert limited(svc) > before  # it was refused first, waited, and asked again
 
 
+def test_guesses_of_local_users_over_tcp_are_limited_per_user(
+    tight: Service, local_users: dict[str, User]
+) -> None:
+    """Requests without a valid token over the loopback are charged to the local user who
+    owns the client's socket (the kernel's word, `listeners.ClientOwners`). Charged to the
+    address, 127.0.0.1, every local user shared one budget: alice guessing tokens (or just
+    sending requests without one) had bob's dashboard login refused."""
+    alice, bob = local_users["alice"], local_users["bob"]
+    by_alice = answers(flood(tight, alice, 10, tcp_token="ais_forged"))
+    assert statuses(by_alice) == [401] * 8 + [429] * 2
+    assert str(by_alice[-1][2]).startswith("rate limit: user aisalice sent more than 8 requests")
+    assert statuses(answers(flood(tight, bob, 3, tcp_token="ais_forged"))) == [401] * 3
+    assert httpx.post(f"{tight.url}/login", data={"token": "ais_forged"}).status_code == 401
+    # Her own budget, by token or socket, is another: still whole.
+    assert statuses(answers(flood(tight, alice, 1))) == [200]
+
+
 def test_an_address_is_the_peers_own_never_one_a_header_names(tight: Service) -> None:
-    """Requests without a valid token are charged to the address they come from, whatever
-    `X-Forwarded-For` they claim: a local user on the loopback could otherwise name a new
-    address with each guess and never be limited (uvicorn believes that header from
-    127.0.0.1 by default)."""
+    """Requests without a valid token are charged to the peer they come from (the owner of
+    its socket on the loopback, else its address), whatever `X-Forwarded-For` they claim: a
+    local user could otherwise name a new address with each guess and never be limited
+    (uvicorn believes that header from 127.0.0.1 by default)."""
     forged = [
         httpx.get(
             f"{tight.url}/v1/jobs",
@@ -215,8 +237,4 @@ def test_an_address_is_the_peers_own_never_one_a_header_names(tight: Service) ->
         for i in range(10)
     ]
     assert [r.status_code for r in forged] == [401] * 8 + [429] * 2
-    assert (
-        forged[-1]
-        .json()["error"]
-        .startswith("rate limit: address 127.0.0.1 sent more than 8 requests")
-    )
+    assert forged[-1].json()["error"].startswith("rate limit: user root sent more than 8")

@@ -404,26 +404,34 @@ def test_a_client_that_never_finishes_its_headers_is_disconnected(service: Servi
     assert service.api.get("/v1/healthz").json() == service.alive_leader()
 
 
-# Run as a user: hold `n` connections on the socket (each following a job's logs, which the
-# service keeps open), then make one more and print its answer's status line and body; hold
-# them until stdin closes.
+# Run as a user: hold `n` connections to the service (its socket's path, or HOST:PORT with a
+# token), each following a job's logs, which the service keeps open; then make one more and
+# print its answer's status line and body; hold them until stdin closes.
 HOLD_CONNECTIONS = r"""
 import socket, sys
-path, job, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+where, job, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+auth = f"Authorization: Bearer {sys.argv[4]}\r\n" if len(sys.argv) > 4 else ""
+def connect():
+    if where.startswith("/"):
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(where)
+        return s
+    host, _, port = where.rpartition(":")
+    return socket.create_connection((host, int(port)))
 held = []
 for _ in range(n):
-    s = socket.socket(socket.AF_UNIX)
-    s.connect(path)
-    s.sendall(f"GET /v1/jobs/{job}/logs?follow=true HTTP/1.1\r\nHost: aisched\r\n\r\n".encode())
+    s = connect()
+    follow = f"GET /v1/jobs/{job}/logs?follow=true HTTP/1.1\r\nHost: aisched\r\n{auth}\r\n"
+    s.sendall(follow.encode())
     head = b""
     while b"\r\n\r\n" not in head:
         head += s.recv(4096) or sys.exit(f"closed: {head!r}")
     assert head.startswith(b"HTTP/1.1 200"), head
     held.append(s)
-extra = socket.socket(socket.AF_UNIX)
-extra.connect(path)
+extra = connect()
+ask = f"GET /v1/jobs HTTP/1.1\r\nHost: aisched\r\n{auth}Connection: close\r\n\r\n"
 try:
-    extra.sendall(b"GET /v1/jobs HTTP/1.1\r\nHost: aisched\r\nConnection: close\r\n\r\n")
+    extra.sendall(ask.encode())
 except OSError:
     pass  # refused and closed before the request went out: its answer is still there to read
 answer = b""
@@ -437,10 +445,14 @@ sys.stdin.read()
 
 
 @contextmanager
-def holding(svc: Service, argv: list[str], job: str, n: int) -> Iterator[tuple[str, str]]:
-    """`n` connections held by the process `argv` runs (a user's), and what one more got."""
+def holding(
+    svc: Service, argv: list[str], job: str, n: int, token: str = ""
+) -> Iterator[tuple[str, str]]:
+    """`n` connections held by the process `argv` runs (a user's), and what one more got: on
+    the socket, or over TCP with `token`."""
+    where = [f"127.0.0.1:{svc.port}", token] if token else [str(svc.socket)]
     proc = subprocess.Popen(
-        [*argv, "-c", HOLD_CONNECTIONS, str(svc.socket), job, str(n)],
+        [*argv, "-c", HOLD_CONNECTIONS, where[0], job, str(n), *where[1:]],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert proc.stdout is not None and proc.stdin is not None
@@ -477,6 +489,40 @@ def test_one_user_cannot_take_every_connection_from_the_others(
                 assert root_status == "HTTP/1.1 200 OK"  # admins are not bound
         # Closed, bob's connections count no more.
         assert as_user(svc, bob, "jobs").returncode == 0
+
+
+def test_one_local_user_cannot_take_every_tcp_connection_from_the_others(
+    tmp_path: Path, local_users: dict[str, User]
+) -> None:
+    """Over TCP on the loopback, every local user comes from 127.0.0.1: counted by address,
+    alice holding `limits.connections_per_peer` connections had bob's TCP clients (the
+    dashboard in a browser, the CLI with a token) refused. The kernel says which user owns
+    each client's socket (`listeners.ClientOwners`), and each user has a count of their own,
+    the same one as on the socket."""
+    tmp_path.chmod(0o755)
+    alice, bob = local_users["alice"], local_users["bob"]
+    config = CONFIG + "limits:\n  connections_per_peer: 4\n"
+    with local_service(tmp_path, config=config) as svc:
+        jid = run_as(svc, alice, "--", "sleep", "300")
+        svc.wait_state(jid, "running")
+        alice_token = svc.cli("token", "create", alice.name).stdout.strip()
+        bob_tcp = {
+            "AISCHED_SERVER": svc.url,
+            "AISCHED_TOKEN": svc.cli("token", "create", bob.name).stdout.strip(),
+        }
+        with holding(svc, alice.cmd(alice.python), jid, 4, alice_token) as (status, body):
+            assert status == "HTTP/1.1 429 Too Many Requests"
+            proc = bob.aisched("jobs", "--json", env=bob_tcp)
+            assert proc.returncode == 0, proc.stderr
+            assert [j["id"] for j in json.loads(proc.stdout)["jobs"]] == [jid]
+            assert json.loads(body)["error"] == (
+                "too many connections: user aisalice holds 4 open connections to this "
+                "service, the most one may (limits.connections_per_peer); close some and try "
+                "again"
+            )
+            # The socket and TCP are one count: alice's connections on the socket are spent.
+            refused = as_user(svc, alice, "jobs")
+            assert "too many connections: user aisalice holds 4" in refused.stderr
 
 
 def peak_rss_growth(pid: int, read: Callable[[], object]) -> int:

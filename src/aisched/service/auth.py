@@ -31,7 +31,7 @@ from starlette.exceptions import HTTPException
 from aisched.service import tokens
 from aisched.service.app import Service
 from aisched.service.identity import Caller, from_peer, from_token, group_name, service_user
-from aisched.service.protocol import PEER_SCOPE_KEY
+from aisched.service.protocol import CLIENT_SCOPE_KEY, PEER_SCOPE_KEY, describe_key
 from aisched.service.ratelimit import RequestLimits
 from aisched.store.db import Store
 
@@ -102,12 +102,17 @@ def _charged(request: Request, who: Caller) -> Caller:
 
 
 def charge_unidentified(request: Request) -> None:
-    """Charge a request without a valid identity to its peer address (429 past its budget),
-    so that guessing tokens is slowed as much as any flood."""
-    _charge(request, f"address {request.client.host if request.client else 'unknown'}")
+    """Charge a request without a valid identity to its connection's peer (429 past its
+    budget), so that guessing tokens is slowed as much as any flood: the local user who owns
+    a loopback client's socket, else the address (`service/protocol.py`, `peer_key`). A
+    separate budget from the user's own (their name's), which a token's requests take from."""
+    key = request.scope.get(CLIENT_SCOPE_KEY)
+    if not key:  # not through the service's protocol (the app tested in process)
+        key = f"address {request.client.host if request.client else 'unknown'}"
+    _charge(request, key, describe_key(key))
 
 
-def _charge(request: Request, key: str) -> None:
+def _charge(request: Request, key: str, who: str | None = None) -> None:
     limits: RequestLimits | None = getattr(request.app.state, "rate_limits", None)
     refusal = limits.check(key, request.method, request.url.path) if limits else None
     if refusal is None:
@@ -115,7 +120,7 @@ def _charge(request: Request, key: str) -> None:
     svc: Service = request.app.state.service
     svc.metrics.rate_limited.labels(refusal.budget.name).inc()
     raise HTTPException(
-        429, refusal.message(key), headers={"Retry-After": str(refusal.retry_after_s)}
+        429, refusal.message(who or key), headers={"Retry-After": str(refusal.retry_after_s)}
     )
 
 

@@ -3,16 +3,48 @@ kernel made for it, read from the kernel's socket tables (`/proc/net/tcp`, `/pro
 which every process may read. The autoscaler asks before it takes a replica's port as the
 replica's: a port is free between the service choosing it and the replica binding it, and
 after a replica dies, so another local user could bind it first and answer its probes and
-scrapes."""
+scrapes.
+
+`ClientOwners` asks the other way round, for the service's own listener: which local user
+owns the CLIENT socket of a loopback connection it accepted (`service/protocol.py` counts the
+connections and tokenless requests of loopback TCP clients by that user, not by the address
+127.0.0.1 that every local user shares). It asks the kernel for exactly that connection
+(one NETLINK_SOCK_DIAG request, the `ss` tool's interface): the cost of a lookup does not grow
+with the sockets open on the machine, as a scan of the tables would, so a user opening many
+cannot make everyone's connections slow to accept.
+"""
 
 from __future__ import annotations
 
+import errno
 import ipaddress
+import logging
+import os
 import pwd
 import socket
+import struct
 
 TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
 LISTEN = "0A"  # the kernel's TCP_LISTEN, as the tables write states
+
+# linux/netlink.h, linux/sock_diag.h, linux/inet_diag.h
+NETLINK_SOCK_DIAG = 4
+SOCK_DIAG_BY_FAMILY = 20
+NLM_F_REQUEST = 0x1
+NLM_F_DUMP = 0x300
+NLMSG_ERROR = 2
+NLMSG_DONE = 3
+INET_DIAG_NOCOOKIE = 0xFFFFFFFF
+TCP_LISTEN = 10
+_HEADER = struct.Struct("=IHHII")  # nlmsghdr: length, type, flags, sequence, port id
+_REQUEST = struct.Struct("=BBBxI")  # inet_diag_req_v2: family, protocol, extensions, states
+_ID_ADDRESS = struct.Struct(">HH16s16s")  # inet_diag_sockid: ports and addresses, big-endian
+_ID_REST = struct.Struct("=III")  # ... interface, cookie (two halves)
+_MESSAGE = struct.Struct("=BBBB48sIIIII")  # inet_diag_msg: ..., sockid, ..., uid, inode
+_ERROR = struct.Struct("=i")  # nlmsgerr's errno, negated
+ALL_STATES = 0xFFFFFFFF
+
+log = logging.getLogger("aisched.service")
 
 
 def is_loopback(host: str) -> bool:
@@ -68,3 +100,136 @@ def uid_of(user: str, default: int) -> int:
         return pwd.getpwnam(user).pw_uid
     except KeyError:
         return default
+
+
+class ClientOwners:
+    """The uid owning the client socket of a TCP connection from this machine's loopback,
+    asked of the kernel by the connection's exact addresses and ports (inet_diag).
+
+    One netlink socket, opened on the first lookup and kept: a lookup is one send and one
+    receive, answered by the kernel before the send returns. Where the kernel cannot be asked
+    (no netlink in a container's seccomp profile, no inet_diag), every lookup answers None, and
+    the log says so once. For the event loop's thread only (no lock)."""
+
+    def __init__(self) -> None:
+        self._sock: socket.socket | None = None
+        self._sequence = 0
+        self._usable: bool | None = None  # whether the kernel answers; None: not asked yet
+        self._warned = False
+
+    def uid(self, local: tuple[str, int], client: tuple[str, int]) -> int | None:
+        """The uid owning the socket that connected from `client` to `local` (the accepted
+        connection's own and peer addresses), or None: not a loopback client, gone already,
+        or the kernel cannot be asked."""
+        family, source, destination = _loopback_pair(client[0], local[0])
+        if family is None or not self.usable():
+            return None
+        request = _REQUEST.pack(family, socket.IPPROTO_TCP, 0, ALL_STATES)
+        request += _ID_ADDRESS.pack(client[1], local[1], source, destination)
+        request += _ID_REST.pack(0, INET_DIAG_NOCOOKIE, INET_DIAG_NOCOOKIE)
+        try:
+            answer = self._ask(request, NLM_F_REQUEST)
+        except OSError as e:
+            if e.errno != errno.ENOENT:  # ENOENT: no such socket (it closed already)
+                self._warn(e)
+            return None
+        for kind, body in answer:
+            if kind == SOCK_DIAG_BY_FAMILY and len(body) >= _MESSAGE.size:
+                _, state, _, _, sockid, _, _, _, uid, _ = _MESSAGE.unpack_from(body)
+                sport, dport = _ID_ADDRESS.unpack_from(sockid)[:2]
+                if state != TCP_LISTEN and (sport, dport) == (client[1], local[1]):
+                    return int(uid)
+        return None
+
+    def usable(self) -> bool:
+        """Whether the kernel answers socket look-ups here: asked once (an empty listing), so
+        that a missing inet_diag is not taken, on every connection, for a socket that closed
+        already; said once in the log when it does not."""
+        if self._usable is None:
+            try:
+                no_state = _REQUEST.pack(socket.AF_INET, socket.IPPROTO_TCP, 0, 0)
+                self._ask(
+                    no_state + bytes(_ID_ADDRESS.size + _ID_REST.size), NLM_F_REQUEST | NLM_F_DUMP
+                )
+                self._usable = True
+            except OSError as e:
+                self._usable = False
+                self._warn(e)
+        return self._usable
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def _ask(self, payload: bytes, flags: int) -> list[tuple[int, bytes]]:
+        """Send one request; its answer's messages (type, body). An error answer raises."""
+        if self._sock is None:
+            self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG)
+        self._sequence += 1
+        size = _HEADER.size + len(payload)
+        header = _HEADER.pack(size, SOCK_DIAG_BY_FAMILY, flags, self._sequence, 0)
+        messages: list[tuple[int, bytes]] = []
+        try:
+            self._sock.send(header + payload)
+            while True:  # the kernel answered during the send: a receive never waits
+                data = self._sock.recv(1 << 16, socket.MSG_DONTWAIT)
+                for kind, sequence, body in _messages(data):
+                    if sequence != self._sequence:
+                        continue  # an earlier request's, left unread
+                    if kind == NLMSG_ERROR:
+                        code = -_ERROR.unpack_from(body)[0]
+                        if code:
+                            raise OSError(code, os.strerror(code))
+                        return messages
+                    if kind == NLMSG_DONE:
+                        return messages
+                    messages.append((kind, body))
+                if messages and not flags & NLM_F_DUMP:
+                    return messages  # one socket's: no NLMSG_DONE follows
+        except OSError as e:
+            if e.errno != errno.ENOENT:
+                self.close()  # a fresh socket next time: nothing stale left to read
+            raise
+
+    def _warn(self, e: OSError) -> None:
+        if not self._warned:
+            self._warned = True
+            log.warning(
+                "cannot ask the kernel which user owns a loopback TCP connection (%s): "
+                "loopback TCP clients are counted by address, all local users together "
+                "(limits.connections_per_peer, request rate without a token)",
+                e.strerror or e,
+            )
+
+
+def _messages(data: bytes) -> list[tuple[int, int, bytes]]:
+    """The netlink messages in one datagram: (type, sequence, body)."""
+    found = []
+    at = 0
+    while at + _HEADER.size <= len(data):
+        length, kind, _, sequence, _ = _HEADER.unpack_from(data, at)
+        if length < _HEADER.size:
+            break
+        found.append((kind, sequence, data[at + _HEADER.size : at + length]))
+        at += (length + 3) & ~3  # NLMSG_ALIGN
+    return found
+
+
+def _loopback_pair(client: str, local: str) -> tuple[int | None, bytes, bytes]:
+    """The family and 16-byte addresses to ask the kernel about a connection from `client`
+    to `local`, or (None, ...) unless both are loopback. An IPv4 address an IPv6 socket shows
+    mapped (`::ffff:127.0.0.1`) is asked as IPv4: the client's socket is an IPv4 one."""
+    try:
+        addresses = [ipaddress.ip_address(a.partition("%")[0]) for a in (client, local)]
+    except ValueError:
+        return None, b"", b""
+    addresses = [
+        a.ipv4_mapped if isinstance(a, ipaddress.IPv6Address) and a.ipv4_mapped else a
+        for a in addresses
+    ]
+    if not all(a.is_loopback for a in addresses) or addresses[0].version != addresses[1].version:
+        return None, b"", b""
+    family = socket.AF_INET if addresses[0].version == 4 else socket.AF_INET6
+    client_bytes, local_bytes = (a.packed.ljust(16, b"\0") for a in addresses)
+    return family, client_bytes, local_bytes

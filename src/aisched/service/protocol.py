@@ -6,12 +6,16 @@ things it lacks for a shared machine.
    only way an identity enters the app from the socket; TCP connections never carry one.
 2. A connection must send a request's whole header within `HEADER_TIMEOUT_S`, so a client that
    connects and trickles (or sends nothing) cannot hold a connection open for ever.
-3. One peer (a local user on the socket, by the kernel's uid; an address on TCP) holds at most
-   `ConnectionCaps.per_peer` connections at once; one more is answered 429 and closed as soon
-   as it is made. The server's own bound (uvicorn's `limit_concurrency`, then the process's
-   descriptors) is shared by everyone, and connections cost nothing to open again when the
-   header timeout closes them: without a bound of their own, one user holding thousands of
-   idle connections would have every other user's request refused. Admins are not bound.
+3. One peer (a local user, by the kernel's uid: on the socket from SO_PEERCRED, on loopback
+   TCP from the owner of the client's socket, `listeners.ClientOwners`; else an address on TCP)
+   holds at most `ConnectionCaps.per_peer` connections at once; one more is answered 429 and
+   closed as soon as it is made. The same key (`CLIENT_SCOPE_KEY`) names the rate budget of
+   the connection's requests without a valid token (`service/auth.py`): by address alone,
+   every local user would share 127.0.0.1's. The server's own bound (uvicorn's
+   `limit_concurrency`, then the process's descriptors) is shared by everyone, and connections
+   cost nothing to open again when the header timeout closes them: without a bound of their
+   own, one user holding thousands of idle connections would have every other user's request
+   refused. Admins are not bound (on the socket, where their groups are known).
 """
 
 from __future__ import annotations
@@ -27,8 +31,10 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from aisched.service.identity import Admins, PeerCred, peer_credentials, user_name
+from aisched.service.listeners import ClientOwners
 
 PEER_SCOPE_KEY = "aisched.peer"
+CLIENT_SCOPE_KEY = "aisched.client"  # whom the connection counts against: `peer_key`
 HEADER_TIMEOUT_S = 10.0
 CONNECTIONS_PER_PEER = 128
 
@@ -57,14 +63,13 @@ class ConnectionCaps:
         if self._held[key] <= 0:
             del self._held[key]
 
-    def refusal(self, key: str, peer: PeerCred | None) -> bytes:
+    def refusal(self, key: str) -> bytes:
         """The whole HTTP answer to a connection of `key` past the cap."""
-        who = f"user {user_name(peer.uid)}" if peer is not None else key
         body = json.dumps(
             {
-                "error": f"too many connections: {who} holds {self.per_peer} open connections "
-                "to this service, the most one may (limits.connections_per_peer); close some "
-                "and try again",
+                "error": f"too many connections: {describe_key(key)} holds {self.per_peer} "
+                "open connections to this service, the most one may "
+                "(limits.connections_per_peer); close some and try again",
                 "problems": [],
             }
         ).encode()
@@ -77,7 +82,9 @@ class ConnectionCaps:
 
 class ServiceProtocol(HttpToolsProtocol):
     caps: ConnectionCaps | None = None  # set on a subclass by `service.serve.make_servers`
+    owners: ClientOwners | None = None  # likewise
     _peer: PeerCred | None = None
+    _client_key: str = ""
     _cap_key: str | None = None
     _header_timer: asyncio.TimerHandle | None = None
 
@@ -92,14 +99,14 @@ class ServiceProtocol(HttpToolsProtocol):
             except OSError:
                 transport.close()  # no credentials, no service: never guess who it is
                 return
+        self._client_key = key = peer_key(self._peer, self.client, self.server, self.owners)
         if self.caps is not None:
-            key = _peer_key(self._peer, self.client)
             if not self.caps.admit(key, self._peer):
                 # At once: held open, it would count against everyone. What the client sent
                 # is read first: a socket closed with unread data is reset, and the client
                 # would lose the answer.
                 _discard_pending(sock)
-                transport.write(self.caps.refusal(key, self._peer))
+                transport.write(self.caps.refusal(key))
                 transport.close()
                 return
             self._cap_key = key
@@ -109,6 +116,7 @@ class ServiceProtocol(HttpToolsProtocol):
         super().on_message_begin()
         if self._peer is not None:
             self.scope[PEER_SCOPE_KEY] = self._peer  # type: ignore[literal-required]
+        self.scope[CLIENT_SCOPE_KEY] = self._client_key  # type: ignore[literal-required]
         self._arm_header_timer()
 
     def on_headers_complete(self) -> None:
@@ -137,13 +145,30 @@ class ServiceProtocol(HttpToolsProtocol):
             self.transport.close()
 
 
-def _peer_key(peer: PeerCred | None, client: tuple[str, int] | None) -> str:
-    """Whom a connection is counted against: the local user (the kernel's uid; no look-up for
-    every connection) on the socket, the address on TCP (a token is not known before the
-    request's headers)."""
+def peer_key(
+    peer: PeerCred | None,
+    client: tuple[str, int] | None,
+    server: tuple[str, int | None] | None,
+    owners: ClientOwners | None,
+) -> str:
+    """Whom a connection is counted against: the local user (the kernel's uid; no name look-up
+    for every connection) on the socket and on loopback TCP where the kernel says who owns the
+    client's socket, else the address on TCP (a token is not known before the request's
+    headers)."""
     if peer is not None:
         return f"uid {peer.uid}"
-    return f"address {client[0] if client else 'unknown'}"
+    if client is None:
+        return "address unknown"
+    uid = None
+    if owners is not None and server is not None and server[1] is not None:
+        uid = owners.uid((server[0], server[1]), client)
+    return f"uid {uid}" if uid is not None else f"address {client[0]}"
+
+
+def describe_key(key: str) -> str:
+    """`peer_key`'s key as a refusal names it: a uid as its user."""
+    kind, _, value = key.partition(" ")
+    return f"user {user_name(int(value))}" if kind == "uid" else key
 
 
 def _discard_pending(sock: Any) -> None:

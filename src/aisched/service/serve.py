@@ -22,7 +22,7 @@ from typing import Any
 
 import uvicorn
 
-from aisched.service.listeners import is_loopback
+from aisched.service.listeners import ClientOwners, is_loopback
 from aisched.service.protocol import CONNECTIONS_PER_PEER, ConnectionCaps, ServiceProtocol
 
 
@@ -95,9 +95,10 @@ def make_servers(
 ) -> list[tuple[uvicorn.Server, socket.socket]]:
     """One uvicorn server per (socket, extra uvicorn options), all serving `app`; signals are
     left to the caller (`service.shutdown.Stopper`). A peer holds at most `per_peer`
-    connections to them all together (`service.protocol`)."""
+    connections to them all together (`service.protocol`); a local user is one peer, over
+    the socket and loopback TCP alike."""
     caps = ConnectionCaps(per_peer, app.state.service.admins)
-    protocol = type("ServiceProtocol", (ServiceProtocol,), {"caps": caps})
+    protocol = type("ServiceProtocol", (ServiceProtocol,), {"caps": caps, "owners": ClientOwners()})
     return [
         (
             _Server(
