@@ -20,7 +20,8 @@ import pytest
 from container_image import build_test_image, missing_tools
 
 from aisched.executors import container as ctr
-from aisched.executors.supervisor import PIN_ROOT, Container, ExecFailed
+from aisched.executors.supervisor import PIN_ROOT, Container
+from aisched.executors.task_files import ExecFailed
 from aisched.model.job import ContainerSpec, Volume
 
 pytestmark = pytest.mark.skipif(

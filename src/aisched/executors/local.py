@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from aisched.executors import container as ctr
+from aisched.executors import processes, task_files
 from aisched.executors import supervisor as sup
 from aisched.executors.base import (
     AdoptState,
@@ -243,12 +244,12 @@ class LocalExecutor(ExitWatching):
         with self._lock:
             if key in self._watched:
                 raise LaunchError(f"task {_show(key)} is already running")
-        if (tdir / sup.LAUNCH).exists():
+        if (tdir / task_files.LAUNCH).exists():
             raise LaunchError(
                 f"task {_show(key)} was launched before on this node ({tdir} exists); "
                 "a new run needs a new attempt number"
             )
-        if (tdir / sup.ABANDONED).exists():
+        if (tdir / task_files.ABANDONED).exists():
             raise LaunchError(
                 f"task {_show(key)} was given up by a scheduler that recovered it before this "
                 "launch (another instance leads now); it must not start"
@@ -309,7 +310,7 @@ class LocalExecutor(ExitWatching):
             doc = self._container_launch(req, spec, owner, cores, tdir, doc)
         elif acct is not None:
             doc.update(self._shm_launch(req, acct))
-        sup.write_json_atomic(str(tdir / sup.LAUNCH), doc)
+        task_files.write_json_atomic(str(tdir / task_files.LAUNCH), doc)
         try:
             # 2. Its cgroup, with the limit, before the supervisor can fork into it.
             if cgroup is not None:
@@ -329,7 +330,7 @@ class LocalExecutor(ExitWatching):
             pid, start, own_child = self._start_supervisor(tdir)
         except OSError as exc:
             for made in (cgroup, *bounded):
-                sup.remove_cgroup(made)
+                processes.remove_cgroup(made)
             shutil.rmtree(tdir, ignore_errors=True)
             raise LaunchError(
                 f"task {_show(key)}: cannot start its supervisor: {exc.strerror or exc}"
@@ -370,8 +371,8 @@ class LocalExecutor(ExitWatching):
                 return
             grace = w.grace_period_s if grace_period_s is None else grace_period_s
             try:
-                sup.write_json_atomic(
-                    os.path.join(w.dir, sup.STOP),
+                task_files.write_json_atomic(
+                    os.path.join(w.dir, task_files.STOP),
                     {"grace_period_s": max(0.0, grace), "requested_at": time.time()},
                 )
             except OSError as exc:
@@ -386,7 +387,7 @@ class LocalExecutor(ExitWatching):
                 for sig in (signal.SIGTERM, signal.SIGCONT):
                     if w.pidfd is not None:
                         signal.pidfd_send_signal(w.pidfd, sig)
-                    elif sup.is_alive(w.sup_pid, w.sup_start):
+                    elif processes.is_alive(w.sup_pid, w.sup_start):
                         os.kill(w.sup_pid, sig)
             except ProcessLookupError:
                 pass
@@ -414,14 +415,14 @@ class LocalExecutor(ExitWatching):
         with self._lock:
             watched = [w for w in self._watched.values() if w.gpus]
         tasks: list[WatchedTask] = []
-        procs: list[sup.ProcStat] | None = None
+        procs: list[processes.ProcStat] | None = None
         for w in watched:
-            started = sup.read_json(os.path.join(w.dir, sup.STARTED)) or {}
+            started = task_files.read_json(os.path.join(w.dir, task_files.STARTED)) or {}
             child = started.get("child_pid")
             if not isinstance(child, int):
                 continue  # not started yet: nothing of it can hold GPU memory
             if procs is None:
-                procs = sup.all_procs()
+                procs = processes.all_procs()
             # The task runs in its own process group, led by its first process.
             tasks.append(WatchedTask(w.key, w.gpus, w.gpu_mem_mib, task_pids(child, procs)))
         usage = wd.measure(tasks)
@@ -434,7 +435,7 @@ class LocalExecutor(ExitWatching):
         return usage
 
     def _note_in_log(self, key: TaskKey, line: str) -> None:
-        launch = sup.read_json(os.path.join(self.task_dir(key), sup.LAUNCH)) or {}
+        launch = task_files.read_json(os.path.join(self.task_dir(key), task_files.LAUNCH)) or {}
         path = launch.get("log_path")
         if isinstance(path, str):
             with contextlib.suppress(OSError), open(path, "a", encoding="utf-8") as f:
@@ -447,16 +448,16 @@ class LocalExecutor(ExitWatching):
                 return AdoptState.RUNNING, None
         data = handle.data
         tdir = str(data.get("dir") or self.task_dir(key))
-        launch = sup.read_json(os.path.join(tdir, sup.LAUNCH))
+        launch = task_files.read_json(os.path.join(tdir, task_files.LAUNCH))
         if launch is None:
             # 0. No request yet. Another scheduler may still write it and start the task: a
             #    leader deposed while paused between committing a launch and making it. Give
             #    the task up under its lock first, so any supervisor started for it later
             #    runs nothing; a supervisor that took the lock in between is adopted.
             os.makedirs(tdir, mode=0o700, exist_ok=True)
-            if not sup.supervisor_alive_or_abandon(tdir):
+            if not task_files.supervisor_alive_or_abandon(tdir):
                 return AdoptState.LOST, lost_exit(key, f"no record of this task in {tdir}")
-            launch = sup.read_json(os.path.join(tdir, sup.LAUNCH)) or {}
+            launch = task_files.read_json(os.path.join(tdir, task_files.LAUNCH)) or {}
         cgroup: str | None = launch.get("cgroup")
         ident: tuple[int, int] | None = None
         if isinstance(data.get("supervisor_pid"), int) and isinstance(
@@ -464,7 +465,7 @@ class LocalExecutor(ExitWatching):
         ):
             ident = (data["supervisor_pid"], data["supervisor_start"])
         else:
-            ident = sup.read_lock_owner(tdir)
+            ident = task_files.read_lock_owner(tdir)
 
         # 1. Recorded: hand out the record. 2. Alive: watch it again. 3. Else make sure no
         #    supervisor can still start it, kill what is left, and call it lost. (A supervisor
@@ -478,13 +479,13 @@ class LocalExecutor(ExitWatching):
                 recorded = self._recorded(key, tdir)
             if recorded is not None:
                 self._reap_later(key, tdir, ident)
-                sup.remove_task_cgroups(launch)
+                processes.remove_task_cgroups(launch)
                 return AdoptState.EXITED, recorded
-            if not sup.supervisor_alive_or_abandon(tdir):
+            if not task_files.supervisor_alive_or_abandon(tdir):
                 break
             # Its lock is held by a supervisor the handle did not name (it writes who it is
             # right after taking the lock).
-            owner = sup.read_lock_owner(tdir)
+            owner = task_files.read_lock_owner(tdir)
             if owner is not None and owner != ident:
                 ident = owner
             elif time.monotonic() > deadline:
@@ -495,8 +496,8 @@ class LocalExecutor(ExitWatching):
         recorded = self._recorded(key, tdir)
         if recorded is not None:
             return AdoptState.EXITED, recorded
-        started = sup.read_json(os.path.join(tdir, sup.STARTED)) or {}
-        sup.kill_leftovers(
+        started = task_files.read_json(os.path.join(tdir, task_files.STARTED)) or {}
+        processes.kill_leftovers(
             sup_pid=ident[0] if ident else None,
             sup_start=ident[1] if ident else None,
             child_pid=started.get("child_pid"),
@@ -572,9 +573,9 @@ class LocalExecutor(ExitWatching):
             except LaunchError:
                 tdir = None
             if tdir is not None and tdir.is_dir():
-                if (tdir / sup.EXIT).exists():
+                if (tdir / task_files.EXIT).exists():
                     pass
-                elif sup.supervisor_alive_or_abandon(str(tdir)):
+                elif task_files.supervisor_alive_or_abandon(str(tdir)):
                     continue
             log.info("removing container %s: no supervisor looks after it", name)
             ctr.remove_container(engine.binary, name)
@@ -697,7 +698,7 @@ class LocalExecutor(ExitWatching):
                 (
                     os.POSIX_SPAWN_OPEN,
                     1,
-                    str(tdir / sup.LOG),
+                    str(tdir / task_files.LOG),
                     os.O_WRONLY | os.O_CREAT | os.O_APPEND,
                     0o600,
                 ),
@@ -706,7 +707,7 @@ class LocalExecutor(ExitWatching):
             setsid=True,
             setsigmask={signal.SIGTERM},
         )
-        started = sup.start_time(pid)
+        started = processes.start_time(pid)
         assert started is not None  # our unreaped child: /proc keeps it at least as a zombie
         return pid, started, True
 
@@ -734,7 +735,7 @@ class LocalExecutor(ExitWatching):
     # --- cores ---------------------------------------------------------------------------
 
     def _left_behind(self, launch: dict[str, Any] | None) -> None:
-        sup.remove_task_cgroups(launch or {})
+        processes.remove_task_cgroups(launch or {})
         _remove_container(launch)
         _release_shm(launch)
 

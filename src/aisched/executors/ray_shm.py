@@ -23,7 +23,7 @@ import stat
 from dataclasses import dataclass
 from typing import Any
 
-from aisched.executors import ray_limits
+from aisched.executors import ray_limits, task_files
 from aisched.executors import supervisor as sup
 
 NODE_STATE = "/run/aisched-ray"
@@ -59,7 +59,7 @@ def join(spec: dict[str, Any], acct: dict[str, Any]) -> TaskShm | str:
     fd = -1
     try:
         os.makedirs(task_dir, mode=0o700, exist_ok=True)
-        lock = os.path.join(task_dir, sup.LOCK)
+        lock = os.path.join(task_dir, task_files.LOCK)
         fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held while the task runs
         return TaskShm(shm, task_dir, fd, sup.join_shm(shm, task_dir))
@@ -76,7 +76,7 @@ def release(held: TaskShm | None) -> None:
     with contextlib.suppress(OSError):  # the next sweep on the node tries again
         sup.release_shm(held.shm, held.task_dir)
     with contextlib.suppress(OSError):
-        os.unlink(os.path.join(held.task_dir, sup.LOCK))
+        os.unlink(os.path.join(held.task_dir, task_files.LOCK))
     os.close(held.lock_fd)
     # Its directory and the attempt's and job's, when empty (never a recursive removal).
     d = held.task_dir

@@ -17,7 +17,7 @@ task by CPU affinity, a container by its cpuset. A container outlives the proces
 it, so each one gets a reaper: a small process of its own session that removes the container
 if the agent's process dies (killed, or its node shut down) before the task's end did.
 
-A task's end is also written, whole (`supervisor.write_json_atomic`), to its exit record beside
+A task's end is also written, whole (`task_files.write_json_atomic`), to its exit record beside
 its log (`exit_record_path`: `LOG.exit.json`, on the data directory's shared storage), with the
 task's key and launch id, so a scheduler that restarts after the agent's memory is gone (its
 node, or the whole Ray cluster, went down) still finds how the task ended instead of running it
@@ -53,7 +53,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aisched.executors import container as ctr
-from aisched.executors import ray_limits, ray_shm
+from aisched.executors import processes, ray_limits, ray_shm, task_files
 from aisched.executors import supervisor as sup
 from aisched.executors.base import LaunchError, TaskKey
 from aisched.executors.cgroups import MemoryControlError
@@ -90,7 +90,7 @@ def exit_record_path(log_path: str) -> str:
 def recorded_exit(path: str, key: TaskKey, launch_id: str | None) -> Result | None:
     """The end recorded at `path` if it is this task's: its key, and its launch id when both
     sides have one (a record of another task or attempt is never taken as this one's)."""
-    rec = sup.read_json(path)
+    rec = task_files.read_json(path)
     if rec is None or rec.get("key") != [key[0], key[1], key[2]]:
         return None
     if launch_id and rec.get("launch") and rec.get("launch") != launch_id:
@@ -565,7 +565,7 @@ class TaskRunner:
         )
         try:
             launch = self.container.prepare(self._log)
-        except sup.ExecFailed as failed:
+        except task_files.ExecFailed as failed:
             self._log(failed.message)
             self.start_error = {
                 "kind": failed.kind,
@@ -623,7 +623,7 @@ class TaskRunner:
         reported: set[TaskKey] = set()
         while not self.done.is_set():
             try:
-                pids = task_pids(proc.pid, sup.all_procs())
+                pids = task_pids(proc.pid, processes.all_procs())
                 usage = wd.measure([WatchedTask(key, gpus, limit, pids)])
             except Exception as exc:  # one bad reading must not end the watch
                 self._log(f"GPU-memory watchdog: cannot read: {exc}")
@@ -711,7 +711,7 @@ class TaskRunner:
         record |= {"key": list(key), "launch": self.spec.get("launch")}
         while True:
             try:
-                sup.write_json_atomic(path, record)
+                task_files.write_json_atomic(path, record)
                 return
             except OSError as exc:
                 if not os.path.isdir(os.path.dirname(path) or "."):

@@ -10,16 +10,8 @@ rotation), waits, and writes `exit.json`. A stop is a SIGTERM to the supervisor;
 SIGTERM-grace-SIGKILL escalation runs here, so it completes even when the scheduler dies
 meanwhile.
 
-Files of a task directory (each JSON file is written whole: temp file, then rename):
-
-- `launch.json`   the request (written by the executor before this process starts)
-- `supervisor.lock` locked by the supervisor for its whole life; holds "PID STARTTIME"
-- `started.json`  supervisor and child pids and start times (after a successful exec)
-- `stop.json`     the grace period of a stop (written by the executor before its SIGTERM)
-- `exit.json`     how the task ended: kind exited|stopped|oom, exit code, message, time
-- `shm.held`      the task holds its job attempt's private /dev/shm (see that section)
-- `abandoned`     the executor gave the task up before a supervisor took it: never start it
-- `supervisor.log` this process's own stdout/stderr (tracebacks, if it ever fails)
+The files of a task directory, through which the executor and this process talk, are listed
+in `task_files.py`.
 
 The task's log is outside the task directory (`launch["log_path"]`); its rotated files are
 `LOG.1` (the newest) to `LOG.N-1`. A log that cannot be written (a full disk) loses that output,
@@ -31,16 +23,16 @@ and `exit.json` checks under it); `exit.json` is written at most once, after the
 process left in its group (and cgroup) has been killed; nothing of the task survives the
 supervisor's normal exit.
 
-It must never import anything outside the standard library (it runs with `-I -S`, without the
-package on its path), and the helpers below that the executor shares must stay side-effect free
-at import. Linux only (/proc, process groups, cgroups).
+It must never import anything outside the standard library but the package's own stdlib-only
+modules it is split into (it runs with `-I -S`: at start-up, as a script, it appends the
+directory that holds the package to its path), and those modules must stay side-effect free at
+import. They must never import this module: run as a script it is `__main__`, and a second copy
+of it would have classes of its own (an exception raised by one would not be caught as the
+other's). Linux only (/proc, process groups, cgroups).
 
-Why it is one file of over 1,000 lines, against the house's ~600: it runs as a script with
-`-I -S`, so not even its own directory is on its import path, and everything it runs (the
-process helpers, `CappedLog`, `Supervisor`, `Container`, the fork server) must be in this file.
-A sibling module would need `sys.path` edited at start-up and would then exist twice, once as
-`aisched.executors.X` for the executor and once as a top-level module here. The sections
-below stand apart instead, each with its own header.
+Its parts, each a module of its own: `processes.py` (/proc, signals, cgroups, killing what is
+left of a task) and `task_files.py` (the task directory's files). The sections below stand
+apart, each with its own header.
 """
 
 from __future__ import annotations
@@ -63,19 +55,40 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from typing import Any
 
-LAUNCH = "launch.json"
-STARTED = "started.json"
-STOP = "stop.json"
-EXIT = "exit.json"
-LOCK = "supervisor.lock"
-ABANDONED = "abandoned"
-LOG = "supervisor.log"
+if not __package__:
+    # Run as a script (with `-I -S`), the package is not on the import path: the directory
+    # that holds it is appended (never prepended: nothing may shadow the standard library).
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from aisched.executors.processes import (  # noqa: E402
+    describe_code,
+    group_rss_bytes,
+    is_alive,
+    kill_leftovers,
+    killpg_quietly,
+    oom_kills,
+    remove_task_cgroups,
+    signal_cgroup,
+    signal_name,
+    start_time,
+    user_bits,
+)
+from aisched.executors.task_files import (  # noqa: E402
+    ABANDONED,
+    EXIT,
+    LAUNCH,
+    LOCK,
+    LOG,
+    STARTED,
+    STOP,
+    _ExecFailed,
+    read_json,
+    write_json_atomic,
+)
 
 MIB = 1 << 20
 # How often memory is checked (group RSS under an rlimit, the OOM counter under a cgroup).
 MEMORY_CHECK_S = 0.5
-# How long emptying a cgroup may take before it is left behind (its processes are SIGKILLed).
-CGROUP_DRAIN_S = 2.0
 # Words a program prints when an allocation fails: under an rlimit that is how a task that
 # went over its limit usually ends (malloc fails, nothing is killed).
 ALLOCATION_FAILURES = (b"MemoryError", b"Cannot allocate memory", b"std::bad_alloc")
@@ -86,238 +99,6 @@ LOG_MAX_FILES = 3
 # failed (ENOSPC, EIO) is tried again.
 PIPE_READ = 1 << 16
 EXIT_RETRY_S = 1.0
-
-
-# --- small shared helpers (also used by the executor) -----------------------------------------
-
-
-def write_json_atomic(path: str, obj: object) -> None:
-    """Readers see the old file, no file, or the whole new one: never a partial write."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    # 0600: a task's files hold its command and environment, which are its owner's alone.
-    with open(
-        os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8"
-    ) as f:
-        json.dump(obj, f)
-    os.replace(tmp, path)
-
-
-def read_json(path: str) -> dict[str, Any] | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (FileNotFoundError, ValueError):  # a torn file cannot happen; a foreign one can
-        return None
-    return data if isinstance(data, dict) else None
-
-
-class ProcStat:
-    """The fields of /proc/PID/stat that identify and group a process."""
-
-    __slots__ = ("pid", "state", "ppid", "pgid", "sid", "start", "rss_pages")
-
-    def __init__(
-        self, pid: int, state: str, ppid: int, pgid: int, sid: int, start: int, rss_pages: int
-    ) -> None:
-        self.pid = pid
-        self.state = state
-        self.ppid = ppid
-        self.pgid = pgid
-        self.sid = sid
-        self.start = start  # clock ticks since boot: with the pid, a process's identity
-        self.rss_pages = rss_pages
-
-
-def proc_stat(pid: int) -> ProcStat | None:
-    """None when the process does not exist (or /proc cannot tell)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    # The command name may hold spaces and parentheses: the fields start after the last ')'.
-    rest = data[data.rindex(b")") + 2 :].split()
-    try:
-        return ProcStat(
-            pid,
-            rest[0].decode(),
-            int(rest[1]),
-            int(rest[2]),
-            int(rest[3]),
-            int(rest[19]),
-            int(rest[21]),
-        )
-    except (IndexError, ValueError):
-        return None
-
-
-def user_bits(st: os.stat_result, uid: int, groups: frozenset[int]) -> int:
-    """The permission bits (0o4 read, 0o2 write, 0o1 execute or search) `uid` with `groups`
-    has on what `st` describes, in the kernel's order: the owner's bits for the owner (even
-    when group or others have more), else the group's for a member, else the others'. POSIX
-    ACLs are not read."""
-    if st.st_uid == uid:
-        return (st.st_mode >> 6) & 0o7
-    if st.st_gid in groups:
-        return (st.st_mode >> 3) & 0o7
-    return st.st_mode & 0o7
-
-
-def start_time(pid: int) -> int | None:
-    st = proc_stat(pid)
-    return None if st is None else st.start
-
-
-def is_alive(pid: int, start: int) -> bool:
-    """True when `pid` is still the process that started at `start` and has not exited.
-    A zombie counts as gone; a pid reused by another process counts as gone."""
-    st = proc_stat(pid)
-    return st is not None and st.start == start and st.state not in ("Z", "X")
-
-
-def all_procs() -> list[ProcStat]:
-    out = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            st = proc_stat(int(name))
-            if st is not None:
-                out.append(st)
-    return out
-
-
-def kill_quietly(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, sig)
-
-
-def killpg_quietly(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def cgroup_pids(cgroup: str) -> list[int]:
-    try:
-        with open(os.path.join(cgroup, "cgroup.procs"), encoding="ascii") as f:
-            return [int(x) for x in f.read().split()]
-    except (FileNotFoundError, ValueError):
-        return []
-
-
-def signal_cgroup(cgroup: str, sig: int, skip_group: int = 0) -> None:
-    """Signals every process of the cgroup, except those of process group `skip_group` (already
-    signalled through it: a second SIGTERM can reach a task's handler twice). Under v2, SIGKILL
-    goes through `cgroup.kill`, which cannot miss a process forked meanwhile."""
-    if sig == signal.SIGKILL:
-        try:
-            with open(os.path.join(cgroup, "cgroup.kill"), "w", encoding="ascii") as f:
-                f.write("1")
-        except OSError:
-            pass
-    for pid in cgroup_pids(cgroup):
-        if skip_group > 0:
-            st = proc_stat(pid)
-            if st is not None and st.pgid == skip_group:
-                continue
-        kill_quietly(pid, sig)
-
-
-def remove_task_cgroups(launch: dict[str, Any]) -> None:
-    """`remove_cgroup` for each cgroup a task's launch document names."""
-    for cgroup in [launch.get("cgroup"), *launch.get("bound_cgroups", ())]:
-        remove_cgroup(cgroup)
-
-
-def remove_cgroup(cgroup: str | None, drain_s: float = CGROUP_DRAIN_S) -> None:
-    """Kills whatever is left in the cgroup, waits for it to empty, and removes it. Idempotent;
-    a cgroup that will not empty is left behind (rmdir fails) rather than waited on forever."""
-    if not cgroup or not os.path.isdir(cgroup):
-        return
-    deadline = time.monotonic() + drain_s
-    while True:
-        pids = cgroup_pids(cgroup)
-        if not pids:
-            break
-        signal_cgroup(cgroup, signal.SIGKILL)
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.005)
-    with contextlib.suppress(OSError):
-        os.rmdir(cgroup)
-
-
-def oom_kills(cgroup: str | None) -> int:
-    """How many processes the kernel OOM-killed in the cgroup: v2 `memory.events` or v1
-    `memory.oom_control` (kernels >= 4.13), both with an `oom_kill N` line."""
-    if not cgroup:
-        return 0
-    for name in ("memory.events", "memory.oom_control"):
-        try:
-            with open(os.path.join(cgroup, name), encoding="ascii") as f:
-                for line in f:
-                    k, _, v = line.partition(" ")
-                    if k == "oom_kill":
-                        return int(v)
-        except (FileNotFoundError, ValueError):
-            continue
-    return 0
-
-
-def kill_leftovers(
-    *,
-    sup_pid: int | None,
-    sup_start: int | None,
-    child_pid: int | None,
-    child_start: int | None,
-    cgroup: str | None,
-    skip: int | None = None,
-) -> None:
-    """SIGKILLs every process of a task: its cgroup's, those of the supervisor's session (the
-    task's processes that kept it) and those of the child's process group. Identity is checked
-    against pid reuse: a session or group member must have started no earlier than its leader,
-    and the supervisor's session is not touched when its pid now names another process."""
-    if cgroup:
-        signal_cgroup(cgroup, signal.SIGKILL)
-    me = os.getpid()
-    sup_reused = False
-    if sup_pid is not None:
-        st = proc_stat(sup_pid)
-        sup_reused = st is not None and st.start != sup_start
-    for p in all_procs():
-        if p.pid in (me, 1, skip):
-            continue
-        in_session = (
-            sup_pid is not None
-            and sup_start is not None
-            and not sup_reused
-            and p.sid == sup_pid
-            and p.start >= sup_start
-        )
-        in_group = (
-            child_pid is not None
-            and child_start is not None
-            and p.pgid == child_pid
-            and p.start >= child_start
-        )
-        if in_session or in_group:
-            kill_quietly(p.pid, signal.SIGKILL)
-
-
-def group_rss_bytes(pgid: int) -> int:
-    page = os.sysconf("SC_PAGE_SIZE")
-    return sum(p.rss_pages for p in all_procs() if p.pgid == pgid) * page
-
-
-def signal_name(sig: int) -> str:
-    try:
-        return signal.Signals(sig).name
-    except ValueError:
-        return f"signal {sig}"
-
-
-def describe_code(code: int) -> str:
-    if code < 0:
-        return f"killed by signal {-code} ({signal_name(-code)})"
-    return f"exited with code {code}"
 
 
 # --- the task's log --------------------------------------------------------------------------
@@ -426,20 +207,6 @@ class _Signals:
 
     def __init__(self) -> None:
         self.stops = 0
-
-
-class _ExecFailed(Exception):
-    """`kind` "unrunnable": the task can never start as asked (its image is missing)."""
-
-    def __init__(self, code: int, message: str, kind: str = "exited") -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.kind = kind
-
-
-# A container that could not be created or prepared (ray_task drives containers too).
-ExecFailed = _ExecFailed
 
 
 def _exec_failure(stage: str, exc: BaseException, command: list[str], workdir: str | None) -> str:
@@ -1994,35 +1761,6 @@ def main(argv: list[str]) -> int:
         print(f"no {LAUNCH} in {task_dir}", file=sys.stderr)
         return 2
     return Supervisor(task_dir, launch, wake_r, sigs).run()
-
-
-def read_lock_owner(task_dir: str) -> tuple[int, int] | None:
-    """(pid, start time) a supervisor wrote into its lock file, if any."""
-    try:
-        with open(os.path.join(task_dir, LOCK), encoding="ascii") as f:
-            pid, start = f.read().split()
-        return int(pid), int(start)
-    except (OSError, ValueError):
-        return None
-
-
-def supervisor_alive_or_abandon(task_dir: str) -> bool:
-    """True while a supervisor lives in `task_dir`. Otherwise marks the task `abandoned` while
-    holding the lock and returns False: a supervisor still starting will then see the mark
-    and exit without running the task, so the caller may treat it as gone for good."""
-    fd = os.open(os.path.join(task_dir, LOCK), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                return True
-            raise
-        with open(os.path.join(task_dir, ABANDONED), "w", encoding="ascii"):
-            pass
-        return False
-    finally:
-        os.close(fd)  # releases the lock
 
 
 # What the fork server sends a supervisor it forked once its pid is answered: the go to run.

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from aisched.executors.supervisor import PIN_ROOT, Pins, _ExecFailed
+from aisched.executors.supervisor import PIN_ROOT, Pins
+from aisched.executors.task_files import _ExecFailed
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="pins are mounts: they need root")
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from aisched.executors import supervisor as sup
+from aisched.executors import task_files
 
 
 def _can_mount() -> bool:
@@ -45,7 +46,7 @@ class Attempt:
         """A task directory whose supervisor lives (its lock held) until `die`."""
         task_dir = self.dir / task
         task_dir.mkdir(parents=True)
-        fd = os.open(task_dir / sup.LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(task_dir / task_files.LOCK, os.O_RDWR | os.O_CREAT, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX)
         self.locks[task] = fd
         return str(task_dir)
