@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from aisched.executors import container as ctr
-from aisched.executors import processes, task_files
+from aisched.executors import processes, supervisor_pins, task_files
 from aisched.executors import supervisor as sup
 from aisched.executors.base import (
     AdoptState,
@@ -787,12 +787,12 @@ def _engine_env() -> dict[str, str]:
 
 def _remove_container(launch: dict[str, Any] | None) -> None:
     """A container task whose supervisor is gone: its container goes too (it may run on), and
-    so do the pins of its user's paths that supervisor left (`supervisor.Pins`)."""
+    so do the pins of its user's paths that supervisor left (`supervisor_pins.Pins`)."""
     c = (launch or {}).get("container")
     if isinstance(c, dict) and c.get("binary") and c.get("name"):
         ctr.remove_container(str(c["binary"]), str(c["name"]))
         if os.geteuid() == 0:
-            sup.sweep_pins()
+            supervisor_pins.sweep_pins()
 
 
 def _release_shm(launch: dict[str, Any] | None) -> None:

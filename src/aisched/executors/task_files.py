@@ -21,10 +21,12 @@ imports it (see `supervisor.py`), running with `-I -S`.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
 import os
+import sys
 
 # Without importing typing (start-up time counts): mypy treats this name as always true.
 TYPE_CHECKING = False
@@ -101,3 +103,10 @@ def supervisor_alive_or_abandon(task_dir: str) -> bool:
         return False
     finally:
         os.close(fd)  # releases the lock
+
+
+def _note(line: str) -> None:
+    """A line for the supervisor's own log (its stderr), which is on the disk that may be full:
+    failing to write it must not stop the supervisor from recording its task's end."""
+    with contextlib.suppress(OSError):
+        print(line, file=sys.stderr, flush=True)

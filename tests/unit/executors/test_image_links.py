@@ -16,13 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from aisched.executors.supervisor import (
-    _exported_kinds,
-    _image_link,
-    _layers_kind,
-    _rootfs_kind,
-    _syscall,
-)
+from aisched.executors.mounts import _syscall
+from aisched.executors.supervisor import _exported_kinds, _image_link, _layers_kind, _rootfs_kind
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="whiteouts, opaque directories and overlay mounts need root"
