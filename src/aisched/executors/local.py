@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from aisched.executors import container as ctr
-from aisched.executors import processes, supervisor_pins, task_files
+from aisched.executors import processes, supervisor_pins, supervisor_shm, task_files
 from aisched.executors import supervisor as sup
 from aisched.executors.base import (
     AdoptState,
@@ -519,10 +519,10 @@ class LocalExecutor(ExitWatching):
         sweeps the tmpfs mounts that a killed supervisor or service left behind."""
         if os.geteuid() != 0:
             return "the service is not root", None
-        for path in sup.sweep_shm(str(self._state)):
+        for path in supervisor_shm.sweep_shm(str(self._state)):
             log.info("removed %s: no live task of its job holds it", path)
-        if (why := sup.shm_unavailable()) is not None:
-            return why, f"{sup.SHM_SHARED}: {why}"
+        if (why := supervisor_shm.shm_unavailable()) is not None:
+            return why, f"{supervisor_shm.SHM_SHARED}: {why}"
         return None, (
             "/dev/shm of host tasks: a private tmpfs per job on this node, the size of its "
             "memory here, removed when its last task ends"
@@ -530,10 +530,10 @@ class LocalExecutor(ExitWatching):
 
     def _shm_launch(self, req: TaskLaunch, acct: dict[str, Any]) -> dict[str, Any]:
         """What a user's host task adds to its launch document: the attempt's private
-        /dev/shm (`supervisor.join_shm`), or the line its log gets when there is none."""
+        /dev/shm (`supervisor_shm.join_shm`), or the line its log gets when there is none."""
         if self._shm_off is not None:
-            return {"shm_notice": f"{sup.SHM_SHARED}: {self._shm_off}"}
-        shm = sup.shm_spec(
+            return {"shm_notice": f"{supervisor_shm.SHM_SHARED}: {self._shm_off}"}
+        shm = supervisor_shm.shm_spec(
             str(self._state), req.job_id, str(req.attempt), req.mem_limit_mib,
             self._shm_max_mib, acct["uid"], acct["gid"],
         )  # fmt: skip
@@ -801,7 +801,7 @@ def _release_shm(launch: dict[str, Any] | None) -> None:
     shm = (launch or {}).get("shm")
     if isinstance(shm, dict):
         try:
-            sup.release_shm(shm)
+            supervisor_shm.release_shm(shm)
         except OSError as exc:
             log.warning("cannot remove the /dev/shm of %s: %s", shm.get("dir"), exc)
 

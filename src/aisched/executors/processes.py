@@ -21,6 +21,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+MIB = 1 << 20
 # How long emptying a cgroup may take before it is left behind (its processes are SIGKILLed).
 CGROUP_DRAIN_S = 2.0
 
