@@ -20,7 +20,7 @@ import pytest
 from container_image import build_test_image, missing_tools
 
 from aisched.executors import container as ctr
-from aisched.executors.supervisor import Container
+from aisched.executors.supervisor_container import Container
 from aisched.executors.supervisor_pins import PIN_ROOT
 from aisched.executors.task_files import ExecFailed
 from aisched.model.job import ContainerSpec, Volume

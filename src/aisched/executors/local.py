@@ -590,7 +590,7 @@ class LocalExecutor(ExitWatching):
         doc: dict[str, Any],
     ) -> dict[str, Any]:
         """The launch document of a container task: the host-side limits are the container's
-        own, and `container` holds what the supervisor runs (see supervisor.Container)."""
+        own, and `container` holds what the supervisor runs (see supervisor_container.Container)."""
         key = req.key
         engine = self.detect_containers()
         if engine is None:

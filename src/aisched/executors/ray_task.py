@@ -53,7 +53,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aisched.executors import container as ctr
-from aisched.executors import processes, ray_limits, ray_shm, task_files
+from aisched.executors import processes, ray_limits, ray_shm, supervisor_container, task_files
 from aisched.executors import supervisor as sup
 from aisched.executors.base import LaunchError, TaskKey
 from aisched.executors.cgroups import MemoryControlError
@@ -225,7 +225,7 @@ class TaskRunner:
         self.grace_s = float(spec.get("grace_period_s") or 0.0)
         # A task with an image: its container on this node, driven as the local supervisor
         # drives one (create, init, shape, attach; stop, kill, end).
-        self.container: sup.Container | None = None
+        self.container: supervisor_container.Container | None = None
         self.reaper = 0  # the pid of the container's reaper, while it has one
         self.recorded = False  # its exit record exists already (it ended before this runner)
         self.cores = tuple(int(c) for c in spec.get("cores") or ())
@@ -537,7 +537,7 @@ class TaskRunner:
         system = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
         engine_dir = f"{spec['log_path']}.engine"  # conmon leaves files where it runs
         os.makedirs(engine_dir, mode=0o700, exist_ok=True)
-        self.container = sup.Container(
+        self.container = supervisor_container.Container(
             {
                 "binary": engine.binary,
                 "engine": engine.name,
@@ -549,7 +549,8 @@ class TaskRunner:
                     **{k: v for k, v in os.environ.items() if k in ("HOME", "XDG_RUNTIME_DIR")},
                     "PATH": system,
                 },
-                # As the local executor's (see supervisor.Container): "none" without a cgroup.
+                # As the local executor's (supervisor_container.Container): "none" without a
+                # cgroup.
                 "cgroup_version": engine.cgroup_version if engine.cgroup_limits else "none",
                 "pin_cores": [] if engine.cgroup_limits else list(t.cores),
                 "rlimit_data": 0 if engine.cgroup_limits else t.mem_limit_mib << 20,
