@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from aisched.executors import container as ctr
-from aisched.executors import processes, supervisor_pins, supervisor_shm, task_files
+from aisched.executors import processes, supervisor_pins, supervisor_shm, task_files, task_log
 from aisched.executors import supervisor as sup
 from aisched.executors.base import (
     AdoptState,
@@ -130,8 +130,8 @@ class LocalExecutor(ExitWatching):
         container_pids_limit: int = ctr.DEFAULT_PIDS_LIMIT,
         task_pids_limit: int = ctr.DEFAULT_PIDS_LIMIT,
         user_pids_limit: int = 4 * ctr.DEFAULT_PIDS_LIMIT,
-        log_max_bytes: int = sup.LOG_MAX_BYTES,
-        log_max_files: int = sup.LOG_MAX_FILES,
+        log_max_bytes: int = task_log.LOG_MAX_BYTES,
+        log_max_files: int = task_log.LOG_MAX_FILES,
         shm_max_mib: int = 0,
     ) -> None:
         self._log_cap = (log_max_bytes, log_max_files)  # the supervisor caps each task's log

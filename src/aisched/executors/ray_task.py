@@ -53,7 +53,14 @@ from collections.abc import Callable
 from typing import Any
 
 from aisched.executors import container as ctr
-from aisched.executors import processes, ray_limits, ray_shm, supervisor_container, task_files
+from aisched.executors import (
+    processes,
+    ray_limits,
+    ray_shm,
+    supervisor_container,
+    task_files,
+    task_log,
+)
 from aisched.executors import supervisor as sup
 from aisched.executors.base import LaunchError, TaskKey
 from aisched.executors.cgroups import MemoryControlError
@@ -219,7 +226,7 @@ class TaskRunner:
         self.killed_after_grace = False
         self.kill_at: float | None = None
         self.log_fd = -1
-        self.out: sup.CappedLog | None = None  # the task's log, capped and rotated
+        self.out: task_log.CappedLog | None = None  # the task's log, capped and rotated
         self.out_lock = threading.Lock()  # the output copier and aisched's own lines
         self.copier: threading.Thread | None = None
         self.grace_s = float(spec.get("grace_period_s") or 0.0)
@@ -352,10 +359,10 @@ class TaskRunner:
             os.makedirs(os.path.dirname(spec["log_path"]) or ".", exist_ok=True)
             # Capped and rotated as on one machine (the supervisor's CappedLog): the task's
             # output goes through a pipe that `_copy_output` drains into it.
-            self.out = sup.CappedLog(
+            self.out = task_log.CappedLog(
                 spec["log_path"],
-                int(spec.get("log_max_bytes", sup.LOG_MAX_BYTES)),
-                int(spec.get("log_max_files", sup.LOG_MAX_FILES)),
+                int(spec.get("log_max_bytes", task_log.LOG_MAX_BYTES)),
+                int(spec.get("log_max_files", task_log.LOG_MAX_FILES)),
             )
             self.log_fd = self.out.fd
         except OSError as exc:

@@ -13,10 +13,8 @@ meanwhile.
 The files of a task directory, through which the executor and this process talk, are listed
 in `task_files.py`.
 
-The task's log is outside the task directory (`launch["log_path"]`); its rotated files are
-`LOG.1` (the newest) to `LOG.N-1`. A log that cannot be written (a full disk) loses that output,
-never blocks the task, and says how many bytes were lost once it can be written again.
-`exit.json` is retried until it is written: a task's end is never lost to a full disk.
+The task's log, and what a full disk costs it, is `task_log.py`'s. `exit.json` is retried
+until it is written: a task's end is never lost to a full disk.
 
 Invariants: the child is started at most once per task directory (the lock and the `abandoned`
 and `exit.json` checks under it); `exit.json` is written at most once, after the child and every
@@ -33,8 +31,9 @@ other's). Linux only (/proc, process groups, cgroups).
 Its parts, each a module of its own: `processes.py` (/proc, signals, cgroups, killing what is
 left of a task), `task_files.py` (the task directory's files), `mounts.py` (mount(2) and its
 kin), `supervisor_pins.py` (a user's host paths, pinned for root's container engine),
-`supervisor_shm.py` (a job attempt's private /dev/shm) and `supervisor_container.py` (a
-container task's engine commands). The sections below stand apart, each with its own header.
+`supervisor_shm.py` (a job attempt's private /dev/shm), `supervisor_container.py` (a
+container task's engine commands) and `task_log.py` (the task's capped log). What is left
+here is the supervisor's own flow: the child, its watch and its end, and the fork server.
 """
 
 from __future__ import annotations
@@ -91,115 +90,17 @@ from aisched.executors.task_files import (  # noqa: E402
     read_json,
     write_json_atomic,
 )
+from aisched.executors.task_log import LOG_MAX_BYTES, LOG_MAX_FILES, CappedLog  # noqa: E402
 
 # How often memory is checked (group RSS under an rlimit, the OOM counter under a cgroup).
 MEMORY_CHECK_S = 0.5
 # Words a program prints when an allocation fails: under an rlimit that is how a task that
 # went over its limit usually ends (malloc fails, nothing is killed).
 ALLOCATION_FAILURES = (b"MemoryError", b"Cannot allocate memory", b"std::bad_alloc")
-# Task logs: 10 MiB per file and 3 files (the current one and two rotated), kubelet's default.
-LOG_MAX_BYTES = 10 * MIB
-LOG_MAX_FILES = 3
 # How much output is copied per read of the pipe, and how often a write of exit.json that
 # failed (ENOSPC, EIO) is tried again.
 PIPE_READ = 1 << 16
 EXIT_RETRY_S = 1.0
-
-
-# --- the task's log --------------------------------------------------------------------------
-
-
-class CappedLog:
-    """A task's log that never grows past `max_bytes` per file and `max_files` files.
-
-    At the cap, `PATH.1` ... become `PATH.2` ... (the oldest dropped), `PATH` becomes `PATH.1`,
-    and a new `PATH` starts with a line saying so; with `max_files` 1 the old output is dropped.
-    `max_bytes` 0 means no cap. A write that fails (ENOSPC, EIO) drops that output: the task is
-    never blocked by its log, and the next write that succeeds says how much was lost."""
-
-    def __init__(self, path: str, max_bytes: int, max_files: int) -> None:
-        self.path = path
-        # Never below a page: each new file starts with a note that must fit.
-        self.max_bytes = max(4096, max_bytes) if max_bytes > 0 else 0
-        self.max_files = max(1, max_files)
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
-        self.size = os.fstat(self.fd).st_size
-        self.start = self.size  # where this run's output begins in the current file
-        self.rotations = 0
-        self.dropped = 0  # bytes of output no longer kept (rotated out, or truncated)
-        self.lost = 0  # bytes that could not be written since the last successful write
-        self.lost_why = ""
-
-    def write(self, data: bytes) -> None:
-        while data:
-            if self.max_bytes and self.size >= self.max_bytes:
-                self.rotate()
-            room = self.max_bytes - self.size if self.max_bytes else len(data)
-            part, data = data[: max(room, 1)], data[max(room, 1) :]
-            self._append(part)
-
-    def _append(self, data: bytes) -> None:
-        if self.lost:
-            lost, self.lost = self.lost, 0
-            self._append(f"aisched: {lost} bytes of output lost: {self.lost_why}\n".encode())
-        view = memoryview(data)
-        try:
-            while view:
-                n = os.write(self.fd, view)
-                self.size += n
-                view = view[n:]
-        except OSError as exc:
-            self.lost += len(view)
-            self.lost_why = f"cannot write the log: {exc.strerror or exc}"
-
-    def rotate(self) -> None:
-        owner = os.fstat(self.fd)  # the new file is the task's user's, as the first was
-        os.close(self.fd)
-        self.rotations += 1
-        try:
-            if self.max_files == 1:
-                self.dropped += self.size
-                os.unlink(self.path)
-            else:
-                oldest = f"{self.path}.{self.max_files - 1}"
-                with contextlib.suppress(FileNotFoundError):
-                    self.dropped += os.stat(oldest).st_size
-                for i in range(self.max_files - 1, 1, -1):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.replace(f"{self.path}.{i - 1}", f"{self.path}.{i}")
-                os.replace(self.path, f"{self.path}.1")
-        except OSError:
-            pass  # cannot rename: start the file again rather than let it grow
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
-        with contextlib.suppress(OSError):
-            os.fchown(self.fd, owner.st_uid, owner.st_gid)
-        self.size = self.start = 0
-        name = os.path.basename(self.path)
-        kept = (
-            f"the output before this line is in {name}.1 to {name}.{self.max_files - 1}"
-            if self.max_files > 2
-            else f"the output before this line is in {name}.1"
-            if self.max_files == 2
-            else "the output before this line was dropped"
-        )
-        self._append(
-            f"aisched: log rotated ({self.rotations} time(s); at most {self.max_files} "
-            f"file(s) of {self.max_bytes} bytes are kept): {kept}; {self.dropped} bytes of "
-            "older output dropped\n".encode()
-        )
-
-    def tail(self, n: int) -> bytes:
-        """The last `n` bytes of this run's output in the current file."""
-        try:
-            size = os.fstat(self.fd).st_size
-            start = max(self.start, size - n)
-            return os.pread(self.fd, size - start, start) if size > start else b""
-        except OSError:
-            return b""
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self.fd)
 
 
 # --- the supervisor --------------------------------------------------------------------------
