@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from aisched.executors import supervisor as sup
+from aisched.executors import task_files
 from aisched.executors.base import TaskKey, TaskLaunch
 from aisched.executors.local import LocalExecutor
 from aisched.model.cluster import Node
@@ -71,7 +71,7 @@ class Bench:
             call.append(time.perf_counter() - t0)
             self.wait_exits({h.key})
             done.append(time.perf_counter() - t0)
-            rec = sup.read_json(str(self.ex.task_dir(h.key) / sup.STARTED))
+            rec = task_files.read_json(str(self.ex.task_dir(h.key) / task_files.STARTED))
             assert rec is not None
             started.append(rec["started_at"] - t_wall)
         return {

@@ -1,5 +1,5 @@
 """Root's podman mounts a user's host paths as they were when the supervisor opened them
-(`supervisor.Pins`), not as they are when the engine gets to them: a directory the user
+(`supervisor_pins.Pins`), not as they are when the engine gets to them: a directory the user
 swapped for a link after the check is refused, never mounted with root's rights.
 
 Drives the supervisor's `Container` with a real rootful podman and the test image, as the
@@ -20,7 +20,9 @@ import pytest
 from container_image import build_test_image, missing_tools
 
 from aisched.executors import container as ctr
-from aisched.executors.supervisor import PIN_ROOT, Container, ExecFailed
+from aisched.executors.supervisor_container import Container
+from aisched.executors.supervisor_pins import PIN_ROOT
+from aisched.executors.task_files import ExecFailed
 from aisched.model.job import ContainerSpec, Volume
 
 pytestmark = pytest.mark.skipif(

@@ -24,7 +24,7 @@ import pytest
 from container_image import MARKER, MARKER_TEXT, build_test_image, missing_tools
 from harness import Service, local_service, wait_for
 
-from aisched.executors.supervisor import PIN_ROOT
+from aisched.executors.supervisor_pins import PIN_ROOT
 
 
 def _why_not() -> str | None:
@@ -160,7 +160,7 @@ def test_cancel_stops_a_docker_container(svc: Service, image: str, dockerd: str)
 def test_a_users_docker_container_holds_its_pinned_volume_until_it_ends(
     tmp_path: Path, dockerd: str, image: str, monkeypatch: pytest.MonkeyPatch, local_users: Any
 ) -> None:
-    # Docker makes its mounts when the container starts, so its pins (see supervisor.Pins)
+    # Docker makes its mounts when the container starts, so its pins (see supervisor_pins.Pins)
     # last until the task ends, and go then.
     bob = local_users["bob"]
     tmp_path.chmod(0o755)  # bob's CLI reaches the socket
@@ -199,7 +199,7 @@ def test_a_users_read_only_docker_volume_keeps_what_is_nested_in_it_writable(
     tmp_path: Path, dockerd: str, image: str, monkeypatch: pytest.MonkeyPatch, local_users: Any
 ) -> None:
     # His checkpoint directory is nested in the read-only volume of his home, in its pin
-    # (supervisor.Pins.nest). Docker from 25 on makes all of a `:ro` mount read-only, what is
+    # (supervisor_pins.Pins.nest). Docker from 25 on makes all of a `:ro` mount read-only, what is
     # nested in it too, so the pin is made read-only itself and given to docker without `:ro`.
     bob = local_users["bob"]
     tmp_path.chmod(0o755)  # bob's CLI reaches the socket

@@ -11,7 +11,7 @@ from typing import Any
 
 from harness import Service, local_service, wait_for
 
-from aisched.executors import supervisor as sup
+from aisched.executors import processes, task_files
 
 # Notes each start (with its restart count and pid), holds the first attempt, ends the others.
 SCRIPT = (
@@ -22,10 +22,10 @@ SCRIPT = (
 
 def supervisor_of(svc: Service, job_id: str, attempt: int) -> tuple[int, int]:
     """The supervisor of the job's one task, once the task has started."""
-    pattern = f"{job_id}/{attempt}/*/{sup.STARTED}"
+    pattern = f"{job_id}/{attempt}/*/{task_files.STARTED}"
     started = wait_for("the task to start", lambda: list((svc.home / "tasks").glob(pattern)))
     tdir = started[0].parent
-    owner = sup.read_lock_owner(str(tdir))
+    owner = task_files.read_lock_owner(str(tdir))
     assert owner is not None
     return owner
 
@@ -48,10 +48,10 @@ def test_a_supervisor_killed_while_its_task_runs_ends_the_attempt_once(tmp_path:
         pid, _ = supervisor_of(svc, job_id, 1)
         wait_for("the task to note its start", lambda: out.exists() and out.read_text())
         first = int(out.read_text().split()[2])
-        first_start = sup.start_time(first)
+        first_start = processes.start_time(first)
         os.kill(pid, signal.SIGKILL)
         job = svc.wait_state(job_id, "succeeded")
-        assert first_start is not None and not sup.is_alive(first, first_start)  # killed
+        assert first_start is not None and not processes.is_alive(first, first_start)  # killed
         # The first attempt ended there (no "end 0"), once; the second ran alone after it.
         runs = [line.split()[:2] for line in out.read_text().splitlines()]
         assert runs == [["start", "0"], ["start", "1"], ["end", "1"]]
@@ -67,10 +67,10 @@ def test_a_cancel_ends_a_task_whose_supervisor_is_stopped(tmp_path: Path) -> Non
         pid, _ = supervisor_of(svc, job_id, 1)
         wait_for("the task to note its start", lambda: out.exists() and out.read_text())
         task = int(out.read_text().split()[2])
-        task_start = sup.start_time(task)
+        task_start = processes.start_time(task)
         os.kill(pid, signal.SIGSTOP)  # a supervisor frozen by hand, or by a debugger
         svc.cli("cancel", job_id)
         job = svc.wait_state(job_id, "cancelled")
-        assert task_start is not None and not sup.is_alive(task, task_start)
+        assert task_start is not None and not processes.is_alive(task, task_start)
         kinds = [e["kind"] for e in job["events"]]
         assert kinds.count("task-exited") == 1 and kinds.count("started") == 1

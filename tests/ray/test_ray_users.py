@@ -16,7 +16,7 @@ from harness import Service, wait_for
 from users import User
 
 from aisched.executors.runas import USER_PATH
-from aisched.executors.supervisor import PIN_ROOT
+from aisched.executors.supervisor_pins import PIN_ROOT
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 from container_image import build_test_image, missing_tools  # noqa: E402
@@ -48,7 +48,7 @@ def test_a_users_container_on_ray_mounts_the_volume_its_agent_pinned(
     ray_service: Service, local_users: dict[str, User]
 ) -> None:
     # The agent (root, on the task's node) pins her volume as the supervisor does on one
-    # machine (see supervisor.Pins): a directory she swapped for a link would be refused there.
+    # machine (see supervisor_pins.Pins): a directory she swapped for a link would be refused there.
     if (why := missing_tools()) is not None:
         pytest.skip(why)
     alice = local_users["alice"]

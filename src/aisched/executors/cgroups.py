@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from aisched.executors.supervisor import remove_cgroup
+from aisched.executors.processes import remove_cgroup
 
 MECHANISMS = ("auto", "cgroup-v2", "cgroup-v1", "rlimit", "none")
 PARENT_NAME = "aisched"

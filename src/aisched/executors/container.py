@@ -24,7 +24,7 @@ restarted scheduler can find, adopt and remove it), its limits (cpuset and quota
 /dev/shm), its network, its GPUs, its mounts (the working and checkpoint directories at the
 same paths, hostPath volumes), the user it runs as, and the hardening every untrusted image
 gets (`--cap-drop all`, `no-new-privileges`). The supervisor runs it and then `start --attach`
-(see `supervisor.py`); nothing here starts a container.
+(see `supervisor_container.py`); nothing here starts a container.
 
 Never stores registry credentials: an image that needs them must be pulled beforehand by the
 node's operator (`podman login` belongs to the engine's own configuration).
@@ -406,7 +406,7 @@ def create_args(spec: ContainerSpec, t: ContainerTask, engine: Engine) -> list[s
                 a += ["--group-add", str(int(g))]
     # 2. Limits.
     # Without a cgroup of its own (rootless, cgroup v1) the supervisor pins the cores and sets
-    # the memory rlimit on the container's init instead (see supervisor.Container).
+    # the memory rlimit on the container's init instead (see supervisor_container.Container).
     if engine.cgroup_limits:
         if t.milli_cpu > 0:
             a += ["--cpus", f"{t.milli_cpu / 1000:g}"]
@@ -438,7 +438,7 @@ def create_args(spec: ContainerSpec, t: ContainerTask, engine: Engine) -> list[s
         read_only = v.read_only or not _user_may_write(t, host)
         a += ["--volume", _mount(f"volumes.{i}", host, v.container_path, read_only)]
         mounted.add(v.container_path)
-    # The checkpoint directory is made before the container (supervisor.Container.prepare,
+    # The checkpoint directory is made before the container (supervisor_container.Container.prepare,
     # which mounts it resolved once it is made); the working directory is mounted resolved
     # when it exists (else the image's own is used).
     for what, d, must in (

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from aisched.executors import supervisor as sup
+from aisched.executors import processes, task_files
 from aisched.executors.base import ExitKind, TaskExited, TaskKey, exit_from_record
 
 log = logging.getLogger("aisched.executors.local")
@@ -91,7 +91,7 @@ class ExitWatching:
                 pidfd = os.pidfd_open(w.sup_pid)
             except OSError:
                 pidfd = None
-            if pidfd is not None and not sup.is_alive(w.sup_pid, w.sup_start):
+            if pidfd is not None and not processes.is_alive(w.sup_pid, w.sup_start):
                 os.close(pidfd)
                 pidfd = None
         self._watch(w, pidfd, open_pidfd=False)
@@ -117,7 +117,7 @@ class ExitWatching:
     def _try_watch(self, key: TaskKey, tdir: str, ident: tuple[int, int], launch: Any) -> bool:
         """Watches an adopted supervisor if it is still the process `ident` names."""
         pid, start = ident
-        st = sup.proc_stat(pid)
+        st = processes.proc_stat(pid)
         if st is None or st.start != start or st.state in ("Z", "X"):
             return False
         pidfd: int | None = None
@@ -130,7 +130,7 @@ class ExitWatching:
                 pidfd = None
         # Checked again after opening the pidfd: then the fd is the right process (a pid is
         # not reused while its process is alive).
-        if not sup.is_alive(pid, start):
+        if not processes.is_alive(pid, start):
             if pidfd is not None:
                 os.close(pidfd)
             return False
@@ -153,12 +153,12 @@ class ExitWatching:
         """An adopted supervisor that is our own child still needs reaping after its end."""
         if ident is None:
             return
-        st = sup.proc_stat(ident[0])
+        st = processes.proc_stat(ident[0])
         if st is not None and st.start == ident[1] and st.ppid == os.getpid():
             self._watch(Watched(key, tdir, *ident, (), None, 0.0, own_child=True, report=False))
 
     def _recorded(self, key: TaskKey, tdir: str) -> TaskExited | None:
-        rec = sup.read_json(os.path.join(tdir, sup.EXIT))
+        rec = task_files.read_json(os.path.join(tdir, task_files.EXIT))
         if rec is None:
             return None
         return exit_from_record(key, rec)
@@ -209,10 +209,10 @@ class ExitWatching:
                         continue
                 except ChildProcessError:
                     w.own_child = False
-                    if sup.is_alive(w.sup_pid, w.sup_start):
+                    if processes.is_alive(w.sup_pid, w.sup_start):
                         continue
                 gone.append(w)
-            elif not sup.is_alive(w.sup_pid, w.sup_start):
+            elif not processes.is_alive(w.sup_pid, w.sup_start):
                 gone.append(w)
         return gone
 
@@ -221,22 +221,22 @@ class ExitWatching:
         if w.report and event is None:
             # Killed before it could record the end (SIGKILL, OOM...): its zombie still holds
             # its pid, so its session can be told apart from a newcomer's.
-            started = sup.read_json(os.path.join(w.dir, sup.STARTED)) or {}
-            sup.kill_leftovers(
+            started = task_files.read_json(os.path.join(w.dir, task_files.STARTED)) or {}
+            processes.kill_leftovers(
                 sup_pid=w.sup_pid,
                 sup_start=w.sup_start,
                 child_pid=started.get("child_pid"),
                 child_start=started.get("child_start"),
                 cgroup=w.cgroup,
             )
-            self._left_behind(sup.read_json(os.path.join(w.dir, sup.LAUNCH)))
+            self._left_behind(task_files.read_json(os.path.join(w.dir, task_files.LAUNCH)))
             event = lost_exit(
                 w.key,
                 f"its supervisor (pid {w.sup_pid}) ended without recording how the task ended;"
                 f" what was left of the task was killed{_last_line(w.dir)}",
             )
         if w.report:
-            sup.remove_cgroup(w.cgroup)
+            processes.remove_cgroup(w.cgroup)
         with self._lock:
             if w.own_child:
                 with contextlib.suppress(ChildProcessError):
@@ -268,7 +268,7 @@ def lost_exit(key: TaskKey, message: str) -> TaskExited:
 def _last_line(tdir: str) -> str:
     """The supervisor's last words (a traceback's last line), if it left any."""
     try:
-        with open(os.path.join(tdir, sup.LOG), "rb") as f:
+        with open(os.path.join(tdir, task_files.LOG), "rb") as f:
             f.seek(max(0, os.fstat(f.fileno()).st_size - 2048))
             lines = f.read().decode("utf-8", "replace").strip().splitlines()
     except OSError:

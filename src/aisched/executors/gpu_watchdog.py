@@ -172,5 +172,5 @@ class _Proc(Protocol):
 
 def task_pids(leader: int, procs: Iterable[_Proc]) -> frozenset[int]:
     """The pids of a task's processes: its process group, led by its first process `leader`
-    (`procs`: `supervisor.all_procs()`)."""
+    (`procs`: `processes.all_procs()`)."""
     return frozenset(p.pid for p in procs if p.pgid == leader)

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from aisched.executors import container as ctr
+from aisched.executors import processes, supervisor_pins, supervisor_shm, task_files, task_log
 from aisched.executors import supervisor as sup
 from aisched.executors.base import (
     AdoptState,
@@ -129,8 +130,8 @@ class LocalExecutor(ExitWatching):
         container_pids_limit: int = ctr.DEFAULT_PIDS_LIMIT,
         task_pids_limit: int = ctr.DEFAULT_PIDS_LIMIT,
         user_pids_limit: int = 4 * ctr.DEFAULT_PIDS_LIMIT,
-        log_max_bytes: int = sup.LOG_MAX_BYTES,
-        log_max_files: int = sup.LOG_MAX_FILES,
+        log_max_bytes: int = task_log.LOG_MAX_BYTES,
+        log_max_files: int = task_log.LOG_MAX_FILES,
         shm_max_mib: int = 0,
     ) -> None:
         self._log_cap = (log_max_bytes, log_max_files)  # the supervisor caps each task's log
@@ -243,12 +244,12 @@ class LocalExecutor(ExitWatching):
         with self._lock:
             if key in self._watched:
                 raise LaunchError(f"task {_show(key)} is already running")
-        if (tdir / sup.LAUNCH).exists():
+        if (tdir / task_files.LAUNCH).exists():
             raise LaunchError(
                 f"task {_show(key)} was launched before on this node ({tdir} exists); "
                 "a new run needs a new attempt number"
             )
-        if (tdir / sup.ABANDONED).exists():
+        if (tdir / task_files.ABANDONED).exists():
             raise LaunchError(
                 f"task {_show(key)} was given up by a scheduler that recovered it before this "
                 "launch (another instance leads now); it must not start"
@@ -309,7 +310,7 @@ class LocalExecutor(ExitWatching):
             doc = self._container_launch(req, spec, owner, cores, tdir, doc)
         elif acct is not None:
             doc.update(self._shm_launch(req, acct))
-        sup.write_json_atomic(str(tdir / sup.LAUNCH), doc)
+        task_files.write_json_atomic(str(tdir / task_files.LAUNCH), doc)
         try:
             # 2. Its cgroup, with the limit, before the supervisor can fork into it.
             if cgroup is not None:
@@ -329,7 +330,7 @@ class LocalExecutor(ExitWatching):
             pid, start, own_child = self._start_supervisor(tdir)
         except OSError as exc:
             for made in (cgroup, *bounded):
-                sup.remove_cgroup(made)
+                processes.remove_cgroup(made)
             shutil.rmtree(tdir, ignore_errors=True)
             raise LaunchError(
                 f"task {_show(key)}: cannot start its supervisor: {exc.strerror or exc}"
@@ -370,8 +371,8 @@ class LocalExecutor(ExitWatching):
                 return
             grace = w.grace_period_s if grace_period_s is None else grace_period_s
             try:
-                sup.write_json_atomic(
-                    os.path.join(w.dir, sup.STOP),
+                task_files.write_json_atomic(
+                    os.path.join(w.dir, task_files.STOP),
                     {"grace_period_s": max(0.0, grace), "requested_at": time.time()},
                 )
             except OSError as exc:
@@ -386,7 +387,7 @@ class LocalExecutor(ExitWatching):
                 for sig in (signal.SIGTERM, signal.SIGCONT):
                     if w.pidfd is not None:
                         signal.pidfd_send_signal(w.pidfd, sig)
-                    elif sup.is_alive(w.sup_pid, w.sup_start):
+                    elif processes.is_alive(w.sup_pid, w.sup_start):
                         os.kill(w.sup_pid, sig)
             except ProcessLookupError:
                 pass
@@ -414,14 +415,14 @@ class LocalExecutor(ExitWatching):
         with self._lock:
             watched = [w for w in self._watched.values() if w.gpus]
         tasks: list[WatchedTask] = []
-        procs: list[sup.ProcStat] | None = None
+        procs: list[processes.ProcStat] | None = None
         for w in watched:
-            started = sup.read_json(os.path.join(w.dir, sup.STARTED)) or {}
+            started = task_files.read_json(os.path.join(w.dir, task_files.STARTED)) or {}
             child = started.get("child_pid")
             if not isinstance(child, int):
                 continue  # not started yet: nothing of it can hold GPU memory
             if procs is None:
-                procs = sup.all_procs()
+                procs = processes.all_procs()
             # The task runs in its own process group, led by its first process.
             tasks.append(WatchedTask(w.key, w.gpus, w.gpu_mem_mib, task_pids(child, procs)))
         usage = wd.measure(tasks)
@@ -434,7 +435,7 @@ class LocalExecutor(ExitWatching):
         return usage
 
     def _note_in_log(self, key: TaskKey, line: str) -> None:
-        launch = sup.read_json(os.path.join(self.task_dir(key), sup.LAUNCH)) or {}
+        launch = task_files.read_json(os.path.join(self.task_dir(key), task_files.LAUNCH)) or {}
         path = launch.get("log_path")
         if isinstance(path, str):
             with contextlib.suppress(OSError), open(path, "a", encoding="utf-8") as f:
@@ -447,16 +448,16 @@ class LocalExecutor(ExitWatching):
                 return AdoptState.RUNNING, None
         data = handle.data
         tdir = str(data.get("dir") or self.task_dir(key))
-        launch = sup.read_json(os.path.join(tdir, sup.LAUNCH))
+        launch = task_files.read_json(os.path.join(tdir, task_files.LAUNCH))
         if launch is None:
             # 0. No request yet. Another scheduler may still write it and start the task: a
             #    leader deposed while paused between committing a launch and making it. Give
             #    the task up under its lock first, so any supervisor started for it later
             #    runs nothing; a supervisor that took the lock in between is adopted.
             os.makedirs(tdir, mode=0o700, exist_ok=True)
-            if not sup.supervisor_alive_or_abandon(tdir):
+            if not task_files.supervisor_alive_or_abandon(tdir):
                 return AdoptState.LOST, lost_exit(key, f"no record of this task in {tdir}")
-            launch = sup.read_json(os.path.join(tdir, sup.LAUNCH)) or {}
+            launch = task_files.read_json(os.path.join(tdir, task_files.LAUNCH)) or {}
         cgroup: str | None = launch.get("cgroup")
         ident: tuple[int, int] | None = None
         if isinstance(data.get("supervisor_pid"), int) and isinstance(
@@ -464,7 +465,7 @@ class LocalExecutor(ExitWatching):
         ):
             ident = (data["supervisor_pid"], data["supervisor_start"])
         else:
-            ident = sup.read_lock_owner(tdir)
+            ident = task_files.read_lock_owner(tdir)
 
         # 1. Recorded: hand out the record. 2. Alive: watch it again. 3. Else make sure no
         #    supervisor can still start it, kill what is left, and call it lost. (A supervisor
@@ -478,13 +479,13 @@ class LocalExecutor(ExitWatching):
                 recorded = self._recorded(key, tdir)
             if recorded is not None:
                 self._reap_later(key, tdir, ident)
-                sup.remove_task_cgroups(launch)
+                processes.remove_task_cgroups(launch)
                 return AdoptState.EXITED, recorded
-            if not sup.supervisor_alive_or_abandon(tdir):
+            if not task_files.supervisor_alive_or_abandon(tdir):
                 break
             # Its lock is held by a supervisor the handle did not name (it writes who it is
             # right after taking the lock).
-            owner = sup.read_lock_owner(tdir)
+            owner = task_files.read_lock_owner(tdir)
             if owner is not None and owner != ident:
                 ident = owner
             elif time.monotonic() > deadline:
@@ -495,8 +496,8 @@ class LocalExecutor(ExitWatching):
         recorded = self._recorded(key, tdir)
         if recorded is not None:
             return AdoptState.EXITED, recorded
-        started = sup.read_json(os.path.join(tdir, sup.STARTED)) or {}
-        sup.kill_leftovers(
+        started = task_files.read_json(os.path.join(tdir, task_files.STARTED)) or {}
+        processes.kill_leftovers(
             sup_pid=ident[0] if ident else None,
             sup_start=ident[1] if ident else None,
             child_pid=started.get("child_pid"),
@@ -518,10 +519,10 @@ class LocalExecutor(ExitWatching):
         sweeps the tmpfs mounts that a killed supervisor or service left behind."""
         if os.geteuid() != 0:
             return "the service is not root", None
-        for path in sup.sweep_shm(str(self._state)):
+        for path in supervisor_shm.sweep_shm(str(self._state)):
             log.info("removed %s: no live task of its job holds it", path)
-        if (why := sup.shm_unavailable()) is not None:
-            return why, f"{sup.SHM_SHARED}: {why}"
+        if (why := supervisor_shm.shm_unavailable()) is not None:
+            return why, f"{supervisor_shm.SHM_SHARED}: {why}"
         return None, (
             "/dev/shm of host tasks: a private tmpfs per job on this node, the size of its "
             "memory here, removed when its last task ends"
@@ -529,10 +530,10 @@ class LocalExecutor(ExitWatching):
 
     def _shm_launch(self, req: TaskLaunch, acct: dict[str, Any]) -> dict[str, Any]:
         """What a user's host task adds to its launch document: the attempt's private
-        /dev/shm (`supervisor.join_shm`), or the line its log gets when there is none."""
+        /dev/shm (`supervisor_shm.join_shm`), or the line its log gets when there is none."""
         if self._shm_off is not None:
-            return {"shm_notice": f"{sup.SHM_SHARED}: {self._shm_off}"}
-        shm = sup.shm_spec(
+            return {"shm_notice": f"{supervisor_shm.SHM_SHARED}: {self._shm_off}"}
+        shm = supervisor_shm.shm_spec(
             str(self._state), req.job_id, str(req.attempt), req.mem_limit_mib,
             self._shm_max_mib, acct["uid"], acct["gid"],
         )  # fmt: skip
@@ -572,9 +573,9 @@ class LocalExecutor(ExitWatching):
             except LaunchError:
                 tdir = None
             if tdir is not None and tdir.is_dir():
-                if (tdir / sup.EXIT).exists():
+                if (tdir / task_files.EXIT).exists():
                     pass
-                elif sup.supervisor_alive_or_abandon(str(tdir)):
+                elif task_files.supervisor_alive_or_abandon(str(tdir)):
                     continue
             log.info("removing container %s: no supervisor looks after it", name)
             ctr.remove_container(engine.binary, name)
@@ -589,7 +590,7 @@ class LocalExecutor(ExitWatching):
         doc: dict[str, Any],
     ) -> dict[str, Any]:
         """The launch document of a container task: the host-side limits are the container's
-        own, and `container` holds what the supervisor runs (see supervisor.Container)."""
+        own, and `container` holds what the supervisor runs (see supervisor_container.Container)."""
         key = req.key
         engine = self.detect_containers()
         if engine is None:
@@ -697,7 +698,7 @@ class LocalExecutor(ExitWatching):
                 (
                     os.POSIX_SPAWN_OPEN,
                     1,
-                    str(tdir / sup.LOG),
+                    str(tdir / task_files.LOG),
                     os.O_WRONLY | os.O_CREAT | os.O_APPEND,
                     0o600,
                 ),
@@ -706,7 +707,7 @@ class LocalExecutor(ExitWatching):
             setsid=True,
             setsigmask={signal.SIGTERM},
         )
-        started = sup.start_time(pid)
+        started = processes.start_time(pid)
         assert started is not None  # our unreaped child: /proc keeps it at least as a zombie
         return pid, started, True
 
@@ -734,7 +735,7 @@ class LocalExecutor(ExitWatching):
     # --- cores ---------------------------------------------------------------------------
 
     def _left_behind(self, launch: dict[str, Any] | None) -> None:
-        sup.remove_task_cgroups(launch or {})
+        processes.remove_task_cgroups(launch or {})
         _remove_container(launch)
         _release_shm(launch)
 
@@ -786,12 +787,12 @@ def _engine_env() -> dict[str, str]:
 
 def _remove_container(launch: dict[str, Any] | None) -> None:
     """A container task whose supervisor is gone: its container goes too (it may run on), and
-    so do the pins of its user's paths that supervisor left (`supervisor.Pins`)."""
+    so do the pins of its user's paths that supervisor left (`supervisor_pins.Pins`)."""
     c = (launch or {}).get("container")
     if isinstance(c, dict) and c.get("binary") and c.get("name"):
         ctr.remove_container(str(c["binary"]), str(c["name"]))
         if os.geteuid() == 0:
-            sup.sweep_pins()
+            supervisor_pins.sweep_pins()
 
 
 def _release_shm(launch: dict[str, Any] | None) -> None:
@@ -800,7 +801,7 @@ def _release_shm(launch: dict[str, Any] | None) -> None:
     shm = (launch or {}).get("shm")
     if isinstance(shm, dict):
         try:
-            sup.release_shm(shm)
+            supervisor_shm.release_shm(shm)
         except OSError as exc:
             log.warning("cannot remove the /dev/shm of %s: %s", shm.get("dir"), exc)
 

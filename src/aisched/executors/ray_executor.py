@@ -87,7 +87,7 @@ from aisched.executors.ray_agent import NodeAgent
 from aisched.executors.ray_groups import GroupRemovals, reserve
 from aisched.executors.ray_nodes import RayNode, nodes_from_ray
 from aisched.executors.ray_task import MakeWatchdog, exit_record_path, recorded_exit
-from aisched.executors.supervisor import LOG_MAX_BYTES, LOG_MAX_FILES
+from aisched.executors.task_log import LOG_MAX_BYTES, LOG_MAX_FILES
 from aisched.model.cluster import Node
 from aisched.model.job import ContainerSpec
 

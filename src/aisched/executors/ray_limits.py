@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from aisched.executors import supervisor as sup
+from aisched.executors import processes
 from aisched.executors.cgroups import (
     MemoryControl,
     TaskBounds,
@@ -72,12 +72,12 @@ class TaskCgroups:
             resource.setrlimit(resource.RLIMIT_DATA, (self.rlimit_bytes, self.rlimit_bytes))
 
     def oom_killed(self) -> bool:
-        return sup.oom_kills(self.memory) > 0
+        return processes.oom_kills(self.memory) > 0
 
     def remove(self) -> None:
         """Kills what is left in them, and removes them."""
         for cgroup in self.joined:
-            sup.remove_cgroup(cgroup)
+            processes.remove_cgroup(cgroup)
 
 
 def task_names(spec: dict[str, Any]) -> tuple[str, str, str, str]:
@@ -111,7 +111,7 @@ def make_task_cgroups(spec: dict[str, Any], uid: int, cores: tuple[int, ...]) ->
             user_pids_max,
         )
     except OSError:
-        sup.remove_cgroup(memory)
+        processes.remove_cgroup(memory)
         raise
     bounded = bound_cgroups(controls.bounds, name, uid, user_pids_max)
     joined = tuple(c for c in (memory, *bounded) if c)

@@ -1,7 +1,7 @@
 """A Ray host task's private /dev/shm on its node, as on one machine.
 
 The tmpfs per job attempt, its sizing, joining, entering and release are the supervisor's
-(`supervisor.join_shm`, `enter_shm`, `release_shm`, `sweep_shm`); what differs is who holds
+(`supervisor_shm.join_shm`, `enter_shm`, `release_shm`, `sweep_shm`); what differs is who holds
 it. On one machine a task's supervisor holds its task directory's lock; on a Ray node the
 task's runner, in the node's agent, holds the lock of a directory of its own under a state
 directory of root's on the node (`NODE_STATE/<instance>`: node-local, since a tmpfs must not
@@ -23,8 +23,7 @@ import stat
 from dataclasses import dataclass
 from typing import Any
 
-from aisched.executors import ray_limits
-from aisched.executors import supervisor as sup
+from aisched.executors import ray_limits, supervisor_shm, task_files
 
 NODE_STATE = "/run/aisched-ray"
 
@@ -37,7 +36,7 @@ _UNAVAILABLE: dict[str, str | None] = {}
 class TaskShm:
     """One task's hold on its attempt's tmpfs: `path` goes over its /dev/shm."""
 
-    shm: dict[str, Any]  # as a local launch's `shm` (supervisor.join_shm)
+    shm: dict[str, Any]  # as a local launch's `shm` (supervisor_shm.join_shm)
     task_dir: str
     lock_fd: int
     path: str
@@ -50,8 +49,8 @@ def join(spec: dict[str, Any], acct: dict[str, Any]) -> TaskShm | str:
     state = os.path.join(NODE_STATE, instance)
     why = _unavailable(state)
     if why is not None:
-        return f"{sup.SHM_SHARED}: {why}"
-    shm = sup.shm_spec(
+        return f"{supervisor_shm.SHM_SHARED}: {why}"
+    shm = supervisor_shm.shm_spec(
         state, job, attempt, int(spec.get("mem_limit_mib") or 0),
         int(spec.get("shm_max_mib") or 0), int(acct["uid"]), int(acct["gid"]),
     )  # fmt: skip
@@ -59,14 +58,14 @@ def join(spec: dict[str, Any], acct: dict[str, Any]) -> TaskShm | str:
     fd = -1
     try:
         os.makedirs(task_dir, mode=0o700, exist_ok=True)
-        lock = os.path.join(task_dir, sup.LOCK)
+        lock = os.path.join(task_dir, task_files.LOCK)
         fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held while the task runs
-        return TaskShm(shm, task_dir, fd, sup.join_shm(shm, task_dir))
+        return TaskShm(shm, task_dir, fd, supervisor_shm.join_shm(shm, task_dir))
     except OSError as exc:
         if fd >= 0:
             os.close(fd)
-        return f"{sup.SHM_SHARED}: {exc.strerror or exc}"
+        return f"{supervisor_shm.SHM_SHARED}: {exc.strerror or exc}"
 
 
 def release(held: TaskShm | None) -> None:
@@ -74,9 +73,9 @@ def release(held: TaskShm | None) -> None:
     if held is None:
         return
     with contextlib.suppress(OSError):  # the next sweep on the node tries again
-        sup.release_shm(held.shm, held.task_dir)
+        supervisor_shm.release_shm(held.shm, held.task_dir)
     with contextlib.suppress(OSError):
-        os.unlink(os.path.join(held.task_dir, sup.LOCK))
+        os.unlink(os.path.join(held.task_dir, task_files.LOCK))
     os.close(held.lock_fd)
     # Its directory and the attempt's and job's, when empty (never a recursive removal).
     d = held.task_dir
@@ -106,8 +105,8 @@ def _probe(state: str) -> str | None:
             return f"{NODE_STATE} is not a directory of root's alone"
     except OSError as exc:
         return f"cannot make {state}: {exc.strerror or exc}"
-    sup.sweep_shm(state)
-    return sup.shm_unavailable()
+    supervisor_shm.sweep_shm(state)
+    return supervisor_shm.shm_unavailable()
 
 
 def entered(held: TaskShm | None) -> None:
@@ -116,6 +115,6 @@ def entered(held: TaskShm | None) -> None:
     if held is None:
         return
     try:
-        sup.enter_shm(held.path, str(held.shm["root"]))
+        supervisor_shm.enter_shm(held.path, str(held.shm["root"]))
     except OSError as exc:
-        os.write(1, f"aisched: {sup.SHM_SHARED}: {exc.strerror or exc}\n".encode())
+        os.write(1, f"aisched: {supervisor_shm.SHM_SHARED}: {exc.strerror or exc}\n".encode())

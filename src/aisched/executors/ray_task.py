@@ -17,7 +17,7 @@ task by CPU affinity, a container by its cpuset. A container outlives the proces
 it, so each one gets a reaper: a small process of its own session that removes the container
 if the agent's process dies (killed, or its node shut down) before the task's end did.
 
-A task's end is also written, whole (`supervisor.write_json_atomic`), to its exit record beside
+A task's end is also written, whole (`task_files.write_json_atomic`), to its exit record beside
 its log (`exit_record_path`: `LOG.exit.json`, on the data directory's shared storage), with the
 task's key and launch id, so a scheduler that restarts after the agent's memory is gone (its
 node, or the whole Ray cluster, went down) still finds how the task ended instead of running it
@@ -53,7 +53,14 @@ from collections.abc import Callable
 from typing import Any
 
 from aisched.executors import container as ctr
-from aisched.executors import ray_limits, ray_shm
+from aisched.executors import (
+    processes,
+    ray_limits,
+    ray_shm,
+    supervisor_container,
+    task_files,
+    task_log,
+)
 from aisched.executors import supervisor as sup
 from aisched.executors.base import LaunchError, TaskKey
 from aisched.executors.cgroups import MemoryControlError
@@ -90,7 +97,7 @@ def exit_record_path(log_path: str) -> str:
 def recorded_exit(path: str, key: TaskKey, launch_id: str | None) -> Result | None:
     """The end recorded at `path` if it is this task's: its key, and its launch id when both
     sides have one (a record of another task or attempt is never taken as this one's)."""
-    rec = sup.read_json(path)
+    rec = task_files.read_json(path)
     if rec is None or rec.get("key") != [key[0], key[1], key[2]]:
         return None
     if launch_id and rec.get("launch") and rec.get("launch") != launch_id:
@@ -219,13 +226,13 @@ class TaskRunner:
         self.killed_after_grace = False
         self.kill_at: float | None = None
         self.log_fd = -1
-        self.out: sup.CappedLog | None = None  # the task's log, capped and rotated
+        self.out: task_log.CappedLog | None = None  # the task's log, capped and rotated
         self.out_lock = threading.Lock()  # the output copier and aisched's own lines
         self.copier: threading.Thread | None = None
         self.grace_s = float(spec.get("grace_period_s") or 0.0)
         # A task with an image: its container on this node, driven as the local supervisor
         # drives one (create, init, shape, attach; stop, kill, end).
-        self.container: sup.Container | None = None
+        self.container: supervisor_container.Container | None = None
         self.reaper = 0  # the pid of the container's reaper, while it has one
         self.recorded = False  # its exit record exists already (it ended before this runner)
         self.cores = tuple(int(c) for c in spec.get("cores") or ())
@@ -352,10 +359,10 @@ class TaskRunner:
             os.makedirs(os.path.dirname(spec["log_path"]) or ".", exist_ok=True)
             # Capped and rotated as on one machine (the supervisor's CappedLog): the task's
             # output goes through a pipe that `_copy_output` drains into it.
-            self.out = sup.CappedLog(
+            self.out = task_log.CappedLog(
                 spec["log_path"],
-                int(spec.get("log_max_bytes", sup.LOG_MAX_BYTES)),
-                int(spec.get("log_max_files", sup.LOG_MAX_FILES)),
+                int(spec.get("log_max_bytes", task_log.LOG_MAX_BYTES)),
+                int(spec.get("log_max_files", task_log.LOG_MAX_FILES)),
             )
             self.log_fd = self.out.fd
         except OSError as exc:
@@ -537,7 +544,7 @@ class TaskRunner:
         system = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
         engine_dir = f"{spec['log_path']}.engine"  # conmon leaves files where it runs
         os.makedirs(engine_dir, mode=0o700, exist_ok=True)
-        self.container = sup.Container(
+        self.container = supervisor_container.Container(
             {
                 "binary": engine.binary,
                 "engine": engine.name,
@@ -549,7 +556,8 @@ class TaskRunner:
                     **{k: v for k, v in os.environ.items() if k in ("HOME", "XDG_RUNTIME_DIR")},
                     "PATH": system,
                 },
-                # As the local executor's (see supervisor.Container): "none" without a cgroup.
+                # As the local executor's (supervisor_container.Container): "none" without a
+                # cgroup.
                 "cgroup_version": engine.cgroup_version if engine.cgroup_limits else "none",
                 "pin_cores": [] if engine.cgroup_limits else list(t.cores),
                 "rlimit_data": 0 if engine.cgroup_limits else t.mem_limit_mib << 20,
@@ -565,7 +573,7 @@ class TaskRunner:
         )
         try:
             launch = self.container.prepare(self._log)
-        except sup.ExecFailed as failed:
+        except task_files.ExecFailed as failed:
             self._log(failed.message)
             self.start_error = {
                 "kind": failed.kind,
@@ -623,7 +631,7 @@ class TaskRunner:
         reported: set[TaskKey] = set()
         while not self.done.is_set():
             try:
-                pids = task_pids(proc.pid, sup.all_procs())
+                pids = task_pids(proc.pid, processes.all_procs())
                 usage = wd.measure([WatchedTask(key, gpus, limit, pids)])
             except Exception as exc:  # one bad reading must not end the watch
                 self._log(f"GPU-memory watchdog: cannot read: {exc}")
@@ -711,7 +719,7 @@ class TaskRunner:
         record |= {"key": list(key), "launch": self.spec.get("launch")}
         while True:
             try:
-                sup.write_json_atomic(path, record)
+                task_files.write_json_atomic(path, record)
                 return
             except OSError as exc:
                 if not os.path.isdir(os.path.dirname(path) or "."):

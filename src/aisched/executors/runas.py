@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aisched.executors.base import LaunchError
-from aisched.executors.supervisor import user_bits
+from aisched.executors.processes import user_bits
 
 # A task of another user does not inherit the service's PATH (root's may name directories the
 # user cannot read, or tools root installed for itself): it gets the usual one, unless the

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from aisched.executors import supervisor as sup
+from aisched.executors import processes, task_files
 from aisched.executors.base import TaskExited, TaskHandle, TaskKey, TaskLaunch, TaskPlace
 from aisched.executors.base import contract_env as make_contract_env
 from aisched.executors.cgroups import (
@@ -141,40 +141,40 @@ class Harness:
         return self.events[key]
 
     def started(self, key: TaskKey) -> dict[str, int]:
-        path = self.ex.task_dir(key) / sup.STARTED
+        path = self.ex.task_dir(key) / task_files.STARTED
         wait_for(path.exists, what=f"{path.name} of {key}")
-        data = sup.read_json(str(path))
+        data = task_files.read_json(str(path))
         assert data is not None
         return data
 
     def cleanup(self) -> None:
         for ex in self.made:
             ex.close()
-        for launch in self.state.glob("*/*/*/" + sup.LAUNCH):
-            owner = sup.read_lock_owner(str(launch.parent))
+        for launch in self.state.glob("*/*/*/" + task_files.LAUNCH):
+            owner = task_files.read_lock_owner(str(launch.parent))
             if owner is not None:
                 self.supervisors.add(owner)
         for pid, start in self.supervisors:
-            st = sup.proc_stat(pid)
+            st = processes.proc_stat(pid)
             if st is None or st.start != start:
                 continue
             if st.state not in ("Z", "X"):
                 os.kill(pid, 9)
             if st.ppid == os.getpid():  # reap our own: no zombies left behind
                 os.waitpid(pid, 0)
-        for launch in self.state.glob("*/*/*/" + sup.LAUNCH):
+        for launch in self.state.glob("*/*/*/" + task_files.LAUNCH):
             tdir = str(launch.parent)
-            owner = sup.read_lock_owner(tdir)
-            started = sup.read_json(os.path.join(tdir, sup.STARTED)) or {}
-            rec = sup.read_json(str(launch)) or {}
-            sup.kill_leftovers(
+            owner = task_files.read_lock_owner(tdir)
+            started = task_files.read_json(os.path.join(tdir, task_files.STARTED)) or {}
+            rec = task_files.read_json(str(launch)) or {}
+            processes.kill_leftovers(
                 sup_pid=owner[0] if owner else None,
                 sup_start=owner[1] if owner else None,
                 child_pid=started.get("child_pid"),
                 child_start=started.get("child_start"),
                 cgroup=rec.get("cgroup"),
             )
-            sup.remove_task_cgroups(rec)
+            processes.remove_task_cgroups(rec)
         for ex in self.made:  # the parent cgroups too, once empty (a killed scheduler's stay)
             release_base(ex.memory_control)
             release_bounds(ex.task_bounds)

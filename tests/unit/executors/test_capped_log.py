@@ -9,7 +9,7 @@ from pathlib import Path
 from executor_harness import PY, Harness
 
 from aisched.executors.base import ExitKind
-from aisched.executors.supervisor import CappedLog
+from aisched.executors.task_log import CappedLog
 
 KIB = 1024
 

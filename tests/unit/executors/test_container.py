@@ -265,7 +265,7 @@ def test_a_checkpoint_directory_is_mounted_from_where_it_resolved_when_checked(
 ) -> None:
     # A link on its way (~/.aisched, the user's) may be changed between the check and the
     # mount: the mount does not go through it.
-    from aisched.executors.supervisor import Container
+    from aisched.executors.supervisor_container import Container
 
     nobody = (65534, 65534)
     (tmp_path / "real" / "ck").mkdir(parents=True)
@@ -355,7 +355,8 @@ def test_the_checkpoint_directory_is_mounted_before_it_exists(dirs: tuple[str, s
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="making a directory another user's needs root")
 def test_a_users_container_gets_its_checkpoint_directory_made_by_the_user() -> None:
-    from aisched.executors.supervisor import Container, _ExecFailed
+    from aisched.executors.supervisor_container import Container
+    from aisched.executors.task_files import _ExecFailed
 
     nobody = (65534, 65534)
     top = Path(tempfile.mkdtemp())  # root's; the user may pass through it, not write in it
@@ -397,7 +398,8 @@ def test_a_users_container_gets_its_checkpoint_directory_made_by_the_user() -> N
 def test_a_checkpoint_directory_that_is_a_link_or_anothers_is_refused(tmp_path: Path) -> None:
     # The engine mounts it read-write as root: a link the user placed would hand the task
     # whatever it leads to (a directory the user may not read).
-    from aisched.executors.supervisor import Container, _ExecFailed
+    from aisched.executors.supervisor_container import Container
+    from aisched.executors.task_files import _ExecFailed
 
     nobody = (65534, 65534)
     secret = tmp_path / "secret"

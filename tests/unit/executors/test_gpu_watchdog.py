@@ -25,7 +25,7 @@ from aisched.executors.gpu_watchdog import (
     over_limit,
     task_pids,
 )
-from aisched.executors.supervisor import ProcStat
+from aisched.executors.processes import ProcStat
 
 ACTIVE = WatchdogState(True, "active: test readings")
 A, B = ("j1", 0, "a-0"), ("j2", 0, "b-0")

@@ -1,4 +1,4 @@
-"""The readers of a container's root file system that `supervisor._image_link` judges: a
+"""The readers of a container's root file system that `supervisor_container._image_link` judges: a
 mounted one (podman's `mount`), overlay layer directories read without mounting them (docker's
 overlay2) and an exported tar (docker's `export`). The layers are merged here as the kernel's
 overlayfs merges them: each reader is compared with the kernel's own mount of the same layers.
@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from aisched.executors.supervisor import (
+from aisched.executors.mounts import _syscall
+from aisched.executors.supervisor_container import (
     _exported_kinds,
     _image_link,
     _layers_kind,
     _rootfs_kind,
-    _syscall,
 )
 
 pytestmark = pytest.mark.skipif(

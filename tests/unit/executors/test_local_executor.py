@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from executor_harness import MECHANISMS, NODE, PY, Harness, wait_for
 
+from aisched.executors import processes, task_files
 from aisched.executors import supervisor as sup
 from aisched.executors.base import (
     AdoptState,
@@ -51,7 +52,7 @@ SHOW = (
 
 
 def gone(pid: int) -> bool:
-    st = sup.proc_stat(pid)
+    st = processes.proc_stat(pid)
     return st is None or st.state in ("Z", "X")
 
 
@@ -182,7 +183,7 @@ def test_supervisors_forked_by_the_fork_server_outlive_it(harness: Harness) -> N
     h = harness.launch("t-0", ["sleep", "60"])
     assert harness.ex._fork_server is not None
     harness.ex._fork_server.close()
-    assert sup.is_alive(h.data["supervisor_pid"], h.data["supervisor_start"])
+    assert processes.is_alive(h.data["supervisor_pid"], h.data["supervisor_start"])
     harness.ex.stop(h.key, grace_period_s=1)
     assert harness.exit_of(h.key).kind == ExitKind.STOPPED
 
@@ -197,7 +198,7 @@ def test_stop_reaches_a_task_whose_supervisor_is_stopped(any_watch: Harness) -> 
     started = any_watch.started(h.key)
     sup_pid = h.data["supervisor_pid"]
     os.kill(sup_pid, signal.SIGSTOP)
-    wait_for(lambda: getattr(sup.proc_stat(sup_pid), "state", "") == "T", what="it to stop")
+    wait_for(lambda: getattr(processes.proc_stat(sup_pid), "state", "") == "T", what="it to stop")
     any_watch.ex.stop(h.key, grace_period_s=1)
     assert any_watch.exit_of(h.key).kind == ExitKind.STOPPED
     assert gone(started["child_pid"])
@@ -338,7 +339,7 @@ def test_a_task_that_ended_while_nobody_watched_is_adopted_as_exited(
 ) -> None:
     h = harness.launch("t-0", ["sh", "-c", "exit 5"])
     harness.ex.close()
-    wait_for((harness.ex.task_dir(h.key) / sup.EXIT).exists, what="the exit record")
+    wait_for((harness.ex.task_dir(h.key) / task_files.EXIT).exists, what="the exit record")
     ex = harness.new_executor()
     handle = h if with_data else TaskHandle(h.key, h.node, {})
     state, ev = ex.adopt(handle)
@@ -411,7 +412,7 @@ def test_a_task_that_never_started_is_lost_and_can_never_start(
     tdir.mkdir(parents=True)
     log = harness.log_path("t-0")
     launch = {"command": ["sh", "-c", "echo ran"], "env": {}, "log_path": str(log)}
-    sup.write_json_atomic(str(tdir / sup.LAUNCH), launch)
+    task_files.write_json_atomic(str(tdir / task_files.LAUNCH), launch)
     state, ev = harness.ex.adopt(TaskHandle(key, NODE.name, data))
     assert state == AdoptState.LOST
     assert (
@@ -421,7 +422,7 @@ def test_a_task_that_never_started_is_lost_and_can_never_start(
     # A supervisor that turns up only now finds the task given up and runs nothing.
     assert subprocess.run([PY, "-I", "-S", SUPERVISOR_SCRIPT, str(tdir)]).returncode == 0
     assert not log.exists()
-    assert not (tdir / sup.EXIT).exists()
+    assert not (tdir / task_files.EXIT).exists()
 
 
 def test_a_task_never_launched_here_is_lost(harness: Harness) -> None:
@@ -574,7 +575,8 @@ def test_without_a_node_the_executor_discovers_this_machine(harness: Harness) ->
 
 
 def test_the_supervisor_needs_nothing_but_the_standard_library() -> None:
-    # It runs with -I -S: importing it there must work (no package, no site-packages).
+    # It runs with -I -S: importing it there must work (no site-packages: only the standard
+    # library and the package's own stdlib-only modules, which it finds beside it).
     code = f"import runpy; runpy.run_path({SUPERVISOR_SCRIPT!r}, run_name='not-main')"
     out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True)
     assert (out.returncode, out.stderr) == (0, "")
@@ -649,7 +651,7 @@ def test_a_supervisor_records_its_task_s_end_though_its_own_log_is_full(
     # supervisor before the record is written, or a task that succeeded is taken as lost and
     # run again. /dev/full fails every write with ENOSPC; a directory in the way of the
     # record's temporary file fails its writes until it is removed.
-    blocker = tmp_path / f"{sup.EXIT}.tmp{os.getpid()}"
+    blocker = tmp_path / f"{task_files.EXIT}.tmp{os.getpid()}"
     blocker.mkdir()
     threading.Timer(0.3, blocker.rmdir).start()
     supervisor = sup.Supervisor(str(tmp_path), {}, -1, sup._Signals())
@@ -659,7 +661,7 @@ def test_a_supervisor_records_its_task_s_end_though_its_own_log_is_full(
     monkeypatch.undo()
     with contextlib.suppress(OSError):
         full.close()
-    record = json.loads((tmp_path / sup.EXIT).read_text())
+    record = json.loads((tmp_path / task_files.EXIT).read_text())
     assert (record["kind"], record["exit_code"]) == ("exited", 0)
 
 
@@ -670,7 +672,7 @@ def test_a_stop_whose_request_file_cannot_be_written_still_stops_the_task(
     # leave a cancelled task running: the signal goes out all the same.
     h = harness.launch("t-0", ["sh", "-c", "echo ready; sleep 60"])
     wait_for(lambda: "ready" in harness.log("t-0"), what="the task to start")
-    blocker = harness.ex.task_dir(h.key) / f"{sup.STOP}.tmp{os.getpid()}"
+    blocker = harness.ex.task_dir(h.key) / f"{task_files.STOP}.tmp{os.getpid()}"
     blocker.mkdir()
     harness.ex.stop(h.key, grace_period_s=1)
     ev = harness.exit_of(h.key)
@@ -697,7 +699,7 @@ def test_two_services_tasks_of_one_key_keep_their_own_cgroups(
         two = second.launch("t-0", ["sh", "-c", "echo ready; sleep 60"], mem_limit_mib=256)
         wait_for(lambda: "ready" in second.log("t-0"), what="the second service's task")
         assert one.data["cgroup"] != two.data["cgroup"]
-        assert sup.is_alive(one.data["supervisor_pid"], one.data["supervisor_start"])
+        assert processes.is_alive(one.data["supervisor_pid"], one.data["supervisor_start"])
         assert first.ex.poll() == []  # nothing ended
     finally:
         first.cleanup()
@@ -789,7 +791,7 @@ def test_the_bound_parents_another_service_removed_are_made_again(harness: Harne
     bounds = TaskBounds(bases=tuple((c, f"{base}-test-{os.getpid()}") for c, base in shared))
     create_bounds(bounds, "first", None, 16, tuple(USABLE[:1]), os.geteuid(), 64)
     for path in bound_cgroups(bounds, "first", os.geteuid(), 64):
-        sup.remove_cgroup(path)
+        processes.remove_cgroup(path)
     release_bounds(bounds)  # the other service stops
     assert not any(os.path.isdir(base) for _, base in bounds.bases)
     try:
@@ -803,7 +805,7 @@ def test_the_bound_parents_another_service_removed_are_made_again(harness: Harne
         assert all(os.path.isdir(path) for path in made)
     finally:
         for path in bound_cgroups(bounds, "second", os.geteuid(), 64):
-            sup.remove_cgroup(path)
+            processes.remove_cgroup(path)
         release_bounds(bounds)
 
 
@@ -823,7 +825,7 @@ def _task_cgroups(bounds: TaskBounds, name: str) -> list[str]:
 def _remove_all(bounds: TaskBounds, *names: str) -> None:
     for name in names:
         for path in _task_cgroups(bounds, name):
-            sup.remove_cgroup(path)
+            processes.remove_cgroup(path)
     release_bounds(bounds)
 
 
@@ -893,7 +895,7 @@ def test_a_launch_makes_again_the_memory_parent_removed_just_before_its_mkdir(
         assert path == os.path.join(ctrl.base, "t") and os.path.isdir(path)
     finally:
         monkeypatch.undo()
-        sup.remove_cgroup(os.path.join(ctrl.base, "t"))
+        processes.remove_cgroup(os.path.join(ctrl.base, "t"))
         release_base(ctrl)
 
 

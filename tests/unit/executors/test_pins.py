@@ -1,4 +1,4 @@
-"""Pins (supervisor.py): a user's host path is opened without following a link, judged by the
+"""Pins (supervisor_pins.py): a user's host path is opened without following a link, judged by the
 user's rights on what was opened, and bind-mounted at a place of root's for the engine. Needs
 root (mounts, another user's files)."""
 
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from aisched.executors.supervisor import PIN_ROOT, Pins, _ExecFailed
+from aisched.executors.supervisor_pins import PIN_ROOT, Pins
+from aisched.executors.task_files import _ExecFailed
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="pins are mounts: they need root")
 

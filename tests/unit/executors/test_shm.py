@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from aisched.executors import supervisor as sup
+from aisched.executors import supervisor_shm, task_files
 
 
 def _can_mount() -> bool:
@@ -24,7 +25,7 @@ def _can_mount() -> bool:
 
 
 pytestmark = pytest.mark.skipif(
-    not _can_mount(), reason="needs root and a kernel that lets it mount (supervisor.probe_shm)"
+    not _can_mount(), reason="needs root and a kernel that lets it mount (supervisor_shm.probe_shm)"
 )
 
 
@@ -37,7 +38,7 @@ class Attempt:
         self.locks: dict[str, int] = {}
 
     def shm(self, size_mib: int, max_mib: int = 0) -> dict[str, Any]:
-        root = self.state / sup.SHM_ROOT
+        root = self.state / supervisor_shm.SHM_ROOT
         return {"root": str(root), "dir": str(root / "7.1"), "attempt_dir": str(self.dir),
                 "size_mib": size_mib, "max_mib": max_mib, "uid": 65534, "gid": 65534}  # fmt: skip
 
@@ -45,7 +46,7 @@ class Attempt:
         """A task directory whose supervisor lives (its lock held) until `die`."""
         task_dir = self.dir / task
         task_dir.mkdir(parents=True)
-        fd = os.open(task_dir / sup.LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(task_dir / task_files.LOCK, os.O_RDWR | os.O_CREAT, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX)
         self.locks[task] = fd
         return str(task_dir)
@@ -55,7 +56,7 @@ class Attempt:
 
     @property
     def mount(self) -> Path:
-        return self.state / sup.SHM_ROOT / "7.1"
+        return self.state / supervisor_shm.SHM_ROOT / "7.1"
 
     def size_mib(self) -> int:
         st = os.statvfs(self.mount)
@@ -71,18 +72,18 @@ def attempt(tmp_path: Path) -> Iterator[Attempt]:
     yield a
     for task in list(a.locks):
         a.die(task)
-    sup.sweep_shm(str(tmp_path))  # never leave a mount behind, whatever failed
+    supervisor_shm.sweep_shm(str(tmp_path))  # never leave a mount behind, whatever failed
 
 
 def test_each_task_that_joins_adds_its_share_up_to_the_cap(attempt: Attempt) -> None:
     first, second, third = (attempt.start(t) for t in ("a-0", "a-1", "a-2"))
-    sup.join_shm(attempt.shm(16), first)
+    supervisor_shm.join_shm(attempt.shm(16), first)
     assert attempt.mounted() and attempt.size_mib() == 16
     owner = attempt.mount.stat()
     assert (owner.st_uid, owner.st_gid, owner.st_mode & 0o777) == (65534, 65534, 0o700)
-    sup.join_shm(attempt.shm(8), second)
+    supervisor_shm.join_shm(attempt.shm(8), second)
     assert attempt.size_mib() == 24
-    sup.join_shm(attempt.shm(16, max_mib=32), third)
+    supervisor_shm.join_shm(attempt.shm(16, max_mib=32), third)
     assert attempt.size_mib() == 32
 
 
@@ -91,34 +92,34 @@ def test_a_task_joining_after_others_left_sizes_it_by_those_that_hold_it(
 ) -> None:
     # A service's replicas come and go: the tmpfs follows the ones there, never grows for ever.
     first, second = attempt.start("a-0"), attempt.start("a-1")
-    sup.join_shm(attempt.shm(16), first)
-    sup.join_shm(attempt.shm(16), second)
-    assert sup.release_shm(attempt.shm(16), second) is False  # a-0 still holds it
+    supervisor_shm.join_shm(attempt.shm(16), first)
+    supervisor_shm.join_shm(attempt.shm(16), second)
+    assert supervisor_shm.release_shm(attempt.shm(16), second) is False  # a-0 still holds it
     third = attempt.start("a-2")
-    sup.join_shm(attempt.shm(4), third)
+    supervisor_shm.join_shm(attempt.shm(4), third)
     assert attempt.size_mib() == 20
 
 
 def test_the_last_holder_to_leave_unmounts_and_removes_it(attempt: Attempt) -> None:
     first, second = attempt.start("a-0"), attempt.start("a-1")
-    path = sup.join_shm(attempt.shm(16), first)
-    sup.join_shm(attempt.shm(16), second)
+    path = supervisor_shm.join_shm(attempt.shm(16), first)
+    supervisor_shm.join_shm(attempt.shm(16), second)
     (Path(path) / "kept").write_bytes(b"x" * 4096)
-    assert sup.release_shm(attempt.shm(16), first) is False
+    assert supervisor_shm.release_shm(attempt.shm(16), first) is False
     assert attempt.mounted() and (Path(path) / "kept").exists()
-    assert sup.release_shm(attempt.shm(16), second) is True
+    assert supervisor_shm.release_shm(attempt.shm(16), second) is True
     assert not attempt.mount.exists()
     # Unmounted, not emptied: nothing was deleted through the mount.
-    assert list((attempt.state / sup.SHM_ROOT).iterdir()) == []
+    assert list((attempt.state / supervisor_shm.SHM_ROOT).iterdir()) == []
 
 
 def test_a_tmpfs_whose_holders_were_all_killed_is_swept(attempt: Attempt) -> None:
     first, second = attempt.start("a-0"), attempt.start("a-1")
-    sup.join_shm(attempt.shm(16), first)
-    sup.join_shm(attempt.shm(16), second)
+    supervisor_shm.join_shm(attempt.shm(16), first)
+    supervisor_shm.join_shm(attempt.shm(16), second)
     attempt.die("a-0")  # killed: its mark stays, its lock does not
-    assert sup.sweep_shm(str(attempt.state)) == []  # a-1 still holds it
+    assert supervisor_shm.sweep_shm(str(attempt.state)) == []  # a-1 still holds it
     assert attempt.mounted()
     attempt.die("a-1")
-    assert sup.sweep_shm(str(attempt.state)) == [str(attempt.mount)]
+    assert supervisor_shm.sweep_shm(str(attempt.state)) == [str(attempt.mount)]
     assert not attempt.mount.exists()

@@ -1,0 +1,112 @@
+"""A task directory's files: what the executor and a task's supervisor tell each other.
+
+Files of a task directory (each JSON file is written whole: temp file, then rename):
+
+- `launch.json`   the request (written by the executor before the supervisor starts)
+- `supervisor.lock` locked by the supervisor for its whole life; holds "PID STARTTIME"
+- `started.json`  supervisor and child pids and start times (after a successful exec)
+- `stop.json`     the grace period of a stop (written by the executor before its SIGTERM)
+- `exit.json`     how the task ended: kind exited|stopped|oom, exit code, message, time
+- `shm.held`      the task holds its job attempt's private /dev/shm (see `supervisor_shm.py`)
+- `abandoned`     the executor gave the task up before a supervisor took it: never start it
+- `supervisor.log` the supervisor's own stdout/stderr (tracebacks, if it ever fails)
+
+Also here: reading and writing those files whole, the lock's protocol (`read_lock_owner`,
+`supervisor_alive_or_abandon`), and `ExecFailed`, a task that could not start: the code and
+message of its `exit.json`.
+
+It must import only the standard library and stay side-effect free at import: the supervisor
+imports it (see `supervisor.py`), running with `-I -S`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import sys
+
+# Without importing typing (start-up time counts): mypy treats this name as always true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+LAUNCH = "launch.json"
+STARTED = "started.json"
+STOP = "stop.json"
+EXIT = "exit.json"
+LOCK = "supervisor.lock"
+ABANDONED = "abandoned"
+LOG = "supervisor.log"
+
+
+def write_json_atomic(path: str, obj: object) -> None:
+    """Readers see the old file, no file, or the whole new one: never a partial write."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    # 0600: a task's files hold its command and environment, which are its owner's alone.
+    with open(
+        os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8"
+    ) as f:
+        json.dump(obj, f)
+    os.replace(tmp, path)
+
+
+def read_json(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (FileNotFoundError, ValueError):  # a torn file cannot happen; a foreign one can
+        return None
+    return data if isinstance(data, dict) else None
+
+
+class _ExecFailed(Exception):
+    """`kind` "unrunnable": the task can never start as asked (its image is missing)."""
+
+    def __init__(self, code: int, message: str, kind: str = "exited") -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.kind = kind
+
+
+# A container that could not be created or prepared (ray_task drives containers too).
+ExecFailed = _ExecFailed
+
+
+def read_lock_owner(task_dir: str) -> tuple[int, int] | None:
+    """(pid, start time) a supervisor wrote into its lock file, if any."""
+    try:
+        with open(os.path.join(task_dir, LOCK), encoding="ascii") as f:
+            pid, start = f.read().split()
+        return int(pid), int(start)
+    except (OSError, ValueError):
+        return None
+
+
+def supervisor_alive_or_abandon(task_dir: str) -> bool:
+    """True while a supervisor lives in `task_dir`. Otherwise marks the task `abandoned` while
+    holding the lock and returns False: a supervisor still starting will then see the mark
+    and exit without running the task, so the caller may treat it as gone for good."""
+    fd = os.open(os.path.join(task_dir, LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                return True
+            raise
+        with open(os.path.join(task_dir, ABANDONED), "w", encoding="ascii"):
+            pass
+        return False
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _note(line: str) -> None:
+    """A line for the supervisor's own log (its stderr), which is on the disk that may be full:
+    failing to write it must not stop the supervisor from recording its task's end."""
+    with contextlib.suppress(OSError):
+        print(line, file=sys.stderr, flush=True)
