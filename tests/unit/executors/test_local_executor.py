@@ -957,7 +957,8 @@ def test_a_fork_server_killed_between_its_fork_and_its_answer_runs_the_task_once
     finally:
         tracer.wait(10)
     assert server._proc is not None and server._proc.pid != traced  # killed, and started again
-    wait_for(marks.exists, what="the task to run")
+    # Its line written, not only its file made (`>>` opens before echo writes).
+    wait_for(lambda: marks.exists() and marks.read_text(), what="the task to run")
     harness.ex.stop(h.key, grace_period_s=1)
     assert harness.exit_of(h.key).kind == ExitKind.STOPPED
     assert marks.read_text() == "run\n"  # once

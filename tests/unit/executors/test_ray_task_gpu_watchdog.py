@@ -61,10 +61,12 @@ def runner(tmp_path: Path, readings: Readings, action: OverAction | None) -> Tas
 
 
 def wait_for_usage(r: TaskRunner) -> dict[str, Any]:
+    """The first reading that shows the task's process (one taken before `runner` set the
+    readings' pid shows none of it, and no report)."""
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         got = r.gpu_memory()
-        if got["usage"] is not None:
+        if got["usage"] is not None and got["usage"].by_process:
             return got
         time.sleep(0.02)
     raise AssertionError("no GPU-memory reading within 10 s")
