@@ -1,7 +1,7 @@
 """What it costs the service to learn which local user owns a loopback TCP client, per
 accepted connection: one NETLINK_SOCK_DIAG request for the connection's exact addresses
 (`listeners.ClientOwners`, what the service does) against a scan of /proc/net/tcp and
-/proc/net/tcp6 (`listeners.peer_uid`), with more and more connections open on the machine.
+/proc/net/tcp6 (`listeners.peer_uid_in_tables`), with more and more connections open on the machine.
 
 A local user can open thousands of connections; the cost of a scan grows with them, and the
 service would pay it for each connection it accepts, so the user would slow every other
@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from _report import write_section  # noqa: E402
 
-from aisched.service.listeners import ClientOwners, peer_uid  # noqa: E402
+from aisched.service.listeners import ClientOwners, peer_uid, peer_uid_in_tables  # noqa: E402
 
 
 def open_pairs(listener: socket.socket, n: int) -> list[tuple[socket.socket, socket.socket]]:
@@ -66,7 +66,9 @@ def measure(sizes: list[int], port: int) -> list[str]:
         local, client = accepted.getsockname(), accepted.getpeername()
         assert owners.uid(local, client) == me and peer_uid(accepted) == me
         netlink_us = cpu_us_per_call(partial(owners.uid, local, client), 2000)
-        scan_us = cpu_us_per_call(partial(peer_uid, accepted), max(5, 20_000 // size))
+        mine, theirs = accepted.getsockname()[1], accepted.getpeername()[1]
+        scan = partial(peer_uid_in_tables, mine, theirs)
+        scan_us = cpu_us_per_call(scan, max(5, 20_000 // size))
         sockets = len(Path("/proc/net/tcp").read_text().splitlines()) - 1
         rows.append(
             f"| {size:,} | {sockets:,} | {netlink_us:,.1f} | {scan_us:,.1f} | "

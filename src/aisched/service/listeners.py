@@ -23,6 +23,7 @@ import os
 import pwd
 import socket
 import struct
+import threading
 
 TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
 LISTEN = "0A"  # the kernel's TCP_LISTEN, as the tables write states
@@ -73,8 +74,19 @@ def accepting_uid(host: str, port: int, timeout_s: float) -> int | None:
 def peer_uid(sock: socket.socket, tables: tuple[str, ...] = TABLES) -> int | None:
     """The uid that owns the other end of a connected TCP socket to this machine: the socket
     the kernel made for it on the listening side (which has its listener's owner), or None
-    when it is not in this machine's tables (another network namespace, another machine)."""
-    mine, theirs = sock.getsockname()[1], sock.getpeername()[1]
+    when it is not in this machine's tables (another network namespace, another machine).
+    Asked of the kernel for exactly that socket (`ClientOwners.owner`); where it cannot be
+    asked, or does not answer, looked for in the tables (a scan whose cost grows with every
+    socket open here, which one user could multiply)."""
+    mine, theirs = sock.getsockname()[:2], sock.getpeername()[:2]
+    with _PEERS_LOCK:  # one netlink socket for every thread that asks
+        uid = _PEERS.owner(theirs, mine)
+    return uid if uid is not None else peer_uid_in_tables(mine[1], theirs[1], tables)
+
+
+def peer_uid_in_tables(mine: int, theirs: int, tables: tuple[str, ...] = TABLES) -> int | None:
+    """`peer_uid` from the tables alone: the owner of the socket from port `theirs` to port
+    `mine`."""
     for table in tables:
         try:
             with open(table, encoding="ascii") as f:
@@ -121,11 +133,22 @@ class ClientOwners:
         """The uid owning the socket that connected from `client` to `local` (the accepted
         connection's own and peer addresses), or None: not a loopback client, gone already,
         or the kernel cannot be asked."""
-        family, source, destination = _loopback_pair(client[0], local[0])
+        return self._owner(client, local, loopback_only=True)
+
+    def owner(self, source: tuple[str, int], destination: tuple[str, int]) -> int | None:
+        """The uid owning this machine's TCP socket at `source` connected to `destination`
+        (addresses of any interface here), or None: no such socket in this network namespace,
+        or the kernel cannot be asked."""
+        return self._owner(source, destination, loopback_only=False)
+
+    def _owner(
+        self, source: tuple[str, int], destination: tuple[str, int], loopback_only: bool
+    ) -> int | None:
+        family, src, dst = _address_pair(source[0], destination[0], loopback_only)
         if family is None or not self.usable():
             return None
         request = _REQUEST.pack(family, socket.IPPROTO_TCP, 0, ALL_STATES)
-        request += _ID_ADDRESS.pack(client[1], local[1], source, destination)
+        request += _ID_ADDRESS.pack(source[1], destination[1], src, dst)
         request += _ID_REST.pack(0, INET_DIAG_NOCOOKIE, INET_DIAG_NOCOOKIE)
         try:
             answer = self._ask(request, NLM_F_REQUEST)
@@ -137,7 +160,7 @@ class ClientOwners:
             if kind == SOCK_DIAG_BY_FAMILY and len(body) >= _MESSAGE.size:
                 _, state, _, _, sockid, _, _, _, uid, _ = _MESSAGE.unpack_from(body)
                 sport, dport = _ID_ADDRESS.unpack_from(sockid)[:2]
-                if state != TCP_LISTEN and (sport, dport) == (client[1], local[1]):
+                if state != TCP_LISTEN and (sport, dport) == (source[1], destination[1]):
                     return int(uid)
         return None
 
@@ -203,6 +226,10 @@ class ClientOwners:
             )
 
 
+_PEERS = ClientOwners()  # `peer_uid`'s, under its lock
+_PEERS_LOCK = threading.Lock()
+
+
 def _messages(data: bytes) -> list[tuple[int, int, bytes]]:
     """The netlink messages in one datagram: (type, sequence, body)."""
     found = []
@@ -216,10 +243,13 @@ def _messages(data: bytes) -> list[tuple[int, int, bytes]]:
     return found
 
 
-def _loopback_pair(client: str, local: str) -> tuple[int | None, bytes, bytes]:
+def _address_pair(
+    client: str, local: str, loopback_only: bool = True
+) -> tuple[int | None, bytes, bytes]:
     """The family and 16-byte addresses to ask the kernel about a connection from `client`
-    to `local`, or (None, ...) unless both are loopback. An IPv4 address an IPv6 socket shows
-    mapped (`::ffff:127.0.0.1`) is asked as IPv4: the client's socket is an IPv4 one."""
+    to `local`, or (None, ...) when they are not of one family (or, with `loopback_only`,
+    not both loopback). An IPv4 address an IPv6 socket shows mapped (`::ffff:127.0.0.1`) is
+    asked as IPv4: the client's socket is an IPv4 one."""
     try:
         addresses = [ipaddress.ip_address(a.partition("%")[0]) for a in (client, local)]
     except ValueError:
@@ -228,7 +258,9 @@ def _loopback_pair(client: str, local: str) -> tuple[int | None, bytes, bytes]:
         a.ipv4_mapped if isinstance(a, ipaddress.IPv6Address) and a.ipv4_mapped else a
         for a in addresses
     ]
-    if not all(a.is_loopback for a in addresses) or addresses[0].version != addresses[1].version:
+    if addresses[0].version != addresses[1].version:
+        return None, b"", b""
+    if loopback_only and not all(a.is_loopback for a in addresses):
         return None, b"", b""
     family = socket.AF_INET if addresses[0].version == 4 else socket.AF_INET6
     client_bytes, local_bytes = (a.packed.ljust(16, b"\0") for a in addresses)

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from aisched.service.listeners import ClientOwners
+from aisched.service.listeners import ClientOwners, peer_uid
 
 Address = tuple[str, int]
 
@@ -102,3 +102,39 @@ def test_only_loopback_connections_are_asked_about() -> None:
         assert owners.uid(local, ("192.0.2.7", 40000)) is None
         assert owners.uid(local, ("::1", 40000)) is None  # families that differ: no socket
         assert owners.uid(("::1", local[1]), ("not an address", 40000)) is None
+
+
+# Run as another user: listen on HOST, print the port, accept one connection, hold it until
+# stdin closes.
+SERVER = """
+import socket, sys
+s = socket.socket(socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET)
+s.bind((sys.argv[1], 0))
+s.listen()
+print(s.getsockname()[1], flush=True)
+c, _ = s.accept()
+sys.stdin.read()
+"""
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("runuser") is None, reason="needs root and runuser"
+)
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+def test_the_process_accepting_a_connection_is_named_by_the_kernel_not_a_table_scan(
+    host: str,
+) -> None:
+    # The autoscaler's check of a replica's port (`peer_uid`) asks the kernel for exactly
+    # the accepting socket: with no table to scan, it still names the listener's user.
+    proc = subprocess.Popen(
+        ["runuser", "-u", "nobody", "--", "/usr/bin/python3", "-c", SERVER, host],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        port = int(proc.stdout.readline())
+        with socket.create_connection((host, port)) as conn:
+            assert peer_uid(conn, tables=()) == pwd.getpwnam("nobody").pw_uid
+    finally:
+        proc.stdin.close()
+        proc.wait(10)
