@@ -342,6 +342,7 @@ class RayExecutor:
     def launch_gang(self, reqs: Sequence[TaskLaunch]) -> list[TaskHandle | LaunchError]:
         """Start the tasks of one gang (see the module docstring): all of them, or, when one
         is refused, none (every answer is then a LaunchError, the refused one's first)."""
+        self._refresh_if_overdue()
         refusals = [self._refusal(r) for r in reqs]
         if first := next((why for why in refusals if why is not None), None):
             return [
@@ -375,6 +376,16 @@ class RayExecutor:
             mine = group if r.key in owners else None
             out.append(self._start_on_agent(r, rn, mine, gang_id, name))
         return out
+
+    def _refresh_if_overdue(self) -> None:
+        """Re-reads Ray's node table now when the watcher's look at it is a whole period
+        late (this process was stopped, or the watcher held up): a node replaced meanwhile is
+        started on under its new Ray id, not the dead one's (whose agent died with it)."""
+        if time.monotonic() < self._next_refresh + self._refresh_s or self._unreachable:
+            return
+        self._next_refresh = time.monotonic() + self._refresh_s
+        if self._check_gcs() and self._refresh_nodes() and self._wakeup is not None:
+            self._wakeup()
 
     def _refusal(self, req: TaskLaunch) -> str | None:
         """Why `req` cannot be launched here, or None."""
