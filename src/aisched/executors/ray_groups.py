@@ -80,12 +80,11 @@ class GroupRemovals:
     def remove(self, group: PlacementGroup) -> None:
         """Removes `group` now when it is placed, else leaves it to `step`."""
         state = group_state(group)
-        if state in ("CREATED", "REMOVED"):
-            if state == "CREATED":
-                remove_now(group)
-            return
-        with self._lock:
-            self._waiting.append(_Waiting(group, self._clock() + self._settle_s))
+        if state == "CREATED":
+            remove_now(group)
+        elif state != "REMOVED":
+            with self._lock:
+                self._waiting.append(_Waiting(group, self._clock() + self._settle_s))
 
     def waiting(self) -> int:
         with self._lock:
