@@ -37,7 +37,7 @@ from aisched.executors.mounts import (
     _syscall,
 )
 from aisched.executors.processes import MIB
-from aisched.executors.task_files import LOCK, _note, read_json, write_json_atomic
+from aisched.executors.task_files import LOCK, _note, read_json, try_flock, write_json_atomic
 
 # Without importing typing (start-up time counts): mypy treats this name as always true.
 TYPE_CHECKING = False
@@ -241,14 +241,9 @@ def _supervisor_holds(task_dir: str) -> bool:
     except (FileNotFoundError, NotADirectoryError):
         return False
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError as exc:
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            return True
-        raise
+        return not try_flock(fd, fcntl.LOCK_SH)
     finally:
         os.close(fd)  # releases a lock we got
-    return False
 
 
 class _ShmLock:
