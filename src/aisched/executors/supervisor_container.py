@@ -23,7 +23,7 @@ import stat
 
 from aisched.executors.processes import oom_kills, signal_name
 from aisched.executors.supervisor_pins import Pins
-from aisched.executors.task_files import _ExecFailed
+from aisched.executors.task_files import ExecFailed
 
 # Without importing typing (start-up time counts): mypy treats this name as always true.
 TYPE_CHECKING = False
@@ -33,13 +33,13 @@ if TYPE_CHECKING:
 
 
 def _own_dir(path: str, uid: int) -> None:
-    """Raises _ExecFailed unless `path` is a directory of `uid` itself, not a link. The engine
+    """Raises ExecFailed unless `path` is a directory of `uid` itself, not a link. The engine
     mounts it read-write with root's rights: a link the user placed there (to a directory it
     may not read) or another's directory would give the task what its user may not open."""
     try:
         st = os.lstat(path)
     except OSError as exc:
-        raise _ExecFailed(126, f"checkpoint directory {path}: {exc.strerror or exc}") from None
+        raise ExecFailed(126, f"checkpoint directory {path}: {exc.strerror or exc}") from None
     if stat.S_ISLNK(st.st_mode):
         why = "is a symbolic link, which the engine would follow with root's rights"
     elif not stat.S_ISDIR(st.st_mode):
@@ -48,21 +48,21 @@ def _own_dir(path: str, uid: int) -> None:
         why = f"belongs to uid {st.st_uid}, not to the task's user (uid {uid})"
     else:
         return
-    raise _ExecFailed(126, f"checkpoint directory {path} {why}: refused; remove it")
+    raise ExecFailed(126, f"checkpoint directory {path} {why}: refused; remove it")
 
 
 def _make_dir(path: str, owner: list[int] | None) -> None:
     """`path` made by `owner` (uid, gid), the leaf 0700, its missing parents its own too; by
-    the service, 0755, without one. Raises _ExecFailed with the reason."""
+    the service, 0755, without one. Raises ExecFailed with the reason."""
     if owner:
         why = _run_as(owner, (), ["mkdir", "-p", "-m", "700", "--", path])
         if why is not None:
-            raise _ExecFailed(126, f"cannot make {path}: {why}")
+            raise ExecFailed(126, f"cannot make {path}: {why}")
         return
     try:
         os.makedirs(path, mode=0o755)
     except OSError as exc:
-        raise _ExecFailed(126, f"cannot make {path}: {exc.strerror or exc}") from None
+        raise ExecFailed(126, f"cannot make {path}: {exc.strerror or exc}") from None
 
 
 def _run_as(owner: Sequence[int], groups: Sequence[int], argv: list[str]) -> str | None:
@@ -284,7 +284,7 @@ class Container:
 
     def prepare(self, log: Any) -> dict[str, Any]:
         """Creates and initialises the container; the launch its attached client runs with.
-        Raises _ExecFailed with one line (naming the image when it is the image's fault)."""
+        Raises ExecFailed with one line (naming the image when it is the image's fault)."""
         try:
             return self.create(log)
         except BaseException:
@@ -304,7 +304,7 @@ class Container:
         code, _, err = self.engine(*self.spec["create"][1:], timeout_s=3600.0)
         if code != 0:
             message, image_missing = self.create_failure(err)
-            raise _ExecFailed(125, message, "unrunnable" if image_missing else "exited")
+            raise ExecFailed(125, message, "unrunnable" if image_missing else "exited")
         if self.pins is not None:
             self.refuse_image_links()
         if self.spec.get("engine") == "docker":
@@ -314,7 +314,7 @@ class Container:
         code, _, err = self.engine("init", self.name, cores=self.pin_cores)
         if code != 0:
             self.remove()
-            raise _ExecFailed(125, f"container {self.name} could not start: {_last(err)}")
+            raise ExecFailed(125, f"container {self.name} could not start: {_last(err)}")
         self.unpin()  # its mounts are in the container now
         _, out, _ = self.engine("inspect", "--format", "{{.State.Pid}}", self.name)
         pid = int(out.strip() or 0) if out.strip().isdigit() else 0
@@ -326,7 +326,7 @@ class Container:
                 resource.prlimit(pid, resource.RLIMIT_DATA, limit)
             except OSError as exc:
                 self.remove()
-                raise _ExecFailed(
+                raise ExecFailed(
                     125, f"cannot limit the memory of {self.name}: {exc.strerror or exc}"
                 ) from None
         if pid > 0:
@@ -420,14 +420,14 @@ class Container:
             paths.append(workdir)
         try:
             links = self.image_links(paths, mounted)
-        except _ExecFailed:
+        except ExecFailed:
             self.remove()
             raise
         if links:
             self.remove()
             path, link = links[0]
             image = self.spec.get("image", "?")
-            raise _ExecFailed(
+            raise ExecFailed(
                 126,
                 f"image {image}: {link} is a symbolic link on the way to {path}, which the "
                 "engine would follow as root: refused",
@@ -441,7 +441,7 @@ class Container:
         if self.spec.get("engine") != "docker":
             code, out, err = self.engine("mount", self.name)
             if code != 0:
-                raise _ExecFailed(125, f"container {self.name} could not be read: {_last(err)}")
+                raise ExecFailed(125, f"container {self.name} could not be read: {_last(err)}")
             kind_of = _rootfs_kind(out.strip())
             links = [(p, link) for p in paths if (link := _image_link(kind_of, p, mounted))]
             self.engine("umount", self.name)
@@ -456,7 +456,7 @@ class Container:
         code, out, err = self.engine("container", "inspect", "--format", "{{json .GraphDriver}}",
                                      self.name)  # fmt: skip
         if code != 0:
-            raise _ExecFailed(125, f"container {self.name} could not be read: {_last(err)}")
+            raise ExecFailed(125, f"container {self.name} could not be read: {_last(err)}")
         try:
             driver = json.loads(out) or {}
         except ValueError:
@@ -473,7 +473,7 @@ class Container:
             except OSError as exc:
                 is_dir, d = False, f"{d}: {exc.strerror}"
             if not is_dir:
-                raise _ExecFailed(125, f"container {self.name} could not be read: {d}")
+                raise ExecFailed(125, f"container {self.name} could not be read: {d}")
         return layers
 
     def exported_kinds(self, paths: list[str]) -> Callable[[str], str]:
@@ -487,14 +487,14 @@ class Container:
             kind_of = _exported_kinds(proc.stdout, paths)
         except (OSError, tarfile.TarError) as exc:
             proc.kill()
-            raise _ExecFailed(125, f"container {self.name} could not be read: {exc}") from None
+            raise ExecFailed(125, f"container {self.name} could not be read: {exc}") from None
         finally:
             assert proc.stdout is not None
             proc.stdout.close()
             err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
             proc.wait()
         if proc.returncode != 0:
-            raise _ExecFailed(125, f"container {self.name} could not be read: {_last(err)}")
+            raise ExecFailed(125, f"container {self.name} could not be read: {_last(err)}")
         return kind_of
 
     def make_mount_point(self, path: str, is_dir: bool) -> None:
@@ -506,7 +506,7 @@ class Container:
         make = ["mkdir", "-p", "--", path] if is_dir else ["touch", "--", path]
         why = _run_as(self.spec["owner"], sorted(self.pins.groups), make)
         if why is not None:
-            raise _ExecFailed(126, f"cannot make {path} to mount on: {why}")
+            raise ExecFailed(126, f"cannot make {path} to mount on: {why}")
 
     def unpin(self) -> None:
         if self.pins is not None:
@@ -610,7 +610,7 @@ class Container:
             ok, why = False, str(exc)
         if not ok:
             self.remove()
-            raise _ExecFailed(125, f"cannot limit the bandwidth of {self.name}: {why}")
+            raise ExecFailed(125, f"cannot limit the bandwidth of {self.name}: {why}")
         log(f"egress shaped to {rate_bit_s} bit/s (tc tbf on eth0)")
 
     def signal(self, sig: int, grace_s: float) -> None:

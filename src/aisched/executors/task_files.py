@@ -62,18 +62,16 @@ def read_json(path: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-class _ExecFailed(Exception):
-    """`kind` "unrunnable": the task can never start as asked (its image is missing)."""
+class ExecFailed(Exception):
+    """A task that could not start, or a container that could not be created or prepared
+    (ray_task drives containers too). `kind` "unrunnable": the task can never start as asked
+    (its image is missing)."""
 
     def __init__(self, code: int, message: str, kind: str = "exited") -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.kind = kind
-
-
-# A container that could not be created or prepared (ray_task drives containers too).
-ExecFailed = _ExecFailed
 
 
 def read_lock_owner(task_dir: str) -> tuple[int, int] | None:
@@ -113,7 +111,7 @@ def supervisor_alive_or_abandon(task_dir: str) -> bool:
         os.close(fd)  # releases the lock
 
 
-def _note(line: str) -> None:
+def note(line: str) -> None:
     """A line for the supervisor's own log (its stderr), which is on the disk that may be full:
     failing to write it must not stop the supervisor from recording its task's end."""
     with contextlib.suppress(OSError):

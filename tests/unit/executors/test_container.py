@@ -356,7 +356,7 @@ def test_the_checkpoint_directory_is_mounted_before_it_exists(dirs: tuple[str, s
 @pytest.mark.skipif(os.geteuid() != 0, reason="making a directory another user's needs root")
 def test_a_users_container_gets_its_checkpoint_directory_made_by_the_user() -> None:
     from aisched.executors.supervisor_container import Container
-    from aisched.executors.task_files import _ExecFailed
+    from aisched.executors.task_files import ExecFailed
 
     nobody = (65534, 65534)
     top = Path(tempfile.mkdtemp())  # root's; the user may pass through it, not write in it
@@ -382,7 +382,7 @@ def test_a_users_container_gets_its_checkpoint_directory_made_by_the_user() -> N
         assert kept.stat().st_mode & 0o777 == 0o750  # one of the user's that exists is left
         # Where the user may not write, nothing is made with root's rights: a one-line reason.
         denied = top / "not-yours" / "job-2"
-        with pytest.raises(_ExecFailed) as err:
+        with pytest.raises(ExecFailed) as err:
             Container(
                 {"binary": "podman", "name": "n", "make_dirs": [str(denied)],
                  "owner": list(nobody)}
@@ -399,7 +399,7 @@ def test_a_checkpoint_directory_that_is_a_link_or_anothers_is_refused(tmp_path: 
     # The engine mounts it read-write as root: a link the user placed would hand the task
     # whatever it leads to (a directory the user may not read).
     from aisched.executors.supervisor_container import Container
-    from aisched.executors.task_files import _ExecFailed
+    from aisched.executors.task_files import ExecFailed
 
     nobody = (65534, 65534)
     secret = tmp_path / "secret"
@@ -410,7 +410,7 @@ def test_a_checkpoint_directory_that_is_a_link_or_anothers_is_refused(tmp_path: 
     os.chown(tmp_path / "file", *nobody)
     refused = []
     for name, owner in (("link", nobody), ("secret", nobody), ("file", nobody), ("link", None)):
-        with pytest.raises(_ExecFailed) as err:
+        with pytest.raises(ExecFailed) as err:
             Container(
                 {"binary": "podman", "name": "n", "make_dirs": [str(tmp_path / name)],
                  "owner": list(owner) if owner else None}
