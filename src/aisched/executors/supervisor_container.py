@@ -31,6 +31,12 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from typing import Any
 
+# Docker's `export` streams the container's whole file system (an image of tens of GiB takes
+# minutes on a slow disk), so it gets far more than a plain engine command's 60 s; yet a bound,
+# like every engine command here: a hung engine must fail the task's start, not hold it for
+# ever.
+EXPORT_TIMEOUT_S = 900.0
+
 
 def _own_dir(path: str, uid: int) -> None:
     """Raises ExecFailed unless `path` is a directory of `uid` itself, not a link. The engine
@@ -220,6 +226,32 @@ def _exported_kinds(tar_stream: Any, paths: Sequence[str]) -> Callable[[str], st
     return lambda path: kinds.get(path.strip("/"), "missing")
 
 
+class _TimedPipe:
+    """A child's pipe read by a deadline (of `time.monotonic()`): `read` raises TimeoutError
+    past it, so a stream that stalls (a hung engine) cannot hold its reader for ever. It is
+    what tarfile's stream mode needs of a file: `read(size)`, short reads allowed."""
+
+    def __init__(self, fd: int, deadline: float) -> None:
+        import select
+        import time
+
+        self.fd, self.deadline, self.clock = fd, deadline, time.monotonic
+        self.poller = select.poll()
+        self.poller.register(fd, select.POLLIN)
+
+    def read(self, size: int = -1) -> bytes:
+        left_ms = (self.deadline - self.clock()) * 1000
+        if left_ms <= 0 or not self.poller.poll(left_ms):
+            raise TimeoutError(f"no end of its output by the deadline (fd {self.fd})")
+        return os.read(self.fd, size if size > 0 else 1 << 16)
+
+    def read_all(self) -> bytes:
+        chunks = []
+        while chunk := self.read():
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
 class Container:
     """One task's container, driven through its engine's command line (podman or docker).
 
@@ -231,11 +263,18 @@ class Container:
     processes inherit), `rlimit_data` (bytes, set on the container's process before it
     execs the task) and `notice` (what is not enforced, for the log).
     The container is created and initialised before its process starts, so its OOM watch and
-    its traffic shaping are in place before the task's first instruction.
+    its traffic shaping are in place before the task's first instruction. `export_timeout_s`
+    bounds docker's `export` (see `exported_kinds`).
     """
 
-    def __init__(self, spec: dict[str, Any], cwd: str | None = None) -> None:
+    def __init__(
+        self,
+        spec: dict[str, Any],
+        cwd: str | None = None,
+        export_timeout_s: float = EXPORT_TIMEOUT_S,
+    ) -> None:
         self.spec = spec
+        self.export_timeout_s = export_timeout_s
         # Where the engine runs: conmon leaves files in its working directory (an `oom` file
         # after an OOM kill, with podman 4.3 on cgroup v1), so never the service's.
         self.cwd = cwd
@@ -477,22 +516,36 @@ class Container:
         return layers
 
     def exported_kinds(self, paths: list[str]) -> Callable[[str], str]:
-        """`_exported_kinds` of the container's `export`."""
+        """`_exported_kinds` of the container's `export`, which must be over (its output read
+        to the end, the process exited) within `export_timeout_s`: past that it is killed and
+        the start fails, naming the export."""
         import subprocess
         import tarfile
+        import time
 
+        deadline = time.monotonic() + self.export_timeout_s
         proc = subprocess.Popen([self.binary, "export", self.name], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, env=self.env, cwd=self.cwd)  # fmt: skip
+        assert proc.stdout is not None and proc.stderr is not None
         try:
-            kind_of = _exported_kinds(proc.stdout, paths)
+            kind_of = _exported_kinds(_TimedPipe(proc.stdout.fileno(), deadline), paths)
+            proc.stdout.close()  # the archive's end is all it has to say
+            err = _TimedPipe(proc.stderr.fileno(), deadline).read_all().decode(errors="replace")
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except (TimeoutError, subprocess.TimeoutExpired):
+            raise ExecFailed(
+                125,
+                f"container {self.name} could not be read: `{self.binary} export` did not end "
+                f"within {self.export_timeout_s:g} s (is the engine hung?): killed",
+            ) from None
         except (OSError, tarfile.TarError) as exc:
-            proc.kill()
             raise ExecFailed(125, f"container {self.name} could not be read: {exc}") from None
         finally:
-            assert proc.stdout is not None
+            if proc.returncode is None:  # it failed or timed out: not left running
+                proc.kill()
+                proc.wait()
             proc.stdout.close()
-            err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-            proc.wait()
+            proc.stderr.close()
         if proc.returncode != 0:
             raise ExecFailed(125, f"container {self.name} could not be read: {_last(err)}")
         return kind_of
