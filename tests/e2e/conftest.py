@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from chromium import browser  # noqa: F401 - the dashboard tests' Chromium
 from harness import Service, local_service
 from users import local_users  # noqa: F401 - the real local users' fixture
 

@@ -1,8 +1,8 @@
 """The dashboard in a real headless Chromium, against the real service and the real CLI.
 
-It needs Debian's `chromium` at /usr/bin/chromium (`.ci/run` installs it) and Playwright from
-the dev extra; it is skipped, saying so, only when Chromium is absent. The screenshot goes to the
-test's folder, and also to `$AISCHED_SCREENSHOT_DIR` when that is set (how docs/img is made).
+It needs Chromium and Playwright (see `chromium.py`); it is skipped, saying so, only when
+Chromium is absent. The screenshot goes to the test's folder, and also to
+`$AISCHED_SCREENSHOT_DIR` when that is set (how docs/img is made).
 """
 
 from __future__ import annotations
@@ -15,21 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from chromium import needs_chromium
 from harness import Service, free_port, local_service, wait_for
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 from users import User
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 WAIT = "import os, sys, time\nwhile not os.path.exists(sys.argv[1]): time.sleep(0.05)"
 QUEUES = """
 queues:
@@ -37,20 +27,7 @@ queues:
   - {name: prod, guarantee: {gpus: 3}}
 """
 
-pytestmark = pytest.mark.skipif(
-    not os.access(CHROMIUM, os.X_OK),
-    reason=f"no Chromium at {CHROMIUM} (Debian: apt-get install -y chromium; .ci/run does)",
-)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield b
-        finally:
-            b.close()
+pytestmark = needs_chromium
 
 
 @pytest.fixture

@@ -465,6 +465,17 @@ def holding(
         proc.wait(30)
 
 
+@contextmanager
+def bounded_service(tmp_path: Path, owner: User) -> Iterator[tuple[Service, str]]:
+    """The service with `limits.connections_per_peer: 4`, and a job of `owner`'s running,
+    whose logs the connections `holding` makes follow."""
+    tmp_path.chmod(0o755)
+    with local_service(tmp_path, config=CONFIG + "limits:\n  connections_per_peer: 4\n") as svc:
+        jid = run_as(svc, owner, "--", "sleep", "300")
+        svc.wait_state(jid, "running")
+        yield svc, jid
+
+
 def test_one_user_cannot_take_every_connection_from_the_others(
     tmp_path: Path, local_users: dict[str, User]
 ) -> None:
@@ -472,12 +483,8 @@ def test_one_user_cannot_take_every_connection_from_the_others(
     it) is bound to `limits.connections_per_peer`: one more is refused with 429 at once, and
     other users and root are still answered. Without the bound, the server's own limit (4096)
     is shared by everyone: one user's idle connections had every other request answered 503."""
-    tmp_path.chmod(0o755)
     alice, bob = local_users["alice"], local_users["bob"]
-    config = CONFIG + "limits:\n  connections_per_peer: 4\n"
-    with local_service(tmp_path, config=config) as svc:
-        jid = run_as(svc, bob, "--", "sleep", "300")
-        svc.wait_state(jid, "running")
+    with bounded_service(tmp_path, bob) as (svc, jid):
         with holding(svc, bob.cmd(bob.python), jid, 4) as (status, body):
             assert status == "HTTP/1.1 429 Too Many Requests"
             assert json.loads(body)["error"] == (
@@ -499,12 +506,8 @@ def test_one_local_user_cannot_take_every_tcp_connection_from_the_others(
     dashboard in a browser, the CLI with a token) refused. The kernel says which user owns
     each client's socket (`listeners.ClientOwners`), and each user has a count of their own,
     the same one as on the socket."""
-    tmp_path.chmod(0o755)
     alice, bob = local_users["alice"], local_users["bob"]
-    config = CONFIG + "limits:\n  connections_per_peer: 4\n"
-    with local_service(tmp_path, config=config) as svc:
-        jid = run_as(svc, alice, "--", "sleep", "300")
-        svc.wait_state(jid, "running")
+    with bounded_service(tmp_path, alice) as (svc, jid):
         alice_token = svc.cli("token", "create", alice.name).stdout.strip()
         bob_tcp = {
             "AISCHED_SERVER": svc.url,

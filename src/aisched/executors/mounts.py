@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import os
 
-_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT = 0x1, 0x2, 0x4, 0x20
-_MS_BIND, _MS_REC, _MS_PRIVATE, _MS_SLAVE = 0x1000, 0x4000, 1 << 18, 1 << 19
-_MNT_DETACH = 0x2
-_CLONE_NEWNS = 0x00020000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT = 0x1, 0x2, 0x4, 0x20
+MS_BIND, MS_REC, MS_PRIVATE, MS_SLAVE = 0x1000, 0x4000, 1 << 18, 1 << 19
+MNT_DETACH = 0x2
+CLONE_NEWNS = 0x00020000
 
 
-def _syscall(name: str, *args: object) -> None:
+def syscall(name: str, *args: object) -> None:
     """libc's `name` (mount, umount2, unshare) through ctypes (Python 3.11 has no os.unshare
     and no mount): one call each, no helper process to start or to parse the errors of."""
     import ctypes

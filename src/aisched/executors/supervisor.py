@@ -85,8 +85,8 @@ from aisched.executors.task_files import (  # noqa: E402
     LOG,
     STARTED,
     STOP,
-    _ExecFailed,
-    _note,
+    ExecFailed,
+    note,
     read_json,
     write_json_atomic,
 )
@@ -256,9 +256,9 @@ class Supervisor:
                 break
             except OSError as exc:
                 if not os.path.isdir(self.dir):  # removed under us: no one will ever read it
-                    _note(f"cannot write {EXIT}: the task directory is gone")
+                    note(f"cannot write {EXIT}: the task directory is gone")
                     break
-                _note(f"cannot write {EXIT} ({exc.strerror or exc}); retrying")
+                note(f"cannot write {EXIT} ({exc.strerror or exc}); retrying")
                 with contextlib.suppress(OSError):
                     os.unlink(f"{self.path(EXIT)}.tmp{os.getpid()}")
                 time.sleep(EXIT_RETRY_S)
@@ -284,7 +284,7 @@ class Supervisor:
             return self.finish("stopped", None, "stopped before it started")
         try:
             self.spawn()
-        except _ExecFailed as failed:
+        except ExecFailed as failed:
             self.log(failed.message)
             return self.finish(failed.kind, failed.code, failed.message)
         return self.watch()
@@ -320,7 +320,7 @@ class Supervisor:
         if chunks:
             os.waitpid(pid, 0)
             code, _, message = b"".join(chunks).decode("utf-8", "replace").partition("\n")
-            raise _ExecFailed(int(code), message)
+            raise ExecFailed(int(code), message)
         try:
             write_json_atomic(
                 self.path(STARTED),
@@ -335,7 +335,7 @@ class Supervisor:
         except OSError as exc:  # a full disk: a task nobody could find again must not run
             self.kill_task(signal.SIGKILL)
             os.waitpid(pid, 0)
-            raise _ExecFailed(
+            raise ExecFailed(
                 126, f"cannot record the task's start ({exc.strerror or exc}): not run"
             ) from None
 

@@ -23,7 +23,7 @@ import stat
 
 from aisched.executors.processes import oom_kills, signal_name
 from aisched.executors.supervisor_pins import Pins
-from aisched.executors.task_files import _ExecFailed
+from aisched.executors.task_files import ExecFailed
 
 # Without importing typing (start-up time counts): mypy treats this name as always true.
 TYPE_CHECKING = False
@@ -31,15 +31,21 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from typing import Any
 
+# Docker's `export` streams the container's whole file system (an image of tens of GiB takes
+# minutes on a slow disk), so it gets far more than a plain engine command's 60 s; yet a bound,
+# like every engine command here: a hung engine must fail the task's start, not hold it for
+# ever.
+EXPORT_TIMEOUT_S = 900.0
+
 
 def _own_dir(path: str, uid: int) -> None:
-    """Raises _ExecFailed unless `path` is a directory of `uid` itself, not a link. The engine
+    """Raises ExecFailed unless `path` is a directory of `uid` itself, not a link. The engine
     mounts it read-write with root's rights: a link the user placed there (to a directory it
     may not read) or another's directory would give the task what its user may not open."""
     try:
         st = os.lstat(path)
     except OSError as exc:
-        raise _ExecFailed(126, f"checkpoint directory {path}: {exc.strerror or exc}") from None
+        raise ExecFailed(126, f"checkpoint directory {path}: {exc.strerror or exc}") from None
     if stat.S_ISLNK(st.st_mode):
         why = "is a symbolic link, which the engine would follow with root's rights"
     elif not stat.S_ISDIR(st.st_mode):
@@ -48,21 +54,21 @@ def _own_dir(path: str, uid: int) -> None:
         why = f"belongs to uid {st.st_uid}, not to the task's user (uid {uid})"
     else:
         return
-    raise _ExecFailed(126, f"checkpoint directory {path} {why}: refused; remove it")
+    raise ExecFailed(126, f"checkpoint directory {path} {why}: refused; remove it")
 
 
 def _make_dir(path: str, owner: list[int] | None) -> None:
     """`path` made by `owner` (uid, gid), the leaf 0700, its missing parents its own too; by
-    the service, 0755, without one. Raises _ExecFailed with the reason."""
+    the service, 0755, without one. Raises ExecFailed with the reason."""
     if owner:
         why = _run_as(owner, (), ["mkdir", "-p", "-m", "700", "--", path])
         if why is not None:
-            raise _ExecFailed(126, f"cannot make {path}: {why}")
+            raise ExecFailed(126, f"cannot make {path}: {why}")
         return
     try:
         os.makedirs(path, mode=0o755)
     except OSError as exc:
-        raise _ExecFailed(126, f"cannot make {path}: {exc.strerror or exc}") from None
+        raise ExecFailed(126, f"cannot make {path}: {exc.strerror or exc}") from None
 
 
 def _run_as(owner: Sequence[int], groups: Sequence[int], argv: list[str]) -> str | None:
@@ -220,6 +226,32 @@ def _exported_kinds(tar_stream: Any, paths: Sequence[str]) -> Callable[[str], st
     return lambda path: kinds.get(path.strip("/"), "missing")
 
 
+class _TimedPipe:
+    """A child's pipe read by a deadline (of `time.monotonic()`): `read` raises TimeoutError
+    past it, so a stream that stalls (a hung engine) cannot hold its reader for ever. It is
+    what tarfile's stream mode needs of a file: `read(size)`, short reads allowed."""
+
+    def __init__(self, fd: int, deadline: float) -> None:
+        import select
+        import time
+
+        self.fd, self.deadline, self.clock = fd, deadline, time.monotonic
+        self.poller = select.poll()
+        self.poller.register(fd, select.POLLIN)
+
+    def read(self, size: int = -1) -> bytes:
+        left_ms = (self.deadline - self.clock()) * 1000
+        if left_ms <= 0 or not self.poller.poll(left_ms):
+            raise TimeoutError(f"no end of its output by the deadline (fd {self.fd})")
+        return os.read(self.fd, size if size > 0 else 1 << 16)
+
+    def read_all(self) -> bytes:
+        chunks = []
+        while chunk := self.read():
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
 class Container:
     """One task's container, driven through its engine's command line (podman or docker).
 
@@ -231,11 +263,18 @@ class Container:
     processes inherit), `rlimit_data` (bytes, set on the container's process before it
     execs the task) and `notice` (what is not enforced, for the log).
     The container is created and initialised before its process starts, so its OOM watch and
-    its traffic shaping are in place before the task's first instruction.
+    its traffic shaping are in place before the task's first instruction. `export_timeout_s`
+    bounds docker's `export` (see `exported_kinds`).
     """
 
-    def __init__(self, spec: dict[str, Any], cwd: str | None = None) -> None:
+    def __init__(
+        self,
+        spec: dict[str, Any],
+        cwd: str | None = None,
+        export_timeout_s: float = EXPORT_TIMEOUT_S,
+    ) -> None:
         self.spec = spec
+        self.export_timeout_s = export_timeout_s
         # Where the engine runs: conmon leaves files in its working directory (an `oom` file
         # after an OOM kill, with podman 4.3 on cgroup v1), so never the service's.
         self.cwd = cwd
@@ -284,7 +323,7 @@ class Container:
 
     def prepare(self, log: Any) -> dict[str, Any]:
         """Creates and initialises the container; the launch its attached client runs with.
-        Raises _ExecFailed with one line (naming the image when it is the image's fault)."""
+        Raises ExecFailed with one line (naming the image when it is the image's fault)."""
         try:
             return self.create(log)
         except BaseException:
@@ -304,7 +343,7 @@ class Container:
         code, _, err = self.engine(*self.spec["create"][1:], timeout_s=3600.0)
         if code != 0:
             message, image_missing = self.create_failure(err)
-            raise _ExecFailed(125, message, "unrunnable" if image_missing else "exited")
+            raise ExecFailed(125, message, "unrunnable" if image_missing else "exited")
         if self.pins is not None:
             self.refuse_image_links()
         if self.spec.get("engine") == "docker":
@@ -314,7 +353,7 @@ class Container:
         code, _, err = self.engine("init", self.name, cores=self.pin_cores)
         if code != 0:
             self.remove()
-            raise _ExecFailed(125, f"container {self.name} could not start: {_last(err)}")
+            raise ExecFailed(125, f"container {self.name} could not start: {_last(err)}")
         self.unpin()  # its mounts are in the container now
         _, out, _ = self.engine("inspect", "--format", "{{.State.Pid}}", self.name)
         pid = int(out.strip() or 0) if out.strip().isdigit() else 0
@@ -326,7 +365,7 @@ class Container:
                 resource.prlimit(pid, resource.RLIMIT_DATA, limit)
             except OSError as exc:
                 self.remove()
-                raise _ExecFailed(
+                raise ExecFailed(
                     125, f"cannot limit the memory of {self.name}: {exc.strerror or exc}"
                 ) from None
         if pid > 0:
@@ -420,14 +459,14 @@ class Container:
             paths.append(workdir)
         try:
             links = self.image_links(paths, mounted)
-        except _ExecFailed:
+        except ExecFailed:
             self.remove()
             raise
         if links:
             self.remove()
             path, link = links[0]
             image = self.spec.get("image", "?")
-            raise _ExecFailed(
+            raise ExecFailed(
                 126,
                 f"image {image}: {link} is a symbolic link on the way to {path}, which the "
                 "engine would follow as root: refused",
@@ -441,7 +480,7 @@ class Container:
         if self.spec.get("engine") != "docker":
             code, out, err = self.engine("mount", self.name)
             if code != 0:
-                raise _ExecFailed(125, f"container {self.name} could not be read: {_last(err)}")
+                raise ExecFailed(125, f"container {self.name} could not be read: {_last(err)}")
             kind_of = _rootfs_kind(out.strip())
             links = [(p, link) for p in paths if (link := _image_link(kind_of, p, mounted))]
             self.engine("umount", self.name)
@@ -456,7 +495,7 @@ class Container:
         code, out, err = self.engine("container", "inspect", "--format", "{{json .GraphDriver}}",
                                      self.name)  # fmt: skip
         if code != 0:
-            raise _ExecFailed(125, f"container {self.name} could not be read: {_last(err)}")
+            raise ExecFailed(125, f"container {self.name} could not be read: {_last(err)}")
         try:
             driver = json.loads(out) or {}
         except ValueError:
@@ -473,28 +512,42 @@ class Container:
             except OSError as exc:
                 is_dir, d = False, f"{d}: {exc.strerror}"
             if not is_dir:
-                raise _ExecFailed(125, f"container {self.name} could not be read: {d}")
+                raise ExecFailed(125, f"container {self.name} could not be read: {d}")
         return layers
 
     def exported_kinds(self, paths: list[str]) -> Callable[[str], str]:
-        """`_exported_kinds` of the container's `export`."""
+        """`_exported_kinds` of the container's `export`, which must be over (its output read
+        to the end, the process exited) within `export_timeout_s`: past that it is killed and
+        the start fails, naming the export."""
         import subprocess
         import tarfile
+        import time
 
+        deadline = time.monotonic() + self.export_timeout_s
         proc = subprocess.Popen([self.binary, "export", self.name], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, env=self.env, cwd=self.cwd)  # fmt: skip
+        assert proc.stdout is not None and proc.stderr is not None
         try:
-            kind_of = _exported_kinds(proc.stdout, paths)
+            kind_of = _exported_kinds(_TimedPipe(proc.stdout.fileno(), deadline), paths)
+            proc.stdout.close()  # the archive's end is all it has to say
+            err = _TimedPipe(proc.stderr.fileno(), deadline).read_all().decode(errors="replace")
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except (TimeoutError, subprocess.TimeoutExpired):
+            raise ExecFailed(
+                125,
+                f"container {self.name} could not be read: `{self.binary} export` did not end "
+                f"within {self.export_timeout_s:g} s (is the engine hung?): killed",
+            ) from None
         except (OSError, tarfile.TarError) as exc:
-            proc.kill()
-            raise _ExecFailed(125, f"container {self.name} could not be read: {exc}") from None
+            raise ExecFailed(125, f"container {self.name} could not be read: {exc}") from None
         finally:
-            assert proc.stdout is not None
+            if proc.returncode is None:  # it failed or timed out: not left running
+                proc.kill()
+                proc.wait()
             proc.stdout.close()
-            err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-            proc.wait()
+            proc.stderr.close()
         if proc.returncode != 0:
-            raise _ExecFailed(125, f"container {self.name} could not be read: {_last(err)}")
+            raise ExecFailed(125, f"container {self.name} could not be read: {_last(err)}")
         return kind_of
 
     def make_mount_point(self, path: str, is_dir: bool) -> None:
@@ -506,7 +559,7 @@ class Container:
         make = ["mkdir", "-p", "--", path] if is_dir else ["touch", "--", path]
         why = _run_as(self.spec["owner"], sorted(self.pins.groups), make)
         if why is not None:
-            raise _ExecFailed(126, f"cannot make {path} to mount on: {why}")
+            raise ExecFailed(126, f"cannot make {path} to mount on: {why}")
 
     def unpin(self) -> None:
         if self.pins is not None:
@@ -610,7 +663,7 @@ class Container:
             ok, why = False, str(exc)
         if not ok:
             self.remove()
-            raise _ExecFailed(125, f"cannot limit the bandwidth of {self.name}: {why}")
+            raise ExecFailed(125, f"cannot limit the bandwidth of {self.name}: {why}")
         log(f"egress shaped to {rate_bit_s} bit/s (tc tbf on eth0)")
 
     def signal(self, sig: int, grace_s: float) -> None:

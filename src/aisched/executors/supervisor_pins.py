@@ -21,16 +21,16 @@ import os
 import stat
 
 from aisched.executors.mounts import (
-    _MNT_DETACH,
-    _MS_BIND,
-    _MS_PRIVATE,
-    _MS_RDONLY,
-    _MS_REC,
-    _MS_REMOUNT,
-    _syscall,
+    MNT_DETACH,
+    MS_BIND,
+    MS_PRIVATE,
+    MS_RDONLY,
+    MS_REC,
+    MS_REMOUNT,
+    syscall,
 )
 from aisched.executors.processes import is_alive, start_time, user_bits
-from aisched.executors.task_files import _ExecFailed
+from aisched.executors.task_files import ExecFailed
 
 PIN_ROOT = "/run/aisched-pins"
 
@@ -39,39 +39,39 @@ def _open_as(path: str, uid: int, groups: frozenset[int], top: str = "/", shown:
     """An O_PATH descriptor of `path` (absolute and resolved when it was checked), each name
     looked up in a directory the user may search, none of them followed if it is a link now.
     `top`: the directory of root's own to look `path` up in instead of /, which messages call
-    `shown`. Raises _ExecFailed with the reason."""
+    `shown`. Raises ExecFailed with the reason."""
     fd = os.open(top, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     names, seen, path = [p for p in path.split("/") if p], shown, os.path.join(shown, path)
     try:
         for name in names:
             if name in (".", ".."):
-                raise _ExecFailed(126, f"{path}: holds '.' or '..': refused")
+                raise ExecFailed(126, f"{path}: holds '.' or '..': refused")
             if not user_bits(os.fstat(fd), uid, groups) & 0o1:
-                raise _ExecFailed(126, f"{path}: uid {uid} may not search {seen}: refused")
+                raise ExecFailed(126, f"{path}: uid {uid} may not search {seen}: refused")
             nxt = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
             os.close(fd)
             fd, seen = nxt, os.path.join(seen, name)
             if stat.S_ISLNK(os.fstat(fd).st_mode):
-                raise _ExecFailed(
+                raise ExecFailed(
                     126, f"{path}: {seen} is a symbolic link now, not what was checked: refused"
                 )
         return fd
     except OSError as exc:
         os.close(fd)
-        raise _ExecFailed(126, f"{path}: {exc.strerror or exc}") from None
-    except _ExecFailed:
+        raise ExecFailed(126, f"{path}: {exc.strerror or exc}") from None
+    except ExecFailed:
         os.close(fd)
         raise
 
 
 def _mount(source: str | None, target: str, flags: int) -> None:
-    _syscall("mount", source, target, None, flags, None)
+    syscall("mount", source, target, None, flags, None)
 
 
 def _unpin(dest: str) -> None:
     """Undoes one pin: detached (a process still in it keeps it), then its mount point goes."""
     with contextlib.suppress(OSError):  # not mounted (a pin left half made)
-        _syscall("umount2", dest, _MNT_DETACH)
+        syscall("umount2", dest, MNT_DETACH)
     with contextlib.suppress(OSError):
         if os.path.isdir(dest) and not os.path.islink(dest):
             os.rmdir(dest)  # never a recursive removal: it could run through a mount
@@ -86,7 +86,7 @@ def _pin_root() -> str:
         os.mkdir(PIN_ROOT, 0o700)
     st = os.lstat(PIN_ROOT)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o077:
-        raise _ExecFailed(126, f"{PIN_ROOT} is not a directory of root's alone: refused")
+        raise ExecFailed(126, f"{PIN_ROOT} is not a directory of root's alone: refused")
     sweep_pins()
     return PIN_ROOT
 
@@ -126,16 +126,16 @@ class Pins:
     def pin(self, path: str, own: bool) -> tuple[str, bool]:
         """Where the engine finds `path` as it is now, and whether the user may write it there.
         `own`: it must be a directory of the user's own (a checkpoint directory). Raises
-        _ExecFailed with the reason."""
+        ExecFailed with the reason."""
         fd = _open_as(path, self.uid, self.groups)
         try:
             st = os.fstat(fd)
             is_dir = stat.S_ISDIR(st.st_mode)
             bits = user_bits(st, self.uid, self.groups)
             if bits & (0o5 if is_dir else 0o4) != (0o5 if is_dir else 0o4):
-                raise _ExecFailed(126, f"{path}: uid {self.uid} may not read it: refused")
+                raise ExecFailed(126, f"{path}: uid {self.uid} may not read it: refused")
             if own and not (is_dir and st.st_uid == self.uid):
-                raise _ExecFailed(126, f"{path}: not a directory of uid {self.uid}: refused")
+                raise ExecFailed(126, f"{path}: not a directory of uid {self.uid}: refused")
             dest = os.path.join(self.held(), str(len(self.made)))
             if is_dir:
                 os.mkdir(dest, 0o700)
@@ -143,11 +143,11 @@ class Pins:
                 os.close(os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             self.made.append(dest)
             # Private: nothing mounted or unmounted here reaches the container's copy later.
-            _mount(f"/proc/self/fd/{fd}", dest, _MS_BIND | _MS_REC)
-            _mount(None, dest, _MS_PRIVATE | _MS_REC)
+            _mount(f"/proc/self/fd/{fd}", dest, MS_BIND | MS_REC)
+            _mount(None, dest, MS_PRIVATE | MS_REC)
         except OSError as exc:
             why = exc.strerror or exc
-            raise _ExecFailed(126, f"cannot pin {path} for the engine: {why}") from None
+            raise ExecFailed(126, f"cannot pin {path} for the engine: {why}") from None
         finally:
             os.close(fd)
         return dest, bits & (0o3 if is_dir else 0o2) == (0o3 if is_dir else 0o2)
@@ -158,7 +158,7 @@ class Pins:
         none followed if it is a link, each directory one the user may search. The engine is
         then given `outer` alone (its mounts are recursive): given both, it would look `rel`
         up itself, as root, through whatever link the user has put there by then, and make
-        the mount point wherever that leads. Raises _ExecFailed with the reason."""
+        the mount point wherever that leads. Raises ExecFailed with the reason."""
         where = os.path.join(shown, rel)
         if read_only:
             self.make_read_only(inner, where)
@@ -166,24 +166,24 @@ class Pins:
             self.lock_way(outer, os.path.dirname(rel), shown)
             fd = _open_as(rel, self.uid, self.groups, top=outer, shown=shown)
         except OSError as exc:
-            raise _ExecFailed(126, f"cannot pin {where} for the engine: {exc.strerror}") from None
+            raise ExecFailed(126, f"cannot pin {where} for the engine: {exc.strerror}") from None
         try:
             if stat.S_ISDIR(os.fstat(fd).st_mode) != os.path.isdir(inner):
                 kind = "directory" if os.path.isdir(inner) else "file"
-                raise _ExecFailed(126, f"{where}: not a {kind} to mount a {kind} on: refused")
+                raise ExecFailed(126, f"{where}: not a {kind} to mount a {kind} on: refused")
             # Not private on its own: a bind under the private `outer` is private already.
-            _mount(inner, f"/proc/self/fd/{fd}", _MS_BIND | _MS_REC)
+            _mount(inner, f"/proc/self/fd/{fd}", MS_BIND | MS_REC)
         except OSError as exc:
-            raise _ExecFailed(126, f"cannot pin {where} for the engine: {exc.strerror}") from None
+            raise ExecFailed(126, f"cannot pin {where} for the engine: {exc.strerror}") from None
         finally:
             os.close(fd)
 
     def make_read_only(self, dest: str, shown: str) -> None:
         """The pin `dest` (of `shown`) made read-only itself, what is mounted in it not."""
         try:
-            _mount(None, dest, _MS_REMOUNT | _MS_BIND | _MS_RDONLY)
+            _mount(None, dest, MS_REMOUNT | MS_BIND | MS_RDONLY)
         except OSError as exc:
-            raise _ExecFailed(126, f"cannot pin {shown} for the engine: {exc.strerror}") from None
+            raise ExecFailed(126, f"cannot pin {shown} for the engine: {exc.strerror}") from None
 
     def lock_way(self, outer: str, rel: str, shown: str) -> None:
         """Each directory on the way to `rel` inside the pin `outer` bound onto itself there:
@@ -198,7 +198,7 @@ class Pins:
                 continue  # bound again, it would hide what is mounted below the first
             fd = _open_as(way, self.uid, self.groups, top=outer, shown=shown)
             try:
-                _mount(f"/proc/self/fd/{fd}", f"/proc/self/fd/{fd}", _MS_BIND)
+                _mount(f"/proc/self/fd/{fd}", f"/proc/self/fd/{fd}", MS_BIND)
             finally:
                 os.close(fd)
             self.locked.add((outer, way))

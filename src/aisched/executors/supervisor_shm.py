@@ -26,18 +26,18 @@ import os
 import sys
 
 from aisched.executors.mounts import (
-    _CLONE_NEWNS,
-    _MNT_DETACH,
-    _MS_BIND,
-    _MS_NODEV,
-    _MS_NOSUID,
-    _MS_REC,
-    _MS_REMOUNT,
-    _MS_SLAVE,
-    _syscall,
+    CLONE_NEWNS,
+    MNT_DETACH,
+    MS_BIND,
+    MS_NODEV,
+    MS_NOSUID,
+    MS_REC,
+    MS_REMOUNT,
+    MS_SLAVE,
+    syscall,
 )
 from aisched.executors.processes import MIB
-from aisched.executors.task_files import LOCK, _note, read_json, write_json_atomic
+from aisched.executors.task_files import LOCK, note, read_json, try_flock, write_json_atomic
 
 # Without importing typing (start-up time counts): mypy treats this name as always true.
 TYPE_CHECKING = False
@@ -114,8 +114,8 @@ def join_shm(shm: dict[str, Any], task_dir: str) -> str:
             os.mkdir(path, 0o700)
         if not os.path.ismount(path):
             owner = f"mode=0700,uid={int(shm['uid'])},gid={int(shm['gid'])}"
-            _syscall("mount", "tmpfs", path, "tmpfs", _MS_NOSUID | _MS_NODEV,
-                     f"size={mine}m,{owner}")  # fmt: skip
+            syscall("mount", "tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV,
+                    f"size={mine}m,{owner}")  # fmt: skip
         elif os.stat(path).st_uid != int(shm["uid"]):
             raise OSError(errno.EPERM, f"{path} belongs to another user")
         else:
@@ -123,8 +123,8 @@ def join_shm(shm: dict[str, Any], task_dir: str) -> str:
             want, have = min(total, cap) if cap else total, _tmpfs_mib(path)
             if want != have:
                 try:
-                    _syscall("mount", None, path, None, _MS_REMOUNT | _MS_NOSUID | _MS_NODEV,
-                             f"size={want}m")  # fmt: skip
+                    syscall("mount", None, path, None, MS_REMOUNT | MS_NOSUID | MS_NODEV,
+                            f"size={want}m")  # fmt: skip
                 except OSError:
                     if want > have:
                         raise
@@ -152,13 +152,13 @@ def enter_shm(path: str, root: str) -> None:
     """In the task's child, as root: a mount namespace of its own with `path` over /dev/shm.
     Its copies of the other attempts' tmpfs mounts are detached, so they cannot keep an ended
     job's memory alive. Raises OSError (the child then runs with the host's /dev/shm)."""
-    _syscall("unshare", _CLONE_NEWNS)
+    syscall("unshare", CLONE_NEWNS)
     # A slave: the host's unmounts still reach this copy; nothing mounted here goes back.
-    _syscall("mount", None, "/", None, _MS_REC | _MS_SLAVE, None)
-    _syscall("mount", path, "/dev/shm", None, _MS_BIND, None)
+    syscall("mount", None, "/", None, MS_REC | MS_SLAVE, None)
+    syscall("mount", path, "/dev/shm", None, MS_BIND, None)
     for target in sorted(_mounts_under(root), reverse=True):
         with contextlib.suppress(OSError):
-            _syscall("umount2", target, _MNT_DETACH)
+            syscall("umount2", target, MNT_DETACH)
 
 
 def _mounts_under(root: str) -> list[str]:
@@ -197,16 +197,16 @@ def _unmount(path: str) -> bool:
     """Every mount at `path` detached, then the empty directory removed (never rmtree)."""
     while os.path.ismount(path):
         try:
-            _syscall("umount2", path, _MNT_DETACH)
+            syscall("umount2", path, MNT_DETACH)
         except OSError as exc:
-            _note(f"cannot unmount {path}: {exc}")
+            note(f"cannot unmount {path}: {exc}")
             return False
     try:
         os.rmdir(path)
     except FileNotFoundError:
         pass
     except OSError as exc:
-        _note(f"cannot remove {path}: {exc.strerror or exc}")
+        note(f"cannot remove {path}: {exc.strerror or exc}")
         return False
     return True
 
@@ -228,7 +228,7 @@ def sweep_shm(state_dir: str) -> list[str]:
         try:
             removed = release_shm(shm) if os.path.isdir(attempt_dir) else _unmount(path)
         except OSError as exc:  # the next sweep tries again
-            _note(f"cannot remove {path}: {exc.strerror or exc}")
+            note(f"cannot remove {path}: {exc.strerror or exc}")
             continue
         if removed:
             gone.append(path)
@@ -241,14 +241,9 @@ def _supervisor_holds(task_dir: str) -> bool:
     except (FileNotFoundError, NotADirectoryError):
         return False
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError as exc:
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            return True
-        raise
+        return not try_flock(fd, fcntl.LOCK_SH)
     finally:
         os.close(fd)  # releases a lock we got
-    return False
 
 
 class _ShmLock:
@@ -274,13 +269,13 @@ def probe_shm() -> int:
     try:
         if not os.path.isdir("/dev/shm"):
             raise OSError(errno.ENOENT, "this node has no /dev/shm")
-        _syscall("unshare", _CLONE_NEWNS)
-        _syscall("mount", None, "/", None, _MS_REC | _MS_SLAVE, None)
-        _syscall("mount", "tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m")
-        _syscall("mount", None, "/dev/shm", None, _MS_REMOUNT | _MS_NOSUID | _MS_NODEV,
-                 "size=2m")  # fmt: skip
-        _syscall("mount", "/dev/shm", "/dev/shm", None, _MS_BIND, None)
-        _syscall("umount2", "/dev/shm", _MNT_DETACH)
+        syscall("unshare", CLONE_NEWNS)
+        syscall("mount", None, "/", None, MS_REC | MS_SLAVE, None)
+        syscall("mount", "tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m")
+        syscall("mount", None, "/dev/shm", None, MS_REMOUNT | MS_NOSUID | MS_NODEV,
+                "size=2m")  # fmt: skip
+        syscall("mount", "/dev/shm", "/dev/shm", None, MS_BIND, None)
+        syscall("umount2", "/dev/shm", MNT_DETACH)
     except OSError as exc:
         print(exc.strerror or exc, flush=True)
         return 1

@@ -12,8 +12,8 @@ Files of a task directory (each JSON file is written whole: temp file, then rena
 - `supervisor.log` the supervisor's own stdout/stderr (tracebacks, if it ever fails)
 
 Also here: reading and writing those files whole, the lock's protocol (`read_lock_owner`,
-`supervisor_alive_or_abandon`), and `ExecFailed`, a task that could not start: the code and
-message of its `exit.json`.
+`try_flock`, `supervisor_alive_or_abandon`), and `ExecFailed`, a task that could not start: the
+code and message of its `exit.json`.
 
 It must import only the standard library and stay side-effect free at import: the supervisor
 imports it (see `supervisor.py`), running with `-I -S`.
@@ -62,18 +62,16 @@ def read_json(path: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-class _ExecFailed(Exception):
-    """`kind` "unrunnable": the task can never start as asked (its image is missing)."""
+class ExecFailed(Exception):
+    """A task that could not start, or a container that could not be created or prepared
+    (ray_task drives containers too). `kind` "unrunnable": the task can never start as asked
+    (its image is missing)."""
 
     def __init__(self, code: int, message: str, kind: str = "exited") -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.kind = kind
-
-
-# A container that could not be created or prepared (ray_task drives containers too).
-ExecFailed = _ExecFailed
 
 
 def read_lock_owner(task_dir: str) -> tuple[int, int] | None:
@@ -86,18 +84,26 @@ def read_lock_owner(task_dir: str) -> tuple[int, int] | None:
         return None
 
 
+def try_flock(fd: int, mode: int) -> bool:
+    """flock(2) `mode` (LOCK_SH or LOCK_EX) on `fd` without waiting: True when taken (it lasts
+    until `fd` is closed), False when another holds a conflicting lock; other errors raise."""
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return False
+        raise
+    return True
+
+
 def supervisor_alive_or_abandon(task_dir: str) -> bool:
     """True while a supervisor lives in `task_dir`. Otherwise marks the task `abandoned` while
     holding the lock and returns False: a supervisor still starting will then see the mark
     and exit without running the task, so the caller may treat it as gone for good."""
     fd = os.open(os.path.join(task_dir, LOCK), os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                return True
-            raise
+        if not try_flock(fd, fcntl.LOCK_EX):
+            return True
         with open(os.path.join(task_dir, ABANDONED), "w", encoding="ascii"):
             pass
         return False
@@ -105,7 +111,7 @@ def supervisor_alive_or_abandon(task_dir: str) -> bool:
         os.close(fd)  # releases the lock
 
 
-def _note(line: str) -> None:
+def note(line: str) -> None:
     """A line for the supervisor's own log (its stderr), which is on the disk that may be full:
     failing to write it must not stop the supervisor from recording its task's end."""
     with contextlib.suppress(OSError):

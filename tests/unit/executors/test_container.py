@@ -1,6 +1,8 @@
 """The container command line, whole: what each task's `create` says, for CPUs, GPUs (CDI and
 NVIDIA_VISIBLE_DEVICES, which no machine here can run), users, networks and mounts; and the
-hostPath access check. Nothing here starts a container (tests/e2e/test_containers.py does)."""
+hostPath access check; and, through an engine that is a script, how the supervisor reads
+docker's `export` (bounded: a hung engine fails the start). Nothing here starts a container
+(tests/e2e/test_containers.py does)."""
 
 from __future__ import annotations
 
@@ -356,7 +358,7 @@ def test_the_checkpoint_directory_is_mounted_before_it_exists(dirs: tuple[str, s
 @pytest.mark.skipif(os.geteuid() != 0, reason="making a directory another user's needs root")
 def test_a_users_container_gets_its_checkpoint_directory_made_by_the_user() -> None:
     from aisched.executors.supervisor_container import Container
-    from aisched.executors.task_files import _ExecFailed
+    from aisched.executors.task_files import ExecFailed
 
     nobody = (65534, 65534)
     top = Path(tempfile.mkdtemp())  # root's; the user may pass through it, not write in it
@@ -382,7 +384,7 @@ def test_a_users_container_gets_its_checkpoint_directory_made_by_the_user() -> N
         assert kept.stat().st_mode & 0o777 == 0o750  # one of the user's that exists is left
         # Where the user may not write, nothing is made with root's rights: a one-line reason.
         denied = top / "not-yours" / "job-2"
-        with pytest.raises(_ExecFailed) as err:
+        with pytest.raises(ExecFailed) as err:
             Container(
                 {"binary": "podman", "name": "n", "make_dirs": [str(denied)],
                  "owner": list(nobody)}
@@ -399,7 +401,7 @@ def test_a_checkpoint_directory_that_is_a_link_or_anothers_is_refused(tmp_path: 
     # The engine mounts it read-write as root: a link the user placed would hand the task
     # whatever it leads to (a directory the user may not read).
     from aisched.executors.supervisor_container import Container
-    from aisched.executors.task_files import _ExecFailed
+    from aisched.executors.task_files import ExecFailed
 
     nobody = (65534, 65534)
     secret = tmp_path / "secret"
@@ -410,7 +412,7 @@ def test_a_checkpoint_directory_that_is_a_link_or_anothers_is_refused(tmp_path: 
     os.chown(tmp_path / "file", *nobody)
     refused = []
     for name, owner in (("link", nobody), ("secret", nobody), ("file", nobody), ("link", None)):
-        with pytest.raises(_ExecFailed) as err:
+        with pytest.raises(ExecFailed) as err:
             Container(
                 {"binary": "podman", "name": "n", "make_dirs": [str(tmp_path / name)],
                  "owner": list(owner) if owner else None}
@@ -451,3 +453,66 @@ def test_container_tasks_can_be_switched_off() -> None:
     with pytest.raises(EngineError) as err:
         detect_engine("none")
     assert str(err.value) == "container tasks are off on this node (container_runtime: none)"
+
+
+def _docker_on_vfs(tmp_path: Path, export: str) -> dict[str, object]:
+    """The spec of a docker container whose engine is a script: its storage driver is vfs (no
+    overlay layers: the image's links are read from its `export`), `export` runs the shell
+    line `export`, and every command it is given is recorded in `calls`."""
+    engine = tmp_path / "docker"
+    engine.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {tmp_path}/calls\n'
+        'case "$1" in\n'
+        """  container) echo '{"Name": "vfs", "Data": {}}' ;;\n"""
+        f"  export) {export} ;;\n"
+        "esac\n"
+    )
+    engine.chmod(0o755)
+    return {"binary": str(engine), "name": "n", "engine": "docker", "image": "img",
+            "engine_env": {"PATH": os.environ["PATH"]},
+            "create": ["docker", "create", "--volume", f"{tmp_path}:/data/w", "img"]}  # fmt: skip
+
+
+def test_an_export_that_never_ends_fails_the_start_and_is_killed(tmp_path: Path) -> None:
+    # A hung engine: the export starts and never writes a byte nor ends.
+    from aisched.executors.supervisor_container import Container
+    from aisched.executors.task_files import ExecFailed
+
+    spec = _docker_on_vfs(tmp_path, f"echo $$ > {tmp_path}/export.pid; exec sleep 3600")
+    with pytest.raises(ExecFailed) as err:
+        Container(spec, str(tmp_path), export_timeout_s=0.5).refuse_image_links()
+    assert (err.value.code, err.value.message) == (
+        125,
+        f"container n could not be read: `{tmp_path}/docker export` did not end within 0.5 s "
+        "(is the engine hung?): killed",
+    )
+    export_pid = int((tmp_path / "export.pid").read_text())
+    assert not Path(f"/proc/{export_pid}").exists()  # killed and reaped, not left behind
+    assert (tmp_path / "calls").read_text().splitlines() == [
+        "container inspect --format {{json .GraphDriver}} n",
+        "export n",
+        "rm --force n",  # the container it could not judge is removed
+    ]
+
+
+def test_an_export_is_read_whole_within_its_bound(tmp_path: Path) -> None:
+    # The image's /data is a link: the mount at /data/w would be made where it leads.
+    import tarfile
+
+    from aisched.executors.supervisor_container import Container
+    from aisched.executors.task_files import ExecFailed
+
+    with tarfile.open(tmp_path / "rootfs.tar", "w") as tar:
+        for name, kind in (("etc", tarfile.DIRTYPE), ("data", tarfile.SYMTYPE)):
+            entry = tarfile.TarInfo(name)
+            entry.type, entry.linkname = kind, "/elsewhere" if kind == tarfile.SYMTYPE else ""
+            tar.addfile(entry)
+    spec = _docker_on_vfs(tmp_path, f"cat {tmp_path}/rootfs.tar")
+    with pytest.raises(ExecFailed) as err:
+        Container(spec, str(tmp_path), export_timeout_s=60).refuse_image_links()
+    assert (err.value.code, err.value.message) == (
+        126,
+        "image img: /data is a symbolic link on the way to /data/w, which the engine would "
+        "follow as root: refused",
+    )

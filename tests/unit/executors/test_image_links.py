@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from aisched.executors.mounts import _syscall
+from aisched.executors.mounts import syscall
 from aisched.executors.supervisor_container import (
     _exported_kinds,
     _image_link,
@@ -70,11 +70,11 @@ def layers() -> Iterator[tuple[list[str], str]]:
         make_layer(Path(d), entries)
     merged = top / "merged"
     merged.mkdir()
-    _syscall("mount", "overlay", str(merged), "overlay", 1, f"lowerdir={':'.join(dirs)}")
+    syscall("mount", "overlay", str(merged), "overlay", 1, f"lowerdir={':'.join(dirs)}")
     try:
         yield dirs, str(merged)
     finally:
-        _syscall("umount2", str(merged), 0)
+        syscall("umount2", str(merged), 0)
         shutil.rmtree(top)
 
 

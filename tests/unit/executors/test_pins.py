@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from aisched.executors.supervisor_pins import PIN_ROOT, Pins
-from aisched.executors.task_files import _ExecFailed
+from aisched.executors.task_files import ExecFailed
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="pins are mounts: they need root")
 
@@ -65,7 +65,7 @@ def test_a_link_on_the_way_now_is_refused(top: Path) -> None:
     home.mkdir()
     os.chown(home, NOBODY, NOBODY)
     (home / "data").symlink_to(secret)  # put there after the path was checked and resolved
-    with pytest.raises(_ExecFailed) as err:
+    with pytest.raises(ExecFailed) as err:
         pins().pin(f"{home}/data/x", own=False)
     assert err.value.message == (
         f"{home}/data/x: {home}/data is a symbolic link now, not what was checked: refused"
@@ -80,7 +80,7 @@ def test_what_the_user_may_not_reach_read_or_own_is_refused(top: Path) -> None:
     unreadable.mkdir(mode=0o711)
     refused = []
     for path, own in ((closed / "inside", False), (unreadable, False), (top, True)):
-        with pytest.raises(_ExecFailed) as err:
+        with pytest.raises(ExecFailed) as err:
             pins().pin(str(path), own=own)
         refused.append(err.value.message)
     assert refused == [
