@@ -6,6 +6,7 @@ as on a shared cluster, on a machine whose cgroups the tests may write."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from harness import Service
 from users import User
 
+from aisched.executors.ray_executor import namespace_for
 from aisched.executors.ray_shm import NODE_STATE
 
 HOST_SHM = Path("/dev/shm")
@@ -84,5 +86,9 @@ def test_a_users_ray_task_has_a_dev_shm_of_its_jobs_own_gone_when_it_ends(
         assert not (HOST_SHM / tok).exists()
         with open("/proc/self/mountinfo", encoding="utf-8") as f:
             assert [ln for ln in f if f" {NODE_STATE}/" in ln] == []
+        # Nor its directory on the node, lock and all: no retention clears the node's state.
+        ns = namespace_for(str(ray_service.home.resolve()))
+        instance = hashlib.sha256(ns.encode()).hexdigest()[:10]  # as the executor names it
+        assert not (Path(NODE_STATE) / instance / jid).exists()
     finally:
         (HOST_SHM / tok).unlink(missing_ok=True)

@@ -73,7 +73,8 @@ def release(held: TaskShm | None) -> None:
     if held is None:
         return
     with contextlib.suppress(OSError):  # the next sweep on the node tries again
-        supervisor_shm.release_shm(held.shm, held.task_dir)
+        # The attempt's lock goes with the tmpfs: no retention clears a node's state directory.
+        supervisor_shm.release_shm(held.shm, held.task_dir, drop_lock=True)
     with contextlib.suppress(OSError):
         os.unlink(os.path.join(held.task_dir, task_files.LOCK))
     os.close(held.lock_fd)

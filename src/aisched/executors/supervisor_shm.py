@@ -179,18 +179,23 @@ def _unescape(field: str) -> str:
     return head + "".join(chr(int(part[:3], 8)) + part[3:] for part in rest)
 
 
-def release_shm(shm: dict[str, Any], task_dir: str | None = None) -> bool:
+def release_shm(shm: dict[str, Any], task_dir: str | None = None, drop_lock: bool = False) -> bool:
     """The task in `task_dir` (if any) no longer holds the attempt's tmpfs; unmounts and
     removes it unless another task still does: marked a holder, with a live supervisor (a
-    mark without one is a supervisor's that was killed). True when it is gone (or never was)."""
+    mark without one is a supervisor's that was killed). True when it is gone (or never was).
+    `drop_lock`: once it is gone, the attempt's `SHM_LOCK` goes too, so the attempt's
+    directory can be removed (a Ray node's, which no retention clears)."""
     attempt = str(shm["attempt_dir"])
-    with _ShmLock(attempt):
+    with _ShmLock(attempt) as lock:
         if task_dir is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(task_dir, SHM_HELD))
         if _shm_holders(attempt):
             return False
-        return _unmount(str(shm["dir"]))
+        gone = _unmount(str(shm["dir"]))
+        if gone and drop_lock:
+            lock.remove()
+        return gone
 
 
 def _unmount(path: str) -> bool:
@@ -247,19 +252,38 @@ def _supervisor_holds(task_dir: str) -> bool:
 
 
 class _ShmLock:
-    """The attempt's `SHM_LOCK`, held exclusively (it is never removed: no lock on a dead
-    inode)."""
+    """The attempt's `SHM_LOCK`, held exclusively. Its holder may remove it (`remove`), so a
+    taker that waited checks, once it holds it, that its file is still the one at the path:
+    a lock on a removed file would exclude no one who opens the path afresh."""
 
     def __init__(self, attempt_dir: str) -> None:
         self.path = os.path.join(attempt_dir, SHM_LOCK)
         self.fd = -1
 
-    def __enter__(self) -> None:
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
+    def __enter__(self) -> _ShmLock:
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if _same_file(fd, self.path):
+                self.fd = fd
+                return self
+            os.close(fd)  # removed while we waited: take the one there now
+
+    def remove(self) -> None:
+        """Removes the file while holding it (those waiting on it then try the path again)."""
+        os.unlink(self.path)
 
     def __exit__(self, *exc: object) -> None:
         os.close(self.fd)
+
+
+def _same_file(fd: int, path: str) -> bool:
+    try:
+        at_path = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_dev, held.st_ino) == (at_path.st_dev, at_path.st_ino)
 
 
 def probe_shm() -> int:

@@ -9,6 +9,8 @@ import fcntl
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -123,3 +125,51 @@ def test_a_tmpfs_whose_holders_were_all_killed_is_swept(attempt: Attempt) -> Non
     attempt.die("a-1")
     assert supervisor_shm.sweep_shm(str(attempt.state)) == [str(attempt.mount)]
     assert not attempt.mount.exists()
+
+
+def test_the_last_holder_on_a_ray_node_removes_the_attempts_lock_too(attempt: Attempt) -> None:
+    # A Ray node's state directory has no retention: the attempt's lock must not outlive it.
+    first, second = attempt.start("a-0"), attempt.start("a-1")
+    supervisor_shm.join_shm(attempt.shm(16), first)
+    supervisor_shm.join_shm(attempt.shm(16), second)
+    lock = attempt.dir / supervisor_shm.SHM_LOCK
+    assert supervisor_shm.release_shm(attempt.shm(16), first, drop_lock=True) is False
+    assert lock.exists()  # a-1 still holds the tmpfs
+    assert supervisor_shm.release_shm(attempt.shm(16), second, drop_lock=True) is True
+    assert not lock.exists() and not attempt.mounted()
+
+
+def _waiting_on(inode: int) -> bool:
+    """Whether some flock waits on the file of `inode` (a blocked lock: "->" in /proc/locks)."""
+    with open("/proc/locks", encoding="ascii") as f:
+        return any(ln.split()[1] == "->" and ln.split()[6].endswith(f":{inode}") for ln in f)
+
+
+def test_a_lock_removed_while_another_waited_on_it_is_taken_afresh(attempt: Attempt) -> None:
+    # The waiter got the removed file's lock; it must hold the file at the path instead, or a
+    # third taker opening the path would not be kept out.
+    attempt.dir.mkdir(parents=True)
+    path = attempt.dir / supervisor_shm.SHM_LOCK
+    holder = supervisor_shm._ShmLock(str(attempt.dir))
+    waiter = supervisor_shm._ShmLock(str(attempt.dir))
+    taken = threading.Event()
+
+    def take() -> None:
+        waiter.__enter__()
+        taken.set()
+
+    with holder:
+        inode = os.fstat(holder.fd).st_ino
+        thread = threading.Thread(target=take, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not _waiting_on(inode):
+            assert time.monotonic() < deadline, "the waiter never blocked on the lock"
+            time.sleep(0.01)
+        holder.remove()
+    assert taken.wait(10)
+    try:
+        held, at_path = os.fstat(waiter.fd), os.stat(path)
+        assert (held.st_dev, held.st_ino) == (at_path.st_dev, at_path.st_ino)
+    finally:
+        waiter.__exit__()
