@@ -101,8 +101,9 @@ def connect_driver(cluster: RayCluster) -> None:
 def kill_agents(cluster: RayCluster, data_dir: Path) -> int:
     """Kills every node agent of the service on `data_dir` (its Ray namespace's), as a node's
     (or the cluster's) death would; returns how many there were. Agents are detached and
-    outlive their service; in the shared cluster each test's service has its own, each with
-    its pool of threads, and those left behind ran the machine out of process ids."""
+    outlive their service; in the shared cluster each test's service has its own, a Ray
+    worker process each, and those left behind (each with a pool of 256 threads, then) ran
+    the machine out of process ids."""
     import ray  # only where Ray is installed: the tests skip without it
 
     from aisched.executors.ray_executor import namespace_for
