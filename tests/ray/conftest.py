@@ -43,7 +43,7 @@ from ray_harness import (  # noqa: E402
     cancel_all,
     kill_agents,
     local_cluster,
-    wait_until_ray_holds_nothing,
+    wait_until_ray_holds_none_of,
 )
 
 
@@ -94,7 +94,7 @@ def ray_service(
             # Every reservation of this test's jobs goes while its service still runs (its
             # sweep removes what no task claims): one left behind would hold GPUs or CPUs in
             # the shared cluster and fail later tests far from its cause.
-            wait_until_ray_holds_nothing(ray_cluster, 60)
+            wait_until_ray_holds_none_of(ray_cluster, ("GPU", "CPU"), 60)
         finally:
             svc.stop()
             kill_agents(ray_cluster, svc.home)

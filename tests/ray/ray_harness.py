@@ -101,8 +101,9 @@ def connect_driver(cluster: RayCluster) -> None:
 def kill_agents(cluster: RayCluster, data_dir: Path) -> int:
     """Kills every node agent of the service on `data_dir` (its Ray namespace's), as a node's
     (or the cluster's) death would; returns how many there were. Agents are detached and
-    outlive their service; in the shared cluster each test's service has its own, each with
-    its pool of threads, and those left behind ran the machine out of process ids."""
+    outlive their service; in the shared cluster each test's service has its own, a Ray
+    worker process each, and those left behind (each with a pool of 256 threads, then) ran
+    the machine out of process ids."""
     import ray  # only where Ray is installed: the tests skip without it
 
     from aisched.executors.ray_executor import namespace_for
@@ -144,22 +145,14 @@ def ray_gpus_in_use(cluster: RayCluster) -> dict[str, float]:
     return ray_in_use(cluster, "GPU")
 
 
-def wait_until_ray_holds_no_gpu(
-    cluster: RayCluster, timeout_s: float, what: str = "Ray to hold no GPU"
+def wait_until_ray_holds_none_of(
+    cluster: RayCluster, resources: tuple[str, ...], timeout_s: float, what: str = ""
 ) -> None:
-    """Waits for Ray's own accounting to show every GPU of the cluster free."""
-    wait_for(what, lambda: not any(ray_gpus_in_use(cluster).values()), timeout_s)
-
-
-def wait_until_ray_holds_nothing(cluster: RayCluster, timeout_s: float) -> None:
-    """Waits for Ray's own accounting to show every GPU and CPU of the cluster free (the
-    nodes' agents take none): a reservation left behind fails later tests far from its
-    cause, on CPUs as on GPUs."""
+    """Waits for Ray's own accounting to show all of each of `resources` ("GPU", "CPU") free
+    on every node of the cluster (the nodes' agents take none): a reservation left behind
+    fails later tests far from its cause."""
     wait_for(
-        "Ray to hold no GPU and no CPU",
-        lambda: (
-            not any(ray_in_use(cluster, "GPU").values())
-            and not any(ray_in_use(cluster, "CPU").values())
-        ),
+        what or f"Ray to hold no {' and no '.join(resources)}",
+        lambda: not any(any(ray_in_use(cluster, r).values()) for r in resources),
         timeout_s,
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 from harness import wait_for
-from ray_harness import RayCluster, connect_driver, wait_until_ray_holds_no_gpu
+from ray_harness import RayCluster, connect_driver, wait_until_ray_holds_none_of
 
 pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.[dev]'")
 
@@ -32,7 +32,7 @@ def test_a_gangs_rest_removed_as_it_is_being_placed_leaves_ray_holding_nothing(
         rest = reserve(f"groups-test:{i}", [ONE_GPU], nodes[:1])  # its rest, re-reserved
         removals.remove(rest)  # and its last task ended a moment later
         removals.drain()
-    wait_until_ray_holds_no_gpu(ray_cluster, 30)
+    wait_until_ray_holds_none_of(ray_cluster, ("GPU",), 30)
 
 
 def test_a_group_ray_cannot_place_is_removed_at_its_deadline(ray_cluster: RayCluster) -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from harness import Service, free_port, wait_for
-from ray_harness import RayCluster, cancel_all, kill_agents, wait_until_ray_holds_no_gpu
+from harness import Service, free_port, stopped, wait_for
+from ray_harness import RayCluster, cancel_all, kill_agents, wait_until_ray_holds_none_of
 from test_ray_service import env_of, events, submit
 
 from aisched.testing.postgres import PostgresServer
@@ -76,14 +76,9 @@ def test_the_standby_adopts_the_gang_of_a_killed_leader_through_its_actors(
         assert job["state"] == "succeeded", job["events"]
         assert [e["kind"] for e in job["events"]].count("started") == 1
         assert sorted(events(b)) == ["start 0 0", "start 1 0"]  # once each, never stopped
-        wait_until_ray_holds_no_gpu(ray_cluster, 60)
+        wait_until_ray_holds_none_of(ray_cluster, ("GPU",), 60)
     finally:
         stop_all([b, a], ray_cluster)
-
-
-def stopped(pid: int) -> bool:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat[stat.rindex(")") + 2] == "T"
 
 
 def test_a_leader_paused_between_committing_a_gang_launch_and_making_it_starts_nothing(
@@ -113,8 +108,8 @@ def test_a_leader_paused_between_committing_a_gang_launch_and_making_it_starts_n
         # sweep removes it (at its second look), so Ray holds no GPU once the gang is done.
         from aisched.executors.ray_executor import SWEEP_S
 
-        wait_until_ray_holds_no_gpu(
-            ray_cluster, 3 * SWEEP_S + 30, "Ray to give the given-up attempt's GPUs back"
+        wait_until_ray_holds_none_of(
+            ray_cluster, ("GPU",), 3 * SWEEP_S + 30, "Ray to give the given-up attempt's GPUs back"
         )
     finally:
         stop_all([b, a], ray_cluster)

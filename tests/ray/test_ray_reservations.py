@@ -12,7 +12,7 @@ import time
 
 import pytest
 from harness import Service, wait_for
-from ray_harness import RayCluster, ray_gpus_in_use, wait_until_ray_holds_no_gpu
+from ray_harness import RayCluster, ray_gpus_in_use, wait_until_ray_holds_none_of
 from test_ray_service import env_of, submit
 
 pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.[dev]'")
@@ -43,7 +43,7 @@ def test_a_gangs_reservation_holds_while_it_runs_and_goes_once_it_ended_unwatche
     job = svc.wait_state(jid, "succeeded", "failed", timeout_s=60)
     assert job["state"] == "succeeded", job["events"]
     # Nothing claims the gang's group now: the sweep removes it, and Ray holds no GPU.
-    wait_until_ray_holds_no_gpu(ray_cluster, 3 * SWEEP_S + 30)
+    wait_until_ray_holds_none_of(ray_cluster, ("GPU",), 3 * SWEEP_S + 30)
 
 
 # Rank R waits for release-R, then exits 0.
@@ -87,4 +87,4 @@ def test_a_task_that_ends_before_its_gang_mates_gives_its_share_back_to_ray(
     assert svc.job(jid)["state"] == "running"
     (svc.work / "release-0").touch()
     assert svc.wait_state(jid, "succeeded", "failed", timeout_s=60)["state"] == "succeeded"
-    wait_until_ray_holds_no_gpu(ray_cluster, 60)
+    wait_until_ray_holds_none_of(ray_cluster, ("GPU",), 60)

@@ -94,9 +94,12 @@ from aisched.model.job import ContainerSpec
 log = logging.getLogger(__name__)
 
 MIB = 1 << 20
-# An agent's calls in flight: per task a start (waiting for its reservation) or a wait, and
-# the short stop, status and GPU-memory calls; so about 120 running tasks per node.
-AGENT_THREADS = 256
+# An agent's calls in flight at once (coroutines of its event loop, not threads): per task a
+# start (waiting for its reservation) or a wait, and the short stop, status and GPU-memory
+# calls (Ray queues those past it). Not a cap in practice: a task holds about two at once,
+# and a node runs out of pids (a process and two threads of its agent per task) well before
+# 5000 tasks. Coroutines cost no thread each, so it need not be small.
+AGENT_CALLS = 10_000
 # Placement groups of ours that no task claims are removed at the second sweep that finds
 # them (the first may see one between its creation and its tasks' registration).
 SWEEP_S = 10.0
@@ -475,7 +478,7 @@ class RayExecutor:
                 get_if_exists=True,
                 lifetime="detached",
                 max_restarts=0,
-                max_concurrency=AGENT_THREADS,
+                max_concurrency=AGENT_CALLS,
                 num_cpus=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
             ).remote()

@@ -197,6 +197,39 @@ subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check
 _ENGINES: list[ctr.Engine] = []
 
 
+class Latch:
+    """A one-shot event (set once, never cleared) that also calls back whoever asked with
+    `then`, once set: the agent's event loop awaits a runner's start and end through it,
+    without a thread of its own per task."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[], None]] | None = []  # None: set, called back
+
+    def set(self) -> None:
+        with self._lock:
+            self._event.set()
+            callbacks, self._callbacks = self._callbacks or [], None
+        for callback in callbacks:
+            callback()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._event.wait(timeout)
+
+    def then(self, callback: Callable[[], None]) -> None:
+        """`callback()` once set: at once if it is (in this thread), else in the thread that
+        sets it, so it must be short and must not raise."""
+        with self._lock:
+            if self._callbacks is not None:
+                self._callbacks.append(callback)
+                return
+        callback()
+
+
 def _node_engine() -> ctr.Engine:
     """This node's container engine, probed once per worker process."""
     if not _ENGINES:
@@ -217,11 +250,12 @@ class TaskRunner:
         self.gpu_usage: TaskGpuMemory | None = None  # its last reading
         self.gpu_reports: list[str] = []  # lines for the scheduler's log, not fetched yet
         self.lock = threading.Lock()
-        self.started = threading.Event()
-        self.done = threading.Event()
+        self.started = Latch()
+        self.done = Latch()
         self.proc: subprocess.Popen[bytes] | None = None
         self.result: Result | None = None
         self.start_error: Result | None = None
+        self.begun = False  # its start thread was made
         self.stop_requested = False
         self.killed_after_grace = False
         self.kill_at: float | None = None
@@ -239,15 +273,27 @@ class TaskRunner:
         self.cgroups: ray_limits.TaskCgroups | None = None  # a host task's, once made
         self.shm: ray_shm.TaskShm | None = None  # a user's host task's hold on its /dev/shm
 
-    # --- called by the executor (by the agent, each in its own thread) -------------------
+    # --- called by the executor, through the agent ------------------------------------------
 
     def start(self) -> dict[str, Any]:
-        """Start the command (once). Returns {"pid"}, or {"exit": Result} when it could
-        not be executed (127: not found, 126: cannot run), like the local executor."""
-        with self.lock:
-            if not self.started.is_set():
-                threading.Thread(target=self._run, name="aisched-task", daemon=True).start()
+        """Start the command (once) and wait until it is started; `start_result`."""
+        self.begin()
         self.started.wait()
+        return self.start_result()
+
+    def begin(self) -> None:
+        """Start the command (once) without waiting: `started` is set once it is started, or
+        could not be. The thread that starts it lives until it ends (see the module
+        docstring)."""
+        with self.lock:
+            if self.begun:
+                return
+            self.begun = True
+        threading.Thread(target=self._run, name="aisched-task", daemon=True).start()
+
+    def start_result(self) -> dict[str, Any]:
+        """Once `started` is set: {"pid"}, or {"exit": Result} when the command could not be
+        executed (127: not found, 126: cannot run), like the local executor."""
         if self.start_error is not None:
             return {"exit": self.start_error}
         assert self.proc is not None
