@@ -16,9 +16,10 @@ running task costs it an awaited `wait` (woken by the runner's end through `Latc
 the thread that saw the process end), and a start waiting for its reservation an awaited
 `PlacementGroup.ready()`; so neither the number of tasks on a node nor the calls in flight
 take threads of the agent's (the task's own process is still started and watched from a thread
-of its runner: see `ray_task.py`). Nothing on the loop may block for long: a stop (which may
-wait for the runner's lock while a container is being created, and signals a container through
-its engine) runs in a small pool of threads (`BLOCKING_THREADS`), shared by all tasks.
+of its runner: see `ray_task.py`). Nothing on the loop may block for long: a stop and a
+GPU-memory reading (which may wait for the runner's lock while a container is being created; a
+stop also signals a container through its engine) run in a small pool of threads
+(`BLOCKING_THREADS`), shared by all tasks.
 
 Invariants: a task (`key`) is started at most once per agent; `wait` returns exactly one
 result per task; `forget` drops a task after its end was reported (killing what is left of it:
@@ -113,7 +114,9 @@ class NodeAgent:
             await self._stop(runner, grace_period_s)
 
     async def gpu_memory(self, key: list[Any]) -> dict[str, Any]:
-        return self._runner(key).gpu_memory()
+        # Off the loop: it takes the runner's lock, held while its container is created.
+        runner = self._runner(key)
+        return await asyncio.get_running_loop().run_in_executor(self.blocking, runner.gpu_memory)
 
     async def forget(self, key: list[Any]) -> None:
         """The scheduler has what it needs of this task: drop it, killing what is left."""
