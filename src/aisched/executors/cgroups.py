@@ -212,6 +212,37 @@ def cgroup_name(instance: str, job_id: str, attempt: int, task: str) -> str:
     return _UNSAFE.sub("_", f"{instance}.{job_id}.{attempt}.{task}")[:200]
 
 
+def instance_prefix(instance: str) -> str:
+    """How the names of the task cgroups of executor instance `instance` begin."""
+    return _UNSAFE.sub("_", f"{instance}.")
+
+
+def list_task_cgroups(ctrl: MemoryControl, bounds: TaskBounds, prefix: str) -> dict[str, list[str]]:
+    """The task cgroups whose names begin with `prefix` under the parents `ctrl` and `bounds`
+    use (the memory one, the v1 cpuset one, each user's v1 pids one), by name: a task's
+    memory, pids and cpuset cgroups share its name."""
+    parents = [ctrl.base] if ctrl.base and ctrl.mechanism in ("cgroup-v1", "cgroup-v2") else []
+    for kind, base in bounds.bases:
+        if kind == "pids":
+            parents += [p for n, p in _subdirs(base) if n.startswith("user-")]
+        else:
+            parents.append(base)
+    out: dict[str, list[str]] = {}
+    for parent in parents:
+        for name, path in _subdirs(parent):
+            if name.startswith(prefix):
+                out.setdefault(name, []).append(path)
+    return out
+
+
+def _subdirs(path: str) -> list[tuple[str, str]]:
+    try:
+        with os.scandir(path) as entries:
+            return [(e.name, e.path) for e in entries if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+
+
 def create_task_cgroup(ctrl: MemoryControl, name: str, mem_limit_mib: int) -> str | None:
     """The task's cgroup, created with its limit (0: none), or None when the mechanism uses no
     cgroups. A leftover of the same name is emptied and replaced. Raises OSError."""

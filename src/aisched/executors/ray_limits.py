@@ -8,15 +8,27 @@ everything the task starts counts. Where the node has no memory cgroup for the a
 child gets the task's limit as RLIMIT_DATA instead, and the task's log says so. What the node
 allows is decided once per worker process (`node_controls`).
 
+A killed agent (kill -9 of its Ray worker) removes nothing: its tasks' main processes die with
+it (parent-death signal), but their cgroups stay, with whatever the tasks started that outlived
+them (a daemon, a `cmd &`), still running while the scheduler, which lost the task, runs it
+again. So each task holds a lock on a file of its cgroups' name in the node's state directory
+for as long as they exist, and a worker process, before it makes the first cgroup of an
+instance (a service), sweeps that instance's task cgroups whose lock no one holds: it kills
+what is in them and removes them (`sweep_dead_task_cgroups`).
+
 Standard library and aisched's standard-library modules only: it runs in Ray worker processes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import fcntl
 import hashlib
 import os
 import resource
+import stat
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,8 +43,16 @@ from aisched.executors.cgroups import (
     choose_task_bounds,
     create_bounds,
     create_task_cgroup,
+    instance_prefix,
+    list_task_cgroups,
 )
 from aisched.executors.container import DEFAULT_PIDS_LIMIT
+from aisched.executors.task_files import try_flock
+
+# The node's state directory, root's alone (node-local: `NODE_STATE/<instance>/`), and the
+# folder of the locks of an instance's task cgroups there.
+NODE_STATE = "/run/aisched-ray"
+OWNERS = ".cgroups"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +81,7 @@ class TaskCgroups:
     joined: tuple[str, ...]  # every cgroup its child joins
     rlimit_bytes: int  # RLIMIT_DATA for its processes (0: none)
     note: str | None  # for its log: its memory limit is not a cgroup's
+    owner: Owner | None = None  # held while they exist (None: no sweep on this node)
 
     def join(self) -> None:
         """In the child, before it drops to the task's user (the cgroups are root's)."""
@@ -75,9 +96,11 @@ class TaskCgroups:
         return processes.oom_kills(self.memory) > 0
 
     def remove(self) -> None:
-        """Kills what is left in them, and removes them."""
+        """Kills what is left in them, and removes them; then lets go of their lock."""
         for cgroup in self.joined:
             processes.remove_cgroup(cgroup)
+        if self.owner is not None:
+            self.owner.release(self.joined)
 
 
 def task_names(spec: dict[str, Any]) -> tuple[str, str, str, str]:
@@ -92,11 +115,25 @@ def task_names(spec: dict[str, Any]) -> tuple[str, str, str, str]:
 def make_task_cgroups(spec: dict[str, Any], uid: int, cores: tuple[int, ...]) -> TaskCgroups:
     """The cgroups of the host task of `spec` (its key, instance, mem_limit_mib, and the
     executor's memory_limit, task_pids_limit and user_pids_limit) run as `uid` on `cores`,
-    made with their bounds. Raises OSError, or MemoryControlError (a forced mechanism that
-    this node does not have)."""
+    made with their bounds, and their lock held (after the first sweep of the instance by this
+    process). Raises OSError, or MemoryControlError (a forced mechanism that this node does
+    not have)."""
     controls = node_controls(str(spec.get("memory_limit") or "auto"))
     instance, job, attempt, task = task_names(spec)
     name = cgroup_name(instance, job, int(attempt), task)
+    owners = swept_owners(instance, controls)
+    owner = Owner.take(owners, name) if owners is not None else None
+    try:
+        return dataclasses.replace(_make(controls, spec, name, uid, cores), owner=owner)
+    except BaseException:
+        if owner is not None:
+            owner.release(())
+        raise
+
+
+def _make(
+    controls: NodeControls, spec: dict[str, Any], name: str, uid: int, cores: tuple[int, ...]
+) -> TaskCgroups:
     mem_mib = int(spec.get("mem_limit_mib") or 0)
     memory = create_task_cgroup(controls.mem, name, mem_mib)
     user_pids_max = int(spec.get("user_pids_limit") or 4 * DEFAULT_PIDS_LIMIT)
@@ -121,6 +158,119 @@ def make_task_cgroups(spec: dict[str, Any], uid: int, cores: tuple[int, ...]) ->
         how = f"RLIMIT_DATA of {mem_mib} MiB per process" if rlimit else "not enforced"
         note = f"memory limit on this node: {how} ({'; '.join(controls.mem.notes)})"
     return TaskCgroups(memory, joined, rlimit, note)
+
+
+# --- what a killed agent left ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """A task's hold on the lock of its cgroups' name (`OWNERS`): while it is held, no sweep
+    touches them. An agent that dies lets go of every lock it held."""
+
+    path: str
+    fd: int
+
+    @staticmethod
+    def take(owners: str, name: str) -> Owner:
+        """Waits for the lock (a sweep of a leftover of the name may hold it), on the file
+        that is at the path once it has it: a sweep unlinks the one it removed the cgroups
+        of. Raises OSError."""
+        path = os.path.join(owners, name)
+        while True:
+            fd = _open_lock(path)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                    return Owner(path, fd)
+            except FileNotFoundError:
+                pass
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)
+
+    def release(self, cgroups: tuple[str, ...]) -> None:
+        """Lets go of the lock; its file goes once `cgroups` are gone (else the next sweep
+        tries again)."""
+        if not any(os.path.isdir(c) for c in cgroups):
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+        os.close(self.fd)
+
+
+# Instance -> the folder of its owner locks on this node (None: this process keeps none),
+# swept once per worker process.
+_OWNERS: dict[str, str | None] = {}
+_SWEEPING = threading.Lock()
+
+
+def swept_owners(instance: str, controls: NodeControls) -> str | None:
+    """The folder of the owner locks of `instance`'s task cgroups on this node, after this
+    process's first call for the instance swept what dead agents left
+    (`sweep_dead_task_cgroups`); None where this process cannot keep it (not root), and then
+    makes its cgroups unlocked and sweeps nothing. Other threads wait for the sweep."""
+    with _SWEEPING:
+        if instance not in _OWNERS:
+            owners = _owners_dir(instance)
+            if owners is not None:
+                sweep_dead_task_cgroups(instance, controls, owners)
+            _OWNERS[instance] = owners
+        return _OWNERS[instance]
+
+
+def _owners_dir(instance: str) -> str | None:
+    if os.geteuid() != 0:
+        return None
+    owners = os.path.join(NODE_STATE, instance, OWNERS)
+    try:
+        os.makedirs(owners, mode=0o700, exist_ok=True)
+        st = os.lstat(NODE_STATE)
+    except OSError:
+        return None
+    # Anyone who could write there could keep a dead agent's tasks from the sweep.
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+        return None
+    return owners
+
+
+def sweep_dead_task_cgroups(instance: str, controls: NodeControls, owners: str) -> list[str]:
+    """Kills every process in, and removes, each task cgroup of `instance` on this node (of
+    aisched's naming, under the parents `controls` uses) whose lock in `owners` no one holds:
+    those of tasks of agents killed before they could remove them. Returns their names.
+
+    It cannot hit a live task. A task takes its lock before it makes its cgroups and lets go
+    of it after it removed them, and a lock goes with the process that held it. That the
+    node's agent is one named, detached actor (`ray_executor._agent`: `get_if_exists`,
+    `max_restarts=0`), so that a new one exists only once the old one is dead, is not enough
+    on its own: the agents of the instance on the other Ray nodes of this machine (several
+    raylets may share one, as in the tests' cluster) are alive and use the same cgroup
+    parents, and a node whose raylet was replaced gets a new Ray id, so a new agent, while
+    the old one may not have died yet."""
+    gone = []
+    prefix = instance_prefix(instance)
+    for name, paths in list_task_cgroups(controls.mem, controls.bounds, prefix).items():
+        lock = os.path.join(owners, name)
+        try:
+            fd = _open_lock(lock)  # made where missing: cgroups no task took a lock for
+        except OSError:
+            continue
+        try:
+            held = try_flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            held = False
+        if not held:  # a live task's
+            os.close(fd)
+            continue
+        for path in paths:
+            processes.remove_cgroup(path)
+        Owner(lock, fd).release(tuple(paths))
+        gone.append(name)
+    return gone
+
+
+def _open_lock(path: str) -> int:
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
 
 def joined_then(cgroups: TaskCgroups | None, then: Callable[[], None]) -> Callable[[], None]:

@@ -25,7 +25,7 @@ from typing import Any
 
 from aisched.executors import ray_limits, supervisor_shm, task_files
 
-NODE_STATE = "/run/aisched-ray"
+NODE_STATE = ray_limits.NODE_STATE  # shared with the cgroups of its tasks
 
 # Why this node cannot give tasks a private /dev/shm (None: it can), per state directory,
 # probed (and swept) once per worker process.

@@ -1,0 +1,137 @@
+"""A node's agent killed (kill -9 of its Ray worker process), on the real local cluster with
+the real `aisched up --ray`: its task's main process dies with it, the scheduler sees the task
+lost and runs it again, and what the task started that outlived its main process must not run
+on beside the new attempt. The next agent of the node sweeps, before it makes any cgroup of
+the service, the task cgroups the dead one left: it kills what is left in them and removes
+them (`ray_limits`), and leaves those of a live agent of another node of the machine alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from harness import Service, wait_for
+from ray_harness import RayCluster, connect_driver, ray_node_alive
+
+from aisched.executors import processes
+from aisched.executors.ray_executor import agent_name, namespace_for
+
+ray = pytest.importorskip(
+    "ray", reason="Ray is not installed: pip install -e '.[ray]' (or '.[dev]') to run these"
+)
+
+# A node of its own, of a GPU model no other node has: every attempt of the job runs there.
+NODE, MODEL = "k1", "K80"
+CGROUPS = Path("/sys/fs/cgroup")
+# Starts a daemon that outlives the task's main process, and logs "ATTEMPT PID" of it.
+TASK = 'sleep 600 & echo "$AISCHED_RESTART_COUNT $!" >> daemons.log; exec sleep 600'
+# A task of the same service on another node of this machine, whose agent lives on.
+BESIDE = "echo $$ > beside.pid; exec sleep 600"
+
+
+@pytest.fixture
+def node(ray_cluster: RayCluster) -> Iterator[RayCluster]:
+    """NODE, added for this test (before its service starts) and removed after it."""
+    ray_cluster.add(NODE, "rk", "z6", gpus=1, cpus=1, model=MODEL)
+    node_id = ray_cluster.nodes[NODE].node_id
+    try:
+        yield ray_cluster
+    finally:
+        ray_cluster.remove(NODE)
+
+        def dead() -> bool:
+            return not ray_node_alive(ray_cluster, node_id)
+
+        wait_for("Ray to mark the test's node dead", dead, 30)
+
+
+def submit(svc: Service, name: str, command: list[str], model: str = MODEL) -> str:
+    doc = {
+        "name": name,
+        "gpu_models": [model],
+        "restart": {"policy": "on-failure", "max_retries": 1, "backoff": "1s"},
+        "tasks": [
+            {
+                "name": "worker",
+                "command": command,
+                "resources": {"cpus": 0.25, "gpus": 1, "mem": "64M"},
+            }
+        ],
+    }
+    path = svc.work / f"{name}.json"
+    path.write_text(json.dumps(doc))
+    return str(svc.cli_json("submit", str(path))["id"])
+
+
+def daemons(svc: Service) -> dict[int, int]:
+    """Attempt (restart count) -> the pid of the daemon it started."""
+    path = svc.work / "daemons.log"
+    got = path.read_text().split("\n") if path.exists() else []
+    return {int(a): int(p) for a, p in (ln.split() for ln in got if ln.count(" ") == 1)}
+
+
+def started_at(pid: int) -> str | None:
+    """The start time of live (not zombie) process `pid`, which tells it from a reuse of its
+    pid; None when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def task_cgroups(pid: int) -> list[Path]:
+    """The aisched task cgroups (v1) process `pid` is in."""
+    out = []
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, ctrls, path = line.split(":", 2)
+        if ctrls in ("memory", "pids", "cpuset") and "/aisched/" in path:
+            out.append(CGROUPS / ctrls / path.lstrip("/"))
+    return out
+
+
+def agent_pid(cluster: RayCluster, svc: Service) -> int:
+    connect_driver(cluster)
+    ns = namespace_for(str(svc.home.resolve()))
+    agent = ray.get_actor(agent_name(cluster.nodes[NODE].node_id), namespace=ns)
+    return int(ray.get(agent.ping.remote(), timeout=30))
+
+
+def test_a_killed_agents_task_leaves_nothing_running_or_behind_once_the_node_runs_again(
+    node: RayCluster, ray_service: Service
+) -> None:
+    svc = ray_service
+    beside = submit(svc, "beside", ["sh", "-c", BESIDE], model="T4")
+    pid_file = svc.work / "beside.pid"
+    wait_for("the task beside to start", lambda: pid_file.exists() and pid_file.read_text(), 60)
+    beside_pid = int(pid_file.read_text())
+    beside_since = started_at(beside_pid)
+    jid = submit(svc, "outlived", ["sh", "-c", TASK])
+    first = wait_for("the first attempt's daemon", lambda: daemons(svc).get(0), 60)
+    since = started_at(first)
+    left = task_cgroups(first)
+    try:
+        # Under cgroup v1: its memory cgroup, and its pids and cpuset ones.
+        assert len(left) == 3, left
+        os.kill(agent_pid(node, svc), signal.SIGKILL)
+
+        # Lost with its agent, it runs again on the node, under a new agent.
+        second = wait_for("the second attempt's daemon", lambda: daemons(svc).get(1), 120)
+        assert started_at(first) != since, "the first attempt's daemon runs on beside the second"
+        assert [c for c in left if c.exists()] == []
+        assert started_at(second) is not None
+        job = svc.job(jid)
+        assert (job["state"], job["attempt"]) == ("running", 2), job["events"]
+        # Cgroups of the service under a live agent (of another node) are not the sweep's.
+        assert started_at(beside_pid) == beside_since
+        assert svc.job(beside)["state"] == "running"
+    finally:
+        if started_at(first) == since:
+            os.kill(first, signal.SIGKILL)
+        for cgroup in left:
+            processes.remove_cgroup(str(cgroup))
