@@ -50,11 +50,14 @@ def node(ray_cluster: RayCluster) -> Iterator[RayCluster]:
         wait_for("Ray to mark the test's node dead", dead, 30)
 
 
-def submit(svc: Service, name: str, command: list[str], model: str = MODEL) -> str:
+def submit(
+    svc: Service, name: str, command: list[str], model: str = MODEL, retry: bool = True
+) -> str:
+    restart = {"policy": "on-failure", "max_retries": 1, "backoff": "1s"}
     doc = {
         "name": name,
         "gpu_models": [model],
-        "restart": {"policy": "on-failure", "max_retries": 1, "backoff": "1s"},
+        "restart": restart if retry else {"policy": "never"},
         "tasks": [
             {
                 "name": "worker",
@@ -130,6 +133,31 @@ def test_a_killed_agents_task_leaves_nothing_running_or_behind_once_the_node_run
         # Cgroups of the service under a live agent (of another node) are not the sweep's.
         assert started_at(beside_pid) == beside_since
         assert svc.job(beside)["state"] == "running"
+    finally:
+        if started_at(first) == since:
+            os.kill(first, signal.SIGKILL)
+        for cgroup in left:
+            processes.remove_cgroup(str(cgroup))
+
+
+def test_a_killed_agents_leftovers_are_swept_though_nothing_runs_on_its_node_again(
+    node: RayCluster, ray_service: Service
+) -> None:
+    # Not retried: no new task goes to the node, yet the daemon must not run on. The scheduler,
+    # learning of the death, gives the node a new agent at once, and that agent sweeps.
+    svc = ray_service
+    jid = submit(svc, "once", ["sh", "-c", TASK], retry=False)
+    first = wait_for("the attempt's daemon", lambda: daemons(svc).get(0), 60)
+    since = started_at(first)
+    left = task_cgroups(first)
+    try:
+        assert len(left) == 3, left
+        os.kill(agent_pid(node, svc), signal.SIGKILL)
+        job = svc.wait_state(jid, "failed", timeout_s=60)
+        assert "agent died" in job["message"], job["events"]
+        wait_for("the daemon to be killed", lambda: started_at(first) != since, 60)
+        wait_for("its cgroups to be removed", lambda: not any(c.exists() for c in left), 30)
+        assert svc.job(jid)["attempt"] == 1
     finally:
         if started_at(first) == since:
             os.kill(first, signal.SIGKILL)

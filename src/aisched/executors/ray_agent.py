@@ -41,6 +41,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from aisched.executors import ray_limits
 from aisched.executors.base import least_used_cores
 from aisched.executors.ray_task import Latch, MakeWatchdog, Result, TaskRunner
 
@@ -126,6 +127,14 @@ class NodeAgent:
         self.forgotten.add(k)
         if runner is not None and not runner.done.is_set():
             await self._stop(runner, 0.0)
+
+    async def sweep(self, instance: str, memory_limit: str) -> None:
+        """Sweeps what a dead agent of this node left of `instance`'s tasks (their cgroups and
+        what still runs in them: `ray_limits.sweep_after_agent_death`), off the loop."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(
+            self.blocking, ray_limits.sweep_after_agent_death, instance, memory_limit
+        )
 
     def _runner(self, key: list[Any]) -> TaskRunner:
         runner = self.tasks.get(_key(key))

@@ -897,7 +897,16 @@ class RayExecutor:
                 del self._agents[t.node_id]
         if t.node not in self._ray_nodes:
             return f"lost: its Ray node {t.node} left the cluster"
+        self._sweep_after_agent_death(t.node_id)
         return f"lost: its node's Ray agent died ({_why(e)})"
+
+    def _sweep_after_agent_death(self, node_id: str) -> None:
+        """A new agent for the node at once, to kill what the dead one's tasks left running
+        (the lost tasks may be retried on another node, and nothing else would go there)."""
+        try:
+            self._agent(node_id).sweep.remote(_instance(self._namespace), self._memory_limit)
+        except Exception as e:  # the node is going too: nothing there to sweep for now
+            log.debug("sweep of node %s: %s", node_id[:8], e)
 
     def _refresh_nodes(self) -> bool:
         """Re-reads Ray's node table; True when the set of nodes changed."""
@@ -973,11 +982,16 @@ def _gpu_share(req: TaskLaunch) -> float:
     return len(req.gpus) * req.gpu_milli / 1000
 
 
+def _instance(namespace: str) -> str:
+    """What a service's things on a node are named by (`ray_limits.task_names`)."""
+    return hashlib.sha256(namespace.encode()).hexdigest()[:10]
+
+
 def _spec(
     req: TaskLaunch, gpu_check_s: float, container: ContainerSpec | None, namespace: str
 ) -> dict[str, Any]:
     out = _host_spec(req, gpu_check_s)
-    out["instance"] = hashlib.sha256(namespace.encode()).hexdigest()[:10]
+    out["instance"] = _instance(namespace)
     if container is not None:
         # Run with podman (or docker) on the task's node: see ray_task.TaskRunner.
         out["container"] = {

@@ -36,6 +36,7 @@ from typing import Any
 from aisched.executors import processes
 from aisched.executors.cgroups import (
     MemoryControl,
+    MemoryControlError,
     TaskBounds,
     bound_cgroups,
     cgroup_name,
@@ -217,6 +218,16 @@ def swept_owners(instance: str, controls: NodeControls) -> str | None:
                 sweep_dead_task_cgroups(instance, controls, owners)
             _OWNERS[instance] = owners
         return _OWNERS[instance]
+
+
+def sweep_after_agent_death(instance: str, mechanism: str) -> None:
+    """`swept_owners` for a new agent of a node whose agent died, called as soon as the
+    scheduler learns of the death: what the dead agent's tasks left must not run on until
+    a task of the instance happens to run on this node again (its lost tasks may be retried
+    elsewhere)."""
+    # A forced mechanism this node lacks: its tasks fail to start, and no cgroup was made.
+    with contextlib.suppress(MemoryControlError):
+        swept_owners(instance, node_controls(mechanism))
 
 
 def _owners_dir(instance: str) -> str | None:
