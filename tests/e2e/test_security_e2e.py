@@ -706,5 +706,11 @@ def test_a_jobs_file_names_reach_an_admins_terminal_as_text(
         assert f"no such file: {folder}/{escaped}" in listed
         # rich folds long lines: the path is whole once the folds are undone
         assert f"{folder}/{escaped}" in "".join(shown.splitlines())
+        # bob's own `run -f` ends with the message too, which it printed as markup as well
+        followed = as_user(service, bob, "run", "-f", "--max-retries", "0", "--", str(program))
+        assert followed.returncode == 127, followed.stderr
+        assert f"failed: task main-0 no such file: {folder}/{escaped}" in "".join(
+            followed.stderr.splitlines()
+        )
     finally:
         subprocess.run(bob.cmd("rm", "-rf", str(bob.home / "[")), check=True)

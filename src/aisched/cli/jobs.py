@@ -332,7 +332,7 @@ def _submitted(client: Client, args: argparse.Namespace, out: dict[str, Any]) ->
         return 0
     err = Console(stderr=True, highlight=False)
     for w in out.get("warnings") or []:
-        err.print(f"[yellow]warning:[/] {w}")
+        err.print(Text.assemble(("warning:", "yellow"), " ", plain(w)))
     job_id = out["id"]
     pipeline = out.get("jobs") or []
     if pipeline and not args.follow:
@@ -361,7 +361,9 @@ def _follow(client: Client, job_id: str) -> int:
         time.sleep(0.2)
         job = client.request("GET", f"/v1/jobs/{job_id}")
     Console(stderr=True, highlight=False).print(
-        f"job {job_id} {job['state']}" + (f": {job['message']}" if job.get("message") else "")
+        plain(
+            f"job {job_id} {job['state']}" + (f": {job['message']}" if job.get("message") else "")
+        )
     )
     if job["state"] == "succeeded":
         return 0
