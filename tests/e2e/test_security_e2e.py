@@ -676,3 +676,41 @@ def test_another_user_sees_no_message_naming_a_jobs_files(
     listed = as_user(service, bob, "jobs", "--all", "--json").stdout
     assert json.loads(seen)["state"] == "failed"
     assert "secret-project" not in seen and "secret-project" not in listed
+
+
+def test_a_jobs_file_names_reach_an_admins_terminal_as_text(
+    service: Service, local_users: dict[str, User]
+) -> None:
+    # bob names his program so that its path, in the messages and events of its failure and
+    # in its command, holds terminal escapes (a colour, a window title, a write to the
+    # clipboard), a right-to-left override and rich markup. Root's `aisched jobs` and
+    # `aisched show` printed the escapes as they were, to root's terminal, and the closing tag
+    # `[/x]` made `aisched show` fail with a traceback (rich's MarkupError).
+    bob = local_users["bob"]
+    folder = bob.home / "[" / "x]"
+    name = "run\x1b[31mRED\x1b]0;TITLE\x07\x1b]52;c;ZWNobyBwd25lZA==\x1b\\\u202egnp.sh"
+    program = folder / name
+    subprocess.run(bob.cmd("mkdir", "-p", str(folder)), check=True)
+    try:
+        subprocess.run(bob.cmd("sh", "-c", 'printf "#!/no/such/interpreter\\n" > "$0"',
+                               str(program)), check=True)  # fmt: skip
+        subprocess.run(bob.cmd("chmod", "755", str(program)), check=True)
+        jid = run_as(service, bob, "--max-retries", "0", "--", str(program))
+        assert service.wait_state(jid, "failed")["exit_code"] == 127
+
+        listed = service.cli("jobs", "--all").stdout
+        shown = service.cli("show", jid).stdout
+        for out in (listed, shown):
+            assert not {"\x1b", "\x07", "\u202e"} & set(out), out
+        escaped = r"run\x1b[31mRED\x1b]0;TITLE\x07\x1b]52;c;ZWNobyBwd25lZA==\x1b\\u202egnp.sh"
+        assert f"no such file: {folder}/{escaped}" in listed
+        # rich folds long lines: the path is whole once the folds are undone
+        assert f"{folder}/{escaped}" in "".join(shown.splitlines())
+        # bob's own `run -f` ends with the message too, which it printed as markup as well
+        followed = as_user(service, bob, "run", "-f", "--max-retries", "0", "--", str(program))
+        assert followed.returncode == 127, followed.stderr
+        assert f"failed: task main-0 no such file: {folder}/{escaped}" in "".join(
+            followed.stderr.splitlines()
+        )
+    finally:
+        subprocess.run(bob.cmd("rm", "-rf", str(bob.home / "[")), check=True)

@@ -5,7 +5,7 @@ listing of a thousand waiting jobs cost about a CPU-second; these lines cost mic
 The layout is the one the rich tables of the other commands have (no box, two spaces between
 columns, a bold header). Colours (ANSI) only on a terminal that allows them (`NO_COLOR` unset,
 `TERM` not `dumb`); there the last column is cut to the terminal's width, and a pipe gets
-whole lines.
+whole lines. Every cell is made printable (`printable.py`): its text may be another user's.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TextIO
+
+from aisched.cli.printable import printable
 
 _ANSI = {"bold": "1", "yellow": "33", "green": "32", "blue": "34", "red": "31", "magenta": "35"}
 GAP = "  "
@@ -44,7 +46,13 @@ def render(
     out = sys.stdout if out is None else out
     colour = colour_allowed(out)
     width = shutil.get_terminal_size().columns if out.isatty() else None
-    cells = [[c if isinstance(c, Cell) else Cell(c) for c in row] for row in rows]
+    cells = [
+        [
+            Cell(printable(c.text), c.style) if isinstance(c, Cell) else Cell(printable(c))
+            for c in row
+        ]
+        for row in rows
+    ]
     widths = [len(h) for h in headers]
     for row in cells:
         for i, c in enumerate(row):

@@ -22,12 +22,14 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from aisched.cli import options
 from aisched.cli.client import Client, add_server_option
 from aisched.cli.columns import Cell, render
 from aisched.cli.errors import CLIError
 from aisched.cli.eta import clock, eta_words, waiting_words
+from aisched.cli.printable import plain, printable
 from aisched.spec.errors import MAX_JOB_FILE, SpecError, read_text_file
 
 # What `run` never exports: names the scheduler sets itself, and shell noise.
@@ -330,7 +332,7 @@ def _submitted(client: Client, args: argparse.Namespace, out: dict[str, Any]) ->
         return 0
     err = Console(stderr=True, highlight=False)
     for w in out.get("warnings") or []:
-        err.print(f"[yellow]warning:[/] {w}")
+        err.print(Text.assemble(("warning:", "yellow"), " ", plain(w)))
     job_id = out["id"]
     pipeline = out.get("jobs") or []
     if pipeline and not args.follow:
@@ -359,7 +361,9 @@ def _follow(client: Client, job_id: str) -> int:
         time.sleep(0.2)
         job = client.request("GET", f"/v1/jobs/{job_id}")
     Console(stderr=True, highlight=False).print(
-        f"job {job_id} {job['state']}" + (f": {job['message']}" if job.get("message") else "")
+        plain(
+            f"job {job_id} {job['state']}" + (f": {job['message']}" if job.get("message") else "")
+        )
     )
     if job["state"] == "succeeded":
         return 0
@@ -420,10 +424,11 @@ def cmd_show(args: argparse.Namespace) -> int:
         return 0
     now = time.time()
     con = Console(highlight=False)
-    con.print(f"[bold]job {j['id']}[/] {j['name']}")
-    rows = [
-        ("state", f"[{_STATE_STYLE.get(j['state'], '')}]{j['state']}[/]"
-         + (f" (stopping: {j['stopping']})" if j.get("stopping") else "")),
+    con.print(Text.assemble(plain(f"job {j['id']}", "bold"), " ", plain(j["name"])))
+    # Values are another user's text as often as not: printed as `Text`, never as markup.
+    rows: list[tuple[str, str | Text]] = [
+        ("state", Text.assemble(plain(j["state"], _STATE_STYLE.get(j["state"], "")),
+                                f" (stopping: {j['stopping']})" if j.get("stopping") else "")),
         ("user / queue", f"{j['user']} / {j['queue']}"),
         ("priority", str(j["priority"])),
         ("kind", j["kind"]),
@@ -509,7 +514,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         rows.append(("warning", w))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
-        con.print(f"  {k:<{width}}  {v}")
+        con.print(Text.assemble(f"  {k:<{width}}  ", v if isinstance(v, Text) else plain(v)))
     if j["tasks"]:
         t = Table(
             box=None, header_style="bold", title=f"attempt {j['attempt']}", title_justify="left"
@@ -523,18 +528,18 @@ def cmd_show(args: argparse.Namespace) -> int:
                 if task["exit_code"] is not None:
                     exit_text += f" {task['exit_code']}"
             t.add_row(
-                task["name"],
-                task["node"],
+                plain(task["name"]),
+                plain(task["node"]),
                 ",".join(map(str, task["gpus"])) or "-",
-                task["state"],
-                exit_text,
-                task["log_path"],
+                plain(task["state"]),
+                plain(exit_text),
+                plain(task["log_path"]),
             )
         con.print(t)
     if j["events"]:
         con.print("[bold]events[/]")
         for e in j["events"][-20:]:
-            con.print(f"  {clock(e['time'], now)}  {e['kind']:<12} {e['message']}")
+            con.print(plain(f"  {clock(e['time'], now)}  {e['kind']:<12} {e['message']}"))
     return 0
 
 
@@ -581,7 +586,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         except CLIError as e:
             failed = e
             # Not wrapped at 80 columns: one error is one line, whatever reads it.
-            Console(stderr=True, highlight=False, soft_wrap=True).print(f"error: {e}")
+            Console(stderr=True, highlight=False, soft_wrap=True).print(
+                Text(printable(f"error: {e}", lines=True))
+            )
     if args.json:
         print(json.dumps(results, indent=2))
     else:

@@ -18,6 +18,7 @@ from types import ModuleType
 from aisched import __version__
 from aisched.cli.errors import CLIError, reading_answers
 from aisched.cli.options import Parser, add_global_options
+from aisched.cli.printable import printable
 
 # Subcommand modules, in the order `aisched --help` lists them, and the commands each adds.
 COMMANDS: dict[str, tuple[str, ...]] = {
@@ -66,7 +67,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 
 def print_error(message: str) -> None:
-    first, *rest = message.splitlines() or [""]
+    first, *rest = printable(message, lines=True).splitlines() or [""]
     print(f"error: {first}", file=sys.stderr)
     for line in rest:
         print(f"  {line}", file=sys.stderr)

@@ -19,6 +19,7 @@ from rich.text import Text
 
 from aisched.cli.client import Client, add_server_option
 from aisched.cli.eta import eta_words
+from aisched.cli.printable import plain
 
 GPU_STYLE = {"free": "green", "used": "bold blue", "shared": "bold yellow"}
 
@@ -159,12 +160,12 @@ def _pending(doc: dict[str, Any]) -> Table:
     for j in doc.get("pending") or []:
         eta = j.get("eta")
         table.add_row(
-            j["id"],
-            j["name"],
-            j["queue"],
+            plain(j["id"]),
+            plain(j["name"]),
+            plain(j["queue"]),
             f"{j['gpus']:g}",
             _duration(j["waited_s"]),
-            j["reason"],
+            plain(j["reason"]),
             "-" if eta is None else eta_words(eta, now),
         )
     if not doc.get("pending"):
