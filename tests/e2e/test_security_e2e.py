@@ -35,6 +35,7 @@ queues:
   - name: default
   - name: team
     groups: [{GROUP}]
+    max_priority: 50
 """
 
 pytestmark = pytest.mark.usefixtures("local_users")
@@ -291,6 +292,26 @@ def test_a_queue_limited_to_a_group_refuses_others(
     )
     ok = as_user(service, alice, "run", "--queue", "team", "--", "true")
     assert ok.returncode == 0, ok.stderr
+
+
+def test_only_admins_ask_for_a_priority_above_a_queues_max_priority(
+    service: Service, local_users: dict[str, User]
+) -> None:
+    # A higher priority evicts other users' work in the queue: a user's word is not enough.
+    alice, bob = local_users["alice"], local_users["bob"]
+    line = one_error_line(as_user(service, bob, "run", "--priority", "10", "--", "true"))
+    assert "priority: priority 10 is above the 0 that queue 'default' lets users ask for" in line
+    line = one_error_line(
+        as_user(service, alice, "run", "--queue", "team", "--priority", "51", "--", "true")
+    )
+    assert "priority 51 is above the 50 that queue 'team' lets users ask for" in line
+    for user, args in (
+        (bob, ["--priority", "-5"]),
+        (alice, ["--queue", "team", "--priority", "50"]),
+    ):
+        ok = as_user(service, user, "run", *args, "--", "true")
+        assert ok.returncode == 0, ok.stderr
+    assert service.run("--priority", "1000", "--", "true")  # root, an admin: no cap
 
 
 def test_a_service_not_run_as_root_runs_only_its_users_jobs(

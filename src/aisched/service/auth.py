@@ -184,3 +184,19 @@ def may_submit_to(svc: Service, who: Caller, queue: str) -> str | None:
             f"{who.user} is not among them"
         )
     return None
+
+
+def may_ask_priority(svc: Service, who: Caller, queue: str, priority: int) -> str | None:
+    """Why `who` may not ask for `priority` in `queue`, or None: above the queue's
+    `max_priority` (0 unless an admin set one), only admins may, as a higher priority evicts
+    other users' work there."""
+    if who.admin:
+        return None
+    queues = svc.scheduler.queues
+    cap = svc.config.max_priority(queues.path(queue) if queues.has(queue) else (queue,))
+    if priority <= cap:
+        return None
+    return (
+        f"priority {priority} is above the {cap} that queue {queue!r} lets users ask for "
+        "(its max_priority: a higher priority evicts other users' jobs, so an admin sets it)"
+    )

@@ -96,6 +96,10 @@ class QueueModel(_Model):
     # named here or in one of the groups. Both empty: everyone. Admins always may.
     users: list[Name] = Field(default_factory=list)
     groups: list[Name] = Field(default_factory=list)
+    # The highest priority a job of a user who is no admin may ask for here (and in the queues
+    # under it that set none): a higher priority evicts other users' work in the queue, so it
+    # is the admins' to grant. None: its parent's; a top-level queue that sets none, 0.
+    max_priority: Priority | None = None
 
 
 class AdminsModel(_Model):
@@ -385,6 +389,12 @@ class ServiceConfig(_Model):
             if q.name == name and (q.users or q.groups):
                 return frozenset(q.users), frozenset(q.groups)
         return None
+
+    def max_priority(self, path: tuple[str, ...]) -> int:
+        """The highest priority a user who is no admin may ask for in the queue at the end of
+        `path` (from the top level down): the nearest `max_priority` set on it, else 0."""
+        caps = {q.name: q.max_priority for q in self.queues if q.max_priority is not None}
+        return next((caps[name] for name in reversed(path) if name in caps), 0)
 
     def socket_path(self) -> Path | None:
         if self.socket == "":

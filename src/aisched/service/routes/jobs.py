@@ -28,7 +28,14 @@ from aisched.service.admission import (
     until_stored,
 )
 from aisched.service.app import Service
-from aisched.service.auth import CallerDep, may_run_jobs, may_submit_to, owns, require_owner
+from aisched.service.auth import (
+    CallerDep,
+    may_ask_priority,
+    may_run_jobs,
+    may_submit_to,
+    owns,
+    require_owner,
+)
 from aisched.service.limits import check_depth
 from aisched.service.loop import Rejected
 from aisched.service.routes.common import (
@@ -131,6 +138,8 @@ def jobs_router(svc: Service) -> APIRouter:
                 )
             if (why := may_submit_to(svc, who, p.job.queue)) is not None:
                 return problem(403, "job refused", [f"{src}: queue: {why}"])
+            if (why := may_ask_priority(svc, who, p.job.queue, p.job.priority)) is not None:
+                return problem(403, "job refused", [f"{src}: priority: {why}"])
         jobs = [_in_workdir(p.job, workdir) for p in parsed.jobs]
         missing = path_problems(jobs, src, who.user)
         if missing:
