@@ -177,6 +177,48 @@ def test_a_full_disk_refuses_submissions_then_recovers_with_every_job(
         svc.stop()
 
 
+def test_a_retry_of_a_submission_kept_while_the_disk_is_full_is_not_told_it_was_refused(
+    tmp_path: Path, tmpfs: Path
+) -> None:
+    # The disk filled between readiness's last look and the submission's write (here: no
+    # space kept free, so readiness finds out from the failed write): the submission is kept
+    # and answered 503 "not stored yet ... retry with the same Idempotency-Key". The retry
+    # was refused at once as new work ("not accepting new jobs: disk pressure"), so `aisched
+    # run` said the job was refused; once space came back, it was stored and ran anyway.
+    svc = tmpfs_service(tmp_path, tmpfs)
+    (tmp_path / "config.yaml").write_text("limits: {disk_min_free: 0M}\ncycle_interval: 0.2s\n")
+    svc.start()
+    svc.admin_token()
+    fill = tmpfs / "fill"
+    try:
+        fill_up(fill)
+        doc = {"command": ["true"]}
+        kept = {"Idempotency-Key": "kept-while-full"}
+        first = svc.api.post("/v1/jobs", json=doc, headers=kept, timeout=30)
+        assert first.status_code == 503, first.text
+        assert first.json()["error"].startswith("the submission is not stored yet: ")
+        again = svc.api.post("/v1/jobs", json=doc, headers=kept, timeout=30)
+        assert (again.status_code, again.json()["error"]) == (503, first.json()["error"])
+        new = svc.api.post("/v1/jobs", json=doc, headers={"Idempotency-Key": "new"}, timeout=30)
+        assert new.status_code == 507, new.text
+        assert new.json()["error"].startswith("the service is not accepting new jobs: disk ")
+        fill.unlink()
+        stored = wait_for(
+            "the kept submission to be stored",
+            lambda: (
+                (r := svc.api.post("/v1/jobs", json=doc, headers=kept)).status_code == 201
+                and r.json()["id"]
+            ),
+            60,
+        )
+        assert svc.wait_state(stored, "succeeded", "failed", timeout_s=60)["state"] == "succeeded"
+        assert states(svc) == {stored: "succeeded"}
+    finally:
+        fill.unlink(missing_ok=True)
+        cancel_all(svc)
+        svc.stop()
+
+
 # A gang's task: its first attempt holds on through SIGTERM until the file `release` exists
 # (a checkpoint being written); a later attempt ends at once. Each start is a line.
 HOLDS_ON = (
