@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import sqlite3
@@ -170,6 +171,48 @@ def test_a_full_disk_refuses_submissions_then_recovers_with_every_job(
             filler: "cancelled",
             after: "succeeded",
         }
+    finally:
+        fill.unlink(missing_ok=True)
+        cancel_all(svc)
+        svc.stop()
+
+
+def test_a_retry_of_a_submission_kept_while_the_disk_is_full_is_not_told_it_was_refused(
+    tmp_path: Path, tmpfs: Path
+) -> None:
+    # The disk filled between readiness's last look and the submission's write (here: no
+    # space kept free, so readiness finds out from the failed write): the submission is kept
+    # and answered 503 "not stored yet ... retry with the same Idempotency-Key". The retry
+    # was refused at once as new work ("not accepting new jobs: disk pressure"), so `aisched
+    # run` said the job was refused; once space came back, it was stored and ran anyway.
+    svc = tmpfs_service(tmp_path, tmpfs)
+    (tmp_path / "config.yaml").write_text("limits: {disk_min_free: 0M}\ncycle_interval: 0.2s\n")
+    svc.start()
+    svc.admin_token()
+    fill = tmpfs / "fill"
+    try:
+        fill_up(fill)
+        doc = {"command": ["true"]}
+        kept = {"Idempotency-Key": "kept-while-full"}
+        first = svc.api.post("/v1/jobs", json=doc, headers=kept, timeout=30)
+        assert first.status_code == 503, first.text
+        assert first.json()["error"].startswith("the submission is not stored yet: ")
+        again = svc.api.post("/v1/jobs", json=doc, headers=kept, timeout=30)
+        assert (again.status_code, again.json()["error"]) == (503, first.json()["error"])
+        new = svc.api.post("/v1/jobs", json=doc, headers={"Idempotency-Key": "new"}, timeout=30)
+        assert new.status_code == 507, new.text
+        assert new.json()["error"].startswith("the service is not accepting new jobs: disk ")
+        fill.unlink()
+        stored = wait_for(
+            "the kept submission to be stored",
+            lambda: (
+                (r := svc.api.post("/v1/jobs", json=doc, headers=kept)).status_code == 201
+                and r.json()["id"]
+            ),
+            60,
+        )
+        assert svc.wait_state(stored, "succeeded", "failed", timeout_s=60)["state"] == "succeeded"
+        assert states(svc) == {stored: "succeeded"}
     finally:
         fill.unlink(missing_ok=True)
         cancel_all(svc)
@@ -459,6 +502,20 @@ def test_a_full_data_directory_is_one_line(tmpfs: Path) -> None:
 def ext4(tmp_path: Path) -> Iterator[Path]:
     """A 64 MiB ext4 file system (a loop device) that turns read-only on its first error, as
     a disk failing under a running service makes it; `fs_error` raises one."""
+    with ext4_mounted(tmp_path) as mnt:
+        yield mnt
+
+
+@pytest.fixture
+def ext4_few_inodes(tmp_path: Path) -> Iterator[Path]:
+    """A 64 MiB ext4 file system with room for 12,000 files, a few more than aisched keeps
+    free by default: many small ones use them all up with bytes to spare."""
+    with ext4_mounted(tmp_path, "-N", "12000") as mnt:
+        yield mnt
+
+
+@contextlib.contextmanager
+def ext4_mounted(tmp_path: Path, *mkfs_args: str) -> Iterator[Path]:
     why = _can_mount()
     if why is not None:
         pytest.skip(why)
@@ -466,7 +523,7 @@ def ext4(tmp_path: Path) -> Iterator[Path]:
     mnt.mkdir()
     with img.open("wb") as f:
         f.truncate(64 * MIB)
-    for cmd in (["mkfs.ext4", "-q", "-F", str(img)],
+    for cmd in (["mkfs.ext4", "-q", "-F", *mkfs_args, str(img)],
                 ["mount", "-o", "loop,errors=remount-ro", str(img), str(mnt)]):  # fmt: skip
         try:
             got = subprocess.run(cmd, capture_output=True, text=True)
@@ -574,5 +631,63 @@ def test_a_task_writing_while_the_log_disk_is_full_runs_on_and_its_log_says_what
         assert log.splitlines()[-1] == "last"
     finally:
         fill.unlink(missing_ok=True)
+        cancel_all(svc)
+        svc.stop()
+
+
+def test_a_data_directory_out_of_inodes_is_disk_pressure_and_holds_launches(
+    tmp_path: Path, ext4_few_inodes: Path
+) -> None:
+    # Many small files use up a filesystem's inodes with bytes to spare, and then no file can
+    # be made. Readiness said ready, submissions were taken, and a job due to start was
+    # launched: its checkpoint directory could not be made ("No space left on device"), each
+    # retry failed the same way, and the job failed for good, its own code never run.
+    svc = tmpfs_service(tmp_path, ext4_few_inodes)
+    svc.start()
+    svc.admin_token()
+    files = ext4_few_inodes / "files"
+    try:
+        doc = {
+            "command": ["sh", "-c", '[ "$AISCHED_RESTART_COUNT" -gt 0 ] || exit 1'],
+            "restart": {"policy": "on-failure", "max_retries": 1, "backoff": "10s"},
+        }
+        r = svc.api.post("/v1/jobs", json=doc)
+        assert r.status_code == 201, r.text
+        job_id = r.json()["id"]
+
+        def show() -> dict[str, Any]:
+            return dict(svc.api.get(f"/v1/jobs/{job_id}").json())
+
+        wait_for("its first attempt to fail", lambda: show()["failures"] == 1)
+        files.mkdir()  # before its backoff ends: empty files until no inode is left
+        with contextlib.suppress(OSError):
+            for n in range(100_000):
+                (files / str(n)).touch()
+
+        def held_or_failed() -> dict[str, Any] | None:
+            job = show()
+            return (
+                job if job["state"] != "pending" or job["reason_code"] == "not-considered" else None
+            )
+
+        job = wait_for("the job to be held or to fail", held_or_failed, 60)
+        assert (job["state"], job["failures"]) == ("pending", 1), job["events"]
+        pressure = (
+            f"disk pressure: 0 inodes free for the data directory {svc.home}, below the 10000 "
+            "it keeps free (no new file can be made)"
+        )
+        assert job["reason"] == f"launches are held: {pressure}"
+        code, body = readyz(svc)
+        assert (code, body["problems"]) == (503, [pressure])
+        r = svc.api.post("/v1/jobs", json={"command": ["true"]}, timeout=30)
+        assert (r.status_code, r.json()["error"]) == (
+            507,
+            f"the service is not accepting new jobs: {pressure}",
+        )
+        shutil.rmtree(files)
+        assert svc.wait_state(job_id, "succeeded", "failed", timeout_s=60)["state"] == "succeeded"
+        assert states(svc) == {job_id: "succeeded"}
+    finally:
+        shutil.rmtree(files, ignore_errors=True)
         cancel_all(svc)
         svc.stop()

@@ -19,9 +19,9 @@ MIB = 1 << 20
 def health(tmp_path: Path, free: dict[str, int | None], errors: StepErrors) -> Health:
     """Over real directories, with the free space each reports chosen by the test."""
 
-    def statvfs(path: str) -> tuple[int | None, str]:
+    def statvfs(path: str) -> tuple[int | None, int | None, str]:
         got = free[path]
-        return (got, "") if got is not None else (None, "No such file or directory")
+        return (got, None, "") if got is not None else (None, None, "No such file or directory")
 
     return Health(
         (("data", tmp_path / "a"), ("logs", tmp_path / "b")),
@@ -68,6 +68,34 @@ def test_a_write_that_failed_for_lack_of_space_is_disk_pressure(tmp_path: Path) 
         True,
         ("disk pressure: the store cannot write: [Errno 28] No space left on device",),
     )
+
+
+def test_too_few_free_inodes_is_disk_pressure_where_the_filesystem_counts_them(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "a").mkdir()
+    inodes: list[int | None] = [99]
+    h = Health(
+        (("data", tmp_path / "a"),),
+        100 * MIB,
+        StepErrors(),
+        lambda: True,
+        min_free_inodes=100,
+        refresh_s=0.0,
+        statvfs=lambda _path: (500 * MIB, inodes[0], ""),
+    )
+    r = h.check()
+    pressure = (
+        f"disk pressure: 99 inodes free for the data directory {tmp_path / 'a'}, below the 100 "
+        "it keeps free (no new file can be made)"
+    )
+    assert (r.ready, r.disk_pressure, r.problems) == (False, True, (pressure,))
+    assert (h.launch_hold(), h.refusal()) == (
+        pressure,
+        (507, f"the service is not accepting new jobs: {pressure}"),
+    )
+    inodes[0] = None  # a filesystem without a fixed number of inodes (btrfs)
+    assert (h.check().ready, h.launch_hold()) == (True, None)
 
 
 def test_a_new_directory_with_a_config_in_it_is_fine(tmp_path: Path) -> None:

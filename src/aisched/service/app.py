@@ -87,6 +87,7 @@ class Service:
             self.scheduler.step_errors,
             lambda: self.scheduler.thread is not None and self.scheduler.thread.is_alive(),
             (lambda: unavailable(self.executor), self.leadership.problem),
+            min_free_inodes=self.config.limits.disk_min_free_inodes,
         )
         self.metrics.registry.register(HealthCollector(self.health))
         self.scheduler.launch_hold = self.health.launch_hold
@@ -100,7 +101,9 @@ class Service:
         except datadir.DataDirError as e:
             raise ServiceError(str(e)) from None
         try:
-            datadir.check_space(home, config.limits.disk_min_free_bytes())
+            datadir.check_space(
+                home, config.limits.disk_min_free_bytes(), config.limits.disk_min_free_inodes
+            )
             _private(home)
             (home / "logs").mkdir(exist_ok=True)
             _private_database(config.database_url())

@@ -30,6 +30,7 @@ from aisched.service.launches import free_port
 from aisched.service.live import Batch, LiveJob, Stop
 from aisched.service.loop_types import (
     CancelCommand,
+    NotAccepting,
     Rejected,
     ScaleCommand,
     SubmitAllCommand,
@@ -53,13 +54,18 @@ class Commands(Intents):
         fmt: str = "native",
         warnings: tuple[str, ...] = (),
         idempotency_key: str | None = None,
+        not_accepting: NotAccepting | None = None,
     ) -> Future[Row]:
         """Queue a job (its id is set by the loop; its submit time is now); the Future gives
         the job's row as stored once it is durable, or raises Rejected (e.g. it can never fit
         this machine). With an `idempotency_key` its user already used, the Future gives that
-        earlier job's row instead, and nothing new is stored."""
+        earlier job's row instead, and nothing new is stored. With `not_accepting` (the
+        service takes no new work now) only that earlier job is answered: a new one raises
+        `not_accepting`."""
         fut: Future[Row] = Future()
-        self.commands.put(SubmitCommand(job, fmt, warnings, self.clock(), fut, idempotency_key))
+        self.commands.put(
+            SubmitCommand(job, fmt, warnings, self.clock(), fut, idempotency_key, not_accepting)
+        )
         self.wake.set()
         return fut
 
@@ -67,12 +73,16 @@ class Commands(Intents):
         self,
         items: tuple[tuple[Job, str, tuple[str, ...]], ...],
         idempotency_key: str | None = None,
+        not_accepting: NotAccepting | None = None,
     ) -> Future[list[Row]]:
         """Queue jobs submitted together, each (job, format, warnings); their `depends_on`
         name jobs of `items` by name, or earlier jobs by id. The Future gives every job's row,
-        in order, or raises Rejected and stores none of them (`idempotency_key` as `submit`)."""
+        in order, or raises Rejected and stores none of them (`idempotency_key` and
+        `not_accepting` as `submit`)."""
         fut: Future[list[Row]] = Future()
-        self.commands.put(SubmitAllCommand(items, self.clock(), fut, idempotency_key))
+        self.commands.put(
+            SubmitAllCommand(items, self.clock(), fut, idempotency_key, not_accepting)
+        )
         self.wake.set()
         return fut
 
@@ -106,6 +116,9 @@ class Commands(Intents):
             rows = earlier
             batch.after.append(lambda: cmd.future.set_result(rows[0]))
             return
+        if cmd.not_accepting is not None:
+            cmd.future.set_exception(cmd.not_accepting)
+            return
         if (past := self._past_user_limit(cmd.job.user, jobs_counted(cmd.job))) is not None:
             cmd.future.set_exception(Rejected(past, 429))
             return
@@ -129,6 +142,9 @@ class Commands(Intents):
         if earlier is not None:
             found = earlier
             batch.after.append(lambda: cmd.future.set_result(found))
+            return
+        if cmd.not_accepting is not None:
+            cmd.future.set_exception(cmd.not_accepting)
             return
         adding = sum(jobs_counted(job) for job, _, _ in cmd.items)
         if (past := self._past_user_limit(user, adding)) is not None:

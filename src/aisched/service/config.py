@@ -149,6 +149,10 @@ class LimitsModel(_Model):
     # Below this much free space on the data or log directory's filesystem, new submissions
     # are refused (507) and readiness reports disk pressure.
     disk_min_free: str = "256M"
+    # And below this many free inodes (where the filesystem counts them): many small files
+    # can use them all up with bytes to spare, and then no file can be made (a launch makes a
+    # few per task). 0: not watched.
+    disk_min_free_inodes: Annotated[int, Field(ge=0)] = 10_000
     # SIGTERM: how long the service may take to stop before it exits anyway.
     shutdown_grace: Any = "10s"
     # How long a write may wait for a database locked by another process before the step

@@ -5,7 +5,8 @@ what to do, raised before anything is written there.
 - foreign: another user's directory, or one full of files that are not aisched's (a home
   directory given by mistake) - aisched would scatter its state among them;
 - not writable (a read-only filesystem, missing permissions);
-- full: less free space than `limits.disk_min_free`.
+- full: less free space than `limits.disk_min_free`, or fewer free inodes than
+  `limits.disk_min_free_inodes`.
 """
 
 from __future__ import annotations
@@ -99,8 +100,14 @@ def full(home: Path, free_bytes: int, min_free_bytes: int) -> DataDirError:
     )
 
 
-def check_space(home: Path, min_free_bytes: int) -> None:
+def check_space(home: Path, min_free_bytes: int, min_free_inodes: int = 0) -> None:
     st = os.statvfs(home)
     free = st.f_bavail * st.f_frsize
     if free < min_free_bytes:
         raise full(home, free, min_free_bytes)
+    if st.f_files and st.f_favail < min_free_inodes:  # f_files 0: inodes are not counted
+        raise DataDirError(
+            f"the data directory {home} has only {st.f_favail} free inodes, below the "
+            f"{min_free_inodes} that aisched keeps free (limits.disk_min_free_inodes); delete "
+            "some files, or lower the limit"
+        )

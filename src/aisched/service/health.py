@@ -9,8 +9,10 @@ disk-pressure condition and Slurm's drained node with a reason behave.
 What is watched:
 
 1. The free space of the data directory (the database lives there) and of the log directory
-   (tasks' output), through `statvfs`, at most once a `refresh_s`: below `min_free_bytes`, or
-   read-only (remounted so after a disk error), is disk pressure. Directories on one
+   (tasks' output), through `statvfs`, at most once a `refresh_s`: below `min_free_bytes`,
+   fewer free inodes than `min_free_inodes` (many small files: every new file, a launch's
+   request, log and checkpoint directory among them, fails with ENOSPC however many bytes are
+   free), or read-only (remounted so after a disk error), is disk pressure. Directories on one
    filesystem are reported once.
 2. The loop's failed steps (`StepErrors`): a write that failed with ENOSPC is disk pressure
    too, whatever statvfs says (a quota, a full inode table); another store error or a bug
@@ -49,10 +51,18 @@ class DiskState:
     free_bytes: int | None  # None: statvfs failed (the directory is gone or unreadable)
     min_free_bytes: int
     error: str = ""
+    # None: the filesystem has no fixed number of inodes (btrfs, a tmpfs mounted with nr_inodes=0).
+    free_inodes: int | None = None
+    min_free_inodes: int = 0
+
+    @property
+    def short_of_inodes(self) -> bool:
+        return self.free_inodes is not None and self.free_inodes < self.min_free_inodes
 
     @property
     def pressure(self) -> bool:
-        return self.free_bytes is None or self.free_bytes < self.min_free_bytes
+        low = self.free_bytes is None or self.free_bytes < self.min_free_bytes
+        return low or self.short_of_inodes
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +86,8 @@ class Readiness:
                     "path": d.path,
                     "free_bytes": d.free_bytes,
                     "min_free_bytes": d.min_free_bytes,
+                    "free_inodes": d.free_inodes,
+                    "min_free_inodes": d.min_free_inodes,
                     "pressure": d.pressure,
                 }
                 for d in self.disks
@@ -86,14 +98,19 @@ class Readiness:
         }
 
 
-def _free(path: str) -> tuple[int | None, str]:
+# What `statvfs` says of a directory: free bytes (None: it failed), free inodes (None: the
+# filesystem does not count them) and, when it failed or the filesystem is read-only, why.
+Space = tuple[int | None, int | None, str]
+
+
+def _free(path: str) -> Space:
     try:
         st = os.statvfs(path)
     except OSError as e:
-        return None, e.strerror or str(e)
+        return None, None, e.strerror or str(e)
     if st.f_flag & os.ST_RDONLY or _refuses_writes(path):
-        return None, "read-only file system"
-    return st.f_bavail * st.f_frsize, ""
+        return None, None, "read-only file system"
+    return st.f_bavail * st.f_frsize, (st.f_favail if st.f_files else None), ""
 
 
 def _refuses_writes(path: str) -> bool:
@@ -110,6 +127,11 @@ def _refuses_writes(path: str) -> bool:
 def _pressure(d: DiskState) -> str:
     if d.free_bytes is None:
         return f"disk pressure: the {d.name} directory {d.path}: {d.error}"
+    if d.free_bytes >= d.min_free_bytes:  # then it is the inodes
+        return (
+            f"disk pressure: {d.free_inodes} inodes free for the {d.name} directory {d.path}, "
+            f"below the {d.min_free_inodes} it keeps free (no new file can be made)"
+        )
     return (
         f"disk pressure: {_mib(d.free_bytes)} free for the {d.name} directory {d.path}, "
         f"below the {_mib(d.min_free_bytes)} it keeps free"
@@ -129,11 +151,13 @@ class Health:
         alive: Callable[[], bool],
         elsewhere: Sequence[Callable[[], str | None]] = (),
         *,
+        min_free_inodes: int = 0,
         refresh_s: float = 1.0,
-        statvfs: Callable[[str], tuple[int | None, str]] = _free,
+        statvfs: Callable[[str], Space] = _free,
     ) -> None:
         self.dirs = tuple((name, str(path)) for name, path in dirs)
         self.min_free_bytes = min_free_bytes
+        self.min_free_inodes = min_free_inodes
         self.errors = errors
         self.alive = alive
         self.elsewhere = elsewhere  # the executor's, the lease's: one line each, or None
@@ -163,8 +187,12 @@ class Health:
                 continue  # one filesystem, one figure
             if dev != -1:
                 seen.add(dev)
-            free, error = self.statvfs(path)
-            out.append(DiskState(name, path, free, self.min_free_bytes, error))
+            free, inodes, error = self.statvfs(path)
+            out.append(
+                DiskState(
+                    name, path, free, self.min_free_bytes, error, inodes, self.min_free_inodes
+                )
+            )
         return tuple(out)
 
     def check(self) -> Readiness:
@@ -228,7 +256,8 @@ class HealthCollector(Collector):
         )
         yield GaugeMetricFamily(
             "aisched_disk_pressure",
-            "1 while free space is below the threshold or a write failed for lack of space.",
+            "1 while free space or inodes are below their threshold or a write failed for lack "
+            "of space.",
             r.disk_pressure,
         )
         free = GaugeMetricFamily(

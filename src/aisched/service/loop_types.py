@@ -61,6 +61,11 @@ class Rejected(Exception):
         self.status = status
 
 
+class NotAccepting(Rejected):
+    """A new submission while the service takes none (disk pressure, a failing store): `status`
+    507 or 503, the message readiness's first problem."""
+
+
 @dataclass(frozen=True, slots=True)
 class SubmitCommand:
     job: Job
@@ -69,6 +74,9 @@ class SubmitCommand:
     received_at: float
     future: Future[Row]
     idempotency_key: str | None = None
+    # Set while the service takes no new work: only a retry of a submission already taken
+    # (its Idempotency-Key) is answered, with its job; a new one is refused with this.
+    not_accepting: NotAccepting | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +87,7 @@ class SubmitAllCommand:
     received_at: float
     future: Future[list[Row]]
     idempotency_key: str | None = None
+    not_accepting: NotAccepting | None = None  # as SubmitCommand's
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ from aisched.service.auth import (
 )
 from aisched.service.limits import check_depth
 from aisched.service.loop import Rejected
+from aisched.service.loop_types import NotAccepting
 from aisched.service.routes.common import (
     LIVE_STATES,
     MAX_BODY,
@@ -97,9 +98,14 @@ def jobs_router(svc: Service) -> APIRouter:
             str | None, Query(max_length=4096, description="for tasks that name none")
         ] = None,
     ) -> Response:
-        refused = svc.health.refusal()  # disk pressure, a failing store: say so at once
-        if refused is not None:
+        # Disk pressure, a failing store: say so at once. Not to what may be a retry (the same
+        # Idempotency-Key) of a submission taken before: that one may be kept, waiting to be
+        # stored, and is answered as such by the loop (when it runs: not on a standby), lest its
+        # sender take it for refused while it runs later.
+        refused = svc.health.refusal()
+        if refused is not None and (idempotency_key is None or not svc.health.alive()):
             return problem(refused[0], refused[1])
+        not_accepting = None if refused is None else NotAccepting(refused[1], refused[0])
         if (why := may_run_jobs(who)) is not None:
             return problem(403, "job refused", [why])
         body = await request.body()
@@ -151,11 +157,16 @@ def jobs_router(svc: Service) -> APIRouter:
                 items = tuple(
                     (job, p.format, p.warnings) for job, p in zip(jobs, parsed.jobs, strict=True)
                 )
-                stored = await until_stored(sched.submit_all(items, idempotency_key), failing)
+                fut_all = sched.submit_all(items, idempotency_key, not_accepting)
+                stored = await until_stored(fut_all, failing)
             else:
                 one = parsed.jobs[0]
-                fut = sched.submit(jobs[0], one.format, one.warnings, idempotency_key)
+                fut = sched.submit(
+                    jobs[0], one.format, one.warnings, idempotency_key, not_accepting
+                )
                 stored = [await until_stored(fut, failing)]
+        except NotAccepting as e:
+            return problem(e.status, str(e))
         except Rejected as e:
             if e.status == 503:  # the store, not the job: one line, as for NotStoredYet
                 return problem(503, f"the submission was {e}")
