@@ -57,11 +57,48 @@ def exceeds_limit_alone(session: Session, job: Job) -> str | None:
     return None
 
 
+def holds_others_guarantee(session: Session, job: Job, req: Usage) -> str | None:
+    """Why a job that may not be evicted (`preemptible: false`) may not start with `req`: it
+    would hold capacity guaranteed to another queue, which reclaim could then never take back
+    (a user of a queue without a guarantee could keep another queue's jobs waiting for as long
+    as it ran). Such work beyond its own top-level queue's guarantee must fit in what no
+    top-level queue is guaranteed, counted over every running job that may not be evicted;
+    as Volcano keeps such jobs within their queue's deserved share. Only where a guarantee
+    governs the dimension: with none configured, nothing changes."""
+    if job.preemptible:
+        return None
+    tops = session.queues.children(None)
+    guarantees = {q.name: usage_vector(q.guarantee) for q in tops}
+    if not any(x > 0 for g in guarantees.values() for x in g):
+        return None
+    held = {name: ZERO for name in guarantees}
+    for r in session.running.values():
+        if not r.job.preemptible and (top := session.queue_path(r.job.queue)[0]) in held:
+            held[top] = add_usage(held[top], r.usage)
+    mine = session.queue_path(job.queue)[0]
+    held[mine] = add_usage(held.get(mine, ZERO), req)
+    for i in range(3):
+        if not any(g[i] > 0 for g in guarantees.values()):
+            continue
+        pool = session.totals[i] - sum(g[i] for g in guarantees.values())
+        over = sum(max(0.0, h[i] - guarantees.get(q, ZERO)[i]) for q, h in held.items())
+        if over > pool:
+            return (
+                f"it may not be evicted (preemptible: false), and would hold {DIM_NAMES[i]} "
+                "guaranteed to another queue"
+            )
+    return None
+
+
 def queue_takes(session: Session, job: Job) -> Job | str:
     """The job as its queue lets it start now: itself when every queue on its path has room
     for its whole request; a job that may start with fewer tasks cut to the most of its first
     tasks they have room for, at least its minimum (`cut_to`); else why the queue holds it
     (limit reached, may not borrow). Place the job returned, and bind the job asked about."""
+    if not job.preemptible and (
+        why := holds_others_guarantee(session, job, usage_vector(job.total_request))
+    ):
+        return why
     if job.queue in session.queues.ungoverned:
         return job
     reason = _blocks(session, job.queue, job.user, usage_vector(job.total_request))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from aisched.model.resources import Resources
 
 ROOT_QUEUE = "root"
+TOPS = (None, ROOT_QUEUE)  # the parent of a top-level queue, unnamed or named
 DEFAULT_QUEUE = "default"
 
 
@@ -60,13 +61,16 @@ class QueueTree:
                     raise ValueError(f"queue {q.name}: parent chain has a cycle")
                 seen.add(p)
                 p = self.get(p).parent
+        # With a guarantee on a top-level queue, a job that may not be evicted is held off
+        # the others' (core.queues.holds_others_guarantee): every queue's jobs are checked.
+        guaranteed = any(q.guarantee != Resources() for q in self.queues if q.parent in TOPS)
         object.__setattr__(
             self,
             "ungoverned",
             frozenset(
                 q.name
                 for q in self.queues
-                if all(_unlimited(self.get(n)) for n in self.path(q.name))
+                if not guaranteed and all(_unlimited(self.get(n)) for n in self.path(q.name))
             ),
         )
         object.__setattr__(
