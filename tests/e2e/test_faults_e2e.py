@@ -14,7 +14,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -294,6 +294,24 @@ def fill_up(path: Path) -> None:
                     f.write(b"\0" * size)
 
 
+def failed_once(svc: Service) -> tuple[str, Callable[[], dict[str, Any]]]:
+    """A job whose first attempt fails and whose retry (10 s later) would succeed, submitted
+    and seen failing once; its id, and a reader of its state."""
+    doc = {
+        "command": ["sh", "-c", '[ "$AISCHED_RESTART_COUNT" -gt 0 ] || exit 1'],
+        "restart": {"policy": "on-failure", "max_retries": 1, "backoff": "10s"},
+    }
+    r = svc.api.post("/v1/jobs", json=doc)
+    assert r.status_code == 201, r.text
+    job_id = str(r.json()["id"])
+
+    def show() -> dict[str, Any]:
+        return dict(svc.api.get(f"/v1/jobs/{job_id}").json())
+
+    wait_for("its first attempt to fail", lambda: show()["failures"] == 1)
+    return job_id, show
+
+
 def test_a_job_due_while_the_disk_is_full_waits_instead_of_failing(
     tmp_path: Path, tmpfs: Path, pg_server: PostgresServer
 ) -> None:
@@ -305,18 +323,7 @@ def test_a_job_due_while_the_disk_is_full_waits_instead_of_failing(
     svc.start()
     fill = tmpfs / "fill"
     try:
-        doc = {
-            "command": ["sh", "-c", '[ "$AISCHED_RESTART_COUNT" -gt 0 ] || exit 1'],
-            "restart": {"policy": "on-failure", "max_retries": 1, "backoff": "10s"},
-        }
-        r = svc.api.post("/v1/jobs", json=doc)
-        assert r.status_code == 201, r.text
-        job_id = r.json()["id"]
-
-        def show() -> dict[str, Any]:
-            return dict(svc.api.get(f"/v1/jobs/{job_id}").json())
-
-        wait_for("its first attempt to fail", lambda: show()["failures"] == 1)
+        job_id, show = failed_once(svc)
         fill_up(fill)  # before its backoff ends
 
         def held_or_failed() -> dict[str, Any] | None:
@@ -647,18 +654,7 @@ def test_a_data_directory_out_of_inodes_is_disk_pressure_and_holds_launches(
     svc.admin_token()
     files = ext4_few_inodes / "files"
     try:
-        doc = {
-            "command": ["sh", "-c", '[ "$AISCHED_RESTART_COUNT" -gt 0 ] || exit 1'],
-            "restart": {"policy": "on-failure", "max_retries": 1, "backoff": "10s"},
-        }
-        r = svc.api.post("/v1/jobs", json=doc)
-        assert r.status_code == 201, r.text
-        job_id = r.json()["id"]
-
-        def show() -> dict[str, Any]:
-            return dict(svc.api.get(f"/v1/jobs/{job_id}").json())
-
-        wait_for("its first attempt to fail", lambda: show()["failures"] == 1)
+        job_id, show = failed_once(svc)
         files.mkdir()  # before its backoff ends: empty files until no inode is left
         with contextlib.suppress(OSError):
             for n in range(100_000):
