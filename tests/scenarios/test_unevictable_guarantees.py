@@ -50,6 +50,12 @@ CASES = [
         running=[_held("earlier", "default", range(4))],
     ),
     QueueCase(
+        "one that may start with fewer tasks starts with its minimum where that alone fits",
+        [job("few").gang(2, gpu=2).queue("default").min_available(1).not_preemptible()],
+        [("bind", "few", "n1:2,3")],
+        running=[_held("earlier", "default", range(2))],
+    ),
+    QueueCase(
         "evictable work held elsewhere does not count against it",
         [job("pinned").task(gpu=4).queue("default").not_preemptible()],
         [("bind", "pinned", "n1:4,5,6,7")],

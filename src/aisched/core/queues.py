@@ -94,11 +94,24 @@ def queue_takes(session: Session, job: Job) -> Job | str:
     """The job as its queue lets it start now: itself when every queue on its path has room
     for its whole request; a job that may start with fewer tasks cut to the most of its first
     tasks they have room for, at least its minimum (`cut_to`); else why the queue holds it
-    (limit reached, may not borrow). Place the job returned, and bind the job asked about."""
-    if not job.preemptible and (
-        why := holds_others_guarantee(session, job, usage_vector(job.total_request))
-    ):
+    (limit reached, may not borrow). A job that may not be evicted is also held off other
+    queues' guarantees (`holds_others_guarantee`), cut to its minimum where only that fits.
+    Place the job returned, and bind the job asked about."""
+    taken = _queue_takes(session, job)
+    if job.preemptible or isinstance(taken, str):
+        return taken
+    # Unevictable: held off other queues' guarantees, at its minimum if not whole.
+    why = holds_others_guarantee(session, job, usage_vector(taken.total_request))
+    if why is None:
+        return taken
+    if job.gang_min == job.num_tasks or taken.num_tasks == job.gang_min:
         return why
+    least = usage_vector(first_tasks_request(job, job.gang_min))
+    return why if holds_others_guarantee(session, job, least) else cut_to(job, job.gang_min)
+
+
+def _queue_takes(session: Session, job: Job) -> Job | str:
+    """`queue_takes` by the queues' limits alone."""
     if job.queue in session.queues.ungoverned:
         return job
     reason = _blocks(session, job.queue, job.user, usage_vector(job.total_request))
