@@ -735,3 +735,14 @@ def test_a_jobs_file_names_reach_an_admins_terminal_as_text(
         )
     finally:
         subprocess.run(bob.cmd("rm", "-rf", str(bob.home / "[")), check=True)
+
+
+def test_the_token_list_prints_a_note_as_text(service: Service) -> None:
+    # A token's note is free text: `[/x]` in it made `aisched token list` fail with rich's
+    # MarkupError, and its escapes reached the terminal.
+    made = service.cli("token", "create", "root", "--note", "ci [/x] \x1b[31mred")
+    assert made.returncode == 0, made.stderr
+    listed = service.cli("token", "list", check=False)
+    assert listed.returncode == 0, listed.stderr
+    assert "\x1b" not in listed.stdout
+    assert "ci [/x]" in listed.stdout and r"\x1b[31m" in listed.stdout  # (a narrow table folds)

@@ -20,6 +20,7 @@ from rich.table import Table
 from aisched.cli.client import Client, add_server_option
 from aisched.cli.errors import CLIError
 from aisched.cli.options import token_id
+from aisched.cli.printable import plain
 
 
 def register(sub: Any) -> None:
@@ -93,15 +94,20 @@ def cmd_list(args: argparse.Namespace) -> int:
         expired = r["expires_at"] is not None and r["expires_at"] <= now
         state = "revoked" if r["revoked_at"] else "expired" if expired else "active"
         table.add_row(
-            r["id"],
-            r["user"],
-            "yes" if r["admin"] else "",
-            "yes" if r.get("read_only") else "",
-            _when(r["created_at"]),
-            r["created_by"],
-            _when(r["expires_at"]) if r["expires_at"] else "never",
-            state,
-            r["note"] or "",
+            *map(
+                plain,
+                (
+                    r["id"],
+                    r["user"],
+                    "yes" if r["admin"] else "",
+                    "yes" if r.get("read_only") else "",
+                    _when(r["created_at"]),
+                    r["created_by"],
+                    _when(r["expires_at"]) if r["expires_at"] else "never",
+                    state,
+                    r["note"] or "",
+                ),
+            )
         )
     Console().print(table)
     return 0
@@ -122,14 +128,19 @@ def cmd_audit(args: argparse.Namespace) -> int:
     for col in ("TIME", "WHO", "VIA", "ACTION", "TARGET", "OWNER", "DETAIL"):
         table.add_column(col)
     for r in rows:
-        table.add_row(
-            _when(r["time"]),
-            r["actor"],
-            r["via"],
-            r["action"],
-            r["target"],
-            r["owner"] or "",
-            r["detail"] or "",
+        table.add_row(  # what users did, in their words (names, details): text, not markup
+            *map(
+                plain,
+                (
+                    _when(r["time"]),
+                    r["actor"],
+                    r["via"],
+                    r["action"],
+                    r["target"],
+                    r["owner"] or "",
+                    r["detail"] or "",
+                ),
+            )
         )
     Console().print(table)
     return 0
