@@ -48,7 +48,7 @@ from aisched.executors.cgroups import (
     list_task_cgroups,
 )
 from aisched.executors.container import DEFAULT_PIDS_LIMIT
-from aisched.executors.task_files import try_flock
+from aisched.executors.task_files import lock_at_path, try_flock
 
 # The node's state directory, root's alone (node-local: `NODE_STATE/<instance>/`), and the
 # folder of the locks of an instance's task cgroups there.
@@ -178,18 +178,7 @@ class Owner:
         that is at the path once it has it: a sweep unlinks the one it removed the cgroups
         of. Raises OSError."""
         path = os.path.join(owners, name)
-        while True:
-            fd = _open_lock(path)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                if os.fstat(fd).st_ino == os.stat(path).st_ino:
-                    return Owner(path, fd)
-            except FileNotFoundError:
-                pass
-            except BaseException:
-                os.close(fd)
-                raise
-            os.close(fd)
+        return Owner(path, lock_at_path(path, os.O_CLOEXEC))
 
     def release(self, cgroups: tuple[str, ...]) -> None:
         """Lets go of the lock; its file goes once `cgroups` are gone (else the next sweep

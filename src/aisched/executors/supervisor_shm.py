@@ -37,7 +37,14 @@ from aisched.executors.mounts import (
     syscall,
 )
 from aisched.executors.processes import MIB
-from aisched.executors.task_files import LOCK, note, read_json, try_flock, write_json_atomic
+from aisched.executors.task_files import (
+    LOCK,
+    lock_at_path,
+    note,
+    read_json,
+    try_flock,
+    write_json_atomic,
+)
 
 # Without importing typing (start-up time counts): mypy treats this name as always true.
 TYPE_CHECKING = False
@@ -261,13 +268,8 @@ class _ShmLock:
         self.fd = -1
 
     def __enter__(self) -> _ShmLock:
-        while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            if _same_file(fd, self.path):
-                self.fd = fd
-                return self
-            os.close(fd)  # removed while we waited: take the one there now
+        self.fd = lock_at_path(self.path)
+        return self
 
     def remove(self) -> None:
         """Removes the file while holding it (those waiting on it then try the path again)."""
@@ -275,15 +277,6 @@ class _ShmLock:
 
     def __exit__(self, *exc: object) -> None:
         os.close(self.fd)
-
-
-def _same_file(fd: int, path: str) -> bool:
-    try:
-        at_path = os.stat(path)
-    except FileNotFoundError:
-        return False
-    held = os.fstat(fd)
-    return (held.st_dev, held.st_ino) == (at_path.st_dev, at_path.st_ino)
 
 
 def probe_shm() -> int:

@@ -12,8 +12,8 @@ Files of a task directory (each JSON file is written whole: temp file, then rena
 - `supervisor.log` the supervisor's own stdout/stderr (tracebacks, if it ever fails)
 
 Also here: reading and writing those files whole, the lock's protocol (`read_lock_owner`,
-`try_flock`, `supervisor_alive_or_abandon`), and `ExecFailed`, a task that could not start: the
-code and message of its `exit.json`.
+`try_flock`, `lock_at_path`, `supervisor_alive_or_abandon`), and `ExecFailed`, a task that
+could not start: the code and message of its `exit.json`.
 
 It must import only the standard library and stay side-effect free at import: the supervisor
 imports it (see `supervisor.py`), running with `-I -S`.
@@ -94,6 +94,32 @@ def try_flock(fd: int, mode: int) -> bool:
             return False
         raise
     return True
+
+
+def lock_at_path(path: str, flags: int = 0) -> int:
+    """An fd of the file at `path` (made if missing, opened with `flags` besides) holding its
+    exclusive flock, waited for. Its holder may remove the file, so once the lock is held the
+    file is checked to be still the one at the path, else it tries again: a lock on a removed
+    file would exclude no one who opens the path afresh. Raises OSError."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | flags, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if _same_file(fd, path):
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # removed while we waited: take the one there now
+
+
+def _same_file(fd: int, path: str) -> bool:
+    try:
+        at_path = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_dev, held.st_ino) == (at_path.st_dev, at_path.st_ino)
 
 
 def supervisor_alive_or_abandon(task_dir: str) -> bool:
