@@ -222,16 +222,23 @@ def sweep_after_agent_death(instance: str, mechanism: str) -> None:
 def _owners_dir(instance: str) -> str | None:
     if os.geteuid() != 0:
         return None
-    owners = os.path.join(NODE_STATE, instance, OWNERS)
-    try:
-        os.makedirs(owners, mode=0o700, exist_ok=True)
-        st = os.lstat(NODE_STATE)
-    except OSError:
-        return None
     # Anyone who could write there could keep a dead agent's tasks from the sweep.
+    owners = os.path.join(NODE_STATE, instance, OWNERS)
+    return owners if made_in_node_state(owners) is None else None
+
+
+def made_in_node_state(path: str) -> str | None:
+    """Makes `path` (0700) under the node's state directory; why it is not root's alone (its
+    maker failed, or `NODE_STATE` is no directory of root's that only root may write to,
+    so others could plant or replace what is kept there), or None."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.lstat(NODE_STATE)
+    except OSError as exc:
+        return f"cannot make {path}: {exc.strerror or exc}"
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
-        return None
-    return owners
+        return f"{NODE_STATE} is not a directory of root's alone"
+    return None
 
 
 def sweep_dead_task_cgroups(instance: str, controls: NodeControls, owners: str) -> list[str]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import stat
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,13 +98,8 @@ def _probe(state: str) -> str | None:
     directory (root's alone) and sweeping what dead agents left in it."""
     if os.geteuid() != 0:
         return "this Ray worker is not root"
-    try:
-        os.makedirs(state, mode=0o700, exist_ok=True)
-        st = os.lstat(NODE_STATE)
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
-            return f"{NODE_STATE} is not a directory of root's alone"
-    except OSError as exc:
-        return f"cannot make {state}: {exc.strerror or exc}"
+    if (why := ray_limits.made_in_node_state(state)) is not None:
+        return why
     supervisor_shm.sweep_shm(state)
     return supervisor_shm.shm_unavailable()
 
