@@ -76,8 +76,11 @@ class Scheduler(Recovery, BulkCancels):
     launch_hold: Callable[[], str | None] = staticmethod(lambda: None)
 
     def start(self) -> None:
-        self.thread = threading.Thread(target=self._run, name="aisched-loop", daemon=True)
-        self.thread.start()
+        thread = threading.Thread(target=self._run, name="aisched-loop", daemon=True)
+        thread.start()
+        # Published once started: a thread not yet started is not alive, and `/v1/healthz`
+        # (and readiness) read a published loop that is not alive as a dead one.
+        self.thread = thread
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
         """Stop the loop; running tasks keep running and are adopted at the next start."""
