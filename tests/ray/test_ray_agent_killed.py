@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,6 +33,8 @@ CGROUPS = Path("/sys/fs/cgroup")
 TASK = 'sleep 600 & echo "$AISCHED_RESTART_COUNT $!" >> daemons.log; exec sleep 600'
 # A task of the same service on another node of this machine, whose agent lives on.
 BESIDE = "echo $$ > beside.pid; exec sleep 600"
+# A task whose main process is the one to kill.
+LONE = "echo $$ > task.pid; exec sleep 600"
 
 
 @pytest.fixture
@@ -163,3 +166,47 @@ def test_a_killed_agents_leftovers_are_swept_though_nothing_runs_on_its_node_aga
             os.kill(first, signal.SIGKILL)
         for cgroup in left:
             processes.remove_cgroup(str(cgroup))
+
+
+def task_pid(svc: Service) -> int:
+    pid_file = svc.work / "task.pid"
+    wait_for("the task to start", lambda: pid_file.exists() and pid_file.read_text(), 60)
+    return int(pid_file.read_text())
+
+
+def test_a_task_killed_just_before_its_agent_died_is_lost_with_the_agent(
+    node: RayCluster, ray_service: Service
+) -> None:
+    # Ray kills the children of an agent's worker (SIGKILL) as that worker exits (its raylet
+    # died: the node is lost), and the agent may tell of the kill, or record it, before it
+    # goes. That end is the node's loss, not the task's own. Forced in that order here: the
+    # service is held (SIGSTOP) while the task is killed, its end is recorded and answered,
+    # and then its agent is killed.
+    svc = ray_service
+    jid = submit(svc, "killed-first", ["sh", "-c", LONE], retry=False)
+    task = task_pid(svc)
+    agent = agent_pid(node, svc)
+    assert svc.proc is not None
+    os.kill(svc.proc.pid, signal.SIGSTOP)
+    try:
+        os.kill(task, signal.SIGKILL)
+        wait_for("its end to be recorded", lambda: any(svc.home.rglob("*.exit.json")), 30)
+        time.sleep(1.0)  # the agent's answer, sent meanwhile, waits for the service
+        os.kill(agent, signal.SIGKILL)
+        wait_for("the agent to be gone", lambda: started_at(agent) is None, 30)
+    finally:
+        os.kill(svc.proc.pid, signal.SIGCONT)
+    job = svc.wait_state(jid, "failed", timeout_s=60)
+    assert "agent died" in job["message"], job["events"]
+    assert "killed with it" in job["message"] or "killed by signal" not in job["message"]
+
+
+def test_a_task_killed_from_outside_while_its_agent_lives_fails_of_that_signal(
+    ray_service: Service,
+) -> None:
+    svc = ray_service
+    jid = submit(svc, "killed", ["sh", "-c", LONE], model="T4", retry=False)
+    os.kill(task_pid(svc), signal.SIGKILL)
+    job = svc.wait_state(jid, "failed", timeout_s=60)
+    assert "killed by signal 9 (SIGKILL)" in job["message"], job["events"]
+    assert "agent" not in job["message"], job["events"]

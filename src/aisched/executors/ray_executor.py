@@ -41,6 +41,9 @@ Invariants:
   (every task of it ended while no scheduler watched) is removed by a sweep.
 - a task is LOST only when neither its agent nor its exit record (`ray_task.exit_record_path`,
   written on its node once it ended) says how it ended: one that ended is never run again.
+  A task killed by SIGKILL from outside is the exception: Ray kills an agent's children as
+  its worker exits, so such an end counts only once the agent has answered again (alive);
+  with the agent dead it is LOST with the agent, as its node's loss and not the task's own.
 - the service outlives an outage of the GCS: the driver in this process is kept from
   terminating (`connect`), the GCS is probed before the calls that would wait on it, and
   while it does not answer `unavailable` says why (the loop holds new launches, readiness
@@ -55,12 +58,13 @@ import contextlib
 import hashlib
 import logging
 import os
+import signal
 import socket
 import stat
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,6 +145,9 @@ class _Tracked:
     stopping: bool = False  # a stop was asked: it ends soon, its gang is not re-reserved
     exit_record: str = ""  # where its runner records its end (see ray_task.exit_record_path)
     launch_id: str = ""  # this launch's id, in its exit record
+    # Its end, when that says SIGKILL from outside aisched, until its agent answers again
+    # (`_on_ready`).
+    unconfirmed: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -729,15 +736,27 @@ class RayExecutor:
             return self._ask_again(t)
         except Exception as e:
             return self._end(t, self._recorded_or_lost(t, self._died(t, e)))
+        if _killed_from_outside(result) and t.unconfirmed is None:
+            # Ray kills an agent's children so as its worker exits (its raylet died, or it
+            # was killed), and the agent may answer in between: it answers again only if it
+            # lives on, else the task is lost with it.
+            with self._lock:
+                t.unconfirmed = result
+                t.wait_ref = t.agent.wait.remote(list(t.key))
+            return False
         for line in result.get("gpu_reports") or ():
             log.warning("%s", line)
         return self._end(t, exit_from_record(t.key, result))
 
     def _recorded_or_lost(self, t: _Tracked, why: str) -> TaskExited:
         """A task whose agent died: ended as its exit record says, if it wrote one before (it
-        ended, and the agent died before it could tell), else LOST for `why`."""
+        ended, and the agent died before it could tell), else LOST for `why`; LOST too when
+        the record says SIGKILL from outside: what Ray does to the children of an agent's
+        worker as it exits."""
         if t.exit_record:
             rec = recorded_exit(t.exit_record, t.key, t.launch_id or None)
+            if rec is not None and _killed_from_outside(rec):
+                return _lost(t.key, f"{why}; its process was killed with it")
             if rec is not None:
                 return exit_from_record(t.key, rec)
         return _lost(t.key, why)
@@ -1022,6 +1041,12 @@ def _host_spec(req: TaskLaunch, gpu_check_s: float) -> dict[str, Any]:
         "milli_cpu": req.milli_cpu,  # its agent pins it to that many cores
         "mem_limit_mib": req.mem_limit_mib,
     }
+
+
+def _killed_from_outside(result: Mapping[str, Any]) -> bool:
+    """A task's end (result or exit record) that says SIGKILL, sent by no stop of aisched's
+    and not the kernel's for its memory limit (those are other kinds)."""
+    return result.get("kind") == "exited" and result.get("exit_code") == -signal.SIGKILL
 
 
 def _lost(key: TaskKey, message: str) -> TaskExited:
