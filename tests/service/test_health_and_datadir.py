@@ -12,6 +12,7 @@ from aisched.service.app import Service, ServiceError
 from aisched.service.config import load_config
 from aisched.service.health import Health
 from aisched.service.step_errors import StepErrors
+from aisched.spec import SpecError
 
 MIB = 1 << 20
 
@@ -156,3 +157,23 @@ def test_an_entry_of_the_wrong_kind_in_the_data_directory_is_named(
         f"{home / entry} is {there}, where aisched keeps {wanted} of its own; move it out of "
         "the data directory, or give another --data-dir"
     )
+
+
+def test_keeping_no_space_free_is_written_as_zero_without_a_unit(tmp_path: Path) -> None:
+    path = tmp_path / "aisched.yaml"
+    path.write_text("limits:\n  disk_min_free: 0\n  disk_min_free_inodes: 0\n")
+    limits = load_config(path).limits
+    assert limits.disk_min_free_bytes() == 0
+    h = Health(
+        (("data", tmp_path),),
+        limits.disk_min_free_bytes(),
+        StepErrors(),
+        lambda: True,
+        min_free_inodes=limits.disk_min_free_inodes,
+        refresh_s=0.0,
+        statvfs=lambda _path: (0, 0, ""),
+    )
+    assert (h.check().ready, h.refusal()) == (True, None)
+    path.write_text("limits:\n  disk_min_free: 5\n")
+    with pytest.raises(SpecError, match="limits.disk_min_free: size: 5 has no unit"):
+        load_config(path)

@@ -148,7 +148,7 @@ class LimitsModel(_Model):
     log_max_files: Annotated[int, Field(ge=1, le=100)] = 3
     # Below this much free space on the data or log directory's filesystem, new submissions
     # are refused (507) and readiness reports disk pressure.
-    disk_min_free: str = "256M"
+    disk_min_free: str | int = "256M"  # 0: not watched
     # And below this many free inodes (where the filesystem counts them): many small files
     # can use them all up with bytes to spare, and then no file can be made (a launch makes a
     # few per task). 0: not watched.
@@ -187,7 +187,7 @@ class LimitsModel(_Model):
 
     @field_validator("log_max_size", "disk_min_free", "shm_max_size")
     @classmethod
-    def _size(cls, v: str | None) -> str | None:
+    def _size(cls, v: str | int | None) -> str | int | None:
         if v is not None:
             parse_mem_mib(v, "size")
         return v

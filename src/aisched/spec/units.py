@@ -85,10 +85,13 @@ def to_bytes(value: Any) -> int:
     Every unit is binary, whatever its spelling: `G`, `GB`, `Gi` and `GiB` all mean 2**30 bytes
     (people writing `8G` for a task mean what `free -g` and `docker --memory 8g` mean). Letters
     may be upper or lower case; `K`, `M`, `G`, `T`, `P` are known, and `B` alone means bytes.
-    A bare number is an error: `8` could be bytes, MiB or GiB, and a wrong guess is costly.
+    A bare number is an error: `8` could be bytes, MiB or GiB, and a wrong guess is costly;
+    but not `0`, the same in every unit (`disk_min_free: 0`, nothing kept free).
     """
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise UnitError(f"expected a size such as 8G or 512M, got {_describe(value)}")
+    if value == 0 or (isinstance(value, str) and value.strip() == "0"):
+        return 0
     if isinstance(value, int | float):
         raise UnitError(f"{value} has no unit: give a unit, e.g. 8G or 512M")
     m = _MEM_RE.match(value)

@@ -46,9 +46,12 @@ GIB = 1024
         ("0.1G", 103),  # 102.4 MiB, rounded up
         (" 8 G ", 8 * GIB),
         ("0G", 0),
+        ("0", 0),  # zero needs no unit: it is the same in every unit
+        (" 0 ", 0),
+        (0, 0),
     ],
 )
-def test_mem(text: str, want: int) -> None:
+def test_mem(text: Any, want: int) -> None:
     assert to_mem_mib(text) == want
     assert parse_mem_mib(text, "--mem") == want
 
