@@ -5,6 +5,7 @@ here needs a service (each error is found before any request)."""
 from __future__ import annotations
 
 import os
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -43,6 +44,12 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str],
         (["--json", "simulate"], "error: --json: aisched simulate writes JSON to a file: give "
          "--json FILE after it (see aisched --help)"),
         (["submit", "-f", "a.yaml", "b.yaml"], "error: --follow: follows one job; give one file"),
+        (["submit", "--idempotency-key", "k1", "a.yaml", "b.yaml"],
+         "error: --idempotency-key: a key is one submission's; give one file"),
+        (["run", "--idempotency-key", "a b", "--", "true"],
+         "error: argument --idempotency-key: 'a b' is not an idempotency key: give 1 to 200 "
+         "letters, digits, '.', '_', ':' or '-' (a failed submission's error names its key) "
+         "(see aisched run --help)"),
         (["cancel"], "error: cancel: give job IDs, or --all-mine, --queue Q or --state S"),
         (["cancel", "7", "--all-mine"],
          "error: cancel: give job IDs or --all-mine/--queue/--state, not both"),
@@ -167,3 +174,15 @@ def test_a_token_that_cannot_go_in_a_header_is_named(
         2,
         [f"error: {tmp_path}: the token file is not a regular file"],
     )
+
+
+def test_a_submission_to_a_service_that_is_not_there_is_not_told_to_be_sent_again(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Nothing was sent, so nothing can have been kept: no key to send it again with.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    status, err, _ = run(capsys, "--server", f"http://127.0.0.1:{port}", "run", "--", "true")
+    assert (status, len(err)) == (1, 1), err
+    assert err[0].startswith(f"error: cannot reach the aisched service at http://127.0.0.1:{port}")

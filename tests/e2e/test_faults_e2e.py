@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -418,6 +419,50 @@ def test_a_timed_out_submission_is_retried_and_makes_one_job(tmp_path: Path, how
         with contextlib.closing(sqlite3.connect(svc.home / "state.db")) as db:
             keys = db.execute("SELECT idempotency_key IS NOT NULL FROM jobs").fetchall()
         assert keys == [(1,)]
+
+
+@pytest.mark.parametrize("how", ["run", "submit"])
+def test_a_submission_that_failed_for_the_store_is_sent_again_as_itself_with_its_key(
+    tmp_path: Path, how: str
+) -> None:
+    # Every try times out (the database is locked past them all): the CLI gives up, but the
+    # service keeps the submission and stores it once it can. The error names its key; sent
+    # again with that key, it is the job already made, not a second one.
+    job_file = tmp_path / "once.yaml"
+    job_file.write_text("name: once\ncommand: echo once\n")
+    command = ["run", "--", "echo", "once"] if how == "run" else ["submit", str(job_file)]
+    with local_service(tmp_path) as svc:
+        env = {**svc.env(), "AISCHED_SUBMIT_TIMEOUT": "1"}
+        released = tmp_path / "release"
+        holder = subprocess.Popen(
+            [sys.executable, "-c",
+             "import os, sqlite3, sys, time\n"
+             "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+             "c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True)\n"
+             "while not os.path.exists(sys.argv[2]): time.sleep(0.1)",
+             str(svc.home / "state.db"), str(released)],
+            stdout=subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            assert holder.stdout is not None and holder.stdout.readline() == b"locked\n"
+            failed = subprocess.run(
+                [sys.executable, "-m", "aisched", *command],
+                env=env, capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+        finally:
+            released.touch()
+            holder.wait()
+        assert (failed.returncode, failed.stdout) == (1, ""), failed.stderr
+        key = re.search(r"--idempotency-key (\S+) to get the job it made", failed.stderr)
+        assert key is not None, failed.stderr
+        again = subprocess.run(
+            [sys.executable, "-m", "aisched", command[0], "--idempotency-key", key[1],
+             *command[1:]],
+            env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert (again.returncode, again.stdout, again.stderr) == (0, "1\n", "")
+        svc.wait_state("1", "succeeded")
+        assert states(svc) == {"1": "succeeded"}
 
 
 # --- start-up errors ----------------------------------------------------------------------

@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 
-from aisched.cli.errors import EXIT_FAILURE, CLIError, answered
+from aisched.cli.errors import EXIT_FAILURE, CLIError, NotSent, answered
 from aisched.service.defaults import DEFAULT_PORT, SYSTEM_SOCKET, default_home
 from aisched.service.identity import user_name
 from aisched.service.listeners import accepting_uid, is_loopback
@@ -211,20 +211,28 @@ class Client:
         503 (the service cannot store it now) is tried again, up to `tries` times, waiting
         1, 2, 4... s in between, and a rate limit's 429 after its Retry-After; any other
         answer is final, as in `request`."""
+        sent = False  # some try may have reached the service
         for attempt in range(tries):
             last = attempt == tries - 1
             try:
                 r = self._request(method, path, timeout=timeout_s, **kwargs)
-            except httpx.TimeoutException:
+            except httpx.TimeoutException as e:
+                sent |= not isinstance(e, httpx.ConnectTimeout)
                 if last:
                     raise CLIError(
                         f"the aisched service at {self.url} did not answer within "
                         f"{timeout_s:g} s, {tries} times; its readiness (GET /v1/readyz) says why",
                         EXIT_FAILURE,
                     ) from None
-            except httpx.TransportError:
-                return self.request(method, path, **kwargs)  # not reached: say so, as usual
+            except httpx.TransportError as e:
+                try:
+                    return self.request(method, path, **kwargs)  # not reached: say so, as usual
+                except CLIError as err:
+                    if sent or not isinstance(e, httpx.ConnectError):
+                        raise
+                    raise NotSent(str(err), err.status) from None
             else:
+                sent = True
                 wait = _retry_after(r)
                 if wait is not None and not last:
                     time.sleep(wait)  # refused before any work, and the key makes it safe

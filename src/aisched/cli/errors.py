@@ -28,6 +28,11 @@ class CLIError(Exception):
         self.status = status
 
 
+class NotSent(CLIError):
+    """A request that never reached the service (it could not be connected to): nothing of
+    it can have been kept there."""
+
+
 # What reading a JSON document of another shape than expected raises: a missing field, a value
 # of another type (iterated, indexed, called a method of, converted).
 _SHAPE_ERRORS = (KeyError, IndexError, TypeError, AttributeError, ValueError)

@@ -27,7 +27,7 @@ from rich.text import Text
 from aisched.cli import options
 from aisched.cli.client import Client, add_server_option
 from aisched.cli.columns import Cell, render
-from aisched.cli.errors import CLIError
+from aisched.cli.errors import EXIT_FAILURE, CLIError, NotSent
 from aisched.cli.eta import clock, eta_words, waiting_words
 from aisched.cli.printable import plain, printable
 from aisched.spec.errors import MAX_JOB_FILE, SpecError, read_text_file
@@ -106,6 +106,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "-f", "--follow", action="store_true", help="stream its logs and wait until it ends"
     )
+    _add_idempotency_key(p)
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     p.set_defaults(func=cmd_run)
 
@@ -117,6 +118,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "-f", "--follow", action="store_true", help="stream its logs and wait until it ends"
     )
+    _add_idempotency_key(p)
     p.set_defaults(func=cmd_submit)
 
     p = sub.add_parser("jobs", help="list jobs (live ones unless --all or --state)")
@@ -266,19 +268,48 @@ SUBMIT_TRIES = 4
 SUBMIT_TIMEOUT_S = float(os.environ.get("AISCHED_SUBMIT_TIMEOUT", "30"))
 
 
+def _add_idempotency_key(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--idempotency-key",
+        metavar="KEY",
+        type=options.idempotency_key,
+        help="send the submission with this key (default: a new one): the same key again gets "
+        "the job it made rather than a second one; a failed submission's error names its key",
+    )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     doc = run_document(args)
     client = Client.from_args(args)
-    out = client.send_retrying(
-        "POST",
-        "/v1/jobs",
-        tries=SUBMIT_TRIES,
-        timeout_s=SUBMIT_TIMEOUT_S,
-        json=doc,
-        headers={"Idempotency-Key": uuid.uuid4().hex},
-        params={"source": "aisched run"},
-    )
+    out = _send_submission(client, args.idempotency_key, json=doc, params={"source": "aisched run"})
     return _submitted(client, args, out)
+
+
+def _send_submission(
+    client: Client, key: str | None, headers: dict[str, str] | None = None, **kwargs: Any
+) -> Any:
+    """POST /v1/jobs with Idempotency-Key `key` (None: a new one), retried as `send_retrying`
+    does. When it fails for the service's sake (a time-out, the store failing), the service
+    may keep it and store it later: the error names the key, which sends it again as the same
+    submission."""
+    key = key or uuid.uuid4().hex
+    try:
+        return client.send_retrying(
+            "POST",
+            "/v1/jobs",
+            tries=SUBMIT_TRIES,
+            timeout_s=SUBMIT_TIMEOUT_S,
+            headers={**(headers or {}), "Idempotency-Key": key},
+            **kwargs,
+        )
+    except CLIError as e:
+        if e.status != EXIT_FAILURE or isinstance(e, NotSent):
+            raise  # refused for what it is (the same key would be), or never sent
+        raise CLIError(
+            f"{e}\nits Idempotency-Key is {key}: send it again with --idempotency-key {key} "
+            "to get the job it made, if the service kept it, rather than a second one",
+            e.status,
+        ) from None
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -290,18 +321,18 @@ def cmd_submit(args: argparse.Namespace) -> int:
         raise CLIError("--follow: follows one job; give one file")
     if files.count("-") > 1:
         raise CLIError("-: standard input can be read once")
+    if args.idempotency_key and len(files) > 1:
+        raise CLIError("--idempotency-key: a key is one submission's; give one file")
     texts = [_read_job_file(f) for f in files]
     client = Client.from_args(args)
     status = 0
     answers: list[dict[str, Any]] = []
     for text, source in texts:
-        out = client.send_retrying(
-            "POST",
-            "/v1/jobs",
-            tries=SUBMIT_TRIES,
-            timeout_s=SUBMIT_TIMEOUT_S,
+        out = _send_submission(
+            client,
+            args.idempotency_key,
+            {"Content-Type": "application/yaml"},
             content=text.encode("utf-8"),
-            headers={"Content-Type": "application/yaml", "Idempotency-Key": uuid.uuid4().hex},
             params={"source": source, "workdir": os.getcwd()},
         )
         if args.json and len(files) > 1:

@@ -87,6 +87,18 @@ def job_id(value: str) -> str:
     return value
 
 
+def idempotency_key(value: str) -> str:
+    """An argparse type: a submission's Idempotency-Key (1 to 200 letters, digits, '.', '_',
+    ':' or '-'; the service takes up to 200 characters, and a header takes no others)."""
+    plain = all(c.isascii() and (c.isalnum() or c in "._:-") for c in value)
+    if not (plain and 0 < len(value) <= 200):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not an idempotency key: give 1 to 200 letters, digits, '.', '_', "
+            "':' or '-' (a failed submission's error names its key)"
+        )
+    return value
+
+
 def token_id(value: str) -> str:
     """An argparse type: a token's public id (letters, digits, '-' and '_'), as `job_id`."""
     plain = all(c.isascii() and (c.isalnum() or c in "-_") for c in value)
