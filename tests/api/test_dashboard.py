@@ -190,3 +190,20 @@ def test_the_sampler_fills_the_ring_until_the_scheduler_stops(
         svc.close()
     thread.join(10)
     assert not thread.is_alive()
+
+
+def test_queues_show_the_highest_priority_their_users_may_ask_for(
+    open_service: Callable[..., Service], fx: FakeExecutor
+) -> None:
+    queues = [
+        {"name": "default"},
+        {"name": "team", "max_priority": 50},
+        {"name": "team-a", "parent": "team"},  # the nearest cap above it
+        {"name": "team-b", "parent": "team", "max_priority": 10},
+    ]
+    client = client_for(open_service(fx, queues=queues))
+    want = {"default": 0, "team": 50, "team-a": 50, "team-b": 10}
+    listed = client.get("/v1/queues").json()["queues"]
+    assert {q["name"]: q["max_priority"] for q in listed} == want
+    shown = client.get("/v1/dashboard").json()["queues"]
+    assert {q["name"]: q["max_priority"] for q in shown} == want

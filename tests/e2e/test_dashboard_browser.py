@@ -119,7 +119,9 @@ def test_dashboard_shows_each_users_holding_against_the_per_user_limit(
     page: Page, tmp_path: Path, local_users: dict[str, User]
 ) -> None:
     tmp_path.chmod(0o755)  # the users' jobs run in their homes; the service's files stay private
-    config = "queues:\n  - name: default\n  - {name: team, user_limit: {gpus: 2}}\n"
+    config = (
+        "queues:\n  - name: default\n  - {name: team, user_limit: {gpus: 2}, max_priority: 50}\n"
+    )
     with local_service(tmp_path, config=config) as service:
         alice, bob = local_users["alice"], local_users["bob"]
 
@@ -140,6 +142,8 @@ def test_dashboard_shows_each_users_holding_against_the_per_user_limit(
         expect(page.locator("body[data-loaded=true]")).to_have_count(1)
         expect(page.locator('#queues tr[data-queue="team"] td.user-limit')).to_have_text("2 GPU")
         expect(page.locator('#queues tr[data-queue="default"] td.user-limit')).to_have_text("-")
+        expect(page.locator('#queues tr[data-queue="team"] td.max-priority')).to_have_text("50")
+        expect(page.locator('#queues tr[data-queue="default"] td.max-priority')).to_have_text("0")
         users = page.locator('#queues tr.queue-user[data-in-queue="team"]')
         expect(users).to_have_count(2)
         hers = users.and_(page.locator(f'[data-user="{alice.name}"]'))

@@ -76,7 +76,7 @@ def cmd_queues(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
         return 0
     table = Table(box=None, header_style="bold", pad_edge=False)
-    columns = ("QUEUE", "PARENT", "WEIGHT", "GUARANTEE", "LIMIT", "PER USER", "USED")
+    columns = ("QUEUE", "PARENT", "WEIGHT", "GUARANTEE", "LIMIT", "PER USER", "MAX PRI", "USED")
     for col in (*columns, "PENDING", "RUNNING"):
         table.add_column(col)
     for q in out["queues"]:
@@ -87,6 +87,7 @@ def cmd_queues(args: argparse.Namespace) -> int:
             _amount(q["guarantee"]),
             "-" if q["limit"] is None else _amount(q["limit"]),
             "-" if q.get("user_limit") is None else _amount(q["user_limit"]),
+            str(q.get("max_priority", 0)),
             _amount(q["used"]),
             str(q["pending"]),
             str(q["running"]),

@@ -184,10 +184,13 @@ def racks_section(sched: Scheduler) -> list[dict[str, Any]]:
     return [{"name": name, "nodes": nodes} for name, nodes in sorted(racks.items())]
 
 
-def queues_section(sched: Scheduler) -> list[dict[str, Any]]:
+def queues_section(
+    sched: Scheduler, max_priority: Callable[[tuple[str, ...]], int]
+) -> list[dict[str, Any]]:
     """Per queue: its guarantee, what it uses (its descendants included), the part of that
-    above its guarantee (borrowed from idle capacity), and its per-user limit with what each
-    user's running jobs hold against it (`_per_user`)."""
+    above its guarantee (borrowed from idle capacity), the highest priority its users may ask
+    for (`max_priority` of its path: `ServiceConfig.max_priority`), and its per-user limit
+    with what each user's running jobs hold against it (`_per_user`)."""
     _, per_queue = sched.live_summary()
     capacity_gpus = sched.allocation()["gpu"][1]
     used: dict[str, list[float]] = {}
@@ -223,6 +226,7 @@ def queues_section(sched: Scheduler) -> list[dict[str, Any]]:
                 "share": gpus / capacity_gpus if capacity_gpus > 0 else 0.0,
                 "pending": pending,
                 "running": running,
+                "max_priority": max_priority(sched.queues.path(q.name)),
                 **_per_user(q.user_limit, holdings.get(q.name, [])),
             }
         )
@@ -340,7 +344,7 @@ def dashboard_document(
         "policy": section("policy", lambda: svc.policy.name, ""),
         "summary": section("summary", lambda: summary_section(sched), {}),
         "racks": section("racks", lambda: racks_section(sched), []),
-        "queues": section("queues", lambda: queues_section(sched), []),
+        "queues": section("queues", lambda: queues_section(sched, svc.config.max_priority), []),
         "pending": section("pending", lambda: pending_section(svc, now), []),
         "timeline": section("timeline", lambda: timeline_section(svc), []),
         "utilisation": [asdict(s) for s in samples],

@@ -206,6 +206,9 @@ class QueueOut(BaseModel):
     limit: dict[str, float] | None
     borrowing: bool
     user_limit: dict[str, float] | None = None
+    # The highest priority a user who is no admin may ask for here: the nearest `max_priority`
+    # set on it or above it, else 0.
+    max_priority: int = 0
     used: dict[str, float]
     pending: int
     running: int

@@ -79,6 +79,7 @@ def cluster_router(svc: Service) -> APIRouter:
                     limit=None if q.limit is None else _amount(q.limit),
                     borrowing=q.borrowing,
                     user_limit=None if q.user_limit is None else _amount(q.user_limit),
+                    max_priority=svc.config.max_priority(sched.queues.path(q.name)),
                     used={"cpus": u[0] / 1000, "mem_gib": u[1] / 1024, "gpus": u[2] / 1000},
                     pending=p,
                     running=r,

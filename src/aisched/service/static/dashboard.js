@@ -167,7 +167,7 @@ function userRows(q) {
       el("td", {}, u.others ? null : userBar(u, q.user_limit)),
       el(
         "td",
-        { class: "held", colspan: 7 },
+        { class: "held", colspan: 8 },
         USER_UNITS.filter(([k]) => k in q.user_limit)
           .map(([k, unit]) => `${num(u[k], 2)} of ${num(q.user_limit[k])} ${unit}`)
           .join(", ") + (u.at_limit ? " (at the limit: their next job here waits)" : ""),
@@ -180,7 +180,7 @@ function drawQueues(doc) {
   const head = el(
     "tr",
     {},
-    ...["queue", "GPUs", "used", "guarantee", "borrowed", "share", "waiting", "running", "per user"].map((h) => el("th", {}, h)),
+    ...["queue", "GPUs", "used", "guarantee", "borrowed", "share", "waiting", "running", "max priority", "per user"].map((h) => el("th", {}, h)),
   );
   const rows = (doc.queues || []).flatMap((q) => [
     el(
@@ -194,6 +194,7 @@ function drawQueues(doc) {
       el("td", { class: "num" }, `${(100 * q.share).toFixed(0)}%`),
       el("td", { class: "num" }, q.pending),
       el("td", { class: "num" }, q.running),
+      el("td", { class: "num max-priority" }, q.max_priority),
       el("td", { class: "user-limit" }, userLimitText(q.user_limit)),
     ),
     ...userRows(q),
