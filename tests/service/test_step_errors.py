@@ -47,3 +47,15 @@ def test_back_off_doubles_up_to_its_cap_and_a_success_resets_it() -> None:
     assert (e.total, e.consecutive, e.kind, e.since, e.failing) == (5, 0, "", None, False)
     assert e.failed(KeyError("x"), now=200.0) == 0.5
     assert (e.failing, e.store_failing) == (True, False)
+
+
+def test_a_failing_store_is_tried_again_within_seconds_and_a_bug_backs_off_further() -> None:
+    # A full disk ends unseen by the loop (space freed): the service takes work again soon
+    # after, not up to half a minute later.
+    full = OSError(errno.ENOSPC, "No space left on device")
+    store = StepErrors()
+    assert [store.failed(full, now=float(i)) for i in range(8)] == [
+        0.5, 1.0, 2.0, 4.0, 4.0, 4.0, 4.0, 4.0
+    ]  # fmt: skip
+    bug = StepErrors()
+    assert [bug.failed(KeyError("x"), now=float(i)) for i in range(8)][-3:] == [16.0, 30.0, 30.0]

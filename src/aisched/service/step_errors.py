@@ -67,11 +67,17 @@ def one_line(exc: BaseException) -> str:
 
 class StepErrors:
     """The loop's failures, with an exponential back-off: the first failed step waits
-    `base_s`, each further one twice as long, up to `max_s`; a step that succeeds resets it."""
+    `base_s`, each further one twice as long, up to `max_s` for a bug and `store_max_s` for a
+    failure of the store; a step that succeeds resets it.
 
-    def __init__(self, base_s: float = 0.5, max_s: float = 30.0) -> None:
+    A store's failure ends by itself, unseen by the loop (space freed, the server back): a
+    failed write costs little, and the service should take work again within seconds of it,
+    not half a minute later. A bug fails the same way each time, and logs a traceback."""
+
+    def __init__(self, base_s: float = 0.5, max_s: float = 30.0, store_max_s: float = 4.0) -> None:
         self.base_s = base_s
         self.max_s = max_s
+        self.store_max_s = store_max_s
         self.total = 0  # every failed step since start (aisched_loop_errors_total)
         self.consecutive = 0  # failed steps since the last one that succeeded
         self.kind = ""  # classify() of the last failure while failing, else ""
@@ -86,7 +92,8 @@ class StepErrors:
             self.since = now
         self.kind = classify(exc)
         self.last_error = one_line(exc)
-        return float(min(self.max_s, self.base_s * 2.0 ** (self.consecutive - 1)))
+        cap = self.max_s if self.kind == "bug" else min(self.max_s, self.store_max_s)
+        return float(min(cap, self.base_s * 2.0 ** (self.consecutive - 1)))
 
     def succeeded(self) -> None:
         if self.consecutive:
