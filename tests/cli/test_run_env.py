@@ -28,3 +28,19 @@ def test_env_all_leaves_a_multi_line_variable_out_of_a_container_job_and_says_so
     )
     on_host = _doc("--env-all", "--", "true")["env"]  # a host task gets it whole
     assert isinstance(on_host, dict) and on_host["MULTI"] == "two\nlines"
+
+
+def test_env_all_leaves_out_what_the_scheduler_sets(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Sent, the service would refuse the whole job for each of them.
+    for name in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "VC_TASK_INDEX", "AISCHED_X"):
+        monkeypatch.setenv(name, "0")
+    monkeypatch.setenv("PLAIN", "one line")
+    env = _doc("--env-all", "--", "true")["env"]
+    assert isinstance(env, dict)
+    assert env.get("PLAIN") == "one line"
+    assert not {
+        "CUDA_VISIBLE_DEVICES",
+        "NVIDIA_VISIBLE_DEVICES",
+        "VC_TASK_INDEX",
+        "AISCHED_X",
+    } & set(env)

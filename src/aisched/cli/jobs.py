@@ -31,12 +31,9 @@ from aisched.cli.errors import EXIT_FAILURE, CLIError, NotSent
 from aisched.cli.eta import clock, eta_words, waiting_words
 from aisched.cli.printable import plain, printable
 from aisched.spec.errors import MAX_JOB_FILE, SpecError, read_text_file
+from aisched.spec.job_common import SCHEDULER_ENV, SCHEDULER_ENV_PREFIX
 
-# What `run` never exports: names the scheduler sets itself, and shell noise.
-_OWNED = re.compile(
-    r"^(AISCHED_.*|CUDA_VISIBLE_DEVICES|CUDA_DEVICE_ORDER|OMP_NUM_THREADS|MASTER_ADDR|MASTER_PORT"
-    r"|WORLD_SIZE|RANK|LOCAL_RANK|LOCAL_WORLD_SIZE|NODE_RANK|GROUP_WORLD_SIZE)$"
-)
+# What `run` never exports: names the scheduler sets itself (`_owned`), and shell noise.
 _NOISE = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "PS1", "PS2", "PROMPT_COMMAND"})
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _JOBS_HEADER = ("ID", "NAME", "USER", "QUEUE", "PRI", "STATE", "GPUS", "AGE", "WHY / ETA")
@@ -199,7 +196,7 @@ def run_document(args: argparse.Namespace) -> dict[str, Any]:
         env = {
             k: v
             for k, v in os.environ.items()
-            if _ENV_NAME.match(k) and not _OWNED.match(k) and k not in _NOISE
+            if _ENV_NAME.match(k) and not _owned(k) and k not in _NOISE
         }
         if args.image:
             # A container's variable cannot hold a line break (the service refuses one): a
@@ -276,6 +273,11 @@ def _add_idempotency_key(p: argparse.ArgumentParser) -> None:
         help="send the submission with this key (default: a new one): the same key again gets "
         "the job it made rather than a second one; a failed submission's error names its key",
     )
+
+
+def _owned(name: str) -> bool:
+    """A variable the scheduler sets itself: a job may not (the service refuses it)."""
+    return name in SCHEDULER_ENV or name.startswith(SCHEDULER_ENV_PREFIX)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -77,6 +77,9 @@ SCHEDULER_ENV = frozenset(
         "GROUP_WORLD_SIZE",
         "VC_TASK_INDEX",
         "VK_TASK_INDEX",
+        # NVIDIA's container runtime hook exposes the GPUs this names (`all`) to a container,
+        # whichever the task was given.
+        "NVIDIA_VISIBLE_DEVICES",
     }
 )
 SCHEDULER_ENV_PREFIX = "AISCHED_"

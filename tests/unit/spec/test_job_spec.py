@@ -465,6 +465,16 @@ def test_scheduler_env_cannot_be_overridden(name: str) -> None:
     )
 
 
+def test_a_job_cannot_name_the_gpus_nvidias_runtime_exposes_to_its_container() -> None:
+    # NVIDIA_VISIBLE_DEVICES=all would give a container every GPU of the node where NVIDIA's
+    # runtime hook is installed, whichever it was given.
+    with pytest.raises(SpecError) as info:
+        parse_job_document({**CMD, "env": {"NVIDIA_VISIBLE_DEVICES": "all"}}, "j.yaml")
+    assert info.value.problems == (
+        "j.yaml: env.NVIDIA_VISIBLE_DEVICES: set by the scheduler; cannot be overridden",
+    )
+
+
 def test_every_contract_variable_is_reserved() -> None:
     env = contract_env(
         job_id="j",
