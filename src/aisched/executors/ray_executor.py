@@ -737,7 +737,7 @@ class RayExecutor:
         except Exception as e:
             return self._end(t, self._recorded_or_lost(t, self._died(t, e)))
         if _killed_from_outside(result) and t.unconfirmed is None:
-            # Ray kills an agent's children so as its worker exits (its raylet died, or it
+            # Ray kills an agent's children as its worker exits (its raylet died, or it
             # was killed), and the agent may answer in between: it answers again only if it
             # lives on, else the task is lost with it.
             with self._lock:
