@@ -18,9 +18,11 @@ from pathlib import Path
 import pytest
 from harness import Service, wait_for
 from ray_harness import RayCluster, connect_driver, ray_node_alive
+from users import User
 
 from aisched.executors import processes
 from aisched.executors.ray_executor import agent_name, namespace_for
+from aisched.executors.ray_limits import NODE_STATE
 
 ray = pytest.importorskip(
     "ray", reason="Ray is not installed: pip install -e '.[ray]' (or '.[dev]') to run these"
@@ -210,3 +212,35 @@ def test_a_task_killed_from_outside_while_its_agent_lives_fails_of_that_signal(
     job = svc.wait_state(jid, "failed", timeout_s=60)
     assert "killed by signal 9 (SIGKILL)" in job["message"], job["events"]
     assert "agent" not in job["message"], job["events"]
+
+
+def shm_mounts(job_id: str) -> list[str]:
+    """The mount points of the private /dev/shm of `job_id`'s attempts on this machine's nodes
+    (`supervisor_shm.shm_spec`: NODE_STATE/<instance>/.shm/<job>.<attempt>)."""
+    with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        points = [line.split()[4] for line in f]
+    return [p for p in points if p.startswith(f"{NODE_STATE}/") and f"/.shm/{job_id}." in p]
+
+
+def test_a_killed_agents_jobs_dev_shm_goes_though_nothing_runs_on_its_node_again(
+    node: RayCluster, ray_service: Service, local_users: dict[str, User]
+) -> None:
+    # Her task's /dev/shm is a tmpfs of its job's own on the node, holding what she wrote
+    # there in the node's memory: with her agent dead and her job not retried, it must not
+    # stay mounted until another user's task happens to come to this node.
+    svc, alice = ray_service, local_users["alice"]
+    env = {"AISCHED_SERVER": f"unix:{svc.socket}"}
+    job_file = alice.home / "shm-once.yaml"
+    job_file.write_text(
+        f"gpu_models: [{MODEL}]\nrestart: {{policy: never}}\nresources: {{gpus: 1, mem: 64M}}\n"
+        "command: 'head -c 1048576 /dev/zero > /dev/shm/held; echo written; exec sleep 600'\n"
+    )
+    proc = alice.aisched("submit", "--json", str(job_file), env=env)
+    assert proc.returncode == 0, proc.stderr
+    jid = str(json.loads(proc.stdout)["id"])
+    wait_for("her task to write", lambda: "written" in alice.aisched("logs", jid, env=env).stdout)
+    assert len(shm_mounts(jid)) == 1, shm_mounts(jid)
+    os.kill(agent_pid(node, svc), signal.SIGKILL)
+    job = svc.wait_state(jid, "failed", timeout_s=60)
+    assert "agent died" in job["message"], job["events"]
+    wait_for("her job's /dev/shm to be unmounted", lambda: shm_mounts(jid) == [], 60)

@@ -41,7 +41,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from aisched.executors import ray_limits
+from aisched.executors import ray_limits, ray_shm
 from aisched.executors.base import least_used_cores
 from aisched.executors.ray_task import Latch, MakeWatchdog, Result, TaskRunner
 
@@ -130,11 +130,10 @@ class NodeAgent:
 
     async def sweep(self, instance: str, memory_limit: str) -> None:
         """Sweeps what a dead agent of this node left of `instance`'s tasks (their cgroups and
-        what still runs in them: `ray_limits.sweep_after_agent_death`), off the loop."""
+        what still runs in them, `ray_limits.sweep_after_agent_death`; their jobs' private
+        /dev/shm mounts, `ray_shm.sweep_after_agent_death`), off the loop."""
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(
-            self.blocking, ray_limits.sweep_after_agent_death, instance, memory_limit
-        )
+        await loop.run_in_executor(self.blocking, _sweep_dead_agents, instance, memory_limit)
 
     def _runner(self, key: list[Any]) -> TaskRunner:
         runner = self.tasks.get(_key(key))
@@ -157,6 +156,11 @@ class NodeAgent:
             for c in cores
         )
         return least_used_cores(self.node_cores, in_use, milli_cpu)
+
+
+def _sweep_dead_agents(instance: str, memory_limit: str) -> None:
+    ray_limits.sweep_after_agent_death(instance, memory_limit)  # first: nothing runs on in them
+    ray_shm.sweep_after_agent_death(instance)
 
 
 async def _reserved(runner: TaskRunner, placement_group: Any) -> bool:

@@ -87,6 +87,14 @@ def release(held: TaskShm | None) -> None:
         d = os.path.dirname(d)
 
 
+def sweep_after_agent_death(instance: str) -> None:
+    """The probe, and so the sweep, of `instance`'s state directory, for a new agent of a
+    node whose agent died, as soon as the scheduler learns of the death: the dead agent's
+    tmpfs mounts keep what its tasks wrote there in the node's memory until swept, and the
+    next task of a user may never come to this node."""
+    _unavailable(os.path.join(NODE_STATE, instance))
+
+
 def _unavailable(state: str) -> str | None:
     if state not in _UNAVAILABLE:
         _UNAVAILABLE[state] = _probe(state)
