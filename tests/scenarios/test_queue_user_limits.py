@@ -12,7 +12,7 @@ from helpers import QueueCase, check_queue_case, running
 from aisched.core.cycle import never_runs, run_cycle
 from aisched.core.policy import preset
 from aisched.core.queues import tasks_to_regrow
-from aisched.core.snapshot import RunningJob, snapshot_of, usage_by_user
+from aisched.core.snapshot import RunningJob, snapshot_of
 from aisched.core.status import StatusCode
 from aisched.model.queue import Queue, QueueTree
 from aisched.model.resources import Resources
@@ -145,7 +145,7 @@ def test_an_elastic_job_regrows_only_within_its_users_limit() -> None:
     el = job("e").task(4, gpu=1).min_available(1).elastic().queue("team").user("alice").build()
     mine = running(el, ("n1", (0,)))
     held = [mine, holding("a1", "alice", 1, first=1), holding("b1", "bob", 2, first=2)]
-    usage = usage_by_user(held)
-    assert tasks_to_regrow(QUEUES, usage, el, mine.usage) == 1
-    alone = usage_by_user([mine, holding("b1", "bob", 2, first=2)])
-    assert tasks_to_regrow(QUEUES, alone, el, mine.usage) == 2
+    n1 = cluster(node("n1").gpus(8))
+    assert tasks_to_regrow(snapshot_of(n1, held, QUEUES), mine) == 1
+    alone = [mine, holding("b1", "bob", 2, first=2)]
+    assert tasks_to_regrow(snapshot_of(n1, alone, QUEUES), mine) == 2

@@ -12,17 +12,32 @@ admission do the same. A queue's `user_limit` is one more such cap, on what one 
 hold there (and under it): it holds a job, cuts it and bounds its regrowth like `limit`, on
 the usage of the job's user alone. Growing such a job restarts it, so a grow is worth it only
 when its queue would take it back with more tasks than it holds (`tasks_to_regrow`).
+
+A job that may not be evicted is held off other top-level queues' guarantees too
+(`holds_others_guarantee`). The cycle (`queue_takes`) and a grow's prediction outside one
+(`tasks_to_regrow`) share that rule and its cut to the minimum (`_holds_others_guarantee`,
+`_unevictable_tasks`): a prediction by the limits alone grew such a job at its minimum beside
+another queue's idle guarantee, and the cycle took it back no larger, its work lost for nothing.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING
 
-from aisched.core.session import usage_vector
-from aisched.core.snapshot import ZERO, PendingJob, Usage, add_usage
+from aisched.core.session import cluster_totals, queue_path_of, usage_vector
+from aisched.core.snapshot import (
+    ZERO,
+    PendingJob,
+    RunningJob,
+    Snapshot,
+    Usage,
+    add_usage,
+    usage_by_user,
+)
 from aisched.model.job import Job
 from aisched.model.queue import Queue, QueueTree
 from aisched.model.resources import Resources
@@ -65,22 +80,38 @@ def holds_others_guarantee(session: Session, job: Job, req: Usage) -> str | None
     top-level queue is guaranteed, counted over every running job that may not be evicted;
     as Volcano keeps such jobs within their queue's deserved share. Only where a guarantee
     governs the dimension: with none configured, nothing changes."""
+    return _holds_others_guarantee(
+        session.queues, session.totals, session.running.values(), session.queue_path, job, req
+    )
+
+
+def _holds_others_guarantee(
+    queues: QueueTree,
+    totals: Usage,
+    running: Iterable[RunningJob],
+    queue_path: Callable[[str], tuple[str, ...]],
+    job: Job,
+    req: Usage,
+) -> str | None:
+    """`holds_others_guarantee` on its parts, so that a cycle (`queue_takes`) and a grow's
+    prediction outside one (`tasks_to_regrow`) apply the one rule: `totals` the cluster's
+    capacity, `running` the jobs holding resources (the job itself not among them)."""
     if job.preemptible:
         return None
-    tops = session.queues.children(None)
+    tops = queues.children(None)
     guarantees = {q.name: usage_vector(q.guarantee) for q in tops}
     if not any(x > 0 for g in guarantees.values() for x in g):
         return None
     held = {name: ZERO for name in guarantees}
-    for r in session.running.values():
-        if not r.job.preemptible and (top := session.queue_path(r.job.queue)[0]) in held:
+    for r in running:
+        if not r.job.preemptible and (top := queue_path(r.job.queue)[0]) in held:
             held[top] = add_usage(held[top], r.usage)
-    mine = session.queue_path(job.queue)[0]
+    mine = queue_path(job.queue)[0]
     held[mine] = add_usage(held.get(mine, ZERO), req)
     for i in range(3):
         if not any(g[i] > 0 for g in guarantees.values()):
             continue
-        pool = session.totals[i] - sum(g[i] for g in guarantees.values())
+        pool = totals[i] - sum(g[i] for g in guarantees.values())
         over = sum(max(0.0, h[i] - guarantees.get(q, ZERO)[i]) for q, h in held.items())
         if over > pool:
             return (
@@ -95,19 +126,32 @@ def queue_takes(session: Session, job: Job) -> Job | str:
     for its whole request; a job that may start with fewer tasks cut to the most of its first
     tasks they have room for, at least its minimum (`cut_to`); else why the queue holds it
     (limit reached, may not borrow). A job that may not be evicted is also held off other
-    queues' guarantees (`holds_others_guarantee`), cut to its minimum where only that fits.
-    Place the job returned, and bind the job asked about."""
+    queues' guarantees (`holds_others_guarantee`), cut to its minimum where only that fits
+    (`_unevictable_tasks`). Place the job returned, and bind the job asked about."""
     taken = _queue_takes(session, job)
     if job.preemptible or isinstance(taken, str):
         return taken
-    # Unevictable: held off other queues' guarantees, at its minimum if not whole.
-    why = holds_others_guarantee(session, job, usage_vector(taken.total_request))
+    tasks = _unevictable_tasks(
+        job, taken.num_tasks, lambda req: holds_others_guarantee(session, job, req)
+    )
+    if isinstance(tasks, str):
+        return tasks
+    return taken if tasks == taken.num_tasks else cut_to(job, tasks)
+
+
+def _unevictable_tasks(job: Job, tasks: int, holds: Callable[[Usage], str | None]) -> int | str:
+    """How many tasks a job that may not be evicted starts with, when its queues' limits let
+    it start with its first `tasks`: all of them when they hold no other queue's guarantee
+    (`holds`: why a request would), else its minimum where that alone does not (a job that may
+    start with fewer), else why it waits. Only `tasks` and the minimum are tried, so the
+    cycle's `queue_takes` and the grow's `tasks_to_regrow` agree by sharing this."""
+    why = holds(usage_vector(first_tasks_request(job, tasks)))
     if why is None:
-        return taken
-    if job.gang_min == job.num_tasks or taken.num_tasks == job.gang_min:
+        return tasks
+    if job.gang_min == job.num_tasks or tasks == job.gang_min:
         return why
     least = usage_vector(first_tasks_request(job, job.gang_min))
-    return why if holds_others_guarantee(session, job, least) else cut_to(job, job.gang_min)
+    return why if holds(least) else job.gang_min
 
 
 def _queue_takes(session: Session, job: Job) -> Job | str:
@@ -235,28 +279,46 @@ def _tasks_fitting(job: Job, rooms: list[list[float]]) -> int:
     return fitting
 
 
-def tasks_to_regrow(
-    queues: QueueTree, usage: Mapping[tuple[str, str], Usage], job: Job, held: Usage
-) -> int:
-    """How many tasks `job`, which holds `held` now, would be let start with by its queue once
-    it has given that back (`queue_takes`' rules, on the usage per (queue, user) outside a
-    cycle); 0 when not even its minimum. Growing an elastic job requeues it: a grow is worth
-    it only when this is more than the tasks it holds, and a requeued job its queue will not
-    take back would lose the tasks it ran for nothing."""
+def tasks_to_regrow(snapshot: Snapshot, running: RunningJob) -> int:
+    """How many tasks the job of `running`, one of `snapshot`'s running views, would be let
+    start with by its queue once it has given back what it holds: `queue_takes`' rules
+    outside a cycle, its queues' limits on the usage per (queue, user) and, for a job that may
+    not be evicted, the hold off other queues' guarantees over the other running jobs
+    (`_unevictable_tasks`, the cycle's own); 0 when not even its minimum. Growing an elastic
+    job requeues it: a grow is worth it only when this is more than the tasks it holds, and a
+    requeued job its queue will not take back, or takes back smaller, loses the tasks it ran
+    for nothing."""
+    queues, job, held = snapshot.queues, running.job, running.usage
     if job.queue in queues.ungoverned or not queues.has(job.queue):
-        return job.num_tasks
-    path = queues.path(job.queue)
+        tasks = job.num_tasks
+    else:
+        given = snapshot.usage
+        usage = given if given is not None else usage_by_user(snapshot.running)
 
-    def used(qname: str, user: str | None = None) -> Usage:
-        """What `qname` (`user`'s part of it, if named) will hold once the job gave back."""
-        total = add_usage(ZERO, held, -1.0)
-        for (leaf, owner), u in usage.items():
-            if (user is None or owner == user) and queues.has(leaf) and qname in queues.path(leaf):
-                total = add_usage(total, u)
-        return total
+        def used(qname: str, user: str | None = None) -> Usage:
+            """What `qname` (`user`'s part of it, if named) will hold once the job gave back."""
+            total = add_usage(ZERO, held, -1.0)
+            for (leaf, owner), u in usage.items():
+                in_path = queues.has(leaf) and qname in queues.path(leaf)
+                if (user is None or owner == user) and in_path:
+                    total = add_usage(total, u)
+            return total
 
-    tasks = _tasks_fitting(job, _rooms_left(queues, path, used, used, job.user))
-    return tasks if tasks >= job.gang_min else 0
+        path = queues.path(job.queue)
+        tasks = _tasks_fitting(job, _rooms_left(queues, path, used, used, job.user))
+    if tasks < job.gang_min:
+        return 0
+    if job.preemptible:
+        return tasks
+    totals = cluster_totals(snapshot.arrays)
+    path_of = partial(queue_path_of, queues)
+
+    def holds(req: Usage) -> str | None:
+        others = (r for r in snapshot.running if r.job.id != job.id)  # it gave back its own
+        return _holds_others_guarantee(queues, totals, others, path_of, job, req)
+
+    taken = _unevictable_tasks(job, tasks, holds)
+    return 0 if isinstance(taken, str) else taken
 
 
 def guarantee_takes(session: Session, job: Job) -> Job | None:

@@ -56,7 +56,7 @@ _id = attrgetter("id")
 LoggedView = tuple[RunningJob, int]  # an entry of a caller's running log (`RunningChanges`)
 
 
-def _queue_path(queues: QueueTree, queue: str) -> tuple[str, ...]:
+def queue_path_of(queues: QueueTree, queue: str) -> tuple[str, ...]:
     """The queues a usage in `queue` counts against: its path, or itself when unknown."""
     return queues.path(queue) if queues.has(queue) else (queue,)
 
@@ -119,7 +119,7 @@ def _queue_usage(
         qu = last.queue_usage.copy()  # a session may still read the last one
         for view, came in changed:
             sign = 1.0 if came else -1.0
-            for q in _queue_path(queues, view.job.queue):
+            for q in queue_path_of(queues, view.job.queue):
                 qu[q] = add_usage(qu.get(q, ZERO), view.usage, sign)
         return qu
     by_user = snapshot.usage if snapshot.usage is not None else usage_by_user(snapshot.running)
@@ -130,7 +130,7 @@ def _queue_usage(
             leaves[queue] = add_usage(leaves.get(queue, ZERO), vec)
     qu = {}
     for queue, vec in leaves.items():
-        for q in _queue_path(queues, queue):
+        for q in queue_path_of(queues, queue):
             qu[q] = add_usage(qu.get(q, ZERO), vec)
     return qu
 
@@ -178,7 +178,7 @@ def _running_base(snapshot: Snapshot) -> _RunningBase:
     return base
 
 
-def _totals(arrays: ClusterArrays) -> Usage:
+def cluster_totals(arrays: ClusterArrays) -> Usage:
     """The cluster's capacity as a usage vector (memoised: the arrays never change)."""
     hit = arrays.memo.get("totals")
     if hit is None:
@@ -236,7 +236,7 @@ class Session:
         # The caller's kept queue `pending` was taken from, if any: its log says what changed.
         self.pending_queue = pending_queue
         self.free: FreeState = snapshot.free.copy()
-        self.totals: Usage = _totals(snapshot.arrays)
+        self.totals: Usage = cluster_totals(snapshot.arrays)
         base = _running_base(snapshot)
         self.running: dict[str, RunningJob] = base.by_id.copy()
         self.bound_now: set[str] = set()
@@ -366,7 +366,7 @@ class Session:
     def queue_path(self, queue: str) -> tuple[str, ...]:
         path = self._paths.get(queue)  # the tree is the snapshot's: fixed for the session
         if path is None:
-            path = self._paths[queue] = _queue_path(self.queues, queue)
+            path = self._paths[queue] = queue_path_of(self.queues, queue)
         return path
 
     def usage_of(self, queue: str) -> Usage:

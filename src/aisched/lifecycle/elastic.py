@@ -9,7 +9,9 @@ preemption counted) and the next cycle places it with as many tasks as fit.
 A job is grown only as far as its queue would take it back: a queue lets a job that may
 start with fewer tasks in with as many as its limit has room for (`core.queues`), so a job
 started short by its queue grows once work of that queue ends, and not while its queue is full,
-however idle the cluster is.
+however idle the cluster is. A job that may not be evicted is taken back only as far as it
+stays off other queues' guarantees (the cycle's own rule, `core.queues.tasks_to_regrow`), so it
+is not grown into capacity guaranteed to another queue.
 
 A grow that brought no more tasks is not tried again at that size (`grew_from`, forgotten once
 an attempt starts larger, so a job shrunk later grows back again): the core may
@@ -100,11 +102,13 @@ def capacity_is_idle(*, pending: bool, waiting_for_victims: bool, requeuing: boo
 
 def queue_takes_back(queues: QueueTree, held: Holdings, r: Running) -> int:
     """`next_to_grow`'s `queue_room` for a driver: how many tasks `r`'s queue would let it
-    start with once it gives back what it holds (0: not even its minimum)."""
+    start with once it gives back what it holds (0: not even its minimum), by the rules the
+    next cycle's `queue_takes` applies to it (`core.queues.tasks_to_regrow`): its queues'
+    limits and, unless it may be evicted, the hold off other queues' guarantees."""
     view = held.views.get(r.job.id)
     if view is None:
         return r.job.num_tasks
-    return tasks_to_regrow(queues, held.usage, r.job, view.usage)
+    return tasks_to_regrow(held.snapshot(queues), view)
 
 
 def next_to_grow(
@@ -119,8 +123,9 @@ def next_to_grow(
     would take: the first by id (shorter ids first, so numbered ids go in their order) whose
     time to grow has come and that both would take at least one more task of. `queue_room`:
     how many tasks its queue would take it back with once it gives back what it holds (a grow
-    is a requeue, and a queue takes back only what its limit has room for: a job its queue
-    would take back no larger would lose its work for nothing). None when none may. Ask only
+    is a requeue, and a queue takes back only what its limits have room for, and a job that
+    may not be evicted only what stays off other queues' guarantees: a job its queue would
+    take back no larger would lose its work for nothing). None when none may. Ask only
     when `capacity_is_idle`, and again once the job grown has been placed."""
     ready = [
         r

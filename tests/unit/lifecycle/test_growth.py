@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from functools import partial
 
 import pytest
 
-from aisched.core.decisions import TaskBinding
-from aisched.core.snapshot import RunningJob, build_arrays
+from aisched.core.cycle import run_cycle
+from aisched.core.decisions import Bind, TaskBinding
+from aisched.core.policy import preset
+from aisched.core.snapshot import PendingJob, RunningJob, build_arrays
 from aisched.lifecycle.elastic import (
     Running,
     capacity_is_idle,
@@ -98,3 +101,56 @@ def test_the_queue_takes_back_what_its_limit_has_room_for_once_the_job_gives_bac
     tight = QueueTree((Queue("default"), Queue("capped", limit=Resources(gpu=1))))
     assert queue_takes_back(tight, ledger, running) == 0
     assert queue_takes_back(QueueTree((Queue("capped"),)), ledger, running) == 3
+
+
+# 8 GPUs, 4 guaranteed to team: 4 are nobody's, and unevictable work of default must fit there.
+TEAM = QueueTree((Queue("team", guarantee=Resources(gpu=4)), Queue("default")))
+
+
+def _one_gpu_tasks(first: int, count: int) -> tuple[TaskBinding, ...]:
+    return tuple(TaskBinding("g0", i, "n1", (first + i,), 1000) for i in range(count))
+
+
+@pytest.mark.parametrize(
+    ("queue", "preemptible", "least", "held", "pinned", "back"),
+    [
+        # Its minimum alone fits beside the pinned job in what nobody is guaranteed: taken
+        # back with that, no more than it holds (not grown), or fewer (3 of 4 held, back 1).
+        pytest.param("default", False, 2, 2, 2, 2, id="unevictable-held-at-its-minimum"),
+        pytest.param("default", False, 1, 3, 1, 1, id="unevictable-taken-back-smaller"),
+        pytest.param("default", False, 2, 2, 3, 0, id="unevictable-not-even-its-minimum"),
+        # Reclaim can take back an evictable job: the guarantee does not hold it.
+        pytest.param("default", True, 2, 2, 2, 4, id="evictable"),
+        # Within its own queue's guarantee an unevictable job is taken back whole.
+        pytest.param("team", False, 2, 2, 2, 4, id="unevictable-within-its-guarantee"),
+    ],
+)
+def test_an_unevictable_job_is_taken_back_as_the_next_cycle_takes_it(
+    queue: str, preemptible: bool, least: int, held: int, pinned: int, back: int
+) -> None:
+    # An elastic job of 4 one-GPU tasks holds `held` beside an unevictable job of default on
+    # `pinned` GPUs. The grow's prediction (`queue_takes_back`) is what the next cycle binds
+    # once the job has given its tasks back, and only a larger one grows it.
+    ledger = Holdings(build_arrays(Cluster((node("n1").gpus(8).build(),))))
+    pin = job("pin").task(gpu=pinned).queue("default").not_preemptible().build()
+    ledger.take(RunningJob(pin, (TaskBinding("g0", 0, "n1", tuple(range(pinned)), 1000),), 0.0))
+    el = job("e").task(4, gpu=1).min_available(least).elastic().queue(queue).build()
+    el = replace(el, preemptible=preemptible)
+    ledger.take(RunningJob(el, _one_gpu_tasks(pinned, held), 0.0))
+    running = Running(el, held, 0.0)
+    assert queue_takes_back(TEAM, ledger, running) == back
+    found = next_to_grow(
+        [running],
+        100.0,
+        AFTER_S,
+        ledger.arrays,
+        ledger.free,
+        partial(queue_takes_back, TEAM, ledger),
+    )
+    assert found == ((el, back - held) if back > held else None)
+    ledger.give(el.id)
+    result = run_cycle(
+        ledger.snapshot(TEAM), [PendingJob(el)], preset("fifo"), 100.0, validate=True
+    )
+    bound = [len(d.tasks) for d in result.decisions if isinstance(d, Bind) and d.job_id == "e"]
+    assert bound == ([back] if back else [])
