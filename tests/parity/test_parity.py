@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from drivers import Case, elastic, gang, gpus, graceful, live_log, show, sim_log
+from drivers import Case, Entry, elastic, gang, gpus, graceful, live_log, show, sim_log
 
 from aisched.model.job import Dependency, DependencyCondition, Job, JobKind
 from aisched.model.queue import Queue, QueueTree
@@ -286,6 +286,60 @@ CASES += [
         ),
         queues=QueueTree((Queue("default"), Queue("team", user_limit=Resources(gpu=2)))),
     ),
+]
+
+
+def beside_a_guarantee(name: str, queue: str, preemptible: bool, want: tuple[Entry, ...]) -> Case:
+    """8 GPUs, 4 guaranteed to team: an unevictable job of default holds 2 of the 4 nobody is
+    guaranteed, an evictable one 4 until 100 s, and el (4 tasks, at least 2, of `queue`)
+    starts at 1 s with the 2 GPUs left, then may grow into the 4 freed at 100 s."""
+    return Case(
+        name,
+        (gpus("n1", 8),),
+        (
+            (replace(gang("pinned", 1, 2), preemptible=False), 0.0, 3000.0, ()),
+            (gang("hog", 1, 4), 0.0, 100.0, ()),
+            (replace(elastic("el", 4, 2), queue=queue, preemptible=preemptible), 1.0, 800.0, ()),
+        ),
+        want=want,
+        queues=QueueTree((Queue("team", guarantee=Resources(gpu=4)), Queue("default"))),
+    )
+
+
+GROWN = (
+    (0.0, "1", "bind", ("n1",)),
+    (0.0, "2", "bind", ("n1",)),
+    (1.0, "3", "bind", ("n1", "n1")),
+    (100.0, "2", "finish", ()),
+    (100.0, "3", "bind", ("n1", "n1", "n1", "n1")),
+    (100.0, "3", "grow", ()),
+    (880.0, "3", "finish", ()),
+    (3000.0, "1", "finish", ()),
+)
+
+CASES += [
+    # el may not be evicted: beyond its queue's guarantee (none) it must fit in the 4 GPUs
+    # nobody is guaranteed, and only its minimum does beside pinned. Requeued to grow, the
+    # next cycle would take it back with those 2 tasks: it is not grown, and runs on 2 tasks
+    # at half speed until it ends.
+    beside_a_guarantee(
+        "unevictable-elastic-not-grown-into-another-queues-guarantee",
+        "default",
+        False,
+        (
+            (0.0, "1", "bind", ("n1",)),
+            (0.0, "2", "bind", ("n1",)),
+            (1.0, "3", "bind", ("n1", "n1")),
+            (100.0, "2", "finish", ()),
+            (1601.0, "3", "finish", ()),
+            (3000.0, "1", "finish", ()),
+        ),
+    ),
+    # Evictable (reclaim can take it back), or of team (within its own queue's guarantee), it
+    # grows into the GPUs freed at 100 s: placed again at once with all 4 tasks, it keeps the
+    # work up to its checkpoint 50 s into its run (25 s of work at half speed).
+    beside_a_guarantee("evictable-elastic-grown-beside-a-guarantee", "default", True, GROWN),
+    beside_a_guarantee("unevictable-elastic-grown-within-its-guarantee", "team", False, GROWN),
 ]
 
 

@@ -177,3 +177,49 @@ def test_an_elastic_job_is_not_grown_out_of_what_its_queue_would_take_back(tmp_p
     assert (row["state"], row["attempt"], len(w.fx.keys(el))) == ("running", 1, 1)
     assert "growing" not in w.events(el)
     store.close()
+
+
+@pytest.mark.parametrize(
+    ("queue", "preemptible", "grown"),
+    [
+        pytest.param("default", False, False, id="unevictable-not-grown-into-team-s-guarantee"),
+        pytest.param("default", True, True, id="evictable-grown"),
+        pytest.param("team", False, True, id="unevictable-grown-within-its-own-guarantee"),
+    ],
+)
+def test_an_unevictable_elastic_job_is_not_grown_into_another_queues_guarantee(
+    tmp_path: Path, queue: str, preemptible: bool, grown: bool
+) -> None:
+    # 8 GPUs, 4 guaranteed to team. An unevictable job of default holds 2 of the 4 nobody is
+    # guaranteed, an evictable one 4; el (4 tasks, at least 2) starts on the 2 left. Once the
+    # evictable job has ended, el, of default and unevictable, would be taken back with its
+    # minimum only: grown (stopped and requeued) it would lose its tasks' work for nothing,
+    # and did, restarting with the 2 tasks it had.
+    queues = QueueTree((Queue("team", guarantee=Resources(gpu=4)), Queue("default")))
+    store = Store.sqlite(tmp_path / "state.db")
+    fx = FakeExecutor([fake_node(gpus=8)])
+    clock = Clock()
+    sched = Scheduler(
+        store, fx, preset("default"), queues, LoopConfig(data_dir=tmp_path, cycle_gap_factor=0),
+        clock=clock,
+    )  # fmt: skip
+    sched.recover()
+    w = World(store, fx, clock, sched, tmp_path)
+    w.submit(replace(job("pinned").task(gpu=2).build(), preemptible=False))
+    hog = w.submit(job("hog").task(gpu=4).build())
+    el = w.submit(replace(elastic(4, 2), queue=queue, preemptible=preemptible))
+    assert len(w.fx.keys(el)) == 2
+    w.fx.exit(w.fx.keys(hog)[0], 0)
+    w.sched.step()
+    w.clock.t += 120
+    for _ in range(3):
+        w.sched.step()
+    row = w.state(el)
+    if grown:
+        assert (row["state"], row["attempt"], len(w.fx.keys(el))) == ("running", 2, 4)
+        assert "growing" in w.events(el)
+    else:
+        assert (row["state"], row["attempt"], len(w.fx.keys(el))) == ("running", 1, 2)
+        assert [k for k in w.fx.stops if k[0] == el] == []
+        assert "growing" not in w.events(el)
+    store.close()
