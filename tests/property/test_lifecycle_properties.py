@@ -8,6 +8,9 @@
    task runs twice), every job ends at most once, and nothing is left held at the end.
 2. Random take/give sequences straight on `Holdings`, against a plain model of who holds what.
 3. `after_attempt` only ever leads to moves the transition table allows.
+4. A grow's prediction (`queue_takes_back`) is what the next cycle binds of the job once it has
+   given its tasks back, with capacity to spare: queue limits, per-user limits, guarantees and
+   unevictable work all drawn.
 """
 
 from __future__ import annotations
@@ -18,15 +21,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aisched.core.decisions import TaskBinding
+from aisched.core.cycle import run_cycle
+from aisched.core.decisions import Bind, TaskBinding
 from aisched.core.policy import preset
-from aisched.core.snapshot import RunningJob, build_arrays
+from aisched.core.snapshot import PendingJob, RunningJob, build_arrays
 from aisched.lifecycle.attempts import Finish, Requeue, RestartOn, Stop, after_attempt
+from aisched.lifecycle.elastic import Running, queue_takes_back
 from aisched.lifecycle.holdings import HoldingError, Holdings
 from aisched.lifecycle.states import move
 from aisched.model.cluster import Cluster
 from aisched.model.job import Job, RestartPolicy
-from aisched.model.queue import QueueTree
+from aisched.model.queue import Queue, QueueTree
+from aisched.model.resources import Resources
 from aisched.model.states import InvalidTransition, JobState
 from aisched.sim.engine import SimConfig, simulate
 from aisched.sim.traces import Trace, TraceJob
@@ -214,3 +220,66 @@ def test_validate_mode_sees_a_ledger_that_drifted() -> None:
         "free cpu drifted on node n1",
         "usage of queue default user ann drifted: (0.0, 0.0, 0.0) vs (1000.0, 1024.0, 1000.0)",
     ]
+
+
+@st.composite
+def regrowths(draw: st.DrawFn) -> tuple[QueueTree, Holdings, Job]:
+    """Queues a (maybe guaranteed) and b (maybe guaranteed, maybe limited) with b1 under it
+    (maybe a per-user limit); a few running one-task jobs, evictable or not; and an elastic
+    job, evictable or not, running short of tasks, on a 10-GPU node with room for all of it."""
+    gpus = 10
+    limit = draw(st.sampled_from([None, 3, 6, 10]))
+    user_limit = draw(st.sampled_from([None, 2, 4]))
+    tree = QueueTree(
+        (
+            Queue("a", guarantee=Resources(gpu=draw(st.sampled_from([0, 2, 4, 6])))),
+            Queue(
+                "b",
+                guarantee=Resources(gpu=draw(st.sampled_from([0, 2, 4]))),
+                limit=None if limit is None else Resources(gpu=limit),
+            ),
+            Queue(
+                "b1",
+                parent="b",
+                user_limit=None if user_limit is None else Resources(gpu=user_limit),
+            ),
+        )
+    )
+    ledger = Holdings(build_arrays(Cluster((node("n1").gpus(gpus).build(),))))
+    used = 0
+    for i in range(draw(st.integers(0, 4))):
+        n = draw(st.integers(1, 3))
+        if used + n > gpus - 6:
+            break
+        b = job(f"r{i}").task(gpu=n).queue(draw(st.sampled_from(["a", "b1"])))
+        built = replace(
+            b.user(draw(st.sampled_from(["u", "v"]))).build(), preemptible=draw(st.booleans())
+        )
+        ledger.take(
+            RunningJob(
+                built, (TaskBinding("g0", 0, "n1", tuple(range(used, used + n)), 1000),), 0.0
+            )
+        )
+        used += n
+    tasks = draw(st.integers(2, 6))
+    least = draw(st.integers(1, tasks - 1))
+    held = draw(st.integers(least, tasks - 1))
+    queue = draw(st.sampled_from(["a", "b1"]))
+    el = job("e").task(tasks, gpu=1).min_available(least).elastic().queue(queue).user("u").build()
+    el = replace(el, preemptible=draw(st.booleans()))
+    bindings = tuple(TaskBinding("g0", i, "n1", (used + i,), 1000) for i in range(held))
+    ledger.take(RunningJob(el, bindings, 0.0))
+    return tree, ledger, el
+
+
+@settings(max_examples=200, deadline=None)
+@given(regrowths())
+def test_a_grow_predicts_what_the_next_cycle_takes_back(
+    case: tuple[QueueTree, Holdings, Job],
+) -> None:
+    tree, ledger, el = case
+    back = queue_takes_back(tree, ledger, Running(el, len(ledger.views[el.id].tasks), 0.0))
+    ledger.give(el.id)
+    result = run_cycle(ledger.snapshot(tree), [PendingJob(el)], preset("fifo"), 0.0, validate=True)
+    bound = [len(d.tasks) for d in result.decisions if isinstance(d, Bind) and d.job_id == el.id]
+    assert bound == ([back] if back else [])
