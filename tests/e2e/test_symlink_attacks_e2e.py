@@ -3,12 +3,16 @@ link or a hard link put where root creates, changes or opens a file, at the inst
 (a failpoint pauses the service there, so the race is won every time).
 
 What it shows: root never follows such a link, so no file of root's (or of another user's)
-is opened to the attacker; what it would have followed is refused, in one line.
+is opened to, written for or given to the attacker; what it would have followed is refused,
+in one line. Covered: the service's Unix socket in a directory a user may write (an admin's
+`--socket` in a shared place), and a Ray node's copy of the data directory that a user may
+write (its task runner, as root, writes and chowns the task's log there).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -21,6 +25,8 @@ import pytest
 from harness import Service, free_port, stopped, wait_for
 from users import User
 
+from aisched.executors.ray_task import TaskRunner
+
 pytestmark = pytest.mark.usefixtures("local_users")
 
 
@@ -32,6 +38,15 @@ def secret(tmp_path: Path) -> Path:
     path.write_text("root's alone\n")
     path.chmod(0o600)
     return path
+
+
+@pytest.fixture
+def reachable() -> Iterator[Path]:
+    """A directory of root's that every local user may enter (pytest's own are root's alone)."""
+    path = Path(tempfile.mkdtemp(prefix="ais-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
@@ -114,3 +129,38 @@ def _mode(path: Path) -> int | None:
     except OSError:
         return None
     return stat.S_IMODE(st.st_mode) if stat.S_ISSOCK(st.st_mode) else None
+
+
+def test_a_link_in_a_ray_nodes_log_directory_that_a_user_may_write_is_not_followed(
+    reachable: Path, secret: Path, local_users: dict[str, User]
+) -> None:
+    # A node's copy of the data directory that alice may write (made hers by mistake): before,
+    # root appended the task's output to what her links led to and gave it to her (chown).
+    alice = local_users["alice"]
+    logs = reachable / "logs"
+    logs.mkdir()
+    os.chown(logs, alice.uid, alice.gid)
+    log = logs / "t-0.log"
+    _swap_for_link(alice, log, secret)
+    # The exit record's temporary file too (the runner runs in this process here).
+    _swap_for_link(alice, Path(f"{log}.exit.json.tmp{os.getpid()}"), secret)
+    runner = TaskRunner(
+        {
+            "command": ["sh", "-c", "echo written-by-the-task"],
+            "env": {"PATH": "/usr/bin:/bin"},
+            "workdir": None,
+            "log_path": str(log),
+            "key": ["7", 1, "t-0"],
+            "user": alice.name,
+        }
+    )
+    runner.start()
+    ended = runner.wait()
+    # Root's file as it was: not written, not given to alice; the start refused, in one line.
+    st = secret.stat()
+    assert (secret.read_text(), st.st_uid, stat.S_IMODE(st.st_mode)) == ("root's alone\n", 0, 0o600)
+    assert (ended["kind"], ended["exit_code"]) == ("exited", 126)
+    assert ended["message"] == (
+        f"cannot open the log {log}: {logs} is not root's alone on this node (another user "
+        "could put a link where root writes): refused"
+    )
