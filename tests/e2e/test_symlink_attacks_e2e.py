@@ -77,6 +77,7 @@ def paused(tmp_path: Path, local_users: dict[str, User]) -> Iterator[Service]:
     finally:
         svc.proc.send_signal(signal.SIGCONT)
         svc.stop()
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 def _swap_for_link(user: User, name: Path, target: Path) -> None:
