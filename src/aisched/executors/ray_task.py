@@ -45,6 +45,7 @@ import os
 import pwd
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -129,6 +130,30 @@ def _account_here(user: str | None) -> dict[str, Any] | None:
             f"this Ray worker runs as {me} and cannot start a task as {user}; "
             "run the Ray workers as root to run each user's tasks as that user"
         )
+    return None
+
+
+def not_roots_alone(path: str) -> str | None:
+    """The first directory a lookup of `path` goes through that another user could change,
+    or None: one not root's, or one others may write without the sticky bit (each directory
+    on the way, and on the way to each link's target). Root makes, opens and hands to the
+    task's user its files there by name (its log, exit record, env file): such a user could
+    put a link in their place and have root write through it, and give the user the file it
+    leads to. The service checks its data directory private; a node's copy is checked here."""
+    seen: set[str] = set()
+    names = [p for p in os.path.abspath(path).split("/") if p]
+    for k in range(len(names) + 1):
+        real = os.path.realpath("/" + "/".join(names[:k]))
+        while real not in seen:
+            seen.add(real)
+            try:
+                st = os.lstat(real)
+            except FileNotFoundError:
+                return None  # not made yet: the first to make it is root (`_spawn`)
+            open_to_others = st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX
+            if st.st_uid != 0 or open_to_others:
+                return real
+            real = os.path.dirname(real)
     return None
 
 
@@ -268,7 +293,9 @@ class TaskRunner:
         # drives one (create, init, shape, attach; stop, kill, end).
         self.container: supervisor_container.Container | None = None
         self.reaper = 0  # the pid of the container's reaper, while it has one
-        self.recorded = False  # its exit record exists already (it ended before this runner)
+        # Its exit record exists already (it ended before this runner), or must not be written
+        # (its directory is not root's alone).
+        self.recorded = False
         self.cores = tuple(int(c) for c in spec.get("cores") or ())
         self.cgroups: ray_limits.TaskCgroups | None = None  # a host task's, once made
         self.shm: ray_shm.TaskShm | None = None  # a user's host task's hold on its /dev/shm
@@ -393,6 +420,21 @@ class TaskRunner:
         command = [str(c) for c in spec["command"]]
         name = command[0] if command else "(empty command)"
         key = self._key()
+        log_dir = os.path.dirname(spec["log_path"]) or "."
+        try:
+            os.makedirs(log_dir, exist_ok=True)
+        except OSError as exc:
+            msg = f"cannot open the log {spec['log_path']}: {exc.strerror}"
+            self.start_error = {"kind": "exited", "exit_code": 126, "message": msg}
+            return
+        if os.geteuid() == 0 and (other := not_roots_alone(log_dir)) is not None:
+            msg = (
+                f"cannot open the log {spec['log_path']}: {other} is not root's alone on this "
+                "node (another user could put a link where root writes): refused"
+            )
+            self.start_error = {"kind": "exited", "exit_code": 126, "message": msg}
+            self.recorded = True  # nor is its exit record written there
+            return
         if key is not None:
             ended = recorded_exit(exit_record_path(spec["log_path"]), key, spec.get("launch"))
             if ended is not None:  # it ran and ended before (under an agent now gone): never again
@@ -402,7 +444,6 @@ class TaskRunner:
                 }
                 return
         try:
-            os.makedirs(os.path.dirname(spec["log_path"]) or ".", exist_ok=True)
             # Capped and rotated as on one machine (the supervisor's CappedLog): the task's
             # output goes through a pipe that `_copy_output` drains into it.
             self.out = task_log.CappedLog(

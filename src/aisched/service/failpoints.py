@@ -19,6 +19,8 @@ ENV = "AISCHED_FAILPOINTS"
 PAUSE_BEFORE_LAUNCH = "pause-before-launch"
 # After the first task of an attempt of several tasks is started, before the others are.
 PAUSE_MID_LAUNCH = "pause-mid-launch"
+# Between the bind of the Unix socket and the change of its mode (a swap of its name then).
+PAUSE_AFTER_SOCKET_BIND = "pause-after-socket-bind"
 
 _fired: set[str] = set()
 

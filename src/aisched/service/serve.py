@@ -22,6 +22,7 @@ from typing import Any
 
 import uvicorn
 
+from aisched.service import failpoints
 from aisched.service.listeners import ClientOwners, is_loopback
 from aisched.service.protocol import CONNECTIONS_PER_PEER, ConnectionCaps, ServiceProtocol
 
@@ -65,14 +66,34 @@ def listen_unix(path: Path) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.bind(str(path))
-            os.chmod(path, 0o666)
+            failpoints.hit(failpoints.PAUSE_AFTER_SOCKET_BIND)
+            _open_to_all(path)
             sock.listen(2048)
-        except OSError:
+        except (OSError, ListenError):
             sock.close()
             raise
     except OSError as e:
         raise ListenError(f"cannot serve on {path}: {e.strerror or e} (try --socket)") from None
     return sock
+
+
+def _open_to_all(path: Path) -> None:
+    """The socket just bound at `path` made writable by every local user, through the file
+    itself: opened without following a link, and only if it is a socket of ours with no other
+    name. A chmod by path would follow whatever is at the name by then: in a directory that
+    another user may write, that user could put a link (or a hard link to another socket of
+    ours) there after the bind, and have us open the file it leads to to everyone."""
+    fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1:
+            raise ListenError(
+                f"cannot serve on {path}: it was replaced while it was being made (another "
+                f"user may write {path.parent}); give --socket in a directory of this user's alone"
+            )
+        os.chmod(f"/proc/self/fd/{fd}", 0o666)  # an O_PATH descriptor takes no fchmod
+    finally:
+        os.close(fd)
 
 
 def _answers(path: Path) -> bool:
