@@ -129,6 +129,30 @@ def test_another_users_directory_is_refused(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="the check is a root service's")
+@pytest.mark.parametrize(("owner", "mode"), [(65534, 0o755), (0, 0o777)])
+def test_a_root_service_refuses_a_data_directory_another_user_could_swap(
+    tmp_path: Path, owner: int, mode: int
+) -> None:
+    # Whoever may change a directory on its way could put a link of theirs in the data
+    # directory's place, and have root write (its tasks' logs) where they choose.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chown(shared, owner, owner)
+    shared.chmod(mode)
+    with pytest.raises(datadir.DataDirError) as err:
+        datadir.prepare(shared / "aisched")
+    assert str(err.value) == (
+        f"the data directory {shared / 'aisched'} is under {shared}, which another user may "
+        "change (it is not root's, or others may write it): they could put a link of theirs "
+        "in its place and have the service write as root where they choose; give a "
+        "--data-dir under directories of root's alone"
+    )
+    shared.chmod(0o1777)  # sticky, as /tmp: others may not replace what is root's there
+    os.chown(shared, 0, 0)
+    datadir.prepare(shared / "aisched")
+
+
 @pytest.mark.parametrize(
     ("entry", "there", "wanted"),
     [

@@ -45,7 +45,6 @@ import os
 import pwd
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import threading
@@ -130,30 +129,6 @@ def _account_here(user: str | None) -> dict[str, Any] | None:
             f"this Ray worker runs as {me} and cannot start a task as {user}; "
             "run the Ray workers as root to run each user's tasks as that user"
         )
-    return None
-
-
-def not_roots_alone(path: str) -> str | None:
-    """The first directory a lookup of `path` goes through that another user could change,
-    or None: one not root's, or one others may write without the sticky bit (each directory
-    on the way, and on the way to each link's target). Root makes, opens and hands to the
-    task's user its files there by name (its log, exit record, env file): such a user could
-    put a link in their place and have root write through it, and give the user the file it
-    leads to. The service checks its data directory private; a node's copy is checked here."""
-    seen: set[str] = set()
-    names = [p for p in os.path.abspath(path).split("/") if p]
-    for k in range(len(names) + 1):
-        real = os.path.realpath("/" + "/".join(names[:k]))
-        while real not in seen:
-            seen.add(real)
-            try:
-                st = os.lstat(real)
-            except FileNotFoundError:
-                return None  # not made yet: the first to make it is root (`_spawn`)
-            open_to_others = st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX
-            if st.st_uid != 0 or open_to_others:
-                return real
-            real = os.path.dirname(real)
     return None
 
 
@@ -427,7 +402,7 @@ class TaskRunner:
             msg = f"cannot open the log {spec['log_path']}: {exc.strerror}"
             self.start_error = {"kind": "exited", "exit_code": 126, "message": msg}
             return
-        if os.geteuid() == 0 and (other := not_roots_alone(log_dir)) is not None:
+        if os.geteuid() == 0 and (other := task_files.not_roots_alone(log_dir)) is not None:
             msg = (
                 f"cannot open the log {spec['log_path']}: {other} is not root's alone on this "
                 "node (another user could put a link where root writes): refused"

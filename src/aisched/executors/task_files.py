@@ -26,6 +26,7 @@ import errno
 import fcntl
 import json
 import os
+import stat
 import sys
 
 # Without importing typing (start-up time counts): mypy treats this name as always true.
@@ -142,3 +143,28 @@ def note(line: str) -> None:
     failing to write it must not stop the supervisor from recording its task's end."""
     with contextlib.suppress(OSError):
         print(line, file=sys.stderr, flush=True)
+
+
+def not_roots_alone(path: str) -> str | None:
+    """The first directory a lookup of `path` goes through that another user could change,
+    or None: one not root's, or one others may write without the sticky bit (each directory
+    on the way, and on the way to each link's target). Root makes, opens and hands to the
+    task's user its files there by name (its log, exit record, env file): such a user could
+    put a link in their place and have root write through it, and give the user the file it
+    leads to. Checked for a root service's data directory (`service/datadir.py`) and for a
+    Ray node's copy of it (`ray_task`)."""
+    seen: set[str] = set()
+    names = [p for p in os.path.abspath(path).split("/") if p]
+    for k in range(len(names) + 1):
+        real = os.path.realpath("/" + "/".join(names[:k]))
+        while real not in seen:
+            seen.add(real)
+            try:
+                st = os.lstat(real)
+            except FileNotFoundError:
+                return None  # not made yet: the first to make it is root
+            open_to_others = st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX
+            if st.st_uid != 0 or open_to_others:
+                return real
+            real = os.path.dirname(real)
+    return None

@@ -4,6 +4,7 @@ what to do, raised before anything is written there.
 - a link to nothing (an unmounted volume), a file in its place, or a path that cannot be made;
 - foreign: another user's directory, or one full of files that are not aisched's (a home
   directory given by mistake) - aisched would scatter its state among them;
+- exposed: for a root service, under a directory another user may change (`not_roots_alone`);
 - not writable (a read-only filesystem, missing permissions);
 - full: less free space than `limits.disk_min_free`, or fewer free inodes than
   `limits.disk_min_free_inodes`.
@@ -15,6 +16,8 @@ import errno
 import os
 import pwd
 from pathlib import Path
+
+from aisched.executors.task_files import not_roots_alone
 
 # What an aisched data directory holds; any one of them marks a directory as aisched's.
 MARKERS = ("lock", "state.db")
@@ -56,6 +59,14 @@ def prepare(home: Path) -> None:
         raise DataDirError(
             f"the data directory {home} belongs to {_user(owner)}, not to {_user(os.geteuid())}"
             f"; run aisched up as its owner, or give another --data-dir"
+        )
+    if os.geteuid() == 0 and (other := not_roots_alone(str(home.parent))) is not None:
+        # Root opens, writes and hands to users files under it by name (its tasks' logs).
+        raise DataDirError(
+            f"the data directory {home} is under {other}, which another user may change (it "
+            "is not root's, or others may write it): they could put a link of theirs in its "
+            "place and have the service write as root where they choose; give a --data-dir "
+            "under directories of root's alone"
         )
     names = os.listdir(home)
     if names and not any(m in names for m in MARKERS):
