@@ -9,14 +9,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from world import Clock, World
+from world import World, new_world
 
-from aisched.core.policy import preset
 from aisched.model.job import Job
 from aisched.model.queue import Queue, QueueTree
 from aisched.model.resources import Resources
-from aisched.service.loop import LoopConfig, Scheduler
-from aisched.store.db import Store
 from aisched.testing import job
 from aisched.testing.fakes import FakeExecutor, fake_node
 
@@ -153,15 +150,7 @@ def test_an_elastic_job_is_not_grown_out_of_what_its_queue_would_take_back(tmp_p
     # Growing requeues the job, and its queue charges the whole request: with its queue at
     # its limit, the job lost the task it ran and waited for ever ("queue small would exceed").
     queues = QueueTree((Queue("default"), Queue("small", limit=Resources(gpu=2))))
-    store = Store.sqlite(tmp_path / "state.db")
-    fx = FakeExecutor([fake_node(gpus=4)])
-    clock = Clock()
-    sched = Scheduler(
-        store, fx, preset("default"), queues, LoopConfig(data_dir=tmp_path, cycle_gap_factor=0),
-        clock=clock,
-    )  # fmt: skip
-    sched.recover()
-    w = World(store, fx, clock, sched, tmp_path)
+    w = new_world(tmp_path, queues=queues)
     big = w.submit(job("big").task(gpu=3).build())
     el = w.submit(replace(elastic(2, 1), queue="small"))
     small = w.submit(job("p").task(gpu=1).queue("small").build())
@@ -176,7 +165,7 @@ def test_an_elastic_job_is_not_grown_out_of_what_its_queue_would_take_back(tmp_p
     row = w.state(el)
     assert (row["state"], row["attempt"], len(w.fx.keys(el))) == ("running", 1, 1)
     assert "growing" not in w.events(el)
-    store.close()
+    w.store.close()
 
 
 @pytest.mark.parametrize(
@@ -196,15 +185,7 @@ def test_an_unevictable_elastic_job_is_not_grown_into_another_queues_guarantee(
     # minimum only: grown (stopped and requeued) it would lose its tasks' work for nothing,
     # and did, restarting with the 2 tasks it had.
     queues = QueueTree((Queue("team", guarantee=Resources(gpu=4)), Queue("default")))
-    store = Store.sqlite(tmp_path / "state.db")
-    fx = FakeExecutor([fake_node(gpus=8)])
-    clock = Clock()
-    sched = Scheduler(
-        store, fx, preset("default"), queues, LoopConfig(data_dir=tmp_path, cycle_gap_factor=0),
-        clock=clock,
-    )  # fmt: skip
-    sched.recover()
-    w = World(store, fx, clock, sched, tmp_path)
+    w = new_world(tmp_path, FakeExecutor([fake_node(gpus=8)]), queues=queues)
     w.submit(replace(job("pinned").task(gpu=2).build(), preemptible=False))
     hog = w.submit(job("hog").task(gpu=4).build())
     el = w.submit(replace(elastic(4, 2), queue=queue, preemptible=preemptible))
@@ -222,4 +203,4 @@ def test_an_unevictable_elastic_job_is_not_grown_into_another_queues_guarantee(
         assert (row["state"], row["attempt"], len(w.fx.keys(el))) == ("running", 1, 2)
         assert [k for k in w.fx.stops if k[0] == el] == []
         assert "growing" not in w.events(el)
-    store.close()
+    w.store.close()

@@ -56,13 +56,18 @@ class World:
 
 
 def make_scheduler(
-    store: Store, fx: FakeExecutor, clock: Clock, home: Path, predicting: bool = False
+    store: Store,
+    fx: FakeExecutor,
+    clock: Clock,
+    home: Path,
+    predicting: bool = False,
+    queues: QueueTree | None = None,
 ) -> Scheduler:
     return Scheduler(
         store,
         fx,
         preset("default"),
-        QueueTree(),
+        queues or QueueTree(),
         LoopConfig(data_dir=home, cycle_interval_s=5.0, max_backoff_s=60.0, cycle_gap_factor=0),
         clock=clock,
         predictor=RuntimePredictor() if predicting else None,
@@ -75,12 +80,13 @@ def new_world(
     *,
     predicting: bool = False,
     database_url: str | None = None,
+    queues: QueueTree | None = None,
 ) -> World:
     """A recovered loop over a fresh store (SQLite in `home`, or the PostgreSQL database
-    `database_url`; one node of 4 GPUs unless `fx` says)."""
+    `database_url`; one node of 4 GPUs unless `fx` says; one queue unless `queues` says)."""
     store = Store.sqlite(home / "state.db") if database_url is None else Store(database_url)
     fx = fx if fx is not None else FakeExecutor([fake_node(gpus=4)])
     clock = Clock()
-    sched = make_scheduler(store, fx, clock, home, predicting)
+    sched = make_scheduler(store, fx, clock, home, predicting, queues)
     sched.recover()
     return World(store, fx, clock, sched, home, predicting)
