@@ -312,6 +312,11 @@ def test_only_admins_ask_for_a_priority_above_a_queues_max_priority(
         ok = as_user(service, user, "run", *args, "--", "true")
         assert ok.returncode == 0, ok.stderr
     assert service.run("--priority", "1000", "--", "true")  # root, an admin: no cap
+    # Each queue's cap is shown, where any queue sets one (after its 6 columns of limits,
+    # each "-" here).
+    table = service.cli("queues").stdout
+    rows = {ln.split()[0]: ln.split() for ln in table.splitlines()}
+    assert "MAX" in table and (rows["team"][6], rows["default"][6]) == ("50", "0")
 
 
 def test_a_service_not_run_as_root_runs_only_its_users_jobs(

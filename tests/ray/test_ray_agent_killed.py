@@ -8,6 +8,7 @@ them (`ray_limits`), and leaves those of a live agent of another node of the mac
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -214,12 +215,14 @@ def test_a_task_killed_from_outside_while_its_agent_lives_fails_of_that_signal(
     assert "agent" not in job["message"], job["events"]
 
 
-def shm_mounts(job_id: str) -> list[str]:
+def shm_mounts(svc: Service, job_id: str) -> list[str]:
     """The mount points of the private /dev/shm of `job_id`'s attempts on this machine's nodes
-    (`supervisor_shm.shm_spec`: NODE_STATE/<instance>/.shm/<job>.<attempt>)."""
+    (`supervisor_shm.shm_spec`: NODE_STATE/<instance>/.shm/<job>.<attempt>), of `svc`'s
+    instance (another service's left on this machine is not the test's to judge)."""
+    ns = namespace_for(str(svc.home.resolve()))
+    mine = f"{NODE_STATE}/{hashlib.sha256(ns.encode()).hexdigest()[:10]}/.shm/{job_id}."
     with open("/proc/self/mountinfo", encoding="utf-8") as f:
-        points = [line.split()[4] for line in f]
-    return [p for p in points if p.startswith(f"{NODE_STATE}/") and f"/.shm/{job_id}." in p]
+        return [p for p in (line.split()[4] for line in f) if p.startswith(mine)]
 
 
 def test_a_killed_agents_jobs_dev_shm_goes_though_nothing_runs_on_its_node_again(
@@ -239,8 +242,8 @@ def test_a_killed_agents_jobs_dev_shm_goes_though_nothing_runs_on_its_node_again
     assert proc.returncode == 0, proc.stderr
     jid = str(json.loads(proc.stdout)["id"])
     wait_for("her task to write", lambda: "written" in alice.aisched("logs", jid, env=env).stdout)
-    assert len(shm_mounts(jid)) == 1, shm_mounts(jid)
+    assert len(shm_mounts(svc, jid)) == 1, shm_mounts(svc, jid)
     os.kill(agent_pid(node, svc), signal.SIGKILL)
     job = svc.wait_state(jid, "failed", timeout_s=60)
     assert "agent died" in job["message"], job["events"]
-    wait_for("her job's /dev/shm to be unmounted", lambda: shm_mounts(jid) == [], 60)
+    wait_for("her job's /dev/shm to be unmounted", lambda: shm_mounts(svc, jid) == [], 60)

@@ -76,8 +76,11 @@ def cmd_queues(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
         return 0
     table = Table(box=None, header_style="bold", pad_edge=False)
-    columns = ("QUEUE", "PARENT", "WEIGHT", "GUARANTEE", "LIMIT", "PER USER", "MAX PRI", "USED")
-    for col in (*columns, "PENDING", "RUNNING"):
+    # The cap on users' priorities only where a queue sets one: an 80-column terminal has no
+    # room for a column of zeros.
+    capped = any(q.get("max_priority") for q in out["queues"])
+    columns = ("QUEUE", "PARENT", "WEIGHT", "GUARANTEE", "LIMIT", "PER USER")
+    for col in (*columns, *(("MAX PRI",) if capped else ()), "USED", "PENDING", "RUNNING"):
         table.add_column(col)
     for q in out["queues"]:
         table.add_row(
@@ -87,7 +90,7 @@ def cmd_queues(args: argparse.Namespace) -> int:
             _amount(q["guarantee"]),
             "-" if q["limit"] is None else _amount(q["limit"]),
             "-" if q.get("user_limit") is None else _amount(q["user_limit"]),
-            str(q.get("max_priority", 0)),
+            *((str(q.get("max_priority", 0)),) if capped else ()),
             _amount(q["used"]),
             str(q["pending"]),
             str(q["running"]),
