@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -20,7 +21,7 @@ from typing import Any
 
 import pytest
 from container_image import MARKER, MARKER_TEXT, build_test_image, missing_tools
-from harness import Service, local_service, wait_for
+from harness import Service, cancel_all, free_port, local_service, wait_for
 
 from aisched.executors.container import (
     ContainerTask,
@@ -629,3 +630,55 @@ def test_a_restart_removes_a_container_whose_supervisor_died_with_the_scheduler(
             "killed; restart policy is never"
         )
         assert containers_of_job(svc, jid) == []
+
+
+def test_an_engine_that_failed_its_first_probe_is_probed_again_and_runs_the_job(
+    tmp_path: Path, image: str
+) -> None:
+    """The engine fails the service's start-up probe (its storage is busy: a passing fault, put
+    in front of the real podman by a wrapper found first on the service's PATH) and works a
+    moment later. A container job then fails its first launch, which probes the engine again in
+    the background, and its retry runs in the image: no restart of the service is needed."""
+    from aisched.executors.engine_probe import REPROBE_AFTER_S
+
+    real = shutil.which("podman")
+    assert real is not None
+    busy, wrapper = tmp_path / "storage-busy", tmp_path / "bin" / "podman"
+    busy.touch()
+    wrapper.parent.mkdir()
+    wrapper.write_text(
+        f"#!/bin/sh\nif [ -e {busy} ]; then\n"
+        "  echo 'Error: database is locked: storage is being migrated' >&2; exit 125\nfi\n"
+        f'exec {real} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    home.mkdir()
+    (home / "config.yaml").write_text("container_runtime: podman\n")
+    svc = Service(home, free_port(), work, ["--cpus", "2", "--mem", "4G", "--config",
+                                           str(home / "config.yaml")])  # fmt: skip
+    svc.extra_env = {"PATH": f"{wrapper.parent}:{os.environ['PATH']}"}
+    probed_at = time.monotonic()
+    svc.start()
+    try:
+        assert (
+            "container tasks cannot run: podman does not work here: Error: database is locked: "
+            "storage is being migrated"
+        ) in svc.log.read_text()
+        busy.unlink()  # the migration is over
+        time.sleep(max(0.0, probed_at + REPROBE_AFTER_S - time.monotonic()))
+        (work / "job.yaml").write_text(
+            f"image: {image}\ncommand: [sh, -c, 'cat {MARKER}']\n"
+            "restart: {policy: on-failure, max_retries: 5, backoff: 1s}\n"
+        )
+        jid = str(svc.cli_json("submit", "job.yaml")["id"])
+        job = svc.wait_state(jid, "succeeded", "failed", timeout_s=90)
+        events = [e["message"] for e in job["events"]]
+        assert job["state"] == "succeeded", events
+        assert logs(svc, jid).endswith(MARKER_TEXT)
+        assert any("(the engine is being probed again)" in m for m in events), events
+        assert "container engine found: container engine: podman" in svc.log.read_text()
+    finally:
+        cancel_all(svc)
+        svc.stop()

@@ -73,6 +73,7 @@ from aisched.executors.cgroups import (
     release_bounds,
 )
 from aisched.executors.discovery import discover_node
+from aisched.executors.engine_probe import EngineProbe
 from aisched.executors.exit_watch import ExitWatching, Watched, lost_exit, pidfd_works
 from aisched.executors.forkserver import ForkServer, ForkServerError
 from aisched.executors.gpu_watchdog import (
@@ -110,7 +111,8 @@ class LocalExecutor(ExitWatching):
     `fork_server`: fork supervisors from a warm process (False: spawn each one).
     `container_runtime`, `oci_runtime`, `image_pull`, `container_pids_limit`: how tasks that
     name an image run (`container.py`); the engine is probed on the first such task, or when
-    `detect_containers` is called (the service does, at start).
+    `detect_containers` is called (the service does, at start), and after a failed probe again
+    (`engine_probe.py`).
     """
 
     def __init__(
@@ -176,12 +178,16 @@ class LocalExecutor(ExitWatching):
         )
         self._thread = threading.Thread(target=self._watch_loop, name="aisched-exits", daemon=True)
         self._thread.start()
-        # Container tasks: the engine is probed on first need (or by detect_containers).
-        self._engine_wanted = (container_runtime, oci_runtime, image_pull, container_pids_limit)
-        self._engine: ctr.Engine | None = None
-        self._engine_error: str | None = None
         # Names this executor's containers, so that two schedulers never touch each other's.
         self._instance = _instance_id(self._state)
+        # Container tasks: the engine is probed on first need (or by detect_containers), and
+        # again after a failure has aged (`engine_probe`).
+        self._engine = EngineProbe(
+            lambda: ctr.detect_engine(
+                container_runtime, oci_runtime, pull=image_pull, pids_limit=container_pids_limit
+            ),
+            self._sweep_containers,
+        )
 
     # --- the protocol --------------------------------------------------------------------
 
@@ -190,7 +196,7 @@ class LocalExecutor(ExitWatching):
             name="local",
             memory_limit=self._mem.mechanism,
             cpu_affinity=True,
-            notes=tuple(self._notes),
+            notes=(*self._notes, *self._engine.notes),
         )
 
     def nodes(self) -> Sequence[Node]:
@@ -546,21 +552,11 @@ class LocalExecutor(ExitWatching):
         return ctr.container_name(self._instance, *key)
 
     def detect_containers(self) -> ctr.Engine | None:
-        """Probes the container engine now (once; later calls return the first answer) and
+        """Probes the container engine now, unless it was (the service does, at start), and
         removes this scheduler's ended containers whose task has its record. None, with a note
-        saying why, when no engine can run containers here: host tasks are unaffected."""
-        if self._engine is not None or self._engine_error is not None:
-            return self._engine
-        runtime, oci, pull, pids = self._engine_wanted
-        try:
-            self._engine = ctr.detect_engine(runtime, oci, pull=pull, pids_limit=pids)
-        except ctr.EngineError as e:
-            self._engine_error = str(e)
-            self._notes = (*self._notes, f"container tasks cannot run: {e}")
-            return None
-        self._notes = (*self._notes, *self._engine.notes)
-        self._sweep_containers(self._engine)
-        return self._engine
+        saying why, when no engine can run containers here: host tasks are unaffected, and the
+        engine is probed again once a container task comes after the failure has aged."""
+        return self._engine.first()
 
     def _sweep_containers(self, engine: ctr.Engine) -> None:
         """Removes containers of ours that no supervisor looks after: their task has ended
@@ -592,11 +588,9 @@ class LocalExecutor(ExitWatching):
         """The launch document of a container task: the host-side limits are the container's
         own, and `container` holds what the supervisor runs (see supervisor_container.Container)."""
         key = req.key
-        engine = self.detect_containers()
-        if engine is None:
-            raise LaunchError(
-                f"task {_show(key)}: image {spec.image}: {self._engine_error or 'no engine'}"
-            )
+        engine = self._engine.engine()
+        if isinstance(engine, str):
+            raise LaunchError(f"task {_show(key)}: image {spec.image}: {engine}")
         # A local user's job mounts only what that user could read; a job of a name that is
         # no local user runs as the service's own user, as its host tasks do.
         given, spec = spec, ctr.resolve_volumes(spec)
