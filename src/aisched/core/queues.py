@@ -36,7 +36,6 @@ from aisched.core.snapshot import (
     Snapshot,
     Usage,
     add_usage,
-    usage_by_user,
 )
 from aisched.model.job import Job
 from aisched.model.queue import Queue, QueueTree
@@ -292,8 +291,7 @@ def tasks_to_regrow(snapshot: Snapshot, running: RunningJob) -> int:
     if job.queue in queues.ungoverned or not queues.has(job.queue):
         tasks = job.num_tasks
     else:
-        given = snapshot.usage
-        usage = given if given is not None else usage_by_user(snapshot.running)
+        usage = snapshot.user_usage()
 
         def used(qname: str, user: str | None = None) -> Usage:
             """What `qname` (`user`'s part of it, if named) will hold once the job gave back."""

@@ -30,7 +30,6 @@ from aisched.core.snapshot import (
     Snapshot,
     Usage,
     add_usage,
-    usage_by_user,
 )
 from aisched.core.status import JobStatus, StatusCode
 from aisched.core.statuses import Statuses
@@ -122,7 +121,7 @@ def _queue_usage(
             for q in queue_path_of(queues, view.job.queue):
                 qu[q] = add_usage(qu.get(q, ZERO), view.usage, sign)
         return qu
-    by_user = snapshot.usage if snapshot.usage is not None else usage_by_user(snapshot.running)
+    by_user = snapshot.user_usage()
     # Per queue first, then once along each queue's path.
     leaves: dict[str, Usage] = {}
     for (queue, _), vec in by_user.items():
@@ -163,7 +162,7 @@ def _running_base(snapshot: Snapshot) -> _RunningBase:
     ):
         return last
     running = snapshot.running
-    by_user = snapshot.usage if snapshot.usage is not None else usage_by_user(running)
+    by_user = snapshot.user_usage()
     changed = _logged_since(last, snapshot)
     base = _RunningBase(
         running,

@@ -447,6 +447,10 @@ class Snapshot:
     task_mix: TaskMix | None = None
     changes: RunningChanges | None = None
 
+    def user_usage(self) -> Mapping[tuple[str, str], Usage]:
+        """The running usage per (queue, user): the caller's `usage`, else summed now."""
+        return self.usage if self.usage is not None else usage_by_user(self.running)
+
 
 def usage_by_user(running: Iterable[RunningJob]) -> dict[tuple[str, str], Usage]:
     """Running usage summed per (queue, user), the form `Snapshot.usage` takes."""
