@@ -600,8 +600,9 @@ def test_spread_over_nodes_refuses_more_tasks_than_nodes() -> None:
 
 
 def test_random_placement_judges_each_job_alone_whatever_the_pending_order() -> None:
-    """`random` draws per job: of two jobs of one shape, the greedy draw for p10 puts its CPU
-    task on the only node its GPU task could use, so p10 can never fit, while p11's draw fits.
+    """`random` draws per job: of two jobs of one shape, the greedy draw for p10 puts its
+    1-GPU task on the only node its 2-GPU task could use, so p10 can never fit, while p11's
+    draw fits.
     What placement learns (never fits, failures) must be kept per job under such a score, or
     the first job of the shape in the pending order decides for both."""
     snap = snapshot_of(
@@ -613,7 +614,7 @@ def test_random_placement_judges_each_job_alone_whatever_the_pending_order() -> 
     )
 
     def pair(job_id: str) -> PendingJob:
-        b = job(job_id).task(cpu=0.5, mem_gib=64).task(gpu=2, cpu=0.5, mem_gib=64)
+        b = job(job_id).task(gpu=1, cpu=0.5, mem_gib=64).task(gpu=2, cpu=0.5, mem_gib=64)
         return b.pending()
 
     statuses = []

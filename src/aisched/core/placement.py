@@ -474,7 +474,9 @@ def _place_groups(
     spread_dom = session.arrays.domain(spread) if spread is not None else None
     used_domains: set[int] = set()
     left = app_room(session, job)  # per-node caps on the app's tasks, lowered as they go
-    for i, g in enumerate(job.groups):
+    places = _placing_order(job)
+    for i in places:
+        g = job.groups[i]
         req = g.request
         counts = fit_counts(session, req, job.gpu_models)
         if left is not None:
@@ -530,7 +532,27 @@ def _place_groups(
     if not placed:
         undo_mark.rollback()
         return "nothing to place"
+    if places != sorted(places):  # the bindings in the job's order of groups, as always
+        place_of = {g.name: k for k, g in enumerate(job.groups)}
+        placed.sort(key=lambda t: place_of[t.group])
     return tuple(placed)
+
+
+def _placing_order(job: Job) -> list[int]:
+    """The places of a gang's task groups in the order they are placed: the groups that need
+    GPUs first, then the others, each in the job's order. Placing is greedy, group by group: a
+    CPU-only group placed first may take the CPUs of the only node whose free GPUs the next
+    group needs (a parameter server spread onto a GPU node), and the gang then waits though an
+    order that fits exists. An elastic job keeps its own order: its tasks past the minimum are
+    left out from its first groups that lack room, as they come."""
+    places = list(range(len(job.groups)))
+    if job.num_tasks > job.gang_min:
+        return places
+    return sorted(places, key=lambda i: not _needs_gpu(job.groups[i].request))
+
+
+def _needs_gpu(req: Resources) -> bool:
+    return req.gpu > 0 or req.gpu_milli > 0
 
 
 def _take(
