@@ -3,15 +3,25 @@ PostgreSQL server (one per test session, started by `aisched.testing.postgres`; 
 database per test keeps the tests apart).
 
 A test that asks for `database_url` runs twice, ids `sqlite` and `postgresql`; the SQLite one
-gets None (the service's default: a file in its data directory)."""
+gets None (the service's default: a file in its data directory).
+
+Hypothesis draws the same examples on every run (`derandomize`), so a run passes or fails by
+the code alone, never by the draw; `AISCHED_HYPOTHESIS=explore` draws new ones on each run, to
+look for failing cases (one found belongs in a test written by hand, with its cause fixed)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 from aisched.testing import postgres
+
+settings.register_profile("repeatable", derandomize=True, database=None)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("AISCHED_HYPOTHESIS", "repeatable"))
 
 
 @pytest.fixture(scope="session")
