@@ -23,7 +23,7 @@ import stat
 
 from aisched.executors.processes import oom_kills, signal_name
 from aisched.executors.supervisor_pins import Pins
-from aisched.executors.task_files import ExecFailed
+from aisched.executors.task_files import ExecFailed, own_dir
 
 # Without importing typing (start-up time counts): mypy treats this name as always true.
 TYPE_CHECKING = False
@@ -36,25 +36,6 @@ if TYPE_CHECKING:
 # like every engine command here: a hung engine must fail the task's start, not hold it for
 # ever.
 EXPORT_TIMEOUT_S = 900.0
-
-
-def _own_dir(path: str, uid: int) -> None:
-    """Raises ExecFailed unless `path` is a directory of `uid` itself, not a link. The engine
-    mounts it read-write with root's rights: a link the user placed there (to a directory it
-    may not read) or another's directory would give the task what its user may not open."""
-    try:
-        st = os.lstat(path)
-    except OSError as exc:
-        raise ExecFailed(126, f"checkpoint directory {path}: {exc.strerror or exc}") from None
-    if stat.S_ISLNK(st.st_mode):
-        why = "is a symbolic link, which the engine would follow with root's rights"
-    elif not stat.S_ISDIR(st.st_mode):
-        why = "is not a directory"
-    elif st.st_uid != uid:
-        why = f"belongs to uid {st.st_uid}, not to the task's user (uid {uid})"
-    else:
-        return
-    raise ExecFailed(126, f"checkpoint directory {path} {why}: refused; remove it")
 
 
 def _make_dir(path: str, owner: list[int] | None) -> None:
@@ -83,12 +64,16 @@ def _run_as(owner: Sequence[int], groups: Sequence[int], argv: list[str]) -> str
     return None if done.returncode == 0 else _last(done.stderr)
 
 
+# Why the engine must not be given a link for a checkpoint directory (see `own_dir`).
+_ENGINE_FOLLOWS = "is a symbolic link, which the engine would follow with root's rights"
+
+
 def _own_resolved(path: str, uid: int) -> str:
-    """Where `path` resolves to, once it and that are both checked by `_own_dir`: a link on
+    """Where `path` resolves to, once it and that are both checked by `own_dir`: a link on
     the way (the user's to place) must lead to a directory of the task's user too."""
-    _own_dir(path, uid)
+    own_dir(path, uid, _ENGINE_FOLLOWS)
     real = os.path.realpath(path)
-    _own_dir(real, uid)
+    own_dir(real, uid, _ENGINE_FOLLOWS)
     return real
 
 
@@ -578,7 +563,7 @@ class Container:
         by that user (`mkdir` run with its ids, the leaf 0700): missing parents in its home
         are its own too, never root's, and a link it placed is followed with its rights alone.
         Else the service makes them, 0755. Either way the directory must then be a directory
-        of the task's user (of the service's, without one) and no link (see `_own_dir`), and
+        of the task's user (of the service's, without one) and no link (see `own_dir`), and
         so must the directory it resolves to. Returns each one's resolved path."""
         owner = self.spec.get("owner")
         uid = int(owner[0]) if owner else os.geteuid()
