@@ -5,7 +5,8 @@ What it shows: a host task refuses a checkpoint directory that another user made
 and one in a directory another user could change (a planted ~/.aisched, a checkpoints
 directory others may write): that user could read or change its checkpoints, or swap the
 directory for one of theirs once checked. The task never runs, and its job says why in one
-line.
+line. A container task's checkpoint directory is looked up by its user, not by root: what
+is refused tells that user nothing of a path it may not see.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from container_image import build_test_image, missing_tools
 from harness import Service, local_service
 from users import User
 
@@ -144,3 +146,37 @@ def test_a_checkpoint_directory_of_her_own_in_her_own_home_is_used(
         assert saved.resolve().is_relative_to(elsewhere)
     finally:
         shutil.rmtree(elsewhere, ignore_errors=True)
+
+
+@pytest.mark.skipif(
+    (why := missing_tools()) is not None or os.geteuid() != 0,
+    reason=why or "the container tests run rootful podman (CI runs as root)",
+)
+def test_a_container_tasks_refusal_tells_the_user_nothing_of_what_it_may_not_see(
+    service: Service, local_users: dict[str, User]
+) -> None:
+    # alice points ~/.aisched/checkpoints at a directory of root's she may not enter, and asks
+    # for two container jobs whose checkpoint directories would be in it: one name that exists
+    # there, one that does not. Before, root looked them up for her: "belongs to uid 0" for
+    # the one that exists, "cannot make" for the other.
+    image = build_test_image()
+    alice = local_users["alice"]
+    jid, ckpt = next_checkpoint_dir(service, alice, image)
+    secret = Path(tempfile.mkdtemp(prefix="ais-"))  # root's, 0700
+    try:
+        (secret / ckpt.name).mkdir()
+        shutil.rmtree(ckpt.parent)
+        ckpt.parent.symlink_to(secret)
+        os.lchown(ckpt.parent, alice.uid, alice.gid)
+        messages: list[str] = []
+        for expected in (jid, str(int(jid) + 1)):
+            got = submit(service, alice, "true", image)
+            assert got == expected
+            path = ckpt.parent / f"{ckpt.name.removesuffix(f'-{jid}')}-{got}"
+            messages.append(refused(service, got).replace(str(path), "CKPT"))
+        assert messages[0] == messages[1], messages
+        assert messages[0].startswith("task main-0 cannot make CKPT: ")
+        assert "Permission denied" in messages[0]
+        assert sorted(os.listdir(secret)) == [ckpt.name]
+    finally:
+        shutil.rmtree(secret, ignore_errors=True)

@@ -23,7 +23,7 @@ import stat
 
 from aisched.executors.processes import oom_kills, signal_name
 from aisched.executors.supervisor_pins import Pins
-from aisched.executors.task_files import ExecFailed, own_dir
+from aisched.executors.task_files import ExecFailed, as_user, own_dir
 
 # Without importing typing (start-up time counts): mypy treats this name as always true.
 TYPE_CHECKING = False
@@ -70,7 +70,10 @@ _ENGINE_FOLLOWS = "is a symbolic link, which the engine would follow with root's
 
 def _own_resolved(path: str, uid: int) -> str:
     """Where `path` resolves to, once it and that are both checked by `own_dir`: a link on
-    the way (the user's to place) must lead to a directory of the task's user too."""
+    the way (the user's to place) must lead to a directory of the task's user too; "" when
+    nothing is there yet."""
+    if not os.path.lexists(path):
+        return ""
     own_dir(path, uid, _ENGINE_FOLLOWS)
     real = os.path.realpath(path)
     own_dir(real, uid, _ENGINE_FOLLOWS)
@@ -537,8 +540,9 @@ class Container:
 
     def make_mount_point(self, path: str, is_dir: bool) -> None:
         """A missing mount point inside a mounted host directory made by the task's user
-        (the engine would make it as root); one the user cannot make fails the launch."""
-        if os.path.lexists(path):
+        (the engine would make it as root); one the user cannot make fails the launch.
+        Whether it is there is the user's to see (`look`), as what `mkdir` says is."""
+        if self.look(lambda: "there" if os.path.lexists(path) else ""):
             return
         assert self.pins is not None
         make = ["mkdir", "-p", "--", path] if is_dir else ["touch", "--", path]
@@ -564,15 +568,36 @@ class Container:
         are its own too, never root's, and a link it placed is followed with its rights alone.
         Else the service makes them, 0755. Either way the directory must then be a directory
         of the task's user (of the service's, without one) and no link (see `own_dir`), and
-        so must the directory it resolves to. Returns each one's resolved path."""
+        so must the directory it resolves to. Returns each one's resolved path.
+
+        A user's are looked up and judged by a process of that user's (`as_user`), never by
+        root: through a link the user placed, root's look would tell it (in what is refused,
+        and why) whether a path it may not see exists, and whose it is."""
         owner = self.spec.get("owner")
         uid = int(owner[0]) if owner else os.geteuid()
         resolved: dict[str, str] = {}
         for path in self.spec.get("make_dirs") or ():
-            if not os.path.lexists(path):
+            real = self.own_resolved(path, uid)
+            if not real:
                 _make_dir(path, owner)
-            resolved[path] = _own_resolved(path, uid)
+                real = self.own_resolved(path, uid)
+            if not real:  # made, then gone: the user's doing
+                raise ExecFailed(126, f"checkpoint directory {path}: removed as it was made")
+            resolved[path] = real
         return resolved
+
+    def own_resolved(self, path: str, uid: int) -> str:
+        """`_own_resolved`, looked up by the task's user when it runs as one (`look`)."""
+        return self.look(lambda: _own_resolved(path, uid))
+
+    def look(self, check: Callable[[], str]) -> str:
+        """What `check` returns, run as the task's user when it runs as one (`as_user`): it
+        looks up paths that user controls."""
+        owner = self.spec.get("owner")
+        if not owner:
+            return check()
+        user = {"uid": owner[0], "gid": owner[1], "groups": self.spec.get("owner_groups")}
+        return as_user(user, check)
 
     def create_failure(self, err: str) -> tuple[str, bool]:
         """The one line that says why `create` failed, and whether the image is missing."""

@@ -14,7 +14,7 @@ Files of a task directory (each JSON file is written whole: temp file, then rena
 Also here: reading and writing those files whole, the lock's protocol (`read_lock_owner`,
 `try_flock`, `lock_at_path`, `supervisor_alive_or_abandon`), `ExecFailed`, a task that
 could not start: the code and message of its `exit.json`, and what a task's files must be
-before it may use them: becoming its user (`become`), a checkpoint directory of
+before it may use them: becoming its user (`become`, `as_user`), a checkpoint directory of
 the user's own (`own_dir`, `own_checkpoint_dir`), directories no other user may change
 (`not_roots_alone`, `not_theirs_alone`).
 
@@ -35,6 +35,7 @@ import sys
 # Without importing typing (start-up time counts): mypy treats this name as always true.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 LAUNCH = "launch.json"
@@ -240,3 +241,41 @@ def become(user: dict[str, Any]) -> None:
     except PermissionError:
         return
     raise OSError(errno.EPERM, "root could be regained after dropping privileges")
+
+
+def as_user(user: dict[str, Any], check: Callable[[], str]) -> str:
+    """What `check` returns, run in a child process that has become `user` (`become`) and
+    does nothing else: what it looks up through paths the user controls, it looks up with
+    the user's rights alone, so no answer (nor error) tells the user more than it could see
+    itself. The child is never exec'd, so it stays undumpable: the user cannot trace it to
+    change the answer. Raises ExecFailed with the child's ExecFailed, or with why it failed."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        code, out = 0, ""
+        try:
+            os.close(r)
+            become(user)
+            os.umask(0o022)
+            out = check()
+        except ExecFailed as exc:
+            code, out = exc.code, exc.message
+        except BaseException as exc:  # noqa: BLE001 - every failure is the child's answer
+            code, out = 126, str(exc.strerror if isinstance(exc, OSError) else exc)
+        try:
+            os.write(w, out.encode("utf-8", "surrogateescape")[:60_000])
+        finally:
+            os._exit(code)
+    os.close(w)
+    try:
+        chunks = []
+        while chunk := os.read(r, 1 << 16):
+            chunks.append(chunk)
+    finally:
+        os.close(r)
+    _, status = os.waitpid(pid, 0)
+    out = b"".join(chunks).decode("utf-8", "surrogateescape")
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        raise ExecFailed(code if code > 0 else 126, out or f"a check as uid {user['uid']} failed")
+    return out
