@@ -511,7 +511,8 @@ class TaskRunner:
                     126,
                     (
                         f"cannot run {name} as {spec.get('user')}: its working directory "
-                        f"{workdir} or checkpoint directory cannot be entered or made as that user"
+                        f"{workdir} or checkpoint directory cannot be entered or made as that "
+                        "user, or the checkpoint directory is not that user's alone"
                     ),
                 )
             except FileNotFoundError as exc:
