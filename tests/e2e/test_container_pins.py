@@ -255,3 +255,28 @@ def test_a_link_of_the_image_on_the_way_to_a_mount_point_is_refused(home: Home) 
         "follow as root: refused"
     )
     assert (os.listdir(shared / "roots"), my_pins()) == ([], [])
+
+
+def test_whether_a_nested_mount_point_exists_is_looked_up_by_the_user(home: Home) -> None:
+    # Where a nested mount goes, inside her /data: a link she put there after the launch's
+    # check, into a directory of root's she may not enter. Before, root looked for the mount
+    # point through it: a name that exists there was refused in other words than one that
+    # does not, which told her whether any path of root's existed.
+    inner = home.top / "inner"
+    inner.mkdir()
+    messages = []
+    for name in ("root-only", "absent"):
+        volumes = (Volume(str(home.data), "/data"), Volume(str(inner), f"/data/via/{name}"))
+        c = container(home, "true", volumes)
+        (home.data / "via").symlink_to(home.secret)
+        os.lchown(home.data / "via", 65534, 65534)
+        try:
+            with pytest.raises(ExecFailed) as err:
+                c.prepare(print)
+        finally:
+            c.remove()
+            (home.data / "via").unlink()
+        messages.append(err.value.message.replace(name, "NAME"))
+    assert messages[0] == messages[1], messages
+    assert messages[0].startswith(f"cannot make {home.data}/via/NAME to mount on: mkdir: ")
+    assert (sorted(os.listdir(home.secret)), my_pins()) == (["root-only"], [])

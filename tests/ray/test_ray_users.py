@@ -72,3 +72,31 @@ def test_a_users_container_on_ray_mounts_the_volume_its_agent_pinned(
     assert wait_for("its output", lambda: alice.aisched("logs", jid, env=env).stdout) == "mine\n"
     assert (data / "out").read_text() == f"{alice.uid}\n"
     assert [n for n in os.listdir(PIN_ROOT) if f"-{jid}." in n] == []
+
+
+def test_a_users_checkpoint_directory_on_ray_that_another_user_may_swap_is_refused(
+    ray_service: Service, local_users: dict[str, User]
+) -> None:
+    # bob planted alice's ~/.aisched (a directory of his that she may write): her task, on its
+    # Ray node, would have made its checkpoint directory in it, for him to read or swap.
+    alice, bob = local_users["alice"], local_users["bob"]
+    planted = alice.home / ".aisched"
+    shutil.rmtree(planted, ignore_errors=True)
+    planted.mkdir()
+    planted.chmod(0o777)
+    os.chown(planted, bob.uid, bob.gid)
+    try:
+        job_file = alice.home / "ray-ckpt.yaml"
+        job_file.write_text(
+            "restart: {policy: never}\ncommand: 'echo saved > $AISCHED_CHECKPOINT_DIR/state'\n"
+        )
+        env = {"AISCHED_SERVER": f"unix:{ray_service.socket}"}
+        proc = alice.aisched("submit", "--json", str(job_file), env=env)
+        assert proc.returncode == 0, proc.stderr
+        jid = str(json.loads(proc.stdout)["id"])
+        job = ray_service.wait_state(jid, "succeeded", "failed", timeout_s=90)
+        assert job["state"] == "failed", job["events"]
+        assert "the checkpoint directory is not that user's alone" in job["message"]
+        assert not (Path(job["checkpoint_dir"]) / "state").exists()
+    finally:
+        shutil.rmtree(planted, ignore_errors=True)

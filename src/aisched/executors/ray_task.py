@@ -61,7 +61,6 @@ from aisched.executors import (
     task_files,
     task_log,
 )
-from aisched.executors import supervisor as sup
 from aisched.executors.base import LaunchError, TaskKey
 from aisched.executors.cgroups import MemoryControlError
 from aisched.executors.gpu_watchdog import (
@@ -143,10 +142,12 @@ def _as_user_setup(
 
     def setup() -> None:
         ray_shm.entered(shm)
-        sup.become(acct)
+        task_files.become(acct)
         _die_with_parent()
         if checkpoint_dir:
             os.makedirs(checkpoint_dir, mode=0o700, exist_ok=True)
+            # As the user: a directory another user placed (or could swap) is refused.
+            task_files.own_checkpoint_dir(checkpoint_dir, int(acct["uid"]))
         if workdir:
             os.chdir(workdir)
 
@@ -510,7 +511,8 @@ class TaskRunner:
                     126,
                     (
                         f"cannot run {name} as {spec.get('user')}: its working directory "
-                        f"{workdir} or checkpoint directory cannot be entered or made as that user"
+                        f"{workdir} or checkpoint directory cannot be entered or made as that "
+                        "user, or the checkpoint directory is not that user's alone"
                     ),
                 )
             except FileNotFoundError as exc:

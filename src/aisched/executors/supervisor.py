@@ -39,7 +39,6 @@ here is the supervisor's own flow: the child, its watch and its end, and the for
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import os
 import resource
@@ -86,7 +85,9 @@ from aisched.executors.task_files import (  # noqa: E402
     STARTED,
     STOP,
     ExecFailed,
+    become,
     note,
+    own_checkpoint_dir,
     read_json,
     write_json_atomic,
 )
@@ -118,6 +119,8 @@ class _Signals:
 def _exec_failure(stage: str, exc: BaseException, command: list[str], workdir: str | None) -> str:
     """`CODE\\nMESSAGE` for a child that could not exec (127: not found, 126: cannot run)."""
     name = command[0] if command else "(empty command)"
+    if isinstance(exc, ExecFailed):
+        return f"{exc.code}\n{exc.message}"
     if stage == "workdir":
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         return f"126\ncannot run {name}: working directory {workdir}: {why}"
@@ -128,22 +131,6 @@ def _exec_failure(stage: str, exc: BaseException, command: list[str], workdir: s
         return f"126\ncannot run {name}: permission denied"
     why = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
     return f"126\ncannot run {name}: {stage}: {why}"
-
-
-def become(user: dict[str, Any]) -> None:
-    """Drop to the task's user for good: groups first (they need root), then gid, then uid;
-    then check that root cannot be regained."""
-    uid, gid = int(user["uid"]), int(user["gid"])
-    os.setgroups([int(g) for g in user.get("groups") or [gid]])
-    os.setresgid(gid, gid, gid)
-    os.setresuid(uid, uid, uid)
-    if os.geteuid() != uid or os.getegid() != gid:
-        raise OSError(errno.EPERM, f"could not become uid {uid}")
-    try:
-        os.setuid(0)
-    except PermissionError:
-        return
-    raise OSError(errno.EPERM, "root could be regained after dropping privileges")
 
 
 def _child(launch: dict[str, Any], out_w: int, err_w: int) -> None:
@@ -204,6 +191,8 @@ def _child(launch: dict[str, Any], out_w: int, err_w: int) -> None:
         for path in launch.get("make_dirs") or ():
             stage = f"checkpoint directory {path}"
             os.makedirs(path, mode=0o700, exist_ok=True)
+            # As the user: a directory another user placed (or could swap) is refused.
+            own_checkpoint_dir(path, os.geteuid())
         stage = "workdir"  # as the user: a directory the user cannot enter is refused
         if launch.get("workdir"):
             os.chdir(launch["workdir"])

@@ -23,7 +23,7 @@ import stat
 
 from aisched.executors.processes import oom_kills, signal_name
 from aisched.executors.supervisor_pins import Pins
-from aisched.executors.task_files import ExecFailed
+from aisched.executors.task_files import ExecFailed, as_user, own_dir
 
 # Without importing typing (start-up time counts): mypy treats this name as always true.
 TYPE_CHECKING = False
@@ -36,25 +36,6 @@ if TYPE_CHECKING:
 # like every engine command here: a hung engine must fail the task's start, not hold it for
 # ever.
 EXPORT_TIMEOUT_S = 900.0
-
-
-def _own_dir(path: str, uid: int) -> None:
-    """Raises ExecFailed unless `path` is a directory of `uid` itself, not a link. The engine
-    mounts it read-write with root's rights: a link the user placed there (to a directory it
-    may not read) or another's directory would give the task what its user may not open."""
-    try:
-        st = os.lstat(path)
-    except OSError as exc:
-        raise ExecFailed(126, f"checkpoint directory {path}: {exc.strerror or exc}") from None
-    if stat.S_ISLNK(st.st_mode):
-        why = "is a symbolic link, which the engine would follow with root's rights"
-    elif not stat.S_ISDIR(st.st_mode):
-        why = "is not a directory"
-    elif st.st_uid != uid:
-        why = f"belongs to uid {st.st_uid}, not to the task's user (uid {uid})"
-    else:
-        return
-    raise ExecFailed(126, f"checkpoint directory {path} {why}: refused; remove it")
 
 
 def _make_dir(path: str, owner: list[int] | None) -> None:
@@ -83,12 +64,19 @@ def _run_as(owner: Sequence[int], groups: Sequence[int], argv: list[str]) -> str
     return None if done.returncode == 0 else _last(done.stderr)
 
 
+# Why the engine must not be given a link for a checkpoint directory (see `own_dir`).
+_ENGINE_FOLLOWS = "is a symbolic link, which the engine would follow with root's rights"
+
+
 def _own_resolved(path: str, uid: int) -> str:
-    """Where `path` resolves to, once it and that are both checked by `_own_dir`: a link on
-    the way (the user's to place) must lead to a directory of the task's user too."""
-    _own_dir(path, uid)
+    """Where `path` resolves to, once it and that are both checked by `own_dir`: a link on
+    the way (the user's to place) must lead to a directory of the task's user too; "" when
+    nothing is there yet."""
+    if not os.path.lexists(path):
+        return ""
+    own_dir(path, uid, _ENGINE_FOLLOWS)
     real = os.path.realpath(path)
-    _own_dir(real, uid)
+    own_dir(real, uid, _ENGINE_FOLLOWS)
     return real
 
 
@@ -552,8 +540,9 @@ class Container:
 
     def make_mount_point(self, path: str, is_dir: bool) -> None:
         """A missing mount point inside a mounted host directory made by the task's user
-        (the engine would make it as root); one the user cannot make fails the launch."""
-        if os.path.lexists(path):
+        (the engine would make it as root); one the user cannot make fails the launch.
+        Whether it is there is the user's to see (`look`), as what `mkdir` says is."""
+        if self.look(lambda: "there" if os.path.lexists(path) else ""):
             return
         assert self.pins is not None
         make = ["mkdir", "-p", "--", path] if is_dir else ["touch", "--", path]
@@ -578,16 +567,37 @@ class Container:
         by that user (`mkdir` run with its ids, the leaf 0700): missing parents in its home
         are its own too, never root's, and a link it placed is followed with its rights alone.
         Else the service makes them, 0755. Either way the directory must then be a directory
-        of the task's user (of the service's, without one) and no link (see `_own_dir`), and
-        so must the directory it resolves to. Returns each one's resolved path."""
+        of the task's user (of the service's, without one) and no link (see `own_dir`), and
+        so must the directory it resolves to. Returns each one's resolved path.
+
+        A user's are looked up and judged by a process of that user's (`as_user`), never by
+        root: through a link the user placed, root's look would tell it (in what is refused,
+        and why) whether a path it may not see exists, and whose it is."""
         owner = self.spec.get("owner")
         uid = int(owner[0]) if owner else os.geteuid()
         resolved: dict[str, str] = {}
         for path in self.spec.get("make_dirs") or ():
-            if not os.path.lexists(path):
+            real = self.own_resolved(path, uid)
+            if not real:
                 _make_dir(path, owner)
-            resolved[path] = _own_resolved(path, uid)
+                real = self.own_resolved(path, uid)
+            if not real:  # made, then gone: the user's doing
+                raise ExecFailed(126, f"checkpoint directory {path}: removed as it was made")
+            resolved[path] = real
         return resolved
+
+    def own_resolved(self, path: str, uid: int) -> str:
+        """`_own_resolved`, looked up by the task's user when it runs as one (`look`)."""
+        return self.look(lambda: _own_resolved(path, uid))
+
+    def look(self, check: Callable[[], str]) -> str:
+        """What `check` returns, run as the task's user when it runs as one (`as_user`): it
+        looks up paths that user controls."""
+        owner = self.spec.get("owner")
+        if not owner:
+            return check()
+        user = {"uid": owner[0], "gid": owner[1], "groups": self.spec.get("owner_groups")}
+        return as_user(user, check)
 
     def create_failure(self, err: str) -> tuple[str, bool]:
         """The one line that says why `create` failed, and whether the image is missing."""

@@ -12,8 +12,11 @@ Files of a task directory (each JSON file is written whole: temp file, then rena
 - `supervisor.log` the supervisor's own stdout/stderr (tracebacks, if it ever fails)
 
 Also here: reading and writing those files whole, the lock's protocol (`read_lock_owner`,
-`try_flock`, `lock_at_path`, `supervisor_alive_or_abandon`), and `ExecFailed`, a task that
-could not start: the code and message of its `exit.json`.
+`try_flock`, `lock_at_path`, `supervisor_alive_or_abandon`), `ExecFailed`, a task that
+could not start: the code and message of its `exit.json`, and what a task's files must be
+before it may use them: becoming its user (`become`, `as_user`), a checkpoint directory of
+the user's own (`own_dir`, `own_checkpoint_dir`), directories no other user may change
+(`not_roots_alone`, `not_theirs_alone`).
 
 It must import only the standard library and stay side-effect free at import: the supervisor
 imports it (see `supervisor.py`), running with `-I -S`.
@@ -32,6 +35,7 @@ import sys
 # Without importing typing (start-up time counts): mypy treats this name as always true.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 LAUNCH = "launch.json"
@@ -153,6 +157,16 @@ def not_roots_alone(path: str) -> str | None:
     put a link in their place and have root write through it, and give the user the file it
     leads to. Checked for a root service's data directory (`service/datadir.py`) and for a
     Ray node's copy of it (`ray_task`)."""
+    return _open_to_others(path, frozenset((0,)))
+
+
+def not_theirs_alone(path: str, uid: int) -> str | None:
+    """`not_roots_alone` where the directories may be `uid`'s as well as root's: the first
+    one a user other than `uid` (and root) could change, or None."""
+    return _open_to_others(path, frozenset((0, uid)))
+
+
+def _open_to_others(path: str, owners: frozenset[int]) -> str | None:
     seen: set[str] = set()
     names = [p for p in os.path.abspath(path).split("/") if p]
     for k in range(len(names) + 1):
@@ -164,7 +178,104 @@ def not_roots_alone(path: str) -> str | None:
             except FileNotFoundError:
                 return None  # not made yet: the first to make it is root
             open_to_others = st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX
-            if st.st_uid != 0 or open_to_others:
+            if st.st_uid not in owners or open_to_others:
                 return real
             real = os.path.dirname(real)
     return None
+
+
+def own_dir(path: str, uid: int, link: str = "is a symbolic link") -> None:
+    """Raises ExecFailed unless `path` is a directory of `uid` itself, not a link (`link`
+    says why a link is refused). A link or another's directory where the task's checkpoints
+    go would give them to whoever placed it, or give the task what its user may not open."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise ExecFailed(126, f"checkpoint directory {path}: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(st.st_mode):
+        why = link
+    elif not stat.S_ISDIR(st.st_mode):
+        why = "is not a directory"
+    elif st.st_uid != uid:
+        why = f"belongs to uid {st.st_uid}, not to the task's user (uid {uid})"
+    else:
+        return
+    raise ExecFailed(126, f"checkpoint directory {path} {why}: refused; remove it")
+
+
+def own_checkpoint_dir(path: str, uid: int) -> None:
+    """Raises ExecFailed unless the checkpoint directory `path` is `uid`'s own (`own_dir`)
+    and no directory a lookup of it goes through could be changed by a user other than `uid`
+    and root (`not_theirs_alone`): such a user could rename the directory away and put one
+    of theirs (or a link to one) in its place at any time after this check, and read or
+    change the task's checkpoints there. Called by a host task's process once it is the
+    user, so every name is looked up with the user's rights alone."""
+    own_dir(path, uid)
+    way = not_theirs_alone(os.path.dirname(os.path.abspath(path)), uid)
+    if way is None:
+        return
+    st = os.lstat(way)
+    if st.st_uid not in (0, uid):
+        why = f"belongs to uid {st.st_uid}"
+    else:
+        why = f"may be written by others (mode {stat.S_IMODE(st.st_mode):o})"
+    raise ExecFailed(
+        126,
+        f"checkpoint directory {path}: {way} {why}, so another user could swap the directory"
+        f" for one of theirs: refused; the task's user (uid {uid}) and root alone must own"
+        " and write each directory on its way",
+    )
+
+
+def become(user: dict[str, Any]) -> None:
+    """Drop to the task's user for good: groups first (they need root), then gid, then uid;
+    then check that root cannot be regained."""
+    uid, gid = int(user["uid"]), int(user["gid"])
+    os.setgroups([int(g) for g in user.get("groups") or [gid]])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if os.geteuid() != uid or os.getegid() != gid:
+        raise OSError(errno.EPERM, f"could not become uid {uid}")
+    try:
+        os.setuid(0)
+    except PermissionError:
+        return
+    raise OSError(errno.EPERM, "root could be regained after dropping privileges")
+
+
+def as_user(user: dict[str, Any], check: Callable[[], str]) -> str:
+    """What `check` returns, run in a child process that has become `user` (`become`) and
+    does nothing else: what it looks up through paths the user controls, it looks up with
+    the user's rights alone, so no answer (nor error) tells the user more than it could see
+    itself. The child is never exec'd, so it stays undumpable: the user cannot trace it to
+    change the answer. Raises ExecFailed with the child's ExecFailed, or with why it failed."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        code, out = 0, ""
+        try:
+            os.close(r)
+            become(user)
+            os.umask(0o022)
+            out = check()
+        except ExecFailed as exc:
+            code, out = exc.code, exc.message
+        except BaseException as exc:  # noqa: BLE001 - every failure is the child's answer
+            code, out = 126, str(exc.strerror if isinstance(exc, OSError) else exc)
+        try:
+            os.write(w, out.encode("utf-8", "surrogateescape")[:60_000])
+        finally:
+            os._exit(code)
+    os.close(w)
+    try:
+        chunks = []
+        while chunk := os.read(r, 1 << 16):
+            chunks.append(chunk)
+    finally:
+        os.close(r)
+    _, status = os.waitpid(pid, 0)
+    out = b"".join(chunks).decode("utf-8", "surrogateescape")
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        raise ExecFailed(code if code > 0 else 126, out or f"a check as uid {user['uid']} failed")
+    return out

@@ -59,6 +59,14 @@ def dirs() -> Iterator[tuple[str, str]]:
         yield work, ckpt
 
 
+@pytest.fixture
+def reachable() -> Iterator[Path]:
+    """A directory of root's that every user may enter (pytest's own are root's alone)."""
+    with tempfile.TemporaryDirectory() as top:
+        os.chmod(top, 0o755)
+        yield Path(top)
+
+
 def task(
     work: str,
     ckpt: str,
@@ -263,12 +271,13 @@ def test_a_workdir_is_mounted_where_it_leads_and_never_through_dot_dot(
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a directory of another user needs root")
 def test_a_checkpoint_directory_is_mounted_from_where_it_resolved_when_checked(
-    tmp_path: Path,
+    reachable: Path,
 ) -> None:
     # A link on its way (~/.aisched, the user's) may be changed between the check and the
-    # mount: the mount does not go through it.
+    # mount: the mount does not go through it. (Looked up by the user: where it may search.)
     from aisched.executors.supervisor_container import Container
 
+    tmp_path = reachable
     nobody = (65534, 65534)
     (tmp_path / "real" / "ck").mkdir(parents=True)
     os.chown(tmp_path / "real" / "ck", *nobody)
@@ -397,12 +406,13 @@ def test_a_users_container_gets_its_checkpoint_directory_made_by_the_user() -> N
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a directory of another user needs root")
-def test_a_checkpoint_directory_that_is_a_link_or_anothers_is_refused(tmp_path: Path) -> None:
+def test_a_checkpoint_directory_that_is_a_link_or_anothers_is_refused(reachable: Path) -> None:
     # The engine mounts it read-write as root: a link the user placed would hand the task
     # whatever it leads to (a directory the user may not read).
     from aisched.executors.supervisor_container import Container
     from aisched.executors.task_files import ExecFailed
 
+    tmp_path = reachable
     nobody = (65534, 65534)
     secret = tmp_path / "secret"
     secret.mkdir(mode=0o700)
