@@ -112,6 +112,13 @@ def test_submit_a_volcano_job_as_yaml(client: TestClient, fx: FakeExecutor) -> N
         (b'{"command": ["x"], "resources": {"gpus": 5}}', "application/json", 422, "never fit"),
         (b'{"command": ["x"], "queue": "nope"}', "application/json", 422, "unknown queue"),
         (b"kind: Pod\napiVersion: v1\n", "application/yaml", 422, "aisched reads Volcano Jobs"),
+        # Where the nesting went too deep (it said only "nested deeper than 64 levels").
+        (
+            b'{"command": ["x"],\n "env": ' + b"[" * 70,
+            "application/json",
+            422,
+            "j.yaml: nested deeper than 64 levels at line 2, column 72",
+        ),
     ],
 )
 def test_bad_documents_are_refused_with_a_problem(
