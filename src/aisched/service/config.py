@@ -307,6 +307,19 @@ class ServiceConfig(_Model):
     lease_renew: Any = "2s"
     lease_poll: Any = "1s"
 
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        # The socket layer writes a name that is not ASCII in IDNA, and a name IDNA cannot
+        # write (a label over 63 characters) failed the bind with a bare TypeError: a
+        # traceback from `aisched up`, not a line naming the host.
+        if not v.isascii():
+            try:
+                v.encode("idna")
+            except UnicodeError as e:
+                raise ValueError(f"{v[:80]!r} is not a host name or address ({e})") from None
+        return v
+
     @field_validator("lease_ttl", "lease_renew", "lease_poll")
     @classmethod
     def _lease(cls, v: Any) -> Any:
