@@ -146,6 +146,20 @@ def test_unknown_preset_lists_the_presets() -> None:
         preset("nope")
 
 
+def test_an_empty_or_overlong_policy_name_is_no_file(tmp_path: Path) -> None:
+    # `policy: ""` (or --policy "") was read as a policy file at "", the current directory:
+    # ".: cannot read policy file: Is a directory".
+    with pytest.raises(SpecError, match="^unknown policy ''; presets: bestfit, default"):
+        load_policy("")
+    # A name longer than a file name may be: Path.exists raised OSError (a traceback).
+    with pytest.raises(SpecError, match="^unknown policy 'xxxx"):
+        load_policy("x" * 300)
+    config = tmp_path / "config.yaml"
+    config.write_text("policy: ''\n")
+    with pytest.raises(SpecError, match="^unknown policy ''; presets: "):
+        load_config(config)
+
+
 def test_build_policy_refuses_a_non_mapping() -> None:
     with pytest.raises(PolicyError, match="expected a mapping"):
         build_policy(["fifo"])  # type: ignore[arg-type]
