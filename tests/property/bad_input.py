@@ -7,6 +7,7 @@ import json
 import math
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import HealthCheck, settings
@@ -182,22 +183,35 @@ def set_at(doc: Any, path: tuple[Any, ...], value: Any) -> None:
 DEEP = "\x01deep\x01"
 
 
+@dataclass(frozen=True)
+class Mutation:
+    """A job document with one mistake. `depth`: how deep the list DEEP stands for is nested
+    (0: no DEEP in it); `names`: what its refusal must mention (one of them, "|" between);
+    `invalid`: no valid job is left (a repeated name, an unknown key, an empty command, deep
+    nesting), so it must be refused; a wrong value may happen to be a valid one."""
+
+    doc: Any
+    depth: int
+    names: str
+    invalid: bool
+
+
 @st.composite
-def mutated(draw: st.DrawFn) -> tuple[tuple[Any, int], str]:
-    """A job document with one mistake (and the depth of DEEP in it), and the name its
-    refusal must mention."""
-    doc = _copy(draw(st.sampled_from(DOCUMENTS)))
+def mutated(draw: st.DrawFn) -> Mutation:
     kind = draw(st.sampled_from(["value", "value", "value", "unknown", "deep", "dup", "empty"]))
+    doc = _copy(draw(st.sampled_from([TASKS, PIPELINE] if kind == "dup" else DOCUMENTS)))
+    # Volcano files carry Kubernetes fields aisched does not read: an odd one is no mistake.
+    native = doc.get("apiVersion") is None
     if kind == "dup" and "jobs" in doc:
         doc["jobs"][1]["name"] = doc["jobs"][0]["name"]
-        return (doc, 0), "name"
+        return Mutation(doc, 0, "name", True)
     if kind == "dup" and "tasks" in doc:
         doc["tasks"][1]["name"] = doc["tasks"][0]["name"]
-        return (doc, 0), "tasks.1.name"
+        return Mutation(doc, 0, "tasks.1.name", True)
     if kind == "empty":
         key = "tasks" if "tasks" in doc else "command"
         doc[key] = []
-        return (doc, 0), key
+        return Mutation(doc, 0, key, native)
     path = draw(st.sampled_from(list(paths(doc))))
     if kind == "unknown":
         target = doc
@@ -207,11 +221,11 @@ def mutated(draw: st.DrawFn) -> tuple[tuple[Any, int], str]:
             target = doc
         key = draw(st.sampled_from(["bogus", "Name", "gpu", "cpu", "mem_mib", "\x00", "é" * 80]))
         target[key] = 1
-        return (doc, 0), key
+        # A service's scaling block is a mapping of its own; env names are keys too.
+        return Mutation(doc, 0, key, native and target is not doc.get("env"))
     if kind == "deep":
-        depth = draw(st.integers(50, 3000))
         set_at(doc, path, DEEP)
         # Past the API's depth bound the refusal names the depth, else the field.
-        return (doc, depth), f"{path[-1]}|nested"
+        return Mutation(doc, draw(st.integers(50, 3000)), f"{path[-1]}|nested", native)
     set_at(doc, path, draw(BAD_VALUES))
-    return (doc, 0), str(path[-1])
+    return Mutation(doc, 0, str(path[-1]), False)

@@ -24,7 +24,7 @@ from urllib.parse import quote
 
 import pytest
 import yaml
-from bad_input import DEEP, SETTINGS, mutated
+from bad_input import DEEP, SETTINGS, Mutation, mutated
 from fastapi.testclient import TestClient
 from hypothesis import given
 from hypothesis import strategies as st
@@ -82,26 +82,27 @@ def _check_answer(r: Any, names: str) -> None:
 
 
 @SETTINGS
-@given(case=mutated(), as_yaml=st.booleans())
+@given(m=mutated(), as_yaml=st.booleans())
 def test_a_bad_submission_is_refused_at_its_field_and_leaves_no_job(
-    api: Api, case: tuple[Any, str], as_yaml: bool
+    api: Api, m: Mutation, as_yaml: bool
 ) -> None:
     client = api.client
-    (doc, depth), field = case
     before = _jobs(client)
-    if as_yaml and not depth:
-        body = yaml.safe_dump(doc, allow_unicode=True).encode()
+    if as_yaml and not m.depth:
+        body = yaml.safe_dump(m.doc, allow_unicode=True).encode()
     else:  # NaN and Infinity as Python writes them; JSON is YAML too
-        body = json.dumps(doc).replace(json.dumps(DEEP), "[" * depth + "1" + "]" * depth).encode()
+        deep = "[" * m.depth + "1" + "]" * m.depth
+        body = json.dumps(m.doc).replace(json.dumps(DEEP), deep).encode()
     headers = {"content-type": "application/yaml" if as_yaml else "application/json"}
     r = client.post("/v1/jobs", content=body, headers=headers)
     after = _jobs(client)
     if r.status_code == 201:
-        # Accepted: the mutation was harmless (e.g. another valid value); exactly its jobs.
+        assert not m.invalid, f"an invalid job was taken: {r.text[:2000]}"
+        # A wrong value that happens to be a valid one: exactly its jobs were made.
         made = [r.json()["id"], *(j["id"] for j in r.json()["jobs"])]
         assert set(after) - set(before) == set(made)
         return
-    _check_answer(r, field)
+    _check_answer(r, m.names)
     assert after == before, "a refused submission left a job behind"
 
 

@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from bad_input import BAD_VALUES, SETTINGS, paths, set_at
 from hypothesis import given
@@ -76,9 +77,11 @@ POLICY: dict[str, Any] = {
 }
 
 # Numbers a type check lets through as "a number": the plugins must bound them themselves.
-_NUMBERS = st.sampled_from(
-    [math.nan, math.inf, -math.inf, -1, -0.5, 0, 0.5, 1.5, 1e308, 2**63, -(2**63), 10**30]
-)
+NUMBERS = [math.nan, math.inf, -math.inf, -1, -0.5, 0, 0.5, 1.5, 1e308, 2**63, -(2**63), 10**30]
+_NUMBERS = st.sampled_from(NUMBERS)
+# Every entry is also tried with each of these (besides the generated values), so that no
+# entry is left to chance.
+EACH = [math.nan, math.inf, -1, 1.5, "", "12Q", "x" * 300, True, None, {"a": 1}]
 
 
 def _cluster_cycles(policy: Any) -> None:
@@ -101,7 +104,7 @@ def _cluster_cycles(policy: Any) -> None:
         job("old").task(gpu=2).submitted(-1e5).pending(attained_gpu_s=4e4),
     )
     for now in (10.0, 1e6):
-        run_cycle(snapshot_of(c, (held,)), pending, policy, now, validate=True)
+        run_cycle(snapshot_of(c, (held,)), pending, policy, now)
 
 
 @st.composite
@@ -132,6 +135,20 @@ def test_a_bad_policy_file_is_refused_or_runs(doc: dict[str, Any], tmp_path: Pat
         assert str(e).startswith(f"{f}: policy"), str(e)  # the file and the entry
         return
     _cluster_cycles(policy)
+
+
+@pytest.mark.parametrize("at", list(paths(POLICY)), ids=str)
+def test_every_policy_entry_refuses_bad_values_or_runs(at: tuple[Any, ...], tmp_path: Path) -> None:
+    for value in EACH:
+        doc = yaml.safe_load(yaml.safe_dump(POLICY))
+        set_at(doc, at, value)
+        f = _policy_file(doc, tmp_path)
+        try:
+            policy = load_policy_file(f)
+        except SpecError as e:
+            assert str(e).startswith(f"{f}: policy"), str(e)
+            continue
+        _cluster_cycles(policy)
 
 
 # --- config files -------------------------------------------------------------------------
@@ -220,6 +237,26 @@ def test_a_bad_config_file_is_refused_or_usable(doc: dict[str, Any], tmp_path: P
         assert all(line.startswith(str(f)) for line in e.problems), e.problems
         return
     _config_values(cfg)
+
+
+@pytest.mark.parametrize("at", list(paths(CONFIG)), ids=str)
+def test_every_config_entry_refuses_bad_values_or_is_usable(
+    at: tuple[Any, ...], tmp_path: Path
+) -> None:
+    f = tmp_path / "config.yaml"
+    for value in EACH:
+        doc = yaml.safe_load(yaml.safe_dump(CONFIG))
+        set_at(doc, at, value)
+        f.write_text(yaml.safe_dump(doc, allow_unicode=True))
+        try:
+            cfg = load_config(f)
+        except SpecError as e:
+            # A policy is named by its preset or its own file (`aisched.spec.policy`).
+            said = str(f) if at != ("policy",) else ""
+            assert all(line.startswith(said) for line in e.problems), e.problems
+            assert at != ("policy",) or "policy" in str(e), str(e)
+            continue
+        _config_values(cfg)
 
 
 def test_the_config_mutated_above_is_valid(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from bad_input import BAD_VALUES, DEEP, SETTINGS, mutated
+from bad_input import BAD_VALUES, DEEP, SETTINGS, Mutation, mutated
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -43,19 +43,19 @@ def _refused(text: str) -> SpecError | None:
 
 
 @SETTINGS
-@given(case=mutated(), flow=st.booleans())
-def test_a_bad_job_file_is_refused_at_its_field(
-    case: tuple[tuple[Any, int], str], flow: bool
-) -> None:
-    (doc, depth), field = case
-    if depth:  # JSON is YAML too
-        text = json.dumps(doc).replace(json.dumps(DEEP), "[" * depth + "1" + "]" * depth)
+@given(m=mutated(), flow=st.booleans())
+def test_a_bad_job_file_is_refused_at_its_field(m: Mutation, flow: bool) -> None:
+    if m.depth:  # JSON is YAML too
+        deep = "[" * m.depth + "1" + "]" * m.depth
+        text = json.dumps(m.doc).replace(json.dumps(DEEP), deep)
     else:
-        text = yaml.safe_dump(doc, allow_unicode=True, default_flow_style=flow)
+        text = yaml.safe_dump(m.doc, allow_unicode=True, default_flow_style=flow)
     e = _refused(text)
-    if e is not None:
-        said = "\n".join(e.problems)
-        assert any(n in said for n in field.split("|")), f"{field!r} not in {said[:2000]!r}"
+    if e is None:
+        assert not m.invalid, "an invalid job was taken"
+        return
+    said = "\n".join(e.problems)
+    assert any(n in said for n in m.names.split("|")), f"{m.names!r} not in {said[:2000]!r}"
 
 
 # YAML's own pieces, put together at random: syntax errors, tags, anchors, odd scalars.
