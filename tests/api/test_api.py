@@ -172,3 +172,24 @@ def test_logs_of_an_attempt(client: TestClient, fx: FakeExecutor) -> None:
         "hello from main-1\n"
     )
     assert client.get(f"/v1/jobs/{jid}/logs", params={"attempt": 5}).status_code == 404
+
+
+def test_a_nul_in_an_id_a_parameter_or_a_field_is_the_requests_fault(client: TestClient) -> None:
+    """PostgreSQL takes no text with a NUL: each of these failed in the store and was answered
+    503, "the state database cannot answer now", for a request that was wrong."""
+    cases: list[tuple[str, str, dict[str, Any], str]] = [
+        ("GET", "/v1/jobs", {"params": {"queue": "a\x00b"}}, "query.queue: "),
+        ("GET", "/v1/jobs", {"params": {"user": "\x00"}}, "query.user: "),
+        ("GET", "/v1/jobs/1%00", {}, "path.job_id: "),
+        ("GET", "/v1/jobs/1%00/logs", {}, "path.job_id: "),
+        ("POST", "/v1/jobs/1%00/cancel", {}, "path.job_id: "),
+        ("POST", "/v1/jobs/cancel", {"json": {"queue": "a\x00"}}, "body.queue: "),
+        ("POST", "/v1/tokens", {"json": {"user": "bob", "note": "a\x00"}}, "body.note: "),
+        ("POST", "/v1/tokens/t%00/revoke", {}, "path.token_id: "),
+    ]
+    for method, url, kw, where in cases:
+        r = client.request(method, url, **kw)
+        assert r.status_code == 422, (url, kw, r.text)
+        [line] = r.json()["problems"]
+        assert line.startswith(where) and line.endswith("contains a NUL character"), line
+    assert client.get("/v1/readyz").status_code == 200
