@@ -112,6 +112,13 @@ def test_submit_a_volcano_job_as_yaml(client: TestClient, fx: FakeExecutor) -> N
         (b'{"command": ["x"], "resources": {"gpus": 5}}', "application/json", 422, "never fit"),
         (b'{"command": ["x"], "queue": "nope"}', "application/json", 422, "unknown queue"),
         (b"kind: Pod\napiVersion: v1\n", "application/yaml", 422, "aisched reads Volcano Jobs"),
+        # Where the nesting went too deep (it said only "nested deeper than 64 levels").
+        (
+            b'{"command": ["x"],\n "env": ' + b"[" * 70,
+            "application/json",
+            422,
+            "j.yaml: nested deeper than 64 levels at line 2, column 72",
+        ),
     ],
 )
 def test_bad_documents_are_refused_with_a_problem(
@@ -165,3 +172,24 @@ def test_logs_of_an_attempt(client: TestClient, fx: FakeExecutor) -> None:
         "hello from main-1\n"
     )
     assert client.get(f"/v1/jobs/{jid}/logs", params={"attempt": 5}).status_code == 404
+
+
+def test_a_nul_in_an_id_a_parameter_or_a_field_is_the_requests_fault(client: TestClient) -> None:
+    """PostgreSQL takes no text with a NUL: each of these failed in the store and was answered
+    503, "the state database cannot answer now", for a request that was wrong."""
+    cases: list[tuple[str, str, dict[str, Any], str]] = [
+        ("GET", "/v1/jobs", {"params": {"queue": "a\x00b"}}, "query.queue: "),
+        ("GET", "/v1/jobs", {"params": {"user": "\x00"}}, "query.user: "),
+        ("GET", "/v1/jobs/1%00", {}, "path.job_id: "),
+        ("GET", "/v1/jobs/1%00/logs", {}, "path.job_id: "),
+        ("POST", "/v1/jobs/1%00/cancel", {}, "path.job_id: "),
+        ("POST", "/v1/jobs/cancel", {"json": {"queue": "a\x00"}}, "body.queue: "),
+        ("POST", "/v1/tokens", {"json": {"user": "bob", "note": "a\x00"}}, "body.note: "),
+        ("POST", "/v1/tokens/t%00/revoke", {}, "path.token_id: "),
+    ]
+    for method, url, kw, where in cases:
+        r = client.request(method, url, **kw)
+        assert r.status_code == 422, (url, kw, r.text)
+        [line] = r.json()["problems"]
+        assert line.startswith(where) and line.endswith("contains a NUL character"), line
+    assert client.get("/v1/readyz").status_code == 200

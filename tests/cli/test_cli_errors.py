@@ -186,3 +186,21 @@ def test_a_submission_to_a_service_that_is_not_there_is_not_told_to_be_sent_agai
     status, err, _ = run(capsys, "--server", f"http://127.0.0.1:{port}", "run", "--", "true")
     assert (status, len(err)) == (1, 1), err
     assert err[0].startswith(f"error: cannot reach the aisched service at http://127.0.0.1:{port}")
+
+
+def test_a_host_no_socket_can_take_is_one_error_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A name IDNA cannot write (a label over 63 characters) was taken, and the bind failed
+    with a bare TypeError: a traceback from `aisched up`, flag or config file alike."""
+    host = "é" * 70
+    status, err, out = run(
+        capsys, "up", "--host", host, "--insecure", "--port", "0", "--data-dir", str(tmp_path)
+    )
+    assert (status, len(err), out) == (2, 1, "")
+    assert err[0].startswith(f"error: defaults: host: '{host}' is not a host name or address (")
+    config = tmp_path / "config.yaml"
+    config.write_text(f"host: {host}\ninsecure: true\nport: 0\n")
+    status, err, out = run(capsys, "up", "--config", str(config), "--data-dir", str(tmp_path))
+    assert (status, len(err), out) == (2, 1, "")
+    assert err[0].startswith(f"error: {config}: host: '{host}' is not a host name or address (")

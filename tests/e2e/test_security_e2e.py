@@ -414,7 +414,7 @@ def test_huge_and_deep_bodies_are_refused_without_cost(service: Service) -> None
     r = api.post("/v1/jobs", content=deep, headers={"Content-Type": "application/json"})
     assert (r.status_code, r.json()["problems"]) == (
         422,
-        ["request: nested deeper than 64 levels"],
+        ["request: nested deeper than 64 levels at line 1, column 65"],
     )
     assert api.get("/v1/healthz").json() == service.alive_leader()
     assert os.path.exists(service.socket)

@@ -201,3 +201,35 @@ def test_keeping_no_space_free_is_written_as_zero_without_a_unit(tmp_path: Path)
     path.write_text("limits:\n  disk_min_free: 5\n")
     with pytest.raises(SpecError, match="limits.disk_min_free: size: 5 has no unit"):
         load_config(path)
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:", "sqlite+pysqlite://"])
+def test_an_in_memory_database_is_refused(tmp_path: Path, url: str) -> None:
+    """It was taken: the service made its tables in one connection's database, and every
+    step of its loop failed on another's ("no such table: jobs")."""
+    path = tmp_path / "aisched.yaml"
+    path.write_text(f"database: '{url}'\n")
+    with pytest.raises(SpecError) as err:
+        load_config(path)
+    assert str(err.value) == (
+        f"{path}: database: {url!r} is an in-memory SQLite database, which holds nothing the "
+        "service could find again: give a file (sqlite:////path/state.db), or leave it out"
+    )
+
+
+def test_a_database_file_in_a_missing_directory_is_named_not_the_data_directory(
+    tmp_path: Path,
+) -> None:
+    # It said "the data directory ... is not writable (No such file or directory)".
+    missing = tmp_path / "missing" / "state.db"
+    home = tmp_path / "home"
+    cfg = load_config(
+        None, {"data_dir": str(home), "database": f"sqlite:///{missing}", "node": {"gpus": 1}}
+    )
+    with pytest.raises(ServiceError) as err:
+        Service.open(cfg).close()
+    assert str(err.value) == (
+        f"cannot create the state database {missing}: No such file or directory; give a "
+        "database file (--database, or database: in the config file) in a directory that "
+        "exists and this service may write"
+    )

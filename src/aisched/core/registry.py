@@ -121,7 +121,11 @@ def _construct(kind: str, name: str, args: dict[str, Any], path: str) -> Any:
 def _same_kind(default: Any, value: Any) -> bool:
     if isinstance(default, bool) or isinstance(value, bool):
         return isinstance(default, bool) and isinstance(value, bool)
-    if isinstance(default, int | float):
+    if isinstance(default, int):
+        # A count or a seed: 1.5 reservations or seed 0.5 would reach the cycle, which counts
+        # and hashes with them (a TypeError every cycle).
+        return isinstance(value, int)
+    if isinstance(default, float):
         return isinstance(value, int | float)
     if default is None:
         return True

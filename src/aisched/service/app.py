@@ -112,6 +112,14 @@ class Service:
             raise ServiceError(str(e)) from None
         except OSError as e:
             lock_file.close()
+            if e.filename is not None and not Path(os.fsdecode(e.filename)).is_relative_to(home):
+                # The SQLite file of `database`, elsewhere: this said the data directory was
+                # not writable ("No such file or directory"), of a directory that was.
+                raise ServiceError(
+                    f"cannot create the state database {os.fsdecode(e.filename)}: "
+                    f"{e.strerror or e}; give a database file (--database, or database: in the "
+                    "config file) in a directory that exists and this service may write"
+                ) from None
             raise ServiceError(str(datadir.not_writable(home, e))) from None
         try:
             store = Store(

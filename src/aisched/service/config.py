@@ -20,6 +20,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from aisched.core.policy import Policy, PolicyError, build_policy
 from aisched.model.queue import DEFAULT_QUEUE, Queue, QueueTree
@@ -306,6 +308,37 @@ class ServiceConfig(_Model):
     lease_ttl: Any = "8s"
     lease_renew: Any = "2s"
     lease_poll: Any = "1s"
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        # The socket layer writes a name that is not ASCII in IDNA, and a name IDNA cannot
+        # write (a label over 63 characters) failed the bind with a bare TypeError: a
+        # traceback from `aisched up`, not a line naming the host.
+        if not v.isascii():
+            try:
+                v.encode("idna")
+            except UnicodeError as e:
+                raise ValueError(f"{v[:80]!r} is not a host name or address ({e})") from None
+        return v
+
+    @field_validator("database")
+    @classmethod
+    def _database(cls, v: str | None) -> str | None:
+        # An in-memory SQLite database is one per connection: the service opened it, made its
+        # tables in one, and every step of the loop then failed ("no such table: jobs").
+        if v is None:
+            return v
+        try:
+            url = make_url(v)
+        except ArgumentError:
+            return v  # the store says what is wrong with it, as it opens it
+        if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
+            raise ValueError(
+                f"{v!r} is an in-memory SQLite database, which holds nothing the service "
+                "could find again: give a file (sqlite:////path/state.db), or leave it out"
+            )
+        return v
 
     @field_validator("lease_ttl", "lease_renew", "lease_poll")
     @classmethod

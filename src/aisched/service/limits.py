@@ -104,12 +104,13 @@ async def _problem(send: Send, status: int, error: str) -> None:
 
 
 def check_depth(data: bytes | str, max_depth: int = MAX_DEPTH) -> str | None:
-    """Why `data` (JSON text) nests too deep, or None. One pass over the text, skipping
-    strings, so it costs less than the parse it protects."""
+    """Why `data` (JSON text) nests too deep, saying where (line and column of the first
+    bracket past the bound), or None. One pass over the text, skipping strings, so it costs
+    less than the parse it protects."""
     text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
     depth = 0
     in_string = escaped = False
-    for ch in text:
+    for i, ch in enumerate(text):
         if in_string:
             if escaped:
                 escaped = False
@@ -122,7 +123,9 @@ def check_depth(data: bytes | str, max_depth: int = MAX_DEPTH) -> str | None:
         elif ch in "[{":
             depth += 1
             if depth > max_depth:
-                return f"nested deeper than {max_depth} levels"
+                line = text.count("\n", 0, i) + 1
+                column = i - text.rfind("\n", 0, i)
+                return f"nested deeper than {max_depth} levels at line {line}, column {column}"
         elif ch in "]}":
             depth -= 1
     return None

@@ -6,11 +6,22 @@ Times are Unix seconds (floats); resources use the units of the model (`milli_cp
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from aisched.store.db import Row
+
+
+def _no_nul(v: str) -> str:
+    if "\x00" in v:
+        raise ValueError("contains a NUL character")
+    return v
+
+
+# Text of a request body that is stored or looked up: PostgreSQL takes no text with a NUL, and
+# failed such a request as if the store failed (503).
+NoNul = Annotated[str, AfterValidator(_no_nul)]
 
 
 class TaskOut(BaseModel):
@@ -125,7 +136,7 @@ class TokenIn(BaseModel):
     admin: bool = False
     read_only: bool = False
     expires_in_s: float | None = None
-    note: str | None = Field(default=None, max_length=256)
+    note: NoNul | None = Field(default=None, max_length=256)
 
 
 class TokenOut(BaseModel):

@@ -29,8 +29,18 @@ def load_policy(spec: str) -> Policy:
     exists on disk)."""
     if spec in PRESETS:
         return preset(spec)
-    if spec.endswith((".yaml", ".yml")) or Path(spec).exists():
+    # Not "" (the path of "."): `policy: ""` was read as the current directory's policy file.
+    if spec and (spec.endswith((".yaml", ".yml")) or _exists(spec)):
         return load_policy_file(spec)
     raise SpecError(
         f"unknown policy {spec!r}; presets: {', '.join(sorted(PRESETS))}, or a YAML file"
     )
+
+
+def _exists(path: str) -> bool:
+    # Path.exists raises for a name the system refuses (longer than NAME_MAX: a traceback
+    # from `aisched up --policy`); such a name is no file, so it is a preset name or nothing.
+    try:
+        return Path(path).exists()
+    except OSError:
+        return False

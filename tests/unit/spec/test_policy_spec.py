@@ -76,6 +76,67 @@ def test_bad_policy_files_name_file_and_entry(tmp_path: Path, text: str, message
     assert message in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        (
+            "order: [{name: las, thresholds_gpu_s: [a, b]}]",
+            "policy.order[0]: las: thresholds_gpu_s: expected numbers of GPU-seconds, 0 or "
+            "more, got 'a'",
+        ),
+        ("order: [{name: las, thresholds_gpu_s: [~]}]", "got None"),
+        ("order: [{name: las, thresholds_gpu_s: [1, x]}]", "got 'x'"),
+        ("order: [{name: las, thresholds_gpu_s: [.nan]}]", "got nan"),
+        ("score: [{name: random, seed: 1.5}]", "policy.score[0].seed: expected int, got 1.5"),
+        (
+            "actions: [enqueue, {name: backfill, reservations: .nan}]",
+            "policy.actions[1].reservations: expected int, got nan",
+        ),
+        (
+            "actions: [{name: enqueue, starving_min_gpus: .nan}]",
+            "policy.actions[0]: starving_min_gpus must be 0 or more",
+        ),
+        (
+            "actions: [{name: enqueue, starving_after_s: .nan}]",
+            "policy.actions[0]: starving_after_s must be 0 (off) or more",
+        ),
+        ("score: [{name: hetero, long_s: .nan}]", "policy.score[0]: long_s must be 0 or more"),
+        ("score: [{name: hetero, large_gpus: -1}]", "large_gpus must be 0 or more, got -1"),
+    ],
+)
+def test_a_value_no_cycle_can_use_is_refused_with_its_entry(
+    tmp_path: Path, entry: str, message: str
+) -> None:
+    """Each was accepted: a threshold or seed that is no number failed every cycle (a
+    TypeError from the simulator, a service that never scheduled again); NaN turned a rule off
+    without a word."""
+    text = entry if entry.startswith("actions") else f"actions: [enqueue, allocate]\n{entry}"
+    path = write(tmp_path, text + "\n")
+    with pytest.raises(SpecError) as err:
+        load_policy(path)
+    assert str(err.value).startswith(f"{path}: policy.")
+    assert message in str(err.value)
+
+
+def test_a_policy_with_a_bad_seed_or_threshold_no_longer_fails_its_cycles() -> None:
+    """What the refused values did: every cycle that placed or ordered a job raised."""
+    from aisched.core.cycle import run_cycle
+    from aisched.core.snapshot import snapshot_of
+    from aisched.testing import cluster, job, node
+
+    snap = snapshot_of(cluster(node("n1").gpus(2)))
+    pending = (job("a").task(gpu=1).pending(attained_gpu_s=10.0),)
+    for doc in (
+        {"actions": ["enqueue", "allocate"], "score": [{"name": "random", "seed": 1.5}]},
+        {"actions": ["enqueue", "allocate"], "order": [{"name": "las", "thresholds_gpu_s": ["a"]}]},
+    ):
+        try:
+            policy = build_policy(doc)
+        except PolicyError:
+            continue
+        run_cycle(snap, pending, policy, 0.0)  # raised TypeError before the fix
+
+
 def test_unknown_preset_lists_the_presets() -> None:
     with pytest.raises(
         SpecError, match="unknown policy 'nope'; presets: bestfit, default, dotprod, drf"
@@ -83,6 +144,20 @@ def test_unknown_preset_lists_the_presets() -> None:
         load_policy("nope")
     with pytest.raises(PolicyError, match="unknown policy"):
         preset("nope")
+
+
+def test_an_empty_or_overlong_policy_name_is_no_file(tmp_path: Path) -> None:
+    # `policy: ""` (or --policy "") was read as a policy file at "", the current directory:
+    # ".: cannot read policy file: Is a directory".
+    with pytest.raises(SpecError, match="^unknown policy ''; presets: bestfit, default"):
+        load_policy("")
+    # A name longer than a file name may be: Path.exists raised OSError (a traceback).
+    with pytest.raises(SpecError, match="^unknown policy 'xxxx"):
+        load_policy("x" * 300)
+    config = tmp_path / "config.yaml"
+    config.write_text("policy: ''\n")
+    with pytest.raises(SpecError, match="^unknown policy ''; presets: "):
+        load_config(config)
 
 
 def test_build_policy_refuses_a_non_mapping() -> None:

@@ -77,8 +77,12 @@ class Enqueue:
     name: str = "enqueue"
 
     def __post_init__(self) -> None:
-        if self.starving_after_s < 0:
+        # `not x >= 0`, not `x < 0`: NaN compares as nothing, and would turn the rule off
+        # without a word.
+        if not self.starving_after_s >= 0:
             raise ValueError("starving_after_s must be 0 (off) or more")
+        if not self.starving_min_gpus >= 0:
+            raise ValueError("starving_min_gpus must be 0 or more")
         if not 0.0 <= self.starving_after_backlog < float("inf"):
             raise ValueError("starving_after_backlog must be 0 (off) or more")
         if not 0.0 <= self.due_after_median_waits < float("inf"):

@@ -63,6 +63,11 @@ class Heterogeneity:
     _table: GpuSpeeds = field(default=GpuSpeeds(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        # `not x >= 0` refuses NaN too, with which every job would be neither large nor long.
+        if not self.long_s >= 0:
+            raise ValueError(f"long_s must be 0 or more, got {self.long_s}")
+        if not self.large_gpus >= 0:
+            raise ValueError(f"large_gpus must be 0 or more, got {self.large_gpus}")
         if self.speeds is None:
             return
         if not isinstance(self.speeds, Mapping) or not all(

@@ -50,6 +50,13 @@ class Las:
     name: str = "las"
 
     def __post_init__(self) -> None:
+        # Each is compared with a job's attained GPU-seconds in every cycle: anything but a
+        # number there (a string, null) failed every cycle, and NaN compares as nothing.
+        for t in self.thresholds_gpu_s:
+            if isinstance(t, bool) or not isinstance(t, int | float) or not 0 <= t < INFINITE:
+                raise ValueError(
+                    f"las: thresholds_gpu_s: expected numbers of GPU-seconds, 0 or more, got {t!r}"
+                )
         if list(self.thresholds_gpu_s) != sorted(self.thresholds_gpu_s):
             raise ValueError("las: thresholds_gpu_s must be increasing")
 

@@ -21,13 +21,13 @@ from aisched.service.admission import NOT_STORED_CANCEL, NotStoredYet, until_sto
 from aisched.service.app import Service
 from aisched.service.auth import CallerDep
 from aisched.service.loop_types import CancelSelection
-from aisched.service.schemas import CancelOut, Problem
+from aisched.service.schemas import CancelOut, NoNul, Problem
 
 
 class BulkCancelIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     mine: bool = False
-    queue: str | None = None
+    queue: NoNul | None = None
     state: Literal["pending", "running"] | None = None
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
@@ -26,6 +28,19 @@ def problem(status: int, error: str, problems: list[str] | None = None) -> JSONR
     return JSONResponse(
         status_code=status, content=Problem(error=error, problems=problems or []).model_dump()
     )
+
+
+def no_nul(request: Request) -> None:
+    """Refuse a NUL character in a path segment or query parameter (every route's dependency).
+    PostgreSQL stores and compares no text with one: such a lookup (`/v1/jobs/1%00`,
+    `?queue=a%00`) failed in the store and was answered 503, the state database "cannot answer
+    now", for a request that was wrong."""
+    for where, params in (("path", request.path_params), ("query", request.query_params)):
+        for name, value in params.items():
+            if "\x00" in str(value):
+                raise RequestValidationError(
+                    [{"loc": (where, name), "msg": "contains a NUL character", "type": "nul"}]
+                )
 
 
 def audit(
