@@ -678,7 +678,8 @@ def test_an_engine_that_failed_its_first_probe_is_probed_again_and_runs_the_job(
         assert job["state"] == "succeeded", events
         assert logs(svc, jid).endswith(MARKER_TEXT)
         assert any("(the engine is being probed again)" in m for m in events), events
-        assert "container engine found: container engine: podman" in svc.log.read_text()
+        found = "container engine found on a new probe: container engine: podman"
+        assert found in svc.log.read_text()
     finally:
         cancel_all(svc)
         svc.stop()

@@ -9,12 +9,15 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
+import httpx
 import pytest
-from harness import Service, wait_for
+from harness import Service, free_port, wait_for
 
 PY = sys.executable
 
@@ -359,3 +362,27 @@ def test_sigusr1_writes_every_threads_stack_to_the_log_and_the_service_goes_on(
     wait_for("the stacks in the log", lambda: "aisched/service/loop.py" in service.log.read_text())
     assert "Thread 0x" in service.log.read_text()
     assert service.api.get("/v1/healthz").json()["ok"]
+
+
+def test_an_ipv6_address_is_announced_in_brackets(tmp_path: Path) -> None:
+    """`up --host ::1` says (and announces) `http://[::1]:PORT`, a URL a client can use: it
+    was `http://::1:PORT`, which no HTTP client parses."""
+    port = free_port()
+    up = subprocess.Popen(
+        [sys.executable, "-m", "aisched", "up", "--host", "::1", "--port", str(port),
+         "--insecure", "--data-dir", str(tmp_path), "--gpus", "0"],
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert up.stderr is not None
+        lines = []
+        for line in up.stderr:
+            lines.append(line)
+            if "listening on" in line:
+                break
+        url = f"http://[::1]:{port}"
+        assert lines[-1].rstrip().endswith(f"listening on {url}"), lines
+        assert httpx.get(f"{url}/v1/healthz", timeout=5).json()["ok"] is True
+    finally:
+        up.send_signal(signal.SIGTERM)
+        up.wait(30)

@@ -189,7 +189,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     deposed: list[str] = []
     try:
         host, port = sock.getsockname()[:2]
-        url = f"{'https' if tls else 'http'}://{host}:{port}"
+        # An IPv6 address goes in brackets in a URL (RFC 3986): http://[::1]:8470.
+        where = f"[{host}]" if ":" in host else host
+        url = f"{'https' if tls else 'http'}://{where}:{port}"
         app = create_app(service)
         servers = make_servers(
             app,

@@ -100,8 +100,10 @@ class EngineProbe:
             self._failed(repr(e))
         else:
             with self._lock:
+                again = self._error is not None
                 self._engine, self._error, self._probing = found, None, None
-            log.info("container engine found: %s", "; ".join(found.notes))
+            if again:  # the first probe's findings are in the start-up lines
+                log.info("container engine found on a new probe: %s", "; ".join(found.notes))
 
     def _failed(self, why: str) -> None:
         with self._lock:
