@@ -81,7 +81,7 @@ def _up(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         ("queues: [{name: a, weight: .nan}]\n", None, "queues.0.weight: "),
         ("cycle_interval: 12Q\n", None, "cycle_interval: "),
         # Path.exists raised OSError on a name too long for a file.
-        (f"policy: {'x' * 300}\n", None, "error: unknown policy 'xxx"),
+        (f"policy: {'x' * 300}\n", None, "config.yaml: policy: unknown policy 'xxx"),
         # Taken, then every step of the loop failed ("no such table: jobs").
         ("database: 'sqlite://'\n", None, "database: 'sqlite://' is an in-memory SQLite"),
         # It blamed the data directory, which was writable.

@@ -403,9 +403,16 @@ class ServiceConfig(_Model):
         except ValueError as e:
             raise SpecError(f"{source}: queues: {e}") from None
 
-    def build_policy(self, source: str = "config") -> Policy:
+    def build_policy(self, source: str = "config", from_flag: bool = False) -> Policy:
+        """The policy named or given; a SpecError says where it was named (`source`'s
+        `policy`, or `--policy` when the flag named it)."""
         if isinstance(self.policy, str):
-            return load_policy(self.policy)
+            try:
+                return load_policy(self.policy)
+            except SpecError as e:
+                raise SpecError(
+                    f"{'--policy' if from_flag else f'{source}: policy'}: {e}"
+                ) from None
         try:
             return build_policy(self.policy, name=str(self.policy.get("name") or "config"))
         except PolicyError as e:
@@ -499,5 +506,5 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
     except ValidationError as e:
         raise SpecError.from_validation_error(e, source) from None
     cfg.queue_tree(source)
-    cfg.build_policy(source)
+    cfg.build_policy(source, from_flag=(overrides or {}).get("policy") is not None)
     return cfg

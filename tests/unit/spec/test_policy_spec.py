@@ -156,8 +156,11 @@ def test_an_empty_or_overlong_policy_name_is_no_file(tmp_path: Path) -> None:
         load_policy("x" * 300)
     config = tmp_path / "config.yaml"
     config.write_text("policy: ''\n")
-    with pytest.raises(SpecError, match="^unknown policy ''; presets: "):
+    with pytest.raises(SpecError, match=f"^{config}: policy: unknown policy ''; presets: "):
         load_config(config)
+    # Named by the flag (an override), the error says so.
+    with pytest.raises(SpecError, match="^--policy: unknown policy 'nope'; presets: "):
+        load_config(config, {"policy": "nope"})
 
 
 def test_build_policy_refuses_a_non_mapping() -> None:
