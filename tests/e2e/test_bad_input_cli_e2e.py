@@ -24,7 +24,11 @@ BAD_JOB_FILES: list[tuple[str, bytes, str]] = [
     ("nul.yaml", b'command: ["a\\0b"]\n', "nul.yaml: command.0: contains a NUL character"),
     ("unit.yaml", b"command: x\nresources: {mem: 12Q}\n", "unit.yaml: resources.mem: "),
     ("nan.yaml", b"command: x\nresources: {cpus: .nan}\n", "nan.yaml: resources.cpus: "),
-    ("deep.yaml", b"command: " + b"[" * 2000 + b"]" * 2000, "deep.yaml: "),
+    (
+        "deep.yaml",
+        b"command: " + b"[" * 2000 + b"]" * 2000,
+        "deep.yaml: nested deeper than 64 levels at line 1",
+    ),
     ("latin1.yaml", b"command: caf\xe9\n", "latin1.yaml: not UTF-8 text"),
     (
         "cycle.yaml",

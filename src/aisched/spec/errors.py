@@ -174,17 +174,26 @@ def _size(n: int) -> str:
 
 def parse_yaml(text: str, source: str) -> Any:
     """The document in `text`; syntax errors become a SpecError with line and column (1-based)."""
-    return _parse(lambda: yaml.load(text, Loader=_UniqueKeyLoader), source)
+    return _parse(text, source, lambda loader: loader.get_single_data())
 
 
 def parse_yaml_all(text: str, source: str) -> list[Any]:
     """Every document of a multi-document stream (`---` between them), errors as `parse_yaml`."""
-    return _parse(lambda: list(yaml.load_all(text, Loader=_UniqueKeyLoader)), source)  # type: ignore[no-any-return]
+
+    def every(loader: _UniqueKeyLoader) -> list[Any]:
+        docs = []
+        while loader.check_data():
+            docs.append(loader.get_data())
+        return docs
+
+    return _parse(text, source, every)  # type: ignore[no-any-return]
 
 
-def _parse(load: Callable[[], Any], source: str) -> Any:
+def _parse(text: str, source: str, load: Callable[[_UniqueKeyLoader], Any]) -> Any:
+    loader: _UniqueKeyLoader | None = None
     try:
-        return load()  # safe: a SafeLoader subclass
+        loader = _UniqueKeyLoader(text)  # safe: a SafeLoader subclass; reads its first bytes
+        return load(loader)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
@@ -193,4 +202,10 @@ def _parse(load: Callable[[], Any], source: str) -> Any:
     except yaml.YAMLError as e:
         raise SpecError(f"{source}: YAML error: {e}") from None
     except RecursionError:
-        raise SpecError(f"{source}: YAML error: nested too deeply") from None
+        # Where the reader had got to: at the nesting that ran out of stack, or just past it.
+        mark = loader.get_mark() if loader is not None else None
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        raise SpecError(f"{where}: YAML error: nested too deeply") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
