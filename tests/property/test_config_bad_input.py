@@ -203,17 +203,15 @@ def _config_values(cfg: Any) -> None:
     cfg.socket_path()
     cfg.home()
     cfg.database_url()
-    for name in dir(cfg):
-        if name.endswith("_s") and callable(getattr(cfg, name)):
-            getattr(cfg, name)()
     limits = cfg.limits
     limits.log_max_bytes()
     limits.shm_max_mib()
     limits.disk_min_free_bytes()
     limits.rate_budgets()
-    for name in dir(limits):
-        if name.endswith("_s") and callable(getattr(limits, name)):
-            getattr(limits, name)()
+    for holder in (cfg, limits):  # every duration, in seconds
+        for name in dir(holder):
+            if name.endswith("_s") and callable(getattr(holder, name)):
+                getattr(holder, name)()
     cfg.max_priority(("team",))
     cfg.queue_acl("team")
 

@@ -410,9 +410,8 @@ class ServiceConfig(_Model):
             try:
                 return load_policy(self.policy)
             except SpecError as e:
-                raise SpecError(
-                    f"{'--policy' if from_flag else f'{source}: policy'}: {e}"
-                ) from None
+                where = "--policy" if from_flag else f"{source}: policy"
+                raise SpecError(f"{where}: {e}") from None
         try:
             return build_policy(self.policy, name=str(self.policy.get("name") or "config"))
         except PolicyError as e:

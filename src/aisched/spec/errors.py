@@ -195,17 +195,21 @@ def _parse(text: str, source: str, load: Callable[[_UniqueKeyLoader], Any]) -> A
         loader = _UniqueKeyLoader(text)  # safe: a SafeLoader subclass; reads its first bytes
         return load(loader)
     except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
         what = e.problem or e.context or "invalid YAML"
-        raise SpecError(f"{where}: YAML syntax error: {what}") from None
+        raise SpecError(
+            f"{_at(source, e.problem_mark or e.context_mark)}: YAML syntax error: {what}"
+        ) from None
     except yaml.YAMLError as e:
         raise SpecError(f"{source}: YAML error: {e}") from None
     except RecursionError:
         # Where the reader had got to: at the nesting that ran out of stack, or just past it.
-        mark = loader.get_mark() if loader is not None else None
-        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        where = _at(source, loader.get_mark() if loader is not None else None)
         raise SpecError(f"{where}: YAML error: nested too deeply") from None
     finally:
         if loader is not None:
             loader.dispose()
+
+
+def _at(source: str, mark: yaml.Mark | None) -> str:
+    """`source:LINE:COLUMN` (1-based) at `mark`, else `source`."""
+    return f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
