@@ -13,10 +13,11 @@ import logging
 import time
 from dataclasses import replace
 
-from aisched.core.cycle import InvariantViolation, run_cycle
+from aisched.core.cycle import CycleResult, InvariantViolation, run_cycle
 from aisched.core.decisions import Bind, Preempt, Shrink
 from aisched.core.elastic import extra_tasks_fit
-from aisched.core.snapshot import PendingJob
+from aisched.core.policy import Policy
+from aisched.core.snapshot import PendingJob, Snapshot
 from aisched.core.status import JobStatus, StatusCode
 from aisched.executors.base import task_name
 from aisched.lifecycle.admission import never_fits_now
@@ -42,8 +43,11 @@ from aisched.lifecycle.preemption import (
 from aisched.lifecycle.states import move
 from aisched.model.job import Job
 from aisched.model.states import JobState
+from aisched.service import poison
 from aisched.service.exits import Exits
 from aisched.service.live import Batch, LiveJob, LiveTask, Requests, Stop, TaskPhase
+from aisched.service.step_errors import one_line
+from aisched.service.timers import Timer
 
 log = logging.getLogger("aisched.loop")
 
@@ -76,7 +80,9 @@ class Intents(Exits):
         if etas:
             self.last_eta_at = now
         t0 = time.perf_counter()
-        result = run_cycle(snapshot, pending, self.policy if etas else self.policy_without_eta, now)
+        result = self._run_cycle(
+            snapshot, pending, self.policy if etas else self.policy_without_eta, now
+        )
         took = time.perf_counter() - t0
         self.next_cycle_not_before = t0 + took * (1 + self.config.cycle_gap_factor)
         self.stats.cycles += 1
@@ -139,6 +145,54 @@ class Intents(Exits):
         batch.flush(self.store)
         if self.config.validate:
             self._validate(now)
+
+    def _run_cycle(
+        self, snapshot: Snapshot, pending: list[PendingJob], policy: Policy, now: float
+    ) -> CycleResult:
+        """`run_cycle`; if it raises and one job alone sets it off (`poison`), that job is held
+        back for `poison.HOLD_S`, saying why, and the cycle runs without it. A failure that is
+        not one job's, or one in validate mode (tests want the bug), fails the step as before."""
+        try:
+            return run_cycle(snapshot, pending, policy, now)
+        except Exception as exc:
+            if self.config.validate:
+                raise
+            failed = exc
+        left = list(pending)
+        for _ in range(poison.MAX_HELD_PER_CYCLE):
+            found = poison.job_it_fails_on(
+                lambda part: run_cycle(snapshot, part, policy, now), left
+            )
+            if found is None:
+                raise failed
+            view, error = found
+            self._hold_poison(view.job.id, error, now)
+            left = [p for p in left if p is not view]
+            try:
+                return run_cycle(snapshot, left, policy, now)
+            except Exception as exc:
+                failed = exc
+        raise failed
+
+    def _hold_poison(self, job_id: str, error: Exception, now: float) -> None:
+        """Leave a job the cycle fails on out of cycles for `poison.HOLD_S` (its retry
+        backoff's field and timer), with the error in its status and events and the traceback
+        in the log: a bug to report, which the job's owner cannot mend."""
+        lj = self.jobs[job_id]
+        lj.not_before = now + poison.HOLD_S
+        batch = self.batch
+        batch.job(lj.id, not_before=lj.not_before)
+        self.timers.add(lj.not_before, Timer.BACKOFF, lj.id)
+        self.stats.held_for_cycle_errors += 1
+        until = time.strftime("%H:%M:%S", time.localtime(lj.not_before))
+        why = (
+            f"held until {until}: the scheduler fails on this job (a bug, logged: "
+            f"{type(error).__name__}: {one_line(error)}); the other jobs are scheduled "
+            "without it, and it is tried again then"
+        )
+        log.error("job %s: %s", lj.id, why, exc_info=error)
+        batch.event(now, lj.id, "held", why)
+        self._write_status(lj, JobStatus(StatusCode.NOT_CONSIDERED, why, lj.not_before), batch)
 
     def _gave_up(self, lj: LiveJob, why: str) -> str:
         """`why` a job fails as never fitting, naming the nodes it waited for that are still

@@ -135,4 +135,5 @@ class LoopStats:
 
     cycles: int = 0
     last_cycle_s: float = 0.0
+    held_for_cycle_errors: int = 0  # jobs a cycle failed on alone, held back (`poison`)
     cycle_durations: list[float] | None = None

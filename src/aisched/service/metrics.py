@@ -69,6 +69,12 @@ class _SchedulerCollector(Collector):
         yield CounterMetricFamily(
             "aisched_jobs_submitted", "Jobs accepted by the service.", value=self._submitted_high
         )
+        yield CounterMetricFamily(
+            "aisched_jobs_held_for_cycle_errors",
+            "Times a job was held back because the scheduling cycle failed on it alone (a bug; "
+            "the other jobs were scheduled without it).",
+            value=s.stats.held_for_cycle_errors,
+        )
         yield from self._queues(per_queue)
         yield from self._allocation()
         yield self._gpus()
