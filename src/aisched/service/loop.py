@@ -134,8 +134,11 @@ class Scheduler(Recovery, BulkCancels):
                 if not cmd.future.done():
                     cmd.future.set_exception(exc)
                 raise
-        for ev in self.executor.poll():
-            self._on_exit(ev, batch, now)
+        exits = self.exits_due
+        exits.extend(self.executor.poll())
+        while exits:
+            # Taken off first: one whose handling raises (a bug) would fail every step again.
+            self._on_exit(exits.popleft(), batch, now)
         self._timers(batch, now)
         self._recheck_dependents(batch, now)  # what a failed step left undone, if anything
         self.retention.forget_ended(self.store, batch, now)

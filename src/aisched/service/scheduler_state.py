@@ -20,7 +20,7 @@ import math
 import queue
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -122,6 +122,10 @@ class SchedulerState:
         # waits go on once every exit of the step is in (`intents._timers`).
         self.freed_now: list[tuple[str, tuple[TaskBinding, ...]]] = []
         self.commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
+        # Exits taken from the executor and not handled yet: `poll` hands each over once, so
+        # the ones behind an exit whose handling raised wait here for the next step rather
+        # than being lost with the failed one (their jobs would run for ever in the books).
+        self.exits_due: deque[TaskExited] = deque()
         # Jobs held back until the jobs they depend on have ended (pipelines), and whether
         # their re-checks are being worked through (`Exits._recheck_dependents`).
         self.pipelines = Pipelines(store)

@@ -1,6 +1,10 @@
-"""A job the scheduling cycle fails on (a bug that one job's spec sets off, here a filter
-plugin that raises on one job name) is held back for a while and every other job is scheduled
-without it; before, every step failed and no one's job started again until a restart."""
+"""A bug that one job or one event sets off must not stop the others.
+
+A job the scheduling cycle fails on (here a filter plugin that raises on one job name) is held
+back for a while and every other job is scheduled without it; before, every step failed and no
+one's job started again until a restart. The task exits taken from the executor behind one
+whose handling raised are handled in the next step; before, they were lost with the step, and
+their jobs ran for ever in the service's books."""
 
 from __future__ import annotations
 
@@ -14,11 +18,14 @@ from world import World, new_world
 from aisched.core.policy import preset
 from aisched.core.session import Session
 from aisched.core.snapshot import BoolArray, PendingJob
+from aisched.executors.base import TaskExited
 from aisched.model.job import Job
 from aisched.model.queue import QueueTree
 from aisched.model.resources import Resources
 from aisched.predict.runtime import RuntimePredictor
 from aisched.service import poison
+from aisched.service.exits import Exits
+from aisched.service.live import Batch
 from aisched.service.loop import LoopConfig, Scheduler
 from aisched.service.metrics import Metrics
 from aisched.testing import job
@@ -177,3 +184,26 @@ def test_no_single_job_is_blamed_for_a_mix_or_for_what_fails_without_any() -> No
         raise RuntimeError("the running jobs set it off")
 
     assert poison.job_it_fails_on(always, pending) is None
+
+
+def test_exits_behind_one_whose_handling_raised_are_handled_in_the_next_step(
+    w: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = w.submit(job("a").task(1, gpu=1).build())
+    b = w.submit(job("b").task(1, gpu=1).build())
+    c = w.submit(job("c").task(1, gpu=1).build())
+    real = Exits._on_exit
+
+    def on_exit(self: Exits, ev: TaskExited, batch: Batch, now: float) -> None:
+        if ev.key[0] == b:
+            raise RuntimeError("a bug met by this exit")
+        real(self, ev, batch, now)
+
+    monkeypatch.setattr(Exits, "_on_exit", on_exit)
+    for job_id in (a, b, c):
+        (key,) = w.fx.keys(job_id)
+        w.fx.exit(key, 0)
+    with pytest.raises(RuntimeError, match="a bug met by this exit"):
+        w.sched.step()
+    w.sched.step()
+    assert [w.state(i)["state"] for i in (a, b, c)] == ["succeeded", "running", "succeeded"]
