@@ -11,6 +11,7 @@ is refused tells that user nothing of a path it may not see.
 
 from __future__ import annotations
 
+import grp
 import json
 import os
 import shutil
@@ -22,7 +23,7 @@ from pathlib import Path
 import pytest
 from container_image import build_test_image, missing_tools
 from harness import Service, local_service
-from users import User
+from users import GROUP, User
 
 pytestmark = pytest.mark.usefixtures("local_users")
 
@@ -180,3 +181,40 @@ def test_a_container_tasks_refusal_tells_the_user_nothing_of_what_it_may_not_see
         assert sorted(os.listdir(secret)) == [ckpt.name]
     finally:
         shutil.rmtree(secret, ignore_errors=True)
+
+
+@pytest.mark.skipif(
+    (why := missing_tools()) is not None or os.geteuid() != 0,
+    reason=why or "the container tests run rootful podman (CI runs as root)",
+)
+def test_a_container_tasks_checkpoint_directory_is_made_with_its_users_groups(
+    service: Service, local_users: dict[str, User]
+) -> None:
+    # alice's checkpoints live in her directory of a team disk she enters as a member of the
+    # team's group (root:aisteam 0750). Before, the directory was made as her without her
+    # supplementary groups: "Permission denied", and the job failed.
+    image = build_test_image()
+    alice = local_users["alice"]
+    jid, ckpt = next_checkpoint_dir(service, alice, image)
+    team = Path(tempfile.mkdtemp(prefix="ais-team-"))
+    try:
+        os.chown(team, 0, grp.getgrnam(GROUP).gr_gid)
+        team.chmod(0o750)
+        mine = team / "alice"
+        mine.mkdir(mode=0o700)
+        os.chown(mine, alice.uid, alice.gid)
+        shutil.rmtree(ckpt.parent)
+        ckpt.parent.symlink_to(mine)
+        os.lchown(ckpt.parent, alice.uid, alice.gid)
+        got = submit(service, alice, "true", image)
+        assert got == jid
+        job = service.wait_state(jid, "succeeded", "failed", timeout_s=120)
+        assert job["state"] == "succeeded", job["message"]
+        made = mine / ckpt.name
+        assert (made.is_dir(), made.owner(), oct(made.stat().st_mode & 0o777)) == (
+            True,
+            alice.name,
+            "0o700",
+        )
+    finally:
+        shutil.rmtree(team, ignore_errors=True)

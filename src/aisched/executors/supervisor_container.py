@@ -38,11 +38,12 @@ if TYPE_CHECKING:
 EXPORT_TIMEOUT_S = 900.0
 
 
-def _make_dir(path: str, owner: list[int] | None) -> None:
-    """`path` made by `owner` (uid, gid), the leaf 0700, its missing parents its own too; by
-    the service, 0755, without one. Raises ExecFailed with the reason."""
+def _make_dir(path: str, owner: list[int] | None, groups: Sequence[int]) -> None:
+    """`path` made by `owner` (uid, gid) with its supplementary `groups` (the rights it looks
+    the path up with), the leaf 0700, its missing parents its own too; by the service, 0755,
+    without one. Raises ExecFailed with the reason."""
     if owner:
-        why = _run_as(owner, (), ["mkdir", "-p", "-m", "700", "--", path])
+        why = _run_as(owner, groups, ["mkdir", "-p", "-m", "700", "--", path])
         if why is not None:
             raise ExecFailed(126, f"cannot make {path}: {why}")
         return
@@ -579,7 +580,7 @@ class Container:
         for path in self.spec.get("make_dirs") or ():
             real = self.own_resolved(path, uid)
             if not real:
-                _make_dir(path, owner)
+                _make_dir(path, owner, self.spec.get("owner_groups") or ())
                 real = self.own_resolved(path, uid)
             if not real:  # made, then gone: the user's doing
                 raise ExecFailed(126, f"checkpoint directory {path}: removed as it was made")
