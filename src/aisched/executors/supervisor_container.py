@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 # like every engine command here: a hung engine must fail the task's start, not hold it for
 # ever.
 EXPORT_TIMEOUT_S = 900.0
+# Of `export`'s errors, the last this many bytes are read (its last line says why it failed).
+_ERRORS_KEPT = 64 * 1024
 
 
 def _make_dir(path: str, owner: list[int] | None, groups: Sequence[int]) -> None:
@@ -233,12 +235,6 @@ class _TimedPipe:
         if left_ms <= 0 or not self.poller.poll(left_ms):
             raise TimeoutError(f"no end of its output by the deadline (fd {self.fd})")
         return os.read(self.fd, size if size > 0 else 1 << 16)
-
-    def read_all(self) -> bytes:
-        chunks = []
-        while chunk := self.read():
-            chunks.append(chunk)
-        return b"".join(chunks)
 
 
 class Container:
@@ -510,33 +506,47 @@ class Container:
         the start fails, naming the export."""
         import subprocess
         import tarfile
+        import tempfile
         import time
 
         deadline = time.monotonic() + self.export_timeout_s
-        proc = subprocess.Popen([self.binary, "export", self.name], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=self.env, cwd=self.cwd)  # fmt: skip
-        assert proc.stdout is not None and proc.stderr is not None
-        try:
-            kind_of = _exported_kinds(_TimedPipe(proc.stdout.fileno(), deadline), paths)
-            proc.stdout.close()  # the archive's end is all it has to say
-            err = _TimedPipe(proc.stderr.fileno(), deadline).read_all().decode(errors="replace")
-            proc.wait(max(0.0, deadline - time.monotonic()))
-        except (TimeoutError, subprocess.TimeoutExpired):
-            raise ExecFailed(
-                125,
-                f"container {self.name} could not be read: `{self.binary} export` did not end "
-                f"within {self.export_timeout_s:g} s (is the engine hung?): killed",
-            ) from None
-        except (OSError, tarfile.TarError) as exc:
-            raise ExecFailed(125, f"container {self.name} could not be read: {exc}") from None
-        finally:
-            if proc.returncode is None:  # it failed or timed out: not left running
-                proc.kill()
-                proc.wait()
-            proc.stdout.close()
-            proc.stderr.close()
-        if proc.returncode != 0:
-            raise ExecFailed(125, f"container {self.name} could not be read: {_last(err)}")
+        # Its errors go to a file, not a pipe read after the archive: an engine that fills a
+        # pipe's 64 KiB with warnings before the archive ends would block on it, the archive
+        # would stop, and the start would fail as if the engine were hung.
+        with tempfile.TemporaryFile() as errors:
+            proc = subprocess.Popen([self.binary, "export", self.name], stdout=subprocess.PIPE,
+                                    stderr=errors, env=self.env, cwd=self.cwd)  # fmt: skip
+            assert proc.stdout is not None
+            unread = ""  # why the archive could not be read, if it could not
+            try:
+                try:
+                    kind_of = _exported_kinds(_TimedPipe(proc.stdout.fileno(), deadline), paths)
+                except (OSError, tarfile.TarError) as exc:
+                    unread = str(exc) or type(exc).__name__
+                proc.stdout.close()  # the archive's end is all it has to say
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except (TimeoutError, subprocess.TimeoutExpired):
+                raise ExecFailed(
+                    125,
+                    f"container {self.name} could not be read: `{self.binary} export` did not "
+                    f"end within {self.export_timeout_s:g} s (is the engine hung?): killed",
+                ) from None
+            finally:
+                if proc.returncode is None:  # it timed out: not left running
+                    proc.kill()
+                    proc.wait()
+                proc.stdout.close()
+            errors.seek(max(0, errors.seek(0, os.SEEK_END) - _ERRORS_KEPT))
+            err = errors.read().decode(errors="replace")
+        if unread or proc.returncode != 0:
+            # What the engine said, beside what it left of the archive (an engine that failed
+            # says why better than an archive cut short does).
+            said = _last(err) if proc.returncode != 0 and err.strip() else ""
+            if not unread:
+                why = said or f"`{self.binary} export` exited with {proc.returncode}"
+            else:
+                why = f"{unread} ({said})" if said else unread
+            raise ExecFailed(125, f"container {self.name} could not be read: {why}")
         return kind_of
 
     def make_mount_point(self, path: str, is_dir: bool) -> None:

@@ -506,6 +506,31 @@ def test_an_export_that_never_ends_fails_the_start_and_is_killed(tmp_path: Path)
     ]
 
 
+def test_an_export_that_warns_more_than_a_pipe_holds_is_read_whole(tmp_path: Path) -> None:
+    # 200 KB of warnings before the archive: before, they filled a pipe read only after the
+    # archive, the engine blocked on it, and the start failed as if the engine were hung.
+    import tarfile
+
+    from aisched.executors.supervisor_container import Container
+    from aisched.executors.task_files import ExecFailed
+
+    with tarfile.open(tmp_path / "rootfs.tar", "w") as tar:
+        entry = tarfile.TarInfo("data")
+        entry.type, entry.linkname = tarfile.SYMTYPE, "/elsewhere"
+        tar.addfile(entry)
+    warn = "head -c 200000 /dev/zero | tr '\\0' w >&2; echo >&2; echo 'last warning' >&2"
+    spec = _docker_on_vfs(tmp_path, f"{warn}; cat {tmp_path}/rootfs.tar")
+    with pytest.raises(ExecFailed) as err:
+        Container(spec, str(tmp_path), export_timeout_s=20).refuse_image_links()
+    assert err.value.message.startswith("image img: /data is a symbolic link on the way")
+    # An export that fails is still told by its last line of errors, however many came first
+    # (before, a failed export was told only by what it left of the archive: `empty file`).
+    spec = _docker_on_vfs(tmp_path, f"{warn}; exit 1")
+    with pytest.raises(ExecFailed) as err:
+        Container(spec, str(tmp_path), export_timeout_s=20).refuse_image_links()
+    assert err.value.message == "container n could not be read: empty file (last warning)"
+
+
 def test_an_export_is_read_whole_within_its_bound(tmp_path: Path) -> None:
     # The image's /data is a link: the mount at /data/w would be made where it leads.
     import tarfile
