@@ -26,21 +26,22 @@ from aisched.predict.runtime import RuntimePredictor
 from aisched.service import poison
 from aisched.service.exits import Exits
 from aisched.service.live import Batch
-from aisched.service.loop import LoopConfig, Scheduler
+from aisched.service.loop import LoopConfig, Rejected, Scheduler
 from aisched.service.metrics import Metrics
 from aisched.testing import job
 
 
 @dataclass(frozen=True)
 class BuggyFilter:
-    """A filter plugin with a bug that only jobs of the names in `fails_on` meet, and only
-    when placed for real (the check at submission, on the empty cluster, passes)."""
+    """A filter plugin with a bug that only jobs of the names in `fails_on` meet, when placed
+    for real (and, with `at_submission`, in the check at submission on the empty cluster)."""
 
     fails_on: set[str] = field(default_factory=set)
     name: str = "buggy"
+    at_submission: bool = False  # the check at submission meets it too
 
     def mask(self, session: Session, job: Job, request: Resources) -> BoolArray | None:
-        if job.name in self.fails_on and not session.imagine_empty:
+        if job.name in self.fails_on and (self.at_submission or not session.imagine_empty):
             raise KeyError(f"no role for {job.name!r}")
         return None
 
@@ -207,3 +208,23 @@ def test_exits_behind_one_whose_handling_raised_are_handled_in_the_next_step(
         w.sched.step()
     w.sched.step()
     assert [w.state(i)["state"] for i in (a, b, c)] == ["succeeded", "running", "succeeded"]
+
+
+def test_a_submission_the_admission_check_fails_on_is_refused_and_the_step_goes_on(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    """Before, the check's error failed the whole step: the other commands behind it waited
+    for the back-off, and readiness said the step was failing, refusing everyone's jobs."""
+    w = _buggy_world(tmp_path, database_url, BuggyFilter({"poison"}, at_submission=True))
+    bad = w.sched.submit(job("poison").name("poison").task(1, gpu=1).build())
+    good = w.sched.submit(job("good").name("good").task(1, gpu=1).build())
+    w.sched.step()
+    with pytest.raises(Rejected) as refused:
+        bad.result(0)
+    assert refused.value.status == 500
+    assert str(refused.value) == (
+        "the scheduler failed on this job (a bug, logged: KeyError: \"no role for 'poison'\"); "
+        "nothing of it was kept"
+    )
+    assert w.state(str(good.result(0)["id"]))["state"] == "running"
+    assert not w.sched.step_errors.failing

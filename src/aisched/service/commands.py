@@ -106,6 +106,23 @@ class Commands(Intents):
         self.wake.set()
         return fut
 
+    def _refusal(self, job: Job, now: float) -> Rejected | None:
+        """Why `job` is refused now (it can never run here), or None. A bug that the check
+        meets on this job alone (it is the core's placement, plugins included) refuses it
+        with 500 and is logged: the step goes on for every other caller's commands, where a
+        raise would fail it (readiness with it) as often as the job is sent."""
+        try:
+            why = refusal(self._admitting_against(now), self.policy, job)
+        except Exception as exc:
+            log.error("the admission check failed on a submission of %s (a bug)", job.user,
+                      exc_info=exc)  # fmt: skip
+            return Rejected(
+                f"the scheduler failed on this job (a bug, logged: {type(exc).__name__}: "
+                f"{one_line(exc)}); nothing of it was kept",
+                500,
+            )
+        return None if why is None else Rejected(why)
+
     def _on_submit(self, cmd: SubmitCommand, batch: Batch, now: float) -> None:
         try:
             earlier = self._idempotent(cmd.job.user, cmd.idempotency_key, 1)
@@ -122,9 +139,9 @@ class Commands(Intents):
         if (past := self._past_user_limit(cmd.job.user, jobs_counted(cmd.job))) is not None:
             cmd.future.set_exception(Rejected(past, 429))
             return
-        why = refusal(self._admitting_against(now), self.policy, cmd.job)
+        why = self._refusal(cmd.job, now)
         if why is not None:
-            cmd.future.set_exception(Rejected(why))
+            cmd.future.set_exception(why)
             return
         row = self._admit(cmd.job, cmd.fmt, cmd.warnings, cmd.received_at, batch)
         self._remember_key(cmd.job.user, cmd.idempotency_key, [row], batch)
@@ -151,9 +168,9 @@ class Commands(Intents):
             cmd.future.set_exception(Rejected(past, 429))
             return
         for job, _fmt, _warnings in cmd.items:
-            why = refusal(self._admitting_against(now), self.policy, job)
+            why = self._refusal(job, now)
             if why is not None:
-                cmd.future.set_exception(Rejected(f"job {job.name!r}: {why}"))
+                cmd.future.set_exception(Rejected(f"job {job.name!r}: {why}", why.status))
                 return
         ids = [str(self.next_seq + i) for i in range(len(cmd.items))]
         try:
