@@ -27,6 +27,12 @@ from users import GROUP, User
 
 pytestmark = pytest.mark.usefixtures("local_users")
 
+# The container tests here run root's podman (CI runs as root).
+rootful_podman = pytest.mark.skipif(
+    (why := missing_tools()) is not None or os.geteuid() != 0,
+    reason=why or "the container tests run rootful podman (CI runs as root)",
+)
+
 # What the jobs here save, and how a host job saves it.
 SAVED = "alice's weights"
 SAVE = f'echo "{SAVED}" > "$AISCHED_CHECKPOINT_DIR/state"'
@@ -67,6 +73,14 @@ def next_checkpoint_dir(svc: Service, user: User, image: str | None = None) -> t
     svc.wait_state(first, "succeeded", timeout_s=60)
     nxt = str(int(first) + 1)
     return nxt, Path(svc.job(first)["checkpoint_dir"].removesuffix(f"-{first}") + f"-{nxt}")
+
+
+def checkpoints_at(user: User, ckpt: Path, target: Path) -> None:
+    """`user`'s checkpoints directory (the parent of `ckpt`) made a link of theirs to
+    `target`."""
+    shutil.rmtree(ckpt.parent)
+    ckpt.parent.symlink_to(target)
+    os.lchown(ckpt.parent, user.uid, user.gid)
 
 
 def as_user(user: User, *argv: str) -> None:
@@ -149,10 +163,7 @@ def test_a_checkpoint_directory_of_her_own_in_her_own_home_is_used(
         shutil.rmtree(elsewhere, ignore_errors=True)
 
 
-@pytest.mark.skipif(
-    (why := missing_tools()) is not None or os.geteuid() != 0,
-    reason=why or "the container tests run rootful podman (CI runs as root)",
-)
+@rootful_podman
 def test_a_container_tasks_refusal_tells_the_user_nothing_of_what_it_may_not_see(
     service: Service, local_users: dict[str, User]
 ) -> None:
@@ -166,9 +177,7 @@ def test_a_container_tasks_refusal_tells_the_user_nothing_of_what_it_may_not_see
     secret = Path(tempfile.mkdtemp(prefix="ais-"))  # root's, 0700
     try:
         (secret / ckpt.name).mkdir()
-        shutil.rmtree(ckpt.parent)
-        ckpt.parent.symlink_to(secret)
-        os.lchown(ckpt.parent, alice.uid, alice.gid)
+        checkpoints_at(alice, ckpt, secret)
         messages: list[str] = []
         for expected in (jid, str(int(jid) + 1)):
             got = submit(service, alice, "true", image)
@@ -183,10 +192,7 @@ def test_a_container_tasks_refusal_tells_the_user_nothing_of_what_it_may_not_see
         shutil.rmtree(secret, ignore_errors=True)
 
 
-@pytest.mark.skipif(
-    (why := missing_tools()) is not None or os.geteuid() != 0,
-    reason=why or "the container tests run rootful podman (CI runs as root)",
-)
+@rootful_podman
 def test_a_container_tasks_checkpoint_directory_is_made_with_its_users_groups(
     service: Service, local_users: dict[str, User]
 ) -> None:
@@ -203,9 +209,7 @@ def test_a_container_tasks_checkpoint_directory_is_made_with_its_users_groups(
         mine = team / "alice"
         mine.mkdir(mode=0o700)
         os.chown(mine, alice.uid, alice.gid)
-        shutil.rmtree(ckpt.parent)
-        ckpt.parent.symlink_to(mine)
-        os.lchown(ckpt.parent, alice.uid, alice.gid)
+        checkpoints_at(alice, ckpt, mine)
         got = submit(service, alice, "true", image)
         assert got == jid
         job = service.wait_state(jid, "succeeded", "failed", timeout_s=120)
