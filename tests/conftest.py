@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -42,3 +43,36 @@ def database_url(request: pytest.FixtureRequest) -> str | None:
         return None
     server: postgres.PostgresServer = request.getfixturevalue("pg_server")
     return server.create_database()
+
+
+# Under pytest-xdist (`--dist loadgroup`), the tests that share what the machine has once and a
+# test cannot have its own of run on one worker, one after another: the Ray cluster of
+# tests/ray (Ray's /tmp/ray, the nodes' state in /run/aisched-ray), and the real local users
+# (tests plant and remove alice's ~/.aisched, where her jobs keep their checkpoints, and each
+# rootless podman test stops her podman, and its containers, as it ends).
+SHARED_MACHINE = "ray-and-local-users"
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    ray = Path(__file__).parent / "ray"
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        if item.path.is_relative_to(ray) or "local_users" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group(SHARED_MACHINE))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A pytest-xdist worker stops at once if `--dist loadgroup` would not keep a group's tests
+    on one worker: it names each test it sends with its `xdist_group` (node id `...@group`),
+    which a pytest it does not support may silently drop (pytest 9.2 with xdist 3.8); the
+    tests that share a resource of the machine would then run side by side."""
+    if not session.config.getoption("loadgroup", False):  # not a worker of --dist loadgroup
+        return
+    for item in session.items:
+        if item.get_closest_marker("xdist_group") is not None and "@" not in item.nodeid:
+            raise pytest.UsageError(
+                f"{item.nodeid}: its xdist_group is not in its node id, so pytest-xdist would "
+                "not keep it on its group's worker (see the pytest pin in pyproject.toml)"
+            )

@@ -20,6 +20,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from harness import machine_lock
+
 MARKER = "/etc/aisched-test-image"
 MARKER_TEXT = "inside the aisched test image\n"
 SKIP_STDLIB = {"test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "pydoc_data",
@@ -88,9 +90,11 @@ def build_test_image(as_user: Sequence[str] = (), engine: Sequence[str] = ("podm
     key = hashlib.sha256(f"{busybox.stat().st_size}{python}{stdlib}{MARKER_TEXT}v1".encode())
     name = f"localhost/aisched-test:{key.hexdigest()[:12]}"
     exists = [*as_user, *engine, "image", "inspect", "--format", "{{.Id}}", name]
-    if subprocess.run(exists, check=False, capture_output=True).returncode == 0:
-        return name
-    with tempfile.TemporaryDirectory() as tmp:
+    # One build at a time on this machine: a second import of the name by another pytest
+    # worker would move the name to a new image under the first worker's tests.
+    with machine_lock("test-image"), tempfile.TemporaryDirectory() as tmp:
+        if subprocess.run(exists, check=False, capture_output=True).returncode == 0:
+            return name
         Path(tmp).chmod(0o755)  # the other user's podman reads the tar
         path = Path(tmp) / "rootfs.tar"
         write_rootfs(path, busybox, python, stdlib)

@@ -10,6 +10,7 @@ adopts them), so teardown cancels every live job before stopping it.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import random
@@ -30,22 +31,57 @@ import httpx
 # Ports the kernel never hands out by itself (below its ephemeral range, where every outgoing
 # connection takes its local port) and above Ray's workers' own (10002-19999 by default).
 PORTS_FROM = 20000
+# The ports this process handed out lately: a test may pick two before it starts either.
+_handed_out: set[int] = set()
+
+
+def _my_ports(low: int) -> range:
+    """This pytest worker's share of [PORTS_FROM, low): its own slice under pytest-xdist, so
+    that a port one worker found free is not found free by another before its service binds
+    it (the whole range when run without workers)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    span = (low - PORTS_FROM) // count
+    start = PORTS_FROM + int(worker) * span
+    return range(start, start + span)
 
 
 def free_port() -> int:
     """A port free now that only an explicit bind can take before the service binds it: one
     from the ephemeral range (a bind to port 0) was taken once by an outgoing connection of
-    Ray's, during the minute a service on Ray takes to start, and that start failed."""
+    Ray's, during the minute a service on Ray takes to start, and that start failed. Not one
+    this process handed out lately, nor one another pytest worker may hand out."""
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = _my_ports(low) if low > PORTS_FROM + 1000 else range(0, 1)
+    if len(_handed_out) > len(ports) // 2:
+        _handed_out.clear()
     for _ in range(200):
-        port = random.randrange(PORTS_FROM, low) if low > PORTS_FROM + 1000 else 0
+        port = random.choice(ports)
+        if port in _handed_out:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return int(s.getsockname()[1])
+            port = int(s.getsockname()[1])
+            if port:
+                _handed_out.add(port)
+            return port
     raise AssertionError("no free port found below the ephemeral range")
+
+
+@contextmanager
+def machine_lock(name: str) -> Iterator[None]:
+    """Held by one process of this machine at a time (an flock): for what the tests make once
+    per machine (local users, images), which two pytest workers would otherwise make at once."""
+    path = Path(tempfile.gettempdir(), f"aisched-tests-{name}.lock")
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 30.0) -> Any:

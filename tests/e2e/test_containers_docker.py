@@ -10,6 +10,7 @@ with the reason where it is absent.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -38,7 +39,11 @@ def _why_not() -> str | None:
     return None
 
 
-pytestmark = pytest.mark.skipif((why := _why_not()) is not None, reason=why or "")
+pytestmark = [
+    pytest.mark.skipif((why := _why_not()) is not None, reason=why or ""),
+    # One pytest worker starts the module's dockerd, not each worker one of its own.
+    pytest.mark.xdist_group("dockerd"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -184,7 +189,10 @@ def test_a_users_docker_container_holds_its_pinned_volume_until_it_ends(
         svc.wait_state(jid, "running", timeout_s=60)
         # Listed before it has run its `ls`: the file that ends it is made once it has.
         wait_for("its ls", lambda: svc.cli("logs", jid).stdout == "mine\n", 60)
-        held = [n for n in os.listdir(PIN_ROOT) if f"-{jid}." in n and n.endswith(".main-0")]
+        # Its container's own (another pytest worker's service may pin a job of this id).
+        instance = hashlib.sha256(str((svc.home / "tasks").resolve()).encode()).hexdigest()[:10]
+        mine = f"-aisched-{instance}-{jid}.1.main-0"
+        held = [n for n in os.listdir(PIN_ROOT) if n.endswith(mine)]
         # The volume, the working directory (his home, submitted from) and the checkpoint's.
         assert len(held) == 1 and sorted(os.listdir(os.path.join(PIN_ROOT, held[0]))) == [
             "0", "1", "2"

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from harness import machine_lock
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 GROUP = "aisteam"
@@ -97,10 +98,13 @@ def local_users() -> Iterator[dict[str, User]]:
     """alice (in group aisteam) and bob, as real accounts; skipped unless run as root."""
     if os.geteuid() != 0 or shutil.which("useradd") is None or shutil.which("setpriv") is None:
         pytest.skip("needs root, useradd and setpriv (util-linux) to make real local users")
-    subprocess.run(["groupadd", "--force", GROUP], check=True)
     names = {"alice": "aisalice", "bob": "aisbob"}
-    _ensure_user(names["alice"], (GROUP,))
-    _ensure_user(names["bob"], ())
+    # Each pytest worker asks: one at a time, or both see a user missing and the second
+    # useradd fails (or finds /etc/passwd locked by the first).
+    with machine_lock("users"):
+        subprocess.run(["groupadd", "--force", GROUP], check=True)
+        _ensure_user(names["alice"], (GROUP,))
+        _ensure_user(names["bob"], ())
     users: dict[str, User] = {}
     for key, name in names.items():
         pw = pwd.getpwnam(name)

@@ -75,6 +75,16 @@ def test_simulate_report_writes_index_html(
     assert f"report: {folder / 'index.html'}" in capsys.readouterr().out
 
 
+def test_a_reports_long_path_is_printed_on_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Wider than the console: rich broke the line after "report:", and so the path read back
+    # from the output (under pytest-xdist's longer temporary paths, too).
+    folder = tmp_path / ("deep-" * 20) / "run1"
+    assert main([*SMALL, "--policy", "fifo", "--report", str(folder)]) == 0
+    assert f"report: {folder / 'index.html'}\n" in capsys.readouterr().out
+
+
 def test_without_matplotlib_it_says_how_to_get_it_before_simulating(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

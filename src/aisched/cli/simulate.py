@@ -308,7 +308,7 @@ def run(args: argparse.Namespace) -> int:
             page = write_report(args.report, results, series, meta)
         except OSError as e:
             raise CLIError(f"--report: cannot write {args.report}: {e.strerror or e}") from None
-        out.print(f"report: {page}")
+        out.print(f"report: {page}", soft_wrap=True)  # a path to copy, never broken
     return 0
 
 
