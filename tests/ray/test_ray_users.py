@@ -5,7 +5,6 @@ root, so they can switch; a worker that cannot refuses the task instead)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -16,7 +15,7 @@ import pytest
 from harness import Service, wait_for
 from users import User
 
-from aisched.executors.ray_executor import namespace_for
+from aisched.executors.ray_executor import _instance, namespace_for
 from aisched.executors.runas import USER_PATH
 from aisched.executors.supervisor_pins import PIN_ROOT
 
@@ -74,7 +73,7 @@ def test_a_users_container_on_ray_mounts_the_volume_its_agent_pinned(
     assert wait_for("its output", lambda: alice.aisched("logs", jid, env=env).stdout) == "mine\n"
     assert (data / "out").read_text() == f"{alice.uid}\n"
     # None of its container's (another pytest worker's service may pin a job of this id).
-    instance = hashlib.sha256(namespace_for(str(ray_service.home)).encode()).hexdigest()[:10]
+    instance = _instance(namespace_for(str(ray_service.home)))
     assert [n for n in os.listdir(PIN_ROOT) if f"-aisched-{instance}-{jid}." in n] == []
 
 
