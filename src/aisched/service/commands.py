@@ -25,6 +25,7 @@ from aisched.lifecycle.services import replica_name, replicas_within, surplus
 from aisched.lifecycle.states import move
 from aisched.model.job import Job, JobKind
 from aisched.model.states import JobState
+from aisched.service import poison
 from aisched.service.intents import Intents
 from aisched.service.launches import free_port
 from aisched.service.live import Batch, LiveJob, Stop
@@ -117,8 +118,7 @@ class Commands(Intents):
             log.error("the admission check failed on a submission of %s (a bug)", job.user,
                       exc_info=exc)  # fmt: skip
             return Rejected(
-                f"the scheduler failed on this job (a bug, logged: {type(exc).__name__}: "
-                f"{one_line(exc)}); nothing of it was kept",
+                f"the scheduler failed on this job ({poison.a_bug(exc)}); nothing of it was kept",
                 500,
             )
         return None if why is None else Rejected(why)

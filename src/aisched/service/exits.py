@@ -10,7 +10,6 @@ if its wait goes on once every exit of the step is in (`intents._timers`,
 from __future__ import annotations
 
 import logging
-import time
 from functools import partial
 
 from aisched.core.decisions import Bind
@@ -22,8 +21,7 @@ from aisched.lifecycle.states import move
 from aisched.model.states import JobState
 from aisched.service.launches import Launches
 from aisched.service.live import Batch, LiveJob, Stop, TaskPhase
-from aisched.service.scheduler_state import jobs_counted
-from aisched.service.timers import Timer
+from aisched.service.scheduler_state import clock, jobs_counted
 
 log = logging.getLogger("aisched.loop")
 
@@ -100,21 +98,12 @@ class Exits(Launches):
             if planned is not None:
                 self.restarts.append(planned)
         elif isinstance(nxt, Requeue):
-            if nxt.not_before is not None:
-                lj.not_before = nxt.not_before
-                batch.job(lj.id, not_before=lj.not_before)
-                self.timers.add(lj.not_before, Timer.BACKOFF, lj.id)
-                job = lj.job
-                self._write_status(
-                    lj,
-                    JobStatus(
-                        StatusCode.WAIT_RESOURCES,
-                        f"retry {lj.failures} of {job.max_retries} after a failure, "
-                        f"not before {time.strftime('%H:%M:%S', time.localtime(lj.not_before))}",
-                        lj.not_before,
-                    ),
-                    batch,
+            if (until := nxt.not_before) is not None:
+                why = (
+                    f"retry {lj.failures} of {lj.job.max_retries} after a failure, "
+                    f"not before {clock(until)}"
                 )
+                self._hold_until(lj, JobStatus(StatusCode.WAIT_RESOURCES, why, until), batch)
             batch.event(now, lj.id, nxt.event, nxt.message)
             self._requeue(lj, batch, now)
         else:

@@ -46,8 +46,7 @@ from aisched.model.states import JobState
 from aisched.service import poison
 from aisched.service.exits import Exits
 from aisched.service.live import Batch, LiveJob, LiveTask, Requests, Stop, TaskPhase
-from aisched.service.step_errors import one_line
-from aisched.service.timers import Timer
+from aisched.service.scheduler_state import clock
 
 log = logging.getLogger("aisched.loop")
 
@@ -179,20 +178,15 @@ class Intents(Exits):
         backoff's field and timer), with the error in its status and events and the traceback
         in the log: a bug to report, which the job's owner cannot mend."""
         lj = self.jobs[job_id]
-        lj.not_before = now + poison.HOLD_S
-        batch = self.batch
-        batch.job(lj.id, not_before=lj.not_before)
-        self.timers.add(lj.not_before, Timer.BACKOFF, lj.id)
+        until = now + poison.HOLD_S
         self.stats.held_for_cycle_errors += 1
-        until = time.strftime("%H:%M:%S", time.localtime(lj.not_before))
         why = (
-            f"held until {until}: the scheduler fails on this job (a bug, logged: "
-            f"{type(error).__name__}: {one_line(error)}); the other jobs are scheduled "
-            "without it, and it is tried again then"
+            f"held until {clock(until)}: the scheduler fails on this job ({poison.a_bug(error)}); "
+            "the other jobs are scheduled without it, and it is tried again then"
         )
         log.error("job %s: %s", lj.id, why, exc_info=error)
-        batch.event(now, lj.id, "held", why)
-        self._write_status(lj, JobStatus(StatusCode.NOT_CONSIDERED, why, lj.not_before), batch)
+        self.batch.event(now, lj.id, "held", why)
+        self._hold_until(lj, JobStatus(StatusCode.NOT_CONSIDERED, why, until), self.batch)
 
     def _gave_up(self, lj: LiveJob, why: str) -> str:
         """`why` a job fails as never fitting, naming the nodes it waited for that are still

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from aisched.core.snapshot import PendingJob
+from aisched.service.step_errors import one_line
 
 # How long a job the cycle fails on is left out of cycles before it is tried again: a bug
 # stays until the service is upgraded, so trying every few minutes costs little and a fix (or
@@ -16,6 +17,11 @@ from aisched.core.snapshot import PendingJob
 HOLD_S = 300.0
 # At most this many jobs are held back for one cycle; past it the failure is not one job's.
 MAX_HELD_PER_CYCLE = 8
+
+
+def a_bug(error: Exception) -> str:
+    """How a job's status names a bug met on it: the traceback is in the log."""
+    return f"a bug, logged: {type(error).__name__}: {one_line(error)}"
 
 
 def failure_of(

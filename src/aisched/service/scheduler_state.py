@@ -365,6 +365,17 @@ class SchedulerState:
             self.waiters.setdefault(v, set()).add(lj.id)
         lj.waiting_for = victims
 
+    def _hold_until(self, lj: LiveJob, status: JobStatus, batch: Batch) -> None:
+        """Keep `lj` out of cycles until `status.eta_s`: its `not_before` (stored, so a
+        restart keeps it) and the backoff timer that lets it back in, with `status` saying
+        why."""
+        until = status.eta_s
+        assert until is not None
+        lj.not_before = until
+        batch.job(lj.id, not_before=until)
+        self.timers.add(until, Timer.BACKOFF, lj.id)
+        self._write_status(lj, status, batch)
+
     def _write_status(
         self, lj: LiveJob, status: JobStatus, batch: Batch, keep_eta: bool = False
     ) -> None:
@@ -437,3 +448,8 @@ def jobs_counted(job: Job) -> int:
     if job.kind == JobKind.SERVICE and job.service is not None:
         return 1 + job.service.max_replicas
     return 1
+
+
+def clock(t: float) -> str:
+    """`t` (seconds since the epoch) as local HH:MM:SS, as statuses name a time today."""
+    return time.strftime("%H:%M:%S", time.localtime(t))
