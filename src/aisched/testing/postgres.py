@@ -19,6 +19,7 @@ stores keep the defaults.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
@@ -56,6 +57,19 @@ def bin_dir() -> Path:
 def _version_key(path: str) -> int:
     part = Path(path).parent.name
     return int(part) if part.isdigit() else 0
+
+
+def _children(parent: int) -> list[int]:
+    """The processes whose parent is `parent` (a postmaster's backends and workers)."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[1]) == parent:
+            children.append(int(stat.parent.name))
+    return children
 
 
 @dataclass
@@ -105,26 +119,20 @@ class PostgresServer:
     def pause(self) -> None:
         """Stop the server with SIGSTOP, the postmaster and every backend: it takes connections
         and requests (the kernel does) and answers none, as a server stuck in I/O or a frozen
-        machine would."""
-        for pid in self._processes():
-            os.kill(pid, signal.SIGSTOP)
+        machine would. The postmaster first, so no backend is forked past the listing."""
+        self._signal_all(signal.SIGSTOP)
 
     def resume(self) -> None:
-        for pid in self._processes():
-            os.kill(pid, signal.SIGCONT)
+        self._signal_all(signal.SIGCONT)
 
-    def _processes(self) -> list[int]:
-        """The postmaster and its children (backends, background workers)."""
+    def _signal_all(self, sig: int) -> None:
+        """`sig` to the postmaster, then to each of its children; a backend that ended between
+        the listing and its signal (a closed connection's) is no error."""
         postmaster = int((self.root / "data" / "postmaster.pid").read_text().split()[0])
-        children = []
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except OSError:  # gone meanwhile
-                continue
-            if int(fields[1]) == postmaster:
-                children.append(int(stat.parent.name))
-        return [postmaster, *children]
+        os.kill(postmaster, sig)
+        for pid in _children(postmaster):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
 
     def stop(self) -> None:
         if self._watchdog is not None:
