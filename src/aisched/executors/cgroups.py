@@ -20,9 +20,11 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from aisched.executors.device_filter import deny_devices
 from aisched.executors.processes import remove_cgroup
 
 MECHANISMS = ("auto", "cgroup-v2", "cgroup-v1", "rlimit", "none")
+Devices = tuple[tuple[int, int], ...]  # character devices by (major, minor)
 PARENT_NAME = "aisched"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -328,18 +330,26 @@ class TaskBounds:
     so that a task can neither take every PID of the machine nor widen its own CPU affinity.
     Under cgroup v1 each is a hierarchy of its own: `bases` holds (controller, the parent of
     the task cgroups there), and the task joins a cgroup in each. Under cgroup v2 they are
-    files of the task's one cgroup: `in_task_cgroup` names the controllers enabled for it."""
+    files of the task's one cgroup: `in_task_cgroup` names the controllers enabled for it.
+    `devices`, where asked for, walls off the GPUs a task was not given (`gpu_walls.py`): a v1
+    base, or under v2 a BPF device filter on the task's cgroup (`device_filter.py`)."""
 
     bases: tuple[tuple[str, str], ...] = ()
     in_task_cgroup: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
 
+    @property
+    def gpu_walls(self) -> bool:
+        """Whether each task gets a devices cgroup that denies the GPUs it was not given."""
+        return "devices" in self.in_task_cgroup or any(c == "devices" for c, _ in self.bases)
+
 
 BOUND_CONTROLLERS = ("pids", "cpuset")
 
 
-def choose_task_bounds(mem: MemoryControl) -> TaskBounds:
-    """The bounds this machine lets us set, with a note for each one it does not."""
+def choose_task_bounds(mem: MemoryControl, gpus: Devices = ()) -> TaskBounds:
+    """The bounds this machine lets us set, with a note for each one it does not. With `gpus`
+    (the device numbers of every GPU's file) GPU walls are asked for too."""
     if mem.mechanism == "cgroup-v2" and mem.base is not None:
         enabled = _read(os.path.join(mem.base, "cgroup.subtree_control")).split()
         found = tuple(c for c in BOUND_CONTROLLERS if c in enabled)
@@ -351,26 +361,55 @@ def choose_task_bounds(mem: MemoryControl) -> TaskBounds:
             notes.append("processes are bounded per task and for all tasks, not per user (v2)")
         notes += [_UNBOUNDED[c] + f" (the {c} controller is not enabled in {mem.base})"
                   for c in missing]  # fmt: skip
+        if gpus:
+            why = _v2_filter_fails(mem.base, gpus[:1])
+            if why is None:
+                found += ("devices",)
+                notes.append(_BOUNDED["devices"].format(f"BPF device filters (v2) on {mem.base}"))
+            else:
+                notes.append(f"{_UNBOUNDED['devices']} ({why})")
         return TaskBounds(in_task_cgroup=found, notes=tuple(notes))
     bases: list[tuple[str, str]] = []
     notes = []
-    for ctrl in BOUND_CONTROLLERS:
-        base, why = _v1_base(ctrl)
+    for ctrl in (*BOUND_CONTROLLERS, *(("devices",) if gpus else ())):
+        base, why = _v1_base(ctrl, gpus[:1])
         if base is None:
             notes.append(f"{_UNBOUNDED[ctrl]} ({why})")
         else:
             bases.append((ctrl, base))
-            notes.append(f"{ctrl} cgroups (v1) under {base}")
+            where = f"{ctrl} cgroups (v1) under {base}"
+            notes.append(_BOUNDED["devices"].format(where) if ctrl == "devices" else where)
     return TaskBounds(bases=tuple(bases), notes=tuple(notes))
 
 
+GPU_WALLS = "GPU walls"  # how the start-up line on them begins
 _UNBOUNDED = {
     "pids": "a task's processes and threads are not bounded",
     "cpuset": "a task's cores are its CPU affinity only, which it may widen",
+    "devices": f"{GPU_WALLS}: none, a host task's GPUs are its CUDA_VISIBLE_DEVICES only: it "
+    "could open the others' device files",
+}
+_BOUNDED = {
+    "devices": GPU_WALLS + ": {}; a host task opens its own GPUs' device files only",
 }
 
 
-def _v1_base(ctrl: str) -> tuple[str | None, str]:
+def _v2_filter_fails(base: str, deny: Devices) -> str | None:
+    """Why a task cgroup under `base` cannot have a device filter (None: it can), tried on a
+    cgroup made for the probe."""
+    probe = os.path.join(base, f".probe-devices-{os.getpid()}")
+    try:
+        os.mkdir(probe)
+        try:
+            deny_devices(probe, deny)
+        finally:
+            os.rmdir(probe)
+    except OSError as exc:
+        return f"cgroup v2: {exc.strerror or exc}"
+    return None
+
+
+def _v1_base(ctrl: str, probe_deny: Devices = ()) -> tuple[str | None, str]:
     mount = next((m for m in _mounts() if m.fstype == "cgroup" and ctrl in m.options), None)
     own = _own_cgroups().get(ctrl)
     if mount is None or own is None:
@@ -381,7 +420,7 @@ def _v1_base(ctrl: str) -> tuple[str | None, str]:
         _make_v1_base(ctrl, base)
         os.mkdir(probe)
         try:
-            _set_bound(probe, ctrl, 64, (), base)
+            _set_bound(probe, ctrl, 64, (), base, probe_deny)
         finally:
             os.rmdir(probe)
     except OSError as exc:
@@ -399,8 +438,9 @@ def _make_v1_base(ctrl: str, base: str) -> None:
         for name in ("cpuset.cpus", "cpuset.mems"):
             if not _read(os.path.join(base, name)).strip():
                 _write(os.path.join(base, name), _read(os.path.join(holder, name)))
-    else:
+    elif ctrl == "pids":
         _write(os.path.join(base, "pids.max"), str(all_tasks_pids_max()))
+    # devices: the parent inherits its holder's rules; each task cgroup denies more.
 
 
 # PIDs the machine keeps outside every task, whatever the tasks do together: its services,
@@ -419,9 +459,20 @@ def all_tasks_pids_max() -> int:
     return max(pid_max - max(PIDS_KEPT_FREE, pid_max // 8), pid_max // 2)
 
 
-def _set_bound(path: str, ctrl: str, pids_max: int, cores: tuple[int, ...], parent: str) -> None:
+def _set_bound(
+    path: str,
+    ctrl: str,
+    pids_max: int,
+    cores: tuple[int, ...],
+    parent: str,
+    deny: Devices = (),
+) -> None:
     if ctrl == "pids":
         _write(os.path.join(path, "pids.max"), str(pids_max) if pids_max > 0 else "max")
+        return
+    if ctrl == "devices":
+        for major, minor in deny:  # one rule per write: the kernel parses one line at a time
+            _write(os.path.join(path, "devices.deny"), f"c {major}:{minor} rwm")
         return
     cpus = ",".join(map(str, cores)) or _read(os.path.join(parent, "cpuset.cpus")).strip()
     _write(os.path.join(path, "cpuset.cpus"), cpus)
@@ -456,11 +507,13 @@ def create_bounds(
     cores: tuple[int, ...],
     uid: int,
     user_pids_max: int,
+    deny: Devices = (),
 ) -> None:
     """Make the task's v1 bound cgroups (`bound_cgroups`; a leftover of the name is emptied
     and replaced) and set its bounds there, or in `task_cgroup` under v2. Its user's pids
     cgroup is made when missing, and bounded by `user_pids_max` (all of the user's tasks
-    together). Raises OSError; what it made is removed first."""
+    together); its devices cgroup denies `deny` (the GPUs it was not given). Raises OSError;
+    what it made is removed first."""
     made: list[str] = []
     try:
         for ctrl, base in bounds.bases:
@@ -478,11 +531,14 @@ def create_bounds(
             path = os.path.join(parent, name)
             _mkdir_in_shared(path, make_parents)
             made.append(path)
-            _set_bound(path, ctrl, pids_max, cores, base)
+            _set_bound(path, ctrl, pids_max, cores, base, deny)
         if task_cgroup is not None:
             parent = os.path.dirname(task_cgroup)
             for ctrl in bounds.in_task_cgroup:
-                _set_bound(task_cgroup, ctrl, pids_max, cores, parent)
+                if ctrl != "devices":
+                    _set_bound(task_cgroup, ctrl, pids_max, cores, parent)
+                elif deny:
+                    deny_devices(task_cgroup, deny)
     except OSError:
         for path in made:
             remove_cgroup(path)

@@ -256,6 +256,22 @@ def gpu_memory(indices: Iterable[int]) -> dict[int, list[tuple[int, int]]]:
     return out
 
 
+def nvml_device_files() -> list[str] | None:
+    """Each GPU's device file (`/dev/nvidia<minor>`, NVML's minor number), in NVML index order;
+    None when NVML is unavailable or cannot say."""
+    nv = _nvml_for_queries()
+    if nv is None:
+        return None
+    try:
+        count = nv.nvmlDeviceGetCount()
+        return [
+            f"/dev/nvidia{int(nv.nvmlDeviceGetMinorNumber(nv.nvmlDeviceGetHandleByIndex(i)))}"
+            for i in range(count)
+        ]
+    except Exception:
+        return None
+
+
 def nvml_unavailable() -> str | None:
     """Why NVML cannot be queried on this machine, or None when it can."""
     if _pynvml() is None:

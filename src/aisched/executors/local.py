@@ -61,6 +61,7 @@ from aisched.executors.base import (
     least_used_cores,
 )
 from aisched.executors.cgroups import (
+    GPU_WALLS,
     MemoryControl,
     TaskBounds,
     bound_cgroups,
@@ -72,10 +73,11 @@ from aisched.executors.cgroups import (
     release_base,
     release_bounds,
 )
-from aisched.executors.discovery import discover_node
+from aisched.executors.discovery import discover_node, nvml_device_files
 from aisched.executors.engine_probe import EngineProbe
 from aisched.executors.exit_watch import ExitWatching, Watched, lost_exit, pidfd_works
 from aisched.executors.forkserver import ForkServer, ForkServerError
+from aisched.executors.gpu_walls import GpuDevices, gpu_devices, walled_env
 from aisched.executors.gpu_watchdog import (
     GPU_CHECK_INTERVAL_S,
     GpuMemoryWatchdog,
@@ -108,6 +110,8 @@ class LocalExecutor(ExitWatching):
     auto | cgroup-v2 | cgroup-v1 | rlimit | none (a forced one that is unavailable raises
     `MemoryControlError`); `cgroup_parent`: an existing cgroup to create task cgroups in.
     `use_pidfd`: None picks pidfds where the kernel has them; False forces polling.
+    `gpu_device_files`: each GPU's device file, for the GPU walls (`gpu_walls.py`; None:
+    NVML's); a file that is not a GPU's character device raises `GpuWallError`.
     `fork_server`: fork supervisors from a warm process (False: spawn each one).
     `container_runtime`, `oci_runtime`, `image_pull`, `container_pids_limit`: how tasks that
     name an image run (`container.py`); the engine is probed on the first such task, or when
@@ -135,6 +139,7 @@ class LocalExecutor(ExitWatching):
         log_max_bytes: int = task_log.LOG_MAX_BYTES,
         log_max_files: int = task_log.LOG_MAX_FILES,
         shm_max_mib: int = 0,
+        gpu_device_files: Sequence[str] | None = None,
     ) -> None:
         self._log_cap = (log_max_bytes, log_max_files)  # the supervisor caps each task's log
         self._state = Path(state_dir).resolve()
@@ -144,7 +149,12 @@ class LocalExecutor(ExitWatching):
             notes = (*notes, *found)
         self._node = node
         self._mem: MemoryControl = choose_memory_control(mem_mechanism, cgroup_parent)
-        self._bounds = choose_task_bounds(self._mem)
+        self._gpu_devices, gpu_note = _gpu_devices(node, gpu_device_files)
+        every_gpu = self._gpu_devices.every_gpu if self._gpu_devices else ()
+        self._bounds = choose_task_bounds(self._mem, every_gpu)
+        self._gpu_note = gpu_note or next(
+            (n for n in self._bounds.notes if n.startswith(GPU_WALLS)), None
+        )
         self._pids_limit = task_pids_limit
         self._user_pids_limit = user_pids_limit
         self._cores = tuple(sorted(os.sched_getaffinity(0)))
@@ -208,6 +218,12 @@ class LocalExecutor(ExitWatching):
         return self._mem
 
     @property
+    def gpu_note(self) -> str | None:
+        """Whether host tasks are walled off the GPUs they were not given, and how, for the
+        start-up log (None: the node has no GPUs)."""
+        return self._gpu_note
+
+    @property
     def shm_note(self) -> str | None:
         """What host tasks of users get as /dev/shm, for the start-up log and `aisched nodes`
         (None: not root, so every task runs as the service's user with the host's)."""
@@ -262,6 +278,8 @@ class LocalExecutor(ExitWatching):
             )
         acct = account(req.user)
         env = dict(req.env) if acct is None else account_env(req.env, acct)
+        if spec is None and self._bounds.gpu_walls:  # CUDA numbers what it can open from 0
+            env = walled_env(env, req.gpus)
         try:
             Path(req.log_path).parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(req.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -330,6 +348,7 @@ class LocalExecutor(ExitWatching):
                     cores,
                     uid,
                     self._user_pids_limit,
+                    self._gpu_devices.denied(req.gpus) if self._gpu_devices else (),
                 )
             # 3. The supervisor, in its own session so it outlives us; SIGTERM blocked until
             #    its handler is in place, so an early stop is not lost.
@@ -751,6 +770,22 @@ def _local_user(name: str) -> bool:
 
 
 _SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def _gpu_devices(node: Node, files: Sequence[str] | None) -> tuple[GpuDevices | None, str | None]:
+    """The device numbers of the GPUs' files (None: nothing to wall), with the start-up line
+    that says why there are none where the node has GPUs. Raises GpuWallError."""
+    if files is not None:
+        return gpu_devices(files, len(node.gpus)), None
+    found = nvml_device_files() or []
+    if not found:
+        note = (
+            f"{GPU_WALLS}: none (NVML found no GPU: node.gpu_device_files can name the "
+            "declared GPUs' device files)"
+        )
+        return None, note if node.gpus else None
+    # `node.gpus: N` of more: the others are no task's, so every task is denied them.
+    return gpu_devices(found, len(node.gpus), len(found) - len(node.gpus)), None
 
 
 def _instance_id(state: Path) -> str:

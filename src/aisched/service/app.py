@@ -299,6 +299,7 @@ def _lock(home: Path, *, shared: bool = False) -> IO[str]:
 
 def _local_executor(config: ServiceConfig, home: Path) -> tuple[Executor, list[str]]:
     from aisched.executors.discovery import DiscoveryError, discover_node
+    from aisched.executors.gpu_walls import GpuWallError
     from aisched.executors.gpu_watchdog import GpuMemoryWatchdog, OverAction
     from aisched.executors.local import LocalExecutor
 
@@ -315,23 +316,26 @@ def _local_executor(config: ServiceConfig, home: Path) -> tuple[Executor, list[s
     except DiscoveryError as e:
         raise ServiceError(str(e)) from None
     watchdog = GpuMemoryWatchdog.with_nvml(OverAction(config.gpu_memory_over))
-    executor = LocalExecutor(
-        home / "tasks",
-        node,
-        mem_mechanism=config.memory_limit,
-        gpu_watchdog=watchdog,
-        container_runtime=config.container_runtime,
-        oci_runtime=config.oci_runtime,
-        image_pull=config.image_pull,
-        container_pids_limit=config.container_pids_limit,
-        task_pids_limit=config.task_pids_limit,
-        user_pids_limit=config.user_pids_limit,
-        log_max_bytes=config.limits.log_max_bytes(),
-        log_max_files=config.limits.log_max_files,
-        shm_max_mib=config.limits.shm_max_mib(),
-    )
-    if executor.shm_note is not None:
-        notes = [*notes, executor.shm_note]
+    try:
+        executor = LocalExecutor(
+            home / "tasks",
+            node,
+            mem_mechanism=config.memory_limit,
+            gpu_watchdog=watchdog,
+            container_runtime=config.container_runtime,
+            oci_runtime=config.oci_runtime,
+            image_pull=config.image_pull,
+            container_pids_limit=config.container_pids_limit,
+            task_pids_limit=config.task_pids_limit,
+            user_pids_limit=config.user_pids_limit,
+            log_max_bytes=config.limits.log_max_bytes(),
+            log_max_files=config.limits.log_max_files,
+            shm_max_mib=config.limits.shm_max_mib(),
+            gpu_device_files=n.gpu_device_files,
+        )
+    except GpuWallError as e:
+        raise ServiceError(str(e)) from None
+    notes += [n for n in (executor.gpu_note, executor.shm_note) if n is not None]
     if config.container_runtime == "none":
         return executor, [*notes, "container tasks: off (container_runtime: none)"]
     # Probed now, so the start-up lines say what container tasks will run with.

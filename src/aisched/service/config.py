@@ -120,6 +120,16 @@ class NodeModel(_Model):
     gpu_mem: str | None = None
     cpus: Annotated[float, Field(gt=0, le=100_000)] | None = None
     mem: str | None = None
+    # Each GPU's device file, in index order, for the GPU walls (default: NVML's /dev/nvidiaN).
+    gpu_device_files: Annotated[list[str], Field(max_length=1024)] | None = None
+
+    @field_validator("gpu_device_files")
+    @classmethod
+    def _absolute(cls, v: list[str] | None) -> list[str] | None:
+        for i, path in enumerate(v or ()):
+            if not path.startswith("/") or "\0" in path:
+                raise ValueError(f"[{i}]: {path!r} is not an absolute path")
+        return v
 
     @field_validator("gpu_mem", "mem")
     @classmethod
