@@ -7,7 +7,10 @@ memory, and checks what they saw and what the watchdog said:
 1. local, `gpu_memory_over: report`: two jobs of `gpus: 0.5` share one GPU (the same
    CUDA_VISIBLE_DEVICES, both processes on that GPU in NVML); the one above its declared
    `gpu_mem` gets the watchdog's warning in its log, the other none.
-2. local: two whole-GPU jobs land on different GPUs (with one GPU: the second waits).
+2. local: two whole-GPU jobs land on different GPUs (with one GPU: the second waits); then
+   the GPU walls: a 1-GPU job opens only its GPU's device file and CUDA sees only that GPU
+   (by PCI bus id), with CUDA_VISIBLE_DEVICES as given and unset; a job without GPUs sees
+   none.
 3. local, `gpu_memory_over: stop`: the task above its `gpu_mem` is stopped with the reason in
    its log (its job fails, restart policy `never`); its neighbour on the GPU keeps running.
 4. Ray (only where Ray is installed): a one-node Ray cluster on this machine and
@@ -89,8 +92,10 @@ for name in order:
         break
     except Exception as e:
         errors.append(f"{name}: {type(e).__name__}: {e}")
+# Behind GPU walls CUDA counts the task's GPUs from 0; AISCHED_GPUS has the host's numbers.
+host = os.environ.get("AISCHED_GPUS", os.environ.get("CUDA_VISIBLE_DEVICES"))
 doc = {"pid": os.getpid(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-       "allocated_mib": first if held else 0, "via": via, "errors": errors}
+       "host_gpus": host, "allocated_mib": first if held else 0, "via": via, "errors": errors}
 print("HOLDER " + json.dumps(doc), flush=True)
 if not held:
     sys.exit(3)
@@ -101,6 +106,41 @@ if more and os.path.exists(go):
     held.append(alloc(more))
     print("MORE " + json.dumps({"allocated_mib": first + more}), flush=True)
 time.sleep(max(0.0, end - time.monotonic()))
+"""
+
+# GPU walls: which GPU device files the task can open, and what CUDA sees, first with the
+# environment the task was given, then (argument `unset`) without CUDA_VISIBLE_DEVICES, as a
+# task that wants every GPU of the machine would run. One JSON line, "WALLS MODE {...}".
+WALLS_PROBE = r"""
+import ctypes, errno, glob, json, os, sys
+mode = sys.argv[1]
+if mode == "unset":
+    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+files = {}
+for path in sorted(glob.glob("/dev/nvidia[0-9]*")):
+    try:
+        os.close(os.open(path, os.O_RDWR))
+        files[path] = "opens"
+    except OSError as e:
+        files[path] = errno.errorcode.get(e.errno, str(e.errno))
+buses, rc = [], None
+try:
+    cuda = ctypes.CDLL("libcuda.so.1")
+    rc = cuda.cuInit(0)
+    count = ctypes.c_int(0)
+    if rc == 0:
+        cuda.cuDeviceGetCount(ctypes.byref(count))
+    for i in range(count.value):
+        dev, bus = ctypes.c_int(), ctypes.create_string_buffer(64)
+        cuda.cuDeviceGet(ctypes.byref(dev), i)
+        cuda.cuDeviceGetPCIBusId(bus, 64, dev)
+        buses.append(bus.value.decode())
+except OSError as e:
+    rc = f"libcuda: {e}"
+doc = {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+       "aisched_gpus": os.environ.get("AISCHED_GPUS"), "files": files, "cu_init": rc,
+       "cuda_buses": buses}
+print(f"WALLS {mode} " + json.dumps(doc), flush=True)
 """
 
 
@@ -165,6 +205,7 @@ class Aisched:
         cfg = self.dir / "aisched.json"
         cfg.write_text(json.dumps(config))
         (self.work / "holder.py").write_text(HOLDER)
+        (self.work / "walls.py").write_text(WALLS_PROBE)
         self.log = self.dir / "service.log"
         with open(self.log, "ab") as f:
             self.proc = subprocess.Popen(
@@ -308,12 +349,12 @@ def shared_pair(c: Check, svc: Aisched, label: str, over_word: str) -> tuple[str
     )
     for jid, h in zip((within, over), holders, strict=True):
         c.record("INFO", f"{label}: job {jid}", json.dumps(h))
-    cvd = [h["cuda_visible_devices"] for h in holders]
+    host = [h["host_gpus"] for h in holders]
     gpus = [svc.gpus_of(within), svc.gpus_of(over)]
     c.expect(
-        cvd[0] == cvd[1] and gpus[0] == gpus[1] and cvd[0] == ",".join(map(str, gpus[0])),
+        host[0] == host[1] and gpus[0] == gpus[1] and host[0] == ",".join(map(str, gpus[0])),
         f"{label}: the two gpus=0.5 jobs share one GPU",
-        f"CUDA_VISIBLE_DEVICES {cvd}, scheduler's GPUs {gpus}",
+        f"host GPUs {host}, scheduler's GPUs {gpus}",
     )
     c.expect(
         all(h["allocated_mib"] > 0 for h in holders),
@@ -365,6 +406,7 @@ def phase_local_report(c: Check, out: Path) -> None:
         svc.save_logs(within, over)
         svc.cancel_all()
         phase_whole(c, svc)
+        phase_walls(c, svc)
     finally:
         svc.stop()
 
@@ -379,11 +421,11 @@ def phase_whole(c: Check, svc: Aisched) -> None:
             lambda: (lambda x, y: (x, y) if x and y else None)(svc.holder(a), svc.holder(b)),
             120,
         )
-        cvd = [ha["cuda_visible_devices"], hb["cuda_visible_devices"]]
+        host = [ha["host_gpus"], hb["host_gpus"]]
         c.expect(
-            cvd[0] != cvd[1] and [svc.gpus_of(a), svc.gpus_of(b)] == [[int(x)] for x in cvd],
+            host[0] != host[1] and [svc.gpus_of(a), svc.gpus_of(b)] == [[int(x)] for x in host],
             "local: two whole-GPU jobs land on different GPUs",
-            f"CUDA_VISIBLE_DEVICES {cvd}",
+            f"host GPUs {host}",
         )
         nvml_view(svc.dir, "whole")
     else:
@@ -392,11 +434,65 @@ def phase_whole(c: Check, svc: Aisched) -> None:
         c.expect(
             jb["state"] == "pending",
             "local: with one GPU, the second whole-GPU job waits",
-            f"first got CUDA_VISIBLE_DEVICES {ha['cuda_visible_devices']}; second "
+            f"first got host GPUs {ha['host_gpus']}; second "
             f"{jb['state']}: {jb.get('reason') or jb.get('message') or ''}",
         )
         c.record("SKIP", "local: two whole-GPU jobs on different GPUs", f"{n} GPU on this machine")
     svc.save_logs(a, b)
+    svc.cancel_all()
+
+
+def bus_of(gpu: int) -> str:
+    """NVML's PCI bus id of host GPU `gpu`, as CUDA writes it (`0000:17:00.0`)."""
+    row = sh("nvidia-smi", "-i", str(gpu), "--query-gpu=pci.bus_id", "--format=csv,noheader")
+    return row.strip().lower()[-12:]
+
+
+def phase_walls(c: Check, svc: Aisched) -> None:
+    """GPU walls (docs/security.md, GPUs): a job opens and sees its own GPU only, also with
+    CUDA_VISIBLE_DEVICES unset; a job without GPUs sees none."""
+    up = [ln.strip() for ln in svc.log.read_text().splitlines() if "GPU walls" in ln]
+    c.record("INFO", "walls: start-up line", " | ".join(up) or "(none)")
+    if not up or up[0].startswith("GPU walls: none"):
+        c.record("SKIP", "walls", "the service put up no GPU walls here (see the line above)")
+        return
+    probe = f"{PY} walls.py given; env -u CUDA_VISIBLE_DEVICES {PY} walls.py unset"
+    ids = {
+        n: str(svc.cli_json("run", "--gpus", str(n), "--", "sh", "-c", probe)["id"]) for n in (1, 0)
+    }
+    for jid in ids.values():
+        wait_for(f"walls: job {jid} to end", lambda j=jid: svc.job(j)["state"] == "succeeded", 90)
+    seen = {}
+    for n, jid in ids.items():
+        for ln in svc.logs(jid).splitlines():
+            if ln.startswith("WALLS "):
+                _, mode, doc = ln.split(" ", 2)
+                seen[n, mode] = json.loads(doc)
+                c.record("INFO", f"walls: gpus {n}, {mode}", doc)
+    svc.save_logs(*ids.values())
+    if len(seen) != 4:
+        c.record("FAIL", "walls: every probe said what it saw", str(sorted(seen)))
+        return
+    mine = int(seen[1, "given"]["aisched_gpus"])
+    for mode in ("given", "unset"):
+        one, none = seen[1, mode], seen[0, mode]
+        opened = [f for f, r in one["files"].items() if r == "opens"]
+        others = [r for f, r in one["files"].items() if f not in opened]
+        c.expect(
+            len(opened) == 1 and all(r == "EPERM" for r in others),
+            f"walls: a 1-GPU job opens one GPU's file, the others EPERM ({mode})",
+            json.dumps(one["files"]),
+        )
+        c.expect(
+            one["cuda_buses"] and [b.lower()[-12:] for b in one["cuda_buses"]] == [bus_of(mine)],
+            f"walls: CUDA sees the job's own GPU only, host GPU {mine} ({mode})",
+            f"CUDA's buses {one['cuda_buses']}, NVML's for GPU {mine}: {bus_of(mine)}",
+        )
+        c.expect(
+            all(r == "EPERM" for r in none["files"].values()) and not none["cuda_buses"],
+            f"walls: a job without GPUs opens none and CUDA sees none ({mode})",
+            f"{json.dumps(none['files'])}, cuInit {none['cu_init']}",
+        )
     svc.cancel_all()
 
 
