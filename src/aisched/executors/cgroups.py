@@ -365,7 +365,7 @@ def choose_task_bounds(mem: MemoryControl, gpus: Devices = ()) -> TaskBounds:
             why = _v2_filter_fails(mem.base, gpus[:1])
             if why is None:
                 found += ("devices",)
-                notes.append(_BOUNDED["devices"].format(f"BPF device filters (v2) on {mem.base}"))
+                notes.append(_WALLED.format(f"BPF device filters (v2) on {mem.base}"))
             else:
                 notes.append(f"{_UNBOUNDED['devices']} ({why})")
         return TaskBounds(in_task_cgroup=found, notes=tuple(notes))
@@ -378,7 +378,7 @@ def choose_task_bounds(mem: MemoryControl, gpus: Devices = ()) -> TaskBounds:
         else:
             bases.append((ctrl, base))
             where = f"{ctrl} cgroups (v1) under {base}"
-            notes.append(_BOUNDED["devices"].format(where) if ctrl == "devices" else where)
+            notes.append(_WALLED.format(where) if ctrl == "devices" else where)
     return TaskBounds(bases=tuple(bases), notes=tuple(notes))
 
 
@@ -389,9 +389,7 @@ _UNBOUNDED = {
     "devices": f"{GPU_WALLS}: none, a host task's GPUs are its CUDA_VISIBLE_DEVICES only: it "
     "could open the others' device files",
 }
-_BOUNDED = {
-    "devices": GPU_WALLS + ": {}; a host task opens its own GPUs' device files only",
-}
+_WALLED = GPU_WALLS + ": {}; a host task opens its own GPUs' device files only"
 
 
 def _v2_filter_fails(base: str, deny: Devices) -> str | None:
