@@ -25,6 +25,8 @@ import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+CONFIG_KEY = "node.gpu_device_files"
+
 
 class GpuWallError(ValueError):
     """A GPU device file that cannot be walled: says which and why."""
@@ -49,28 +51,27 @@ class GpuDevices:
         return self.numbers + self.unscheduled
 
 
-def gpu_devices(files: Sequence[str], gpu_count: int, unscheduled: int = 0) -> GpuDevices:
+def gpu_devices(
+    files: Sequence[str], gpu_count: int, unscheduled: int = 0, source: str = CONFIG_KEY
+) -> GpuDevices:
     """The device numbers of `files` (GPU i's file at i; the last `unscheduled` are GPUs no
-    task gets). Raises GpuWallError when their count is not the node's GPUs' or one is not a
-    character device."""
+    task gets), named by `source` where wrong. Raises GpuWallError when their count is not the
+    node's GPUs' or one is not a character device."""
     if len(files) != gpu_count + unscheduled:
         raise GpuWallError(
-            f"node.gpu_device_files: {len(files)} files for {gpu_count} GPUs "
-            "(one file per GPU, in index order)"
+            f"{source}: {len(files)} files for {gpu_count} GPUs (one file per GPU, in index order)"
         )
     numbers = []
     for i, path in enumerate(files):
         try:
             st = os.stat(path)
         except OSError as exc:
-            raise GpuWallError(
-                f"node.gpu_device_files[{i}]: {path}: {exc.strerror or exc}"
-            ) from None
+            raise GpuWallError(f"{source}[{i}]: {path}: {exc.strerror or exc}") from None
         if not stat.S_ISCHR(st.st_mode):
-            raise GpuWallError(f"node.gpu_device_files[{i}]: {path} is not a character device")
+            raise GpuWallError(f"{source}[{i}]: {path} is not a character device")
         numbers.append((os.major(st.st_rdev), os.minor(st.st_rdev)))
     if len(set(numbers)) != len(numbers):
-        raise GpuWallError("node.gpu_device_files: two GPUs have the same device file")
+        raise GpuWallError(f"{source}: two GPUs have the same device file")
     return GpuDevices(tuple(numbers[:gpu_count]), tuple(numbers[gpu_count:]))
 
 

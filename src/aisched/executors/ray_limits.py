@@ -48,6 +48,7 @@ from aisched.executors.cgroups import (
     list_task_cgroups,
 )
 from aisched.executors.container import DEFAULT_PIDS_LIMIT
+from aisched.executors.gpu_walls import GpuDevices, GpuWallError, gpu_devices
 from aisched.executors.task_files import lock_at_path, try_flock
 
 # The node's state directory, root's alone (node-local: `NODE_STATE/<instance>/`), and the
@@ -56,10 +57,16 @@ NODE_STATE = "/run/aisched-ray"
 OWNERS = ".cgroups"
 
 
+# The node's GPUs' device files, comma-separated in GPU index order, for the GPU walls: in
+# the environment of `ray start` on a node whose GPUs NVML does not list (else NVML's).
+GPU_FILES_ENV = "AISCHED_GPU_DEVICE_FILES"
+
+
 @dataclass(frozen=True, slots=True)
 class NodeControls:
     mem: MemoryControl
     bounds: TaskBounds
+    gpus: GpuDevices | None = None  # the node's GPUs' device numbers (None: no device files)
 
 
 _CONTROLS: dict[str, NodeControls] = {}
@@ -67,11 +74,25 @@ _CONTROLS: dict[str, NodeControls] = {}
 
 def node_controls(mechanism: str) -> NodeControls:
     """How this node bounds tasks with the memory `mechanism` asked for (probed once per
-    worker process). Raises MemoryControlError when a forced mechanism is not available."""
+    worker process). Raises MemoryControlError when a forced mechanism is not available, and
+    GpuWallError when the node's GPU device files are not character devices."""
     if mechanism not in _CONTROLS:
         mem = choose_memory_control(mechanism)
-        _CONTROLS[mechanism] = NodeControls(mem, choose_task_bounds(mem))
+        gpus = _node_gpus()
+        bounds = choose_task_bounds(mem, gpus.every_gpu if gpus is not None else ())
+        _CONTROLS[mechanism] = NodeControls(mem, bounds, gpus)
     return _CONTROLS[mechanism]
+
+
+def _node_gpus() -> GpuDevices | None:
+    listed = os.environ.get(GPU_FILES_ENV)
+    if listed is not None:
+        files = [f for f in listed.split(",") if f]
+    else:
+        from aisched.executors.discovery import nvml_device_files  # NVML: not stdlib-only
+
+        files = nvml_device_files() or []
+    return gpu_devices(files, len(files), source=GPU_FILES_ENV) if files else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +104,7 @@ class TaskCgroups:
     rlimit_bytes: int  # RLIMIT_DATA for its processes (0: none)
     note: str | None  # for its log: its memory limit is not a cgroup's
     owner: Owner | None = None  # held while they exist (None: no sweep on this node)
+    walled: bool = False  # its cgroups deny the GPUs it was not given (gpu_walls.py)
 
     def join(self) -> None:
         """In the child, before it drops to the task's user (the cgroups are root's)."""
@@ -138,6 +160,8 @@ def _make(
     mem_mib = int(spec.get("mem_limit_mib") or 0)
     memory = create_task_cgroup(controls.mem, name, mem_mib)
     user_pids_max = int(spec.get("user_pids_limit") or 4 * DEFAULT_PIDS_LIMIT)
+    walled = controls.gpus is not None and controls.bounds.gpu_walls
+    mine = [int(g) for g in spec.get("gpus") or ()]
     try:
         create_bounds(
             controls.bounds,
@@ -147,6 +171,7 @@ def _make(
             cores,
             uid,
             user_pids_max,
+            controls.gpus.denied(mine) if controls.gpus is not None and walled else (),
         )
     except OSError:
         processes.remove_cgroup(memory)
@@ -158,7 +183,7 @@ def _make(
     if memory is None and mem_mib:
         how = f"RLIMIT_DATA of {mem_mib} MiB per process" if rlimit else "not enforced"
         note = f"memory limit on this node: {how} ({'; '.join(controls.mem.notes)})"
-    return TaskCgroups(memory, joined, rlimit, note)
+    return TaskCgroups(memory, joined, rlimit, note, walled=walled)
 
 
 # --- what a killed agent left ----------------------------------------------------------
@@ -214,8 +239,9 @@ def sweep_after_agent_death(instance: str, mechanism: str) -> None:
     scheduler learns of the death: what the dead agent's tasks left must not run on until
     a task of the instance happens to run on this node again (its lost tasks may be retried
     elsewhere)."""
-    # A forced mechanism this node lacks: its tasks fail to start, and no cgroup was made.
-    with contextlib.suppress(MemoryControlError):
+    # A forced mechanism this node lacks, or GPU files that are not devices: its tasks fail to
+    # start (saying why), and no cgroup was made.
+    with contextlib.suppress(MemoryControlError, GpuWallError):
         swept_owners(instance, node_controls(mechanism))
 
 

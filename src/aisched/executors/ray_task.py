@@ -63,6 +63,7 @@ from aisched.executors import (
 )
 from aisched.executors.base import LaunchError, TaskKey
 from aisched.executors.cgroups import MemoryControlError
+from aisched.executors.gpu_walls import GpuWallError, walled_env
 from aisched.executors.gpu_watchdog import (
     GPU_CHECK_INTERVAL_S,
     GpuMemoryWatchdog,
@@ -444,13 +445,15 @@ class TaskRunner:
             uid = acct["uid"] if acct is not None else os.geteuid()
             try:
                 self.cgroups = ray_limits.make_task_cgroups(spec, uid, self.cores)
-            except (OSError, MemoryControlError) as exc:
+            except (OSError, MemoryControlError, GpuWallError) as exc:
                 why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
                 msg = f"cannot make the task's cgroups on this node: {why}"
                 self.start_error = {"kind": "exited", "exit_code": 126, "message": msg}
                 return
             if self.cgroups.note:
                 self._log(self.cgroups.note)
+            if self.cgroups.walled:  # CUDA numbers what it can open from 0
+                env = walled_env(env, [int(g) for g in spec.get("gpus") or ()])
             if acct is not None:
                 held = ray_shm.join(spec, acct)
                 if isinstance(held, str):
