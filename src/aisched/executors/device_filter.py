@@ -6,8 +6,9 @@ a device. This module assembles one such program, which denies a list of (major,
 character devices and allows everything else, loads it with bpf(2) and attaches it to a cgroup
 with `BPF_F_ALLOW_MULTI` (the programs an ancestor attached, systemd's among them, still run:
 a device is allowed only if all of them allow it). The attachment lives as long as the
-cgroup; a process in it cannot detach it (that takes CAP_NET_ADMIN) nor leave the cgroup
-(its `cgroup.procs` and its parent's are root's).
+cgroup; a user's process in it cannot detach it (bpf(2) wants CAP_BPF or CAP_SYS_ADMIN where
+unprivileged BPF is off, the kernel's default, and the program's handle, which only such a
+process can get) nor leave the cgroup (its `cgroup.procs` and its parent's are root's).
 
 The program, in the kernel's BPF instruction set (runc and systemd emit the same shape):
 

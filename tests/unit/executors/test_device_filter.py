@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import errno
 import os
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from aisched.executors import device_filter
 from aisched.executors.cgroups import MemoryControl, choose_task_bounds, create_bounds
 from aisched.executors.device_filter import deny_devices, program
 
@@ -67,6 +69,19 @@ def opens_in(cgroup: Path, *paths: str, as_uid: int | None = None) -> dict[str, 
                     out.append("leave=left")
                 except OSError as e:
                     out.append(f"leave={errno.errorcode[e.errno]}")
+                try:  # BPF_PROG_DETACH of the cgroup's device programs
+                    fd = os.open(cgroup, os.O_RDONLY | os.O_DIRECTORY)
+                    attr = bytearray(128)
+                    struct.pack_into("<III", attr, 0, fd, 0, 6)
+                    device_filter._bpf(9, attr, "detach")
+                    out.append("detach=detached")
+                except OSError:
+                    out.append("detach=refused")
+                try:
+                    os.close(os.open(paths[0], os.O_RDONLY))
+                    out.append("after=opens")
+                except OSError as e:
+                    out.append(f"after={errno.errorcode[e.errno]}")
             os.write(w, " ".join(out).encode())
         finally:
             os._exit(0)
@@ -89,11 +104,14 @@ def test_a_filtered_cgroup_denies_its_devices_to_root_and_to_a_user(cgroup2: Pat
         "/dev/zero": "opens",
         "/dev/random": "opens",
     }
-    # A user in it is denied too, and cannot leave for the parent cgroup (root's).
+    # A user in it is denied too, cannot leave for the parent cgroup (root's), and cannot
+    # detach the filter; after trying, it is still denied.
     assert opens_in(cgroup2, "/dev/full", "/dev/zero", as_uid=NOBODY) == {
         "/dev/full": "EPERM",
         "/dev/zero": "opens",
         "leave": "EACCES",
+        "detach": "refused",
+        "after": "EPERM",
     }
 
 
