@@ -27,6 +27,9 @@ import pytest
 from harness import Service, free_port, local_service, wait_for
 from users import User
 
+from aisched.executors.cgroups import cgroup_name
+from aisched.executors.local import _instance_id
+
 V1_DEVICES = Path("/sys/fs/cgroup/devices")
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not (V1_DEVICES / "devices.deny").exists(),
@@ -110,8 +113,10 @@ def seen(svc: Service, job_id: str) -> dict[str, str]:
     return out
 
 
-def devices_cgroups(job_id: str) -> list[Path]:
-    return [p for p in V1_DEVICES.rglob(f"*{job_id}*") if p.is_dir()]
+def devices_cgroups(svc: Service, job_id: str) -> list[Path]:
+    """The devices cgroup of the job's task (first attempt), named as the service names it."""
+    name = cgroup_name(_instance_id((svc.home / "tasks").resolve()), job_id, 1, "main-0")
+    return [p for p in V1_DEVICES.rglob(name) if p.is_dir()]
 
 
 @pytest.mark.usefixtures("local_users")
@@ -139,7 +144,7 @@ def test_each_task_opens_its_own_gpus_only_and_cannot_leave_its_wall(
             # The task's user can neither widen its rules nor leave for the parent cgroup.
             assert out["held"] == "EACCES" and out["held-2"] == "EACCES", out
             assert not any(k == "escaped" for k in out), out
-            assert devices_cgroups(jid), "no devices cgroup for the job"
+            assert devices_cgroups(service, jid), "no devices cgroup for the job"
             holders[jid] = mine
         # Three different GPUs: the two jobs ran side by side on GPUs of their own.
         assert len(set(holders[two]) | set(holders[one])) == 3
@@ -148,7 +153,7 @@ def test_each_task_opens_its_own_gpus_only_and_cannot_leave_its_wall(
         go_b.touch()
     for jid in (two, one):
         service.wait_state(jid, "succeeded")
-        wait_for("its devices cgroup to go", lambda jid=jid: devices_cgroups(jid) == [])
+        wait_for("its devices cgroup to go", lambda jid=jid: devices_cgroups(service, jid) == [])
 
 
 def test_a_task_without_gpus_opens_none_and_root_is_walled_too(
@@ -192,3 +197,25 @@ def test_gpu_device_files_that_are_not_the_gpus_stop_the_start_with_what_is_wron
         proc = _up(tmp_path, f"node: {{gpu_device_files: {json.dumps(files)}}}\n")
         assert proc.returncode != 0, files
         assert want in proc.stderr, (files, proc.stderr)
+
+
+def test_a_walled_task_stays_walled_across_a_kill_9_of_the_service(
+    service: Service, gpu_files: list[str], tmp_path: Path
+) -> None:
+    # The task probes only once told to, after the service was killed and started again.
+    go = tmp_path / "go"
+    script = f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.1)\n" + PROBE
+    jid = service.run("--gpus", "1", "--", sys.executable, "-u", "-c", script, *gpu_files)
+    service.wait_state(jid, "running")
+    wait_for("its devices cgroup", lambda: devices_cgroups(service, jid))
+    service.kill9()
+    service.start()
+    go.touch()
+    service.wait_state(jid, "succeeded")
+    out = seen(service, jid)
+    mine = int(out["AISCHED_GPUS"])
+    assert [out[name] for name, _, _ in FAKE_GPUS] == [
+        "opens" if i == mine else "EPERM" for i in range(len(FAKE_GPUS))
+    ], out
+    # Adopted by the new service, and its devices cgroup removed once it ended.
+    wait_for("its devices cgroup to go", lambda: devices_cgroups(service, jid) == [])
