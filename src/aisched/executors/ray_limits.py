@@ -35,6 +35,7 @@ from typing import Any
 
 from aisched.executors import processes
 from aisched.executors.cgroups import (
+    GPU_WALLS,
     MemoryControl,
     MemoryControlError,
     TaskBounds,
@@ -105,6 +106,7 @@ class TaskCgroups:
     note: str | None  # for its log: its memory limit is not a cgroup's
     owner: Owner | None = None  # held while they exist (None: no sweep on this node)
     walled: bool = False  # its cgroups deny the GPUs it was not given (gpu_walls.py)
+    gpu_note: str | None = None  # for its log: the node has GPU files, but no walls
 
     def join(self) -> None:
         """In the child, before it drops to the task's user (the cgroups are root's)."""
@@ -183,7 +185,10 @@ def _make(
     if memory is None and mem_mib:
         how = f"RLIMIT_DATA of {mem_mib} MiB per process" if rlimit else "not enforced"
         note = f"memory limit on this node: {how} ({'; '.join(controls.mem.notes)})"
-    return TaskCgroups(memory, joined, rlimit, note, walled=walled)
+    gpu_note = None
+    if controls.gpus is not None and not walled:
+        gpu_note = next((n for n in controls.bounds.notes if n.startswith(GPU_WALLS)), None)
+    return TaskCgroups(memory, joined, rlimit, note, walled=walled, gpu_note=gpu_note)
 
 
 # --- what a killed agent left ----------------------------------------------------------

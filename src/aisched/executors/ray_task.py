@@ -452,6 +452,8 @@ class TaskRunner:
                 return
             if self.cgroups.note:
                 self._log(self.cgroups.note)
+            if self.cgroups.gpu_note:
+                self._log(f"on this node: {self.cgroups.gpu_note}")
             if self.cgroups.walled:  # CUDA numbers what it can open from 0
                 env = walled_env(env, [int(g) for g in spec.get("gpus") or ()])
             if acct is not None:

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 from aisched.executors import processes, ray_limits
+from aisched.executors.cgroups import TaskBounds
+from aisched.executors.gpu_walls import GpuDevices
 from aisched.executors.ray_limits import TaskCgroups
 
 
@@ -64,3 +66,24 @@ def test_the_sweep_kills_and_removes_what_a_dead_owner_left_and_nothing_of_a_liv
             proc.kill()
             proc.wait()
         assert live.owner is not None and not os.path.exists(live.owner.path)
+
+
+def test_a_task_on_a_node_whose_gpus_cannot_be_walled_is_told_why(instance: str) -> None:
+    # The node lists GPU files, but its cgroups could not hold the walls (as choose_task_bounds
+    # says where it cannot: no devices hierarchy, a kernel refusing the BPF filter).
+    why = "GPU walls: none, a host task's GPUs are its CUDA_VISIBLE_DEVICES only (here: why)"
+    controls = ray_limits.node_controls("auto")
+    unwalled = ray_limits.NodeControls(
+        controls.mem, TaskBounds(notes=(why,)), GpuDevices(((1, 7), (1, 8)))
+    )
+    made = ray_limits._make(unwalled, spec(instance, "t"), f"{instance}.7.1.t", os.geteuid(), ())
+    try:
+        assert (made.walled, made.gpu_note) == (False, why)
+    finally:
+        made.remove()
+    if controls.gpus is None:  # no GPU files on this machine: nothing to say
+        plain = ray_limits._make(controls, spec(instance, "u"), f"{instance}.7.1.u", 0, ())
+        try:
+            assert (plain.walled, plain.gpu_note) == (False, None)
+        finally:
+            plain.remove()
