@@ -85,3 +85,46 @@ def test_a_service_counts_with_every_replica_it_may_scale_to(
     assert "(this submission counts 4)" in r.json()["problems"][0]
     assert service(2).status_code == 201  # itself and two replicas: 3
     assert submit(client).status_code == 429
+
+
+def big(name: str) -> dict[str, Any]:
+    """A job whose document is about 100 KiB (a long environment value, as a config blob)."""
+    blob = {"BLOB": "x" * (100 << 10)}
+    return {"name": name, "command": ["sleep", "100"], "env": blob, "resources": {"gpus": 4}}
+
+
+def test_a_user_whose_documents_would_pass_the_byte_limit_is_refused_with_429(
+    open_service: Callable[..., Service], fx: FakeExecutor
+) -> None:
+    # 10,000 jobs of 1 MiB each would have put 10 GB in one user's name in the database.
+    svc = open_service(fx, limits={"user_max_job_bytes": "350K"})
+    mine, nobody = client_for(svc), client_for(svc, "nobody")
+    ids = [mine.post("/v1/jobs", json=big(f"b{i}")).json()["id"] for i in range(3)]
+    r = mine.post("/v1/jobs", json=big("b3"))
+    assert r.status_code == 429, r.text
+    (why,) = r.json()["problems"]
+    assert "jobs not yet ended take 0.30 MiB of job documents, and this submission 0.10 MiB" in why
+    assert "at most 0.34 MiB (limits.user_max_job_bytes;" in why
+    # Small jobs still fit; another user is not held back; an ended job (one that waited:
+    # it ends at once) makes room.
+    assert submit(mine).status_code == 201
+    assert nobody.post("/v1/jobs", json=big("n0")).status_code == 201
+    assert mine.post(f"/v1/jobs/{ids[1]}/cancel").status_code == 202
+    assert mine.post("/v1/jobs", json=big("b4")).status_code == 201
+
+
+def test_the_bytes_are_counted_again_from_the_store_after_a_restart(tmp_path: Path) -> None:
+    cfg = load_config(None, {"data_dir": str(tmp_path), "limits": {"user_max_job_bytes": "150K"}})
+    svc = Service.open(cfg, executor=FakeExecutor([fake_node(gpus=4)]))
+    svc.start()
+    try:
+        assert client_for(svc).post("/v1/jobs", json=big("b0")).status_code == 201
+    finally:
+        svc.close()
+    again = Service.open(cfg, executor=FakeExecutor([fake_node(gpus=4)]))
+    again.start()
+    try:
+        assert client_for(again).post("/v1/jobs", json=big("b1")).status_code == 429
+        assert submit(client_for(again)).status_code == 201
+    finally:
+        again.close()

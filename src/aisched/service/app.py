@@ -152,6 +152,7 @@ class Service:
                     base_env=base_env(),
                     instance=store.instance_id(),
                     user_max_jobs=config.limits.user_max_jobs,
+                    user_max_job_bytes=config.limits.user_max_job_bytes_(),
                     keep_ended_s=config.limits.keep_ended_s(),
                 ),
                 on_cycle=metrics.observe_cycle,

@@ -40,7 +40,7 @@ from aisched.service.loop_types import (
 from aisched.service.paths import checkpoint_dir
 from aisched.service.pipelines import DependencyError
 from aisched.service.replicas import replica_job
-from aisched.service.scheduler_state import jobs_counted
+from aisched.service.scheduler_state import bytes_counted, jobs_counted
 from aisched.service.step_errors import classify, one_line
 from aisched.store.codec import job_to_dict
 from aisched.store.db import Row
@@ -136,7 +136,8 @@ class Commands(Intents):
         if cmd.not_accepting is not None:
             cmd.future.set_exception(cmd.not_accepting)
             return
-        if (past := self._past_user_limit(cmd.job.user, jobs_counted(cmd.job))) is not None:
+        past = self._past_user_limit(cmd.job.user, [cmd.job])
+        if past is not None:
             cmd.future.set_exception(Rejected(past, 429))
             return
         why = self._refusal(cmd.job, now)
@@ -163,8 +164,7 @@ class Commands(Intents):
         if cmd.not_accepting is not None:
             cmd.future.set_exception(cmd.not_accepting)
             return
-        adding = sum(jobs_counted(job) for job, _, _ in cmd.items)
-        if (past := self._past_user_limit(user, adding)) is not None:
+        if (past := self._past_user_limit(user, [job for job, _, _ in cmd.items])) is not None:
             cmd.future.set_exception(Rejected(past, 429))
             return
         for job, _fmt, _warnings in cmd.items:
@@ -200,16 +200,29 @@ class Commands(Intents):
         self._remember_key(user, cmd.idempotency_key, rows, batch)
         batch.after.append(lambda: cmd.future.set_result(rows))
 
-    def _past_user_limit(self, user: str, adding: int) -> str | None:
-        """Why `adding` more jobs would take `user` past `user_max_jobs`, or None."""
+    def _past_user_limit(self, user: str, jobs: list[Job]) -> str | None:
+        """Why adding `jobs` would take `user` past `user_max_jobs` or `user_max_job_bytes`,
+        or None."""
+        adding = sum(jobs_counted(job) for job in jobs)
         most, has = self.config.user_max_jobs, self.live_per_user[user]
-        if most <= 0 or has + adding <= most:
+        if most > 0 and has + adding > most:
+            more = "" if adding == 1 else f" (this submission counts {adding})"
+            return (
+                f"{user} has {has} jobs not yet ended and may have at most {most}{more} "
+                "(limits.user_max_jobs; a service counts with the replicas it may scale to): "
+                "wait for some to end, or cancel some"
+            )
+        most = self.config.user_max_job_bytes
+        if most <= 0:
             return None
-        more = "" if adding == 1 else f" (this submission counts {adding})"
+        adding, has = sum(bytes_counted(job) for job in jobs), self.live_bytes_per_user[user]
+        if has + adding <= most:
+            return None
         return (
-            f"{user} has {has} jobs not yet ended and may have at most {most}{more} "
-            "(limits.user_max_jobs; a service counts with the replicas it may scale to): "
-            "wait for some to end, or cancel some"
+            f"{user}'s jobs not yet ended take {_mib(has)} of job documents, and this "
+            f"submission {_mib(adding)} more; at most {_mib(most)} (limits.user_max_job_bytes; "
+            "a service counts once for each replica it may scale to): wait for some to end, "
+            "cancel some, or send smaller documents"
         )
 
     def _idempotent(self, user: str, key: str | None, n: int) -> list[Row] | None:
@@ -453,3 +466,9 @@ def _reading(what: str, again: str) -> Iterator[None]:
             f"changed: {again} (GET /v1/readyz says when the store is back)",
             503,
         ) from exc
+
+
+def _mib(n: int) -> str:
+    """A size in MiB for a person, with two decimals below 10 MiB."""
+    mib = n / (1 << 20)
+    return f"{mib:.2f} MiB" if mib < 10 else f"{mib:.0f} MiB"

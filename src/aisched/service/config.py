@@ -178,6 +178,10 @@ class LimitsModel(_Model):
     # itself and every replica it may scale to): past it a submission is refused with 429, so
     # one user cannot fill the queue, the store and every cycle for the others. 0: no limit.
     user_max_jobs: Annotated[int, Field(ge=0)] = 10_000
+    # And the most their job documents may take in the store together (as stored; a service
+    # counts once for itself and each replica it may scale to): past it, 429. Without it one
+    # user's 10,000 jobs of 1 MiB each would put 10 GB in the database. 0: no limit.
+    user_max_job_bytes: str | int = "256M"
     # Ended jobs (their rows, events and logs) are kept this long after they end, then
     # forgotten, so months of history do not fill the disk. 0: kept for ever.
     keep_ended: Any = "30d"
@@ -197,7 +201,7 @@ class LimitsModel(_Model):
     # server has from the others. Admins are not bound.
     connections_per_peer: Annotated[int, Field(ge=1, le=4096)] = 128
 
-    @field_validator("log_max_size", "disk_min_free", "shm_max_size")
+    @field_validator("log_max_size", "disk_min_free", "shm_max_size", "user_max_job_bytes")
     @classmethod
     def _size(cls, v: str | int | None) -> str | int | None:
         if v is not None:
@@ -225,6 +229,10 @@ class LimitsModel(_Model):
         if self.shm_max_size is None:
             return 0
         return max(1, parse_mem_mib(self.shm_max_size, "limits.shm_max_size"))
+
+    def user_max_job_bytes_(self) -> int:
+        """0: no limit."""
+        return parse_bytes(self.user_max_job_bytes, "limits.user_max_job_bytes")
 
     def disk_min_free_bytes(self) -> int:
         return parse_bytes(self.disk_min_free, "limits.disk_min_free")

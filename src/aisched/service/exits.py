@@ -136,6 +136,9 @@ class Exits(Launches):
         self.live_per_user[lj.job.user] -= jobs_counted(lj.job)
         if not self.live_per_user[lj.job.user]:
             del self.live_per_user[lj.job.user]
+        self.live_bytes_per_user[lj.job.user] -= lj.counted_bytes
+        if not self.live_bytes_per_user[lj.job.user]:
+            del self.live_bytes_per_user[lj.job.user]
         self.terminal_counts[state.value] = self.terminal_counts.get(state.value, 0) + 1
         batch.job(
             lj.id,

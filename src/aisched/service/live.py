@@ -56,6 +56,9 @@ class LiveJob:
     state: JobState
     submitted_at: float
     checkpoint_dir: str
+    # What it counts for against `limits.user_max_job_bytes` (`bytes_counted`), fixed when it
+    # became live so that its end takes off what its start added.
+    counted_bytes: int = 0
     attempt: int = 0  # attempts started so far; the current one while running
     failures: int = 0
     preemptions: int = 0

@@ -44,6 +44,9 @@ class LoopConfig:
     # The most jobs one user may have not yet ended (`limits.user_max_jobs`; 0: no limit).
     # Submissions past it are refused with 429; a service counts with its `max_replicas`.
     user_max_jobs: int = 0
+    # What one user's jobs not yet ended may take in the store together, in bytes of their
+    # documents (`limits.user_max_job_bytes`; 0: no limit). Past it, 429 too.
+    user_max_job_bytes: int = 0
     # A waiting job that fits only with nodes that left the cluster (a raylet restart, a
     # network blip) waits this long for them to come back before it is failed as never fitting.
     lost_node_grace_s: float = 600.0

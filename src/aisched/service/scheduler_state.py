@@ -15,6 +15,7 @@ nodes, the free capacity) while the nodes change.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import queue
@@ -55,7 +56,7 @@ from aisched.service.pipelines import Pipelines
 from aisched.service.retention import Retention
 from aisched.service.step_errors import StepErrors
 from aisched.service.timers import Timer, Timers
-from aisched.store.codec import job_from_dict
+from aisched.store.codec import job_from_dict, job_to_dict
 from aisched.store.db import Row, Store
 
 log = logging.getLogger("aisched.loop")
@@ -109,6 +110,8 @@ class SchedulerState:
         # How many jobs each user's live jobs may come to (`limits.user_max_jobs`,
         # `jobs_counted`), kept by `_add_live` and `_finish`, where a live job comes and goes.
         self.live_per_user: Counter[str] = Counter()
+        # And the bytes of their documents (`limits.user_max_job_bytes`, `bytes_counted`).
+        self.live_bytes_per_user: Counter[str] = Counter()
         # The jobs with a pending view (waiting to be placed, maybe held back for now), so a
         # step asks "does anything wait?" without walking every live job.
         self.queued: set[str] = set()
@@ -242,6 +245,8 @@ class SchedulerState:
     def _add_live(self, lj: LiveJob) -> None:
         self.jobs[lj.id] = lj
         self.live_per_user[lj.job.user] += jobs_counted(lj.job)
+        lj.counted_bytes = bytes_counted(lj.job)
+        self.live_bytes_per_user[lj.job.user] += lj.counted_bytes
 
     def _make_pending(self, lj: LiveJob, batch: Batch) -> None:
         lj.running_view = None
@@ -448,6 +453,13 @@ def jobs_counted(job: Job) -> int:
     if job.kind == JobKind.SERVICE and job.service is not None:
         return 1 + job.service.max_replicas
     return 1
+
+
+def bytes_counted(job: Job) -> int:
+    """What a live job counts for against `limits.user_max_job_bytes`: the size of its document
+    as the store keeps it, once for each job it counts as (`jobs_counted`)."""
+    counted = jobs_counted(job)
+    return counted * len(json.dumps(job_to_dict(job))) if counted else 0
 
 
 def clock(t: float) -> str:
