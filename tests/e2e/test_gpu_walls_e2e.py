@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import stat
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from gpu_stand_ins import OPEN_PROBE, STAND_INS, stand_in_files
+from gpu_stand_ins import seen as stand_in_seen
 from harness import Service, free_port, local_service, wait_for
 from users import User
 
@@ -36,21 +35,13 @@ pytestmark = pytest.mark.skipif(
     reason="needs root and a cgroup v1 devices hierarchy",
 )
 
-# Stand-ins for 4 GPUs' device files: (name, major, minor).
-FAKE_GPUS = [("nvidia0", 1, 5), ("nvidia1", 1, 7), ("nvidia2", 1, 8), ("nvidia3", 1, 9)]
+FAKE_GPUS = STAND_INS  # the service's 4 declared GPUs
 
-# What a task sees: which GPU files it can open, its GPU variables, and whether it can get out
-# of its devices cgroup (write a rule that allows all, or join the parent).
-PROBE = r"""
-import errno, os, sys
-for path in sys.argv[1:]:
-    try:
-        os.close(os.open(path, os.O_RDONLY))
-        print(os.path.basename(path), "opens")
-    except OSError as e:
-        print(os.path.basename(path), errno.errorcode[e.errno])
-print("CUDA_VISIBLE_DEVICES=" + os.environ["CUDA_VISIBLE_DEVICES"])
-print("AISCHED_GPUS=" + os.environ.get("AISCHED_GPUS", "(none)"))
+# What a task sees (`OPEN_PROBE`), and whether it can get out of its devices cgroup (write a
+# rule that allows all, or join the parent); then it waits for the file $GO, if given.
+PROBE = (
+    OPEN_PROBE
+    + r"""
 line = next(ln for ln in open("/proc/self/cgroup") if ":devices:" in ln)
 mine = "/sys/fs/cgroup/devices" + line.strip().split(":", 2)[2]
 for target, value in ((mine + "/devices.allow", "a"),
@@ -65,21 +56,13 @@ go = os.environ.get("GO")
 while go and not os.path.exists(go):
     __import__("time").sleep(0.1)
 """
+)
 
 
 @pytest.fixture
 def gpu_files() -> Iterator[list[str]]:
-    """The 4 files, in a directory every user can reach (pytest's own is root's alone)."""
-    dev = Path(tempfile.mkdtemp(prefix="ais-gpus-"))
-    dev.chmod(0o755)
-    files = []
-    for name, major, minor in FAKE_GPUS:
-        path = dev / name
-        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
-        path.chmod(0o666)  # as NVIDIA's driver makes them: anyone may open them
-        files.append(str(path))
-    yield files
-    shutil.rmtree(dev)
+    with stand_in_files(len(FAKE_GPUS)) as files:
+        yield files
 
 
 @pytest.fixture
@@ -105,12 +88,7 @@ def probe(svc: Service, user: User, gpus: int, gpu_files: list[str], go: Path | 
 
 
 def seen(svc: Service, job_id: str) -> dict[str, str]:
-    """What the probe printed: file or variable -> result (the escape lines by their kind)."""
-    out: dict[str, str] = {}
-    for line in svc.cli("logs", job_id).stdout.splitlines():
-        key, _, value = line.replace("=", " ", 1).partition(" ")
-        out[key if key not in out else f"{key}-2"] = value
-    return out
+    return stand_in_seen(svc.cli("logs", job_id).stdout)
 
 
 def devices_cgroups(svc: Service, job_id: str) -> list[Path]:

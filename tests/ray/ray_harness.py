@@ -60,6 +60,27 @@ class RayCluster:
     def remove(self, name: str) -> None:
         self.cluster.remove_node(self.nodes.pop(name), allow_graceful=False)
 
+    @contextmanager
+    def node_of_a_test(
+        self, name: str, rack: str, zone: str, env: dict[str, str] | None = None, **kw: Any
+    ) -> Iterator[RayCluster]:
+        """Node `name` (as `add`; its raylet started with `env` more in its environment) for
+        one test, removed after it, once Ray has marked it dead."""
+        with pytest.MonkeyPatch.context() as mp:
+            for k, v in (env or {}).items():
+                mp.setenv(k, v)
+            self.add(name, rack, zone, **kw)
+        node_id = self.nodes[name].node_id
+        try:
+            yield self
+        finally:
+            self.remove(name)
+
+            def dead() -> bool:
+                return not ray_node_alive(self, node_id)
+
+            wait_for("Ray to mark the test's node dead", dead, 30)
+
 
 @contextmanager
 def local_cluster() -> Iterator[RayCluster]:

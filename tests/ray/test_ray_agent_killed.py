@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from harness import Service, wait_for
-from ray_harness import RayCluster, connect_driver, ray_node_alive
+from ray_harness import RayCluster, connect_driver
 from users import User
 
 from aisched.executors import processes
@@ -43,17 +43,8 @@ LONE = "echo $$ > task.pid; exec sleep 600"
 @pytest.fixture
 def node(ray_cluster: RayCluster) -> Iterator[RayCluster]:
     """NODE, added for this test (before its service starts) and removed after it."""
-    ray_cluster.add(NODE, "rk", "z6", gpus=1, cpus=1, model=MODEL)
-    node_id = ray_cluster.nodes[NODE].node_id
-    try:
-        yield ray_cluster
-    finally:
-        ray_cluster.remove(NODE)
-
-        def dead() -> bool:
-            return not ray_node_alive(ray_cluster, node_id)
-
-        wait_for("Ray to mark the test's node dead", dead, 30)
+    with ray_cluster.node_of_a_test(NODE, "rk", "z6", gpus=1, cpus=1, model=MODEL) as rc:
+        yield rc
 
 
 def submit(

@@ -2,7 +2,7 @@
 files of its own GPUs only, as on one machine (tests/e2e/test_gpu_walls_e2e.py). The node is
 added for the test with `AISCHED_GPU_DEVICE_FILES` in its raylet's environment (as an
 operator would start `ray start` on a node whose GPUs NVML does not list), naming stand-in
-device files: /dev/full's and /dev/random's numbers, since this machine has no GPU. Its Ray
+device files (`gpu_stand_ins`), since this machine has no GPU. Its Ray
 workers run as root: the device cgroup holds for root too.
 """
 
@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import stat
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import Service, wait_for
-from ray_harness import RayCluster, ray_node_alive
+from gpu_stand_ins import OPEN_PROBE, STAND_INS, seen, stand_in_files
+from harness import Service
+from ray_harness import RayCluster
 
 from aisched.executors.ray_limits import GPU_FILES_ENV
 
@@ -32,49 +30,22 @@ pytestmark = pytest.mark.skipif(
 
 # A node of its own, of a GPU model no other node has: the test's jobs run there.
 NODE, MODEL = "w1", "WALL"
-FAKE_GPUS = [("nvidia0", 1, 7), ("nvidia1", 1, 8)]
-PROBE = r"""
-import errno, os, sys
-for path in sys.argv[1:]:
-    try:
-        os.close(os.open(path, os.O_RDONLY))
-        print(os.path.basename(path), "opens")
-    except OSError as e:
-        print(os.path.basename(path), errno.errorcode[e.errno])
-print("CUDA_VISIBLE_DEVICES", os.environ["CUDA_VISIBLE_DEVICES"])
-print("AISCHED_GPUS", os.environ.get("AISCHED_GPUS", "(none)"))
-"""
+FAKE_GPUS = STAND_INS[:2]
 
 
 @pytest.fixture
 def gpu_files() -> Iterator[list[str]]:
-    dev = Path(tempfile.mkdtemp(prefix="ais-raygpus-"))
-    dev.chmod(0o755)
-    files = []
-    for name, major, minor in FAKE_GPUS:
-        os.mknod(dev / name, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
-        files.append(str(dev / name))
-    yield files
-    shutil.rmtree(dev)
+    with stand_in_files(len(FAKE_GPUS)) as files:
+        yield files
 
 
 @pytest.fixture
 def walled_node(ray_cluster: RayCluster, gpu_files: list[str]) -> Iterator[RayCluster]:
     """NODE, its raylet started with the stand-in files as its GPUs' (before the service
     starts), removed after the test."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(GPU_FILES_ENV, ",".join(gpu_files))
-        ray_cluster.add(NODE, "rw", "z7", gpus=2, cpus=1, model=MODEL)
-    node_id = ray_cluster.nodes[NODE].node_id
-    try:
-        yield ray_cluster
-    finally:
-        ray_cluster.remove(NODE)
-
-        def dead() -> bool:
-            return not ray_node_alive(ray_cluster, node_id)
-
-        wait_for("Ray to mark the test's node dead", dead, 30)
+    env = {GPU_FILES_ENV: ",".join(gpu_files)}
+    with ray_cluster.node_of_a_test(NODE, "rw", "z7", env, gpus=2, cpus=1, model=MODEL) as rc:
+        yield rc
 
 
 def probe(svc: Service, name: str, gpu_files: list[str]) -> str:
@@ -85,7 +56,7 @@ def probe(svc: Service, name: str, gpu_files: list[str]) -> str:
         "tasks": [
             {
                 "name": "main",
-                "command": ["python3", "-c", PROBE, *gpu_files],
+                "command": ["python3", "-c", OPEN_PROBE, *gpu_files],
                 "resources": {"cpus": 0.25, "gpus": 1, "mem": "64M"},
             }
         ],
@@ -102,7 +73,7 @@ def test_a_ray_host_task_opens_its_own_gpus_device_file_only(
         jid = probe(ray_service, name, gpu_files)
         job = ray_service.wait_state(jid, "succeeded", "failed", timeout_s=90)
         assert job["state"] == "succeeded", job["events"]
-        out = dict(ln.split(" ", 1) for ln in ray_service.cli("logs", jid).stdout.splitlines())
+        out = seen(ray_service.cli("logs", jid).stdout)
         (gpu,) = [g for t in job["tasks"] for g in t["gpus"]]
         assert out["AISCHED_GPUS"] == str(gpu), out
         assert out["CUDA_VISIBLE_DEVICES"] == "0", out
