@@ -279,6 +279,8 @@ def contract_env(
         "AISCHED_CHECKPOINT_DIR": checkpoint_dir,
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in me.gpus),
+        # The same GPUs in the host's numbering wherever CUDA's differs (a container, walls).
+        "AISCHED_GPUS": ",".join(str(g) for g in me.gpus),
         "OMP_NUM_THREADS": str(threads),
         "MASTER_ADDR": master_addr,
         "MASTER_PORT": str(master_port),
