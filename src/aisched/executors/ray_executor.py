@@ -746,6 +746,8 @@ class RayExecutor:
             return False
         for line in result.get("gpu_reports") or ():
             log.warning("%s", line)
+        if t.unconfirmed is not None:  # which way a SIGKILL was taken, should it be doubted
+            log.info("task %s: SIGKILL from outside, its agent answered again", _show(t.key))
         return self._end(t, exit_from_record(t.key, result))
 
     def _recorded_or_lost(self, t: _Tracked, why: str) -> TaskExited:
