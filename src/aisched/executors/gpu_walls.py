@@ -6,7 +6,8 @@ GPU of the machine, other users' jobs' included. So each host task's cgroups den
 files of every GPU it was not given (`cgroups.py`): under cgroup v1 a `devices` cgroup of its
 own beside its pids and cpuset ones, under v2 a BPF device filter on its one cgroup
 (`device_filter.py`). The kernel checks them at each open and mknod, for root as for anyone,
-and a task can neither change them nor leave its cgroups (their files are root's).
+and a user's task can neither change them nor leave its cgroups (their files are root's; a
+task of root's could, as root can do anything).
 The driver's shared files (`nvidiactl`, `nvidia-uvm`, ...) stay open to all: CUDA needs them.
 
 CUDA skips the GPUs it cannot open and numbers the rest from 0 (Slurm sets local indices for
