@@ -343,6 +343,11 @@ class TaskBounds:
         """Whether each task gets a devices cgroup that denies the GPUs it was not given."""
         return "devices" in self.in_task_cgroup or any(c == "devices" for c, _ in self.bases)
 
+    @property
+    def gpu_note(self) -> str | None:
+        """The note on the GPU walls (up, or why not); None when none were asked for."""
+        return next((n for n in self.notes if n.startswith(GPU_WALLS)), None)
+
 
 BOUND_CONTROLLERS = ("pids", "cpuset")
 

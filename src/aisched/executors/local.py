@@ -152,9 +152,7 @@ class LocalExecutor(ExitWatching):
         self._gpu_devices, gpu_note = _gpu_devices(node, gpu_device_files)
         every_gpu = self._gpu_devices.every_gpu if self._gpu_devices else ()
         self._bounds = choose_task_bounds(self._mem, every_gpu)
-        self._gpu_note = gpu_note or next(
-            (n for n in self._bounds.notes if n.startswith(GPU_WALLS)), None
-        )
+        self._gpu_note = gpu_note or self._bounds.gpu_note
         self._pids_limit = task_pids_limit
         self._user_pids_limit = user_pids_limit
         self._cores = tuple(sorted(os.sched_getaffinity(0)))

@@ -35,7 +35,6 @@ from typing import Any
 
 from aisched.executors import processes
 from aisched.executors.cgroups import (
-    GPU_WALLS,
     MemoryControl,
     MemoryControlError,
     TaskBounds,
@@ -164,6 +163,7 @@ def _make(
     user_pids_max = int(spec.get("user_pids_limit") or 4 * DEFAULT_PIDS_LIMIT)
     walled = controls.gpus is not None and controls.bounds.gpu_walls
     mine = [int(g) for g in spec.get("gpus") or ()]
+    deny = controls.gpus.denied(mine) if controls.gpus is not None and walled else ()
     try:
         create_bounds(
             controls.bounds,
@@ -173,7 +173,7 @@ def _make(
             cores,
             uid,
             user_pids_max,
-            controls.gpus.denied(mine) if controls.gpus is not None and walled else (),
+            deny,
         )
     except OSError:
         processes.remove_cgroup(memory)
@@ -185,9 +185,7 @@ def _make(
     if memory is None and mem_mib:
         how = f"RLIMIT_DATA of {mem_mib} MiB per process" if rlimit else "not enforced"
         note = f"memory limit on this node: {how} ({'; '.join(controls.mem.notes)})"
-    gpu_note = None
-    if controls.gpus is not None and not walled:
-        gpu_note = next((n for n in controls.bounds.notes if n.startswith(GPU_WALLS)), None)
+    gpu_note = controls.bounds.gpu_note if controls.gpus is not None and not walled else None
     return TaskCgroups(memory, joined, rlimit, note, walled=walled, gpu_note=gpu_note)
 
 
