@@ -1,9 +1,11 @@
 """`limits.keep_ended`: an ended job is forgotten (its row, tasks, events and files in the data
 directory) once it ended that long ago; a job not ended never is, nor the newest job, so no id
-is given out twice."""
+is given out twice. `limits.user_max_ended_bytes`: one user's oldest ended jobs go sooner,
+when what their ended jobs keep passes it."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +14,7 @@ from clients import client_for
 from fastapi.testclient import TestClient
 
 from aisched.service.app import Service
-from aisched.testing.fakes import FakeExecutor
+from aisched.testing.fakes import FakeExecutor, fake_node
 
 JOB = {"command": ["sleep", "100"], "resources": {"gpus": 4}}
 
@@ -69,3 +71,50 @@ def test_keep_ended_zero_keeps_every_ended_job(
     assert client.post(f"/v1/jobs/{first}/cancel").status_code == 202
     time.sleep(1.0)
     assert client.get(f"/v1/jobs/{first}").json()["state"] == "cancelled"
+
+
+def test_a_users_oldest_ended_jobs_go_past_user_max_ended_bytes_also_after_a_restart(
+    open_service: Callable[..., Service], tmp_path: Path
+) -> None:
+    # Each job below keeps a 100 KiB log, two folders and its document: two fit in 300K.
+    limits = {"user_max_ended_bytes": "300K", "keep_ended": 0}
+    svc = open_service(FakeExecutor([fake_node(gpus=4)]), limits=limits)
+    mine, theirs = client_for(svc, "nobody"), client_for(svc)
+
+    def state(job_id: str) -> str | None:
+        r = client_for(svc).get(f"/v1/jobs/{job_id}")
+        return None if r.status_code == 404 else str(r.json()["state"])
+
+    def ended(client: TestClient, log_bytes: int) -> str:
+        r = client.post("/v1/jobs", json=JOB)
+        assert r.status_code == 201, r.text
+        job_id = str(r.json()["id"])
+        until(f"job {job_id} to start", lambda: state(job_id) == "running")
+        logs = tmp_path / "logs" / job_id / "1"
+        logs.mkdir(parents=True, exist_ok=True)
+        (logs / "main-0.log").write_bytes(b"x" * log_bytes)
+        assert client.post(f"/v1/jobs/{job_id}/cancel").status_code == 202
+        until(f"job {job_id} to end", lambda: state(job_id) == "cancelled")
+        return job_id
+
+    others = ended(theirs, 250 * 1024)
+    first = [ended(mine, 100 * 1024) for _ in range(4)]
+    until("alice's two oldest to be forgotten", lambda: state(first[1]) is None)
+    assert [state(j) for j in (first[0], *first[2:], others)] == [
+        None,
+        "cancelled",
+        "cancelled",
+        "cancelled",
+    ]
+    assert not (tmp_path / "logs" / first[0]).exists()
+    # What the store says each document takes is what the service counted (PostgreSQL too).
+    with svc.store.read() as tx:
+        sizes = {i: n for i, _, n in tx.ended_doc_sizes()}
+        specs = {r["id"]: r["spec"] for r in tx.list_jobs()}
+    assert sizes == {i: len(json.dumps(specs[i])) for i in (others, *first[2:])}
+    svc.close()
+    svc = open_service(FakeExecutor([fake_node(gpus=4)]), limits=limits)
+    mine = client_for(svc, "nobody")
+    later = ended(mine, 100 * 1024)
+    until("alice's oldest kept to be forgotten", lambda: state(first[2]) is None)
+    assert [state(j) for j in (first[3], later, others)] == ["cancelled"] * 3

@@ -185,6 +185,11 @@ class LimitsModel(_Model):
     # Ended jobs (their rows, events and logs) are kept this long after they end, then
     # forgotten, so months of history do not fill the disk. 0: kept for ever.
     keep_ended: Any = "30d"
+    # What one user's ended jobs may keep, their documents in the store and their files (logs)
+    # together: past it, the user's oldest ended jobs are forgotten as `keep_ended` forgets
+    # them, never their newest. Each task's log is capped, but not how many jobs one user
+    # runs in `keep_ended`: without it they could fill the disk for everyone. 0: no bound.
+    user_max_ended_bytes: str | int = "10G"
     # A job's private /dev/shm on a node (host tasks run as a user by a root service) holds
     # at most the memory its tasks there asked for, and at most this (None: no other cap).
     shm_max_size: str | None = None
@@ -201,7 +206,13 @@ class LimitsModel(_Model):
     # server has from the others. Admins are not bound.
     connections_per_peer: Annotated[int, Field(ge=1, le=4096)] = 128
 
-    @field_validator("log_max_size", "disk_min_free", "shm_max_size", "user_max_job_bytes")
+    @field_validator(
+        "log_max_size",
+        "disk_min_free",
+        "shm_max_size",
+        "user_max_job_bytes",
+        "user_max_ended_bytes",
+    )
     @classmethod
     def _size(cls, v: str | int | None) -> str | int | None:
         if v is not None:
@@ -233,6 +244,10 @@ class LimitsModel(_Model):
     def user_max_job_bytes_(self) -> int:
         """0: no limit."""
         return parse_bytes(self.user_max_job_bytes, "limits.user_max_job_bytes")
+
+    def user_max_ended_bytes_(self) -> int:
+        """0: no bound."""
+        return parse_bytes(self.user_max_ended_bytes, "limits.user_max_ended_bytes")
 
     def disk_min_free_bytes(self) -> int:
         return parse_bytes(self.disk_min_free, "limits.disk_min_free")

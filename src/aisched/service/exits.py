@@ -139,6 +139,7 @@ class Exits(Launches):
         self.live_bytes_per_user[lj.job.user] -= lj.counted_bytes
         if not self.live_bytes_per_user[lj.job.user]:
             del self.live_bytes_per_user[lj.job.user]
+        self.retention.ended_bytes.ended(lj.id, lj.job.user, lj.doc_bytes)
         self.terminal_counts[state.value] = self.terminal_counts.get(state.value, 0) + 1
         batch.job(
             lj.id,

@@ -59,6 +59,7 @@ class LiveJob:
     # What it counts for against `limits.user_max_job_bytes` (`bytes_counted`), fixed when it
     # became live so that its end takes off what its start added.
     counted_bytes: int = 0
+    doc_bytes: int = 0  # its document's size as stored, once (`limits.user_max_ended_bytes`)
     attempt: int = 0  # attempts started so far; the current one while running
     failures: int = 0
     preemptions: int = 0

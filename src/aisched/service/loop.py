@@ -141,7 +141,7 @@ class Scheduler(Recovery, BulkCancels):
             self._on_exit(exits.popleft(), batch, now)
         self._timers(batch, now)
         self._recheck_dependents(batch, now)  # what a failed step left undone, if anything
-        self.retention.forget_ended(self.store, batch, now)
+        self.retention.forget_ended(self.store, batch, now, newest_id=str(self.next_seq - 1))
         try:
             batch.flush(self.store)
         except Exception as exc:
@@ -214,6 +214,7 @@ class Scheduler(Recovery, BulkCancels):
                 self._finish(lj, JobState.CANCELLED, batch, now, "not stored")
                 self.terminal_counts[JobState.CANCELLED.value] -= 1
             batch.drop_jobs(origin.job_ids)
+            self.retention.ended_bytes.forgotten(origin.job_ids)
             self.fresh = [j for j in self.fresh if j.id not in origin.job_ids]
             for key, rows in list(self.unstored_keys.items()):
                 if any(r["id"] in origin.job_ids for r in rows):

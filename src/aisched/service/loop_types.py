@@ -52,6 +52,9 @@ class LoopConfig:
     lost_node_grace_s: float = 600.0
     # Ended jobs are forgotten this long after they ended (`limits.keep_ended`; 0: never).
     keep_ended_s: float = 0.0
+    # ...and one user's oldest ended jobs sooner, when their documents and files together take
+    # more than this (`limits.user_max_ended_bytes`; 0: no bound).
+    user_max_ended_bytes: int = 0
     # Check the lifecycle's invariants after every cycle and raise on a broken one (tests).
     validate: bool = False
 

@@ -49,6 +49,7 @@ class Recovery(Commands):
             task_rows = {(r["job_id"], r["attempt"], r["name"]): r for r in tx.running_tasks()}
             counts = tx.count_by_state()
         self.terminal_counts = {s: counts.get(s, 0) for s in ("succeeded", "failed", "cancelled")}
+        self.retention.recover(self.store)  # before a job ends here, so it counts
         for row in rows:
             lj = _readable(row, self._live_from_row)
             self._add_live(lj)

@@ -153,7 +153,9 @@ class SchedulerState:
         # `lost_node_grace_s`: what a waiting job is judged against meanwhile (`_with_lost`).
         self.left: dict[str, tuple[Node, float]] = {}
         self._with_lost_cache: tuple[object, Snapshot] | None = None
-        self.retention = Retention(config.data_dir, config.keep_ended_s)
+        self.retention = Retention(
+            config.data_dir, config.keep_ended_s, config.user_max_ended_bytes
+        )
         self.stats = LoopStats()
         self.last_observed_s = -math.inf
         self.lock = threading.Lock()  # guards what readers of `view()` see
@@ -245,7 +247,8 @@ class SchedulerState:
     def _add_live(self, lj: LiveJob) -> None:
         self.jobs[lj.id] = lj
         self.live_per_user[lj.job.user] += jobs_counted(lj.job)
-        lj.counted_bytes = bytes_counted(lj.job)
+        lj.doc_bytes = doc_bytes(lj.job)
+        lj.counted_bytes = jobs_counted(lj.job) * lj.doc_bytes
         self.live_bytes_per_user[lj.job.user] += lj.counted_bytes
 
     def _make_pending(self, lj: LiveJob, batch: Batch) -> None:
@@ -459,7 +462,12 @@ def bytes_counted(job: Job) -> int:
     """What a live job counts for against `limits.user_max_job_bytes`: the size of its document
     as the store keeps it, once for each job it counts as (`jobs_counted`)."""
     counted = jobs_counted(job)
-    return counted * len(json.dumps(job_to_dict(job))) if counted else 0
+    return counted * doc_bytes(job) if counted else 0
+
+
+def doc_bytes(job: Job) -> int:
+    """The size of a job's document as the store keeps it."""
+    return len(json.dumps(job_to_dict(job)))
 
 
 def clock(t: float) -> str:

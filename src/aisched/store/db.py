@@ -32,7 +32,9 @@ from typing import Any
 
 from sqlalchemy import (
     Engine,
+    Text,
     bindparam,
+    cast,
     create_engine,
     delete,
     event,
@@ -419,11 +421,25 @@ class Tx:
         )
         return [str(r) for r in self.conn.execute(q).scalars()]
 
+    def ended_doc_sizes(self) -> list[tuple[str, str, int]]:
+        """(id, user, size of its document) of every ended job, oldest end first."""
+        size = func.length(cast(jobs.c.spec, Text))
+        q = (
+            select(jobs.c.id, jobs.c.user, size)
+            .where(jobs.c.state.in_(TERMINAL))
+            .order_by(jobs.c.finished_at, jobs.c.seq)
+        )
+        return [(str(i), str(u), int(n or 0)) for i, u, n in self.conn.execute(q)]
+
     def forget_jobs(self, job_ids: Sequence[str]) -> None:
-        """Delete ended jobs with their tasks and events (a job not ended is left alone)."""
+        """Delete ended jobs with their tasks and events (a job not ended is left alone, and
+        so is the newest job, whose seq keeps the next id from going back to a forgotten one)."""
         if not job_ids:
             return
-        ended = select(jobs.c.id).where(jobs.c.id.in_(list(job_ids)), jobs.c.state.in_(TERMINAL))
+        newest = select(func.max(jobs.c.seq)).scalar_subquery()
+        ended = select(jobs.c.id).where(
+            jobs.c.id.in_(list(job_ids)), jobs.c.state.in_(TERMINAL), jobs.c.seq < newest
+        )
         gone = [str(r) for r in self.conn.execute(ended).scalars()]
         if gone:
             self.conn.execute(delete(events).where(events.c.job_id.in_(gone)))
