@@ -75,6 +75,7 @@ class EndedBytes:
         self.kept: dict[str, tuple[str, int]] = {}  # job id -> (user, bytes)
         self.order: dict[str, deque[str]] = {}  # user -> ids, oldest end first
         self.per_user: Counter[str] = Counter()
+        self.over_users: set[str] = set()  # per_user over `most`: a pass looks at these only
 
     def ended(self, job_id: str, user: str, doc_bytes: int) -> None:
         """A job ended now: its files are measured at the next `over`."""
@@ -86,6 +87,7 @@ class EndedBytes:
         start, or as this instance leads again: the ledger is not stored); measured by the
         next calls of `over`."""
         self.to_measure, self.kept, self.order, self.per_user = deque(), {}, {}, Counter()
+        self.over_users = set()
         if self.most:
             self.to_measure.extend(ended)
 
@@ -100,11 +102,15 @@ class EndedBytes:
                 continue
             user, size = found
             self.per_user[user] -= size
+            if self.per_user[user] <= self.most:
+                self.over_users.discard(user)
             # Taken from `order` where it is at the front (age forgets the oldest first); one
             # in the middle stays until it comes up: removing it there would cost a walk.
             ids = self.order[user]
             while ids and ids[0] not in self.kept:
                 ids.popleft()
+            if not ids:  # nothing of theirs is kept
+                del self.per_user[user], self.order[user]
 
     def over(self, newest_id: str, at_most: int) -> dict[str, list[str]]:
         """Measure up to `MEASURE_AT_MOST` ended jobs, then per user over the bound, the ids of
@@ -114,7 +120,7 @@ class EndedBytes:
             self._add(self.to_measure.popleft())
         out: dict[str, list[str]] = {}
         taken = 0
-        for user in [u for u, size in self.per_user.items() if size > self.most]:
+        for user in sorted(self.over_users):
             ids, spared = self.order[user], []
             while self.per_user[user] > self.most and len(ids) > 1 and taken < at_most:
                 job_id = ids.popleft()
@@ -127,9 +133,8 @@ class EndedBytes:
                     out.setdefault(user, []).append(job_id)
                     taken += 1
             ids.extendleft(reversed(spared))
-        for user in [u for u, size in self.per_user.items() if not size]:
-            del self.per_user[user]
-            self.order.pop(user, None)
+            if self.per_user[user] <= self.most:
+                self.over_users.discard(user)
         return out
 
     def _add(self, e: Ended) -> None:
@@ -137,3 +142,5 @@ class EndedBytes:
         self.kept[e.job_id] = (e.user, size)
         self.order.setdefault(e.user, deque()).append(e.job_id)
         self.per_user[e.user] += size
+        if self.per_user[e.user] > self.most:
+            self.over_users.add(e.user)

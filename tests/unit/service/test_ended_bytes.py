@@ -68,6 +68,12 @@ def test_jobs_forgotten_by_age_count_no_more_and_a_pass_takes_at_most_its_share(
     assert ledger.over(newest_id="99", at_most=2) == {"alice": ["3", "4"]}
     assert ledger.over(newest_id="99", at_most=2) == {"alice": ["5"]}
     assert list(ledger.order["alice"]) == ["6"]
+    ledger.forgotten(["6"])  # her last: nothing of hers is kept
+    assert ("alice" in ledger.order, "alice" in ledger.per_user) == (False, False)
+    job_with_log(tmp_path, "7", 60 * KIB)
+    ledger.ended("7", "alice", 0)
+    assert ledger.over(newest_id="99", at_most=2) == {}
+    assert list(ledger.order["alice"]) == ["7"]
 
 
 def test_files_are_counted_as_they_take_the_disk_and_links_are_not_followed(
