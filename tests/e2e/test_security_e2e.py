@@ -38,7 +38,8 @@ queues:
     max_priority: 50
 """
 
-pytestmark = pytest.mark.usefixtures("local_users")
+# The tests that need alice and bob take `local_users`, and so run on the users' pytest worker
+# (tests/conftest.py); the others need no user of the machine, and run on either.
 
 
 @pytest.fixture
