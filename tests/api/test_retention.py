@@ -107,6 +107,16 @@ def test_a_users_oldest_ended_jobs_go_past_user_max_ended_bytes_also_after_a_res
         "cancelled",
     ]
     assert not (tmp_path / "logs" / first[0]).exists()
+    # Whoever asks for a forgotten job is told where it likely went; an id never given, not.
+    admin, gone = client_for(svc), first[0]
+    asked = (f"/v1/jobs/{gone}", f"/v1/jobs/{gone}/logs", f"/v1/jobs/{gone}/cancel")
+    for r in (admin.get(asked[0]), admin.get(asked[1]), admin.post(asked[2])):
+        assert r.status_code == 404, r.text
+        assert r.json()["error"] == (
+            f"no job {gone}: an ended job is forgotten limits.keep_ended after it ended, and "
+            "sooner when its user's ended jobs keep more than limits.user_max_ended_bytes"
+        )
+    assert admin.get("/v1/jobs/999999").json()["error"] == "no job 999999"
     # What the store says each document takes is what the service counted (PostgreSQL too).
     with svc.store.read() as tx:
         sizes = {i: n for i, _, n in tx.ended_doc_sizes()}

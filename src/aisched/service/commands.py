@@ -40,6 +40,7 @@ from aisched.service.loop_types import (
 from aisched.service.paths import checkpoint_dir
 from aisched.service.pipelines import DependencyError
 from aisched.service.replicas import replica_job
+from aisched.service.retention import no_job
 from aisched.service.scheduler_state import bytes_counted, jobs_counted
 from aisched.service.step_errors import classify, one_line
 from aisched.store.codec import job_to_dict
@@ -414,7 +415,7 @@ class Commands(Intents):
                 cmd.future.set_exception(e)
                 return
             if row is None:
-                cmd.future.set_exception(Rejected(f"no job {cmd.job_id}", 404))
+                cmd.future.set_exception(Rejected(no_job(cmd.job_id, self.next_seq - 1), 404))
             else:
                 cmd.future.set_exception(
                     Rejected(f"job {cmd.job_id} has already ended ({row['state']})", 409)

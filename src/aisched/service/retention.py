@@ -29,6 +29,17 @@ FORGET_EVERY_S = 60.0  # or a tenth of `keep_s`, when that is shorter
 FORGET_AT_MOST = 500
 
 
+def no_job(job_id: str, newest_seq: int) -> str:
+    """What a request naming no job is answered: an id given out before (at or under the newest
+    job's) was most likely forgotten, and its owner may wonder where it went."""
+    if job_id.isdigit() and 0 < int(job_id) <= newest_seq:
+        return (
+            f"no job {job_id}: an ended job is forgotten limits.keep_ended after it ended, and "
+            "sooner when its user's ended jobs keep more than limits.user_max_ended_bytes"
+        )
+    return f"no job {job_id}"
+
+
 class Retention:
     def __init__(self, data_dir: Path, keep_s: float, user_max_ended_bytes: int = 0) -> None:
         self.data_dir = data_dir

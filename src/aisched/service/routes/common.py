@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException
 from aisched.model.states import JobState
 from aisched.service.app import Service
 from aisched.service.identity import Caller
+from aisched.service.retention import no_job
 from aisched.service.schemas import Problem
 from aisched.spec.errors import MAX_JOB_FILE
 
@@ -64,6 +65,7 @@ def audit(
 def job_or_404(svc: Service, job_id: str) -> dict[str, Any]:
     with svc.store.read() as tx:
         row = tx.get_job(job_id)
+        newest = tx.max_seq() if row is None else 0
     if row is None:
-        raise HTTPException(404, f"no job {job_id}")
+        raise HTTPException(404, no_job(job_id, newest))
     return row

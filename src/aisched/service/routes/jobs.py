@@ -39,6 +39,7 @@ from aisched.service.auth import (
 from aisched.service.limits import check_depth
 from aisched.service.loop import Rejected
 from aisched.service.loop_types import NotAccepting
+from aisched.service.retention import no_job
 from aisched.service.routes.common import (
     LIVE_STATES,
     MAX_BODY,
@@ -235,7 +236,7 @@ def jobs_router(svc: Service) -> APIRouter:
         with svc.store.read() as tx:
             row = tx.get_job(job_id)
             if row is None:
-                return problem(404, f"no job {job_id}")
+                return problem(404, no_job(job_id, tx.max_seq()))
             tasks = tx.tasks_of(job_id, row["attempt"]) if row["attempt"] else []
             events = tx.events_of(job_id)
         mine = owns(who, row["user"])

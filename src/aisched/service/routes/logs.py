@@ -25,6 +25,7 @@ from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 
 from aisched.service.app import Service
 from aisched.service.auth import CallerDep, require_owner
+from aisched.service.retention import no_job
 from aisched.service.routes.common import LIVE_STATES, audit, problem
 from aisched.service.schemas import Problem
 
@@ -49,8 +50,9 @@ def logs_router(svc: Service) -> APIRouter:
     ) -> Response:
         with svc.store.read() as tx:
             row = tx.get_job(job_id)
+            newest = tx.max_seq() if row is None else 0
         if row is None:
-            return problem(404, f"no job {job_id}")
+            return problem(404, no_job(job_id, newest))
         require_owner(who, job_id, row["user"], "read its logs")
         if row["user"] != who.user:
             audit(svc, who, "logs", f"job {job_id}", row["user"])
