@@ -12,6 +12,7 @@ from pathlib import Path
 
 from clients import client_for
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from aisched.service.app import Service
 from aisched.testing.fakes import FakeExecutor, fake_node
@@ -24,6 +25,16 @@ def until(what: str, check: Callable[[], bool], timeout_s: float = 15.0) -> None
     while not check():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
+
+
+def forgotten(client: TestClient) -> dict[str, float]:
+    """`aisched_jobs_forgotten_total` by `why`."""
+    return {
+        m.labels["why"]: m.value
+        for f in text_string_to_metric_families(client.get("/metrics").text)
+        for m in f.samples
+        if m.name == "aisched_jobs_forgotten_total"
+    }
 
 
 def test_ended_jobs_are_forgotten_after_keep_ended_and_no_others(
@@ -60,6 +71,7 @@ def test_ended_jobs_are_forgotten_after_keep_ended_and_no_others(
     time.sleep(1.5)
     assert (state(newest), state(running)) == ("cancelled", "running")
     assert submit() == str(int(newest) + 1)
+    assert forgotten(client) == {"keep_ended": 1, "user_max_ended_bytes": 0}
 
 
 def test_keep_ended_zero_keeps_every_ended_job(
@@ -117,6 +129,7 @@ def test_a_users_oldest_ended_jobs_go_past_user_max_ended_bytes_also_after_a_res
             "sooner when its user's ended jobs keep more than limits.user_max_ended_bytes"
         )
     assert admin.get("/v1/jobs/999999").json()["error"] == "no job 999999"
+    assert forgotten(admin) == {"keep_ended": 0, "user_max_ended_bytes": 2}
     # What the store says each document takes is what the service counted (PostgreSQL too).
     with svc.store.read() as tx:
         sizes = {i: n for i, _, n in tx.ended_doc_sizes()}

@@ -75,6 +75,15 @@ class _SchedulerCollector(Collector):
             "the other jobs were scheduled without it).",
             value=s.stats.held_for_cycle_errors,
         )
+        forgotten = CounterMetricFamily(
+            "aisched_jobs_forgotten",
+            "Ended jobs forgotten since the start (rows and files), by why: limits.keep_ended, "
+            "or their user's ended jobs past limits.user_max_ended_bytes.",
+            labels=["why"],
+        )
+        forgotten.add_metric(["keep_ended"], s.retention.forgotten_by_age)
+        forgotten.add_metric(["user_max_ended_bytes"], s.retention.forgotten_by_bytes)
+        yield forgotten
         yield from self._queues(per_queue)
         yield from self._allocation()
         yield self._gpus()

@@ -46,6 +46,9 @@ class Retention:
         self.keep_s = keep_s  # 0: keep every ended job for ever
         self.next_at = -math.inf
         self.ended_bytes = EndedBytes(data_dir, user_max_ended_bytes)
+        # Jobs forgotten since the start, for the metrics: by age, and past a user's bound.
+        self.forgotten_by_age = 0
+        self.forgotten_by_bytes = 0
 
     def recover(self, store: Store) -> None:
         """Measure what every ended job keeps (at start), when that is bounded."""
@@ -67,6 +70,7 @@ class Retention:
             for user, ids in self.ended_bytes.over(newest_id, FORGET_AT_MOST).items():
                 self._remove_files(ids)
                 batch.forget.extend(ids)
+                self.forgotten_by_bytes += len(ids)
                 log.info(
                     "forgot %d of %s's ended jobs, the oldest: their ended jobs kept over "
                     "%.0f MiB (limits.user_max_ended_bytes)",
@@ -87,6 +91,7 @@ class Retention:
         # never files that no row names any more. (An ended job never runs again.)
         self._remove_files(ids)
         batch.forget.extend(ids)
+        self.forgotten_by_age += len(ids)
         self.ended_bytes.forgotten(ids)
         log.info("forgot %d jobs that ended over %.0f s ago", len(ids), self.keep_s)
 
