@@ -246,9 +246,10 @@ class SchedulerState:
 
     def _add_live(self, lj: LiveJob) -> None:
         self.jobs[lj.id] = lj
-        self.live_per_user[lj.job.user] += jobs_counted(lj.job)
+        counted = jobs_counted(lj.job)
+        self.live_per_user[lj.job.user] += counted
         lj.doc_bytes = doc_bytes(lj.job)
-        lj.counted_bytes = jobs_counted(lj.job) * lj.doc_bytes
+        lj.counted_bytes = counted * lj.doc_bytes
         self.live_bytes_per_user[lj.job.user] += lj.counted_bytes
 
     def _make_pending(self, lj: LiveJob, batch: Batch) -> None:

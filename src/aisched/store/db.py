@@ -46,6 +46,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.sql.elements import ColumnElement
 
 from aisched.store.answers import AnswerDeadlines
 from aisched.store.errors import Deposed, StoreError
@@ -330,6 +331,12 @@ def _grouped(
     yield from groups.values()
 
 
+def _not_newest() -> ColumnElement[bool]:
+    """A job that is not the newest: the newest job's seq keeps the next id from going back to
+    a forgotten one, so it is never forgotten."""
+    return jobs.c.seq < select(func.max(jobs.c.seq)).scalar_subquery()
+
+
 class Tx:
     """Typed helpers over one connection (inside a transaction for `Store.tx`)."""
 
@@ -412,10 +419,9 @@ class Tx:
     def ended_before(self, cutoff: float, limit: int) -> list[str]:
         """Ids of up to `limit` jobs that ended before `cutoff`, oldest end first; never the
         newest job, whose seq keeps the next id from going back to a forgotten one."""
-        newest = select(func.max(jobs.c.seq)).scalar_subquery()
         q = (
             select(jobs.c.id)
-            .where(jobs.c.finished_at < cutoff, jobs.c.state.in_(TERMINAL), jobs.c.seq < newest)
+            .where(jobs.c.finished_at < cutoff, jobs.c.state.in_(TERMINAL), _not_newest())
             .order_by(jobs.c.finished_at)
             .limit(limit)
         )
@@ -436,9 +442,8 @@ class Tx:
         so is the newest job, whose seq keeps the next id from going back to a forgotten one)."""
         if not job_ids:
             return
-        newest = select(func.max(jobs.c.seq)).scalar_subquery()
         ended = select(jobs.c.id).where(
-            jobs.c.id.in_(list(job_ids)), jobs.c.state.in_(TERMINAL), jobs.c.seq < newest
+            jobs.c.id.in_(list(job_ids)), jobs.c.state.in_(TERMINAL), _not_newest()
         )
         gone = [str(r) for r in self.conn.execute(ended).scalars()]
         if gone:

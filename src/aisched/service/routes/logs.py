@@ -25,8 +25,7 @@ from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 
 from aisched.service.app import Service
 from aisched.service.auth import CallerDep, require_owner
-from aisched.service.retention import no_job
-from aisched.service.routes.common import LIVE_STATES, audit, problem
+from aisched.service.routes.common import LIVE_STATES, audit, job_or_404, problem
 from aisched.service.schemas import Problem
 
 CHUNK = 1 << 16  # read from a log file at a time
@@ -48,11 +47,7 @@ def logs_router(svc: Service) -> APIRouter:
         attempt: Annotated[int | None, Query(ge=1)] = None,
         follow: bool = False,
     ) -> Response:
-        with svc.store.read() as tx:
-            row = tx.get_job(job_id)
-            newest = tx.max_seq() if row is None else 0
-        if row is None:
-            return problem(404, no_job(job_id, newest))
+        row = job_or_404(svc, job_id)
         require_owner(who, job_id, row["user"], "read its logs")
         if row["user"] != who.user:
             audit(svc, who, "logs", f"job {job_id}", row["user"])
