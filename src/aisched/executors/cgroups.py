@@ -15,6 +15,7 @@ child joins its cgroup, before it execs.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 from collections.abc import Callable
@@ -552,7 +553,8 @@ def _mkdir_in_shared(path: str, make_parents: Callable[[], None]) -> None:
     """Make the task cgroup `path` (a leftover of its name is emptied and replaced) below
     parents that `make_parents` makes where missing. Every service of the machine shares those
     parents, and one that stops with none of its tasks running removes them (`release_base`,
-    `release_bounds`), maybe between our making them and our mkdir: that ENOENT makes them
+    `release_bounds`), maybe between our making them and our mkdir: that ENOENT (or ENODEV,
+    when the kernel was still taking the parent down as we made a cgroup in it) makes them
     once more. Once the task cgroup is in, the parents are not empty and stay. Raises OSError."""
     for last in (False, True):
         try:
@@ -561,8 +563,8 @@ def _mkdir_in_shared(path: str, make_parents: Callable[[], None]) -> None:
                 remove_cgroup(path)
             os.mkdir(path)
             return
-        except FileNotFoundError:
-            if last:
+        except OSError as exc:
+            if last or exc.errno not in (errno.ENOENT, errno.ENODEV):
                 raise
 
 
