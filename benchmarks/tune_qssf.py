@@ -11,8 +11,9 @@ submission, or `starve_backlog` times the backlog's drain time, for jobs of `min
 or more) and the preemption guards (`factor`, `min_run` seconds, `bound`: `upper` or
 `estimate`); `adapt` sets how fast the predictor's calibration level follows its misses
 (`PredictorConfig.calib_adapt`), `refresh` (0 or 1, on by default) whether a job's upper bound
-is calibrated again when it starts (`PredictorConfig.calib_refresh`) and `group_window` the
-residuals kept per group (`PredictorConfig.calib_group_window`). Each line gives the predictor's coverage (of
+is calibrated again when it starts (`PredictorConfig.calib_refresh`), `group_window` the
+residuals kept per group (`PredictorConfig.calib_group_window`) and `half_life` how many
+residuals a residual's weight halves over (`PredictorConfig.calib_half_life`; 0: alike). Each line gives the predictor's coverage (of
 the bound a job's first attempt started with).
 
     python benchmarks/tune_qssf.py [--variants 'starve=12,min_gpus=1;starve=24,min_gpus=1'] [--jobs N]
@@ -51,6 +52,8 @@ def variant(spec: str) -> tuple[dict[str, Any], PredictorConfig]:
             predictor = replace(predictor, calib_adapt=float(value))
         elif key == "refresh":
             predictor = replace(predictor, calib_refresh=bool(int(value)))
+        elif key == "half_life":
+            predictor = replace(predictor, calib_half_life=int(value))
         elif key == "group_window":
             predictor = replace(predictor, calib_group_window=int(value))
         elif key == "starve":

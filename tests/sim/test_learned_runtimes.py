@@ -95,15 +95,17 @@ def test_the_predictor_never_sees_a_job_that_has_not_finished() -> None:
     assert spy.calibrated_from == want
 
 
+@pytest.mark.parametrize("half_life", [0, 3])
 @pytest.mark.parametrize("backlog_bound", ["started", "waited"])
 def test_each_calibrated_bound_comes_from_residuals_of_jobs_finished_before_it(
-    backlog_bound: str,
+    backlog_bound: str, half_life: int
 ) -> None:
     """Every margin the calibration gives, per group and in all, at a prediction or at a
     refresh when a job starts, equals the one rebuilt from only the residuals of jobs that had
     finished by then, and with the level moved only by their misses (windows and group sizes
     small enough here that the groups, the fallback to all jobs and the windows' ends all come
-    into play; the level adapts fast, so a miss it learnt too early would change a margin).
+    into play; the level adapts fast, so a miss it learnt too early would change a margin;
+    with a half-life, a residual learnt too early would also move the others' weights).
     Whichever bound of a running job the backlog reads (the one it started with or the one it
     waited with), both come from such margins."""
     trace = load_philly(GOLDEN / "tiny-philly.csv")
@@ -113,6 +115,7 @@ def test_each_calibrated_bound_comes_from_residuals_of_jobs_finished_before_it(
         calib_min_group=3,
         calib_adapt=0.05,
         calib_refresh=True,
+        calib_half_life=half_life,
     )
     est = PredictedRuntime(cfg)
     spy = SpyPredictor(cfg)
@@ -133,6 +136,7 @@ def test_each_calibrated_bound_comes_from_residuals_of_jobs_finished_before_it(
             cfg.calib_group_window,
             cfg.calib_min_group,
             cfg.calib_adapt,
+            cfg.calib_half_life,
         )
         for finished, gs, residual, covered in spy.residuals:
             if finished <= now:

@@ -44,7 +44,10 @@ import math
 from collections import deque
 from collections.abc import Hashable
 
+import numpy as np
+
 from aisched.predict.history import median
+from aisched.predict.model import FloatArray
 
 # A residual group: its kind first ("user", "user-gpus"), then the values that name it.
 Group = tuple[Hashable, ...]
@@ -52,11 +55,25 @@ Group = tuple[Hashable, ...]
 
 class ConformalUpper:
     def __init__(
-        self, level: float, window: int, group_window: int, min_group: int, adapt: float = 0.0
+        self,
+        level: float,
+        window: int,
+        group_window: int,
+        min_group: int,
+        adapt: float = 0.0,
+        half_life: int = 0,
     ) -> None:
         self.level = level
         self.min_group = min_group
         self.adapt = adapt
+        self.half_life = half_life
+        """Residuals a weight halves over, newest first (0: all of a window weigh alike)."""
+        # Each place's weight, the newest last, for the longest window: a shorter one takes
+        # the end of it.
+        longest = max(window, group_window)
+        self._weights = (
+            np.power(0.5, np.arange(longest - 1, -1, -1) / half_life) if half_life > 0 else None
+        )
         self.level_now = level
         """The level in use: `level` unless `adapt` moved it (see the module's description)."""
         self._group_window = group_window
@@ -87,10 +104,16 @@ class ConformalUpper:
         for g in groups:
             d = self._groups.get(g)
             if d is not None and len(d) >= self.min_group:
-                return max(conformal_quantile(list(d), self.level_now), 0.0), str(g[0])
+                return max(self._quantile(d), 0.0), str(g[0])
         if len(self._all) >= self.min_group:
-            return max(conformal_quantile(list(self._all), self.level_now), 0.0), "all"
+            return max(self._quantile(self._all), 0.0), "all"
         return None
+
+    def _quantile(self, residuals: deque[float]) -> float:
+        if self._weights is None:
+            return conformal_quantile(list(residuals), self.level_now)
+        weights = self._weights[len(self._weights) - len(residuals) :]
+        return weighted_conformal_quantile(list(residuals), weights, self.level_now)
 
 
 def conformal_quantile(values: list[float], level: float) -> float:
@@ -100,6 +123,17 @@ def conformal_quantile(values: list[float], level: float) -> float:
     s = sorted(values)
     rank = math.ceil((len(s) + 1) * level)
     return s[min(max(rank, 1), len(s)) - 1]
+
+
+def weighted_conformal_quantile(values: list[float], weights: FloatArray, level: float) -> float:
+    """`conformal_quantile` with each value weighing its own (non-exchangeable conformal
+    prediction, Barber et al., Annals of Statistics 2023), the new value weighing 1: the
+    smallest value whose weight and that of those under it reach `level` of the whole (the new
+    value's included), else the largest. With every weight 1 it is `conformal_quantile`."""
+    order = np.argsort(values, kind="stable")
+    reached = np.cumsum(weights[order]) >= level * (float(weights.sum()) + 1.0)
+    at = int(np.argmax(reached)) if reached.any() else len(values) - 1
+    return float(values[order[at]])
 
 
 class Score:

@@ -103,6 +103,11 @@ class PredictorConfig:
     # How fast the calibration's level follows its misses (`ConformalUpper.adapt`); 0 keeps it
     # at `upper_quantile`.
     calib_adapt: float = 0.0
+    # How many residuals a residual's weight halves over, newest first, so that the bound
+    # follows a workload that drifts within a window (`calibration.weighted_conformal_quantile`);
+    # 0: every residual of a window weighs alike. Chosen on the tuning week only (500 over 300
+    # and none): docs/policies.md, "Runtime estimates".
+    calib_half_life: int = 500
     # Whether `refresh` calibrates a predicted job's upper bound again when it starts (else a
     # job keeps the bound it was given when predicted). On: on the tuning week, with qssf's
     # backlog reading the bound a job waited with, coverage went from 87.5 / 88.2 % to
@@ -125,6 +130,8 @@ class PredictorConfig:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.calib_half_life < 0:
+            raise ValueError(f"calib_half_life must be 0 or more, got {self.calib_half_life}")
         if not 0.0 <= self.calib_adapt < 1.0:
             raise ValueError(f"calib_adapt must be in [0, 1), got {self.calib_adapt}")
         if not self.prior_s > 0 or not self.upper_factor >= 1:
@@ -180,6 +187,7 @@ class RuntimePredictor:
             c.calib_group_window,
             c.calib_min_group,
             c.calib_adapt,
+            c.calib_half_life,
         )
         self.score = Score(c.calib_window)
         self.stats = PredictorStats()

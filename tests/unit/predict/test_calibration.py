@@ -10,7 +10,12 @@ import numpy as np
 import pytest
 
 from aisched.predict import JobFeatures, LeakageError, PredictorConfig, RuntimePredictor
-from aisched.predict.calibration import ConformalUpper, Score, conformal_quantile
+from aisched.predict.calibration import (
+    ConformalUpper,
+    Score,
+    conformal_quantile,
+    weighted_conformal_quantile,
+)
 from aisched.testing import job
 
 
@@ -27,6 +32,40 @@ def test_the_conformal_quantile_takes_the_finite_sample_rank() -> None:
     assert conformal_quantile(values, 0.5) == 6.0
     # Past n: the largest.
     assert conformal_quantile([1.0, 2.0], 0.9) == 2.0
+
+
+@pytest.mark.parametrize("n", [1, 2, 10, 49, 2000])
+@pytest.mark.parametrize("level", [0.5, 0.9, 0.95])
+def test_with_equal_weights_the_weighted_quantile_is_the_conformal_one(
+    n: int, level: float
+) -> None:
+    values = [float(v) for v in np.random.default_rng(n).standard_normal(n)]
+    got = weighted_conformal_quantile(values, np.ones(n), level)
+    assert got == conformal_quantile(values, level)
+
+
+def test_with_a_half_life_the_bound_follows_a_drift_within_the_window() -> None:
+    """200 jobs that ran as predicted, then 15 that ran e^3 times longer: all 215 weighing
+    alike, the 0.9 quantile is still 0 (rank 195 of 215); with weights halving every 10
+    residuals, the last 15 weigh most (about 9.6 of 15.9 with the new job's 1)."""
+    alike = ConformalUpper(level=0.9, window=500, group_window=500, min_group=1)
+    recent = ConformalUpper(level=0.9, window=500, group_window=500, min_group=1, half_life=10)
+    for r in [0.0] * 200 + [3.0] * 15:
+        alike.add((("user", "a"),), r)
+        recent.add((("user", "a"),), r)
+    assert alike.margin((("user", "a"),)) == (0.0, "user")
+    assert recent.margin((("user", "a"),)) == (3.0, "user")
+    # Only the window counts: 15 of the last 20 are 3.0 either way, and with too little weight
+    # under the level, the largest is the answer.
+    short = ConformalUpper(level=0.9, window=20, group_window=20, min_group=1, half_life=10**9)
+    for r in [0.0] * 200 + [3.0] * 15:
+        short.add((), r)
+    assert short.margin(()) == (3.0, "all")
+
+
+def test_a_negative_half_life_is_refused() -> None:
+    with pytest.raises(ValueError, match="calib_half_life"):
+        PredictorConfig(calib_half_life=-1)
 
 
 def test_a_group_with_enough_residuals_comes_before_all() -> None:
