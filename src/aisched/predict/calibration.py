@@ -11,7 +11,9 @@ bound then covers about `level` of the runtimes of jobs like the recent ones, wh
 model; when the workload drifts, the window follows it. The window must be long enough to hold
 several of the bursts a user submits (hundreds of alike jobs, all predicted before any of them
 has finished, so their residuals move together): a window shorter than a burst holds only the
-last burst's residuals, and the bound fits it rather than the next one.
+last burst's residuals, and the bound fits it rather than the next one. Within that long window
+recent residuals can weigh more (`half_life`: a residual weighs half as much for every that many
+newer ones, `weighted_conformal_quantile`), so the bound follows a workload that drifts in it.
 
 Bursts defeat a fixed level: a burst's jobs are all bounded before any of them finishes, so
 their misses come together and the window cannot have seen them coming. With `adapt` (gamma)
