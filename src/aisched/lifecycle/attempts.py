@@ -43,6 +43,9 @@ class Stop(StrEnum):
     CANCEL = "cancel"  # cancelled
     FAILED = "failed"  # a task failed: the rest of the gang is stopped, then retry or fail
     TIMEOUT = "timeout"  # over its time limit: failed, no retry
+    # Its user's running jobs' logs over their bound (`limits.user_max_running_log_bytes`):
+    # failed, no retry, as a timeout (a retry would write as much again).
+    LOGS = "logs"
     # A task could not run at all (its image missing or unpullable): failed, no retry, since
     # the next attempt would fail the same way; it is not a crash of the job's code.
     UNRUNNABLE = "unrunnable"
@@ -133,7 +136,7 @@ def after_attempt(
         if stop == Stop.SHRINK:  # the kept tasks died with the scheduler: placed afresh
             message = "a shrink cut short by a scheduler restart"
         return AttemptEnd(Requeue("requeued", f"{message}; requeued"), failures, preemptions)
-    if stop == Stop.TIMEOUT:
+    if stop in (Stop.TIMEOUT, Stop.LOGS):
         return AttemptEnd(Finish(JobState.FAILED, message), failures, preemptions)
     if stop == Stop.UNRUNNABLE:
         return AttemptEnd(

@@ -190,6 +190,10 @@ class LimitsModel(_Model):
     # them, never their newest. Each task's log is capped, but not how many jobs one user
     # runs in `keep_ended`: without it they could fill the disk for everyone. 0: no bound.
     user_max_ended_bytes: str | int = "10G"
+    # What one user's running jobs' logs may take together: past it, the user's running jobs
+    # with the most logs are stopped (failed, not retried) until the rest fit. Each task's log
+    # is capped, but not how many tasks one user runs at once. 0: no bound.
+    user_max_running_log_bytes: str | int = "10G"
     # A job's private /dev/shm on a node (host tasks run as a user by a root service) holds
     # at most the memory its tasks there asked for, and at most this (None: no other cap).
     shm_max_size: str | None = None
@@ -212,6 +216,7 @@ class LimitsModel(_Model):
         "shm_max_size",
         "user_max_job_bytes",
         "user_max_ended_bytes",
+        "user_max_running_log_bytes",
     )
     @classmethod
     def _size(cls, v: str | int | None) -> str | int | None:
@@ -248,6 +253,10 @@ class LimitsModel(_Model):
     def user_max_ended_bytes_(self) -> int:
         """0: no bound."""
         return parse_bytes(self.user_max_ended_bytes, "limits.user_max_ended_bytes")
+
+    def user_max_running_log_bytes_(self) -> int:
+        """0: no bound."""
+        return parse_bytes(self.user_max_running_log_bytes, "limits.user_max_running_log_bytes")
 
     def disk_min_free_bytes(self) -> int:
         return parse_bytes(self.disk_min_free, "limits.disk_min_free")

@@ -350,11 +350,8 @@ class Intents(Exits):
                 and lj.stopping is None
                 and now >= time_limit_at(lj.job, lj.attempt_started_at)
             ):
-                lj.stopping = Stop.TIMEOUT
-                lj.stop_message = time_limit_message(lj.job)
-                batch.job(lj.id, stopping=Stop.TIMEOUT.value)
-                batch.event(now, lj.id, "timeout", lj.stop_message)
-                self._stop_tasks(lj, batch)
+                why = time_limit_message(lj.job)
+                self._stop_over_limit(lj, Stop.TIMEOUT, "timeout", why, batch, now)
             if lj.not_before is not None and lj.not_before <= now:
                 lj.not_before = None
                 batch.job(lj.id, not_before=None)
@@ -394,6 +391,31 @@ class Intents(Exits):
                 planned = self._apply_bind(Bind(lj.id, tasks), batch, now)
                 if planned is not None:
                     self.restarts.append(planned)
+
+    def _stop_over_limit(
+        self, lj: LiveJob, stop: Stop, event: str, why: str, batch: Batch, now: float
+    ) -> None:
+        """Stop a running job past one of its limits (its time limit, its user's running
+        logs): it fails, not retried, saying `why` (in its events as `event`)."""
+        lj.stopping = stop
+        lj.stop_message = why
+        batch.job(lj.id, stopping=stop.value)
+        batch.event(now, lj.id, event, why)
+        self._stop_tasks(lj, batch)
+
+    def _bound_running_logs(self, batch: Batch, now: float) -> None:
+        """Stop the jobs whose users' running logs are past their bound (`running_logs`)."""
+        if self.running_logs.most <= 0 or now < self.running_logs.next_check_at:
+            return  # the walk below is for a check only
+        running = {
+            lj.id: lj.job.user
+            for lj in self.jobs.values()
+            if lj.state == JobState.RUNNING and lj.stopping is None
+        }
+        for job_id, why in self.running_logs.over(running, now):
+            lj = self.jobs[job_id]
+            log.warning("job %s (user %s): %s", job_id, lj.job.user, why)
+            self._stop_over_limit(lj, Stop.LOGS, "logs-over-bound", why, batch, now)
 
     def _grow_elastic(self, now: float) -> None:
         """Nothing waits: restart the elastic job that idle capacity could make larger, one at

@@ -140,6 +140,7 @@ class Scheduler(Recovery, BulkCancels):
             # Taken off first: one whose handling raises (a bug) would fail every step again.
             self._on_exit(exits.popleft(), batch, now)
         self._timers(batch, now)
+        self._bound_running_logs(batch, now)
         self._recheck_dependents(batch, now)  # what a failed step left undone, if anything
         self.retention.forget_ended(self.store, batch, now, newest_id=str(self.next_seq - 1))
         try:

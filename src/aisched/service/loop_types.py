@@ -55,6 +55,9 @@ class LoopConfig:
     # ...and one user's oldest ended jobs sooner, when their documents and files together take
     # more than this (`limits.user_max_ended_bytes`; 0: no bound).
     user_max_ended_bytes: int = 0
+    # What one user's running jobs' logs may take together before the largest are stopped
+    # (`limits.user_max_running_log_bytes`; 0: no bound).
+    user_max_running_log_bytes: int = 0
     # Check the lifecycle's invariants after every cycle and raise on a broken one (tests).
     validate: bool = False
 

@@ -84,6 +84,12 @@ class _SchedulerCollector(Collector):
         forgotten.add_metric(["keep_ended"], s.retention.forgotten_by_age)
         forgotten.add_metric(["user_max_ended_bytes"], s.retention.forgotten_by_bytes)
         yield forgotten
+        yield CounterMetricFamily(
+            "aisched_jobs_stopped_for_logs",
+            "Running jobs stopped (failed, not retried) because their user's running jobs' logs "
+            "took more than limits.user_max_running_log_bytes.",
+            value=s.running_logs.stopped,
+        )
         yield from self._queues(per_queue)
         yield from self._allocation()
         yield self._gpus()

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from aisched.core.decisions import TaskBinding
 from aisched.executors.base import AdoptState, ExitKind, TaskExited, TaskHandle
+from aisched.lifecycle.attempts import time_limit_message
 from aisched.lifecycle.states import move
 from aisched.model.job import JobKind
 from aisched.model.states import JobState
@@ -117,8 +118,8 @@ class Recovery(Commands):
                 batch.event(now, lj.id, "started", started_message(lj.attempt))
             for name in adopted:
                 batch.event(now, lj.id, "adopted", f"task {name} still running: adopted")
-            if lj.stopping == Stop.REQUEUE and not lj.stop_message:  # the message is not stored
-                lj.stop_message = "a requeue cut short by a scheduler restart"
+            if lj.stopping is not None and not lj.stop_message:  # the message is not stored
+                lj.stop_message = _stop_message_after_restart(lj)
             if lj.stopping is not None:  # a stop was under way: finish it
                 for t in lj.live_tasks():
                     if t.phase == TaskPhase.RUNNING:
@@ -193,3 +194,18 @@ def _readable(row: Row, read: Callable[[Row], LiveJob]) -> LiveJob:
             f"the state database's job {row.get('id')!r} cannot be read "
             f"({exc.__class__.__name__}: {str(exc)[:200]}); {_MEND}"
         ) from None
+
+
+def _stop_message_after_restart(lj: LiveJob) -> str:
+    """Why a stop under way when the scheduler stopped was made, as far as what is stored
+    says (its message is not stored; the job's end gives it)."""
+    if lj.stopping == Stop.TIMEOUT:
+        return time_limit_message(lj.job)
+    if lj.stopping == Stop.LOGS:
+        return (
+            f"stopped: {lj.job.user}'s running jobs' logs were over "
+            "limits.user_max_running_log_bytes; not retried"
+        )
+    if lj.stopping == Stop.REQUEUE:
+        return "a requeue cut short by a scheduler restart"
+    return ""

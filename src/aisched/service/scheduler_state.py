@@ -54,6 +54,7 @@ from aisched.service.loop_types import Command, LoopConfig, LoopStats
 from aisched.service.membership import bindings_by_node, merge_nodes
 from aisched.service.pipelines import Pipelines
 from aisched.service.retention import Retention
+from aisched.service.running_logs import RunningLogs
 from aisched.service.step_errors import StepErrors
 from aisched.service.timers import Timer, Timers
 from aisched.store.codec import job_from_dict, job_to_dict
@@ -156,6 +157,7 @@ class SchedulerState:
         self.retention = Retention(
             config.data_dir, config.keep_ended_s, config.user_max_ended_bytes
         )
+        self.running_logs = RunningLogs(config.data_dir / "logs", config.user_max_running_log_bytes)
         self.stats = LoopStats()
         self.last_observed_s = -math.inf
         self.lock = threading.Lock()  # guards what readers of `view()` see

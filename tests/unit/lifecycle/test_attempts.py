@@ -14,9 +14,10 @@ from aisched.testing.builders import job
     [
         (Stop.UNRUNNABLE, AttemptEnd(Finish(JobState.FAILED, "no image; not retried"), 1, 0)),
         (Stop.TIMEOUT, AttemptEnd(Finish(JobState.FAILED, "no image"), 0, 0)),
+        (Stop.LOGS, AttemptEnd(Finish(JobState.FAILED, "no image"), 0, 0)),
     ],
 )
-def test_an_unrunnable_task_or_a_timeout_fails_the_job_without_a_retry(
+def test_an_unrunnable_task_a_timeout_or_logs_over_their_bound_fail_the_job_without_a_retry(
     stop: Stop, want: AttemptEnd
 ) -> None:
     j = job("j").build()  # the default restart policy retries failures

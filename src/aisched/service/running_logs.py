@@ -1,0 +1,82 @@
+"""What each user's running jobs' logs take, bounded per user
+(`limits.user_max_running_log_bytes`). Each task's log is capped (`log_max_size` x
+`log_max_files`), but not how many tasks one user runs at once: a user's many small tasks, each
+writing its capped log, could fill the data directory's disk for everyone while they run (what
+ended jobs keep is bounded apart, `ended_bytes`). Past the bound the user's running jobs with
+the most logs are stopped, largest first, until the rest fit, as a time limit stops a job: failed,
+not retried (a retry would write as much again), its logs kept for its owner to read. Other
+users' jobs are never touched.
+
+Every `CHECK_EVERY_S` the logs of the running jobs measured longest ago are measured again,
+`MEASURE_AT_MOST` a check, in the loop thread; a user's total is the sum of their running jobs'
+last sizes, so between checks a user can write past the bound by what their tasks write in that
+time. Jobs being stopped already do not count: their logs are no longer the running ones'.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+from aisched.service.ended_bytes import disk_bytes
+
+CHECK_EVERY_S = 5.0
+# Running jobs measured in one check at most: about 55 µs each with a few files
+# (docs/benchmarks.md, "What each user's ended jobs keep"), so 50 ms.
+MEASURE_AT_MOST = 1000
+
+
+class RunningLogs:
+    def __init__(self, logs_dir: Path, most: int) -> None:
+        self.logs_dir = logs_dir
+        self.most = most  # 0: no bound, nothing is measured
+        self.next_check_at = 0.0
+        # Running job id -> what its logs took when last measured; measured longest ago first.
+        self.sizes: dict[str, int] = {}
+        self.stopped = 0  # jobs stopped for their user's logs since the start
+
+    def over(self, running: Mapping[str, str], now: float) -> list[tuple[str, str]]:
+        """Once every `CHECK_EVERY_S`: the jobs of `running` (job id -> user: the running jobs
+        not being stopped) to stop, each with why, largest logs first (then newest) per user
+        past the bound, until what is left fits."""
+        if self.most <= 0 or now < self.next_check_at:
+            return []
+        self.next_check_at = now + CHECK_EVERY_S
+        for gone in self.sizes.keys() - running.keys():
+            del self.sizes[gone]
+        # Ids are decimal (anything else is no path to follow); new ones are measured first.
+        fresh = [j for j in running if j.isdigit() and j not in self.sizes]
+        if fresh:
+            self.sizes = {**dict.fromkeys(fresh, 0), **self.sizes}
+        for job_id in list(itertools.islice(self.sizes, MEASURE_AT_MOST)):
+            del self.sizes[job_id]  # and in again, last: measured most recently
+            self.sizes[job_id] = disk_bytes(self.logs_dir / job_id)
+        return list(self._to_stop(running))
+
+    def _to_stop(self, running: Mapping[str, str]) -> Iterator[tuple[str, str]]:
+        per_user: Counter[str] = Counter()
+        for job_id, size in self.sizes.items():
+            per_user[running[job_id]] += size
+        for user, total in per_user.items():
+            if total <= self.most:
+                continue
+            theirs = [(size, j) for j, size in self.sizes.items() if running[j] == user]
+            for size, job_id in sorted(theirs, key=lambda sj: (-sj[0], -int(sj[1]))):
+                if total <= self.most:
+                    break
+                self.stopped += 1
+                yield (
+                    job_id,
+                    (
+                        f"stopped: {user}'s running jobs' logs took {_mib(total)}, over "
+                        f"limits.user_max_running_log_bytes ({_mib(self.most)}); this job's took "
+                        f"{_mib(size)}, the most of theirs; not retried"
+                    ),
+                )
+                total -= size
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
