@@ -9,6 +9,7 @@ Pydantic stays in this module: `ServiceConfig` is turned into model types (`Queu
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -190,10 +191,12 @@ class LimitsModel(_Model):
     # them, never their newest. Each task's log is capped, but not how many jobs one user
     # runs in `keep_ended`: without it they could fill the disk for everyone. 0: no bound.
     user_max_ended_bytes: str | int = "10G"
-    # What one user's running jobs' logs may take together: past it, the user's running jobs
-    # with the most logs are stopped (failed, not retried) until the rest fit. Each task's log
-    # is capped, but not how many tasks one user runs at once. 0: no bound.
-    user_max_running_log_bytes: str | int = "10G"
+    # What one user's running jobs' logs may take together, in bytes or as a share of the data
+    # directory's disk ("25%"): past it, the user's running jobs with the most logs are stopped
+    # (failed, not retried) until the rest fit. Each task's log is capped, but not how many
+    # tasks one user runs at once. A share, not a fixed size, so that a large gang's capped
+    # logs are not stopped on a large disk, nor one user let fill a small one. 0: no bound.
+    user_max_running_log_bytes: str | int = "25%"
     # A job's private /dev/shm on a node (host tasks run as a user by a root service) holds
     # at most the memory its tasks there asked for, and at most this (None: no other cap).
     shm_max_size: str | None = None
@@ -216,11 +219,17 @@ class LimitsModel(_Model):
         "shm_max_size",
         "user_max_job_bytes",
         "user_max_ended_bytes",
-        "user_max_running_log_bytes",
     )
     @classmethod
     def _size(cls, v: str | int | None) -> str | int | None:
         if v is not None:
+            parse_mem_mib(v, "size")
+        return v
+
+    @field_validator("user_max_running_log_bytes")
+    @classmethod
+    def _size_or_share(cls, v: str | int) -> str | int:
+        if _share(v) is None:
             parse_mem_mib(v, "size")
         return v
 
@@ -254,8 +263,11 @@ class LimitsModel(_Model):
         """0: no bound."""
         return parse_bytes(self.user_max_ended_bytes, "limits.user_max_ended_bytes")
 
-    def user_max_running_log_bytes_(self) -> int:
-        """0: no bound."""
+    def user_max_running_log_bytes_(self, data_dir: Path) -> int:
+        """0: no bound; a share is of the size of `data_dir`'s file system, read now."""
+        share = _share(self.user_max_running_log_bytes)
+        if share is not None:
+            return int(shutil.disk_usage(data_dir).total * share)
         return parse_bytes(self.user_max_running_log_bytes, "limits.user_max_running_log_bytes")
 
     def disk_min_free_bytes(self) -> int:
@@ -549,3 +561,17 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
     cfg.queue_tree(source)
     cfg.build_policy(source, from_flag=(overrides or {}).get("policy") is not None)
     return cfg
+
+
+def _share(value: str | int) -> float | None:
+    """A share written as a percentage ("25%") as a fraction, else None; one outside
+    (0, 100] is refused."""
+    if not isinstance(value, str) or not value.strip().endswith("%"):
+        return None
+    try:
+        percent = float(value.strip()[:-1])
+    except ValueError:
+        raise ValueError(f"{value!r} is not a percentage such as 25%") from None
+    if not 0 < percent <= 100:
+        raise ValueError(f"{value!r}: a share must be above 0 % and at most 100 %")
+    return percent / 100

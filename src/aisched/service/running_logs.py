@@ -8,14 +8,14 @@ not retried (a retry would write as much again), its logs kept for its owner to 
 users' jobs are never touched.
 
 Every `CHECK_EVERY_S` the logs of the running jobs measured longest ago are measured again,
-`MEASURE_AT_MOST` a check, in the loop thread; a user's total is the sum of their running jobs'
+for `MEASURE_FOR_S` at most, in the loop thread; a user's total is the sum of their running jobs'
 last sizes, so between checks a user can write past the bound by what their tasks write in that
 time. Jobs being stopped already do not count: their logs are no longer the running ones'.
 """
 
 from __future__ import annotations
 
-import itertools
+import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -23,9 +23,10 @@ from pathlib import Path
 from aisched.service.ended_bytes import disk_bytes
 
 CHECK_EVERY_S = 5.0
-# Running jobs measured in one check at most: about 55 µs each with a few files
-# (docs/benchmarks.md, "What each user's ended jobs keep"), so 50 ms.
-MEASURE_AT_MOST = 1000
+# A check measures jobs for this long at most (at least one job), in the loop thread: a job's
+# cost grows with its tasks' log files (about 55 µs for one with a few, docs/benchmarks.md,
+# "What each user's ended jobs keep"), so a count of jobs would not bound it.
+MEASURE_FOR_S = 0.05
 
 
 class RunningLogs:
@@ -50,9 +51,12 @@ class RunningLogs:
         fresh = [j for j in running if j.isdigit() and j not in self.sizes]
         if fresh:
             self.sizes = {**dict.fromkeys(fresh, 0), **self.sizes}
-        for job_id in list(itertools.islice(self.sizes, MEASURE_AT_MOST)):
+        until = time.perf_counter() + MEASURE_FOR_S
+        for job_id in list(self.sizes):
             del self.sizes[job_id]  # and in again, last: measured most recently
             self.sizes[job_id] = disk_bytes(self.logs_dir / job_id)
+            if time.perf_counter() >= until:
+                break
         return list(self._to_stop(running))
 
     def _to_stop(self, running: Mapping[str, str]) -> Iterator[tuple[str, str]]:
