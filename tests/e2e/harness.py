@@ -286,3 +286,12 @@ def local_service(tmp_path: Path, config: str | None = None) -> Iterator[Service
     finally:
         cancel_all(svc)
         svc.stop()
+
+
+@contextmanager
+def users_service(tmp_path: Path, config: str | None = None) -> Iterator[Service]:
+    """`local_service` in a folder the local test users may pass through: their jobs run in
+    their homes and their CLIs reach its socket; the service's own files stay private."""
+    tmp_path.chmod(0o755)
+    with local_service(tmp_path, config) as svc:
+        yield svc

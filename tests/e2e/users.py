@@ -10,6 +10,7 @@ another user, the tests that need it are skipped with that reason.
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
@@ -66,6 +67,15 @@ class User:
             timeout=60,
             cwd=cwd or self.home,
         )
+
+    def run_python(self, socket: Path, code: str) -> str:
+        """`aisched run -- python -c CODE` as this user, through the service at `socket`;
+        returns the new job's id."""
+        proc = self.aisched(
+            "run", "--json", "--", self.python, "-c", code, env={"AISCHED_SERVER": f"unix:{socket}"}
+        )
+        assert proc.returncode == 0, proc.stderr
+        return str(json.loads(proc.stdout)["id"])
 
 
 def _site_dirs() -> list[str]:
