@@ -294,7 +294,7 @@ def test_under_an_rlimit_the_processes_of_a_task_are_limited_together(harness: H
     script = f"{PY} -c {hold} & {PY} -c {hold} & wait"
     h = harness.launch("t-0", ["sh", "-c", script], mem_limit_mib=256)
     ev = harness.exit_of(h.key)
-    assert ev.kind == ExitKind.OOM
+    assert ev.kind == ExitKind.OOM, ev  # how it ended instead, should it not be this
     assert ev.message.startswith("killed: exceeded its memory limit of 256 MiB (its processes held")
 
 
