@@ -68,10 +68,8 @@ class ConformalUpper:
         self.level = level
         self.min_group = min_group
         self.adapt = adapt
-        self.half_life = half_life
-        """Residuals a weight halves over, newest first (0: all of a window weigh alike)."""
-        # Each place's weight, the newest last, for the longest window: a shorter one takes
-        # the end of it.
+        # Each place's weight, the newest last, for the longest window (a shorter one takes the
+        # end of it): halving over every `half_life` newer residuals; None: all weigh alike.
         longest = max(window, group_window)
         self._weights = (
             np.power(0.5, np.arange(longest - 1, -1, -1) / half_life) if half_life > 0 else None

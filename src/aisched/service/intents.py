@@ -405,7 +405,7 @@ class Intents(Exits):
 
     def _bound_running_logs(self, batch: Batch, now: float) -> None:
         """Stop the jobs whose users' running logs are past their bound (`running_logs`)."""
-        if self.running_logs.most <= 0 or now < self.running_logs.next_check_at:
+        if not self.running_logs.due(now):
             return  # the walk below is for a check only
         running = {
             lj.id: lj.job.user

@@ -16,8 +16,8 @@ time. Jobs being stopped already do not count: their logs are no longer the runn
 from __future__ import annotations
 
 import time
-from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 
 from aisched.service.ended_bytes import disk_bytes
@@ -38,11 +38,15 @@ class RunningLogs:
         self.sizes: dict[str, int] = {}
         self.stopped = 0  # jobs stopped for their user's logs since the start
 
+    def due(self, now: float) -> bool:
+        """Whether a check is due: with a bound, once every `CHECK_EVERY_S`."""
+        return self.most > 0 and now >= self.next_check_at
+
     def over(self, running: Mapping[str, str], now: float) -> list[tuple[str, str]]:
-        """Once every `CHECK_EVERY_S`: the jobs of `running` (job id -> user: the running jobs
-        not being stopped) to stop, each with why, largest logs first (then newest) per user
-        past the bound, until what is left fits."""
-        if self.most <= 0 or now < self.next_check_at:
+        """When a check is due: the jobs of `running` (job id -> user: the running jobs not
+        being stopped) to stop, each with why, largest logs first (then newest) per user past
+        the bound, until what is left fits."""
+        if not self.due(now):
             return []
         self.next_check_at = now + CHECK_EVERY_S
         for gone in self.sizes.keys() - running.keys():
@@ -57,29 +61,27 @@ class RunningLogs:
             self.sizes[job_id] = disk_bytes(self.logs_dir / job_id)
             if time.perf_counter() >= until:
                 break
-        return list(self._to_stop(running))
-
-    def _to_stop(self, running: Mapping[str, str]) -> Iterator[tuple[str, str]]:
-        per_user: Counter[str] = Counter()
+        per_user: dict[str, list[tuple[int, str]]] = defaultdict(list)
         for job_id, size in self.sizes.items():
-            per_user[running[job_id]] += size
-        for user, total in per_user.items():
-            if total <= self.most:
-                continue
-            theirs = [(size, j) for j, size in self.sizes.items() if running[j] == user]
+            per_user[running[job_id]].append((size, job_id))
+        stop: list[tuple[str, str]] = []
+        for user, theirs in per_user.items():
+            total = sum(size for size, _ in theirs)
             for size, job_id in sorted(theirs, key=lambda sj: (-sj[0], -int(sj[1]))):
                 if total <= self.most:
                     break
-                self.stopped += 1
-                yield (
-                    job_id,
-                    (
-                        f"stopped: {user}'s running jobs' logs took {_mib(total)}, over "
-                        f"limits.user_max_running_log_bytes ({_mib(self.most)}); this job's took "
-                        f"{_mib(size)}, the most of theirs; not retried"
-                    ),
-                )
+                stop.append((job_id, _why(user, total, self.most, size)))
                 total -= size
+        self.stopped += len(stop)
+        return stop
+
+
+def _why(user: str, total: int, most: int, size: int) -> str:
+    return (
+        f"stopped: {user}'s running jobs' logs took {_mib(total)}, over "
+        f"limits.user_max_running_log_bytes ({_mib(most)}); this job's took {_mib(size)}, the "
+        "most of theirs; not retried"
+    )
 
 
 def _mib(n: int) -> str:
