@@ -254,12 +254,13 @@ def create_task_cgroup(ctrl: MemoryControl, name: str, mem_limit_mib: int) -> st
     base = ctrl.base
 
     def make_base() -> None:
-        if not os.path.isdir(base):
-            # Removed when another executor sharing it closed while it was empty.
-            os.makedirs(base, exist_ok=True)
-            if ctrl.mechanism == "cgroup-v2" and ctrl.owned:
-                _try_write(os.path.join(base, "cgroup.subtree_control"), "+memory")
-                _enable_bounds_v2(os.path.dirname(base), base)
+        # Removed when another executor sharing it closed while it was empty, and maybe being
+        # made again by another one now: a base that is there may still lack its controllers,
+        # so they are checked whatever made it (the writes below are idempotent).
+        os.makedirs(base, exist_ok=True)
+        if ctrl.mechanism == "cgroup-v2" and ctrl.owned:
+            _try_write(os.path.join(base, "cgroup.subtree_control"), "+memory")
+            _enable_bounds_v2(os.path.dirname(base), base)
 
     path = os.path.join(base, name)
     _mkdir_in_shared(path, make_base)
@@ -435,7 +436,7 @@ def _v1_base(ctrl: str, probe_deny: Devices = ()) -> tuple[str | None, str]:
 def _make_v1_base(ctrl: str, base: str) -> None:
     """Make (or complete) the v1 parent of the task cgroups of `ctrl`: a cpuset starts empty,
     so it gets its own parent's cores and memory nodes; the pids one bounds all tasks together.
-    Raises OSError."""
+    Idempotent: another service may be doing the same at the same time. Raises OSError."""
     os.makedirs(base, exist_ok=True)
     holder = os.path.dirname(base)
     if ctrl == "cpuset":
@@ -443,7 +444,9 @@ def _make_v1_base(ctrl: str, base: str) -> None:
             if not _read(os.path.join(base, name)).strip():
                 _write(os.path.join(base, name), _read(os.path.join(holder, name)))
     elif ctrl == "pids":
-        _write(os.path.join(base, "pids.max"), str(all_tasks_pids_max()))
+        limit = str(all_tasks_pids_max())
+        if _read(os.path.join(base, "pids.max")).strip() != limit:
+            _write(os.path.join(base, "pids.max"), limit)
     # devices: the parent inherits its holder's rules; each task cgroup denies more.
 
 
@@ -524,10 +527,11 @@ def create_bounds(
             parent = user_cgroup(base, uid, user_pids_max) if ctrl == "pids" else base
 
             def make_parents(ctrl: str = ctrl, base: str = base, parent: str = parent) -> None:
-                if not os.path.isdir(base):
-                    # Every service of the machine shares it, and one that stopped while none
-                    # of its tasks ran removed it (`release_bounds`): a standby beside a leader.
-                    _make_v1_base(ctrl, base)
+                # Every service of the machine shares the base, and one that stopped while
+                # none of its tasks ran removed it (`release_bounds`): a standby beside a
+                # leader. Completed even when it is there: another service may have made it
+                # and not yet filled it, and a task cannot join a cpuset without memory nodes.
+                _make_v1_base(ctrl, base)
                 if parent != base:
                     os.makedirs(parent, exist_ok=True)
                     _write(os.path.join(parent, "pids.max"), str(user_pids_max))

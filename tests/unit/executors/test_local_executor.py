@@ -877,6 +877,35 @@ def test_a_launch_makes_again_the_bound_parents_removed_just_before_its_mkdir(
         _remove_all(bounds, "t")
 
 
+@pytest.mark.parametrize("filled", [(), ("cpuset.cpus",)], ids=["empty", "cores-only"])
+def test_a_task_joins_a_cpuset_whose_parent_another_service_is_still_making(
+    harness: Harness, filled: tuple[str, ...]
+) -> None:
+    # Another service may have made the shared cpuset parent and not yet given it its cores
+    # or memory nodes when a launch finds it there. The launch took it as made: its task's
+    # cpuset had no memory nodes, and the task could not join it ("cannot run sh: cgroup: No
+    # space left on device", exit 126; seen in CI with many services starting and stopping).
+    bounds = _private_bounds(harness, "making")
+    if "cpuset" not in dict(bounds.bases):
+        pytest.skip("no cgroup v1 cpuset hierarchy here")
+    base = dict(bounds.bases)["cpuset"]
+    os.makedirs(base)  # the other service's mkdir; its writes have not come yet
+    for name in filled:
+        Path(base, name).write_text(Path(os.path.dirname(base), name).read_text())
+    uid = os.geteuid()
+    try:
+        create_bounds(bounds, "t", None, 16, tuple(USABLE[:1]), uid, 64)
+        join = 'for g in "$@"; do echo $$ > "$g/cgroup.procs" || exit 1; done'
+        joined = subprocess.run(
+            ["sh", "-c", join, "sh", *bound_cgroups(bounds, "t", uid, 64)],
+            capture_output=True,
+            text=True,
+        )
+        assert joined.returncode == 0, joined.stderr
+    finally:
+        _remove_all(bounds, "t")
+
+
 def test_a_launch_makes_again_the_memory_parent_removed_just_before_its_mkdir(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
