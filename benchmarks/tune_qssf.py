@@ -3,7 +3,8 @@ bench_holdout.py only (VC 6214e9's week of 2017-10-01..07 at 64 and 32 GPUs), ne
 held-out weeks. Prints one line per variant and cluster; writes nothing.
 
 A variant sets the order's aging, linear (`aging`, GPU-seconds per second waited) or relative
-(`halve`, hours to halve a job's predicted GPU-time), the overdue guard (`due`: jobs that have
+(`halve`, hours to halve a job's predicted GPU-time), or its bands (`bucket`, a factor: alike
+predicted GPU-times in submission order), the overdue guard (`due`: jobs that have
 waited this many median waits go first; 0 off; `backlog`: jobs that have waited this many
 times the backlog's drain time go first; 0 off; `backlog_bound`: `started` or `waited`, the
 bound of a running job that drain time reads), the starvation guard (`starve` hours after
@@ -66,6 +67,8 @@ def variant(spec: str) -> tuple[dict[str, Any], PredictorConfig]:
             cfg["order"] = [{"name": "qssf", "aging": float(value)}, "fifo"]
         elif key == "halve":
             cfg["order"] = [{"name": "qssf", "halve_after_s": float(value) * 3600}, "fifo"]
+        elif key == "bucket":
+            cfg["order"] = [{"name": "qssf", "bucket": float(value)}, "fifo"]
         elif key == "due":
             enqueue["due_after_median_waits"] = float(value)
         elif key == "backlog":

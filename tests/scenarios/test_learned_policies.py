@@ -454,7 +454,15 @@ def test_with_eta_adds_the_action_once_and_default_has_it() -> None:
         ),
         (
             {"actions": ["enqueue"], "order": [{"name": "qssf", "aging": 1, "halve_after_s": 1}]},
-            "policy.order[0]: qssf: set aging or halve_after_s, not both",
+            "policy.order[0]: qssf: set at most one of aging, halve_after_s and bucket",
+        ),
+        (
+            {"actions": ["enqueue"], "order": [{"name": "qssf", "bucket": 2, "aging": 0.1}]},
+            "policy.order[0]: qssf: set at most one of aging, halve_after_s and bucket",
+        ),
+        (
+            {"actions": ["enqueue"], "order": [{"name": "qssf", "bucket": 1.0}]},
+            "policy.order[0]: qssf: bucket must be 0 (off) or above 1, got 1.0",
         ),
         (
             {"actions": ["enqueue"], "victims": ["longest-remainder"]},
@@ -595,6 +603,37 @@ def test_halving_ages_every_size_alike(gpus: int, halve_after_s: float, first: s
         job("young").task(gpu=gpus).submitted(6 * HOUR).pending(estimate_s=100.0),
     ]
     res = run_cycle(snap, pending, _halving_qssf(halve_after_s), 6 * HOUR, validate=True)
+    assert [d[:2] for d in summary(res)] == [("bind", first)]
+
+
+def _banded_qssf(bucket: float) -> Policy:
+    cfg = copy.deepcopy(PRESETS["qssf"])
+    cfg["actions"][0] = {**cfg["actions"][0], "due_after_backlog": 0.0}  # the order alone
+    cfg["order"] = [{"name": "qssf", "bucket": bucket}, "fifo"]
+    return build_policy(cfg, name="qssf")
+
+
+@pytest.mark.parametrize(
+    ("young_estimate_s", "bucket", "first"),
+    [
+        (1800.0, 4.0, "old"),  # 1,800 and 2,520 GPU-s: one band of 4 ([1,024, 4,096))
+        (360.0, 4.0, "young"),  # a band lower
+        (1800.0, 2.0, "young"),  # bands of 2: [1,024, 2,048) against [2,048, 4,096)
+        (1800.0, 0.0, "young"),  # no bands: shortest first
+    ],
+)
+def test_within_a_band_the_older_job_goes_first(
+    young_estimate_s: float, bucket: float, first: str
+) -> None:
+    """old (a burst's last job, 0.7 h) and young (submitted an hour later) on one GPU: with
+    bands, young passes old only from a lower band, else they go in submission order."""
+    snap = snapshot_of(cluster(node("n1").gpus(1)), [])
+    pending = [
+        job("old").task(gpu=1).submitted(0).pending(estimate_s=2520.0),
+        job("young").task(gpu=1).submitted(HOUR).pending(estimate_s=young_estimate_s),
+    ]
+    policy = _banded_qssf(bucket) if bucket else _halving_qssf(0.0)
+    res = run_cycle(snap, pending, policy, HOUR, validate=True)
     assert [d[:2] for d in summary(res)] == [("bind", first)]
 
 

@@ -206,8 +206,9 @@ class Preempt:
         early stop over shapes needs: not when the bar is taken from another estimate than the
         order's (`bound: upper`), nor when `factor` scales the size under a linear aging term
         (the age is then a shift the factor does not scale; the log form of halving turns the
-        factor into a shift too, which keeps the order)."""
-        if self.bound != "estimate":
+        factor into a shift too, which keeps the order), nor under qssf's bands (ordered by
+        submission within a band, where the bar follows the size)."""
+        if self.bound != "estimate" or getattr(first, "bucket", False):
             return False
         return self.factor == 1.0 or not getattr(first, "aging", 0.0)
 
