@@ -113,10 +113,10 @@ class PredictedGpuTime:
       is passed by a stream of jobs k times shorter for at most log2(k) × `halve_after_s`.
 
     - `bucket` (a factor above 1): jobs whose predicted GPU-times fall in the same power of
-      `bucket` go in submission order; a job passes an older one only from a lower band. The
-      predictor's point estimates are off by a factor of about two (its median error ratio), so
-      between jobs of alike estimates the order is mostly noise, and it only makes a burst of
-      alike jobs wait behind everything a little shorter that arrives after it.
+      `bucket` go in submission order; a job passes an older one only from a lower band, so a
+      burst of alike jobs is not passed by everything a little shorter that arrives after it.
+      A shorter tail for a worse average: on Philly the order among alike estimates is where
+      much of qssf's average comes from (docs/policies.md, "Bands").
 
     All at 0 is pure shortest-predicted-first; at most one may be set. Preemption compares
     sizes (`key_of_size`) whatever the form: the bands and the age are no part of the gain."""
