@@ -141,3 +141,21 @@ def test_a_users_oldest_ended_jobs_go_past_user_max_ended_bytes_also_after_a_res
     later = ended(mine, 100 * 1024)
     until("alice's oldest kept to be forgotten", lambda: state(first[2]) is None)
     assert [state(j) for j in (first[3], later, others)] == ["cancelled"] * 3
+
+
+def test_an_id_of_digits_that_are_not_ascii_names_no_job(
+    open_service: Callable[..., Service], fx: FakeExecutor
+) -> None:
+    # '¹' is a digit to str.isdigit but not to int (the answer was a 500); '٣' is 3 to int,
+    # and no job's id: ids are ASCII digits.
+    client = client_for(open_service(fx))
+    for _ in range(3):
+        assert client.post("/v1/jobs", json=JOB).status_code == 201
+    for job_id in ("¹", "٣", "²³"):
+        for r in (
+            client.get(f"/v1/jobs/{job_id}"),
+            client.get(f"/v1/jobs/{job_id}/logs"),
+            client.post(f"/v1/jobs/{job_id}/cancel"),
+        ):
+            assert r.status_code == 404, r.text
+            assert r.json()["error"] == f"no job {job_id}"

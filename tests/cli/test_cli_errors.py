@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -204,3 +206,18 @@ def test_a_host_no_socket_can_take_is_one_error_line(
     status, err, out = run(capsys, "up", "--config", str(config), "--data-dir", str(tmp_path))
     assert (status, len(err), out) == (2, 1, "")
     assert err[0].startswith(f"error: {config}: host: '{host}' is not a host name or address (")
+
+
+@pytest.mark.parametrize("address", ["localhost:¹", "localhost:", "localhost:6379x"])
+def test_a_ray_address_whose_port_is_not_a_number_is_one_error_line(
+    tmp_path: Path, address: str
+) -> None:
+    # '¹' is a digit to str.isdigit, not to int: `aisched up` ended in a traceback.
+    argv = ["up", "--ray", address, "--port", "0", "--data-dir", str(tmp_path)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "aisched", *argv], capture_output=True, text=True, timeout=60
+    )
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+    assert proc.stderr == (
+        f"error: {address!r} is not a Ray address: give HOST:PORT of the head node, or auto\n"
+    )

@@ -19,6 +19,8 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from aisched.model.numerals import is_decimal
+
 # Where the global options land in the namespace, apart from the subcommands' own.
 _SERVER, _JSON = "global_server", "global_json"
 
@@ -80,7 +82,7 @@ def add_global_options(parser: argparse.ArgumentParser) -> None:
 def job_id(value: str) -> str:
     """An argparse type: a job's ID as the service gives it (a decimal number), so that no
     argument can make a request to another path (`1/../2`, `?x=1`)."""
-    if not (value.isascii() and value.isdigit() and len(value) <= 20):
+    if not (is_decimal(value) and len(value) <= 20):
         raise argparse.ArgumentTypeError(
             f"{value!r} is not a job ID: give the number `aisched jobs` shows"
         )

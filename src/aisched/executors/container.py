@@ -44,6 +44,7 @@ from typing import Any
 
 from aisched.executors.runas import user_can
 from aisched.model.job import ContainerSpec, NetworkMode, image_transport, mount_option_char
+from aisched.model.numerals import is_decimal
 
 ENGINES = ("podman", "docker")
 OCI_RUNTIMES = ("crun", "runc")
@@ -665,7 +666,7 @@ def list_containers(engine: Engine, instance: str) -> list[tuple[str, str, int, 
     for name in r.stdout.split() if r.returncode == 0 else ():
         job, _, rest = name.removeprefix(prefix).partition(".")
         attempt, _, task = rest.partition(".")
-        if name.startswith(prefix) and job and attempt.isdigit() and task:
+        if name.startswith(prefix) and job and is_decimal(attempt) and task:
             out.append((name, job, int(attempt), task))
     return out
 

@@ -94,6 +94,7 @@ from aisched.executors.ray_task import MakeWatchdog, exit_record_path, recorded_
 from aisched.executors.task_log import LOG_MAX_BYTES, LOG_MAX_FILES
 from aisched.model.cluster import Node
 from aisched.model.job import ContainerSpec
+from aisched.model.numerals import is_decimal
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +231,7 @@ def _probe(address: str) -> None:
             f"{address}: Ray Client addresses are not supported; give the head's GCS "
             "address HOST:PORT (port 6379 by default) from a machine of the cluster"
         )
-    if not sep or not port.isdigit() or not host:
+    if not sep or not is_decimal(port) or not host:
         raise RayConnectError(
             f"{address!r} is not a Ray address: give HOST:PORT of the head node, or auto"
         )

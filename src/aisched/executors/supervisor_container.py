@@ -24,6 +24,7 @@ import stat
 from aisched.executors.processes import oom_kills, signal_name
 from aisched.executors.supervisor_pins import Pins
 from aisched.executors.task_files import ExecFailed, as_user, own_dir
+from aisched.model.numerals import is_decimal
 
 # Without importing typing (start-up time counts): mypy treats this name as always true.
 TYPE_CHECKING = False
@@ -341,7 +342,7 @@ class Container:
             raise ExecFailed(125, f"container {self.name} could not start: {_last(err)}")
         self.unpin()  # its mounts are in the container now
         _, out, _ = self.engine("inspect", "--format", "{{.State.Pid}}", self.name)
-        pid = int(out.strip() or 0) if out.strip().isdigit() else 0
+        pid = int(out.strip() or 0) if is_decimal(out.strip()) else 0
         if pid > 0 and self.rlimit_data:
             # The container's process waits to exec the task's command: what it execs keeps
             # the limit (ours to lower: rootless, that process is our own uid).
@@ -718,7 +719,7 @@ class Container:
             "inspect", "--format", "{{.State.ExitCode}} {{.State.OOMKilled}}", self.name
         )
         words = out.split() if code == 0 else []
-        exit_code = int(words[0]) if words and words[0].lstrip("-").isdigit() else client_code
+        exit_code = int(words[0]) if words and is_decimal(words[0].lstrip("-")) else client_code
         # A SIGKILL nobody here sent, to a container whose memory cgroup signalled: the OOM
         # killer's (a container that merely ended signals too, but was not SIGKILLed).
         unexplained_kill = bool(words) and exit_code == 128 + signal.SIGKILL and not self.stopper

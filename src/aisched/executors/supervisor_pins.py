@@ -31,6 +31,7 @@ from aisched.executors.mounts import (
 )
 from aisched.executors.processes import is_alive, start_time, user_bits
 from aisched.executors.task_files import ExecFailed
+from aisched.model.numerals import is_decimal
 
 PIN_ROOT = "/run/aisched-pins"
 
@@ -103,7 +104,7 @@ def sweep_pins() -> None:
     for name in names:
         pid, _, rest = name.partition("-")
         start = rest.partition("-")[0]
-        if pid.isdigit() and start.isdigit() and not is_alive(int(pid), int(start)):
+        if is_decimal(pid) and is_decimal(start) and not is_alive(int(pid), int(start)):
             held = os.path.join(PIN_ROOT, name)
             with contextlib.suppress(OSError):
                 for pin in os.listdir(held):

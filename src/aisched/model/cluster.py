@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
+from aisched.model.numerals import is_decimal
 from aisched.model.resources import Resources
 
 NODE_ROLES = ("cpu", "gpu")
@@ -152,7 +153,7 @@ class NodePool:
     def owns(self, node_name: str) -> bool:
         """True when `node_name` is one this pool makes."""
         head, _, tail = node_name.rpartition("-")
-        return head == self.name and tail.isdigit()
+        return head == self.name and is_decimal(tail)
 
 
 @dataclass(frozen=True, slots=True)

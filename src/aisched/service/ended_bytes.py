@@ -23,6 +23,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from aisched.model.numerals import is_decimal
+
 FILE_KINDS = ("logs", "tasks")  # the data directory's folders named after a job
 # Ended jobs measured in one step at most: about 55 µs each (docs/benchmarks.md), so 50 ms.
 MEASURE_AT_MOST = 1000
@@ -40,7 +42,7 @@ class Ended:
 def job_dirs(data_dir: Path, job_id: str) -> Iterator[Path]:
     """The data directory's folders of a job; none for an id that is not decimal, as every id
     is: anything else is no path to follow."""
-    if job_id.isdigit():
+    if is_decimal(job_id):
         for kind in FILE_KINDS:
             yield data_dir / kind / job_id
 

@@ -19,6 +19,7 @@ import math
 import shutil
 from pathlib import Path
 
+from aisched.model.numerals import is_decimal
 from aisched.service.ended_bytes import Ended, EndedBytes, job_dirs
 from aisched.service.live import Batch
 from aisched.store.db import Store
@@ -32,7 +33,7 @@ FORGET_AT_MOST = 500
 def no_job(job_id: str, newest_seq: int) -> str:
     """What a request naming no job is answered: an id given out before (at or under the newest
     job's) was most likely forgotten, and its owner may wonder where it went."""
-    if job_id.isdigit() and 0 < int(job_id) <= newest_seq:
+    if is_decimal(job_id) and 0 < int(job_id) <= newest_seq:
         return (
             f"no job {job_id}: an ended job is forgotten limits.keep_ended after it ended, and "
             "sooner when its user's ended jobs keep more than limits.user_max_ended_bytes"

@@ -20,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from pathlib import Path
 
+from aisched.model.numerals import is_decimal
 from aisched.service.ended_bytes import disk_bytes
 
 CHECK_EVERY_S = 5.0
@@ -52,7 +53,7 @@ class RunningLogs:
         for gone in self.sizes.keys() - running.keys():
             del self.sizes[gone]
         # Ids are decimal (anything else is no path to follow); new ones are measured first.
-        fresh = [j for j in running if j.isdigit() and j not in self.sizes]
+        fresh = [j for j in running if is_decimal(j) and j not in self.sizes]
         if fresh:
             self.sizes = {**dict.fromkeys(fresh, 0), **self.sizes}
         until = time.perf_counter() + MEASURE_FOR_S

@@ -160,6 +160,7 @@ from aisched.lifecycle.work import (
 )
 from aisched.model.cluster import Cluster
 from aisched.model.job import JobKind
+from aisched.model.numerals import is_decimal
 from aisched.model.queue import QueueTree
 from aisched.model.resources import GPU_MILLI_WHOLE
 from aisched.model.states import JobState
@@ -248,7 +249,7 @@ class _Engine(NodePools):
         self.awaited = Awaited()
         # Services' replicas, in the order they were made; their ids continue the trace's.
         self.replicas: list[str] = []
-        numeric = [int(tj.job.id) for tj in trace.jobs if tj.job.id.isdigit()]
+        numeric = [int(tj.job.id) for tj in trace.jobs if is_decimal(tj.job.id)]
         self.next_id = max(numeric, default=0) + 1
         # Jobs pending since before their first cycle: only these can turn out never to fit
         # (the cluster does not change, and a requeued job has fitted before).

@@ -31,6 +31,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aisched.model.numerals import is_decimal
+
 
 class PostgresUnavailable(RuntimeError):
     """No PostgreSQL server binaries on this machine (install Debian's `postgresql`)."""
@@ -56,7 +58,7 @@ def bin_dir() -> Path:
 
 def _version_key(path: str) -> int:
     part = Path(path).parent.name
-    return int(part) if part.isdigit() else 0
+    return int(part) if is_decimal(part) else 0
 
 
 def _children(parent: int) -> list[int]:
