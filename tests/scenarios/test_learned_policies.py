@@ -581,10 +581,11 @@ def test_judging_both_sides_by_their_upper_estimate_stops_evictions_back_and_for
     assert summary(second) == [("preempt", "b", "a"), ("bind", "a", "n1:0")]
 
 
-def _halving_qssf(halve_after_s: float) -> Policy:
+def _qssf_ordered(**order: float) -> Policy:
+    """The qssf preset with the order's arguments `order` (its aging form), the order alone."""
     cfg = copy.deepcopy(PRESETS["qssf"])
-    cfg["actions"][0] = {**cfg["actions"][0], "due_after_backlog": 0.0}  # the order alone
-    cfg["order"] = [{"name": "qssf", "halve_after_s": halve_after_s}, "fifo"]
+    cfg["actions"][0] = {**cfg["actions"][0], "due_after_backlog": 0.0}
+    cfg["order"] = [{"name": "qssf", **order}, "fifo"]
     return build_policy(cfg, name="qssf")
 
 
@@ -602,15 +603,9 @@ def test_halving_ages_every_size_alike(gpus: int, halve_after_s: float, first: s
         job("old").task(gpu=gpus).submitted(0).pending(estimate_s=1600.0),
         job("young").task(gpu=gpus).submitted(6 * HOUR).pending(estimate_s=100.0),
     ]
-    res = run_cycle(snap, pending, _halving_qssf(halve_after_s), 6 * HOUR, validate=True)
+    policy = _qssf_ordered(halve_after_s=halve_after_s)
+    res = run_cycle(snap, pending, policy, 6 * HOUR, validate=True)
     assert [d[:2] for d in summary(res)] == [("bind", first)]
-
-
-def _banded_qssf(bucket: float) -> Policy:
-    cfg = copy.deepcopy(PRESETS["qssf"])
-    cfg["actions"][0] = {**cfg["actions"][0], "due_after_backlog": 0.0}  # the order alone
-    cfg["order"] = [{"name": "qssf", "bucket": bucket}, "fifo"]
-    return build_policy(cfg, name="qssf")
 
 
 @pytest.mark.parametrize(
@@ -632,8 +627,7 @@ def test_within_a_band_the_older_job_goes_first(
         job("old").task(gpu=1).submitted(0).pending(estimate_s=2520.0),
         job("young").task(gpu=1).submitted(HOUR).pending(estimate_s=young_estimate_s),
     ]
-    policy = _banded_qssf(bucket) if bucket else _halving_qssf(0.0)
-    res = run_cycle(snap, pending, policy, HOUR, validate=True)
+    res = run_cycle(snap, pending, _qssf_ordered(bucket=bucket), HOUR, validate=True)
     assert [d[:2] for d in summary(res)] == [("bind", first)]
 
 
