@@ -75,7 +75,7 @@ class Resources:
         return self.gpu * GPU_MILLI_WHOLE + self.gpu_milli
 
     def describe(self) -> str:
-        """Short human form, e.g. `8 GPU, 24 CPU, 96 GiB`."""
+        """Short human form, e.g. `8 GPU, 24 CPU, 96 GiB memory`."""
         parts: list[str] = []
         if self.gpu:
             parts.append(f"{self.gpu} GPU")
@@ -86,7 +86,7 @@ class Resources:
         if self.milli_cpu:
             parts.append(f"{self.milli_cpu / 1000:g} CPU")
         if self.mem_mib:
-            parts.append(f"{self.mem_mib / 1024:g} GiB")
+            parts.append(f"{self.mem_mib / 1024:g} GiB memory")
         if self.rdma:
             parts.append(f"{self.rdma} RDMA")
         parts.extend(f"{v} {k}" for k, v in self.extended)

@@ -273,7 +273,7 @@ def nonempty_command(v: tuple[str, ...]) -> tuple[str, ...]:
     if not v:
         raise ValueError("is empty: give the program and its arguments, e.g. [python, train.py]")
     if not v[0].strip():
-        raise ValueError("the program name (the first word) is empty")
+        raise ValueError("the program name (word 0, the first) is empty")
     return v
 
 

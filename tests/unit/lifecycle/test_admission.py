@@ -20,7 +20,7 @@ def empty(*gpus: int) -> Snapshot:
 
 POLICY = preset("default")
 HUGE = job("huge").task(1, gpu=8).build()
-WHY = "can never fit this cluster: room for 0 of 1 'g0' tasks (8 GPU, 1 CPU, 1 GiB each)"
+WHY = "can never fit this cluster: room for 0 of 1 'g0' tasks (8 GPU, 1 CPU, 1 GiB memory each)"
 
 
 def test_a_job_larger_than_any_node_is_refused_with_the_reason() -> None:

@@ -60,7 +60,8 @@ def test_resource_arithmetic() -> None:
     assert b.fits_in(Resources(milli_cpu=500, gpu_milli=1000))
     assert not a.fits_in(Resources(milli_cpu=1000, mem_mib=512, gpu=1))  # lacks the nic
     assert Resources(gpu=2, gpu_milli=500).gpu_equivalent_milli == 2500
-    assert Resources(gpu=8, milli_cpu=24000, mem_mib=98304).describe() == "8 GPU, 24 CPU, 96 GiB"
+    wide = Resources(gpu=8, milli_cpu=24000, mem_mib=98304)
+    assert wide.describe() == "8 GPU, 24 CPU, 96 GiB memory"
 
 
 def test_job_validation_names_the_job() -> None:

@@ -304,8 +304,8 @@ NATIVE_INVALID = [
                                                     "and its arguments, e.g. [python, train.py]"]),
     Invalid("blank command string", {"command": "  "}, ["j.yaml: command: is empty: give the "
                                                         "program to run"]),
-    Invalid("empty program", {"command": ["", "x"]}, ["j.yaml: command: the program name (the "
-                                                      "first word) is empty"]),
+    Invalid("empty program", {"command": ["", "x"]}, ["j.yaml: command: the program name (word "
+                                                      "0, the first) is empty"]),
     Invalid("command of the wrong type", {"command": {"python": 1}},
             ["j.yaml: command: expected a list of words (e.g. [python, train.py]) or a shell "
              "command string, got a dict"]),
