@@ -18,6 +18,7 @@ import contextlib
 import errno
 import os
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -559,8 +560,10 @@ def _mkdir_in_shared(path: str, make_parents: Callable[[], None]) -> None:
     parents, and one that stops with none of its tasks running removes them (`release_base`,
     `release_bounds`), maybe between our making them and our mkdir: that ENOENT (or ENODEV,
     when the kernel was still taking the parent down as we made a cgroup in it) makes them
-    once more. Once the task cgroup is in, the parents are not empty and stay. Raises OSError."""
-    for last in (False, True):
+    once more. Once the task cgroup is in, the parents are not empty and stay. Several services
+    may stop in turn, and each completion of the parents reads their files (a window of its
+    own), so a few tries are made, not one. Raises OSError."""
+    for tries_left in reversed(range(SHARED_PARENT_TRIES)):
         try:
             make_parents()
             if os.path.isdir(path):
@@ -568,8 +571,12 @@ def _mkdir_in_shared(path: str, make_parents: Callable[[], None]) -> None:
             os.mkdir(path)
             return
         except OSError as exc:
-            if last or exc.errno not in (errno.ENOENT, errno.ENODEV):
+            if not tries_left or exc.errno not in (errno.ENOENT, errno.ENODEV):
                 raise
+        time.sleep(0.001)  # the kernel may still be taking the old parent down
+
+
+SHARED_PARENT_TRIES = 8
 
 
 def release_bounds(bounds: TaskBounds) -> None:
