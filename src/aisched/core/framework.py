@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from math import inf
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -112,10 +113,19 @@ def combined_score(
         raw = ws.plugin.score(session, job, request, nodes)
         lo, hi = float(raw.min()), float(raw.max())
         if hi > lo:
-            total += ws.weight * 100.0 * (raw - lo) / (hi - lo)
+            total += ws.weight * (100.0 * _share_of_span(raw, lo, hi))
         else:
             total += ws.weight * 100.0
     return total
+
+
+def _share_of_span(raw: FloatArray, lo: float, hi: float) -> FloatArray:
+    """(raw - lo) / (hi - lo), each in [0, 1], for any finite scores: a plugin's argument (a
+    GPU speed of 1e308) can make the span overflow, and inf / inf is NaN, which `argmax`
+    would take for the best node. Halved, the span of two floats is always finite."""
+    if hi - lo < inf:
+        return (raw - lo) / (hi - lo)
+    return (raw / 2 - lo / 2) / (hi / 2 - lo / 2)
 
 
 def all_filters(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from math import inf
 from typing import Any
 
 from aisched.core.actions.allocate import Allocate
@@ -79,11 +78,23 @@ def make(kind: str, entry: Any, path: str) -> Any:
     return _construct(kind, name, args, path)
 
 
+# Scores are each normalised to 0-100 and weighed against each other: at a million to one the
+# lesser only breaks ties, and a weight far past that would overflow the weighted sum.
+MAX_SCORE_WEIGHT = 1e6
+
+
 def make_score(entry: Any, path: str) -> WeightedScore:
     name, args = _split(entry, path)
     weight = args.pop("weight", 1.0)
-    if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight < inf:
-        raise PolicyError(f"policy.{path}.weight: expected a non-negative finite number")
+    if (
+        isinstance(weight, bool)
+        or not isinstance(weight, int | float)
+        or not 0 <= weight <= MAX_SCORE_WEIGHT
+    ):
+        raise PolicyError(
+            f"policy.{path}.weight: expected a number from 0 to {MAX_SCORE_WEIGHT:,.0f}, "
+            f"got {weight!r}"
+        )
     return WeightedScore(_construct("score", name, args, path), float(weight))
 
 

@@ -60,7 +60,11 @@ def test_a_file_means_what_its_preset_means(tmp_path: Path) -> None:
         ("actions: [enqueue]\nscore: [{name: binpack, weight: -1}]\n", "policy.score[0].weight"),
         (
             "actions: [enqueue]\nscore: [{name: binpack, weight: .nan}]\n",
-            "policy.score[0].weight: expected a non-negative finite number",
+            "policy.score[0].weight: expected a number from 0 to 1,000,000, got nan",
+        ),
+        (
+            "actions: [enqueue]\nscore: [{name: binpack, weight: 1.0e+307}]\n",
+            "policy.score[0].weight: expected a number from 0 to 1,000,000, got 1e+307",
         ),
         ("actions: [enqueue]\norder: [{name: las, thresholds_gpu_s: [10, 5]}]\n", "increasing"),
         ("actions: []\n", "policy.actions: at least one action is required"),
