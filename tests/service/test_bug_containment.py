@@ -4,30 +4,36 @@ A job the scheduling cycle fails on (here a filter plugin that raises on one job
 back for a while and every other job is scheduled without it; before, every step failed and no
 one's job started again until a restart. The task exits taken from the executor behind one
 whose handling raised are handled in the next step; before, they were lost with the step, and
-their jobs ran for ever in the service's books."""
+their jobs ran for ever in the service's books. A bug met handling one job's time limit or
+re-checking its dependencies leaves that job alone for a while and the step goes on; before,
+every step failed on it."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from world import World, new_world
 
+from aisched.core.dependencies import DependencyCheck
 from aisched.core.policy import preset
 from aisched.core.session import Session
 from aisched.core.snapshot import BoolArray, PendingJob
 from aisched.executors.base import TaskExited
-from aisched.model.job import Job
+from aisched.model.job import Dependency, Job
 from aisched.model.queue import QueueTree
 from aisched.model.resources import Resources
 from aisched.predict.runtime import RuntimePredictor
 from aisched.service import poison
 from aisched.service.exits import Exits
-from aisched.service.live import Batch
+from aisched.service.intents import Intents
+from aisched.service.live import Batch, LiveJob
 from aisched.service.loop import LoopConfig, Rejected, Scheduler
 from aisched.service.metrics import Metrics
+from aisched.service.scheduler_state import clock
 from aisched.testing import job
 
 
@@ -228,3 +234,94 @@ def test_a_submission_the_admission_check_fails_on_is_refused_and_the_step_goes_
     )
     assert w.state(str(good.result(0)["id"]))["state"] == "running"
     assert not w.sched.step_errors.failing
+
+
+def test_a_time_limit_whose_handling_raises_holds_that_job_and_the_others_stop(
+    w: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, the bug failed every step: no other job's time limit, exit or cycle was
+    handled again until a restart."""
+    a, b, c = (w.submit(replace(job(n).task(1, cpu=1).build(), time_limit_s=60.0)) for n in "abc")
+    bug = {b}
+    real = Intents._stop_over_limit
+
+    def stop_over_limit(self: Intents, lj: LiveJob, *args: Any) -> None:
+        if lj.id in bug:
+            raise KeyError(f"no limit for {lj.id}")
+        real(self, lj, *args)
+
+    monkeypatch.setattr(Intents, "_stop_over_limit", stop_over_limit)
+    w.clock.t += 61
+    w.sched.step()
+    assert not w.sched.step_errors.failing
+    assert sorted(stop[0] for stop in w.fx.stops) == sorted([a, c])
+    assert w.state(b)["state"] == "running"
+    (held,) = [e for e in _events(w, b) if e["kind"] == "held"]
+    until = w.clock.t + poison.HOLD_S
+    assert held["message"] == (
+        f"held until {clock(until)}: the scheduler fails on its timers (a bug, logged: "
+        f"KeyError: 'no limit for {b}'); the other jobs go on, and it is tried again then"
+    )
+    metrics = Metrics()
+    metrics.watch(w.sched)
+    assert "aisched_jobs_held_for_step_errors_total 1.0" in metrics.render().decode().splitlines()
+    # Left alone while held (one hold, one log), then tried again: the bug is gone by then.
+    w.clock.t += 10
+    w.sched.step()
+    assert w.sched.stats.held_for_step_errors == 1
+    bug.clear()
+    w.clock.t = until
+    w.sched.step()
+    assert (b, 1, "g0-0") in w.fx.stops
+
+
+def test_a_dependency_recheck_that_raises_holds_that_job_waiting_and_the_others_start(
+    w: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prep, x, y = _submit_all(w, _step("prep"), _step("x", "prep"), _step("y", "prep"))
+    bug = {x}
+    check = w.sched.pipelines.check
+
+    def check_with_a_bug(lj: LiveJob, live: Mapping[str, LiveJob]) -> DependencyCheck:
+        if lj.id in bug:
+            raise KeyError(f"no dependencies for {lj.id}")
+        return check(lj, live)
+
+    monkeypatch.setattr(w.sched.pipelines, "check", check_with_a_bug)
+    for key in w.fx.keys(prep):
+        w.fx.exit(key, 0)
+    w.sched.step()
+    assert not w.sched.step_errors.failing
+    assert [w.state(i)["state"] for i in (prep, x, y)] == ["succeeded", "pending", "running"]
+    until = w.clock.t + poison.HOLD_S
+    assert w.state(x)["reason"] == (
+        f"held until {clock(until)}: the scheduler fails on checking its dependencies (a bug, "
+        f"logged: KeyError: 'no dependencies for {x}'); the other jobs go on, and it is tried "
+        "again then"
+    )
+    # Not started by a cycle while its dependencies are unchecked, though GPUs are free.
+    for _ in range(3):
+        w.clock.t += 30
+        w.sched.step()
+    assert w.state(x)["state"] == "pending"
+    bug.clear()
+    w.clock.t = until
+    w.sched.step()
+    w.sched.step()
+    assert w.state(x)["state"] == "running"
+
+
+def _step(name: str, *deps: str) -> Job:
+    j = job(name).task(gpu=1).build()
+    return replace(j, name=name, depends_on=tuple(Dependency(d) for d in deps))
+
+
+def _submit_all(w: World, *jobs: Job) -> list[str]:
+    fut = w.sched.submit_all(tuple((j, "native", ()) for j in jobs))
+    w.sched.step()
+    return [str(r["id"]) for r in fut.result(0)]
+
+
+def _events(w: World, job_id: str) -> list[dict[str, Any]]:
+    with w.store.read() as tx:
+        return list(tx.events_of(job_id))

@@ -22,6 +22,7 @@ from aisched.model.states import JobState
 from aisched.service.launches import Launches
 from aisched.service.live import Batch, LiveJob, Stop, TaskPhase
 from aisched.service.scheduler_state import clock, jobs_counted
+from aisched.service.step_errors import classify
 
 log = logging.getLogger("aisched.loop")
 
@@ -165,7 +166,9 @@ class Exits(Launches):
         wait on them in turn when a re-check ends them (a broken dependency cancels), until none
         is left. A loop over a work list, not recursion, so a chain of any length cascades in
         one go; a call made while one runs (a re-check that ends a job) leaves its work to that
-        one. A re-check that raises stays first on the list, for the next step to redo."""
+        one. A re-check that meets a bug holds its job for a while, still waiting, and the
+        rest are re-checked (`_hold_for_bug`); one the store fails stays first on the list, for
+        the next step to redo."""
         if self.rechecking:
             return
         self.rechecking = True
@@ -173,8 +176,19 @@ class Exits(Launches):
         try:
             while todo:
                 waiting = self.jobs.get(todo[0])
-                if waiting is not None and waiting.state == JobState.PENDING:
-                    self._check_dependencies(waiting, batch, now)
+                if (
+                    waiting is not None
+                    and waiting.state == JobState.PENDING
+                    and waiting.id not in self.bug_held  # re-checked when its hold is over
+                ):
+                    try:
+                        self._check_dependencies(waiting, batch, now)
+                    except Exception as exc:
+                        if self.config.validate or classify(exc) != "bug":
+                            raise  # a store that could not be read, or a test: still first
+                        # Out of cycles until it is re-checked, when the hold is over.
+                        self.pipelines.blocked.setdefault(waiting.id, "its re-check failed")
+                        self._hold_for_bug(waiting, exc, "checking its dependencies", now)
                 todo.popleft()
         finally:
             self.rechecking = False

@@ -47,6 +47,7 @@ from aisched.service import poison
 from aisched.service.exits import Exits
 from aisched.service.live import Batch, LiveJob, LiveTask, Requests, Stop, TaskPhase
 from aisched.service.scheduler_state import clock
+from aisched.service.step_errors import classify
 
 log = logging.getLogger("aisched.loop")
 
@@ -334,46 +335,25 @@ class Intents(Exits):
         return lj, self._launch_requests(lj)
 
     def _timers(self, batch: Batch, now: float) -> None:
-        """Act on what fell due: the jobs whose timers came (`timers`) and those waiting for
-        victims (`waiters`), in submission order; no other job has anything due."""
-        ids = self.timers.pop_due(now)
+        """Act on what fell due: the jobs whose timers came (`timers`), those waiting for
+        victims (`waiters`) and those whose hold for a bug is over (`bug_held`), in submission
+        order; no other job has anything due. A job whose handling raises is held for a bug
+        (`_hold_for_bug`) and the others are handled."""
+        ids = self.timers.pop_due(now) | self._bug_holds_over(now)
         for waiting in self.waiters.values():
             ids |= waiting
         ended: dict[str, VictimWait] = {}  # waits for victims that are over
         going_on: dict[str, VictimWait] = {}  # the others, as they stood before this step
         for job_id in sorted(ids, key=lambda i: (len(i), i)):
             lj = self.jobs.get(job_id)
-            if lj is None:
+            if lj is None or job_id in self.bug_held:
                 continue
-            if (
-                lj.state == JobState.RUNNING
-                and lj.stopping is None
-                and now >= time_limit_at(lj.job, lj.attempt_started_at)
-            ):
-                why = time_limit_message(lj.job)
-                self._stop_over_limit(lj, Stop.TIMEOUT, "timeout", why, batch, now)
-            if lj.not_before is not None and lj.not_before <= now:
-                lj.not_before = None
-                batch.job(lj.id, not_before=None)
-                self.dirty = True
-            if lj.waiting_for:
-                was = VictimWait(
-                    lj.waiting_for,
-                    now if lj.waiting_since is None else lj.waiting_since,
-                    lj.waiting_tasks,
-                )
-                wait = after_victims(
-                    was,
-                    self._still_stopping,
-                    lambda v: self.jobs[v].job.grace_period_s,
-                    now,
-                    self.config.victim_wait_s,
-                )
-                if wait is None:
-                    ended[lj.id] = was
-                else:
-                    going_on[lj.id] = was
-                    self._set_waiting(lj, wait.victims)
+            try:
+                self._timer_due(lj, ended, going_on, batch, now)
+            except Exception as exc:
+                if self.config.validate or classify(exc) != "bug":
+                    raise  # a store's or a disk's failure: the step is retried
+                self._hold_for_bug(lj, exc, "its timers", now)
         # Every exit of the step is in: what victims freed is kept for the jobs whose waits
         # go on, judged now, whatever order the exits came in (`lifecycle.preemption`).
         freed_now, self.freed_now = self.freed_now, []
@@ -381,16 +361,95 @@ class Intents(Exits):
             keep_freed(self.held, victim, freed, going_on, lambda j: self.jobs[j].job, now)
         for job_id in resume_order(ended):
             lj = self.jobs[job_id]
-            self._set_waiting(lj, frozenset())
-            lj.waiting_since = None
-            lj.waiting_tasks = ()
-            release_kept(self.held, lj.id)
+            try:
+                self._victims_stopped(lj, ended[job_id], batch, now)
+            except Exception as exc:
+                if self.config.validate or classify(exc) != "bug":
+                    raise  # a store's or a disk's failure: the step is retried
+                self._hold_for_bug(lj, exc, "its start after its victims stopped", now)
+
+    def _timer_due(
+        self,
+        lj: LiveJob,
+        ended: dict[str, VictimWait],
+        going_on: dict[str, VictimWait],
+        batch: Batch,
+        now: float,
+    ) -> None:
+        """What is due for one job: its time limit, the end of its backoff, and whether its
+        wait for victims is over (into `ended`) or goes on (into `going_on`)."""
+        if (
+            lj.state == JobState.RUNNING
+            and lj.stopping is None
+            and now >= time_limit_at(lj.job, lj.attempt_started_at)
+        ):
+            why = time_limit_message(lj.job)
+            self._stop_over_limit(lj, Stop.TIMEOUT, "timeout", why, batch, now)
+        if lj.not_before is not None and lj.not_before <= now:
+            lj.not_before = None
+            batch.job(lj.id, not_before=None)
             self.dirty = True
-            tasks = resumed_tasks(ended[job_id], self.held)
-            if tasks is not None:  # where the core bound it; else placed afresh by a cycle
-                planned = self._apply_bind(Bind(lj.id, tasks), batch, now)
-                if planned is not None:
-                    self.restarts.append(planned)
+        if lj.waiting_for:
+            was = VictimWait(
+                lj.waiting_for,
+                now if lj.waiting_since is None else lj.waiting_since,
+                lj.waiting_tasks,
+            )
+            wait = after_victims(
+                was,
+                self._still_stopping,
+                lambda v: self.jobs[v].job.grace_period_s,
+                now,
+                self.config.victim_wait_s,
+            )
+            if wait is None:
+                ended[lj.id] = was
+            else:
+                going_on[lj.id] = was
+                self._set_waiting(lj, wait.victims)
+
+    def _victims_stopped(self, lj: LiveJob, wait: VictimWait, batch: Batch, now: float) -> None:
+        """A job's wait for its victims is over: it starts where the core bound it, with what
+        they freed, else it is placed afresh by a cycle."""
+        self._set_waiting(lj, frozenset())
+        lj.waiting_since = None
+        lj.waiting_tasks = ()
+        release_kept(self.held, lj.id)
+        self.dirty = True
+        tasks = resumed_tasks(wait, self.held)
+        if tasks is not None:
+            planned = self._apply_bind(Bind(lj.id, tasks), batch, now)
+            if planned is not None:
+                self.restarts.append(planned)
+
+    def _bug_holds_over(self, now: float) -> set[str]:
+        """The jobs whose hold for a bug ends now; those that wait on other jobs are
+        re-checked too (a re-check may be what raised, and it was not done)."""
+        over = {job_id for job_id, until in self.bug_held.items() if until <= now}
+        for job_id in sorted(over, key=lambda i: (len(i), i)):
+            del self.bug_held[job_id]
+            if job_id in self.pipelines.blocked:
+                self.pipelines.recheck.append(job_id)
+        return over
+
+    def _hold_for_bug(self, lj: LiveJob, error: Exception, what: str, now: float) -> None:
+        """Handling `what` of one job raised: a bug met on that job alone (the step's other
+        work does not need it). Every step would
+        meet it again and fail, stopping every other job with it; so this job's timers and
+        re-checks are left alone for `poison.HOLD_S`, then tried again; a job that waits on
+        victims or on other jobs stays out of cycles meanwhile. What the failed call changed
+        before it raised stays as it is."""
+        until = now + poison.HOLD_S
+        self.bug_held[lj.id] = until
+        self.stats.held_for_step_errors += 1
+        why = (
+            f"held until {clock(until)}: the scheduler fails on {what} "
+            f"({poison.a_bug(error)}); the other jobs go on, and it is tried again then"
+        )
+        log.error("job %s: %s", lj.id, why, exc_info=error)
+        self.batch.event(now, lj.id, "held", why)
+        if lj.state == JobState.PENDING:
+            self._write_status(lj, JobStatus(StatusCode.NOT_CONSIDERED, why, until), self.batch)
 
     def _stop_over_limit(
         self, lj: LiveJob, stop: Stop, event: str, why: str, batch: Batch, now: float

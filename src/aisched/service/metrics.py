@@ -75,6 +75,12 @@ class _SchedulerCollector(Collector):
             "the other jobs were scheduled without it).",
             value=s.stats.held_for_cycle_errors,
         )
+        yield CounterMetricFamily(
+            "aisched_jobs_held_for_step_errors",
+            "Times a job was left alone for a while because handling its timers (time limit, "
+            "backoff, victims) or its dependencies raised (a bug; the other jobs went on).",
+            value=s.stats.held_for_step_errors,
+        )
         forgotten = CounterMetricFamily(
             "aisched_jobs_forgotten",
             "Ended jobs forgotten since the start (rows and files), by why: limits.keep_ended, "

@@ -134,6 +134,10 @@ class SchedulerState:
         # their re-checks are being worked through (`Exits._recheck_dependents`).
         self.pipelines = Pipelines(store)
         self.rechecking = False
+        # Jobs whose timers or dependency re-check raised (a bug met on that job alone) → until
+        # when they are left alone (`Intents._hold_for_bug`): not every step again, which
+        # would stop every other job's timers, re-checks and cycles with it.
+        self.bug_held: dict[str, float] = {}
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.thread: threading.Thread | None = None
@@ -448,6 +452,9 @@ class SchedulerState:
 
     def _check_dependencies(self, lj: LiveJob, batch: Batch, now: float) -> None:
         raise NotImplementedError  # commands.Commands
+
+    def _hold_for_bug(self, lj: LiveJob, error: Exception, what: str, now: float) -> None:
+        raise NotImplementedError  # intents.Intents
 
 
 def jobs_counted(job: Job) -> int:
