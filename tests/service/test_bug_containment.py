@@ -2,11 +2,12 @@
 
 A job the scheduling cycle fails on (here a filter plugin that raises on one job name) is held
 back for a while and every other job is scheduled without it; before, every step failed and no
-one's job started again until a restart. The task exits taken from the executor behind one
-whose handling raised are handled in the next step; before, they were lost with the step, and
-their jobs ran for ever in the service's books. A bug met handling one job's time limit or
-re-checking its dependencies leaves that job alone for a while and the step goes on; before,
-every step failed on it."""
+one's job started again until a restart. A task exit whose handling raises holds its job for
+a while, and is handled (or its attempt ended) when the hold is over; the exits behind it are
+handled in the same step. Before, the exits behind it were handled by the next step, and it
+was lost, its job running for ever in the service's books. A bug met handling one job's time
+limit or re-checking its dependencies leaves that job alone for a while and the step goes on;
+before, every step failed on it."""
 
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ from aisched.core.dependencies import DependencyCheck
 from aisched.core.policy import preset
 from aisched.core.session import Session
 from aisched.core.snapshot import BoolArray, PendingJob
-from aisched.executors.base import TaskExited
 from aisched.model.job import Dependency, Job
 from aisched.model.queue import QueueTree
 from aisched.model.resources import Resources
@@ -30,7 +30,7 @@ from aisched.predict.runtime import RuntimePredictor
 from aisched.service import poison
 from aisched.service.exits import Exits
 from aisched.service.intents import Intents
-from aisched.service.live import Batch, LiveJob
+from aisched.service.live import LiveJob
 from aisched.service.loop import LoopConfig, Rejected, Scheduler
 from aisched.service.metrics import Metrics
 from aisched.service.scheduler_state import clock
@@ -193,27 +193,39 @@ def test_no_single_job_is_blamed_for_a_mix_or_for_what_fails_without_any() -> No
     assert poison.job_it_fails_on(always, pending) is None
 
 
-def test_exits_behind_one_whose_handling_raised_are_handled_in_the_next_step(
-    w: World, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("marked", [False, True], ids=["before-marking", "task-marked-exited"])
+def test_an_exit_whose_handling_raises_holds_its_job_and_ends_it_when_the_hold_is_over(
+    w: World, monkeypatch: pytest.MonkeyPatch, marked: bool
 ) -> None:
-    a = w.submit(job("a").task(1, gpu=1).build())
-    b = w.submit(job("b").task(1, gpu=1).build())
-    c = w.submit(job("c").task(1, gpu=1).build())
-    real = Exits._on_exit
+    """Before, the exit was dropped (and the step failed): its job ran for ever in the
+    service's books, holding its GPU. The bug meets the exit before anything is done, or
+    after its task is marked exited (then the exit is not handled again: the attempt is
+    ended)."""
+    a, b, c = (w.submit(job(n).task(1, gpu=1).build()) for n in "abc")
+    bug = {b}
+    real = Exits._end_attempt if marked else Exits._on_exit
 
-    def on_exit(self: Exits, ev: TaskExited, batch: Batch, now: float) -> None:
-        if ev.key[0] == b:
+    def with_a_bug(self: Exits, first: Any, *args: Any) -> None:
+        job_id = first.id if marked else first.key[0]
+        if job_id in bug:
             raise RuntimeError("a bug met by this exit")
-        real(self, ev, batch, now)
+        real(self, first, *args)
 
-    monkeypatch.setattr(Exits, "_on_exit", on_exit)
+    monkeypatch.setattr(Exits, "_end_attempt" if marked else "_on_exit", with_a_bug)
     for job_id in (a, b, c):
         (key,) = w.fx.keys(job_id)
         w.fx.exit(key, 0)
-    with pytest.raises(RuntimeError, match="a bug met by this exit"):
-        w.sched.step()
     w.sched.step()
+    assert not w.sched.step_errors.failing
     assert [w.state(i)["state"] for i in (a, b, c)] == ["succeeded", "running", "succeeded"]
+    assert "held" in w.events(b)
+    bug.clear()
+    w.clock.t += poison.HOLD_S
+    w.sched.step()
+    w.sched.step()
+    assert w.state(b)["state"] == "succeeded"
+    # Its GPU is free again: a job needing all four starts.
+    assert w.state(w.submit(job("d").task(1, gpu=4).build()))["state"] == "running"
 
 
 def test_a_submission_the_admission_check_fails_on_is_refused_and_the_step_goes_on(

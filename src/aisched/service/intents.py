@@ -377,7 +377,12 @@ class Intents(Exits):
         now: float,
     ) -> None:
         """What is due for one job: its time limit, the end of its backoff, and whether its
-        wait for victims is over (into `ended`) or goes on (into `going_on`)."""
+        wait for victims is over (into `ended`) or goes on (into `going_on`). A running job
+        whose tasks have all exited is at the end of its attempt, which an exit's handling
+        that raised (`_take_exit`) did not reach."""
+        if lj.state == JobState.RUNNING and lj.tasks and not lj.live_tasks():
+            self._end_attempt(lj, batch, now)
+            return
         if (
             lj.state == JobState.RUNNING
             and lj.stopping is None
@@ -430,6 +435,7 @@ class Intents(Exits):
             del self.bug_held[job_id]
             if job_id in self.pipelines.blocked:
                 self.pipelines.recheck.append(job_id)
+            self.exits_due.extend(self.exits_held.pop(job_id, ()))  # for the next step
         return over
 
     def _hold_for_bug(self, lj: LiveJob, error: Exception, what: str, now: float) -> None:

@@ -43,10 +43,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from aisched.executors.base import unavailable
+from aisched.executors.base import TaskExited, unavailable
 from aisched.model.states import JobState
 from aisched.service.bulk_cancel import BulkCancels
-from aisched.service.live import Batch, LiveJob, Origin
+from aisched.service.live import Batch, LiveJob, Origin, TaskPhase
 from aisched.service.loop_types import (
     BulkCancelCommand,
     Command,
@@ -137,8 +137,7 @@ class Scheduler(Recovery, BulkCancels):
         exits = self.exits_due
         exits.extend(self.executor.poll())
         while exits:
-            # Taken off first: one whose handling raises (a bug) would fail every step again.
-            self._on_exit(exits.popleft(), batch, now)
+            self._take_exit(exits.popleft(), batch, now)
         self._timers(batch, now)
         self._bound_running_logs(batch, now)
         self._recheck_dependents(batch, now)  # what a failed step left undone, if anything
@@ -183,6 +182,27 @@ class Scheduler(Recovery, BulkCancels):
             if not self.waiters:  # no job waits for a victim (`_set_waiting` keeps it)
                 self._grow_elastic(now)
         return self._sleep_for(now)
+
+    def _take_exit(self, ev: TaskExited, batch: Batch, now: float) -> None:
+        """Handle one task exit; one whose handling meets a bug holds its job
+        (`_hold_for_bug`) and is handled again when the hold ends, unless it got as far as
+        marking its task exited (the attempt is then ended, `_timer_due`)."""
+        job_id = ev.key[0]
+        if job_id in self.bug_held:
+            self.exits_held.setdefault(job_id, []).append(ev)
+            return
+        try:
+            self._on_exit(ev, batch, now)
+        except Exception as exc:
+            if self.config.validate or classify(exc) != "bug":
+                raise  # taken off the queue already, so not met again every step
+            lj = self.jobs.get(job_id)
+            if lj is None:
+                raise
+            task = next((t for t in lj.tasks if t.name == ev.key[2]), None)
+            if task is not None and task.phase != TaskPhase.EXITED:
+                self.exits_held.setdefault(job_id, []).append(ev)
+            self._hold_for_bug(lj, exc, "the exit of its task " + ev.key[2], now)
 
     def _refuse_unstorable(self, batch: Batch, now: float) -> bool:
         """The batch failed on a value the store cannot hold (a NUL byte in text for

@@ -138,6 +138,8 @@ class SchedulerState:
         # when they are left alone (`Intents._hold_for_bug`): not every step again, which
         # would stop every other job's timers, re-checks and cycles with it.
         self.bug_held: dict[str, float] = {}
+        # And the task exits of such jobs, handled when their hold is over.
+        self.exits_held: dict[str, list[TaskExited]] = {}
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.thread: threading.Thread | None = None
