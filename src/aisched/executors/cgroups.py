@@ -28,6 +28,9 @@ from aisched.executors.processes import remove_cgroup
 MECHANISMS = ("auto", "cgroup-v2", "cgroup-v1", "rlimit", "none")
 Devices = tuple[tuple[int, int], ...]  # character devices by (major, minor)
 PARENT_NAME = "aisched"
+# How often a launch makes its cgroup below the shared parents that other services may be
+# removing meanwhile (`_mkdir_in_shared`).
+SHARED_PARENT_TRIES = 8
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
@@ -574,9 +577,6 @@ def _mkdir_in_shared(path: str, make_parents: Callable[[], None]) -> None:
             if not tries_left or exc.errno not in (errno.ENOENT, errno.ENODEV):
                 raise
         time.sleep(0.001)  # the kernel may still be taking the old parent down
-
-
-SHARED_PARENT_TRIES = 8
 
 
 def release_bounds(bounds: TaskBounds) -> None:

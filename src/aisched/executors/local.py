@@ -34,6 +34,7 @@ all follow the task directory's protocol under the executor's one lock, and each
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import math
 import os
@@ -96,6 +97,8 @@ SUPERVISOR_SCRIPT = os.path.abspath(sup.__file__)
 # How long adopt waits for a supervisor that holds its lock to say who it is (it does so
 # right after taking the lock; this only covers a scheduler restarted within milliseconds).
 ADOPT_IDENTIFY_S = 5.0
+# The first step of a launch that may fail, as its error names it (`_launch_error`).
+MEMORY_STEP = "make its memory cgroup"
 
 
 def _check_name(what: str, value: str) -> None:
@@ -333,10 +336,12 @@ class LocalExecutor(ExitWatching):
         elif acct is not None:
             doc.update(self._shm_launch(req, acct))
         task_files.write_json_atomic(str(tdir / task_files.LAUNCH), doc)
+        step = MEMORY_STEP  # what a launch that fails names
         try:
             # 2. Its cgroup, with the limit, before the supervisor can fork into it.
             if cgroup is not None:
                 create_task_cgroup(self._mem, leaf, req.mem_limit_mib)
+            step = "make the cgroups that bound its processes, cores and devices"
             if spec is None:
                 create_bounds(
                     self._bounds,
@@ -350,14 +355,14 @@ class LocalExecutor(ExitWatching):
                 )
             # 3. The supervisor, in its own session so it outlives us; SIGTERM blocked until
             #    its handler is in place, so an early stop is not lost.
+            step = "start its supervisor"
             pid, start, own_child = self._start_supervisor(tdir)
         except OSError as exc:
             for made in (cgroup, *bounded):
                 processes.remove_cgroup(made)
             shutil.rmtree(tdir, ignore_errors=True)
-            raise LaunchError(
-                f"task {_show(key)}: cannot start its supervisor: {exc.strerror or exc}"
-            ) from None
+            why = _launch_error(step, exc)
+            raise LaunchError(f"task {_show(key)}: cannot {step}: {why}") from None
         watched = Watched(
             key,
             str(tdir),
@@ -831,6 +836,19 @@ def _release_shm(launch: dict[str, Any] | None) -> None:
             supervisor_shm.release_shm(shm)
         except OSError as exc:
             log.warning("cannot remove the /dev/shm of %s: %s", shm.get("dir"), exc)
+
+
+def _launch_error(step: str, exc: OSError) -> str:
+    """The OS's words for a failed launch step, with the file it failed on. A memory cgroup
+    that cannot be made for EBUSY most likely means the kernel's memory cgroup ids (65,535,
+    held by live cgroups only) are used up, by other software: a task's is removed as it
+    ends."""
+    words = exc.strerror or str(exc)
+    if exc.filename is not None:
+        words += f" ({exc.filename})"
+    if step == MEMORY_STEP and exc.errno == errno.EBUSY:
+        words += "; the kernel may have no memory cgroup left to give (65,535 at most)"
+    return words
 
 
 def _show(key: TaskKey) -> str:

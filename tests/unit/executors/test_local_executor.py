@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import glob
 import json
 import os
@@ -42,7 +43,7 @@ from aisched.executors.cgroups import (
     release_base,
     release_bounds,
 )
-from aisched.executors.local import SUPERVISOR_SCRIPT, LocalExecutor
+from aisched.executors.local import MEMORY_STEP, SUPERVISOR_SCRIPT, LocalExecutor, _launch_error
 
 USABLE = sorted(os.sched_getaffinity(0))
 SHOW = (
@@ -536,6 +537,53 @@ def test_a_log_that_cannot_be_written_is_refused(harness: Harness, tmp_path: Pat
     (tmp_path / "a-file").write_text("")
     with pytest.raises(LaunchError, match="task j1/0/t-0: log_path: cannot write .*a-file/t.log"):
         harness.ex.launch(request(harness, log_path=str(tmp_path / "a-file" / "t.log")))
+
+
+def test_a_launch_that_fails_names_its_step_and_the_file_and_leaves_nothing(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Before, every step's failure read 'cannot start its supervisor', and without the file:
+    a cgroup that could not be made looked like a supervisor that could not be forked."""
+    missing = tmp_path / "missing" / "x"
+
+    def start_fails(self: LocalExecutor, tdir: Path) -> tuple[int, int, bool]:
+        os.mkdir(missing)  # the OS's own error: no such parent
+        raise AssertionError("unreachable")
+
+    monkeypatch.setattr(LocalExecutor, "_start_supervisor", start_fails)
+    with pytest.raises(LaunchError) as err:
+        harness.launch("t-0", ["true"])
+    assert str(err.value) == (
+        f"task j1/0/t-0: cannot start its supervisor: No such file or directory ({missing})"
+    )
+    assert not harness.state.joinpath("j1", "0", "t-0").exists()
+
+
+@pytest.mark.parametrize(
+    ("step", "error", "words"),
+    [
+        (
+            MEMORY_STEP,
+            OSError(errno.EBUSY, "Device or resource busy", "/cg/memory/aisched/t"),
+            "Device or resource busy (/cg/memory/aisched/t); the kernel may have no memory "
+            "cgroup left to give (65,535 at most)",
+        ),
+        (
+            "start its supervisor",
+            OSError(errno.EBUSY, "Device or resource busy"),
+            "Device or resource busy",
+        ),
+        (
+            MEMORY_STEP,
+            OSError(errno.EACCES, "Permission denied", "/cg/x"),
+            "Permission denied (/cg/x)",
+        ),
+    ],
+)
+def test_a_launch_error_says_what_the_os_said_and_what_a_busy_memory_cgroup_means(
+    step: str, error: OSError, words: str
+) -> None:
+    assert _launch_error(step, error) == words
 
 
 def test_a_task_is_launched_once(harness: Harness) -> None:
