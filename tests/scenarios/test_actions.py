@@ -527,6 +527,27 @@ def test_reservation_carries_the_start_time_as_eta() -> None:
     assert res.reserves[0].start_s == 1200
 
 
+@pytest.mark.parametrize("replica_end", [None, 5.0], ids=["no-end", "end-passed"])
+def test_no_reservation_waits_for_a_services_replica_and_the_jobs_behind_start(
+    replica_end: float | None,
+) -> None:
+    """A replica serves until its service scales down: a job that fits only once it has
+    gone would hold its reservation from every other job for ever (from 'now', once a
+    predicted end had passed: no job ends before now)."""
+    replica = job("web-r1").task(gpu=2).replica_of("web").build()
+    snap = snapshot_of(
+        cluster(node("n1").gpus(8)),
+        [running(replica, ("n1", (0, 1)), expected_end_s=replica_end)],
+    )
+    pending = [
+        job("whole").task(gpu=8).pending(),
+        job("short").task(gpu=1).submitted(1).pending(estimate_s=60),
+    ]
+    res = run_cycle(snap, pending, preset("default"), 100.0)
+    assert summary(res) == [("bind", "short", "n1:2")]
+    assert res.diagnostics["whole"].code == StatusCode.WAIT_RESOURCES
+
+
 def test_queue_depth_cuts_the_list() -> None:
     policy = build_policy({"actions": ["enqueue", "allocate"], "queue_depth": 1})
     snap = snapshot_of(cluster(node("n1").gpus(8)))

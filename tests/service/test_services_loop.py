@@ -225,3 +225,29 @@ def test_a_closed_autoscaler_gives_up_its_round(w: World) -> None:
     released.set()
     ticking.join()
     assert len(asked) == 1
+
+
+def test_a_job_that_fits_only_once_a_replica_ends_holds_nothing_and_others_start(
+    pw: World,
+) -> None:
+    """A replica serves until it is scaled down. Before, it was predicted as the batch jobs
+    before it had run (seconds), so a job needing its GPU reserved the node from 'now' for
+    ever, its start overdue, and every job behind it waited for a reservation that never
+    began: the examples' pipeline stalled beside an idle node."""
+    for i in range(3):  # finished jobs to learn from: seconds each
+        done = pw.submit(job(f"quick{i}").task(cpu=1).build())
+        pw.clock.t += 2
+        finish(pw, done)
+    sid = pw.submit(web(min_replicas=1))
+    ((replica, state, _),) = replicas(pw, sid)
+    assert state == "running"
+    assert pw.state(replica)["predicted_s"] is None  # not a batch job's runtime
+    whole = pw.submit(job("whole").task(gpu=4).build())
+    pw.clock.t += 60  # past what a batch job's runtime would have been
+    pw.sched.step()
+    short = pw.submit(job("short").task(gpu=1).build())
+    assert pw.state(short)["predicted_s"] is not None
+    assert pw.state(short)["state"] == "running"
+    row = pw.state(whole)
+    assert (row["state"], row["reason_code"]) == ("pending", "wait-resources")
+    assert row["reason"] == "room for 0 of 1 'g0' tasks (4 GPU, 1 CPU, 1 GiB memory each)"

@@ -1,8 +1,11 @@
 """Reservations: the earliest time and the nodes at which a blocked job can start.
 
-Running jobs are assumed to end at their expected end (None: never, as far as we know). The
-job fits after the first k of them, in end order, have ended, and room only grows as jobs end,
-so k is found by search:
+Running jobs are assumed to end at their expected end (None: never, as far as we know). A
+service's replica is not waited for at all: it serves until its service scales down or is
+cancelled, whatever its estimate says, so a job that fits only once a replica has gone gets no
+reservation (it would hold its resources from every other job for ever) and waits as any job
+that does not fit. The job fits after the first k of them, in end order, have ended, and room
+only grows as jobs end, so k is found by search:
 1. A lower bound from GPU counts alone, for every k at once (numpy over releases × nodes): no
    placement exists before enough GPUs are free, in all and per node for the smallest task.
 2. Galloping up from that bound (1, 2, 4, ... releases more) to the first k that really fits,
@@ -48,7 +51,10 @@ def find_reservation(session: Session, job: Job) -> Reservation | None:
     for res in session.reservations:
         taken |= res.nodes
     allowed = ~taken
-    releases = sorted(session.running.values(), key=lambda r: (_end(r), r.started_s, r.id))
+    releases = sorted(
+        (r for r in session.running.values() if r.job.replica_of is None),
+        key=lambda r: (_end(r), r.started_s, r.id),
+    )
     base = session.free
     # The free state after the first `done` releases; probes mostly move forwards, so it is
     # advanced in place and rebuilt only when a probe goes back.
@@ -233,7 +239,7 @@ def allowed_nodes(session: Session, pj: PendingJob) -> tuple[BoolArray | None, t
 def reserve_for(session: Session, pj: PendingJob) -> bool:
     """Give `pj` a reservation and the RESERVED status with its start as ETA (structured, never
     formatted into the reason); False when no placement is possible even once every running job
-    with an expected end has ended."""
+    but the services' replicas has ended."""
     from aisched.core.status import StatusCode
 
     r = find_reservation(session, pj.job)

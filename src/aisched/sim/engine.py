@@ -147,7 +147,7 @@ from aisched.lifecycle.preemption import (
     resumed_tasks,
     wait_for,
 )
-from aisched.lifecycle.services import replica_job, replica_name
+from aisched.lifecycle.services import replica_job, replica_name, runtime_is_predicted
 from aisched.lifecycle.work import (
     attempt_runtime_s,
     checkpoint_interval_s,
@@ -436,7 +436,7 @@ class _Engine(NodePools):
     # --- state changes ----------------------------------------------------------------------
 
     def _arrive(self, st: SimJob, now: float) -> None:
-        st.estimate_s, st.upper_s = self.estimator.estimate(st.tj, now)
+        st.estimate_s, st.upper_s = self._estimate(st, now)
         st.first_estimate = (st.estimate_s, st.upper_s)
         st.move(JobState.PENDING)
         self.progress_done += 1
@@ -452,6 +452,13 @@ class _Engine(NodePools):
         self.pending[st.job.id] = st.pending(self.config.restart_cost_s)
         self.fresh.append(st.job.id)
         self._changed(now)
+
+    def _estimate(self, st: SimJob, now: float) -> Estimate:
+        """The estimator's (median, upper) runtime of `st`; none for a service's replica,
+        which serves until it is scaled down (`runtime_is_predicted`)."""
+        if not runtime_is_predicted(st.job):
+            return None, None
+        return self.estimator.estimate(st.tj, now)
 
     # --- services --------------------------------------------------------------------------
 
@@ -476,7 +483,7 @@ class _Engine(NodePools):
             self.jobs[job_id] = replica
             self.replicas.append(job_id)
             names.append(job_id)
-            replica.estimate_s, replica.upper_s = self.estimator.estimate(replica.tj, now)
+            replica.estimate_s, replica.upper_s = self._estimate(replica, now)
             replica.first_estimate = (replica.estimate_s, replica.upper_s)
             replica.move(JobState.PENDING)
             self.pending[job_id] = replica.pending(self.config.restart_cost_s)
@@ -616,13 +623,13 @@ class _Engine(NodePools):
 
     def _retry(self, st: SimJob, now: float) -> None:
         self.backing_off.discard(st.job.id)
-        st.estimate_s, st.upper_s = self.estimator.estimate(st.tj, now)
+        st.estimate_s, st.upper_s = self._estimate(st, now)
         self.pending[st.job.id] = st.pending(self.config.restart_cost_s)
         self._changed(now)
 
     def _requeue(self, st: SimJob, now: float) -> None:
         st.move(JobState.PENDING)
-        st.estimate_s, st.upper_s = self.estimator.estimate(st.tj, now)
+        st.estimate_s, st.upper_s = self._estimate(st, now)
         self.pending[st.job.id] = st.pending(self.config.restart_cost_s)
 
     def _release(self, st: SimJob, now: float) -> None:
@@ -796,7 +803,7 @@ class _Engine(NodePools):
         nxt = self._end(st, why.stop, why.message, now, keep=why.keep).next
         if isinstance(nxt, RestartOn):  # shrunk: at once on the tasks it keeps
             st.move(JobState.PENDING)
-            st.estimate_s, st.upper_s = self.estimator.estimate(st.tj, now)
+            st.estimate_s, st.upper_s = self._estimate(st, now)
             self._start(st, nxt.keep, st.pending(self.config.restart_cost_s), now)
         else:
             self._requeue(st, now)
