@@ -335,6 +335,28 @@ def test_a_missing_image_fails_at_once_with_the_images_name(svc: Service, image:
     assert [(t["exit_kind"], t["exit_code"]) for t in job["tasks"]] == [("unrunnable", 125)]
 
 
+def test_a_short_name_no_registry_resolves_fails_at_once_as_a_missing_image(
+    svc: Service, image: str, tmp_path: Path
+) -> None:
+    """podman refuses a short name that its registries.conf maps to no registry. Before, that
+    was 'could not be created', a failure retried up to the job's retries, each attempt
+    taking its GPUs again. The registries.conf the service names (CONTAINERS_REGISTRIES_CONF,
+    passed on to the engine) searches no registry, whatever the machine's says."""
+    conf = tmp_path / "registries.conf"
+    conf.write_text('unqualified-search-registries = []\nshort-name-mode = "enforcing"\n')
+    svc.stop()
+    svc.extra_env["CONTAINERS_REGISTRIES_CONF"] = str(conf)
+    svc.start()
+    jid = svc.run("--image", "aisched-no-such-image:1", "--", "true")
+    job = svc.wait_state(jid, "failed", timeout_s=60)
+    assert (job["attempt"], job["failures"]) == (1, 1)
+    assert job["message"].startswith(
+        "task main-0 image aisched-no-such-image:1: not present on this node and could not be "
+        'pulled (short-name "aisched-no-such-image:1" did not resolve to an alias'
+    )
+    assert job["message"].endswith("); not retried")
+
+
 def test_shm_size_sets_the_containers_dev_shm(svc: Service, image: str) -> None:
     jid = svc.run("--image", image, "--shm-size", "128M", "--", "sh", "-c", "df -m /dev/shm")
     svc.wait_state(jid, "succeeded")

@@ -799,7 +799,8 @@ def _instance_id(state: Path) -> str:
 
 def _engine_env() -> dict[str, str]:
     """What the engine's command line needs from our environment (rootless podman finds its
-    storage through HOME and XDG_RUNTIME_DIR); the task's own environment is separate."""
+    storage through HOME and XDG_RUNTIME_DIR, and an operator may name its registries and
+    their credentials); the task's own environment is separate."""
     keep = (
         "PATH",
         "HOME",
@@ -808,6 +809,8 @@ def _engine_env() -> dict[str, str]:
         "XDG_DATA_HOME",
         "CONTAINERS_CONF",
         "CONTAINERS_STORAGE_CONF",
+        "CONTAINERS_REGISTRIES_CONF",  # where short names are looked for
+        "REGISTRY_AUTH_FILE",  # the credentials of private registries
         "DOCKER_HOST",
         "DOCKER_CONFIG",
     )

@@ -616,8 +616,11 @@ class Container:
         image = self.spec.get("image", "?")
         line = _last(err).removeprefix("Error: ")
         low = err.lower()
+        # podman's "short-name ... did not resolve to an alias" is a name no registry it may
+        # search knows: no retry can find it either.
         words = ("image not known", "manifest unknown", "pull", "no such image",
-                 "unable to find image", "repository", "name unknown")  # fmt: skip
+                 "unable to find image", "repository", "name unknown",
+                 "did not resolve to an alias")  # fmt: skip
         if any(w in low for w in words):
             return f"image {image}: not present on this node and could not be pulled ({line})", True
         return f"container for image {image} could not be created: {line}", False
