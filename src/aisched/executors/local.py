@@ -87,6 +87,7 @@ from aisched.executors.gpu_watchdog import (
     over_limit,
     task_pids,
 )
+from aisched.executors.instance import instance_tag
 from aisched.executors.runas import account, account_env
 from aisched.model.cluster import Node
 from aisched.model.job import ContainerSpec
@@ -147,6 +148,9 @@ class LocalExecutor(ExitWatching):
         self._log_cap = (log_max_bytes, log_max_files)  # the supervisor caps each task's log
         self._state = Path(state_dir).resolve()
         self._state.mkdir(parents=True, exist_ok=True)
+        # Names this executor's cgroups and containers, so that two schedulers (or a state
+        # directory and the one it replaced) never touch each other's. InstanceTagError.
+        self._instance = instance_tag(self._state)
         if node is None:
             node, found = discover_node()
             notes = (*notes, *found)
@@ -189,8 +193,6 @@ class LocalExecutor(ExitWatching):
         )
         self._thread = threading.Thread(target=self._watch_loop, name="aisched-exits", daemon=True)
         self._thread.start()
-        # Names this executor's containers, so that two schedulers never touch each other's.
-        self._instance = _instance_id(self._state)
         # Container tasks: the engine is probed on first need (or by detect_containers), and
         # again after a failure has aged (`engine_probe`).
         self._engine = EngineProbe(
@@ -789,12 +791,6 @@ def _gpu_devices(node: Node, files: Sequence[str] | None) -> tuple[GpuDevices | 
         return None, note if node.gpus else None
     # `node.gpus: N` of more: the others are no task's, so every task is denied them.
     return gpu_devices(found, len(node.gpus), len(found) - len(node.gpus)), None
-
-
-def _instance_id(state: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(str(state).encode()).hexdigest()[:10]
 
 
 def _engine_env() -> dict[str, str]:

@@ -304,6 +304,7 @@ def _local_executor(config: ServiceConfig, home: Path) -> tuple[Executor, list[s
     from aisched.executors.discovery import DiscoveryError, discover_node
     from aisched.executors.gpu_walls import GpuWallError
     from aisched.executors.gpu_watchdog import GpuMemoryWatchdog, OverAction
+    from aisched.executors.instance import InstanceTagError
     from aisched.executors.local import LocalExecutor
 
     n = config.node
@@ -336,7 +337,7 @@ def _local_executor(config: ServiceConfig, home: Path) -> tuple[Executor, list[s
             shm_max_mib=config.limits.shm_max_mib(),
             gpu_device_files=n.gpu_device_files,
         )
-    except GpuWallError as e:
+    except (GpuWallError, InstanceTagError) as e:
         raise ServiceError(str(e)) from None
     notes += [n for n in (executor.gpu_note, executor.shm_note) if n is not None]
     if config.container_runtime == "none":

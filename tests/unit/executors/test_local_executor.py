@@ -1039,3 +1039,34 @@ def test_a_fork_server_killed_between_its_fork_and_its_answer_runs_the_task_once
     harness.ex.stop(h.key, grace_period_s=1)
     assert harness.exit_of(h.key).kind == ExitKind.STOPPED
     assert marks.read_text() == "run\n"  # once
+
+
+def test_a_state_directory_made_again_while_its_tasks_run_names_none_of_them(
+    harness: Harness,
+) -> None:
+    """A stopped service leaves its tasks running; its state directory wiped and made again,
+    the new one's job ids start over. Before, its tasks' cgroups were named by the path alone,
+    so a new task of an old one's key took the old task's cgroup for a leftover of its own and
+    emptied it, and the old supervisor, its task killed, killed what that cgroup held then:
+    the new task ended at once, 'killed by signal 9'."""
+    old = harness.launch("t-0", ["sleep", "60"])
+    started = harness.started(old.key)
+    old_child = int(started["child_pid"])
+    old_record = task_files.read_json(str(harness.ex.task_dir(old.key) / task_files.LAUNCH))
+    assert old_record is not None
+    harness.ex.close()
+    shutil.rmtree(harness.state)  # the operator starts afresh; the old task runs on
+    try:
+        harness.new_executor()
+        new = harness.launch("t-0", [PY, "-c", "print('new')"])
+        assert harness.exit_of(new.key).exit_code == 0
+        assert processes.proc_stat(old_child) is not None, "the old task was killed"
+        assert harness.ex.task_dir(new.key) == harness.state / "j1" / "0" / "t-0"
+    finally:
+        processes.kill_leftovers(
+            sup_pid=old.data["supervisor_pid"],
+            sup_start=old.data["supervisor_start"],
+            child_pid=old_child,
+            child_start=int(started["child_start"]),
+            cgroup=old_record.get("cgroup"),
+        )
