@@ -194,6 +194,9 @@ class Mutation:
     depth: int
     names: str
     invalid: bool
+    # The name of the task the mistake is in, if any: a value that is valid but larger than
+    # any node is refused as never fitting, naming the task and its request, not the field.
+    task: str | None = None
 
 
 @st.composite
@@ -228,4 +231,17 @@ def mutated(draw: st.DrawFn) -> Mutation:
         # Past the API's depth bound the refusal names the depth, else the field.
         return Mutation(doc, draw(st.integers(50, 3000)), f"{path[-1]}|nested", native)
     set_at(doc, path, draw(BAD_VALUES))
-    return Mutation(doc, 0, str(path[-1]), False)
+    return Mutation(doc, 0, str(path[-1]), False, task_on(doc, path))
+
+
+def task_on(doc: Any, path: tuple[Any, ...]) -> str | None:
+    """The name of the task (an item of a `tasks` list) that `path` leads into, if any."""
+    found = None
+    for i in range(len(path) - 1):
+        if path[i] == "tasks" and isinstance(path[i + 1], int):
+            item = doc
+            for p in path[: i + 2]:
+                item = item[p]
+            name = item.get("name") if isinstance(item, dict) else None
+            found = name if isinstance(name, str) else found
+    return found

@@ -76,14 +76,18 @@ def _jobs(client: TestClient) -> list[str]:
     return [j["id"] for j in r.json()["jobs"] if j["replica_of"] is None]
 
 
-def _check_answer(r: Any, names: str) -> None:
-    """No 5xx; a 4xx is a Problem naming one of `names` (keys or locations, "|" between)."""
+def _check_answer(r: Any, names: str, task: str | None = None) -> None:
+    """No 5xx; a 4xx is a Problem naming one of `names` (keys or locations, "|" between), or,
+    when it says the job can never fit, naming the `task` it was refused for."""
     assert r.status_code < 500, f"{r.status_code}: {r.text[:2000]}"
     if r.status_code >= 400:
         body = r.json()
         assert set(body) == {"error", "problems"}, body
         assert isinstance(body["error"], str) and body["error"]
         text = " ".join([body["error"], *body["problems"]])
+        if task is not None and "can never fit this cluster" in text:
+            assert f"'{task}'" in text, f"{task!r} not in {text[:2000]!r}"
+            return
         assert any(n in text for n in names.split("|")), f"{names!r} not in {text[:2000]!r}"
 
 
@@ -108,7 +112,7 @@ def test_a_bad_submission_is_refused_at_its_field_and_leaves_no_job(
         made = [r.json()["id"], *(j["id"] for j in r.json()["jobs"])]
         assert set(after) - set(before) == set(made)
         return
-    _check_answer(r, m.names)
+    _check_answer(r, m.names, m.task)
     assert after == before, "a refused submission left a job behind"
 
 
