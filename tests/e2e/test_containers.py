@@ -319,16 +319,12 @@ def test_kill_9_of_the_service_adopts_running_containers_and_runs_nothing_twice(
 
 
 def test_a_missing_image_fails_at_once_with_the_images_name(svc: Service, image: str) -> None:
-    # The default restart policy retries failures; a missing image is not one: no retry.
-    jid = svc.run("--image", "localhost/aisched-no-such-image:1", "--", "true")
-    job = svc.wait_state(jid, "failed", timeout_s=60)
-    assert (job["attempt"], job["failures"]) == (1, 1)
+    job = _failed_once_for_its_image(svc, "localhost/aisched-no-such-image:1")
     assert job["message"].startswith(
         "task main-0 image localhost/aisched-no-such-image:1: not present on this node and "
         "could not be pulled ("
     )
-    assert job["message"].endswith("); not retried")
-    assert logs(svc, jid).startswith(
+    assert logs(svc, job["id"]).startswith(
         "aisched: image localhost/aisched-no-such-image:1 is not on this node: pulling it (if "
         "the pull policy allows)\naisched: image localhost/aisched-no-such-image:1: not present"
     )
@@ -347,14 +343,20 @@ def test_a_short_name_no_registry_resolves_fails_at_once_as_a_missing_image(
     svc.stop()
     svc.extra_env["CONTAINERS_REGISTRIES_CONF"] = str(conf)
     svc.start()
-    jid = svc.run("--image", "aisched-no-such-image:1", "--", "true")
-    job = svc.wait_state(jid, "failed", timeout_s=60)
-    assert (job["attempt"], job["failures"]) == (1, 1)
+    job = _failed_once_for_its_image(svc, "aisched-no-such-image:1")
     assert job["message"].startswith(
         "task main-0 image aisched-no-such-image:1: not present on this node and could not be "
         'pulled (short-name "aisched-no-such-image:1" did not resolve to an alias'
     )
+
+
+def _failed_once_for_its_image(svc: Service, image: str) -> dict[str, Any]:
+    """The job of `true` in `image`, failed at its first attempt and not retried: the default
+    restart policy retries failures, and a missing image is not one."""
+    job = svc.wait_state(svc.run("--image", image, "--", "true"), "failed", timeout_s=60)
+    assert (job["attempt"], job["failures"]) == (1, 1)
     assert job["message"].endswith("); not retried")
+    return job
 
 
 def test_shm_size_sets_the_containers_dev_shm(svc: Service, image: str) -> None:
