@@ -145,5 +145,5 @@ class LoopStats:
     cycles: int = 0
     last_cycle_s: float = 0.0
     held_for_cycle_errors: int = 0  # jobs a cycle failed on alone, held back (`poison`)
-    held_for_step_errors: int = 0  # jobs whose timers or re-check raised, left alone a while
+    held_for_step_errors: int = 0  # jobs whose exit, timers or re-check raised: left alone
     cycle_durations: list[float] | None = None

@@ -77,8 +77,9 @@ class _SchedulerCollector(Collector):
         )
         yield CounterMetricFamily(
             "aisched_jobs_held_for_step_errors",
-            "Times a job was left alone for a while because handling its timers (time limit, "
-            "backoff, victims) or its dependencies raised (a bug; the other jobs went on).",
+            "Times a job was left alone for a while because handling its task exit, its timers "
+            "(time limit, backoff, victims) or its dependencies raised (a bug; the other jobs "
+            "went on).",
             value=s.stats.held_for_step_errors,
         )
         forgotten = CounterMetricFamily(

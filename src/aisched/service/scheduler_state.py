@@ -135,9 +135,9 @@ class SchedulerState:
         # their re-checks are being worked through (`Exits._recheck_dependents`).
         self.pipelines = Pipelines(store)
         self.rechecking = False
-        # Jobs whose timers or dependency re-check raised (a bug met on that job alone) → until
-        # when they are left alone (`Intents._hold_for_bug`): not every step again, which
-        # would stop every other job's timers, re-checks and cycles with it.
+        # Jobs whose task exit, timers or dependency re-check raised (a bug met on that job
+        # alone) → until when they are left alone (`Intents._hold_for_bug`): not every step
+        # again, which would stop every other job's exits, timers, re-checks and cycles too.
         self.bug_held: dict[str, float] = {}
         # And the task exits of such jobs, handled when their hold is over.
         self.exits_held: dict[str, list[TaskExited]] = {}
