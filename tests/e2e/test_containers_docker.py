@@ -25,7 +25,7 @@ from container_image import MARKER, MARKER_TEXT, build_test_image, missing_tools
 from harness import Service, local_service, wait_for
 
 from aisched.executors.container import container_name
-from aisched.executors.local import _instance_id
+from aisched.executors.instance import instance_tag
 from aisched.executors.supervisor_pins import PIN_ROOT
 
 
@@ -191,7 +191,7 @@ def test_a_users_docker_container_holds_its_pinned_volume_until_it_ends(
         # Listed before it has run its `ls`: the file that ends it is made once it has.
         wait_for("its ls", lambda: svc.cli("logs", jid).stdout == "mine\n", 60)
         # Its container's own (another pytest worker's service may pin a job of this id).
-        mine = container_name(_instance_id((svc.home / "tasks").resolve()), jid, 1, "main-0")
+        mine = container_name(instance_tag((svc.home / "tasks").resolve()), jid, 1, "main-0")
         held = [n for n in os.listdir(PIN_ROOT) if n.endswith(f"-{mine}")]
         # The volume, the working directory (his home, submitted from) and the checkpoint's.
         assert len(held) == 1 and sorted(os.listdir(os.path.join(PIN_ROOT, held[0]))) == [

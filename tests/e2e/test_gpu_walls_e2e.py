@@ -27,7 +27,7 @@ from harness import Service, free_port, local_service, wait_for
 from users import User
 
 from aisched.executors.cgroups import cgroup_name
-from aisched.executors.local import _instance_id
+from aisched.executors.instance import instance_tag
 
 V1_DEVICES = Path("/sys/fs/cgroup/devices")
 pytestmark = pytest.mark.skipif(
@@ -93,7 +93,7 @@ def seen(svc: Service, job_id: str) -> dict[str, str]:
 
 def devices_cgroups(svc: Service, job_id: str) -> list[Path]:
     """The devices cgroup of the job's task (first attempt), named as the service names it."""
-    name = cgroup_name(_instance_id((svc.home / "tasks").resolve()), job_id, 1, "main-0")
+    name = cgroup_name(instance_tag((svc.home / "tasks").resolve()), job_id, 1, "main-0")
     return [p for p in V1_DEVICES.rglob(name) if p.is_dir()]
 
 
