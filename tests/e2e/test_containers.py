@@ -30,6 +30,7 @@ from aisched.executors.container import (
     remove_container,
     start_args,
 )
+from aisched.executors.instance import instance_tag
 from aisched.model.job import ContainerSpec, NetworkMode, Volume
 
 pytestmark = pytest.mark.skipif(
@@ -65,9 +66,7 @@ def containers_of_job(svc: Service, job_id: str) -> list[str]:
 
 
 def instance_of(svc: Service) -> str:
-    import hashlib
-
-    return hashlib.sha256(str((svc.home / "tasks").resolve()).encode()).hexdigest()[:10]
+    return instance_tag((svc.home / "tasks").resolve())
 
 
 def test_a_task_sees_the_image_filesystem_not_the_hosts(svc: Service, image: str) -> None:
