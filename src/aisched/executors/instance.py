@@ -25,7 +25,7 @@ _TAG = re.compile(r"[0-9a-f]{10}")
 
 
 class InstanceTagError(RuntimeError):
-    """The tag file holds something else than a tag; says where."""
+    """The tag file cannot be read or made, or holds something else than a tag; says where."""
 
 
 def instance_tag(state: Path) -> str:
