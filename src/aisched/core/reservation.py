@@ -52,7 +52,7 @@ def find_reservation(session: Session, job: Job) -> Reservation | None:
         taken |= res.nodes
     allowed = ~taken
     releases = sorted(
-        (r for r in session.running.values() if r.job.replica_of is None),
+        (r for r in session.running.values() if not r.job.serves_until_scaled_down),
         key=lambda r: (_end(r), r.started_s, r.id),
     )
     base = session.free

@@ -15,9 +15,9 @@ scraped or pushed rps and latency). The simulator does not model it, and says so
 reads carries a service's load over time, and a load model made up for it would decide the
 result; so in the simulator a service keeps its minimum of replicas.
 
-A replica has no runtime to predict: it serves until its service scales down or is cancelled.
-Neither driver asks its predictor about one (`runtime_is_predicted`), so it runs with no
-expected end, as a job of unknown length does; and no reservation waits for one to end
+A replica has no runtime to predict: it serves until its service scales down or is cancelled
+(`Job.serves_until_scaled_down`). Neither driver asks its predictor about one, so it runs with
+no expected end, as a job of unknown length does; and no reservation waits for one to end
 (`core.reservation`).
 """
 
@@ -47,13 +47,6 @@ def replica_job(service: Job, name: str, port: int) -> Job:
         depends_on=(),
         groups=tuple(replace(g, env=(*g.env, *extra)) for g in service.groups),
     )
-
-
-def runtime_is_predicted(job: Job) -> bool:
-    """Whether a driver asks its runtime predictor about `job`: not about a replica, which
-    serves until it is scaled down (a prediction from finished batch jobs would say it ends
-    in seconds, and it would look overdue for ever)."""
-    return job.replica_of is None
 
 
 def replica_name(service: Job, job_id: str) -> str:

@@ -256,6 +256,12 @@ class Job:
         return self.replica_of if self.replica_of is not None else self.id
 
     @property
+    def serves_until_scaled_down(self) -> bool:
+        """A service's replica: it runs until its service scales down or is cancelled, so it
+        has no runtime of its own, to predict or for a reservation to wait out."""
+        return self.replica_of is not None
+
+    @property
     def total_request(self) -> Resources:
         return self._total
 

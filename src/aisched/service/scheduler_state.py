@@ -42,7 +42,6 @@ from aisched.executors.base import Executor, TaskExited
 from aisched.lifecycle.attempts import time_limit_at
 from aisched.lifecycle.elastic import grow_at
 from aisched.lifecycle.holdings import Holdings
-from aisched.lifecycle.services import runtime_is_predicted
 from aisched.lifecycle.work import checkpoint_interval_s, core_interval
 from aisched.model.cluster import Cluster, Node
 from aisched.model.job import Job, JobKind
@@ -309,8 +308,8 @@ class SchedulerState:
 
     def _predict(self, lj: LiveJob) -> tuple[float | None, float | None]:
         """The predictor's (median, upper) runtime of `lj`, capped by its time limit; (None,
-        None) without a predictor, and for a service's replica (`runtime_is_predicted`)."""
-        if self.predictor is None or not runtime_is_predicted(lj.job):
+        None) without a predictor, and for a service's replica (`serves_until_scaled_down`)."""
+        if self.predictor is None or lj.job.serves_until_scaled_down:
             return None, None
         p = self.predictor.predict(JobFeatures.from_job(lj.job, self._predictor_now()))
         return _within_limit(lj.job, p.median_s), _within_limit(lj.job, p.upper_s)

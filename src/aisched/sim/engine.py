@@ -147,7 +147,7 @@ from aisched.lifecycle.preemption import (
     resumed_tasks,
     wait_for,
 )
-from aisched.lifecycle.services import replica_job, replica_name, runtime_is_predicted
+from aisched.lifecycle.services import replica_job, replica_name
 from aisched.lifecycle.work import (
     attempt_runtime_s,
     checkpoint_interval_s,
@@ -455,8 +455,9 @@ class _Engine(NodePools):
 
     def _estimate(self, st: SimJob, now: float) -> Estimate:
         """The estimator's (median, upper) runtime of `st`; none for a service's replica,
-        which serves until it is scaled down (`runtime_is_predicted`)."""
-        if not runtime_is_predicted(st.job):
+        which serves until it is scaled down (a prediction from finished batch jobs would say
+        it ends in seconds, and it would look overdue for ever)."""
+        if st.job.serves_until_scaled_down:
             return None, None
         return self.estimator.estimate(st.tj, now)
 
