@@ -22,7 +22,6 @@ from aisched.model.states import JobState
 from aisched.service.launches import Launches
 from aisched.service.live import Batch, LiveJob, Stop, TaskPhase
 from aisched.service.scheduler_state import clock, jobs_counted
-from aisched.service.step_errors import classify
 
 log = logging.getLogger("aisched.loop")
 
@@ -184,7 +183,7 @@ class Exits(Launches):
                     try:
                         self._check_dependencies(waiting, batch, now)
                     except Exception as exc:
-                        if self.config.validate or classify(exc) != "bug":
+                        if not self._holds_for(exc):
                             raise  # a store that could not be read, or a test: still first
                         # Out of cycles until it is re-checked, when the hold is over.
                         self.pipelines.blocked.setdefault(waiting.id, "its re-check failed")

@@ -47,7 +47,6 @@ from aisched.service import poison
 from aisched.service.exits import Exits
 from aisched.service.live import Batch, LiveJob, LiveTask, Requests, Stop, TaskPhase
 from aisched.service.scheduler_state import clock
-from aisched.service.step_errors import classify
 
 log = logging.getLogger("aisched.loop")
 
@@ -351,8 +350,8 @@ class Intents(Exits):
             try:
                 self._timer_due(lj, ended, going_on, batch, now)
             except Exception as exc:
-                if self.config.validate or classify(exc) != "bug":
-                    raise  # a store's or a disk's failure: the step is retried
+                if not self._holds_for(exc):
+                    raise
                 self._hold_for_bug(lj, exc, "its timers", now)
         # Every exit of the step is in: what victims freed is kept for the jobs whose waits
         # go on, judged now, whatever order the exits came in (`lifecycle.preemption`).
@@ -364,8 +363,8 @@ class Intents(Exits):
             try:
                 self._victims_stopped(lj, ended[job_id], batch, now)
             except Exception as exc:
-                if self.config.validate or classify(exc) != "bug":
-                    raise  # a store's or a disk's failure: the step is retried
+                if not self._holds_for(exc):
+                    raise
                 self._hold_for_bug(lj, exc, "its start after its victims stopped", now)
 
     def _timer_due(

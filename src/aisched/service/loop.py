@@ -194,7 +194,7 @@ class Scheduler(Recovery, BulkCancels):
         try:
             self._on_exit(ev, batch, now)
         except Exception as exc:
-            if self.config.validate or classify(exc) != "bug":
+            if not self._holds_for(exc):
                 raise  # taken off the queue already, so not met again every step
             lj = self.jobs.get(job_id)
             if lj is None:

@@ -55,7 +55,7 @@ from aisched.service.membership import bindings_by_node, merge_nodes
 from aisched.service.pipelines import Pipelines
 from aisched.service.retention import Retention
 from aisched.service.running_logs import RunningLogs
-from aisched.service.step_errors import StepErrors
+from aisched.service.step_errors import StepErrors, classify
 from aisched.service.timers import Timer, Timers
 from aisched.store.codec import job_from_dict, job_to_dict
 from aisched.store.db import Row, Store
@@ -457,6 +457,12 @@ class SchedulerState:
 
     def _hold_for_bug(self, lj: LiveJob, error: Exception, what: str, now: float) -> None:
         raise NotImplementedError  # intents.Intents
+
+    def _holds_for(self, error: Exception) -> bool:
+        """Whether `error`, met handling one job's exit, timers or re-check, holds that job
+        (`_hold_for_bug`) rather than failing the step: a bug does, outside validate mode
+        (tests want the bug); a store's or a disk's failure fails the step, which is retried."""
+        return not self.config.validate and classify(error) == "bug"
 
 
 def jobs_counted(job: Job) -> int:
