@@ -342,7 +342,8 @@ class Container:
             raise ExecFailed(125, f"container {self.name} could not start: {_last(err)}")
         self.unpin()  # its mounts are in the container now
         _, out, _ = self.engine("inspect", "--format", "{{.State.Pid}}", self.name)
-        pid = int(out.strip() or 0) if is_decimal(out.strip()) else 0
+        pid_text = out.strip()
+        pid = int(pid_text) if is_decimal(pid_text) else 0
         if pid > 0 and self.rlimit_data:
             # The container's process waits to exec the task's command: what it execs keeps
             # the limit (ours to lower: rootless, that process is our own uid).
@@ -722,7 +723,10 @@ class Container:
             "inspect", "--format", "{{.State.ExitCode}} {{.State.OOMKilled}}", self.name
         )
         words = out.split() if code == 0 else []
-        exit_code = int(words[0]) if words and is_decimal(words[0].lstrip("-")) else client_code
+        # One sign at most: "--5" passed `lstrip("-")`, and `int` refuses it.
+        exit_code = (
+            int(words[0]) if words and is_decimal(words[0].removeprefix("-")) else client_code
+        )
         # A SIGKILL nobody here sent, to a container whose memory cgroup signalled: the OOM
         # killer's (a container that merely ended signals too, but was not SIGKILLed).
         unexplained_kill = bool(words) and exit_code == 128 + signal.SIGKILL and not self.stopper
