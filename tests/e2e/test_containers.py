@@ -345,7 +345,8 @@ def test_a_short_name_no_registry_resolves_fails_at_once_as_a_missing_image(
     job = _failed_once_for_its_image(svc, "aisched-no-such-image:1")
     assert job["message"].startswith(
         "task main-0 image aisched-no-such-image:1: not present on this node and could not be "
-        'pulled (short-name "aisched-no-such-image:1" did not resolve to an alias'
+        'pulled (short-name "aisched-no-such-image:1" did not resolve to an alias and no '
+        f'unqualified-search registries are defined in "{conf}"'  # the service's, not the machine's
     )
 
 

@@ -93,3 +93,37 @@ def test_a_ray_container_gets_its_cores_as_cpuset_and_is_removed_when_its_agent_
     job_state = svc.wait_state(jid, "failed", timeout_s=60)
     assert [t["exit_kind"] for t in job_state["tasks"]] == ["lost"]
     wait_for("the container to be removed", lambda: _containers_of(svc, jid) == [], 60)
+
+
+def test_a_ray_node_passes_its_registries_conf_to_the_engine(
+    ray_service: Service, ray_cluster: RayCluster, tmp_path: Path
+) -> None:
+    """A node's raylet started with CONTAINERS_REGISTRIES_CONF (an operator's registries): the
+    engine its agent runs reads that file. Here it searches no registry, so a short name is
+    refused at once as a missing image, whatever the machine's own file says. Before, a Ray
+    node passed the engine only HOME and XDG_RUNTIME_DIR."""
+    conf = tmp_path / "registries.conf"
+    conf.write_text('unqualified-search-registries = []\nshort-name-mode = "enforcing"\n')
+    env = {"CONTAINERS_REGISTRIES_CONF": str(conf)}
+    svc = ray_service
+    # A node of its own, of a GPU model no other node has: the job runs there.
+    with ray_cluster.node_of_a_test("g1", "rg", "z8", env, gpus=1, cpus=1, model="REG"):
+        wait_for(
+            "the node to be noticed",
+            lambda: "g1" in {n["name"] for n in svc.cli_json("nodes")["nodes"]},
+            30,
+        )
+        job = (
+            "name: short-name\nimage: aisched-no-such-image:1\ngpu_models: [REG]\n"
+            "resources: {cpus: 0.5, gpus: 1, mem: 128M}\ncommand: 'true'\n"
+        )
+        (svc.work / "short-name.yaml").write_text(job)
+        jid = str(svc.cli_json("submit", "short-name.yaml")["id"])
+        done = svc.wait_state(jid, "failed", timeout_s=120)
+    assert (done["attempt"], done["failures"]) == (1, 1)  # a missing image is not retried
+    # podman names the registries.conf it read: the node's, not the machine's.
+    assert (
+        'short-name "aisched-no-such-image:1" did not resolve to an alias and no '
+        f'unqualified-search registries are defined in "{conf}"'
+    ) in done["message"]
+    assert done["message"].endswith("); not retried")

@@ -57,6 +57,25 @@ DEFAULT_SHM_MIB = 64
 PROBE_TIMEOUT_S = 30.0
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 _PROBE_COMMAND = "/aisched-probe-not-here"
+# Where the engine's helpers (conmon, the OCI runtime, netavark) and the node's tools (nsenter,
+# tc) are found, whatever PATH the service or the Ray worker was started with.
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# What the engine's command line needs from the environment that starts it: rootless podman
+# finds its storage through HOME and XDG_RUNTIME_DIR, and an operator may name its registries
+# and their credentials. The task's own environment is separate (`task_env`).
+ENGINE_ENV_NAMES = (
+    "PATH",
+    "HOME",
+    "XDG_RUNTIME_DIR",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "CONTAINERS_CONF",
+    "CONTAINERS_STORAGE_CONF",
+    "CONTAINERS_REGISTRIES_CONF",  # where short names are looked for
+    "REGISTRY_AUTH_FILE",  # the credentials of private registries
+    "DOCKER_HOST",
+    "DOCKER_CONFIG",
+)
 
 
 class EngineError(RuntimeError):
@@ -320,6 +339,14 @@ def _docker(binary: str, oci_runtime: str, pull: str, pids_limit: int) -> Engine
 
 
 # --- one task's container -------------------------------------------------------------------
+
+
+def engine_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment the engine's command line gets: `ENGINE_ENV_NAMES` from `environ`,
+    with `SYSTEM_PATH` after its PATH. The same for the local executor and a Ray node's."""
+    env = {k: environ[k] for k in ENGINE_ENV_NAMES if k in environ}
+    env["PATH"] = f"{env['PATH']}:{SYSTEM_PATH}" if env.get("PATH") else SYSTEM_PATH
+    return env
 
 
 def container_name(instance: str, job_id: str, attempt: int, task: str) -> str:

@@ -636,7 +636,7 @@ class LocalExecutor(ExitWatching):
             )
         if spec.bandwidth_bit_s is not None:
             for tool in ("nsenter", "tc"):
-                found = shutil.which(tool, path=_SYSTEM_PATH)
+                found = shutil.which(tool, path=ctr.SYSTEM_PATH)
                 if found is None:
                     raise LaunchError(
                         f"task {_show(key)}: bandwidth: {tool} is not installed on this node "
@@ -680,7 +680,7 @@ class LocalExecutor(ExitWatching):
                 "image": spec.image,
                 "create": create,
                 "start": ctr.start_args(engine, name),
-                "engine_env": _engine_env(),
+                "engine_env": ctr.engine_env(os.environ),
                 # "none": no cgroup of its own, nothing to watch for its OOM kills.
                 "cgroup_version": engine.cgroup_version if engine.cgroup_limits else "none",
                 "pin_cores": [] if engine.cgroup_limits else list(cores),
@@ -774,9 +774,6 @@ def _local_user(name: str) -> bool:
     return True
 
 
-_SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-
 def _gpu_devices(node: Node, files: Sequence[str] | None) -> tuple[GpuDevices | None, str | None]:
     """The device numbers of the GPUs' files (None: nothing to wall), with the start-up line
     that says why there are none where the node has GPUs. Raises GpuWallError."""
@@ -791,29 +788,6 @@ def _gpu_devices(node: Node, files: Sequence[str] | None) -> tuple[GpuDevices | 
         return None, note if node.gpus else None
     # `node.gpus: N` of more: the others are no task's, so every task is denied them.
     return gpu_devices(found, len(node.gpus), len(found) - len(node.gpus)), None
-
-
-def _engine_env() -> dict[str, str]:
-    """What the engine's command line needs from our environment (rootless podman finds its
-    storage through HOME and XDG_RUNTIME_DIR, and an operator may name its registries and
-    their credentials); the task's own environment is separate."""
-    keep = (
-        "PATH",
-        "HOME",
-        "XDG_RUNTIME_DIR",
-        "XDG_CONFIG_HOME",
-        "XDG_DATA_HOME",
-        "CONTAINERS_CONF",
-        "CONTAINERS_STORAGE_CONF",
-        "CONTAINERS_REGISTRIES_CONF",  # where short names are looked for
-        "REGISTRY_AUTH_FILE",  # the credentials of private registries
-        "DOCKER_HOST",
-        "DOCKER_CONFIG",
-    )
-    env = {k: os.environ[k] for k in keep if k in os.environ}
-    # The engine runs helpers (conmon, the OCI runtime, netavark) found on its PATH.
-    env["PATH"] = f"{env['PATH']}:{_SYSTEM_PATH}" if env.get("PATH") else _SYSTEM_PATH
-    return env
 
 
 def _remove_container(launch: dict[str, Any] | None) -> None:

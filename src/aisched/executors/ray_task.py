@@ -610,7 +610,6 @@ class TaskRunner:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         name = ctr.container_name(t.instance, t.job_id, t.attempt, t.task)
-        system = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
         engine_dir = f"{spec['log_path']}.engine"  # conmon leaves files where it runs
         os.makedirs(engine_dir, mode=0o700, exist_ok=True)
         self.container = supervisor_container.Container(
@@ -621,10 +620,7 @@ class TaskRunner:
                 "image": image,
                 "create": create,
                 "start": ctr.start_args(engine, name),
-                "engine_env": {
-                    **{k: v for k, v in os.environ.items() if k in ("HOME", "XDG_RUNTIME_DIR")},
-                    "PATH": system,
-                },
+                "engine_env": ctr.engine_env(os.environ),
                 # As the local executor's (supervisor_container.Container): "none" without a
                 # cgroup.
                 "cgroup_version": engine.cgroup_version if engine.cgroup_limits else "none",
@@ -635,8 +631,8 @@ class TaskRunner:
                 "make_dirs": [t.checkpoint_dir] if t.checkpoint_dir else [],
                 "owner": None if user is None else [int(user["uid"]), int(user["gid"])],
                 "owner_groups": [] if user is None else [int(g) for g in user["groups"]],
-                "nsenter": shutil.which("nsenter", path=system) or "nsenter",
-                "tc": shutil.which("tc", path=system) or "tc",
+                "nsenter": shutil.which("nsenter", path=ctr.SYSTEM_PATH) or "nsenter",
+                "tc": shutil.which("tc", path=ctr.SYSTEM_PATH) or "tc",
             },
             cwd=engine_dir,
         )

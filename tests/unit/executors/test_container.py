@@ -22,6 +22,7 @@ from aisched.executors.container import (
     EngineError,
     create_args,
     detect_engine,
+    engine_env,
     env_file_text,
     nested_mount_refusal,
     start_args,
@@ -551,3 +552,25 @@ def test_an_export_is_read_whole_within_its_bound(tmp_path: Path) -> None:
         "image img: /data is a symbolic link on the way to /data/w, which the engine would "
         "follow as root: refused",
     )
+
+
+def test_the_engine_gets_the_registry_settings_and_not_the_services_secrets() -> None:
+    """The engine's environment, the same for the local executor and a Ray node's agent: the
+    operator's registries and credentials pass, the system's tools are on its PATH, and the
+    rest of the service's environment (a token, say) does not reach the engine."""
+    env = engine_env(
+        {
+            "PATH": "/opt/tools",
+            "HOME": "/root",
+            "CONTAINERS_REGISTRIES_CONF": "/etc/ours/registries.conf",
+            "REGISTRY_AUTH_FILE": "/etc/ours/auth.json",
+            "AISCHED_TOKEN": "secret",
+        }
+    )
+    assert env == {
+        "PATH": "/opt/tools:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME": "/root",
+        "CONTAINERS_REGISTRIES_CONF": "/etc/ours/registries.conf",
+        "REGISTRY_AUTH_FILE": "/etc/ours/auth.json",
+    }
+    assert engine_env({})["PATH"] == "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
