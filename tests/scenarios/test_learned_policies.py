@@ -410,6 +410,43 @@ def test_eta_walks_the_queue_over_expected_ends() -> None:
     assert {s.code for s in res.diagnostics.values()} == {StatusCode.WAIT_RESOURCES}
 
 
+def test_eta_gives_none_to_a_job_the_pool_could_start_now_that_the_cycle_left_waiting() -> None:
+    """8 GPUs and 16 CPUs; r holds 4 GPUs and 12 CPUs until t=100. `gpus-free` has its 2 GPUs
+    free but not its 8 CPUs, and `cpu-only` needs no GPU but 8 CPUs: neither starts, and an
+    ETA of "now" at every cycle would be no estimate, so they get none. They take nothing
+    from the pool: `after` (8 GPUs) starts when r's GPUs come back. Before, `gpus-free` and
+    `cpu-only` were "now", and `after` had none: `gpus-free` has no runtime bound, so the 2
+    GPUs it was taken to start on now never came back."""
+    snap = snapshot_of(
+        cluster(node("n1").gpus(8).cpus(16)),
+        [running(job("r").task(gpu=4, cpu=12).build(), ("n1", HALF), expected_end_s=100.0)],
+    )
+    pending = [
+        job("gpus-free").task(gpu=2, cpu=8).submitted(1).pending(),  # no runtime bound
+        job("cpu-only").task(cpu=8).submitted(2).pending(estimate_s=50.0),
+        job("after").task(gpu=8, cpu=1).submitted(3).pending(estimate_s=10.0),
+    ]
+    res = run_cycle(snap, pending, with_eta(preset("fifo")), 0.0, validate=True)
+    assert {k: s.eta_s for k, s in res.diagnostics.items()} == {
+        "gpus-free": None,
+        "cpu-only": None,
+        "after": 100.0,
+    }
+
+
+def test_eta_gives_none_to_a_job_waiting_on_work_past_its_expected_end() -> None:
+    """r was expected to end at t=100 and still runs at t=200: the 8-GPU job behind it would
+    be "now" at every cycle until r ends, so it has no estimate."""
+    snap = snapshot_of(
+        cluster(node("n1").gpus(8)),
+        [running(job("r").task(gpu=8).build(), ("n1", tuple(range(8))), expected_end_s=100.0)],
+    )
+    pending = [job("next").task(gpu=8).submitted(1).pending(estimate_s=50.0)]
+    res = run_cycle(snap, pending, with_eta(preset("fifo")), 200.0, validate=True)
+    assert res.diagnostics["next"].code == StatusCode.WAIT_RESOURCES
+    assert res.diagnostics["next"].eta_s is None
+
+
 def test_eta_keeps_a_reservation_start_and_skips_what_never_fits() -> None:
     snap = snapshot_of(
         cluster(node("n1").gpus(8)),

@@ -10,7 +10,10 @@ has started (no overtaking), and giving its GPUs back at its start plus its runt
 
 Where the pool never gets enough GPUs back (running or earlier jobs with no expected end), the
 ETA is unknown (None) for that job and every job behind it. Jobs that can never fit get none.
-Jobs that need no GPU start now as far as this estimate goes. Costs O(waiting · log running).
+Nor does a job the pool could start now that this cycle left waiting (a job that needs no GPU,
+or one whose GPUs are free or held by work past its expected end): CPUs, memory, its shape
+across nodes, a quota or a reservation holds it, and when that clears is not modelled. It takes
+nothing from the pool, and the jobs behind it go on. Costs O(waiting · log running).
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ class EstimateStart:
                     end, back = heapq.heappop(releases)
                     t = max(t, end)
                     free += back
+                if free + _EPS >= gpus and t <= session.now and status.eta_s is None:
+                    continue  # "now" at every cycle would be no estimate: see the docstring
                 if free + _EPS >= gpus:
                     eta = t
                     free -= gpus
