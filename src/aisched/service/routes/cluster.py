@@ -50,7 +50,11 @@ def cluster_router(svc: Service) -> APIRouter:
                     gpus=gpus,
                     memory_limit=info.memory_limit,
                     cpu_affinity=info.cpu_affinity,
-                    notes=[*svc.node_notes, *info.notes, *svc.health.check().problems],
+                    # The start-up lines hold the container engine's, which the executor
+                    # also says: each line once.
+                    notes=list(
+                        dict.fromkeys([*svc.node_notes, *info.notes, *svc.health.check().problems])
+                    ),
                 )
             )
         return JSONResponse(NodeList(nodes=out).model_dump())
