@@ -133,6 +133,8 @@ class Client:
                 self.http = httpx.Client(base_url=url, timeout=self.timeout_s, headers=headers)
             except httpx.InvalidURL as e:
                 raise CLIError(f"--server {url}: not a valid URL: {e}") from None
+        elif url.startswith("/"):
+            raise CLIError(f"--server {url}: a socket is named unix:{url}")
         else:
             raise CLIError(f"--server {url}: expected unix:PATH or http(s)://HOST:PORT")
 

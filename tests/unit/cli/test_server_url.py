@@ -13,6 +13,10 @@ from aisched.cli.main import main
         ("http://[::1", "--server http://[::1: not a valid URL: Invalid port: ':1'"),
         ("http://host:port", "--server http://host:port: not a valid URL: Invalid port: 'port'"),
         ("ftp://host", "--server ftp://host: expected unix:PATH or http(s)://HOST:PORT"),
+        (
+            "/run/aisched/a.sock",
+            "--server /run/aisched/a.sock: a socket is named unix:/run/aisched/a.sock",
+        ),
     ],
 )
 def test_a_malformed_server_url_is_refused_naming_it(
