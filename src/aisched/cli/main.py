@@ -10,7 +10,9 @@ take the same one-line form and exit 2 (`cli/options.py`, which also lets `--ser
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
@@ -90,6 +92,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print_error("interrupted")
         return 130
+    except BrokenPipeError:
+        # The reader went away (`aisched jobs --json | head`): stop quietly with status 1, as
+        # rich does for the tables. Python flushes stdout again at exit: point it elsewhere.
+        with contextlib.suppress(OSError, ValueError):  # a stdout with no file: nothing to do
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

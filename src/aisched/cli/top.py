@@ -2,7 +2,8 @@
 
 It reads the service's `/v1/dashboard` document (one request a frame, the same figures as the
 web page) and redraws with rich's `Live`; `--once` prints one frame and exits, for scripts and
-tests. Ctrl-C ends it quietly.
+tests. Into a pipe or a file, where nothing can be redrawn, it prints each frame after the last
+(as `top -b` does). Ctrl-C ends it quietly.
 """
 
 from __future__ import annotations
@@ -48,6 +49,12 @@ def cmd_top(args: argparse.Namespace) -> int:
         return 0
     interval = max(args.interval, 0.2)
     try:
+        if not console.is_terminal:
+            # Live draws a pipe's frame only when it stops, and a `top` is stopped by a signal.
+            while True:
+                console.print(frame(client.request("GET", "/v1/dashboard")))
+                console.print()
+                time.sleep(interval)
         with Live(console=console, auto_refresh=False, screen=False) as live:
             while True:
                 live.update(frame(client.request("GET", "/v1/dashboard")), refresh=True)

@@ -1,0 +1,57 @@
+"""The CLI into a pipe, against the real service: a reader that stops early (`| head`) ends a
+command quietly, and `aisched top` prints frame after frame where it cannot redraw."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+
+from harness import Service, wait_for
+
+
+def test_a_reader_that_stops_early_ends_a_json_answer_quietly(service: Service) -> None:
+    """`aisched show --json` of a job with 100 KB of environment, read 100 bytes at a time and
+    the pipe closed after the first: exit status 1 and nothing on stderr, as for the tables
+    (rich's). Before: a BrokenPipeError traceback."""
+    env = {f"V{i}": "a" * 1000 for i in range(100)}
+    doc = {"name": "big", "tasks": [{"name": "main", "command": ["true"], "env": env}]}
+    (service.work / "big.json").write_text(json.dumps(doc))
+    jid = str(service.cli_json("submit", "big.json")["id"])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aisched", "show", jid, "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=service.env(),
+        cwd=service.work,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(100).startswith(b"{")
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert (proc.wait(timeout=60), err) == (1, "")
+
+
+def test_top_into_a_pipe_prints_one_frame_after_another(service: Service) -> None:
+    """Where nothing can be redrawn, `top` prints each frame (rich's Live drew a pipe's frame
+    only when it stopped, so `aisched top | grep ...` printed nothing before it was killed)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aisched", "top", "--interval", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=service.env(),
+        cwd=service.work,
+        text=True,
+    )
+    assert proc.stdout is not None
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
+    reader.start()
+    try:
+        # Each frame starts with its summary line.
+        wait_for("two frames", lambda: sum(x.startswith("aisched ") for x in lines) >= 2, 20)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+        reader.join(timeout=30)
