@@ -8,7 +8,10 @@ writes what it saw, then blocks until a release file appears or it is stopped.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -18,7 +21,7 @@ import pytest
 from harness import Service, wait_for
 from ray_harness import RayCluster, cancel_all, ray_gpus_in_use
 
-from aisched.executors.ray_executor import writable_by_all
+from aisched.executors.ray_executor import sealed_above, writable_by_all
 from aisched.executors.ray_task import TaskRunner
 
 ray = pytest.importorskip(
@@ -416,3 +419,30 @@ def test_a_directory_writable_by_all_is_told_from_a_shared_or_a_private_one(
         d.chmod(mode)
         assert writable_by_all(str(d)) is open_to_all, oct(mode)
     assert not writable_by_all(str(tmp_path / "missing"))
+
+
+def test_ray_files_inside_a_directory_closed_to_others_are_out_of_their_reach() -> None:
+    """docs/ray.md has Ray's 0777 temporary directory put inside a directory of root's alone
+    (0700): no other user can enter it, so the start-up warning must not name it, as it did.
+    A directory closed to others but inside one that others may change is no seal: its owner
+    could rename it away."""
+    top = tempfile.mkdtemp(dir="/tmp")  # /tmp: reachable by every local user
+    try:
+        os.chmod(top, 0o755)
+        for closed_mode, seals in ((0o700, True), (0o710, False), (0o701, False)):
+            closed = os.path.join(top, f"closed-{closed_mode:o}")
+            os.mkdir(closed, closed_mode)
+            os.chmod(closed, closed_mode)
+            ray_temp = os.path.join(closed, "tmp")
+            os.mkdir(ray_temp)
+            os.chmod(ray_temp, 0o777)
+            assert writable_by_all(ray_temp)
+            assert sealed_above(ray_temp) is seals, oct(closed_mode)
+        open_temp = os.path.join(top, "open")
+        os.mkdir(open_temp)
+        os.chmod(open_temp, 0o777)
+        assert not sealed_above(open_temp)  # / , /tmp and top let everyone through
+        os.chmod(top, 0o777)  # anyone may now rename closed-700 and put theirs there
+        assert not sealed_above(os.path.join(top, "closed-700", "tmp"))
+    finally:
+        shutil.rmtree(top)

@@ -91,6 +91,7 @@ from aisched.executors.ray_agent import NodeAgent
 from aisched.executors.ray_groups import GroupRemovals, reserve
 from aisched.executors.ray_nodes import RayNode, nodes_from_ray
 from aisched.executors.ray_task import MakeWatchdog, exit_record_path, recorded_exit
+from aisched.executors.task_files import not_theirs_alone
 from aisched.executors.task_log import LOG_MAX_BYTES, LOG_MAX_FILES
 from aisched.model.cluster import Node
 from aisched.model.job import ContainerSpec
@@ -203,6 +204,26 @@ def writable_by_all(path: str) -> bool:
     return bool(mode & stat.S_IWOTH) and not mode & stat.S_ISVTX
 
 
+def sealed_above(path: str) -> bool:
+    """Whether a directory above `path` shuts every other local user out: one of this
+    process's user (or root's) that grants no search to group or others, reached through
+    directories no one else can change. What is inside is then out of their reach, whatever
+    its own mode: Ray's 0777 temporary directory inside such a one, as docs/ray.md says."""
+    uid = os.geteuid()
+    above = os.path.dirname(os.path.realpath(path))
+    while True:
+        try:
+            st = os.stat(above)
+        except OSError:
+            return False
+        closed = st.st_uid in (0, uid) and not st.st_mode & (stat.S_IXGRP | stat.S_IXOTH)
+        if closed and not_theirs_alone(above, uid) is None:
+            return True
+        if above == "/":
+            return False
+        above = os.path.dirname(above)
+
+
 def _open_temp_dir_note() -> str | None:
     """A warning when Ray's files on this machine (its temporary directory: sockets, session
     files, logs) may be changed by every local user, as Ray makes /tmp/ray (0777): one could
@@ -214,7 +235,7 @@ def _open_temp_dir_note() -> str | None:
         temp = os.path.dirname(node.get_session_dir_path())
     except Exception:  # another Ray version: say nothing rather than guess
         return None
-    if not writable_by_all(temp):
+    if not writable_by_all(temp) or sealed_above(temp):
         return None
     return (
         f"Ray's files at {temp} may be changed by every local user (mode "
