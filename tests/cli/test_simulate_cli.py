@@ -25,6 +25,19 @@ def test_table_names_both_policies(capsys: pytest.CaptureFixture[str]) -> None:
     assert "synthetic-2: 40 jobs" in out
 
 
+def test_a_policy_named_like_markup_is_printed_as_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A policy file's `name` is the user's text: `[/x]` was read by rich as a closing tag, and
+    the run ended in a MarkupError traceback after every replay; `[bold]` vanished."""
+    for name in ("[/x]", "[bold]"):
+        path = tmp_path / "p.yaml"
+        path.write_text(f'name: "{name}"\nactions: [enqueue, allocate]\n')
+        assert main([*SMALL, "--policy", f"fifo,{path}"]) == 0
+        out = capsys.readouterr().out
+        assert out.count(name) >= 2, out  # a column of the figures, rows of the queues
+
+
 def test_json_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "out.json"
     args = [*SMALL, "--policy", "fifo", "--checkpoint-interval", "inf", "--json", str(path)]

@@ -178,6 +178,41 @@ def test_a_full_disk_refuses_submissions_then_recovers_with_every_job(
         svc.stop()
 
 
+def test_nodes_prints_a_problem_as_it_is_said_whatever_brackets_it_holds(
+    tmp_path: Path, tmpfs: Path
+) -> None:
+    """`aisched nodes` lists the service's problems, which quote paths and the OS's words. Its
+    data directory's path holds `[/x]`: rich read that as a closing tag, and `aisched nodes`
+    ended in a MarkupError traceback while the disk was full (and `[Errno 28]`-like words in
+    brackets vanished)."""
+    svc = tmpfs_service(tmp_path, tmpfs)
+    svc.home = tmpfs / "data[" / "x]"  # the path holds "[/x]"
+    svc.home.mkdir(parents=True)
+    svc.start()
+    try:
+        fill_up(tmpfs / "fill")
+
+        def pressure() -> str | None:
+            code, body = readyz(svc)
+            problems = body.get("problems") or []
+            return str(problems[0]) if code == 503 and problems else None
+
+        problem = wait_for("readiness to report disk pressure", pressure, 30)
+        assert f"the data directory {svc.home}" in problem
+        shown = subprocess.run(
+            [sys.executable, "-m", "aisched", "nodes"],
+            capture_output=True,
+            text=True,
+            env={**svc.env(), "COLUMNS": "1000"},  # each note on one line
+            timeout=60,
+        )
+        assert (shown.returncode, shown.stderr) == (0, "")
+        assert f"  {problem}\n" in shown.stdout
+    finally:
+        (tmpfs / "fill").unlink(missing_ok=True)
+        svc.stop()
+
+
 def test_a_retry_of_a_submission_kept_while_the_disk_is_full_is_not_told_it_was_refused(
     tmp_path: Path, tmpfs: Path
 ) -> None:

@@ -8,8 +8,10 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from aisched.cli.client import Client, add_server_option
+from aisched.cli.printable import plain
 
 
 def register(sub: Any) -> None:
@@ -35,19 +37,22 @@ def cmd_nodes(args: argparse.Namespace) -> int:
     for n in out["nodes"]:
         free_gpus = sum(g["free_milli"] for g in n["gpus"]) / 1000
         table.add_row(
-            n["name"] + ("" if n["healthy"] else " [red](unhealthy)[/]"),
-            n["rack"],
+            Text.assemble(plain(n["name"]), ("" if n["healthy"] else (" (unhealthy)", "red"))),
+            plain(n["rack"]),
             f"{n['free_milli_cpu'] / 1000:g} / {n['milli_cpu'] / 1000:g}",
             f"{n['free_mem_mib'] / 1024:.1f} / {n['mem_mib'] / 1024:.1f} GiB",
             f"{free_gpus:g} / {len(n['gpus'])}",
-            n["memory_limit"],
+            plain(n["memory_limit"]),
             "cpu affinity" if n["cpu_affinity"] else "none",
         )
     con.print(table)
     for n in out["nodes"]:
         if n["gpus"]:
             gt = Table(
-                box=None, header_style="bold", title=f"{n['name']} GPUs", title_justify="left"
+                box=None,
+                header_style="bold",
+                title=plain(f"{n['name']} GPUs"),
+                title_justify="left",
             )
             for col in ("GPU", "MODEL", "MEMORY", "FREE", "USED BY"):
                 gt.add_column(col)
@@ -59,14 +64,14 @@ def cmd_nodes(args: argparse.Namespace) -> int:
                 )
                 gt.add_row(
                     str(g["index"]),
-                    g["model"],
+                    plain(g["model"]),
                     f"{g['mem_mib'] / 1024:g} GiB" if g["mem_mib"] else "-",
                     f"{g['free_milli'] / 1000:g}",
-                    users or "-",
+                    plain(users or "-"),
                 )
             con.print(gt)
         for note in n["notes"]:
-            con.print(f"  [dim]{note}[/]")
+            con.print(Text.assemble("  ", plain(note, "dim")))
     return 0
 
 
@@ -84,8 +89,8 @@ def cmd_queues(args: argparse.Namespace) -> int:
         table.add_column(col)
     for q in out["queues"]:
         table.add_row(
-            q["name"],
-            q["parent"] or "-",
+            plain(q["name"]),
+            plain(q["parent"] or "-"),
             f"{q['weight']:g}",
             _amount(q["guarantee"]),
             "-" if q["limit"] is None else _amount(q["limit"]),

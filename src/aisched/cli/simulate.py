@@ -18,8 +18,10 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from aisched.cli.errors import EXIT_FAILURE, CLIError
+from aisched.cli.printable import plain
 from aisched.core.policy import PLACEMENT_SCORES, PRESETS, Policy, with_eta
 from aisched.model.cluster import Cluster
 from aisched.model.gpu_speed import GpuSpeeds
@@ -275,8 +277,11 @@ def run(args: argparse.Namespace) -> int:
 
     gpus = cluster.total_gpus
     out.print(
-        f"trace [bold]{trace.name}[/]: {len(trace):,} jobs; "
-        f"cluster: {len(cluster.nodes):,} nodes, {gpus:,} GPUs"
+        Text.assemble(
+            "trace ",
+            plain(trace.name, "bold"),
+            f": {len(trace):,} jobs; cluster: {len(cluster.nodes):,} nodes, {gpus:,} GPUs",
+        )
     )
     if split:
         out.print(
@@ -514,12 +519,16 @@ def run_saturation(args: argparse.Namespace, trace: Trace, cluster: Cluster) -> 
             raise CLIError(f"policy {policy.name}: {e}", EXIT_FAILURE) from None
     out = Console() if Console().is_terminal else Console(width=120)
     out.print(
-        f"trace [bold]{trace.name}[/] filled until {max(targets):.0%} of GPU capacity arrived; "
-        f"cluster: {len(cluster.nodes):,} nodes, {cluster.total_gpus:,} GPUs"
+        Text.assemble(
+            "trace ",
+            plain(trace.name, "bold"),
+            f" filled until {max(targets):.0%} of GPU capacity arrived; "
+            f"cluster: {len(cluster.nodes):,} nodes, {cluster.total_gpus:,} GPUs",
+        )
     )
     table = Table(*TABLE_HEADER)
     for row in table_rows(results):
-        table.add_row(*row)
+        table.add_row(*map(plain, row))
     out.print(table)
     if args.json is not None:
         import json

@@ -115,8 +115,8 @@ def _gpus(doc: dict[str, Any]) -> Table:
             cells = Text(" ").join(_gpu_cell(g) for g in node["gpus"]) or Text("-")
             name = node["name"] + ("" if node["healthy"] else " (unhealthy)")
             table.add_row(
-                rack["name"] if i == 0 else "",
-                name,
+                plain(rack["name"] if i == 0 else ""),
+                plain(name),
                 f"{node['free_cpus']:g}/{node['cpus']:g}",
                 f"{node['free_mem_gib']:.1f}/{node['mem_gib']:.1f}",
                 cells,
@@ -130,7 +130,7 @@ def _queues(doc: dict[str, Any]) -> Table:
         table.add_column(col)
     for q in doc.get("queues") or []:
         table.add_row(
-            q["name"],
+            plain(q["name"]),
             f"{q['used_gpus']:g}",
             f"{q['guarantee_gpus']:g}",
             Text(f"{q['borrowed_gpus']:g}", style="red" if q["borrowed_gpus"] else ""),
@@ -147,7 +147,7 @@ def _queues(doc: dict[str, Any]) -> Table:
 USER_UNITS = (("gpus", "GPU"), ("cpus", "CPU"), ("mem_gib", "GiB"))
 
 
-def _user_row(user: dict[str, Any], limit: dict[str, float]) -> tuple[str, Text]:
+def _user_row(user: dict[str, Any], limit: dict[str, float]) -> tuple[Text, Text]:
     """Under a queue with a per-user limit: a user with running jobs there and what they hold
     against it, in red at the limit (their next job there waits)."""
     name = "other users" if user["others"] else user["user"]
@@ -155,8 +155,8 @@ def _user_row(user: dict[str, Any], limit: dict[str, float]) -> tuple[str, Text]
         f"{user[key]:g} of {limit[key]:g} {unit}" for key, unit in USER_UNITS if key in limit
     )
     if user["at_limit"]:
-        return f"  {name}", Text(f"{held} (at the limit)", style="red")
-    return f"  {name}", Text(held)
+        return plain(f"  {name}"), Text(f"{held} (at the limit)", style="red")
+    return plain(f"  {name}"), Text(held)
 
 
 def _pending(doc: dict[str, Any]) -> Table:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from rich.console import JustifyMethod
 from rich.table import Table
+from rich.text import Text
 
 from aisched.sim.metrics import PolicyMetrics, QueueMetrics
 
@@ -77,7 +78,7 @@ def metrics_table(results: Sequence[PolicyMetrics], title: str | None = None) ->
     table = Table(title=title)
     table.add_column("metric", style="bold", no_wrap=True)
     for m in results:
-        table.add_column(m.policy, justify="right", no_wrap=True)
+        table.add_column(Text(m.policy), justify="right", no_wrap=True)  # never markup
     for label, fmt in METRIC_ROWS:
         table.add_row(label, *(fmt(m) for m in results))
     return table
@@ -105,8 +106,8 @@ def queue_table(results: Sequence[PolicyMetrics], title: str | None = None) -> T
         for pi, (m, qs) in enumerate(zip(results, per_policy, strict=True)):
             q = qs.get(name, QueueMetrics(name, 0, 0, None, None, 0.0))
             table.add_row(
-                name if pi == 0 else "",
-                m.policy,
+                Text(name if pi == 0 else ""),  # a trace's own names: never markup
+                Text(m.policy),
                 _int(q.jobs),
                 _int(q.finished),
                 _hours(q.avg_jct_s),
