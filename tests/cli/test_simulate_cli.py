@@ -38,6 +38,24 @@ def test_a_policy_named_like_markup_is_printed_as_named(
         assert out.count(name) >= 2, out  # a column of the figures, rows of the queues
 
 
+def test_a_skipped_row_is_quoted_as_the_trace_wrote_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The first row --skip-invalid left out is quoted from the user's file: `[/x]` in it was
+    read by rich as a closing tag (a MarkupError traceback before any replay)."""
+    trace = tmp_path / "philly.csv"
+    trace.write_text(
+        "timestamp,duration,num_gpus,gpu_time,cluster\n"
+        "2017-10-09 07:00:00,20.0,1,20.0,bb\n"
+        "2017-10-09 07:00:10,[/x],2,60.0,cc\n"
+    )
+    argv = ["simulate", "--trace", str(trace), "--skip-invalid", "--no-progress"]
+    assert main([*argv, "--policy", "fifo"]) == 0
+    err = capsys.readouterr().err
+    assert "skipped 1 row that cannot be used (--skip-invalid); the first: " in err
+    assert "'[/x]'" in err
+
+
 def test_json_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "out.json"
     args = [*SMALL, "--policy", "fifo", "--checkpoint-interval", "inf", "--json", str(path)]

@@ -186,9 +186,10 @@ def run(args: argparse.Namespace) -> int:
     if trace.skipped:
         # On stderr, before any simulation: what was left out, and the first reason why.
         Console(stderr=True, highlight=False).print(
-            f"skipped {trace.skipped:,} row{'s' if trace.skipped != 1 else ''} that cannot be "
-            "used (--skip-invalid); "
-            f"the first: {trace.first_skipped}",
+            plain(
+                f"skipped {trace.skipped:,} row{'s' if trace.skipped != 1 else ''} that cannot "
+                f"be used (--skip-invalid); the first: {trace.first_skipped}"
+            ),
             soft_wrap=True,
         )
     cluster = choose_cluster(args.cluster, trace, kind)
@@ -289,7 +290,7 @@ def run(args: argparse.Namespace) -> int:
             "several nodes"
         )
     for line in describe_pools(cluster):
-        out.print(line, soft_wrap=True)
+        out.print(plain(line), soft_wrap=True)
     out.print(metrics_table(results))
     out.print(queue_table(results, title="per queue"))
     meta = {
@@ -313,7 +314,7 @@ def run(args: argparse.Namespace) -> int:
             page = write_report(args.report, results, series, meta)
         except OSError as e:
             raise CLIError(f"--report: cannot write {args.report}: {e.strerror or e}") from None
-        out.print(f"report: {page}", soft_wrap=True)  # a path to copy, never broken
+        out.print(plain(f"report: {page}"), soft_wrap=True)  # a path to copy, never broken
     return 0
 
 
