@@ -14,6 +14,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -183,6 +184,37 @@ def test_a_failing_job_is_retried_up_to_its_limit(service: Service) -> None:
     assert [e["kind"] for e in job["events"]].count("retrying") == 2
     for attempt in ("1", "2", "3"):
         assert service.cli("logs", jid, "--attempt", attempt).stdout == "trying\n"
+
+
+def test_a_clean_exit_under_restart_always_waits_its_backoff_before_the_next_attempt(
+    service: Service,
+) -> None:
+    """`true` under `always` restarted in the same second as each exit: 1,800 attempts in 80 s,
+    each with a log directory of its own. Now each restart waits the job's backoff."""
+    write(
+        service,
+        "again.yaml",
+        'name: again\ncommand: ["true"]\nrestart: {policy: always, backoff: 2s}\n',
+    )
+    jid = service.cli_json("submit", "again.yaml")["id"]
+
+    # Between two attempts it waits, and says why.
+    def waiting_to_restart() -> dict[str, Any] | None:
+        j = service.job(jid)
+        return j if j["attempt"] >= 1 and j["state"] == "pending" else None
+
+    waiting = wait_for("the first restart's wait", waiting_to_restart, 30)
+    assert waiting["reason"].startswith("restart (policy always) after a clean exit, not before ")
+    time.sleep(5)
+    job = service.job(jid)
+    assert job["attempt"] <= 5, job["attempt"]  # one every 2 s at most
+    assert job["failures"] == 0
+    restarts = [e["message"] for e in job["events"] if e["kind"] == "restarting"]
+    assert restarts and set(restarts) == {
+        "all tasks exited; restart policy is always: restarting in 2s"
+    }
+    service.cli("cancel", jid)
+    service.wait_state(jid, "cancelled")
 
 
 def test_kill_9_of_the_service_loses_nothing_and_runs_nothing_twice(service: Service) -> None:

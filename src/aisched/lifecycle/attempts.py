@@ -14,7 +14,7 @@ reason (`Stop`). `after_attempt` is the one rule that turns how it ended into wh
 | over its time limit          | FAILED, no retry                                          |
 | a task could never run       | FAILED, no retry (its image is missing: a retry would too) |
 | a task failed                | retried after a backoff while retries are left, else FAILED |
-| all tasks exited with 0      | SUCCEEDED; restarted instead under restart policy `always` |
+| all tasks exited with 0      | SUCCEEDED; restarted after its backoff under policy `always` |
 
 The two drivers used to disagree about a shrink (the simulator restarted it on the kept tasks
 at once; the service did the same except when its scheduler had restarted in between, when it
@@ -22,7 +22,10 @@ requeued it). The rule kept is the service's: restart on the kept tasks when the
 requeue otherwise. In the simulator they are always known.
 
 Retries wait `backoff_s * 2**(failures - 1)`, capped by the driver's `max_backoff_s`: a job
-that keeps failing does not spin, and the cap keeps the wait bounded for large counts.
+that keeps failing does not spin, and the cap keeps the wait bounded for large counts. A clean
+exit under `always` is no failure and counts none, but waits `backoff_s` (capped the same way)
+before its restart: `true` under `always` started a new attempt in the same second as each
+exit, hundreds a minute, each with its own log directory.
 """
 
 from __future__ import annotations
@@ -155,8 +158,9 @@ def after_attempt(
         )
         return AttemptEnd(Finish(JobState.FAILED, why), failures, preemptions)
     if job.restart_policy == RestartPolicy.ALWAYS:
-        text = "all tasks exited; restart policy is always"
-        return AttemptEnd(Requeue("restarting", text), failures, preemptions)
+        wait = float(min(job.backoff_s, max_backoff_s))
+        text = f"all tasks exited; restart policy is always: restarting in {wait:g}s"
+        return AttemptEnd(Requeue("restarting", text, now + wait, wait), failures, preemptions)
     done = Finish(JobState.SUCCEEDED, "all tasks exited with code 0")
     return AttemptEnd(done, failures, preemptions, succeeded=True)
 

@@ -102,6 +102,8 @@ class Exits(Launches):
                 why = (
                     f"retry {lj.failures} of {lj.job.max_retries} after a failure, "
                     f"not before {clock(until)}"
+                    if reason is not None
+                    else f"restart (policy always) after a clean exit, not before {clock(until)}"
                 )
                 self._hold_until(lj, JobStatus(StatusCode.WAIT_RESOURCES, why, until), batch)
             batch.event(now, lj.id, nxt.event, nxt.message)
