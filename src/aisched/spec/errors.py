@@ -96,6 +96,25 @@ def _construct_object(loader: yaml.SafeLoader, node: yaml.Node, deep: bool = Fal
         ) from None
 
 
+class WrittenInt(int):
+    """An integer the YAML text wrote in a form other than its decimal: `0755` (octal in YAML
+    1.1), `0x10`, `1:30` (base 60), `1_000`, `+5`. It is that integer wherever one is asked
+    for; `written` keeps the text, for where a string is wanted (a command's words, an
+    environment value): `chmod 0755` must not run as `chmod 493`."""
+
+    written: str
+
+    def __new__(cls, value: int, written: str) -> WrittenInt:
+        made = super().__new__(cls, value)
+        made.written = written
+        return made
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    value: int = loader.construct_yaml_int(node)
+    return value if node.value == str(value) else WrittenInt(value, node.value)
+
+
 # A safe loader that rejects repeated keys and says where a tagged value does not fit its tag.
 # Made with type() because PyYAML may lack type stubs, and mypy refuses a class statement whose
 # base is untyped.
@@ -103,6 +122,7 @@ _UniqueKeyLoader: Any = type(
     "_UniqueKeyLoader", (yaml.SafeLoader,), {"construct_object": _construct_object}
 )
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
 # The most an input file (a job, cluster, policy or config file) may hold: far more than any

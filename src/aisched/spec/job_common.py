@@ -28,6 +28,7 @@ from aisched.model.job import (
     image_transport,
     mount_option_char,
 )
+from aisched.spec.errors import WrittenInt
 from aisched.spec.units import (
     UnitError,
     k8s_count,
@@ -161,8 +162,14 @@ def describe(value: Any) -> str:
         return "nothing"
     if isinstance(value, bool):
         return f"{str(value).lower()} (a boolean)"
-    if isinstance(value, str | int | float):
-        return f"{value!r} (a {type(value).__name__})"
+    if isinstance(value, WrittenInt):
+        return f"{value.written} (an integer)"
+    if isinstance(value, int):
+        return f"{value!r} (an integer)"
+    if isinstance(value, float):
+        return f"{value!r} (a number)"
+    if isinstance(value, str):
+        return f"{value!r} (a string)"
     return f"a {type(value).__name__}"
 
 
@@ -237,7 +244,8 @@ def _env_name(v: str) -> str:
 
 
 def _text(v: Any) -> str:
-    """A word of a command or an environment value: a string, or an integer written bare."""
+    """A word of a command or an environment value: a string, or an integer written bare (as
+    the file wrote it)."""
     if isinstance(v, str):
         if "\x00" in v:
             raise ValueError("contains a NUL character")
@@ -248,6 +256,8 @@ def _text(v: Any) -> str:
                 "bytes in each argument or variable (the kernel's limit); put it in a file"
             )
         return v
+    if isinstance(v, WrittenInt):
+        return v.written  # as written: `0755` is not `493`
     if isinstance(v, int) and not isinstance(v, bool):
         return str(v)
     if isinstance(v, float | bool):

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from decimal import ROUND_CEILING, Decimal
 from typing import Any, TypeVar
 
-from aisched.spec.errors import SpecError
+from aisched.spec.errors import SpecError, WrittenInt
 
 _T = TypeVar("_T")
 
@@ -47,6 +47,8 @@ def _describe(value: Any) -> str:
         return "nothing"
     if isinstance(value, bool):
         return f"{str(value).lower()} (a boolean)"
+    if isinstance(value, WrittenInt):
+        return value.written
     if isinstance(value, str | int | float):
         return repr(value)
     return f"a {type(value).__name__}"

@@ -310,7 +310,7 @@ NATIVE_INVALID = [
             ["j.yaml: command: expected a list of words (e.g. [python, train.py]) or a shell "
              "command string, got a dict"]),
     Invalid("a float word", {"command": ["x", 1.5]},
-            ["j.yaml: command.1: expected a string, got 1.5 (a float): quote it"]),
+            ["j.yaml: command.1: expected a string, got 1.5 (a number): quote it"]),
     Invalid("replicas above the limit", {**CMD, "replicas": 10_001},
             ["j.yaml: replicas: Input should be less than or equal to 10000"]),
     Invalid("zero replicas", {**CMD, "replicas": 0},
@@ -380,7 +380,7 @@ NATIVE_INVALID = [
              "digits and '_', not starting with a digit"]),
     Invalid("env value of the wrong type", {**CMD, "env": {"DEBUG": True, "LR": 0.1}},
             ["j.yaml: env.DEBUG: expected a string, got true (a boolean): quote it",
-             "j.yaml: env.LR: expected a string, got 0.1 (a float): quote it"]),
+             "j.yaml: env.LR: expected a string, got 0.1 (a number): quote it"]),
     Invalid("unknown priority class", {**CMD, "priority_class": "urgent"},
             [f"j.yaml: priority_class: unknown priority class 'urgent'; known: {KNOWN_CLASSES}"]),
     Invalid("priority and a class", {**CMD, "priority": 5, "priority_class": "high"},
@@ -844,7 +844,7 @@ VOLCANO_INVALID = [
     Invalid("preemptable not a boolean", {**vc(), "metadata": {
                 "name": "vj", "annotations": {"volcano.sh/preemptable": "maybe"}}},
             ["v.yaml: metadata.annotations.volcano.sh/preemptable: expected \"true\" or "
-             "\"false\", got 'maybe' (a str)"]),
+             "\"false\", got 'maybe' (a string)"]),
     Invalid("a bad job name", vc(name="x" * 64),
             [f"v.yaml: metadata.name: '{'x' * 64}' is not a valid name: 1 to 63 letters, digits, "
              "'.', '_' or '-', starting with a letter or digit"]),
@@ -1423,3 +1423,23 @@ def test_a_task_may_ask_for_rdma_devices() -> None:
     assert list(info.value.problems) == [
         "j.yaml: resources.rdma: Input should be greater than or equal to 0"
     ]
+
+
+def test_an_integer_written_bare_reaches_the_program_as_it_was_written() -> None:
+    """YAML 1.1 reads `0755` as octal (493), `1:30` as base 60 (90) and `0x10` as 16: a
+    command's words and environment values were those decimals, so `chmod 0755 f` ran as
+    `chmod 493 f`. A word is now the text as written; a number field still gets the number."""
+    text = (
+        "name: oct\n"
+        "command: [chmod, 0755, 0x10, 007, 1:30, 1_000, +5, 42, -3]\n"
+        "env: {UMASK: 022, T: 1:30, N: 7}\n"
+        "replicas: 0x2\n"
+    )
+    (g,) = parse_job_text(text, "j.yaml").job.groups
+    assert g.command == ("chmod", "0755", "0x10", "007", "1:30", "1_000", "+5", "42", "-3")
+    assert dict(g.env) == {"UMASK": "022", "T": "1:30", "N": "7"}
+    assert g.replicas == 2
+    with pytest.raises(SpecError) as e:
+        parse_job_text("command: 0755\n", "j.yaml")  # a message quotes it as written too
+    (problem,) = e.value.problems
+    assert problem.endswith("got 0755 (an integer)"), problem
