@@ -12,6 +12,7 @@ read here: the service sets them.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -69,6 +70,7 @@ from aisched.spec.job_common import (
     Text,
     at_least_one_task,
     container_spec,
+    describe,
     duplicates,
     name_from_command,
     priority_of_class,
@@ -172,19 +174,37 @@ def _reference(v: Any) -> Any:
 
 
 MAX_SERVICE_REPLICAS = 1000
-UrlPath = Annotated[StrictStr, Field(pattern=r"^/[!-~]*$", max_length=1024)]
+
+
+def _url_path(v: str) -> str:
+    if not v.startswith("/") or any(not "!" <= c <= "~" for c in v):
+        raise ValueError(f"{v[:80]!r} is not a URL path: it starts with '/' and has no spaces")
+    return v
+
+
+def _finite_number(v: Any) -> Any:
+    """A number: pydantic would read `true` as 1 and call NaN "over the limit"."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ValueError(f"expected a number, got {describe(v)}")
+    if isinstance(v, float) and not math.isfinite(v):
+        raise ValueError(f"{v} is not a finite number")
+    return v
+
+
+UrlPath = Annotated[StrictStr, Field(max_length=1024), AfterValidator(_url_path)]
+Number = Annotated[float, BeforeValidator(_finite_number)]
 
 
 class ServiceModel(_Spec):
     min_replicas: Annotated[StrictInt, Field(ge=0, le=MAX_SERVICE_REPLICAS)] = 1
     max_replicas: Annotated[StrictInt, Field(ge=1, le=MAX_SERVICE_REPLICAS)] | None = None
     metric: ScaleMetric = ScaleMetric.RPS
-    target: Annotated[float, Field(gt=0, le=1e9)] = 10.0
+    target: Annotated[Number, Field(gt=0, le=1e9)] = 10.0
     readiness_path: UrlPath | None = "/healthz"
     metrics_path: UrlPath | None = None
     scale_up_window: Delay | None = None
     scale_down_window: Delay | None = None
-    tolerance: Annotated[float, Field(ge=0, lt=1)] = 0.1
+    tolerance: Annotated[Number, Field(ge=0, lt=1)] = 0.1
 
 
 class NativeJobModel(_ContainerFields):
@@ -371,11 +391,10 @@ def _service(spec: NativeJobModel, groups: list[TaskGroup], p: Problems) -> Serv
             p.add("service", "only a job of kind service has a service block")
         return None
     s = s or ServiceModel()
-    max_replicas = s.min_replicas if s.max_replicas is None else s.max_replicas
+    # Unsaid, as many as the minimum, and one for a service that may scale to zero.
+    max_replicas = max(s.min_replicas, 1) if s.max_replicas is None else s.max_replicas
     if s.min_replicas > max_replicas:
         p.add("service.min_replicas", f"{s.min_replicas} is more than max_replicas {max_replicas}")
-    if max_replicas < 1:
-        p.add("service.max_replicas", "must be at least 1")
     if groups and (len(groups) != 1 or groups[0].replicas != 1):
         p.add(
             "replicas" if spec.tasks is None else "tasks",

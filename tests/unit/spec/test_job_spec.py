@@ -1443,3 +1443,46 @@ def test_an_integer_written_bare_reaches_the_program_as_it_was_written() -> None
         parse_job_text("command: 0755\n", "j.yaml")  # a message quotes it as written too
     (problem,) = e.value.problems
     assert problem.endswith("got 0755 (an integer)"), problem
+
+
+def _service_block(block: str) -> Any:
+    """The service of a job of kind service with `block` as its service mapping, or the
+    problems that refuse it."""
+    text = f"name: s\nkind: service\ncommand: 'sleep 30'\nservice: {block}\n"
+    try:
+        return parse_job_text(text, "s.yaml").job.service
+    except SpecError as e:
+        return list(e.problems)
+
+
+def test_a_service_may_scale_to_zero_with_its_minimum_alone() -> None:
+    """`min_replicas: 0` alone was refused, blaming max_replicas (which it did not write): an
+    unsaid maximum is the minimum, and at least one."""
+    s = _service_block("{min_replicas: 0}")
+    assert (s.min_replicas, s.max_replicas) == (0, 1)
+    s = _service_block("{min_replicas: 3}")
+    assert (s.min_replicas, s.max_replicas) == (3, 3)
+    assert _service_block("{min_replicas: 3, max_replicas: 2}") == [
+        "s.yaml: service.min_replicas: 3 is more than max_replicas 2"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("block", "problem"),
+    [
+        ("{target: true}", "service.target: expected a number, got true (a boolean)"),
+        ("{target: .nan}", "service.target: nan is not a finite number"),
+        ("{tolerance: .nan}", "service.tolerance: nan is not a finite number"),
+        ("{target: '10'}", "service.target: expected a number, got '10' (a string)"),
+        (
+            "{readiness_path: 'healthz x'}",
+            "service.readiness_path: 'healthz x' is not a URL path: it starts with '/' and has "
+            "no spaces",
+        ),
+    ],
+)
+def test_a_service_block_refuses_what_is_not_its_kind_of_value_by_name(
+    block: str, problem: str
+) -> None:
+    """`target: true` was taken for 1, NaN was "over the limit", a path met a raw pattern."""
+    assert _service_block(block) == [f"s.yaml: {problem}"]
