@@ -25,8 +25,9 @@ The mapping (docs/jobs.md has it as a table):
 - Restart policy: (1) a lifecycle policy (job's or a task's) that restarts on a failure event
   (`PodFailed`, `TaskFailed`, `Unknown`, `*`) or on an exit code -> on-failure; (2) else one
   that aborts or terminates the job on such an event -> never; (3) else the pods'
-  `restartPolicy`: all `Never` -> never, all `Always` -> always, anything else or none given ->
-  on-failure (not Kubernetes' default `Always`, which would run finished work again forever).
+  `restartPolicy`: all `Never` -> never, all `Always` -> always, anything else (a task that
+  gives none among them) or none given -> on-failure (not Kubernetes' default `Always`,
+  which would run finished work again forever).
   `PodEvicted` policies are accepted silently: aisched requeues preempted work by itself.
 - Kind: train when a `pytorch`, `tensorflow` or `mpi` plugin is on, else batch.
 - `volcano.sh/preemptable: "false"` (job annotation, else any task template's) -> not
@@ -115,9 +116,17 @@ _IGNORED_VOLUMES_HOST = "ignored: without an image the task runs on the host and
 # The CNI bandwidth plugin's pod annotations.
 EGRESS_ANNOTATION = "kubernetes.io/egress-bandwidth"
 INGRESS_ANNOTATION = "kubernetes.io/ingress-bandwidth"
+_IGNORED_SHAPING_HOST = "ignored: traffic is shaped in a container only; this task has no image"
 _IGNORED_PLACEMENT = "ignored: aisched does not place tasks by node labels or affinity"
 _IGNORED_INIT = "not run: aisched runs only the task's container"
 _IGNORED_TOPOLOGY = "ignored: use a native job file's topology (pack/spread) instead"
+# A Kubernetes object's own keys; anything else beside them (`depends_on:` of a native job file,
+# say) would be dropped without a word.
+_OBJECT_KEYS = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
+_IGNORED_TOP_LEVEL = (
+    "ignored: a Volcano Job has apiVersion, kind, metadata and spec (a native job file's "
+    "fields do not apply to it)"
+)
 
 
 def volcano_job(data: dict[Any, Any], source: str, defaults: JobDefaults) -> ParsedJob:
@@ -130,6 +139,9 @@ def volcano_job(data: dict[Any, Any], source: str, defaults: JobDefaults) -> Par
     spec = doc.spec
     p = Problems(source)
     w = Problems(source)
+    for key in data:
+        if key not in _OBJECT_KEYS:
+            w.add(str(key), _IGNORED_TOP_LEVEL)
 
     groups = [_group(t, i, p, w) for i, t in enumerate(spec.tasks)]
     for i, first in duplicates(g.name for g in groups):
@@ -245,11 +257,16 @@ def _container(t: TaskSpec, tp: str, p: Problems, w: Problems) -> ContainerSpec 
     c = pod.containers[0]
     cp = f"{tp}.template.spec.containers.0"
     sp = f"{tp}.template.spec"
+    annotations = (t.template.metadata.annotations if t.template.metadata else None) or {}
+    ap = f"{tp}.template.metadata.annotations"
     if c.image is None:
         if c.volume_mounts:
             w.add(f"{cp}.volumeMounts", _IGNORED_VOLUMES_HOST)
         if pod.volumes:
             w.add(f"{sp}.volumes", _IGNORED_VOLUMES_HOST)
+        for key in (EGRESS_ANNOTATION, INGRESS_ANNOTATION):
+            if key in annotations:
+                w.add(f"{ap}.{key}", _IGNORED_SHAPING_HOST)
         return None
     by_name = {v.name: (i, v) for i, v in enumerate(pod.volumes or ())}
     for i, v in enumerate(pod.volumes or ()):
@@ -268,9 +285,7 @@ def _container(t: TaskSpec, tp: str, p: Problems, w: Problems) -> ContainerSpec 
         if m.sub_path:
             w.add(f"{cp}.volumeMounts.{j}.subPath", "ignored: the whole hostPath is mounted")
         volumes.append(Volume(v.host_path.path, m.mount_path, m.read_only))
-    annotations = (t.template.metadata.annotations if t.template.metadata else None) or {}
     bandwidth: int | None = None
-    ap = f"{tp}.template.metadata.annotations"
     if EGRESS_ANNOTATION in annotations:
         try:
             bandwidth = to_bandwidth_bit_s(_k8s_rate(annotations[EGRESS_ANNOTATION]))
@@ -408,7 +423,8 @@ def _restart_policy(spec: JobSpec, w: Problems) -> RestartPolicy:
         return RestartPolicy.ON_FAILURE
     if stops:
         return RestartPolicy.NEVER
-    given = {t.template.spec.restart_policy for t in spec.tasks} - {None}
+    # A task that gives none counts as one of its own: `Never` on one task is not the job's.
+    given = {t.template.spec.restart_policy for t in spec.tasks}
     if given == {"Never"}:
         return RestartPolicy.NEVER
     if given == {"Always"}:
@@ -416,7 +432,8 @@ def _restart_policy(spec: JobSpec, w: Problems) -> RestartPolicy:
     if len(given) > 1:
         w.add(
             "spec.tasks",
-            "the tasks' restartPolicy differ; aisched restarts the whole job on failure",
+            "the tasks' restartPolicy differ (or some give none); aisched restarts the whole "
+            "job on failure",
         )
     return RestartPolicy.ON_FAILURE
 

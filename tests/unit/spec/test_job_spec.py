@@ -696,8 +696,24 @@ RESTART_MAP: list[tuple[str, dict[str, Any], RestartPolicy, tuple[str, ...]]] = 
         "pods differ",
         _policies([], [], ["Never", "Always"]),
         ON_FAILURE,
-        ("v.yaml: spec.tasks: the tasks' restartPolicy differ; aisched restarts the whole job "
-         "on failure",),
+        ("v.yaml: spec.tasks: the tasks' restartPolicy differ (or some give none); aisched "
+         "restarts the whole job on failure",),
+    ),
+    # A task that says nothing is not one that says Never (or Always): it was left out, and
+    # one task's Never (or Always) became the job's, without a word.
+    (
+        "one pod never restarts, the other says nothing",
+        _policies([], [], ["Never", None]),
+        ON_FAILURE,
+        ("v.yaml: spec.tasks: the tasks' restartPolicy differ (or some give none); aisched "
+         "restarts the whole job on failure",),
+    ),
+    (
+        "one pod always restarts, the other says nothing",
+        _policies([], [], [None, "Always"]),
+        ON_FAILURE,
+        ("v.yaml: spec.tasks: the tasks' restartPolicy differ (or some give none); aisched "
+         "restarts the whole job on failure",),
     ),
     (
         "PodFailed -> RestartJob beats pods that never restart",
@@ -1486,3 +1502,26 @@ def test_a_service_block_refuses_what_is_not_its_kind_of_value_by_name(
 ) -> None:
     """`target: true` was taken for 1, NaN was "over the limit", a path met a raw pattern."""
     assert _service_block(block) == [f"s.yaml: {problem}"]
+
+
+def test_volcano_shaping_without_an_image_and_keys_beside_the_object_are_warned_about() -> None:
+    """Both were dropped without a word: the bandwidth annotations of a task that runs on the
+    host (the native `bandwidth` is refused there), and a native field such as `depends_on`
+    written beside a Volcano Job's apiVersion, kind, metadata and spec."""
+    t = task(image=None)
+    t["template"]["metadata"] = {
+        "annotations": {
+            "kubernetes.io/egress-bandwidth": "10M",
+            "kubernetes.io/ingress-bandwidth": "10M",
+        }
+    }
+    got = parse_job_document({**vc(t), "depends_on": ["1"]}, "v.yaml")
+    ap = "spec.tasks.0.template.metadata.annotations"
+    shaping = "ignored: traffic is shaped in a container only; this task has no image"
+    assert got.warnings == (
+        "v.yaml: depends_on: ignored: a Volcano Job has apiVersion, kind, metadata and spec (a "
+        "native job file's fields do not apply to it)",
+        f"v.yaml: {ap}.kubernetes.io/egress-bandwidth: {shaping}",
+        f"v.yaml: {ap}.kubernetes.io/ingress-bandwidth: {shaping}",
+    )
+    assert got.job.depends_on == () and got.job.groups[0].container is None
