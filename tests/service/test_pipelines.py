@@ -108,7 +108,7 @@ def test_depending_on_an_earlier_job_by_id_and_on_one_that_already_failed(w: Wor
     assert w.state(later)["state"] == "cancelled"
     fut = w.sched.submit_all(((step("again", first), "native", ()),))
     w.sched.step()
-    with pytest.raises(Rejected, match=rf"job {first} \(first\) has already failed"):
+    with pytest.raises(Rejected, match=rf"job {first} \(first\) has already ended \(failed\)"):
         fut.result(0)
 
 
@@ -168,7 +168,7 @@ def test_a_job_ended_in_the_same_step_as_a_submission_naming_it_counts_as_ended(
     )
     w.sched.step()
     assert cancelled.result(0) == "cancelled"
-    with pytest.raises(Rejected, match=rf"job {second} \(second\) has already cancelled"):
+    with pytest.raises(Rejected, match=rf"job {second} \(second\) has already ended \(cancelled\)"):
         success.result(0)
     (after,) = anyway.result(0)
     assert w.state(str(after["id"]))["state"] == "running"
@@ -231,7 +231,7 @@ def test_ended_dependencies_are_cached_within_a_bound_and_read_again_past_it(
     assert w.state(after)["state"] == "running"
     fut = w.sched.submit_all(((step("again", heads[0]), "native", ()),))
     w.sched.step()
-    with pytest.raises(Rejected, match=rf"job {heads[0]} \(head0\) has already failed"):
+    with pytest.raises(Rejected, match=rf"job {heads[0]} \(head0\) has already ended \(failed\)"):
         fut.result(0)
 
 

@@ -110,7 +110,9 @@ def path_problems(jobs: Sequence[Job], source: str, as_user: str | None = None) 
             full = exe if exe.is_absolute() else (workdir or Path()) / exe
             where = f"{prefix}{_field(job, i, 'command')}.0"
             found = seen(full)
-            if found is None or not stat.S_ISREG(found.st_mode):
+            if found is not None and stat.S_ISDIR(found.st_mode):
+                out.append(f"{where}: a directory, not a program: {full}")
+            elif found is None or not stat.S_ISREG(found.st_mode):
                 out.append(f"{where}: no such file: {full}")
             elif not executable(full):
                 out.append(f"{where}: not executable: {full}")

@@ -118,7 +118,7 @@ class Pipelines:
                     and state != JobState.SUCCEEDED
                 ):
                     raise DependencyError(
-                        f"{where}: job {dep.job_id} ({name}) has already {state.value}; "
+                        f"{where}: job {dep.job_id} ({name}) has already ended ({state.value}); "
                         "it can never succeed (use condition: any to run after it regardless)"
                     )
                 deps.append(dep)

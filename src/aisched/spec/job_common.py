@@ -405,7 +405,14 @@ _BANDWIDTH_SCALE = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 
 
 def _image(v: str) -> str:
-    if (transport := image_transport(v)) is not None:
+    transport = image_transport(v)
+    if transport is not None and transport.lower() == "docker":
+        alone = v.split(":", 1)[1].lstrip("/")
+        raise ValueError(
+            f"{v!r}: leave out the transport (give {alone!r}): a reference alone is pulled "
+            "from a registry"
+        )
+    if transport is not None:
         raise ValueError(
             f"{v!r} names the image transport {transport!r}, which loads an image from a "
             "file, a directory or another store with the engine's rights: give a registry "

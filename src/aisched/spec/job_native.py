@@ -99,7 +99,7 @@ class ResourcesModel(_Spec):
     gpu_mem: MemMib | None = None  # per GPU (or for the share, with a fractional `gpus`)
     # RDMA devices of its node (InfiniBand / RoCE adapters), whole; cluster files give nodes
     # `rdma: N`.
-    rdma: Annotated[int, Field(ge=0, le=1024)] = 0
+    rdma: Annotated[StrictInt, Field(ge=0, le=1024)] = 0
 
 
 class GpuModelsModel(_Spec):

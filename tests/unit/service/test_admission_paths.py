@@ -90,6 +90,8 @@ CASES = [
     Case("a file through a link to nothing there", host(command="T/home/gone/secret.txt"),
          ["s: command.0: no such file: T/home/gone/secret.txt"]),
     Case("a file the user may execute", host(command="T/open/tool"), []),
+    Case("a directory as the program", host(command="T/open/data"),
+         ["s: command.0: a directory, not a program: T/open/data"]),
     Case("a volume through a link into a closed directory", in_image(volume="T/home/in"),
          ["s: volumes.0.host_path: no such file or directory: T/home/in"]),
     Case("a container's workdir the user may read", in_image("T/open/data"), []),

@@ -1335,7 +1335,7 @@ def test_a_registry_reference_is_an_image(image: str) -> None:
     "image",
     ["docker-archive:/home/u/evil.tar", "oci-archive:/root-only/img.tar", "dir:/srv/img",
      "dir:img", "containers-storage:busybox", "docker-daemon:busybox:latest", "oci:layout",
-     "docker://busybox", "sif:/x.sif", "ostree:img@/ostree/repo", "tarball:/x.tar",
+     "sif:/x.sif", "ostree:img@/ostree/repo", "tarball:/x.tar",
      "atomic:x/y:1", "openshift:x", "Docker-Archive:/x.tar"],
 )  # fmt: skip
 def test_an_image_transport_is_refused(image: str) -> None:
@@ -1346,6 +1346,18 @@ def test_an_image_transport_is_refused(image: str) -> None:
         "which loads an image from a file, a directory or another store with the engine's "
         "rights: give a registry reference such as python:3.11 or "
         "nvcr.io/nvidia/pytorch:24.01-py3"
+    ]
+
+
+@pytest.mark.parametrize("image", ["docker://busybox", "DOCKER:busybox:1"])
+def test_the_registry_transport_is_refused_naming_the_reference_alone(image: str) -> None:
+    """`docker://` pulls from a registry: it was told it loads from a file or a store."""
+    with pytest.raises(SpecError) as info:
+        parse_job_document({**CMD, "image": image}, "j.yaml")
+    alone = image.split(":", 1)[1].lstrip("/")
+    assert list(info.value.problems) == [
+        f"j.yaml: image: {image!r}: leave out the transport (give {alone!r}): a reference "
+        "alone is pulled from a registry"
     ]
 
 
