@@ -503,12 +503,28 @@ def test_a_submission_that_failed_for_the_store_is_sent_again_as_itself_with_its
 # --- start-up errors ----------------------------------------------------------------------
 
 
-def up(home: Path, port: int | None = None) -> subprocess.CompletedProcess[str]:
+def up(home: Path, port: int | None = None, *more: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "aisched", "up", "--data-dir", str(home), "--gpus", "1",
-         "--port", str(port or free_port())],
+         "--port", str(port or free_port()), *more],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
+
+
+def test_a_memory_limit_this_machine_lacks_is_one_line(tmp_path: Path) -> None:
+    """It was a MemoryControlError traceback with exit status 1."""
+    from aisched.executors.cgroups import MemoryControlError, choose_memory_control
+
+    for mechanism in ("cgroup-v2", "cgroup-v1"):
+        try:
+            choose_memory_control(mechanism)
+        except MemoryControlError as e:
+            why = str(e)
+            break
+    else:
+        pytest.skip("this machine has both cgroup-v2 and cgroup-v1 memory control")
+    got = one_line(up(tmp_path / "home", None, "--memory-limit", mechanism))
+    assert got == f"error: memory_limit: {why}"
 
 
 def one_line(got: subprocess.CompletedProcess[str]) -> str:

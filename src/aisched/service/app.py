@@ -301,6 +301,7 @@ def _lock(home: Path, *, shared: bool = False) -> IO[str]:
 
 
 def _local_executor(config: ServiceConfig, home: Path) -> tuple[Executor, list[str]]:
+    from aisched.executors.cgroups import MemoryControlError
     from aisched.executors.discovery import DiscoveryError, discover_node
     from aisched.executors.gpu_walls import GpuWallError
     from aisched.executors.gpu_watchdog import GpuMemoryWatchdog, OverAction
@@ -339,6 +340,8 @@ def _local_executor(config: ServiceConfig, home: Path) -> tuple[Executor, list[s
         )
     except (GpuWallError, InstanceTagError) as e:
         raise ServiceError(str(e)) from None
+    except MemoryControlError as e:  # a mechanism named that this machine does not have
+        raise ServiceError(f"memory_limit: {e}") from None
     notes += [n for n in (executor.gpu_note, executor.shm_note) if n is not None]
     if config.container_runtime == "none":
         return executor, [*notes, "container tasks: off (container_runtime: none)"]
