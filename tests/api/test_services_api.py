@@ -120,7 +120,11 @@ def test_bad_metrics_are_refused_naming_the_field(client: TestClient) -> None:
             "request: service.min_replicas: 4 is more than max_replicas 2",
         ),
         ({"target": 0}, "request: service.target: Input should be greater than 0"),
-        ({"min_replicas": 0}, "request: service.max_replicas: must be at least 1"),
+        # `min_replicas: 0` alone scales to zero (an unsaid maximum is at least 1).
+        (
+            {"max_replicas": 0},
+            "request: service.max_replicas: Input should be greater than or equal to 1",
+        ),
     ],
 )
 def test_bad_service_files_are_refused_and_nothing_is_created(
@@ -170,7 +174,18 @@ def test_the_autoscaler_takes_its_interval_and_metric_age_from_the_config(
     ("key", "value", "message"),
     [
         ("autoscaler_interval", "0s", "autoscaler_interval: must be a duration above 0"),
-        ("metric_max_age", "soon", "metric_max_age: duration: 'soon' is not a duration"),
+        ("metric_max_age", "soon", "metric_max_age: 'soon' is not a duration"),
+        # A timer that long overflowed time_t: the autoscaler's thread died of it, and SIGTERM's
+        # stop thread of a shutdown_grace as long.
+        (
+            "autoscaler_interval",
+            "100000000d",
+            "autoscaler_interval: '100000000d' is longer than 366 days",
+        ),
+        ("limits", {"shutdown_grace": "367d"}, "limits.shutdown_grace: '367d' is longer than 366"),
+        ("cycle_interval", True, "cycle_interval: expected a duration such as 30s or 5m"),
+        # Cycles back to back while a job waited: a core's quarter for nothing.
+        ("cycle_interval", 0, "cycle_interval: 0 is below 0.1s: cycles would run back to back"),
         # Past what the store holds: it stopped every step of the loop at its first job.
         ("priority_classes", {"huge": 10**23}, "priority_classes.huge: .* less than or equal"),
         ("limits", {"user_max_jobs": -1}, "limits.user_max_jobs: .* greater than or equal"),

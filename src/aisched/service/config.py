@@ -33,7 +33,7 @@ from aisched.spec.errors import SpecError, parse_yaml, read_text_file
 from aisched.spec.job import DEFAULT_PRIORITY_CLASSES, JobDefaults
 from aisched.spec.job_common import Priority
 from aisched.spec.policy import load_policy
-from aisched.spec.units import parse_bytes, parse_duration_s, parse_mem_mib
+from aisched.spec.units import UnitError, parse_bytes, parse_mem_mib, to_duration_s
 
 if TYPE_CHECKING:
     from aisched.service.leader import LeaseTimes
@@ -55,10 +55,24 @@ class _Model(BaseModel):
         return v
 
 
-def _duration(v: Any, what: str) -> float:
-    if isinstance(v, bool):
-        raise ValueError(f"{what}: expected a duration such as 30s or 5m")
-    return parse_duration_s(v, what)
+# The longest any duration of the configuration may be, as a job's: a timer much past it
+# overflows the platform's time_t (100000000000000d killed the autoscaler's thread).
+MAX_DURATION_S = 366 * 86400.0
+MIN_CYCLE_INTERVAL_S = 0.1
+
+
+def _duration(v: Any, what: str = "") -> float:
+    """The seconds of a duration key; a ValueError (after `what: ` when given) for a value
+    that is not a duration, or is longer than 366 days."""
+    try:
+        if isinstance(v, bool):
+            raise UnitError("expected a duration such as 30s or 5m")
+        seconds = to_duration_s(v)
+        if seconds > MAX_DURATION_S:
+            raise UnitError(f"{v!r} is longer than 366 days")
+    except UnitError as e:
+        raise ValueError(f"{what}: {e}" if what else str(e)) from None
+    return seconds
 
 
 class AmountModel(_Model):
@@ -148,7 +162,7 @@ class DefaultsModel(_Model):
     @field_validator("grace_period", "backoff")
     @classmethod
     def _dur(cls, v: Any) -> Any:
-        _duration(v, "duration")
+        _duration(v)
         return v
 
 
@@ -236,14 +250,14 @@ class LimitsModel(_Model):
     @field_validator("shutdown_grace", "store_busy_timeout", "store_statement_timeout")
     @classmethod
     def _positive(cls, v: Any) -> Any:
-        if _duration(v, "duration") <= 0:
+        if _duration(v) <= 0:
             raise ValueError("must be a duration above 0, such as 10s")
         return v
 
     @field_validator("keep_ended")
     @classmethod
     def _duration_or_zero(cls, v: Any) -> Any:
-        _duration(v, "duration")  # negative durations are refused there
+        _duration(v)  # negative durations are refused there
         return v
 
     def log_max_bytes(self) -> int:
@@ -397,7 +411,7 @@ class ServiceConfig(_Model):
     @field_validator("lease_ttl", "lease_renew", "lease_poll")
     @classmethod
     def _lease(cls, v: Any) -> Any:
-        if _duration(v, "duration") <= 0:
+        if _duration(v) <= 0:
             raise ValueError("must be a duration above 0, such as 2s")
         return v
 
@@ -410,8 +424,18 @@ class ServiceConfig(_Model):
             )
         return self
 
+    @field_validator("cycle_interval")
+    @classmethod
+    def _not_a_busy_loop(cls, v: Any) -> Any:
+        # While jobs wait, a cycle runs at least this often: 0 ran them back to back.
+        if _duration(v) < MIN_CYCLE_INTERVAL_S:
+            raise ValueError(
+                f"{v!r} is below {MIN_CYCLE_INTERVAL_S:g}s: cycles would run back to back "
+                "while jobs wait"
+            )
+        return v
+
     @field_validator(
-        "cycle_interval",
         "eta_interval",
         "max_backoff",
         "ray_start_timeout",
@@ -420,13 +444,13 @@ class ServiceConfig(_Model):
     )
     @classmethod
     def _dur(cls, v: Any) -> Any:
-        _duration(v, "duration")
+        _duration(v)
         return v
 
     @field_validator("autoscaler_interval", "metric_max_age")
     @classmethod
     def _positive(cls, v: Any) -> Any:
-        if _duration(v, "duration") <= 0:
+        if _duration(v) <= 0:
             raise ValueError("must be a duration above 0, such as 1s")
         return v
 
