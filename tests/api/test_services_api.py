@@ -184,6 +184,9 @@ def test_the_autoscaler_takes_its_interval_and_metric_age_from_the_config(
         ),
         ("limits", {"shutdown_grace": "367d"}, "limits.shutdown_grace: '367d' is longer than 366"),
         ("cycle_interval", True, "cycle_interval: expected a duration such as 30s or 5m"),
+        ("queues", [], "queues: no queue: no job could be submitted"),
+        ("port", True, "port: expected a number, got true \\(a boolean\\)"),  # it listened on 1
+        ("limits", {"log_max_files": True}, "limits.log_max_files: expected a number, got true"),
         # Cycles back to back while a job waited: a core's quarter for nothing.
         ("cycle_interval", 0, "cycle_interval: 0 is below 0.1s: cycles would run back to back"),
         # Past what the store holds: it stopped every step of the loop at its first job.

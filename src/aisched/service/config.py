@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -55,6 +56,16 @@ class _Model(BaseModel):
         return v
 
 
+def _no_boolean(v: Any) -> Any:
+    # pydantic reads true as 1: `port: true` listened on port 1.
+    if isinstance(v, bool):
+        raise ValueError(f"expected a number, got {str(v).lower()} (a boolean)")
+    return v
+
+
+Int = Annotated[int, BeforeValidator(_no_boolean)]
+Float = Annotated[float, BeforeValidator(_no_boolean)]
+
 # The longest any duration of the configuration may be, as a job's: a timer much past it
 # overflows the platform's time_t (100000000000000d killed the autoscaler's thread).
 MAX_DURATION_S = 366 * 86400.0
@@ -78,8 +89,8 @@ def _duration(v: Any, what: str = "") -> float:
 class AmountModel(_Model):
     """An amount of resources: `{gpus: 2, cpus: 8, mem: 64G}`."""
 
-    gpus: Annotated[float, Field(ge=0, le=100_000)] = 0
-    cpus: Annotated[float, Field(ge=0, le=10_000_000)] = 0
+    gpus: Annotated[Float, Field(ge=0, le=100_000)] = 0
+    cpus: Annotated[Float, Field(ge=0, le=10_000_000)] = 0
     mem: str | None = None
 
     def to_resources(self) -> Resources:
@@ -102,7 +113,7 @@ class AmountModel(_Model):
 class QueueModel(_Model):
     name: Name
     parent: Name | None = None
-    weight: Annotated[float, Field(gt=0, le=1_000_000)] = 1.0
+    weight: Annotated[Float, Field(gt=0, le=1_000_000)] = 1.0
     guarantee: AmountModel = AmountModel()
     limit: AmountModel | None = None
     borrowing: bool = True
@@ -130,10 +141,10 @@ class NodeModel(_Model):
     """Overrides of what discovery finds on this machine."""
 
     name: Name | None = None
-    gpus: Annotated[int, Field(ge=0, le=1024)] | None = None
+    gpus: Annotated[Int, Field(ge=0, le=1024)] | None = None
     gpu_model: Name | None = None
     gpu_mem: str | None = None
-    cpus: Annotated[float, Field(gt=0, le=100_000)] | None = None
+    cpus: Annotated[Float, Field(gt=0, le=100_000)] | None = None
     mem: str | None = None
     # Each GPU's device file, in index order, for the GPU walls (default: NVML's /dev/nvidiaN).
     gpu_device_files: Annotated[list[str], Field(max_length=1024)] | None = None
@@ -156,7 +167,7 @@ class NodeModel(_Model):
 
 class DefaultsModel(_Model):
     grace_period: Any = "30s"
-    max_retries: Annotated[int, Field(ge=0, le=1000)] = 3
+    max_retries: Annotated[Int, Field(ge=0, le=1000)] = 3
     backoff: Any = "10s"
 
     @field_validator("grace_period", "backoff")
@@ -172,14 +183,14 @@ class LimitsModel(_Model):
     # Each task's log: rotated past this size, at most this many files kept (the current one
     # included), as kubelet's containerLogMaxSize / containerLogMaxFiles.
     log_max_size: str = "10M"
-    log_max_files: Annotated[int, Field(ge=1, le=100)] = 3
+    log_max_files: Annotated[Int, Field(ge=1, le=100)] = 3
     # Below this much free space on the data or log directory's filesystem, new submissions
     # are refused (507) and readiness reports disk pressure.
     disk_min_free: str | int = "256M"  # 0: not watched
     # And below this many free inodes (where the filesystem counts them): many small files
     # can use them all up with bytes to spare, and then no file can be made (a launch makes a
     # few per task). 0: not watched.
-    disk_min_free_inodes: Annotated[int, Field(ge=0)] = 10_000
+    disk_min_free_inodes: Annotated[Int, Field(ge=0)] = 10_000
     # SIGTERM: how long the service may take to stop before it exits anyway.
     shutdown_grace: Any = "10s"
     # How long a write may wait for a database locked by another process before the step
@@ -192,7 +203,7 @@ class LimitsModel(_Model):
     # The most jobs one user may have not yet ended (waiting or running; a service counts as
     # itself and every replica it may scale to): past it a submission is refused with 429, so
     # one user cannot fill the queue, the store and every cycle for the others. 0: no limit.
-    user_max_jobs: Annotated[int, Field(ge=0)] = 10_000
+    user_max_jobs: Annotated[Int, Field(ge=0)] = 10_000
     # And the most their job documents may take in the store together (as stored; a service
     # counts once for itself and each replica it may scale to): past it, 429. Without it one
     # user's 10,000 jobs of 1 MiB each would put 10 GB in the database. 0: no limit.
@@ -218,14 +229,14 @@ class LimitsModel(_Model):
     # token): a token bucket of `request_burst` refilled at `request_rate` a second; past it,
     # 429 with Retry-After. Submissions and bulk cancels also take from the smaller `submit_`
     # budget. Admins are not limited; healthz and readyz never. A rate of 0: no limit.
-    request_rate: Annotated[float, Field(ge=0)] = 20.0
-    request_burst: Annotated[int, Field(ge=1)] = 200
-    submit_rate: Annotated[float, Field(ge=0)] = 5.0
-    submit_burst: Annotated[int, Field(ge=1)] = 100
+    request_rate: Annotated[Float, Field(ge=0)] = 20.0
+    request_burst: Annotated[Int, Field(ge=1)] = 200
+    submit_rate: Annotated[Float, Field(ge=0)] = 5.0
+    submit_burst: Annotated[Int, Field(ge=1)] = 100
     # Connections one peer (a local user on the socket, an address on TCP) may hold open at
     # once; one more is answered 429 and closed, so that nobody can take every connection the
     # server has from the others. Admins are not bound.
-    connections_per_peer: Annotated[int, Field(ge=1, le=4096)] = 128
+    connections_per_peer: Annotated[Int, Field(ge=1, le=4096)] = 128
 
     @field_validator(
         "log_max_size",
@@ -308,7 +319,7 @@ class LimitsModel(_Model):
 
 class ServiceConfig(_Model):
     host: str = "127.0.0.1"
-    port: Annotated[int, Field(ge=0, le=65535)] = DEFAULT_PORT
+    port: Annotated[Int, Field(ge=0, le=65535)] = DEFAULT_PORT
     data_dir: str | None = None
     database: str | None = None
     policy: str | dict[str, Any] = "default"
@@ -329,13 +340,13 @@ class ServiceConfig(_Model):
     # When an image is fetched: missing (pulled if not present), never, always.
     image_pull: Literal["missing", "never", "always"] = "missing"
     # Processes (and threads) one container may hold.
-    container_pids_limit: Annotated[int, Field(ge=16, le=4_194_304)] = 4096
+    container_pids_limit: Annotated[Int, Field(ge=16, le=4_194_304)] = 4096
     # Processes (and threads) one host task may hold (its pids cgroup), so that no task can
     # take every PID of the machine.
-    task_pids_limit: Annotated[int, Field(ge=16, le=4_194_304)] = 4096
+    task_pids_limit: Annotated[Int, Field(ge=16, le=4_194_304)] = 4096
     # Processes (and threads) all host tasks of one user may hold together (where cgroup v1
     # has a pids hierarchy), so that one user's many tasks cannot take the others' PIDs.
-    user_pids_limit: Annotated[int, Field(ge=16, le=4_194_304)] = 16384
+    user_pids_limit: Annotated[Int, Field(ge=16, le=4_194_304)] = 16384
     # A task above the GPU memory it declared (gpu_mem): report it in the log, or stop it.
     # Needs NVML (nvidia-ml-py and a driver); without it the watchdog is off and says why.
     gpu_memory_over: Literal["report", "stop"] = "report"
@@ -423,6 +434,15 @@ class ServiceConfig(_Model):
                 "between two renewals)"
             )
         return self
+
+    @field_validator("queues")
+    @classmethod
+    def _some_queue(cls, v: list[QueueModel]) -> list[QueueModel]:
+        if not v:  # every submission would be refused, for ever
+            raise ValueError(
+                "no queue: no job could be submitted; leave it out for one named default"
+            )
+        return v
 
     @field_validator("cycle_interval")
     @classmethod
