@@ -511,6 +511,23 @@ def up(home: Path, port: int | None = None, *more: str) -> subprocess.CompletedP
     )  # fmt: skip
 
 
+def test_a_bad_flag_is_named_by_the_flag_not_by_the_config_file(tmp_path: Path) -> None:
+    """`--port 70000` beside a config file that has no port was `CONFIG: port: ...`, and
+    without one `defaults: port: ...`."""
+    config = tmp_path / "config.yaml"
+    config.write_text("cycle_interval: 1s\n")
+    assert one_line(up(tmp_path / "a", 70000, "--config", str(config))) == (
+        "error: --port: Input should be less than or equal to 65535"
+    )
+    assert one_line(up(tmp_path / "b", None, "--gpus", "-1")) == (
+        "error: --gpus: Input should be greater than or equal to 0"
+    )
+    config.write_text("cycle_interval: 0\n")  # the file's own mistake is still the file's
+    assert one_line(up(tmp_path / "c", None, "--config", str(config))).startswith(
+        f"error: {config}: cycle_interval: 0 is below 0.1s"
+    )
+
+
 def test_a_memory_limit_this_machine_lacks_is_one_line(tmp_path: Path) -> None:
     """It was a MemoryControlError traceback with exit status 1."""
     from aisched.executors.cgroups import MemoryControlError, choose_memory_control

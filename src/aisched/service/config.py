@@ -30,7 +30,7 @@ from aisched.model.queue import DEFAULT_QUEUE, Queue, QueueTree
 from aisched.model.resources import Resources
 from aisched.service.defaults import DEFAULT_PORT, default_home, default_socket
 from aisched.service.ratelimit import Budget
-from aisched.spec.errors import SpecError, parse_yaml, read_text_file
+from aisched.spec.errors import SpecError, parse_yaml, read_text_file, validation_problems
 from aisched.spec.job import DEFAULT_PRIORITY_CLASSES, JobDefaults
 from aisched.spec.job_common import Priority
 from aisched.spec.policy import load_policy
@@ -589,22 +589,47 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
         if not isinstance(parsed, dict):
             raise SpecError(f"{source}: a config file must be a mapping")
         data = parsed
+    flags: dict[tuple[str, ...], str] = {}  # where a flag's value went: the flag
     for key, value in (overrides or {}).items():
         if value is None:
             continue
         if key == "node":
             node = dict(data.get("node") or {})
-            node.update({k: v for k, v in value.items() if v is not None})
+            given = {k: v for k, v in value.items() if v is not None}
+            node.update(given)
             data["node"] = node
+            flags.update({("node", k): _flag(k) for k in given})
         else:
             data[key] = value
+            flags[(key,)] = _flag(key)
     try:
         cfg = ServiceConfig.model_validate(data)
     except ValidationError as e:
-        raise SpecError.from_validation_error(e, source) from None
+        raise SpecError(_blamed(e, source, flags)) from None
     cfg.queue_tree(source)
     cfg.build_policy(source, from_flag=(overrides or {}).get("policy") is not None)
     return cfg
+
+
+def _flag(key: str) -> str:
+    """The flag of `aisched up` that sets `key` (`data_dir`: `--data-dir`)."""
+    return "--" + key.replace("_", "-")
+
+
+def _blamed(err: ValidationError, source: str, flags: dict[tuple[str, ...], str]) -> list[str]:
+    """The problems of `err` as `validation_problems` says them, except that a value a flag
+    gave is named by the flag (`--port: ...`), not by a file that never held it."""
+    out = []
+    for e, line in zip(
+        err.errors(include_url=False), validation_problems(err, source), strict=True
+    ):
+        loc = tuple(str(part) for part in e["loc"])
+        flag = next((f for at, f in flags.items() if loc[: len(at)] == at), None)
+        if flag is None:
+            out.append(line)
+        else:  # `SOURCE: node.gpus: MESSAGE` -> `--gpus: MESSAGE`
+            out.append(f"{flag}: {line.removeprefix(f'{source}: ' + '.'.join(loc) + ': ')}")
+    return out
 
 
 def _share(value: str | int) -> float | None:
