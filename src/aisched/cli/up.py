@@ -143,7 +143,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         },
     }
     try:
-        config = load_config(args.config, overrides)
+        config = load_config(args.config, overrides, flags=True)
     except SpecError as e:
         raise CLIError(str(e)) from None
     tls = _tls_options(config.tls_cert, config.tls_key)

@@ -576,9 +576,12 @@ class ServiceConfig(_Model):
         return _duration(self.metric_max_age, "metric_max_age")
 
 
-def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> ServiceConfig:
+def load_config(
+    path: str | Path | None, overrides: dict[str, Any] | None = None, *, flags: bool = False
+) -> ServiceConfig:
     """The embedded defaults, updated by the file at `path` (if any), then by `overrides`
-    (flags; None values are ignored; `node` overrides merge key by key)."""
+    (None values are ignored; `node` overrides merge key by key). `flags`: the overrides are
+    `aisched up`'s flags, and a problem with one is named by its flag."""
     data: dict[str, Any] = {}
     source = "defaults"
     if path is not None:
@@ -589,7 +592,7 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
         if not isinstance(parsed, dict):
             raise SpecError(f"{source}: a config file must be a mapping")
         data = parsed
-    flags: dict[tuple[str, ...], str] = {}  # where a flag's value went: the flag
+    named: dict[tuple[str, ...], str] = {}  # where a flag's value went: the flag
     for key, value in (overrides or {}).items():
         if value is None:
             continue
@@ -598,14 +601,14 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
             given = {k: v for k, v in value.items() if v is not None}
             node.update(given)
             data["node"] = node
-            flags.update({("node", k): _flag(k) for k in given})
+            named.update({("node", k): _flag(k) for k in given})
         else:
             data[key] = value
-            flags[(key,)] = _flag(key)
+            named[(key,)] = _flag(key)
     try:
         cfg = ServiceConfig.model_validate(data)
     except ValidationError as e:
-        raise SpecError(_blamed(e, source, flags)) from None
+        raise SpecError(_blamed(e, source, named if flags else {})) from None
     cfg.queue_tree(source)
     cfg.build_policy(source, from_flag=(overrides or {}).get("policy") is not None)
     return cfg
