@@ -372,6 +372,18 @@ def test_nodes_queues_metrics_and_openapi(service: Service) -> None:
     service.wait_state(jid, "succeeded")
 
 
+def test_logs_of_a_task_or_an_attempt_that_is_not_there_say_so(service: Service) -> None:
+    """`--task nosuch` printed nothing and exited 0; `--attempt 0` printed the latest."""
+    jid = service.run("--", "echo", "hi")
+    service.wait_state(jid, "succeeded")
+    assert service.cli("logs", jid, "--task", "main-0").stdout == "hi\n"
+    wrong = service.cli("logs", jid, "--task", "nosuch", check=False)
+    assert (wrong.returncode, wrong.stdout) == (2, "")  # as for "no job 999"
+    assert wrong.stderr == f"error: job {jid} has no task 'nosuch' (its tasks: main-0)\n"
+    zero = service.cli("logs", jid, "--attempt", "0", check=False)
+    assert (zero.returncode, zero.stderr) == (2, "error: --attempt: attempts count from 1\n")
+
+
 def test_logs_follow_streams_until_the_job_ends(service: Service) -> None:
     script = "import time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.2)\n"
     write(service, "count.py", script)

@@ -581,7 +581,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
     params: dict[str, Any] = {}
     if args.task:
         params["task"] = args.task
-    if args.attempt:
+    if args.attempt is not None:
+        if args.attempt < 1:  # 0 used to read as "the latest"
+            raise CLIError("--attempt: attempts count from 1")
         params["attempt"] = args.attempt
     if args.follow:
         params["follow"] = "true"

@@ -54,8 +54,12 @@ def logs_router(svc: Service) -> APIRouter:
         if attempt is not None and attempt > row["attempt"]:
             return problem(404, f"job {job_id} has had {row['attempt']} attempt(s), not {attempt}")
         if not follow:
-            paths = _log_paths(svc, job_id, attempt or row["attempt"], task)
-            return StreamingResponse(_read_logs(paths), media_type="text/plain; charset=utf-8")
+            paths = _log_paths(svc, job_id, attempt or row["attempt"], None)
+            named = [(name, path) for name, path in paths if task is None or name == task]
+            if paths and not named:  # a misspelt task read as an empty log, without a word
+                tasks = ", ".join(name for name, _ in paths[:20])
+                return problem(404, f"job {job_id} has no task {task!r} (its tasks: {tasks})")
+            return StreamingResponse(_read_logs(named), media_type="text/plain; charset=utf-8")
         return StreamingResponse(
             _follow_logs(svc, job_id, task, attempt), media_type="text/plain; charset=utf-8"
         )
