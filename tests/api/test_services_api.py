@@ -185,6 +185,10 @@ def test_the_autoscaler_takes_its_interval_and_metric_age_from_the_config(
         ("limits", {"shutdown_grace": "367d"}, "limits.shutdown_grace: '367d' is longer than 366"),
         ("cycle_interval", True, "cycle_interval: expected a duration such as 30s or 5m"),
         ("queues", [], "queues: no queue: no job could be submitted"),
+        # '0' turned the log cap off and was 1 MiB of /dev/shm; 1K was taken as 4K.
+        ("limits", {"log_max_size": "0"}, "limits.log_max_size: '0' is below 4K"),
+        ("limits", {"log_max_size": "1K"}, "limits.log_max_size: '1K' is below 4K"),
+        ("limits", {"shm_max_size": "0"}, "limits.shm_max_size: '0' is below 1M"),
         ("port", True, "port: expected a number, got true \\(a boolean\\)"),  # it listened on 1
         ("limits", {"log_max_files": True}, "limits.log_max_files: expected a number, got true"),
         # Cycles back to back while a job waited: a core's quarter for nothing.

@@ -70,6 +70,7 @@ Float = Annotated[float, BeforeValidator(_no_boolean)]
 # overflows the platform's time_t (100000000000000d killed the autoscaler's thread).
 MAX_DURATION_S = 366 * 86400.0
 MIN_CYCLE_INTERVAL_S = 0.1
+MIN_LOG_BYTES = 4096  # a task's log file, before it rotates (`task_log.CappedLog`)
 
 
 def _duration(v: Any, what: str = "") -> float:
@@ -182,7 +183,7 @@ class LimitsModel(_Model):
 
     # Each task's log: rotated past this size, at most this many files kept (the current one
     # included), as kubelet's containerLogMaxSize / containerLogMaxFiles.
-    log_max_size: str = "10M"
+    log_max_size: str | int = "10M"
     log_max_files: Annotated[Int, Field(ge=1, le=100)] = 3
     # Below this much free space on the data or log directory's filesystem, new submissions
     # are refused (507) and readiness reports disk pressure.
@@ -224,7 +225,7 @@ class LimitsModel(_Model):
     user_max_running_log_bytes: str | int = "25%"
     # A job's private /dev/shm on a node (host tasks run as a user by a root service) holds
     # at most the memory its tasks there asked for, and at most this (None: no other cap).
-    shm_max_size: str | None = None
+    shm_max_size: str | int | None = None
     # Requests per caller (a user on the socket or by token; an address without a valid
     # token): a token bucket of `request_burst` refilled at `request_rate` a second; past it,
     # 429 with Retry-After. Submissions and bulk cancels also take from the smaller `submit_`
@@ -238,10 +239,23 @@ class LimitsModel(_Model):
     # server has from the others. Admins are not bound.
     connections_per_peer: Annotated[Int, Field(ge=1, le=4096)] = 128
 
+    @field_validator("log_max_size")
+    @classmethod
+    def _log_size(cls, v: str | int) -> str | int:
+        # '0' turned the cap off, and 1K was taken as 4K without a word.
+        if parse_bytes(v, "size") < MIN_LOG_BYTES:
+            raise ValueError(f"{v!r} is below 4K, the least a log file holds before it rotates")
+        return v
+
+    @field_validator("shm_max_size")
+    @classmethod
+    def _shm_size(cls, v: str | int | None) -> str | int | None:
+        if v is not None and parse_mem_mib(v, "size") < 1:  # '0' was 1 MiB
+            raise ValueError(f"{v!r} is below 1M (null: no cap)")
+        return v
+
     @field_validator(
-        "log_max_size",
         "disk_min_free",
-        "shm_max_size",
         "user_max_job_bytes",
         "user_max_ended_bytes",
     )
