@@ -189,6 +189,9 @@ def test_the_autoscaler_takes_its_interval_and_metric_age_from_the_config(
         ("limits", {"log_max_size": "0"}, "limits.log_max_size: '0' is below 4K"),
         ("limits", {"log_max_size": "1K"}, "limits.log_max_size: '1K' is below 4K"),
         ("limits", {"shm_max_size": "0"}, "limits.shm_max_size: '0' is below 1M"),
+        # Refused later by discovery as `mem_mib: ...` and `cpus: ...`, without file or key.
+        ("node", {"mem": "0"}, "node.mem: '0' is below 1M"),
+        ("node", {"cpus": 0.0001}, "node.cpus: Input should be greater than or equal to 0.001"),
         ("port", True, "port: expected a number, got true \\(a boolean\\)"),  # it listened on 1
         ("limits", {"log_max_files": True}, "limits.log_max_files: expected a number, got true"),
         # Cycles back to back while a job waited: a core's quarter for nothing.

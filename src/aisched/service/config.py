@@ -145,7 +145,7 @@ class NodeModel(_Model):
     gpus: Annotated[Int, Field(ge=0, le=1024)] | None = None
     gpu_model: Name | None = None
     gpu_mem: str | None = None
-    cpus: Annotated[Float, Field(gt=0, le=100_000)] | None = None
+    cpus: Annotated[Float, Field(ge=0.001, le=100_000)] | None = None
     mem: str | None = None
     # Each GPU's device file, in index order, for the GPU walls (default: NVML's /dev/nvidiaN).
     gpu_device_files: Annotated[list[str], Field(max_length=1024)] | None = None
@@ -158,11 +158,19 @@ class NodeModel(_Model):
                 raise ValueError(f"[{i}]: {path!r} is not an absolute path")
         return v
 
-    @field_validator("gpu_mem", "mem")
+    @field_validator("gpu_mem")
     @classmethod
-    def _mem(cls, v: str | None) -> str | None:
+    def _gpu_mem(cls, v: str | None) -> str | None:
         if v is not None:
             parse_mem_mib(v, "mem")
+        return v
+
+    @field_validator("mem")
+    @classmethod
+    def _mem(cls, v: str | None) -> str | None:
+        # Below 1M it was refused later, by discovery, as `mem_mib`, naming neither file nor key.
+        if v is not None and parse_mem_mib(v, "mem") < 1:
+            raise ValueError(f"{v!r} is below 1M")
         return v
 
 
