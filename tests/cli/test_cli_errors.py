@@ -200,7 +200,7 @@ def test_a_host_no_socket_can_take_is_one_error_line(
         capsys, "up", "--host", host, "--insecure", "--port", "0", "--data-dir", str(tmp_path)
     )
     assert (status, len(err), out) == (2, 1, "")
-    assert err[0].startswith(f"error: defaults: host: '{host}' is not a host name or address (")
+    assert err[0].startswith(f"error: --host: '{host}' is not a host name or address (")
     config = tmp_path / "config.yaml"
     config.write_text(f"host: {host}\ninsecure: true\nport: 0\n")
     status, err, out = run(capsys, "up", "--config", str(config), "--data-dir", str(tmp_path))
