@@ -199,7 +199,7 @@ def test_the_autoscaler_takes_its_interval_and_metric_age_from_the_config(
         # Past what the store holds: it stopped every step of the loop at its first job.
         ("priority_classes", {"huge": 10**23}, "priority_classes.huge: .* less than or equal"),
         ("limits", {"user_max_jobs": -1}, "limits.user_max_jobs: .* greater than or equal"),
-        ("limits", {"keep_ended": "-1d"}, "limits.keep_ended: .*'-1d' is not a duration"),
+        ("limits", {"keep_ended": "-1d"}, "limits.keep_ended: '-1d' is negative"),
         ("data_dir", "/tmp/x\x00y", "data_dir: holds a NUL byte"),  # a traceback from mkdir
     ],
 )

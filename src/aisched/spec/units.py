@@ -132,6 +132,14 @@ _DURATION_SCALE = {
 _BARE_NUMBER = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*$")
 
 
+def _is_duration(text: str) -> bool:
+    try:
+        to_duration_s(text)
+    except UnitError:
+        return False
+    return True
+
+
 def to_duration_s(value: Any) -> float:
     """A duration in seconds: `90`, `90s`, `30m`, `2h`, `1d`, `1h30m`, `1.5h`, `250ms`.
 
@@ -157,6 +165,8 @@ def to_duration_s(value: Any) -> float:
         total += Decimal(m.group(1)) * _DURATION_SCALE[m.group(2)]
         pos = m.end()
     if not text or pos != len(text):
+        if text.startswith("-") and _is_duration(text[1:]):
+            raise UnitError(f"{value!r} is negative")  # `-5s`: a duration, but below zero
         raise UnitError(
             f"{value!r} is not a duration: give seconds or a number with a unit "
             "(ms, s, m, h, d), e.g. 90s, 30m, 2h or 1h30m"

@@ -114,7 +114,9 @@ _NOT_A_DURATION = (
     [
         ("1h30", f"'1h30' {_NOT_A_DURATION}"),
         ("2H", f"'2H' {_NOT_A_DURATION}"),
-        ("-5s", f"'-5s' {_NOT_A_DURATION}"),
+        ("-5s", "'-5s' is negative"),  # it was "is not a duration"
+        ("-1h30m", "'-1h30m' is negative"),
+        ("--5s", f"'--5s' {_NOT_A_DURATION}"),
         ("", f"'' {_NOT_A_DURATION}"),
         ("1w", f"'1w' {_NOT_A_DURATION}"),
         (-1, "-1 is negative"),
