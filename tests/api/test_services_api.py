@@ -185,6 +185,14 @@ def test_the_autoscaler_takes_its_interval_and_metric_age_from_the_config(
         ("limits", {"shutdown_grace": "367d"}, "limits.shutdown_grace: '367d' is longer than 366"),
         ("cycle_interval", True, "cycle_interval: expected a duration such as 30s or 5m"),
         ("queues", [], "queues: no queue: no job could be submitted"),
+        ("limits", 5, "limits: Input should be a mapping \\(key: value pairs\\)$"),
+        ("node", "x", "node: Input should be a mapping"),  # a traceback (dict("x"))
+        (
+            "policy",
+            5,
+            "policy: expected a preset's name, a policy file or a policy mapping, got "
+            "5 \\(an integer\\)$",
+        ),
         # '0' turned the log cap off and was 1 MiB of /dev/shm; 1K was taken as 4K.
         ("limits", {"log_max_size": "0"}, "limits.log_max_size: '0' is below 4K"),
         ("limits", {"log_max_size": "1K"}, "limits.log_max_size: '1K' is below 4K"),

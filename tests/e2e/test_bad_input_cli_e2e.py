@@ -84,6 +84,9 @@ def _up(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         ("limits: {request_rate: x}\n", None, "limits.request_rate: "),
         ("queues: [{name: a, weight: .nan}]\n", None, "queues.0.weight: "),
         ("cycle_interval: 12Q\n", None, "cycle_interval: "),
+        # dict("x") merging the node flags in: a ValueError traceback.
+        ("node: x\n", None, "config.yaml: node: Input should be a mapping (key: value pairs)"),
+        ("limits: 5\n", None, "config.yaml: limits: Input should be a mapping (key: value pairs)"),
         # Path.exists raised OSError on a name too long for a file.
         (f"policy: {'x' * 300}\n", None, "config.yaml: policy: unknown policy 'xxx"),
         # Taken, then every step of the loop failed ("no such table: jobs").

@@ -32,7 +32,7 @@ from aisched.service.defaults import DEFAULT_PORT, default_home, default_socket
 from aisched.service.ratelimit import Budget
 from aisched.spec.errors import SpecError, parse_yaml, read_text_file, validation_problems
 from aisched.spec.job import DEFAULT_PRIORITY_CLASSES, JobDefaults
-from aisched.spec.job_common import Priority
+from aisched.spec.job_common import Priority, describe
 from aisched.spec.policy import load_policy
 from aisched.spec.units import UnitError, parse_bytes, parse_mem_mib, to_duration_s
 
@@ -457,6 +457,16 @@ class ServiceConfig(_Model):
             )
         return self
 
+    @field_validator("policy", mode="before")
+    @classmethod
+    def _policy_kind(cls, v: Any) -> Any:
+        # One line, not pydantic's two about `policy.str` and `policy.dict[str,any]`.
+        if not isinstance(v, str | dict):
+            raise ValueError(
+                f"expected a preset's name, a policy file or a policy mapping, got {describe(v)}"
+            )
+        return v
+
     @field_validator("queues")
     @classmethod
     def _some_queue(cls, v: list[QueueModel]) -> list[QueueModel]:
@@ -618,12 +628,14 @@ def load_config(
     for key, value in (overrides or {}).items():
         if value is None:
             continue
-        if key == "node":
-            node = dict(data.get("node") or {})
+        if key == "node" and isinstance(value, dict):
             given = {k: v for k, v in value.items() if v is not None}
-            node.update(given)
-            data["node"] = node
-            named.update({("node", k): _flag(k) for k in given})
+            in_file = data.get("node")
+            if given and (in_file is None or isinstance(in_file, dict)):
+                data["node"] = {**(in_file or {}), **given}
+                named.update({("node", k): _flag(k) for k in given})
+            # (A file's `node: x` is no mapping, and is refused as one below: `dict("x")`
+            # was a traceback.)
         else:
             data[key] = value
             named[(key,)] = _flag(key)

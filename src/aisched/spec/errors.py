@@ -40,6 +40,9 @@ def validation_problems(err: ValidationError, source: str) -> list[str]:
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
+        elif e["type"] in ("model_type", "model_attributes_type", "dict_type"):
+            # Not "... or instance of LimitsModel": the reader writes YAML, not Python.
+            msg = "Input should be a mapping (key: value pairs)"
         elif e["type"] == "value_error":
             # Our own validators raise ValueError; pydantic's "Value error, " prefix is noise.
             msg = msg.removeprefix("Value error, ")
