@@ -123,7 +123,14 @@ def not_aisched() -> Iterator[str]:
 
     class Page(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            if self.path.startswith("/v1/jobs?"):
+            if self.path == "/v1/nodes":
+                body = b"<html>not found</html>\n"
+                self.send_response(404)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            elif self.path.startswith("/v1/jobs?"):
                 body = b"<html>hello</html>\n"
                 self.send_response(200)
                 self.send_header("Content-Type", "text/html")
@@ -152,9 +159,15 @@ def test_a_server_that_is_no_aisched_is_one_line_not_a_traceback(
 ) -> None:
     monkeypatch.delenv("AISCHED_TOKEN", raising=False)
     status, err, _ = run(capsys, "--server", not_aisched, "jobs")
-    assert (status, err) == (1, [f"error: {not_aisched} answered 200 without JSON: it does not "
-                                 "look like an aisched service (--server or AISCHED_SERVER "
-                                 "choose another)"])  # fmt: skip
+    assert (status, err) == (1, [f"error: {not_aisched} answered GET /v1/jobs with 200 without "
+                                 "JSON: it does not look like an aisched service (--server or "
+                                 "AISCHED_SERVER choose another)"])  # fmt: skip
+    # A 404 page: it was exit status 2 (as a refusal of aisched's) and named only the host.
+    status, err, _ = run(capsys, "--server", not_aisched, "nodes")
+    assert (status, err) == (1, [f"error: {not_aisched} answered GET /v1/nodes with 404 without "
+                                 "JSON ('<html>not found</html>'): it does not look like an "
+                                 "aisched service (--server or AISCHED_SERVER choose "
+                                 "another)"])  # fmt: skip
     status, err, _ = run(capsys, "--server", not_aisched, "show", "3")
     assert (status, err) == (1, [f"error: {not_aisched} answered 307 (a redirect to /elsewhere): "
                                  "it does not look like an aisched service (--server or "

@@ -170,8 +170,9 @@ class Client:
             body = r.json()
         except ValueError:
             raise CLIError(
-                f"{self.url} answered {r.status_code} without JSON: it does not look like an "
-                "aisched service (--server or AISCHED_SERVER choose another)",
+                f"{self.url} answered {r.request.method} {r.request.url.path} with "
+                f"{r.status_code} without JSON: it does not look like an aisched service "
+                "(--server or AISCHED_SERVER choose another)",
                 EXIT_FAILURE,
             ) from None
         answered(self.url, r.request.method, r.request.url.path)
@@ -196,7 +197,7 @@ class Client:
                 EXIT_FAILURE,
             ) from None
         if r.status_code >= 400:
-            raise CLIError(_problem_text(r), EXIT_FAILURE if r.status_code >= 500 else 2)
+            raise _refused(r, self.url)
         if r.is_redirect:  # aisched redirects nothing it is asked by its own commands
             raise CLIError(
                 f"{self.url} answered {r.status_code} (a redirect to "
@@ -241,9 +242,7 @@ class Client:
                     continue
                 if r.status_code != 503 or last:
                     if r.status_code >= 400:
-                        raise CLIError(
-                            _problem_text(r), EXIT_FAILURE if r.status_code >= 500 else 2
-                        )
+                        raise _refused(r, self.url)
                     return self._json(r)
             time.sleep(min(2.0**attempt, 8.0))
         raise AssertionError("unreachable")  # pragma: no cover
@@ -258,7 +257,7 @@ class Client:
                         if wait is not None:
                             time.sleep(wait)
                             continue
-                        raise CLIError(_problem_text(r))
+                        raise _refused(r, self.url)
                     yield from r.iter_text()
                     return
         except httpx.TransportError as e:
@@ -316,20 +315,28 @@ def _leader_named(r: httpx.Response) -> str | None:
     return None
 
 
-def _problem_text(r: httpx.Response) -> str:
+def _refused(r: httpx.Response, server: str) -> CLIError:
+    """The CLIError for an answer of 400 or more: the service's problem text, exit status 2 (or
+    1 for a 5xx); an answer without JSON is no aisched service's: status 1, naming `server`,
+    the endpoint and the answer's first line."""
     try:
         body = r.json()
     except ValueError:
         first = (r.text.strip().splitlines() or [""])[0][:200]
-        return (
-            f"{r.request.url.host or 'the server'} answered {r.status_code} without JSON "
-            f"({first!r}): it does not look like an aisched service (--server or "
-            "AISCHED_SERVER choose another)"
+        return CLIError(
+            f"{server} answered {r.request.method} {r.request.url.path} with {r.status_code} "
+            f"without JSON ({first!r}): it does not look like an aisched service (--server or "
+            "AISCHED_SERVER choose another)",
+            EXIT_FAILURE,
         )
+    return CLIError(_problem_text(body, r.status_code), EXIT_FAILURE if r.status_code >= 500 else 2)
+
+
+def _problem_text(body: Any, status: int) -> str:
     if isinstance(body, dict) and "error" in body:
         lines = [str(body["error"])]
         problems = body.get("problems")
         if isinstance(problems, list):  # else not aisched's: its error alone
             lines.extend(str(p) for p in problems)
         return "\n".join(lines)
-    return f"the service answered {r.status_code}: {body}"
+    return f"the service answered {status}: {body}"
