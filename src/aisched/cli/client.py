@@ -119,6 +119,8 @@ class Client:
 
     def _connect(self, url: str) -> None:
         self.url = url
+        if url == UNIX:
+            raise CLIError(f"--server {url}: give the socket's path after unix:")
         if url.startswith(UNIX):
             # The host is a placeholder: the transport goes to the socket.
             transport = httpx.HTTPTransport(uds=url[len(UNIX) :])

@@ -19,10 +19,12 @@ from rich.table import Table
 from rich.text import Text
 
 from aisched.cli.client import Client, add_server_option
+from aisched.cli.errors import CLIError
 from aisched.cli.eta import eta_words
 from aisched.cli.printable import plain
 
 GPU_STYLE = {"free": "green", "used": "bold blue", "shared": "bold yellow"}
+MIN_INTERVAL_S = 0.2  # each frame is a request: faster spends the caller's rate limit for nothing
 
 
 def register(sub: Any) -> None:
@@ -47,7 +49,9 @@ def cmd_top(args: argparse.Namespace) -> int:
     if args.once:
         console.print(frame(client.request("GET", "/v1/dashboard")))
         return 0
-    interval = max(args.interval, 0.2)
+    if not args.interval >= MIN_INTERVAL_S:  # NaN too; it was taken as 0.2 s without a word
+        raise CLIError(f"--interval: at least {MIN_INTERVAL_S:g} (seconds between frames)")
+    interval = args.interval
     try:
         if not console.is_terminal:
             # Live draws a pipe's frame only when it stops, and a `top` is stopped by a signal.

@@ -17,6 +17,7 @@ from aisched.cli.main import main
             "/run/aisched/a.sock",
             "--server /run/aisched/a.sock: a socket is named unix:/run/aisched/a.sock",
         ),
+        ("unix:", "--server unix:: give the socket's path after unix:"),  # was "cannot reach"
     ],
 )
 def test_a_malformed_server_url_is_refused_naming_it(
@@ -25,3 +26,13 @@ def test_a_malformed_server_url_is_refused_naming_it(
     monkeypatch.setenv("AISCHED_TOKEN", "t")  # no token file of the machine's is read
     assert main(["jobs", "--server", server]) == 2
     assert capsys.readouterr().err.strip() == f"error: {message}"
+
+
+@pytest.mark.parametrize("interval", ["0", "-1", "nan"])
+def test_top_refuses_an_interval_below_its_least(
+    interval: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It was taken as 0.2 s without a word."""
+    argv = ["top", "--server", "unix:/nonexistent/aisched.sock", "--interval", interval]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == "error: --interval: at least 0.2 (seconds between frames)\n"
