@@ -93,6 +93,17 @@ def big(name: str) -> dict[str, Any]:
     return {"name": name, "command": ["sleep", "100"], "env": blob, "resources": {"gpus": 4}}
 
 
+def test_a_byte_limit_under_10_kib_is_said_in_bytes(
+    open_service: Callable[..., Service], fx: FakeExecutor
+) -> None:
+    """A limit of 1K read "take 0.00 MiB ... at most 0.00 MiB"."""
+    svc = open_service(fx, limits={"user_max_job_bytes": "1K"})
+    r = client_for(svc).post("/v1/jobs", json=big("b0"))
+    assert r.status_code == 429, r.text
+    (why,) = r.json()["problems"]
+    assert "at most 1,024 bytes (limits.user_max_job_bytes;" in why, why
+
+
 def test_a_user_whose_documents_would_pass_the_byte_limit_is_refused_with_429(
     open_service: Callable[..., Service], fx: FakeExecutor
 ) -> None:

@@ -470,6 +470,9 @@ def _reading(what: str, again: str) -> Iterator[None]:
 
 
 def _mib(n: int) -> str:
-    """A size in MiB for a person, with two decimals below 10 MiB."""
+    """A size for a person: bytes below 10 KiB (a limit of 1K read "0.00 MiB"), else MiB with
+    two decimals below 10 MiB."""
+    if n < 10 << 10:
+        return f"{n:,} bytes"
     mib = n / (1 << 20)
     return f"{mib:.2f} MiB" if mib < 10 else f"{mib:.0f} MiB"

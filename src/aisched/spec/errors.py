@@ -219,8 +219,10 @@ def _parse(text: str, source: str, load: Callable[[_UniqueKeyLoader], Any]) -> A
         return load(loader)
     except yaml.MarkedYAMLError as e:
         what = e.problem or e.context or "invalid YAML"
+        # A .json file is read as YAML (JSON is YAML): its reader calls it JSON.
+        kind = "JSON" if source.lower().endswith(".json") else "YAML"
         raise SpecError(
-            f"{_at(source, e.problem_mark or e.context_mark)}: YAML syntax error: {what}"
+            f"{_at(source, e.problem_mark or e.context_mark)}: {kind} syntax error: {what}"
         ) from None
     except yaml.YAMLError as e:
         raise SpecError(f"{source}: YAML error: {e}") from None

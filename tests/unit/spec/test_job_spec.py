@@ -1537,3 +1537,11 @@ def test_volcano_shaping_without_an_image_and_keys_beside_the_object_are_warned_
         f"v.yaml: {ap}.kubernetes.io/ingress-bandwidth: {shaping}",
     )
     assert got.job.depends_on == () and got.job.groups[0].container is None
+
+
+def test_a_json_file_that_is_not_json_says_json() -> None:
+    """A .json file is read as YAML (JSON is YAML), and its mistakes were "YAML syntax error"."""
+    with pytest.raises(SpecError) as e:
+        parse_job_text('{"command": ["true"\n', "j.json")
+    (problem,) = e.value.problems
+    assert problem.startswith("j.json:") and ": JSON syntax error: " in problem, problem
