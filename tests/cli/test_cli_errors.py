@@ -119,24 +119,22 @@ def test_an_id_that_could_name_another_path_is_refused(
 
 @pytest.fixture
 def not_aisched() -> Iterator[str]:
-    """A web server that is no aisched: a page for /v1/jobs, a redirect for anything else."""
+    """A web server that is no aisched: a page for /v1/jobs, a 404 page for /v1/nodes, a
+    redirect for anything else."""
 
     class Page(BaseHTTPRequestHandler):
+        def page(self, status: int, body: bytes) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
         def do_GET(self) -> None:
             if self.path == "/v1/nodes":
-                body = b"<html>not found</html>\n"
-                self.send_response(404)
-                self.send_header("Content-Type", "text/html")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self.page(404, b"<html>not found</html>\n")
             elif self.path.startswith("/v1/jobs?"):
-                body = b"<html>hello</html>\n"
-                self.send_response(200)
-                self.send_header("Content-Type", "text/html")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self.page(200, b"<html>hello</html>\n")
             else:
                 self.send_response(307)
                 self.send_header("Location", "/elsewhere")
