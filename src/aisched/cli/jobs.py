@@ -29,9 +29,15 @@ from aisched.cli.client import Client, add_server_option
 from aisched.cli.columns import Cell, render
 from aisched.cli.errors import EXIT_FAILURE, CLIError, NotSent
 from aisched.cli.eta import clock, eta_words, waiting_words
+from aisched.cli.options import whole
 from aisched.cli.printable import plain, printable
 from aisched.spec.errors import MAX_JOB_FILE, SpecError, read_text_file
-from aisched.spec.job_common import SCHEDULER_ENV, SCHEDULER_ENV_PREFIX
+from aisched.spec.job_common import (
+    MAX_REPLICAS,
+    MAX_RETRIES,
+    SCHEDULER_ENV,
+    SCHEDULER_ENV_PREFIX,
+)
 
 # What `run` never exports: names the scheduler sets itself (`_owned`), and shell noise.
 _NOISE = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "PS1", "PS2", "PROMPT_COMMAND"})
@@ -61,14 +67,21 @@ def register(sub: Any) -> None:
     p.add_argument("--cpus", default="1", help="CPU cores per task, e.g. 2, 0.5 (default 1)")
     p.add_argument("--mem", default="1G", help="memory per task, e.g. 512M, 8G (default 1G)")
     p.add_argument("--gpu-mem", help="GPU memory per task, e.g. 20G")
-    p.add_argument("--replicas", type=int, default=1, help="tasks, started together (a gang)")
+    p.add_argument(
+        "--replicas",
+        type=whole(1, MAX_REPLICAS),
+        default=1,
+        help="tasks, started together (a gang)",
+    )
     p.add_argument("--min-available", type=int, help="start with at least this many tasks")
     p.add_argument("--name", help="job name (default: the command's name)")
     p.add_argument("--queue", help="queue (default: default)")
     p.add_argument("--priority", help="an integer, or a priority class such as high or low")
     p.add_argument("--kind", choices=("train", "infer", "batch"), help="workload kind")
     p.add_argument("--restart", choices=("never", "on-failure", "always"), help="restart policy")
-    p.add_argument("--max-retries", type=int, help="retries after failures (default 3)")
+    p.add_argument(
+        "--max-retries", type=whole(0, MAX_RETRIES), help="retries after failures (default 3)"
+    )
     p.add_argument("--time-limit", help="stop the job after this long, e.g. 2h")
     p.add_argument(
         "--estimate", help="how long it will run, e.g. 30s (used until similar jobs have run)"
@@ -124,7 +137,9 @@ def register(sub: Any) -> None:
     p.add_argument("--state", help="comma-separated states, e.g. pending,running")
     p.add_argument("--queue", help="only this queue")
     p.add_argument("--user", help="only this user")
-    p.add_argument("--limit", type=int, default=1000, help="at most this many (newest first)")
+    p.add_argument(
+        "--limit", type=whole(1, 100_000), default=1000, help="at most this many (newest first)"
+    )
     p.set_defaults(func=cmd_jobs)
 
     p = sub.add_parser("show", help="one job in detail: why it waits, its tasks, its events")

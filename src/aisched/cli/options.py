@@ -16,10 +16,27 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from aisched.model.numerals import is_decimal
+
+
+def whole(minimum: int, maximum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from `minimum` to `maximum`. Past them the service
+    refused the value naming its own field (`query.limit`, `replicas`), not the flag."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+        if not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(f"{value}: from {minimum} to {maximum:,}")
+        return value
+
+    return parse
+
 
 # Where the global options land in the namespace, apart from the subcommands' own.
 _SERVER, _JSON = "global_server", "global_json"

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from aisched.cli.client import Client, add_server_option
 from aisched.cli.errors import CLIError
-from aisched.cli.options import token_id
+from aisched.cli.options import token_id, whole
 from aisched.cli.printable import plain
 
 
@@ -48,7 +48,7 @@ def register(sub: Any) -> None:
 
     a = sub.add_parser("audit", help="the audit log: cancels and actions on others' jobs (admins)")
     add_server_option(a)
-    a.add_argument("--limit", type=int, default=100)
+    a.add_argument("--limit", type=whole(1, 100_000), default=100)
     a.set_defaults(func=cmd_audit)
 
 

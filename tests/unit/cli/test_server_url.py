@@ -36,3 +36,35 @@ def test_top_refuses_an_interval_below_its_least(
     argv = ["top", "--server", "unix:/nonexistent/aisched.sock", "--interval", interval]
     assert main(argv) == 2
     assert capsys.readouterr().err == "error: --interval: at least 0.2 (seconds between frames)\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["jobs", "--limit", "0"],
+            "argument --limit: 0: from 1 to 100,000 (see aisched jobs --help)",
+        ),
+        (
+            ["run", "--replicas", "0", "--", "true"],
+            "argument --replicas: 0: from 1 to 10,000 (see aisched run --help)",
+        ),
+        (
+            ["run", "--max-retries", "-1", "--", "true"],
+            "argument --max-retries: -1: from 0 to 1,000 (see aisched run --help)",
+        ),
+        (
+            ["audit", "--limit", "0"],
+            "argument --limit: 0: from 1 to 100,000 (see aisched audit --help)",
+        ),
+    ],
+)
+def test_a_count_flag_out_of_range_is_named_by_its_flag(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The service refused these naming its own fields (`query.limit`, `replicas`,
+    `restart.max_retries`), not the flag the user typed; nothing is sent now."""
+    with pytest.raises(SystemExit) as exited:  # argparse's own exit, as for `--limit x`
+        main(argv)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == f"error: {message}\n"
