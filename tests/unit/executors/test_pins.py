@@ -154,8 +154,13 @@ def test_the_executor_undoes_the_pins_of_a_container_supervisor_it_finds_gone(to
 
     os.makedirs(PIN_ROOT, mode=0o700, exist_ok=True)
     stale = Path(PIN_ROOT) / f"{os.getpid()}-1-gone"
-    (stale / "0").mkdir(parents=True)
-    subprocess.run(["mount", "--bind", str(top), str(stale / "0")], check=True)
+    # Made under a name no sweep reads, then renamed into place with its pin mounted: a
+    # container supervisor of a test running beside this one sweeps dead supervisors' pins,
+    # and once removed this one's "0" between its mkdir and its mount.
+    making = Path(PIN_ROOT) / f"making-{os.getpid()}"
+    (making / "0").mkdir(parents=True)
+    subprocess.run(["mount", "--bind", str(top), str(making / "0")], check=True)
+    making.rename(stale)
     try:
         _remove_container({"container": {"binary": "podman", "name": "aisched-pins-gone"}})
         assert not stale.exists() and not mounted(str(stale / "0"))
