@@ -31,6 +31,7 @@ from aisched.cli.errors import EXIT_FAILURE, CLIError, NotSent
 from aisched.cli.eta import clock, eta_words, waiting_words
 from aisched.cli.options import whole
 from aisched.cli.printable import plain, printable
+from aisched.service.defaults import MAX_LIST_LIMIT
 from aisched.spec.errors import MAX_JOB_FILE, SpecError, read_text_file
 from aisched.spec.job_common import (
     MAX_REPLICAS,
@@ -138,7 +139,10 @@ def register(sub: Any) -> None:
     p.add_argument("--queue", help="only this queue")
     p.add_argument("--user", help="only this user")
     p.add_argument(
-        "--limit", type=whole(1, 100_000), default=1000, help="at most this many (newest first)"
+        "--limit",
+        type=whole(1, MAX_LIST_LIMIT),
+        default=1000,
+        help="at most this many (newest first)",
     )
     p.set_defaults(func=cmd_jobs)
 

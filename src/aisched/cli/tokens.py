@@ -21,6 +21,7 @@ from aisched.cli.client import Client, add_server_option
 from aisched.cli.errors import CLIError
 from aisched.cli.options import token_id, whole
 from aisched.cli.printable import plain
+from aisched.service.defaults import MAX_LIST_LIMIT
 
 
 def register(sub: Any) -> None:
@@ -48,7 +49,7 @@ def register(sub: Any) -> None:
 
     a = sub.add_parser("audit", help="the audit log: cancels and actions on others' jobs (admins)")
     add_server_option(a)
-    a.add_argument("--limit", type=whole(1, 100_000), default=100)
+    a.add_argument("--limit", type=whole(1, MAX_LIST_LIMIT), default=100)
     a.set_defaults(func=cmd_audit)
 
 

@@ -23,3 +23,7 @@ def default_socket() -> Path:
     local user's CLI looks there), else inside the data directory (only its user can reach
     it, and only its user's jobs can run)."""
     return SYSTEM_SOCKET if os.geteuid() == 0 else default_home() / "aisched.sock"
+
+
+# The most rows one listing (`/v1/jobs`, `/v1/audit`) returns; the CLI's `--limit` checks it too.
+MAX_LIST_LIMIT = 100_000

@@ -36,6 +36,7 @@ from aisched.service.auth import (
     owns,
     require_owner,
 )
+from aisched.service.defaults import MAX_LIST_LIMIT
 from aisched.service.limits import check_depth
 from aisched.service.loop import Rejected
 from aisched.service.loop_types import NotAccepting
@@ -191,7 +192,7 @@ def jobs_router(svc: Service) -> APIRouter:
         queue: str | None = None,
         user: str | None = None,
         all: Annotated[bool, Query(description="every state, not just live jobs")] = False,
-        limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
+        limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = 1000,
     ) -> Response:
         states: list[str] | None
         if state:

@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException
 from aisched.service import tokens
 from aisched.service.app import Service
 from aisched.service.auth import CallerDep, require_admin
+from aisched.service.defaults import MAX_LIST_LIMIT
 from aisched.service.routes.common import audit, problem
 from aisched.service.schemas import AuditOut, TokenCreated, TokenIn, TokenOut
 
@@ -82,7 +83,7 @@ def tokens_router(svc: Service) -> APIRouter:
 
     @router.get("/v1/audit", response_model=list[AuditOut])
     def audit_log(
-        who: CallerDep, limit: Annotated[int, Query(ge=1, le=100_000)] = 1000
+        who: CallerDep, limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = 1000
     ) -> Response:
         require_admin(who, "read the audit log")
         with svc.store.read() as tx:
