@@ -407,16 +407,22 @@ def test_sigterm_while_another_process_locks_the_database_exits_within_the_grace
 
 
 def test_a_second_sigterm_exits_at_once(tmp_path: Path) -> None:
-    with local_service(tmp_path, "limits: {shutdown_grace: 60s}\n") as svc:
+    # The first signal's stop must be held up: by a submission the locked store keeps waiting.
+    # The step's failure in the log proves it is in the loop's batch, and its request is then
+    # answered only after 5 s of a failing store (`until_stored`), which holds the stop so long;
+    # the second signal follows the first's "stopping" line, not a guessed sleep.
+    config = "limits: {shutdown_grace: 60s, store_busy_timeout: 1s}\n"
+    with local_service(tmp_path, config) as svc:
         with database_locked(svc.home / "state.db"):
             assert svc.proc is not None
             client = subprocess.Popen(
                 [sys.executable, "-m", "aisched", "run", "--", "true"],
                 env=svc.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
-            time.sleep(1)
+            wait_for("the submission held by the locked store",
+                     lambda: "scheduler step failed" in svc.log.read_text())  # fmt: skip
             svc.proc.send_signal(signal.SIGTERM)
-            time.sleep(0.5)
+            wait_for("the stop", lambda: "SIGTERM: stopping" in svc.log.read_text())
             svc.proc.send_signal(signal.SIGINT)
             assert svc.proc.wait(10) == 1
             client.kill()
