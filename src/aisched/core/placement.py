@@ -32,6 +32,7 @@ import numpy.typing as npt
 from aisched.core.caps import room as app_room
 from aisched.core.decisions import TaskBinding
 from aisched.core.framework import all_filters, combined_score
+from aisched.core.gpu_unmet import unmet_gpu_asks
 from aisched.core.kept_placements import current_key, kept_placements
 from aisched.core.session import ShapeBy
 from aisched.core.snapshot import BoolArray, ClusterArrays, FreeState, IntArray
@@ -770,6 +771,9 @@ def never_fits(session: Session, job: Job) -> str | None:
         finally:
             st.discard()
             session.imagine_empty, session.imagined_mix = False, None
-    reason = f"can never fit this cluster: {res}" if isinstance(res, str) else None
+    reason = None
+    if isinstance(res, str):
+        unmet = unmet_gpu_asks(arrays, job)
+        reason = f"can never fit this cluster: {res}" + (f"; {unmet}" if unmet else "")
     arrays.memo[key] = reason
     return reason

@@ -44,3 +44,32 @@ def test_admission_kept_over_one_cluster_judges_as_refusal_does() -> None:
     jobs = [HUGE, job("ok").task(2, gpu=4).build(), HUGE, job("").task(1, gpu=2).build()]
     assert [admission.refusal(j) for j in jobs] == [refusal(largest, POLICY, j) for j in jobs]
     assert [admission.refusal(j) for j in jobs] == [WHY, None, WHY, None]
+
+
+def gpu_nodes(model: str, mem_gib: int) -> Snapshot:
+    arrays = build_arrays(Cluster((node("n0").gpus(4, model=model, mem_gib=mem_gib).build(),)))
+    return Snapshot(arrays, FreeState.empty(arrays), (), QueueTree())
+
+
+def test_a_refusal_names_a_gpu_model_that_no_node_has() -> None:
+    why = refusal(gpu_nodes("A100", 80), POLICY, job("m").task(1, gpu=1).models("H100").build())
+    assert why is not None and why.endswith(
+        "; no GPU here is of model 'H100' (the models here: 'A100')"
+    )
+
+
+def test_a_refusal_names_gpu_memory_per_gpu_that_no_gpu_reaches() -> None:
+    # 100 GiB over 2 GPUs is 50 per GPU: it fits 80 GiB GPUs; over 1 it does not.
+    assert (
+        refusal(gpu_nodes("A100", 80), POLICY, job("s").task(1, gpu=2, gpu_mem_gib=100).build())
+        is None
+    )
+    one = refusal(gpu_nodes("A100", 80), POLICY, job("b").task(1, gpu=1, gpu_mem_gib=100).build())
+    assert one is not None and one.endswith(
+        "; it asks for 100 GiB of memory per GPU, and the largest GPU here has 80 GiB"
+    )
+    share = job("h").task(1, gpu_milli=500, gpu_mem_gib=10).build()
+    unknown = refusal(gpu_nodes("declared", 0), POLICY, share)
+    assert unknown is not None and unknown.endswith(
+        "; it asks for 10 GiB of memory per GPU, and no GPU here has a known size"
+    )
