@@ -6,12 +6,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from clients import token_for
+from clients import client_for, token_for
 from fastapi.testclient import TestClient
 
 from aisched.service import tokens
 from aisched.service.app import Service
 from aisched.service.identity import service_user
+from aisched.testing.fakes import FakeExecutor
 
 AsUser = Callable[[str], TestClient]
 JOB = {"command": ["sleep", "100"], "resources": {"gpus": 1}, "env": {"KEY": "v"}}
@@ -227,3 +228,33 @@ def test_a_read_only_token_reads_everything_its_user_may_and_changes_nothing(
     assert client.get(f"/v1/jobs/{mine}").json()["state"] != "cancelled"
     (listed,) = [t for t in client.get("/v1/tokens").json() if t["id"] == row["id"]]
     assert listed["read_only"] is True
+
+
+def _volcano(spec: str, container: str = "") -> str:
+    return (
+        "apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: v}\n"
+        f"spec:\n{spec}  tasks:\n  - name: w\n    replicas: 1\n    template:\n      spec:\n"
+        "        containers:\n        - name: c\n          command: [/bin/true]\n"
+        f"{container}"
+    )
+
+
+def test_a_volcano_file_refused_at_submission_is_told_its_own_field_names(
+    open_service: Callable[..., Service], fx: FakeExecutor
+) -> None:
+    # Not the native names (queue, priority, tasks.0.workdir) of the job it was read into.
+    svc = open_service(fx, queues=[{"name": "default"}, {"name": "team", "users": ["someone"]}])
+    nobody = client_for(svc, "nobody")
+
+    def problems(text: str) -> list[str]:
+        r = nobody.post("/v1/jobs?source=v.yaml", content=text)
+        assert r.status_code in (403, 422), r.text
+        return list(r.json()["problems"])
+
+    [queue] = problems(_volcano("  queue: team\n"))
+    assert queue.startswith("v.yaml: spec.queue: queue 'team' accepts jobs only from user someone")
+    [priority] = problems(_volcano("  priorityClassName: high\n"))
+    assert priority.startswith("v.yaml: spec.priorityClassName: priority 100 is above the 0")
+    [workdir] = problems(_volcano("", "          workingDir: /no/such/dir\n"))
+    where = "spec.tasks.0.template.spec.containers.0.workingDir"
+    assert workdir == f"v.yaml: {where}: no such directory: /no/such/dir"

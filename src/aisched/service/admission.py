@@ -38,11 +38,20 @@ class NotStoredYet(Exception):
     """The store could not take a submission in time; the message is one line."""
 
 
-def _field(job: Job, index: int, name: str) -> str:
+def _field(job: Job, index: int, name: str, volcano: bool) -> str:
+    """Where a task's `name` (native words) was written: in a Volcano file, its pod's words."""
+    if volcano:
+        pod = f"spec.tasks.{index}.template.spec"
+        if name.startswith("volumes."):  # a hostPath; its index among the pod's is not kept
+            return f"{pod}.volumes"
+        return f"{pod}.containers.0.{_VOLCANO_NAMES.get(name, name)}"
     # A one-task job written with the shorthand (command: at the top) has its fields there.
     if len(job.groups) == 1 and job.groups[0].name == "main":
         return name
     return f"tasks.{index}.{name}"
+
+
+_VOLCANO_NAMES = {"workdir": "workingDir"}
 
 
 def _may_mount_workdir(user: str, path: str) -> bool:
@@ -58,9 +67,12 @@ def _may_mount_workdir(user: str, path: str) -> bool:
     return user_can(user, path, 0o5)
 
 
-def path_problems(jobs: Sequence[Job], source: str, as_user: str | None = None) -> list[str]:
-    """One line per missing working directory or command file, naming the field; as
-    `as_user` sees the files, when that is an ordinary local account (see the module doc)."""
+def path_problems(
+    jobs: Sequence[Job], source: str, as_user: str | None = None, formats: Sequence[str] = ()
+) -> list[str]:
+    """One line per missing working directory or command file, naming the field as its file
+    wrote it (`formats[k]`: job k's, "native" unless given); as `as_user` sees the files, when
+    that is an ordinary local account (see the module doc)."""
     local = as_user if as_user is not None and ordinary_account(as_user) else None
 
     def seen(path: Path) -> os.stat_result | None:
@@ -77,8 +89,9 @@ def path_problems(jobs: Sequence[Job], source: str, as_user: str | None = None) 
         return user_can(local, str(path), 0o1) if local else os.access(path, os.X_OK)
 
     out: list[str] = []
-    for job in jobs:
+    for k, job in enumerate(jobs):
         prefix = f"{source}: " if len(jobs) == 1 else f"{source}: job {job.name!r}: "
+        volcano = k < len(formats) and formats[k] == "volcano"
         for i, g in enumerate(job.groups):
             if g.container is not None:
                 # Its command is inside its image; what it names on this machine are its
@@ -86,21 +99,21 @@ def path_problems(jobs: Sequence[Job], source: str, as_user: str | None = None) 
                 # pull, and a missing one fails the attempt at once, without a retry).
                 for v, vol in enumerate(g.container.volumes):
                     if seen(Path(vol.host_path)) is None:
-                        field = _field(job, i, f"volumes.{v}.host_path")
+                        field = _field(job, i, f"volumes.{v}.host_path", volcano)
                         out.append(f"{prefix}{field}: no such file or directory: {vol.host_path}")
                 if g.workdir and (why := not_plain(g.workdir)) is not None:
                     # Mounted from the host: see container.not_plain.
-                    out.append(f"{prefix}{_field(job, i, 'workdir')}: {why}")
+                    out.append(f"{prefix}{_field(job, i, 'workdir', volcano)}: {why}")
                 elif local is not None and g.workdir and not _may_mount_workdir(local, g.workdir):
                     why = unreadable_workdir(local, g.workdir)
-                    out.append(f"{prefix}{_field(job, i, 'workdir')}: {why}")
+                    out.append(f"{prefix}{_field(job, i, 'workdir', volcano)}: {why}")
                 continue
             workdir = Path(g.workdir) if g.workdir else None
             if workdir is not None:
                 found = seen(workdir)
                 if found is None or not stat.S_ISDIR(found.st_mode):
                     why = "no such directory" if found is None else "not a directory"
-                    out.append(f"{prefix}{_field(job, i, 'workdir')}: {why}: {workdir}")
+                    out.append(f"{prefix}{_field(job, i, 'workdir', volcano)}: {why}: {workdir}")
                     continue
             if not g.command or "/" not in g.command[0]:
                 continue  # found on PATH at start (by the task's own environment)
@@ -108,7 +121,7 @@ def path_problems(jobs: Sequence[Job], source: str, as_user: str | None = None) 
             if not exe.is_absolute() and workdir is None:
                 continue  # relative to a working directory only the executor knows
             full = exe if exe.is_absolute() else (workdir or Path()) / exe
-            where = f"{prefix}{_field(job, i, 'command')}.0"
+            where = f"{prefix}{_field(job, i, 'command', volcano)}.0"
             found = seen(full)
             if found is not None and stat.S_ISDIR(found.st_mode):
                 out.append(f"{where}: a directory, not a program: {full}")

@@ -144,12 +144,15 @@ def jobs_router(svc: Service) -> APIRouter:
                         f"{p.job.user!r} and you are {who.user!r}"
                     ],
                 )
+            volcano = p.format == "volcano"
             if (why := may_submit_to(svc, who, p.job.queue)) is not None:
-                return problem(403, "job refused", [f"{src}: queue: {why}"])
+                where = "spec.queue" if volcano else "queue"
+                return problem(403, "job refused", [f"{src}: {where}: {why}"])
             if (why := may_ask_priority(svc, who, p.job.queue, p.job.priority)) is not None:
-                return problem(403, "job refused", [f"{src}: priority: {why}"])
+                where = "spec.priorityClassName" if volcano else "priority"
+                return problem(403, "job refused", [f"{src}: {where}: {why}"])
         jobs = [_in_workdir(p.job, workdir) for p in parsed.jobs]
-        missing = path_problems(jobs, src, who.user)
+        missing = path_problems(jobs, src, who.user, [p.format for p in parsed.jobs])
         if missing:
             return problem(422, "invalid job", missing)
         warnings = [w for p in parsed.jobs for w in p.warnings]
