@@ -143,14 +143,47 @@ def test_a_root_service_refuses_a_data_directory_another_user_could_swap(
     with pytest.raises(datadir.DataDirError) as err:
         datadir.prepare(shared / "aisched")
     assert str(err.value) == (
-        f"the data directory {shared / 'aisched'} is under {shared}, which another user may "
-        "change (it is not root's, or others may write it): they could put a link of theirs "
-        "in its place and have the service write as root where they choose; give a "
-        "--data-dir under directories of root's alone"
+        f"the data directory {shared / 'aisched'} goes through {shared}, a directory another "
+        "user may change (not root's, or others may write it): they could have the service "
+        "write as root where they choose; give a --data-dir under directories of root's alone"
     )
     shared.chmod(0o1777)  # sticky, as /tmp: others may not replace what is root's there
     os.chown(shared, 0, 0)
     datadir.prepare(shared / "aisched")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the check is a root service's")
+def test_a_root_service_refuses_a_data_directory_through_another_users_link(
+    tmp_path: Path,
+) -> None:
+    # In a sticky directory others may write (as /tmp), a link's owner may still replace it:
+    # one of another user's, the data directory itself or on the way to its target, could be
+    # pointed elsewhere once the service runs, and root would write its tasks' logs there.
+    sticky, roots = tmp_path / "sticky", tmp_path / "roots"
+    sticky.mkdir(mode=0o1777)
+    sticky.chmod(0o1777)
+    roots.mkdir(mode=0o700)
+    (roots / "sub").mkdir()
+    theirs = sticky / "theirs"
+    theirs.symlink_to(roots)
+    os.lchown(theirs, 65534, 65534)
+    mine = sticky / "mine"
+    mine.symlink_to(roots / "sub")
+    datadir.prepare(mine)  # root's own link: no one else may replace it there
+    through = sticky / "through"  # root's, but its target goes through theirs
+    through.symlink_to(theirs / "sub")
+    link = "a link of nobody (uid 65534), who may point it elsewhere (others may write where it is)"
+    for home, place in (
+        (theirs, f"is {link}"),
+        (through, f"goes through {theirs}, {link}"),
+        (theirs / "sub", f"goes through {theirs}, {link}"),
+    ):
+        with pytest.raises(datadir.DataDirError) as err:
+            datadir.prepare(home)
+        assert str(err.value) == (
+            f"the data directory {home} {place}: they could have the service write as root "
+            "where they choose; give a --data-dir under directories of root's alone"
+        )
 
 
 @pytest.mark.parametrize(

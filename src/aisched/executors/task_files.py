@@ -150,13 +150,14 @@ def note(line: str) -> None:
 
 
 def not_roots_alone(path: str) -> str | None:
-    """The first directory a lookup of `path` goes through that another user could change,
-    or None: one not root's, or one others may write without the sticky bit (each directory
-    on the way, and on the way to each link's target). Root makes, opens and hands to the
-    task's user its files there by name (its log, exit record, env file): such a user could
-    put a link in their place and have root write through it, and give the user the file it
-    leads to. Checked for a root service's data directory (`service/datadir.py`) and for a
-    Ray node's copy of it (`ray_task`)."""
+    """The first place a lookup of `path` goes through that another user could change, or
+    None: a directory not root's, or one others may write without the sticky bit (each
+    directory on the way, and on the way to each link's target), or a link of another user's
+    in a directory others may write (sticky: its owner may still replace it). Root makes,
+    opens and hands to the task's user its files there by name (its log, exit record, env
+    file): such a user could put a link in their place and have root write through it, and
+    give the user the file it leads to. Checked for a root service's data directory
+    (`service/datadir.py`) and for a Ray node's copy of it (`ray_task`)."""
     return _open_to_others(path, frozenset((0,)))
 
 
@@ -166,11 +167,26 @@ def not_theirs_alone(path: str, uid: int) -> str | None:
     return _open_to_others(path, frozenset((0, uid)))
 
 
-def _open_to_others(path: str, owners: frozenset[int]) -> str | None:
-    seen: set[str] = set()
+def _open_to_others(path: str, owners: frozenset[int], seen: set[str] | None = None) -> str | None:
+    seen = set() if seen is None else seen
     names = [p for p in os.path.abspath(path).split("/") if p]
     for k in range(len(names) + 1):
-        real = os.path.realpath("/" + "/".join(names[:k]))
+        here = "/" + "/".join(names[:k])
+        try:
+            if os.path.islink(here) and here not in seen:
+                seen.add(here)
+                # The directories on its way are checked below (by realpath); the link itself
+                # is its owner's to replace where others may write its directory (sticky).
+                shared = os.stat(os.path.realpath(os.path.dirname(here))).st_mode & 0o022
+                if os.lstat(here).st_uid not in owners and shared:
+                    return here
+                # The way to its target, as written: links there are met in turn.
+                target = os.path.join(os.path.dirname(here), os.readlink(here))
+                if (other := _open_to_others(target, owners, seen)) is not None:
+                    return other
+        except FileNotFoundError:
+            return None
+        real = os.path.realpath(here)
         while real not in seen:
             seen.add(real)
             try:

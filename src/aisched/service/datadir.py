@@ -47,6 +47,22 @@ def prepare(home: Path) -> None:
         raise DataDirError(
             f"the data directory {home} is not a directory; give a directory as --data-dir"
         )
+    if home.exists():
+        _ours(home)
+    if os.geteuid() == 0 and (other := not_roots_alone(str(home))) is not None:
+        # Root opens, writes and hands to users files under it by name (its tasks' logs).
+        if os.path.islink(other):
+            what = (
+                f"a link of {_user(os.lstat(other).st_uid)}, who may point it elsewhere (others "
+                "may write where it is)"
+            )
+        else:
+            what = "a directory another user may change (not root's, or others may write it)"
+        place = f"is {what}" if other == str(home) else f"goes through {other}, {what}"
+        raise DataDirError(
+            f"the data directory {home} {place}: they could have the service write as root "
+            "where they choose; give a --data-dir under directories of root's alone"
+        )
     try:
         home.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -54,20 +70,7 @@ def prepare(home: Path) -> None:
             f"cannot create the data directory {home}: {e.strerror or e}; create it, or give "
             "another --data-dir"
         ) from None
-    owner = home.stat().st_uid
-    if owner != os.geteuid():
-        raise DataDirError(
-            f"the data directory {home} belongs to {_user(owner)}, not to {_user(os.geteuid())}"
-            f"; run aisched up as its owner, or give another --data-dir"
-        )
-    if os.geteuid() == 0 and (other := not_roots_alone(str(home.parent))) is not None:
-        # Root opens, writes and hands to users files under it by name (its tasks' logs).
-        raise DataDirError(
-            f"the data directory {home} is under {other}, which another user may change (it "
-            "is not root's, or others may write it): they could put a link of theirs in its "
-            "place and have the service write as root where they choose; give a --data-dir "
-            "under directories of root's alone"
-        )
+    _ours(home)
     names = os.listdir(home)
     if names and not any(m in names for m in MARKERS):
         strange = sorted(
@@ -82,6 +85,15 @@ def prepare(home: Path) -> None:
                 f"({', '.join(strange[:3])}{', ...' if len(strange) > 3 else ''}); give an "
                 "empty or new directory as --data-dir"
             )
+
+
+def _ours(home: Path) -> None:
+    owner = home.stat().st_uid
+    if owner != os.geteuid():
+        raise DataDirError(
+            f"the data directory {home} belongs to {_user(owner)}, not to {_user(os.geteuid())}"
+            f"; run aisched up as its owner, or give another --data-dir"
+        )
 
 
 def not_writable(home: Path, exc: OSError) -> DataDirError:
