@@ -622,12 +622,15 @@ while True:
 """
 
 
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0", "[::ffff:127.0.0.1]"])
 def test_the_cli_sends_nothing_to_another_users_server_on_the_loopback(
-    local_users: dict[str, User],
+    local_users: dict[str, User], host: str
 ) -> None:
     """Any local user may listen on a free loopback port, the default one too while the
     system service is down (the CLI then falls back to it): another user's CLI sent it their
-    token (and would have sent a job's command and `--env` values)."""
+    token (and would have sent a job's command and `--env` values). However the server is
+    written: 0.0.0.0 and IPv4 written as IPv6 reach the same listener (as do the machine's
+    own addresses and names: `listeners.on_this_machine`)."""
     alice, bob = local_users["alice"], local_users["bob"]
     impostor = subprocess.Popen(
         bob.cmd(bob.python, "-c", IMPOSTOR), stdout=subprocess.PIPE, text=True
@@ -635,7 +638,7 @@ def test_the_cli_sends_nothing_to_another_users_server_on_the_loopback(
     assert impostor.stdout is not None
     try:
         port = int(impostor.stdout.readline())
-        url = f"http://127.0.0.1:{port}"
+        url = f"http://{host}:{port}"
         proc = alice.aisched(
             "jobs", env={"AISCHED_SERVER": url, "AISCHED_TOKEN": "ais_alices_secret"}
         )

@@ -37,7 +37,7 @@ import httpx
 from aisched.cli.errors import EXIT_FAILURE, CLIError, NotSent, answered
 from aisched.service.defaults import DEFAULT_PORT, SYSTEM_SOCKET, default_home
 from aisched.service.identity import user_name
-from aisched.service.listeners import accepting_uid, is_loopback
+from aisched.service.listeners import accepting_uid, on_this_machine
 
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 UNIX = "unix:"
@@ -269,15 +269,16 @@ class Client:
 
 
 def _check_loopback_owner(url: str, timeout_s: float) -> None:
-    """CLIError when `url` is on this machine's loopback and another user's process (neither
-    root's nor ours) accepts its connections. Asked of a connection made for it just before
-    the client's own: a port's owner changes only when its listener closes."""
+    """CLIError when `url` is on this machine (its loopback, or any of its addresses or names)
+    and another user's process (neither root's nor ours) accepts its connections. Asked of a
+    connection made for it just before the client's own: a port's owner changes only when its
+    listener closes."""
     try:
         parsed = httpx.URL(url)
     except httpx.InvalidURL:
         return  # said by the client, which is made next
     host = parsed.host
-    if not is_loopback(host):
+    if not on_this_machine(host):
         return
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     uid = accepting_uid(host, port, min(timeout_s, 5.0))

@@ -46,6 +46,7 @@ _ERROR = struct.Struct("=i")  # nlmsgerr's errno, negated
 ALL_STATES = 0xFFFFFFFF
 
 log = logging.getLogger("aisched.service")
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 def is_loopback(host: str) -> bool:
@@ -53,9 +54,41 @@ def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        return _plain(ipaddress.ip_address(host)).is_loopback
     except ValueError:
         return False
+
+
+def on_this_machine(host: str) -> bool:
+    """Whether a connection to `host` (a name or an address) reaches this machine: its name
+    resolves to the loopback, to an address of one of its interfaces, or to the unspecified
+    address (0.0.0.0 and :: connect here). Another local user may be listening there."""
+    if is_loopback(host):
+        return True
+    try:
+        found = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return False  # unresolvable: the connection fails, and says so
+    import psutil  # here: a CLI command that names no server by address never needs it
+
+    mine = {
+        _plain(ipaddress.ip_address(a.address.split("%")[0]))
+        for addresses in psutil.net_if_addrs().values()
+        for a in addresses
+        if a.family in (socket.AF_INET, socket.AF_INET6)
+    }
+    for *_, sockaddr in found:
+        address = _plain(ipaddress.ip_address(str(sockaddr[0]).split("%")[0]))
+        if address.is_loopback or address.is_unspecified or address in mine:
+            return True
+    return False
+
+
+def _plain(address: IPAddress) -> IPAddress:
+    """An IPv4 address written as IPv6 (`::ffff:127.0.0.1`) as the IPv4 one it is."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
 
 
 def accepting_uid(host: str, port: int, timeout_s: float) -> int | None:
