@@ -38,7 +38,7 @@ from aisched.service.limits import BodyLimit
 from aisched.service.ratelimit import RequestLimits
 from aisched.service.routes.bulk import bulk_router
 from aisched.service.routes.cluster import cluster_router
-from aisched.service.routes.common import MAX_BODY, no_nul, problem
+from aisched.service.routes.common import MAX_BODY, no_nul, problem, text_only
 from aisched.service.routes.jobs import jobs_router
 from aisched.service.routes.logs import logs_router
 from aisched.service.routes.services import services_router
@@ -57,7 +57,7 @@ def create_app(svc: Service) -> FastAPI:
         docs_url=None,  # the interactive page loads its scripts from a CDN; offline, it breaks
         redoc_url=None,
         openapi_url=None,  # served by the system router, behind the same identity as the rest
-        dependencies=[Depends(no_nul)],
+        dependencies=[Depends(no_nul), Depends(text_only)],
     )
     app.state.service = svc
     # Per-caller request budgets, charged where the caller is identified (`service/auth.py`).

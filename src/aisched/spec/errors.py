@@ -238,3 +238,29 @@ def _parse(text: str, source: str, load: Callable[[_UniqueKeyLoader], Any]) -> A
 def _at(source: str, mark: yaml.Mark | None) -> str:
     """`source:LINE:COLUMN` (1-based) at `mark`, else `source`."""
     return f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+
+
+def not_unicode_problem(doc: Any) -> str | None:
+    """`path: why` for the first string of `doc` (a key or a value) that is not Unicode text
+    (a lone surrogate, which JSON's and YAML's escapes can write: `"\\udcff"`), or None. Such a
+    string cannot be written as UTF-8: stored, it made every answer showing its job fail."""
+    todo: list[tuple[Any, str]] = [(doc, "")]
+    while todo:
+        value, path = todo.pop()
+        if isinstance(value, str):
+            bad = next((c for c in value if "\ud800" <= c <= "\udfff"), None)
+            if bad is not None:
+                return (
+                    f"{path or 'document'}: not Unicode text: it holds a lone surrogate "
+                    f"(\\u{ord(bad):04x}), which UTF-8 cannot encode"
+                )
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                # A key is named as UTF-8 can write it (the message must be text itself).
+                shown = str(k).encode("utf-8", "backslashreplace").decode("utf-8")
+                at = f"{path}.{shown}" if path else shown
+                todo.append((v, at))
+                todo.append((k, f"{at} (its key)"))
+        elif isinstance(value, list):
+            todo.extend((v, f"{path}.{i}" if path else str(i)) for i, v in enumerate(value))
+    return None

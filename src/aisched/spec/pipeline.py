@@ -17,7 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from aisched.core.dependencies import find_cycle
-from aisched.spec.errors import SpecError, expanded_size_problem, parse_yaml_all
+from aisched.spec.errors import (
+    SpecError,
+    expanded_size_problem,
+    not_unicode_problem,
+    parse_yaml_all,
+)
 from aisched.spec.job import parse_job_document
 from aisched.spec.job_common import DEFAULTS, JobDefaults, ParsedJob, Problems, describe
 
@@ -57,6 +62,8 @@ def parse_submission_document(
     data: Any, source: str, defaults: JobDefaults = DEFAULTS
 ) -> ParsedSubmission:
     """A submission from a parsed document: a job, or a mapping whose only key is `jobs`."""
+    if (not_text := not_unicode_problem(data)) is not None:
+        raise SpecError(f"{source}: {not_text}")
     if isinstance(data, dict) and "jobs" in data:
         extra = sorted(str(k) for k in data if k != "jobs")
         if extra:

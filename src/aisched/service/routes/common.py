@@ -6,6 +6,8 @@ deep in a helper raises `HTTPException`, which `create_app` turns into the same 
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from typing import Any
 
@@ -19,9 +21,11 @@ from aisched.service.app import Service
 from aisched.service.identity import Caller
 from aisched.service.retention import no_job
 from aisched.service.schemas import Problem
-from aisched.spec.errors import MAX_JOB_FILE
+from aisched.spec.errors import MAX_JOB_FILE, not_unicode_problem
 
 MAX_BODY = MAX_JOB_FILE
+# A JSON escape of a UTF-16 surrogate: in a pair (an emoji) it is text; alone it is not.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 LIVE_STATES = (JobState.PENDING.value, JobState.RUNNING.value)
 
 
@@ -42,6 +46,26 @@ def no_nul(request: Request) -> None:
                 raise RequestValidationError(
                     [{"loc": (where, name), "msg": "contains a NUL character", "type": "nul"}]
                 )
+
+
+async def text_only(request: Request) -> None:
+    """Refuse a JSON body holding a string that is not Unicode text: a lone surrogate, which
+    JSON's escapes can write (`"\\udcff"`) and UTF-8 cannot encode (every route's dependency).
+    Taken as any other string, it failed every answer that showed it with a 500: a token's
+    note, a job's command (stored first, then never listable), a queue to cancel. Only a body
+    with such an escape is parsed here; the route parses its own as before."""
+    if "json" not in request.headers.get("content-type", ""):
+        return
+    body = await request.body()
+    if not _SURROGATE_ESCAPE.search(body):
+        return
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return  # not JSON: the route says so
+    if (where := not_unicode_problem(doc)) is not None:
+        path, _, why = where.partition(": ")
+        raise RequestValidationError([{"loc": ("body", path), "msg": why, "type": "not_text"}])
 
 
 def audit(
