@@ -104,6 +104,20 @@ NATIVE_VALID = [
         job(group(command=("/bin/sh", "-c", "python x.py > out.txt"))),
     ),
     Valid(
+        # Every user sees every job's name: not the values a shell string sets first.
+        "a shell string's name skips the variables it sets",
+        {"command": "HF_TOKEN=hf_secret A=1 /opt/bin/train --x"},
+        job(
+            group(command=("/bin/sh", "-c", "HF_TOKEN=hf_secret A=1 /opt/bin/train --x")),
+            name="train",
+        ),  # fmt: skip
+    ),
+    Valid(
+        "a shell string that only sets variables is named job",
+        {"command": "HF_TOKEN=hf_secret"},
+        job(group(command=("/bin/sh", "-c", "HF_TOKEN=hf_secret")), name="job"),
+    ),
+    Valid(
         "the name comes from the program's base name",
         {"command": ["/usr/bin/python3.11", "x.py"]},
         job(group(command=("/usr/bin/python3.11", "x.py")), name="python3.11"),
