@@ -118,6 +118,10 @@ EGRESS_ANNOTATION = "kubernetes.io/egress-bandwidth"
 INGRESS_ANNOTATION = "kubernetes.io/ingress-bandwidth"
 _IGNORED_SHAPING_HOST = "ignored: traffic is shaped in a container only; this task has no image"
 _IGNORED_PLACEMENT = "ignored: aisched does not place tasks by node labels or affinity"
+# A user asking for root or privileges must hear that they get neither.
+_IGNORED_SECURITY = (
+    "ignored: every task runs as the user who submits it, without privileges (docs/security.md)"
+)
 _IGNORED_INIT = "not run: aisched runs only the task's container"
 _IGNORED_TOPOLOGY = "ignored: use a native job file's topology (pack/spread) instead"
 # A Kubernetes object's own keys; anything else beside them (`depends_on:` of a native job file,
@@ -228,9 +232,12 @@ def _group(t: TaskSpec, i: int, p: Problems, w: Problems) -> TaskGroup:
             "priorityClassName",
             "ignored: aisched reads spec.priorityClassName",
         ),
+        (pod.security_context, "securityContext", _IGNORED_SECURITY),
     ):
         if value:
             w.add(f"{sp}.{key}", message)
+    if c.security_context:
+        w.add(f"{cp}.securityContext", _IGNORED_SECURITY)
     if t.max_retry is not None:
         w.add(f"{tp}.maxRetry", "ignored: aisched retries the whole job, up to spec.maxRetry")
     if t.depends_on:

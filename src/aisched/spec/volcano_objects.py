@@ -149,6 +149,7 @@ class Container(_K8s):
     working_dir: Path | None = None
     resources: ContainerResources | None = None
     volume_mounts: list[VolumeMount] | None = None
+    security_context: Any = None
 
 
 class PodSpec(_K8s):
@@ -165,6 +166,7 @@ class PodSpec(_K8s):
     affinity: Any = None
     node_name: Any = None
     priority_class_name: Any = None
+    security_context: Any = None
 
 
 class TemplateMeta(_K8s):

@@ -638,9 +638,11 @@ VOLCANO_VALID = [
                 volumeMounts=[{"name": "d", "mountPath": "/d"}],
                 resources={"limits": {"example.com/fpga": 1, "ephemeral-storage": "1Gi"},
                            "requests": {"amd.com/gpu": 1}},
+                securityContext={"privileged": True, "runAsUser": 0},
                 pod={"volumes": [{"name": "d"}], "nodeSelector": {"gpu": "a100"},
                      "initContainers": [{"name": "i"}], "affinity": {"nodeAffinity": {}},
-                     "priorityClassName": "high", "tolerations": [{"key": "k"}]},
+                     "priorityClassName": "high", "tolerations": [{"key": "k"}],
+                     "securityContext": {"runAsUser": 0}},
                 task={"maxRetry": 1, "dependsOn": {"name": ["m"]}, "topologyPolicy": "none"},
             ),
             volumes=[{"mountPath": "/data"}],
@@ -665,6 +667,11 @@ VOLCANO_VALID = [
             "by node labels or affinity",
             "v.yaml: spec.tasks.0.template.spec.priorityClassName: ignored: aisched reads "
             "spec.priorityClassName",
+            *(
+                f"v.yaml: {where}.securityContext: ignored: every task runs as the user who "
+                "submits it, without privileges (docs/security.md)"
+                for where in ("spec.tasks.0.template.spec", C0)
+            ),
             "v.yaml: spec.tasks.0.maxRetry: ignored: aisched retries the whole job, up to "
             "spec.maxRetry",
             "v.yaml: spec.tasks.0.dependsOn: ignored: aisched starts a job's tasks together",
