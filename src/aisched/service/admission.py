@@ -115,6 +115,10 @@ def path_problems(
                     why = "no such directory" if found is None else "not a directory"
                     out.append(f"{prefix}{_field(job, i, 'workdir', volcano)}: {why}: {workdir}")
                     continue
+                if not executable(workdir):  # seen, but the task could not chdir there
+                    why = "a directory its user may not enter (no search permission)"
+                    out.append(f"{prefix}{_field(job, i, 'workdir', volcano)}: {why}: {workdir}")
+                    continue
             if not g.command or "/" not in g.command[0]:
                 continue  # found on PATH at start (by the task's own environment)
             exe = Path(g.command[0])

@@ -85,6 +85,8 @@ CASES = [
     Case("a workdir through a link to nothing there", host("T/home/gone/."),
          ["s: workdir: no such directory: T/home/gone"]),
     Case("a workdir the user may search", host("T/open/data"), []),
+    Case("a workdir the user sees but may not enter", host("T/closed"),
+         ["s: workdir: a directory its user may not enter (no search permission): T/closed"]),
     Case("a file through a link into a closed directory", host(command="T/home/in/secret.txt"),
          ["s: command.0: no such file: T/home/in/secret.txt"]),
     Case("a file through a link to nothing there", host(command="T/home/gone/secret.txt"),
