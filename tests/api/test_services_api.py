@@ -199,6 +199,14 @@ def test_the_autoscaler_takes_its_interval_and_metric_age_from_the_config(
         ("limits", {"shm_max_size": "0"}, "limits.shm_max_size: '0' is below 1M"),
         # Refused later by discovery as `mem_mib: ...` and `cpus: ...`, without file or key.
         ("node", {"mem": "0"}, "node.mem: '0' is below 1M"),
+        # A size without its unit: "a valid string" for a bare number, and the key said twice.
+        ("node", {"gpu_mem": 8}, "node.gpu_mem: 8 has no unit: give a unit, e.g. 8G or 512M$"),
+        ("node", {"mem": 8}, "node.mem: 8 has no unit"),
+        (
+            "queues",
+            [{"name": "default", "guarantee": {"mem": "8"}}],
+            "queues.0.guarantee.mem: '8' has no unit: give a unit, e.g. 8G or 512M$",
+        ),
         ("node", {"cpus": 0.0001}, "node.cpus: Input should be greater than or equal to 0.001"),
         ("port", True, "port: expected a number, got true \\(a boolean\\)"),  # it listened on 1
         ("limits", {"log_max_files": True}, "limits.log_max_files: expected a number, got true"),

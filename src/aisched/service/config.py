@@ -34,7 +34,7 @@ from aisched.spec.errors import SpecError, parse_yaml, read_text_file, validatio
 from aisched.spec.job import DEFAULT_PRIORITY_CLASSES, JobDefaults
 from aisched.spec.job_common import Priority, describe
 from aisched.spec.policy import load_policy
-from aisched.spec.units import UnitError, parse_bytes, parse_mem_mib, to_duration_s
+from aisched.spec.units import UnitError, parse_bytes, parse_mem_mib, to_duration_s, to_mem_mib
 
 if TYPE_CHECKING:
     from aisched.service.leader import LeaseTimes
@@ -92,7 +92,7 @@ class AmountModel(_Model):
 
     gpus: Annotated[Float, Field(ge=0, le=100_000)] = 0
     cpus: Annotated[Float, Field(ge=0, le=10_000_000)] = 0
-    mem: str | None = None
+    mem: Any = None  # a size; a bare number is refused by the validator, for its missing unit
 
     def to_resources(self) -> Resources:
         gpus = int(self.gpus)
@@ -105,9 +105,9 @@ class AmountModel(_Model):
 
     @field_validator("mem")
     @classmethod
-    def _mem(cls, v: str | None) -> str | None:
+    def _mem(cls, v: Any) -> Any:
         if v is not None:
-            parse_mem_mib(v, "mem")
+            to_mem_mib(v)  # its own words: the key is named by the caller
         return v
 
 
@@ -144,9 +144,9 @@ class NodeModel(_Model):
     name: Name | None = None
     gpus: Annotated[Int, Field(ge=0, le=1024)] | None = None
     gpu_model: Name | None = None
-    gpu_mem: str | None = None
+    gpu_mem: Any = None  # sizes, as AmountModel.mem
     cpus: Annotated[Float, Field(ge=0.001, le=100_000)] | None = None
-    mem: str | None = None
+    mem: Any = None
     # Each GPU's device file, in index order, for the GPU walls (default: NVML's /dev/nvidiaN).
     gpu_device_files: Annotated[list[str], Field(max_length=1024)] | None = None
 
@@ -160,16 +160,16 @@ class NodeModel(_Model):
 
     @field_validator("gpu_mem")
     @classmethod
-    def _gpu_mem(cls, v: str | None) -> str | None:
+    def _gpu_mem(cls, v: Any) -> Any:
         if v is not None:
-            parse_mem_mib(v, "mem")
+            to_mem_mib(v)
         return v
 
     @field_validator("mem")
     @classmethod
-    def _mem(cls, v: str | None) -> str | None:
+    def _mem(cls, v: Any) -> Any:
         # Below 1M it was refused later, by discovery, as `mem_mib`, naming neither file nor key.
-        if v is not None and parse_mem_mib(v, "mem") < 1:
+        if v is not None and to_mem_mib(v) < 1:
             raise ValueError(f"{v!r} is below 1M")
         return v
 
