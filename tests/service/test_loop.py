@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from world import World
+from world import World, make_scheduler
 
 from aisched.executors.base import ExitKind
 from aisched.model.job import RestartPolicy
@@ -395,3 +395,21 @@ def test_while_launches_are_held_a_due_job_waits_saying_why_and_the_loop_does_no
     held.clear()
     w.sched.step()
     assert w.state(jid)["state"] == "running"
+
+
+def test_a_fresh_state_database_gives_out_no_id_whose_files_the_data_directory_holds(
+    w: World,
+) -> None:
+    # A damaged database moved aside (as its error says) leaves the old jobs' folders: a new
+    # job 1 was refused its launch (tasks/1 existed), read job 1's old log and checkpoints.
+    for kind, name in (("logs", "7"), ("tasks", "5"), ("checkpoints", "3"), ("logs", "x9")):
+        (w.home / kind / name).mkdir(parents=True, exist_ok=True)
+    w.sched = make_scheduler(w.store, w.fx, w.clock, w.home)
+    notes = w.sched.recover()
+    assert (
+        "the data directory holds files of jobs up to 7 that the state database does not know "
+        "(an earlier database moved aside?): new jobs start at 8"
+    ) in notes
+    assert w.submit(job("").task(1, gpu=1).build()) == "8"
+    w.restart()  # known to the database now: no note, and the next id follows it
+    assert w.submit(job("").task(1, gpu=1).build()) == "9"

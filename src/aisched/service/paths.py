@@ -10,6 +10,7 @@ two services' job 7 never share checkpoints.
 
 from __future__ import annotations
 
+import os
 import pwd
 from pathlib import Path
 
@@ -30,3 +31,25 @@ def checkpoint_dir(data_dir: Path, instance: str, user: str, job_id: str) -> str
 def made_by_service(data_dir: Path, path: str) -> bool:
     """Whether the service makes `path` itself (inside its data directory), or the task does."""
     return Path(path).is_relative_to(data_dir)
+
+
+# The data directory's folders named after a job id.
+JOB_FOLDERS = ("logs", "tasks", "checkpoints")
+_MAX_ID_DIGITS = 18  # a job id is a 64-bit sequence number: a longer name is no job's
+
+
+def highest_job_folder(data_dir: Path) -> int:
+    """The highest job id naming a folder in the data directory's logs, tasks or checkpoints
+    (0: none). A state database started afresh beside them (a damaged one moved aside) must
+    give out ids above it: a new job 1 was taken for the old job 1's launch (and refused), read
+    the old one's log as its own, and restarted from its checkpoints."""
+    best = 0
+    for kind in JOB_FOLDERS:
+        try:
+            names = os.listdir(data_dir / kind)
+        except OSError:
+            continue
+        for name in names:
+            if name.isascii() and name.isdigit() and len(name) <= _MAX_ID_DIGITS:
+                best = max(best, int(name))
+    return best

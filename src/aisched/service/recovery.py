@@ -17,6 +17,7 @@ from aisched.model.states import JobState
 from aisched.service.commands import Commands
 from aisched.service.launches import started_message
 from aisched.service.live import Batch, LiveJob, LiveTask, Stop, TaskPhase
+from aisched.service.paths import highest_job_folder
 from aisched.store.codec import job_from_dict
 from aisched.store.db import Row
 from aisched.store.errors import StoreError
@@ -45,11 +46,18 @@ class Recovery(Commands):
         now = self.clock()
         batch = Batch()
         with self.store.read() as tx:
-            self.next_seq = tx.max_seq() + 1
+            stored = tx.max_seq()
+            self.next_seq = stored + 1
             rows = tx.live_jobs()
             task_rows = {(r["job_id"], r["attempt"], r["name"]): r for r in tx.running_tasks()}
             counts = tx.count_by_state()
         self.terminal_counts = {s: counts.get(s, 0) for s in ("succeeded", "failed", "cancelled")}
+        if (left := highest_job_folder(self.config.data_dir)) > stored:
+            self.next_seq = left + 1
+            notes.append(
+                f"the data directory holds files of jobs up to {left} that the state database "
+                f"does not know (an earlier database moved aside?): new jobs start at {left + 1}"
+            )
         self.retention.recover(self.store)  # before a job ends here, so it counts
         for row in rows:
             lj = _readable(row, self._live_from_row)
