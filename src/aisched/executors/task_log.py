@@ -40,8 +40,9 @@ class CappedLog:
         self.start = self.size  # where this run's output begins in the current file
         self.rotations = 0
         self.dropped = 0  # bytes of output no longer kept (rotated out, or truncated)
-        self.lost = 0  # bytes that could not be written since the last successful write
+        self.lost = 0  # bytes of output that could not be written, not yet said in the log
         self.lost_why = ""
+        self.at_line_start = self.size == 0 or os.pread(self.fd, 1, self.size - 1) == b"\n"
 
     def write(self, data: bytes) -> None:
         while data:
@@ -52,18 +53,33 @@ class CappedLog:
             self._append(part)
 
     def _append(self, data: bytes) -> None:
+        """Append task output; what cannot be written is counted, and said in the log (on a
+        line of its own, the whole count) before the next output that can be."""
         if self.lost:
-            lost, self.lost = self.lost, 0
-            self._append(f"aisched: {lost} bytes of output lost: {self.lost_why}\n".encode())
+            if not self._note(f"aisched: {self.lost} bytes of output lost: {self.lost_why}"):
+                self.lost += len(data)  # the disk is still full: this output goes too
+                return
+            self.lost = 0
+        self.lost += self._put(data)
+
+    def _note(self, line: str) -> bool:
+        """Write one line of aisched's own, starting a line; whether it was written whole."""
+        note = ("" if self.at_line_start else "\n") + line + "\n"
+        return self._put(note.encode()) == 0
+
+    def _put(self, data: bytes) -> int:
+        """Write `data`; returns how many of its bytes could not be written."""
         view = memoryview(data)
         try:
             while view:
                 n = os.write(self.fd, view)
                 self.size += n
+                if n:
+                    self.at_line_start = view[n - 1] == ord("\n")
                 view = view[n:]
         except OSError as exc:
-            self.lost += len(view)
             self.lost_why = f"cannot write the log: {exc.strerror or exc}"
+        return len(view)
 
     def rotate(self) -> None:
         owner = os.fstat(self.fd)  # the new file is the task's user's, as the first was
@@ -95,10 +111,11 @@ class CappedLog:
             if self.max_files == 2
             else "the output before this line was dropped"
         )
-        self._append(
+        self.at_line_start = True
+        self._note(
             f"aisched: log rotated ({self.rotations} time(s); at most {self.max_files} "
             f"file(s) of {self.max_bytes} bytes are kept): {kept}; {self.dropped} bytes of "
-            "older output dropped\n".encode()
+            "older log dropped"
         )
 
     def tail(self, n: int) -> bytes:

@@ -42,7 +42,7 @@ def test_a_log_past_its_size_is_rotated_and_keeps_at_most_its_files(tmp_path: Pa
     assert notes[-1] == (
         "aisched: log rotated (5 time(s); at most 3 file(s) of 8192 bytes are kept): "
         f"the output before this line is in t.log.1 to t.log.2; {log.dropped} bytes of older "
-        "output dropped"
+        "log dropped"
     )
 
 
@@ -55,7 +55,7 @@ def test_with_one_file_the_old_output_is_dropped(tmp_path: Path) -> None:
         (tmp_path / "t.log")
         .read_text()
         .splitlines()[0]
-        .endswith("the output before this line was dropped; 8192 bytes of older output dropped")
+        .endswith("the output before this line was dropped; 8192 bytes of older log dropped")
     )
 
 
@@ -71,6 +71,27 @@ def test_output_that_cannot_be_written_is_counted_and_said(tmp_path: Path) -> No
     log.close()
     assert (tmp_path / "t.log").read_text() == (
         "before\naisched: 12 bytes of output lost: cannot write the log: Bad file descriptor\n"
+        "after\n"
+    )
+
+
+def test_output_lost_over_several_writes_is_said_whole_on_a_line_of_its_own(
+    tmp_path: Path,
+) -> None:
+    # The note itself failing (the disk still full) replaced the count by its own length, and
+    # a note after a line cut short was glued onto it.
+    log = CappedLog(str(tmp_path / "t.log"), 0, 3)
+    log.write(b"cut sho")
+    good = log.fd
+    log.fd = os.open(os.devnull, os.O_RDONLY)
+    for chunk in (b"rt\n", b"second line\n", b"third\n"):
+        log.write(chunk)  # each fails, the note before the 2nd and 3rd too
+    os.close(log.fd)
+    log.fd = good
+    log.write(b"after\n")
+    log.close()
+    assert (tmp_path / "t.log").read_text() == (
+        "cut sho\naisched: 21 bytes of output lost: cannot write the log: Bad file descriptor\n"
         "after\n"
     )
 
