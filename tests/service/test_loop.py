@@ -413,3 +413,31 @@ def test_a_fresh_state_database_gives_out_no_id_whose_files_the_data_directory_h
     assert w.submit(job("").task(1, gpu=1).build()) == "8"
     w.restart()  # known to the database now: no note, and the next id follows it
     assert w.submit(job("").task(1, gpu=1).build()) == "9"
+
+
+def _messages(w: World, job_id: str) -> dict[str, str]:
+    with w.store.read() as tx:
+        return {e["kind"]: e["message"] for e in tx.events_of(job_id)}
+
+
+def test_a_stop_under_way_at_a_restart_ends_with_the_reason_it_began_with(w: World) -> None:
+    # Its message is not stored: after a restart in the grace, a preemption ended "; requeued".
+    low = w.submit(job("low").task(gpu=2).priority(0).build())
+    (low_key,) = w.fx.keys(low)
+    gang = w.submit(job("gang").task(2, gpu=1).build())
+    quit_key, stayed_key = w.fx.keys(gang)
+    w.fx.stubborn |= {low_key, stayed_key}  # each in its grace when the scheduler restarts
+    w.fx.exit(quit_key, 3)
+    w.sched.step()
+    w.submit(job("high").task(gpu=2).priority(10).build())
+    assert (w.state(low)["stopping"], w.state(gang)["stopping"]) == ("preempt", "failed")
+    preempting = _messages(w, low)["preempting"]
+    w.restart()
+    for key in (low_key, stayed_key):
+        w.fx.stubborn.discard(key)
+        w.fx.exit(key, -15, ExitKind.STOPPED)
+    w.sched.step()
+    assert _messages(w, low)["preempted"] == (
+        preempting.removesuffix(": stopping its tasks") + "; requeued"
+    )
+    assert _messages(w, gang)["retrying"].startswith("task g0-0 exited with code 3; retry 1 of 3")

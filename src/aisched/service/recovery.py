@@ -127,7 +127,9 @@ class Recovery(Commands):
             for name in adopted:
                 batch.event(now, lj.id, "adopted", f"task {name} still running: adopted")
             if lj.stopping is not None and not lj.stop_message:  # the message is not stored
-                lj.stop_message = _stop_message_after_restart(lj)
+                with self.store.read() as tx:
+                    said = tx.events_of(lj.id)
+                lj.stop_message = _stop_message_after_restart(lj, said)
             if lj.stopping is not None:  # a stop was under way: finish it
                 for t in lj.live_tasks():
                     if t.phase == TaskPhase.RUNNING:
@@ -204,9 +206,10 @@ def _readable(row: Row, read: Callable[[Row], LiveJob]) -> LiveJob:
         ) from None
 
 
-def _stop_message_after_restart(lj: LiveJob) -> str:
+def _stop_message_after_restart(lj: LiveJob, events: list[Row]) -> str:
     """Why a stop under way when the scheduler stopped was made, as far as what is stored
-    says (its message is not stored; the job's end gives it)."""
+    says: its message is not stored (the job's end gives it), but the event written as the
+    stop began is (`events`, the job's, oldest first)."""
     if lj.stopping == Stop.TIMEOUT:
         return time_limit_message(lj.job)
     if lj.stopping == Stop.LOGS:
@@ -216,4 +219,21 @@ def _stop_message_after_restart(lj: LiveJob) -> str:
         )
     if lj.stopping == Stop.REQUEUE:
         return "a requeue cut short by a scheduler restart"
+    if lj.stopping in (Stop.PREEMPT, Stop.CANCEL):
+        kind = "preempting" if lj.stopping == Stop.PREEMPT else "cancelling"
+        began = next((e["message"] for e in reversed(events) if e["kind"] == kind), "")
+        if lj.stopping == Stop.CANCEL and began.endswith(_STOPPING):
+            return "cancelled"  # a user's cancel (a replica's retirement says its reason)
+        return began.removesuffix(_STOPPING) or (
+            "preempted" if kind == "preempting" else "cancelled"
+        )
+    if lj.stopping in (Stop.FAILED, Stop.UNRUNNABLE):
+        # The attempt's first task that did not exit with 0 began the stop.
+        last_start = max((i for i, e in enumerate(events) if e["kind"] == "started"), default=0)
+        for e in events[last_start:]:
+            if e["kind"] == "task-exited" and not e["message"].endswith("exited with code 0"):
+                return str(e["message"]).replace(": ", " ", 1)  # "task x: ..." as the stop's
     return ""
+
+
+_STOPPING = ": stopping its tasks"  # how the events of a preemption's and a cancel's start end
