@@ -93,6 +93,18 @@ def create_app(svc: Service) -> FastAPI:
             "it is back: try again then",
         )
 
+    @app.exception_handler(Exception)
+    async def _failed(_req: Request, exc: Exception) -> JSONResponse:
+        # A bug, or a stored row no version of aisched wrote (edited by hand, damaged): said
+        # as a Problem, so that a client does not take the service for another server (a
+        # bare 500 page); Starlette still logs the traceback.
+        first = (str(exc).splitlines() or [""])[0][:300]
+        return problem(
+            500,
+            f"the service failed on this request ({exc.__class__.__name__}: {first}); the "
+            "service's log has the details",
+        )
+
     app.include_router(dashboard_router(svc))  # the page at /, its JSON at /v1/dashboard
     app.include_router(system_router(svc))  # healthz, readyz, info, openapi.json, /metrics
     app.include_router(bulk_router(svc))  # POST /v1/jobs/cancel: many jobs at once
