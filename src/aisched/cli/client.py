@@ -53,11 +53,18 @@ def server_url(explicit: str | None) -> str:
     env = os.environ.get("AISCHED_SERVER")
     if env:
         return env.rstrip("/")
+    announced = default_home() / "server.json"
     try:
-        data = json.loads((default_home() / "server.json").read_text(encoding="utf-8"))
-        return str(data["url"]).rstrip("/")
+        url = json.loads(announced.read_text(encoding="utf-8"))["url"]
     except (OSError, ValueError, KeyError, TypeError):
         pass
+    else:
+        if not isinstance(url, str) or not url.startswith((UNIX, "http://", "https://")):
+            raise CLIError(
+                f"{announced}: its url {url!r} is no server's address (aisched up writes "
+                "unix:PATH or http(s)://HOST:PORT there); remove the file, or give --server"
+            )
+        return url.rstrip("/")
     if SYSTEM_SOCKET.exists():
         return UNIX + str(SYSTEM_SOCKET)
     return DEFAULT_URL

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from aisched.cli.main import main
@@ -68,3 +71,21 @@ def test_a_count_flag_out_of_range_is_named_by_its_flag(
         main(argv)
     assert exited.value.code == 2
     assert capsys.readouterr().err == f"error: {message}\n"
+
+
+@pytest.mark.parametrize("url", [5, None, "ftp://x"])
+def test_a_server_file_whose_url_is_no_address_is_named(
+    url: object,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # It was blamed on a --server flag the user never gave.
+    monkeypatch.setenv("AISCHED_HOME", str(tmp_path))
+    monkeypatch.delenv("AISCHED_SERVER", raising=False)
+    (tmp_path / "server.json").write_text(json.dumps({"url": url}))
+    assert main(["jobs"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {tmp_path}/server.json: its url {url!r} is no server's address (aisched up "
+        "writes unix:PATH or http(s)://HOST:PORT there); remove the file, or give --server\n"
+    )
