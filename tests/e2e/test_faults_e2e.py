@@ -430,6 +430,34 @@ def test_a_second_sigterm_exits_at_once(tmp_path: Path) -> None:
         assert "aisched: second SIGINT: exiting at once" in svc.log.read_text()
 
 
+def test_a_submission_cut_short_by_the_stop_is_answered_with_what_is_known(
+    tmp_path: Path,
+) -> None:
+    # Past half the grace the server cancels the requests still running: uvicorn answered
+    # them with a bare 500, which the CLI took for another server than aisched, and did not
+    # send again. They are answered 503 (`cut_short`), which a client sends again. The step's
+    # failure in the log shows the submission held by the locked store; `until_stored` would
+    # answer it only after 5 s of that, past the cut (2 s after the SIGTERM).
+    config = "limits: {shutdown_grace: 4s, store_busy_timeout: 1s}\n"
+    with local_service(tmp_path, config) as svc, database_locked(svc.home / "state.db"):
+        assert svc.proc is not None
+        client = subprocess.Popen(
+            [sys.executable, "-m", "aisched", "run", "--", "true"],
+            env=svc.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        wait_for("the submission held by the locked store",
+                 lambda: "scheduler step failed" in svc.log.read_text())  # fmt: skip
+        svc.proc.send_signal(signal.SIGTERM)
+        _, err = client.communicate(timeout=30)
+        svc.proc.wait(30)
+    # Told it may be stored: the client tried again with its key (the service was gone by
+    # then), and says how to send it again as itself.
+    assert client.returncode != 0
+    assert "500" not in err and "not look like an aisched service" not in err, err
+    assert "its Idempotency-Key is" in err, err
+    assert "Exception in ASGI application" not in svc.log.read_text()
+
+
 @pytest.mark.parametrize("how", ["run", "submit"])
 def test_a_timed_out_submission_is_retried_and_makes_one_job(tmp_path: Path, how: str) -> None:
     job_file = tmp_path / "once.yaml"

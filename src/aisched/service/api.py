@@ -33,6 +33,7 @@ from starlette.exceptions import HTTPException
 from aisched import __version__
 from aisched.service import leader_gate
 from aisched.service.app import Service
+from aisched.service.cut_short import AnswerWhenCutShort
 from aisched.service.dashboard import dashboard_router
 from aisched.service.limits import BodyLimit
 from aisched.service.ratelimit import RequestLimits
@@ -63,8 +64,9 @@ def create_app(svc: Service) -> FastAPI:
     # Per-caller request budgets, charged where the caller is identified (`service/auth.py`).
     app.state.rate_limits = RequestLimits(svc.config.limits.rate_budgets())
     leader_gate.install(app, svc)  # standbys answer reads and refuse writes
-    # Outermost: an oversized body is refused before any of it is buffered.
+    # An oversized body is refused before any of it is buffered.
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY)
+    app.add_middleware(AnswerWhenCutShort)  # outermost: the stop's cancel reaches it last
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:

@@ -44,7 +44,9 @@ class BodyLimit:
             return
         length = _content_length(scope)
         if length is not None and (length < 0 or length > self.max_bytes):
-            await _problem(send, 413, f"the request body is larger than {self.max_bytes} bytes")
+            await problem_response(
+                send, 413, f"the request body is larger than {self.max_bytes} bytes"
+            )
             return
         seen = 0
         started = False
@@ -71,10 +73,14 @@ class BodyLimit:
             await self.app(scope, limited_receive, tracking_send)
         except _TooLarge:
             if not started:
-                await _problem(send, 413, f"the request body is larger than {self.max_bytes} bytes")
+                await problem_response(
+                    send, 413, f"the request body is larger than {self.max_bytes} bytes"
+                )
         except _Stalled:
             if not started:
-                await _problem(send, 408, f"the request body stalled for {self.read_timeout_s:g} s")
+                await problem_response(
+                    send, 408, f"the request body stalled for {self.read_timeout_s:g} s"
+                )
 
 
 def _content_length(scope: Scope) -> int | None:
@@ -87,7 +93,8 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-async def _problem(send: Send, status: int, error: str) -> None:
+async def problem_response(send: Send, status: int, error: str) -> None:
+    """A Problem document sent as the whole answer, by a middleware, before any of another."""
     body = json.dumps({"error": error, "problems": []}).encode()
     await send(
         {
