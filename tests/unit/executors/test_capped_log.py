@@ -59,17 +59,24 @@ def test_with_one_file_the_old_output_is_dropped(tmp_path: Path) -> None:
     )
 
 
-def test_output_that_cannot_be_written_is_counted_and_said(tmp_path: Path) -> None:
+def _written_past_a_full_disk(tmp_path: Path, before: bytes, lost: list[bytes]) -> str:
+    """The log after `before`, then `lost` written while every write fails (EBADF, as on a
+    full disk), then `after`."""
     log = CappedLog(str(tmp_path / "t.log"), 0, 3)
-    log.write(b"before\n")
+    log.write(before)
     good = log.fd
-    log.fd = os.open(os.devnull, os.O_RDONLY)  # writes fail with EBADF, as on a full disk
-    log.write(b"lost output\n")
+    log.fd = os.open(os.devnull, os.O_RDONLY)
+    for chunk in lost:
+        log.write(chunk)
     os.close(log.fd)
     log.fd = good
     log.write(b"after\n")
     log.close()
-    assert (tmp_path / "t.log").read_text() == (
+    return (tmp_path / "t.log").read_text()
+
+
+def test_output_that_cannot_be_written_is_counted_and_said(tmp_path: Path) -> None:
+    assert _written_past_a_full_disk(tmp_path, b"before\n", [b"lost output\n"]) == (
         "before\naisched: 12 bytes of output lost: cannot write the log: Bad file descriptor\n"
         "after\n"
     )
@@ -80,17 +87,8 @@ def test_output_lost_over_several_writes_is_said_whole_on_a_line_of_its_own(
 ) -> None:
     # The note itself failing (the disk still full) replaced the count by its own length, and
     # a note after a line cut short was glued onto it.
-    log = CappedLog(str(tmp_path / "t.log"), 0, 3)
-    log.write(b"cut sho")
-    good = log.fd
-    log.fd = os.open(os.devnull, os.O_RDONLY)
-    for chunk in (b"rt\n", b"second line\n", b"third\n"):
-        log.write(chunk)  # each fails, the note before the 2nd and 3rd too
-    os.close(log.fd)
-    log.fd = good
-    log.write(b"after\n")
-    log.close()
-    assert (tmp_path / "t.log").read_text() == (
+    lost = [b"rt\n", b"second line\n", b"third\n"]  # the notes before the 2nd and 3rd fail too
+    assert _written_past_a_full_disk(tmp_path, b"cut sho", lost) == (
         "cut sho\naisched: 21 bytes of output lost: cannot write the log: Bad file descriptor\n"
         "after\n"
     )
