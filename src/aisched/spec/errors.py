@@ -248,11 +248,12 @@ def not_unicode_problem(doc: Any) -> str | None:
     while todo:
         value, path = todo.pop()
         if isinstance(value, str):
-            bad = next((c for c in value if "\ud800" <= c <= "\udfff"), None)
-            if bad is not None:
+            try:
+                value.encode("utf-8")  # at C speed: a job file's strings are many
+            except UnicodeEncodeError as e:
                 return (
                     f"{path or 'document'}: not Unicode text: it holds a lone surrogate "
-                    f"(\\u{ord(bad):04x}), which UTF-8 cannot encode"
+                    f"(\\u{ord(value[e.start]):04x}), which UTF-8 cannot encode"
                 )
         elif isinstance(value, dict):
             for k, v in value.items():
