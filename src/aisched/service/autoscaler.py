@@ -47,7 +47,7 @@ from aisched.core.autoscale import Recommendation, decide
 from aisched.model.job import JobKind
 from aisched.model.service import ScaleMetric, ServiceSpec
 from aisched.model.states import JobState
-from aisched.service.listeners import accepting_uid, on_this_machine, peer_uid, uid_of
+from aisched.service.listeners import accepting_uid, is_loopback, peer_uid, uid_of
 from aisched.service.live import LiveJob, TaskPhase
 from aisched.service.loop import Scheduler
 from aisched.service.replicas import replica_port
@@ -259,10 +259,9 @@ class Autoscaler:
             # Its node's address: loopback here, the node's own on a cluster of machines.
             host = self.scheduler.node_address(r.tasks[0].binding.node)
             where = f"{host}:{port}"
-            # On this machine (its loopback, or its own address on a cluster) the kernel says
-            # whose a port is; on another machine it cannot.
+            # On this machine the kernel says whose a port is (else: another machine's).
             owners: frozenset[int] | None = None
-            if on_this_machine(host):
+            if is_loopback(host):
                 owners = frozenset({0, uid_of(r.job.user, os.geteuid())})
             ready_now = self._ready(spec, where, owners)
             # A probe that answered was checked on its own connection; without one (no
