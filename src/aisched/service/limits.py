@@ -50,9 +50,15 @@ class BodyLimit:
             return
         seen = 0
         started = False
+        body_read = False
 
         async def limited_receive() -> Message:
-            nonlocal seen
+            nonlocal seen, body_read
+            if body_read:
+                # What comes now is the client leaving, which a streamed answer (`logs -f`)
+                # waits for as long as it streams: no stall to time out (it cut every
+                # followed log at 30 s).
+                return await receive()
             try:
                 msg = await asyncio.wait_for(receive(), self.read_timeout_s)
             except TimeoutError:
@@ -61,6 +67,7 @@ class BodyLimit:
                 seen += len(msg.get("body", b""))
                 if seen > self.max_bytes:
                     raise _TooLarge
+                body_read = not msg.get("more_body", False)
             return msg
 
         async def tracking_send(msg: Message) -> None:
