@@ -80,6 +80,26 @@ def test_a_task_sees_the_image_filesystem_not_the_hosts(svc: Service, image: str
     assert logs(svc, jid) == f"{MARKER_TEXT}no os-release here\n{svc.work}\n"
 
 
+def test_a_task_keeps_its_images_own_environment(svc: Service, image: str, tmp_path: Path) -> None:
+    # The service's PATH, LANG and SHELL replaced the image's: a tool on the image's PATH was
+    # "not found in $PATH".
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "mytool").write_text('#!/bin/sh\necho "tool: PATH=$PATH LANG=$LANG SHELL=$SHELL MINE=$MINE"\n')
+    (ctx / "mytool").chmod(0o755)
+    (ctx / "Containerfile").write_text(
+        f"FROM {image}\nENV PATH=/opt/tool/bin:/bin LANG=xx_XX.UTF-8\nCOPY mytool /opt/tool/bin/\n"
+    )
+    name = f"localhost/aisched-test-env:{svc.port}"
+    subprocess.run(["podman", "build", "-q", "-t", name, str(ctx)], check=True, capture_output=True)
+    try:
+        jid = svc.run("--image", name, "--env", "MINE=kept", "--", "mytool")
+        svc.wait_state(jid, "succeeded")
+        assert logs(svc, jid) == "tool: PATH=/opt/tool/bin:/bin LANG=xx_XX.UTF-8 SHELL=\n"
+    finally:
+        subprocess.run(["podman", "rmi", "-f", name], capture_output=True, check=False)
+
+
 def test_the_startup_lines_and_nodes_say_what_runs_containers(svc: Service, image: str) -> None:
     log = svc.log.read_text()
     assert "container engine: podman" in log

@@ -53,16 +53,17 @@ def account(user: str | None) -> dict[str, Any] | None:
     }
 
 
-def account_env(env: Mapping[str, str], acct: Mapping[str, Any]) -> dict[str, str]:
+def account_env(
+    env: Mapping[str, str], acct: Mapping[str, Any], in_image: bool = False
+) -> dict[str, str]:
     """`env` as the task of `acct` gets it: its own HOME, USER, LOGNAME and SHELL, and the usual
-    PATH in place of the service's own (a PATH the job set itself is kept)."""
+    PATH in place of the service's own (a PATH the job set itself is kept). `in_image`: a
+    container's, whose image keeps its own SHELL and PATH."""
     out = dict(env)
-    out.update(
-        HOME=str(acct["home"]),
-        USER=str(acct["name"]),
-        LOGNAME=str(acct["name"]),
-        SHELL=str(acct["shell"]),
-    )
+    out.update(HOME=str(acct["home"]), USER=str(acct["name"]), LOGNAME=str(acct["name"]))
+    if in_image:
+        return out
+    out["SHELL"] = str(acct["shell"])
     if out.get("PATH") in (None, os.environ.get("PATH")):
         out["PATH"] = USER_PATH
     return out

@@ -78,8 +78,14 @@ class Launches(SchedulerState):
                     f"its placement binds task {t.name} to task group {t.binding.group!r}, "
                     "which it lacks"
                 )
-            env = dict(self.config.base_env)
-            if lj.job.user != service_user() and ordinary_account(lj.job.user):
+            # A container keeps its image's own environment (PATH, LANG...): the service's is
+            # for host tasks (an image's tools were not found on the service's PATH).
+            env = {} if group.container is not None else dict(self.config.base_env)
+            if (
+                group.container is None
+                and lj.job.user != service_user()
+                and ordinary_account(lj.job.user)
+            ):
                 # That user's usual PATH, not the service's own (root's): said here, since the
                 # worker that starts it on a Ray node has a PATH of its own to compare with.
                 env["PATH"] = USER_PATH
