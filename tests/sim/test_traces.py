@@ -154,7 +154,10 @@ _PHILLY_HEADER = "timestamp,duration,num_gpus,gpu_time,cluster\n"
     [
         ("2017-10-09 07:01:55,abc,1,66.0,11cb48", "duration", "positive number"),
         ("2017-10-09 07:01:55,-5,1,66.0,11cb48", "duration", "positive number"),
-        ("2017-10-09 07:01:55,66.0,0,66.0,11cb48", "num_gpus", "integer >= 1"),
+        ("2017-10-09 07:01:55,66.0,0,66.0,11cb48", "num_gpus", "integer from 1 to 1,000,000"),
+        # A traceback (an overflow in the placement), and every figure garbage (1e308 s).
+        ("2017-10-09 07:01:55,66.0,100000000000000000000,66.0,11cb48", "num_gpus", "1,000,000"),
+        ("2017-10-09 07:01:55,1e308,1,66.0,11cb48", "duration", "seconds up to 1e+09"),
         ("yesterday,66.0,1,66.0,11cb48", "timestamp", "YYYY-MM-DD"),
         ("2017-10-09 07:01:55,66.0,1,66.0,", "cluster", "empty"),
         ("2017-10-09 07:01:55,66.0,1", "gpu_time", "expected 5 fields"),
@@ -205,7 +208,7 @@ def test_philly_skip_invalid_leaves_out_unusable_rows_and_counts_them(tmp_path: 
     assert got == [("philly-00000", 0.0, 20.0), ("philly-00001", 20.0, 30.0)]
     assert (trace.skipped, trace.first_skipped) == (
         2,
-        f"{f}:3: column 'num_gpus': expected an integer >= 1, got '0'",
+        f"{f}:3: column 'num_gpus': expected an integer from 1 to 1,000,000, got '0'",
     )
 
 
@@ -328,6 +331,19 @@ def test_openb_bad_row(tmp_path: Path, row: str, column: str) -> None:
     assert str(info.value).startswith(f"{f}:3: column {column!r}: ")
 
 
+def test_an_openb_node_with_more_gpus_than_a_cluster_file_allows_is_refused(
+    tmp_path: Path,
+) -> None:
+    # 32,000 GPUs on one node hung the replay.
+    f = tmp_path / "nodes.csv"
+    f.write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,262144,8,T4\nn1,32000,262144,32000,T4\n"
+    )
+    with pytest.raises(TraceError) as info:
+        load_openb_nodes(f)
+    assert str(info.value) == f"{f}:3: column 'gpu': 32000 GPUs on one node (at most 1024)"
+
+
 @pytest.mark.parametrize("kind", ["philly", "pods", "nodes"])
 def test_a_byte_that_is_not_utf8_is_refused_with_its_line(tmp_path: Path, kind: str) -> None:
     """Many good lines first, so that a reader decoding ahead in blocks would meet the bad
@@ -436,7 +452,7 @@ def test_simulate_skip_invalid_says_how_many_rows_it_left_out(
     out = capsys.readouterr()
     assert out.err.splitlines() == [
         "skipped 1 row that cannot be used (--skip-invalid); the first: "
-        f"{f}:3: column 'num_gpus': expected an integer >= 1, got '0'"
+        f"{f}:3: column 'num_gpus': expected an integer from 1 to 1,000,000, got '0'"
     ]
     assert "trace philly: 1 jobs" in out.out
 

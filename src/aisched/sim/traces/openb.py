@@ -51,6 +51,7 @@ _POD_TIME_COLUMNS = ("gpu_spec", "qos", "creation_time", "deletion_time")
 _INFER_QOS = frozenset({"LS", "Guaranteed"})
 _KNOWN_QOS = frozenset({"LS", "Guaranteed", "BE", "Burstable"})
 MAX_INTEGER = 10**12  # any count or time of a row (a year is 3e7 s, a node 1e6 millicores)
+MAX_NODE_GPUS = 1024  # as a cluster file's `gpus_per_node`
 
 
 def load_openb_nodes(
@@ -70,6 +71,8 @@ def load_openb_nodes(
             cell = _Cells(file, line, row, idx)
             name = cell.text("sn")
             num_gpus = cell.integer("gpu")
+            if num_gpus > MAX_NODE_GPUS:  # a cluster file's bound: more hung the replay
+                cell.fail("gpu", f"{num_gpus} GPUs on one node (at most {MAX_NODE_GPUS})")
             model = cell.text("model", required=False)
             gpus: tuple[GPU, ...] = ()
             if num_gpus:

@@ -26,6 +26,10 @@ from aisched.sim.traces.base import (
 )
 
 _COLUMNS = ("timestamp", "duration", "num_gpus", "cluster")
+# Past these a row is no job (31 years; a million GPUs): 1e308 s made every figure of the run
+# garbage, and 1e20 GPUs stopped it with an overflow in the placement.
+MAX_DURATION_S = 1e9
+MAX_JOB_GPUS = 1_000_000
 _EPOCH = datetime(1970, 1, 1)
 
 
@@ -120,14 +124,24 @@ def _row(
         duration = float(row[i_dur])
     except ValueError:
         duration = float("nan")
-    if not 0.0 < duration < float("inf"):
-        raise TraceError(file, line, "duration", f"expected a positive number, got {row[i_dur]!r}")
+    if not 0.0 < duration <= MAX_DURATION_S:
+        raise TraceError(
+            file,
+            line,
+            "duration",
+            f"expected a positive number of seconds up to {MAX_DURATION_S:.0e}, got {row[i_dur]!r}",
+        )
     try:
         gpus = int(row[i_gpu])
     except ValueError:
         gpus = 0
-    if gpus < 1:
-        raise TraceError(file, line, "num_gpus", f"expected an integer >= 1, got {row[i_gpu]!r}")
+    if not 1 <= gpus <= MAX_JOB_GPUS:
+        raise TraceError(
+            file,
+            line,
+            "num_gpus",
+            f"expected an integer from 1 to {MAX_JOB_GPUS:,}, got {row[i_gpu]!r}",
+        )
     vc = row[i_vc].strip()
     if not vc:
         raise TraceError(file, line, "cluster", "empty virtual-cluster id")
