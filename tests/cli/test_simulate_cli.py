@@ -297,3 +297,29 @@ def test_a_bad_queues_file_exits_2_naming_the_file_and_the_field(
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "Traceback" not in err
     assert message.format(file=queues) in err
+
+
+def test_json_makes_its_folder_and_refuses_a_folder_for_its_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `--json out/run.json`, as the docs write it, failed in a checkout without out/.
+    argv = ["simulate", "--jobs", "20", "--no-progress", "--json"]
+    assert main([*argv, str(tmp_path / "out" / "run.json")]) == 0
+    assert json.loads((tmp_path / "out" / "run.json").read_text())
+    capsys.readouterr()
+    assert main([*argv, str(tmp_path / "out")]) == 2  # refused before the run, not after
+    err = capsys.readouterr().err
+    assert err == f"error: --json: {tmp_path / 'out'} is a folder; give a file name, e.g. " \
+        f"{tmp_path / 'out' / 'run.json'}\n"  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "flag",
+    [["--report", "r"], ["--eta"], ["--one-queue"], ["--max-time", "5"], ["--policy", "las"]],
+)
+def test_saturate_refuses_the_flags_of_a_replay_in_time(
+    flag: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Each was ignored without a word.
+    assert main(["simulate", "--jobs", "20", "--saturate", "--no-progress", *flag]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {flag[0]} goes with replaying time")

@@ -200,9 +200,25 @@ def run(args: argparse.Namespace) -> int:
     # A trace that records only GPU counts was split for 8-GPU servers; on smaller nodes a job
     # asking for more than a node has runs as a gang over several.
     trace, split = fit_gangs_to(trace, cluster)
+    if args.json is not None:
+        _prepare_json_file(args.json)
     if args.saturate:
         if args.queues is not None:
             raise CLIError("--queues goes with replaying time; --saturate fills without queues")
+        # Each was ignored without a word (--report wrote nothing).
+        for flag, given in (
+            ("--report", args.report is not None),
+            ("--eta", args.eta),
+            ("--one-queue", args.one_queue),
+            ("--max-time", args.max_time is not None),
+            ("--gpu-speeds", args.gpu_speeds is not None),
+            ("--policy", args.policy != "fifo"),
+        ):
+            if given:
+                raise CLIError(
+                    f"{flag} goes with replaying time; --saturate fills the cluster without "
+                    "time (compare placements with --placement)"
+                )
         if cluster.node_pools and not args.pools_at_max:
             raise CLIError(
                 "--saturate fills a fixed cluster; add --pools-at-max to fill the autoscaling "
@@ -228,8 +244,6 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as e:
         raise CLIError(str(e)) from None
-    if args.json is not None and not args.json.parent.is_dir():
-        raise CLIError(f"--json: folder {args.json.parent} does not exist")
     series: list[PolicySeries] | None = None
     if args.report is not None:
         try:
@@ -492,6 +506,18 @@ def parse_targets(text: str) -> list[float]:
             f"got {text!r}"
         )
     return targets
+
+
+def _prepare_json_file(path: Path) -> None:
+    """Make `--json`'s folder, as --report makes its own (`--json out/run.json`, as the docs
+    write it, failed in a checkout without out/), and refuse a folder for the file: both
+    before the run, not after it."""
+    if path.is_dir():
+        raise CLIError(f"--json: {path} is a folder; give a file name, e.g. {path / 'run.json'}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CLIError(f"--json: cannot make the folder {path.parent}: {e.strerror or e}") from None
 
 
 def run_saturation(args: argparse.Namespace, trace: Trace, cluster: Cluster) -> int:
