@@ -200,6 +200,11 @@ def test_saturate_compares_placements(tmp_path: Path, capsys: pytest.CaptureFixt
         (["--placement", "fgd"], "--placement goes with --saturate"),
         (["--saturate", "--placement", "nope"], "unknown policy 'nope'"),
         (["--gpu-speeds", "T4"], "--gpu-speeds: 'T4' is not MODEL=SPEED"),
+        # An empty table; a run that stopped before time began; the fields' own names.
+        (["--limit", "0"], "argument --limit: 0: from 1 to 1,000,000,000"),
+        (["--max-time", "-1"], "--max-time: -1 is not a virtual time (seconds, at least 0)"),
+        (["--checkpoint-interval", "0"], "--checkpoint-interval must be positive, got 0.0"),
+        (["--interval", "-1"], "--interval must be finite and >= 0, got -1.0"),
     ],
 )
 def test_bad_saturation_flags_exit_2(

@@ -21,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from aisched.cli.errors import EXIT_FAILURE, CLIError
+from aisched.cli.options import whole
 from aisched.cli.printable import plain
 from aisched.core.policy import PLACEMENT_SCORES, PRESETS, Policy, with_eta
 from aisched.model.cluster import Cluster
@@ -75,7 +76,7 @@ def register(sub: Any) -> None:
         default="fifo",
         help=f"comma-separated presets or policy YAML files; presets: {', '.join(PRESETS)}",
     )
-    p.add_argument("--limit", type=int, help="replay only the first N jobs by arrival")
+    p.add_argument("--limit", type=whole(1, 10**9), help="replay only the first N jobs by arrival")
     p.add_argument(
         "--skip-invalid",
         action="store_true",
@@ -233,6 +234,8 @@ def run(args: argparse.Namespace) -> int:
     policies = load_policies(args.policy)
     if args.eta:
         policies = [with_eta(p) for p in policies]
+    if args.max_time is not None and not args.max_time >= 0:
+        raise CLIError(f"--max-time: {args.max_time:g} is not a virtual time (seconds, at least 0)")
     try:
         config = SimConfig(
             checkpoint_interval_s=args.checkpoint_interval,
@@ -243,7 +246,10 @@ def run(args: argparse.Namespace) -> int:
             gpu_speeds=parse_gpu_speeds(args.gpu_speeds),
         )
     except ValueError as e:
-        raise CLIError(str(e)) from None
+        said = str(e)
+        for field, flag in _FLAGS_OF_FIELDS:  # the flag the user gave, not the field's name
+            said = said.replace(field, flag)
+        raise CLIError(said) from None
     series: list[PolicySeries] | None = None
     if args.report is not None:
         try:
@@ -506,6 +512,14 @@ def parse_targets(text: str) -> list[float]:
             f"got {text!r}"
         )
     return targets
+
+
+_FLAGS_OF_FIELDS = (
+    ("checkpoint_interval_s", "--checkpoint-interval"),
+    ("restart_cost_s", "--restart-cost"),
+    ("cycle_interval_s", "--interval"),
+    ("max_time_s", "--max-time"),
+)
 
 
 def _prepare_json_file(path: Path) -> None:
