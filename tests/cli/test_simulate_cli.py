@@ -201,7 +201,6 @@ def test_saturate_compares_placements(tmp_path: Path, capsys: pytest.CaptureFixt
         (["--saturate", "--placement", "nope"], "unknown policy 'nope'"),
         (["--gpu-speeds", "T4"], "--gpu-speeds: 'T4' is not MODEL=SPEED"),
         # An empty table; a run that stopped before time began; the fields' own names.
-        (["--limit", "0"], "argument --limit: 0: from 1 to 1,000,000,000"),
         (["--max-time", "-1"], "--max-time: -1 is not a virtual time (seconds, at least 0)"),
         (["--checkpoint-interval", "0"], "--checkpoint-interval must be positive, got 0.0"),
         (["--interval", "-1"], "--interval must be finite and >= 0, got -1.0"),
@@ -328,3 +327,11 @@ def test_saturate_refuses_the_flags_of_a_replay_in_time(
     # Each was ignored without a word.
     assert main(["simulate", "--jobs", "20", "--saturate", "--no-progress", *flag]) == 2
     assert capsys.readouterr().err.startswith(f"error: {flag[0]} goes with replaying time")
+
+
+def test_a_limit_of_no_job_is_refused_by_its_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    # It printed an empty table.
+    with pytest.raises(SystemExit) as done:
+        main(["simulate", "--jobs", "10", "--no-progress", "--limit", "0"])
+    assert done.value.code == 2
+    assert "argument --limit: 0: from 1 to 1,000,000,000" in capsys.readouterr().err
