@@ -87,7 +87,7 @@ def register(sub: Any) -> None:
         "--one-queue",
         action="store_true",
         help="put every job in one queue: a cluster-wide order instead of one fair-shared "
-        "queue per Philly VC or openb tenant",
+        "queue per Philly VC (an openb pod list is one queue already)",
     )
     p.add_argument(
         "--queues",
@@ -95,7 +95,7 @@ def register(sub: Any) -> None:
         metavar="FILE",
         help="replay under the queues of FILE, a service config file (its queues: list, read "
         "as aisched up reads it: guarantee, limit, borrowing, user_limit); every queue the "
-        "trace's jobs name must be in it (default: one flat queue per Philly VC or openb tenant)",
+        "trace's jobs name must be in it (default: one flat queue per Philly VC; openb: one queue)",
     )
     p.add_argument("--jobs", type=int, default=500, help="synthetic trace: number of jobs")
     p.add_argument("--seed", type=int, default=0, help="synthetic trace: random seed")
