@@ -85,7 +85,9 @@ def test_a_task_keeps_its_images_own_environment(svc: Service, image: str, tmp_p
     # "not found in $PATH".
     ctx = tmp_path / "ctx"
     ctx.mkdir()
-    (ctx / "mytool").write_text('#!/bin/sh\necho "tool: PATH=$PATH LANG=$LANG SHELL=$SHELL MINE=$MINE"\n')
+    (ctx / "mytool").write_text(
+        '#!/bin/sh\necho "tool: PATH=$PATH LANG=$LANG SHELL=$SHELL MINE=$MINE"\n'
+    )
     (ctx / "mytool").chmod(0o755)
     (ctx / "Containerfile").write_text(
         f"FROM {image}\nENV PATH=/opt/tool/bin:/bin LANG=xx_XX.UTF-8\nCOPY mytool /opt/tool/bin/\n"
@@ -95,7 +97,7 @@ def test_a_task_keeps_its_images_own_environment(svc: Service, image: str, tmp_p
     try:
         jid = svc.run("--image", name, "--env", "MINE=kept", "--", "mytool")
         svc.wait_state(jid, "succeeded")
-        assert logs(svc, jid) == "tool: PATH=/opt/tool/bin:/bin LANG=xx_XX.UTF-8 SHELL=\n"
+        assert logs(svc, jid) == "tool: PATH=/opt/tool/bin:/bin LANG=xx_XX.UTF-8 SHELL= MINE=kept\n"
     finally:
         subprocess.run(["podman", "rmi", "-f", name], capture_output=True, check=False)
 

@@ -91,7 +91,7 @@ def test_a_users_job_may_not_mount_what_the_user_cannot_read(
         jid, job = failed_mount(service, alice, f"[{{host_path: {secret}, path: /s}}]")
         assert job["message"] == (
             f"task main-0 could not start: task {jid}/1/main-0: volumes.0: user {alice.name} "
-            f"may not read {secret}, so its job may not mount it; restart policy is never"
+            f"may not read {secret}, so its job may not mount it; not retried"
         )
     finally:
         secret.rmdir()
@@ -115,7 +115,7 @@ def test_a_users_volume_inside_another_may_not_make_root_create_files_there(
             f"task main-0 could not start: task {jid}/1/main-0: volumes.1: /r/planted is "
             f"inside volumes.0 (/r from {readable}), so the engine would create "
             f"{readable}/planted as root, and user {alice.name} may not write {readable}: "
-            f"mount it elsewhere, or make {readable}/planted first; restart policy is never"
+            f"mount it elsewhere, or make {readable}/planted first; not retried"
         )
         assert list(readable.iterdir()) == []
     finally:

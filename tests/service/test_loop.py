@@ -249,6 +249,18 @@ def test_a_launch_failure_rolls_the_gang_back(w: World) -> None:
     assert w.events(jid)[:2] == ["submitted", "placed"]
 
 
+def test_a_launch_that_can_never_start_fails_the_job_without_a_retry(w: World) -> None:
+    # A path its user may not mount, containers off on the node: it was retried as a task
+    # lost, each attempt failing the same way.
+    w.fx.refuse_launch.add("g0-1")
+    jid = w.submit(job("a").task(2, gpu=1).build())
+    w.sched.step()
+    row = w.state(jid)
+    assert (row["state"], row["failures"]) == ("failed", 1)
+    assert row["message"] == "task g0-1 could not start: g0-1 may never start here; not retried"
+    assert w.fx.running == {}
+
+
 class Crash(Exception):
     """The scheduler process dying at that point: the test restarts it. (The loop logs and
     drops the exception: the old loop is simply not used again.)"""

@@ -39,6 +39,12 @@ class LaunchError(RuntimeError):
     The message says what and is shown to the user."""
 
 
+class LaunchRefused(LaunchError):
+    """A launch that would fail the same way however often it were tried (a path its user may
+    not mount, containers turned off on the node): its attempt fails without a retry, as one
+    whose image is missing does, rather than as a task lost."""
+
+
 @dataclass(frozen=True, slots=True)
 class TaskLaunch:
     """Everything an executor needs to start one task of one attempt of a job.

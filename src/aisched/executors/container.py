@@ -82,6 +82,10 @@ class EngineError(RuntimeError):
     """No usable container engine; the message says what is missing and how to get it."""
 
 
+class ContainersOff(EngineError):
+    """The node's configuration turns container tasks off: no probe will find an engine."""
+
+
 class ContainerArgsError(ValueError):
     """A task whose container cannot be created safely; the message says what and where."""
 
@@ -170,7 +174,7 @@ def detect_engine(
     """The engine to run container tasks with (see the module docstring). Raises EngineError
     when the one asked for (or, for auto, any) is missing or cannot start a container."""
     if wanted == "none":
-        raise EngineError("container tasks are off on this node (container_runtime: none)")
+        raise ContainersOff("container tasks are off on this node (container_runtime: none)")
     if wanted not in ("auto", *ENGINES):
         raise EngineError(f"container_runtime: {wanted!r} is not one of auto, podman, docker")
     if pull not in PULL_POLICIES:

@@ -49,6 +49,7 @@ class EngineProbe:
         self._error: str | None = None
         self._failed_at = -math.inf
         self._probing: threading.Thread | None = None
+        self.off = False  # container tasks are turned off on this node (`ContainersOff`)
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -77,6 +78,8 @@ class EngineProbe:
             if self._engine is not None:
                 return self._engine
             why = self._error or "no engine"
+            if self.off:
+                return why
             if self._probing is not None:
                 return f"{why} (the engine is being probed again)"
             wait = self._failed_at + self._reprobe_after_s - self._clock()
@@ -93,6 +96,9 @@ class EngineProbe:
         try:
             found = self._probe()
             self._on_found(found)
+        except ctr.ContainersOff as e:  # configured so: no probe will find one
+            with self._lock:
+                self.off, self._error, self._probing = True, str(e), None
         except ctr.EngineError as e:
             self._failed(str(e))
         except Exception as e:  # a bug of the probe: containers stay off, the service lives

@@ -55,6 +55,7 @@ from aisched.executors.base import (
     AdoptState,
     ExecutorInfo,
     LaunchError,
+    LaunchRefused,
     TaskExited,
     TaskHandle,
     TaskKey,
@@ -614,7 +615,8 @@ class LocalExecutor(ExitWatching):
         key = req.key
         engine = self._engine.engine()
         if isinstance(engine, str):
-            raise LaunchError(f"task {_show(key)}: image {spec.image}: {engine}")
+            off = LaunchRefused if self._engine.off else LaunchError  # else: probed again
+            raise off(f"task {_show(key)}: image {spec.image}: {engine}")
         # A local user's job mounts only what that user could read; a job of a name that is
         # no local user runs as the service's own user, as its host tasks do.
         given, spec = spec, ctr.resolve_volumes(spec)
@@ -622,15 +624,15 @@ class LocalExecutor(ExitWatching):
         ckpt = req.env.get("AISCHED_CHECKPOINT_DIR")
         why = ctr.mount_refusal(owner, given, spec, req.workdir, ckpt) if local and owner else None
         if why is not None:
-            raise LaunchError(f"task {_show(key)}: {why}")
+            raise LaunchRefused(f"task {_show(key)}: {why}")
         tools: dict[str, str] = {}
         if spec.bandwidth_bit_s is not None and engine.rootless:
-            raise LaunchError(
+            raise LaunchRefused(
                 f"task {_show(key)}: bandwidth: needs a rootful engine (rootless podman may "
                 "not change a container's traffic control)"
             )
         if spec.bandwidth_bit_s is not None and engine.name != "podman":
-            raise LaunchError(
+            raise LaunchRefused(
                 f"task {_show(key)}: bandwidth: needs podman ({engine.name} cannot set up a "
                 "container's network before it starts)"
             )
@@ -664,7 +666,7 @@ class LocalExecutor(ExitWatching):
             text = ctr.env_file_text(ctr.task_env(spec, t, engine))
             create = ctr.create_args(spec, t, engine)
         except ctr.ContainerArgsError as e:
-            raise LaunchError(f"task {_show(key)}: {e}") from None
+            raise LaunchRefused(f"task {_show(key)}: {e}") from None
         fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)

@@ -26,6 +26,7 @@ from aisched.executors.base import (
     ExitKind,
     GangLauncher,
     LaunchError,
+    LaunchRefused,
     TaskExited,
     TaskHandle,
     TaskLaunch,
@@ -163,6 +164,7 @@ class Launches(SchedulerState):
                     )
                     continue
                 why: str | None = None
+                kind = ExitKind.LOST  # may start another time (a node back, an engine probed)
                 try:
                     Path(req.log_path).parent.mkdir(parents=True, exist_ok=True)
                     if isinstance(got, LaunchError):
@@ -170,12 +172,14 @@ class Launches(SchedulerState):
                     handle = got if got is not None else self.executor.launch(req)
                 except (LaunchError, OSError) as e:
                     why = str(e)
+                    if isinstance(e, LaunchRefused):
+                        kind = ExitKind.UNRUNNABLE
                 except Exception as e:  # the executor's bug: the task is not left launching
                     log.exception("job %s: starting task %s failed", lj.id, req.task)
                     why = repr(e)
                 if why is not None:
                     self._on_exit(
-                        TaskExited(req.key, ExitKind.LOST, None, f"could not start: {why}", now),
+                        TaskExited(req.key, kind, None, f"could not start: {why}", now),
                         batch,
                         now,
                     )
@@ -199,7 +203,8 @@ class Launches(SchedulerState):
         for t in lj.tasks:
             key = lj.key(t)
             if lj.stopping is None:
-                ev = TaskExited(key, ExitKind.LOST, None, f"could not start: {why}", now)
+                kind = ExitKind.UNRUNNABLE if isinstance(why, LaunchRefused) else ExitKind.LOST
+                ev = TaskExited(key, kind, None, f"could not start: {why}", now)
             else:
                 ev = TaskExited(key, ExitKind.STOPPED, None, "not started", now)
             self._on_exit(ev, batch, now)

@@ -17,6 +17,7 @@ from aisched.executors.base import (
     ExecutorInfo,
     ExitKind,
     LaunchError,
+    LaunchRefused,
     TaskExited,
     TaskHandle,
     TaskKey,
@@ -42,6 +43,7 @@ class FakeExecutor:
     running: dict[TaskKey, TaskLaunch] = field(default_factory=dict)
     # Tasks whose launch raises LaunchError, and tasks that ignore stop().
     fail_launch: set[str] = field(default_factory=set)
+    refuse_launch: set[str] = field(default_factory=set)  # ... with LaunchRefused
     stubborn: set[TaskKey] = field(default_factory=set)
     # What `adopt` answers for a key it does not run (default LOST).
     gone: dict[TaskKey, TaskExited] = field(default_factory=dict)
@@ -57,6 +59,8 @@ class FakeExecutor:
     def launch(self, req: TaskLaunch) -> TaskHandle:
         if req.task in self.fail_launch:
             raise LaunchError(f"cannot start {req.task}")
+        if req.task in self.refuse_launch:
+            raise LaunchRefused(f"{req.task} may never start here")
         if req.key in self.running:
             raise LaunchError(f"{req.key} launched twice")
         self.launched.append(req)

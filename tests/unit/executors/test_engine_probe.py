@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 
-from aisched.executors.container import Engine, EngineError
+from aisched.executors.container import ContainersOff, Engine, EngineError
 from aisched.executors.engine_probe import EngineProbe
 
 PODMAN = Engine(name="podman", binary="/usr/bin/podman", notes=("container engine: podman",))
@@ -107,3 +107,15 @@ def test_the_first_probe_is_made_once_whoever_asks() -> None:
         t.join(10)
     assert probe.engine() is PODMAN
     assert answers.calls == 1
+
+
+def test_containers_turned_off_are_said_so_and_never_probed_again() -> None:
+    # `container_runtime: none` was answered as a failed probe, "probed again" at each task.
+    now = [100.0]
+    answers = Answers(ContainersOff("container tasks are off on this node"), PODMAN)
+    probe = EngineProbe(answers, lambda _: None, reprobe_after_s=10, clock=lambda: now[0])
+    assert probe.first() is None
+    now[0] = 500.0
+    assert probe.engine() == "container tasks are off on this node"
+    wait_done(probe)
+    assert (probe.off, answers.calls) == (True, 1)
