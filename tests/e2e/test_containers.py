@@ -348,10 +348,27 @@ def test_a_missing_image_fails_at_once_with_the_images_name(svc: Service, image:
         "could not be pulled ("
     )
     assert logs(svc, job["id"]).startswith(
-        "aisched: image localhost/aisched-no-such-image:1 is not on this node: pulling it (if "
-        "the pull policy allows)\naisched: image localhost/aisched-no-such-image:1: not present"
+        "aisched: image localhost/aisched-no-such-image:1 is not on this node: pulling it\n"
+        "aisched: image localhost/aisched-no-such-image:1: not present"
     )
     assert [(t["exit_kind"], t["exit_code"]) for t in job["tasks"]] == [("unrunnable", 125)]
+
+
+def test_a_missing_image_that_the_pull_policy_keeps_from_pulling_says_so(
+    tmp_path: Path, image: str
+) -> None:
+    # "pulling it (if the pull policy allows)" and "could not be pulled" hid that it was not
+    # even tried.
+    with local_service(tmp_path, "image_pull: never\n") as svc:
+        job = _failed_once_for_its_image(svc, "localhost/aisched-no-such-image:1")
+        assert job["message"].startswith(
+            "task main-0 image localhost/aisched-no-such-image:1: not present on this node, "
+            "and image_pull: never forbids a pull ("
+        )
+        assert logs(svc, job["id"]).startswith(
+            "aisched: image localhost/aisched-no-such-image:1 is not on this node, and "
+            "image_pull: never forbids a pull\n"
+        )
 
 
 def test_a_short_name_no_registry_resolves_fails_at_once_as_a_missing_image(

@@ -325,7 +325,10 @@ class Container:
             log(str(self.spec["notice"]))
         image = str(self.spec.get("image") or "")
         if image and self.engine("image", "inspect", "--format", "{{.Id}}", image)[0] != 0:
-            log(f"image {image} is not on this node: pulling it (if the pull policy allows)")
+            if self.pull_policy() == "never":
+                log(f"image {image} is not on this node, and image_pull: never forbids a pull")
+            else:
+                log(f"image {image} is not on this node: pulling it")
         code, _, err = self.engine(*self.spec["create"][1:], timeout_s=3600.0)
         if code != 0:
             message, image_missing = self.create_failure(err)
@@ -612,6 +615,11 @@ class Container:
         user = {"uid": owner[0], "gid": owner[1], "groups": self.spec.get("owner_groups")}
         return as_user(user, check)
 
+    def pull_policy(self) -> str:
+        """The `--pull` of the container's `create` (the service's `image_pull`)."""
+        args = [str(a) for a in self.spec.get("create") or ()]
+        return args[args.index("--pull") + 1] if "--pull" in args[:-1] else "missing"
+
     def create_failure(self, err: str) -> tuple[str, bool]:
         """The one line that says why `create` failed, and whether the image is missing."""
         image = self.spec.get("image", "?")
@@ -623,7 +631,11 @@ class Container:
                  "unable to find image", "repository", "name unknown",
                  "did not resolve to an alias")  # fmt: skip
         if any(w in low for w in words):
-            return f"image {image}: not present on this node and could not be pulled ({line})", True
+            if self.pull_policy() == "never":
+                why = f"not present on this node, and image_pull: never forbids a pull ({line})"
+            else:
+                why = f"not present on this node and could not be pulled ({line})"
+            return f"image {image}: {why}", True
         return f"container for image {image} could not be created: {line}", False
 
     def watch_oom(self, pid: int) -> None:
