@@ -321,6 +321,7 @@ _POD_HEADER = (
         ("p1,1000,1024,1,1000,,Gold,Running,5,10,5", "qos"),
         ("p0,1000,1024,1,1000,,LS,Running,5,10,5", "name"),
         ("p1,1000,1024,1,1000,,LS,Running,-5,10,5", "creation_time"),
+        ("p1,1000,1024,1,1000,,LS,Running,10,5,10", "deletion_time"),  # ran 1 s, silently
     ],
 )
 def test_openb_bad_row(tmp_path: Path, row: str, column: str) -> None:
@@ -527,3 +528,15 @@ def test_synthetic_cluster() -> None:
     assert len({x.rack for x in c.nodes}) == math.ceil(300 / 16)
     cpu_only = synthetic_cluster(2, gpus_per_node=0)
     assert cpu_only.total_gpus == 0
+
+
+def test_an_openb_pod_list_with_some_of_its_time_columns_is_refused(tmp_path: Path) -> None:
+    # Without creation_time it replayed untimed, its qos and times dropped without a word.
+    f = tmp_path / "pods.csv"
+    f.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,deletion_time\n"
+        "p0,1000,1024,1,1000,,BE,Running,7\n"
+    )
+    with pytest.raises(TraceError) as info:
+        load_openb_pods(f)
+    assert str(info.value).startswith(f"{f}:1: column 'creation_time': header lacks column(s) ")

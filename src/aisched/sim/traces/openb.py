@@ -129,6 +129,9 @@ def load_openb_pods(
         header = next(reader, None)
         idx = _header(file, header, _POD_RESOURCE_COLUMNS)
         timed = all(c in idx for c in _POD_TIME_COLUMNS)
+        if not timed and any(c in idx for c in _POD_TIME_COLUMNS):
+            # Some but not all: it replayed untimed, its times and kinds dropped without a word.
+            _header(file, header, _POD_RESOURCE_COLUMNS + _POD_TIME_COLUMNS)
         for row in reader:
             if _blank(row):
                 continue
@@ -186,6 +189,8 @@ def _pod(cell: _Cells, timed: bool, row_index: float, seen: dict[str, int]) -> _
     if timed:
         created = cell.integer("creation_time")
         deleted = cell.integer("deletion_time")
+        if deleted < created:  # it ran 1 s, silently
+            cell.fail("deletion_time", f"{deleted} is before its creation_time {created}")
         arrival, duration = float(created), float(max(deleted - created, 1))
         qos = cell.text("qos")
         if qos not in _KNOWN_QOS:
