@@ -279,12 +279,13 @@ def build_policy(config: Mapping[str, Any], name: str | None = None) -> Policy:
     ):
         raise PolicyError("policy.node_sample: expected 0 (score every node) or an integer >= 8")
     scores = config.get("score", _BASE_SCORE)
+    built = tuple(
+        registry.make("action", e, f"actions[{i}]") for i, e in enumerate(_seq(actions, "actions"))
+    )
+    _check_once(built)
     return Policy(
         name=str(name or config.get("name") or "custom"),
-        actions=tuple(
-            registry.make("action", e, f"actions[{i}]")
-            for i, e in enumerate(_seq(actions, "actions"))
-        ),
+        actions=built,
         order=tuple(
             registry.make("order", e, f"order[{i}]")
             for i, e in enumerate(_seq(config.get("order", ["fifo"]), "order"))
@@ -303,6 +304,23 @@ def build_policy(config: Mapping[str, Any], name: str | None = None) -> Policy:
         queue_depth=depth,
         node_sample=sample,
     )
+
+
+def _check_once(actions: Sequence[Action]) -> None:
+    """`enqueue` once (without it no job is ever let in: nothing ran, without a word), and
+    `allocate` at most once (twice, the second bound what the first had: an error mid-run)."""
+    names = [a.name for a in actions]
+    for once in ("enqueue", "allocate"):
+        if names.count(once) > 1:
+            second = names.index(once, names.index(once) + 1)
+            raise PolicyError(
+                f"policy.actions[{second}]: {once} is listed twice; it runs once per cycle"
+            )
+    if "enqueue" not in names:
+        raise PolicyError(
+            "policy.actions: enqueue is missing: it lets the waiting jobs in each cycle, and "
+            "without it no job is ever scheduled"
+        )
 
 
 def _seq(value: Any, path: str) -> Sequence[Any]:

@@ -68,6 +68,9 @@ def test_a_file_means_what_its_preset_means(tmp_path: Path) -> None:
         ),
         ("actions: [enqueue]\norder: [{name: las, thresholds_gpu_s: [10, 5]}]\n", "increasing"),
         ("actions: []\n", "policy.actions: at least one action is required"),
+        # Failed mid-run ("bind of ..., which is not pending"); scheduled nothing, silently.
+        ("actions: [enqueue, allocate, allocate]\n", "policy.actions[2]: allocate is listed twice"),
+        ("actions: [allocate]\n", "policy.actions: enqueue is missing"),
         ("actions: [enqueue\n", "p.yaml:2:1: YAML syntax error"),
         ("- just a list\n", "must be a mapping"),
     ],
