@@ -335,3 +335,21 @@ def test_a_limit_of_no_job_is_refused_by_its_flag(capsys: pytest.CaptureFixture[
         main(["simulate", "--jobs", "10", "--no-progress", "--limit", "0"])
     assert done.value.code == 2
     assert "argument --limit: 0: from 1 to 1,000,000,000" in capsys.readouterr().err
+
+
+def test_an_unknown_cluster_lists_every_built_in_and_a_queue_file_hint_fits_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # openb was left out of the list; --one-queue was suggested to a run that gave it.
+    assert main(["simulate", "--jobs", "5", "--no-progress", "--cluster", "nosuch"]) == 2
+    assert capsys.readouterr().err == (
+        "error: unknown built-in cluster 'nosuch'; built-ins: openb, philly, small\n"
+    )
+    queues = tmp_path / "q.yaml"
+    queues.write_text("queues:\n  - name: other\n")
+    argv = ["simulate", "--jobs", "5", "--no-progress", "--one-queue", "--queues", str(queues)]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"error: --queues {queues}: the trace's jobs use queues it does not name: default "
+        "(add them)\n"
+    )

@@ -398,7 +398,10 @@ def choose_cluster(name: str | None, trace: Trace, kind: str) -> Cluster:
             return load_openb_nodes()
         return resolve_cluster(name)
     except (OSError, ValueError) as e:  # SpecError, TraceError, missing node list
-        raise CLIError(str(e)) from None
+        said = str(e)
+        if said.startswith("unknown built-in cluster"):  # openb's node list is one too
+            said = said.replace("; built-ins: ", "; built-ins: openb, ", 1)
+        raise CLIError(said) from None
 
 
 def load_queues(path: Path | None, trace: Trace) -> QueueTree | None:
@@ -418,9 +421,13 @@ def load_queues(path: Path | None, trace: Trace) -> QueueTree | None:
     unknown = sorted({tj.job.queue for tj in trace.jobs if not tree.has(tj.job.queue)})
     if unknown:
         shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if unknown[5:] else "")
+        hint = (
+            "add them"
+            if unknown == ["default"]
+            else "add them, or --one-queue to put every job in queue default"
+        )
         raise CLIError(
-            f"--queues {path}: the trace's jobs use queues it does not name: {shown} (add "
-            "them, or --one-queue to put every job in queue default)"
+            f"--queues {path}: the trace's jobs use queues it does not name: {shown} ({hint})"
         )
     return tree
 
