@@ -332,6 +332,14 @@ def test_openb_bad_row(tmp_path: Path, row: str, column: str) -> None:
     assert str(info.value).startswith(f"{f}:3: column {column!r}: ")
 
 
+def test_a_repeated_openb_node_name_is_refused_at_its_line(tmp_path: Path) -> None:
+    f = tmp_path / "nodes.csv"  # it was said at line 0
+    f.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,1000,1024,1,T4\nn0,1000,1024,1,T4\n")
+    with pytest.raises(TraceError) as info:
+        load_openb_nodes(f)
+    assert str(info.value) == f"{f}:3: column 'sn': node name 'n0' repeats line 2"
+
+
 def test_an_openb_node_with_more_gpus_than_a_cluster_file_allows_is_refused(
     tmp_path: Path,
 ) -> None:

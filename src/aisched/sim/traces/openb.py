@@ -62,6 +62,7 @@ def load_openb_nodes(
         raise ValueError(f"nodes_per_rack must be >= 1, got {nodes_per_rack}")
     file = resolve_trace_file(path, FOLDER, GPU_NODES_FILE if gpu_only else ALL_NODES_FILE)
     nodes: list[Node] = []
+    lines: dict[str, int] = {}  # node name -> its line
     with open_csv(file) as reader:
         idx = _header(file, next(reader, None), _NODE_COLUMNS)
         for row in reader:
@@ -70,6 +71,9 @@ def load_openb_nodes(
             line = reader.line_num
             cell = _Cells(file, line, row, idx)
             name = cell.text("sn")
+            if name in lines:  # found here, where the line is known
+                cell.fail("sn", f"node name {name!r} repeats line {lines[name]}")
+            lines[name] = line
             num_gpus = cell.integer("gpu")
             if num_gpus > MAX_NODE_GPUS:  # a cluster file's bound: more hung the replay
                 cell.fail("gpu", f"{num_gpus} GPUs on one node (at most {MAX_NODE_GPUS})")
