@@ -353,3 +353,14 @@ def test_an_unknown_cluster_lists_every_built_in_and_a_queue_file_hint_fits_the_
         f"error: --queues {queues}: the trace's jobs use queues it does not name: default "
         "(add them)\n"
     )
+
+
+def test_a_report_path_that_is_a_file_is_refused_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    taken = tmp_path / "q.out"
+    taken.write_text("mine\n")
+    assert main(["simulate", "--jobs", "5", "--no-progress", "--report", str(taken)]) == 2
+    out = capsys.readouterr()
+    assert out.err == f"error: --report: {taken} is a file; give a folder for index.html\n"
+    assert out.out == ""  # no table: nothing ran

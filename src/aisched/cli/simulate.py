@@ -203,6 +203,9 @@ def run(args: argparse.Namespace) -> int:
     trace, split = fit_gangs_to(trace, cluster)
     if args.json is not None:
         _prepare_json_file(args.json)
+    if args.report is not None and args.report.exists() and not args.report.is_dir():
+        # Said after the whole run, before.
+        raise CLIError(f"--report: {args.report} is a file; give a folder for index.html")
     if args.saturate:
         if args.queues is not None:
             raise CLIError("--queues goes with replaying time; --saturate fills without queues")
