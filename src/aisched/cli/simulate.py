@@ -204,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json is not None:
         _prepare_json_file(args.json)
     if args.report is not None and args.report.exists() and not args.report.is_dir():
-        # Said after the whole run, before.
+        # Said before the run: it was said only after the whole of it.
         raise CLIError(f"--report: {args.report} is a file; give a folder for index.html")
     if args.saturate:
         if args.queues is not None:
