@@ -124,6 +124,21 @@ def test_a_64M_task_is_oom_killed_and_reported_as_out_of_memory(svc: Service, im
     assert logs(svc, jid) == "aisched: killed: exceeded its memory limit of 64 MiB\n"
 
 
+def test_a_kill_9_that_is_not_the_oom_killers_is_not_reported_as_out_of_memory(
+    svc: Service, image: str
+) -> None:
+    # Under cgroup v1 the removal of the container's cgroup signals its OOM eventfd too: each
+    # exit 137 (a SIGKILL from outside, or `exit 137`) was "exceeded its memory limit".
+    jid = svc.run(
+        "--image", image, "--mem", "256M", "--restart", "never", "--", "sh", "-c", "exit 137"
+    )  # fmt: skip
+    job = svc.wait_state(jid, "failed")
+    assert job["message"] == (
+        "task main-0 killed by signal 9 (SIGKILL); restart policy is never"
+    ), job["message"]
+    assert [(t["exit_kind"], t["exit_code"]) for t in job["tasks"]] != [("oom", -9)]
+
+
 PROBE = r"""
 import os
 def read(*paths):

@@ -270,7 +270,7 @@ class Container:
         self.oom_fd = -1
         self.oom_cgroup: str | None = None
         self.oomed = False
-        self.signalled = False
+        self.oom_events = 0  # what the v1 eventfd counted (`oom_signalled`)
         self.killed = False  # we sent SIGKILL ourselves
         self.stopper: Any = None  # the `stop -t GRACE` running in the background
         self.pin_cores = [int(c) for c in spec.get("pin_cores") or ()]
@@ -675,12 +675,14 @@ class Container:
         return self.oomed
 
     def oom_signalled(self) -> bool:
-        """The v1 eventfd fired: an OOM, or the cgroup's removal."""
+        """The v1 eventfd counted an OOM. The kernel signals it once per OOM and once more
+        when the cgroup is removed (the container's end): a removed cgroup's last signal is
+        no OOM (each SIGKILL from outside, and `exit 137`, read as one)."""
         if self.oom_fd >= 0:
             with contextlib.suppress(OSError):
-                if os.eventfd_read(self.oom_fd) > 0:
-                    self.signalled = True
-        return self.signalled
+                self.oom_events += os.eventfd_read(self.oom_fd)
+        removed = self.oom_cgroup is not None and not os.path.isdir(self.oom_cgroup)
+        return self.oom_events - (1 if removed else 0) > 0
 
     def shape(self, pid: int, rate_bit_s: int, log: Any) -> None:
         """Egress shaping of the container's interface (a token bucket, as the CNI bandwidth
