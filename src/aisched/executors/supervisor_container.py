@@ -643,7 +643,7 @@ class Container:
         it runs. Under cgroup v1 an eventfd on its memory.oom_control is registered as well:
         the cgroup goes with the container, and v1 counts its kills in no parent, so a kill
         just before the end is known only through the eventfd (which the kernel also signals
-        when the cgroup is removed: `end` tells the two apart by the exit). A container
+        when the cgroup is removed: `oom_signalled` counts that one out). A container
         without a cgroup of its own is in the service's: nothing there is its OOM."""
         if self.spec.get("cgroup_version") == "none":
             return
