@@ -14,6 +14,8 @@ import os
 import pwd
 from pathlib import Path
 
+from aisched.model.numerals import is_decimal
+from aisched.service.ended_bytes import FILE_KINDS
 from aisched.service.identity import service_user
 
 
@@ -33,8 +35,9 @@ def made_by_service(data_dir: Path, path: str) -> bool:
     return Path(path).is_relative_to(data_dir)
 
 
-# The data directory's folders named after a job id.
-JOB_FOLDERS = ("logs", "tasks", "checkpoints")
+# The data directory's folders named after a job id: those retention removes with the job,
+# and its checkpoints, which it keeps.
+JOB_FOLDERS = (*FILE_KINDS, "checkpoints")
 _MAX_ID_DIGITS = 18  # a job id is a 64-bit sequence number: a longer name is no job's
 
 
@@ -50,6 +53,6 @@ def highest_job_folder(data_dir: Path) -> int:
         except OSError:
             continue
         for name in names:
-            if name.isascii() and name.isdigit() and len(name) <= _MAX_ID_DIGITS:
+            if is_decimal(name) and len(name) <= _MAX_ID_DIGITS:
                 best = max(best, int(name))
     return best

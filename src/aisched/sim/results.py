@@ -117,8 +117,10 @@ class SimConfig:
             raise ValueError(
                 f"cycle_interval_s must be finite and >= 0, got {self.cycle_interval_s}"
             )
-        if self.max_time_s is not None and math.isnan(self.max_time_s):
-            raise ValueError("max_time_s must be a number")
+        if self.max_time_s is not None and not self.max_time_s >= 0:  # NaN too
+            raise ValueError(
+                f"max_time_s: {self.max_time_s:g} is not a virtual time (seconds, at least 0)"
+            )
         for name in ("victim_stop_s", "victim_wait_s"):
             value = getattr(self, name)
             if not 0 <= value < math.inf:
