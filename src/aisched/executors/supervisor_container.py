@@ -326,7 +326,7 @@ class Container:
         image = str(self.spec.get("image") or "")
         if image and self.engine("image", "inspect", "--format", "{{.Id}}", image)[0] != 0:
             if self.pull_policy() == "never":
-                log(f"image {image} is not on this node, and image_pull: never forbids a pull")
+                log(f"image {image} is not on this node, and {_NO_PULL}")
             else:
                 log(f"image {image} is not on this node: pulling it")
         code, _, err = self.engine(*self.spec["create"][1:], timeout_s=3600.0)
@@ -632,7 +632,7 @@ class Container:
                  "did not resolve to an alias")  # fmt: skip
         if any(w in low for w in words):
             if self.pull_policy() == "never":
-                why = f"not present on this node, and image_pull: never forbids a pull ({line})"
+                why = f"not present on this node, and {_NO_PULL} ({line})"
             else:
                 why = f"not present on this node and could not be pulled ({line})"
             return f"image {image}: {why}", True
@@ -769,6 +769,9 @@ def self_launch_defaults() -> dict[str, Any]:
     of its own (the container has them), in the engine's working directory (`client_launch`),
     not the task's."""
     return {"cgroup": None, "cores": [], "mechanism": "none", "mem_limit_mib": 0, "workdir": None}
+
+
+_NO_PULL = "image_pull: never forbids a pull"  # said of a missing image, in the log and the end
 
 
 def _last(text: str) -> str:

@@ -164,16 +164,14 @@ class Launches(SchedulerState):
                     )
                     continue
                 why: str | None = None
-                kind = ExitKind.LOST  # may start another time (a node back, an engine probed)
+                kind = ExitKind.LOST
                 try:
                     Path(req.log_path).parent.mkdir(parents=True, exist_ok=True)
                     if isinstance(got, LaunchError):
                         raise got
                     handle = got if got is not None else self.executor.launch(req)
                 except (LaunchError, OSError) as e:
-                    why = str(e)
-                    if isinstance(e, LaunchRefused):
-                        kind = ExitKind.UNRUNNABLE
+                    why, kind = str(e), _not_started_kind(e)
                 except Exception as e:  # the executor's bug: the task is not left launching
                     log.exception("job %s: starting task %s failed", lj.id, req.task)
                     why = repr(e)
@@ -203,8 +201,7 @@ class Launches(SchedulerState):
         for t in lj.tasks:
             key = lj.key(t)
             if lj.stopping is None:
-                kind = ExitKind.UNRUNNABLE if isinstance(why, LaunchRefused) else ExitKind.LOST
-                ev = TaskExited(key, kind, None, f"could not start: {why}", now)
+                ev = TaskExited(key, _not_started_kind(why), None, f"could not start: {why}", now)
             else:
                 ev = TaskExited(key, ExitKind.STOPPED, None, "not started", now)
             self._on_exit(ev, batch, now)
@@ -213,6 +210,12 @@ class Launches(SchedulerState):
         if self.restarts:
             restarts, self.restarts = self.restarts, []
             self._launch_all(restarts, now)
+
+
+def _not_started_kind(e: Exception) -> ExitKind:
+    """How a task that could not start ended: unrunnable (not retried) when its launch is
+    refused for good, else lost (it may start another time: a node back, an engine probed)."""
+    return ExitKind.UNRUNNABLE if isinstance(e, LaunchRefused) else ExitKind.LOST
 
 
 def started_message(attempt: int) -> str:
