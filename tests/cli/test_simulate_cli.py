@@ -364,3 +364,41 @@ def test_a_report_path_that_is_a_file_is_refused_before_the_run(
     out = capsys.readouterr()
     assert out.err == f"error: --report: {taken} is a file; give a folder for index.html\n"
     assert out.out == ""  # no table: nothing ran
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "the file is empty; expected a CSV header row"),
+        ("\n", "the first line is blank; expected a CSV header row"),
+        ("a,b\n1,2\n", "header matches neither a Philly CSV (duration, num_gpus, timestamp)"),
+    ],
+)
+def test_a_trace_without_a_usable_header_says_what_it_has(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str
+) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text(text)
+    assert main(["simulate", "--trace", str(trace)]) == 2
+    assert capsys.readouterr().err == f"error: --trace {trace}: {message}" + (
+        " nor an openb pod list (cpu_milli, gpu_milli, num_gpu)\n" if "neither" in message else "\n"
+    )
+
+
+def test_a_trace_lacking_a_column_is_named_by_its_loader(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("timestamp,duration,cluster\n2017-10-09 07:01:55,66.0,11cb48\n")
+    assert main(["simulate", "--trace", str(trace)]) == 2
+    assert "column 'num_gpus': header lacks column(s) num_gpus" in capsys.readouterr().err
+
+
+def test_a_trace_saved_with_a_byte_order_mark_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "t.csv"
+    row = "2017-10-09 07:01:55,66.0,1,66.0,11cb48\n"
+    trace.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n" + row, encoding="utf-8-sig")
+    assert main(["simulate", "--trace", str(trace), "--policy", "fifo", "--no-progress"]) == 0
+    assert "vc-11cb48" in capsys.readouterr().out

@@ -373,18 +373,30 @@ def load_trace(
         raise CLIError(str(e)) from None
 
 
+_PHILLY_COLUMNS = frozenset({"timestamp", "duration", "num_gpus"})
+_OPENB_COLUMNS = frozenset({"cpu_milli", "num_gpu", "gpu_milli"})
+
+
 def _sniff(path: Path) -> str:
     """philly or openb, from the CSV's header row."""
     file = path / "philly.csv" if path.is_dir() and (path / "philly.csv").is_file() else path
     if file.is_dir():
         return "openb"  # a folder of openb pod lists; the loader names the file it wants
-    with file.open(encoding="utf-8", errors="replace") as fh:
-        header = {c.strip() for c in fh.readline().split(",")}
-    if {"timestamp", "duration", "num_gpus"} <= header:
+    with file.open(encoding="utf-8-sig", errors="replace") as fh:
+        line = fh.readline()
+    if not line.strip():
+        what = "the file is empty" if not line else "the first line is blank"
+        raise CLIError(f"--trace {path}: {what}; expected a CSV header row")
+    header = {c.strip() for c in line.split(",")}
+    # Any column of one kind decides it, so that its loader names the columns still missing.
+    if header & _PHILLY_COLUMNS:
         return "philly"
-    if {"cpu_milli", "num_gpu", "gpu_milli"} <= header:
+    if header & _OPENB_COLUMNS:
         return "openb"
-    raise CLIError(f"--trace {path}: header matches neither a Philly nor an openb pod-list CSV")
+    raise CLIError(
+        f"--trace {path}: header matches neither a Philly CSV ({', '.join(sorted(_PHILLY_COLUMNS))}) "
+        f"nor an openb pod list ({', '.join(sorted(_OPENB_COLUMNS))})"
+    )
 
 
 def choose_cluster(name: str | None, trace: Trace, kind: str) -> Cluster:

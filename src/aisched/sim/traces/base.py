@@ -134,7 +134,7 @@ def open_csv(file: Path) -> Iterator[CsvRows]:
     """The rows of `file` as a csv reader gives them, with its `line_num`; what cannot be read
     (a byte that is not UTF-8, a field over the csv module's size limit) is a `TraceError`
     naming its line, as a bad value is."""
-    with file.open(newline="", encoding="utf-8") as fh:
+    with file.open(newline="", encoding="utf-8-sig") as fh:  # -sig: a spreadsheet's BOM
         yield CsvRows(file, fh)
 
 
