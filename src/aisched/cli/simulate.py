@@ -393,9 +393,10 @@ def _sniff(path: Path) -> str:
         return "philly"
     if header & _OPENB_COLUMNS:
         return "openb"
+    philly, openb = (", ".join(sorted(c)) for c in (_PHILLY_COLUMNS, _OPENB_COLUMNS))
     raise CLIError(
-        f"--trace {path}: header matches neither a Philly CSV ({', '.join(sorted(_PHILLY_COLUMNS))}) "
-        f"nor an openb pod list ({', '.join(sorted(_OPENB_COLUMNS))})"
+        f"--trace {path}: header matches neither a Philly CSV ({philly}) "
+        f"nor an openb pod list ({openb})"
     )
 
 

@@ -30,9 +30,9 @@ from aisched.model.queue import DEFAULT_QUEUE, Queue, QueueTree
 from aisched.model.resources import Resources
 from aisched.service.defaults import DEFAULT_PORT, default_home, default_socket
 from aisched.service.ratelimit import Budget
-from aisched.spec.errors import SpecError, parse_yaml, read_text_file, validation_problems
+from aisched.spec.errors import SpecError, describe, parse_yaml, read_text_file, validation_problems
 from aisched.spec.job import DEFAULT_PRIORITY_CLASSES, JobDefaults
-from aisched.spec.job_common import Priority, describe
+from aisched.spec.job_common import Priority
 from aisched.spec.policy import load_policy
 from aisched.spec.units import UnitError, parse_bytes, parse_mem_mib, to_duration_s, to_mem_mib
 

@@ -22,12 +22,11 @@ types. Built-in clusters are YAML files shipped in `aisched/data/`.
 
 from __future__ import annotations
 
-import math
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
 
 from aisched.model.cluster import (
     DEFAULT_LINKS,
@@ -38,23 +37,24 @@ from aisched.model.cluster import (
     NodePool,
     TopologyLevel,
 )
-from aisched.spec.errors import SpecError, parse_yaml, read_text_file
+from aisched.spec.errors import Number, SpecError, parse_yaml, read_text_file
 
 # A typo such as `nodes_per_rack: 80000` should be an error, not an out-of-memory crash.
 MAX_NODES = 100_000
 
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
-Count = Annotated[int, Field(ge=1, le=MAX_NODES)]
-NonNegInt = Annotated[int, Field(ge=0)]
-PositiveFloat = Annotated[float, Field(gt=0)]
-NonNegFloat = Annotated[float, Field(ge=0)]
+# Strict and finite: YAML's `yes` is no count, and `.nan` or `.inf` no size.
+Count = Annotated[StrictInt, Field(ge=1, le=MAX_NODES)]
+NonNegInt = Annotated[StrictInt, Field(ge=0)]
+PositiveFloat = Annotated[Number, Field(gt=0)]
+NonNegFloat = Annotated[Number, Field(ge=0)]
 # What one node may have, as the service's `node` settings bound it: past these a file is a
 # mistake, and a per-node array of that size would take the machine's memory.
-NodeGpus = Annotated[int, Field(ge=0, le=1024)]
-NodeCpus = Annotated[float, Field(gt=0, le=100_000)]
-NodeMemGib = Annotated[float, Field(gt=0, le=1 << 20)]
-GpuMemGib = Annotated[float, Field(ge=0, le=1 << 14)]
-NodeRdma = Annotated[int, Field(ge=0, le=1024)]
+NodeGpus = Annotated[StrictInt, Field(ge=0, le=1024)]
+NodeCpus = Annotated[Number, Field(gt=0, le=100_000)]
+NodeMemGib = Annotated[Number, Field(gt=0, le=1 << 20)]
+GpuMemGib = Annotated[Number, Field(ge=0, le=1 << 14)]
+NodeRdma = Annotated[StrictInt, Field(ge=0, le=1024)]
 # What a node is for (`model.cluster.Node.role`): CPU-only work, or work that asks for GPUs.
 Role = Literal["cpu", "gpu"]
 
@@ -153,10 +153,6 @@ class AutoscalingPoolModel(_Spec):
             raise ValueError(f"min ({self.min}) is more than max ({self.max})")
         if self.max > MAX_NODES:
             raise ValueError(f"max {self.max} is more than the limit of {MAX_NODES} nodes")
-        if any(math.isinf(v) for v in (self.provisioning_delay_s, self.scale_down_idle_s)):
-            raise ValueError("provisioning_delay_s and scale_down_idle_s must be finite")
-        if self.cost_per_node_hour is not None and math.isinf(self.cost_per_node_hour):
-            raise ValueError("cost_per_node_hour must be finite")
         return self
 
 

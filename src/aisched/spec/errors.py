@@ -8,14 +8,15 @@ errors and repeated keys are reported the same way for every kind of file.
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BeforeValidator, ValidationError
 
 
 class SpecError(ValueError):
@@ -36,7 +37,8 @@ def validation_problems(err: ValidationError, source: str) -> list[str]:
     """One `source: field.path: message` line per error pydantic found."""
     out: list[str] = []
     for e in err.errors(include_url=False):
-        path = ".".join(str(part) for part in e["loc"])
+        # A dict key's own error is located at the key, with a "[key]" marker we drop.
+        path = ".".join(str(part) for part in e["loc"] if part != "[key]")
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
@@ -46,8 +48,42 @@ def validation_problems(err: ValidationError, source: str) -> list[str]:
         elif e["type"] == "value_error":
             # Our own validators raise ValueError; pydantic's "Value error, " prefix is noise.
             msg = msg.removeprefix("Value error, ")
+        elif e["type"] == "invalid_key":
+            msg = "keys should be strings"
+        elif e["type"] in ("int_type", "int_from_float"):
+            msg = f"expected an integer, got {describe(e['input'])}"
         out.append(f"{source}: {path}: {msg}" if path else f"{source}: {msg}")
     return out
+
+
+def describe(value: Any) -> str:
+    """A short description of a value of the wrong type, for messages."""
+    if value is None:
+        return "nothing"
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (a boolean)"
+    if isinstance(value, WrittenInt):
+        return f"{value.written} (an integer)"
+    if isinstance(value, int):
+        return f"{value!r} (an integer)"
+    if isinstance(value, float):
+        return f"{value!r} (a number)"
+    if isinstance(value, str):
+        return f"{value!r} (a string)"
+    return f"a {type(value).__name__}"
+
+
+def finite_number(v: Any) -> Any:
+    """A number: pydantic would read `true` as 1 and call NaN "over the limit"."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ValueError(f"expected a number, got {describe(v)}")
+    if isinstance(v, float) and not math.isfinite(v):
+        raise ValueError(f"{v} is not a finite number")
+    return v
+
+
+Number = Annotated[float, BeforeValidator(finite_number)]
+"""A finite number, not a boolean (YAML's `yes`, `.nan` and `.inf` are refused as such)."""
 
 
 def format_validation_error(err: ValidationError, source: str) -> str:

@@ -17,13 +17,18 @@ from pathlib import Path
 from typing import Any
 
 from aisched.model.job import JobKind
-from aisched.spec.errors import SpecError, expanded_size_problem, parse_yaml, read_text_file
+from aisched.spec.errors import (
+    SpecError,
+    describe,
+    expanded_size_problem,
+    parse_yaml,
+    read_text_file,
+)
 from aisched.spec.job_common import (
     DEFAULT_PRIORITY_CLASSES,
     DEFAULTS,
     JobDefaults,
     ParsedJob,
-    describe,
 )
 from aisched.spec.job_native import native_job
 from aisched.spec.job_volcano import API_VERSION, KIND, volcano_job

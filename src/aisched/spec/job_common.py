@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BeforeValidator, Field, StrictInt, StrictStr, ValidationError
+from pydantic import AfterValidator, BeforeValidator, Field, StrictInt, StrictStr
 
 from aisched.model.job import (
     ContainerSpec,
@@ -28,7 +28,7 @@ from aisched.model.job import (
     image_transport,
     mount_option_char,
 )
-from aisched.spec.errors import WrittenInt
+from aisched.spec.errors import WrittenInt, describe
 from aisched.spec.units import (
     UnitError,
     k8s_count,
@@ -133,44 +133,6 @@ class Problems:
         self.lines.append(
             f"{self.source}: {path}: {message}" if path else f"{self.source}: {message}"
         )
-
-
-def problem_lines(err: ValidationError, source: str) -> list[str]:
-    """One `source: field.path: message` line per pydantic error, with the messages of nested
-    models and dict keys put in job-file terms."""
-    out: list[str] = []
-    for e in err.errors(include_url=False):
-        # A dict key's own error is located at the key, with a "[key]" marker we drop.
-        path = ".".join(str(part) for part in e["loc"] if part != "[key]")
-        msg = e["msg"]
-        kind = e["type"]
-        if kind == "extra_forbidden":
-            msg = "unknown key"
-        elif kind in ("model_type", "model_attributes_type", "dict_type"):
-            msg = "Input should be a mapping (key: value pairs)"
-        elif kind == "value_error":
-            msg = msg.removeprefix("Value error, ")
-        elif kind == "invalid_key":
-            msg = "keys should be strings"
-        out.append(f"{source}: {path}: {msg}" if path else f"{source}: {msg}")
-    return out
-
-
-def describe(value: Any) -> str:
-    """A short description of a value of the wrong type, for messages."""
-    if value is None:
-        return "nothing"
-    if isinstance(value, bool):
-        return f"{str(value).lower()} (a boolean)"
-    if isinstance(value, WrittenInt):
-        return f"{value.written} (an integer)"
-    if isinstance(value, int):
-        return f"{value!r} (an integer)"
-    if isinstance(value, float):
-        return f"{value!r} (a number)"
-    if isinstance(value, str):
-        return f"{value!r} (a string)"
-    return f"a {type(value).__name__}"
 
 
 def priority_of_class(name: str, classes: Mapping[str, int]) -> int:

@@ -12,7 +12,6 @@ read here: the service sets them.
 
 from __future__ import annotations
 
-import math
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -43,7 +42,7 @@ from aisched.model.job import (
 )
 from aisched.model.resources import Resources
 from aisched.model.service import ScaleMetric, ServiceSpec
-from aisched.spec.errors import SpecError
+from aisched.spec.errors import Number, SpecError
 from aisched.spec.job_common import (
     MAX_TASKS,
     Bandwidth,
@@ -70,11 +69,9 @@ from aisched.spec.job_common import (
     Text,
     at_least_one_task,
     container_spec,
-    describe,
     duplicates,
     name_from_command,
     priority_of_class,
-    problem_lines,
 )
 
 FORMAT = "native"
@@ -182,17 +179,7 @@ def _url_path(v: str) -> str:
     return v
 
 
-def _finite_number(v: Any) -> Any:
-    """A number: pydantic would read `true` as 1 and call NaN "over the limit"."""
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        raise ValueError(f"expected a number, got {describe(v)}")
-    if isinstance(v, float) and not math.isfinite(v):
-        raise ValueError(f"{v} is not a finite number")
-    return v
-
-
 UrlPath = Annotated[StrictStr, Field(max_length=1024), AfterValidator(_url_path)]
-Number = Annotated[float, BeforeValidator(_finite_number)]
 
 
 class ServiceModel(_Spec):
@@ -242,7 +229,7 @@ def native_job(data: dict[Any, Any], source: str, defaults: JobDefaults) -> Pars
     try:
         spec = NativeJobModel.model_validate(data)
     except ValidationError as e:
-        raise SpecError(problem_lines(e, source)) from None
+        raise SpecError.from_validation_error(e, source) from None
     p = Problems(source)
     groups = _groups(spec, p)
     num_tasks = sum(g.replicas for g in groups)

@@ -55,18 +55,16 @@ from aisched.model.job import (
     Volume,
 )
 from aisched.model.resources import Resources
-from aisched.spec.errors import SpecError
+from aisched.spec.errors import SpecError, describe
 from aisched.spec.job_common import (
     MAX_TASKS,
     JobDefaults,
     ParsedJob,
     Problems,
     container_spec,
-    describe,
     duplicates,
     nonempty_command,
     priority_of_class,
-    problem_lines,
     to_bandwidth_bit_s,
 )
 from aisched.spec.units import UnitError, k8s_quantity
@@ -139,7 +137,7 @@ def volcano_job(data: dict[Any, Any], source: str, defaults: JobDefaults) -> Par
     try:
         doc = VolcanoJob.model_validate(data)
     except ValidationError as e:
-        raise SpecError(problem_lines(e, source)) from None
+        raise SpecError.from_validation_error(e, source) from None
     spec = doc.spec
     p = Problems(source)
     w = Problems(source)

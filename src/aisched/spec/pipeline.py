@@ -19,12 +19,13 @@ from typing import Any
 from aisched.core.dependencies import find_cycle
 from aisched.spec.errors import (
     SpecError,
+    describe,
     expanded_size_problem,
     not_unicode_problem,
     parse_yaml_all,
 )
 from aisched.spec.job import parse_job_document
-from aisched.spec.job_common import DEFAULTS, JobDefaults, ParsedJob, Problems, describe
+from aisched.spec.job_common import DEFAULTS, JobDefaults, ParsedJob, Problems
 
 MAX_PIPELINE_JOBS = 100  # more jobs in one file is a script's mistake, not a pipeline
 # A job's dependencies are looked up again each time one of them ends, by the loop that

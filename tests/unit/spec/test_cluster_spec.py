@@ -115,8 +115,7 @@ ERROR_CASES = [
         {"pools": [_pool(), _pool(name="q", nodes_per_rack=0, cpus="many")]},
         [
             "c.yaml: pools.1.nodes_per_rack: Input should be greater than or equal to 1",
-            "c.yaml: pools.1.cpus: Input should be a valid number, unable to parse string as a "
-            "number",
+            "c.yaml: pools.1.cpus: expected a number, got 'many' (a string)",
         ],
     ),
     Case(
@@ -178,6 +177,23 @@ ERROR_CASES = [
             "c.yaml: nodes.0.gpu_mem_gib: Input should be less than or equal to 16384",
         ],
     ),  # fmt: skip
+    Case(  # YAML reads `yes` as true, `.nan` and `.inf` as floats: none is a count or a size
+        "a boolean, NaN or infinity",
+        {
+            "links": {"rack": {"bandwidth_gbps": float("inf"), "latency_us": float("nan")}},
+            "pools": [_pool(gpus_per_node=True, cpus=float("nan"), nodes_per_rack=2.0)],
+            "nodes": [{"name": "n", "cpus": 4, "mem_gib": float("inf"), "gpu_mem_gib": False}],
+        },
+        [
+            "c.yaml: links.rack.bandwidth_gbps: inf is not a finite number",
+            "c.yaml: links.rack.latency_us: nan is not a finite number",
+            "c.yaml: pools.0.nodes_per_rack: expected an integer, got 2.0 (a number)",
+            "c.yaml: pools.0.gpus_per_node: expected an integer, got true (a boolean)",
+            "c.yaml: pools.0.cpus: nan is not a finite number",
+            "c.yaml: nodes.0.mem_gib: inf is not a finite number",
+            "c.yaml: nodes.0.gpu_mem_gib: expected a number, got false (a boolean)",
+        ],
+    ),
     Case(
         "rack in two zones",
         {
@@ -385,6 +401,11 @@ AUTOSCALE_ERROR_CASES = [
             "c.yaml: autoscaling_pools.0.template.cpus: Input should be greater than 0",
             "c.yaml: autoscaling_pools.0.template.gpu: unknown key",
         ],
+    ),
+    Case(
+        "an endless delay",
+        {"autoscaling_pools": [_auto(provisioning_delay_s=float("inf"))]},
+        ["c.yaml: autoscaling_pools.0.provisioning_delay_s: inf is not a finite number"],
     ),
     Case(
         "name of a fixed pool",

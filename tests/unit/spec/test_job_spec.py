@@ -330,7 +330,7 @@ NATIVE_INVALID = [
     Invalid("zero replicas", {**CMD, "replicas": 0},
             ["j.yaml: replicas: Input should be greater than or equal to 1"]),
     Invalid("a boolean for a count", {**CMD, "replicas": True},
-            ["j.yaml: replicas: Input should be a valid integer"]),
+            ["j.yaml: replicas: expected an integer, got true (a boolean)"]),
     Invalid("cpus above the limit", _res(cpus=100_001),
             ["j.yaml: resources.cpus: 100001 is more than the limit of 100,000 CPUs"]),
     Invalid("zero cpus", _res(cpus=0), ["j.yaml: resources.cpus: must be more than 0"]),
@@ -349,7 +349,7 @@ NATIVE_INVALID = [
     Invalid("gpu_milli of a whole GPU", _res(gpu_milli=1000),
             ["j.yaml: resources.gpu_milli: Input should be less than or equal to 999"]),
     Invalid("gpu_milli as a fraction", _res(gpu_milli=0.5),
-            ["j.yaml: resources.gpu_milli: Input should be a valid integer"]),
+            ["j.yaml: resources.gpu_milli: expected an integer, got 0.5 (a number)"]),
     Invalid("gpu_models as a bare string", {**CMD, "gpu_models": "T4"},
             ["j.yaml: gpu_models: expected a list of GPU models (e.g. [A100, H100]) or a "
              "mapping {required: [...], preferred: [...]}"]),
@@ -871,7 +871,7 @@ VOLCANO_INVALID = [
     Invalid("zero replicas", vc(task(replicas=0)),
             ["v.yaml: spec.tasks.0.replicas: Input should be greater than or equal to 1"]),
     Invalid("maxRetry of the wrong type", vc(maxRetry="3"),
-            ["v.yaml: spec.maxRetry: Input should be a valid integer"]),
+            ["v.yaml: spec.maxRetry: expected an integer, got '3' (a string)"]),
     Invalid("bad grace period", vc(task(pod={"terminationGracePeriodSeconds": 7200})),
             ["v.yaml: spec.tasks.0.template.spec.terminationGracePeriodSeconds: Input should be "
              "less than or equal to 3600"]),
