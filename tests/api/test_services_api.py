@@ -210,6 +210,9 @@ def test_the_autoscaler_takes_its_interval_and_metric_age_from_the_config(
         ("node", {"cpus": 0.0001}, "node.cpus: Input should be greater than or equal to 0.001"),
         ("port", True, "port: expected a number, got true \\(a boolean\\)"),  # it listened on 1
         ("limits", {"log_max_files": True}, "limits.log_max_files: expected a number, got true"),
+        # NaN was "less than or equal to 100000"; infinity was taken as no limit.
+        ("node", {"cpus": float("nan")}, "node.cpus: nan is not a finite number"),
+        ("limits", {"request_rate": float("inf")}, "limits.request_rate: inf is not a finite"),
         # Cycles back to back while a job waited: a core's quarter for nothing.
         ("cycle_interval", 0, "cycle_interval: 0 is below 0.1s: cycles would run back to back"),
         # Past what the store holds: it stopped every step of the loop at its first job.

@@ -30,7 +30,14 @@ from aisched.model.queue import DEFAULT_QUEUE, Queue, QueueTree
 from aisched.model.resources import Resources
 from aisched.service.defaults import DEFAULT_PORT, default_home, default_socket
 from aisched.service.ratelimit import Budget
-from aisched.spec.errors import SpecError, describe, parse_yaml, read_text_file, validation_problems
+from aisched.spec.errors import (
+    Number,
+    SpecError,
+    describe,
+    parse_yaml,
+    read_text_file,
+    validation_problems,
+)
 from aisched.spec.job import DEFAULT_PRIORITY_CLASSES, JobDefaults
 from aisched.spec.job_common import Priority
 from aisched.spec.policy import load_policy
@@ -64,7 +71,7 @@ def _no_boolean(v: Any) -> Any:
 
 
 Int = Annotated[int, BeforeValidator(_no_boolean)]
-Float = Annotated[float, BeforeValidator(_no_boolean)]
+Float = Number  # finite, and no boolean
 
 # The longest any duration of the configuration may be, as a job's: a timer much past it
 # overflows the platform's time_t (100000000000000d killed the autoscaler's thread).
