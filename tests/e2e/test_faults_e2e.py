@@ -783,6 +783,18 @@ def test_a_task_writing_while_the_log_disk_is_full_runs_on_and_its_log_says_what
         lost = [line for line in log.splitlines() if "bytes of output lost" in line]
         assert lost and "No space left on device" in lost[0], log[-2000:]
         assert log.splitlines()[-1] == "last"
+        # Every byte the task wrote is either in the log or counted as lost: its tick lines
+        # are 200 bytes with their newline; a line cut short by the full disk is ended by
+        # aisched's own newline before the note.
+        kept = sum(
+            len(line) + (line == "last" or len(line) == 199)
+            for line in log.splitlines()
+            if not line.startswith("aisched: ")
+        )
+        counted = sum(
+            int(n) for n in re.findall(r"^aisched: (\d+) bytes of output lost", log, re.M)
+        )
+        assert kept + counted == 200 * ticks() + len("last\n"), (kept, counted, ticks())
     finally:
         fill.unlink(missing_ok=True)
         cancel_all(svc)
