@@ -37,9 +37,11 @@ from aisched.service.auth import (
     require_owner,
 )
 from aisched.service.defaults import MAX_LIST_LIMIT
+from aisched.service.identity import Caller
 from aisched.service.limits import check_depth
 from aisched.service.loop import Rejected
 from aisched.service.loop_types import NotAccepting
+from aisched.service.off_loop import OnePerCaller
 from aisched.service.retention import no_job
 from aisched.service.routes.common import (
     LIVE_STATES,
@@ -60,7 +62,11 @@ from aisched.service.schemas import (
     job_out,
 )
 from aisched.spec.errors import SpecError
-from aisched.spec.pipeline import parse_submission_document, parse_submission_text
+from aisched.spec.pipeline import (
+    ParsedSubmission,
+    parse_submission_document,
+    parse_submission_text,
+)
 from aisched.store.db import job_row
 
 # Jobs a listing reads from the store, and holds, at a time: a user's own jobs show their
@@ -83,6 +89,7 @@ _SUBMIT_BODY: dict[str, Any] = {
 def jobs_router(svc: Service) -> APIRouter:
     router = APIRouter()
     sched = svc.scheduler
+    reading = OnePerCaller()  # submissions read off the event loop
 
     @router.post(
         "/v1/jobs",
@@ -114,47 +121,13 @@ def jobs_router(svc: Service) -> APIRouter:
         if len(body) > MAX_BODY:
             return problem(413, f"the job document is larger than {MAX_BODY} bytes")
         src = source or "request"
-        if (deep := check_depth(body)) is not None:
-            return problem(422, "invalid job", [f"{src}: {deep}"])
-        defaults = svc.config.job_defaults(who.user)
-        try:
-            if "json" in request.headers.get("content-type", ""):
-                try:
-                    data = json.loads(body)
-                except ValueError as e:  # not JSON, not UTF-8, or an integer past the limit
-                    raise SpecError(f"{src}: not valid JSON: {e}") from None
-                parsed = parse_submission_document(data, src, defaults)
-            else:
-                try:
-                    text = body.decode("utf-8")
-                except UnicodeDecodeError:
-                    raise SpecError(f"{src}: not UTF-8 text") from None
-                parsed = parse_submission_text(text, src, defaults)
-        except SpecError as e:
-            return problem(422, "invalid job", list(e.problems))
-        except RecursionError:
-            return problem(422, "invalid job", [f"{src}: nested too deep"])
-        for p in parsed.jobs:
-            if p.job.user != who.user:
-                return problem(
-                    403,
-                    "job refused",
-                    [
-                        f"{src}: user: jobs run as the user who submits them; this one names "
-                        f"{p.job.user!r} and you are {who.user!r}"
-                    ],
-                )
-            volcano = p.format == "volcano"
-            if (why := may_submit_to(svc, who, p.job.queue)) is not None:
-                where = "spec.queue" if volcano else "queue"
-                return problem(403, "job refused", [f"{src}: {where}: {why}"])
-            if (why := may_ask_priority(svc, who, p.job.queue, p.job.priority)) is not None:
-                where = "spec.priorityClassName" if volcano else "priority"
-                return problem(403, "job refused", [f"{src}: {where}: {why}"])
-        jobs = [_in_workdir(p.job, workdir) for p in parsed.jobs]
-        missing = path_problems(jobs, src, who.user, [p.format for p in parsed.jobs])
-        if missing:
-            return problem(422, "invalid job", missing)
+        ctype = request.headers.get("content-type", "")
+        read = await reading.run(
+            who.user, lambda: _read_submission(svc, who, body, ctype, src, workdir)
+        )
+        if isinstance(read, Response):
+            return read
+        parsed, jobs = read
         warnings = [w for p in parsed.jobs for w in p.warnings]
         failing = lambda: svc.health.errors.store_failing  # noqa: E731
         try:
@@ -278,6 +251,55 @@ def jobs_router(svc: Service) -> APIRouter:
         return JSONResponse(status_code=202, content=CancelOut(id=job_id, state=state).model_dump())
 
     return router
+
+
+def _read_submission(
+    svc: Service, who: Caller, body: bytes, ctype: str, src: str, workdir: str | None
+) -> Response | tuple[ParsedSubmission, list[Job]]:
+    """The submission in `body` and its jobs, placed in `workdir`; or the problem answer that
+    refuses it. Blocking (parsing, the submitter's files): run off the event loop."""
+    if (deep := check_depth(body)) is not None:
+        return problem(422, "invalid job", [f"{src}: {deep}"])
+    defaults = svc.config.job_defaults(who.user)
+    try:
+        if "json" in ctype:
+            try:
+                data = json.loads(body)
+            except ValueError as e:  # not JSON, not UTF-8, or an integer past the limit
+                raise SpecError(f"{src}: not valid JSON: {e}") from None
+            parsed = parse_submission_document(data, src, defaults)
+        else:
+            try:
+                text = body.decode("utf-8")
+            except UnicodeDecodeError:
+                raise SpecError(f"{src}: not UTF-8 text") from None
+            parsed = parse_submission_text(text, src, defaults)
+    except SpecError as e:
+        return problem(422, "invalid job", list(e.problems))
+    except RecursionError:
+        return problem(422, "invalid job", [f"{src}: nested too deep"])
+    for p in parsed.jobs:
+        if p.job.user != who.user:
+            return problem(
+                403,
+                "job refused",
+                [
+                    f"{src}: user: jobs run as the user who submits them; this one names "
+                    f"{p.job.user!r} and you are {who.user!r}"
+                ],
+            )
+        volcano = p.format == "volcano"
+        if (why := may_submit_to(svc, who, p.job.queue)) is not None:
+            where = "spec.queue" if volcano else "queue"
+            return problem(403, "job refused", [f"{src}: {where}: {why}"])
+        if (why := may_ask_priority(svc, who, p.job.queue, p.job.priority)) is not None:
+            where = "spec.priorityClassName" if volcano else "priority"
+            return problem(403, "job refused", [f"{src}: {where}: {why}"])
+    jobs = [_in_workdir(p.job, workdir) for p in parsed.jobs]
+    missing = path_problems(jobs, src, who.user, [p.format for p in parsed.jobs])
+    if missing:
+        return problem(422, "invalid job", missing)
+    return parsed, jobs
 
 
 def _job_list(

@@ -1,0 +1,39 @@
+"""A request that is slow to handle holds up no other request: the real service, real HTTP."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import httpx
+import psutil
+from harness import Service, wait_for
+
+
+def test_a_job_file_slow_to_read_holds_up_no_other_request(service: Service) -> None:
+    # Many tiny nested lists: seconds of pure-Python YAML for half a MiB (13 s for 1 MiB), and
+    # on the event loop every other request, the probes' too, waited for it.
+    body = ("name: slow\nx: [" + "[]," * 170_000 + "[]]\n").encode()
+    proc = psutil.Process(service.proc.pid if service.proc else 0)
+    service.api.get("/v1/healthz").raise_for_status()  # the token made before the clock
+    busy_from = sum(proc.cpu_times()[:2])
+    answer: dict[str, Any] = {}
+
+    def submit() -> None:
+        answer["status"] = service.api.post(
+            "/v1/jobs", content=body, headers={"Content-Type": "application/yaml"}, timeout=120
+        ).status_code
+
+    sender = threading.Thread(target=submit)
+    sender.start()
+    try:
+        wait_for(
+            "the service to read the job file", lambda: sum(proc.cpu_times()[:2]) > busy_from + 1
+        )
+        with httpx.Client(transport=httpx.HTTPTransport(uds=str(service.socket))) as local:
+            assert local.get("http://x/v1/healthz", timeout=60).json()["ok"] is True
+            assert local.get("http://x/v1/jobs", timeout=60).status_code == 200
+        assert "status" not in answer, "the reading ended before the other requests were answered"
+    finally:
+        sender.join(120)
+    assert answer["status"] == 422  # `x: unknown key`, once read
