@@ -295,3 +295,22 @@ def users_service(tmp_path: Path, config: str | None = None) -> Iterator[Service
     tmp_path.chmod(0o755)
     with local_service(tmp_path, config) as svc:
         yield svc
+
+
+@contextmanager
+def database_locked(db: Path) -> Iterator[None]:
+    """Another process holds the state database's write lock for the block (a wedged store)."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sqlite3, sys, time\n"
+         "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+         "c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(120)",
+         str(db)],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"locked\n"
+        yield
+    finally:
+        holder.kill()
+        holder.wait()

@@ -21,7 +21,15 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import Service, cancel_all, free_port, local_service, stopped, wait_for
+from harness import (
+    Service,
+    cancel_all,
+    database_locked,
+    free_port,
+    local_service,
+    stopped,
+    wait_for,
+)
 
 from aisched.store.db import Store
 from aisched.testing.postgres import PostgresServer
@@ -90,25 +98,6 @@ def readyz(svc: Service) -> tuple[int, dict[str, object]]:
 def states(svc: Service) -> dict[str, str]:
     jobs = svc.api.get("/v1/jobs", params={"all": "true"}).json()["jobs"]
     return {j["id"]: j["state"] for j in jobs}
-
-
-@contextlib.contextmanager
-def database_locked(db: Path) -> Iterator[None]:
-    """Another process holds the state database's write lock for the block (a wedged store)."""
-    holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sqlite3, sys, time\n"
-         "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
-         "c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(120)",
-         str(db)],
-        stdout=subprocess.PIPE,
-    )  # fmt: skip
-    try:
-        assert holder.stdout is not None and holder.stdout.readline() == b"locked\n"
-        yield
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 def test_a_task_writing_200_mb_leaves_at_most_the_cap_on_disk(tmp_path: Path, tmpfs: Path) -> None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import httpx
 import psutil
-from harness import Service, wait_for
+from harness import Service, database_locked, wait_for
 
 
 def test_a_job_file_slow_to_read_holds_up_no_other_request(service: Service) -> None:
@@ -37,3 +38,31 @@ def test_a_job_file_slow_to_read_holds_up_no_other_request(service: Service) -> 
     finally:
         sender.join(120)
     assert answer["status"] == 422  # `x: unknown key`, once read
+
+
+def test_a_store_locked_by_another_process_holds_up_no_other_request(service: Service) -> None:
+    job = service.run("--", "echo", "hi")
+    service.wait_state(job, "succeeded")
+    # An admin of another name: reading root's job's logs is written to the audit log.
+    ops = service.cli("token", "create", "ops", "--admin").stdout.strip()
+    answer: dict[str, Any] = {}
+
+    def read_logs() -> None:
+        answer["status"] = httpx.get(
+            f"{service.url}/v1/jobs/{job}/logs",
+            headers={"Authorization": f"Bearer {ops}"},
+            timeout=120,
+        ).status_code
+
+    with database_locked(service.home / "state.db"):
+        reader = threading.Thread(target=read_logs)
+        reader.start()
+        # The read reaches its audit line at once and waits there for the lock (30 s);
+        # on the event loop, every request below waited with it.
+        time.sleep(1)
+        with httpx.Client(transport=httpx.HTTPTransport(uds=str(service.socket))) as local:
+            assert local.get("http://x/v1/healthz", timeout=60).json()["ok"] is True
+            assert local.get("http://x/v1/jobs", timeout=60).status_code == 200
+        assert "status" not in answer, "the read ended before the other requests"
+    reader.join(120)
+    assert answer["status"] == 200  # once the lock is let go

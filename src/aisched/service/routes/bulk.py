@@ -10,17 +10,18 @@ the count; the answer gives the count and each job with its state after the comm
 
 from __future__ import annotations
 
-import time
 from typing import Literal
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
+from starlette.concurrency import run_in_threadpool
 
 from aisched.service.admission import NOT_STORED_CANCEL, NotStoredYet, until_stored
 from aisched.service.app import Service
 from aisched.service.auth import CallerDep
 from aisched.service.loop_types import CancelSelection
+from aisched.service.routes.common import audit
 from aisched.service.schemas import CancelOut, NoNul, Problem
 
 
@@ -78,18 +79,9 @@ def bulk_router(svc: Service) -> APIRouter:
             for k, v in (("user", user or "*"), ("queue", body.queue), ("state", body.state))
             if v is not None
         )
-        with svc.store.tx() as tx:
-            tx.add_audit(
-                {
-                    "time": time.time(),
-                    "actor": who.user,
-                    "via": who.via,
-                    "action": "cancel-many",
-                    "target": f"jobs with {what}",
-                    "owner": user,
-                    "detail": detail,
-                }
-            )
+        await run_in_threadpool(
+            audit, svc, who, "cancel-many", f"jobs with {what}", user, detail
+        )  # the store, off the event loop
         return JSONResponse(content=out.model_dump())
 
     return router

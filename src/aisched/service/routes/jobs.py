@@ -18,6 +18,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from aisched.model.job import Job
 from aisched.model.states import JobState
@@ -238,7 +239,7 @@ def jobs_router(svc: Service) -> APIRouter:
         responses={404: {"model": Problem}, 409: {"model": Problem}},
     )
     async def cancel(job_id: str, who: CallerDep) -> Response:
-        row = job_or_404(svc, job_id)
+        row = await run_in_threadpool(job_or_404, svc, job_id)
         require_owner(who, job_id, row["user"], "cancel it")
         failing = lambda: svc.health.errors.store_failing  # noqa: E731
         try:
@@ -247,7 +248,9 @@ def jobs_router(svc: Service) -> APIRouter:
             return problem(e.status, str(e))
         except NotStoredYet as e:
             return problem(503, str(e))
-        audit(svc, who, "cancel", f"job {job_id}", row["user"], f"was {row['state']}")
+        await run_in_threadpool(
+            audit, svc, who, "cancel", f"job {job_id}", row["user"], f"was {row['state']}"
+        )
         return JSONResponse(status_code=202, content=CancelOut(id=job_id, state=state).model_dump())
 
     return router

@@ -2,7 +2,9 @@
 
 The logs are the owner's and the admins'; an admin reading another user's goes to the audit
 log. Files are read where the task rows say they are; a log the supervisor rotated (it caps
-them) is noticed by its shrinking size and read again from its start.
+them) is noticed by its shrinking size and read again from its start. The store and the files
+are read in worker threads, never on the event loop, where a slow disk or a locked database
+would hold up every other request.
 
 Logs are streamed, a chunk at a time, never read whole: a job may have thousands of tasks, each
 with a log of `limits.log_max_size`, and one request (or a few at once) for all of them must
@@ -18,10 +20,11 @@ import io
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 from fastapi.responses import PlainTextResponse, Response, StreamingResponse
+from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 
 from aisched.service.app import Service
 from aisched.service.auth import CallerDep, require_owner
@@ -40,7 +43,7 @@ def logs_router(svc: Service) -> APIRouter:
         response_class=PlainTextResponse,
         responses={404: {"model": Problem}},
     )
-    async def logs(
+    def logs(  # not async: the store and the files are read in a worker thread
         job_id: str,
         who: CallerDep,
         task: str | None = None,
@@ -126,27 +129,37 @@ async def _follow_logs(
     offsets: dict[str, int] = {}
     partial: dict[str, bytes] = {}
     while True:
-        with svc.store.read() as tx:
-            row = tx.get_job(job_id)
+        row = await run_in_threadpool(_job, svc, job_id)
         if row is None:
             return
         current = attempt or row["attempt"]
         if current > shown:
             if shown:
-                for chunk in _drain(svc, job_id, shown, task, offsets, partial, final=True):
+                async for chunk in iterate_in_threadpool(
+                    _drain(svc, job_id, shown, task, offsets, partial, final=True)
+                ):
                     yield chunk
                 yield f"--- attempt {current} ---\n".encode()
             shown, offsets, partial = current, {}, {}
-        for chunk in _drain(svc, job_id, shown, task, offsets, partial, final=False):
+        async for chunk in iterate_in_threadpool(
+            _drain(svc, job_id, shown, task, offsets, partial, final=False)
+        ):
             yield chunk
         ended = row["state"] not in LIVE_STATES or (
             attempt is not None and row["attempt"] > attempt
         )
         if ended:
-            for chunk in _drain(svc, job_id, shown, task, offsets, partial, final=True):
+            async for chunk in iterate_in_threadpool(
+                _drain(svc, job_id, shown, task, offsets, partial, final=True)
+            ):
                 yield chunk
             return
         await asyncio.sleep(0.2)
+
+
+def _job(svc: Service, job_id: str) -> dict[str, Any] | None:
+    with svc.store.read() as tx:
+        return tx.get_job(job_id)
 
 
 def _drain(

@@ -11,6 +11,7 @@ import json
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from aisched.service.app import Service
 from aisched.service.auth import CallerDep, require_owner
@@ -32,7 +33,7 @@ def services_router(svc: Service) -> APIRouter:
     async def push_metrics(job_id: str, request: Request, who: CallerDep) -> Response:
         """Report load for a service (its total) or one replica (its own): a JSON object such
         as {"rps": 12.5} or {"latency_ms": 80}; the autoscaler follows the service's metric."""
-        row = job_or_404(svc, job_id)
+        row = await run_in_threadpool(job_or_404, svc, job_id)
         require_owner(who, job_id, row["user"], "report its load")
         body = await request.body()
         if len(body) > MAX_BODY:
