@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -266,3 +268,63 @@ def test_a_database_file_in_a_missing_directory_is_named_not_the_data_directory(
         "database file (--database, or database: in the config file) in a directory that "
         "exists and this service may write"
     )
+
+
+def _prepare_as(uid: int, home: Path) -> str:
+    """`datadir.prepare(home)` in a child process running as `uid`: its refusal, or "ok"."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            try:
+                datadir.prepare(home)
+                out = "ok"
+            except datadir.DataDirError as e:
+                out = str(e)
+            os.write(write, out.encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        out = f.read()
+    os.waitpid(pid, 0)
+    return out
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making other users' links needs root")
+def test_a_users_service_refuses_a_data_directory_through_another_users_link() -> None:
+    # Through a link of another user's in a sticky directory (as /tmp), that user could point
+    # the data directory at one of theirs once the service runs, and read the jobs'
+    # checkpoints there (an ordinary user's service was not checked at all).
+    me, other = 65534, 65533
+    top = Path(tempfile.mkdtemp(prefix="ais-datadir-"))
+    try:
+        top.chmod(0o755)
+        sticky, mine = top / "sticky", top / "mine"
+        sticky.mkdir()
+        sticky.chmod(0o1777)
+        mine.mkdir()
+        os.chown(mine, me, me)
+        theirs = sticky / "theirs"
+        theirs.symlink_to(mine)
+        os.lchown(theirs, other, other)
+        assert _prepare_as(me, mine / "data") == "ok"
+        assert _prepare_as(me, theirs / "data") == (
+            f"the data directory {theirs / 'data'} goes through {theirs}, a link of uid {other}, "
+            "who may point it elsewhere (others may write where it is): they could read or "
+            "replace the jobs' checkpoints and logs; give a --data-dir under directories of "
+            "yours (or root's) alone"
+        )
+        open_dir = top / "open"
+        open_dir.mkdir()
+        open_dir.chmod(0o777)  # no sticky bit: anyone may rename what is in it
+        assert _prepare_as(me, open_dir / "data").startswith(
+            f"the data directory {open_dir / 'data'} goes through {open_dir}, a directory "
+            "another user may change (not yours or root's, or others may write it)"
+        )
+    finally:
+        shutil.rmtree(top)

@@ -4,7 +4,8 @@ what to do, raised before anything is written there.
 - a link to nothing (an unmounted volume), a file in its place, or a path that cannot be made;
 - foreign: another user's directory, or one full of files that are not aisched's (a home
   directory given by mistake) - aisched would scatter its state among them;
-- exposed: for a root service, under a directory another user may change (`not_roots_alone`);
+- exposed: under a directory another user may change (`not_roots_alone` for a root service,
+  `not_theirs_alone` for an ordinary user's: directories of theirs or root's alone);
 - not writable (a read-only filesystem, missing permissions);
 - full: less free space than `limits.disk_min_free`, or fewer free inodes than
   `limits.disk_min_free_inodes`.
@@ -17,7 +18,7 @@ import os
 import pwd
 from pathlib import Path
 
-from aisched.executors.task_files import not_roots_alone
+from aisched.executors.task_files import not_roots_alone, not_theirs_alone
 
 # What an aisched data directory holds; any one of them marks a directory as aisched's.
 MARKERS = ("lock", "state.db")
@@ -49,20 +50,28 @@ def prepare(home: Path) -> None:
         )
     if home.exists():
         _ours(home)
-    if os.geteuid() == 0 and (other := not_roots_alone(str(home))) is not None:
-        # Root opens, writes and hands to users files under it by name (its tasks' logs).
+    uid = os.geteuid()
+    # Root opens, writes and hands to users files under it by name (its tasks' logs); any
+    # service keeps its jobs' checkpoints and logs there, for no other user to read or replace.
+    other = not_roots_alone(str(home)) if uid == 0 else not_theirs_alone(str(home), uid)
+    if other is not None:
         if os.path.islink(other):
             what = (
                 f"a link of {_user(os.lstat(other).st_uid)}, who may point it elsewhere (others "
                 "may write where it is)"
             )
         else:
-            what = "a directory another user may change (not root's, or others may write it)"
+            owners = "root's" if uid == 0 else "yours or root's"
+            what = f"a directory another user may change (not {owners}, or others may write it)"
         place = f"is {what}" if other == str(home) else f"goes through {other}, {what}"
-        raise DataDirError(
-            f"the data directory {home} {place}: they could have the service write as root "
-            "where they choose; give a --data-dir under directories of root's alone"
+        harm = (
+            "have the service write as root where they choose; give a --data-dir under "
+            "directories of root's alone"
+            if uid == 0
+            else "read or replace the jobs' checkpoints and logs; give a --data-dir under "
+            "directories of yours (or root's) alone"
         )
+        raise DataDirError(f"the data directory {home} {place}: they could {harm}")
     try:
         home.mkdir(parents=True, exist_ok=True)
     except OSError as e:
