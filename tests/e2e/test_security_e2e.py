@@ -653,6 +653,46 @@ def test_the_cli_sends_nothing_to_another_users_server_on_the_loopback(
     )
 
 
+# Run as a user: IMPOSTOR on a Unix socket at argv[1] (a name in a shared directory).
+IMPOSTOR_UNIX = IMPOSTOR.replace("srv = socket.socket()", "srv = socket.socket(socket.AF_UNIX)")
+IMPOSTOR_UNIX = IMPOSTOR_UNIX.replace('srv.bind(("127.0.0.1", 0))', "srv.bind(sys.argv[1])")
+IMPOSTOR_UNIX = IMPOSTOR_UNIX.replace("srv.getsockname()[1]", "'ready'")
+
+
+def test_the_cli_sends_nothing_to_another_users_server_on_a_unix_socket(
+    local_users: dict[str, User],
+) -> None:
+    """A socket name in /tmp that one user's service used and left (it removes its socket when
+    it stops) may be taken by another: the CLI sent that user the job's command and its `--env`
+    values, where over TCP it already refused."""
+    alice, bob = local_users["alice"], local_users["bob"]
+    shared = Path(tempfile.mkdtemp(prefix="ais-shared-"))
+    shared.chmod(0o1777)
+    sock = shared / "alices.sock"
+    impostor = subprocess.Popen(
+        bob.cmd(bob.python, "-c", IMPOSTOR_UNIX, str(sock)), stdout=subprocess.PIPE, text=True
+    )
+    assert impostor.stdout is not None
+    try:
+        assert impostor.stdout.readline() == "ready\n"
+        sock.chmod(0o777)  # bob lets anyone connect
+        proc = alice.aisched(
+            "run", "--env", "SECRET=hunter2", "--", "echo", "hi",
+            env={"AISCHED_SERVER": f"unix:{sock}"},
+        )  # fmt: skip
+    finally:
+        impostor.kill()
+        sent, _ = impostor.communicate(timeout=30)
+        shutil.rmtree(shared, ignore_errors=True)
+    assert "hunter2" not in sent and "POST" not in sent
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert proc.stderr == (
+        f"error: unix:{sock} is served by a process of {bob.name}, not by root's aisched or "
+        "yours: nothing (no token, no job) is sent to it (--server or AISCHED_SERVER choose "
+        "another)\n"
+    )
+
+
 def test_listing_many_jobs_with_long_commands_never_holds_them_all(service: Service) -> None:
     """A listing is read from the store and written a page at a time: 2,000 jobs whose
     commands are 90 KB each (a user's own listing shows them: 180 MB) are listed while the

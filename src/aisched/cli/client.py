@@ -37,7 +37,7 @@ import httpx
 from aisched.cli.errors import EXIT_FAILURE, CLIError, NotSent, answered
 from aisched.service.defaults import DEFAULT_PORT, SYSTEM_SOCKET, default_home
 from aisched.service.identity import user_name
-from aisched.service.listeners import accepting_uid, on_this_machine
+from aisched.service.listeners import accepting_uid, on_this_machine, serving_uid
 
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 UNIX = "unix:"
@@ -129,6 +129,7 @@ class Client:
         if url == UNIX:
             raise CLIError(f"--server {url}: give the socket's path after unix:")
         if url.startswith(UNIX):
+            _check_socket_owner(url, self.timeout_s)
             # The host is a placeholder: the transport goes to the socket.
             transport = httpx.HTTPTransport(uds=url[len(UNIX) :])
             self.http = httpx.Client(
@@ -288,7 +289,18 @@ def _check_loopback_owner(url: str, timeout_s: float) -> None:
     if not on_this_machine(host):
         return
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    uid = accepting_uid(host, port, min(timeout_s, 5.0))
+    _refuse_another_users(url, accepting_uid(host, port, min(timeout_s, 5.0)))
+
+
+def _check_socket_owner(url: str, timeout_s: float) -> None:
+    """CLIError when another user's process (neither root's nor ours) listens on the Unix
+    socket of `url`: a name in /tmp, say, that its owner's service left and another user took.
+    Asked of a connection made for it just before the client's own: in a sticky directory no
+    other user may replace our socket, and a socket of root's or ours is where it is."""
+    _refuse_another_users(url, serving_uid(url[len(UNIX) :], min(timeout_s, 5.0)))
+
+
+def _refuse_another_users(url: str, uid: int | None) -> None:
     if uid is None or uid in (0, os.geteuid()):
         return
     raise CLIError(

@@ -104,6 +104,20 @@ def accepting_uid(host: str, port: int, timeout_s: float) -> int | None:
         return None
 
 
+def serving_uid(path: str, timeout_s: float) -> int | None:
+    """The uid of the process that listens on the Unix socket at `path` (the kernel's
+    SO_PEERCRED of a connection made and closed at once), or None when nothing accepts one."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout_s)
+            sock.connect(path)
+            raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    uid: int = struct.unpack("3i", raw)[1]
+    return uid
+
+
 def peer_uid(sock: socket.socket, tables: tuple[str, ...] = TABLES) -> int | None:
     """The uid that owns the other end of a connected TCP socket to this machine: the socket
     the kernel made for it on the listening side (which has its listener's owner), or None
