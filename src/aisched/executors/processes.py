@@ -217,9 +217,41 @@ def kill_leftovers(
             kill_quietly(p.pid, signal.SIGKILL)
 
 
-def group_rss_bytes(pgid: int) -> int:
-    page = os.sysconf("SC_PAGE_SIZE")
-    return sum(p.rss_pages for p in all_procs() if p.pgid == pgid) * page
+# prctl(2): this process becomes the parent of its descendants orphaned (Linux 3.4+).
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Make this process the one its orphaned descendants are given to, instead of init: a
+    task's process that leaves its group and session (setsid, a double fork) stays under the
+    supervisor, where it is measured and killed with the task, even with no cgroup to hold it.
+    False where the kernel refuses it."""
+    import ctypes  # here: only a supervisor of a host task needs it, and it costs at import
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def descendants(pid: int) -> list[ProcStat]:
+    """Every process under `pid` in the process tree (not `pid` itself)."""
+    children: dict[int, list[ProcStat]] = {}
+    for p in all_procs():
+        children.setdefault(p.ppid, []).append(p)
+    out: list[ProcStat] = []
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            out.append(child)
+            todo.append(child.pid)
+    return out
+
+
+def tree_rss_bytes(pid: int) -> int:
+    """The resident memory of every process under `pid`."""
+    return sum(p.rss_pages for p in descendants(pid)) * os.sysconf("SC_PAGE_SIZE")
 
 
 def signal_name(sig: int) -> str:

@@ -59,14 +59,17 @@ if not __package__:
 
 from aisched.executors.processes import (  # noqa: E402
     MIB,
+    become_subreaper,
+    descendants,
     describe_code,
-    group_rss_bytes,
     kill_leftovers,
+    kill_quietly,
     killpg_quietly,
     oom_kills,
     remove_task_cgroups,
     signal_cgroup,
     start_time,
+    tree_rss_bytes,
 )
 from aisched.executors.supervisor_container import Container  # noqa: E402
 from aisched.executors.supervisor_shm import (  # noqa: E402
@@ -271,6 +274,8 @@ class Supervisor:
             return self.finish("exited", 126, f"cannot open the log {exc.filename}: {exc.strerror}")
         if self.sigs.stops:
             return self.finish("stopped", None, "stopped before it started")
+        if self.container is None:  # a container's processes are its engine's to hold
+            become_subreaper()
         try:
             self.spawn()
         except ExecFailed as failed:
@@ -345,15 +350,20 @@ class Supervisor:
             self.container.signal(sig, self.grace())
             return
         killpg_quietly(self.child, sig)
-        if self.cgroup:  # what left the task's group (a daemon that called setsid) as well
+        # What left the task's group (a daemon that called setsid) as well: by its cgroup, and
+        # under this supervisor, its subreaper, where it stays however it left.
+        if self.cgroup:
             signal_cgroup(self.cgroup, sig, skip_group=self.child)
+        for p in descendants(os.getpid()):
+            if p.pgid != self.child:  # the group had it: a second SIGTERM would reach it twice
+                kill_quietly(p.pid, sig)
 
     def memory_exceeded(self) -> str | None:
         """A message when the task went over its memory limit and must be killed."""
         if self.container is not None:
             return self.oom_message() if self.container.oom_seen() else None
         if self.mechanism == "rlimit" and self.limit_mib:
-            rss = group_rss_bytes(self.child)
+            rss = tree_rss_bytes(os.getpid())  # every process of the task, as it is ours
             if rss > self.limit_mib * MIB:
                 return (
                     f"killed: exceeded its memory limit of {self.limit_mib} MiB "
@@ -413,7 +423,22 @@ class Supervisor:
                     os.read(self.wake_r, 512)
             if self.out_r in ready:
                 self.copy_output()
+            if self.container is None:
+                self.reap_orphans()
         return self.reap(seen_stops > 0, killed_after_grace, oom)
+
+    def reap_orphans(self) -> None:
+        """Reap the task's processes that ended after their parent did (this supervisor, their
+        subreaper, was given them): a zombie holds its pid until it is reaped."""
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if info is None or info.si_pid == self.child:  # the task's own end: `watch` reads it
+                return
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(info.si_pid, 0)
 
     def copy_output(self, *, drain: bool = False) -> None:
         """Copy what the task wrote into its log: one read, or (`drain`) all there is now."""

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from executor_harness import MECHANISMS, NODE, PY, Harness, wait_for
 
-from aisched.executors import processes, task_files
+from aisched.executors import local, processes, task_files
 from aisched.executors import supervisor as sup
 from aisched.executors.base import (
     AdoptState,
@@ -297,6 +297,25 @@ def test_under_an_rlimit_the_processes_of_a_task_are_limited_together(harness: H
     ev = harness.exit_of(h.key)
     assert ev.kind == ExitKind.OOM, ev  # how it ended instead, should it not be this
     assert ev.message.startswith("killed: exceeded its memory limit of 256 MiB (its processes held")
+
+
+@pytest.mark.skipif(MECHANISMS["rlimit"] is not None, reason=str(MECHANISMS["rlimit"]))
+def test_under_an_rlimit_processes_that_left_the_group_count_and_are_killed(
+    harness: Harness, tmp_path: Path, no_cgroups: None
+) -> None:
+    # A process in a session of its own (Popen(start_new_session=True), setsid), its parent
+    # gone: it was neither counted against the limit nor killed with the task.
+    harness.new_executor(mem_mechanism="rlimit")
+    hold = tmp_path / "hold.py"
+    hold.write_text("import time; b = b'x' * (150 << 20); time.sleep(60)\n")
+    pids = [tmp_path / f"{k}.pid" for k in range(2)]
+    spawn = " ".join(f"setsid sh -c 'echo $$ > {f}; exec {PY} {hold}' &" for f in pids)
+    h = harness.launch("t-0", ["sh", "-c", f"{spawn} sleep 60"], mem_limit_mib=256)
+    ev = harness.exit_of(h.key)
+    assert ev.kind == ExitKind.OOM, ev
+    assert ev.message.startswith("killed: exceeded its memory limit of 256 MiB (its processes held")
+    for f in pids:
+        wait_for(lambda f=f: gone(int(f.read_text())), what="the process that left to die")
 
 
 def test_without_a_mechanism_limits_are_not_enforced(harness: Harness) -> None:
@@ -644,11 +663,20 @@ def test_under_a_cgroup_an_oom_kill_of_any_process_ends_the_whole_task(harness: 
     assert (ev.kind, ev.message) == (ExitKind.OOM, OVER_LIMIT[CGROUPS[0]])
 
 
-@WITH_CGROUP
-def test_under_a_cgroup_processes_that_left_the_session_are_killed_too(
-    harness: Harness, tmp_path: Path
+@pytest.fixture
+def no_cgroups(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No task cgroup of any kind, as for an ordinary user's service on a cgroup v1 machine:
+    the memory mechanism aside, the cpuset and pids cgroups a root service puts each task in
+    (and empties when it ends) are not made."""
+    monkeypatch.setattr(local, "choose_task_bounds", lambda *_: TaskBounds())
+
+
+@pytest.mark.parametrize("mechanism", ["none", *CGROUPS])
+def test_processes_that_left_the_session_are_killed_with_the_task(
+    harness: Harness, tmp_path: Path, mechanism: str, no_cgroups: None
 ) -> None:
-    harness.new_executor(mem_mechanism=CGROUPS[0])
+    # Without a cgroup, by the supervisor being their subreaper: they outlived the task before.
+    harness.new_executor(mem_mechanism=mechanism)
     pidfile = tmp_path / "escaped.pid"
     escape = f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 60' &"
     h = harness.launch(
