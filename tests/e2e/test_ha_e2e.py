@@ -168,6 +168,58 @@ def test_kill_9_of_the_leader_the_standby_takes_over_and_every_job_ends_once(
     assert row is not None and row["state"] == "succeeded"
 
 
+def test_a_standby_that_waited_on_the_lease_row_keeps_the_lease_it_takes(
+    pair: tuple[Service, Service, str],
+) -> None:
+    """Another transaction holds the lease row (a leader stopped inside a write, a paused
+    server) while the leader is dead: the standby's poll waits on the row's lock, past the
+    lease's deadline. Once it has the lock it takes a fresh lease, and must keep it: it used
+    to count its lease from before the wait, find it spent and stand down at once, leaving no
+    instance leading."""
+    a, b, url = pair
+    # A poll waits on the lock for up to 20 s (not 5), past a lease's deadline (6 s less 2).
+    (a.home / "ha.yaml").write_text(CONFIG + "limits: {store_busy_timeout: 20s}\n")
+    a.start()
+    b.start()
+    a.kill9()
+    engine = create_engine(normalize_url(url), poolclass=NullPool)
+    try:
+        with engine.connect() as holder, Store(url) as store:
+            holder.execute(text("SELECT term FROM leader WHERE id = 1 FOR SHARE"))
+
+            def expired() -> bool:
+                with store.lease_tx() as conn:
+                    return not read_lease(conn).live
+
+            def waited_s() -> float:
+                return float(
+                    holder.execute(
+                        text(
+                            "SELECT coalesce(max(extract(epoch FROM clock_timestamp() - "
+                            "query_start)), 0) FROM pg_stat_activity WHERE wait_event_type = "
+                            "'Lock' AND query LIKE '%FOR UPDATE%'"
+                        )
+                    ).scalar_one()
+                )
+
+            wait_for("the dead leader's lease to expire", expired, 30)
+            wait_for("the standby's poll to wait past the deadline", lambda: waited_s() > 5, 30)
+            holder.rollback()
+    finally:
+        engine.dispose()
+    wait_for("the standby to lead", lambda: health(b)["role"] == "leader", 30)
+    with Store(url) as store, store.lease_tx() as conn:
+        taken = read_lease(conn)
+
+    def renewed() -> bool:
+        assert b.proc is not None and b.proc.poll() is None, b.log.read_text()[-2000:]
+        with Store(url) as store, store.lease_tx() as conn:
+            return read_lease(conn).expires_at > taken.expires_at
+
+    wait_for("the new leader to renew its lease", renewed, 30)
+    assert health(b) == b.alive_leader(term=2)
+
+
 def test_a_leader_whose_lease_is_taken_exits_with_a_line(
     pair: tuple[Service, Service, str],
 ) -> None:

@@ -203,9 +203,8 @@ class Leadership:
         return max(self.times.ttl_s - self.times.renew_s, self.times.renew_s)
 
     def _try_lead(self, *, force: bool, in_thread: bool) -> None:
-        started = time.monotonic()
         with self.store.lease_tx() as conn:
-            before, got = try_acquire(
+            before, got, began = try_acquire(
                 conn, self.holder, self.address, self.times.ttl_s, force=force
             )
         # The lease was read: an earlier poll's failure is past (a standby's readiness line),
@@ -214,7 +213,7 @@ class Leadership:
         if got is None:
             self.lease = before
             return
-        self._renewed_at = started
+        self._renewed_at = began
         self.lease = got
         self.term = got.term
         if before.holder and before.holder != self.holder and self.store.shared:

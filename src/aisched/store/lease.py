@@ -22,6 +22,8 @@ directory's lock), so the row's lock is not needed.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, select, text, update
@@ -71,20 +73,35 @@ def read_lease(conn: Connection, *, lock: bool = False) -> Lease:
 
 
 def try_acquire(
-    conn: Connection, holder: str, address: str, ttl_s: float, *, force: bool = False
-) -> tuple[Lease, Lease | None]:
+    conn: Connection,
+    holder: str,
+    address: str,
+    ttl_s: float,
+    *,
+    force: bool = False,
+    clock: Callable[[], float] = time.monotonic,
+) -> tuple[Lease, Lease | None, float]:
     """Take the lease when it has expired (or `force`): (the lease as it was, the new one
-    with term + 1), the new one None when another instance holds a live lease."""
+    with term + 1, the time by `clock` at which the new one's term began at the latest), the
+    new one None when another instance holds a live lease.
+
+    The lease runs from the database's clock read once the row is locked, and that time by
+    `clock` is taken between the two: a holder that counts its lease from it never counts
+    past the lease's end, however long the lock was waited for (another instance's write, a
+    paused server). Counted from before the wait, a new leader found its fresh lease nearly
+    spent and stood down at once."""
     cur = read_lease(conn, lock=True)
     if cur.live and not force:
-        return cur, None
-    new = Lease(holder, address, cur.term + 1, cur.now + ttl_s, cur.now)
+        return cur, None, clock()
+    began = clock()
+    now = db_now(conn)
+    new = Lease(holder, address, cur.term + 1, now + ttl_s, now)
     conn.execute(
         update(leader)
         .where(leader.c.id == 1)
         .values(holder=holder, address=address, term=new.term, expires_at=new.expires_at)
     )
-    return cur, new
+    return cur, new, began
 
 
 def renew(conn: Connection, fence: Fence, ttl_s: float) -> bool:

@@ -40,7 +40,7 @@ JOB = {
 
 def lead(store: Store, ttl_s: float = 30.0, *, force: bool = False) -> Fence | None:
     with store.lease_tx() as conn:
-        _, got = try_acquire(conn, f"h{id(store)}", f"addr-{id(store)}", ttl_s, force=force)
+        _, got, _ = try_acquire(conn, f"h{id(store)}", f"addr-{id(store)}", ttl_s, force=force)
     if got is None:
         return None
     store.fence = Fence(got.holder, got.term)
