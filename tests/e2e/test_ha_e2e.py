@@ -220,6 +220,37 @@ def test_a_standby_that_waited_on_the_lease_row_keeps_the_lease_it_takes(
     assert health(b) == b.alive_leader(term=2)
 
 
+def test_the_cli_waits_out_a_takeover_and_tells_a_local_user_where_changes_go(
+    pair: tuple[Service, Service, str], tmp_path: Path
+) -> None:
+    """Given every instance, a command sent just after the leader died went to the standby,
+    was told of the dead leader and failed at once; it now waits for the standby to take
+    over. A change on a standby's socket, without a token for the leader's TCP address, was
+    answered 401 there, as if the socket were not local."""
+    a, b, _ = pair
+    a.start()
+    b.start()
+    token = a.admin_token()
+    refused = subprocess.run(
+        [sys.executable, "-m", "aisched", "--server", f"unix:{b.socket}", "run", "--", "true"],
+        env={**os.environ, "AISCHED_HOME": str(tmp_path / "no-token")},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert (refused.returncode, refused.stderr) == (
+        2,
+        f"error: unix:{b.socket} is a standby: changes go to the leader at {a.url}, which "
+        "needs a token over TCP (AISCHED_TOKEN or a token file: docs/security.md), or give "
+        "--server the leader's own socket\n",
+    )
+    a.kill9()
+    done = cli(tmp_path, f"{a.url},{b.url}", token, "run", "--json", "--", "true")
+    assert done.returncode == 0, done.stderr
+    assert "waiting for a standby to take over" in done.stderr
+    job = b.api.get(f"/v1/jobs/{json.loads(done.stdout)['id']}").json()
+    assert health(b)["role"] == "leader" and job["state"] in ("pending", "running", "succeeded")
+    assert len(b.api.get("/v1/jobs", params={"all": "true"}).json()["jobs"]) == 1
+
+
 def test_a_leader_whose_lease_is_taken_exits_with_a_line(
     pair: tuple[Service, Service, str],
 ) -> None:

@@ -14,7 +14,8 @@ service's own message (its `Problem` lines), never a traceback.
 Several instances (docs/ha.md): `--server` and `$AISCHED_SERVER` take a comma-separated list.
 A request goes to the first that answers (the next is tried when one cannot be reached), and
 a change that a standby refuses (421, naming the leader) is sent again, once, to the leader it
-names: only a leader acts on changes, and every instance reads.
+names: only a leader acts on changes, and every instance reads. While no leader can be reached
+(a takeover under way), the request is asked again each second, for up to a minute.
 
 A read past the caller's rate limit (429) waits the Retry-After it is given and is sent again,
 a few times; a change is not (a submission, which carries an Idempotency-Key, is: see
@@ -27,6 +28,7 @@ import argparse
 import json
 import os
 import stat
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,6 +47,9 @@ UNIX = "unix:"
 # many times, if it asks for no longer a wait than this; else the limit's own line is the error.
 RATE_LIMIT_RETRIES = 3
 RATE_LIMIT_MAX_WAIT_S = 30.0
+# How long a request waits for a new leader while none can be reached: a standby takes over
+# once the dead leader's lease runs out (lease_ttl, 8 s by default, and a poll).
+TAKEOVER_WAIT_S = 60.0
 
 
 def server_url(explicit: str | None) -> str:
@@ -150,22 +155,60 @@ class Client:
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """One request, to the first server that can be reached, and to the leader when a
-        standby refuses a change (see the module docstring)."""
-        tried = 0
+        standby refuses a change (see the module docstring). While no leader can be reached
+        (the one a standby names is gone, or no instance holds the lease), it is asked again
+        each second until one is, for up to `TAKEOVER_WAIT_S`: a standby takes over once the
+        lease runs out. A request that never reached a server is safe to send again."""
+        deadline: float | None = None
         while True:
+            r, gone = self._ask(method, path, **kwargs)
+            if gone is None:
+                return r
+            if deadline is None:
+                deadline = time.monotonic() + TAKEOVER_WAIT_S
+                print(f"aisched: {gone}; waiting for a standby to take over", file=sys.stderr)
+            elif time.monotonic() >= deadline:
+                raise CLIError(
+                    f"{gone}, and no instance took over within {TAKEOVER_WAIT_S:g} s "
+                    "(their readiness, GET /v1/readyz, says why)",
+                    EXIT_FAILURE,
+                )
+            time.sleep(1.0)
+
+    def _ask(self, method: str, path: str, **kwargs: Any) -> tuple[httpx.Response, str | None]:
+        """The answer of the first server that can be reached, or of the leader a standby
+        names; with it, why no leader could be reached (or None when one answered)."""
+        first = self.servers.index(self.url) if self.url in self.servers else 0
+        order = self.servers[first:] + self.servers[:first]
+        for k, url in enumerate(order):
+            if url != self.url:
+                self._connect(url)
             try:
                 r = self.http.request(method, path, **kwargs)
             except httpx.TransportError:
-                tried += 1
-                if tried >= len(self.servers):
+                if k == len(order) - 1:
                     raise
-                self._connect(self.servers[(self.servers.index(self.url) + 1) % len(self.servers)])
                 continue
             leader = _leader_named(r)
-            if leader is None or leader == self.url:
-                return r
+            if leader is None:
+                if r.status_code == 503 and _no_leader(r):
+                    return r, "no instance holds the lease"
+                return r, None
+            if leader == self.url:
+                return r, None
+            if url.startswith(UNIX) and read_token() is None:
+                raise CLIError(
+                    f"{url} is a standby: changes go to the leader at {leader}, which needs a "
+                    "token over TCP (AISCHED_TOKEN or a token file: docs/security.md), or give "
+                    "--server the leader's own socket",
+                    2,
+                )
             self._connect(leader)
-            return self.http.request(method, path, **kwargs)
+            try:
+                return self.http.request(method, path, **kwargs), None
+            except httpx.ConnectError:  # never sent: the leader is gone
+                return r, f"the leader {leader} cannot be reached"
+        raise AssertionError("unreachable")  # pragma: no cover
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Client:
@@ -335,6 +378,14 @@ def _leader_named(r: httpx.Response) -> str | None:
     if isinstance(leader, str) and leader.startswith(("http://", "https://")):
         return leader.rstrip("/")
     return None
+
+
+def _no_leader(r: httpx.Response) -> bool:
+    """A standby's 503 while no instance holds a live lease (`leader: ""`)."""
+    try:
+        return bool(r.json().get("leader") == "")
+    except (ValueError, AttributeError):
+        return False
 
 
 def _refused(r: httpx.Response, server: str) -> CLIError:
