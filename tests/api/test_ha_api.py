@@ -13,8 +13,9 @@ import pytest
 from clients import client_for
 from prometheus_client.parser import text_string_to_metric_families
 
-from aisched.service.app import Service
+from aisched.service.app import Service, ServiceError
 from aisched.service.config import load_config
+from aisched.store.db import Store
 from aisched.store.lease import try_acquire
 from aisched.testing.fakes import FakeExecutor, fake_node
 from aisched.testing.postgres import PostgresServer
@@ -171,3 +172,30 @@ def test_a_leader_whose_lease_was_taken_stops_at_once_and_writes_nothing(
     assert refused.status_code == 421
     assert refused.json()["leader"] == "http://c.test:3"
     until("the loop to stop", lambda: not a.scheduler.thread or not a.scheduler.thread.is_alive())
+
+
+def test_a_data_directory_is_shared_only_by_instances_of_one_database(
+    tmp_path: Path, pg_server: PostgresServer, fx: FakeExecutor
+) -> None:
+    """An instance of another database beside them led too, and its job ids collided with
+    theirs in one data directory (tasks, logs, checkpoints)."""
+    first, other = pg_server.create_database(), pg_server.create_database()
+
+    def open_on(url: str) -> Service:
+        return Service.open(load_config(None, {"data_dir": str(tmp_path), "database": url}), fx)
+
+    a = open_on(first)
+    b = open_on(first)  # of the same database: shared
+    with pytest.raises(ServiceError) as err:
+        open_on(other)
+    with Store(other) as store:
+        theirs = store.instance_id()
+    assert str(err.value) == (
+        f"the data directory {tmp_path} is in use by instances of another state database "
+        f"(its id {a.store.instance_id()}, this one's {theirs}): instances share a data "
+        "directory only with one database; give this one a --data-dir of its own"
+    )
+    a.close()
+    b.close()
+    alone = open_on(other)  # once they are gone, the directory may move to another database
+    alone.close()

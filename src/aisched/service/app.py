@@ -130,6 +130,8 @@ class Service:
             )
             if store.migration_note:
                 log.info("%s", store.migration_note)
+            if store.shared:
+                datadir.claim_for_database(home, lock_file, store.instance_id())
             notes: list[str] = []
             if executor is None and config.ray is not None:
                 executor, notes = _ray_executor(config, config.ray, home)
@@ -161,6 +163,9 @@ class Service:
                 predictor=RuntimePredictor(background=True) if config.predict_runtimes else None,
             )
             metrics.watch(scheduler)
+        except datadir.DataDirError as e:
+            lock_file.close()
+            raise ServiceError(str(e)) from None
         except OSError as e:
             lock_file.close()
             if e.filename is not None and Path(os.fsdecode(e.filename)).is_relative_to(home):

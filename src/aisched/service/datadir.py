@@ -14,9 +14,11 @@ what to do, raised before anything is written there.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import pwd
 from pathlib import Path
+from typing import IO
 
 from aisched.executors.task_files import not_roots_alone, not_theirs_alone
 
@@ -143,3 +145,57 @@ def check_space(home: Path, min_free_bytes: int, min_free_inodes: int = 0) -> No
             f"{min_free_inodes} that aisched keeps free (limits.disk_min_free_inodes); delete "
             "some files, or lower the limit"
         )
+
+
+DATABASE_FILE = "database"  # the instance id of the database whose instances share the dir
+
+
+def claim_for_database(home: Path, lock: IO[str], database: str) -> None:
+    """Refuse to share `home` with instances of another database. Instances of one PostgreSQL
+    database share a data directory (its `lock` held shared), and the lease keeps them from
+    scheduling at once; an instance of another database beside them would lead too, with job
+    ids of its own colliding with theirs in one `tasks`, `logs` and `checkpoints`. `database`
+    is the database's instance id (`Store.instance_id`): the first holder writes it in
+    `DATABASE_FILE`, a later one compares; an instance alone (the exclusive lock is free to
+    take) writes its own, so a data directory may move from one database to another."""
+    path = home / DATABASE_FILE
+    try:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        alone = True
+    except OSError:
+        alone = False
+    try:
+        if alone:
+            _write_database_file(path, database, replace=True)
+            return
+        if _write_database_file(path, database, replace=False):
+            return
+        theirs = path.read_text(encoding="ascii").strip()
+    except OSError as e:
+        raise not_writable(home, e) from None
+    finally:
+        if alone:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_SH)
+    if theirs != database:
+        raise DataDirError(
+            f"the data directory {home} is in use by instances of another state database "
+            f"(its id {theirs}, this one's {database}): instances share a data directory only "
+            "with one database; give this one a --data-dir of its own"
+        )
+
+
+def _write_database_file(path: Path, database: str, *, replace: bool) -> bool:
+    """Write `database` to `path` whole (a reader never sees it half written); unless
+    `replace`, only where there is none yet. Whether it was written."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(database + "\n", encoding="ascii")
+    try:
+        if replace:
+            os.replace(tmp, path)
+            return True
+        os.link(tmp, path)  # fails where the file is: the first writer's id stays
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
