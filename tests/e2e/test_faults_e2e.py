@@ -534,6 +534,33 @@ def up(home: Path, port: int | None = None, *more: str) -> subprocess.CompletedP
     )  # fmt: skip
 
 
+def test_a_restart_without_what_a_running_task_holds_is_one_line(tmp_path: Path) -> None:
+    """Fewer GPUs than a running task holds was an IndexError traceback; the machine's node
+    under another name gave the task's GPUs to the next job while it ran on them."""
+    with local_service(tmp_path) as svc:
+        job = svc.run("--gpus", "4", "--", "sleep", "300")
+        svc.wait_state(job, "running")
+        record = svc.home / "tasks" / job / "1" / "main-0" / "started.json"
+        wait_for("the task's supervisor record", record.exists)
+        node = svc.cli_json("nodes", "--json")["nodes"][0]["name"]
+        svc.stop()  # the task runs on
+        wait = "or stop it first (start as before, then aisched cancel); or let it end"
+        assert one_line(up(svc.home, None, "--socket", "", "--gpus", "2")) == (
+            f"error: job {job} runs on GPU 2 of node {node}, which now has 2 GPU(s): start "
+            f"with at least 4 (--gpus) until it ends, {wait}"
+        )
+        renamed = tmp_path / "renamed.yaml"
+        renamed.write_text("node: {name: renamed}\n")
+        got = up(svc.home, None, "--socket", "", "--gpus", "4", "--config", str(renamed))
+        assert one_line(got) == (
+            f"error: job {job} runs on node {node}, and this machine's node is now named "
+            f"renamed: start with the node named {node} (node.name in the config file) until "
+            f"it ends, {wait}"
+        )
+        svc.start()  # as before: it adopts the task, which ran on
+        assert svc.job(job)["state"] == "running"
+
+
 def test_a_bad_flag_is_named_by_the_flag_not_by_the_config_file(tmp_path: Path) -> None:
     """`--port 70000` beside a config file that has no port was `CONFIG: port: ...`, and
     without one `defaults: port: ...`."""

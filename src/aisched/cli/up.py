@@ -104,6 +104,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from aisched.service.api import create_app
     from aisched.service.app import Service, ServiceError, forget_announcement
     from aisched.service.config import load_config
+    from aisched.service.recovery import NodeChanged
     from aisched.service.serve import make_servers, run_servers, stop_servers
     from aisched.service.shutdown import Stopper
     from aisched.spec.errors import SpecError
@@ -208,7 +209,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         stopper.request_stop = lambda: stop_servers(servers)
         try:
             service.start(address=config.advertise or url)
-        except (ServiceError, StoreError) as e:  # recovery found what it cannot start from
+        except (ServiceError, StoreError, NodeChanged) as e:  # recovery cannot start from it
             raise CLIError(str(e)) from None  # closed below
         if not is_loopback(config.host) and not tls:
             logging.getLogger("aisched.service").warning(

@@ -26,6 +26,11 @@ log = logging.getLogger("aisched.loop")
 _MEND = "restore the database from a backup, or mend or delete that row, then start again"
 
 
+class NodeChanged(RuntimeError):
+    """A running task holds what its node, as this start offers it, lacks: the service
+    cannot start beside it (it would place other work on what the task holds)."""
+
+
 class Recovery(Commands):
     def recover(self) -> list[str]:
         """Rebuild live state from the store; adopt or account for every task that may be
@@ -37,6 +42,33 @@ class Recovery(Commands):
             raise StoreError(
                 f"the state database holds a damaged job or task row ({exc}); {_MEND}"
             ) from None
+
+    def _check_node(self, lj: LiveJob) -> None:
+        """NodeChanged when a running task of `lj` holds a GPU its node is now offered
+        without (`--gpus` lowered, a GPU gone from NVML), or, on this machine alone (the
+        local executor), sits on a node of another name (`node.name` or the host name
+        changed): the same GPUs under a new name would be given out again."""
+        offered = {n.name: n for n in self.executor.nodes()}
+        alone = self.executor.info().name == "local" and len(offered) == 1
+        for t in lj.tasks:
+            b = t.binding
+            node = offered.get(b.node)
+            if t.phase == TaskPhase.EXITED or (node is None and not alone):
+                continue  # a cluster's node that left: kept as gone while the task runs
+            wait = "or stop it first (start as before, then aisched cancel); or let it end"
+            if node is None:
+                raise NodeChanged(
+                    f"job {lj.id} runs on node {b.node}, and this machine's node is now named "
+                    f"{next(iter(offered))}: start with the node named {b.node} (node.name in "
+                    f"the config file) until it ends, {wait}"
+                )
+            have = {g.index for g in node.gpus}
+            if lost := sorted(set(b.gpus) - have):
+                raise NodeChanged(
+                    f"job {lj.id} runs on GPU {lost[0]} of node {b.node}, which now has "
+                    f"{len(have)} GPU(s): start with at least {max(b.gpus) + 1} (--gpus) until "
+                    f"it ends, {wait}"
+                )
 
     def _recover(self) -> list[str]:
         notes: list[str] = []
@@ -79,6 +111,7 @@ class Recovery(Commands):
                 batch.event(now, lj.id, "requeued", "requeued: no task was started")
                 self._make_pending(lj, batch)
                 continue
+            self._check_node(lj)
             self._sync_nodes([t.binding for t in lj.tasks])
             self._take(lj)
             # A task stored `launching` means the batch of the launch never landed, so nor
