@@ -795,3 +795,39 @@ def test_the_token_list_prints_a_note_as_text(service: Service) -> None:
     assert listed.returncode == 0, listed.stderr
     assert "\x1b" not in listed.stdout
     assert "ci [/x]" in listed.stdout and r"\x1b[31m" in listed.stdout  # (a narrow table folds)
+
+
+# Run as a user: leave a dead socket at argv[1] (bound, never listened on) of mode argv[2].
+DEAD_SOCKET = """
+import os, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+os.chmod(sys.argv[1], int(sys.argv[2], 8))
+"""
+
+
+@pytest.mark.parametrize(("mode", "why"), [("755", "use"), ("777", "remove")])
+def test_a_socket_another_user_left_is_named_as_theirs(
+    local_users: dict[str, User], mode: str, why: str
+) -> None:
+    """A dead socket of bob's at the path alice's service was given was called "another
+    aisched is serving"; one she may connect to but not remove (a sticky /tmp) was a
+    PermissionError traceback."""
+    alice, bob = local_users["alice"], local_users["bob"]
+    shared = Path(tempfile.mkdtemp(prefix="ais-shared-"))
+    try:
+        shared.chmod(0o1777)
+        sock = shared / "s.sock"
+        subprocess.run(bob.cmd(bob.python, "-c", DEAD_SOCKET, str(sock), mode), check=True)
+        got = alice.aisched(
+            "up", "--port", str(free_port()), "--socket", str(sock),
+            "--data-dir", str(alice.home / f"svc-{mode}"), "--cpus", "1", "--mem", "1G",
+        )  # fmt: skip
+        tail = "may, or give --socket" if why == "remove" else "may remove it, or give --socket"
+        assert (got.returncode, got.stderr) == (
+            2,
+            f"error: {sock} is a socket of {bob.name} that this user may not {why}; its "
+            f"owner or root {tail}\n",
+        )
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)

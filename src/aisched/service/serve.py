@@ -23,7 +23,8 @@ from typing import Any
 import uvicorn
 
 from aisched.service import failpoints
-from aisched.service.listeners import ClientOwners, is_loopback
+from aisched.service.identity import user_name
+from aisched.service.listeners import ClientOwners, is_loopback, serving_uid
 from aisched.service.protocol import CONNECTIONS_PER_PEER, ConnectionCaps, ServiceProtocol
 
 
@@ -58,11 +59,7 @@ def listen_unix(path: Path) -> socket.socket:
         if path.exists() or path.is_symlink():
             if not stat.S_ISSOCK(path.lstat().st_mode):
                 raise ListenError(f"{path} exists and is not a socket; remove it or give --socket")
-            if _answers(path):
-                raise ListenError(
-                    f"another aisched is serving on {path}; stop it, or give --socket"
-                )
-            path.unlink()
+            _take_over_socket(path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.bind(str(path))
@@ -96,16 +93,36 @@ def _open_to_all(path: Path) -> None:
         os.close(fd)
 
 
-def _answers(path: Path) -> bool:
+def _take_over_socket(path: Path) -> None:
+    """Remove the socket left at `path` by a service that is gone; ListenError when something
+    still serves there, or when it is another user's, which this user may neither use nor
+    remove (a dead socket of theirs was called "another aisched is serving")."""
+    owner = user_name(path.lstat().st_uid)
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         probe.settimeout(1.0)
         probe.connect(str(path))
-        return True
+        served = True
     except OSError as e:
-        return e.errno not in (errno.ECONNREFUSED, errno.ENOENT)
+        if e.errno in (errno.EACCES, errno.EPERM):
+            raise ListenError(
+                f"{path} is a socket of {owner} that this user may not use; its owner or root "
+                "may remove it, or give --socket"
+            ) from None
+        served = e.errno not in (errno.ECONNREFUSED, errno.ENOENT)
     finally:
         probe.close()
+    if served:
+        uid = serving_uid(str(path), 1.0)
+        who = "another aisched" if uid in (None, os.geteuid()) else f"a process of {user_name(uid)}"
+        raise ListenError(f"{who} is serving on {path}; stop it, or give --socket")
+    try:
+        path.unlink()
+    except PermissionError:
+        raise ListenError(
+            f"{path} is a socket of {owner} that this user may not remove; its owner or root "
+            "may, or give --socket"
+        ) from None
 
 
 def make_servers(
