@@ -430,3 +430,31 @@ def test_an_ipv6_address_is_announced_in_brackets(tmp_path: Path) -> None:
     finally:
         up.send_signal(signal.SIGTERM)
         up.wait(30)
+
+
+def test_the_cli_finds_its_own_service_started_with_another_data_directory(
+    tmp_path: Path,
+) -> None:
+    """`aisched up --data-dir D` said where it listens in D alone, where the CLI, reading its
+    `$AISCHED_HOME`, never looked: `cannot reach the aisched service at
+    http://127.0.0.1:8470`."""
+    home, data = tmp_path / "home", tmp_path / "data"
+    home.mkdir(mode=0o700)
+    env = {k: v for k, v in os.environ.items() if k != "AISCHED_SERVER"}
+    env["AISCHED_HOME"] = str(home)
+    up = subprocess.Popen(
+        [PY, "-m", "aisched", "up", "--port", str(free_port()), "--data-dir", str(data),
+         "--socket", str(tmp_path / "s.sock"), "--gpus", "1"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_for("the announcement", (home / "server.json").exists)
+        jobs = subprocess.run(
+            [PY, "-m", "aisched", "jobs", "--json"], env=env, capture_output=True, text=True
+        )
+        assert jobs.returncode == 0, jobs.stderr
+        assert json.loads(jobs.stdout) == {"jobs": []}
+    finally:
+        up.send_signal(signal.SIGTERM)
+        up.wait(30)
+    assert not (home / "server.json").exists()  # said no more once it stopped

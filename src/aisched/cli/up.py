@@ -181,7 +181,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         raise CLIError(str(e)) from None
 
     def forget_addresses() -> None:
-        forget_announcement(service.home / "server.json")
+        for path in service.announcements():
+            forget_announcement(path)
         if socket_path is not None:
             with contextlib.suppress(OSError):
                 socket_path.unlink()

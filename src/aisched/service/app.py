@@ -32,10 +32,12 @@ from typing import IO
 
 from aisched.core.policy import Policy
 from aisched.executors.base import Executor, unavailable
+from aisched.executors.task_files import not_roots_alone, not_theirs_alone
 from aisched.predict.runtime import RuntimePredictor
 from aisched.service import datadir
 from aisched.service.autoscaler import Autoscaler
 from aisched.service.config import ServiceConfig
+from aisched.service.defaults import default_home
 from aisched.service.health import Health, HealthCollector
 from aisched.service.identity import Admins
 from aisched.service.leader import LeaderCollector, Leadership
@@ -212,10 +214,20 @@ class Service:
         self.announced = url
         if not self.leadership.leading:
             return
-        path = self.home / "server.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"url": url, "pid": os.getpid()}), encoding="utf-8")
-        tmp.replace(path)
+        for path in self.announcements():
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"url": url, "pid": os.getpid()}), encoding="utf-8")
+            tmp.replace(path)
+
+    def announcements(self) -> list[Path]:
+        """Where to say where the API is: the data directory, and the CLI's own home
+        (`$AISCHED_HOME`, where it looks) when the service was given another `--data-dir`,
+        if that directory is this user's alone (nothing is written through another's)."""
+        paths = [self.home / "server.json"]
+        home = default_home()
+        if home.resolve() != self.home.resolve() and home.is_dir() and _ours_alone(home):
+            paths.append(home / "server.json")
+        return paths
 
     def close(self) -> None:
         if self.autoscaler is not None:
@@ -224,7 +236,8 @@ class Service:
         self.leadership.stop()
         self.store.close()
         try:
-            forget_announcement(self.home / "server.json")
+            for path in self.announcements():
+                forget_announcement(path)
         finally:
             self.lock_file.close()
 
@@ -260,6 +273,18 @@ def _private_database(url: str) -> None:
     for extra in (path + "-wal", path + "-shm"):
         with contextlib.suppress(OSError):
             os.chmod(extra, 0o600)
+
+
+def _ours_alone(path: Path) -> bool:
+    uid = os.geteuid()
+    try:
+        mine = path.stat().st_uid == uid
+    except OSError:
+        return False
+    return (
+        mine
+        and (not_roots_alone(str(path)) if uid == 0 else not_theirs_alone(str(path), uid)) is None
+    )
 
 
 def forget_announcement(path: Path) -> None:
