@@ -98,9 +98,21 @@ from aisched.executors.task_log import LOG_MAX_BYTES, LOG_MAX_FILES, CappedLog  
 
 # How often memory is checked (group RSS under an rlimit, the OOM counter under a cgroup).
 MEMORY_CHECK_S = 0.5
-# Words a program prints when an allocation fails: under an rlimit that is how a task that
-# went over its limit usually ends (malloc fails, nothing is killed).
-ALLOCATION_FAILURES = (b"MemoryError", b"Cannot allocate memory", b"std::bad_alloc")
+# Words a program prints when an allocation fails, in lower case: under an rlimit that is how
+# a task that went over its limit usually ends (malloc fails, nothing is killed). Python, the
+# C library (ENOMEM), C++, PyTorch's CPU allocator, Rust, Go and coreutils or busybox.
+ALLOCATION_FAILURES = (
+    b"memoryerror",
+    b"cannot allocate memory",
+    b"std::bad_alloc",
+    b"can't allocate memory",
+    b"memory allocation of",
+    b"out of memory",
+    b"memory exhausted",
+)
+# A GPU's memory, which no rlimit bounds: a line saying it ran out is not about the limit
+# (PyTorch's `torch.OutOfMemoryError: CUDA out of memory`).
+GPU_OUT_OF_MEMORY = b"cuda out of memory"
 # How much output is copied per read of the pipe, and how often a write of exit.json that
 # failed (ENOSPC, EIO) is tried again.
 PIPE_READ = 1 << 16
@@ -505,7 +517,8 @@ class Supervisor:
         """Under an rlimit an over-limit task usually dies of a failed allocation, not a kill:
         recognised by what it printed during this run (the end of its log)."""
         tail = self.out.tail(8192) if self.out is not None else b""
-        if any(word in tail for word in ALLOCATION_FAILURES):
+        lines = [ln for ln in tail.lower().splitlines() if GPU_OUT_OF_MEMORY not in ln]
+        if any(word in ln for ln in lines for word in ALLOCATION_FAILURES):
             return (
                 f"failed to allocate memory beyond its limit of {self.limit_mib} MiB "
                 "(data-segment rlimit)"

@@ -318,6 +318,31 @@ def test_under_an_rlimit_processes_that_left_the_group_count_and_are_killed(
         wait_for(lambda f=f: gone(int(f.read_text())), what="the process that left to die")
 
 
+@pytest.mark.skipif(MECHANISMS["rlimit"] is not None, reason=str(MECHANISMS["rlimit"]))
+@pytest.mark.parametrize(
+    ("said", "over"),
+    [
+        ("dd: out of memory", True),  # busybox; it ended "exited with code 1"
+        ("fatal error: runtime: out of memory", True),  # Go
+        ("memory allocation of 1073741824 bytes failed", True),  # Rust
+        ("RuntimeError: [enforce fail at alloc_cpu.cpp:83] DefaultCPUAllocator: can't allocate "
+         "memory: you tried to allocate 8589934592 bytes", True),  # PyTorch, on the CPU
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", False),
+        ("Error: file not found", False),
+    ],
+)  # fmt: skip
+def test_under_an_rlimit_a_failed_allocation_is_told_by_what_the_task_said(
+    harness: Harness, said: str, over: bool
+) -> None:
+    harness.new_executor(mem_mechanism="rlimit")
+    h = harness.launch(
+        "t-0", ["sh", "-c", f"echo {shlex.quote(said)} >&2; exit 1"], mem_limit_mib=256
+    )
+    ev = harness.exit_of(h.key)
+    assert (ev.kind == ExitKind.OOM) == over, ev
+    assert ev.exit_code == 1
+
+
 def test_without_a_mechanism_limits_are_not_enforced(harness: Harness) -> None:
     ex = harness.new_executor(mem_mechanism="none")
     assert ex.info().memory_limit == "none"
