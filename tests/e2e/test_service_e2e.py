@@ -6,8 +6,10 @@ nothing depends on timing: a task that must wait blocks until a release file app
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pty
 import signal
 import subprocess
 import sys
@@ -458,3 +460,39 @@ def test_the_cli_finds_its_own_service_started_with_another_data_directory(
         up.send_signal(signal.SIGTERM)
         up.wait(30)
     assert not (home / "server.json").exists()  # said no more once it stopped
+
+
+def _on_a_terminal(svc: Service, *args: str) -> str:
+    """What `aisched ARGS` prints with its stdout on a terminal (a pty)."""
+    main, side = pty.openpty()
+    try:
+        proc = subprocess.run(
+            [PY, "-m", "aisched", *args], env=svc.env(), stdout=side, stderr=subprocess.PIPE,
+            timeout=60,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        os.close(side)
+        side = -1
+        out = b""
+        with contextlib.suppress(OSError):  # EIO once the pty's other side is closed
+            while chunk := os.read(main, 65536):
+                out += chunk
+        return out.decode()
+    finally:
+        os.close(main)
+        if side >= 0:
+            os.close(side)
+
+
+def test_a_log_read_on_a_terminal_cannot_drive_it(service: Service) -> None:
+    """A job's output reached the reader's terminal as written: a clipboard write (OSC 52), a
+    retitle and a clear screen by another user's job, in an admin's terminal. Its colours
+    stay; `--raw` and a pipe give it as written."""
+    said = "\x1b[32mgreen\x1b[0m \x1b]52;c;aGk=\x07\x1b]0;TITLE\x07\x1b[2J done"
+    job = service.run("--", "printf", "%s\\n", said)
+    service.wait_state(job, "succeeded")
+    shown = _on_a_terminal(service, "logs", job).replace("\r\n", "\n")  # the pty's line ends
+    assert shown == ("\x1b[32mgreen\x1b[0m \\x1b]52;c;aGk=\\x07\\x1b]0;TITLE\\x07\\x1b[2J done\n")
+    raw = _on_a_terminal(service, "logs", job, "--raw").replace("\r\n", "\n")
+    assert raw == said + "\n"
+    assert service.cli("logs", job).stdout == said + "\n"  # a pipe

@@ -17,6 +17,7 @@ import re
 import sys
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from aisched.cli.columns import Cell, render
 from aisched.cli.errors import EXIT_FAILURE, CLIError, NotSent
 from aisched.cli.eta import clock, eta_words, waiting_words
 from aisched.cli.options import whole
-from aisched.cli.printable import plain, printable
+from aisched.cli.printable import TerminalOutput, plain, printable
 from aisched.service.defaults import MAX_LIST_LIMIT
 from aisched.spec.errors import MAX_JOB_FILE, SpecError, read_text_file
 from aisched.spec.job_common import (
@@ -157,6 +158,12 @@ def register(sub: Any) -> None:
     p.add_argument("-f", "--follow", action="store_true", help="keep streaming until it ends")
     p.add_argument("--task", help="only this task, e.g. worker-1")
     p.add_argument("--attempt", type=int, help="an earlier attempt (default: the latest)")
+    p.add_argument(
+        "--raw",
+        action="store_true",
+        help="on a terminal too, the output as the job wrote it (by default a terminal gets its "
+        "colours, and every other control character as an escape such as \\x1b)",
+    )
     p.set_defaults(func=cmd_logs)
 
     p = sub.add_parser("cancel", help="cancel jobs (running ones get SIGTERM, then SIGKILL)")
@@ -604,13 +611,18 @@ def cmd_logs(args: argparse.Namespace) -> int:
         if args.attempt < 1:  # 0 used to read as "the latest"
             raise CLIError("--attempt: attempts count from 1")
         params["attempt"] = args.attempt
+    # Another user's output, an admin's above all, must not drive the reader's terminal.
+    shown = None if args.raw or not sys.stdout.isatty() else TerminalOutput()
     if args.follow:
         params["follow"] = "true"
-        for chunk in client.stream(f"/v1/jobs/{args.id}/logs", params):
-            sys.stdout.write(chunk)
-            sys.stdout.flush()
-        return 0
-    sys.stdout.write(client.text(f"/v1/jobs/{args.id}/logs", params))
+        chunks: Iterable[str] = client.stream(f"/v1/jobs/{args.id}/logs", params)
+    else:
+        chunks = [client.text(f"/v1/jobs/{args.id}/logs", params)]
+    for chunk in chunks:
+        sys.stdout.write(chunk if shown is None else shown.feed(chunk))
+        sys.stdout.flush()
+    if shown is not None:
+        sys.stdout.write(shown.close())
     return 0
 
 
