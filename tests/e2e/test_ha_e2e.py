@@ -251,6 +251,35 @@ def test_the_cli_waits_out_a_takeover_and_tells_a_local_user_where_changes_go(
     assert len(b.api.get("/v1/jobs", params={"all": "true"}).json()["jobs"]) == 1
 
 
+def test_a_followed_job_is_followed_on_through_the_standby_when_the_leader_dies(
+    pair: tuple[Service, Service, str], tmp_path: Path
+) -> None:
+    """`aisched run -f` given every instance ended with `lost the aisched service` when the
+    leader died, though the job ran on; it now goes on with the standby, printing each line
+    once."""
+    a, b, _ = pair
+    a.start()
+    b.start()
+    release = tmp_path / "release"
+    script = f"echo one; echo two; while [ ! -e {release} ]; do sleep 0.1; done; echo three"
+    env = {**os.environ, "AISCHED_SERVER": f"{a.url},{b.url}", "AISCHED_TOKEN": a.admin_token()}
+    env["AISCHED_HOME"] = str(tmp_path / "client")
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "aisched", "run", "-f", "--", "sh", "-c", script],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert follower.stdout is not None
+    lines = [follower.stdout.readline(), follower.stdout.readline()]
+    assert lines == ["one\n", "two\n"]
+    a.kill9()
+    wait_for("the standby to lead", lambda: health(b)["role"] == "leader", 30)
+    release.touch()
+    out, err = follower.communicate(timeout=120)
+    assert follower.returncode == 0, err
+    assert out == "three\n", err
+    assert "going on with another instance" in err
+
+
 def test_a_leader_whose_lease_is_taken_exits_with_a_line(
     pair: tuple[Service, Service, str],
 ) -> None:

@@ -301,22 +301,50 @@ class Client:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def stream(self, path: str, params: dict[str, Any]) -> Iterator[str]:
-        try:
-            for attempt in range(RATE_LIMIT_RETRIES + 1):
-                with self.http.stream("GET", path, params=params, timeout=None) as r:
-                    if r.status_code >= 400:
-                        r.read()
-                        wait = _retry_after(r) if attempt < RATE_LIMIT_RETRIES else None
-                        if wait is not None:
-                            time.sleep(wait)
-                            continue
-                        raise _refused(r, self.url)
-                    yield from r.iter_text()
-                    return
-        except httpx.TransportError as e:
-            raise CLIError(
-                f"lost the aisched service at {self.url} ({e.__class__.__name__})", EXIT_FAILURE
-            ) from None
+        """The text of a streamed answer (a followed log) as it comes. Given several instances,
+        a stream cut by the loss of one goes on from another (they read one data directory),
+        past what was already given: a followed log is read again from its attempt's start."""
+        given = 0  # characters yielded so far
+        lost_at: float | None = None
+        while True:
+            skip = given
+            try:
+                for chunk in self._stream_once(path, params):
+                    lost_at = None
+                    if skip >= len(chunk):
+                        skip -= len(chunk)
+                        continue
+                    chunk, skip = chunk[skip:], 0
+                    given += len(chunk)
+                    yield chunk
+                return
+            except httpx.TransportError as e:
+                lost = f"lost the aisched service at {self.url} ({e.__class__.__name__})"
+                if len(self.servers) < 2:
+                    raise CLIError(lost, EXIT_FAILURE) from None
+                if lost_at is None:
+                    lost_at = time.monotonic()
+                    print(f"aisched: {lost}; going on with another instance", file=sys.stderr)
+                elif time.monotonic() - lost_at > TAKEOVER_WAIT_S:
+                    raise CLIError(lost, EXIT_FAILURE) from None
+                time.sleep(1.0)
+                try:
+                    self._ask("GET", "/v1/healthz")  # on to the first instance that answers
+                except httpx.TransportError:
+                    continue
+
+    def _stream_once(self, path: str, params: dict[str, Any]) -> Iterator[str]:
+        for attempt in range(RATE_LIMIT_RETRIES + 1):
+            with self.http.stream("GET", path, params=params, timeout=None) as r:
+                if r.status_code >= 400:
+                    r.read()
+                    wait = _retry_after(r) if attempt < RATE_LIMIT_RETRIES else None
+                    if wait is not None:
+                        time.sleep(wait)
+                        continue
+                    raise _refused(r, self.url)
+                yield from r.iter_text()
+                return
 
 
 def _check_loopback_owner(url: str, timeout_s: float) -> None:
