@@ -195,6 +195,12 @@ def test_a_data_directory_is_shared_only_by_instances_of_one_database(
         f"(its id {a.store.instance_id()}, this one's {theirs}): instances share a data "
         "directory only with one database; give this one a --data-dir of its own"
     )
+    with pytest.raises(ServiceError) as err:  # an SQLite instance: "(pid another process)"
+        Service.open(load_config(None, {"data_dir": str(tmp_path)}), fx)
+    assert str(err.value) == (
+        f"the data directory {tmp_path} is in use by running aisched instances of a shared "
+        "database (they write no pid); stop them, or give another --data-dir"
+    )
     a.close()
     b.close()
     alone = open_on(other)  # once they are gone, the directory may move to another database

@@ -502,6 +502,10 @@ def test_a_standby_whose_database_went_away_says_so_in_its_readiness(
         wait_for("the standby's readiness to name the database", lambda: len(problems()) == 2)
         assert problems()[1].startswith("the lease could not be read: (psycopg.OperationalError)")
         assert health(b)["role"] == "standby"  # it goes on standing by, polling
+        # Each failed poll is one line of its log, not the driver's page (3 to 7 lines each).
+        polls = [ln for ln in b.log.read_text().splitlines() if "lease: " in ln]
+        assert polls and all("(psycopg.OperationalError)" in ln for ln in polls)
+        assert "Background on this error" not in b.log.read_text()
     finally:
         relay.close()
         for svc in (a, b):

@@ -311,11 +311,15 @@ def _lock(home: Path, *, shared: bool = False) -> IO[str]:
         fcntl.flock(f.fileno(), (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
     except OSError:
         f.seek(0)
-        holder = f.read().strip() or "another process"
+        holder = f.read().strip()
         f.close()
+        who = (
+            f"a running aisched (pid {holder}); stop it"
+            if holder
+            else "running aisched instances of a shared database (they write no pid); stop them"
+        )
         raise ServiceError(
-            f"the data directory {home} is in use by a running aisched (pid {holder}); "
-            "stop it, or give another --data-dir"
+            f"the data directory {home} is in use by {who}, or give another --data-dir"
         ) from None
     if shared:
         return f  # several holders: no single pid to write

@@ -172,7 +172,7 @@ class Leadership:
                     return
             except Exception as exc:  # the database unreachable, for instance: `_watch`
                 self._renew_error = one_line(exc)  # deposes by the deadline, saying why
-                log.warning("lease: %s", exc)
+                log.warning("lease: %s", self._renew_error)  # not the driver's page of text
             wait = self.times.renew_s if self.leading else self.times.poll_s
             self._stop.wait(wait)
 
