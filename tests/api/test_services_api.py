@@ -220,6 +220,8 @@ def test_the_autoscaler_takes_its_interval_and_metric_age_from_the_config(
         ("limits", {"user_max_jobs": -1}, "limits.user_max_jobs: .* greater than or equal"),
         ("limits", {"keep_ended": "-1d"}, "limits.keep_ended: '-1d' is negative"),
         ("data_dir", "/tmp/x\x00y", "data_dir: holds a NUL byte"),  # a traceback from mkdir
+        # The regular expression itself was the message.
+        ("advertise", "foo", "advertise: 'foo' is not an address clients can reach: give http"),
     ],
 )
 def test_bad_settings_name_the_key(key: str, value: Any, message: str) -> None:

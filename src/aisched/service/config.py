@@ -9,6 +9,7 @@ Pydantic stays in this module: `ServiceConfig` is turned into model types (`Queu
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -412,10 +413,19 @@ class ServiceConfig(_Model):
     # renewal, looking every lease_poll.
     # The API address standbys name to clients (default: the address listened on, which is no
     # use to them from 0.0.0.0).
-    advertise: Annotated[str, Field(pattern=r"^https?://[^\s,]+$")] | None = None
+    advertise: str | None = None
     lease_ttl: Any = "8s"
     lease_renew: Any = "2s"
     lease_poll: Any = "1s"
+
+    @field_validator("advertise")
+    @classmethod
+    def _advertise(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"https?://[^\s,/]+(/[^\s,]*)?", v):
+            raise ValueError(
+                f"{v[:80]!r} is not an address clients can reach: give http(s)://HOST:PORT"
+            )
+        return v
 
     @field_validator("host")
     @classmethod
