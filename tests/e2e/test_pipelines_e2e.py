@@ -71,6 +71,19 @@ def test_a_three_step_pipeline_runs_in_order_as_one_file(service: Service) -> No
     assert re.search(rf"depends on +{ids['train']} \(to succeed\)", shown), shown
 
 
+def test_a_followed_pipeline_says_every_steps_id(service: Service) -> None:
+    """`submit PIPELINE -f` followed the last step and printed no id of the others, whose
+    logs could then not be read."""
+    (service.work / "step.py").write_text(STEP)
+    (service.work / "pipeline.yaml").write_text(pipeline())
+    done = service.cli("submit", "-f", "pipeline.yaml")
+    said = re.findall(r"^submitted job (\d+) (\w+)$", done.stderr, re.M)
+    assert [name for _, name in said] == ["prep", "train", "serve"], done.stderr
+    assert re.search(r"^submitted job \d+; following its logs", done.stderr, re.M)
+    for job_id, name in said:
+        assert service.job(job_id)["name"] == name
+
+
 def test_a_failed_step_cancels_what_depends_on_it_naming_the_failure(service: Service) -> None:
     ids = submit(service, pipeline(fail_prep=True))
     assert service.wait_state(ids["prep"], "failed", "succeeded")["state"] == "failed"

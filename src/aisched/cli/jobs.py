@@ -403,6 +403,8 @@ def _submitted(client: Client, args: argparse.Namespace, out: dict[str, Any]) ->
             )
         return 0
     if pipeline:  # follow the last step: it ends when the pipeline does
+        for j in pipeline[:-1]:  # the others' ids, to read their logs with
+            err.print(plain(f"submitted job {j['id']} {j['name']}"))
         job_id = pipeline[-1]["id"]
     if not args.follow:
         print(job_id if not sys.stdout.isatty() else f"submitted job {job_id}")
