@@ -15,6 +15,7 @@ from aisched.service.config import load_config
 from aisched.service.health import Health
 from aisched.service.step_errors import StepErrors
 from aisched.spec import SpecError
+from aisched.testing.child import in_child
 
 MIB = 1 << 20
 
@@ -272,27 +273,18 @@ def test_a_database_file_in_a_missing_directory_is_named_not_the_data_directory(
 
 def _prepare_as(uid: int, home: Path) -> str:
     """`datadir.prepare(home)` in a child process running as `uid`: its refusal, or "ok"."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
+
+    def prepare() -> str:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
         try:
-            os.close(read)
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            try:
-                datadir.prepare(home)
-                out = "ok"
-            except datadir.DataDirError as e:
-                out = str(e)
-            os.write(write, out.encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as f:
-        out = f.read()
-    os.waitpid(pid, 0)
-    return out
+            datadir.prepare(home)
+        except datadir.DataDirError as e:
+            return str(e)
+        return "ok"
+
+    return in_child(prepare)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="making other users' links needs root")

@@ -16,6 +16,7 @@ import pytest
 from aisched.executors import device_filter
 from aisched.executors.cgroups import MemoryControl, choose_task_bounds, create_bounds
 from aisched.executors.device_filter import deny_devices, program
+from aisched.testing.child import in_child
 
 FULL, RANDOM = (1, 7), (1, 8)
 NOBODY = 65534
@@ -48,47 +49,41 @@ def cgroup2(tmp_path: Path) -> Iterator[Path]:
 def opens_in(cgroup: Path, *paths: str, as_uid: int | None = None) -> dict[str, str]:
     """What a child that joined `cgroup` (and then became `as_uid`) got opening each path, and
     writing itself into the cgroup's parent (`leave`)."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child reports through the pipe
-        try:
-            (cgroup / "cgroup.procs").write_text(str(os.getpid()))
-            if as_uid is not None:
-                os.setgid(as_uid)
-                os.setuid(as_uid)
-            out = []
-            for path in paths:
-                try:
-                    os.close(os.open(path, os.O_RDONLY))
-                    out.append(f"{path}=opens")
-                except OSError as e:
-                    out.append(f"{path}={errno.errorcode[e.errno]}")
-            if as_uid is not None:
-                try:
-                    (cgroup.parent / "cgroup.procs").write_text(str(os.getpid()))
-                    out.append("leave=left")
-                except OSError as e:
-                    out.append(f"leave={errno.errorcode[e.errno]}")
-                try:  # BPF_PROG_DETACH of the cgroup's device programs
-                    fd = os.open(cgroup, os.O_RDONLY | os.O_DIRECTORY)
-                    attr = bytearray(128)
-                    struct.pack_into("<III", attr, 0, fd, 0, 6)
-                    device_filter._bpf(9, attr, "detach")
-                    out.append("detach=detached")
-                except OSError:
-                    out.append("detach=refused")
-                try:
-                    os.close(os.open(paths[0], os.O_RDONLY))
-                    out.append("after=opens")
-                except OSError as e:
-                    out.append(f"after={errno.errorcode[e.errno]}")
-            os.write(w, " ".join(out).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    with os.fdopen(r) as f:
-        said = f.read()
-    os.waitpid(pid, 0)
+
+    def probe() -> str:
+        (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+        if as_uid is not None:
+            os.setgid(as_uid)
+            os.setuid(as_uid)
+        out = []
+        for path in paths:
+            try:
+                os.close(os.open(path, os.O_RDONLY))
+                out.append(f"{path}=opens")
+            except OSError as e:
+                out.append(f"{path}={errno.errorcode[e.errno]}")
+        if as_uid is not None:
+            try:
+                (cgroup.parent / "cgroup.procs").write_text(str(os.getpid()))
+                out.append("leave=left")
+            except OSError as e:
+                out.append(f"leave={errno.errorcode[e.errno]}")
+            try:  # BPF_PROG_DETACH of the cgroup's device programs
+                fd = os.open(cgroup, os.O_RDONLY | os.O_DIRECTORY)
+                attr = bytearray(128)
+                struct.pack_into("<III", attr, 0, fd, 0, 6)
+                device_filter._bpf(9, attr, "detach")
+                out.append("detach=detached")
+            except OSError:
+                out.append("detach=refused")
+            try:
+                os.close(os.open(paths[0], os.O_RDONLY))
+                out.append("after=opens")
+            except OSError as e:
+                out.append(f"after={errno.errorcode[e.errno]}")
+        return " ".join(out)
+
+    said = in_child(probe)
     return dict(item.split("=", 1) for item in said.split())
 
 
