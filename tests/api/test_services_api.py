@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+from clients import client_for
 from fastapi.testclient import TestClient
 
 from aisched.service.app import Service
@@ -83,6 +85,72 @@ def test_one_services_figures_cannot_stop_the_others_scaling(client: TestClient)
     client.post(f"/v1/jobs/{other}/metrics", json={"rps": 25})
     until("the other service to scale", lambda: service_of(client, other)["ready"] == 3)
     assert service_of(client, first)["desired"] == 3
+
+
+def fail_the_running_replica(client: TestClient, fx: FakeExecutor, sid: str) -> dict[str, Any]:
+    """Wait for the service's replica to run, make its task exit with 1; its row once it has
+    failed (no retries left)."""
+    key = until("a running replica", lambda: next(iter(fx.running), None))
+    assert client.get(f"/v1/jobs/{key[0]}").json()["replica_of"] == sid
+    fx.exit(key, 1)
+    return until(  # type: ignore[no-any-return]
+        "the replica to fail",
+        lambda: (j := client.get(f"/v1/jobs/{key[0]}").json())["state"] == "failed" and j,
+    )
+
+
+def test_a_crash_looping_service_waits_longer_before_each_new_replica_also_after_a_restart(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    # Each failed replica was replaced at once, for ever: a new replica every few seconds,
+    # each using its retries, and the service's reason never named the failure.
+    base = {"data_dir": str(tmp_path), "database": database_url, "cycle_interval": "0.2s"}
+    cfg = load_config(None, {**base, "autoscaler_interval": "100ms"})
+    body = {
+        **SERVICE,
+        "name": "crash",
+        "restart": {"max_retries": 0, "backoff": "1s"},
+        "service": {**SERVICE["service"], "max_replicas": 1},
+    }
+    fx = FakeExecutor([fake_node(gpus=1)])
+    svc = Service.open(cfg, executor=fx)
+    svc.start()
+    try:
+        client = client_for(svc)
+        sid = client.post("/v1/jobs", json=body).json()["id"]
+        first = fail_the_running_replica(client, fx, sid)
+        second = fail_the_running_replica(client, fx, sid)
+        # Its replacement waited a second, the backoff; the next one waits two.
+        assert second["started_at"] - first["finished_at"] >= 1.0
+        held = until("a held replica", lambda: service_of(client, sid)["replica_ids"])[0]
+        assert client.get(f"/v1/jobs/{held}").json()["not_before"] == second["finished_at"] + 2
+    finally:
+        svc.close()
+    # After a restart the run is derived from the failed replicas' ends: the third failure
+    # in a row waits four seconds, not one.
+    fx = FakeExecutor([fake_node(gpus=1)])
+    again = Service.open(cfg, executor=fx)
+    again.start()
+    try:
+        client = client_for(again)
+        third = fail_the_running_replica(client, fx, sid)
+        assert third["id"] == held and third["started_at"] - second["finished_at"] >= 2.0
+        new = until("a held replica", lambda: service_of(client, sid)["replica_ids"])[0]
+        job = client.get(f"/v1/jobs/{new}").json()
+        assert (job["state"], job["not_before"]) == ("pending", third["finished_at"] + 4)
+        failure = (
+            f"replica {held} failed: task main-0 exited with code 1; no retries left (0) "
+            "(3 replicas failed in a row)"
+        )
+        assert job["reason"].startswith(f"{failure}: not started before ")
+        st = until("the status", lambda: (s := service_of(client, sid))["reason"] and s)
+        assert f"; {failure}: a new replica starts not before " in st["reason"]
+        events = client.get(f"/v1/jobs/{sid}").json()["events"]
+        said = [e["message"] for e in events if e["kind"] == "replica-failed"]
+        assert said[-1].startswith(f"{failure}: a new replica starts not before ")
+        assert said[-1].endswith("(a backoff of 4s)")
+    finally:
+        again.close()
 
 
 def test_bad_metrics_are_refused_naming_the_field(client: TestClient) -> None:

@@ -19,18 +19,50 @@ A replica has no runtime to predict: it serves until its service scales down or 
 (`Job.serves_until_scaled_down`). Neither driver asks its predictor about one, so it runs with
 no expected end, as a job of unknown length does; and no reservation waits for one to end
 (`core.reservation`).
+
+Crash loops (Kubernetes' CrashLoopBackOff is the model): a replica that fails for good (its
+own retries used up) is replaced, but the replacement waits, and the wait doubles with each
+replica of the service that failed in a row: `backoff × 2^(n−1)` after the *n*-th, from the
+service's restart backoff (at least `MIN_REPLACEMENT_WAIT_S`, so `backoff: 0` cannot spin),
+capped by the driver's `max_backoff_s`. The run is over once a failure comes more than
+`CRASH_RESET_S` after the last replacement could start: that replica served a while. The run
+is worked out from the failed replicas' ends alone (`replica_failed`, folded over them), so a
+restarted driver derives it again from what it stored. The service itself never fails of it:
+like a Deployment in a crash loop it keeps asking, at most once per `max_backoff_s`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
+from aisched.lifecycle.attempts import retry_wait_s
 from aisched.model.job import Job, JobKind, RestartPolicy
 from aisched.model.service import ServiceSpec
 
 PORT_ENV = "AISCHED_SERVICE_PORT"
 SERVICE_ENV = "AISCHED_SERVICE_ID"
+# A replica that fails this long after its replacement wait was over starts a new run of
+# failures (Kubernetes resets a container's backoff after it ran 10 minutes).
+CRASH_RESET_S = 600.0
+# The least a replacement waits after a failed replica, whatever the service's backoff.
+MIN_REPLACEMENT_WAIT_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class CrashLoop:
+    """A service's replicas that failed one after another, and when a new one may start."""
+
+    failed: int  # replicas of the service that failed in a row, the last one included
+    last_id: str  # the last one to fail
+    last_why: str  # and why (its end's message)
+    last_at: float  # and when
+    until: float  # no new replica of the service starts before this
+
+    def note(self) -> str:
+        """The run in words, for the service's status and events."""
+        row = "" if self.failed == 1 else f" ({self.failed} replicas failed in a row)"
+        return f"replica {self.last_id} failed: {self.last_why}{row}"
 
 
 def replica_job(service: Job, name: str, port: int) -> Job:
@@ -47,6 +79,43 @@ def replica_job(service: Job, name: str, port: int) -> Job:
         depends_on=(),
         groups=tuple(replace(g, env=(*g.env, *extra)) for g in service.groups),
     )
+
+
+def replacement_wait_s(service: Job, failed: int, max_backoff_s: float) -> float:
+    """How long a new replica waits after the `failed`-th replica of `service` in a row
+    failed: the restart backoff doubled per failure, at least `MIN_REPLACEMENT_WAIT_S`,
+    capped by `max_backoff_s`."""
+    base = replace(service, backoff_s=max(service.backoff_s, MIN_REPLACEMENT_WAIT_S))
+    return retry_wait_s(base, failed, max_backoff_s)
+
+
+def replica_failed(
+    was: CrashLoop | None,
+    service: Job,
+    replica_id: str,
+    why: str,
+    at: float,
+    max_backoff_s: float,
+) -> CrashLoop:
+    """The run after replica `replica_id` of `service` failed at `at` for `why`; `was` is the
+    run before it (None: no replica had failed). A failure more than `CRASH_RESET_S` after
+    the last run's wait was over starts a new run."""
+    failed = 1
+    if was is not None and at - was.until < CRASH_RESET_S:
+        failed = was.failed + 1
+    until = at + replacement_wait_s(service, failed, max_backoff_s)
+    return CrashLoop(failed, replica_id, why, at, until)
+
+
+def crash_loop_of(
+    service: Job, ends: Sequence[tuple[str, float, str]], max_backoff_s: float
+) -> CrashLoop | None:
+    """The run that the failed replicas of `service`, (id, end time, why) oldest end first,
+    leave: what a driver derives again after a restart."""
+    run: CrashLoop | None = None
+    for replica_id, at, why in ends:
+        run = replica_failed(run, service, replica_id, why, at, max_backoff_s)
+    return run
 
 
 def replica_name(service: Job, job_id: str) -> str:

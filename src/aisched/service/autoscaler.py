@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.parser import text_string_to_metric_families
 
 from aisched.core.autoscale import Recommendation, decide
+from aisched.lifecycle.services import CRASH_RESET_S
 from aisched.model.job import JobKind
 from aisched.model.service import ScaleMetric, ServiceSpec
 from aisched.model.states import JobState
@@ -51,6 +52,7 @@ from aisched.service.listeners import accepting_uid, is_loopback, peer_uid, uid_
 from aisched.service.live import LiveJob, TaskPhase
 from aisched.service.loop import Scheduler
 from aisched.service.replicas import replica_port
+from aisched.service.scheduler_state import clock
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -289,6 +291,11 @@ class Autoscaler:
             desired, reason = len(replicas), f"{reason}; holding while replicas start"
         if desired != len(replicas):
             self.scheduler.scale(svc.id, desired, reason)
+        run = svc.crash_loop
+        if run is not None and now < run.until + CRASH_RESET_S:  # the run is not over
+            reason = f"{reason}; {run.note()}"
+            if now < run.until:
+                reason = f"{reason}: a new replica starts not before {clock(run.until)}"
         endpoints = tuple(where for _, where in ready)
         with self.lock:
             self.statuses[svc.id] = ServiceStatus(

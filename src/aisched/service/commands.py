@@ -41,7 +41,7 @@ from aisched.service.paths import checkpoint_dir
 from aisched.service.pipelines import DependencyError
 from aisched.service.replicas import replica_job
 from aisched.service.retention import no_job
-from aisched.service.scheduler_state import bytes_counted, jobs_counted
+from aisched.service.scheduler_state import bytes_counted, clock, jobs_counted
 from aisched.service.step_errors import classify, one_line
 from aisched.store.codec import job_to_dict
 from aisched.store.db import Row
@@ -378,11 +378,21 @@ class Commands(Intents):
         live = self.replicas_of(svc.id)
         if len(live) == n:
             return
+        # After replicas failed in a row, new ones wait out the crash loop's backoff.
+        run = svc.crash_loop
+        if run is not None and (n < len(live) or run.until <= now):
+            run = None
+        if run is not None:
+            reason = f"{reason}; {run.note()}: the new replicas wait until {clock(run.until)}"
         batch.event(now, svc.id, "scaling", f"{len(live)} -> {n} replicas: {reason}")
         for _ in range(n - len(live)):
             name = replica_name(svc.job, str(self.next_seq))
             replica = replica_job(svc.job, name, free_port(self.config.master_addr))
-            self._admit(replica, "native", (), now, batch)
+            row = self._admit(replica, "native", (), now, batch)
+            if run is not None:
+                why = f"{run.note()}: not started before {clock(run.until)}"
+                status = JobStatus(StatusCode.WAIT_RESOURCES, why, run.until)
+                self._hold_until(self.jobs[row["id"]], status, batch)
         going = surplus([(r.id, r.state == JobState.RUNNING) for r in live], n)
         for r in (self.jobs[job_id] for job_id in going):
             self._retire(r, f"scaled down: {reason}", batch, now)

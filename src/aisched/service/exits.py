@@ -17,6 +17,7 @@ from aisched.core.status import JobStatus, StatusCode
 from aisched.executors.base import ExitKind, TaskExited
 from aisched.lifecycle.attempts import Requeue, RestartOn, after_attempt
 from aisched.lifecycle.preemption import release_kept
+from aisched.lifecycle.services import replica_failed
 from aisched.lifecycle.states import move
 from aisched.model.states import JobState
 from aisched.service.launches import Launches
@@ -158,9 +159,29 @@ class Exits(Launches):
             self.dirty = True
         if lj.waiting_for:  # it ended while waiting on victims
             self._set_waiting(lj, frozenset())
+        if state == JobState.FAILED and lj.job.replica_of is not None:
+            self._replica_failed(lj, why, batch, now)
         self.pipelines.on_end(lj.id, state, lj.job.name)
         batch.after.append(partial(self.pipelines.stored, lj.id))
         self._recheck_dependents(batch, now)
+
+    def _replica_failed(self, replica: LiveJob, why: str, batch: Batch, now: float) -> None:
+        """Count a replica that failed for good in its service's crash loop: the replicas
+        made for the service from now wait until the loop's backoff is over (`_scale_to`)."""
+        svc = self.jobs.get(replica.job.replica_of or "")
+        if svc is None or svc.job.service is None:
+            return
+        run = replica_failed(
+            svc.crash_loop, svc.job, replica.id, why, now, self.config.max_backoff_s
+        )
+        svc.crash_loop = run
+        batch.event(
+            now,
+            svc.id,
+            "replica-failed",
+            f"{run.note()}: a new replica starts not before {clock(run.until)} "
+            f"(a backoff of {run.until - now:g}s)",
+        )
 
     def _recheck_dependents(self, batch: Batch, now: float) -> None:
         """Re-check the jobs that wait on jobs that ended (`pipelines.recheck`), and those that

@@ -19,6 +19,7 @@ from aisched.core.decisions import TaskBinding
 from aisched.core.snapshot import PendingJob, RunningJob
 from aisched.executors.base import LaunchError, TaskExited, TaskHandle, TaskKey, TaskLaunch
 from aisched.lifecycle.attempts import Stop
+from aisched.lifecycle.services import CrashLoop
 from aisched.model.job import Job
 from aisched.model.resources import GPU_MILLI_WHOLE
 from aisched.model.states import JobState
@@ -90,6 +91,9 @@ class LiveJob:
     waited_for_left: tuple[str, ...] = ()
     pending_view: PendingJob | None = None
     running_view: RunningJob | None = None
+    # A service's replicas that failed in a row (`lifecycle.services`), or None. Not stored:
+    # derived again from its failed replicas' ends at a restart (`Recovery`).
+    crash_loop: CrashLoop | None = None
 
     @property
     def id(self) -> str:

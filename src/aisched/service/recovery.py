@@ -11,6 +11,7 @@ from collections.abc import Callable
 from aisched.core.decisions import TaskBinding
 from aisched.executors.base import AdoptState, ExitKind, TaskExited, TaskHandle
 from aisched.lifecycle.attempts import time_limit_message
+from aisched.lifecycle.services import crash_loop_of
 from aisched.lifecycle.states import move
 from aisched.model.job import JobKind
 from aisched.model.states import JobState
@@ -23,6 +24,9 @@ from aisched.store.db import Row
 from aisched.store.errors import StoreError
 
 log = logging.getLogger("aisched.loop")
+# A service's last failed replicas read to derive its crash loop: a run longer than this has
+# long reached the wait's cap.
+CRASH_LOOP_ENDS = 64
 _MEND = "restore the database from a backup, or mend or delete that row, then start again"
 
 
@@ -101,6 +105,7 @@ class Recovery(Commands):
                     self._make_pending(lj, batch)
                 continue
             if lj.job.kind == JobKind.SERVICE:  # its work is its replicas, jobs of their own
+                self._derive_crash_loop(lj, row["seq"])
                 continue
             with self.store.read() as tx:
                 trows = tx.tasks_of(lj.id, lj.attempt)
@@ -178,6 +183,13 @@ class Recovery(Commands):
         self._launch_restarts(now)
         self.dirty = True
         return notes
+
+    def _derive_crash_loop(self, svc: LiveJob, seq: int) -> None:
+        """A running service's crash loop, from its replicas that failed before the restart
+        (their own exits found now are counted as they are handled, after this)."""
+        with self.store.read() as tx:
+            ends = tx.failed_replicas(svc.id, svc.job.user, seq, CRASH_LOOP_ENDS)
+        svc.crash_loop = crash_loop_of(svc.job, ends, self.config.max_backoff_s)
 
     def _live_from_row(self, row: Row) -> LiveJob:
         """The live job a stored row describes; a damaged row raises (see `_readable`)."""

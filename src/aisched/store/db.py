@@ -409,6 +409,27 @@ class Tx:
         rows = [dict(r) for r in self.conn.execute(q).mappings()]
         return rows[::-1]
 
+    def failed_replicas(
+        self, service_id: str, user: str, after_seq: int, limit: int
+    ) -> list[tuple[str, float, str]]:
+        """(id, end, message) of the `limit` replicas of a service that failed last, oldest
+        end first. A replica is a job of its service's user, kind `infer`, submitted after
+        it, whose spec names the service."""
+        q = (
+            select(jobs.c.id, jobs.c.finished_at, jobs.c.message)
+            .where(
+                jobs.c.user == user,
+                jobs.c.seq > after_seq,
+                jobs.c.kind == "infer",
+                jobs.c.state == "failed",
+                jobs.c.spec["replica_of"].as_string() == service_id,
+            )
+            .order_by(jobs.c.finished_at.desc(), jobs.c.seq.desc())
+            .limit(limit)
+        )
+        rows = [(str(i), float(at or 0.0), str(m or "")) for i, at, m in self.conn.execute(q)]
+        return rows[::-1]
+
     def jobs_by_idempotency_key(self, user: str, keys: Sequence[str]) -> list[Row]:
         """The jobs stored with these keys for `user`, in the order of `keys` (missing ones
         left out)."""

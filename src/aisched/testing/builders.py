@@ -118,6 +118,9 @@ class JobBuilder:
     def estimate(self, s: float) -> JobBuilder:
         return self._set(estimate_s=s)
 
+    def backoff(self, s: float) -> JobBuilder:
+        return self._set(backoff_s=s)
+
     def time_limit(self, s: float) -> JobBuilder:
         return self._set(time_limit_s=s)
 
