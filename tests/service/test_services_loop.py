@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,6 +18,7 @@ from world import World, new_world
 
 from aisched.model.job import Dependency, Job, JobKind
 from aisched.model.service import ServiceSpec
+from aisched.model.states import JobState
 from aisched.service.autoscaler import Autoscaler
 from aisched.service.loop import Rejected
 from aisched.service.replicas import HOST_ENV, PORT_ENV, replica_port
@@ -251,3 +253,28 @@ def test_a_job_that_fits_only_once_a_replica_ends_holds_nothing_and_others_start
     row = pw.state(whole)
     assert (row["state"], row["reason_code"]) == ("pending", "wait-resources")
     assert row["reason"] == "room for 0 of 1 'g0' tasks (4 GPU, 1 CPU, 1 GiB memory each)"
+
+
+def test_a_scale_down_goes_ahead_while_replicas_start_and_takes_those_first(w: World) -> None:
+    # It waited until every replica was ready: pending replicas had to start before they
+    # could go, and one that never got room held the service at its largest count.
+    spec = ServiceSpec(1, 6, readiness_path="/healthz", scale_down_window_s=0.0)
+    sid = w.submit(replace(web(), service=spec))
+    assert scale(w, sid, 6) == 6  # 4 GPUs: four run, two wait
+    running = [r.id for r in w.sched.replicas_of(sid) if r.state == JobState.RUNNING]
+    answering = {replica_port(w.sched.jobs[i].job) for i in running[2:]}  # the newest two
+
+    def fetch(url: str, timeout_s: float, owners: frozenset[int] | None) -> tuple[int, bytes]:
+        ready = urllib.parse.urlsplit(url).port in answering
+        return (200, b"") if ready else (0, b"")
+
+    scaler = Autoscaler(w.sched, clock=w.clock, fetch=fetch)
+    try:
+        scaler.push(sid, {"rps": 15})  # two replicas' worth
+        scaler.tick()
+    finally:
+        scaler.close()
+    w.sched.step()
+    kept = [r[0] for r in replicas(w, sid) if r[1] == "running" and r[2] is None]
+    assert kept == running[2:]  # the pending ones went, then those not ready
+    assert [r.id for r in w.sched.replicas_of(sid)] == running[2:]

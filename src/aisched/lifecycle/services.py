@@ -8,10 +8,11 @@ it is made (the live service picks a free one; the simulator has none to pick, a
 
 Scaling: a count asked for is held within the service's `[min_replicas, max_replicas]`
 (`replicas_within`); new replicas are made for a larger count, and for a smaller one the
-surplus goes pending replicas first (they hold nothing), then the newest running ones
-(`surplus`). Who asks is the live service's autoscaler (`service.autoscaler`, its rule the pure
-`core.autoscale.decide`), from load it measures on the running replicas (readiness probes,
-scraped or pushed rps and latency). The simulator does not model it, and says so: no trace it
+surplus goes pending replicas first (they hold nothing), then running ones that do not yet
+answer their readiness probe, then the newest running ones (`surplus`). Who asks is the live
+service's autoscaler (`service.autoscaler`, its rule the pure `core.autoscale.decide`), from
+load it measures on the running replicas (readiness probes, scraped or pushed rps and
+latency). The simulator does not model it, and says so: no trace it
 reads carries a service's load over time, and a load model made up for it would decide the
 result; so in the simulator a service keeps its minimum of replicas.
 
@@ -33,7 +34,7 @@ like a Deployment in a crash loop it keeps asking, at most once per `max_backoff
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
 from aisched.lifecycle.attempts import retry_wait_s
@@ -128,8 +129,11 @@ def replicas_within(spec: ServiceSpec, asked: int) -> int:
     return min(max(asked, spec.min_replicas), spec.max_replicas)
 
 
-def surplus(live: Sequence[tuple[str, bool]], keep: int) -> list[str]:
+def surplus(
+    live: Sequence[tuple[str, bool]], keep: int, ready: Collection[str] | None = None
+) -> list[str]:
     """Which of the `live` replicas (id, running), numeric ids, go when only `keep` stay:
-    pending ones first, then the newest running ones."""
-    order = sorted(live, key=lambda r: (r[1], -int(r[0])))
+    pending ones first, then running ones not `ready` (those that answer their readiness
+    probe; None: every running one), then the newest running ones."""
+    order = sorted(live, key=lambda r: (r[1], ready is None or r[0] in ready, -int(r[0])))
     return [job_id for job_id, _ in order[: max(len(live) - keep, 0)]]

@@ -14,9 +14,12 @@ Every `interval_s`, for each running service:
 2. The load: a figure pushed for the whole service (`POST /v1/jobs/{id}/metrics`), if fresh;
    else the ready replicas' scraped or pushed figures (rps summed, latency averaged). For rps
    the rule sees the total spread over the live replicas.
-3. `decide`; a scale-down waits while some replica is still starting (its load is not yet
-   known), so replicas that are coming up are never taken for surplus.
-4. If the answer differs from the live count, `scale`; publish the service's status.
+3. `decide`.
+4. If the answer differs from the live count, `scale`; publish the service's status. A
+   scale-down does not wait for replicas that are starting: the loop takes pending ones first,
+   then running ones found not ready this round, then the newest ready ones. (It once waited
+   until every replica was ready, so a replica that never got room, or never answered its
+   probe, held the service at its largest count for good.)
 
 Figures older than `metric_max_age_s` are ignored; with none fresh the count is held.
 
@@ -287,10 +290,9 @@ class Autoscaler:
             spec, len(replicas), load, self.history.get(svc.id, []), now
         )
         desired, reason = decision.desired, decision.reason
-        if desired < len(replicas) and len(ready) < len(replicas):
-            desired, reason = len(replicas), f"{reason}; holding while replicas start"
         if desired != len(replicas):
-            self.scheduler.scale(svc.id, desired, reason)
+            # A scale-down goes ahead while replicas start: they are the ones that go first.
+            self.scheduler.scale(svc.id, desired, reason, ready=frozenset(r for r, _ in ready))
         run = svc.crash_loop
         if run is not None and now < run.until + CRASH_RESET_S:  # the run is not over
             reason = f"{reason}; {run.note()}"

@@ -89,14 +89,20 @@ class Commands(Intents):
         return fut
 
     def scale(
-        self, service_id: str, replicas: int, reason: str, replace: str | None = None
+        self,
+        service_id: str,
+        replicas: int,
+        reason: str,
+        replace: str | None = None,
+        ready: frozenset[str] | None = None,
     ) -> Future[int]:
         """Ask for `replicas` live replicas of a service: new ones are submitted, surplus ones
-        cancelled (pending ones first, then the newest); with `replace`, that replica is
-        cancelled first and does not count (a new one takes its place). The Future gives the
-        number asked for, or raises Rejected(404/409) for an unknown or ended service."""
+        cancelled (pending ones first, then running ones not among the `ready` when given,
+        then the newest); with `replace`, that replica is cancelled first and does not count
+        (a new one takes its place). The Future gives the number asked for, or raises
+        Rejected(404/409) for an unknown or ended service."""
         fut: Future[int] = Future()
-        self.commands.put(ScaleCommand(service_id, replicas, reason, fut, replace))
+        self.commands.put(ScaleCommand(service_id, replicas, reason, fut, replace, ready))
         self.wake.set()
         return fut
 
@@ -362,7 +368,7 @@ class Commands(Intents):
         old = self.jobs.get(cmd.replace) if cmd.replace is not None else None
         if old is not None and old.job.replica_of == lj.id and old.stopping != Stop.CANCEL:
             self._retire(old, f"replaced: {cmd.reason}", batch, now)
-        self._scale_to(lj, n, cmd.reason, batch, now)
+        self._scale_to(lj, n, cmd.reason, batch, now, cmd.ready)
         batch.after.append(lambda: cmd.future.set_result(n))
 
     def replicas_of(self, service_id: str) -> list[LiveJob]:
@@ -374,7 +380,15 @@ class Commands(Intents):
         ]
         return sorted(out, key=lambda r: (len(r.id), r.id))
 
-    def _scale_to(self, svc: LiveJob, n: int, reason: str, batch: Batch, now: float) -> None:
+    def _scale_to(
+        self,
+        svc: LiveJob,
+        n: int,
+        reason: str,
+        batch: Batch,
+        now: float,
+        ready: frozenset[str] | None = None,
+    ) -> None:
         live = self.replicas_of(svc.id)
         if len(live) == n:
             return
@@ -393,7 +407,7 @@ class Commands(Intents):
                 why = f"{run.note()}: not started before {clock(run.until)}"
                 status = JobStatus(StatusCode.WAIT_RESOURCES, why, run.until)
                 self._hold_until(self.jobs[row["id"]], status, batch)
-        going = surplus([(r.id, r.state == JobState.RUNNING) for r in live], n)
+        going = surplus([(r.id, r.state == JobState.RUNNING) for r in live], n, ready)
         for r in (self.jobs[job_id] for job_id in going):
             self._retire(r, f"scaled down: {reason}", batch, now)
 

@@ -102,13 +102,15 @@ class SubmitAllCommand:
 @dataclass(frozen=True, slots=True)
 class ScaleCommand:
     """Keep `replicas` live replicas of service `service_id` (the autoscaler's command), the
-    replica `replace` (when given) stopped and counted out first."""
+    replica `replace` (when given) stopped and counted out first; `ready`: the replicas found
+    ready (None: not known), which a scale-down takes last."""
 
     service_id: str
     replicas: int
     reason: str
     future: Future[int]
     replace: str | None = None
+    ready: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,3 +61,9 @@ def test_the_run_is_derived_from_the_failed_replicas_ends_alone() -> None:
         run = replica_failed(run, svc, rid, why, at, 300)
     assert crash_loop_of(svc, ends, 300) == run == CrashLoop(3, "3", "c", 4.0, 8.0)
     assert crash_loop_of(svc, [], 300) is None
+
+
+def test_running_replicas_not_ready_go_before_the_ready_ones() -> None:
+    live = [("3", True), ("4", False), ("10", True), ("7", True)]
+    assert surplus(live, 1, ready={"10", "7"}) == ["4", "3", "10"]
+    assert surplus(live, 2, ready=set()) == ["4", "10"]
