@@ -188,6 +188,12 @@ def test_bad_metrics_are_refused_naming_the_field(client: TestClient) -> None:
             "request: service.min_replicas: 4 is more than max_replicas 2",
         ),
         ({"target": 0}, "request: service.target: Input should be greater than 0"),
+        (
+            {"min_replicas": 0, "metric": "latency_ms"},
+            "request: service.min_replicas: 0 needs metric rps: a latency is measured on a "
+            "running replica, so a latency_ms service scaled to zero would never get a replica "
+            "again; give at least 1",
+        ),
         # `min_replicas: 0` alone scales to zero (an unsaid maximum is at least 1).
         (
             {"max_replicas": 0},

@@ -382,6 +382,12 @@ def _service(spec: NativeJobModel, groups: list[TaskGroup], p: Problems) -> Serv
     max_replicas = max(s.min_replicas, 1) if s.max_replicas is None else s.max_replicas
     if s.min_replicas > max_replicas:
         p.add("service.min_replicas", f"{s.min_replicas} is more than max_replicas {max_replicas}")
+    if s.min_replicas == 0 and s.metric == ScaleMetric.LATENCY_MS:
+        p.add(
+            "service.min_replicas",
+            "0 needs metric rps: a latency is measured on a running replica, so a latency_ms "
+            "service scaled to zero would never get a replica again; give at least 1",
+        )
     if groups and (len(groups) != 1 or groups[0].replicas != 1):
         p.add(
             "replicas" if spec.tasks is None else "tasks",

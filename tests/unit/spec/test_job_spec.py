@@ -1516,6 +1516,17 @@ def test_a_service_may_scale_to_zero_with_its_minimum_alone() -> None:
     ]
 
 
+def test_only_an_rps_service_may_scale_to_zero() -> None:
+    """A latency_ms service at zero was accepted and never got a replica: with none running
+    there is no latency to measure, so nothing ever asked for one."""
+    assert _service_block("{min_replicas: 0, max_replicas: 2, metric: latency_ms}") == [
+        "s.yaml: service.min_replicas: 0 needs metric rps: a latency is measured on a running "
+        "replica, so a latency_ms service scaled to zero would never get a replica again; give "
+        "at least 1"
+    ]
+    assert _service_block("{min_replicas: 1, metric: latency_ms}").min_replicas == 1
+
+
 @pytest.mark.parametrize(
     ("block", "problem"),
     [
