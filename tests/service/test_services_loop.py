@@ -16,7 +16,8 @@ import pytest
 from test_pipelines import finish, step, submit_all
 from world import World, new_world
 
-from aisched.model.job import Dependency, Job, JobKind
+from aisched.executors.base import ExitKind
+from aisched.model.job import Dependency, DependencyCondition, Job, JobKind
 from aisched.model.service import ServiceSpec
 from aisched.model.states import JobState
 from aisched.service.autoscaler import Autoscaler
@@ -86,7 +87,7 @@ def test_cancelling_a_service_cancels_its_replicas(w: World) -> None:
     sid = w.submit(web(min_replicas=2))
     fut = w.sched.cancel(sid)
     w.sched.step()
-    assert fut.result(0) == "cancelled"
+    assert fut.result(0) == "running"  # until its replicas have stopped
     assert [r[2] for r in replicas(w, sid)] == ["cancel", "cancel"]
     for rid, _, _ in replicas(w, sid):
         finish(w, rid, code=-15)
@@ -95,6 +96,45 @@ def test_cancelling_a_service_cancels_its_replicas(w: World) -> None:
     w.sched.step()
     with pytest.raises(Rejected, match=f"no live service {sid}"):
         scaled.result(0)
+
+
+def test_a_cancelled_service_ends_and_frees_its_dependents_once_its_replicas_have_stopped(
+    w: World,
+) -> None:
+    # It was cancelled at once, so a job waiting on it (`condition: any`) started while its
+    # replicas were still stopping, and its reason said they were stopping for good.
+    sid, after = submit_all(
+        w, web(min_replicas=2), step("report", "web", condition=DependencyCondition.ANY)
+    )
+    keys = [k for rid, _, _ in replicas(w, sid) for k in w.fx.keys(rid)]
+    w.fx.stubborn.update(keys)  # they take their grace period to stop
+    fut = w.sched.cancel(sid)
+    w.sched.step()
+    assert fut.result(0) == "running"
+    assert (w.state(sid)["state"], w.state(sid)["stopping"]) == ("running", "cancel")
+    assert w.state(after)["state"] == "pending"
+    scaled = w.sched.scale(sid, 2, "a round that began before the cancel")
+    w.sched.step()
+    with pytest.raises(Rejected, match=f"service {sid} is being cancelled"):
+        scaled.result(0)
+    w.restart()  # the stop goes on after a restart
+    w.sched.step()
+    assert w.state(after)["state"] == "pending"
+    first, second = keys
+    w.fx.exit(first, -15, ExitKind.STOPPED)
+    w.sched.step()
+    assert (w.state(sid)["state"], w.state(after)["state"]) == ("running", "pending")
+    w.fx.exit(second, -15, ExitKind.STOPPED)
+    w.sched.step()
+    w.sched.step()
+    ended = w.state(sid)
+    assert (ended["state"], ended["stopping"], ended["message"]) == (
+        "cancelled",
+        None,
+        "cancelled; its replicas have stopped",
+    )
+    assert [r[1] for r in replicas(w, sid)] == ["cancelled", "cancelled"]
+    assert w.state(after)["state"] == "running"
 
 
 def test_a_restarted_scheduler_keeps_the_service_and_its_replicas(w: World) -> None:

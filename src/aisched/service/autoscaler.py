@@ -215,6 +215,7 @@ class Autoscaler:
             for lj in list(self.scheduler.jobs.values())
             if lj.job.kind == JobKind.SERVICE
             and lj.state == JobState.RUNNING
+            and lj.stopping is None  # not being cancelled
             and lj.job.service is not None
         ]
         by_user: dict[str, list[LiveJob]] = {}

@@ -364,6 +364,9 @@ class Commands(Intents):
         if lj is None or lj.job.kind != JobKind.SERVICE or lj.job.service is None:
             cmd.future.set_exception(Rejected(f"no live service {cmd.service_id}", 404))
             return
+        if lj.stopping is not None:  # a round that began before the cancel
+            cmd.future.set_exception(Rejected(f"service {lj.id} is being cancelled", 409))
+            return
         n = replicas_within(lj.job.service, cmd.replicas)
         old = self.jobs.get(cmd.replace) if cmd.replace is not None else None
         if old is not None and old.job.replica_of == lj.id and old.stopping != Stop.CANCEL:
@@ -449,12 +452,23 @@ class Commands(Intents):
         batch.after.append(lambda: cmd.future.set_result(state))
 
     def _cancel_live(self, lj: LiveJob, batch: Batch, now: float) -> str:
-        """Cancel a live job: a pending one (or a service) ends at once, a running one is
-        stopped first. Returns its state after this (cancelled, or running while it stops)."""
+        """Cancel a live job: a pending one ends at once, a running one is stopped first (a
+        service: its replicas; it ends once they have, `Exits._service_stopped`). Returns its
+        state after this (cancelled, or running while it stops)."""
         if lj.job.kind == JobKind.SERVICE:
+            if lj.stopping == Stop.CANCEL:
+                return JobState.RUNNING.value
             self._scale_to(lj, 0, "the service is cancelled", batch, now)
-            self._finish(lj, JobState.CANCELLED, batch, now, "cancelled; its replicas are stopping")
-            return JobState.CANCELLED.value
+            if not self._replicas_left(lj.id):
+                why = "cancelled" if lj.state == JobState.RUNNING else "cancelled while pending"
+                self._finish(lj, JobState.CANCELLED, batch, now, why)
+                return JobState.CANCELLED.value
+            # Running until its replicas have stopped: the jobs that depend on it wait so.
+            lj.stopping = Stop.CANCEL
+            lj.stop_message = "cancelled"
+            batch.job(lj.id, stopping=Stop.CANCEL.value)
+            batch.event(now, lj.id, "cancelling", "cancel requested: stopping its replicas")
+            return JobState.RUNNING.value
         if lj.state == JobState.RUNNING:
             if lj.stopping != Stop.CANCEL:
                 lj.stopping = Stop.CANCEL

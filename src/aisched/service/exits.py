@@ -161,9 +161,25 @@ class Exits(Launches):
             self._set_waiting(lj, frozenset())
         if state == JobState.FAILED and lj.job.replica_of is not None:
             self._replica_failed(lj, why, batch, now)
+        if lj.job.replica_of is not None:
+            self._service_stopped(lj.job.replica_of, batch, now)
         self.pipelines.on_end(lj.id, state, lj.job.name)
         batch.after.append(partial(self.pipelines.stored, lj.id))
         self._recheck_dependents(batch, now)
+
+    def _replicas_left(self, service_id: str) -> bool:
+        """Whether any replica of the service is live, one being stopped included."""
+        return any(r.job.replica_of == service_id for r in list(self.jobs.values()))
+
+    def _service_stopped(self, service_id: str, batch: Batch, now: float) -> None:
+        """End a cancelled service once the last of its replicas has ended; only then are
+        the jobs that depend on it re-checked, as for any running job that is cancelled."""
+        svc = self.jobs.get(service_id)
+        if svc is None or svc.stopping != Stop.CANCEL or self._replicas_left(service_id):
+            return
+        svc.stopping, svc.stop_message = None, ""
+        batch.job(svc.id, stopping=None)
+        self._finish(svc, JobState.CANCELLED, batch, now, "cancelled; its replicas have stopped")
 
     def _replica_failed(self, replica: LiveJob, why: str, batch: Batch, now: float) -> None:
         """Count a replica that failed for good in its service's crash loop: the replicas

@@ -175,6 +175,9 @@ class Recovery(Commands):
             for ev in exits:
                 self._on_exit(ev, batch, now)
         for lj in list(self.jobs.values()):
+            if lj.job.kind == JobKind.SERVICE:  # cancelled, its replicas gone meanwhile
+                self._service_stopped(lj.id, batch, now)
+        for lj in list(self.jobs.values()):
             if lj.job.depends_on and lj.state == JobState.PENDING:
                 self._check_dependencies(lj, batch, now)
         for lj in self.jobs.values():
