@@ -32,7 +32,6 @@ from typing import IO
 
 from aisched.core.policy import Policy
 from aisched.executors.base import Executor, unavailable
-from aisched.executors.task_files import not_roots_alone, not_theirs_alone
 from aisched.predict.runtime import RuntimePredictor
 from aisched.service import datadir
 from aisched.service.autoscaler import Autoscaler
@@ -276,15 +275,11 @@ def _private_database(url: str) -> None:
 
 
 def _ours_alone(path: Path) -> bool:
-    uid = os.geteuid()
     try:
-        mine = path.stat().st_uid == uid
+        mine = path.stat().st_uid == os.geteuid()
     except OSError:
         return False
-    return (
-        mine
-        and (not_roots_alone(str(path)) if uid == 0 else not_theirs_alone(str(path), uid)) is None
-    )
+    return mine and datadir.exposed_place(path) is None
 
 
 def forget_announcement(path: Path) -> None:

@@ -55,8 +55,7 @@ def prepare(home: Path) -> None:
     uid = os.geteuid()
     # Root opens, writes and hands to users files under it by name (its tasks' logs); any
     # service keeps its jobs' checkpoints and logs there, for no other user to read or replace.
-    other = not_roots_alone(str(home)) if uid == 0 else not_theirs_alone(str(home), uid)
-    if other is not None:
+    if (other := exposed_place(home)) is not None:
         if os.path.islink(other):
             what = (
                 f"a link of {_user(os.lstat(other).st_uid)}, who may point it elsewhere (others "
@@ -96,6 +95,13 @@ def prepare(home: Path) -> None:
                 f"({', '.join(strange[:3])}{', ...' if len(strange) > 3 else ''}); give an "
                 "empty or new directory as --data-dir"
             )
+
+
+def exposed_place(path: Path) -> str | None:
+    """The first place on the way to `path` that a user other than this process's (and root)
+    could change or repoint, or None (`not_roots_alone`, `not_theirs_alone`)."""
+    uid = os.geteuid()
+    return not_roots_alone(str(path)) if uid == 0 else not_theirs_alone(str(path), uid)
 
 
 def _ours(home: Path) -> None:
