@@ -4,7 +4,7 @@ admins (403), what others see of a job, the audit log, and the dashboard's login
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from clients import client_for, token_for
 from fastapi.testclient import TestClient
@@ -258,3 +258,30 @@ def test_a_volcano_file_refused_at_submission_is_told_its_own_field_names(
     [workdir] = problems(_volcano("", "          workingDir: /no/such/dir\n"))
     where = "spec.tasks.0.template.spec.containers.0.workingDir"
     assert workdir == f"v.yaml: {where}: no such directory: /no/such/dir"
+
+
+def test_the_login_form_is_bounded_far_below_the_apis_body_limit(
+    svc: Service, client: TestClient
+) -> None:
+    # The form has one field: a 1 MiB body of 262,000 fields, parsed on the event loop before
+    # any charge, held every other request while it was parsed.
+    secret = token_for(svc, "ana")
+    browser = TestClient(client.app)
+    padded = f"token={secret}&" + "a=b&" * 2000
+    declared = browser.post("/login", content=padded)
+    assert declared.status_code == 413
+    assert declared.json() == {"error": "the login form is larger than 4096 bytes", "problems": []}
+
+    def chunks() -> Iterator[bytes]:
+        yield f"token={secret}&".encode()
+        for _ in range(100):
+            yield b"a=b&" * 20
+
+    streamed = browser.post("/login", content=chunks())  # no Content-Length
+    assert streamed.status_code == 413 and "set-cookie" not in streamed.headers
+    fields = browser.post("/login", content=f"token={secret}&" + "a=b&" * 100)
+    assert fields.status_code == 400
+    assert fields.json() == {"error": "the login form has more than 4 fields", "problems": []}
+    assert "set-cookie" not in fields.headers
+    r = browser.post("/login", content=f"token={secret}", follow_redirects=False)
+    assert r.status_code == 303 and "set-cookie" in r.headers

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import psutil
-from harness import Service, database_locked, wait_for
+import psycopg
+from harness import Service, database_locked, free_port, wait_for
+
+from aisched.testing.postgres import PostgresServer
 
 
 def test_a_job_file_slow_to_read_holds_up_no_other_request(service: Service) -> None:
@@ -66,3 +70,42 @@ def test_a_store_locked_by_another_process_holds_up_no_other_request(service: Se
         assert "status" not in answer, "the read ended before the other requests"
     reader.join(120)
     assert answer["status"] == 200  # once the lock is let go
+
+
+def test_a_login_whose_token_check_waits_on_the_store_holds_up_no_other_request(
+    tmp_path: Path, pg_server: PostgresServer
+) -> None:
+    # The login form's token check reads the store. On the event loop, a login that waited
+    # on the store (here, another session locking the tokens table) held every request.
+    svc = Service(tmp_path / "home", free_port(), tmp_path, ["--gpus", "1"])
+    svc.home.mkdir()
+    url = pg_server.create_database()
+    svc.args += ["--database", url]
+    svc.start()
+    answer: dict[str, Any] = {}
+
+    def log_in() -> None:
+        answer["status"] = httpx.post(
+            f"{svc.url}/login", data={"token": token}, timeout=120
+        ).status_code
+
+    try:
+        token = svc.admin_token()
+        with psycopg.connect(url.replace("postgresql+psycopg", "postgresql")) as db:
+            db.execute("LOCK TABLE tokens IN ACCESS EXCLUSIVE MODE")
+            sender = threading.Thread(target=log_in)
+            sender.start()
+            with psycopg.connect(url.replace("postgresql+psycopg", "postgresql")) as watch:
+                waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted"
+                wait_for(
+                    "the login to wait for the lock",
+                    lambda: watch.execute(waiting).fetchone() == (1,),
+                )
+            with httpx.Client(transport=httpx.HTTPTransport(uds=str(svc.socket))) as local:
+                assert local.get("http://x/v1/healthz", timeout=60).json()["ok"] is True
+                assert local.get("http://x/v1/info", timeout=60).status_code == 200
+            assert "status" not in answer, "the login ended before the other requests"
+        sender.join(120)
+        assert answer["status"] == 303  # once the lock is let go
+    finally:
+        svc.stop()

@@ -31,6 +31,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from aisched import __version__
@@ -41,6 +42,7 @@ from aisched.service import tokens
 from aisched.service.app import Service
 from aisched.service.auth import COOKIE, ReaderDep, charge_unidentified, reader
 from aisched.service.loop import Scheduler
+from aisched.service.routes.common import problem
 from aisched.service.user_limits import OTHERS, UserHolding, governed, in_unit, user_holdings
 
 log = logging.getLogger("aisched.dashboard")
@@ -49,6 +51,10 @@ SAMPLE_INTERVAL_S = 2.0
 RING_SAMPLES = 1800  # one hour at the default interval
 TIMELINE_JOBS = 40
 PENDING_SHOWN = 200
+# The login form has one field, a token of 68 characters: its body is bounded far below the
+# API's 1 MiB, and so is the number of fields it may hold (parsed on the event loop).
+LOGIN_BODY_MAX = 4096
+LOGIN_FIELDS_MAX = 4
 STATIC_FILES = {
     "dashboard.js": "text/javascript; charset=utf-8",
     "dashboard.css": "text/css; charset=utf-8",
@@ -375,12 +381,20 @@ def dashboard_router(svc: Service, clock: Callable[[], float] = time.time) -> AP
         # The form is posted by the login page itself; a browser says when another page, even
         # one on another port of this host, posts it (login CSRF: its token, its view).
         if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
-            return JSONResponse(
-                status_code=403,
-                content={"error": "the login form may be posted only from its own page"},
+            return problem(403, "the login form may be posted only from its own page")
+        # Charged before the body is read: a login is a request without a valid identity yet.
+        charge_unidentified(request)
+        body = await _bounded_body(request, LOGIN_BODY_MAX)
+        if body is None:
+            return problem(413, f"the login form is larger than {LOGIN_BODY_MAX} bytes")
+        try:
+            form = urllib.parse.parse_qs(
+                body.decode("utf-8", "replace"), max_num_fields=LOGIN_FIELDS_MAX
             )
-        form = urllib.parse.parse_qs((await request.body()).decode("utf-8", "replace"))
-        return _login(svc, (form.get("token") or [""])[0], request)
+        except ValueError:
+            return problem(400, f"the login form has more than {LOGIN_FIELDS_MAX} fields")
+        # The token's check reads the store: off the event loop, which a slow store would hold.
+        return await run_in_threadpool(_login, svc, (form.get("token") or [""])[0], request)
 
     @router.get("/static/{name}", include_in_schema=False)
     def static(name: str) -> Response:
@@ -456,15 +470,28 @@ def _page(text: str, status: int = 200) -> Response:
     )
 
 
+async def _bounded_body(request: Request, max_bytes: int) -> bytes | None:
+    """The request's body, or None once it is over `max_bytes` (a declared length over it
+    before anything is read; a streamed one as soon as it passes it)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
+        return None
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > max_bytes:
+            return None
+    return bytes(body)
+
+
 def _login(svc: Service, secret: str, request: Request) -> Response:
     """A valid token becomes an HttpOnly, SameSite=Strict cookie that names it, not the token
     itself (scripts cannot read it; it stands only for the dashboard's reads, `auth.reader`),
     Secure when served over TLS, and a redirect to the page; a bad one, the login form
-    again."""
+    again. The request is already charged to its peer's rate budget."""
     try:
         info = tokens.verify(svc.store, secret.strip(), time.time())
     except tokens.TokenRefused:
-        charge_unidentified(request)
         return _login_page(status=401)
     out = RedirectResponse("/", status_code=303)
     secure = request.url.scheme == "https"
