@@ -3,13 +3,16 @@ fake executor standing in for processes (the browser test drives the real servic
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Callable
 from typing import Any
 
 from clients import client_for
 from fastapi.testclient import TestClient
+from rich.console import Console
 
+from aisched.cli.top import frame
 from aisched.service.app import Service
 from aisched.service.dashboard import UtilisationRing, UtilisationSample, start_sampler
 from aisched.testing.fakes import FakeExecutor, fake_node
@@ -207,3 +210,19 @@ def test_queues_show_the_highest_priority_their_users_may_ask_for(
     assert {q["name"]: q["max_priority"] for q in listed} == want
     shown = client.get("/v1/dashboard").json()["queues"]
     assert {q["name"]: q["max_priority"] for q in shown} == want
+
+
+def test_waiting_jobs_are_the_longest_waiting_first_and_the_rest_are_counted(
+    client: TestClient,
+) -> None:
+    # 207 waiting behind a job on every GPU: the 200 newest were read and then sorted, so the
+    # 7 that had waited longest (the one holding the reservation among them) were missing.
+    submit(client, 4, name="all")
+    wait_for(client, "the first job running", lambda d: d["summary"]["jobs"]["running"] == 1)
+    waiting = [submit(client, 1, name=f"w{i}") for i in range(207)]
+    doc = wait_for(client, "207 waiting", lambda d: d["summary"]["jobs"]["pending"] == 207)
+    assert [j["id"] for j in doc["pending"]] == waiting[:200]
+    assert doc["pending_more"] == 7
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(frame(doc))
+    assert "and 7 more waiting jobs, submitted later" in console.export_text()

@@ -154,3 +154,23 @@ def test_dashboard_shows_each_users_holding_against_the_per_user_limit(
         his = users.and_(page.locator(f'[data-user="{bob.name}"]'))
         expect(his).to_have_class("queue-user")
         expect(his.locator("td.held")).to_have_text("1 of 2 GPU")
+
+
+def test_the_waiting_list_starts_with_the_longest_waiting_and_counts_the_rest(
+    service: Service, page: Page
+) -> None:
+    hold(service, "--gpus", "4", "--queue", "research", "--name", "all")
+    job = {"command": ["true"], "resources": {"gpus": 1}, "queue": "research"}
+    waiting = [service.api.post("/v1/jobs", json=job).json()["id"] for _ in range(203)]
+    try:
+        page.goto(f"{service.url}/?token={service.admin_token()}")
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.locator("#pending tr[data-job]")).to_have_count(200)
+        expect(page.locator("#pending tr[data-job]").first).to_have_attribute(
+            "data-job", waiting[0]
+        )
+        expect(page.locator("#pending tr.more")).to_have_text(
+            "and 3 more waiting jobs, submitted later"
+        )
+    finally:
+        service.api.post("/v1/jobs/cancel", json={"state": "pending"})

@@ -181,6 +181,8 @@ def _pending(doc: dict[str, Any]) -> Table:
         )
     if not doc.get("pending"):
         table.add_row("-", "no job is waiting", "", "", "", "", "")
+    if more := doc.get("pending_more"):
+        table.add_row("", f"and {more} more waiting jobs, submitted later", "", "", "", "", "")
     return table
 
 

@@ -269,11 +269,15 @@ def _job_gpus(row: dict[str, Any]) -> float:
     return total / 1000
 
 
-def pending_section(svc: Service, now: float) -> list[dict[str, Any]]:
+def pending_section(svc: Service, now: float) -> tuple[list[dict[str, Any]], int]:
+    """The `PENDING_SHOWN` longest-waiting jobs, longest first, and how many more wait."""
+    waiting = [JobState.PENDING.value]
     with svc.store.read() as tx:
-        rows = tx.list_jobs(states=[JobState.PENDING.value], limit=PENDING_SHOWN)
-    rows.sort(key=lambda r: r["seq"])  # the longest waiting first
-    return [
+        # Oldest first from the store: the newest ones, sorted, left out those that had waited
+        # longest (the job holding the reservation among them).
+        rows = tx.list_jobs(states=waiting, limit=PENDING_SHOWN, newest_first=False)
+        total = tx.count_jobs(waiting) if len(rows) == PENDING_SHOWN else len(rows)
+    shown = [
         {
             "id": r["id"],
             "name": r["name"],
@@ -289,6 +293,7 @@ def pending_section(svc: Service, now: float) -> list[dict[str, Any]]:
         }
         for r in rows
     ]
+    return shown, max(total - len(shown), 0)
 
 
 def timeline_section(svc: Service) -> list[dict[str, Any]]:
@@ -344,6 +349,7 @@ def dashboard_document(
     samples = ring.samples()
     if since is not None:
         samples = [s for s in samples if s.time > since]
+    pending, pending_more = section("pending", lambda: pending_section(svc, now), ([], 0))
     return {
         "time": now,
         "version": __version__,
@@ -351,7 +357,8 @@ def dashboard_document(
         "summary": section("summary", lambda: summary_section(sched), {}),
         "racks": section("racks", lambda: racks_section(sched), []),
         "queues": section("queues", lambda: queues_section(sched, svc.config.max_priority), []),
-        "pending": section("pending", lambda: pending_section(svc, now), []),
+        "pending": pending,
+        "pending_more": pending_more,  # waiting jobs past those listed
         "timeline": section("timeline", lambda: timeline_section(svc), []),
         "utilisation": [asdict(s) for s in samples],
         "errors": errors,

@@ -472,6 +472,10 @@ class Tx:
             self.conn.execute(delete(tasks).where(tasks.c.job_id.in_(gone)))
             self.conn.execute(delete(jobs).where(jobs.c.id.in_(gone)))
 
+    def count_jobs(self, states: Iterable[str]) -> int:
+        q = select(func.count()).select_from(jobs).where(jobs.c.state.in_(list(states)))
+        return int(self.conn.execute(q).scalar_one())
+
     def count_by_state(self) -> dict[str, int]:
         q = select(jobs.c.state, func.count()).group_by(jobs.c.state)
         return {str(s): int(n) for s, n in self.conn.execute(q)}

@@ -217,6 +217,9 @@ function drawPending(doc) {
     ),
   );
   if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: 6, class: "empty" }, "no job is waiting")));
+  if (doc.pending_more > 0) {
+    rows.push(el("tr", { class: "more" }, el("td", { colspan: 6, class: "empty" }, `and ${doc.pending_more} more waiting jobs, submitted later`)));
+  }
   document.getElementById("pending").replaceChildren(head, ...rows);
 }
 
