@@ -174,3 +174,30 @@ def test_the_waiting_list_starts_with_the_longest_waiting_and_counts_the_rest(
         )
     finally:
         service.api.post("/v1/jobs/cancel", json={"state": "pending"})
+
+
+# Whether the last header cell of the table `selector` lies inside its card once scrolled to
+# (in the card itself where it is wider than the card; never past the card's edge).
+LAST_HEADER_IN_CARD = """(selector) => {
+  const th = [...document.querySelectorAll(selector + " th")].at(-1);
+  th.scrollIntoView({ block: "nearest", inline: "nearest" });
+  const cell = th.getBoundingClientRect();
+  const card = th.closest("section").getBoundingClientRect();
+  return { cell: [cell.left, cell.right], card: [card.left, card.right] };
+}"""
+
+
+def test_every_column_of_the_queues_table_can_be_seen_inside_its_card(
+    service: Service, page: Page
+) -> None:
+    # Ten columns with a bar of at least 140 px: at common widths the last ones ("max
+    # priority", "per user") lay outside their card, past its edge or under the next card.
+    page.goto(f"{service.url}/?token={service.admin_token()}")
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("body[data-loaded=true]")).to_have_count(1)
+    for width in (1280, 1600, 1920, 2400):
+        page.set_viewport_size({"width": width, "height": 1000})
+        for table in ("#queues", "#pending"):
+            box = page.evaluate(LAST_HEADER_IN_CARD, table)
+            (left, right), (card_left, card_right) = box["cell"], box["card"]
+            assert card_left <= left and right <= card_right, (width, table, box)
