@@ -201,3 +201,22 @@ def test_every_column_of_the_queues_table_can_be_seen_inside_its_card(
             box = page.evaluate(LAST_HEADER_IN_CARD, table)
             (left, right), (card_left, card_right) = box["cell"], box["card"]
             assert card_left <= left and right <= card_right, (width, table, box)
+
+
+def test_two_services_on_one_host_keep_their_dashboards_signed_in(
+    service: Service, page: Page, tmp_path: Path
+) -> None:
+    # A browser keeps one cookie of a name per host, whatever the port: under one name,
+    # signing in to the second service signed the browser out of the first.
+    (tmp_path / "other").mkdir()
+    with local_service(tmp_path / "other") as other:
+        for svc in (service, other):
+            page.goto(f"{svc.url}/?token={svc.admin_token()}")
+            page.get_by_role("button", name="Sign in").click()
+            expect(page.locator("body[data-loaded=true]")).to_have_count(1)
+        for svc in (service, other):
+            page.goto(f"{svc.url}/")
+            expect(page.locator("body[data-loaded=true]")).to_have_count(1)
+            assert page.request.get(f"{svc.url}/v1/dashboard").status == 200, svc.url
+        names = sorted(c["name"] for c in page.context.cookies())
+        assert names == sorted(f"aisched_token_{svc.port}" for svc in (service, other))

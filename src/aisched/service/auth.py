@@ -35,7 +35,7 @@ from aisched.service.protocol import CLIENT_SCOPE_KEY, PEER_SCOPE_KEY, describe_
 from aisched.service.ratelimit import RequestLimits
 from aisched.store.db import Store
 
-COOKIE = "aisched_token"
+COOKIE = "aisched_token"  # the dashboard's cookie, named per port: `cookie_name`
 READS = frozenset({"GET", "HEAD"})  # all a read-only token may send
 
 
@@ -55,10 +55,19 @@ def reader(request: Request) -> Caller:
     may send the cookie but cannot read the answer)."""
     secret = bearer(request)
     if secret is None and not request.headers.get("authorization"):
-        cookie = request.cookies.get(COOKIE)
+        cookie = request.cookies.get(cookie_name(request))
         if cookie is not None:
             return _identify(request, cookie, tokens.verify_cookie)
     return _identify(request, secret)
+
+
+def cookie_name(request: Request) -> str:
+    """The name of the dashboard's cookie for the port `request` came in on (the socket's own,
+    never the Host header's). A browser keeps one cookie of a name per host, whatever its port:
+    under one name, two services on one host (two ports) signed each other's dashboards out."""
+    server = request.scope.get("server")
+    port = server[1] if server and len(server) > 1 else None
+    return f"{COOKIE}_{port}" if port else COOKIE
 
 
 def _identify(

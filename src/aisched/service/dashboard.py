@@ -40,7 +40,7 @@ from aisched.model.resources import Resources
 from aisched.model.states import JobState
 from aisched.service import tokens
 from aisched.service.app import Service
-from aisched.service.auth import COOKIE, ReaderDep, charge_unidentified, reader
+from aisched.service.auth import ReaderDep, charge_unidentified, cookie_name, reader
 from aisched.service.loop import Scheduler
 from aisched.service.routes.common import problem
 from aisched.service.user_limits import OTHERS, UserHolding, governed, in_unit, user_holdings
@@ -444,7 +444,7 @@ def _link(svc: Service, secret: str, request: Request) -> Response:
         charge_unidentified(request)
         note = "The token in this link was refused (unknown, revoked or expired)."
         return _login_page(note, status=401)
-    held = request.cookies.get(COOKIE)
+    held = request.cookies.get(cookie_name(request))
     cookie = tokens.dashboard_cookie(secret, info.id)
     if held is not None and hmac.compare_digest(held.encode(), cookie.encode()):
         return RedirectResponse("/", status_code=303)
@@ -504,7 +504,9 @@ def _login(svc: Service, secret: str, request: Request) -> Response:
     secure = request.url.scheme == "https"
     # Not the token: the browser sends it to every port of the host (`service/tokens.py`).
     cookie = tokens.dashboard_cookie(secret.strip(), info.id)
-    out.set_cookie(COOKIE, cookie, httponly=True, samesite="strict", path="/", secure=secure)
+    out.set_cookie(
+        cookie_name(request), cookie, httponly=True, samesite="strict", path="/", secure=secure
+    )
     return out
 
 
