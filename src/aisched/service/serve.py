@@ -23,6 +23,7 @@ from typing import Any
 import uvicorn
 
 from aisched.service import failpoints
+from aisched.service.hosts import LoopbackHostsOnly
 from aisched.service.identity import user_name
 from aisched.service.listeners import ClientOwners, is_loopback, serving_uid
 from aisched.service.protocol import CONNECTIONS_PER_PEER, ConnectionCaps, ServiceProtocol
@@ -134,14 +135,15 @@ def make_servers(
     """One uvicorn server per (socket, extra uvicorn options), all serving `app`; signals are
     left to the caller (`service.shutdown.Stopper`). A peer holds at most `per_peer`
     connections to them all together (`service.protocol`); a local user is one peer, over
-    the socket and loopback TCP alike."""
+    the socket and loopback TCP alike. A TCP listener on the loopback answers only to loopback
+    host names (`service.hosts`)."""
     caps = ConnectionCaps(per_peer, app.state.service.admins)
     protocol = type("ServiceProtocol", (ServiceProtocol,), {"caps": caps, "owners": ClientOwners()})
     return [
         (
             _Server(
                 uvicorn.Config(
-                    app,
+                    LoopbackHostsOnly(app) if _on_loopback(sock) else app,
                     http=protocol,
                     lifespan="off",
                     log_level="warning",
@@ -159,6 +161,14 @@ def make_servers(
         )
         for sock, extra in listeners
     ]
+
+
+def _on_loopback(sock: socket.socket) -> bool:
+    """Whether `sock` is a TCP socket bound to a loopback address (not a Unix socket, not the
+    unspecified address)."""
+    if sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return False
+    return is_loopback(str(sock.getsockname()[0]))
 
 
 def stop_servers(servers: list[tuple[uvicorn.Server, socket.socket]]) -> None:
