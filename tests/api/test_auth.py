@@ -285,3 +285,27 @@ def test_the_login_form_is_bounded_far_below_the_apis_body_limit(
     assert "set-cookie" not in fields.headers
     r = browser.post("/login", content=f"token={secret}", follow_redirects=False)
     assert r.status_code == 303 and "set-cookie" in r.headers
+
+
+def test_without_sec_fetch_site_the_login_form_is_refused_from_another_origin(
+    svc: Service, client: TestClient
+) -> None:
+    # A browser that does not send Sec-Fetch-Site still says where a form post comes from.
+    secret = token_for(svc, "ana")
+    browser = TestClient(client.app)
+    for origin in ("http://evil.example", "http://testserver:8080", "https://testserver", "null"):
+        r = browser.post("/login", content=f"token={secret}", headers={"origin": origin})
+        assert r.status_code == 403 and "set-cookie" not in r.headers, origin
+        assert r.json()["error"] == "the login form may be posted only from its own page"
+    for origin in ("http://testserver", "http://testserver:80", "HTTP://TestServer"):
+        r = browser.post(
+            "/login", content=f"token={secret}", headers={"origin": origin}, follow_redirects=False
+        )
+        assert r.status_code == 303, origin
+    # Said, Sec-Fetch-Site is what counts.
+    r = browser.post(
+        "/login",
+        content=f"token={secret}",
+        headers={"origin": "http://evil.example", "sec-fetch-site": "cross-site"},
+    )
+    assert r.status_code == 403

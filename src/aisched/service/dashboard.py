@@ -387,7 +387,7 @@ def dashboard_router(svc: Service, clock: Callable[[], float] = time.time) -> AP
     async def login(request: Request) -> Response:
         # The form is posted by the login page itself; a browser says when another page, even
         # one on another port of this host, posts it (login CSRF: its token, its view).
-        if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
+        if _posted_elsewhere(request):
             return problem(403, "the login form may be posted only from its own page")
         # Charged before the body is read: a login is a request without a valid identity yet.
         charge_unidentified(request)
@@ -475,6 +475,33 @@ def _page(text: str, status: int = 200) -> Response:
         status_code=status,
         headers={"X-Frame-Options": "DENY", "Content-Security-Policy": "frame-ancestors 'none'"},
     )
+
+
+def _posted_elsewhere(request: Request) -> bool:
+    """Whether a browser says another page posted `request`: by `Sec-Fetch-Site`, else (a
+    browser that does not send it) by an `Origin` other than the request's own scheme, host and
+    port. A request with neither is no browser's form post."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None:
+        return site not in ("same-origin", "none")
+    origin = request.headers.get("origin")
+    if origin is None:
+        return False
+    theirs = _origin(origin)
+    return theirs is None or theirs != _origin(f"{request.url.scheme}://{request.url.netloc}")
+
+
+def _origin(url: str) -> tuple[str, str, int] | None:
+    """An origin's scheme, host and port (the scheme's default when not written); None for
+    one that is not a URL (`null`, from a sandboxed frame or a redirect)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:
+        return None
+    if not parts.hostname or port is None:
+        return None
+    return parts.scheme, parts.hostname, port
 
 
 async def _bounded_body(request: Request, max_bytes: int) -> bytes | None:
