@@ -309,3 +309,33 @@ def test_without_sec_fetch_site_the_login_form_is_refused_from_another_origin(
         headers={"origin": "http://evil.example", "sec-fetch-site": "cross-site"},
     )
     assert r.status_code == 403
+
+
+def test_every_answer_is_nosniff_and_the_pages_send_no_referrer(
+    svc: Service, client: TestClient
+) -> None:
+    bare = TestClient(client.app)
+    big = {"content-type": "application/json", "content-length": str(2**21)}
+    answers = {
+        "page": client.get("/"),
+        "login form": bare.get("/"),
+        "login link": bare.get(f"/?token={token_for(svc, 'ana')}"),
+        "script": bare.get("/static/dashboard.js"),
+        "no such file": bare.get("/static/nope.js"),
+        "json": client.get("/v1/dashboard"),
+        "401": bare.get("/v1/jobs"),
+        "probe": bare.get("/v1/healthz"),
+        "413 of the body limit": client.post("/v1/jobs", content=b"{}", headers=big),
+        "login 403": bare.post(
+            "/login", content="token=x", headers={"sec-fetch-site": "cross-site"}
+        ),
+    }
+    assert answers["413 of the body limit"].status_code == 413
+    for what, r in answers.items():
+        assert r.headers.get("x-content-type-options") == "nosniff", what
+    for what in ("page", "login form", "login link"):
+        r = answers[what]
+        assert r.headers["referrer-policy"] == "no-referrer", what
+        assert r.headers["content-security-policy"] == (
+            "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+        ), what

@@ -220,3 +220,28 @@ def test_two_services_on_one_host_keep_their_dashboards_signed_in(
             assert page.request.get(f"{svc.url}/v1/dashboard").status == 200, svc.url
         names = sorted(c["name"] for c in page.context.cookies())
         assert names == sorted(f"aisched_token_{svc.port}" for svc in (service, other))
+
+
+def test_the_pages_work_under_their_content_security_policy(service: Service, page: Page) -> None:
+    # default-src 'self' refuses inline styles: the queue bars' widths and the login form's
+    # layout must come through the stylesheet or the CSSOM, and the browser reports none refused.
+    hold(service, "--gpus", "2", "--queue", "research", "--name", "train")
+    refused: list[str] = []
+    page.on("console", lambda m: refused.append(m.text) if "Security Policy" in m.text else None)
+    login = page.goto(f"{service.url}/?token={service.admin_token()}")
+    assert login is not None
+    policy = login.headers["content-security-policy"]
+    assert policy.startswith("default-src 'self'") and "frame-ancestors 'none'" in policy
+    assert login.headers["referrer-policy"] == "no-referrer"
+    form = page.locator("main.login").bounding_box()
+    assert form is not None and form["width"] <= 28 * 16
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("body[data-loaded=true]")).to_have_count(1)
+    research = page.locator('#queues tr[data-queue="research"] .qbar')
+    used, borrowed = research.locator(".used"), research.locator(".borrowed")
+    expect(borrowed).to_have_count(1)  # 2 GPUs used, 1 guaranteed: 1 borrowed
+    whole, within, over = (b.bounding_box() for b in (research, used, borrowed))
+    assert whole and within and over
+    assert within["width"] == pytest.approx(whole["width"] / 2, abs=2)
+    assert over["x"] == pytest.approx(within["x"] + within["width"], abs=2)
+    assert refused == []

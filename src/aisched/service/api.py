@@ -37,6 +37,7 @@ from aisched.service.cut_short import AnswerWhenCutShort
 from aisched.service.dashboard import dashboard_router
 from aisched.service.limits import BodyLimit
 from aisched.service.ratelimit import RequestLimits
+from aisched.service.response_headers import NoSniff
 from aisched.service.routes.bulk import bulk_router
 from aisched.service.routes.cluster import cluster_router
 from aisched.service.routes.common import MAX_BODY, no_nul, problem, text_only
@@ -66,7 +67,8 @@ def create_app(svc: Service) -> FastAPI:
     leader_gate.install(app, svc)  # standbys answer reads and refuse writes
     # An oversized body is refused before any of it is buffered.
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY)
-    app.add_middleware(AnswerWhenCutShort)  # outermost: the stop's cancel reaches it last
+    app.add_middleware(AnswerWhenCutShort)  # the stop's cancel reaches it last
+    app.add_middleware(NoSniff)  # outermost: every answer, the other middlewares' too
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:

@@ -467,13 +467,31 @@ def _login_page(note: str = "", secret: str = "", status: int = 200) -> Response
     return out
 
 
+# The pages load their script and stylesheet from the service and nothing else: no inline
+# script or style (the script sets styles through the CSSOM), no other origin, no <base>, forms
+# posted only here, and never inside another site's frame (where a page could get a click on
+# its buttons).
+PAGE_POLICY = "; ".join(
+    [
+        "default-src 'self'",
+        "base-uri 'none'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    ]
+)
+
+
 def _page(text: str, status: int = 200) -> Response:
-    """An HTML page of the dashboard's: never inside another site's frame (where a page could
-    get a click on its buttons)."""
+    """An HTML page of the dashboard's, with its Content-Security-Policy (`PAGE_POLICY`), in no
+    frame, and sending no Referer (a login link's URL holds a token)."""
     return HTMLResponse(
         text,
         status_code=status,
-        headers={"X-Frame-Options": "DENY", "Content-Security-Policy": "frame-ancestors 'none'"},
+        headers={
+            "X-Frame-Options": "DENY",
+            "Content-Security-Policy": PAGE_POLICY,
+            "Referrer-Policy": "no-referrer",
+        },
     )
 
 

@@ -11,7 +11,10 @@ let lastSample = null;
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
-    if (v !== null && v !== undefined) node.setAttribute(k, v);
+    if (v === null || v === undefined) continue;
+    // Through the CSSOM: the page's Content-Security-Policy refuses inline style attributes.
+    if (k === "style") node.style.cssText = v;
+    else node.setAttribute(k, v);
   }
   for (const c of children) {
     if (c === null || c === undefined) continue;
