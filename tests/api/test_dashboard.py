@@ -87,6 +87,9 @@ def test_running_job_on_its_gpus_and_a_waiting_job_with_its_reason(client: TestC
         (big, "running"),
         (waiting, "pending"),
     ]
+    running, pending = doc["timeline"]
+    [(start, end)] = running["runs"]  # its one attempt, from its task's start, still running
+    assert start >= running["started_at"] and end is None and pending["runs"] == []
     (q,) = doc["queues"]
     assert (q["name"], q["used_gpus"], q["running"], q["pending"]) == ("default", 3.0, 1, 1)
     assert q["borrowed_gpus"] == 0.0  # the only queue owns the cluster

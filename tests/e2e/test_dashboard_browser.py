@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -245,3 +247,55 @@ def test_the_pages_work_under_their_content_security_policy(service: Service, pa
     assert within["width"] == pytest.approx(whole["width"] / 2, abs=2)
     assert over["x"] == pytest.approx(within["x"] + within["width"], abs=2)
     assert refused == []
+
+
+def sign_in(service: Service, page: Page, token: str | None = None) -> None:
+    page.goto(f"{service.url}/?token={token or service.admin_token()}")
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("body[data-loaded=true]")).to_have_count(1)
+
+
+def test_a_revoked_token_brings_the_login_form_back(service: Service, page: Page) -> None:
+    # The page said "cannot reach the service: ...401" and kept the last data it had.
+    token = service.cli("token", "create", "root", "--note", "wall").stdout.strip()
+    sign_in(service, page, token)
+    [made] = [
+        t["id"]
+        for t in json.loads(service.cli("token", "list", "--json").stdout)
+        if t["note"] == "wall"
+    ]
+    service.cli("token", "revoke", made)
+    expect(page.locator('input[name="token"]')).to_have_count(1, timeout=15_000)
+    expect(page.locator("#queues")).to_have_count(0)
+
+
+def test_an_estimated_start_on_another_day_shows_its_date(service: Service, page: Page) -> None:
+    # It showed only a time of day ("22:34:31 (in 3.0d)"), which reads as today.
+    hold(service, "--gpus", "4", "--queue", "research", "--estimate", "3d", "--name", "long")
+    waiting = service.run("--gpus", "1", "--queue", "research", "--", "true")
+    eta = wait_for("an estimated start", lambda: service.job(waiting)["eta"])
+    sign_in(service, page)
+    day = time.strftime("%Y-%m-%d", time.localtime(eta))
+    estimated = page.locator(f'#pending tr[data-job="{waiting}"] td').nth(5)
+    expect(estimated).to_have_text(re.compile(rf"^{day} \d\d:\d\d:\d\d \(in 3\.0d\)$"))
+    service.cli("cancel", waiting)
+
+
+def test_a_job_preempted_and_requeued_shows_its_run_as_running(
+    service: Service, page: Page
+) -> None:
+    # From its first start on, a requeued job was drawn grey, as if it had never run.
+    low = hold(service, "--gpus", "4", "--queue", "research", "--name", "low")
+    high = service.run(
+        "--gpus", "4", "--queue", "research", "--priority", "10", "--", sys.executable, "-c",
+        WAIT, "go",
+    )  # fmt: skip
+    service.wait_state(high, "running")
+    assert service.wait_state(low, "pending")["preemptions"] == 1
+    sign_in(service, page)
+    row = page.locator(f'#timeline g[data-job="{low}"]')
+    expect(row.locator("rect.bar-running")).to_have_count(1)  # its first run
+    waits = row.locator("rect.bar-wait")
+    expect(waits).to_have_count(2)  # before it, and since
+    ran, since = row.locator("rect.bar-running").bounding_box(), waits.nth(1).bounding_box()
+    assert ran and since and since["x"] == pytest.approx(ran["x"] + ran["width"], abs=2)

@@ -297,8 +297,12 @@ def pending_section(svc: Service, now: float) -> tuple[list[dict[str, Any]], int
 
 
 def timeline_section(svc: Service) -> list[dict[str, Any]]:
+    """The last `TIMELINE_JOBS` jobs, oldest first, each with the spans its attempts ran
+    (`runs`: [start, end or None while running]): a job preempted and requeued waits
+    between them."""
     with svc.store.read() as tx:
         rows = tx.list_jobs(limit=TIMELINE_JOBS)
+        runs = tx.attempt_spans([r["id"] for r in rows])
     return [
         {
             "id": r["id"],
@@ -309,6 +313,7 @@ def timeline_section(svc: Service) -> list[dict[str, Any]]:
             "submitted_at": r["submitted_at"],
             "started_at": r["started_at"],
             "finished_at": r["finished_at"],
+            "runs": [list(span) for span in runs.get(r["id"], [])],
         }
         for r in reversed(rows)  # oldest first, as a Gantt chart reads
     ]

@@ -34,6 +34,7 @@ from sqlalchemy import (
     Engine,
     Text,
     bindparam,
+    case,
     cast,
     create_engine,
     delete,
@@ -511,6 +512,27 @@ class Tx:
             q = q.where(tasks.c.attempt == attempt)
         q = q.order_by(tasks.c.attempt, tasks.c.rank)
         return [dict(r) for r in self.conn.execute(q).mappings()]
+
+    def attempt_spans(self, job_ids: Sequence[str]) -> dict[str, list[tuple[float, float | None]]]:
+        """Per job of `job_ids`, when each of its attempts ran, first to last: from the start
+        of its first task to the end of its last, None while one still runs. An attempt none
+        of whose tasks started is left out."""
+        unfinished = func.sum(case((tasks.c.finished_at.is_(None), 1), else_=0))
+        q = (
+            select(
+                tasks.c.job_id,
+                func.min(tasks.c.started_at),
+                func.max(tasks.c.finished_at),
+                unfinished,
+            )
+            .where(tasks.c.job_id.in_(list(job_ids)), tasks.c.started_at.is_not(None))
+            .group_by(tasks.c.job_id, tasks.c.attempt)
+            .order_by(tasks.c.job_id, tasks.c.attempt)
+        )
+        spans: dict[str, list[tuple[float, float | None]]] = {}
+        for job_id, start, end, running in self.conn.execute(q):
+            spans.setdefault(str(job_id), []).append((start, None if running else end))
+        return spans
 
     def running_tasks(self) -> list[Row]:
         """Tasks that may still hold resources: launching or running."""

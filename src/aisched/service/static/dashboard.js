@@ -47,12 +47,20 @@ function clock(t) {
   return new Date(t * 1000).toLocaleTimeString([], { hour12: false });
 }
 
+// The time of `t`, with its date (2026-12-09 22:34:31) when that is not the day of `now`.
+function moment(t, now) {
+  const d = new Date(t * 1000);
+  if (d.toDateString() === new Date(now * 1000).toDateString()) return clock(t);
+  const pad = (n) => String(n).padStart(2, "0");
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${clock(t)}`;
+}
+
 // As the CLI says it (cli/eta.py): a passed ETA is "overdue", never a start in the past.
 function etaWords(eta, now) {
   if (!eta) return "-";
-  if (eta > now + 1) return `${clock(eta)} (in ${duration(eta - now)})`;
+  if (eta > now + 1) return `${moment(eta, now)} (in ${duration(eta - now)})`;
   if (eta >= now - 1) return "now";
-  return `overdue by ${duration(now - eta)} (was ${clock(eta)})`;
+  return `overdue by ${duration(now - eta)} (was ${moment(eta, now)})`;
 }
 
 function drawSummary(doc) {
@@ -245,15 +253,29 @@ function drawTimeline(doc) {
     const g = svgEl("g", { "data-job": j.id });
     const label = `${j.id} ${j.name}`.slice(0, 28);
     g.append(svgEl("text", { x: 4, y: y + 11 }, label));
-    const start = j.started_at ?? j.finished_at ?? now;
-    g.append(svgEl("rect", { class: "bar-wait", x: x(j.submitted_at), y: y + 3, width: Math.max(x(start) - x(j.submitted_at), 1), height: rowH - 6 }));
-    if (j.started_at !== null) {
-      const end = j.finished_at ?? now;
-      const cls = `bar-${j.state === "pending" ? "wait" : j.state}`;
-      const bar = svgEl("rect", { class: cls, x: x(j.started_at), y: y + 1, width: Math.max(x(end) - x(j.started_at), 2), height: rowH - 2 });
-      bar.append(svgEl("title", {}, `job ${j.id} ${j.name}: ${j.state}, ${num(j.gpus)} GPUs, ran ${duration(end - j.started_at)}`));
-      g.append(bar);
+    // Each attempt's run, and grey while it waits: before the first, between them (preempted
+    // and requeued), and after the last while it waits again.
+    const runs = j.runs?.length ? j.runs : j.started_at !== null ? [[j.started_at, j.finished_at]] : [];
+    const waits = [];
+    let waitFrom = j.submitted_at;
+    for (const [from, to] of runs) {
+      waits.push([waitFrom, from]);
+      waitFrom = to ?? now;
     }
+    if (!runs.length) waits.push([j.submitted_at, j.finished_at ?? now]);
+    else if (j.state === "pending") waits.push([waitFrom, now]);
+    waits.forEach(([from, to], k) => {
+      if (k > 0 && to <= from) return;
+      g.append(svgEl("rect", { class: "bar-wait", x: x(from), y: y + 3, width: Math.max(x(to) - x(from), 1), height: rowH - 6 }));
+    });
+    runs.forEach(([from, to], k) => {
+      const end = to ?? now;
+      // A run before the last, or the last of a job waiting again, ran and was stopped.
+      const state = k === runs.length - 1 && j.state !== "pending" ? j.state : "running";
+      const bar = svgEl("rect", { class: `bar-${state}`, x: x(from), y: y + 1, width: Math.max(x(end) - x(from), 2), height: rowH - 2 });
+      bar.append(svgEl("title", {}, `job ${j.id} ${j.name}: ${j.state}, ${num(j.gpus)} GPUs, ran ${duration(end - from)}`));
+      g.append(bar);
+    });
     svg.append(g);
   });
   const axisY = top + rowH * jobs.length + 2;
@@ -305,6 +327,11 @@ async function poll() {
     // Relative, so the page also works behind a proxy that serves it under a path prefix.
     const url = lastSample === null ? "v1/dashboard" : `v1/dashboard?since=${lastSample}`;
     const r = await fetch(url, { cache: "no-store" });
+    if (r.status === 401) {
+      // Signed out (the token revoked or expired): the page itself answers with the login form.
+      location.reload();
+      return;
+    }
     if (!r.ok) throw new Error(`the service answered ${r.status}`);
     const doc = await r.json();
     samples = samples.concat(doc.utilisation || []).slice(-MAX_SAMPLES);
