@@ -324,7 +324,6 @@ function drawUtilisation() {
 async function poll() {
   const status = document.getElementById("status");
   try {
-    // Relative, so the page also works behind a proxy that serves it under a path prefix.
     const url = lastSample === null ? "v1/dashboard" : `v1/dashboard?since=${lastSample}`;
     const r = await fetch(url, { cache: "no-store" });
     if (r.status === 401) {
