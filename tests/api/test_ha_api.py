@@ -4,8 +4,6 @@ naming the leader, takes over when the leader stops, and a deposed leader stops 
 
 from __future__ import annotations
 
-import fcntl
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -207,23 +205,3 @@ def test_a_data_directory_is_shared_only_by_instances_of_one_database(
     b.close()
     alone = open_on(other)  # once they are gone, the directory may move to another database
     alone.close()
-
-
-def test_an_instance_starting_while_another_claims_the_data_directory_waits_for_it(
-    tmp_path: Path, pg_server: PostgresServer, fx: FakeExecutor
-) -> None:
-    """An instance of a shared database holds the data directory's lock alone for a moment as
-    it starts (to write the database's id there); one starting beside it at that moment was
-    refused as if the directory were another's."""
-    url = pg_server.create_database()
-    config = load_config(None, {"data_dir": str(tmp_path), "database": url})
-    opened: list[Service] = []
-    with open(tmp_path / "lock", "a+") as claiming:
-        fcntl.flock(claiming.fileno(), fcntl.LOCK_EX)  # the other instance's moment
-        starting = threading.Thread(target=lambda: opened.append(Service.open(config, fx)))
-        starting.start()
-        time.sleep(1)  # it reaches the lock in milliseconds: by now it has been refused, or waits
-        assert starting.is_alive()
-    starting.join(30)
-    assert len(opened) == 1
-    opened[0].close()

@@ -295,11 +295,6 @@ def forget_announcement(path: Path) -> None:
             path.unlink(missing_ok=True)
 
 
-# How long an instance of a shared database waits for another's moment alone with the data
-# directory's lock: 50 tries, 0.1 s apart.
-SHARED_LOCK_TRIES, SHARED_LOCK_WAIT_S = 50, 0.1
-
-
 def _lock(home: Path, *, shared: bool = False) -> IO[str]:
     """The data directory's lock: exclusive for an SQLite instance; shared among instances of
     one PostgreSQL database (the lease, not this lock, keeps them from scheduling at once)."""
@@ -307,18 +302,9 @@ def _lock(home: Path, *, shared: bool = False) -> IO[str]:
         f = open(home / "lock", "a+", encoding="utf-8")  # noqa: SIM115 - held for its life
     except OSError as e:
         raise datadir.not_writable(home, e) from None
-    mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
-    # An instance of a shared database holds the lock alone for a moment as it starts
-    # (`datadir.claim_for_database`): one starting beside it waits that out.
-    tries = SHARED_LOCK_TRIES if shared else 1
-    for left in range(tries - 1, -1, -1):
-        try:
-            fcntl.flock(f.fileno(), mode | fcntl.LOCK_NB)
-            break
-        except OSError:
-            if left:
-                time.sleep(SHARED_LOCK_WAIT_S)
-    else:
+    try:
+        fcntl.flock(f.fileno(), (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+    except OSError:
         f.seek(0)
         holder = f.read().strip()
         f.close()
@@ -329,7 +315,7 @@ def _lock(home: Path, *, shared: bool = False) -> IO[str]:
         )
         raise ServiceError(
             f"the data directory {home} is in use by {who}, or give another --data-dir"
-        )
+        ) from None
     if shared:
         return f  # several holders: no single pid to write
     try:
