@@ -202,6 +202,10 @@ def test_a_data_directory_is_shared_only_by_instances_of_one_database(
         "database (they write no pid); stop them, or give another --data-dir"
     )
     a.close()
+    # b still holds the directory: it kept its part of the lock while it looked at a's (a
+    # failed upgrade of a shared flock to an exclusive one drops the shared one).
+    with pytest.raises(ServiceError):
+        Service.open(load_config(None, {"data_dir": str(tmp_path)}), fx)
     b.close()
     alone = open_on(other)  # once they are gone, the directory may move to another database
     alone.close()

@@ -63,6 +63,7 @@ class Service:
     metrics: Metrics
     node_notes: list[str]
     lock_file: IO[str]
+    database_lock: IO[bytes] | None = None  # instances of one shared database (`datadir`)
     started_at: float = field(default_factory=time.time)
     recovery_notes: list[str] = field(default_factory=list)
     autoscaler: Autoscaler | None = None  # started with the loop
@@ -131,8 +132,9 @@ class Service:
             )
             if store.migration_note:
                 log.info("%s", store.migration_note)
-            if store.shared:
-                datadir.claim_for_database(home, lock_file, store.instance_id())
+            database_lock = (
+                datadir.claim_for_database(home, store.instance_id()) if store.shared else None
+            )
             notes: list[str] = []
             if executor is None and config.ray is not None:
                 executor, notes = _ray_executor(config, config.ray, home)
@@ -176,6 +178,7 @@ class Service:
             lock_file.close()
             raise
         svc = cls(config, home, store, executor, scheduler, policy, metrics, notes, lock_file)
+        svc.database_lock = database_lock
         svc.admins = Admins(frozenset(config.admins.users), frozenset(config.admins.groups))
         return svc
 
@@ -239,6 +242,8 @@ class Service:
                 forget_announcement(path)
         finally:
             self.lock_file.close()
+            if self.database_lock is not None:
+                self.database_lock.close()
 
 
 # What a task inherits from the service's own environment when its job says nothing else.

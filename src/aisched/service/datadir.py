@@ -153,55 +153,35 @@ def check_space(home: Path, min_free_bytes: int, min_free_inodes: int = 0) -> No
         )
 
 
-DATABASE_FILE = "database"  # the instance id of the database whose instances share the dir
-
-
-def claim_for_database(home: Path, lock: IO[str], database: str) -> None:
+def claim_for_database(home: Path, database: str) -> IO[bytes]:
     """Refuse to share `home` with instances of another database. Instances of one PostgreSQL
-    database share a data directory (its `lock` held shared), and the lease keeps them from
-    scheduling at once; an instance of another database beside them would lead too, with job
-    ids of its own colliding with theirs in one `tasks`, `logs` and `checkpoints`. `database`
-    is the database's instance id (`Store.instance_id`): the first holder writes it in
-    `DATABASE_FILE`, a later one compares; an instance alone (the exclusive lock is free to
-    take) writes its own, so a data directory may move from one database to another."""
-    path = home / DATABASE_FILE
+    database share a data directory, and the lease keeps them from scheduling at once; an
+    instance of another database beside them would lead too, with job ids of its own colliding
+    with theirs in one `tasks`, `logs` and `checkpoints`. Each instance holds its database's
+    lock file (`database-ID.lock`, `ID` its `Store.instance_id`) shared for its life, taken
+    before it looks at the others': one of another database that some process holds means its
+    instances run. Returns the held file, to keep open."""
+    mine = open(home / f"database-{database}.lock", "a+b")  # noqa: SIM115 - held for its life
     try:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        alone = True
-    except OSError:
-        alone = False
-    try:
-        if alone:
-            _write_database_file(path, database, replace=True)
-            return
-        if _write_database_file(path, database, replace=False):
-            return
-        theirs = path.read_text(encoding="ascii").strip()
+        fcntl.flock(mine.fileno(), fcntl.LOCK_SH)  # others only test it, for a moment
+        for other in sorted(home.glob("database-*.lock")):
+            if other.name == os.path.basename(mine.name):
+                continue
+            with open(other, "rb") as f:
+                try:
+                    fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    theirs = other.name.removeprefix("database-").removesuffix(".lock")
+                    raise DataDirError(
+                        f"the data directory {home} is in use by instances of another state "
+                        f"database (its id {theirs}, this one's {database}): instances share a "
+                        "data directory only with one database; give this one a --data-dir of "
+                        "its own"
+                    ) from None
     except OSError as e:
+        mine.close()
         raise not_writable(home, e) from None
-    finally:
-        if alone:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_SH)
-    if theirs != database:
-        raise DataDirError(
-            f"the data directory {home} is in use by instances of another state database "
-            f"(its id {theirs}, this one's {database}): instances share a data directory only "
-            "with one database; give this one a --data-dir of its own"
-        )
-
-
-def _write_database_file(path: Path, database: str, *, replace: bool) -> bool:
-    """Write `database` to `path` whole (a reader never sees it half written); unless
-    `replace`, only where there is none yet. Whether it was written."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(database + "\n", encoding="ascii")
-    try:
-        if replace:
-            os.replace(tmp, path)
-            return True
-        os.link(tmp, path)  # fails where the file is: the first writer's id stays
-        return True
-    except FileExistsError:
-        return False
-    finally:
-        tmp.unlink(missing_ok=True)
+    except DataDirError:
+        mine.close()
+        raise
+    return mine
