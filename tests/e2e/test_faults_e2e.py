@@ -535,30 +535,35 @@ def up(home: Path, port: int | None = None, *more: str) -> subprocess.CompletedP
 
 
 def test_a_restart_without_what_a_running_task_holds_is_one_line(tmp_path: Path) -> None:
-    """Fewer GPUs than a running task holds was an IndexError traceback; the machine's node
-    under another name gave the task's GPUs to the next job while it ran on them."""
+    """Fewer GPUs than running tasks hold was an IndexError traceback; the machine's node
+    under another name gave their GPUs to the next job while they ran on them. Every such job
+    is named, with the GPUs they need all of (the first way named one job at a time)."""
     with local_service(tmp_path) as svc:
-        job = svc.run("--gpus", "4", "--", "sleep", "300")
-        svc.wait_state(job, "running")
-        record = svc.home / "tasks" / job / "1" / "main-0" / "started.json"
-        wait_for("the task's supervisor record", record.exists)
+        jobs = [
+            svc.run("--gpus", "3", "--", "sleep", "300"),
+            svc.run("--gpus", "1", "--", "sleep", "300"),
+        ]
+        for job in jobs:
+            svc.wait_state(job, "running")
+            record = svc.home / "tasks" / job / "1" / "main-0" / "started.json"
+            wait_for("the task's supervisor record", record.exists)
         node = svc.cli_json("nodes", "--json")["nodes"][0]["name"]
-        svc.stop()  # the task runs on
-        wait = "or stop it first (start as before, then aisched cancel); or let it end"
+        svc.stop()  # the tasks run on
+        wait = "or stop them first (start as before, then aisched cancel); or let them end"
         assert one_line(up(svc.home, None, "--socket", "", "--gpus", "2")) == (
-            f"error: job {job} runs on GPU 2 of node {node}, which now has 2 GPU(s): start "
-            f"with at least 4 (--gpus) until it ends, {wait}"
+            f"error: jobs {jobs[0]}, {jobs[1]} run on GPUs 2, 3 of node {node}, which now has 2 "
+            f"GPU(s): start with at least 4 (--gpus) until they end, {wait}"
         )
         renamed = tmp_path / "renamed.yaml"
         renamed.write_text("node: {name: renamed}\n")
         got = up(svc.home, None, "--socket", "", "--gpus", "4", "--config", str(renamed))
         assert one_line(got) == (
-            f"error: job {job} runs on node {node}, and this machine's node is now named "
-            f"renamed: start with the node named {node} (node.name in the config file) until "
-            f"it ends, {wait}"
+            f"error: jobs {jobs[0]}, {jobs[1]} run on node {node}, and this machine's node is "
+            f"now named renamed: start with the node named {node} (node.name in the config "
+            f"file) until they end, {wait}"
         )
-        svc.start()  # as before: it adopts the task, which ran on
-        assert svc.job(job)["state"] == "running"
+        svc.start()  # as before: it adopts the tasks, which ran on
+        assert [svc.job(job)["state"] for job in jobs] == ["running", "running"]
 
 
 def test_a_bad_flag_is_named_by_the_flag_not_by_the_config_file(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from aisched.core.decisions import TaskBinding
 from aisched.executors.base import AdoptState, ExitKind, TaskExited, TaskHandle
@@ -47,32 +47,42 @@ class Recovery(Commands):
                 f"the state database holds a damaged job or task row ({exc}); {_MEND}"
             ) from None
 
-    def _check_node(self, lj: LiveJob) -> None:
-        """NodeChanged when a running task of `lj` holds a GPU its node is now offered
-        without (`--gpus` lowered, a GPU gone from NVML), or, on this machine alone (the
-        local executor), sits on a node of another name (`node.name` or the host name
-        changed): the same GPUs under a new name would be given out again."""
+    def _check_nodes(self, task_rows: Iterable[Row]) -> None:
+        """NodeChanged when running tasks hold GPUs their node is now offered without
+        (`--gpus` lowered, a GPU gone from NVML), or, on this machine alone (the local
+        executor), sit on a node of another name (`node.name` or the host name changed): the
+        same GPUs under a new name would be given out again. Every such job is named, and the
+        GPUs they need all of."""
         offered = {n.name: n for n in self.executor.nodes()}
         alone = self.executor.info().name == "local" and len(offered) == 1
-        for t in lj.tasks:
-            b = t.binding
-            node = offered.get(b.node)
-            if t.phase == TaskPhase.EXITED or (node is None and not alone):
-                continue  # a cluster's node that left: kept as gone while the task runs
-            wait = "or stop it first (start as before, then aisched cancel); or let it end"
+        held: dict[str, list[Row]] = {}
+        for r in task_rows:
+            held.setdefault(r["node"], []).append(r)
+        for node_name, rows in sorted(held.items()):
+            node = offered.get(node_name)
+            if node is None and not alone:
+                continue  # a cluster's node that left: kept as gone while its tasks run
+            have = set() if node is None else {g.index for g in node.gpus}
+            short = [r for r in rows if node is None or set(r["gpus"]) - have]
+            if not short:
+                continue
+            ids = sorted({r["job_id"] for r in short}, key=int)
+            jobs = f"job {ids[0]} runs" if len(ids) == 1 else f"jobs {', '.join(ids)} run"
+            end = "it ends" if len(ids) == 1 else "they end"
+            wait = f"or stop {'it' if len(ids) == 1 else 'them'} first (start as before, then "
+            wait += f"aisched cancel); or let {'it' if len(ids) == 1 else 'them'} end"
             if node is None:
                 raise NodeChanged(
-                    f"job {lj.id} runs on node {b.node}, and this machine's node is now named "
-                    f"{next(iter(offered))}: start with the node named {b.node} (node.name in "
-                    f"the config file) until it ends, {wait}"
+                    f"{jobs} on node {node_name}, and this machine's node is now named "
+                    f"{next(iter(offered))}: start with the node named {node_name} (node.name "
+                    f"in the config file) until {end}, {wait}"
                 )
-            have = {g.index for g in node.gpus}
-            if lost := sorted(set(b.gpus) - have):
-                raise NodeChanged(
-                    f"job {lj.id} runs on GPU {lost[0]} of node {b.node}, which now has "
-                    f"{len(have)} GPU(s): start with at least {max(b.gpus) + 1} (--gpus) until "
-                    f"it ends, {wait}"
-                )
+            lost = sorted({g for r in short for g in r["gpus"]} - have)
+            gpus = f"GPU {lost[0]}" if len(lost) == 1 else f"GPUs {', '.join(map(str, lost))}"
+            raise NodeChanged(
+                f"{jobs} on {gpus} of node {node_name}, which now has {len(have)} GPU(s): "
+                f"start with at least {lost[-1] + 1} (--gpus) until {end}, {wait}"
+            )
 
     def _recover(self) -> list[str]:
         notes: list[str] = []
@@ -87,6 +97,7 @@ class Recovery(Commands):
             rows = tx.live_jobs()
             task_rows = {(r["job_id"], r["attempt"], r["name"]): r for r in tx.running_tasks()}
             counts = tx.count_by_state()
+        self._check_nodes(task_rows.values())
         self.terminal_counts = {s: counts.get(s, 0) for s in ("succeeded", "failed", "cancelled")}
         if (left := highest_job_folder(self.config.data_dir)) > stored:
             self.next_seq = left + 1
@@ -116,7 +127,6 @@ class Recovery(Commands):
                 batch.event(now, lj.id, "requeued", "requeued: no task was started")
                 self._make_pending(lj, batch)
                 continue
-            self._check_node(lj)
             self._sync_nodes([t.binding for t in lj.tasks])
             self._take(lj)
             # A task stored `launching` means the batch of the launch never landed, so nor
