@@ -71,7 +71,9 @@ def _ceil_int(d: Decimal) -> int:
 
 # --- memory ---------------------------------------------------------------------------------
 
-_MEM_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgtp]?)(i?b|i)?\s*$", re.IGNORECASE)
+_MEM_RE = re.compile(
+    r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgtp]?)(i?b|i)?\s*$", re.IGNORECASE | re.ASCII
+)
 _MEM_POWER = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
 
 
@@ -121,7 +123,7 @@ def parse_bytes(value: Any, path: str) -> int:
 
 # --- durations ------------------------------------------------------------------------------
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)\s*")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)\s*", re.ASCII)
 _DURATION_SCALE = {
     "ms": Decimal("0.001"),
     "s": Decimal(1),
@@ -129,7 +131,7 @@ _DURATION_SCALE = {
     "h": Decimal(3600),
     "d": Decimal(86400),
 }
-_BARE_NUMBER = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*$")
+_BARE_NUMBER = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*$", re.ASCII)
 
 
 def _is_duration(text: str) -> bool:
@@ -181,7 +183,7 @@ def parse_duration_s(value: Any, path: str) -> float:
 
 # --- CPUs -----------------------------------------------------------------------------------
 
-_CPU_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(m?)\s*$")
+_CPU_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(m?)\s*$", re.ASCII)
 
 
 def to_milli_cpu(value: Any) -> int:
@@ -243,7 +245,8 @@ def parse_gpus(value: Any, path: str) -> tuple[int, int]:
 # Kubernetes' resource.Quantity: a signed decimal, then a binary suffix, a decimal suffix or an
 # exponent. Bare numbers are plain units (bytes, cores).
 _K8S_RE = re.compile(
-    r"^([+-]?)(\d+(?:\.\d*)?|\.\d+)(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?$"
+    r"^([+-]?)(\d+(?:\.\d*)?|\.\d+)(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?$",
+    re.ASCII,
 )
 _K8S_SUFFIX = {
     "": Decimal(1),

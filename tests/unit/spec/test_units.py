@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from aisched.spec.units import (
     UnitError,
     k8s_cpu_milli,
     k8s_mem_mib,
+    k8s_quantity,
     parse_cpus_milli,
     parse_duration_s,
     parse_gpus,
@@ -260,3 +262,18 @@ def test_k8s_errors(value: Any, want: str) -> None:
 def test_sizes_in_bytes_keep_what_mib_would_round_away(text: str, want: int) -> None:
     assert to_bytes(text) == want
     assert to_mem_mib(text) == -(-want // (1 << 20))
+
+
+@pytest.mark.parametrize(
+    ("parse", "value"),
+    [
+        (to_gpus, "٢"),  # Arabic-Indic two: Python's int() and Decimal() read it as 2
+        (to_milli_cpu, "０.１"),  # full-width digits
+        (to_mem_mib, "８G"),
+        (to_duration_s, "９s"),
+        (k8s_quantity, "１Gi"),
+    ],
+)
+def test_only_ascii_digits_are_numbers(parse: Callable[[Any], object], value: str) -> None:
+    with pytest.raises(UnitError):
+        parse(value)
