@@ -453,3 +453,31 @@ def test_a_stop_under_way_at_a_restart_ends_with_the_reason_it_began_with(w: Wor
         preempting.removesuffix(": stopping its tasks") + "; requeued"
     )
     assert _messages(w, gang)["retrying"].startswith("task g0-0 exited with code 3; retry 1 of 3")
+
+
+def test_a_restart_keeps_a_preemptors_wait_and_preempts_no_one_more(w: World) -> None:
+    """The wait for a victim that ignores SIGTERM lived in memory only: after a restart the
+    waiting job was an ordinary pending one, and the next cycle preempted a second victim for
+    it (one 1-GPU job evicted two), and it started later, on the second one's GPU."""
+    lows = [w.submit(job(f"low{i}").task(gpu=1).priority(0).build()) for i in range(4)]
+    for low in lows:
+        w.fx.stubborn.update(w.fx.keys(low))
+    high = w.submit(job("high").task(gpu=1).priority(10).build())
+    assert len(w.fx.stops) == 1
+    (victim,) = [low for low in lows if w.state(low)["stopping"] == "preempt"]
+    w.restart()
+    for _ in range(3):
+        w.sched.step()
+    assert len(w.fx.stops) == 2  # the victim's stop, resumed by the restart: no other victim
+    assert w.fx.stops[1] == w.fx.stops[0]
+    assert f"waiting for preempted job(s) {victim} to stop" in str(w.state(high)["reason"])
+    (key,) = w.fx.keys(victim)
+    w.fx.exit(key, -9, ExitKind.STOPPED)  # killed at the end of its grace
+    w.sched.step()
+    w.sched.step()
+    assert w.state(high)["state"] == "running"
+    assert [low for low in lows if w.state(low)["state"] == "running"] == [
+        low for low in lows if low != victim
+    ]
+    with w.store.read() as tx:
+        assert (tx.get_job(high) or {})["waiting_for"] is None

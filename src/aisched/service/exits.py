@@ -158,7 +158,7 @@ class Exits(Launches):
         if self.waiters.get(lj.id):  # a bind waited for it: the next cycle may place that job
             self.dirty = True
         if lj.waiting_for:  # it ended while waiting on victims
-            self._set_waiting(lj, frozenset())
+            self._wait_for_victims(lj, None, batch)
         if state == JobState.FAILED and lj.job.replica_of is not None:
             self._replica_failed(lj, why, batch, now)
         if lj.job.replica_of is not None:

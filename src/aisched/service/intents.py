@@ -261,9 +261,7 @@ class Intents(Exits):
         holders = (*d.after, *blockers(d.tasks, self.held, stopping))
         wait = wait_for(holders, stopping, now, d.tasks)
         if wait is not None:
-            self._set_waiting(lj, wait.victims)
-            lj.waiting_since = wait.since
-            lj.waiting_tasks = wait.tasks
+            self._wait_for_victims(lj, wait, batch)
             victims = ", ".join(sorted(wait.victims))
             self._write_status(
                 lj,
@@ -410,14 +408,12 @@ class Intents(Exits):
                 ended[lj.id] = was
             else:
                 going_on[lj.id] = was
-                self._set_waiting(lj, wait.victims)
+                self._wait_for_victims(lj, wait, batch)
 
     def _victims_stopped(self, lj: LiveJob, wait: VictimWait, batch: Batch, now: float) -> None:
         """A job's wait for its victims is over: it starts where the core bound it, with what
         they freed, else it is placed afresh by a cycle."""
-        self._set_waiting(lj, frozenset())
-        lj.waiting_since = None
-        lj.waiting_tasks = ()
+        self._wait_for_victims(lj, None, batch)
         release_kept(self.held, lj.id)
         self.dirty = True
         tasks = resumed_tasks(wait, self.held)

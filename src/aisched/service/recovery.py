@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from aisched.core.decisions import TaskBinding
 from aisched.executors.base import AdoptState, ExitKind, TaskExited, TaskHandle
 from aisched.lifecycle.attempts import time_limit_message
+from aisched.lifecycle.preemption import VictimWait
 from aisched.lifecycle.services import crash_loop_of
 from aisched.lifecycle.states import move
 from aisched.model.job import JobKind
@@ -19,7 +21,7 @@ from aisched.service.commands import Commands
 from aisched.service.launches import started_message
 from aisched.service.live import Batch, LiveJob, LiveTask, Stop, TaskPhase
 from aisched.service.paths import highest_job_folder
-from aisched.store.codec import job_from_dict
+from aisched.store.codec import job_from_dict, victim_wait_from_dict
 from aisched.store.db import Row
 from aisched.store.errors import StoreError
 
@@ -106,6 +108,7 @@ class Recovery(Commands):
                 f"does not know (an earlier database moved aside?): new jobs start at {left + 1}"
             )
         self.retention.recover(self.store)  # before a job ends here, so it counts
+        waits: list[tuple[LiveJob, Any]] = []  # pending jobs that waited for victims
         for row in rows:
             lj = _readable(row, self._live_from_row)
             self._add_live(lj)
@@ -114,6 +117,8 @@ class Recovery(Commands):
             if lj.state != JobState.RUNNING:
                 if lj.job.kind != JobKind.SERVICE:  # a pending service waits on dependencies
                     self._make_pending(lj, batch)
+                if row["waiting_for"]:
+                    waits.append((lj, row["waiting_for"]))
                 continue
             if lj.job.kind == JobKind.SERVICE:  # its work is its replicas, jobs of their own
                 self._derive_crash_loop(lj, row["seq"])
@@ -184,6 +189,8 @@ class Recovery(Commands):
                         self.executor.stop(lj.key(t), lj.job.grace_period_s)
             for ev in exits:
                 self._on_exit(ev, batch, now)
+        for lj, stored in waits:  # once every victim's stop is resumed, or its end taken
+            self._resume_wait(lj, stored, batch)
         for lj in list(self.jobs.values()):
             if lj.job.kind == JobKind.SERVICE:  # cancelled, its replicas gone meanwhile
                 self._service_stopped(lj.id, batch, now)
@@ -196,6 +203,19 @@ class Recovery(Commands):
         self._launch_restarts(now)
         self.dirty = True
         return notes
+
+    def _resume_wait(self, lj: LiveJob, stored: Any, batch: Batch) -> None:
+        """A job that waited for victims to stop before the restart waits on for those still
+        stopping (their stops were resumed), else it waits no more and a cycle places it."""
+        try:
+            wait = victim_wait_from_dict(stored)
+        except (KeyError, TypeError, ValueError):  # no version of aisched wrote it
+            wait = VictimWait(frozenset(), 0.0)
+        still = frozenset(v for v in wait.victims if self._still_stopping(v))
+        if lj.state == JobState.PENDING and still:
+            self._wait_for_victims(lj, VictimWait(still, wait.since, wait.tasks), batch)
+        else:
+            batch.job(lj.id, waiting_for=None)
 
     def _derive_crash_loop(self, svc: LiveJob, seq: int) -> None:
         """A running service's crash loop, from its replicas that failed before the restart

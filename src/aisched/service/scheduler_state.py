@@ -42,6 +42,7 @@ from aisched.executors.base import Executor, TaskExited
 from aisched.lifecycle.attempts import time_limit_at
 from aisched.lifecycle.elastic import grow_at
 from aisched.lifecycle.holdings import Holdings
+from aisched.lifecycle.preemption import VictimWait
 from aisched.lifecycle.work import checkpoint_interval_s, core_interval
 from aisched.model.cluster import Cluster, Node
 from aisched.model.job import Job, JobKind
@@ -57,7 +58,7 @@ from aisched.service.retention import Retention
 from aisched.service.running_logs import RunningLogs
 from aisched.service.step_errors import StepErrors, classify
 from aisched.service.timers import Timer, Timers
-from aisched.store.codec import job_from_dict, job_to_dict
+from aisched.store.codec import job_from_dict, job_to_dict, victim_wait_to_dict
 from aisched.store.db import Row, Store
 
 log = logging.getLogger("aisched.loop")
@@ -369,6 +370,17 @@ class SchedulerState:
         view = self.held.give(lj.id)
         lj.attained_gpu_s = view.attained_at(now)
         lj.running_view = None
+
+    def _wait_for_victims(self, lj: LiveJob, wait: VictimWait | None, batch: Batch) -> None:
+        """Make `lj` wait for `wait`'s victims to stop (None: it waits no more). Stored with
+        the job: a restart that forgot the wait made it an ordinary pending job, and the next
+        cycle preempted another victim for it while the first one was still stopping."""
+        victims = frozenset() if wait is None else wait.victims
+        if victims != lj.waiting_for:
+            batch.job(lj.id, waiting_for=None if wait is None else victim_wait_to_dict(wait))
+        self._set_waiting(lj, victims)
+        lj.waiting_since = None if wait is None else wait.since
+        lj.waiting_tasks = () if wait is None else wait.tasks
 
     def _set_waiting(self, lj: LiveJob, victims: frozenset[str]) -> None:
         """Make `lj` wait for `victims` (none: it waits no more), keeping `waiters` exact."""

@@ -8,8 +8,11 @@ Unknown keys are an error: a row this code did not write is not guessed at.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from aisched.core.decisions import TaskBinding
+from aisched.lifecycle.preemption import VictimWait
 from aisched.model.cluster import TopologyLevel
 from aisched.model.job import (
     ContainerSpec,
@@ -218,3 +221,17 @@ def _service_from_dict(d: dict[str, Any]) -> ServiceSpec:
         scale_down_window_s=float(d["scale_down_window_s"]),
         tolerance=float(d["tolerance"]),
     )
+
+
+def victim_wait_to_dict(wait: VictimWait) -> dict[str, Any]:
+    """A job's wait for its victims, as the jobs table's `waiting_for` keeps it."""
+    return {
+        "victims": sorted(wait.victims),
+        "since": wait.since,
+        "tasks": [dataclasses.asdict(t) for t in wait.tasks],
+    }
+
+
+def victim_wait_from_dict(d: dict[str, Any]) -> VictimWait:
+    tasks = tuple(TaskBinding(**{**t, "gpus": tuple(t["gpus"])}) for t in d["tasks"])
+    return VictimWait(frozenset(d["victims"]), float(d["since"]), tasks)
