@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import textwrap
@@ -446,3 +447,13 @@ def test_ray_files_inside_a_directory_closed_to_others_are_out_of_their_reach() 
         assert not sealed_above(os.path.join(top, "closed-700", "tmp"))
     finally:
         shutil.rmtree(top)
+
+
+def test_sigterm_stops_aisched_on_ray_in_order(ray_service: Service) -> None:
+    """`ray.init` put its own SIGTERM handler in place of aisched's: a SIGTERM printed Ray's
+    stack dump and exited 15, where `systemctl stop` expects the orderly stop (exit 0)."""
+    assert ray_service.proc is not None
+    ray_service.proc.send_signal(signal.SIGTERM)
+    assert ray_service.proc.wait(60) == 0, ray_service.log.read_text()[-2000:]
+    log = ray_service.log.read_text()
+    assert "aisched: SIGTERM: stopping" in log and "*** SIGTERM received" not in log

@@ -70,8 +70,9 @@ def cmd_nodes(args: argparse.Namespace) -> int:
                     plain(users or "-"),
                 )
             con.print(gt)
-        for note in n["notes"]:
-            con.print(Text.assemble("  ", plain(note, "dim")))
+    # Most notes are the executor's, alike on every node: each is said once.
+    for note in dict.fromkeys(note for n in out["nodes"] for note in n["notes"]):
+        con.print(Text.assemble("  ", plain(note, "dim")))
     return 0
 
 

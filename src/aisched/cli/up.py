@@ -170,6 +170,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     except (SpecError, ServiceError, StoreError) as e:
         sock.close()
         raise CLIError(str(e)) from None
+    # Again: `ray.init` (--ray) put its own SIGTERM handler in place of ours, which printed a
+    # stack and exited 15 without stopping in order.
+    stopper.install()
     listeners: list[tuple[socket.socket, dict[str, Any]]] = [(sock, tls)]
     socket_path = config.socket_path()
     try:

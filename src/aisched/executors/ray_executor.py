@@ -342,7 +342,8 @@ class RayExecutor:
             f"Ray cluster: {len(self._nodes)} node(s), namespace {self._namespace}",
             *([self._unreachable] if self._unreachable else []),
             *([self.temp_note] if self.temp_note else []),
-            "memory is reserved in Ray's accounting, not enforced on the process",
+            "memory, processes and cores bounded on each task's node by its cgroups where the "
+            "node has them, else memory by RLIMIT_DATA (the task's log says which)",
             "each gang reserves through one placement group; each node's agent starts its "
             "tasks, pinned to the cores it chose there",
         ]
@@ -354,7 +355,7 @@ class RayExecutor:
                 states = sorted(self._gpu_states.items())
             notes += [f"GPU-memory watchdog on {node}: {state}" for node, state in states]
         return ExecutorInfo(
-            name="ray", memory_limit="ray-accounting", cpu_affinity=True, notes=tuple(notes)
+            name="ray", memory_limit="node cgroups", cpu_affinity=True, notes=tuple(notes)
         )
 
     def nodes(self) -> Sequence[Node]:
