@@ -6,12 +6,13 @@ node list changes (as a cluster executor's does)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from world import World, new_world
 
-from aisched.model.job import Job
+from aisched.model.job import Dependency, Job
 from aisched.testing import job
 from aisched.testing.fakes import FakeExecutor, fake_node
 
@@ -75,3 +76,43 @@ def test_one_that_waited_for_it_fails_past_the_grace_naming_it(w: World) -> None
     assert str(row["message"]).endswith(
         "; waited 600 s (lost_node_grace) for b, which left, to come back"
     )
+
+
+def _waits_for_b(w: World, jid: str) -> bool:
+    row = w.state(jid)
+    return row["state"] == "pending" and "for b, which left, to come back" in str(row["reason"])
+
+
+def test_a_restart_remembers_a_node_that_left(w: World) -> None:
+    """The nodes that left were kept in memory only: after a restart of the scheduler a job
+    waiting for one failed at once as never fitting, its grace forgotten."""
+    w.fx.node_list = [A]
+    w.sched.step()
+    jid = w.submit(gang())
+    w.sched.step()
+    assert _waits_for_b(w, jid)
+    w.clock.t += 100
+    w.restart()
+    for _ in range(2):
+        w.clock.t += 10
+        w.sched.step()
+    assert _waits_for_b(w, jid)
+    w.fx.node_list = [A, B]
+    w.sched.step()
+    w.sched.step()
+    assert w.state(jid)["state"] == "running"
+
+
+def test_a_node_gone_while_the_scheduler_was_down_is_waited_for(w: World) -> None:
+    """A node offered before a restart and not after it (it left meanwhile, or has not
+    rejoined yet) counts as left from the restart on."""
+    first = w.submit(job("first").task(1, gpu=1).build())
+    jid = w.submit(replace(gang(), depends_on=(Dependency(first),)))
+    w.sched.step()
+    w.fx.node_list = [A]
+    w.restart()
+    w.fx.exit(w.fx.keys(first)[0], 0)
+    for _ in range(3):
+        w.clock.t += 10
+        w.sched.step()
+    assert _waits_for_b(w, jid), w.state(jid)

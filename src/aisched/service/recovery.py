@@ -100,6 +100,7 @@ class Recovery(Commands):
             task_rows = {(r["job_id"], r["attempt"], r["name"]): r for r in tx.running_tasks()}
             counts = tx.count_by_state()
         self._check_nodes(task_rows.values())
+        self._recall_nodes()
         self.terminal_counts = {s: counts.get(s, 0) for s in ("succeeded", "failed", "cancelled")}
         if (left := highest_job_folder(self.config.data_dir)) > stored:
             self.next_seq = left + 1

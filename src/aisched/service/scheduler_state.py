@@ -58,7 +58,13 @@ from aisched.service.retention import Retention
 from aisched.service.running_logs import RunningLogs
 from aisched.service.step_errors import StepErrors, classify
 from aisched.service.timers import Timer, Timers
-from aisched.store.codec import job_from_dict, job_to_dict, victim_wait_to_dict
+from aisched.store.codec import (
+    job_from_dict,
+    job_to_dict,
+    node_from_dict,
+    node_to_dict,
+    victim_wait_to_dict,
+)
 from aisched.store.db import Row, Store
 
 log = logging.getLogger("aisched.loop")
@@ -74,6 +80,10 @@ def without_eta(policy: Policy) -> Policy:
 def _within_limit(job: Job, runtime_s: float) -> float:
     """A predicted runtime of `job`, no longer than its time limit (it cannot run longer)."""
     return runtime_s if job.time_limit_s is None else min(runtime_s, job.time_limit_s)
+
+
+# The meta table's key for the nodes offered and those that left (`_keep_nodes`).
+NODES_KEY = "nodes"
 
 
 class SchedulerState:
@@ -228,6 +238,36 @@ class SchedulerState:
                 self.left[n.name] = (n, now)
         for name in names:
             self.left.pop(name, None)
+        self._keep_nodes(offered)
+
+    def _keep_nodes(self, offered: tuple[Node, ...]) -> None:
+        """Store the nodes offered and those that left, for `_recall_nodes` after a restart."""
+        doc = {
+            "offered": [node_to_dict(n) for n in offered],
+            "left": [[node_to_dict(n), at] for n, at in self.left.values()],
+        }
+        with self.store.tx() as tx:
+            tx.set_meta(NODES_KEY, doc)
+
+    def _recall_nodes(self) -> None:
+        """After a restart: the nodes that had left, and those offered before and not now
+        (left while the service was down, or not back yet), count as left, so a waiting job
+        that fits only with them waits `lost_node_grace_s` for them as it did before, rather
+        than failing at once as never fitting. Those not known to have left before are taken
+        to have left now."""
+        with self.store.read() as tx:
+            doc = tx.get_meta(NODES_KEY)
+        now, here = self.clock(), {n.name for n in self.offered_nodes}
+        try:
+            before = [(node_from_dict(d), now) for d in (doc or {}).get("offered", ())]
+            before += [(node_from_dict(d), float(at)) for d, at in (doc or {}).get("left", ())]
+        except (KeyError, TypeError, ValueError) as e:  # no version of aisched wrote it
+            log.warning("the stored node list cannot be read (%s): it is written anew", e)
+            before = []
+        for node, at in before:
+            if node.name not in here:
+                self.left[node.name] = (node, min(at, self.left.get(node.name, (node, at))[1]))
+        self._keep_nodes(self.offered_nodes)
 
     def _with_lost(self, now: float) -> tuple[Snapshot | None, list[str]]:
         """The empty cluster with the nodes that left within `lost_node_grace_s` back, and

@@ -13,7 +13,7 @@ from typing import Any
 
 from aisched.core.decisions import TaskBinding
 from aisched.lifecycle.preemption import VictimWait
-from aisched.model.cluster import TopologyLevel
+from aisched.model.cluster import GPU, Node, TopologyLevel
 from aisched.model.job import (
     ContainerSpec,
     Dependency,
@@ -235,3 +235,17 @@ def victim_wait_to_dict(wait: VictimWait) -> dict[str, Any]:
 def victim_wait_from_dict(d: dict[str, Any]) -> VictimWait:
     tasks = tuple(TaskBinding(**{**t, "gpus": tuple(t["gpus"])}) for t in d["tasks"])
     return VictimWait(frozenset(d["victims"]), float(d["since"]), tasks)
+
+
+def node_to_dict(node: Node) -> dict[str, Any]:
+    return dataclasses.asdict(node)
+
+
+def node_from_dict(d: dict[str, Any]) -> Node:
+    return Node(
+        **{
+            **d,
+            "gpus": tuple(GPU(**g) for g in d["gpus"]),
+            "labels": tuple((str(k), str(v)) for k, v in d["labels"]),
+        }
+    )

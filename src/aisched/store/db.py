@@ -23,6 +23,7 @@ come back as plain dicts (column name → value); the store knows tables, not sc
 from __future__ import annotations
 
 import contextlib
+import json
 import secrets
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -343,6 +344,17 @@ class Tx:
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
+
+    def get_meta(self, key: str) -> Any:
+        """The JSON value kept under `key` in the meta table, or None."""
+        got = self.conn.execute(select(meta.c.value).where(meta.c.key == key)).scalar()
+        return None if got is None else json.loads(got)
+
+    def set_meta(self, key: str, value: Any) -> None:
+        text_value = json.dumps(value)
+        done = self.conn.execute(update(meta).where(meta.c.key == key).values(value=text_value))
+        if done.rowcount == 0:
+            self.conn.execute(insert(meta).values(key=key, value=text_value))
 
     # --- jobs -------------------------------------------------------------------------------
 
