@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import textwrap
@@ -19,7 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import Service, wait_for
+from harness import Service, free_port, wait_for
 from ray_harness import RayCluster, cancel_all, ray_gpus_in_use
 
 from aisched.executors.ray_executor import sealed_above, writable_by_all
@@ -280,6 +281,40 @@ def test_an_unreachable_ray_address_is_a_clear_error(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert proc.stderr.startswith("error: cannot reach the Ray cluster at 127.0.0.1:9"), proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("answers", ["nothing", "HTTP/1.1"])
+def test_an_address_that_is_no_ray_gcs_is_a_clear_error(tmp_path: Path, answers: str) -> None:
+    """Something that takes the connection but is no GCS (a stopped GCS, another program on
+    the port) hung `aisched up --ray` without a word: ray.init waits for a GCS for as long as
+    an outage may last."""
+    import http.server
+    import subprocess
+    import threading
+
+    if answers == "nothing":
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port, close = server.getsockname()[1], server.close
+    else:
+        http_server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+        threading.Thread(target=http_server.serve_forever, daemon=True).start()
+        port, close = http_server.server_port, http_server.shutdown
+    try:
+        proc = subprocess.run(
+            [PY, "-m", "aisched", "up", "--data-dir", str(tmp_path), "--socket", "",
+             "--port", str(free_port()), "--ray", f"127.0.0.1:{port}"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        close()
+    want = {
+        "nothing": f"error: the Ray cluster at 127.0.0.1:{port} does not answer within 5 s",
+        "HTTP/1.1": f"error: 127.0.0.1:{port} answers, but not as a Ray head's GCS",
+    }[answers]
+    assert (proc.returncode, proc.stderr.startswith(want)) == (2, True), proc.stderr
+    assert len(proc.stderr.splitlines()) == 1
 
 
 # A short start timeout makes the test quick; on a loaded machine Ray may also be slower than

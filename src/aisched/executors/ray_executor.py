@@ -257,13 +257,43 @@ def _probe(address: str) -> None:
             f"{address!r} is not a Ray address: give HOST:PORT of the head node, or auto"
         )
     try:
-        with socket.create_connection((host, int(port)), timeout=CONNECT_PROBE_S):
-            pass
+        with socket.create_connection((host, int(port)), timeout=CONNECT_PROBE_S) as sock:
+            answer = _http2_answer(sock)
     except OSError as e:
         raise RayConnectError(
             f"cannot reach the Ray cluster at {address}: {e.strerror or e} "
             "(is `ray start --head` running there?)"
         ) from None
+    # The GCS is a gRPC server: it answers an HTTP/2 client's preface with its settings. Once
+    # connected, ray.init waits for it for as long as an outage may last (a year): a stopped
+    # GCS, or another program on the port, hung `aisched up` without a word.
+    if answer is None:
+        raise RayConnectError(
+            f"the Ray cluster at {address} does not answer within {CONNECT_PROBE_S:g} s (is "
+            "its GCS stopped, or the machine overloaded?)"
+        )
+    if not answer:
+        raise RayConnectError(
+            f"{address} answers, but not as a Ray head's GCS (a gRPC server): give the "
+            "head's GCS port (6379 by default)"
+        )
+
+
+# An HTTP/2 client's first bytes: its preface and an empty SETTINGS frame.
+_HTTP2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+
+
+def _http2_answer(sock: socket.socket) -> bool | None:
+    """Whether the server on `sock` answers an HTTP/2 client as one (its first frame is its
+    SETTINGS); None when it says nothing within the socket's time-out."""
+    sock.sendall(_HTTP2_HELLO)
+    head = b""
+    try:
+        while len(head) < 9 and (more := sock.recv(9 - len(head))):
+            head += more
+    except TimeoutError:
+        return None
+    return len(head) == 9 and head[3] == 4  # the frame's type: SETTINGS
 
 
 class RayExecutor:
