@@ -320,6 +320,16 @@ def test_only_admins_ask_for_a_priority_above_a_queues_max_priority(
     assert "MAX" in table and (rows["team"][6], rows["default"][6]) == ("50", "0")
 
 
+# Run as a user: POST argv[2] (a JSON job) to /v1/jobs on the Unix socket argv[1]; prints the
+# status and the body.
+POST_ON_SOCKET = """
+import sys, httpx
+c = httpx.Client(transport=httpx.HTTPTransport(uds=sys.argv[1]), base_url="http://x")
+r = c.post("/v1/jobs", content=sys.argv[2], headers={"Content-Type": "application/json"})
+print(r.status_code, r.text)
+"""
+
+
 def test_a_service_not_run_as_root_runs_only_its_users_jobs(
     local_users: dict[str, User],
 ) -> None:
@@ -339,9 +349,17 @@ def test_a_service_not_run_as_root_runs_only_its_users_jobs(
         assert up.poll() is None, up.communicate()[0]
         sock.chmod(0o666)  # reachable, to show that reaching it is not enough
         env = {"AISCHED_SERVER": f"unix:{sock}"}
-        refused = one_error_line(bob.aisched("run", "--", "true", env=env))
+        # Bob's CLI sends nothing to another user's socket; a client of his that does send
+        # a job is refused by the service.
+        said = bob.aisched("run", "--", "true", env=env)
+        assert said.returncode == 1 and f"is served by a process of {alice.name}" in said.stderr
+        refused = subprocess.run(
+            bob.cmd(bob.python, "-c", POST_ON_SOCKET, str(sock), '{"command": ["true"]}'),
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert refused.stdout.startswith("403 "), refused
         assert f"this aisched runs as {alice.name}, so it can run jobs only as {alice.name}" in (
-            refused
+            refused.stdout
         )
         ran = alice.aisched("run", "--", "id", "-u", env=env)
         assert ran.returncode == 0, ran.stderr
@@ -425,7 +443,7 @@ def test_a_client_that_never_finishes_its_headers_is_disconnected(service: Servi
     """Slowloris: a connection that trickles a request's headers is closed by the service
     (after HEADER_TIMEOUT_S), not kept open for ever; the service goes on answering."""
     with socket.create_connection(("127.0.0.1", service.port)) as conn:
-        conn.sendall(b"GET /v1/jobs HTTP/1.1\r\nHost: aisched\r\n")  # and never the blank line
+        conn.sendall(b"GET /v1/jobs HTTP/1.1\r\nHost: localhost\r\n")  # and never the blank line
         conn.settimeout(HEADER_TIMEOUT_S + 20)
         assert conn.recv(1) == b""  # closed by the service (a time-out would raise instead)
     assert service.api.get("/v1/healthz").json() == service.alive_leader()
@@ -448,7 +466,7 @@ def connect():
 held = []
 for _ in range(n):
     s = connect()
-    follow = f"GET /v1/jobs/{job}/logs?follow=true HTTP/1.1\r\nHost: aisched\r\n{auth}\r\n"
+    follow = f"GET /v1/jobs/{job}/logs?follow=true HTTP/1.1\r\nHost: localhost\r\n{auth}\r\n"
     s.sendall(follow.encode())
     head = b""
     while b"\r\n\r\n" not in head:
@@ -456,7 +474,7 @@ for _ in range(n):
     assert head.startswith(b"HTTP/1.1 200"), head
     held.append(s)
 extra = connect()
-ask = f"GET /v1/jobs HTTP/1.1\r\nHost: aisched\r\n{auth}Connection: close\r\n\r\n"
+ask = f"GET /v1/jobs HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n"
 try:
     extra.sendall(ask.encode())
 except OSError:
