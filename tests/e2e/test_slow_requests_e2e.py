@@ -15,6 +15,13 @@ from harness import Service, database_locked, free_port, wait_for
 from aisched.testing.postgres import PostgresServer
 
 
+def answer_meanwhile(service: Service, path: str) -> None:
+    """Liveness and `path` are answered over the local socket while a slow request waits."""
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(service.socket))) as local:
+        assert local.get("http://x/v1/healthz", timeout=60).json()["ok"] is True
+        assert local.get(f"http://x{path}", timeout=60).status_code == 200
+
+
 def test_a_job_file_slow_to_read_holds_up_no_other_request(service: Service) -> None:
     # Many tiny nested lists: seconds of pure-Python YAML for half a MiB (13 s for 1 MiB), and
     # on the event loop every other request, the probes' too, waited for it.
@@ -35,9 +42,7 @@ def test_a_job_file_slow_to_read_holds_up_no_other_request(service: Service) -> 
         wait_for(
             "the service to read the job file", lambda: sum(proc.cpu_times()[:2]) > busy_from + 1
         )
-        with httpx.Client(transport=httpx.HTTPTransport(uds=str(service.socket))) as local:
-            assert local.get("http://x/v1/healthz", timeout=60).json()["ok"] is True
-            assert local.get("http://x/v1/jobs", timeout=60).status_code == 200
+        answer_meanwhile(service, "/v1/jobs")
         assert "status" not in answer, "the reading ended before the other requests were answered"
     finally:
         sender.join(120)
@@ -64,9 +69,7 @@ def test_a_store_locked_by_another_process_holds_up_no_other_request(service: Se
         # The read reaches its audit line at once and waits there for the lock (30 s);
         # on the event loop, every request below waited with it.
         time.sleep(1)
-        with httpx.Client(transport=httpx.HTTPTransport(uds=str(service.socket))) as local:
-            assert local.get("http://x/v1/healthz", timeout=60).json()["ok"] is True
-            assert local.get("http://x/v1/jobs", timeout=60).status_code == 200
+        answer_meanwhile(service, "/v1/jobs")
         assert "status" not in answer, "the read ended before the other requests"
     reader.join(120)
     assert answer["status"] == 200  # once the lock is let go
@@ -101,9 +104,7 @@ def test_a_login_whose_token_check_waits_on_the_store_holds_up_no_other_request(
                     "the login to wait for the lock",
                     lambda: watch.execute(waiting).fetchone() == (1,),
                 )
-            with httpx.Client(transport=httpx.HTTPTransport(uds=str(svc.socket))) as local:
-                assert local.get("http://x/v1/healthz", timeout=60).json()["ok"] is True
-                assert local.get("http://x/v1/info", timeout=60).status_code == 200
+            answer_meanwhile(svc, "/v1/info")
             assert "status" not in answer, "the login ended before the other requests"
         sender.join(120)
         assert answer["status"] == 303  # once the lock is let go
