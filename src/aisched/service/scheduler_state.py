@@ -264,9 +264,9 @@ class SchedulerState:
         except (KeyError, TypeError, ValueError) as e:  # no version of aisched wrote it
             log.warning("the stored node list cannot be read (%s): it is written anew", e)
             before = []
-        for node, at in before:
+        for node, at in before:  # the nodes known to have left last: their time stands
             if node.name not in here:
-                self.left[node.name] = (node, min(at, self.left.get(node.name, (node, at))[1]))
+                self.left[node.name] = (node, at)
         self._keep_nodes(self.offered_nodes)
 
     def _with_lost(self, now: float) -> tuple[Snapshot | None, list[str]]:
