@@ -69,21 +69,23 @@ class Recovery(Commands):
             if not short:
                 continue
             ids = sorted({r["job_id"] for r in short}, key=int)
-            jobs = f"job {ids[0]} runs" if len(ids) == 1 else f"jobs {', '.join(ids)} run"
-            end = "it ends" if len(ids) == 1 else "they end"
-            wait = f"or stop {'it' if len(ids) == 1 else 'them'} first (start as before, then "
-            wait += f"aisched cancel); or let {'it' if len(ids) == 1 else 'them'} end"
+            one, it = (True, "it") if len(ids) == 1 else (False, "them")
+            jobs = f"job {ids[0]} runs" if one else f"jobs {', '.join(ids)} run"
+            until = (
+                f"until {'it ends' if one else 'they end'}, or stop {it} first (start as "
+                f"before, then aisched cancel); or let {it} end"
+            )
             if node is None:
                 raise NodeChanged(
                     f"{jobs} on node {node_name}, and this machine's node is now named "
                     f"{next(iter(offered))}: start with the node named {node_name} (node.name "
-                    f"in the config file) until {end}, {wait}"
+                    f"in the config file) {until}"
                 )
             lost = sorted({g for r in short for g in r["gpus"]} - have)
             gpus = f"GPU {lost[0]}" if len(lost) == 1 else f"GPUs {', '.join(map(str, lost))}"
             raise NodeChanged(
                 f"{jobs} on {gpus} of node {node_name}, which now has {len(have)} GPU(s): "
-                f"start with at least {lost[-1] + 1} (--gpus) until {end}, {wait}"
+                f"start with at least {lost[-1] + 1} (--gpus) {until}"
             )
 
     def _recover(self) -> list[str]:
