@@ -115,8 +115,9 @@ def test_a_service_scales_up_under_load_and_back_down_after(service: Service) ->
     assert re.search(r"replicas +1 \(1 ready; 1\.\.3\)", shown), shown
     assert "attempts" not in shown, shown  # its replicas have attempts; the service has none
     service.cli("cancel", sid)
-    assert service.job(sid)["state"] == "cancelled"
+    # The service ends once its replicas have stopped (its dependents wait for that).
     wait_for("no replica left", lambda: not service.cli_json("jobs")["jobs"], 30)
+    assert service.job(sid)["state"] == "cancelled"
 
 
 CHECKPOINTING_BATCH = textwrap.dedent(
