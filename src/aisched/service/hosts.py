@@ -16,11 +16,10 @@ socket's requests never pass through it (their Host is whatever the client wrote
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from aisched.service.limits import problem_response
 from aisched.service.listeners import is_loopback
 
 
@@ -46,36 +45,18 @@ class LoopbackHostsOnly:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            host = _header(scope, b"host")
+            host = Headers(scope=scope).get("host")
             if host is not None and not is_loopback_host(host):
                 await _refuse(send, host)
                 return
         await self.app(scope, receive, send)
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers", ()):
-        if key == name:
-            return bytes(value).decode("latin-1")
-    return None
-
-
 async def _refuse(send: Send, host: str) -> None:
-    error = (
+    await problem_response(
+        send,
+        400,
         f"this service listens on the loopback only and answers only to localhost, 127.0.0.1 "
         f"or [::1], not to host {host[:200]!r} (a name another site points at this machine: "
-        "DNS rebinding)"
+        "DNS rebinding)",
     )
-    body = json.dumps({"error": error, "problems": []}).encode()
-    start: dict[str, Any] = {
-        "type": "http.response.start",
-        "status": 400,
-        "headers": [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (b"x-content-type-options", b"nosniff"),
-            (b"connection", b"close"),
-        ],
-    }
-    await send(start)
-    await send({"type": "http.response.body", "body": body})

@@ -110,6 +110,7 @@ async def problem_response(send: Send, status: int, error: str) -> None:
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
+                (b"x-content-type-options", b"nosniff"),  # outside NoSniff too (hosts)
                 (b"connection", b"close"),
             ],
         }
