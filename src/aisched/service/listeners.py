@@ -25,6 +25,8 @@ import socket
 import struct
 import threading
 
+from aisched.service.identity import peer_credentials
+
 TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
 LISTEN = "0A"  # the kernel's TCP_LISTEN, as the tables write states
 
@@ -111,11 +113,9 @@ def serving_uid(path: str, timeout_s: float) -> int | None:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout_s)
             sock.connect(path)
-            raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            return peer_credentials(sock).uid
     except OSError:
         return None
-    uid: int = struct.unpack("3i", raw)[1]
-    return uid
 
 
 def peer_uid(sock: socket.socket, tables: tuple[str, ...] = TABLES) -> int | None:

@@ -24,8 +24,8 @@ import uvicorn
 
 from aisched.service import failpoints
 from aisched.service.hosts import LoopbackHostsOnly
-from aisched.service.identity import user_name
-from aisched.service.listeners import ClientOwners, is_loopback, serving_uid
+from aisched.service.identity import peer_credentials, user_name
+from aisched.service.listeners import ClientOwners, is_loopback
 from aisched.service.protocol import CONNECTIONS_PER_PEER, ConnectionCaps, ServiceProtocol
 
 
@@ -100,10 +100,11 @@ def _take_over_socket(path: Path) -> None:
     remove (a dead socket of theirs was called "another aisched is serving")."""
     owner = user_name(path.lstat().st_uid)
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    uid: int | None = None  # of the process serving there, when one does
     try:
         probe.settimeout(1.0)
         probe.connect(str(path))
-        served = True
+        served, uid = True, peer_credentials(probe).uid
     except OSError as e:
         if e.errno in (errno.EACCES, errno.EPERM):
             raise ListenError(
@@ -114,7 +115,6 @@ def _take_over_socket(path: Path) -> None:
     finally:
         probe.close()
     if served:
-        uid = serving_uid(str(path), 1.0)
         who = "another aisched" if uid in (None, os.geteuid()) else f"a process of {user_name(uid)}"
         raise ListenError(f"{who} is serving on {path}; stop it, or give --socket")
     try:
