@@ -4,8 +4,10 @@ naming the leader, takes over when the leader stops, and a deposed leader stops 
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ import pytest
 from clients import client_for
 from prometheus_client.parser import text_string_to_metric_families
 
+from aisched.model.cluster import Node
 from aisched.service.app import Service, ServiceError
 from aisched.service.config import load_config
 from aisched.store.db import Store
@@ -24,9 +27,26 @@ Open = Callable[[str], Service]
 FAST = {"lease_ttl": "1s", "lease_renew": "0.1s", "lease_poll": "0.1s"}
 
 
+@dataclass
+class PausingExecutor(FakeExecutor):
+    """Holds the loop at the start of a step (reading the nodes) once `pause` is set, until
+    `resume` is: a leader stopped there as by SIGSTOP, with its API still taking requests."""
+
+    pause: threading.Event = field(default_factory=threading.Event)
+    held: threading.Event = field(default_factory=threading.Event)
+    resume: threading.Event = field(default_factory=threading.Event)
+
+    def nodes(self) -> Sequence[Node]:
+        if self.pause.is_set():
+            self.held.set()
+            self.resume.wait(30)
+            self.pause.clear()
+        return super().nodes()
+
+
 @pytest.fixture
-def fx() -> FakeExecutor:
-    return FakeExecutor([fake_node(gpus=4)])
+def fx() -> PausingExecutor:
+    return PausingExecutor([fake_node(gpus=4)])
 
 
 @pytest.fixture
@@ -172,6 +192,37 @@ def test_a_leader_whose_lease_was_taken_stops_at_once_and_writes_nothing(
     assert refused.status_code == 421
     assert refused.json()["leader"] == "http://c.test:3"
     until("the loop to stop", lambda: not a.scheduler.thread or not a.scheduler.thread.is_alive())
+
+
+def test_a_change_in_flight_when_the_leader_is_deposed_is_sent_to_the_new_leader(
+    instance: Open, fx: PausingExecutor
+) -> None:
+    """A submission the gate let in, queued for a loop that then found itself deposed: it was
+    not stored, and its sender is told where the leader is (421), not left waiting."""
+    a = instance("http://a.test:1")
+    ca = client_for(a)
+    fx.pause.set()
+    until("the loop to be held", fx.held.is_set)
+    answers: list[Any] = []
+    sender = threading.Thread(
+        target=lambda: answers.append(ca.post("/v1/jobs", json={"command": ["true"]})),
+        daemon=True,
+    )
+    sender.start()
+    until("the submission to be queued", lambda: a.scheduler.commands.qsize() == 1)
+    why: list[str] = []
+    a.on_deposed = why.append
+    with a.store.lease_tx() as conn:
+        try_acquire(conn, "intruder", "http://c.test:3", 30.0, force=True)
+    until("the deposition", lambda: why)
+    fx.resume.set()  # the step goes on: its write of the submission is refused (term 2)
+    sender.join(20)
+    assert answers, "the submission was left waiting for a loop that had stopped"
+    refused = answers[0]
+    assert refused.status_code == 421
+    assert refused.json()["leader"] == "http://c.test:3"
+    assert refused.headers["aisched-leader"] == "http://c.test:3"
+    assert ca.get("/v1/jobs", params={"all": "true"}).json()["jobs"] == []
 
 
 def test_a_data_directory_is_shared_only_by_instances_of_one_database(

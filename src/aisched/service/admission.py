@@ -14,7 +14,8 @@ stored without hanging on a failing store.
 2. `until_stored`: the loop answers a submission (or a cancel) once it is durable. While the
    store cannot write, that answer waits (the loop retries its batch); the caller is then told
    503 within `patience_s` instead of hanging, and a retry with the same Idempotency-Key
-   returns the job once it is stored.
+   returns the job once it is stored. When the loop ends meanwhile (this instance was
+   deposed, or it is stopping) the answer can never come: `LoopEnded` says so at once.
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ T = TypeVar("T")
 
 class NotStoredYet(Exception):
     """The store could not take a submission in time; the message is one line."""
+
+
+class LoopEnded(Exception):
+    """The loop ended before it answered: nothing of the request was stored (a flush that
+    stored it answers it first), and no later step will. The app answers as its gate would on
+    an instance that no longer leads, else 503 (`service.api`)."""
 
 
 def _field(job: Job, index: int, name: str, volcano: bool) -> str:
@@ -152,9 +159,11 @@ async def until_stored(
     store_failing: Callable[[], bool],
     patience_s: float = 5.0,
     not_stored: str = NOT_STORED_SUBMISSION,
+    loop_alive: Callable[[], bool] = lambda: True,
 ) -> T:
     """The loop's answer; raises NotStoredYet (with `not_stored`) when the store has been
-    failing for `patience_s` while it waited (a healthy store answers in milliseconds)."""
+    failing for `patience_s` while it waited (a healthy store answers in milliseconds), and
+    LoopEnded once the loop is not `loop_alive` with no answer given."""
     waited = 0.0
     step = 0.25
     wrapped = asyncio.wrap_future(future)
@@ -162,6 +171,10 @@ async def until_stored(
         done, _ = await asyncio.wait({wrapped}, timeout=step)
         if done:
             return wrapped.result()
+        if not loop_alive():
+            if future.done():  # answered as it ended: `wrapped` hears of it a little later
+                return future.result()
+            raise LoopEnded("the scheduler stopped before it stored this request")
         waited = waited + step if store_failing() else 0.0
         if waited >= patience_s:
             raise NotStoredYet(not_stored)

@@ -32,6 +32,7 @@ from starlette.exceptions import HTTPException
 
 from aisched import __version__
 from aisched.service import leader_gate
+from aisched.service.admission import LoopEnded
 from aisched.service.app import Service
 from aisched.service.cut_short import AnswerWhenCutShort
 from aisched.service.dashboard import dashboard_router
@@ -83,6 +84,18 @@ def create_app(svc: Service) -> FastAPI:
         out = problem(exc.status_code, str(exc.detail))
         out.headers.update(exc.headers or {})
         return out
+
+    @app.exception_handler(LoopEnded)
+    async def _loop_ended(_req: Request, _exc: LoopEnded) -> JSONResponse:
+        # Nothing of the request was stored. Deposed: the leader takes it (the CLI sends it
+        # there); stopping: a retry reaches this service started again, or another instance.
+        if not svc.leadership.leading:
+            return leader_gate.not_leader_answer(svc)
+        return problem(
+            503,
+            "the scheduler stopped before it stored this request (the service is stopping); "
+            "nothing of it was kept: send it again",
+        )
 
     @app.exception_handler(SQLAlchemyError)
     @app.exception_handler(StoreError)

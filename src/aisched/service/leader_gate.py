@@ -17,10 +17,10 @@ the choice to the client (the CLI sends the request there once, `cli.client`).
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
+from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 if TYPE_CHECKING:
@@ -45,6 +45,16 @@ def not_leader(svc: Service) -> str:
     return f"this instance is a {lead.role.value} and no instance leads right now; retry soon"
 
 
+def not_leader_answer(svc: Service) -> JSONResponse:
+    """The gate's answer: 421 naming the leader, or 503 with `leader: ""` while none leads."""
+    where = svc.leadership.leader_address()
+    return JSONResponse(
+        {"error": not_leader(svc), "problems": [], "leader": where},
+        status_code=421 if where else 503,
+        headers={"aisched-leader": where} if where else None,
+    )
+
+
 class LeaderGate:
     """The middleware of the module docstring (1)."""
 
@@ -60,15 +70,4 @@ class LeaderGate:
         ):
             await self.app(scope, receive, send)
             return
-        where = self.svc.leadership.leader_address()
-        body = json.dumps({"error": not_leader(self.svc), "problems": [], "leader": where}).encode()
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-        ]
-        if where:
-            headers.append((b"aisched-leader", where.encode()))
-        await send(
-            {"type": "http.response.start", "status": 421 if where else 503, "headers": headers}
-        )
-        await send({"type": "http.response.body", "body": body})
+        await not_leader_answer(self.svc)(scope, receive, send)

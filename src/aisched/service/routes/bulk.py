@@ -62,7 +62,10 @@ def bulk_router(svc: Service) -> APIRouter:
         failing = lambda: svc.health.errors.store_failing  # noqa: E731
         try:
             done = await until_stored(
-                svc.scheduler.cancel_matching(selection), failing, not_stored=NOT_STORED_CANCEL
+                svc.scheduler.cancel_matching(selection),
+                failing,
+                not_stored=NOT_STORED_CANCEL,
+                loop_alive=svc.health.alive,
             )
         except NotStoredYet as e:
             return JSONResponse(status_code=503, content=Problem(error=str(e)).model_dump())

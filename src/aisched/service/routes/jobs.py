@@ -39,6 +39,7 @@ from aisched.service.auth import (
 )
 from aisched.service.defaults import MAX_LIST_LIMIT
 from aisched.service.identity import Caller
+from aisched.service.leader_gate import not_leader_answer
 from aisched.service.limits import check_depth
 from aisched.service.loop import Rejected
 from aisched.service.loop_types import NotAccepting
@@ -112,6 +113,8 @@ def jobs_router(svc: Service) -> APIRouter:
         # Idempotency-Key) of a submission taken before: that one may be kept, waiting to be
         # stored, and is answered as such by the loop (when it runs: not on a standby), lest its
         # sender take it for refused while it runs later.
+        if not svc.leadership.leading:  # deposed since the gate let it in
+            return not_leader_answer(svc)
         refused = svc.health.refusal()
         if refused is not None and (idempotency_key is None or not svc.health.alive()):
             return problem(refused[0], refused[1])
@@ -137,13 +140,13 @@ def jobs_router(svc: Service) -> APIRouter:
                     (job, p.format, p.warnings) for job, p in zip(jobs, parsed.jobs, strict=True)
                 )
                 fut_all = sched.submit_all(items, idempotency_key, not_accepting)
-                stored = await until_stored(fut_all, failing)
+                stored = await until_stored(fut_all, failing, loop_alive=svc.health.alive)
             else:
                 one = parsed.jobs[0]
                 fut = sched.submit(
                     jobs[0], one.format, one.warnings, idempotency_key, not_accepting
                 )
-                stored = [await until_stored(fut, failing)]
+                stored = [await until_stored(fut, failing, loop_alive=svc.health.alive)]
         except NotAccepting as e:
             return problem(e.status, str(e))
         except Rejected as e:
@@ -243,7 +246,12 @@ def jobs_router(svc: Service) -> APIRouter:
         require_owner(who, job_id, row["user"], "cancel it")
         failing = lambda: svc.health.errors.store_failing  # noqa: E731
         try:
-            state = await until_stored(sched.cancel(job_id), failing, not_stored=NOT_STORED_CANCEL)
+            state = await until_stored(
+                sched.cancel(job_id),
+                failing,
+                not_stored=NOT_STORED_CANCEL,
+                loop_alive=svc.health.alive,
+            )
         except Rejected as e:
             return problem(e.status, str(e))
         except NotStoredYet as e:
