@@ -162,7 +162,7 @@ class Store:
                 event.listen(self.engine, "connect", _sqlite_pragmas(busy_timeout_s))
             if self.deadlines is not None:
                 self.deadlines.install(self.engine)
-            with self.engine.connect() as conn, self._unbounded(conn), conn.begin():
+            with self.engine.connect() as conn, self._unbounded(conn), self._open_tx(conn):
                 if self.engine.dialect.name == "postgresql":
                     # A migration may take long on a big database, and an instance starting
                     # beside one waits for its end: neither is bounded as a step's work is.
@@ -241,6 +241,14 @@ class Store:
         with self.engine.connect() as conn:
             yield Tx(conn)
 
+    def _open_tx(self, conn: Connection) -> contextlib.AbstractContextManager[object]:
+        """The transaction of the open (check, migrate). On SQLite the driver begins none
+        before DDL, so each ALTER of a migration would commit on its own and a migration killed
+        half-way leave a database neither version reads: there it is one real transaction."""
+        if self.engine.dialect.name != "sqlite":
+            return conn.begin()
+        return _sqlite_transaction(conn)
+
     def _unbounded(self, conn: Connection) -> contextlib.AbstractContextManager[None]:
         """`conn` without the bound on the server's answer (`answers`), where there is one."""
         if self.deadlines is None:
@@ -257,6 +265,25 @@ class Store:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+
+@contextlib.contextmanager
+def _sqlite_transaction(conn: Connection) -> Iterator[None]:
+    """One SQLite transaction around DDL too: BEGIN IMMEDIATE (the write lock at once), then
+    COMMIT, or ROLLBACK on any error, with the driver's own transaction handling off meanwhile."""
+    raw: Any = conn.connection.driver_connection  # the sqlite3.Connection
+    saved = raw.isolation_level
+    raw.isolation_level = None  # the driver adds no BEGIN or COMMIT of its own
+    try:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            raw.rollback()  # a no-op where SQLite ended the transaction itself
+            raise
+        raw.commit()
+    finally:
+        raw.isolation_level = saved
 
 
 def _sqlite_pragmas(busy_timeout_s: float) -> Callable[[Any, Any], None]:

@@ -4,7 +4,9 @@ A database records its version in `meta` (key `schema`). On open (`check_and_mig
 
 - an empty database gets the current tables and version;
 - a database of an older version is brought up to date by the steps of `MIGRATIONS`, all in
-  one transaction, so a failed migration leaves the old database as it was;
+  one transaction (on SQLite too, where the driver would commit each ALTER on its own: the
+  store opens it with BEGIN IMMEDIATE, `Store._open_tx`), so a failed or killed migration
+  leaves the old database as it was;
 - a newer version, or tables without the `meta` row (another program's database), is refused
   with one line saying what to do: nothing is changed.
 
@@ -28,29 +30,51 @@ class SchemaError(RuntimeError):
     """The database cannot be used by this aisched: its message is one line, with the fix."""
 
 
+def _add_column(conn: Connection, table: str, column: str, ddl: str) -> None:
+    """`ALTER TABLE table ADD COLUMN column ddl`, unless the column is there already."""
+    if column not in {c["name"] for c in inspect(conn).get_columns(table)}:
+        conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {ddl}"))
+
+
+# Every step is idempotent (IF NOT EXISTS, a column added only where missing): a database that
+# an older aisched left half-migrated (its steps were not one transaction on SQLite) is
+# completed rather than refused for what it already has.
+
+
 def _v1_to_v2(conn: Connection) -> None:
-    conn.execute(text("ALTER TABLE jobs ADD COLUMN idempotency_key VARCHAR(256)"))
-    conn.execute(text('CREATE UNIQUE INDEX ix_jobs_idempotency ON jobs ("user", idempotency_key)'))
+    _add_column(conn, "jobs", "idempotency_key", "VARCHAR(256)")
+    conn.execute(
+        text(
+            "CREATE UNIQUE INDEX IF NOT EXISTS ix_jobs_idempotency "
+            'ON jobs ("user", idempotency_key)'
+        )
+    )
 
 
 def _v2_to_v3(conn: Connection) -> None:
     """Sharing: API tokens (hashed) and the audit log, two new tables."""
-    tokens.create(conn)
-    audit.create(conn)
+    tokens.create(conn, checkfirst=True)
+    audit.create(conn, checkfirst=True)
 
 
 def _v3_to_v4(conn: Connection) -> None:
     """High availability: the leader's lease, one row (nobody holds it yet)."""
-    leader.create(conn)
-    conn.execute(leader.insert().values(LEASE_ROW))
+    leader.create(conn, checkfirst=True)
+    if conn.execute(select(leader.c.id).where(leader.c.id == 1)).first() is None:
+        conn.execute(leader.insert().values(LEASE_ROW))
 
 
 def _v4_to_v5(conn: Connection) -> None:
     """Retention: ended jobs are found by when they finished. Read-only tokens."""
-    conn.execute(text("CREATE INDEX ix_jobs_finished ON jobs (finished_at)"))
+    conn.execute(text("CREATE INDEX IF NOT EXISTS ix_jobs_finished ON jobs (finished_at)"))
     # A version-2 database made its tokens table in the v2 -> v3 step, from today's schema.
-    if "read_only" not in {c["name"] for c in inspect(conn).get_columns("tokens")}:
-        conn.execute(text("ALTER TABLE tokens ADD COLUMN read_only INTEGER NOT NULL DEFAULT 0"))
+    _add_column(conn, "tokens", "read_only", "INTEGER NOT NULL DEFAULT 0")
+
+
+def _v5_to_v6(conn: Connection) -> None:
+    """Schema 5 gained tokens.read_only after its first release without a new version: the
+    databases made by those first versions of 5 lack it (every token request failed)."""
+    _add_column(conn, "tokens", "read_only", "INTEGER NOT NULL DEFAULT 0")
 
 
 # The leader row a new database starts with: term 0, held by nobody, long expired.
@@ -62,6 +86,7 @@ MIGRATIONS: dict[int, Callable[[Connection], None]] = {
     2: _v2_to_v3,
     3: _v3_to_v4,
     4: _v4_to_v5,
+    5: _v5_to_v6,
 }
 
 

@@ -20,7 +20,9 @@ through the same definitions).
   checked against) and when the lease expires, in the database's clock.
 
 Changing a table means: bump `SCHEMA_VERSION` and add the step from the previous version to
-`store.migrate.MIGRATIONS`.
+`store.migrate.MIGRATIONS` (`tests/unit/store/test_schema_versions.py` holds each version's
+columns and indexes, and fails on a change made without a new version). Version 6 changed no
+table: it adds `tokens.read_only` to the databases of the first releases of version 5.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from sqlalchemy import (
     Text,
 )
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 metadata = MetaData()
 

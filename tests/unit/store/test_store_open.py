@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, inspect
+from test_schema_versions import tables_of
 
+from aisched.service import tokens
 from aisched.store.db import Store, StoreError, shown
 from aisched.store.schema import SCHEMA_VERSION
 
@@ -153,3 +155,77 @@ PG = "postgresql+psycopg://"
 )
 def test_a_database_url_is_shown_without_its_password(url: str, want: str) -> None:
     assert shown(url) == want
+
+
+def v1_database(path: Path) -> None:
+    con = sqlite3.connect(path)
+    con.execute(V1_JOBS)
+    con.execute("CREATE INDEX ix_jobs_state ON jobs (state)")
+    con.execute("CREATE TABLE meta (key VARCHAR(64) PRIMARY KEY, value TEXT NOT NULL)")
+    con.execute("INSERT INTO meta VALUES ('schema', '1')")
+    con.commit()
+    con.close()
+
+
+def test_a_migration_that_fails_leaves_the_old_database_as_it_was(tmp_path: Path) -> None:
+    """Every step's ALTER and CREATE is undone with the failed last write (SQLite's driver
+    would commit each on its own: a migration killed half-way left a database that neither
+    version could open)."""
+    old = tmp_path / "old.db"
+    v1_database(old)
+    con = sqlite3.connect(old)
+    con.execute(
+        "CREATE TRIGGER no_new_version BEFORE UPDATE ON meta "
+        "BEGIN SELECT RAISE(ABORT, 'the version may not change'); END"
+    )
+    con.commit()
+    con.close()
+    before = tables_of(old)
+    with pytest.raises(StoreError, match="the version may not change"):
+        Store(url(old))
+    assert tables_of(old) == before
+    con = sqlite3.connect(old)
+    assert con.execute("SELECT value FROM meta").fetchall() == [("1",)]
+
+
+def test_a_database_an_older_aisched_left_half_migrated_is_completed(tmp_path: Path) -> None:
+    """Schema 4 with what the step to 5 makes already there (that step killed before it wrote
+    the version, by an aisched whose migrations were not one transaction on SQLite)."""
+    db = tmp_path / "state.db"
+    Store(url(db)).close()
+    con = sqlite3.connect(db)
+    con.execute("UPDATE meta SET value = '4' WHERE key = 'schema'")
+    con.commit()
+    con.close()
+    store = Store(url(db))
+    assert store.migration_note == (
+        f"migrated the state database from schema version 4 to {SCHEMA_VERSION}"
+    )
+    store.close()
+    assert tables_of(db) == tables_of_new(tmp_path)
+
+
+def test_a_first_release_schema_5_database_gets_its_tokens_read_only(tmp_path: Path) -> None:
+    """Version 5 gained tokens.read_only after its first releases; their databases said 5
+    without it, and every token request failed ("no such column")."""
+    db = tmp_path / "state.db"
+    Store(url(db)).close()
+    con = sqlite3.connect(db)
+    con.execute("ALTER TABLE tokens DROP COLUMN read_only")
+    con.execute("UPDATE meta SET value = '5' WHERE key = 'schema'")
+    con.commit()
+    con.close()
+    store = Store(url(db))
+    assert store.migration_note == (
+        f"migrated the state database from schema version 5 to {SCHEMA_VERSION}"
+    )
+    secret, _ = tokens.create(store, "alice", admin=False, created_by="test", now=1.0)
+    info = tokens.verify(store, secret, now=2.0)
+    assert (info.user, info.read_only) == ("alice", False)
+    store.close()
+    assert tables_of(db) == tables_of_new(tmp_path)
+
+
+def tables_of_new(tmp_path: Path) -> object:
+    Store(url(tmp_path / "new.db")).close()
+    return tables_of(tmp_path / "new.db")
