@@ -566,6 +566,22 @@ def test_a_restart_without_what_a_running_task_holds_is_one_line(tmp_path: Path)
         assert [svc.job(job)["state"] for job in jobs] == ["running", "running"]
 
 
+def test_a_second_service_on_one_sqlite_database_is_refused(tmp_path: Path) -> None:
+    """Given another --data-dir and the first one's state.db as --database, a second service
+    started: it adopted the first one's task and recorded its end twice."""
+    (tmp_path / "first").mkdir()
+    with local_service(tmp_path / "first") as svc:
+        assert svc.proc is not None
+        db = svc.home / "state.db"
+        got = up(tmp_path / "second", None, "--socket", "", "--database", f"sqlite:///{db}")
+        assert one_line(got) == (
+            f"error: the state database {db} is in use by another aisched (pid {svc.proc.pid}) "
+            "with another data directory: an SQLite database has one service; stop that one, "
+            "or give this one another --database"
+        )
+        assert not (tmp_path / "second" / "tasks").exists()
+
+
 def test_a_bad_flag_is_named_by_the_flag_not_by_the_config_file(tmp_path: Path) -> None:
     """`--port 70000` beside a config file that has no port was `CONFIG: port: ...`, and
     without one `defaults: port: ...`."""

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from aisched.core.policy import Policy
 from aisched.executors.base import Executor, unavailable
@@ -109,6 +109,10 @@ class Service:
             _private(home)
             (home / "logs").mkdir(exist_ok=True)
             _private_database(config.database_url())
+            sqlite_lock = _lock_sqlite_file(config.database_url())
+        except ServiceError:
+            lock_file.close()
+            raise
         except datadir.DataDirError as e:
             lock_file.close()
             raise ServiceError(str(e)) from None
@@ -133,7 +137,9 @@ class Service:
             if store.migration_note:
                 log.info("%s", store.migration_note)
             database_lock = (
-                datadir.claim_for_database(home, store.instance_id()) if store.shared else None
+                datadir.claim_for_database(home, store.instance_id())
+                if store.shared
+                else sqlite_lock
             )
             notes: list[str] = []
             if executor is None and config.ray is not None:
@@ -167,15 +173,15 @@ class Service:
             )
             metrics.watch(scheduler)
         except datadir.DataDirError as e:
-            lock_file.close()
+            _close_all(lock_file, sqlite_lock)
             raise ServiceError(str(e)) from None
         except OSError as e:
-            lock_file.close()
+            _close_all(lock_file, sqlite_lock)
             if e.filename is not None and Path(os.fsdecode(e.filename)).is_relative_to(home):
                 raise ServiceError(str(datadir.not_writable(home, e))) from None
             raise
         except Exception:
-            lock_file.close()
+            _close_all(lock_file, sqlite_lock)
             raise
         svc = cls(config, home, store, executor, scheduler, policy, metrics, notes, lock_file)
         svc.database_lock = database_lock
@@ -277,6 +283,41 @@ def _private_database(url: str) -> None:
     for extra in (path + "-wal", path + "-shm"):
         with contextlib.suppress(OSError):
             os.chmod(extra, 0o600)
+
+
+def _close_all(*files: IO[Any] | None) -> None:
+    for f in files:
+        if f is not None:
+            f.close()
+
+
+def _lock_sqlite_file(url: str) -> IO[bytes] | None:
+    """Hold `FILE.lock` beside an SQLite database, exclusive, for the service's life: the data
+    directory's lock keeps a second instance off the directory, but one given another
+    --data-dir and this file as --database would schedule on it too (adopting the first one's
+    tasks, recording their ends twice). Not a lock on the file itself: SQLite's own locks are
+    POSIX locks, which a process loses when it closes any descriptor of the file."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix) or url == prefix + ":memory:":
+        return None
+    path = url[len(prefix) :] + ".lock"
+    f = open(path, "a+b")  # noqa: SIM115 - held for its life
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        holder = f.read().decode(errors="replace").strip()
+        f.close()
+        raise ServiceError(
+            f"the state database {url[len(prefix) :]} is in use by another aisched "
+            f"(pid {holder or 'unknown'}) with another data directory: an SQLite database "
+            "has one service; stop that one, or give this one another --database"
+        ) from None
+    f.seek(0)
+    f.truncate()
+    f.write(str(os.getpid()).encode())
+    f.flush()
+    return f
 
 
 def _ours_alone(path: Path) -> bool:
