@@ -35,11 +35,12 @@ def problem(status: int, error: str, problems: list[str] | None = None) -> JSONR
     )
 
 
-def no_nul(request: Request) -> None:
+async def no_nul(request: Request) -> None:
     """Refuse a NUL character in a path segment or query parameter (every route's dependency).
     PostgreSQL stores and compares no text with one: such a lookup (`/v1/jobs/1%00`,
     `?queue=a%00`) failed in the store and was answered 503, the state database "cannot answer
-    now", for a request that was wrong."""
+    now", for a request that was wrong. Async, though it never waits: FastAPI runs a sync
+    dependency in a worker thread, and every request, the probes' too, would queue for one."""
     for where, params in (("path", request.path_params), ("query", request.query_params)):
         for name, value in params.items():
             if "\x00" in str(value):

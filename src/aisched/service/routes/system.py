@@ -1,10 +1,17 @@
 """The service itself: liveness, readiness, what it runs, its OpenAPI document and `/metrics`.
 
 `/v1/healthz` and `/v1/readyz` need no identity (a supervisor probes them); the rest do.
+
+The probes never wait for one of the worker threads that slow requests (a store read, a large
+job file) may all hold: a probe queued behind them timed out, and a supervisor restarted a
+service that was only busy. Liveness reads memory alone, on the event loop; readiness reads the
+disks (`service.health`), so it runs in a worker thread, but one of its own few.
 """
 
 from __future__ import annotations
 
+import anyio
+import anyio.to_thread
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
@@ -14,6 +21,8 @@ from aisched.service.auth import CallerDep
 from aisched.service.leader_gate import not_leader
 from aisched.service.metrics import CONTENT_TYPE
 from aisched.service.schemas import Info
+
+READINESS_THREADS = 4
 
 
 def system_router(svc: Service) -> APIRouter:
@@ -25,7 +34,7 @@ def system_router(svc: Service) -> APIRouter:
         return JSONResponse(request.app.openapi())
 
     @router.get("/v1/healthz")
-    def healthz() -> dict[str, object]:
+    async def healthz() -> dict[str, object]:
         """Alive: the loop runs (leader), or the election goes on (standby)."""
         lead = svc.leadership
         thread = sched.thread
@@ -33,10 +42,17 @@ def system_router(svc: Service) -> APIRouter:
         ok = thread.is_alive() if lead.leading and thread is not None else lead.alive()
         return {"ok": ok, **lead.describe()}
 
+    # Readiness's own worker threads, apart from the default ones. A few: should the disks
+    # hang, the probes beyond them wait, and time out as for a service that is not ready.
+    readiness_threads = anyio.CapacityLimiter(READINESS_THREADS)
+
     @router.get("/v1/readyz")
-    def readyz() -> Response:
+    async def readyz() -> Response:
         """Whether new work is taken here now: 200 on a leader that is ready, else 503 with
         the problems (service.health), a standby's naming the leader."""
+        return await anyio.to_thread.run_sync(readiness, limiter=readiness_threads)
+
+    def readiness() -> Response:
         r = svc.health.check()
         doc = {**r.to_dict(), **svc.leadership.describe()}
         if svc.leadership.leading:
