@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from aisched.service.app import Service
 from aisched.service.config import load_config
+from aisched.service.scheduler_state import clock
 from aisched.spec.errors import SpecError
 from aisched.testing.fakes import FakeExecutor, fake_node
 
@@ -142,13 +143,17 @@ def test_a_crash_looping_service_waits_longer_before_each_new_replica_also_after
             f"replica {held} failed: task main-0 exited with code 1; no retries left (0) "
             "(3 replicas failed in a row)"
         )
-        assert job["reason"].startswith(f"{failure}: not started before ")
+        # The same words wherever the wait is shown: the replica held, the service's status,
+        # its scaling and replica-failed events.
+        waiting = f"{failure}: a new replica starts not before {clock(third['finished_at'] + 4)}"
+        assert job["reason"] == waiting
         st = until("the status", lambda: (s := service_of(client, sid))["reason"] and s)
-        assert f"; {failure}: a new replica starts not before " in st["reason"]
+        assert st["reason"].endswith(f"; {waiting}")
         events = client.get(f"/v1/jobs/{sid}").json()["events"]
         said = [e["message"] for e in events if e["kind"] == "replica-failed"]
-        assert said[-1].startswith(f"{failure}: a new replica starts not before ")
-        assert said[-1].endswith("(a backoff of 4s)")
+        assert said[-1] == f"{waiting} (a backoff of 4s)"
+        scaling = [e["message"] for e in events if e["kind"] == "scaling"]
+        assert scaling[-1].endswith(f"; {waiting}")
     finally:
         again.close()
 

@@ -34,7 +34,7 @@ like a Deployment in a crash loop it keeps asking, at most once per `max_backoff
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
 from aisched.lifecycle.attempts import retry_wait_s
@@ -64,6 +64,12 @@ class CrashLoop:
         """The run in words, for the service's status and events."""
         row = "" if self.failed == 1 else f" ({self.failed} replicas failed in a row)"
         return f"replica {self.last_id} failed: {self.last_why}{row}"
+
+    def waiting_note(self, clock: Callable[[float], str]) -> str:
+        """The run and the wait it imposes, in the same words wherever they are shown (the
+        service's event, status and scaling, a held replica's reason); `clock` words a time
+        (the driver's: this module reads no clock and no time zone)."""
+        return f"{self.note()}: a new replica starts not before {clock(self.until)}"
 
 
 def replica_job(service: Job, name: str, port: int) -> Job:

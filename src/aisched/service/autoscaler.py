@@ -296,9 +296,7 @@ class Autoscaler:
             self.scheduler.scale(svc.id, desired, reason, ready=frozenset(r for r, _ in ready))
         run = svc.crash_loop
         if run is not None and now < run.until + CRASH_RESET_S:  # the run is not over
-            reason = f"{reason}; {run.note()}"
-            if now < run.until:
-                reason = f"{reason}: a new replica starts not before {clock(run.until)}"
+            reason = f"{reason}; {run.waiting_note(clock) if now < run.until else run.note()}"
         endpoints = tuple(where for _, where in ready)
         with self.lock:
             self.statuses[svc.id] = ServiceStatus(

@@ -400,15 +400,14 @@ class Commands(Intents):
         if run is not None and (n < len(live) or run.until <= now):
             run = None
         if run is not None:
-            reason = f"{reason}; {run.note()}: the new replicas wait until {clock(run.until)}"
+            reason = f"{reason}; {run.waiting_note(clock)}"
         batch.event(now, svc.id, "scaling", f"{len(live)} -> {n} replicas: {reason}")
         for _ in range(n - len(live)):
             name = replica_name(svc.job, str(self.next_seq))
             replica = replica_job(svc.job, name, free_port(self.config.master_addr))
             row = self._admit(replica, "native", (), now, batch)
             if run is not None:
-                why = f"{run.note()}: not started before {clock(run.until)}"
-                status = JobStatus(StatusCode.WAIT_RESOURCES, why, run.until)
+                status = JobStatus(StatusCode.WAIT_RESOURCES, run.waiting_note(clock), run.until)
                 self._hold_until(self.jobs[row["id"]], status, batch)
         going = surplus([(r.id, r.state == JobState.RUNNING) for r in live], n, ready)
         for r in (self.jobs[job_id] for job_id in going):

@@ -195,8 +195,7 @@ class Exits(Launches):
             now,
             svc.id,
             "replica-failed",
-            f"{run.note()}: a new replica starts not before {clock(run.until)} "
-            f"(a backoff of {run.until - now:g}s)",
+            f"{run.waiting_note(clock)} (a backoff of {run.until - now:g}s)",
         )
 
     def _recheck_dependents(self, batch: Batch, now: float) -> None:

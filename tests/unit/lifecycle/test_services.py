@@ -37,6 +37,10 @@ def test_a_crash_loops_wait_doubles_per_failed_replica_from_the_backoff_to_the_c
     assert waits == [2, 4, 8, 16, 20, 20]
     assert run == CrashLoop(6, "5", "exited with code 1", 167.0, 187.0)
     assert run.note() == "replica 5 failed: exited with code 1 (6 replicas failed in a row)"
+    assert run.waiting_note(lambda t: f"<{t:g}>") == (
+        "replica 5 failed: exited with code 1 (6 replicas failed in a row): a new replica "
+        "starts not before <187>"
+    )
 
 
 def test_a_service_without_a_backoff_still_waits_between_failed_replicas() -> None:
