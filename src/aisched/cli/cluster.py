@@ -12,6 +12,7 @@ from rich.text import Text
 
 from aisched.cli.client import Client, add_server_option
 from aisched.cli.printable import plain
+from aisched.model.resources import describe_mib
 
 
 def register(sub: Any) -> None:
@@ -65,7 +66,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
                 gt.add_row(
                     str(g["index"]),
                     plain(g["model"]),
-                    f"{g['mem_mib'] / 1024:g} GiB" if g["mem_mib"] else "-",
+                    describe_mib(g["mem_mib"]) if g["mem_mib"] else "-",
                     f"{g['free_milli'] / 1000:g}",
                     plain(users or "-"),
                 )

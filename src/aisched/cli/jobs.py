@@ -32,6 +32,7 @@ from aisched.cli.errors import EXIT_FAILURE, CLIError, NotSent
 from aisched.cli.eta import clock, eta_words, waiting_words
 from aisched.cli.options import whole
 from aisched.cli.printable import TerminalOutput, plain, printable
+from aisched.model.resources import describe_mib
 from aisched.service.defaults import MAX_LIST_LIMIT
 from aisched.spec.errors import MAX_JOB_FILE, SpecError, read_text_file
 from aisched.spec.job_common import (
@@ -562,7 +563,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if not sv:
         rows.append(("checkpoint dir", j["checkpoint_dir"]))
     for g in j["groups"]:
-        req = [f"{g['milli_cpu'] / 1000:g} CPU", f"{g['mem_mib'] / 1024:g} GiB"]
+        req = [f"{g['milli_cpu'] / 1000:g} CPU", describe_mib(g["mem_mib"])]
         if g["gpu"] or g["gpu_milli"]:
             req.insert(0, f"{g['gpu'] + g['gpu_milli'] / 1000:g} GPU")
         rows.append(

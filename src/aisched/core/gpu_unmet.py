@@ -12,6 +12,7 @@ import numpy as np
 
 from aisched.core.snapshot import ClusterArrays
 from aisched.model.job import Job
+from aisched.model.resources import describe_mib
 
 
 def unmet_gpu_asks(arrays: ClusterArrays, job: Job) -> str | None:
@@ -29,23 +30,18 @@ def unmet_gpu_asks(arrays: ClusterArrays, job: Job) -> str | None:
     if job.gpu_models:
         codes = [i for i, m in enumerate(arrays.models) if m in job.gpu_models]
         valid = valid & np.isin(arrays.model_code, codes)[:, None]
+    asks = f"it asks for {describe_mib(per_gpu)} of memory per GPU"
     if not valid.any():
-        return f"it asks for {_gib(per_gpu)} of memory per GPU, and there is no GPU here"
+        return f"{asks}, and there is no GPU here"
     most = int(arrays.gpu_mem_cap[valid].max())
     if most >= per_gpu:
         return None
     if most == 0:
-        return f"it asks for {_gib(per_gpu)} of memory per GPU, and no GPU here has a known size"
-    return (
-        f"it asks for {_gib(per_gpu)} of memory per GPU, and the largest GPU here has {_gib(most)}"
-    )
+        return f"{asks}, and no GPU here has a known size"
+    return f"{asks}, and the largest GPU here has {describe_mib(most)}"
 
 
 def _mem_per_gpu_mib(gpus: int, gpu_mem_mib: int) -> int:
     """GPU memory one device must hold: a share's whole ask, or a whole-GPU ask spread over
     its devices (as placement divides it)."""
     return -(-gpu_mem_mib // gpus) if gpus else gpu_mem_mib
-
-
-def _gib(mib: int) -> str:
-    return f"{mib / 1024:g} GiB"

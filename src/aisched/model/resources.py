@@ -10,6 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 GPU_MILLI_WHOLE = 1000
+_LARGER_UNITS = ((1024**3, "PiB"), (1024**2, "TiB"))  # in MiB, largest first
+
+
+def describe_mib(mib: int) -> str:
+    """A size in MiB for people: in GiB (`80 GiB`, `0.5 GiB`), or in TiB or PiB once that
+    large, so a number is never written with an exponent (`1 PiB`, not `1.04858e+06 GiB`)."""
+    for size, unit in _LARGER_UNITS:
+        if mib >= size:
+            return f"{mib / size:g} {unit}"
+    return f"{mib / 1024:g} GiB"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,11 +92,11 @@ class Resources:
         if self.gpu_milli:
             parts.append(f"{self.gpu_milli / 1000:g} of a GPU")
         if self.gpu_mem_mib:
-            parts.append(f"{self.gpu_mem_mib / 1024:g} GiB GPU memory")
+            parts.append(f"{describe_mib(self.gpu_mem_mib)} GPU memory")
         if self.milli_cpu:
             parts.append(f"{self.milli_cpu / 1000:g} CPU")
         if self.mem_mib:
-            parts.append(f"{self.mem_mib / 1024:g} GiB memory")
+            parts.append(f"{describe_mib(self.mem_mib)} memory")
         if self.rdma:
             parts.append(f"{self.rdma} RDMA")
         parts.extend(f"{v} {k}" for k, v in self.extended)

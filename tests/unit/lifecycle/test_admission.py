@@ -68,6 +68,13 @@ def test_a_refusal_names_gpu_memory_per_gpu_that_no_gpu_reaches() -> None:
     assert one is not None and one.endswith(
         "; it asks for 100 GiB of memory per GPU, and the largest GPU here has 80 GiB"
     )
+    # The most a job file may ask for (`gpu_mem: 1P`), in a unit that needs no exponent.
+    huge = job("p").task(1, gpu=1, gpu_mem_gib=1024**2).build()
+    assert refusal(gpu_nodes("A100", 80), POLICY, huge) == (
+        "can never fit this cluster: room for 0 of 1 'g0' tasks (1 GPU, 1 PiB GPU memory, 1 CPU, "
+        "1 GiB memory each); it asks for 1 PiB of memory per GPU, and the largest GPU here has "
+        "80 GiB"
+    )
     share = job("h").task(1, gpu_milli=500, gpu_mem_gib=10).build()
     unknown = refusal(gpu_nodes("declared", 0), POLICY, share)
     assert unknown is not None and unknown.endswith(

@@ -6,7 +6,7 @@ import pytest
 
 from aisched.model.job import Job, TaskGroup
 from aisched.model.queue import Queue, QueueTree
-from aisched.model.resources import Resources
+from aisched.model.resources import Resources, describe_mib
 from aisched.model.states import (
     ALLOWED_TRANSITIONS,
     InvalidTransition,
@@ -62,6 +62,24 @@ def test_resource_arithmetic() -> None:
     assert Resources(gpu=2, gpu_milli=500).gpu_equivalent_milli == 2500
     wide = Resources(gpu=8, milli_cpu=24000, mem_mib=98304)
     assert wide.describe() == "8 GPU, 24 CPU, 96 GiB memory"
+
+
+def test_sizes_are_described_without_an_exponent() -> None:
+    # 1 PiB of GPU memory read `1.04858e+06 GiB`.
+    gib, tib, pib = 1024, 1024**2, 1024**3
+    sizes = [512, 80 * gib, 1023 * gib, tib, 1536 * gib, pib, 2 * pib, 1024 * pib]
+    assert [describe_mib(n) for n in sizes] == [
+        "0.5 GiB",
+        "80 GiB",
+        "1023 GiB",
+        "1 TiB",
+        "1.5 TiB",
+        "1 PiB",
+        "2 PiB",
+        "1024 PiB",
+    ]
+    big = Resources(gpu=1, gpu_mem_mib=pib, milli_cpu=1000, mem_mib=2 * tib)
+    assert big.describe() == "1 GPU, 1 PiB GPU memory, 1 CPU, 2 TiB memory"
 
 
 def test_job_validation_names_the_job() -> None:
