@@ -191,9 +191,21 @@ def _name(v: str) -> str:
     return v
 
 
-def _gpu_model(v: str) -> str:
+def gpu_model(v: Any) -> str:
+    """A GPU model's name, as a job asks for it and a node declares it."""
+    if not isinstance(v, str):  # `[1]`: "Input should be a valid string" did not say what
+        raise ValueError(f"expected a GPU model name such as A100 or H100-80GB, got {describe(v)}")
     if len(v) > 128 or not _NAME_RE.fullmatch(v):
         raise ValueError(f"{v!r} is not a GPU model name such as A100 or H100-80GB")
+    return v
+
+
+def _gpu_milli(v: int) -> int:
+    if not 1 <= v <= 999:  # not pydantic's "Input should be greater than or equal to 1"
+        raise ValueError(
+            f"{v} is not a share of one GPU: give thousandths from 1 to 999 (250 is a quarter); "
+            "ask for whole GPUs with gpus"
+        )
     return v
 
 
@@ -314,7 +326,7 @@ def _gpu_count_check(v: Any, out: int) -> None:
 
 
 Name = Annotated[StrictStr, AfterValidator(_name)]
-GpuModel = Annotated[StrictStr, AfterValidator(_gpu_model)]
+GpuModel = Annotated[str, BeforeValidator(gpu_model)]
 EnvName = Annotated[StrictStr, AfterValidator(_env_name)]
 Text = Annotated[str, BeforeValidator(_text)]
 Command = Annotated[
@@ -331,7 +343,7 @@ MilliCpu = Annotated[
 MemMib = Annotated[int, BeforeValidator(_unit(to_mem_mib, _positive_limited(MAX_MEM_MIB, "1P")))]
 Gpus = Annotated[tuple[int, int], BeforeValidator(_unit(to_gpus, _gpus_check))]
 # A share of one GPU in thousandths; whole GPUs are asked for with `gpus`.
-GpuMilli = Annotated[StrictInt, Field(ge=1, le=999)]
+GpuMilli = Annotated[StrictInt, AfterValidator(_gpu_milli)]
 # A span of time the job runs or waits (time limit, estimate, checkpoint interval): above 0.
 Span = Annotated[
     float, BeforeValidator(_unit(to_duration_s, _duration_check(MAX_DURATION_S, "366d", False)))

@@ -347,12 +347,23 @@ NATIVE_INVALID = [
     Invalid("gpus and gpu_milli together", _res(gpus=1, gpu_milli=500),
             ["j.yaml: resources.gpu_milli: give gpus or gpu_milli, not both"]),
     Invalid("gpu_milli of a whole GPU", _res(gpu_milli=1000),
-            ["j.yaml: resources.gpu_milli: Input should be less than or equal to 999"]),
+            ["j.yaml: resources.gpu_milli: 1000 is not a share of one GPU: give thousandths "
+             "from 1 to 999 (250 is a quarter); ask for whole GPUs with gpus"]),
+    Invalid("gpu_milli of nothing", _res(gpu_milli=0),
+            ["j.yaml: resources.gpu_milli: 0 is not a share of one GPU: give thousandths from 1 "
+             "to 999 (250 is a quarter); ask for whole GPUs with gpus"]),
     Invalid("gpu_milli as a fraction", _res(gpu_milli=0.5),
             ["j.yaml: resources.gpu_milli: expected an integer, got 0.5 (a number)"]),
     Invalid("gpu_models as a bare string", {**CMD, "gpu_models": "T4"},
             ["j.yaml: gpu_models: expected a list of GPU models (e.g. [A100, H100]) or a "
              "mapping {required: [...], preferred: [...]}"]),
+    Invalid("a GPU model that is not a name", {**CMD, "gpu_models": [1]},
+            ["j.yaml: gpu_models.required.0: expected a GPU model name such as A100 or "
+             "H100-80GB, got 1 (an integer)"]),
+    Invalid("a preferred GPU model that is not a name",
+            {**CMD, "gpu_models": {"required": ["T4"], "preferred": [True]}},
+            ["j.yaml: gpu_models.preferred.0: expected a GPU model name such as A100 or "
+             "H100-80GB, got true (a boolean)"]),
     Invalid("a preferred model outside the required ones",
             {**CMD, "gpu_models": {"required": ["T4"], "preferred": ["A100"]}},
             ["j.yaml: gpu_models.preferred.0: 'A100' is not among the required models (T4): "
