@@ -142,7 +142,8 @@ def discover_node(
     own cgroup's limit when lower), GPUs = NVML's. Declared values override: fewer CPUs or
     less memory than present is fine, more is allowed with a note; `gpus` declares that many
     GPUs where NVML finds none, or keeps the first N of those it finds (more is an error).
-    `gpu_model` / `gpu_mem_mib` name and size declared GPUs, or relabel real ones.
+    `gpu_model` / `gpu_mem_mib` name and size declared GPUs, or relabel real ones; with no GPU
+    to describe (`gpus=0`, or none found and none declared) they are an error, not ignored.
     """
     _check("gpus", gpus, minimum=0, whole=True)
     _check("gpu_mem_mib", gpu_mem_mib, minimum=0, whole=True)
@@ -210,6 +211,8 @@ def discover_node(
         notes.append(f"gpus: {gpus} declared ({model}), none detected: not checked")
     else:
         node_gpus = []
+    if not node_gpus and (gpu_model is not None or gpu_mem_mib is not None):
+        _refuse_without_gpus(gpus, gpu_model, gpu_mem_mib)
     node = Node(
         name=name or socket.gethostname(),
         milli_cpu=milli_cpu,
@@ -217,6 +220,20 @@ def discover_node(
         gpus=tuple(node_gpus),
     )
     return node, notes
+
+
+def _refuse_without_gpus(gpus: int | None, gpu_model: str | None, gpu_mem_mib: int | None) -> None:
+    """A GPU model or size declared for a node left without GPUs: a mistake (a forgotten
+    `gpus`, GPUs NVML no longer finds), which ignored would start a service whose GPU jobs
+    never fit."""
+    keys = " and ".join(
+        k for k, v in (("gpu_model", gpu_model), ("gpu_mem", gpu_mem_mib)) if v is not None
+    )
+    why = "gpus is 0" if gpus == 0 else "NVML finds no GPU on this machine and gpus declares none"
+    raise DiscoveryError(
+        f"{keys}: describe{'s' if ' and ' not in keys else ''} the node's GPUs, but it has none "
+        f"({why}): declare them (gpus: N), or leave {keys} out"
+    )
 
 
 _nvml_lock = threading.Lock()

@@ -20,6 +20,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -40,7 +41,7 @@ from aisched.spec.errors import (
     validation_problems,
 )
 from aisched.spec.job import DEFAULT_PRIORITY_CLASSES, JobDefaults
-from aisched.spec.job_common import Priority
+from aisched.spec.job_common import GpuModel, Priority
 from aisched.spec.policy import load_policy
 from aisched.spec.units import UnitError, parse_bytes, parse_mem_mib, to_duration_s, to_mem_mib
 
@@ -151,7 +152,9 @@ class NodeModel(_Model):
 
     name: Name | None = None
     gpus: Annotated[Int, Field(ge=0, le=1024)] | None = None
-    gpu_model: Name | None = None
+    # Both describe the GPUs, so they come after `gpus`, which their checks read; with no GPUs
+    # (`gpus: 0`, or none found: `discovery`) they are refused, not ignored.
+    gpu_model: GpuModel | None = None  # checked as a job's gpu_models are
     gpu_mem: Any = None  # sizes, as AmountModel.mem
     cpus: Annotated[Float, Field(ge=0.001, le=100_000)] | None = None
     mem: Any = None
@@ -166,11 +169,20 @@ class NodeModel(_Model):
                 raise ValueError(f"[{i}]: {path!r} is not an absolute path")
         return v
 
+    @field_validator("gpu_model")
+    @classmethod
+    def _gpu_model(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is not None:
+            _some_gpus(info, "names the model of the node's GPUs")
+        return v
+
     @field_validator("gpu_mem")
     @classmethod
-    def _gpu_mem(cls, v: Any) -> Any:
+    def _gpu_mem(cls, v: Any, info: ValidationInfo) -> Any:
         if v is not None:
-            to_mem_mib(v)
+            if to_mem_mib(v) == 0:  # as a job's gpu_mem: a GPU without memory holds no task
+                raise ValueError("must be more than 0")
+            _some_gpus(info, "gives the memory of each of the node's GPUs")
         return v
 
     @field_validator("mem")
@@ -180,6 +192,12 @@ class NodeModel(_Model):
         if v is not None and to_mem_mib(v) < 1:
             raise ValueError(f"{v!r} is below 1M")
         return v
+
+
+def _some_gpus(info: ValidationInfo, what: str) -> None:
+    """Refuse a key that describes the node's GPUs when `gpus: 0` gives it none."""
+    if info.data.get("gpus") == 0:
+        raise ValueError(f"{what}, but gpus is 0 (none): leave it out, or declare the GPUs")
 
 
 class DefaultsModel(_Model):

@@ -148,6 +148,25 @@ def test_declared_gpus_keep_the_first_real_ones(nvml: Callable) -> None:
     assert discover_node(gpus=0)[0].gpus == ()
 
 
+def test_a_gpu_model_or_size_for_a_node_without_gpus_is_an_error(nvml: Callable) -> None:
+    # Ignored, the service started with no GPU, and every GPU job waited for ever.
+    nvml(FakeNvml([], fail="nvmlInit"))
+    with pytest.raises(DiscoveryError) as err:
+        discover_node(gpu_model="A100")
+    assert str(err.value) == (
+        "gpu_model: describes the node's GPUs, but it has none (NVML finds no GPU on this "
+        "machine and gpus declares none): declare them (gpus: N), or leave gpu_model out"
+    )
+    nvml(FakeNvml([H100] * 2))
+    with pytest.raises(DiscoveryError) as err:
+        discover_node(gpus=0, gpu_model="A100", gpu_mem_mib=81_920)
+    assert str(err.value) == (
+        "gpu_model and gpu_mem: describe the node's GPUs, but it has none (gpus is 0): declare "
+        "them (gpus: N), or leave gpu_model and gpu_mem out"
+    )
+    assert discover_node(gpus=0)[0].gpus == ()  # no GPU, none described: as before
+
+
 def test_declaring_more_gpus_than_present_is_an_error(nvml: Callable) -> None:
     nvml(FakeNvml([H100]))
     with pytest.raises(DiscoveryError) as err:
