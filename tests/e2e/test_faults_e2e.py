@@ -147,6 +147,9 @@ def test_a_full_disk_refuses_submissions_then_recovers_with_every_job(
         refused = svc.cli("run", "--", "true", check=False)
         assert refused.returncode == 1
         assert refused.stderr.startswith("error: the service is not accepting new jobs: disk ")
+        # Nothing of it was kept: no Idempotency-Key to fetch it with later is offered.
+        assert r.headers["aisched-kept"] == "nothing"
+        assert "Idempotency-Key" not in refused.stderr, refused.stderr
         time.sleep(4)  # the sleep ends while the disk is full
         fill.unlink()
         wait_for("readiness again", lambda: readyz(svc)[0] == 200, 60)

@@ -430,7 +430,11 @@ def _refused(r: httpx.Response, server: str) -> CLIError:
             "AISCHED_SERVER choose another)",
             EXIT_FAILURE,
         )
-    return CLIError(_problem_text(body, r.status_code), EXIT_FAILURE if r.status_code >= 500 else 2)
+    return CLIError(
+        _problem_text(body, r.status_code),
+        EXIT_FAILURE if r.status_code >= 500 else 2,
+        kept_nothing=r.headers.get("aisched-kept") == "nothing",
+    )
 
 
 def _problem_text(body: Any, status: int) -> str:

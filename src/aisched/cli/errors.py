@@ -23,9 +23,11 @@ class CLIError(Exception):
     `status` is the exit status: 2 for input the user can fix, 1 for a run that failed.
     """
 
-    def __init__(self, message: str, status: int = EXIT_USAGE) -> None:
+    def __init__(self, message: str, status: int = EXIT_USAGE, kept_nothing: bool = False) -> None:
         super().__init__(message)
         self.status = status
+        # The service said it kept nothing of the request (its header `aisched-kept`).
+        self.kept_nothing = kept_nothing
 
 
 class NotSent(CLIError):

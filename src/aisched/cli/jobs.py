@@ -332,8 +332,8 @@ def _send_submission(
             **kwargs,
         )
     except CLIError as e:
-        if e.status != EXIT_FAILURE or isinstance(e, NotSent):
-            raise  # refused for what it is (the same key would be), or never sent
+        if e.status != EXIT_FAILURE or isinstance(e, NotSent) or e.kept_nothing:
+            raise  # refused for what it is (the same key would be), never sent, or not kept
         raise CLIError(
             f"{e}\nits Idempotency-Key is {key}: send it again with --idempotency-key {key} "
             "to get the job it made, if the service kept it, rather than a second one",

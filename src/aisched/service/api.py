@@ -95,6 +95,7 @@ def create_app(svc: Service) -> FastAPI:
             503,
             "the scheduler stopped before it stored this request (the service is stopping); "
             "nothing of it was kept: send it again",
+            kept_nothing=True,
         )
 
     @app.exception_handler(SQLAlchemyError)

@@ -29,9 +29,18 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 LIVE_STATES = (JobState.PENDING.value, JobState.RUNNING.value)
 
 
-def problem(status: int, error: str, problems: list[str] | None = None) -> JSONResponse:
+# On a 5xx answer to a change that the service kept nothing of (it refused it at once, or its
+# loop ended first): the CLI then does not offer the Idempotency-Key to fetch it later.
+KEPT_NOTHING = {"aisched-kept": "nothing"}
+
+
+def problem(
+    status: int, error: str, problems: list[str] | None = None, kept_nothing: bool = False
+) -> JSONResponse:
     return JSONResponse(
-        status_code=status, content=Problem(error=error, problems=problems or []).model_dump()
+        status_code=status,
+        content=Problem(error=error, problems=problems or []).model_dump(),
+        headers=KEPT_NOTHING if kept_nothing else None,
     )
 
 

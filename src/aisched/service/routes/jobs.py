@@ -117,7 +117,7 @@ def jobs_router(svc: Service) -> APIRouter:
             return not_leader_answer(svc)
         refused = svc.health.refusal()
         if refused is not None and (idempotency_key is None or not svc.health.alive()):
-            return problem(refused[0], refused[1])
+            return problem(refused[0], refused[1], kept_nothing=True)
         not_accepting = None if refused is None else NotAccepting(refused[1], refused[0])
         if (why := may_run_jobs(who)) is not None:
             return problem(403, "job refused", [why])
@@ -148,7 +148,7 @@ def jobs_router(svc: Service) -> APIRouter:
                 )
                 stored = [await until_stored(fut, failing, loop_alive=svc.health.alive)]
         except NotAccepting as e:
-            return problem(e.status, str(e))
+            return problem(e.status, str(e), kept_nothing=True)
         except Rejected as e:
             if e.status == 503:  # the store, not the job: one line, as for NotStoredYet
                 return problem(503, f"the submission was {e}")
