@@ -4,6 +4,7 @@ command quietly, and `aisched top` prints frame after frame where it cannot redr
 from __future__ import annotations
 
 import json
+import resource
 import subprocess
 import sys
 import threading
@@ -55,3 +56,25 @@ def test_top_into_a_pipe_prints_one_frame_after_another(service: Service) -> Non
         proc.kill()
         proc.wait(timeout=30)
         reader.join(timeout=30)
+
+
+def test_a_log_larger_than_the_clients_memory_is_written_as_it_comes(service: Service) -> None:
+    """`aisched logs` without -f read the whole answer into one string first (a 64-task gang's
+    log took the client 1.2 GB): it is written as it comes now, as with -f."""
+    job = service.run(
+        "--replicas", "4", "--", sys.executable, "-c",
+        "import sys\nline = 'y' * 1023 + '\\n'\nfor _ in range(9 * 1024): sys.stdout.write(line)",
+    )  # fmt: skip
+    assert service.wait_state(job, "succeeded", "failed")["state"] == "succeeded"
+    limit = 100 * 2**20  # the client's data segment: well under 3 copies of the 36 MiB log
+
+    def bounded() -> None:
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+
+    got = subprocess.run(
+        [sys.executable, "-m", "aisched", "logs", job],
+        capture_output=True, env=service.env(), cwd=service.work, timeout=120,
+        preexec_fn=bounded,
+    )  # fmt: skip
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert got.stdout.count(b"y" * 1023 + b"\n") == 4 * 9 * 1024

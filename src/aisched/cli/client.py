@@ -244,11 +244,7 @@ class Client:
                 time.sleep(wait)  # a read is safe to repeat; the limit was hit before any work
                 r = self._request(method, path, **kwargs)
         except httpx.TransportError as e:
-            raise CLIError(
-                f"cannot reach the aisched service at {self.url} ({e.__class__.__name__}); "
-                "is `aisched up` running? (--server or AISCHED_SERVER choose another)",
-                EXIT_FAILURE,
-            ) from None
+            raise self._unreachable(e) from None
         if r.status_code >= 400:
             raise _refused(r, self.url)
         if r.is_redirect:  # aisched redirects nothing it is asked by its own commands
@@ -259,6 +255,13 @@ class Client:
                 EXIT_FAILURE,
             )
         return r
+
+    def _unreachable(self, e: httpx.TransportError) -> CLIError:
+        return CLIError(
+            f"cannot reach the aisched service at {self.url} ({e.__class__.__name__}); "
+            "is `aisched up` running? (--server or AISCHED_SERVER choose another)",
+            EXIT_FAILURE,
+        )
 
     def send_retrying(
         self, method: str, path: str, *, tries: int, timeout_s: float, **kwargs: Any
@@ -321,7 +324,9 @@ class Client:
             except httpx.TransportError as e:
                 lost = f"lost the aisched service at {self.url} ({e.__class__.__name__})"
                 if len(self.servers) < 2:
-                    raise CLIError(lost, EXIT_FAILURE) from None
+                    raise (
+                        self._unreachable(e) if not given else CLIError(lost, EXIT_FAILURE)
+                    ) from None
                 if lost_at is None:
                     lost_at = time.monotonic()
                     print(f"aisched: {lost}; going on with another instance", file=sys.stderr)

@@ -17,7 +17,6 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -618,10 +617,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
     shown = None if args.raw or not sys.stdout.isatty() else TerminalOutput()
     if args.follow:
         params["follow"] = "true"
-        chunks: Iterable[str] = client.stream(f"/v1/jobs/{args.id}/logs", params)
-    else:
-        chunks = [client.text(f"/v1/jobs/{args.id}/logs", params)]
-    for chunk in chunks:
+    # Streamed either way: a gang's log can be gigabytes, which one string held several times.
+    for chunk in client.stream(f"/v1/jobs/{args.id}/logs", params):
         sys.stdout.write(chunk if shown is None else shown.feed(chunk))
         sys.stdout.flush()
     if shown is not None:
