@@ -569,6 +569,41 @@ def test_a_restart_without_what_a_running_task_holds_is_one_line(tmp_path: Path)
         assert [svc.job(job)["state"] for job in jobs] == ["running", "running"]
 
 
+def test_a_start_on_a_full_disk_unwatched_is_one_line(tmp_path: Path, tmpfs: Path) -> None:
+    """With `disk_min_free: 0` (not watched) the start's check of free space passes, and the
+    first write on the full disk was a traceback: the lock file's pid (its failed write failed
+    again as the file closed), or the lease's first write."""
+    config = tmp_path / "config.yaml"
+    config.write_text("limits: {disk_min_free: 0, disk_min_free_inodes: 0}\n")
+    args = ["--gpus", "1", "--config", str(config)]
+    (tmp_path / "work").mkdir()
+    (tmpfs / "old").mkdir()
+    old = Service(tmpfs / "old", free_port(), tmp_path / "work", args)
+    old.start()  # a data directory used before: its files are there
+    old.stop()
+    # Its write-ahead log too, not yet copied into the database (as after a kill -9): the
+    # lease's write must add to it.
+    kept = sqlite3.connect(old.home / "state.db")
+    kept.execute("PRAGMA wal_autocheckpoint=0")
+    kept.execute("INSERT INTO meta VALUES ('filler', ?)", ("x" * 8192,))
+    kept.commit()
+    fill = subprocess.Popen([sys.executable, "-c", FILL, str(tmpfs / "fill")])
+    try:
+        wait_for("the disk to be full", lambda: shutil.disk_usage(tmpfs).free < 4096, 60)
+        new = tmpfs / "new"
+        assert one_line(up(new, None, "--socket", "", *args)) == (
+            f"error: the data directory {new} has no space left; free some space"
+        )
+        assert one_line(up(old.home, None, "--socket", "", *args)) == (
+            f"error: the state database {old.home / 'state.db'} cannot be written: the disk is "
+            "full; free some space"
+        )
+    finally:
+        kept.close()
+        fill.kill()
+        fill.wait()
+
+
 def test_a_second_service_on_one_sqlite_database_is_refused(tmp_path: Path) -> None:
     """Given another --data-dir and the first one's state.db as --database, a second service
     started: it adopted the first one's task and recorded its end twice."""

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from aisched.core.policy import Policy
 from aisched.executors.base import Executor, unavailable
 from aisched.predict.runtime import RuntimePredictor
@@ -43,7 +45,7 @@ from aisched.service.leader import LeaderCollector, Leadership
 from aisched.service.loop import LoopConfig, Scheduler
 from aisched.service.metrics import Metrics
 from aisched.spec.units import parse_mem_mib
-from aisched.store.db import Store
+from aisched.store.db import Store, open_failure, shown
 
 log = logging.getLogger("aisched.service")
 
@@ -192,7 +194,10 @@ class Service:
         """Take part in the election; lead now if this instance may (always on SQLite), else
         stand by, serving reads, until the lease is free (see `service.leader`). `address` is
         this instance's API, as the others name it to clients."""
-        self.leadership.start(address or str(self.home))
+        try:
+            self.leadership.start(address or str(self.home))
+        except SQLAlchemyError as e:  # the lease's write, recovery's: a full disk, a lock
+            raise ServiceError(open_failure(shown(self.config.database_url()), e)) from None
 
     def _lead(self) -> None:
         """Elected: recover (adopting what the last leader left running), then schedule."""
@@ -313,10 +318,11 @@ def _lock_sqlite_file(url: str) -> IO[bytes] | None:
             f"(pid {holder or 'unknown'}) with another data directory: an SQLite database "
             "has one service; stop that one, or give this one another --database"
         ) from None
-    f.seek(0)
-    f.truncate()
-    f.write(str(os.getpid()).encode())
-    f.flush()
+    try:
+        _write_pid(f)
+    except OSError:
+        f.close()
+        raise
     return f
 
 
@@ -365,14 +371,18 @@ def _lock(home: Path, *, shared: bool = False) -> IO[str]:
     if shared:
         return f  # several holders: no single pid to write
     try:
-        f.seek(0)
-        f.truncate()
-        f.write(str(os.getpid()))
-        f.flush()
+        _write_pid(f)
     except OSError as e:
         f.close()
         raise datadir.not_writable(home, e) from None
     return f
+
+
+def _write_pid(f: IO[Any]) -> None:
+    """This process's pid as a lock file's whole content, unbuffered: a buffered write that
+    failed (a full disk) failed again when the file was closed, a traceback."""
+    os.ftruncate(f.fileno(), 0)
+    os.pwrite(f.fileno(), str(os.getpid()).encode(), 0)
 
 
 def _local_executor(config: ServiceConfig, home: Path) -> tuple[Executor, list[str]]:

@@ -133,6 +133,8 @@ def not_writable(home: Path, exc: OSError) -> DataDirError:
 
 
 def full(home: Path, free_bytes: int, min_free_bytes: int) -> DataDirError:
+    if not min_free_bytes:  # a write failed for lack of space, whatever the limit
+        return DataDirError(f"the data directory {home} has no space left; free some space")
     have = f"only {free_bytes >> 20} MiB free" if free_bytes else "no space left"
     return DataDirError(
         f"the data directory {home} has {have}, below the {min_free_bytes >> 20} MiB that "
