@@ -481,3 +481,20 @@ def test_a_restart_keeps_a_preemptors_wait_and_preempts_no_one_more(w: World) ->
     ]
     with w.store.read() as tx:
         assert (tx.get_job(high) or {})["waiting_for"] is None
+
+
+def test_a_job_started_short_of_its_tasks_says_how_many_ran_when_it_succeeds(w: World) -> None:
+    """min_available 1 of 8 tasks of 4 CPUs on 16 CPUs: 4 start and the other 4 never do; the
+    job's end used to say `all tasks exited with code 0`."""
+    jid = w.submit(job("x").task(8, cpu=4).min_available(1).build())
+    keys = w.fx.keys(jid)
+    assert len(keys) == 4
+    for key in keys:
+        w.fx.exit(key, 0)
+    w.sched.step()
+    row = w.state(jid)
+    assert (row["state"], row["message"]) == (
+        "succeeded",
+        "all 4 tasks that started (of 8) exited with code 0",
+    )
+    assert _messages(w, jid)["succeeded"] == row["message"]

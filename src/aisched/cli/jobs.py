@@ -577,9 +577,11 @@ def cmd_show(args: argparse.Namespace) -> int:
     for k, v in rows:
         con.print(Text.assemble(f"  {k:<{width}}  ", v if isinstance(v, Text) else plain(v)))
     if j["tasks"]:
-        t = Table(
-            box=None, header_style="bold", title=f"attempt {j['attempt']}", title_justify="left"
-        )
+        title = f"attempt {j['attempt']}"
+        declared = sum(g["replicas"] for g in j["groups"])
+        if len(j["tasks"]) < declared:  # started short of its tasks (min_available)
+            title += f": {len(j['tasks'])} of its {declared} tasks started"
+        t = Table(box=None, header_style="bold", title=title, title_justify="left")
         for col in ("TASK", "NODE", "GPUS", "STATE", "EXIT", "LOG"):
             t.add_column(col)
         for task in j["tasks"]:

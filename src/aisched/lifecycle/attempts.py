@@ -121,12 +121,14 @@ def after_attempt(
     now: float,
     max_backoff_s: float,
     keep: tuple[TaskBinding, ...] | None = None,
+    started: int | None = None,
 ) -> AttemptEnd:
     """What `job` becomes now that every task of its attempt has ended.
 
     `stop` is why the attempt was stopped (None: its tasks all exited with code 0); `message`
     says it in words; `failures` and `preemptions` are the job's counts before this attempt
-    ended; `keep` the tasks a shrink keeps, when known.
+    ended; `keep` the tasks a shrink keeps, when known; `started` how many tasks the attempt
+    started (None: all of them), so that its end says so when some of the job's never ran.
     """
     if stop == Stop.CANCEL:
         return AttemptEnd(Finish(JobState.CANCELLED, "cancelled"), failures, preemptions)
@@ -159,10 +161,20 @@ def after_attempt(
         return AttemptEnd(Finish(JobState.FAILED, why), failures, preemptions)
     if job.restart_policy == RestartPolicy.ALWAYS:
         wait = float(min(job.backoff_s, max_backoff_s))
-        text = f"all tasks exited; restart policy is always: restarting in {wait:g}s"
+        text = (
+            f"{_all_tasks(job, started)} exited; restart policy is always: restarting in {wait:g}s"
+        )
         return AttemptEnd(Requeue("restarting", text, now + wait, wait), failures, preemptions)
-    done = Finish(JobState.SUCCEEDED, "all tasks exited with code 0")
+    done = Finish(JobState.SUCCEEDED, f"{_all_tasks(job, started)} exited with code 0")
     return AttemptEnd(done, failures, preemptions, succeeded=True)
+
+
+def _all_tasks(job: Job, started: int | None) -> str:
+    """`all tasks`, or how many of how many when the attempt started fewer than the job has
+    (a gang minimum below its task count, not elastic: the others never run)."""
+    if started is None or started >= job.num_tasks:
+        return "all tasks"
+    return f"all {started} tasks that started (of {job.num_tasks})"
 
 
 def time_limit_at(job: Job, attempt_started_at: float | None) -> float:

@@ -83,6 +83,7 @@ class Exits(Launches):
             now=now,
             max_backoff_s=self.config.max_backoff_s,
             keep=lj.shrink_to if reason == Stop.SHRINK else None,
+            started=len(lj.tasks),
         )
         lj.shrink_to = None
         if end.failures != lj.failures:

@@ -553,6 +553,7 @@ class _Engine(NodePools):
         message: str,
         now: float,
         keep: tuple[TaskBinding, ...] | None = None,
+        started: int | None = None,
     ) -> AttemptEnd:
         """The lifecycle's word on what `st` becomes after its attempt; counters applied."""
         end = after_attempt(
@@ -564,6 +565,7 @@ class _Engine(NodePools):
             now=now,
             max_backoff_s=self.config.max_backoff_s,
             keep=keep,
+            started=started,
         )
         st.failures, st.preemptions = end.failures, end.preemptions
         return end
@@ -572,8 +574,9 @@ class _Engine(NodePools):
         if st.job.id in self.stopping:
             self._stopped(st, now)
             return
+        started = len(st.tasks)
         self._release(st, now)
-        end = self._end(st, None, "", now)
+        end = self._end(st, None, "", now, started=started)
         st.saved_s = st.duration_s
         self.estimator.observe(st.tj, st.duration_s, now)
         if isinstance(end.next, Finish):

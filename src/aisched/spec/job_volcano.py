@@ -363,6 +363,20 @@ def _min_available(spec: JobSpec, num_tasks: int, p: Problems, w: Problems) -> i
                 f"aisched keeps one minimum for the whole job ({want} of {num_tasks} tasks), "
                 "not one per task",
             )
+    if want < num_tasks:
+        # Volcano starts the pods past the gang minimum later, as room appears; aisched's
+        # minimum is how few a job may start with, and it never adds tasks to a non-elastic
+        # job, so a job that needs every task to run must not set one.
+        given = bool(spec.min_available)
+        summed = "" if given else "the tasks' minAvailable add up to "
+        w.add(
+            "spec.minAvailable" if given else "spec.tasks",
+            f"{summed}{want} of the job's "
+            f"{num_tasks} tasks: aisched starts as many of the {num_tasks} tasks as fit at "
+            f"once (at least {want}) and never starts the others later, as Volcano does; a "
+            "job whose every task must run should leave minAvailable out"
+            + (f" (or set it to {num_tasks})" if given else ""),
+        )
     return None if want >= num_tasks else want
 
 

@@ -42,3 +42,25 @@ def test_a_clean_exit_under_always_restarts_after_its_backoff_and_counts_no_fail
     assert end == AttemptEnd(Requeue("restarting", text, 110.0, 10.0), 2, 1)
     capped = after_attempt(j, None, "", failures=0, preemptions=0, now=0.0, max_backoff_s=4)
     assert isinstance(capped.next, Requeue) and capped.next.not_before == 4.0
+
+
+def test_a_success_says_how_many_tasks_ran_when_the_attempt_started_fewer_than_the_job_has() -> (
+    None
+):
+    """A gang minimum below the task count started 4 of 8 tasks; all 4 exited 0 and the job
+    was reported `all tasks exited with code 0`, not a word about the 4 that never ran."""
+    j = job("j").task(8, cpu=4).min_available(1).build()
+    short = after_attempt(j, None, "", failures=0, preemptions=0, now=0.0, max_backoff_s=60,
+                          started=4)  # fmt: skip
+    text = "all 4 tasks that started (of 8) exited with code 0"
+    assert short == AttemptEnd(Finish(JobState.SUCCEEDED, text), 0, 0, succeeded=True)
+    whole = after_attempt(j, None, "", failures=0, preemptions=0, now=0.0, max_backoff_s=60,
+                          started=8)  # fmt: skip
+    assert whole.next == Finish(JobState.SUCCEEDED, "all tasks exited with code 0")
+    always = replace(j, restart_policy=RestartPolicy.ALWAYS, backoff_s=10.0)
+    again = after_attempt(always, None, "", failures=0, preemptions=0, now=0.0,
+                          max_backoff_s=60, started=4)  # fmt: skip
+    assert isinstance(again.next, Requeue)
+    assert again.next.message == (
+        "all 4 tasks that started (of 8) exited; restart policy is always: restarting in 10s"
+    )

@@ -611,6 +611,11 @@ VOLCANO_VALID = [
             estimate_s=5400.0,
             grace_period_s=45.0,  # the largest grace period
         ),
+        (
+            "v.yaml: spec.minAvailable: 1 of the job's 2 tasks: aisched starts as many of the 2 "
+            "tasks as fit at once (at least 1) and never starts the others later, as Volcano "
+            "does; a job whose every task must run should leave minAvailable out (or set it to 2)",
+        ),
     ),
     Valid(
         "minAvailable 0 means all tasks",
@@ -627,6 +632,10 @@ VOLCANO_VALID = [
         (
             "v.yaml: spec.tasks.1.minAvailable: aisched keeps one minimum for the whole job "
             "(3 of 5 tasks), not one per task",
+            "v.yaml: spec.tasks: the tasks' minAvailable add up to 3 of the job's 5 tasks: "
+            "aisched starts as many of the 5 tasks as fit at once (at least 3) and never starts "
+            "the others later, as Volcano does; a job whose every task must run should leave "
+            "minAvailable out",
         ),
     ),
     Valid(
@@ -1028,7 +1037,6 @@ EXAMPLE_JOBS = {
             ),
             name="preprocess-shards",
             queue="batch",
-            min_available=1,
             restart_policy=RestartPolicy.NEVER,
             max_retries=0,
             time_limit_s=3600.0,

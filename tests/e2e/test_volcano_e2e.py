@@ -1,0 +1,56 @@
+"""End to end: Volcano Job files submitted to the real service by the real CLI, run as real
+tasks, and what the user is told about them."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+from harness import Service
+
+PY = sys.executable
+
+
+def submit(service: Service, name: str, text: str) -> tuple[str, str]:
+    """Submit the file; its job's id, and what the CLI wrote to stderr (the warnings)."""
+    (service.work / name).write_text(textwrap.dedent(text))
+    proc = service.cli("submit", name)
+    return proc.stdout.split()[0], " ".join(proc.stderr.split())  # as one line, unwrapped
+
+
+def test_a_job_started_short_of_its_tasks_is_warned_about_and_says_how_many_ran(
+    service: Service,
+) -> None:
+    """minAvailable 1 of 4 tasks of 2 CPUs on 4 CPUs: 2 start, the other 2 never do. The file
+    was accepted without a word and the job reported `all tasks exited with code 0`."""
+    jid, err = submit(
+        service,
+        "short.yaml",
+        f"""
+        apiVersion: batch.volcano.sh/v1alpha1
+        kind: Job
+        metadata: {{name: short}}
+        spec:
+          minAvailable: 1
+          tasks:
+            - replicas: 4
+              template:
+                spec:
+                  restartPolicy: Never
+                  containers:
+                    - command: [{PY}, -c, "pass"]
+                      resources: {{requests: {{cpu: 2}}}}
+        """,
+    )
+    assert (
+        "spec.minAvailable: 1 of the job's 4 tasks: aisched starts as many of the 4 tasks as "
+        "fit at once (at least 1) and never starts the others later, as Volcano does"
+    ) in err
+    done = service.wait_state(jid, "succeeded", "failed")
+    assert (done["state"], done["message"]) == (
+        "succeeded",
+        "all 2 tasks that started (of 4) exited with code 0",
+    )
+    shown = " ".join(service.cli("show", jid).stdout.split())
+    assert "attempt 1: 2 of its 4 tasks started" in shown
+    assert "result all 2 tasks that started (of 4) exited with code 0" in shown
