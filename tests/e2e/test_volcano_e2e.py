@@ -54,3 +54,45 @@ def test_a_job_started_short_of_its_tasks_is_warned_about_and_says_how_many_ran(
     shown = " ".join(service.cli("show", jid).stdout.split())
     assert "attempt 1: 2 of its 4 tasks started" in shown
     assert "result all 2 tasks that started (of 4) exited with code 0" in shown
+
+
+def test_dollar_names_in_command_args_and_env_are_expanded_as_kubernetes_does(
+    service: Service,
+) -> None:
+    """`--rank=$(VC_TASK_INDEX)` reached the task as written, and in `sh -c 'echo
+    $(VC_TASK_INDEX)'` the shell ran VC_TASK_INDEX as a command."""
+    jid, _ = submit(
+        service,
+        "expand.yaml",
+        f"""
+        apiVersion: batch.volcano.sh/v1alpha1
+        kind: Job
+        metadata: {{name: expand}}
+        spec:
+          tasks:
+            - replicas: 2
+              template:
+                spec:
+                  restartPolicy: Never
+                  containers:
+                    - command: [{PY}, -c, "import sys; print(*sys.argv[1:])"]
+                      args: ["--rank=$(VC_TASK_INDEX)", "--of=$(WORLD_SIZE)", "$(OUT)",
+                             "$$(VC_TASK_INDEX)", "$(UNSET)"]
+                      env:
+                        - {{name: BASE, value: /data}}
+                        - {{name: OUT, value: "$(BASE)/out"}}
+                      resources: {{requests: {{cpu: 1}}}}
+            - name: shell
+              template:
+                spec:
+                  restartPolicy: Never
+                  containers:
+                    - command: [sh, -c, "echo task $(VC_TASK_INDEX) of $(WORLD_SIZE)"]
+                      resources: {{requests: {{cpu: 1}}}}
+        """,
+    )
+    assert service.wait_state(jid, "succeeded", "failed")["state"] == "succeeded"
+    assert [service.cli("logs", jid, "--task", t).stdout for t in ("default0-0", "default0-1")] == [
+        f"--rank={i} --of=3 /data/out $(VC_TASK_INDEX) $(UNSET)\n" for i in (0, 1)
+    ]
+    assert service.cli("logs", jid, "--task", "shell-0").stdout == "task 0 of 3\n"

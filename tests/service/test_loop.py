@@ -17,6 +17,7 @@ from aisched.predict import PredictorConfig, RuntimePredictor
 from aisched.service import failpoints, launches
 from aisched.service.live import Batch
 from aisched.service.loop import Rejected
+from aisched.spec import parse_job_text
 from aisched.store.db import Store
 from aisched.testing import job
 
@@ -498,3 +499,43 @@ def test_a_job_started_short_of_its_tasks_says_how_many_ran_when_it_succeeds(w: 
         "all 4 tasks that started (of 8) exited with code 0",
     )
     assert _messages(w, jid)["succeeded"] == row["message"]
+
+
+def test_a_volcano_tasks_command_expands_dollar_names_against_its_environment(w: World) -> None:
+    """Kubernetes expands `$(NAME)` in a container's command, args and env values; a Volcano
+    file's `--rank=$(VC_TASK_INDEX)` reached the task as written. A native job's command is
+    run as written."""
+    text = """
+apiVersion: batch.volcano.sh/v1alpha1
+kind: Job
+metadata: {name: v}
+spec:
+  tasks:
+    - replicas: 2
+      template:
+        spec:
+          containers:
+            - command: [sh, -c, 'echo $(VC_TASK_INDEX) $$(VC_TASK_INDEX) $(NOPE)']
+              args: ["--rank=$(VC_TASK_INDEX)", "--of=$(WORLD_SIZE)", "--in=$(WHERE)", "$$$$"]
+              env:
+                - {name: BASE, value: /data}
+                - {name: WHERE, value: "$(BASE)/in"}
+                - {name: EARLY, value: "$(LATE)"}
+                - {name: LATE, value: x}
+"""
+    parsed = parse_job_text(text, "v.yaml")
+    jid = w.submit(parsed.job)
+    launches = sorted((t for t in w.fx.launched if t.job_id == jid), key=lambda t: t.task)
+    assert [t.command for t in launches] == [
+        ("sh", "-c", f"echo {i} $(VC_TASK_INDEX) $(NOPE)", f"--rank={i}", "--of=2",
+         "--in=/data/in", "$$")
+        for i in (0, 1)
+    ]  # fmt: skip
+    assert (launches[0].env["WHERE"], launches[0].env["EARLY"]) == ("/data/in", "$(LATE)")
+    plain = job("n").task(1, cpu=1).build()
+    written = ("echo", "$(VC_TASK_INDEX)", "$$")
+    native = w.submit(replace(plain, groups=(replace(plain.groups[0], command=written),)))
+    (launch,) = (t for t in w.fx.launched if t.job_id == native)
+    assert launch.command == written
+    w.restart()  # the stored job keeps what it came from
+    assert w.sched.jobs[jid].job.groups[0].kubernetes_pod

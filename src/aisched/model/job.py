@@ -156,7 +156,9 @@ class ContainerSpec:
 class TaskGroup:
     """`replicas` identical tasks. `command`, `env`, `workdir` and `container` say how an
     executor runs each one; the core never reads them (placement depends on `request` and
-    `replicas` only). `container` None: on the host."""
+    `replicas` only). `container` None: on the host. `kubernetes_pod`: the group comes from a
+    Kubernetes pod template (a Volcano file), so it is run as Kubernetes runs a container: its
+    command expands `$(NAME)` against the task's environment (`model.expansion`)."""
 
     name: str
     replicas: int
@@ -165,6 +167,7 @@ class TaskGroup:
     env: tuple[tuple[str, str], ...] = ()
     workdir: str | None = None
     container: ContainerSpec | None = None
+    kubernetes_pod: bool = False
 
     @property
     def total(self) -> Resources:

@@ -35,6 +35,7 @@ from aisched.executors.base import (
     master_addr_for,
 )
 from aisched.executors.runas import USER_PATH, ordinary_account
+from aisched.model.expansion import expand
 from aisched.service import failpoints
 from aisched.service.identity import service_user
 from aisched.service.live import Batch, LiveJob, Requests, TaskPhase
@@ -104,13 +105,16 @@ class Launches(SchedulerState):
                     master_port=port,
                 )
             )
+            command = group.command
+            if group.kubernetes_pod:  # `$(NAME)` against the task's whole environment
+                command = tuple(expand(word, env) for word in command)
             out.append(
                 TaskLaunch(
                     job_id=lj.id,
                     attempt=lj.attempt,
                     task=t.name,
                     node=t.binding.node,
-                    command=group.command,
+                    command=command,
                     env=env,
                     workdir=group.workdir,
                     milli_cpu=t.binding.milli_cpu,

@@ -45,6 +45,7 @@ from pydantic import (
     ValidationError,
 )
 
+from aisched.model.expansion import expand_env
 from aisched.model.job import (
     ContainerSpec,
     Job,
@@ -248,9 +249,10 @@ def _group(t: TaskSpec, i: int, p: Problems, w: Problems) -> TaskGroup:
         replicas=t.replicas,
         request=request,
         command=command,
-        env=tuple((e.name, e.value) for e in c.env),
+        env=expand_env(tuple((e.name, e.value) for e in c.env)),
         workdir=c.working_dir,
         container=container,
+        kubernetes_pod=True,
     )
 
 

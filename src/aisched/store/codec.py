@@ -108,6 +108,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
                 "env": [[k, v] for k, v in g.env],
                 "workdir": g.workdir,
                 **({} if g.container is None else {"container": _container_to_dict(g.container)}),
+                **({"kubernetes_pod": True} if g.kubernetes_pod else {}),
             }
             for g in job.groups
         ],
@@ -167,6 +168,8 @@ def job_from_dict(d: dict[str, Any]) -> Job:
                     container=None
                     if g.get("container") is None
                     else _container_from_dict(g["container"]),
+                    # Rows written before Kubernetes' expansion was honoured have no key.
+                    kubernetes_pod=bool(g.get("kubernetes_pod", False)),
                 )
                 for g in d["groups"]
             ),

@@ -8,7 +8,7 @@ import contextlib
 import copy
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,7 @@ def group(
     env: tuple[tuple[str, str], ...] = (),
     workdir: str | None = None,
     container: ContainerSpec | None = None,
+    kubernetes_pod: bool = False,
 ) -> TaskGroup:
     return TaskGroup(
         name=name,
@@ -71,6 +72,7 @@ def group(
         env=env,
         workdir=workdir,
         container=container,
+        kubernetes_pod=kubernetes_pod,
     )
 
 
@@ -543,8 +545,10 @@ BUSYBOX = ContainerSpec("busybox")
 
 
 def vjob(*groups: TaskGroup, **over: Any) -> Job:
+    """A job of a Volcano file: its groups come from pod templates."""
     over.setdefault("name", "vj")
-    return Job(id="", groups=groups or (group("w"),), **over)
+    pods = tuple(replace(g, kubernetes_pod=True) for g in groups or (group("w"),))
+    return Job(id="", groups=pods, **over)
 
 
 VOLCANO_VALID = [
@@ -993,6 +997,7 @@ EXAMPLE_JOBS = {
                     env=(("NCCL_DEBUG", "INFO"),),
                     workdir="/opt/mnist",
                     container=PYTORCH,
+                    kubernetes_pod=True,
                 ),
                 group(
                     "worker",
@@ -1004,6 +1009,7 @@ EXAMPLE_JOBS = {
                     env=(("NCCL_DEBUG", "INFO"),),
                     workdir="/opt/mnist",
                     container=PYTORCH,
+                    kubernetes_pod=True,
                 ),
             ),
             name="pytorch-mnist",
@@ -1033,6 +1039,7 @@ EXAMPLE_JOBS = {
                     cpu=2000,
                     mem=4 * GIB,
                     container=ContainerSpec("python:3.11-slim"),
+                    kubernetes_pod=True,
                 ),
             ),
             name="preprocess-shards",

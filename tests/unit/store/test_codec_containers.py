@@ -28,3 +28,14 @@ def test_a_container_job_round_trips_and_a_host_job_stores_no_container_key() ->
         ["command", "container", "env", "name", "replicas", "request", "workdir"],
         ["command", "env", "name", "replicas", "request", "workdir"],
     ]
+
+
+def test_a_pod_templates_group_round_trips_and_a_row_stored_before_it_was_kept_still_loads() -> (
+    None
+):
+    job = Job("1", (TaskGroup("w", 1, Resources(milli_cpu=1000), ("echo",), kubernetes_pod=True),))
+    stored = job_to_dict(job)
+    assert stored["groups"][0]["kubernetes_pod"] is True
+    assert job_from_dict(stored) == job
+    del stored["groups"][0]["kubernetes_pod"]  # as rows written before it existed
+    assert job_from_dict(stored).groups[0].kubernetes_pod is False
