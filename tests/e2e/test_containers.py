@@ -763,3 +763,60 @@ def test_an_engine_that_failed_its_first_probe_is_probed_again_and_runs_the_job(
     finally:
         cancel_all(svc)
         svc.stop()
+
+
+VOLCANO_WORKDIRS = """\
+apiVersion: batch.volcano.sh/v1alpha1
+kind: Job
+metadata:
+  name: vc-workdirs
+spec:
+  tasks:
+    - name: etc
+      template:
+        spec:
+          restartPolicy: Never
+          containers:
+            - image: {image}
+              command: [sh, -c, "echo $(pwd) $(cat aisched-test-image) > /out/etc.txt"]
+              workingDir: /etc
+              volumeMounts: [{{name: out, mountPath: /out}}]
+          volumes: [{{name: out, hostPath: {{path: {out}}}}}]
+    - name: none
+      template:
+        spec:
+          restartPolicy: Never
+          containers:
+            - image: {image}
+              command: [sh, -c, "pwd > /out/none.txt"]
+              volumeMounts: [{{name: out, mountPath: /out}}]
+          volumes: [{{name: out, hostPath: {{path: {out}}}}}]
+"""
+
+
+def test_a_volcano_containers_working_dir_is_the_images_not_the_hosts(
+    svc: Service, image: str, tmp_path: Path
+) -> None:
+    """A Volcano task's workingDir that existed on the host (/etc) had the host's directory
+    mounted over the image's; one with none ran in the submitter's directory, mounted, instead
+    of the image's WORKDIR. A native job keeps its documented behaviour (below)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (svc.work / "vc.yaml").write_text(VOLCANO_WORKDIRS.format(image=image, out=out))
+    jid = str(svc.cli_json("submit", "vc.yaml")["id"])
+    svc.wait_state(jid, "succeeded", timeout_s=60)
+    image_workdir = subprocess.run(
+        ["podman", "image", "inspect", "--format", "{{.Config.WorkingDir}}", image],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip() or "/"  # fmt: skip
+    assert (out / "etc.txt").read_text() == f"/etc {MARKER_TEXT.strip()}\n"
+    assert (out / "none.txt").read_text() == f"{image_workdir}\n"
+    assert image_workdir != str(svc.work)
+    native = (
+        f"name: here\nimage: {image}\nrestart: {{policy: never}}\n"
+        f"volumes: [{{host_path: {out}, path: /out}}]\ncommand: 'pwd > /out/native.txt'\n"
+    )
+    (svc.work / "native.yaml").write_text(native)
+    jid = str(svc.cli_json("submit", "native.yaml")["id"])
+    svc.wait_state(jid, "succeeded", timeout_s=60)
+    assert (out / "native.txt").read_text() == f"{svc.work}\n"  # where it was submitted

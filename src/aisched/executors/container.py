@@ -474,7 +474,7 @@ def create_args(spec: ContainerSpec, t: ContainerTask, engine: Engine) -> list[s
     # which mounts it resolved once it is made); the working directory is mounted resolved
     # when it exists (else the image's own is used).
     for what, d, must in (
-        ("workdir", t.workdir, False),
+        ("workdir", None if spec.workdir_in_image else t.workdir, False),
         ("checkpoint directory", t.checkpoint_dir, True),
     ):
         if d and d not in mounted and (must or os.path.isdir(d)):
@@ -607,6 +607,8 @@ def mount_refusal(
                 f"volumes.{i}: user {user} may not read "
                 f"{shown_path(v.host_path, real.host_path)}, so its job may not mount it"
             )
+    if given.workdir_in_image:
+        workdir = None  # not mounted (create_args)
     if (why := workdir_refusal(user, workdir)) is not None:
         return why
     mounts = [

@@ -1074,6 +1074,7 @@ def _spec(
             "bandwidth_bit_s": container.bandwidth_bit_s,
             "shm_mib": container.shm_mib,
             "volumes": [[v.host_path, v.container_path, v.read_only] for v in container.volumes],
+            "workdir_in_image": container.workdir_in_image,
             "instance": out["instance"],
             "milli_cpu": req.milli_cpu,
             "mem_limit_mib": req.mem_limit_mib,

@@ -557,6 +557,7 @@ class TaskRunner:
             bandwidth_bit_s=c.get("bandwidth_bit_s"),
             shm_mib=c.get("shm_mib"),
             volumes=tuple(Volume(str(h), str(p), bool(ro)) for h, p, ro in c["volumes"]),
+            workdir_in_image=bool(c.get("workdir_in_image", False)),
         )
         cspec = ctr.resolve_volumes(given)
         if user is not None:

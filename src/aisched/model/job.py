@@ -142,6 +142,9 @@ class ContainerSpec:
 
     `bandwidth_bit_s` shapes what the container sends (egress) to that rate; None: unshaped.
     `shm_mib` is the size of its /dev/shm (None: the engine's default, 64 MiB for podman).
+    `workdir_in_image`: the task's workdir is a path inside the image, never a host directory
+    mounted there, and no workdir means the image's own (a pod's `workingDir`); else a workdir
+    that is a directory on the host is mounted (a native job's, the submitter's by default).
     The executor reads this; the core never does (placement does not depend on it).
     """
 
@@ -150,6 +153,7 @@ class ContainerSpec:
     bandwidth_bit_s: int | None = None
     shm_mib: int | None = None
     volumes: tuple[Volume, ...] = ()
+    workdir_in_image: bool = False
 
 
 @dataclass(frozen=True, slots=True)

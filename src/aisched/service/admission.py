@@ -108,6 +108,8 @@ def path_problems(
                     if seen(Path(vol.host_path)) is None:
                         field = _field(job, i, f"volumes.{v}.host_path", volcano)
                         out.append(f"{prefix}{field}: no such file or directory: {vol.host_path}")
+                if g.container.workdir_in_image:
+                    continue  # a path inside the image, never mounted from here
                 if g.workdir and (why := not_plain(g.workdir)) is not None:
                     # Mounted from the host: see container.not_plain.
                     out.append(f"{prefix}{_field(job, i, 'workdir', volcano)}: {why}")

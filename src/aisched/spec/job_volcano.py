@@ -39,6 +39,7 @@ The file's objects (pods, containers, tasks, policies) are read as the pydantic 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from pydantic import (
@@ -218,6 +219,9 @@ def _group(t: TaskSpec, i: int, p: Problems, w: Problems) -> TaskGroup:
     for j, first in duplicates(names):
         p.add(f"{cp}.env.{j}.name", f"{names[j]!r} is already set by env.{first}")
 
+    if c.image is not None and c.working_dir is not None and not c.working_dir.startswith("/"):
+        # A path inside the image, where the runtime wants it absolute (runc refuses others).
+        p.add(f"{cp}.workingDir", f"{c.working_dir!r}: give an absolute path inside the image")
     request = _request(c.resources, f"{cp}.resources", w)
     sp = f"{tp}.template.spec"
     container = _container(t, tp, p, w)
@@ -304,7 +308,9 @@ def _container(t: TaskSpec, tp: str, p: Problems, w: Problems) -> ContainerSpec 
     if pod.host_network and bandwidth is not None:
         p.add(f"{sp}.hostNetwork", f"cannot be shaped ({EGRESS_ANNOTATION}): it needs a bridge")
     env = [(f"{cp}.env.{j}.value", e.value) for j, e in enumerate(c.env)]
-    return container_spec(c.image, network, bandwidth, None, tuple(volumes), f"{tp}.", p, env)
+    spec = container_spec(c.image, network, bandwidth, None, tuple(volumes), f"{tp}.", p, env)
+    # A pod's workingDir is a path in its image, and none means the image's WORKDIR.
+    return None if spec is None else replace(spec, workdir_in_image=True)
 
 
 def _k8s_rate(v: Any) -> int:

@@ -185,6 +185,7 @@ def _container_to_dict(c: ContainerSpec) -> dict[str, Any]:
         "bandwidth_bit_s": c.bandwidth_bit_s,
         "shm_mib": c.shm_mib,
         "volumes": [[v.host_path, v.container_path, v.read_only] for v in c.volumes],
+        **({"workdir_in_image": True} if c.workdir_in_image else {}),
     }
 
 
@@ -195,6 +196,8 @@ def _container_from_dict(d: dict[str, Any]) -> ContainerSpec:
         bandwidth_bit_s=None if d["bandwidth_bit_s"] is None else int(d["bandwidth_bit_s"]),
         shm_mib=None if d["shm_mib"] is None else int(d["shm_mib"]),
         volumes=tuple(Volume(str(h), str(c), bool(ro)) for h, c, ro in d["volumes"]),
+        # Rows written before a pod's workingDir was kept inside its image have no key.
+        workdir_in_image=bool(d.get("workdir_in_image", False)),
     )
 
 

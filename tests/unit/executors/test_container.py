@@ -24,6 +24,7 @@ from aisched.executors.container import (
     detect_engine,
     engine_env,
     env_file_text,
+    mount_refusal,
     nested_mount_refusal,
     start_args,
     task_env,
@@ -574,3 +575,21 @@ def test_the_engine_gets_the_registry_settings_and_not_the_services_secrets() ->
         "REGISTRY_AUTH_FILE": "/etc/ours/auth.json",
     }
     assert engine_env({})["PATH"] == "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def test_a_pods_working_dir_is_a_path_in_its_image_never_a_host_directory_mounted_there(
+    dirs: tuple[str, str],
+) -> None:
+    """A Volcano task's workingDir that was a directory on the host (/etc) had the host's
+    directory mounted over the image's; it is only the container's --workdir now."""
+    _, ckpt = dirs
+    pod = ContainerSpec("img", workdir_in_image=True)
+    args = create_args(pod, task("/etc", ckpt), ENGINE)
+    volumes = [args[i + 1] for i, a in enumerate(args) if a == "--volume"]
+    assert (volumes, args[args.index("--workdir") + 1]) == ([f"{ckpt}:{ckpt}"], "/etc")
+    with tempfile.TemporaryDirectory() as private:  # 0700: nobody may not read it
+        assert mount_refusal("nobody", pod, pod, private) is None  # nothing of the host's
+        host = ContainerSpec("img")
+        assert mount_refusal("nobody", host, host, private) == (
+            f"workdir: user nobody may not read {private}, so its container may not mount it"
+        )

@@ -544,10 +544,16 @@ C0 = "spec.tasks.0.template.spec.containers.0"
 BUSYBOX = ContainerSpec("busybox")
 
 
+def _pod(g: TaskGroup) -> TaskGroup:
+    """A group as a pod template makes it: its container's workdir is inside its image."""
+    c = None if g.container is None else replace(g.container, workdir_in_image=True)
+    return replace(g, kubernetes_pod=True, container=c)
+
+
 def vjob(*groups: TaskGroup, **over: Any) -> Job:
     """A job of a Volcano file: its groups come from pod templates."""
     over.setdefault("name", "vj")
-    pods = tuple(replace(g, kubernetes_pod=True) for g in groups or (group("w"),))
+    pods = tuple(_pod(g) for g in groups or (group("w"),))
     return Job(id="", groups=pods, **over)
 
 
@@ -890,6 +896,9 @@ VOLCANO_INVALID = [
     Invalid("a task's minAvailable above its replicas",
             vc(task(replicas=2, task={"minAvailable": 3})),
             ["v.yaml: spec.tasks.0.minAvailable: 3 is more than the task's 2 replicas"]),
+    Invalid("a container's workingDir is a path inside its image: absolute",
+            vc(task(workingDir="data")),
+            [f"v.yaml: {C0}.workingDir: 'data': give an absolute path inside the image"]),
     Invalid("task names repeat", vc(task("a"), task("a")),
             ["v.yaml: spec.tasks.1.name: 'a' is already the name of spec.tasks.0"]),
     Invalid("zero replicas", vc(task(replicas=0)),
@@ -921,7 +930,7 @@ def test_volcano_errors(case: Invalid) -> None:
 
 # --- example files --------------------------------------------------------------------------
 
-PYTORCH = ContainerSpec("pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime")
+PYTORCH = ContainerSpec("pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime", workdir_in_image=True)
 EXAMPLE_JOBS = {
     "shared-infer.yaml": ParsedJob(
         job(
@@ -1038,7 +1047,7 @@ EXAMPLE_JOBS = {
                     ),
                     cpu=2000,
                     mem=4 * GIB,
-                    container=ContainerSpec("python:3.11-slim"),
+                    container=ContainerSpec("python:3.11-slim", workdir_in_image=True),
                     kubernetes_pod=True,
                 ),
             ),

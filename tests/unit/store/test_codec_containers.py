@@ -39,3 +39,12 @@ def test_a_pod_templates_group_round_trips_and_a_row_stored_before_it_was_kept_s
     assert job_from_dict(stored) == job
     del stored["groups"][0]["kubernetes_pod"]  # as rows written before it existed
     assert job_from_dict(stored).groups[0].kubernetes_pod is False
+
+
+def test_a_pods_container_keeps_its_workdir_in_its_image_and_older_rows_load_as_native() -> None:
+    spec = ContainerSpec("img", workdir_in_image=True)
+    job = Job("1", (TaskGroup("w", 1, Resources(milli_cpu=1000), ("true",), container=spec),))
+    stored = job_to_dict(job)
+    assert job_from_dict(stored) == job
+    del stored["groups"][0]["container"]["workdir_in_image"]  # as rows written before it
+    assert job_from_dict(stored).groups[0].container == ContainerSpec("img")

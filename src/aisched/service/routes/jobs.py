@@ -356,14 +356,16 @@ def _job_env(row: dict[str, Any]) -> dict[str, dict[str, str]]:
 
 
 def _in_workdir(job: Job, workdir: str | None) -> Job:
-    """Relative (or missing) working directories are the submitter's, like Slurm's."""
+    """Relative (or missing) working directories are the submitter's, like Slurm's; but for
+    a container whose workdir is inside its image (a pod's), which keeps its own."""
     if workdir is None:
         return job
     return replace(
         job,
         groups=tuple(
             replace(g, workdir=str(Path(workdir) / (g.workdir or "")).rstrip("/") or "/")
-            if g.workdir is None or not Path(g.workdir).is_absolute()
+            if (g.workdir is None or not Path(g.workdir).is_absolute())
+            and not (g.container is not None and g.container.workdir_in_image)
             else g
             for g in job.groups
         ),
