@@ -539,3 +539,35 @@ spec:
     assert launch.command == written
     w.restart()  # the stored job keeps what it came from
     assert w.sched.jobs[jid].job.groups[0].kubernetes_pod
+
+
+PYTORCH_WORKERS_FIRST = """
+apiVersion: batch.volcano.sh/v1alpha1
+kind: Job
+metadata: {name: ddp}
+spec:
+  plugins: {pytorch: [--master=lead, --worker=work]}
+  tasks:
+    - name: work
+      replicas: 2
+      template: {spec: {containers: [{command: [python, train.py]}]}}
+    - name: lead
+      template: {spec: {containers: [{command: [python, train.py]}]}}
+"""
+
+
+def test_volcanos_pytorch_plugin_gives_its_master_rank_0_wherever_the_file_lists_it(
+    w: World,
+) -> None:
+    """The pytorch plugin's `--master` task is RANK 0 (and MASTER_ADDR its host), its workers
+    index + 1; aisched ranked the tasks in file order, so the first worker was RANK 0."""
+    parsed = parse_job_text(PYTORCH_WORKERS_FIRST, "ddp.yaml")
+    assert parsed.warnings == ()
+    jid = w.submit(parsed.job)
+    launches = sorted((t for t in w.fx.launched if t.job_id == jid), key=lambda t: t.task)
+    assert [(t.task, t.env["RANK"], t.env["WORLD_SIZE"]) for t in launches] == [
+        ("lead-0", "0", "3"),
+        ("work-0", "1", "3"),
+        ("work-1", "2", "3"),
+    ]
+    assert w.state(jid)["state"] == "running"

@@ -162,7 +162,9 @@ class TaskGroup:
     executor runs each one; the core never reads them (placement depends on `request` and
     `replicas` only). `container` None: on the host. `kubernetes_pod`: the group comes from a
     Kubernetes pod template (a Volcano file), so it is run as Kubernetes runs a container: its
-    command expands `$(NAME)` against the task's environment (`model.expansion`)."""
+    command expands `$(NAME)` against the task's environment (`model.expansion`).
+    `file_index`: where the group stands among its file's tasks, when the job's groups are in
+    another order (a Volcano pytorch job's master first, for its ranks); None: its index here."""
 
     name: str
     replicas: int
@@ -172,6 +174,7 @@ class TaskGroup:
     workdir: str | None = None
     container: ContainerSpec | None = None
     kubernetes_pod: bool = False
+    file_index: int | None = None
 
     @property
     def total(self) -> Resources:

@@ -99,7 +99,8 @@ def path_problems(
     for k, job in enumerate(jobs):
         prefix = f"{source}: " if len(jobs) == 1 else f"{source}: job {job.name!r}: "
         volcano = k < len(formats) and formats[k] == "volcano"
-        for i, g in enumerate(job.groups):
+        for k_group, g in enumerate(job.groups):
+            i = k_group if g.file_index is None else g.file_index  # as its file wrote it
             if g.container is not None:
                 # Its command is inside its image; what it names on this machine are its
                 # hostPath volumes and its workdir (the image itself is the engine's to find or

@@ -29,7 +29,9 @@ The mapping (docs/jobs.md has it as a table):
   gives none among them) or none given -> on-failure (not Kubernetes' default `Always`,
   which would run finished work again forever).
   `PodEvicted` policies are accepted silently: aisched requeues preempted work by itself.
-- Kind: train when a `pytorch`, `tensorflow` or `mpi` plugin is on, else batch.
+- Kind: train when a `pytorch`, `tensorflow` or `mpi` plugin is on, else batch. The `pytorch`
+  plugin's master task group is put first, so that its ranks are the plugin's (its `--port`
+  is warned about: MASTER_PORT is chosen free at start).
 - `volcano.sh/preemptable: "false"` (job annotation, else any task template's) -> not
   preemptible.
 
@@ -105,7 +107,8 @@ KNOWN_ACTIONS = (
     | {"CompleteJob", "ResumeJob", "SyncJob", "EnqueueJob", "SyncQueue", "OpenQueue", "CloseQueue"}
 )
 TRAIN_PLUGINS = frozenset({"pytorch", "tensorflow", "mpi"})
-# The pytorch plugin's variables are the ones aisched sets for every task.
+# The pytorch plugin's variables are the ones aisched sets for every task (its ranks: see
+# `_pytorch_master_first`).
 SILENT_PLUGINS = frozenset({"pytorch"})
 _BOOL_WORDS = {"1": True, "t": True, "true": True, "0": False, "f": False, "false": False}
 
@@ -152,6 +155,7 @@ def volcano_job(data: dict[Any, Any], source: str, defaults: JobDefaults) -> Par
         p.add(
             f"spec.tasks.{i}.name", f"{groups[i].name!r} is already the name of spec.tasks.{first}"
         )
+    groups = _pytorch_master_first(spec, groups, w)
     num_tasks = sum(g.replicas for g in groups)
     if num_tasks > MAX_TASKS:
         p.add("spec.tasks", f"{num_tasks} tasks in all, more than the limit of {MAX_TASKS}")
@@ -475,6 +479,45 @@ def _kind(spec: JobSpec, w: Problems) -> JobKind:
                 "MASTER_ADDR, WORLD_SIZE, RANK...; see docs/jobs.md)",
             )
     return JobKind.TRAIN if TRAIN_PLUGINS.intersection(plugins) else JobKind.BATCH
+
+
+def _plugin_flags(args: list[str]) -> dict[str, str]:
+    """A Volcano plugin's arguments as Go's flag package reads them: `--name=value`,
+    `-name=value`, or the flag and its value as two words."""
+    out: dict[str, str] = {}
+    words = iter(args)
+    for word in words:
+        if not word.startswith("-"):
+            continue
+        name, eq, value = word.lstrip("-").partition("=")
+        out[name] = value if eq else next(words, "")
+    return out
+
+
+def _pytorch_master_first(spec: JobSpec, groups: list[TaskGroup], w: Problems) -> list[TaskGroup]:
+    """The groups in rank order as Volcano's pytorch plugin gives ranks: its `--master` task
+    (default `master`) first, so its task is RANK 0 and MASTER_ADDR its host, and its
+    `--worker` tasks (default `worker`) after, RANK index + 1, wherever the file lists them.
+    The plugin does nothing unless both tasks are there; nor does this. Its `--port` cannot be
+    honoured: MASTER_PORT is a port found free when the job starts (a fixed one would clash
+    between two jobs on one host), which is warned about."""
+    plugins = spec.plugins or {}
+    if "pytorch" not in plugins:
+        return groups
+    flags = _plugin_flags(plugins["pytorch"] or [])
+    if "port" in flags:
+        w.add(
+            "spec.plugins.pytorch",
+            f"--port={flags['port']} not honoured: MASTER_PORT is a free port chosen when the "
+            "job starts (a fixed port would clash between jobs on one host); read MASTER_PORT",
+        )
+    names = [g.name for g in groups]
+    master, worker = flags.get("master", "master"), flags.get("worker", "worker")
+    if master not in names or worker not in names or names.index(master) == 0:
+        return groups
+    m = names.index(master)
+    order = [m, *(i for i in range(len(groups)) if i != m)]
+    return [replace(groups[i], file_index=i) for i in order]
 
 
 def _warn_job_level(spec: JobSpec, w: Problems) -> None:

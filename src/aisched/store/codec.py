@@ -109,6 +109,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
                 "workdir": g.workdir,
                 **({} if g.container is None else {"container": _container_to_dict(g.container)}),
                 **({"kubernetes_pod": True} if g.kubernetes_pod else {}),
+                **({} if g.file_index is None else {"file_index": g.file_index}),
             }
             for g in job.groups
         ],
@@ -170,6 +171,7 @@ def job_from_dict(d: dict[str, Any]) -> Job:
                     else _container_from_dict(g["container"]),
                     # Rows written before Kubernetes' expansion was honoured have no key.
                     kubernetes_pod=bool(g.get("kubernetes_pod", False)),
+                    file_index=None if g.get("file_index") is None else int(g["file_index"]),
                 )
                 for g in d["groups"]
             ),

@@ -622,6 +622,9 @@ VOLCANO_VALID = [
             grace_period_s=45.0,  # the largest grace period
         ),
         (
+            "v.yaml: spec.plugins.pytorch: --port=23456 not honoured: MASTER_PORT is a free port "
+            "chosen when the job starts (a fixed port would clash between jobs on one host); "
+            "read MASTER_PORT",
             "v.yaml: spec.minAvailable: 1 of the job's 2 tasks: aisched starts as many of the 2 "
             "tasks as fit at once (at least 1) and never starts the others later, as Volcano "
             "does; a job whose every task must run should leave minAvailable out (or set it to 2)",
@@ -1029,6 +1032,9 @@ EXAMPLE_JOBS = {
         ),
         "volcano",
         (
+            "volcano-pytorch.yaml: spec.plugins.pytorch: --port=23456 not honoured: MASTER_PORT "
+            "is a free port chosen when the job starts (a fixed port would clash between jobs "
+            "on one host); read MASTER_PORT",
             "volcano-pytorch.yaml: spec.tasks.0.policies.0: ignored: aisched does not act on "
             "TaskCompleted -> CompleteJob",
         ),
@@ -1457,6 +1463,35 @@ def test_a_volcano_container_variable_may_not_hold_a_line_break() -> None:
     ]
     # On the host a task gets its environment whole: a line break is fine there.
     parse_job_document({**CMD, "env": {"KEY": "two\nlines"}}, "j.yaml")
+
+
+@pytest.mark.parametrize(
+    ("plugin", "want_order"),
+    [
+        (["--master=m", "--worker=w"], ["m", "w", "x"]),
+        (["-master", "m", "-worker", "w"], ["m", "w", "x"]),  # Go's flag forms
+        ([], ["w", "x", "m"]),  # no task named `master`: the plugin does nothing
+        (["--master=m", "--worker=nope"], ["w", "x", "m"]),
+    ],
+)
+def test_the_pytorch_plugins_master_task_comes_first_in_rank_order(
+    plugin: list[str], want_order: list[str]
+) -> None:
+    doc = vc(task("w", replicas=2), task("x"), task("m"), plugins={"pytorch": plugin})
+    got = parse_job_document(doc, "v.yaml").job
+    assert [g.name for g in got.groups] == want_order
+    moved = want_order[0] == "m"
+    # Where each stood in the file, for the paths of errors found at submission.
+    assert [g.file_index for g in got.groups] == ([2, 0, 1] if moved else [None] * 3)
+
+
+def test_the_pytorch_plugins_port_is_warned_about_not_honoured() -> None:
+    doc = vc(task("master"), task("worker"), plugins={"pytorch": ["--port=23456"]})
+    assert parse_job_document(doc, "v.yaml").warnings == (
+        "v.yaml: spec.plugins.pytorch: --port=23456 not honoured: MASTER_PORT is a free port "
+        "chosen when the job starts (a fixed port would clash between jobs on one host); read "
+        "MASTER_PORT",
+    )
 
 
 def test_a_volcano_pod_with_hostpath_volumes_and_the_bandwidth_annotation() -> None:

@@ -48,3 +48,8 @@ def test_a_pods_container_keeps_its_workdir_in_its_image_and_older_rows_load_as_
     assert job_from_dict(stored) == job
     del stored["groups"][0]["container"]["workdir_in_image"]  # as rows written before it
     assert job_from_dict(stored).groups[0].container == ContainerSpec("img")
+
+
+def test_a_groups_place_in_its_file_round_trips() -> None:
+    job = Job("1", (TaskGroup("m", 1, Resources(milli_cpu=1000), ("t",), file_index=1),))
+    assert job_from_dict(job_to_dict(job)) == job
