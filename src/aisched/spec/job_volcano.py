@@ -32,8 +32,9 @@ The mapping (docs/jobs.md has it as a table):
 - Kind: train when a `pytorch`, `tensorflow` or `mpi` plugin is on, else batch. The `pytorch`
   plugin's master task group is put first, so that its ranks are the plugin's (its `--port`
   is warned about: MASTER_PORT is chosen free at start).
-- `volcano.sh/preemptable: "false"` (job annotation, else any task template's) -> not
-  preemptible.
+- `volcano.sh/preemptable: "false"` (job annotation, else job label, else any task template's
+  annotation or label) -> not preemptible.
+- No `spec.queue`: the queue of a Kueue or KAI scheduler label (`QUEUE_LABELS`).
 
 The file's objects (pods, containers, tasks, policies) are read as the pydantic models of
 `spec.volcano_objects`; this module maps them, with the defaults and warnings above.
@@ -44,9 +45,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from pydantic import (
-    ValidationError,
-)
+from pydantic import TypeAdapter, ValidationError
 
 from aisched.model.expansion import expand_env
 from aisched.model.job import (
@@ -63,6 +62,7 @@ from aisched.spec.errors import SpecError, describe
 from aisched.spec.job_common import (
     MAX_TASKS,
     JobDefaults,
+    Name,
     ParsedJob,
     Problems,
     container_spec,
@@ -75,8 +75,10 @@ from aisched.spec.units import UnitError, k8s_quantity
 from aisched.spec.volcano_objects import (
     ContainerResources,
     JobSpec,
+    ObjectMeta,
     ResourceList,
     TaskSpec,
+    TemplateMeta,
     VolcanoJob,
 )
 
@@ -88,6 +90,9 @@ DEFAULT_MAX_RETRY = 3
 DEFAULT_MILLI_CPU = 1000
 DEFAULT_MEM_MIB = 1024
 PREEMPTABLE_ANNOTATION = "volcano.sh/preemptable"
+# Kueue's and NVIDIA KAI scheduler's job labels naming a queue: the queue without spec.queue.
+QUEUE_LABELS = ("kueue.x-k8s.io/queue-name", "kai.scheduler/queue")
+_QUEUE_NAME: TypeAdapter[str] = TypeAdapter(Name)
 
 FAILURE_EVENTS = frozenset({"PodFailed", "TaskFailed", "Unknown", "*"})
 KNOWN_EVENTS = FAILURE_EVENTS | {
@@ -168,6 +173,7 @@ def volcano_job(data: dict[Any, Any], source: str, defaults: JobDefaults) -> Par
         except ValueError as e:
             p.add("spec.priorityClassName", str(e))
     preemptible = _preemptible(doc, p)
+    queue = _queue(doc, p, w)
     restart = _restart_policy(spec, w)
     kind = _kind(spec, w)
     _warn_job_level(spec, w)
@@ -187,7 +193,7 @@ def volcano_job(data: dict[Any, Any], source: str, defaults: JobDefaults) -> Par
         name=doc.metadata.name,
         kind=kind,
         user=defaults.user,
-        queue=spec.queue or defaults.queue,
+        queue=queue or defaults.queue,
         priority=priority,
         preemptible=preemptible,
         min_available=min_available,
@@ -233,6 +239,7 @@ def _group(t: TaskSpec, i: int, p: Problems, w: Problems) -> TaskGroup:
         (pod.init_containers, "initContainers", _IGNORED_INIT),
         (pod.node_selector, "nodeSelector", _IGNORED_PLACEMENT),
         (pod.affinity, "affinity", _IGNORED_PLACEMENT),
+        (pod.topology_spread_constraints, "topologySpreadConstraints", _IGNORED_PLACEMENT),
         (pod.node_name, "nodeName", _IGNORED_PLACEMENT),
         (
             pod.priority_class_name,
@@ -245,6 +252,11 @@ def _group(t: TaskSpec, i: int, p: Problems, w: Problems) -> TaskGroup:
             w.add(f"{sp}.{key}", message)
     if c.security_context:
         w.add(f"{cp}.securityContext", _IGNORED_SECURITY)
+    if c.image is not None:  # a task on the host shares the host's namespaces anyway
+        for shared, key, what in ((pod.host_pid, "hostPID", "process IDs"),
+                                  (pod.host_ipc, "hostIPC", "IPC")):  # fmt: skip
+            if shared:
+                w.add(f"{sp}.{key}", f"ignored: a container has its own {what}, not the host's")
     if t.max_retry is not None:
         w.add(f"{tp}.maxRetry", "ignored: aisched retries the whole job, up to spec.maxRetry")
     if t.depends_on:
@@ -392,27 +404,54 @@ def _min_available(spec: JobSpec, num_tasks: int, p: Problems, w: Problems) -> i
     return None if want >= num_tasks else want
 
 
+def _preemptable_mark(where: str, meta: ObjectMeta | TemplateMeta | None) -> tuple[str, Any] | None:
+    """`volcano.sh/preemptable` of an object, with its path: its annotation, else its label
+    (Volcano reads the label when there is no annotation)."""
+    for kind in ("annotations", "labels"):
+        marks = getattr(meta, kind, None) or {}
+        if PREEMPTABLE_ANNOTATION in marks:
+            return f"{where}.{kind}.{PREEMPTABLE_ANNOTATION}", marks[PREEMPTABLE_ANNOTATION]
+    return None
+
+
 def _preemptible(doc: VolcanoJob, p: Problems) -> bool:
     found: list[tuple[str, Any]] = []
-    if doc.metadata.annotations and PREEMPTABLE_ANNOTATION in doc.metadata.annotations:
-        found.append(("metadata", doc.metadata.annotations[PREEMPTABLE_ANNOTATION]))
+    if (job_mark := _preemptable_mark("metadata", doc.metadata)) is not None:
+        found.append(job_mark)
     else:
         for i, t in enumerate(doc.spec.tasks):
-            meta = t.template.metadata
-            if meta and meta.annotations and PREEMPTABLE_ANNOTATION in meta.annotations:
-                found.append(
-                    (f"spec.tasks.{i}.template.metadata", meta.annotations[PREEMPTABLE_ANNOTATION])
-                )
+            where = f"spec.tasks.{i}.template.metadata"
+            if (mark := _preemptable_mark(where, t.template.metadata)) is not None:
+                found.append(mark)
     preemptible = True
-    for where, value in found:
+    for path, value in found:
         flag = _BOOL_WORDS.get(value.lower()) if isinstance(value, str) else None
         if flag is None:
-            p.add(
-                f"{where}.annotations.{PREEMPTABLE_ANNOTATION}",
-                f'expected "true" or "false", got {describe(value)}',
-            )
+            p.add(path, f'expected "true" or "false", got {describe(value)}')
         preemptible = preemptible and flag is not False
     return preemptible
+
+
+def _queue(doc: VolcanoJob, p: Problems, w: Problems) -> str | None:
+    """`spec.queue`, else the queue a Kueue or KAI scheduler label names (a file written for
+    either, run under Volcano's fields); None: the service's default."""
+    labels = doc.metadata.labels or {}
+    named: list[tuple[str, str]] = []
+    for key in QUEUE_LABELS:
+        if key in labels:
+            path = f"metadata.labels.{key}"
+            try:
+                named.append((path, _QUEUE_NAME.validate_python(labels[key])))
+            except ValidationError as e:
+                p.add(path, e.errors(include_url=False)[0]["msg"].removeprefix("Value error, "))
+    queue = doc.spec.queue
+    for path, name in named:
+        if queue is None:
+            queue = name
+        elif name != queue:
+            first = "spec.queue" if doc.spec.queue is not None else named[0][0]
+            w.add(path, f"ignored: {first} names the job's queue ({queue})")
+    return queue
 
 
 def _restart_policy(spec: JobSpec, w: Problems) -> RestartPolicy:

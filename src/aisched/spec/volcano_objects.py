@@ -162,8 +162,11 @@ class PodSpec(_K8s):
     )
     volumes: list[PodVolume] | None = None
     host_network: bool | None = None
+    host_pid: bool | None = Field(default=None, alias="hostPID")
+    host_ipc: bool | None = Field(default=None, alias="hostIPC")
     node_selector: Any = None
     affinity: Any = None
+    topology_spread_constraints: Any = None
     node_name: Any = None
     priority_class_name: Any = None
     security_context: Any = None
@@ -171,6 +174,7 @@ class PodSpec(_K8s):
 
 class TemplateMeta(_K8s):
     annotations: dict[StrictStr, Any] | None = None
+    labels: dict[StrictStr, Any] | None = None
 
 
 class PodTemplate(_K8s):
@@ -213,6 +217,7 @@ class JobSpec(_K8s):
 class ObjectMeta(_K8s):
     name: Name
     annotations: dict[StrictStr, Any] | None = None
+    labels: dict[StrictStr, Any] | None = None
 
 
 class VolcanoJob(_K8s):

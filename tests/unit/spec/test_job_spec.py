@@ -665,6 +665,58 @@ VOLCANO_VALID = [
         vjob(group("w"), group("b"), preemptible=False),
     ),
     Valid(
+        "not preemptible by a task template's label, as Volcano reads it without annotation",
+        vc(task(image=None), task("b", image=None, task={"template": {
+            "metadata": {"labels": {"volcano.sh/preemptable": "false"}},
+            "spec": {"containers": [{"command": ["python", "x.py"]}]}}})),
+        vjob(group("w"), group("b"), preemptible=False),
+    ),
+    Valid(
+        "not preemptible by the job's label; its annotation comes first",
+        {**vc(task(image=None)), "metadata": {
+            "name": "vj", "labels": {"volcano.sh/preemptable": "false"}}},
+        vjob(preemptible=False),
+    ),
+    Valid(
+        "the job's annotation over its label",
+        {**vc(task(image=None)), "metadata": {
+            "name": "vj", "annotations": {"volcano.sh/preemptable": "true"},
+            "labels": {"volcano.sh/preemptable": "false"}}},
+        vjob(),
+    ),
+    Valid(
+        "a Kueue queue label names the queue without spec.queue",
+        {**vc(task(image=None)), "metadata": {
+            "name": "vj", "labels": {"kueue.x-k8s.io/queue-name": "research"}}},
+        vjob(queue="research"),
+    ),
+    Valid(
+        "a KAI scheduler queue label, under spec.queue: warned about",
+        {**vc(task(image=None), queue="team-a"), "metadata": {
+            "name": "vj", "labels": {"kai.scheduler/queue": "research"}}},
+        vjob(queue="team-a"),
+        ("v.yaml: metadata.labels.kai.scheduler/queue: ignored: spec.queue names the job's "
+         "queue (team-a)",),
+    ),
+    Valid(
+        "a container's hostPID, hostIPC and topologySpreadConstraints are warned about",
+        vc(task(pod={"hostPID": True, "hostIPC": True, "topologySpreadConstraints": [{}]})),
+        vjob(group("w", container=BUSYBOX)),
+        (
+            "v.yaml: spec.tasks.0.template.spec.topologySpreadConstraints: ignored: aisched "
+            "does not place tasks by node labels or affinity",
+            "v.yaml: spec.tasks.0.template.spec.hostPID: ignored: a container has its own "
+            "process IDs, not the host's",
+            "v.yaml: spec.tasks.0.template.spec.hostIPC: ignored: a container has its own IPC, "
+            "not the host's",
+        ),
+    ),
+    Valid(
+        "a task on the host shares the host's process IDs and IPC anyway",
+        vc(task(image=None, pod={"hostPID": True, "hostIPC": True})),
+        vjob(),
+    ),
+    Valid(
         "what aisched cannot honour is warned about, with its path",
         vc(
             task(
@@ -902,6 +954,15 @@ VOLCANO_INVALID = [
     Invalid("a container's workingDir is a path inside its image: absolute",
             vc(task(workingDir="data")),
             [f"v.yaml: {C0}.workingDir: 'data': give an absolute path inside the image"]),
+    Invalid("a queue label that is no queue name",
+            {**vc(task()), "metadata": {"name": "vj", "labels": {"kai.scheduler/queue": "a b"}}},
+            ["v.yaml: metadata.labels.kai.scheduler/queue: 'a b' is not a valid name: 1 to 63 "
+             "letters, digits, '.', '_' or '-', starting with a letter or digit"]),
+    Invalid("a preemptable label that is no boolean",
+            {**vc(task()), "metadata": {"name": "vj",
+                                        "labels": {"volcano.sh/preemptable": "no"}}},
+            ["v.yaml: metadata.labels.volcano.sh/preemptable: expected \"true\" or \"false\", "
+             "got 'no' (a string)"]),
     Invalid("task names repeat", vc(task("a"), task("a")),
             ["v.yaml: spec.tasks.1.name: 'a' is already the name of spec.tasks.0"]),
     Invalid("zero replicas", vc(task(replicas=0)),
