@@ -104,13 +104,37 @@ def test_submit_a_volcano_job_as_yaml(client: TestClient, fx: FakeExecutor) -> N
     ]
 
 
+VC_TASKS = b"  tasks: [{template: {spec: {containers: [{command: [x]}]}}}]\n"
+VC_HEAD = b"apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\n"
+
+
 @pytest.mark.parametrize(
     ("body", "ctype", "status", "want"),
     [
         (b"name: [", "application/yaml", 422, "j.yaml:1:8: YAML syntax error"),
         (b"command: [x]\nbogus: 1\n", "application/yaml", 422, "j.yaml: bogus: unknown key"),
         (b'{"command": ["x"], "resources": {"gpus": 5}}', "application/json", 422, "never fit"),
-        (b'{"command": ["x"], "queue": "nope"}', "application/json", 422, "unknown queue"),
+        (
+            b'{"command": ["x"], "queue": "nope"}',
+            "application/json",
+            422,
+            "j.yaml: queue: unknown queue 'nope'",
+        ),
+        # Without the field's path, a Volcano file's was hard to find.
+        (
+            VC_HEAD + b"metadata: {name: v}\nspec:\n  queue: research\n" + VC_TASKS,
+            "application/yaml",
+            422,
+            "j.yaml: spec.queue: unknown queue 'research'",
+        ),
+        (
+            VC_HEAD
+            + b"metadata: {name: v, labels: {kai.scheduler/queue: research}}\nspec:\n"
+            + VC_TASKS,
+            "application/yaml",
+            422,
+            "j.yaml: metadata.labels.kai.scheduler/queue: unknown queue 'research'",
+        ),
         (b"kind: Pod\napiVersion: v1\n", "application/yaml", 422, "aisched reads Volcano Jobs"),
         # Where the nesting went too deep (it said only "nested deeper than 64 levels").
         (

@@ -115,11 +115,14 @@ class ParsedJob:
     `job` has `id=""` and `submit_time_s=0.0`: the service sets both. `format` is "native" or
     "volcano". `warnings` are `source: field.path: message` lines about what was accepted but
     will not act as the author may expect (a container image, a volume, a node selector...).
+    `queue_path` is the field that named the job's queue (or would have), for problems found
+    with it later (a queue the service does not have).
     """
 
     job: Job
     format: str
     warnings: tuple[str, ...] = ()
+    queue_path: str = field(default="queue", compare=False)
 
 
 class Problems:

@@ -173,7 +173,7 @@ def volcano_job(data: dict[Any, Any], source: str, defaults: JobDefaults) -> Par
         except ValueError as e:
             p.add("spec.priorityClassName", str(e))
     preemptible = _preemptible(doc, p)
-    queue = _queue(doc, p, w)
+    queue, queue_path = _queue(doc, p, w)
     restart = _restart_policy(spec, w)
     kind = _kind(spec, w)
     _warn_job_level(spec, w)
@@ -204,7 +204,7 @@ def volcano_job(data: dict[Any, Any], source: str, defaults: JobDefaults) -> Par
         grace_period_s=float(max(graces)) if graces else defaults.grace_period_s,
         backoff_s=defaults.backoff_s,
     )
-    return ParsedJob(job=job, format=FORMAT, warnings=tuple(w.lines))
+    return ParsedJob(job=job, format=FORMAT, warnings=tuple(w.lines), queue_path=queue_path)
 
 
 def _group(t: TaskSpec, i: int, p: Problems, w: Problems) -> TaskGroup:
@@ -232,7 +232,7 @@ def _group(t: TaskSpec, i: int, p: Problems, w: Problems) -> TaskGroup:
     if c.image is not None and c.working_dir is not None and not c.working_dir.startswith("/"):
         # A path inside the image, where the runtime wants it absolute (runc refuses others).
         p.add(f"{cp}.workingDir", f"{c.working_dir!r}: give an absolute path inside the image")
-    request = _request(c.resources, f"{cp}.resources", w)
+    request = _request(c.resources, f"{cp}.resources", p, w)
     sp = f"{tp}.template.spec"
     container = _container(t, tp, p, w)
     for value, key, message in (
@@ -334,9 +334,27 @@ def _k8s_rate(v: Any) -> int:
     return int(k8s_quantity(v))
 
 
-def _request(r: ContainerResources | None, path: str, w: Problems) -> Resources:
+# Each resource aisched reads: its attribute of ResourceList, its key, its quantity in words.
+_RESOURCES = (
+    ("cpu", "cpu", lambda v: f"{v / 1000:g}"),
+    ("memory", "memory", lambda v: f"{v}Mi"),
+    ("gpu", "nvidia.com/gpu", str),
+)
+
+
+def _request(r: ContainerResources | None, path: str, p: Problems, w: Problems) -> Resources:
     limits = (r.limits if r else None) or ResourceList()
     requests = (r.requests if r else None) or ResourceList()
+    for attr, key, shown in _RESOURCES:
+        asked, limit = getattr(requests, attr), getattr(limits, attr)
+        if asked is not None and limit is not None and asked > limit:
+            # Kubernetes refuses it too: a request is what the pod is sure to get, the limit
+            # the most it may use.
+            p.add(
+                f"{path}.requests.{key}",
+                f"{shown(asked)} is more than its limit ({shown(limit)}): a request must be "
+                "less than or equal to the limit",
+            )
     for key, rl in (("limits", limits), ("requests", requests)):
         for name in sorted((rl.model_extra or {}).keys()):
             # Standard resources (ephemeral-storage, hugepages-*) do not change what runs.
@@ -432,9 +450,10 @@ def _preemptible(doc: VolcanoJob, p: Problems) -> bool:
     return preemptible
 
 
-def _queue(doc: VolcanoJob, p: Problems, w: Problems) -> str | None:
+def _queue(doc: VolcanoJob, p: Problems, w: Problems) -> tuple[str | None, str]:
     """`spec.queue`, else the queue a Kueue or KAI scheduler label names (a file written for
-    either, run under Volcano's fields); None: the service's default."""
+    either, run under Volcano's fields); None: the service's default. With the path of the
+    field that named it."""
     labels = doc.metadata.labels or {}
     named: list[tuple[str, str]] = []
     for key in QUEUE_LABELS:
@@ -444,14 +463,13 @@ def _queue(doc: VolcanoJob, p: Problems, w: Problems) -> str | None:
                 named.append((path, _QUEUE_NAME.validate_python(labels[key])))
             except ValidationError as e:
                 p.add(path, e.errors(include_url=False)[0]["msg"].removeprefix("Value error, "))
-    queue = doc.spec.queue
+    queue, where = doc.spec.queue, "spec.queue"
     for path, name in named:
         if queue is None:
-            queue = name
+            queue, where = name, path
         elif name != queue:
-            first = "spec.queue" if doc.spec.queue is not None else named[0][0]
-            w.add(path, f"ignored: {first} names the job's queue ({queue})")
-    return queue
+            w.add(path, f"ignored: {where} names the job's queue ({queue})")
+    return queue, where
 
 
 def _restart_policy(spec: JobSpec, w: Problems) -> RestartPolicy:

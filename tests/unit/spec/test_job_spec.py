@@ -954,6 +954,15 @@ VOLCANO_INVALID = [
     Invalid("a container's workingDir is a path inside its image: absolute",
             vc(task(workingDir="data")),
             [f"v.yaml: {C0}.workingDir: 'data': give an absolute path inside the image"]),
+    Invalid("requests above limits, as Kubernetes refuses them",
+            vc(task(resources={"requests": {"cpu": 2, "memory": "2Gi", "nvidia.com/gpu": 2},
+                               "limits": {"cpu": "1500m", "memory": "1Gi", "nvidia.com/gpu": 1}})),
+            [f"v.yaml: {C0}.resources.requests.cpu: 2 is more than its limit (1.5): a request "
+             "must be less than or equal to the limit",
+             f"v.yaml: {C0}.resources.requests.memory: 2048Mi is more than its limit (1024Mi): "
+             "a request must be less than or equal to the limit",
+             f"v.yaml: {C0}.resources.requests.nvidia.com/gpu: 2 is more than its limit (1): a "
+             "request must be less than or equal to the limit"]),
     Invalid("a queue label that is no queue name",
             {**vc(task()), "metadata": {"name": "vj", "labels": {"kai.scheduler/queue": "a b"}}},
             ["v.yaml: metadata.labels.kai.scheduler/queue: 'a b' is not a valid name: 1 to 63 "

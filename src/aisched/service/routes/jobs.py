@@ -300,9 +300,12 @@ def _read_submission(
                 ],
             )
         volcano = p.format == "volcano"
+        if not svc.scheduler.queues.has(p.job.queue):  # the loop refuses it too, without a path
+            return problem(
+                422, "invalid job", [f"{src}: {p.queue_path}: unknown queue {p.job.queue!r}"]
+            )
         if (why := may_submit_to(svc, who, p.job.queue)) is not None:
-            where = "spec.queue" if volcano else "queue"
-            return problem(403, "job refused", [f"{src}: {where}: {why}"])
+            return problem(403, "job refused", [f"{src}: {p.queue_path}: {why}"])
         if (why := may_ask_priority(svc, who, p.job.queue, p.job.priority)) is not None:
             where = "spec.priorityClassName" if volcano else "priority"
             return problem(403, "job refused", [f"{src}: {where}: {why}"])
