@@ -42,6 +42,8 @@ from aisched.model.queue import Queue, QueueTree
 from aisched.model.resources import Resources
 
 if TYPE_CHECKING:
+    from aisched.core.decisions import TaskBinding
+    from aisched.core.eviction import Cut
     from aisched.core.session import Session
 
 DIM_NAMES = ("CPU", "memory", "GPU")
@@ -349,6 +351,38 @@ def borrowed(session: Session, queue: str, minus: Usage) -> bool:
         return False
     left = add_usage(usage, minus, -1.0)
     return all(gi == 0 or lf >= gi for gi, lf in zip(g, left, strict=True))
+
+
+def task_usage(t: TaskBinding) -> Usage:
+    """What one running task holds, as `RunningJob.usage` counts it."""
+    return (float(t.milli_cpu), float(t.mem_mib), float(t.gpu_milli * len(t.gpus)))
+
+
+def keeping_guarantees(session: Session, cuts: Iterable[Cut]) -> list[Cut]:
+    """The `cuts` that may be taken together, in their order, without taking any queue below
+    its guarantee: each cut is judged on what its queue holds after the cuts kept before it
+    (`borrowed` with all of them given up), so every prefix of the result, and every subset
+    of one, leaves each queue at or above its guarantee (as Volcano's reclaim and Kueue count
+    their victims). Judging each victim alone against the queue's usage before any eviction
+    let a prefix of them take a queue below its guarantee, whose requeued jobs then reclaimed
+    in turn. A job cut whole after some of its tasks were cut counts only what is left of it."""
+    taken: dict[str, Usage] = {}  # per queue, what the cuts kept so far give up
+    tasks_cut: dict[str, Usage] = {}  # per job, what its kept task cuts give up
+    kept: list[Cut] = []
+    for c in cuts:
+        job_id, queue = c.job.id, c.job.job.queue
+        if c.task is None:
+            gives = add_usage(c.job.usage, tasks_cut.get(job_id, ZERO), -1.0)
+        else:
+            gives = task_usage(c.task)
+        after = add_usage(taken.get(queue, ZERO), gives)
+        if not borrowed(session, queue, after):
+            continue
+        taken[queue] = after
+        if c.task is not None:
+            tasks_cut[job_id] = add_usage(tasks_cut.get(job_id, ZERO), gives)
+        kept.append(c)
+    return kept
 
 
 def fair_key(session: Session, job: Job) -> tuple[float, ...]:

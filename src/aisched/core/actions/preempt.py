@@ -6,7 +6,9 @@ key (`by: order`: Tiresias' LAS queue, or shortest-remaining-time first, where a
 estimate is the time to its expected end). reclaim works across queues: a queue within its
 guarantee takes back capacity that other queues borrowed beyond theirs, whatever the priorities;
 a job that may start with fewer tasks (an elastic one) takes back room for as many of its first
-tasks as the guarantee holds, at least its minimum, never more (`guarantee_takes`).
+tasks as the guarantee holds, at least its minimum, never more (`guarantee_takes`). Its victims
+are counted together, each lowering its queue's usage for the next (`keeping_guarantees`), so
+no queue is taken below its own guarantee, which would let its requeued jobs reclaim in turn.
 A blocked job kept off a reservation's nodes may make room elsewhere, never on those nodes.
 Only preemptible jobs are victims, never one placed in this cycle nor one already terminating.
 Victims are ordered by the policy's victim selectors (lowest priority, least work lost since
@@ -54,7 +56,7 @@ from aisched.core.kept_ranks import KeptBars, KeptRanking, KeptRanks, moves_of
 from aisched.core.pending import PendingQueue
 from aisched.core.plugins.order import INFINITE
 from aisched.core.plugins.victims import LeastWorkLost, time_left_s
-from aisched.core.queues import borrowed, guarantee_takes
+from aisched.core.queues import borrowed, guarantee_takes, keeping_guarantees
 from aisched.core.snapshot import PendingJob, RunningJob, Snapshot
 from aisched.core.victim_pool import VictimPool
 from aisched.model.resources import GPU_MILLI_WHOLE
@@ -411,4 +413,5 @@ class Reclaim:
         # An elastic job makes room for as much of itself as its guarantee holds (at least its
         # minimum), so it takes back what a job of that size would, and no more.
         cap = partial(guarantee_takes, session)
-        run(session, eligible_for, shrinkable, "reclaimed", stable=False, cap=cap)
+        within = partial(keeping_guarantees, session)
+        run(session, eligible_for, shrinkable, "reclaimed", stable=False, cap=cap, within=within)

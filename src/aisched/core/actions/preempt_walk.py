@@ -154,6 +154,7 @@ def run(
     shapes: list[Hashable] | None = None,
     ranking: Ranking | None = None,
     cap: Callable[[Job], Job | None] | None = None,
+    within: Callable[[Sequence[Cut]], list[Cut]] | None = None,
 ) -> None:
     """Preempt for each blocked job in turn. `shrinkable(pj, r)`: whether the running elastic
     job `r` may give up its surplus tasks for `pj`; such shrinking is tried before any
@@ -167,7 +168,11 @@ def run(
     preemption tries, not with the queue). `ranking`: given when eligibility goes by rank; a job
     ranked at or above the highest running rank key then finds nobody, known without the
     possible victims gathered or filtered. `cap`: what of the job (as its queue takes it) the
-    action makes room for, None for nothing (reclaim: no more than its queue's guarantee)."""
+    action makes room for, None for nothing (reclaim: no more than its queue's guarantee).
+    `within`: the cuts, in order, that may be taken together (reclaim: none that takes its
+    queue below its guarantee, counting the cuts before it); every prefix of what it returns,
+    and every subset of one, must be allowed, as the search takes a prefix and then drops
+    cuts from it. None: any prefix of the cuts may be taken."""
     # (shape, group) -> the lowest rank that found no room this cycle: a job of the same shape
     # and group and no lower rank may evict no more, so it finds none either, until some
     # preemption changes the state. Blocked jobs come in order, so with a rank that follows the
@@ -288,7 +293,9 @@ def run(
         if ordered is None:
             ordered = ordered_by_sig[sig] = InVictimOrder(pool, cands)
         # Surplus tasks first, whole jobs after: nobody is evicted while shrinking would do.
-        cuts = _Cuts([c for r in shrinks for c in _surplus_cuts(r)], ordered)
+        cuts: Sequence[Cut] = _Cuts([c for r in shrinks for c in _surplus_cuts(r)], ordered)
+        if within is not None:
+            cuts = within(cuts)
         room = find_room(session, taken, cuts, allowed, mask_key or None)
         if room is None:
             failed[memo_key] = rank

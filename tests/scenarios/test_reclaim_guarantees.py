@@ -1,0 +1,114 @@
+"""Reclaim never takes a queue below its guarantee, counting its victims together; an elastic
+job of a borrowing queue gives back what its queue borrowed; and an eviction takes only the
+jobs the blocked one needs (docs/policies.md, "Actions")."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from helpers import running, summary
+
+from aisched.core.cycle import run_cycle
+from aisched.core.decisions import Bind, Preempt, Shrink
+from aisched.core.policy import preset
+from aisched.core.snapshot import PendingJob, RunningJob, snapshot_of
+from aisched.model.queue import Queue, QueueTree
+from aisched.model.resources import Resources
+from aisched.testing import cluster, job, node
+
+TEAMS = QueueTree(
+    (
+        Queue("teama", guarantee=Resources(gpu=4)),
+        Queue("teamb", guarantee=Resources(gpu=4)),
+        Queue("scratch", limit=Resources(gpu=3)),
+    )
+)
+
+
+def one_gpu(name: str, queue: str, gpu: int, started_s: float) -> RunningJob:
+    return running(job(name).task(gpu=1).queue(queue).build(), ("n1", (gpu,)), started_s=started_s)
+
+
+def borrowed_node() -> list[RunningJob]:
+    """teama runs five 1-GPU jobs (one borrowed) and scratch three; teama's started last, so
+    they come first in victim order (newest, least work lost)."""
+    teama = [one_gpu(f"a{i}", "teama", i, started_s=100.0) for i in range(5)]
+    scratch = [one_gpu(f"s{i}", "scratch", 5 + i, started_s=0.0) for i in range(3)]
+    return teama + scratch
+
+
+def gpus_of(jobs: list[RunningJob], queue: str) -> int:
+    return sum(int(r.usage[2]) // 1000 for r in jobs if r.job.queue == queue)
+
+
+def test_reclaim_takes_no_queue_below_its_guarantee() -> None:
+    run = borrowed_node()
+    snap = snapshot_of(cluster(node("n1").gpus(8)), run, TEAMS)
+    pending = [job("b").task(gpu=2).queue("teamb").submitted(200).pending()]
+    result = run_cycle(snap, pending, preset("priority"), 200.0, validate=True)
+    evicted = {d.job_id for d in result.decisions if isinstance(d, Preempt)}
+    # Only teama's borrowed GPU may go; the other GPU comes from scratch, which is owed none.
+    assert len(evicted) == 2
+    assert len([j for j in evicted if j.startswith("a")]) == 1
+    left = [r for r in run if r.id not in evicted]
+    assert gpus_of(left, "teama") == 4
+    assert [d.job_id for d in result.decisions if isinstance(d, Bind)] == ["b"]
+
+
+def test_reclaim_cascade_stops_when_victims_come_back() -> None:
+    """Cycle after cycle, the victims' capacity frees, they are requeued and may reclaim in
+    turn: the first reclaim leaves every queue at or above its guarantee, so nobody else is
+    evicted and the requeued jobs wait."""
+    now = 200.0
+    run = borrowed_node()
+    pending = [job("b").task(gpu=2).queue("teamb").submitted(now).pending()]
+    evictions = 0
+    for cycle in range(6):
+        snap = snapshot_of(cluster(node("n1").gpus(8)), run, TEAMS)
+        result = run_cycle(snap, pending, preset("priority"), now, validate=True)
+        evicted = {d.job_id for d in result.decisions if isinstance(d, Preempt)}
+        evictions += len(evicted)
+        by_id = {r.id: r for r in run}
+        # Back in the queue, as the loop requeues a preempted job; their capacity frees.
+        requeued = [PendingJob(replace(by_id[j].job, submit_time_s=now)) for j in sorted(evicted)]
+        run = [r for r in run if r.id not in evicted]
+        bound = {d.job_id: d.tasks for d in result.decisions if isinstance(d, Bind)}
+        run += [RunningJob(p.job, bound[p.id], now) for p in pending if p.id in bound]
+        pending = [p for p in pending if p.id not in bound] + requeued
+        assert gpus_of(run, "teama") >= 4, cycle
+        now += 1.0
+    assert evictions == 2
+    assert gpus_of(run, "teamb") == 2 and gpus_of(run, "teama") >= 4
+
+
+def test_reclaim_shrinks_what_an_elastic_job_borrowed() -> None:
+    """teama's elastic job holds all 8 GPUs (guarantee 4, minimum 2): teamb's 4-GPU job is
+    owed its guarantee, and gets it by shrinking the elastic job to teama's guarantee."""
+    el = job("el").task(8, gpu=1).min_available(2).elastic().queue("teama").build()
+    big = running(el, *(("n1", (i,)) for i in range(8)))
+    snap = snapshot_of(cluster(node("n1").gpus(8)), [big], TEAMS)
+    pending = [job("b").task(gpu=4).queue("teamb").pending()]
+    result = run_cycle(snap, pending, preset("priority"), 10.0, validate=True)
+    assert summary(result) == [
+        ("shrink", "el", "b", "n1:0", "n1:1", "n1:2", "n1:3"),
+        ("bind", "b", "n1:4,5,6,7"),
+    ]
+    assert not any(isinstance(d, Preempt) for d in result.decisions)
+    assert [len(d.keep) for d in result.decisions if isinstance(d, Shrink)] == [4]
+
+
+def test_preempt_evicts_only_the_jobs_the_blocked_one_needs() -> None:
+    """low1 comes first in victim order but freeing it with big4 is more than needed: big4
+    alone (with the idle GPU 7) makes room, so low1 keeps running."""
+    run = [
+        running(job("low1").task(gpu=1).priority(-100).build(), ("n1", (0,))),
+        running(job("big4").task(gpu=4).priority(0).build(), ("n1", (1, 2, 3, 4))),
+        running(job("keep").task(gpu=2).priority(200).build(), ("n1", (5, 6))),
+    ]
+    snap = snapshot_of(cluster(node("n1").gpus(8)), run, QueueTree())
+    pending = [job("hi").task(gpu=4).priority(100).pending()]
+    result = run_cycle(snap, pending, preset("priority"), 10.0, validate=True)
+    assert [d.job_id for d in result.decisions if isinstance(d, Preempt)] == ["big4"]
+    bound = [d for d in result.decisions if isinstance(d, Bind)]
+    assert [d.job_id for d in bound] == ["hi"]
+    assert 0 not in {g for t in bound[0].tasks for g in t.gpus}
