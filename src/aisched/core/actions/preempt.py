@@ -20,8 +20,9 @@ on the rest), and whole jobs are evicted only when shrinking all that may be shr
 make room. The rule for who may be shrunk: for preempt, any preemptible elastic job in the
 action's scope of **equal or lower priority** (whatever `by` says: a shrunk job keeps running,
 so equal priority is allowed, where eviction needs a strictly lower rank); for reclaim, the
-elastic jobs of queues that borrow. Never below `min_available`, never a job placed this cycle
-or already terminating; surplus tasks are taken in victim order, each job's last ranks first.
+elastic jobs of queues that borrow, of the tasks their queue borrowed (down to its guarantee).
+Never below `min_available`, never a job placed this cycle or already terminating; surplus
+tasks are taken in victim order, each job's last ranks first.
 
 With estimates that may be wrong (learned runtimes), `by: order` takes guards against evicting
 for too little gain (all off by default, as the oracle bounds need none):
@@ -57,7 +58,7 @@ from aisched.core.pending import PendingQueue
 from aisched.core.plugins.order import INFINITE
 from aisched.core.plugins.victims import LeastWorkLost, time_left_s
 from aisched.core.queues import borrowed, guarantee_takes, keeping_guarantees
-from aisched.core.snapshot import PendingJob, RunningJob, Snapshot
+from aisched.core.snapshot import ZERO, PendingJob, RunningJob, Snapshot
 from aisched.core.victim_pool import VictimPool
 from aisched.model.resources import GPU_MILLI_WHOLE
 
@@ -408,7 +409,10 @@ class Reclaim:
             return eligible, pj.job.queue, 0.0
 
         def shrinkable(p: PendingJob, r: RunningJob) -> bool:
-            return r.job.queue != p.job.queue and borrowed(session, r.job.queue, r.usage)
+            # Any elastic job of a queue above its guarantee: which of its surplus tasks may go
+            # (those its queue borrowed) is `keeping_guarantees`' to say, task by task. Judged
+            # by the whole job's usage, a job holding its queue's guarantee was never shrunk.
+            return r.job.queue != p.job.queue and borrowed(session, r.job.queue, ZERO)
 
         # An elastic job makes room for as much of itself as its guarantee holds (at least its
         # minimum), so it takes back what a job of that size would, and no more.
