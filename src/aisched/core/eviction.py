@@ -7,8 +7,10 @@ one surplus task of a running elastic job (shrink it by that task). Cuts are tri
 of that order; the shortest prefix that makes room is found by galloping then bisection (room
 only grows as more is taken; a prefix that the bound on room, `placement.may_fit` once all of
 it is taken, rules out is not tried), and then only cuts with a task on a node the placement
-uses are kept, so no job is stopped or shrunk that did not need to be. A job whose whole cut
-is kept is evicted even if some of its task cuts are kept too; the rest of the jobs are shrunk.
+uses are kept, and of the whole jobs among those, each one the job still fits without (tried
+last taken first) is spared, so no job is stopped or shrunk that did not need to be. A job
+whose whole cut is kept is evicted even if some of its task cuts are kept too; the rest of the
+jobs are shrunk.
 
 Invariants: a what-if leaves the session exactly as it found it; a shrunk job keeps at least
 its `min_available` tasks (the caller offers only surplus tasks as cuts).
@@ -236,6 +238,7 @@ def find_room(
         res = again
     used = {t.node for t in res}
     needed = [c for c in prefix if any(node in used for node in _cut_nodes(c))]
+    needed = _without_spare_jobs(session, job, needed, prefix[-1], allowed, mask_key)
     st = Statement(session)
     if replays and len(needed) == len(prefix):
         final: tuple[TaskBinding, ...] | str = _apply(session, st, prefix, found)
@@ -257,6 +260,32 @@ def find_room(
     st.commit()
     evicted, shrunk = _plan(needed)
     return Room(tuple(evicted), tuple(shrunk), final)
+
+
+def _without_spare_jobs(
+    session: Session,
+    job: Job,
+    needed: list[Cut],
+    last: Cut,
+    allowed: BoolArray | None,
+    mask_key: Hashable,
+) -> list[Cut]:
+    """`needed` less the whole jobs whose eviction the blocked job does not need: each one in
+    turn, the last taken first, is left out when the job still fits without it (a what-if).
+    On one node the shortest prefix may hold a job that only came first in victim order (a
+    1-GPU job before the 4-GPU one that alone makes room for 4 GPUs); the victim order still
+    decides who is tried first, this only spares who was not needed. `last`, the prefix's
+    last cut, is needed (the prefix without it made no room), and task cuts are kept: their
+    search already takes the fewest tasks in order."""
+    spare = [c for c in reversed(needed) if c.task is None and c is not last]
+    if not spare:
+        return needed
+    kept = needed
+    for c in spare:
+        without = [k for k in kept if k is not c]
+        if _placed_after(session, job, without, allowed, mask_key) is not None:
+            kept = without
+    return kept
 
 
 def _apply(
