@@ -54,8 +54,10 @@ def plain_walk(
     shapes: list[Hashable] | None = None,
     ranking: Ranking | None = None,  # not used: the plain walk filters for every job
     cap: Callable[[Job], Job | None] | None = None,
+    within: Callable[[Sequence[Cut]], list[Cut]] | None = None,
 ) -> None:
-    """The walk before issue 16's preemption work, step for step."""
+    """The walk before issue 16's preemption work, step for step (with reclaim's victims
+    counted together, `within`)."""
     failed: dict[tuple[Hashable, Hashable, tuple[str, ...], Hashable], float] = {}
     pool: list[RunningJob] | None = None
     by_sig: dict[Hashable, list[RunningJob]] = {}
@@ -118,6 +120,8 @@ def plain_walk(
             continue
         surplus = [Cut(r, t) for r in shrinks for t in reversed(r.tasks[r.job.gang_min :])]
         cuts = surplus + [Cut(r) for r in cands]
+        if within is not None:
+            cuts = within(cuts)
         room = plain_find_room(session, taken, cuts, allowed, mask_key or None)
         if room is None:
             failed[memo_key] = rank
@@ -156,7 +160,8 @@ def plain_find_room(
     allowed: BoolArray | None = None,
     mask_key: Hashable = None,
 ) -> Room | None:
-    """`eviction.find_room` before issue 16's preemption work: every placement searched."""
+    """`eviction.find_room` before issue 16's preemption work: every placement searched
+    (with the whole jobs not needed spared, last taken first)."""
 
     def fits(prefix: Sequence[Cut]) -> bool:
         st = Statement(session)
@@ -192,6 +197,10 @@ def plain_find_room(
         for c in prefix
         if any(t.node in used for t in (c.job.tasks if c.task is None else (c.task,)))
     ]
+    for c in [c for c in reversed(needed) if c.task is None and c is not prefix[-1]]:
+        without = [k for k in needed if k is not c]
+        if fits(without):
+            needed = without
     st = Statement(session)
     _take(session, st, needed)
     final = place_job(session, st, job, allowed, ("evict-needed", len(needed), mask_key))
