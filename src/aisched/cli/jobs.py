@@ -601,6 +601,10 @@ def cmd_show(args: argparse.Namespace) -> int:
         con.print(t)
     if j["events"]:
         con.print("[bold]events[/]")
+        # Said first, wherever it falls among the events: the last 20 may not show it.
+        forgot = [e for e in j["events"] if e["kind"] == "attempts-forgotten"]
+        if forgot:
+            con.print(plain(f"  ({forgot[-1]['message']})"))
         for e in j["events"][-20:]:
             con.print(plain(f"  {clock(e['time'], now)}  {e['kind']:<12} {e['message']}"))
     return 0

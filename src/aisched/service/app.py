@@ -169,6 +169,7 @@ class Service:
                     keep_ended_s=config.limits.keep_ended_s(),
                     user_max_ended_bytes=config.limits.user_max_ended_bytes_(),
                     user_max_running_log_bytes=config.limits.user_max_running_log_bytes_(home),
+                    keep_attempts=config.limits.keep_attempts,
                 ),
                 on_cycle=metrics.observe_cycle,
                 predictor=RuntimePredictor(background=True) if config.predict_runtimes else None,

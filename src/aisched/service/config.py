@@ -257,6 +257,11 @@ class LimitsModel(_Model):
     # tasks one user runs at once. A share, not a fixed size, so that a large gang's capped
     # logs are not stopped on a large disk, nor one user let fill a small one. 0: no bound.
     user_max_running_log_bytes: str | int = "25%"
+    # A live job keeps the records of its latest this many attempts (task rows, their folders
+    # in the data directory, their events); older ones are forgotten. A job that restarts for
+    # ever (`restart: always`) otherwise keeps a row, two folders and events per attempt,
+    # without end. 0: every attempt is kept.
+    keep_attempts: Annotated[Int, Field(ge=0, le=100_000)] = 20
     # A job's private /dev/shm on a node (host tasks run as a user by a root service) holds
     # at most the memory its tasks there asked for, and at most this (None: no other cap).
     shm_max_size: str | int | None = None

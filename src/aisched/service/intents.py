@@ -271,6 +271,7 @@ class Intents(Exits):
             return None
         lj.state = move(lj.id, lj.state, JobState.RUNNING)
         lj.attempt += 1
+        self.retention.attempt_placed(lj.id, lj.attempt)
         lj.attempt_started_at = now
         if lj.started_at is None:
             lj.started_at = now

@@ -27,6 +27,10 @@ from aisched.store.db import Store, Tx
 
 log = logging.getLogger(__name__)
 
+# A job whose oldest attempts are forgotten keeps its first events still: its submission and
+# how its first attempt began (`limits.keep_attempts`, `retention`).
+FIRST_EVENTS_KEPT = 5
+
 __all__ = ["Batch", "LiveJob", "LiveTask", "Origin", "Requests", "Stop", "TaskPhase"]
 
 # A bound attempt's launch requests, one per task in rank order, or why they could not be put
@@ -134,6 +138,8 @@ class Batch:
     tasks: dict[TaskKey, dict[str, Any]] = field(default_factory=dict)
     events: list[tuple[float, str, str, str]] = field(default_factory=list)
     forget: list[str] = field(default_factory=list)  # ended jobs to delete (`retention`)
+    # Live jobs' attempts to delete: (job id, first attempt kept) (`retention`).
+    forget_attempts: list[tuple[str, int]] = field(default_factory=list)
     after: list[Callable[[], None]] = field(default_factory=list)
     origins: list[Origin] = field(default_factory=list)
 
@@ -148,7 +154,13 @@ class Batch:
 
     def empty(self) -> bool:
         return not (
-            self.new_jobs or self.jobs or self.new_tasks or self.tasks or self.events or self.forget
+            self.new_jobs
+            or self.jobs
+            or self.new_tasks
+            or self.tasks
+            or self.events
+            or self.forget
+            or self.forget_attempts
         )
 
     def write(self, tx: Tx) -> None:
@@ -158,6 +170,8 @@ class Batch:
         tx.update_tasks(self.tasks)
         tx.add_events(self.events)
         tx.forget_jobs(self.forget)
+        for job_id, first_kept in self.forget_attempts:  # after the events: its note is kept
+            tx.forget_attempts(job_id, first_kept, FIRST_EVENTS_KEPT)
 
     def of_jobs(self, job_ids: frozenset[str]) -> Batch:
         """The writes of these jobs alone (to try them on their own)."""
@@ -184,6 +198,7 @@ class Batch:
         after = self.after
         self.new_jobs, self.jobs, self.new_tasks, self.tasks, self.events = [], {}, [], {}, []
         self.forget = []
+        self.forget_attempts = []
         self.after = []
         self.origins = []
         # Each on its own: one that fails (a stop whose file cannot be written) must not drop

@@ -142,6 +142,7 @@ class Scheduler(Recovery, BulkCancels):
         self._bound_running_logs(batch, now)
         self._recheck_dependents(batch, now)  # what a failed step left undone, if anything
         self.retention.forget_ended(self.store, batch, now, newest_id=str(self.next_seq - 1))
+        self.retention.forget_attempts(batch, now)
         try:
             batch.flush(self.store)
         except Exception as exc:

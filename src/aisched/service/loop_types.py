@@ -58,6 +58,9 @@ class LoopConfig:
     # What one user's running jobs' logs may take together before the largest are stopped
     # (`limits.user_max_running_log_bytes`; 0: no bound).
     user_max_running_log_bytes: int = 0
+    # A live job keeps the records (task rows, folders, events) of its latest this many
+    # attempts; older ones are forgotten (`limits.keep_attempts`; 0: every one is kept).
+    keep_attempts: int = 0
     # Check the lifecycle's invariants after every cycle and raise on a broken one (tests).
     validate: bool = False
 

@@ -10,24 +10,39 @@ and never the newest job: its id is where the next id is counted from, so an id,
 log or checkpoint directory, is never given out twice. The leader's loop does this, at most
 `FORGET_AT_MOST` jobs in a step: their files first, then their rows in the step's own
 transaction, so no file outlives the rows that name it.
+
+A live job keeps the records of its latest `limits.keep_attempts` attempts only (20 by
+default): a job that restarts for ever (`restart: always`, or many retries and preemptions)
+made a task row, a `tasks/JOB/ATTEMPT` and a `logs/JOB/ATTEMPT` folder and a few events per
+attempt, without end (one that exits at once: 1,478 attempts and 35 MB in a minute). When an
+attempt past that count is placed, the attempts before the kept ones are forgotten in the next
+step, the same careful way: their folders first, then their task rows and their events (those
+before the placement of the oldest attempt kept, except the job's first few,
+`live.FIRST_EVENTS_KEPT`), and one `attempts-forgotten` event says so. Nothing of the kept
+attempts goes, and so nothing that recovery reads (the current attempt's task rows, exit
+records and events); an earlier attempt has ended for good before a later one is placed (an
+attempt's resources are given back, and the next one bound, only once every task of it has
+exited).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 import shutil
 from pathlib import Path
 
 from aisched.model.numerals import is_decimal
 from aisched.service.ended_bytes import Ended, EndedBytes, job_dirs
 from aisched.service.live import Batch
-from aisched.store.db import Store
+from aisched.store.db import ATTEMPTS_FORGOTTEN, Store
 
 log = logging.getLogger("aisched.loop")
 
 FORGET_EVERY_S = 60.0  # or a tenth of `keep_s`, when that is shorter
 FORGET_AT_MOST = 500
+MAX_ATTEMPT_DIGITS = 18  # a longer folder name is no attempt's
 
 
 def no_job(job_id: str, newest_seq: int) -> str:
@@ -42,9 +57,14 @@ def no_job(job_id: str, newest_seq: int) -> str:
 
 
 class Retention:
-    def __init__(self, data_dir: Path, keep_s: float, user_max_ended_bytes: int = 0) -> None:
+    def __init__(
+        self, data_dir: Path, keep_s: float, user_max_ended_bytes: int = 0, keep_attempts: int = 0
+    ) -> None:
         self.data_dir = data_dir
         self.keep_s = keep_s  # 0: keep every ended job for ever
+        self.keep_attempts = keep_attempts  # 0: keep every attempt of a live job
+        # Live jobs whose older attempts are due to be forgotten: id -> the first one kept.
+        self.attempts_due: dict[str, int] = {}
         self.next_at = -math.inf
         self.ended_bytes = EndedBytes(data_dir, user_max_ended_bytes)
         # Jobs forgotten since the start, for the metrics: by age, and past a user's bound.
@@ -79,6 +99,41 @@ class Retention:
                     user,
                     self.ended_bytes.most / 2**20,
                 )
+
+    def attempt_placed(self, job_id: str, attempt: int) -> None:
+        """Note that `job_id` placed its `attempt`-th attempt: past `keep_attempts`, the ones
+        before the latest `keep_attempts` are forgotten in the next step."""
+        if self.keep_attempts and attempt > self.keep_attempts:
+            self.attempts_due[job_id] = attempt - self.keep_attempts + 1
+
+    def forget_attempts(self, batch: Batch, now: float) -> None:
+        """Remove the folders of the attempts due to be forgotten, and add the deletion of
+        their task rows and events, and a note, to `batch`."""
+        if batch.forget_attempts:  # a write that failed, to be retried as it is
+            return
+        for job_id, first_kept in self.attempts_due.items():
+            self._remove_attempt_files(job_id, first_kept)
+            batch.forget_attempts.append((job_id, first_kept))
+            batch.event(
+                now,
+                job_id,
+                ATTEMPTS_FORGOTTEN,
+                f"attempts 1 to {first_kept - 1} were forgotten (their tasks, logs and events): "
+                f"a live job keeps its latest {self.keep_attempts} (limits.keep_attempts)",
+            )
+        self.attempts_due.clear()
+
+    def _remove_attempt_files(self, job_id: str, first_kept: int) -> None:
+        """Remove `logs/JOB/N` and `tasks/JOB/N` for every N below `first_kept`."""
+        for folder in job_dirs(self.data_dir, job_id):
+            try:
+                names = os.listdir(folder)
+            except OSError:  # none yet, or gone
+                continue
+            for name in names:
+                if is_decimal(name) and len(name) <= MAX_ATTEMPT_DIGITS and int(name) < first_kept:
+                    # rmtree removes links, never what they point to.
+                    shutil.rmtree(folder / name, ignore_errors=True)
 
     def _forget_old(self, store: Store, batch: Batch, now: float) -> None:
         with store.read() as tx:

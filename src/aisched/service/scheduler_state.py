@@ -172,7 +172,10 @@ class SchedulerState:
         self.left: dict[str, tuple[Node, float]] = {}
         self._with_lost_cache: tuple[object, Snapshot] | None = None
         self.retention = Retention(
-            config.data_dir, config.keep_ended_s, config.user_max_ended_bytes
+            config.data_dir,
+            config.keep_ended_s,
+            config.user_max_ended_bytes,
+            config.keep_attempts,
         )
         self.running_logs = RunningLogs(config.data_dir / "logs", config.user_max_running_log_bytes)
         self.stats = LoopStats()

@@ -34,6 +34,7 @@ from typing import Any
 from sqlalchemy import (
     Engine,
     Text,
+    and_,
     bindparam,
     case,
     cast,
@@ -42,6 +43,7 @@ from sqlalchemy import (
     event,
     func,
     insert,
+    or_,
     select,
     text,
     update,
@@ -60,6 +62,8 @@ __all__ = ["Deposed", "Row", "Store", "StoreError", "Tx"]
 
 Row = dict[str, Any]
 TERMINAL = ("succeeded", "failed", "cancelled")
+# The event that says a live job's oldest attempts were forgotten (`limits.keep_attempts`).
+ATTEMPTS_FORGOTTEN = "attempts-forgotten"
 
 
 # Serialises the first open (schema creation, migration) of instances sharing one PostgreSQL
@@ -511,6 +515,27 @@ class Tx:
             self.conn.execute(delete(events).where(events.c.job_id.in_(gone)))
             self.conn.execute(delete(tasks).where(tasks.c.job_id.in_(gone)))
             self.conn.execute(delete(jobs).where(jobs.c.id.in_(gone)))
+
+    def forget_attempts(self, job_id: str, first_kept: int, first_events: int) -> None:
+        """Delete a live job's task rows of the attempts before `first_kept`, and its events
+        before the placement of that attempt, except its first `first_events` (how it began)
+        and the newest `attempts-forgotten` note (older ones go: one says it all)."""
+        self.conn.execute(
+            delete(tasks).where(tasks.c.job_id == job_id, tasks.c.attempt < first_kept)
+        )
+        mine = events.c.job_id == job_id
+        cut = self.conn.execute(
+            select(func.min(events.c.seq)).where(
+                mine, events.c.kind == "placed", events.c.message.like(f"attempt {first_kept}:%")
+            )
+        ).scalar_one_or_none()
+        note = events.c.kind == ATTEMPTS_FORGOTTEN
+        newest_note = select(func.max(events.c.seq)).where(mine, note).scalar_subquery()
+        gone = and_(note, events.c.seq < newest_note)
+        if cut is not None:
+            gone = or_(gone, and_(events.c.seq < cut, ~note))
+        first = select(events.c.seq).where(mine).order_by(events.c.seq).limit(first_events)
+        self.conn.execute(delete(events).where(mine, gone, events.c.seq.not_in(first)))
 
     def count_jobs(self, states: Iterable[str]) -> int:
         q = select(func.count()).select_from(jobs).where(jobs.c.state.in_(list(states)))
