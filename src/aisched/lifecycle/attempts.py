@@ -14,7 +14,7 @@ reason (`Stop`). `after_attempt` is the one rule that turns how it ended into wh
 | over its time limit          | FAILED, no retry                                          |
 | a task could never run       | FAILED, no retry (its image is missing: a retry would too) |
 | a task failed                | retried after a backoff while retries are left, else FAILED |
-| all tasks exited with 0      | SUCCEEDED; restarted after its backoff under policy `always` |
+| all tasks exited with 0      | SUCCEEDED; under `always` restarted after a wait (below)    |
 
 The two drivers used to disagree about a shrink (the simulator restarted it on the kept tasks
 at once; the service did the same except when its scheduler had restarted in between, when it
@@ -23,20 +23,33 @@ requeue otherwise. In the simulator they are always known.
 
 Retries wait `backoff_s * 2**(failures - 1)`, capped by the driver's `max_backoff_s`: a job
 that keeps failing does not spin, and the cap keeps the wait bounded for large counts. A clean
-exit under `always` is no failure and counts none, but waits `backoff_s` (capped the same way)
-before its restart: `true` under `always` started a new attempt in the same second as each
-exit, hundreds a minute, each with its own log directory.
+exit under `always` is no failure and counts none, but waits before its restart: `true` under
+`always` started a new attempt in the same second as each exit, hundreds a minute, each with
+its own log directory. The wait is Kubernetes' for a container that keeps exiting, even with
+0: an attempt that ran less than `LONG_RUN_S` is a quick exit, and the *n*-th quick exit in a
+row waits `max(backoff_s, MIN_RESTART_WAIT_S) * 2**(n - 1)`, capped by `max_backoff_s`
+(`restart_wait_s`); an attempt that ran `LONG_RUN_S` or more ends the run (whatever its end),
+and its clean exit waits `backoff_s` alone. The run is the driver's to keep (`quick_exits`,
+given and returned like the failure count); failures keep their own backoff, and a service's
+replicas that fail for good their own (`services.CrashLoop`), so no wait is doubled twice.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from aisched.core.decisions import TaskBinding
 from aisched.model.job import Job, RestartPolicy
 from aisched.model.states import JobState
+
+# An attempt under `always` that ran less than this and exited cleanly is a quick exit: the next
+# wait doubles. One that ran this long ends the run (Kubernetes resets a container's backoff
+# after it ran 10 minutes; a service's crash loop, `services.CRASH_RESET_S`, is this too).
+LONG_RUN_S = 600.0
+# The least a quick exit waits, whatever the job's backoff: `backoff: 0` must not spin.
+MIN_RESTART_WAIT_S = 1.0
 
 
 class Stop(StrEnum):
@@ -96,6 +109,7 @@ class AttemptEnd:
     failures: int
     preemptions: int
     succeeded: bool = False
+    quick_exits: int = 0  # quick clean exits under `always` in a row, this one included
 
 
 def retry_wait_s(job: Job, failures: int, max_backoff_s: float) -> float:
@@ -104,6 +118,16 @@ def retry_wait_s(job: Job, failures: int, max_backoff_s: float) -> float:
         return 0.0
     # The exponent is capped too: 2**1100 overflows a float long before the cap matters.
     return float(min(job.backoff_s * 2 ** min(failures - 1, 60), max_backoff_s))
+
+
+def restart_wait_s(job: Job, quick_exits: int, max_backoff_s: float) -> float:
+    """How long a clean exit under `always` waits before its restart, the `quick_exits`-th
+    quick one in a row (0: the attempt ran `LONG_RUN_S` or more): `backoff_s` after a long
+    run, else doubling from `max(backoff_s, MIN_RESTART_WAIT_S)`, capped by `max_backoff_s`."""
+    if quick_exits < 1:
+        return float(min(job.backoff_s, max_backoff_s))
+    base = replace(job, backoff_s=max(job.backoff_s, MIN_RESTART_WAIT_S))
+    return retry_wait_s(base, quick_exits, max_backoff_s)
 
 
 def will_retry(job: Job, failures: int) -> bool:
@@ -122,14 +146,59 @@ def after_attempt(
     max_backoff_s: float,
     keep: tuple[TaskBinding, ...] | None = None,
     started: int | None = None,
+    ran_s: float = math.inf,
+    quick_exits: int = 0,
 ) -> AttemptEnd:
     """What `job` becomes now that every task of its attempt has ended.
 
     `stop` is why the attempt was stopped (None: its tasks all exited with code 0); `message`
-    says it in words; `failures` and `preemptions` are the job's counts before this attempt
-    ended; `keep` the tasks a shrink keeps, when known; `started` how many tasks the attempt
-    started (None: all of them), so that its end says so when some of the job's never ran.
+    says it in words; `failures`, `preemptions` and `quick_exits` are the job's counts before
+    this attempt ended; `keep` the tasks a shrink keeps, when known; `started` how many tasks
+    the attempt started (None: all of them), so that its end says so when some of the job's
+    never ran; `ran_s` how long the attempt ran (from its start to now).
     """
+    # A long run ends a run of quick exits, however it ended.
+    quick = 0 if ran_s >= LONG_RUN_S else quick_exits
+    if stop is None and job.restart_policy == RestartPolicy.ALWAYS:
+        if ran_s < LONG_RUN_S:
+            quick += 1
+        wait = restart_wait_s(job, quick, max_backoff_s)
+        text = (
+            f"{_all_tasks(job, started)} exited; restart policy is always: restarting in {wait:g}s"
+        )
+        if quick > 1:
+            text += (
+                f" ({quick} runs in a row shorter than {LONG_RUN_S:g}s: the wait doubles "
+                "until a run lasts that long)"
+            )
+        restart = Requeue("restarting", text, now + wait, wait)
+        return AttemptEnd(restart, failures, preemptions, quick_exits=quick)
+    end = _after_attempt(
+        job,
+        stop,
+        message,
+        failures=failures,
+        preemptions=preemptions,
+        now=now,
+        max_backoff_s=max_backoff_s,
+        keep=keep,
+        started=started,
+    )
+    return replace(end, quick_exits=quick)
+
+
+def _after_attempt(
+    job: Job,
+    stop: Stop | None,
+    message: str,
+    *,
+    failures: int,
+    preemptions: int,
+    now: float,
+    max_backoff_s: float,
+    keep: tuple[TaskBinding, ...] | None,
+    started: int | None,
+) -> AttemptEnd:
     if stop == Stop.CANCEL:
         return AttemptEnd(Finish(JobState.CANCELLED, "cancelled"), failures, preemptions)
     if stop == Stop.PREEMPT:
@@ -159,12 +228,6 @@ def after_attempt(
             else f"{message}; restart policy is never"
         )
         return AttemptEnd(Finish(JobState.FAILED, why), failures, preemptions)
-    if job.restart_policy == RestartPolicy.ALWAYS:
-        wait = float(min(job.backoff_s, max_backoff_s))
-        text = (
-            f"{_all_tasks(job, started)} exited; restart policy is always: restarting in {wait:g}s"
-        )
-        return AttemptEnd(Requeue("restarting", text, now + wait, wait), failures, preemptions)
     done = Finish(JobState.SUCCEEDED, f"{_all_tasks(job, started)} exited with code 0")
     return AttemptEnd(done, failures, preemptions, succeeded=True)
 

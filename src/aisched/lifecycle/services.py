@@ -30,6 +30,9 @@ capped by the driver's `max_backoff_s`. The run is over once a failure comes mor
 is worked out from the failed replicas' ends alone (`replica_failed`, folded over them), so a
 restarted driver derives it again from what it stored. The service itself never fails of it:
 like a Deployment in a crash loop it keeps asking, at most once per `max_backoff_s`.
+This wait is for replicas that *failed for good*; a replica whose task exits cleanly is
+restarted as any job under `always` is (`attempts.restart_wait_s`: its own quick exits
+double its own wait), so no end is waited for twice.
 """
 
 from __future__ import annotations
@@ -37,17 +40,18 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
-from aisched.lifecycle.attempts import retry_wait_s
+from aisched.lifecycle.attempts import LONG_RUN_S, MIN_RESTART_WAIT_S, retry_wait_s
 from aisched.model.job import Job, JobKind, RestartPolicy
 from aisched.model.service import ServiceSpec
 
 PORT_ENV = "AISCHED_SERVICE_PORT"
 SERVICE_ENV = "AISCHED_SERVICE_ID"
 # A replica that fails this long after its replacement wait was over starts a new run of
-# failures (Kubernetes resets a container's backoff after it ran 10 minutes).
-CRASH_RESET_S = 600.0
+# failures (Kubernetes resets a container's backoff after it ran 10 minutes); the same span
+# ends a job's run of quick exits under `always` (`attempts`).
+CRASH_RESET_S = LONG_RUN_S
 # The least a replacement waits after a failed replica, whatever the service's backoff.
-MIN_REPLACEMENT_WAIT_S = 1.0
+MIN_REPLACEMENT_WAIT_S = MIN_RESTART_WAIT_S
 
 
 @dataclass(frozen=True, slots=True)

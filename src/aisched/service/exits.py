@@ -84,8 +84,11 @@ class Exits(Launches):
             max_backoff_s=self.config.max_backoff_s,
             keep=lj.shrink_to if reason == Stop.SHRINK else None,
             started=len(lj.tasks),
+            ran_s=now - (lj.attempt_started_at if lj.attempt_started_at is not None else now),
+            quick_exits=lj.quick_exits,
         )
         lj.shrink_to = None
+        lj.quick_exits = end.quick_exits
         if end.failures != lj.failures:
             lj.failures = end.failures
             batch.job(lj.id, failures=lj.failures)

@@ -68,6 +68,10 @@ class LiveJob:
     attempt: int = 0  # attempts started so far; the current one while running
     failures: int = 0
     preemptions: int = 0
+    # Clean exits under `always` in a row from attempts shorter than `LONG_RUN_S`
+    # (`lifecycle.attempts`): each doubles the wait before the next restart. Not stored: a
+    # scheduler restart starts the run again (at most a few more quick restarts than due).
+    quick_exits: int = 0
     started_at: float | None = None
     attempt_started_at: float | None = None
     not_before: float | None = None

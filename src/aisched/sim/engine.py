@@ -566,8 +566,11 @@ class _Engine(NodePools):
             max_backoff_s=self.config.max_backoff_s,
             keep=keep,
             started=started,
+            ran_s=now - st.start_s,
+            quick_exits=st.quick_exits,
         )
         st.failures, st.preemptions = end.failures, end.preemptions
+        st.quick_exits = end.quick_exits
         return end
 
     def _finish(self, st: SimJob, now: float) -> None:
@@ -585,9 +588,15 @@ class _Engine(NodePools):
             self.log.append((now, "finish", st.job.id, ()))
             self.progress_done += 1
             self._ended(st.job.id, now)
-        else:  # restart policy `always`: it runs again, from the start
+        else:  # restart policy `always`: it runs again, from the start, after its wait
             st.saved_s = 0.0
-            self._requeue(st, now)
+            until = end.next.not_before if isinstance(end.next, Requeue) else None
+            if until is not None and until > now:
+                st.move(JobState.PENDING)
+                self.backing_off.add(st.job.id)
+                self._push(until, RETRY, st.job.id, 0)
+            else:
+                self._requeue(st, now)
         self._changed(now)
         self._grow_if_idle(now)
 

@@ -58,6 +58,7 @@ class SimJob:
         "speed",
         "state",
         "failures",
+        "quick_exits",
         "failing",
         "failed",
         "grew_from",
@@ -95,6 +96,7 @@ class SimJob:
         self.speed = 1.0
         self.state: JobState | None = None  # None until it arrives
         self.failures = 0
+        self.quick_exits = 0  # quick clean exits under `always` in a row (lifecycle.attempts)
         self.failing = False  # the current attempt's planned end is a failure
         self.failed: str | None = None
         self.grew_from: int | None = None  # tasks held when last grown (see lifecycle.elastic)

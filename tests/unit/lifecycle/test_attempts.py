@@ -7,8 +7,15 @@ from dataclasses import replace
 
 import pytest
 
-from aisched.lifecycle.attempts import AttemptEnd, Finish, Requeue, Stop, after_attempt
-from aisched.model.job import RestartPolicy
+from aisched.lifecycle.attempts import (
+    LONG_RUN_S,
+    AttemptEnd,
+    Finish,
+    Requeue,
+    Stop,
+    after_attempt,
+)
+from aisched.model.job import Job, RestartPolicy
 from aisched.model.states import JobState
 from aisched.testing.builders import job
 
@@ -64,3 +71,73 @@ def test_a_success_says_how_many_tasks_ran_when_the_attempt_started_fewer_than_t
     assert again.next.message == (
         "all 4 tasks that started (of 8) exited; restart policy is always: restarting in 10s"
     )
+
+
+def _restart(j: Job, ran_s: float, quick_exits: int, *, max_backoff_s: float = 300) -> AttemptEnd:
+    return after_attempt(
+        j,
+        None,
+        "",
+        failures=0,
+        preemptions=0,
+        now=1000.0,
+        max_backoff_s=max_backoff_s,
+        ran_s=ran_s,
+        quick_exits=quick_exits,
+    )
+
+
+def test_quick_clean_exits_under_always_double_the_wait_as_a_crash_loop_does() -> None:
+    """`sh -c "echo tick"` under `always` with `backoff: 0s` restarted at once, 1,478 attempts
+    in a minute; with the default 10 s, 8,640 a day for ever. Quick exits in a row now double
+    the wait from max(backoff, 1 s) up to the driver's cap, as Kubernetes' CrashLoopBackOff."""
+    spin = replace(job("j").build(), restart_policy=RestartPolicy.ALWAYS, backoff_s=0.0)
+    waits, quick = [], 0
+    for _ in range(11):
+        end = _restart(spin, 0.01, quick)
+        assert isinstance(end.next, Requeue) and end.failures == 0
+        waits.append(end.next.wait_s)
+        quick = end.quick_exits
+    assert waits == [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300]
+    assert quick == 11
+    last = _restart(spin, 0.01, 2)
+    text = (
+        "all tasks exited; restart policy is always: restarting in 4s (3 runs in a row shorter "
+        "than 600s: the wait doubles until a run lasts that long)"
+    )
+    assert last == AttemptEnd(Requeue("restarting", text, 1004.0, 4.0), 0, 0, quick_exits=3)
+    ten = replace(spin, backoff_s=10.0)
+    assert [_restart(ten, 5.0, n).next.wait_s for n in (0, 1, 2)] == [10, 20, 40]  # type: ignore[union-attr]
+
+
+def test_a_long_run_ends_a_run_of_quick_exits_whatever_its_end() -> None:
+    j = replace(job("j").build(), restart_policy=RestartPolicy.ALWAYS, backoff_s=10.0)
+    long = _restart(j, LONG_RUN_S, 7)
+    assert isinstance(long.next, Requeue) and long.next.wait_s == 10.0
+    assert long.quick_exits == 0
+    failed = after_attempt(
+        j,
+        Stop.FAILED,
+        "x",
+        failures=0,
+        preemptions=0,
+        now=0.0,
+        max_backoff_s=300,
+        ran_s=LONG_RUN_S,
+        quick_exits=7,
+    )
+    assert failed.quick_exits == 0 and failed.failures == 1
+    # A short failure keeps the run as it was: failures have their own doubling.
+    short = after_attempt(
+        j,
+        Stop.FAILED,
+        "x",
+        failures=0,
+        preemptions=0,
+        now=0.0,
+        max_backoff_s=300,
+        ran_s=1.0,
+        quick_exits=7,
+    )
+    assert short.quick_exits == 7 and isinstance(short.next, Requeue)
+    assert short.next.wait_s == 10.0
