@@ -61,7 +61,7 @@ def test_bad_job_files_and_run_flags_are_refused_in_one_clear_error(
         (["--env", "A\x01=1"], "error: --env "),
     ]:
         _one_clear_error(service.cli("run", *flags, "--", "true", check=False), want)
-    assert service.cli_json("jobs", "--all") == {"jobs": []}
+    assert service.cli_json("jobs", "--all") == {"jobs": [], "more": False, "next_before": None}
     ok = service.run("--", "true")  # and it still takes a good one
     assert [j["id"] for j in service.cli_json("jobs", "--all")["jobs"]] == [ok]
 

@@ -78,3 +78,25 @@ def test_a_log_larger_than_the_clients_memory_is_written_as_it_comes(service: Se
     )  # fmt: skip
     assert got.returncode == 0, got.stderr[-2000:]
     assert got.stdout.count(b"y" * 1023 + b"\n") == 4 * 9 * 1024
+
+
+def test_a_cut_job_list_says_how_to_see_the_rest(service: Service) -> None:
+    """`aisched jobs` cut at its --limit ends with a line on stderr saying how to see more (the
+    table on stdout stays rows alone); --json has `more` and `next_before`, and --before lists
+    the next page. Before: the list was cut silently."""
+    ids = [service.run("--", "true") for _ in range(3)][::-1]  # newest first, as listed
+    cut = service.cli("jobs", "--all", "--limit", "2")
+    assert [line.split()[0] for line in cut.stdout.splitlines()[1:]] == ids[:2]
+    assert cut.stderr.splitlines()[-1] == f"... more jobs: --limit 20 or --before {ids[1]}"
+    assert service.cli_json("jobs", "--all", "--limit", "2")["more"] is True
+    rest = service.cli("jobs", "--all", "--limit", "2", "--before", ids[1])
+    assert ([line.split()[0] for line in rest.stdout.splitlines()[1:]], rest.stderr) == (
+        ids[2:],
+        "",
+    )
+    whole = service.cli_json("jobs", "--all", "--limit", "3")
+    assert ([j["id"] for j in whole["jobs"]], whole["more"], whole["next_before"]) == (
+        ids,
+        False,
+        None,
+    )

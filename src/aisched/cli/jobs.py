@@ -145,6 +145,12 @@ def register(sub: Any) -> None:
         default=1000,
         help="at most this many (newest first)",
     )
+    p.add_argument(
+        "--before",
+        type=options.job_id,
+        metavar="ID",
+        help="only jobs submitted before job ID (the next page of a cut list)",
+    )
     p.set_defaults(func=cmd_jobs)
 
     p = sub.add_parser("show", help="one job in detail: why it waits, its tasks, its events")
@@ -437,7 +443,7 @@ def _follow(client: Client, job_id: str) -> int:
 
 def cmd_jobs(args: argparse.Namespace) -> int:
     params: dict[str, Any] = {"limit": args.limit}
-    for key in ("state", "queue", "user"):
+    for key in ("state", "queue", "user", "before"):
         if getattr(args, key):
             params[key] = getattr(args, key)
     if args.all:
@@ -465,6 +471,17 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         for j in out["jobs"]
     ]
     render(_JOBS_HEADER, rows, right=frozenset({"ID", "PRI", "GPUS"}))
+    if out.get("more"):
+        # On stderr: stdout stays the table alone, for a pipe to count or grep.
+        more = (
+            f"--limit {min(args.limit * 10, MAX_LIST_LIMIT)} or "
+            if args.limit < MAX_LIST_LIMIT
+            else ""
+        )
+        print(
+            f"... more jobs: {more}--before {printable(str(out.get('next_before')))}",
+            file=sys.stderr,
+        )
     return 0
 
 

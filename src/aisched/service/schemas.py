@@ -168,6 +168,9 @@ class AuditOut(BaseModel):
 
 class JobList(BaseModel):
     jobs: list[JobOut]
+    # Whether more jobs match than were listed (`limit`), and the ID to list them `before`.
+    more: bool = False
+    next_before: str | None = None
 
 
 class SubmitOut(BaseModel):

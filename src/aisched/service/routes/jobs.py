@@ -3,7 +3,8 @@
 Submissions and cancellations go to the loop (`Scheduler.submit` / `cancel`) and are answered
 once the loop has committed them; lists and details are read from the store, a long list a
 page (`LIST_PAGE` jobs) at a time, written as it is read: a user's own jobs show their commands
-(up to 1 MiB each), and 10,000 of them read at once held several GB. Every job is
+(up to 1 MiB each), and 10,000 of them read at once held several GB. A list cut at its `limit`
+says so (`more`, and `next_before`: the ID to ask the next page `before`). Every job is
 listed for every caller without its commands; a job's command, environment and events are its
 owner's and the admins'. A cancel of another user's job goes to the audit log.
 """
@@ -21,6 +22,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from aisched.model.job import Job
+from aisched.model.numerals import is_decimal
 from aisched.model.states import JobState
 from aisched.service.admission import (
     NOT_STORED_CANCEL,
@@ -173,6 +175,14 @@ def jobs_router(svc: Service) -> APIRouter:
         user: str | None = None,
         all: Annotated[bool, Query(description="every state, not just live jobs")] = False,
         limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = 1000,
+        before: Annotated[
+            str | None,
+            Query(
+                max_length=20,
+                description="only jobs submitted before this job ID: the "
+                "next page is `before` the answer's `next_before`",
+            ),
+        ] = None,
     ) -> Response:
         states: list[str] | None
         if state:
@@ -185,31 +195,48 @@ def jobs_router(svc: Service) -> APIRouter:
                 )
         else:
             states = None if all else list(LIVE_STATES)
+        # A job's id is its seq: the next page starts under it even once that job is forgotten.
+        if before is not None and not is_decimal(before):
+            return problem(422, "invalid request", [f"before: {before!r} is not a job ID"])
+        before_seq = int(before) if before is not None else None
+        # Each page is read one row longer than it is shown: that row says whether more match.
+        page = min(limit, LIST_PAGE)
         # The first page is read here, so that a failing store is a 503, not a cut answer.
         with svc.store.read() as tx:
-            first = tx.list_jobs(states=states, queue=queue, user=user, limit=min(limit, LIST_PAGE))
-        if len(first) < min(limit, LIST_PAGE) or limit <= LIST_PAGE:
-            outs = [_visible(job_out(r), owns(who, r["user"])) for r in first]
-            return JSONResponse(JobList(jobs=outs).model_dump())
+            first = tx.list_jobs(
+                states=states, queue=queue, user=user, limit=page + 1, before_seq=before_seq
+            )
+        if len(first) <= page or limit <= LIST_PAGE:
+            shown = first[:limit]
+            outs = [_visible(job_out(r), owns(who, r["user"])) for r in shown]
+            cut = len(first) > limit
+            listed = JobList(jobs=outs, more=cut, next_before=shown[-1]["id"] if cut else None)
+            return JSONResponse(listed.model_dump())
+        next_before: list[str] = []  # the last job shown, once the list is cut at `limit`
 
         def pages() -> Iterator[list[dict[str, Any]]]:
             rows, left = first, limit
-            while rows:
-                yield rows
-                left -= len(rows)
-                if left <= 0 or len(rows) < LIST_PAGE:
+            while True:
+                shown = rows[: min(left, LIST_PAGE)]
+                yield shown
+                left -= len(shown)
+                if len(rows) == len(shown):  # no row beyond this page
+                    return
+                if left <= 0:
+                    next_before.append(shown[-1]["id"])
                     return
                 with svc.store.read() as tx:
                     rows = tx.list_jobs(
                         states=states,
                         queue=queue,
                         user=user,
-                        limit=min(left, LIST_PAGE),
-                        before_seq=rows[-1]["seq"],
+                        limit=min(left, LIST_PAGE) + 1,
+                        before_seq=shown[-1]["seq"],
                     )
 
         return StreamingResponse(
-            _job_list(pages(), lambda owner: owns(who, owner)), media_type="application/json"
+            _job_list(pages(), lambda owner: owns(who, owner), next_before),
+            media_type="application/json",
         )
 
     @router.get("/v1/jobs/{job_id}", response_model=JobDetail, responses={404: {"model": Problem}})
@@ -317,10 +344,11 @@ def _read_submission(
 
 
 def _job_list(
-    pages: Iterator[list[dict[str, Any]]], mine: Callable[[str], bool]
+    pages: Iterator[list[dict[str, Any]]], mine: Callable[[str], bool], next_before: list[str]
 ) -> Iterator[bytes]:
-    """`{"jobs": [...]}` of the rows of `pages`, written a page at a time, as JSONResponse
-    writes a JobList."""
+    """`{"jobs": [...], "more": ..., "next_before": ...}` of the rows of `pages`, written a page
+    at a time, as JSONResponse writes a JobList; `next_before` holds the last job shown once
+    `pages` is spent, if the list was cut."""
     yield b'{"jobs":['
     sep = ""
     for rows in pages:
@@ -330,7 +358,8 @@ def _job_list(
         )
         yield (sep + text).encode()
         sep = ","
-    yield b"]}"
+    more = {"more": bool(next_before), "next_before": next_before[0] if next_before else None}
+    yield b"]," + json.dumps(more, separators=(",", ":")).encode()[1:]
 
 
 def _visible(out: JobOut, mine: bool) -> JobOut:
