@@ -4,22 +4,28 @@ recent submissions per user.
 Each group keeps its last `per_key` runtimes (as log seconds) with their finish times. Reads can
 be cut at a time: only runtimes finished by then count, which is how a training row is rebuilt
 as it would have looked when its job was submitted.
+
+Groups of one job name (keys `("name", ...)`) are at most `max_names`: a sweep of unique names
+would otherwise add one for ever per job (about 1 KB each). The group least recently added to is
+dropped first, whole, as if that name had never run; every other group answers as before.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Hashable
 
 Entry = tuple[float, float]  # (finished_s, log runtime)
 
 
 class RuntimeHistory:
-    def __init__(self, per_key: int) -> None:
+    def __init__(self, per_key: int, max_names: int) -> None:
         self._per_key = per_key
+        self._max_names = max_names
         self._groups: dict[Hashable, deque[Entry]] = {}
         self._counts: dict[Hashable, int] = {}
+        self._names: OrderedDict[Hashable, None] = OrderedDict()  # least recently added first
 
     def add(self, keys: tuple[Hashable, ...], finished_s: float, log_runtime: float) -> None:
         for key in keys:
@@ -28,6 +34,12 @@ class RuntimeHistory:
                 group = self._groups[key] = deque(maxlen=self._per_key)
             group.append((finished_s, log_runtime))
             self._counts[key] = self._counts.get(key, 0) + 1
+            if isinstance(key, tuple) and key[:1] == ("name",):
+                self._names[key] = None
+                self._names.move_to_end(key)
+                if len(self._names) > self._max_names:
+                    oldest, _ = self._names.popitem(last=False)
+                    del self._groups[oldest], self._counts[oldest]
 
     def values(self, key: Hashable, cut_s: float = math.inf) -> list[float]:
         """Log runtimes of the group, oldest first, of jobs finished by `cut_s`."""

@@ -73,6 +73,7 @@ class LeakageError(ValueError):
 class PredictorConfig:
     """`refit_every`: finished jobs between fits; `window`: finished jobs a fit learns from;
     `min_fit`: finished jobs before the first fit; `per_key`: recent runtimes kept per group;
+    `max_names`: job names with a group of their own;
     `min_similar`: similar finished jobs a history answer needs to be preferred to the job's
     own estimate;
     `burst_window_s`: how far back submissions count as one burst; `max_iter`, `max_depth`:
@@ -83,6 +84,12 @@ class PredictorConfig:
     window: int = 20_000
     min_fit: int = 1000
     per_key: int = 32
+    # Job names whose recent runtimes are kept (`RuntimeHistory`), the least recently finished
+    # dropped first: at about 1.1 KB a name (4.3 KB with `per_key` runtimes), 22 to 87 MB. A
+    # name dropped has not finished in the last 20,000 finished jobs (each adds one name at
+    # most), as many as a fit learns from (`window`): its runs are out of the model's examples
+    # too. The traces of docs/benchmarks.md have far fewer names (numbers dropped, one each).
+    max_names: int = 20_000
     prior_s: float = 3600.0
     upper_factor: float = 4.0
     min_similar: int = 5
@@ -122,6 +129,7 @@ class PredictorConfig:
             "window",
             "min_fit",
             "per_key",
+            "max_names",
             "max_iter",
             "max_depth",
             "calib_window",
@@ -168,7 +176,7 @@ class RuntimePredictor:
         self.background = background
         self._fitting: threading.Thread | None = None
         c = self.config
-        self._history = RuntimeHistory(c.per_key)
+        self._history = RuntimeHistory(c.per_key, c.max_names)
         self._submissions = Submissions()
         self._rows: dict[str, FloatArray] = {}  # job id -> its row, from its first prediction
         self._train_x: deque[FloatArray] = deque(maxlen=c.window)
