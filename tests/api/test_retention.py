@@ -10,10 +10,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from clients import client_for
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from aisched.service import retention
 from aisched.service.app import Service
 from aisched.testing.fakes import FakeExecutor, fake_node
 
@@ -159,3 +161,54 @@ def test_an_id_of_digits_that_are_not_ascii_names_no_job(
         ):
             assert r.status_code == 404, r.text
             assert r.json()["error"] == f"no job {job_id}"
+
+
+def _old_audit_rows(svc: Service, count: int, age_s: float) -> None:
+    with svc.store.tx() as tx:
+        for i in range(count):
+            tx.add_audit(
+                {
+                    "time": time.time() - age_s,
+                    "actor": "root",
+                    "via": "socket",
+                    "action": "cancel",
+                    "target": f"job {i + 1}",
+                    "owner": "ana",
+                    "detail": "was running",
+                }
+            )
+
+
+def test_audit_rows_are_deleted_after_keep_audit_in_batches(
+    open_service: Callable[..., Service], fx: FakeExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: nothing ever deleted an audit row."""
+    monkeypatch.setattr(retention, "FORGET_AT_MOST", 3)  # 7 old rows: three batches
+    # Checked every tenth of it: the first pass, at the start, found none of the rows below.
+    svc = open_service(fx, limits={"keep_audit": "60s"})
+    _old_audit_rows(svc, 7, age_s=7200)
+    client = client_for(svc)
+    r = client.post("/v1/tokens", json={"user": "ana"})  # a fresh row, of now
+    assert r.status_code == 201, r.text
+
+    def audit() -> list[tuple[str, str]]:
+        return [(a["action"], a["target"]) for a in client.get("/v1/audit").json()]
+
+    until("the old audit rows to be deleted", lambda: len(audit()) == 1, timeout_s=30)
+    assert audit() == [("token create", f"token {r.json()['id']}")]
+
+
+def test_keep_audit_zero_keeps_every_audit_row(
+    open_service: Callable[..., Service], fx: FakeExecutor
+) -> None:
+    svc = open_service(fx, limits={"keep_audit": 0, "keep_ended": "1s"})
+    _old_audit_rows(svc, 3, age_s=10 * 365 * 86400)
+    client = client_for(svc)
+    # The loop's retention pass runs (a job is forgotten), and the audit rows stay.
+    jobs = [client.post("/v1/jobs", json=JOB).json()["id"] for _ in range(2)]
+    assert client.post(f"/v1/jobs/{jobs[0]}/cancel").status_code == 202
+    until(
+        "the ended job to be forgotten",
+        lambda: client.get(f"/v1/jobs/{jobs[0]}").status_code == 404,
+    )
+    assert len(client.get("/v1/audit").json()) == 3 + 1  # and the cancel's own row

@@ -171,6 +171,7 @@ CONFIG: dict[str, Any] = {
         "disk_min_free": "256M",
         "shutdown_grace": "10s",
         "keep_ended": "30d",
+        "keep_audit": "365d",
         "shm_max_size": "1G",
         "request_rate": 20.0,
         "request_burst": 200,

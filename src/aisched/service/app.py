@@ -167,6 +167,7 @@ class Service:
                     user_max_jobs=config.limits.user_max_jobs,
                     user_max_job_bytes=config.limits.user_max_job_bytes_(),
                     keep_ended_s=config.limits.keep_ended_s(),
+                    keep_audit_s=config.limits.keep_audit_s(),
                     user_max_ended_bytes=config.limits.user_max_ended_bytes_(),
                     user_max_running_log_bytes=config.limits.user_max_running_log_bytes_(home),
                     keep_attempts=config.limits.keep_attempts,

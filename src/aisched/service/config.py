@@ -246,6 +246,9 @@ class LimitsModel(_Model):
     # Ended jobs (their rows, events and logs) are kept this long after they end, then
     # forgotten, so months of history do not fill the disk. 0: kept for ever.
     keep_ended: Any = "30d"
+    # Audit rows (who cancelled whose job, token changes) are kept this long, then deleted by
+    # the same pass, so years of them do not fill the store. 0: kept for ever.
+    keep_audit: Any = "365d"
     # What one user's ended jobs may keep, their documents in the store and their files (logs)
     # together: past it, the user's oldest ended jobs are forgotten as `keep_ended` forgets
     # them, never their newest. Each task's log is capped, but not how many jobs one user
@@ -318,7 +321,7 @@ class LimitsModel(_Model):
             raise ValueError("must be a duration above 0, such as 10s")
         return v
 
-    @field_validator("keep_ended")
+    @field_validator("keep_ended", "keep_audit")
     @classmethod
     def _duration_or_zero(cls, v: Any) -> Any:
         _duration(v)  # negative durations are refused there
@@ -356,6 +359,9 @@ class LimitsModel(_Model):
 
     def keep_ended_s(self) -> float:
         return _duration(self.keep_ended, "limits.keep_ended")
+
+    def keep_audit_s(self) -> float:
+        return _duration(self.keep_audit, "limits.keep_audit")
 
     def store_busy_timeout_s(self) -> float:
         return _duration(self.store_busy_timeout, "limits.store_busy_timeout")

@@ -144,6 +144,7 @@ class Batch:
     forget: list[str] = field(default_factory=list)  # ended jobs to delete (`retention`)
     # Live jobs' attempts to delete: (job id, first attempt kept) (`retention`).
     forget_attempts: list[tuple[str, int]] = field(default_factory=list)
+    forget_audit: list[int] = field(default_factory=list)  # seqs of old audit rows, likewise
     after: list[Callable[[], None]] = field(default_factory=list)
     origins: list[Origin] = field(default_factory=list)
 
@@ -165,6 +166,7 @@ class Batch:
             or self.events
             or self.forget
             or self.forget_attempts
+            or self.forget_audit
         )
 
     def write(self, tx: Tx) -> None:
@@ -176,6 +178,7 @@ class Batch:
         tx.forget_jobs(self.forget)
         for job_id, first_kept in self.forget_attempts:  # after the events: its note is kept
             tx.forget_attempts(job_id, first_kept, FIRST_EVENTS_KEPT)
+        tx.forget_audit(self.forget_audit)
 
     def of_jobs(self, job_ids: frozenset[str]) -> Batch:
         """The writes of these jobs alone (to try them on their own)."""
@@ -203,6 +206,7 @@ class Batch:
         self.new_jobs, self.jobs, self.new_tasks, self.tasks, self.events = [], {}, [], {}, []
         self.forget = []
         self.forget_attempts = []
+        self.forget_audit = []
         self.after = []
         self.origins = []
         # Each on its own: one that fails (a stop whose file cannot be written) must not drop

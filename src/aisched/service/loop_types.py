@@ -52,6 +52,8 @@ class LoopConfig:
     lost_node_grace_s: float = 600.0
     # Ended jobs are forgotten this long after they ended (`limits.keep_ended`; 0: never).
     keep_ended_s: float = 0.0
+    # Audit rows are deleted this long after they were written (`limits.keep_audit`; 0: never).
+    keep_audit_s: float = 0.0
     # ...and one user's oldest ended jobs sooner, when their documents and files together take
     # more than this (`limits.user_max_ended_bytes`; 0: no bound).
     user_max_ended_bytes: int = 0

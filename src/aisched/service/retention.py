@@ -23,6 +23,9 @@ attempts goes, and so nothing that recovery reads (the current attempt's task ro
 records and events); an earlier attempt has ended for good before a later one is placed (an
 attempt's resources are given back, and the next one bound, only once every task of it has
 exited).
+
+Audit rows are kept `limits.keep_audit` (365 days by default) and deleted by the same pass, in
+the same batches (at most `FORGET_AT_MOST` rows a step).
 """
 
 from __future__ import annotations
@@ -58,7 +61,12 @@ def no_job(job_id: str, newest_seq: int) -> str:
 
 class Retention:
     def __init__(
-        self, data_dir: Path, keep_s: float, user_max_ended_bytes: int = 0, keep_attempts: int = 0
+        self,
+        data_dir: Path,
+        keep_s: float,
+        user_max_ended_bytes: int = 0,
+        keep_attempts: int = 0,
+        keep_audit_s: float = 0.0,
     ) -> None:
         self.data_dir = data_dir
         self.keep_s = keep_s  # 0: keep every ended job for ever
@@ -66,6 +74,8 @@ class Retention:
         # Live jobs whose older attempts are due to be forgotten: id -> the first one kept.
         self.attempts_due: dict[str, int] = {}
         self.next_at = -math.inf
+        self.keep_audit_s = keep_audit_s  # 0: keep every audit row for ever
+        self.audit_next_at = -math.inf
         self.ended_bytes = EndedBytes(data_dir, user_max_ended_bytes)
         # Jobs forgotten since the start, for the metrics: by age, and past a user's bound.
         self.forgotten_by_age = 0
@@ -81,8 +91,11 @@ class Retention:
     def forget_ended(self, store: Store, batch: Batch, now: float, newest_id: str) -> None:
         """Remove the files of the jobs that ended more than `keep_s` ago (some of them, when
         many), and of each user's oldest ended jobs past `user_max_ended_bytes`, and add their
-        rows' deletion to `batch`. `newest_id`: the newest job's, never forgotten."""
+        rows' deletion to `batch`, with that of the audit rows older than `keep_audit_s`.
+        `newest_id`: the newest job's, never forgotten."""
         # A batch that still holds some (its write failed, to be retried) is left as it is.
+        if self.keep_audit_s > 0 and now >= self.audit_next_at and not batch.forget_audit:
+            self._forget_old_audit(store, batch, now)
         if batch.forget:
             return
         if self.keep_s > 0 and now >= self.next_at:
@@ -150,6 +163,15 @@ class Retention:
         self.forgotten_by_age += len(ids)
         self.ended_bytes.forgotten(ids)
         log.info("forgot %d jobs that ended over %.0f s ago", len(ids), self.keep_s)
+
+    def _forget_old_audit(self, store: Store, batch: Batch, now: float) -> None:
+        with store.read() as tx:
+            seqs = tx.audit_before(now - self.keep_audit_s, FORGET_AT_MOST)
+        full = len(seqs) == FORGET_AT_MOST
+        self.audit_next_at = now if full else now + min(FORGET_EVERY_S, self.keep_audit_s / 10)
+        if seqs:
+            batch.forget_audit.extend(seqs)
+            log.info("deleted %d audit rows over %.0f s old", len(seqs), self.keep_audit_s)
 
     def _remove_files(self, job_ids: list[str]) -> None:
         for job_id in job_ids:

@@ -175,7 +175,8 @@ class SchedulerState:
             config.data_dir,
             config.keep_ended_s,
             config.user_max_ended_bytes,
-            config.keep_attempts,
+            keep_attempts=config.keep_attempts,
+            keep_audit_s=config.keep_audit_s,
         )
         self.running_logs = RunningLogs(config.data_dir / "logs", config.user_max_running_log_bytes)
         self.stats = LoopStats()

@@ -659,6 +659,17 @@ class Tx:
     def add_audit(self, values: Mapping[str, Any]) -> None:
         self.conn.execute(insert(audit).values(**values))
 
+    def audit_before(self, cutoff: float, limit: int) -> list[int]:
+        """Seqs of the oldest audit rows, up to `limit`, written before `cutoff`. Rows are
+        appended with the time they are written, so the oldest by seq (the primary key) are
+        the oldest by time: this reads `limit` rows at most, never the whole table."""
+        q = select(audit.c.seq, audit.c.time).order_by(audit.c.seq).limit(limit)
+        return [int(seq) for seq, time in self.conn.execute(q) if time < cutoff]
+
+    def forget_audit(self, seqs: Sequence[int]) -> None:
+        if seqs:
+            self.conn.execute(delete(audit).where(audit.c.seq.in_(list(seqs))))
+
     def audit_log(self, limit: int = 1000) -> list[Row]:
         q = select(audit).order_by(audit.c.seq.desc()).limit(limit)
         return [dict(r) for r in self.conn.execute(q).mappings()]

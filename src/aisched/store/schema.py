@@ -14,7 +14,8 @@ through the same definitions).
 - `tokens`: API bearer tokens, stored only as a SHA-256 of the secret (the secret is shown
   once, at creation). Written by the API threads, never by the loop: no job state lives here.
 - `audit`: who did what to whose job and when (cancellations, admin actions, token changes);
-  append-only, written by the API threads.
+  append-only, written by the API threads; rows older than `limits.keep_audit` are deleted
+  (`service.retention`).
 - `leader`: one row (id 1), the lease of the instance that schedules (`store.lease`): its
   holder, the address of its API, its term (the fencing token every write of the leader is
   checked against) and when the lease expires, in the database's clock.
