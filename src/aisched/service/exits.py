@@ -22,6 +22,7 @@ from aisched.lifecycle.states import move
 from aisched.model.states import JobState
 from aisched.service.launches import Launches
 from aisched.service.live import Batch, LiveJob, Stop, TaskPhase
+from aisched.service.paths import remove_empty_checkpoint_dir
 from aisched.service.scheduler_state import clock, jobs_counted
 
 log = logging.getLogger("aisched.loop")
@@ -159,6 +160,10 @@ class Exits(Launches):
             not_before=None,
         )
         batch.event(now, lj.id, state.value, why)
+        # Once stored: a step whose write fails leaves the job live, to run again.
+        batch.after.append(
+            partial(remove_empty_checkpoint_dir, self.config.data_dir, lj.checkpoint_dir)
+        )
         if self.waiters.get(lj.id):  # a bind waited for it: the next cycle may place that job
             self.dirty = True
         if lj.waiting_for:  # it ended while waiting on victims
