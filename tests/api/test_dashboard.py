@@ -215,6 +215,32 @@ def test_queues_show_the_highest_priority_their_users_may_ask_for(
     assert {q["name"]: q["max_priority"] for q in shown} == want
 
 
+def test_a_parent_queue_counts_its_childrens_jobs_as_it_counts_their_usage(
+    open_service: Callable[..., Service], fx: FakeExecutor
+) -> None:
+    """`aisched queues` showed a parent's usage of its children's running jobs beside 0 pending
+    and 0 running."""
+    queues = [
+        {"name": "default"},
+        {"name": "team"},
+        {"name": "team-a", "parent": "team"},
+        {"name": "team-b", "parent": "team"},
+    ]
+    client = client_for(open_service(fx, queues=queues))
+    submit(client, 4, queue="team-a")
+    wait_for(client, "the first job running", lambda d: d["summary"]["jobs"]["running"] == 1)
+    submit(client, 1, queue="team-b")
+    wait_for(client, "the second one waiting", lambda d: d["summary"]["jobs"]["pending"] == 1)
+    listed = client.get("/v1/queues").json()["queues"]
+    got = {q["name"]: (q["pending"], q["running"], q["used"]["gpus"]) for q in listed}
+    assert got == {
+        "default": (0, 0, 0.0),
+        "team": (1, 1, 4.0),
+        "team-a": (0, 1, 4.0),
+        "team-b": (1, 0, 0.0),
+    }
+
+
 def test_waiting_jobs_are_the_longest_waiting_first_and_the_rest_are_counted(
     client: TestClient,
 ) -> None:

@@ -62,18 +62,27 @@ def cluster_router(svc: Service) -> APIRouter:
     @router.get("/v1/queues", response_model=QueueList)
     def queues(who: CallerDep) -> Response:
         _, per_queue = sched.live_summary()
+
+        def path(qname: str) -> tuple[str, ...]:
+            return sched.queues.path(qname) if sched.queues.has(qname) else (qname,)
+
+        # A parent queue counts what its children hold and run, as its usage counts theirs.
         used: dict[str, list[float]] = {}
         for (qname, _user), (cpu, mem, gpu) in list(sched.usage.items()):
-            path = sched.queues.path(qname) if sched.queues.has(qname) else (qname,)
-            for name in path:
+            for name in path(qname):
                 acc = used.setdefault(name, [0.0, 0.0, 0.0])
                 acc[0] += cpu
                 acc[1] += mem
                 acc[2] += gpu
+        jobs: dict[str, tuple[int, int]] = {}
+        for qname, (pending, running) in per_queue.items():
+            for name in path(qname):
+                p0, r0 = jobs.get(name, (0, 0))
+                jobs[name] = (p0 + pending, r0 + running)
         out = []
         for q in sched.queues.queues:
             u = used.get(q.name, [0.0, 0.0, 0.0])
-            p, r = per_queue.get(q.name, (0, 0))
+            p, r = jobs.get(q.name, (0, 0))
             out.append(
                 QueueOut(
                     name=q.name,
