@@ -527,6 +527,21 @@ def test_reservation_carries_the_start_time_as_eta() -> None:
     assert res.reserves[0].start_s == 1200
 
 
+def test_a_reservation_waiting_on_work_past_its_expected_end_has_no_eta() -> None:
+    """Its start was `now` at every cycle ("estimated start now" for as long as the work ran
+    over), where service.md promises no estimate; the reservation itself still starts now, for
+    what it keeps back."""
+    snap = snapshot_of(
+        cluster(node("n1").gpus(8)),
+        [running(job("r").task(gpu=4).build(), ("n1", (0, 1, 2, 3)), expected_end_s=1200)],
+    )
+    pending = [job("head").task(gpu=8).pending()]
+    res = run_cycle(snap, pending, preset("fifo-backfill"), 1500.0)
+    assert res.diagnostics["head"].eta_s is None
+    assert res.diagnostics["head"].reason == "nodes reserved once running jobs end"
+    assert res.reserves[0].start_s == 1500
+
+
 @pytest.mark.parametrize("replica_end", [None, 5.0], ids=["no-end", "end-passed"])
 def test_no_reservation_waits_for_a_services_replica_and_the_jobs_behind_start(
     replica_end: float | None,

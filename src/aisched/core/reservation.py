@@ -249,6 +249,9 @@ def reserve_for(session: Session, pj: PendingJob) -> bool:
     # The start goes out as a number (the status's ETA), on the caller's clock: the service and
     # the CLI say it as the wall clock does, the simulator in virtual seconds. The reason only
     # says whether one is known.
-    reason = "nodes reserved" if r.start_s is not None else "nodes reserved once running jobs end"
-    session.set_status(pj.id, StatusCode.RESERVED, reason, r.start_s)
+    # A start at or before now (the work it waits on has run past its expected end) would say
+    # "now" at every cycle: no estimate, as the `eta` action gives none there either.
+    eta = r.start_s if r.start_s is not None and r.start_s > session.now else None
+    reason = "nodes reserved" if eta is not None else "nodes reserved once running jobs end"
+    session.set_status(pj.id, StatusCode.RESERVED, reason, eta)
     return True
