@@ -106,9 +106,16 @@ class Recovery(Commands):
         self.terminal_counts = {s: counts.get(s, 0) for s in ("succeeded", "failed", "cancelled")}
         if (left := highest_job_folder(self.config.data_dir)) > stored:
             self.next_seq = left + 1
-            notes.append(
-                f"the data directory holds files of jobs up to {left} that the state database "
-                f"does not know (an earlier database moved aside?): new jobs start at {left + 1}"
+            # A warning, not a note: unless a damaged database was moved aside on purpose, the
+            # database has lost those jobs (its WAL file deleted under a running service, the
+            # file truncated or replaced), and the operator should hear of it.
+            log.warning(
+                "the data directory holds files of jobs up to %d that the state database does "
+                "not know: unless it was moved aside on purpose, the database has lost them (a "
+                "deleted state.db-wal, a truncated or replaced state.db): stop aisched and "
+                "restore the database from a backup; new jobs start at %d",
+                left,
+                left + 1,
             )
         self.retention.recover(self.store)  # before a job ends here, so it counts
         waits: list[tuple[LiveJob, Any]] = []  # pending jobs that waited for victims
