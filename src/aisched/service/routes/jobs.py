@@ -352,6 +352,8 @@ def _job_list(
     yield b'{"jobs":['
     sep = ""
     for rows in pages:
+        if not rows:  # the jobs left ended between two pages' reads (a live list)
+            continue
         outs = (_visible(job_out(r), mine(r["user"])).model_dump() for r in rows)
         text = ",".join(
             json.dumps(o, ensure_ascii=False, allow_nan=False, separators=(",", ":")) for o in outs
