@@ -275,7 +275,7 @@ def test_only_named_variables_are_sent_and_files_are_private(
     home = service.home
     assert mode(home) == 0o700
     assert {p.name: mode(p) for p in home.glob("state.db*")} == {
-        n: 0o600 for n in ("state.db", "state.db-wal", "state.db-shm")
+        n: 0o600 for n in ("state.db", "state.db-wal", "state.db-shm", "state.db.lock")
     }
     launch = next(home.glob(f"tasks/{jid}/*/*/launch.json"))
     assert mode(launch) == 0o600 and "leak" not in launch.read_text()
@@ -837,9 +837,12 @@ def test_a_socket_another_user_left_is_named_as_theirs(
         shared.chmod(0o1777)
         sock = shared / "s.sock"
         subprocess.run(bob.cmd(bob.python, "-c", DEAD_SOCKET, str(sock), mode), check=True)
+        # A data directory of this run's own: one an earlier run left (the users outlive a
+        # run on a developer's machine) was migrated, and said so before the error.
+        data = alice.home / f"svc-{mode}-{shared.name}"
         got = alice.aisched(
             "up", "--port", str(free_port()), "--socket", str(sock),
-            "--data-dir", str(alice.home / f"svc-{mode}"), "--cpus", "1", "--mem", "1G",
+            "--data-dir", str(data), "--cpus", "1", "--mem", "1G",
         )  # fmt: skip
         tail = "may, or give --socket" if why == "remove" else "may remove it, or give --socket"
         assert (got.returncode, got.stderr) == (
@@ -849,3 +852,4 @@ def test_a_socket_another_user_left_is_named_as_theirs(
         )
     finally:
         shutil.rmtree(shared, ignore_errors=True)
+        shutil.rmtree(alice.home / f"svc-{mode}-{shared.name}", ignore_errors=True)

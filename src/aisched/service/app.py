@@ -308,7 +308,8 @@ def _lock_sqlite_file(url: str) -> IO[bytes] | None:
     if not url.startswith(prefix) or url == prefix + ":memory:":
         return None
     path = url[len(prefix) :] + ".lock"
-    f = open(path, "a+b")  # noqa: SIM115 - held for its life
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)  # private, as the database's files
+    f = os.fdopen(fd, "a+b")  # held for its life
     try:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
