@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
-from world import World, make_scheduler
+from world import World, make_scheduler, new_world
 
 from aisched.executors.base import ExitKind
-from aisched.model.job import RestartPolicy
+from aisched.model.job import Job, RestartPolicy
+from aisched.model.queue import Queue, QueueTree
+from aisched.model.resources import Resources
 from aisched.predict import PredictorConfig, RuntimePredictor
 from aisched.service import failpoints, launches
 from aisched.service.live import Batch
@@ -21,6 +24,7 @@ from aisched.service.loop import Rejected
 from aisched.spec import parse_job_text
 from aisched.store.db import Store
 from aisched.testing import job
+from aisched.testing.fakes import FakeExecutor, fake_node
 
 
 def test_a_gang_starts_whole_with_distinct_gpus_and_ranks(w: World) -> None:
@@ -488,6 +492,77 @@ def test_a_restart_keeps_a_preemptors_wait_and_preempts_no_one_more(w: World) ->
     ]
     with w.store.read() as tx:
         assert (tx.get_job(high) or {})["waiting_for"] is None
+
+
+def _holds_freed_gpus_for_the_preemptor(
+    w: World, running: list[str], waiting: list[str], big_job: Job
+) -> None:
+    """`running` fill the 8 GPUs, GPU i for running[i]; `waiting` would fit any freed GPU. The
+    first running job ignores SIGTERM (a slow victim). `big_job` (4 GPUs) then takes GPUs 0-3.
+    While the slow victim stops, what the others freed is held for that job, and it starts
+    there in the step the slow one stops. Without the hold a cycle bound a waiting job (a
+    requeued victim among them) to a freed GPU, and the preemptor evicted it again: a storm of
+    preemptions, jobs at attempt 6 within a second (an audit of the live service)."""
+    slow = running[0]
+    (slow_key,) = w.fx.keys(slow)
+    w.fx.stubborn.add(slow_key)
+    victims, others = running[:4], running[4:]
+    launched = len(w.fx.launched)
+    big = w.submit(big_job)
+    assert sorted(k[0] for k in w.fx.stops) == sorted(victims)
+    for _ in range(4):  # exits come in, cycles run (every 5 s), all within the victims' grace
+        w.sched.step()
+        w.clock.t += 5.0
+    assert [w.state(v)["state"] for v in victims] == ["running", "pending", "pending", "pending"]
+    assert [w.state(j)["state"] for j in waiting] == ["pending"] * len(waiting)
+    assert len(w.fx.launched) == launched  # nothing started on GPUs 1-3
+    assert w.sched.gpu_owners().keys() == {("box", g) for g in (0, 4, 5, 6, 7)}
+    assert (w.state(big)["waiting_for"] or {})["victims"] == [slow]
+    w.fx.stubborn.discard(slow_key)
+    w.fx.exit(slow_key, -9, ExitKind.STOPPED)  # killed at the end of its grace
+    w.sched.step()
+    assert (w.state(big)["state"], w.fx.launched[-1].gpus) == ("running", (0, 1, 2, 3))
+    for _ in range(3):
+        w.sched.step()
+        w.clock.t += 5.0
+    assert sorted(k[0] for k in w.fx.stops) == sorted(victims)  # nobody evicted twice
+    assert [w.state(j)["attempt"] for j in running] == [1] * 8
+    assert [w.state(j)["state"] for j in (*victims, *waiting)] == ["pending"] * (4 + len(waiting))
+    assert [w.state(j)["state"] for j in others] == ["running"] * 4
+
+
+def test_gpus_freed_for_a_preemptor_of_higher_priority_are_held_for_it(tmp_path: Path) -> None:
+    w = new_world(tmp_path, FakeExecutor([fake_node(gpus=8)]))
+    running = [w.submit(job(f"low{i}").task(gpu=1).build()) for i in range(8)]
+    waiting = [w.submit(job(f"more{i}").task(gpu=1).build()) for i in range(2)]
+    big = job("big").task(gpu=4).priority(10).build()
+    _holds_freed_gpus_for_the_preemptor(w, running, waiting, big)
+    w.store.close()
+
+
+def test_gpus_reclaimed_for_a_queues_guarantee_are_held_for_the_job_that_waits(
+    tmp_path: Path,
+) -> None:
+    """The audit: teama and teamb guaranteed 4 GPUs each of 8, scratch at most 3, equal
+    priorities. Scratch's 3 jobs and teama's 5 run; teamb's 4-GPU job takes back the 3 of
+    scratch and 1 of teama (beyond its guarantee)."""
+    queues = QueueTree(
+        (
+            Queue("teama", guarantee=Resources(gpu=4)),
+            Queue("teamb", guarantee=Resources(gpu=4)),
+            Queue("scratch", limit=Resources(gpu=3)),
+        )
+    )
+    w = new_world(tmp_path, FakeExecutor([fake_node(gpus=8)]), queues=queues)
+    running = [w.submit(job(f"s{i}").task(gpu=1).queue("scratch").build()) for i in range(3)]
+    running += [w.submit(job(f"a{i}").task(gpu=1).queue("teama").build()) for i in range(5)]
+    waiting = [
+        w.submit(job("s3").task(gpu=1).queue("scratch").build()),
+        w.submit(job("a5").task(gpu=1).queue("teama").build()),
+    ]
+    big = job("big").task(gpu=4).queue("teamb").build()
+    _holds_freed_gpus_for_the_preemptor(w, running, waiting, big)
+    w.store.close()
 
 
 def test_a_job_started_short_of_its_tasks_says_how_many_ran_when_it_succeeds(w: World) -> None:
