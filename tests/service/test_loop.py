@@ -495,22 +495,28 @@ def test_a_restart_keeps_a_preemptors_wait_and_preempts_no_one_more(w: World) ->
 
 
 def _holds_freed_gpus_for_the_preemptor(
-    w: World, running: list[str], waiting: list[str], big_job: Job
+    w: World, running: list[str], waiting: list[str], big_job: Job, restart: bool
 ) -> None:
     """`running` fill the 8 GPUs, GPU i for running[i]; `waiting` would fit any freed GPU. The
     first running job ignores SIGTERM (a slow victim). `big_job` (4 GPUs) then takes GPUs 0-3.
     While the slow victim stops, what the others freed is held for that job, and it starts
     there in the step the slow one stops. Without the hold a cycle bound a waiting job (a
     requeued victim among them) to a freed GPU, and the preemptor evicted it again: a storm of
-    preemptions, jobs at attempt 6 within a second (an audit of the live service)."""
+    preemptions, jobs at attempt 6 within a second (an audit of the live service). `restart`:
+    the scheduler restarts once the fast victims have stopped; what was held lived in memory
+    only, and the first cycle after the restart gave it away."""
     slow = running[0]
     (slow_key,) = w.fx.keys(slow)
     w.fx.stubborn.add(slow_key)
     victims, others = running[:4], running[4:]
     launched = len(w.fx.launched)
     big = w.submit(big_job)
-    assert sorted(k[0] for k in w.fx.stops) == sorted(victims)
-    for _ in range(4):  # exits come in, cycles run (every 5 s), all within the victims' grace
+    stopped = {(v, 1) for v in victims}  # (job, attempt); a restart stops the slow one again
+    assert {k[:2] for k in w.fx.stops} == stopped
+    w.sched.step()  # the fast victims' exits come in
+    if restart:
+        w.restart()
+    for _ in range(4):  # cycles run (every 5 s), all within the victims' grace
         w.sched.step()
         w.clock.t += 5.0
     assert [w.state(v)["state"] for v in victims] == ["running", "pending", "pending", "pending"]
@@ -525,23 +531,27 @@ def _holds_freed_gpus_for_the_preemptor(
     for _ in range(3):
         w.sched.step()
         w.clock.t += 5.0
-    assert sorted(k[0] for k in w.fx.stops) == sorted(victims)  # nobody evicted twice
+    assert {k[:2] for k in w.fx.stops} == stopped  # nobody evicted twice
     assert [w.state(j)["attempt"] for j in running] == [1] * 8
     assert [w.state(j)["state"] for j in (*victims, *waiting)] == ["pending"] * (4 + len(waiting))
     assert [w.state(j)["state"] for j in others] == ["running"] * 4
 
 
-def test_gpus_freed_for_a_preemptor_of_higher_priority_are_held_for_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("restart", [False, True], ids=["", "over-a-restart"])
+def test_gpus_freed_for_a_preemptor_of_higher_priority_are_held_for_it(
+    tmp_path: Path, restart: bool
+) -> None:
     w = new_world(tmp_path, FakeExecutor([fake_node(gpus=8)]))
     running = [w.submit(job(f"low{i}").task(gpu=1).build()) for i in range(8)]
     waiting = [w.submit(job(f"more{i}").task(gpu=1).build()) for i in range(2)]
     big = job("big").task(gpu=4).priority(10).build()
-    _holds_freed_gpus_for_the_preemptor(w, running, waiting, big)
+    _holds_freed_gpus_for_the_preemptor(w, running, waiting, big, restart)
     w.store.close()
 
 
+@pytest.mark.parametrize("restart", [False, True], ids=["", "over-a-restart"])
 def test_gpus_reclaimed_for_a_queues_guarantee_are_held_for_the_job_that_waits(
-    tmp_path: Path,
+    tmp_path: Path, restart: bool
 ) -> None:
     """The audit: teama and teamb guaranteed 4 GPUs each of 8, scratch at most 3, equal
     priorities. Scratch's 3 jobs and teama's 5 run; teamb's 4-GPU job takes back the 3 of
@@ -561,7 +571,7 @@ def test_gpus_reclaimed_for_a_queues_guarantee_are_held_for_the_job_that_waits(
         w.submit(job("a5").task(gpu=1).queue("teama").build()),
     ]
     big = job("big").task(gpu=4).queue("teamb").build()
-    _holds_freed_gpus_for_the_preemptor(w, running, waiting, big)
+    _holds_freed_gpus_for_the_preemptor(w, running, waiting, big, restart)
     w.store.close()
 
 

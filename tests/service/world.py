@@ -32,6 +32,7 @@ class World:
     sched: Scheduler
     home: Path
     predicting: bool = False  # the loop has a runtime predictor
+    queues: QueueTree | None = None  # None: one queue
 
     def submit(self, j: Job) -> str:
         fut = self.sched.submit(j)
@@ -50,7 +51,9 @@ class World:
 
     def restart(self) -> Scheduler:
         """A new loop over the same store and executor: the scheduler process restarted."""
-        self.sched = make_scheduler(self.store, self.fx, self.clock, self.home, self.predicting)
+        self.sched = make_scheduler(
+            self.store, self.fx, self.clock, self.home, self.predicting, self.queues
+        )
         self.sched.recover()
         return self.sched
 
@@ -89,4 +92,4 @@ def new_world(
     clock = Clock()
     sched = make_scheduler(store, fx, clock, home, predicting, queues)
     sched.recover()
-    return World(store, fx, clock, sched, home, predicting)
+    return World(store, fx, clock, sched, home, predicting, queues)

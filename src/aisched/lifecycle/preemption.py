@@ -38,6 +38,8 @@ The rules, the same in both drivers:
    which the exits come decides nothing: judged exit by exit, what the first freed was kept
    for a job whose wait went on only until the second, though another job's wait, ended by
    then, had been bound there (found by the random cases).
+   The ledger alone holds what is kept: after a restart of the service, a wait that goes on
+   keeps what of its bound tasks is free then (`keep_free_of_bound`).
 5. Played stops (the simulator; a virtual executor in tests): a victim's tasks exit
    `stop_s` after SIGTERM, or when its grace runs out if that comes first (`played_stop_s`).
    With `stop_s` 0 (the simulator's default) they exit at the instant they are preempted,
@@ -168,6 +170,46 @@ def keep_freed(
     job = jobs(job_id)
     held.take(RunningJob(replace(job, id=key), tasks, now, terminating=True))
     return job_id
+
+
+def keep_free_of_bound(held: Holdings, job: Job, wait: VictimWait, now: float) -> None:
+    """After a restart, which forgot what was kept (it lives in the ledger only): keep for
+    the waiting `job` what of its bound tasks (`wait.tasks`) is free now, which its victims
+    that had stopped freed (rule 4). Without it the first cycle gave that room to another job,
+    a requeued victim too, and the job evicted it again once its last victim had stopped."""
+    index, free = held.arrays.index, held.free
+    left: dict[str, list[int]] = {}  # node -> [cpu, mem, rdma] not yet kept
+    taken: set[tuple[str, int]] = set()  # GPUs kept already
+    parts: list[TaskBinding] = []
+    for t in wait.tasks:
+        i = index.get(t.node)
+        if i is None:
+            continue
+        room = left.setdefault(t.node, [int(free.cpu[i]), int(free.mem[i]), int(free.rdma[i])])
+        per_gpu_mem = t.gpu_mem_mib // len(t.gpus) if t.gpus else 0
+        gpus = tuple(
+            g
+            for g in t.gpus
+            if (t.node, g) not in taken
+            and free.gpu_milli[i, g] >= t.gpu_milli
+            and free.gpu_mem[i, g] >= per_gpu_mem
+        )
+        part = replace(
+            t,
+            gpus=gpus,
+            gpu_mem_mib=per_gpu_mem * len(gpus),
+            milli_cpu=min(t.milli_cpu, max(room[0], 0)),
+            mem_mib=min(t.mem_mib, max(room[1], 0)),
+            rdma=min(t.rdma, max(room[2], 0)),
+        )
+        room[0] -= part.milli_cpu
+        room[1] -= part.mem_mib
+        room[2] -= part.rdma
+        taken.update((t.node, g) for g in gpus)
+        if gpus or part.milli_cpu or part.mem_mib or part.rdma:
+            parts.append(part)
+    if parts:
+        held.take(RunningJob(replace(job, id=kept_id(job.id)), tuple(parts), now, terminating=True))
 
 
 def release_kept(held: Holdings, job_id: str) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 from aisched.core.decisions import TaskBinding
 from aisched.executors.base import AdoptState, ExitKind, TaskExited, TaskHandle
 from aisched.lifecycle.attempts import time_limit_message
-from aisched.lifecycle.preemption import VictimWait
+from aisched.lifecycle.preemption import VictimWait, keep_free_of_bound
 from aisched.lifecycle.services import crash_loop_of
 from aisched.lifecycle.states import move
 from aisched.model.job import JobKind
@@ -223,7 +223,9 @@ class Recovery(Commands):
             wait = VictimWait(frozenset(), 0.0)
         still = frozenset(v for v in wait.victims if self._still_stopping(v))
         if lj.state == JobState.PENDING and still:
-            self._wait_for_victims(lj, VictimWait(still, wait.since, wait.tasks), batch)
+            resumed = VictimWait(still, wait.since, wait.tasks)
+            self._wait_for_victims(lj, resumed, batch)
+            keep_free_of_bound(self.held, lj.job, resumed, self.clock())
         else:
             batch.job(lj.id, waiting_for=None)
 
