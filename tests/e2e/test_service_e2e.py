@@ -457,7 +457,7 @@ def test_the_cli_finds_its_own_service_started_with_another_data_directory(
             [PY, "-m", "aisched", "jobs", "--json"], env=env, capture_output=True, text=True
         )
         assert jobs.returncode == 0, jobs.stderr
-        assert json.loads(jobs.stdout) == {"jobs": []}
+        assert json.loads(jobs.stdout) == {"jobs": [], "more": False, "next_before": None}
     finally:
         up.send_signal(signal.SIGTERM)
         up.wait(30)
