@@ -12,6 +12,7 @@ imports it (see `supervisor.py`), running with `-I -S`.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import time
@@ -144,20 +145,27 @@ def remove_task_cgroups(launch: dict[str, Any]) -> None:
 
 def remove_cgroup(cgroup: str | None, drain_s: float = CGROUP_DRAIN_S) -> None:
     """Kills whatever is left in the cgroup, waits for it to empty, and removes it. Idempotent;
-    a cgroup that will not empty is left behind (rmdir fails) rather than waited on forever."""
+    a cgroup that will not empty is left behind (rmdir fails) rather than waited on forever.
+    An rmdir refused as busy is tried again until `drain_s` has passed: a killed process can
+    be gone from the cgroup's list and still hold it while it exits (under load, a while)."""
     if not cgroup or not os.path.isdir(cgroup):
         return
     deadline = time.monotonic() + drain_s
     while True:
-        pids = cgroup_pids(cgroup)
-        if not pids:
-            break
-        signal_cgroup(cgroup, signal.SIGKILL)
+        if cgroup_pids(cgroup):
+            signal_cgroup(cgroup, signal.SIGKILL)
+        else:
+            try:
+                os.rmdir(cgroup)
+                return
+            except OSError as e:
+                if e.errno != errno.EBUSY:
+                    return  # gone already, or not ours to remove
         if time.monotonic() > deadline:
-            break
+            with contextlib.suppress(OSError):
+                os.rmdir(cgroup)
+            return
         time.sleep(0.005)
-    with contextlib.suppress(OSError):
-        os.rmdir(cgroup)
 
 
 def oom_kills(cgroup: str | None) -> int:

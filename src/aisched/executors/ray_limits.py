@@ -221,6 +221,8 @@ class Owner:
 # swept once per worker process.
 _OWNERS: dict[str, str | None] = {}
 _SWEEPING = threading.Lock()
+# How long the sweep waits for a dead agent's task cgroup to empty and go (each).
+SWEEP_DRAIN_S = 10.0
 
 
 def swept_owners(instance: str, controls: NodeControls) -> str | None:
@@ -299,7 +301,9 @@ def sweep_dead_task_cgroups(instance: str, controls: NodeControls, owners: str) 
             os.close(fd)
             continue
         for path in paths:
-            processes.remove_cgroup(path)
+            # Patient: nothing waits on a sweep but the node's next cgroups, and a process
+            # killed under load (in I/O) may take seconds to let go of its cgroup.
+            processes.remove_cgroup(path, drain_s=SWEEP_DRAIN_S)
         Owner(lock, fd).release(tuple(paths))
         gone.append(name)
     return gone

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
 import uuid
 from collections.abc import Iterator
 
@@ -87,3 +88,23 @@ def test_a_task_on_a_node_whose_gpus_cannot_be_walled_is_told_why(instance: str)
             assert (plain.walled, plain.gpu_note) == (False, None)
         finally:
             plain.remove()
+
+
+def test_a_cgroup_that_is_busy_for_a_while_is_removed_once_it_lets_go(instance: str) -> None:
+    """A CI run under load left a dead agent's cgroup after its sweep: its process, killed,
+    held the cgroup a while longer than its list showed, and the one rmdir, refused as busy,
+    was not tried again. Here a child cgroup keeps the cgroup busy for 0.3 s."""
+    base = ray_limits.node_controls("auto").mem.base
+    assert base is not None
+    cgroup = os.path.join(base, f"{instance}.busy")
+    child = os.path.join(cgroup, "child")
+    os.makedirs(child)
+    let_go = threading.Timer(0.3, os.rmdir, (child,))
+    let_go.start()
+    try:
+        processes.remove_cgroup(cgroup, drain_s=10)
+        assert not os.path.exists(cgroup)
+    finally:
+        let_go.join()
+        if os.path.isdir(cgroup):
+            os.rmdir(cgroup)
