@@ -162,11 +162,11 @@ async def until_stored(
     store_failing: Callable[[], bool],
     patience_s: float = 5.0,
     not_stored: str = NOT_STORED_SUBMISSION,
-    loop_alive: Callable[[], bool] = lambda: True,
+    loop_ended: Callable[[], bool] = lambda: False,
 ) -> T:
     """The loop's answer; raises NotStoredYet (with `not_stored`) when the store has been
     failing for `patience_s` while it waited (a healthy store answers in milliseconds), and
-    LoopEnded once the loop is not `loop_alive` with no answer given."""
+    LoopEnded once the loop has ended (`loop_ended`) with no answer given."""
     waited = 0.0
     step = 0.25
     wrapped = asyncio.wrap_future(future)
@@ -174,7 +174,7 @@ async def until_stored(
         done, _ = await asyncio.wait({wrapped}, timeout=step)
         if done:
             return wrapped.result()
-        if not loop_alive():
+        if loop_ended():
             if future.done():  # answered as it ended: `wrapped` hears of it a little later
                 return future.result()
             raise LoopEnded("the scheduler stopped before it stored this request")

@@ -82,6 +82,11 @@ class Scheduler(Recovery, BulkCancels):
         # (and readiness) read a published loop that is not alive as a dead one.
         self.thread = thread
 
+    def ended(self) -> bool:
+        """Whether the loop ran and has stopped: a command queued now is never answered. (Not
+        yet started, as while a new leader recovers, is not ended: it answers once it runs.)"""
+        return self.thread is not None and not self.thread.is_alive()
+
     def shutdown(self, timeout_s: float = 10.0) -> None:
         """Stop the loop; running tasks keep running and are adopted at the next start."""
         self.stopping.set()

@@ -65,7 +65,7 @@ def bulk_router(svc: Service) -> APIRouter:
                 svc.scheduler.cancel_matching(selection),
                 failing,
                 not_stored=NOT_STORED_CANCEL,
-                loop_alive=svc.health.alive,
+                loop_ended=svc.scheduler.ended,
             )
         except NotStoredYet as e:
             return JSONResponse(status_code=503, content=Problem(error=str(e)).model_dump())

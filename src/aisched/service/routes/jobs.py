@@ -142,13 +142,13 @@ def jobs_router(svc: Service) -> APIRouter:
                     (job, p.format, p.warnings) for job, p in zip(jobs, parsed.jobs, strict=True)
                 )
                 fut_all = sched.submit_all(items, idempotency_key, not_accepting)
-                stored = await until_stored(fut_all, failing, loop_alive=svc.health.alive)
+                stored = await until_stored(fut_all, failing, loop_ended=svc.scheduler.ended)
             else:
                 one = parsed.jobs[0]
                 fut = sched.submit(
                     jobs[0], one.format, one.warnings, idempotency_key, not_accepting
                 )
-                stored = [await until_stored(fut, failing, loop_alive=svc.health.alive)]
+                stored = [await until_stored(fut, failing, loop_ended=svc.scheduler.ended)]
         except NotAccepting as e:
             return problem(e.status, str(e), kept_nothing=True)
         except Rejected as e:
@@ -277,7 +277,7 @@ def jobs_router(svc: Service) -> APIRouter:
                 sched.cancel(job_id),
                 failing,
                 not_stored=NOT_STORED_CANCEL,
-                loop_alive=svc.health.alive,
+                loop_ended=svc.scheduler.ended,
             )
         except Rejected as e:
             return problem(e.status, str(e))
