@@ -65,7 +65,7 @@ class Service:
     metrics: Metrics
     node_notes: list[str]
     lock_file: IO[str]
-    database_lock: IO[bytes] | None = None  # instances of one shared database (`datadir`)
+    database_lock: IO[Any] | None = None  # instances of one shared database (`datadir`)
     started_at: float = field(default_factory=time.time)
     recovery_notes: list[str] = field(default_factory=list)
     autoscaler: Autoscaler | None = None  # started with the loop
@@ -298,7 +298,7 @@ def _close_all(*files: IO[Any] | None) -> None:
             f.close()
 
 
-def _lock_sqlite_file(url: str) -> IO[bytes] | None:
+def _lock_sqlite_file(url: str) -> IO[str] | None:
     """Hold `FILE.lock` beside an SQLite database, exclusive, for the service's life: the data
     directory's lock keeps a second instance off the directory, but one given another
     --data-dir and this file as --database would schedule on it too (adopting the first one's
@@ -309,18 +309,13 @@ def _lock_sqlite_file(url: str) -> IO[bytes] | None:
         return None
     path = url[len(prefix) :] + ".lock"
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)  # private, as the database's files
-    f = os.fdopen(fd, "a+b")  # held for its life
-    try:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        f.seek(0)
-        holder = f.read().decode(errors="replace").strip()
-        f.close()
+    f = os.fdopen(fd, "a+", encoding="utf-8", errors="replace")  # held for its life
+    if (holder := _held_by_another(f)) is not None:
         raise ServiceError(
             f"the state database {url[len(prefix) :]} is in use by another aisched "
             f"(pid {holder or 'unknown'}) with another data directory: an SQLite database "
             "has one service; stop that one, or give this one another --database"
-        ) from None
+        )
     try:
         _write_pid(f)
     except OSError:
@@ -357,12 +352,7 @@ def _lock(home: Path, *, shared: bool = False) -> IO[str]:
         f = open(home / "lock", "a+", encoding="utf-8")  # noqa: SIM115 - held for its life
     except OSError as e:
         raise datadir.not_writable(home, e) from None
-    try:
-        fcntl.flock(f.fileno(), (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-    except OSError:
-        f.seek(0)
-        holder = f.read().strip()
-        f.close()
+    if (holder := _held_by_another(f, shared=shared)) is not None:
         who = (
             f"a running aisched (pid {holder}); stop it"
             if holder
@@ -370,7 +360,7 @@ def _lock(home: Path, *, shared: bool = False) -> IO[str]:
         )
         raise ServiceError(
             f"the data directory {home} is in use by {who}, or give another --data-dir"
-        ) from None
+        )
     if shared:
         return f  # several holders: no single pid to write
     try:
@@ -379,6 +369,19 @@ def _lock(home: Path, *, shared: bool = False) -> IO[str]:
         f.close()
         raise datadir.not_writable(home, e) from None
     return f
+
+
+def _held_by_another(f: IO[str], *, shared: bool = False) -> str | None:
+    """Lock the lock file `f` (exclusive, or shared), without waiting. When another process
+    holds it: `f` closed, and the pid its holder wrote there ("" where none did); else None."""
+    try:
+        fcntl.flock(f.fileno(), (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        holder = f.read().strip()
+        f.close()
+        return holder
+    return None
 
 
 def _write_pid(f: IO[Any]) -> None:
