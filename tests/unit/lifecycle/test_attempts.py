@@ -73,11 +73,13 @@ def test_a_success_says_how_many_tasks_ran_when_the_attempt_started_fewer_than_t
     )
 
 
-def _restart(j: Job, ran_s: float, quick_exits: int, *, max_backoff_s: float = 300) -> AttemptEnd:
+def _attempt_end(
+    j: Job, ran_s: float, quick_exits: int, *, max_backoff_s: float = 300, stop: Stop | None = None
+) -> AttemptEnd:
     return after_attempt(
         j,
-        None,
-        "",
+        stop,
+        "x" if stop else "",
         failures=0,
         preemptions=0,
         now=1000.0,
@@ -94,50 +96,30 @@ def test_quick_clean_exits_under_always_double_the_wait_as_a_crash_loop_does() -
     spin = replace(job("j").build(), restart_policy=RestartPolicy.ALWAYS, backoff_s=0.0)
     waits, quick = [], 0
     for _ in range(11):
-        end = _restart(spin, 0.01, quick)
+        end = _attempt_end(spin, 0.01, quick)
         assert isinstance(end.next, Requeue) and end.failures == 0
         waits.append(end.next.wait_s)
         quick = end.quick_exits
     assert waits == [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300]
     assert quick == 11
-    last = _restart(spin, 0.01, 2)
+    last = _attempt_end(spin, 0.01, 2)
     text = (
         "all tasks exited; restart policy is always: restarting in 4s (3 runs in a row shorter "
         "than 600s: the wait doubles until a run lasts that long)"
     )
     assert last == AttemptEnd(Requeue("restarting", text, 1004.0, 4.0), 0, 0, quick_exits=3)
     ten = replace(spin, backoff_s=10.0)
-    assert [_restart(ten, 5.0, n).next.wait_s for n in (0, 1, 2)] == [10, 20, 40]  # type: ignore[union-attr]
+    assert [_attempt_end(ten, 5.0, n).next.wait_s for n in (0, 1, 2)] == [10, 20, 40]  # type: ignore[union-attr]
 
 
 def test_a_long_run_ends_a_run_of_quick_exits_whatever_its_end() -> None:
     j = replace(job("j").build(), restart_policy=RestartPolicy.ALWAYS, backoff_s=10.0)
-    long = _restart(j, LONG_RUN_S, 7)
+    long = _attempt_end(j, LONG_RUN_S, 7)
     assert isinstance(long.next, Requeue) and long.next.wait_s == 10.0
     assert long.quick_exits == 0
-    failed = after_attempt(
-        j,
-        Stop.FAILED,
-        "x",
-        failures=0,
-        preemptions=0,
-        now=0.0,
-        max_backoff_s=300,
-        ran_s=LONG_RUN_S,
-        quick_exits=7,
-    )
+    failed = _attempt_end(j, LONG_RUN_S, 7, stop=Stop.FAILED)
     assert failed.quick_exits == 0 and failed.failures == 1
     # A short failure keeps the run as it was: failures have their own doubling.
-    short = after_attempt(
-        j,
-        Stop.FAILED,
-        "x",
-        failures=0,
-        preemptions=0,
-        now=0.0,
-        max_backoff_s=300,
-        ran_s=1.0,
-        quick_exits=7,
-    )
+    short = _attempt_end(j, 1.0, 7, stop=Stop.FAILED)
     assert short.quick_exits == 7 and isinstance(short.next, Requeue)
     assert short.next.wait_s == 10.0

@@ -42,11 +42,8 @@ def shape(path: Path) -> dict[str, object]:
 
 def test_an_older_database_is_migrated_to_what_a_new_one_is(tmp_path: Path) -> None:
     old = tmp_path / "old.db"
+    v1_database(old)
     con = sqlite3.connect(old)
-    con.execute(V1_JOBS)
-    con.execute("CREATE INDEX ix_jobs_state ON jobs (state)")
-    con.execute("CREATE TABLE meta (key VARCHAR(64) PRIMARY KEY, value TEXT NOT NULL)")
-    con.execute("INSERT INTO meta VALUES ('schema', '1')")
     con.execute(
         "INSERT INTO jobs (seq, id, name, user, queue, priority, kind, format, spec, state, "
         "submitted_at, attempt, failures, preemptions, attained_gpu_s, checkpoint_dir) VALUES "
