@@ -96,3 +96,63 @@ def test_dollar_names_in_command_args_and_env_are_expanded_as_kubernetes_does(
         f"--rank={i} --of=3 /data/out $(VC_TASK_INDEX) $(UNSET)\n" for i in (0, 1)
     ]
     assert service.cli("logs", jid, "--task", "shell-0").stdout == "task 0 of 3\n"
+
+
+def test_a_command_too_large_once_expanded_is_refused_or_fails_with_the_reason(
+    service: Service,
+) -> None:
+    """`$(NAME)` could make a word larger than the kernel starts, after the file's checks: the
+    job failed with exec's `Argument list too long`, said of the program, and was retried."""
+    (service.work / "big.yaml").write_text(
+        textwrap.dedent(
+            f"""
+            apiVersion: batch.volcano.sh/v1alpha1
+            kind: Job
+            metadata: {{name: big}}
+            spec:
+              tasks:
+                - template:
+                    spec:
+                      containers:
+                        - command: [{PY}, -c, "pass"]
+                          args: ["$(A)$(A)"]
+                          env: [{{name: A, value: {"x" * 100_000}}}]
+            """
+        )
+    )
+    refused = service.cli("submit", "big.yaml", check=False)
+    assert refused.returncode != 0
+    assert (
+        "big.yaml: spec.tasks.0.template.spec.containers.0.args.0: is 200,000 bytes once "
+        "$(NAME) is expanded: a program gets at most 130,048 bytes in each argument or "
+        "variable (the kernel's limit)"
+    ) in " ".join(refused.stderr.split())
+    assert service.cli_json("jobs", "--all")["jobs"] == []
+
+    # A name the scheduler sets is known at the launch only.
+    jid, _ = submit(
+        service,
+        "late.yaml",
+        f"""
+        apiVersion: batch.volcano.sh/v1alpha1
+        kind: Job
+        metadata: {{name: late}}
+        spec:
+          tasks:
+            - template:
+                spec:
+                  containers:
+                    - command: [{PY}, -c, "pass"]
+                      args: ["{"$(AISCHED_CHECKPOINT_DIR)" * 5000}"]
+                      resources: {{requests: {{cpu: 1}}}}
+        """,
+    )
+    done = service.wait_state(jid, "succeeded", "failed")
+    size = 5000 * len(done["checkpoint_dir"])
+    assert (done["state"], done["failures"], done["message"]) == (
+        "failed",
+        1,
+        "task default0-0 could not start: task default0-0: word 3 of its command (command "
+        f"then args, from 0) is {size:,} bytes once $(NAME) is expanded: a program gets at "
+        "most 130,048 bytes in each argument or variable (the kernel's limit); not retried",
+    )

@@ -632,6 +632,40 @@ spec:
     assert w.sched.jobs[jid].job.groups[0].kubernetes_pod
 
 
+def test_a_command_that_dollar_names_make_too_large_fails_at_launch_without_a_retry(
+    w: World,
+) -> None:
+    """A name the scheduler sets is known at the launch only: 5,000 times
+    `$(AISCHED_CHECKPOINT_DIR)` passed the file's checks, then exec failed with `Argument list
+    too long`, said of the program, at each of the job's retries."""
+    text = f"""
+apiVersion: batch.volcano.sh/v1alpha1
+kind: Job
+metadata: {{name: v}}
+spec:
+  tasks:
+    - name: lead
+      template: {{spec: {{containers: [{{command: [echo, ok]}}]}}}}
+    - name: work
+      template:
+        spec:
+          containers:
+            - command: [echo]
+              args: [a, "{"$(AISCHED_CHECKPOINT_DIR)" * 5000}"]
+"""
+    jid = w.submit(parse_job_text(text, "v.yaml").job)
+    row = w.state(jid)
+    size = 5000 * len(str(row["checkpoint_dir"]))
+    assert (row["state"], row["failures"], row["message"]) == (
+        "failed",
+        1,
+        f"task lead-0 could not start: task work-0: word 2 of its command (command then args, "
+        f"from 0) is {size:,} bytes once $(NAME) is expanded: a program gets at most 130,048 "
+        "bytes in each argument or variable (the kernel's limit); not retried",
+    )
+    assert [t for t in w.fx.launched if t.job_id == jid] == []
+
+
 PYTORCH_WORKERS_FIRST = """
 apiVersion: batch.volcano.sh/v1alpha1
 kind: Job

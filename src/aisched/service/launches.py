@@ -42,6 +42,7 @@ from aisched.service.live import Batch, LiveJob, Requests, TaskPhase
 from aisched.service.paths import made_by_service
 from aisched.service.replicas import HOST_ENV
 from aisched.service.scheduler_state import SchedulerState
+from aisched.spec.job_common import exec_size_problems
 
 log = logging.getLogger("aisched.loop")
 
@@ -108,6 +109,7 @@ class Launches(SchedulerState):
             command = group.command
             if group.kubernetes_pod:  # `$(NAME)` against the task's whole environment
                 command = tuple(expand(word, env) for word in command)
+                _refuse_oversized(t.name, command, env)
             out.append(
                 TaskLaunch(
                     job_id=lj.id,
@@ -214,6 +216,15 @@ class Launches(SchedulerState):
         if self.restarts:
             restarts, self.restarts = self.restarts, []
             self._launch_all(restarts, now)
+
+
+def _refuse_oversized(task: str, command: tuple[str, ...], env: dict[str, str]) -> None:
+    """Refuse, for good, a command that `$(NAME)` made larger than the kernel starts: the
+    file was checked with its own variables only, and exec would fail with E2BIG (`Argument
+    list too long`, said of the program) at every start."""
+    for i, message in exec_size_problems(command, env.items()):
+        where = "" if i is None else f"word {i} of its command (command then args, from 0) "
+        raise LaunchRefused(f"task {task}: {where}{message}")
 
 
 def _not_started_kind(e: Exception) -> ExitKind:

@@ -57,6 +57,10 @@ MAX_IMAGE_LEN = 512
 # Linux's MAX_ARG_STRLEN (32 pages) bounds each argument and each NAME=value string of an
 # exec; the variable's name and a margin for it are kept out of this bar.
 MAX_EXEC_STRING = 32 * 4096 - 1024
+# Linux's ARG_MAX bounds a program's arguments and environment together (a quarter of the
+# stack limit: 2 MiB by default); half of it leaves room for what the executor adds, and a
+# command written out in a job file (at most 1 MiB) never reaches it.
+MAX_EXEC_TOTAL = 1 << 20
 MAX_ENV_NAME_LEN = 256
 MIN_BANDWIDTH_BIT_S = 8_000  # tc cannot shape below a few kbit/s in any useful way
 MAX_BANDWIDTH_BIT_S = 10**13  # 10 Tbit/s
@@ -246,6 +250,37 @@ def _text(v: Any) -> str:
         # YAML turns 1e-3 into 0.001 and `on` into true: the process would not see what was written.
         raise ValueError(f"expected a string, got {describe(v)}: quote it")
     raise ValueError(f"expected a string, got {describe(v)}")
+
+
+def exec_size_problems(
+    words: Sequence[str], env: Iterable[tuple[str, str]]
+) -> list[tuple[int | None, str]]:
+    """What makes a command, once its `$(NAME)`s are expanded, one the kernel will not start
+    (E2BIG at every start): each word over MAX_EXEC_STRING, with its index, and the command
+    and environment together over MAX_EXEC_TOTAL, with index None."""
+    out: list[tuple[int | None, str]] = []
+    total = 0
+    for i, word in enumerate(words):
+        size = len(word.encode())
+        total += size + 1
+        if size > MAX_EXEC_STRING:
+            out.append(
+                (
+                    i,
+                    f"is {size:,} bytes once $(NAME) is expanded: a program gets at most "
+                    f"{MAX_EXEC_STRING:,} bytes in each argument or variable (the kernel's limit)",
+                )
+            )
+    total += sum(len(name.encode()) + len(value.encode()) + 2 for name, value in env)
+    if total > MAX_EXEC_TOTAL:
+        out.append(
+            (
+                None,
+                f"the command and its environment are {total:,} bytes once $(NAME) is "
+                f"expanded: a program gets at most {MAX_EXEC_TOTAL:,} bytes of them",
+            )
+        )
+    return out
 
 
 def _shell_or_words(v: Any) -> Any:

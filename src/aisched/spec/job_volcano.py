@@ -47,7 +47,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from aisched.model.expansion import expand_env
+from aisched.model.expansion import expand, expand_env
 from aisched.model.job import (
     ContainerSpec,
     Job,
@@ -67,6 +67,7 @@ from aisched.spec.job_common import (
     Problems,
     container_spec,
     duplicates,
+    exec_size_problems,
     nonempty_command,
     priority_of_class,
     to_bandwidth_bit_s,
@@ -228,6 +229,8 @@ def _group(t: TaskSpec, i: int, p: Problems, w: Problems) -> TaskGroup:
     names = [e.name for e in c.env]
     for j, first in duplicates(names):
         p.add(f"{cp}.env.{j}.name", f"{names[j]!r} is already set by env.{first}")
+    env = expand_env(tuple((e.name, e.value) for e in c.env))
+    _check_expanded_sizes(c.command or [], c.args or [], env, cp, p)
 
     if c.image is not None and c.working_dir is not None and not c.working_dir.startswith("/"):
         # A path inside the image, where the runtime wants it absolute (runc refuses others).
@@ -269,11 +272,31 @@ def _group(t: TaskSpec, i: int, p: Problems, w: Problems) -> TaskGroup:
         replicas=t.replicas,
         request=request,
         command=command,
-        env=expand_env(tuple((e.name, e.value) for e in c.env)),
+        env=env,
         workdir=c.working_dir,
         container=container,
         kubernetes_pod=True,
     )
+
+
+def _check_expanded_sizes(
+    command: list[str], args: list[str], env: tuple[tuple[str, str], ...], cp: str, p: Problems
+) -> None:
+    """Refuse a command or an env value that `$(NAME)` makes too large for the kernel: each was
+    checked as written, and the kernel would refuse it at every start. Only the file's own
+    variables are known here; the launch checks again with the scheduler's (`Launches`)."""
+    for j, (_, value) in enumerate(env):
+        for _, message in exec_size_problems([value], ()):
+            p.add(f"{cp}.env.{j}.value", message)
+    defined = dict(env)
+    words = [expand(word, defined) for word in [*command, *args]]
+    for i, message in exec_size_problems(words, env):
+        if i is None:
+            p.add(cp, message)
+        elif i < len(command):
+            p.add(f"{cp}.command.{i}", message)
+        else:
+            p.add(f"{cp}.args.{i - len(command)}", message)
 
 
 def _container(t: TaskSpec, tp: str, p: Problems, w: Problems) -> ContainerSpec | None:

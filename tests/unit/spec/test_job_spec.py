@@ -1001,6 +1001,37 @@ def test_volcano_errors(case: Invalid) -> None:
     assert list(info.value.problems) == case.want
 
 
+def test_what_dollar_names_make_too_large_to_start_is_refused_at_its_field() -> None:
+    """Each word and value was checked as written: `$(A)$(A)` of a 100,000-byte A passed, and
+    the task failed at its start with exec's `Argument list too long`, said of the program."""
+    big = "x" * 100_000
+    env = [{"name": "A", "value": big}, {"name": "B", "value": "$(A)$(A)"}]
+    doc = vc(task(command=["sh", "-c", "$(A)$(A)"], args=["ok", "$(A)$(B)"], env=env))
+    with pytest.raises(SpecError) as info:
+        parse_job_document(doc, "v.yaml")
+    word = (
+        "bytes once $(NAME) is expanded: a program gets at most 130,048 bytes in each "
+        "argument or variable (the kernel's limit)"
+    )
+    assert list(info.value.problems) == [
+        f"v.yaml: {C0}.env.1.value: is 200,000 {word}",
+        f"v.yaml: {C0}.command.2: is 200,000 {word}",
+        f"v.yaml: {C0}.args.1: is 300,000 {word}",
+    ]
+    # Many words each under the limit, together over it.
+    many = vc(task(command=["echo", *["$(A)"] * 11], env=env[:1]))
+    with pytest.raises(SpecError) as info:
+        parse_job_document(many, "v.yaml")
+    assert list(info.value.problems) == [
+        f"v.yaml: {C0}: the command and its environment are 1,200,019 bytes once $(NAME) is "
+        "expanded: a program gets at most 1,048,576 bytes of them"
+    ]
+    # Names the scheduler sets are known at the launch only: checked there (test_loop).
+    parse_job_document(
+        vc(task(command=["echo", "$(RANK)" * 10_000, "$(A)"], env=env[:1])), "v.yaml"
+    )
+
+
 # --- example files --------------------------------------------------------------------------
 
 PYTORCH = ContainerSpec("pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime", workdir_in_image=True)
