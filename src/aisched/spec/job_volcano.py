@@ -161,7 +161,7 @@ def volcano_job(data: dict[Any, Any], source: str, defaults: JobDefaults) -> Par
         p.add(
             f"spec.tasks.{i}.name", f"{groups[i].name!r} is already the name of spec.tasks.{first}"
         )
-    groups = _pytorch_master_first(spec, groups, w)
+    groups = _pytorch_master_first(spec, groups, p, w)
     num_tasks = sum(g.replicas for g in groups)
     if num_tasks > MAX_TASKS:
         p.add("spec.tasks", f"{num_tasks} tasks in all, more than the limit of {MAX_TASKS}")
@@ -574,11 +574,15 @@ def _plugin_flags(args: list[str]) -> dict[str, str]:
     return out
 
 
-def _pytorch_master_first(spec: JobSpec, groups: list[TaskGroup], w: Problems) -> list[TaskGroup]:
+def _pytorch_master_first(
+    spec: JobSpec, groups: list[TaskGroup], p: Problems, w: Problems
+) -> list[TaskGroup]:
     """The groups in rank order as Volcano's pytorch plugin gives ranks: its `--master` task
     (default `master`) first, so its task is RANK 0 and MASTER_ADDR its host, and its
     `--worker` tasks (default `worker`) after, RANK index + 1, wherever the file lists them.
-    The plugin does nothing unless both tasks are there; nor does this. Its `--port` cannot be
+    The plugin does nothing unless both tasks are there; nor does this. A master task of more
+    than one replica is refused: the plugin gives each of them RANK 0 (and the workers' ranks
+    start at 1 whatever their number), so no rank order matches it. Its `--port` cannot be
     honoured: MASTER_PORT is a port found free when the job starts (a fixed one would clash
     between two jobs on one host), which is warned about."""
     plugins = spec.plugins or {}
@@ -593,9 +597,18 @@ def _pytorch_master_first(spec: JobSpec, groups: list[TaskGroup], w: Problems) -
         )
     names = [g.name for g in groups]
     master, worker = flags.get("master", "master"), flags.get("worker", "worker")
-    if master not in names or worker not in names or names.index(master) == 0:
+    if master not in names or worker not in names:
         return groups
     m = names.index(master)
+    if groups[m].replicas > 1:
+        p.add(
+            f"spec.tasks.{m}.replicas",
+            f"{groups[m].replicas} replicas of the pytorch plugin's master task {master!r}: it "
+            "is one process (the plugin gives each replica RANK 0 and its workers RANK 1 on); "
+            f"give it 1 replica and the others to the worker task {worker!r}",
+        )
+    if m == 0:
+        return groups
     order = [m, *(i for i in range(len(groups)) if i != m)]
     return [replace(groups[i], file_index=i) for i in order]
 

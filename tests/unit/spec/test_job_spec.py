@@ -1586,6 +1586,27 @@ def test_the_pytorch_plugins_master_task_comes_first_in_rank_order(
     assert [g.file_index for g in got.groups] == ([2, 0, 1] if moved else [None] * 3)
 
 
+def test_the_pytorch_plugins_master_task_of_several_replicas_is_refused() -> None:
+    """Two master replicas were ranks 0 and 1 and the workers 2 and 3; Volcano's plugin gives
+    every master replica RANK 0 and the workers 1 and 2: no order of ranks is the file's."""
+    plugin = {"pytorch": ["--master=lead", "--worker=work"]}
+    for doc in (
+        vc(task("work", replicas=2), task("lead", replicas=2), plugins=plugin),
+        vc(task("lead", replicas=2), task("work", replicas=2), plugins=plugin),
+    ):
+        m = [t["name"] for t in doc["spec"]["tasks"]].index("lead")
+        with pytest.raises(SpecError) as info:
+            parse_job_document(doc, "v.yaml")
+        assert list(info.value.problems) == [
+            f"v.yaml: spec.tasks.{m}.replicas: 2 replicas of the pytorch plugin's master task "
+            "'lead': it is one process (the plugin gives each replica RANK 0 and its workers "
+            "RANK 1 on); give it 1 replica and the others to the worker task 'work'"
+        ]
+    # Without its worker task the plugin does nothing: the replicas are ranks 0 and 1.
+    alone = vc(task("lead", replicas=2), task("x"), plugins=plugin)
+    assert [g.replicas for g in parse_job_document(alone, "v.yaml").job.groups] == [2, 1]
+
+
 def test_the_pytorch_plugins_port_is_warned_about_not_honoured() -> None:
     doc = vc(task("master"), task("worker"), plugins={"pytorch": ["--port=23456"]})
     assert parse_job_document(doc, "v.yaml").warnings == (
