@@ -156,3 +156,98 @@ def test_a_command_too_large_once_expanded_is_refused_or_fails_with_the_reason(
         f"then args, from 0) is {size:,} bytes once $(NAME) is expanded: a program gets at "
         "most 130,048 bytes in each argument or variable (the kernel's limit); not retried",
     )
+
+
+def test_what_the_file_gets_wrong_is_refused_by_the_cli_at_its_field(service: Service) -> None:
+    """An unknown queue (spec.queue, or a Kueue or KAI label without it), a preemptable label
+    that is no boolean, a request above its limit and a pytorch master task of several
+    replicas are refused through `aisched submit` at their fields, and no job is made."""
+    task = f"""
+            - name: {{name}}
+              replicas: {{replicas}}
+              template:
+                spec:
+                  containers:
+                    - command: [{PY}, -c, "pass"]
+                      resources: {{{{requests: {{{{cpu: {{cpu}}}}}}, limits: {{{{cpu: 1}}}}}}}}"""
+
+    def volcano(meta: str, spec: str, *tasks: tuple[str, int, int]) -> str:
+        listed = "".join(task.format(name=n, replicas=r, cpu=c) for n, r, c in tasks)
+        head = f"apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {meta}\n"
+        return f"{head}spec:\n{spec}  tasks:{listed}\n"
+
+    cases = {
+        "queue.yaml": (
+            volcano("{name: q}", "  queue: research\n", ("w", 1, 1)),
+            ["queue.yaml: spec.queue: unknown queue 'research'"],
+        ),
+        "label.yaml": (
+            volcano("{name: l, labels: {kai.scheduler/queue: research}}", "", ("w", 1, 1)),
+            ["label.yaml: metadata.labels.kai.scheduler/queue: unknown queue 'research'"],
+        ),
+        "kueue.yaml": (
+            volcano("{name: k, labels: {kueue.x-k8s.io/queue-name: research}}", "", ("w", 1, 1)),
+            ["kueue.yaml: metadata.labels.kueue.x-k8s.io/queue-name: unknown queue 'research'"],
+        ),
+        "preempt.yaml": (
+            volcano("{name: p, labels: {volcano.sh/preemptable: maybe}}", "", ("w", 1, 1)),
+            [
+                'preempt.yaml: metadata.labels.volcano.sh/preemptable: expected "true" or '
+                "\"false\", got 'maybe' (a string)"
+            ],
+        ),
+        "request.yaml": (
+            volcano("{name: r}", "", ("w", 1, 2)),
+            [
+                "request.yaml: spec.tasks.0.template.spec.containers.0.resources.requests.cpu: "
+                "2 is more than its limit (1): a request must be less than or equal to the limit"
+            ],
+        ),
+        "ddp.yaml": (
+            volcano("{name: d}", "  plugins: {pytorch: []}\n", ("worker", 2, 1), ("master", 2, 1)),
+            [
+                "ddp.yaml: spec.tasks.1.replicas: 2 replicas of the pytorch plugin's master task "
+                "'master': it is one process (the plugin gives each replica RANK 0 and its "
+                "workers RANK 1 on); give it 1 replica and the others to the worker task 'worker'"
+            ],
+        ),
+    }
+    for name, (text, want) in cases.items():
+        (service.work / name).write_text(text)
+        proc = service.cli("submit", name, check=False)
+        assert proc.returncode != 0, (name, proc.stdout)
+        said = " ".join(proc.stderr.split())
+        for line in want:
+            assert line in said, (name, said)
+    assert service.cli_json("jobs", "--all")["jobs"] == []
+
+
+def test_what_the_file_asks_for_that_is_ignored_is_warned_about_by_the_cli(
+    service: Service,
+) -> None:
+    """Through `aisched submit`: a KAI scheduler queue label names the queue, and
+    topologySpreadConstraints is warned about, as affinity is."""
+    jid, err = submit(
+        service,
+        "spread.yaml",
+        f"""
+        apiVersion: batch.volcano.sh/v1alpha1
+        kind: Job
+        metadata:
+          name: spread
+          labels: {{kai.scheduler/queue: default, volcano.sh/preemptable: "false"}}
+        spec:
+          tasks:
+            - template:
+                spec:
+                  restartPolicy: Never
+                  topologySpreadConstraints: [{{maxSkew: 1, topologyKey: zone}}]
+                  containers: [{{command: [{PY}, -c, "pass"]}}]
+        """,
+    )
+    assert (
+        "spread.yaml: spec.tasks.0.template.spec.topologySpreadConstraints: ignored: aisched "
+        "does not place tasks by node labels or affinity"
+    ) in err
+    done = service.wait_state(jid, "succeeded", "failed")
+    assert (done["state"], done["queue"]) == ("succeeded", "default")
