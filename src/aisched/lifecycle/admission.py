@@ -15,7 +15,8 @@ the service's rule is kept, as DESIGN asks ("refused with the reason").
 
 A job admitted before whose cycle says it never fits now (the nodes changed under it, or a
 scheduler restarted on a smaller cluster) fails then with the reason (`never_fits_now`), unless
-the largest cluster would still hold it: then it waits for nodes.
+the largest cluster would still hold it: then it waits for nodes (the service's largest
+cluster: the nodes that left or shrank at a restart, within `lost_node_grace`, as they were).
 """
 
 from __future__ import annotations

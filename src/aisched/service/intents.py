@@ -117,17 +117,17 @@ class Intents(Exits):
                 continue
             code = status.code
             if code is StatusCode.NEVER_FITS:
-                with_lost, lost = self._with_lost(now)
+                with_lost, lost, shrank = self._with_lost(now)
                 end = never_fits_now(waiting.job, status.reason, self.policy, with_lost)
                 if end is not None:
                     self._finish(waiting, end.state, batch, now, self._gave_up(waiting, end.why))
                     continue
                 waiting.waited_for_left = tuple(lost)
+                waiting.waited_for_shrunk = tuple(shrank)
                 status = JobStatus(
                     StatusCode.WAIT_RESOURCES,
                     f"{status.reason.replace('can never fit', 'does not fit')} now; waits up "
-                    f"to {self.config.lost_node_grace_s:g} s for {', '.join(lost)}, which left, "
-                    "to come back",
+                    f"to {self.config.lost_node_grace_s:g} s for {self._awaited(lost, shrank)}",
                 )
             elif code is not StatusCode.PLACED and code is not StatusCode.PREEMPTING:
                 shapes.add((waiting.job.shape_id, waiting.job.queue))
@@ -188,16 +188,35 @@ class Intents(Exits):
         self.batch.event(now, lj.id, "held", why)
         self._hold_until(lj, JobStatus(StatusCode.NOT_CONSIDERED, why, until), self.batch)
 
+    def _awaited(self, lost: list[str], shrank: list[str]) -> str:
+        """What a job admitted before waits for: the nodes that left to come back, those that
+        shrank at a restart to be as large again (with what they have now and had before)."""
+        parts = [f"{', '.join(lost)}, which left, to come back"] if lost else []
+        now = {n.name: n for n in self.nodes}
+        for name in shrank:
+            was = self.shrank[name][0].capacity.describe()
+            has = now[name].capacity.describe() if name in now else "nothing"
+            parts.append(
+                f"{name}, which has {has} since the restart ({was} before), to be as large again"
+            )
+        return " and ".join(parts)
+
     def _gave_up(self, lj: LiveJob, why: str) -> str:
         """`why` a job fails as never fitting, naming the nodes it waited for that are still
-        away: its last reason said it waited for them, and they are why it fails now."""
+        away or that shrank: its last reason said it waited for them, and they are why it
+        fails now."""
         here = {n.name for n in self.nodes}
         away = [name for name in lj.waited_for_left if name not in here]
-        if not away:
+        parts = [f"{', '.join(away)}, which left, to come back"] if away else []
+        parts += [
+            f"{name}, smaller since the restart, to be as large again"
+            for name in lj.waited_for_shrunk
+        ]
+        if not parts:
             return why
         return (
             f"{why}; waited {self.config.lost_node_grace_s:g} s (lost_node_grace) for "
-            f"{', '.join(away)}, which left, to come back"
+            f"{' and '.join(parts)}"
         )
 
     def _fresh_could_start(self) -> bool:

@@ -97,6 +97,8 @@ class LiveJob:
     # Nodes that left which it last waited for (`lost_node_grace_s`), named again should it
     # fail as never fitting once they have stayed away past the grace. Not stored.
     waited_for_left: tuple[str, ...] = ()
+    # Likewise the nodes that shrank at a restart (`SchedulerState.shrank`) it waited for.
+    waited_for_shrunk: tuple[str, ...] = ()
     pending_view: PendingJob | None = None
     running_view: RunningJob | None = None
     # A service's replicas that failed in a row (`lifecycle.services`), or None. Not stored:

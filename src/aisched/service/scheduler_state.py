@@ -170,7 +170,14 @@ class SchedulerState:
         # Nodes that left the cluster, by name, with when (`_sync_nodes`), kept for
         # `lost_node_grace_s`: what a waiting job is judged against meanwhile (`_with_lost`).
         self.left: dict[str, tuple[Node, float]] = {}
-        self._with_lost_cache: tuple[object, Snapshot] | None = None
+        # Nodes offered again after a restart under the same name but smaller (`_recall_nodes`:
+        # the service restarted with fewer --gpus, say), by name, as they were before and since
+        # when, kept for `lost_node_grace_s` like those that left. Only the jobs admitted
+        # before are judged against their former size: a new one is refused as never fitting.
+        self.shrank: dict[str, tuple[Node, float]] = {}
+        # `_with_lost`'s last answer, with and without the shrunk nodes: a cycle and the
+        # submissions between two cycles each ask for one, and neither rebuilds the other's.
+        self._with_lost_cache: dict[bool, tuple[object, Snapshot]] = {}
         self.retention = Retention(
             config.data_dir,
             config.keep_ended_s,
@@ -242,6 +249,9 @@ class SchedulerState:
                 self.left[n.name] = (n, now)
         for name in names:
             self.left.pop(name, None)
+        for n in offered:  # a shrunk node offered as large as before again
+            if n.name in self.shrank and not _smaller(n, self.shrank[n.name][0]):
+                del self.shrank[n.name]
         self._keep_nodes(offered)
 
     def _keep_nodes(self, offered: tuple[Node, ...]) -> None:
@@ -249,6 +259,7 @@ class SchedulerState:
         doc = {
             "offered": [node_to_dict(n) for n in offered],
             "left": [[node_to_dict(n), at] for n, at in self.left.values()],
+            "shrank": [[node_to_dict(n), at] for n, at in self.shrank.values()],
         }
         with self.store.tx() as tx:
             tx.set_meta(NODES_KEY, doc)
@@ -258,44 +269,65 @@ class SchedulerState:
         (left while the service was down, or not back yet), count as left, so a waiting job
         that fits only with them waits `lost_node_grace_s` for them as it did before, rather
         than failing at once as never fitting. Those not known to have left before are taken
-        to have left now."""
+        to have left now. Likewise a node offered now smaller than before (or than before an
+        earlier restart, within the grace) counts as shrunk: a job admitted before that fits
+        only its former size waits for it as for a node that left."""
         with self.store.read() as tx:
             doc = tx.get_meta(NODES_KEY)
-        now, here = self.clock(), {n.name for n in self.offered_nodes}
+        now = self.clock()
+        here = {n.name: n for n in self.offered_nodes}
         try:
-            before = [(node_from_dict(d), now) for d in (doc or {}).get("offered", ())]
+            offered = [node_from_dict(d) for d in (doc or {}).get("offered", ())]
+            before = [(n, now) for n in offered]
             before += [(node_from_dict(d), float(at)) for d, at in (doc or {}).get("left", ())]
+            shrank = [(node_from_dict(d), float(at)) for d, at in (doc or {}).get("shrank", ())]
         except (KeyError, TypeError, ValueError) as e:  # no version of aisched wrote it
             log.warning("the stored node list cannot be read (%s): it is written anew", e)
-            before = []
+            before, offered, shrank = [], [], []
         for node, at in before:  # the nodes known to have left last: their time stands
             if node.name not in here:
                 self.left[node.name] = (node, at)
+        # The size known before an earlier restart first: its time stands, as a left node's.
+        for node, at in [*shrank, *((n, now) for n in offered)]:
+            known = node.name in self.shrank
+            if node.name in here and not known and _smaller(here[node.name], node):
+                self.shrank[node.name] = (node, at)
         self._keep_nodes(self.offered_nodes)
 
-    def _with_lost(self, now: float) -> tuple[Snapshot | None, list[str]]:
-        """The empty cluster with the nodes that left within `lost_node_grace_s` back, and
-        their names; (None, []) when none did."""
+    def _with_lost(
+        self, now: float, shrunk: bool = True
+    ) -> tuple[Snapshot | None, list[str], list[str]]:
+        """The empty cluster with the nodes that left within `lost_node_grace_s` back and,
+        with `shrunk`, those that shrank at a restart within it as large as they were; with
+        the names of either. (None, [], []) when there are none."""
         grace = self.config.lost_node_grace_s
-        for name, (_, at) in list(self.left.items()):
-            if now - at > grace:
-                del self.left[name]
-        if not self.left:
-            return None, []
-        key = (tuple(sorted(self.left)), self.nodes)
-        if self._with_lost_cache is None or self._with_lost_cache[0] != key:
-            here = {n.name for n in self.nodes}
-            back = [n for n, _ in self.left.values() if n.name not in here]
-            nodes = tuple(replace(n, healthy=True) for n in (*self.nodes, *back))
+        for gone in (self.left, self.shrank):
+            for name, (_, at) in list(gone.items()):
+                if now - at > grace:
+                    del gone[name]
+        shrank = self.shrank if shrunk else {}
+        if not self.left and not shrank:
+            return None, [], []
+        key = (tuple(sorted(self.left)), tuple(sorted(shrank)), self.nodes)
+        cached = self._with_lost_cache.get(shrunk)
+        if cached is None or cached[0] != key:
+            by_name = {n.name: n for n in self.nodes}
+            for name, (node, _) in self.left.items():
+                by_name.setdefault(name, node)
+            for name, (node, _) in shrank.items():
+                by_name[name] = node
+            nodes = tuple(replace(n, healthy=True) for n in by_name.values())
             arrays = build_arrays(Cluster(nodes))
             snap = Snapshot(arrays, FreeState.empty(arrays), (), self.queues)
-            self._with_lost_cache = (key, snap)
-        return self._with_lost_cache[1], sorted(self.left)
+            cached = self._with_lost_cache[shrunk] = (key, snap)
+        return cached[1], sorted(self.left), sorted(shrank)
 
     def _admitting_against(self, now: float) -> Snapshot:
         """What a submission is judged against: the empty cluster, with the nodes that left
-        lately back (a job for them waits for them, as one already admitted does)."""
-        return self._with_lost(now)[0] or self._empty_snapshot
+        lately back (a job for them waits for them, as one already admitted does). Not the
+        nodes that shrank at a restart: the operator chose their new size, and a job too
+        large for it is refused."""
+        return self._with_lost(now, shrunk=False)[0] or self._empty_snapshot
 
     def _add_live(self, lj: LiveJob) -> None:
         self.jobs[lj.id] = lj
@@ -547,3 +579,9 @@ def doc_bytes(job: Job) -> int:
 def clock(t: float) -> str:
     """`t` (seconds since the epoch) as local HH:MM:SS, as statuses name a time today."""
     return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+def _smaller(now: Node, before: Node) -> bool:
+    """Whether `now` lacks some of what the same node had `before` (CPUs, memory, GPUs, GPU
+    memory, RDMA devices)."""
+    return not before.capacity.fits_in(now.capacity)
