@@ -696,3 +696,41 @@ def test_volcanos_pytorch_plugin_gives_its_master_rank_0_wherever_the_file_lists
         ("work-1", "2", "3"),
     ]
     assert w.state(jid)["state"] == "running"
+
+
+def _quick_exit(w: World, jid: str) -> float:
+    """The running attempt of `jid` exits at once with 0; the wait before its restart."""
+    (key,) = w.fx.keys(jid)
+    w.fx.exit(key, 0)
+    w.sched.step()
+    row = w.state(jid)
+    assert row["state"] == "pending"
+    return float(row["not_before"]) - w.clock.t  # type: ignore[arg-type]
+
+
+def _restarted(w: World, jid: str, wait: float) -> None:
+    w.clock.t += wait
+    w.sched.step()
+    w.sched.step()
+    assert w.state(jid)["state"] == "running"
+
+
+def test_the_quick_exits_of_a_job_restarting_always_outlive_a_scheduler_restart(
+    w: World,
+) -> None:
+    """The count of quick clean exits in a row was kept in memory only: after a scheduler
+    restart the doubling wait before the next restart began again at its least."""
+    jid = w.submit(
+        replace(job("loop").task(gpu=1).backoff(1).build(), restart_policy=RestartPolicy.ALWAYS)
+    )
+    waits = []
+    for _ in range(3):
+        waits.append(_quick_exit(w, jid))
+        _restarted(w, jid, waits[-1])
+    assert waits == [1.0, 2.0, 4.0]
+    w.restart()
+    w.sched.step()
+    assert _quick_exit(w, jid) == 8.0
+    w.restart()  # while it waits: the count is the one after this exit
+    _restarted(w, jid, 8.0)
+    assert _quick_exit(w, jid) == 16.0

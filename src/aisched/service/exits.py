@@ -89,7 +89,9 @@ class Exits(Launches):
             quick_exits=lj.quick_exits,
         )
         lj.shrink_to = None
-        lj.quick_exits = end.quick_exits
+        if end.quick_exits != lj.quick_exits:
+            lj.quick_exits = end.quick_exits
+            batch.job(lj.id, quick_exits=lj.quick_exits)
         if end.failures != lj.failures:
             lj.failures = end.failures
             batch.job(lj.id, failures=lj.failures)

@@ -69,8 +69,8 @@ class LiveJob:
     failures: int = 0
     preemptions: int = 0
     # Clean exits under `always` in a row from attempts shorter than `LONG_RUN_S`
-    # (`lifecycle.attempts`): each doubles the wait before the next restart. Not stored: a
-    # scheduler restart starts the run again (at most a few more quick restarts than due).
+    # (`lifecycle.attempts`): each doubles the wait before the next restart. Stored, so a
+    # scheduler restart does not start the doubling again.
     quick_exits: int = 0
     started_at: float | None = None
     attempt_started_at: float | None = None

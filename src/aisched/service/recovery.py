@@ -247,6 +247,7 @@ class Recovery(Commands):
             attempt=row["attempt"],
             failures=row["failures"],
             preemptions=row["preemptions"],
+            quick_exits=row["quick_exits"],
             started_at=row["started_at"],
             attempt_started_at=row["attempt_started_at"],
             not_before=row["not_before"],

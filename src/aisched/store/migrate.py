@@ -77,6 +77,11 @@ def _v5_to_v6(conn: Connection) -> None:
     _add_column(conn, "tokens", "read_only", "INTEGER NOT NULL DEFAULT 0")
 
 
+def _v6_to_v7(conn: Connection) -> None:
+    """A job's quick exits under `restart: always`, kept across scheduler restarts."""
+    _add_column(conn, "jobs", "quick_exits", "INTEGER NOT NULL DEFAULT 0")
+
+
 # The leader row a new database starts with: term 0, held by nobody, long expired.
 LEASE_ROW = {"id": 1, "holder": "", "address": "", "term": 0, "expires_at": 0.0}
 
@@ -87,6 +92,7 @@ MIGRATIONS: dict[int, Callable[[Connection], None]] = {
     3: _v3_to_v4,
     4: _v4_to_v5,
     5: _v5_to_v6,
+    6: _v6_to_v7,
 }
 
 

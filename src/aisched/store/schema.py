@@ -23,7 +23,8 @@ through the same definitions).
 Changing a table means: bump `SCHEMA_VERSION` and add the step from the previous version to
 `store.migrate.MIGRATIONS` (`tests/unit/store/test_schema_versions.py` holds each version's
 columns and indexes, and fails on a change made without a new version). Version 6 changed no
-table: it adds `tokens.read_only` to the databases of the first releases of version 5.
+table: it adds `tokens.read_only` to the databases of the first releases of version 5. Version
+7 adds `jobs.quick_exits`.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from sqlalchemy import (
     Text,
 )
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 metadata = MetaData()
 
@@ -65,6 +66,9 @@ jobs = Table(
     Column("attempt", Integer, nullable=False, default=0),
     Column("failures", Integer, nullable=False, default=0),
     Column("preemptions", Integer, nullable=False, default=0),
+    # Schema 7: quick clean exits in a row under `restart: always` (`lifecycle.attempts`), so
+    # the doubling wait before the next restart goes on where it was after a scheduler restart.
+    Column("quick_exits", Integer, nullable=False, server_default="0"),
     Column("not_before", Float),
     Column("stopping", String(16)),
     Column("waiting_for", JSON),

@@ -18,6 +18,7 @@ JOBS = [
     "attained_gpu_s", "attempt", "attempt_started_at", "checkpoint_dir", "eta", "exit_code",
     "failures", "finished_at", "format", "id", "idempotency_key", "kind", "message", "name",
     "not_before", "predicted_s", "predicted_upper_s", "preemptions", "priority", "queue",
+    "quick_exits",
     "reason", "reason_code", "seq", "spec", "started_at", "state", "stopping", "submitted_at",
     "user", "waiting_for", "warnings",
 ]  # fmt: skip
@@ -33,7 +34,7 @@ TOKENS = [
 
 # Columns (sorted) and indexes (name, columns, unique) of every table, by schema version.
 SCHEMAS: dict[int, Tables] = {
-    6: {
+    7: {
         "audit": (
             ["action", "actor", "detail", "owner", "seq", "target", "time", "via"],
             [],
