@@ -58,3 +58,16 @@ def test_a_job_that_restarts_at_once_for_ever_keeps_its_latest_attempts_only(
         assert kinds[0] == "submitted" and kinds.count("attempts-forgotten") == 1
         shown = " ".join(svc.cli("show", job_id).stdout.split())  # as wrapped
         assert f"a live job keeps its latest {KEEP} (limits.keep_attempts)" in shown
+        # The logs of a forgotten attempt, or of one it never had: said so, not an empty log.
+        first = min(attempts)
+        gone = svc.cli("logs", job_id, "--attempt", "1", check=False)
+        assert (gone.returncode, gone.stdout) == (2, "")
+        assert " ".join(gone.stderr.split()) == (
+            f"error: job {job_id}'s attempt 1 is no longer kept, nor its logs (a live job keeps "
+            f"its latest attempts only, limits.keep_attempts): attempts {first} to {last} are"
+        )
+        never = svc.cli("logs", job_id, "--attempt", str(last + 1), check=False)
+        assert (never.returncode, never.stdout) == (2, "")
+        assert never.stderr == f"error: job {job_id} has had {last} attempt(s), not {last + 1}\n"
+        kept = svc.cli("logs", job_id, "--attempt", str(last - 1))
+        assert kept.stdout == "tick\n"

@@ -577,6 +577,15 @@ class Tx:
         q = q.order_by(tasks.c.attempt, tasks.c.rank)
         return [dict(r) for r in self.conn.execute(q).mappings()]
 
+    def kept_attempts(self, job_id: str) -> tuple[int, int] | None:
+        """The first and the last attempt of `job_id` whose task rows are kept (None: none
+        is); the attempts before a live job's latest `limits.keep_attempts` are forgotten."""
+        q = select(func.min(tasks.c.attempt), func.max(tasks.c.attempt)).where(
+            tasks.c.job_id == job_id
+        )
+        first, last = self.conn.execute(q).one()
+        return None if first is None else (int(first), int(last))
+
     def attempt_spans(self, job_ids: Sequence[str]) -> dict[str, list[tuple[float, float | None]]]:
         """Per job of `job_ids`, when each of its attempts ran, first to last: from the start
         of its first task to the end of its last, None while one still runs. An attempt none

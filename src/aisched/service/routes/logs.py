@@ -56,6 +56,8 @@ def logs_router(svc: Service) -> APIRouter:
             audit(svc, who, "logs", f"job {job_id}", row["user"])
         if attempt is not None and attempt > row["attempt"]:
             return problem(404, f"job {job_id} has had {row['attempt']} attempt(s), not {attempt}")
+        if attempt is not None and (gone := _forgotten(svc, job_id, attempt)) is not None:
+            return problem(404, gone)
         if not follow:
             paths = _log_paths(svc, job_id, attempt or row["attempt"], None)
             named = [(name, path) for name, path in paths if task is None or name == task]
@@ -68,6 +70,27 @@ def logs_router(svc: Service) -> APIRouter:
         )
 
     return router
+
+
+def _forgotten(svc: Service, job_id: str, attempt: int) -> str | None:
+    """Why the logs of `attempt` (one the job has had) cannot be read, when its records were
+    forgotten (`limits.keep_attempts`); None when they are kept. Without this an attempt that
+    is gone read as an empty log."""
+    with svc.store.read() as tx:
+        kept = tx.kept_attempts(job_id)
+    if kept is not None and kept[0] <= attempt:
+        return None
+    which = "none is" if kept is None else _attempts(*kept)
+    return (
+        f"job {job_id}'s attempt {attempt} is no longer kept, nor its logs (a live job keeps "
+        f"its latest attempts only, limits.keep_attempts): {which}"
+    )
+
+
+def _attempts(first: int, last: int) -> str:
+    if first == last:
+        return f"attempt {first} is"
+    return f"attempts {first} to {last} are"
 
 
 def _log_paths(svc: Service, job_id: str, attempt: int, task: str | None) -> list[tuple[str, Path]]:
