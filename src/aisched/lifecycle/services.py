@@ -22,7 +22,8 @@ no expected end, as a job of unknown length does; and no reservation waits for o
 (`core.reservation`).
 
 Crash loops (Kubernetes' CrashLoopBackOff is the model): a replica that fails for good (its
-own retries used up) is replaced, but the replacement waits, and the wait doubles with each
+own retries used up) is replaced (by the live service's autoscaler, which keeps at least the
+minimum; by the simulator at the failure), but the replacement waits, and the wait doubles with each
 replica of the service that failed in a row: `backoff × 2^(n−1)` after the *n*-th, from the
 service's restart backoff (at least `MIN_REPLACEMENT_WAIT_S`, so `backoff: 0` cannot spin),
 capped by the driver's `max_backoff_s`. The run is over once a failure comes more than

@@ -147,7 +147,7 @@ from aisched.lifecycle.preemption import (
     resumed_tasks,
     wait_for,
 )
-from aisched.lifecycle.services import replica_job, replica_name
+from aisched.lifecycle.services import CrashLoop, replica_failed, replica_job, replica_name
 from aisched.lifecycle.work import (
     attempt_runtime_s,
     checkpoint_interval_s,
@@ -249,6 +249,9 @@ class _Engine(NodePools):
         self.awaited = Awaited()
         # Services' replicas, in the order they were made; their ids continue the trace's.
         self.replicas: list[str] = []
+        # Services whose replicas failed for good one after another (`lifecycle.services`):
+        # a replacement waits until the run's `until`, as the live service's does.
+        self.crash_loops: dict[str, CrashLoop] = {}
         numeric = [int(tj.job.id) for tj in trace.jobs if is_decimal(tj.job.id)]
         self.next_id = max(numeric, default=0) + 1
         # Jobs pending since before their first cycle: only these can turn out never to fit
@@ -466,31 +469,60 @@ class _Engine(NodePools):
     def _start_service(self, svc: SimJob, now: float) -> None:
         """A service starts holding nothing, with its minimum of replicas (the lifecycle's
         `replica_job`), which arrive at once; they hold their resources to the end of the run.
-        Replica ids continue after the largest numeric id seen, as the live service's do."""
+        Replica ids continue after the largest numeric id seen, as the live service's do.
+        Each replica plays the service's failures (`TraceJob.fail_after_s`)."""
         svc.move(JobState.RUNNING)
         svc.first_start_s = now
         spec = svc.job.service
         count = spec.min_replicas if spec is not None else 0
         names = []
         for _ in range(count):
-            job_id = str(self.next_id)
-            self.next_id += 1
-            job = replace(
-                replica_job(svc.job, replica_name(svc.job, job_id), 0),
-                id=job_id,
-                submit_time_s=now,
-            )
-            replica = SimJob(TraceJob(job, math.inf), svc.ckpt_s)
-            self.jobs[job_id] = replica
-            self.replicas.append(job_id)
-            names.append(job_id)
-            replica.estimate_s, replica.upper_s = self._estimate(replica, now)
-            replica.first_estimate = (replica.estimate_s, replica.upper_s)
-            replica.move(JobState.PENDING)
-            self.pending[job_id] = replica.pending(self.config.restart_cost_s)
-            self.fresh.append(job_id)
+            replica = self._new_replica(svc, svc.tj.fail_after_s, now)
+            names.append(replica.job.id)
+            self.pending[replica.job.id] = replica.pending(self.config.restart_cost_s)
+            self.fresh.append(replica.job.id)
         self.log.append((now, "service", svc.job.id, tuple(names)))
         self._changed(now)
+
+    def _new_replica(self, svc: SimJob, fail_after_s: tuple[float, ...], now: float) -> SimJob:
+        """A replica of `svc` made at `now` (PENDING, not yet queued), which plays
+        `fail_after_s`."""
+        job_id = str(self.next_id)
+        self.next_id += 1
+        job = replace(
+            replica_job(svc.job, replica_name(svc.job, job_id), 0),
+            id=job_id,
+            submit_time_s=now,
+        )
+        replica = SimJob(TraceJob(job, math.inf, fail_after_s=fail_after_s), svc.ckpt_s)
+        self.jobs[job_id] = replica
+        self.replicas.append(job_id)
+        replica.estimate_s, replica.upper_s = self._estimate(replica, now)
+        replica.first_estimate = (replica.estimate_s, replica.upper_s)
+        replica.move(JobState.PENDING)
+        return replica
+
+    def _replace_replica(self, failed: SimJob, why: str, now: float) -> None:
+        """A replica failed for good: the service (still running) gets a new one in its place
+        once its crash loop's wait is over (`lifecycle.services.replica_failed`), as the live
+        service's autoscaler keeps its minimum. The new one plays the failures its
+        predecessor did not reach, so a finite list ends the loop."""
+        svc = self.jobs.get(failed.job.replica_of or "")
+        if svc is None or svc.job.service is None or svc.state != JobState.RUNNING:
+            return
+        run = replica_failed(
+            self.crash_loops.get(svc.job.id),
+            svc.job,
+            failed.job.id,
+            why,
+            now,
+            self.config.max_backoff_s,
+        )
+        self.crash_loops[svc.job.id] = run
+        replica = self._new_replica(svc, failed.tj.fail_after_s[failed.failures :], now)
+        self.log.append((now, "replace", svc.job.id, (failed.job.id, replica.job.id, run.note())))
+        self.backing_off.add(replica.job.id)
+        self._push(run.until, RETRY, replica.job.id, 0)
 
     # --- pipelines --------------------------------------------------------------------------
 
@@ -629,8 +661,11 @@ class _Engine(NodePools):
             st.move(nxt.state)
             st.failed = nxt.why
             self.log.append((now, "fail", job_id, (nxt.why,)))
-            self.progress_done += 1
+            if st.duration_s != math.inf:
+                self.progress_done += 1  # an endless job's progress is its arrival alone
             self._ended(job_id, now)
+            if st.job.replica_of is not None:
+                self._replace_replica(st, nxt.why, now)
         self._changed(now)
         self._grow_if_idle(now)
 

@@ -57,7 +57,9 @@ class _Plain:
 # (`TraceJob.fail_after_s`): "retry" (detail: (message,)), a failed attempt retried after its
 # backoff, and "fail" (detail: (why,)), a job that failed for good; for pipelines
 # (`Job.depends_on`): "cancel" (detail: (why,)), a job whose dependencies can never be met;
-# "service" (detail: its replicas' ids), a service started with its minimum of replicas.
+# "service" (detail: its replicas' ids), a service started with its minimum of replicas;
+# "replace" (detail: (failed replica, new replica, the crash loop in words)), a replica that
+# failed for good replaced, the new one pending once the crash loop's wait is over.
 LogEntry = tuple[float, str, str, tuple[str, ...]]
 
 # (time_s, allocated GPUs, running jobs, pending jobs), one sample at each instant where any of
