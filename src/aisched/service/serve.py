@@ -23,7 +23,7 @@ from typing import Any
 import uvicorn
 
 from aisched.service import failpoints
-from aisched.service.hosts import LoopbackHostsOnly
+from aisched.service.hosts import LoopbackHostsOnly, own_loopback_names
 from aisched.service.identity import peer_credentials, user_name
 from aisched.service.listeners import ClientOwners, is_loopback
 from aisched.service.protocol import CONNECTIONS_PER_PEER, ConnectionCaps, ServiceProtocol
@@ -136,14 +136,16 @@ def make_servers(
     left to the caller (`service.shutdown.Stopper`). A peer holds at most `per_peer`
     connections to them all together (`service.protocol`); a local user is one peer, over
     the socket and loopback TCP alike. A TCP listener on the loopback answers only to loopback
-    host names (`service.hosts`)."""
+    host names and the machine's own where it resolves to the loopback (`service.hosts`)."""
+    on_loopback = [_on_loopback(sock) for sock, _ in listeners]
+    own_names = own_loopback_names() if any(on_loopback) else frozenset()
     caps = ConnectionCaps(per_peer, app.state.service.admins)
     protocol = type("ServiceProtocol", (ServiceProtocol,), {"caps": caps, "owners": ClientOwners()})
     return [
         (
             _Server(
                 uvicorn.Config(
-                    LoopbackHostsOnly(app) if _on_loopback(sock) else app,
+                    LoopbackHostsOnly(app, own_names) if loopback else app,
                     http=protocol,
                     lifespan="off",
                     log_level="warning",
@@ -159,7 +161,7 @@ def make_servers(
             ),
             sock,
         )
-        for sock, extra in listeners
+        for (sock, extra), loopback in zip(listeners, on_loopback, strict=True)
     ]
 
 
