@@ -5,7 +5,10 @@
 The probes never wait for one of the worker threads that slow requests (a store read, a large
 job file) may all hold: a probe queued behind them timed out, and a supervisor restarted a
 service that was only busy. Liveness reads memory alone, on the event loop; readiness reads the
-disks (`service.health`), so it runs in a worker thread, but one of its own few.
+disks (`service.health`), so it runs in a worker thread, but one of its own few. `/metrics`
+holds readiness too (`aisched_ready`, the disks' free space), and a scrape that timed out
+behind slow requests left a gap in the very graphs that should show them: its caller's
+identity and its figures are read in threads of its own few as well.
 """
 
 from __future__ import annotations
@@ -17,12 +20,13 @@ from fastapi.responses import JSONResponse, Response
 
 from aisched import __version__
 from aisched.service.app import Service
-from aisched.service.auth import CallerDep
+from aisched.service.auth import CallerDep, caller
 from aisched.service.leader_gate import not_leader
 from aisched.service.metrics import CONTENT_TYPE
 from aisched.service.schemas import Info
 
 READINESS_THREADS = 4
+METRICS_THREADS = 2
 
 
 def system_router(svc: Service) -> APIRouter:
@@ -78,8 +82,15 @@ def system_router(svc: Service) -> APIRouter:
             via=who.via,
         )
 
+    # Apart from readiness's too: scrapes, however many, never hold up a supervisor's probe.
+    metrics_threads = anyio.CapacityLimiter(METRICS_THREADS)
+
     @router.get("/metrics", include_in_schema=False)
-    def metrics(who: CallerDep) -> Response:
+    async def metrics(request: Request) -> Response:
+        return await anyio.to_thread.run_sync(scrape, request, limiter=metrics_threads)
+
+    def scrape(request: Request) -> Response:
+        caller(request)  # who asks (a token is looked up in the store), as CallerDep would
         return Response(svc.metrics.render(), media_type=CONTENT_TYPE)
 
     return router
