@@ -626,10 +626,10 @@ def test_a_bad_flag_is_named_by_the_flag_not_by_the_config_file(tmp_path: Path) 
     config = tmp_path / "config.yaml"
     config.write_text("cycle_interval: 1s\n")
     assert one_line(up(tmp_path / "a", 70000, "--config", str(config))) == (
-        "error: --port: Input should be less than or equal to 65535"
+        "error: --port: must be at most 65,535, got 70000"
     )
     assert one_line(up(tmp_path / "b", None, "--gpus", "-1")) == (
-        "error: --gpus: Input should be greater than or equal to 0"
+        "error: --gpus: must be at least 0, got -1"
     )
     config.write_text("cycle_interval: 0\n")  # the file's own mistake is still the file's
     assert one_line(up(tmp_path / "c", None, "--config", str(config))).startswith(

@@ -22,11 +22,21 @@ types. Built-in clusters are YAML files shipped in `aisched/data/`.
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
 
 from aisched.model.cluster import (
     DEFAULT_LINKS,
@@ -42,7 +52,21 @@ from aisched.spec.errors import Number, SpecError, parse_yaml, read_text_file
 # A typo such as `nodes_per_rack: 80000` should be an error, not an out-of-memory crash.
 MAX_NODES = 100_000
 
-Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+MAX_NAME_LEN = 128
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _name(v: str) -> str:
+    if len(v) > MAX_NAME_LEN or not _NAME_RE.fullmatch(v):
+        shown = repr(v) if len(v) <= 2 * MAX_NAME_LEN else f"{v[:MAX_NAME_LEN]!r}..."
+        raise ValueError(
+            f"{shown} is not a valid name: 1 to {MAX_NAME_LEN} letters, digits, '.', '_' or "
+            "'-', starting with a letter or digit"
+        )
+    return v
+
+
+Name = Annotated[StrictStr, AfterValidator(_name)]
 # Strict and finite: YAML's `yes` is no count, and `.nan` or `.inf` no size.
 Count = Annotated[StrictInt, Field(ge=1, le=MAX_NODES)]
 NonNegInt = Annotated[StrictInt, Field(ge=0)]

@@ -52,8 +52,50 @@ def validation_problems(err: ValidationError, source: str) -> list[str]:
             msg = "keys should be strings"
         elif e["type"] in ("int_type", "int_from_float"):
             msg = f"expected an integer, got {describe(e['input'])}"
+        else:
+            msg = _in_our_words(e["type"], e.get("ctx") or {}, e["input"]) or msg
         out.append(f"{source}: {path}: {msg}" if path else f"{source}: {msg}")
     return out
+
+
+# pydantic's bounds (`Field(ge=1)`), as our messages say them; the value follows, as given.
+_BOUNDS = {
+    "greater_than_equal": ("ge", "must be at least"),
+    "greater_than": ("gt", "must be more than"),
+    "less_than_equal": ("le", "must be at most"),
+    "less_than": ("lt", "must be less than"),
+}
+_EXPECTED = {
+    "string_type": "a string",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "list_type": "a list",
+    "tuple_type": "a list",
+}
+
+
+def _in_our_words(kind: str, ctx: dict[str, Any], value: Any) -> str | None:
+    """What pydantic's error of type `kind` means, said as the project's own messages say it
+    (`must be at least 1, got -1`; `expected a string, got 5 (an integer)`), or None where
+    pydantic's words are kept."""
+    if kind in _BOUNDS:
+        key, says = _BOUNDS[kind]
+        given = value.written if isinstance(value, WrittenInt) else value
+        return f"{says} {_bound(ctx[key])}, got {given}"
+    if kind in _EXPECTED:
+        return f"expected {_EXPECTED[kind]}, got {describe(value)}"
+    if kind in ("literal_error", "enum"):
+        return f"expected {ctx['expected']}, got {describe(value)}"
+    return None
+
+
+def _bound(value: Any) -> str:
+    """A bound as the docs write it: 1,000,000,000; 0 (not 0.0); 0.001."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def describe(value: Any) -> str:

@@ -12,6 +12,7 @@ read here: the service sets them.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -42,7 +43,7 @@ from aisched.model.job import (
 )
 from aisched.model.resources import Resources
 from aisched.model.service import ScaleMetric, ServiceSpec
-from aisched.spec.errors import Number, SpecError
+from aisched.spec.errors import Number, SpecError, describe
 from aisched.spec.job_common import (
     MAX_TASKS,
     Bandwidth,
@@ -163,6 +164,16 @@ class DependencyModel(_Spec):
     condition: DependencyCondition = DependencyCondition.SUCCESS
 
 
+def _priority_number(v: Any) -> Any:
+    """A priority is a number: a class's name (`priority: high`) goes in priority_class."""
+    if isinstance(v, str) and re.fullmatch(r"[A-Za-z][A-Za-z0-9._-]*", v):
+        raise ValueError(
+            f"expected an integer, got {describe(v)}: a priority class goes in priority_class "
+            f"(priority_class: {v})"
+        )
+    return v
+
+
 def _reference(v: Any) -> Any:
     """`depends_on: [prep]` is short for `depends_on: [{job: prep}]`; a bare number is an id."""
     if isinstance(v, int) and not isinstance(v, bool):
@@ -199,7 +210,7 @@ class NativeJobModel(_ContainerFields):
     kind: JobKind = JobKind.BATCH
     queue: Name | None = None
     user: Name | None = None
-    priority: Priority | None = None
+    priority: Annotated[Priority, BeforeValidator(_priority_number)] | None = None
     priority_class: StrictStr | None = None
     preemptible: StrictBool = True
     min_available: Replicas | None = None

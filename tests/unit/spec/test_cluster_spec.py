@@ -102,7 +102,7 @@ ERROR_CASES = [
     Case(
         "negative gpus",
         {"pools": [_pool(gpus_per_node=-1)]},
-        ["c.yaml: pools.0.gpus_per_node: Input should be greater than or equal to 0"],
+        ["c.yaml: pools.0.gpus_per_node: must be at least 0, got -1"],
     ),
     Case(
         "unknown key in a pool",
@@ -114,7 +114,7 @@ ERROR_CASES = [
         "two problems at once",
         {"pools": [_pool(), _pool(name="q", nodes_per_rack=0, cpus="many")]},
         [
-            "c.yaml: pools.1.nodes_per_rack: Input should be greater than or equal to 1",
+            "c.yaml: pools.1.nodes_per_rack: must be at least 1, got 0",
             "c.yaml: pools.1.cpus: expected a number, got 'many' (a string)",
         ],
     ),
@@ -126,7 +126,7 @@ ERROR_CASES = [
     Case(
         "bad link",
         {"links": {"zone": {"bandwidth_gbps": 0, "latency_us": 1}}, "pools": [_pool()]},
-        ["c.yaml: links.zone.bandwidth_gbps: Input should be greater than 0"],
+        ["c.yaml: links.zone.bandwidth_gbps: must be more than 0, got 0"],
     ),
     Case(
         "nothing in it",
@@ -158,13 +158,40 @@ ERROR_CASES = [
     Case(
         "a zero cap",
         {"pools": [_pool(max_per_node=0)]},
-        ["c.yaml: pools.0.max_per_node: Input should be greater than or equal to 1"],
+        ["c.yaml: pools.0.max_per_node: must be at least 1, got 0"],
     ),
     Case(
         "an unknown role",
         {"pools": [_pool(role="storage")]},
-        ["c.yaml: pools.0.role: Input should be 'cpu' or 'gpu'"],
+        ["c.yaml: pools.0.role: expected 'cpu' or 'gpu', got 'storage' (a string)"],
     ),
+    Case(
+        "a node's fields of the wrong types",
+        {
+            "nodes": [
+                {
+                    "name": "-n",
+                    "cpus": 4,
+                    "mem_gib": 8,
+                    "gpus": 1,
+                    "gpu_model": 7,
+                    "rack": 5,
+                    "labels": {"a": 1},
+                    "healthy": "maybe",
+                    "role": "x",
+                },
+            ]
+        },
+        [
+            "c.yaml: nodes.0.gpu_model: expected a string, got 7 (an integer)",
+            "c.yaml: nodes.0.labels.a: expected a string, got 1 (an integer)",
+            "c.yaml: nodes.0.role: expected 'cpu' or 'gpu', got 'x' (a string)",
+            "c.yaml: nodes.0.name: '-n' is not a valid name: 1 to 128 letters, digits, '.', '_' "
+            "or '-', starting with a letter or digit",
+            "c.yaml: nodes.0.rack: expected a string, got 5 (an integer)",
+            "c.yaml: nodes.0.healthy: expected true or false, got 'maybe' (a string)",
+        ],
+    ),  # fmt: skip
     Case(
         "more than a node holds",  # 1e8 GPUs a node took gigabytes before it failed
         {
@@ -172,9 +199,9 @@ ERROR_CASES = [
             "nodes": [{"name": "n", "cpus": 4, "mem_gib": 8, "gpus": 1, "gpu_mem_gib": 1e300}],
         },
         [
-            "c.yaml: pools.0.gpus_per_node: Input should be less than or equal to 1024",
-            "c.yaml: pools.0.rdma: Input should be less than or equal to 1024",
-            "c.yaml: nodes.0.gpu_mem_gib: Input should be less than or equal to 16384",
+            "c.yaml: pools.0.gpus_per_node: must be at most 1,024, got 100000000",
+            "c.yaml: pools.0.rdma: must be at most 1,024, got 100000000000000000000000",
+            "c.yaml: nodes.0.gpu_mem_gib: must be at most 16,384, got 1e+300",
         ],
     ),  # fmt: skip
     Case(  # YAML reads `yes` as true, `.nan` and `.inf` as floats: none is a count or a size
@@ -258,9 +285,7 @@ def test_negative_gpus_in_a_file(in_tmp: Path) -> None:
     (in_tmp / "cluster.yaml").write_text(EXAMPLE.replace("gpus_per_node: 8", "gpus_per_node: -2"))
     with pytest.raises(SpecError) as info:
         load_cluster_file(Path("cluster.yaml"))
-    assert str(info.value) == (
-        "cluster.yaml: pools.0.gpus_per_node: Input should be greater than or equal to 0"
-    )
+    assert str(info.value) == ("cluster.yaml: pools.0.gpus_per_node: must be at least 0, got -2")
 
 
 def test_unknown_key_in_a_file(in_tmp: Path) -> None:
@@ -389,16 +414,13 @@ AUTOSCALE_ERROR_CASES = [
     Case(
         "negative delay",
         {"autoscaling_pools": [_auto(provisioning_delay_s=-1)]},
-        [
-            "c.yaml: autoscaling_pools.0.provisioning_delay_s: Input should be greater than or "
-            "equal to 0"
-        ],
+        ["c.yaml: autoscaling_pools.0.provisioning_delay_s: must be at least 0, got -1"],
     ),
     Case(
         "bad template field",
         {"autoscaling_pools": [_auto(template={"cpus": 0, "mem_gib": 1, "gpu": 8})]},
         [
-            "c.yaml: autoscaling_pools.0.template.cpus: Input should be greater than 0",
+            "c.yaml: autoscaling_pools.0.template.cpus: must be more than 0, got 0",
             "c.yaml: autoscaling_pools.0.template.gpu: unknown key",
         ],
     ),

@@ -328,9 +328,9 @@ NATIVE_INVALID = [
     Invalid("a float word", {"command": ["x", 1.5]},
             ["j.yaml: command.1: expected a string, got 1.5 (a number): quote it"]),
     Invalid("replicas above the limit", {**CMD, "replicas": 10_001},
-            ["j.yaml: replicas: Input should be less than or equal to 10000"]),
+            ["j.yaml: replicas: must be at most 10,000, got 10001"]),
     Invalid("zero replicas", {**CMD, "replicas": 0},
-            ["j.yaml: replicas: Input should be greater than or equal to 1"]),
+            ["j.yaml: replicas: must be at least 1, got 0"]),
     Invalid("a boolean for a count", {**CMD, "replicas": True},
             ["j.yaml: replicas: expected an integer, got true (a boolean)"]),
     Invalid("cpus above the limit", _res(cpus=100_001),
@@ -382,9 +382,10 @@ NATIVE_INVALID = [
     Invalid("negative backoff", {**CMD, "restart": {"backoff": -1}},
             ["j.yaml: restart.backoff: -1 is negative"]),
     Invalid("max_retries above the limit", {**CMD, "restart": {"max_retries": 1001}},
-            ["j.yaml: restart.max_retries: Input should be less than or equal to 1000"]),
+            ["j.yaml: restart.max_retries: must be at most 1,000, got 1001"]),
     Invalid("unknown restart policy", {**CMD, "restart": {"policy": "OnFailure"}},
-            ["j.yaml: restart.policy: Input should be 'never', 'on-failure' or 'always'"]),
+            ["j.yaml: restart.policy: expected 'never', 'on-failure' or 'always', got "
+             "'OnFailure' (a string)"]),
     Invalid("grace period above an hour", {**CMD, "grace_period": "61m"},
             ["j.yaml: grace_period: 61m is more than the limit of 1h"]),
     Invalid("bad job name", {**CMD, "name": "my job"},
@@ -413,18 +414,27 @@ NATIVE_INVALID = [
     Invalid("priority and a class", {**CMD, "priority": 5, "priority_class": "high"},
             ["j.yaml: priority_class: give priority or priority_class, not both"]),
     Invalid("absurd priority", {**CMD, "priority": 10**12},
-            ["j.yaml: priority: Input should be less than or equal to 1000000000"]),
+            ["j.yaml: priority: must be at most 1,000,000,000, got 1000000000000"]),
+    Invalid("a class's name as the priority", {**CMD, "priority": "high"},
+            ["j.yaml: priority: expected an integer, got 'high' (a string): a priority class "
+             "goes in priority_class (priority_class: high)"]),
+    Invalid("a fraction as the priority", {**CMD, "priority": 1.5},
+            ["j.yaml: priority: expected an integer, got 1.5 (a number)"]),
+    Invalid("a task's negative replicas", {"tasks": [{"name": "w", "command": ["x"],
+                                                       "replicas": -1}]},
+            ["j.yaml: tasks.0.replicas: must be at least 1, got -1"]),
     Invalid("min_available zero", {**CMD, "min_available": 0},
-            ["j.yaml: min_available: Input should be greater than or equal to 1"]),
+            ["j.yaml: min_available: must be at least 1, got 0"]),
     Invalid("min_available above the tasks", {**CMD, "replicas": 2, "min_available": 3},
             ["j.yaml: min_available: 3 is more than the job's 2 tasks"]),
     Invalid("spread not inside pack", {**CMD, "topology": {"pack": "node", "spread": "rack"}},
             ["j.yaml: topology.spread: must be a smaller level than pack (node): one task per "
              "rack inside one node leaves room for one task"]),
     Invalid("unknown topology level", {**CMD, "topology": {"pack": "cluster"}},
-            ["j.yaml: topology.pack: Input should be 'node', 'rack' or 'zone'"]),
+            ["j.yaml: topology.pack: expected 'node', 'rack' or 'zone', got 'cluster' (a string)"]),
     Invalid("unknown kind", {**CMD, "kind": "training"},
-            ["j.yaml: kind: Input should be 'train', 'infer', 'batch' or 'service'"]),
+            ["j.yaml: kind: expected 'train', 'infer', 'batch' or 'service', got 'training' "
+             "(a string)"]),
     Invalid("a Kubernetes kind without apiVersion", {"kind": "Job", "spec": {}},
             ["j.yaml: kind: 'Job' without apiVersion; a Volcano Job needs apiVersion: "
              "batch.volcano.sh/v1alpha1, and a native job's kind is train, infer, batch or "
@@ -439,7 +449,7 @@ NATIVE_INVALID = [
         ["j.yaml: name: '' is not a valid name: 1 to 63 letters, digits, '.', '_' or '-', "
          "starting with a letter or digit",
          "j.yaml: command: is empty: give the program and its arguments, e.g. [python, train.py]",
-         "j.yaml: replicas: Input should be greater than or equal to 1",
+         "j.yaml: replicas: must be at least 1, got -1",
          "j.yaml: resources.cpus: 'x' is not a CPU count: give e.g. 4, 0.5 or 500m",
          "j.yaml: resources.mem: '1' has no unit: give a unit, e.g. 8G or 512M",
          "j.yaml: typo: unknown key"],
@@ -906,7 +916,7 @@ VOLCANO_INVALID = [
             [f"v.yaml: {C0}.command: required: aisched runs a command, and the image's "
              "entrypoint is not known"]),
     Invalid("a command given as a string", vc(task(command="python x.py")),
-            [f"v.yaml: {C0}.command: Input should be a valid list"]),
+            [f"v.yaml: {C0}.command: expected a list, got 'python x.py' (a string)"]),
     Invalid("two containers", vc({"name": "w", "template": {"spec": {"containers": [
                 {"command": ["a"], "resources": {"limits": {"cpu": "lots"}}},
                 {"command": ["b"]}]}}}),
@@ -975,15 +985,15 @@ VOLCANO_INVALID = [
     Invalid("task names repeat", vc(task("a"), task("a")),
             ["v.yaml: spec.tasks.1.name: 'a' is already the name of spec.tasks.0"]),
     Invalid("zero replicas", vc(task(replicas=0)),
-            ["v.yaml: spec.tasks.0.replicas: Input should be greater than or equal to 1"]),
+            ["v.yaml: spec.tasks.0.replicas: must be at least 1, got 0"]),
     Invalid("maxRetry of the wrong type", vc(maxRetry="3"),
             ["v.yaml: spec.maxRetry: expected an integer, got '3' (a string)"]),
     Invalid("bad grace period", vc(task(pod={"terminationGracePeriodSeconds": 7200})),
-            ["v.yaml: spec.tasks.0.template.spec.terminationGracePeriodSeconds: Input should be "
-             "less than or equal to 3600"]),
+            ["v.yaml: spec.tasks.0.template.spec.terminationGracePeriodSeconds: must be at most "
+             "3,600, got 7200"]),
     Invalid("bad restartPolicy", vc(task(pod={"restartPolicy": "Sometimes"})),
-            ["v.yaml: spec.tasks.0.template.spec.restartPolicy: Input should be 'Always', "
-             "'OnFailure' or 'Never'"]),
+            ["v.yaml: spec.tasks.0.template.spec.restartPolicy: expected 'Always', "
+             "'OnFailure' or 'Never', got 'Sometimes' (a string)"]),
     Invalid("preemptable not a boolean", {**vc(), "metadata": {
                 "name": "vj", "annotations": {"volcano.sh/preemptable": "maybe"}}},
             ["v.yaml: metadata.annotations.volcano.sh/preemptable: expected \"true\" or "
@@ -1435,7 +1445,7 @@ CONTAINER_INVALID = [
              "volumes": [{"host_path": "data"}]},
             ["j.yaml: image: 'Not An Image' is not an image reference such as python:3.11, "
              "nvcr.io/nvidia/pytorch:24.01-py3 or localhost/mine@sha256:...",
-             "j.yaml: network: Input should be 'host', 'none' or 'bridge'",
+             "j.yaml: network: expected 'host', 'none' or 'bridge', got 'overlay' (a string)",
              "j.yaml: bandwidth: 'fast' is not a rate such as 10Mbit or 1Gbit",
              "j.yaml: volumes.0.host_path: 'data' must be an absolute path"]),
     Invalid("a rate too small", {**CMD, "image": "a", "bandwidth": "1kbit"},
@@ -1661,9 +1671,7 @@ def test_a_task_may_ask_for_rdma_devices() -> None:
     assert parsed.job.groups[0].request.rdma == 2
     with pytest.raises(SpecError) as info:
         parse_job_text("command: x\nresources: {rdma: -1}\n", "j.yaml")
-    assert list(info.value.problems) == [
-        "j.yaml: resources.rdma: Input should be greater than or equal to 0"
-    ]
+    assert list(info.value.problems) == ["j.yaml: resources.rdma: must be at least 0, got -1"]
 
 
 def test_an_integer_written_bare_reaches_the_program_as_it_was_written() -> None:

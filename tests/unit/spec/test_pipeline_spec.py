@@ -82,7 +82,10 @@ def test_one_job_without_dependencies_is_no_pipeline() -> None:
         ),
         (
             "jobs: [{name: a, command: x, depends_on: [{job: b, condition: maybe}]}]",
-            ["p.yaml: jobs.0: depends_on.0.condition: Input should be 'success' or 'any'"],
+            [
+                "p.yaml: jobs.0: depends_on.0.condition: expected 'success' or 'any', got 'maybe' "
+                "(a string)"
+            ],
         ),
         (
             "name: a\ncommand: x\ndepends_on: [" + ", ".join(map(str, range(1, 102))) + "]\n",
