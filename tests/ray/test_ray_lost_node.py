@@ -154,7 +154,7 @@ def test_past_the_grace_a_gang_whose_node_stays_away_fails_saying_why(
     job = svc.wait_state(jid, "failed", timeout_s=120)
     assert not started(svc, jid)
     assert job["message"] == (
-        "can never fit this cluster: room for 1 of 2 'worker' tasks (2 GPU, 0.25 CPU, 0.125 GiB "
+        "can never fit this cluster: room for 1 of 2 'worker' tasks (2 GPU, 0.25 CPU, 128 MiB "
         f"memory each); waited 60 s (lost_node_grace) for {LEAVES}, which left, to come back"
     )
 

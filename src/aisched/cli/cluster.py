@@ -113,5 +113,5 @@ def _amount(a: dict[str, float]) -> str:
     if a.get("cpus"):
         parts.append(f"{a['cpus']:g} CPU")
     if a.get("mem_gib"):
-        parts.append(f"{a['mem_gib']:.3g} GiB")
+        parts.append(describe_mib(round(a["mem_gib"] * 1024)))
     return ", ".join(parts) or "-"

@@ -24,6 +24,7 @@ from typing import Any
 
 from aisched import __version__
 from aisched.cli.errors import CLIError
+from aisched.model.resources import describe_mib
 from aisched.service.defaults import DEFAULT_PORT
 from aisched.service.identity import service_user
 from aisched.service.listeners import is_loopback
@@ -244,7 +245,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         if node is not None:
             print(
                 f"  node {node.name}: {node.milli_cpu / 1000:g} CPUs, "
-                f"{node.mem_mib / 1024:.1f} GiB, {len(node.gpus)} GPUs; "
+                f"{describe_mib(node.mem_mib)}, {len(node.gpus)} GPUs; "
                 f"memory limits: {info.memory_limit}",
                 file=sys.stderr,
             )

@@ -10,16 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 GPU_MILLI_WHOLE = 1000
-_LARGER_UNITS = ((1024**3, "PiB"), (1024**2, "TiB"))  # in MiB, largest first
+_LARGER_UNITS = ((1024**3, "PiB"), (1024**2, "TiB"), (1024, "GiB"))  # in MiB, largest first
 
 
 def describe_mib(mib: int) -> str:
-    """A size in MiB for people: in GiB (`80 GiB`, `0.5 GiB`), or in TiB or PiB once that
-    large, so a number is never written with an exponent (`1 PiB`, not `1.04858e+06 GiB`)."""
+    """A size in MiB for people, exactly: in the largest unit from GiB up that writes it with
+    at most two decimals (`80 GiB`, `1.5 TiB`, `1 PiB`), else in MiB (`500 MiB`, `1500 MiB`,
+    not `0.488281 GiB` or `1.46484 GiB`). Never with an exponent (`1.04858e+06 GiB`): an ask
+    and what a node has, side by side, must not look alike when they differ."""
     for size, unit in _LARGER_UNITS:
-        if mib >= size:
-            return f"{mib / size:g} {unit}"
-    return f"{mib / 1024:g} GiB"
+        if mib >= size and (mib * 100) % size == 0:
+            return f"{mib / size:.2f}".rstrip("0").rstrip(".") + f" {unit}"
+    return f"{mib} MiB"
 
 
 @dataclass(frozen=True, slots=True)

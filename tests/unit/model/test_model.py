@@ -64,12 +64,15 @@ def test_resource_arithmetic() -> None:
     assert wide.describe() == "8 GPU, 24 CPU, 96 GiB memory"
 
 
-def test_sizes_are_described_without_an_exponent() -> None:
-    # 1 PiB of GPU memory read `1.04858e+06 GiB`.
+def test_sizes_are_described_without_an_exponent_and_exactly() -> None:
+    # 1 PiB of GPU memory read `1.04858e+06 GiB`; 500 MiB read `0.488281 GiB`.
     gib, tib, pib = 1024, 1024**2, 1024**3
-    sizes = [512, 80 * gib, 1023 * gib, tib, 1536 * gib, pib, 2 * pib, 1024 * pib]
+    sizes = [500, 512, 1280, 1500, 80 * gib, 1023 * gib, tib, 1536 * gib, pib, 2 * pib, 1024 * pib]
     assert [describe_mib(n) for n in sizes] == [
-        "0.5 GiB",
+        "500 MiB",
+        "512 MiB",
+        "1.25 GiB",
+        "1500 MiB",
         "80 GiB",
         "1023 GiB",
         "1 TiB",
@@ -80,6 +83,8 @@ def test_sizes_are_described_without_an_exponent() -> None:
     ]
     big = Resources(gpu=1, gpu_mem_mib=pib, milli_cpu=1000, mem_mib=2 * tib)
     assert big.describe() == "1 GPU, 1 PiB GPU memory, 1 CPU, 2 TiB memory"
+    small = Resources(gpu=1, gpu_mem_mib=500, milli_cpu=1000, mem_mib=500)
+    assert small.describe() == "1 GPU, 500 MiB GPU memory, 1 CPU, 500 MiB memory"
 
 
 def test_job_validation_names_the_job() -> None:
