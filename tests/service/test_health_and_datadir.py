@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from aisched.service import datadir
 from aisched.service.app import Service, ServiceError
 from aisched.service.config import load_config
 from aisched.service.health import Health
+from aisched.service.identity import user_name
 from aisched.service.step_errors import StepErrors
 from aisched.spec import SpecError
 from aisched.testing.child import in_child
@@ -320,3 +322,75 @@ def test_a_users_service_refuses_a_data_directory_through_another_users_link() -
         )
     finally:
         shutil.rmtree(top)
+
+
+def _open_as(uid: int, home: Path) -> str:
+    """`Service.open` of a service on `home` in a child process running as `uid`: its
+    refusal, or "ok"."""
+
+    cfg = load_config(None, {"data_dir": str(home), "node": {"gpus": 1}})
+    # Once as this process's user first, elsewhere: the modules a start imports are loaded
+    # before the child may no longer read the interpreter's library.
+    Service.open(
+        load_config(None, {"data_dir": str(home.parent / "warm"), "node": {"gpus": 1}})
+    ).close()
+
+    def start() -> str:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+        os.environ["HOME"] = str(home.parent)  # a close looks at the default data directory
+        try:
+            Service.open(cfg).close()
+        except ServiceError as e:
+            return str(e)
+        return "ok"
+
+    return in_child(start)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving files to other users needs root")
+@pytest.mark.parametrize(
+    ("suffix", "what"), [("-wal", "write-ahead log"), ("-shm", "shared memory")]
+)
+def test_a_database_side_file_of_another_user_is_named(suffix: str, what: str) -> None:
+    # It said "the state database .../state.db cannot be opened for writing (attempt to
+    # write a readonly database)" of a database its user could write, or started on it.
+    me = 65534
+    top = Path(tempfile.mkdtemp(prefix="ais-datadir-"))
+    try:
+        top.chmod(0o755)
+        home = top / "data"
+        home.mkdir()
+        os.chown(home, me, me)
+        assert _open_as(me, home) == "ok"
+        side = home / f"state.db{suffix}"
+        side.write_bytes(b"")  # root's now, readable by all, writable by root alone
+        side.chmod(0o644)
+        assert _open_as(me, home) == (
+            f"the state database's {what} file {side} cannot be written (Permission denied): "
+            f"it belongs to root (uid 0), not to {user_name(me)} (uid {me}) who runs aisched; "
+            f"give it back (as root: chown {user_name(me)} {side}), or run aisched up as its owner"
+        )
+    finally:
+        shutil.rmtree(top)
+
+
+def test_an_immutable_database_is_named_not_the_data_directory(tmp_path: Path) -> None:
+    # It said "the data directory ... is not writable (Operation not permitted)".
+    home = tmp_path / "home"
+    cfg = load_config(None, {"data_dir": str(home), "node": {"gpus": 1}})
+    Service.open(cfg).close()
+    db = home / "state.db"
+    if subprocess.run(["chattr", "+i", str(db)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is refused here (not root, or a filesystem without it)")
+    try:
+        with pytest.raises(ServiceError) as err:
+            Service.open(cfg).close()
+    finally:
+        subprocess.run(["chattr", "-i", str(db)], check=True)
+    assert str(err.value) == (
+        f"the state database {db} cannot be written (Operation not permitted): it is marked "
+        f"immutable or append-only (lsattr {db} shows i or a); clear that as root "
+        f"(chattr -i -a {db})"
+    )

@@ -281,13 +281,26 @@ def _private_database(url: str) -> None:
     if not url.startswith(prefix) or url == prefix + ":memory:":
         return
     path = url[len(prefix) :]
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except PermissionError as e:  # the file, not its directory (that is checked, and named)
+        raise datadir.unwritable_file(Path(path), e, "the state database") from None
     try:
         if stat.S_IMODE(os.fstat(fd).st_mode) & 0o077:
             os.fchmod(fd, 0o600)
     finally:
         os.close(fd)
-    for extra in (path + "-wal", path + "-shm"):
+    # SQLite writes both beside the database: one it may not write failed the start as "the
+    # state database cannot be opened for writing", of a database that could be.
+    for extra, what in ((path + "-wal", "write-ahead log"), (path + "-shm", "shared memory")):
+        try:
+            os.close(os.open(extra, os.O_RDWR))
+        except FileNotFoundError:
+            continue  # SQLite makes it, with the database's mode
+        except PermissionError as e:
+            raise datadir.unwritable_file(
+                Path(extra), e, f"the state database's {what} file"
+            ) from None
         with contextlib.suppress(OSError):
             os.chmod(extra, 0o600)
 

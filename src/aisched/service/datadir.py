@@ -6,7 +6,8 @@ what to do, raised before anything is written there.
   directory given by mistake) - aisched would scatter its state among them;
 - exposed: under a directory another user may change (`not_roots_alone` for a root service,
   `not_theirs_alone` for an ordinary user's: directories of theirs or root's alone);
-- not writable (a read-only filesystem, missing permissions);
+- not writable (a read-only filesystem, missing permissions), or one of its files not
+  writable: the file itself is named (`unwritable_file`: another user's, immutable);
 - full: less free space than `limits.disk_min_free`, or fewer free inodes than
   `limits.disk_min_free_inodes`.
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import IO
 
 from aisched.executors.task_files import not_roots_alone, not_theirs_alone
+from aisched.service.identity import user_name
 
 # What an aisched data directory holds; any one of them marks a directory as aisched's.
 MARKERS = ("lock", "state.db")
@@ -130,6 +132,33 @@ def not_writable(home: Path, exc: OSError) -> DataDirError:
         f"the data directory {home} is not writable ({exc.strerror or exc}); give a writable "
         "--data-dir, or remount or fix its permissions"
     )
+
+
+def unwritable_file(path: Path, exc: OSError, what: str) -> DataDirError:
+    """Why `path` (`what`: "the state database", ...), a file aisched writes, refused to be
+    opened for writing (`exc`), naming that file: the directory around it may be writable."""
+    try:
+        st: os.stat_result | None = path.stat()
+    except OSError:
+        st = None
+    me = os.geteuid()
+    said = f"{what} {path} cannot be written ({exc.strerror or exc})"
+    if exc.errno == errno.EROFS:
+        return DataDirError(
+            f"{said}: a read-only filesystem; remount it, or give another --data-dir"
+        )
+    if st is not None and st.st_uid != me and me != 0:
+        return DataDirError(
+            f"{said}: it belongs to {_user(st.st_uid)}, not to {_user(me)} who runs aisched; "
+            f"give it back (as root: chown {user_name(me)} {path}), or run aisched up as its owner"
+        )
+    if exc.errno == errno.EPERM:
+        # Its owner (or root) may not write it: only a file attribute refuses them.
+        return DataDirError(
+            f"{said}: it is marked immutable or append-only (lsattr {path} shows i or a); "
+            f"clear that as root (chattr -i -a {path})"
+        )
+    return DataDirError(f"{said}; fix its permissions (chmod u+rw {path})")
 
 
 def full(home: Path, free_bytes: int, min_free_bytes: int) -> DataDirError:
