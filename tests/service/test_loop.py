@@ -494,6 +494,32 @@ def test_a_restart_keeps_a_preemptors_wait_and_preempts_no_one_more(w: World) ->
         assert (tx.get_job(high) or {})["waiting_for"] is None
 
 
+def test_a_preemptors_reason_names_only_the_victims_still_stopping(w: World) -> None:
+    """A waiting preemptor's reason named every victim it waited for at first, also those
+    that had stopped since: it said "waiting for preempted job(s) 1, 2" while only 2 held it."""
+    first = w.submit(job("a").task(gpu=2).priority(0).build())
+    second = w.submit(job("b").task(gpu=2).priority(0).build())
+    w.fx.stubborn.update(w.fx.keys(first) + w.fx.keys(second))
+    high = w.submit(job("high").task(gpu=4).priority(10).build())
+    assert w.state(high)["reason"] == f"waiting for preempted job(s) {first}, {second} to stop"
+    (key,) = w.fx.keys(first)
+    w.fx.exit(key, -15, ExitKind.STOPPED)
+    w.sched.step()
+    assert w.state(first)["state"] == "pending"
+    assert (w.state(high)["state"], w.state(high)["reason"]) == (
+        "pending",
+        f"waiting for preempted job(s) {second} to stop",
+    )
+    w.restart()  # a wait resumed after a restart says the same
+    w.sched.step()
+    assert w.state(high)["reason"] == f"waiting for preempted job(s) {second} to stop"
+    (key,) = w.fx.keys(second)
+    w.fx.exit(key, -15, ExitKind.STOPPED)
+    w.sched.step()
+    w.sched.step()
+    assert (w.state(high)["state"], w.state(high)["reason"]) == ("running", None)
+
+
 def _holds_freed_gpus_for_the_preemptor(
     w: World, running: list[str], waiting: list[str], big_job: Job, restart: bool
 ) -> None:

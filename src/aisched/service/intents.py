@@ -280,13 +280,7 @@ class Intents(Exits):
         holders = (*d.after, *blockers(d.tasks, self.held, stopping))
         wait = wait_for(holders, stopping, now, d.tasks)
         if wait is not None:
-            self._wait_for_victims(lj, wait, batch)
-            victims = ", ".join(sorted(wait.victims))
-            self._write_status(
-                lj,
-                JobStatus(StatusCode.PREEMPTING, f"waiting for preempted job(s) {victims} to stop"),
-                batch,
-            )
+            self._wait_for_victims(lj, wait, batch)  # and says so in its reason
             return None
         lj.state = move(lj.id, lj.state, JobState.RUNNING)
         lj.attempt += 1

@@ -450,13 +450,18 @@ class SchedulerState:
     def _wait_for_victims(self, lj: LiveJob, wait: VictimWait | None, batch: Batch) -> None:
         """Make `lj` wait for `wait`'s victims to stop (None: it waits no more). Stored with
         the job: a restart that forgot the wait made it an ordinary pending job, and the next
-        cycle preempted another victim for it while the first one was still stopping."""
+        cycle preempted another victim for it while the first one was still stopping. Its
+        reason names the victims still stopping: written once when the wait began, it named
+        the victims that had stopped since for as long as the others took."""
         victims = frozenset() if wait is None else wait.victims
         if victims != lj.waiting_for:
             batch.job(lj.id, waiting_for=None if wait is None else victim_wait_to_dict(wait))
         self._set_waiting(lj, victims)
         lj.waiting_since = None if wait is None else wait.since
         lj.waiting_tasks = () if wait is None else wait.tasks
+        if victims:
+            why = f"waiting for preempted job(s) {', '.join(sorted(victims))} to stop"
+            self._write_status(lj, JobStatus(StatusCode.PREEMPTING, why), batch)
 
     def _set_waiting(self, lj: LiveJob, victims: frozenset[str]) -> None:
         """Make `lj` wait for `victims` (none: it waits no more), keeping `waiters` exact."""
