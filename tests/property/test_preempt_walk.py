@@ -54,7 +54,7 @@ def plain_walk(
     shapes: list[Hashable] | None = None,
     ranking: Ranking | None = None,  # not used: the plain walk filters for every job
     cap: Callable[[Job], Job | None] | None = None,
-    within: Callable[[Sequence[Cut]], list[Cut]] | None = None,
+    within: Callable[[PendingJob, Sequence[Cut]], list[Cut]] | None = None,
 ) -> None:
     """The walk before issue 16's preemption work, step for step (with reclaim's victims
     counted together, `within`)."""
@@ -100,7 +100,7 @@ def plain_walk(
             ]
             pool.sort(key=lambda r: victim_key(session.policy.victims, r, session.now))
             elastic = [r for r in pool if r.job.elastic and len(r.tasks) > r.job.gang_min]
-        shrink_sig: Hashable = (pj.job.priority, pj.job.queue) if elastic else None
+        shrink_sig: Hashable = (pj.job.priority, pj.job.queue, group) if elastic else None
         memo_key = (placement_shape(session, taken), group, mask_key, shrink_sig)
         if memo_key in failed and rank >= failed[memo_key]:
             continue
@@ -121,7 +121,7 @@ def plain_walk(
         surplus = [Cut(r, t) for r in shrinks for t in reversed(r.tasks[r.job.gang_min :])]
         cuts = surplus + [Cut(r) for r in cands]
         if within is not None:
-            cuts = within(cuts)
+            cuts = within(pj, cuts)
         room = plain_find_room(session, taken, cuts, allowed, mask_key or None)
         if room is None:
             failed[memo_key] = rank

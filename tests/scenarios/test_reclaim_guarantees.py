@@ -112,3 +112,73 @@ def test_preempt_evicts_only_the_jobs_the_blocked_one_needs() -> None:
     bound = [d for d in result.decisions if isinstance(d, Bind)]
     assert [d.job_id for d in bound] == ["hi"]
     assert 0 not in {g for t in bound[0].tasks for g in t.gpus}
+
+
+# A parent guaranteed 4 GPUs of 8, with two children that have no guarantee of their own;
+# a child of research that has one; and a top-level queue owed nothing.
+NESTED = QueueTree(
+    (
+        Queue("org", guarantee=Resources(gpu=4)),
+        Queue("train", parent="org"),
+        Queue("serve", parent="org"),
+        Queue("research"),
+        Queue("vision", parent="research", guarantee=Resources(gpu=2)),
+        Queue("nlp", parent="research"),
+        Queue("scratch"),
+        Queue("teamb", guarantee=Resources(gpu=4)),
+    )
+)
+
+
+def test_a_child_reclaims_for_its_parents_guarantee_from_outside_the_parent() -> None:
+    """train has no guarantee, its parent org has 4 GPUs: scratch borrowed 7 of the 8 beside
+    serve's one, so train's 2-GPU job takes 2 back from scratch, not serve's (inside org). Only
+    the leaf's own guarantee counted: train, guaranteed nothing, reclaimed nothing."""
+    run = [one_gpu("v0", "serve", 0, started_s=100.0)]  # newest: first in victim order
+    run += [one_gpu(f"s{i}", "scratch", 1 + i, started_s=0.0) for i in range(7)]
+    snap = snapshot_of(cluster(node("n1").gpus(8)), run, NESTED)
+    pending = [job("t").task(gpu=2).queue("train").submitted(200).pending()]
+    result = run_cycle(snap, pending, preset("priority"), 200.0, validate=True)
+    evicted = sorted(d.job_id for d in result.decisions if isinstance(d, Preempt))
+    assert len(evicted) == 2 and all(j.startswith("s") for j in evicted)
+    assert [d.job_id for d in result.decisions if isinstance(d, Bind)] == ["t"]
+
+
+def test_a_child_reclaims_no_more_than_its_parents_guarantee_has_room_for() -> None:
+    """org holds 3 of its 4 GPUs (serve's): train's 2-GPU job would take it past its
+    guarantee, so it reclaims nothing; a 1-GPU job does."""
+    run = [one_gpu(f"v{i}", "serve", i, started_s=0.0) for i in range(3)]
+    run += [one_gpu(f"s{i}", "scratch", 3 + i, started_s=0.0) for i in range(5)]
+    snap = snapshot_of(cluster(node("n1").gpus(8)), run, NESTED)
+    two = [job("t").task(gpu=2).queue("train").submitted(200).pending()]
+    result = run_cycle(snap, two, preset("priority"), 200.0, validate=True)
+    assert not any(isinstance(d, Preempt | Bind) for d in result.decisions)
+    one = [job("t").task(gpu=1).queue("train").submitted(200).pending()]
+    result = run_cycle(snap, one, preset("priority"), 200.0, validate=True)
+    assert [d.job_id[0] for d in result.decisions if isinstance(d, Preempt)] == ["s"]
+    assert [d.job_id for d in result.decisions if isinstance(d, Bind)] == ["t"]
+
+
+def test_reclaim_takes_no_parent_below_its_guarantee() -> None:
+    """org's 4 GPUs run in train, which has no guarantee of its own: they are org's guarantee,
+    not borrowed. teamb's 4-GPU job takes scratch's 4, though train's jobs, the newest, come
+    first in victim order. Judged by the leaf alone, train's jobs were all borrowed."""
+    run = [one_gpu(f"t{i}", "train", i, started_s=100.0) for i in range(4)]
+    run += [one_gpu(f"s{i}", "scratch", 4 + i, started_s=0.0) for i in range(4)]
+    snap = snapshot_of(cluster(node("n1").gpus(8)), run, NESTED)
+    pending = [job("b").task(gpu=4).queue("teamb").submitted(200).pending()]
+    result = run_cycle(snap, pending, preset("priority"), 200.0, validate=True)
+    evicted = sorted(d.job_id for d in result.decisions if isinstance(d, Preempt))
+    assert evicted == ["s0", "s1", "s2", "s3"]
+    assert [d.job_id for d in result.decisions if isinstance(d, Bind)] == ["b"]
+
+
+def test_a_childs_own_guarantee_still_reclaims_from_its_siblings() -> None:
+    """vision is guaranteed 2 GPUs inside research (none): nlp, its sibling, borrowed them,
+    and vision's job takes them back from nlp as from any queue outside vision."""
+    run = [one_gpu(f"n{i}", "nlp", i, started_s=100.0) for i in range(8)]
+    snap = snapshot_of(cluster(node("n1").gpus(8)), run, NESTED)
+    pending = [job("v").task(gpu=2).queue("vision").submitted(200).pending()]
+    result = run_cycle(snap, pending, preset("priority"), 200.0, validate=True)
+    assert len([d for d in result.decisions if isinstance(d, Preempt)]) == 2
+    assert [d.job_id for d in result.decisions if isinstance(d, Bind)] == ["v"]

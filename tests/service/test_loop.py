@@ -601,6 +601,30 @@ def test_gpus_reclaimed_for_a_queues_guarantee_are_held_for_the_job_that_waits(
     w.store.close()
 
 
+def test_a_child_queue_reclaims_its_parents_guarantee(tmp_path: Path) -> None:
+    """org is guaranteed 4 of 8 GPUs; train, its child, has no guarantee of its own. scratch
+    borrowed all 8: train's 2-GPU job takes back 2 of them (reclaimed), and runs once they
+    stopped. Only the leaf's own guarantee counted, and train's job waited for ever."""
+    queues = QueueTree(
+        (
+            Queue("org", guarantee=Resources(gpu=4)),
+            Queue("train", parent="org"),
+            Queue("scratch"),
+        )
+    )
+    w = new_world(tmp_path, FakeExecutor([fake_node(gpus=8)]), queues=queues)
+    borrowers = [w.submit(job(f"s{i}").task(gpu=1).queue("scratch").build()) for i in range(8)]
+    mine = w.submit(job("t").task(gpu=2).queue("train").build())
+    stopping = [s for s in borrowers if w.state(s)["stopping"] == "preempt"]
+    assert len(stopping) == 2 and len(w.fx.stops) == 2
+    assert w.state(mine)["reason_code"] == "preempting"
+    w.sched.step()  # the stops are reported; the victims are requeued and the job starts
+    assert w.state(mine)["state"] == "running"
+    assert [w.state(s)["state"] for s in stopping] == ["pending", "pending"]
+    assert _messages(w, stopping[0])["preempting"].startswith(f"reclaimed for {mine}")
+    w.store.close()
+
+
 def test_a_job_started_short_of_its_tasks_says_how_many_ran_when_it_succeeds(w: World) -> None:
     """min_available 1 of 8 tasks of 4 CPUs on 16 CPUs: 4 start and the other 4 never do; the
     job's end used to say `all tasks exited with code 0`."""

@@ -321,36 +321,61 @@ def tasks_to_regrow(snapshot: Snapshot, running: RunningJob) -> int:
     return 0 if isinstance(taken, str) else taken
 
 
-def guarantee_takes(session: Session, job: Job) -> Job | None:
-    """The job as its leaf queue's guarantee holds it: itself when the guarantee has room for
-    its whole request; a job that may start with fewer tasks cut to the most of its first tasks
-    it has room for, at least its minimum (`cut_to`); None when not even that fits, the queue
-    is already above its guarantee, or the guarantee governs nothing. Reclaim takes capacity
-    back for this much of a job and no more: an elastic job larger than its queue's guarantee
+def guarantee_claim(session: Session, job: Job) -> tuple[str, Job] | None:
+    """The queue whose guarantee the job reclaims for, and the job as that guarantee holds it:
+    the deepest queue on its path (its own first, then those above it) whose guarantee governs
+    some resource, is not exceeded, and has room for the job's minimum; the job itself when
+    the room holds its whole request, else cut to the most of its first tasks it holds
+    (`cut_to`). None when no queue on its path has such room. A queue's usage counts the
+    queues under it, so a queue without a guarantee of its own reclaims for its parent's, from
+    queues outside that parent, as Kueue's cohorts and Volcano's hierarchical queues lend a
+    parent's share to its children. The choice hangs on the minimum alone, which a cut by the
+    limits keeps (`queue_takes`), so the job and its cut name the same queue. Reclaim takes
+    capacity back for this much of a job and no more: an elastic job larger than the guarantee
     still gets the guarantee, as a job of that size would."""
-    q = session.queues.get(job.queue)
-    g = usage_vector(q.guarantee)
-    if not any(x > 0 for x in g):
-        return None
-    used = session.usage_of(job.queue)
-    if any(gi > 0 and ui > gi for gi, ui in zip(g, used, strict=True)):
-        return None
-    room = [gi - ui if gi > 0 else math.inf for gi, ui in zip(g, used, strict=True)]
-    tasks = _tasks_fitting(job, [room])
-    return cut_to(job, tasks) if tasks >= job.gang_min else None
+    for qname in reversed(session.queue_path(job.queue)):
+        g = usage_vector(session.queues.get(qname).guarantee)
+        if not any(x > 0 for x in g):
+            continue
+        used = session.usage_of(qname)
+        if any(gi > 0 and ui > gi for gi, ui in zip(g, used, strict=True)):
+            continue
+        room = [gi - ui if gi > 0 else math.inf for gi, ui in zip(g, used, strict=True)]
+        tasks = _tasks_fitting(job, [room])
+        if tasks >= job.gang_min:
+            return qname, cut_to(job, tasks)
+    return None
 
 
-def borrowed(session: Session, queue: str, minus: Usage) -> bool:
-    """True when `queue` would still be at or above its guarantee after giving up `minus`
-    and is above it now on some governed dimension: its work there is borrowed."""
+def borrowed(session: Session, queue: str, minus: Usage, spared: Iterable[str] = ()) -> bool:
+    """True when `queue` is above its guarantee now on some dimension, and it and every queue
+    above it would still be at or above theirs after giving up `minus`: its work there is
+    borrowed. The queues in `spared` are not judged: those of the reclaiming queue's path,
+    which the job reclaimed for refills."""
+    return _may_give(session, queue, set(spared), {}, minus)
+
+
+def _may_give(
+    session: Session, queue: str, spared: set[str], taken: dict[str, Usage], gives: Usage
+) -> bool:
+    """`borrowed` after the queues have given up `taken` (per queue) already: whether `queue`
+    may give up `gives` more."""
     if not session.queues.has(queue):
         return False
-    g = usage_vector(session.queues.get(queue).guarantee)
     usage = session.usage_of(queue)
+    g = usage_vector(session.queues.get(queue).guarantee)
     if not any(u > gi for u, gi in zip(usage, g, strict=True)):
         return False
-    left = add_usage(usage, minus, -1.0)
-    return all(gi == 0 or lf >= gi for gi, lf in zip(g, left, strict=True))
+    for qname in session.queue_path(queue):
+        if qname in spared:
+            continue
+        g = usage_vector(session.queues.get(qname).guarantee)
+        left = add_usage(
+            add_usage(session.usage_of(qname), taken.get(qname, ZERO), -1.0), gives, -1.0
+        )
+        if not all(gi == 0 or lf >= gi for gi, lf in zip(g, left, strict=True)):
+            return False
+    return True
 
 
 def task_usage(t: TaskBinding) -> Usage:
@@ -358,14 +383,19 @@ def task_usage(t: TaskBinding) -> Usage:
     return (float(t.milli_cpu), float(t.mem_mib), float(t.gpu_milli * len(t.gpus)))
 
 
-def keeping_guarantees(session: Session, cuts: Iterable[Cut]) -> list[Cut]:
+def keeping_guarantees(
+    session: Session, cuts: Iterable[Cut], spared: Iterable[str] = ()
+) -> list[Cut]:
     """The `cuts` that may be taken together, in their order, without taking any queue below
-    its guarantee: each cut is judged on what its queue holds after the cuts kept before it
+    its guarantee, nor any queue above it below its own (a parent's usage counts its
+    children's): each cut is judged on what its queues hold after the cuts kept before it
     (`borrowed` with all of them given up), so every prefix of the result, and every subset
     of one, leaves each queue at or above its guarantee (as Volcano's reclaim and Kueue count
     their victims). Judging each victim alone against the queue's usage before any eviction
     let a prefix of them take a queue below its guarantee, whose requeued jobs then reclaimed
-    in turn. A job cut whole after some of its tasks were cut counts only what is left of it."""
+    in turn. A job cut whole after some of its tasks were cut counts only what is left of it.
+    `spared`: the queues not judged (`borrowed`)."""
+    not_judged = set(spared)
     taken: dict[str, Usage] = {}  # per queue, what the cuts kept so far give up
     tasks_cut: dict[str, Usage] = {}  # per job, what its kept task cuts give up
     kept: list[Cut] = []
@@ -375,10 +405,10 @@ def keeping_guarantees(session: Session, cuts: Iterable[Cut]) -> list[Cut]:
             gives = add_usage(c.job.usage, tasks_cut.get(job_id, ZERO), -1.0)
         else:
             gives = task_usage(c.task)
-        after = add_usage(taken.get(queue, ZERO), gives)
-        if not borrowed(session, queue, after):
+        if not _may_give(session, queue, not_judged, taken, gives):
             continue
-        taken[queue] = after
+        for qname in session.queue_path(queue):
+            taken[qname] = add_usage(taken.get(qname, ZERO), gives)
         if c.task is not None:
             tasks_cut[job_id] = add_usage(tasks_cut.get(job_id, ZERO), gives)
         kept.append(c)

@@ -1,8 +1,9 @@
 """Hierarchical queues: weight, guarantee, limit and whether a queue may borrow.
 
 A queue's usage includes its descendants'. `guarantee` is capacity the queue gets back (by
-reclaim) when it needs it; above its guarantee a queue may borrow idle capacity if `borrowing`
-is on, and what it borrowed can be reclaimed. `limit` is a hard ceiling (None: no ceiling).
+reclaim) when it needs it, for its own jobs and those of the queues under it; above its
+guarantee a queue may borrow idle capacity if `borrowing` is on, and what it borrowed can be
+reclaimed. `limit` is a hard ceiling (None: no ceiling).
 `user_limit` is a ceiling per user: what the running jobs of one user in the queue (and the
 queues under it) may hold together, as Slurm's QOS MaxTRESPerUser (None: no ceiling).
 """

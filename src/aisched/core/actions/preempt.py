@@ -4,11 +4,14 @@ preempt works inside a queue (or the whole cluster, `scope: cluster`): victims m
 strictly below the blocked job, by priority (`by: priority`) or by the policy's first job-order
 key (`by: order`: Tiresias' LAS queue, or shortest-remaining-time first, where a running job's
 estimate is the time to its expected end). reclaim works across queues: a queue within its
-guarantee takes back capacity that other queues borrowed beyond theirs, whatever the priorities;
-a job that may start with fewer tasks (an elastic one) takes back room for as many of its first
-tasks as the guarantee holds, at least its minimum, never more (`guarantee_takes`). Its victims
-are counted together, each lowering its queue's usage for the next (`keeping_guarantees`), so
-no queue is taken below its own guarantee, which would let its requeued jobs reclaim in turn.
+guarantee takes back capacity that queues outside it borrowed beyond theirs, whatever the
+priorities. The guarantee may be the job's queue's or, where that has none or no room left, the
+nearest one above it that has room (a parent's usage counts its children's, so its guarantee is
+theirs to reclaim for, from queues outside the parent). A job that may start with fewer tasks
+(an elastic one) takes back room for as many of its first tasks as the guarantee holds, at
+least its minimum, never more (`guarantee_claim`). Its victims are counted together, each
+lowering its queues' usage for the next (`keeping_guarantees`), so no queue is taken below its
+own guarantee, a parent included, which would let its requeued jobs reclaim in turn.
 A blocked job kept off a reservation's nodes may make room elsewhere, never on those nodes.
 Only preemptible jobs are victims, never one placed in this cycle nor one already terminating.
 Victims are ordered by the policy's victim selectors (lowest priority, least work lost since
@@ -46,20 +49,22 @@ has run in all (its attained GPU-time): it is not done, and it is probably long.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
 from aisched.core.actions.preempt_walk import Eligibility, run
+from aisched.core.eviction import Cut
 from aisched.core.framework import JobOrder
 from aisched.core.kept_ranks import KeptBars, KeptRanking, KeptRanks, moves_of
 from aisched.core.pending import PendingQueue
 from aisched.core.plugins.order import INFINITE
 from aisched.core.plugins.victims import LeastWorkLost, time_left_s
-from aisched.core.queues import borrowed, guarantee_takes, keeping_guarantees
+from aisched.core.queues import borrowed, guarantee_claim, keeping_guarantees
 from aisched.core.snapshot import ZERO, PendingJob, RunningJob, Snapshot
 from aisched.core.victim_pool import VictimPool
+from aisched.model.job import Job
 from aisched.model.resources import GPU_MILLI_WHOLE
 
 if TYPE_CHECKING:
@@ -399,23 +404,42 @@ class Reclaim:
     name: str = "reclaim"
 
     def execute(self, session: Session) -> None:
+        # The queue each blocked job reclaims for (`guarantee_claim`), found when the walk
+        # asks who it may evict and read back by the questions of the same visit.
+        owners: dict[str, str] = {}
+
+        def spared(pj: PendingJob) -> tuple[str, ...]:
+            """The path of the queue `pj` reclaims for: the job's placement refills them, so
+            victims are judged against the guarantees of the queues off it."""
+            return session.queue_path(owners[pj.id])
+
         def eligible_for(pj: PendingJob) -> Eligibility | None:
-            if guarantee_takes(session, pj.job) is None:
+            claim = guarantee_claim(session, pj.job)
+            if claim is None:
                 return None
+            owner = owners[pj.id] = claim[0]
+            kept = spared(pj)
 
             def eligible(p: PendingJob, r: RunningJob) -> bool:
-                return r.job.queue != p.job.queue and borrowed(session, r.job.queue, r.usage)
+                outside = owner not in session.queue_path(r.job.queue)
+                return outside and borrowed(session, r.job.queue, r.usage, kept)
 
-            return eligible, pj.job.queue, 0.0
+            return eligible, owner, 0.0
 
         def shrinkable(p: PendingJob, r: RunningJob) -> bool:
             # Any elastic job of a queue above its guarantee: which of its surplus tasks may go
             # (those its queue borrowed) is `keeping_guarantees`' to say, task by task. Judged
             # by the whole job's usage, a job holding its queue's guarantee was never shrunk.
-            return r.job.queue != p.job.queue and borrowed(session, r.job.queue, ZERO)
+            outside = owners[p.id] not in session.queue_path(r.job.queue)
+            return outside and borrowed(session, r.job.queue, ZERO, spared(p))
 
-        # An elastic job makes room for as much of itself as its guarantee holds (at least its
-        # minimum), so it takes back what a job of that size would, and no more.
-        cap = partial(guarantee_takes, session)
-        within = partial(keeping_guarantees, session)
+        def cap(taken: Job) -> Job | None:
+            # An elastic job makes room for as much of itself as the guarantee holds (at least
+            # its minimum), so it takes back what a job of that size would, and no more.
+            claim = guarantee_claim(session, taken)
+            return None if claim is None else claim[1]
+
+        def within(pj: PendingJob, cuts: Sequence[Cut]) -> list[Cut]:
+            return keeping_guarantees(session, cuts, spared(pj))
+
         run(session, eligible_for, shrinkable, "reclaimed", stable=False, cap=cap, within=within)

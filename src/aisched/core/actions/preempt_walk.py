@@ -154,7 +154,7 @@ def run(
     shapes: list[Hashable] | None = None,
     ranking: Ranking | None = None,
     cap: Callable[[Job], Job | None] | None = None,
-    within: Callable[[Sequence[Cut]], list[Cut]] | None = None,
+    within: Callable[[PendingJob, Sequence[Cut]], list[Cut]] | None = None,
 ) -> None:
     """Preempt for each blocked job in turn. `shrinkable(pj, r)`: whether the running elastic
     job `r` may give up its surplus tasks for `pj`; such shrinking is tried before any
@@ -168,16 +168,16 @@ def run(
     preemption tries, not with the queue). `ranking`: given when eligibility goes by rank; a job
     ranked at or above the highest running rank key then finds nobody, known without the
     possible victims gathered or filtered. `cap`: what of the job (as its queue takes it) the
-    action makes room for, None for nothing (reclaim: no more than its queue's guarantee).
-    `within`: the cuts, in order, that may be taken together (reclaim: none that takes its
-    queue below its guarantee, counting the cuts before it); every prefix of what it returns,
-    and every subset of one, must be allowed, as the search takes a prefix and then drops
-    cuts from it. None: any prefix of the cuts may be taken."""
+    action makes room for, None for nothing (reclaim: no more than the guarantee it claims).
+    `within(pj, cuts)`: the cuts, in order, that may be taken together for `pj` (reclaim: none
+    that takes a queue below its guarantee, counting the cuts before it); every prefix of what
+    it returns, and every subset of one, must be allowed, as the search takes a prefix and then
+    drops cuts from it. None: any prefix of the cuts may be taken."""
     # (shape, group) -> the lowest rank that found no room this cycle: a job of the same shape
     # and group and no lower rank may evict no more, so it finds none either, until some
     # preemption changes the state. Blocked jobs come in order, so with a rank that follows the
     # order (shortest remaining first) one failure settles the rest of its shape. While elastic
-    # jobs could be shrunk, the key also holds the blocked job's priority and queue (what
+    # jobs could be shrunk, the key also holds the blocked job's priority, queue and group (what
     # shrinking depends on), so the memo never claims more than it knows.
     failed: dict[tuple[Hashable, Hashable, tuple[str, ...], Hashable], float] = {}
     # The same key -> how many candidates (and jobs to shrink) its last failed what-if had.
@@ -251,7 +251,7 @@ def run(
         allowed, mask_key = (
             allowed_nodes(session, pj) if status.code == StatusCode.WAIT_RESERVATION else (None, ())
         )
-        shrink_sig: Hashable = (pj.job.priority, pj.job.queue) if elastic else None
+        shrink_sig: Hashable = (pj.job.priority, pj.job.queue, group) if elastic else None
         memo_key = (placement_shape(session, taken), group, mask_key, shrink_sig)
         if memo_key in failed and rank >= failed[memo_key]:
             continue
@@ -295,7 +295,7 @@ def run(
         # Surplus tasks first, whole jobs after: nobody is evicted while shrinking would do.
         cuts: Sequence[Cut] = _Cuts([c for r in shrinks for c in _surplus_cuts(r)], ordered)
         if within is not None:
-            cuts = within(cuts)
+            cuts = within(pj, cuts)
         room = find_room(session, taken, cuts, allowed, mask_key or None)
         if room is None:
             failed[memo_key] = rank
