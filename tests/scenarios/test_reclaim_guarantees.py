@@ -1,6 +1,7 @@
-"""Reclaim never takes a queue below its guarantee, counting its victims together; an elastic
-job of a borrowing queue gives back what its queue borrowed; and an eviction takes only the
-jobs the blocked one needs (docs/policies.md, "Actions")."""
+"""Reclaim takes a queue below its guarantee by one borrowing job at most, counting its
+victims together; a parent's guarantee is reclaimed for its children; an elastic job of a
+borrowing queue gives back what its queue borrowed; and an eviction takes only the jobs the
+blocked one needs (docs/policies.md, "Actions")."""
 
 from __future__ import annotations
 
@@ -182,3 +183,40 @@ def test_a_childs_own_guarantee_still_reclaims_from_its_siblings() -> None:
     result = run_cycle(snap, pending, preset("priority"), 200.0, validate=True)
     assert len([d for d in result.decisions if isinstance(d, Preempt)]) == 2
     assert [d.job_id for d in result.decisions if isinstance(d, Bind)] == ["v"]
+
+
+def test_reclaim_evicts_the_one_job_that_holds_what_its_queue_borrowed() -> None:
+    """teama (guaranteed 4) runs one 8-GPU job: 4 of its GPUs are borrowed, but evicting it
+    takes teama below its guarantee. teamb's 4-GPU job, owed its guarantee, evicts it, as
+    Volcano's and Kueue's reclaim evict a borrowing queue's job; judged only by what teama
+    keeps after it, nothing was ever taken and teamb waited for as long as the job ran."""
+    big = running(job("big").task(gpu=8).queue("teama").build(), ("n1", tuple(range(8))))
+    snap = snapshot_of(cluster(node("n1").gpus(8)), [big], TEAMS)
+    pending = [job("b").task(gpu=4).queue("teamb").submitted(200).pending()]
+    result = run_cycle(snap, pending, preset("priority"), 200.0, validate=True)
+    assert summary(result) == [("preempt", "big", "b"), ("bind", "b", "n1:0,1,2,3")]
+    # Requeued, big reclaims nothing back: teamb holds no more than its guarantee.
+    (bind,) = [d for d in result.decisions if isinstance(d, Bind)]
+    b = RunningJob(pending[0].job, bind.tasks, 200.0)
+    snap = snapshot_of(cluster(node("n1").gpus(8)), [b], TEAMS)
+    again = [PendingJob(replace(big.job, submit_time_s=201.0))]
+    result = run_cycle(snap, again, preset("priority"), 201.0, validate=True)
+    assert summary(result) == []
+
+
+def test_reclaim_takes_a_queue_below_its_guarantee_by_one_job_at_most() -> None:
+    """teama (guaranteed 4) runs two 3-GPU jobs beside 2 idle GPUs, 2 of its 6 borrowed:
+    one job may go (x, the newest), and then teama holds 3, under its guarantee, so y stays.
+    teamb's 6-GPU job would need both, and takes nothing; its 4-GPU job takes x."""
+    run = [
+        running(job("x").task(gpu=3).queue("teama").build(), ("n1", (0, 1, 2)), started_s=1.0),
+        running(job("y").task(gpu=3).queue("teama").build(), ("n1", (3, 4, 5))),
+    ]
+    snap = snapshot_of(cluster(node("n1").gpus(8)), run, TEAMS)
+    pending = [job("b").task(gpu=6).queue("teamb").submitted(200).pending()]
+    result = run_cycle(snap, pending, preset("priority"), 200.0, validate=True)
+    assert not any(isinstance(d, Preempt | Bind) for d in result.decisions)
+    pending = [job("b").task(gpu=4).queue("teamb").submitted(200).pending()]
+    result = run_cycle(snap, pending, preset("priority"), 200.0, validate=True)
+    assert [d.job_id for d in result.decisions if isinstance(d, Preempt)] == ["x"]
+    assert [d.job_id for d in result.decisions if isinstance(d, Bind)] == ["b"]

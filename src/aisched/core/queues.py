@@ -347,16 +347,25 @@ def guarantee_claim(session: Session, job: Job) -> tuple[str, Job] | None:
     return None
 
 
-def borrowed(session: Session, queue: str, minus: Usage, spared: Iterable[str] = ()) -> bool:
+def borrowed(
+    session: Session, queue: str, minus: Usage, spared: Iterable[str] = (), whole: bool = False
+) -> bool:
     """True when `queue` is above its guarantee now on some dimension, and it and every queue
     above it would still be at or above theirs after giving up `minus`: its work there is
-    borrowed. The queues in `spared` are not judged: those of the reclaiming queue's path,
-    which the job reclaimed for refills."""
-    return _may_give(session, queue, set(spared), {}, minus)
+    borrowed. `whole`: `minus` is a whole job, which may also go when it holds some of what a
+    queue borrowed (`_gives_borrowed`), though that queue goes below its guarantee after it.
+    The queues in `spared` are not judged: those of the reclaiming queue's path, which the job
+    reclaimed for refills."""
+    return _may_give(session, queue, set(spared), {}, minus, whole)
 
 
 def _may_give(
-    session: Session, queue: str, spared: set[str], taken: dict[str, Usage], gives: Usage
+    session: Session,
+    queue: str,
+    spared: set[str],
+    taken: dict[str, Usage],
+    gives: Usage,
+    whole: bool,
 ) -> bool:
     """`borrowed` after the queues have given up `taken` (per queue) already: whether `queue`
     may give up `gives` more."""
@@ -370,12 +379,27 @@ def _may_give(
         if qname in spared:
             continue
         g = usage_vector(session.queues.get(qname).guarantee)
-        left = add_usage(
-            add_usage(session.usage_of(qname), taken.get(qname, ZERO), -1.0), gives, -1.0
-        )
-        if not all(gi == 0 or lf >= gi for gi, lf in zip(g, left, strict=True)):
+        before = add_usage(session.usage_of(qname), taken.get(qname, ZERO), -1.0)
+        left = add_usage(before, gives, -1.0)
+        if all(gi == 0 or lf >= gi for gi, lf in zip(g, left, strict=True)):
+            continue
+        if not (whole and _gives_borrowed(g, before, gives)):
             return False
     return True
+
+
+def _gives_borrowed(guarantee: Usage, before: Usage, gives: Usage) -> bool:
+    """Whether a job that gives up `gives` holds some of what its queue borrowed, the queue
+    holding `before` against `guarantee`: above it on a governed dimension the job uses. Such
+    a job may be reclaimed though its queue then goes below its guarantee (as Volcano's and
+    Kueue's reclaim take a borrowing queue's job); else a queue whose one job spans its
+    guarantee and what it borrowed never gave the borrowed part back. The queue goes below by
+    less than that one job, and only once: after it, it is not above its guarantee any more.
+    Its requeued job reclaims nothing in turn from the queue that took it, which reclaimed
+    only up to its own guarantee (`guarantee_claim`), so borrows nothing."""
+    return any(
+        gi > 0 and b > gi and gv > 0 for gi, b, gv in zip(guarantee, before, gives, strict=True)
+    )
 
 
 def task_usage(t: TaskBinding) -> Usage:
@@ -388,13 +412,14 @@ def keeping_guarantees(
 ) -> list[Cut]:
     """The `cuts` that may be taken together, in their order, without taking any queue below
     its guarantee, nor any queue above it below its own (a parent's usage counts its
-    children's): each cut is judged on what its queues hold after the cuts kept before it
-    (`borrowed` with all of them given up), so every prefix of the result, and every subset
-    of one, leaves each queue at or above its guarantee (as Volcano's reclaim and Kueue count
-    their victims). Judging each victim alone against the queue's usage before any eviction
-    let a prefix of them take a queue below its guarantee, whose requeued jobs then reclaimed
-    in turn. A job cut whole after some of its tasks were cut counts only what is left of it.
-    `spared`: the queues not judged (`borrowed`)."""
+    children's), but by one whole job that holds some of what the queue borrowed
+    (`_gives_borrowed`): each cut is judged on what its queues hold after the cuts kept before
+    it (`borrowed` with all of them given up), so every prefix of the result, and every subset
+    of one, is allowed too (as Volcano's reclaim and Kueue count their victims). Judging each
+    victim alone against the queue's usage before any eviction let a prefix of them take a
+    queue far below its guarantee, whose requeued jobs then reclaimed in turn. A job cut whole
+    after some of its tasks were cut counts only what is left of it; a task cut never takes a
+    queue below its guarantee. `spared`: the queues not judged (`borrowed`)."""
     not_judged = set(spared)
     taken: dict[str, Usage] = {}  # per queue, what the cuts kept so far give up
     tasks_cut: dict[str, Usage] = {}  # per job, what its kept task cuts give up
@@ -405,7 +430,7 @@ def keeping_guarantees(
             gives = add_usage(c.job.usage, tasks_cut.get(job_id, ZERO), -1.0)
         else:
             gives = task_usage(c.task)
-        if not _may_give(session, queue, not_judged, taken, gives):
+        if not _may_give(session, queue, not_judged, taken, gives, c.task is None):
             continue
         for qname in session.queue_path(queue):
             taken[qname] = add_usage(taken.get(qname, ZERO), gives)

@@ -72,3 +72,17 @@ def test_a_childs_work_within_its_parents_guarantee_is_not_borrowed() -> None:
     cuts = [Cut(r) for r in run]
     assert keeping_guarantees(s, cuts) == cuts[:1]
     assert keeping_guarantees(s, cuts, spared=("org", "team")) == cuts
+
+
+def test_one_whole_job_holding_what_its_queue_borrowed_may_take_it_below_its_guarantee() -> None:
+    """org (guaranteed 4) holds 5 in train: a whole job of 2 GPUs holds the borrowed one and
+    may go, org then at 3; nothing more after it, whole or not."""
+    run = [one_gpu(f"t{i}", "train", i) for i in range(5)]
+    s = session_of(run, job("b").task(gpu=1).build())
+    two = (0.0, 0.0, 2000.0)
+    assert not borrowed(s, "train", two)
+    assert borrowed(s, "train", two, whole=True)
+    at_guarantee = session_of(run[:4], job("b").task(gpu=1).build())
+    assert not borrowed(at_guarantee, "train", (0.0, 0.0, 1000.0), whole=True)
+    cuts = [Cut(r) for r in run]
+    assert keeping_guarantees(s, cuts) == cuts[:1]

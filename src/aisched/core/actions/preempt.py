@@ -11,7 +11,9 @@ theirs to reclaim for, from queues outside the parent). A job that may start wit
 (an elastic one) takes back room for as many of its first tasks as the guarantee holds, at
 least its minimum, never more (`guarantee_claim`). Its victims are counted together, each
 lowering its queues' usage for the next (`keeping_guarantees`), so no queue is taken below its
-own guarantee, a parent included, which would let its requeued jobs reclaim in turn.
+own guarantee, a parent included, which would let its requeued jobs reclaim in turn, but by one
+whole job that holds some of what it borrowed (a queue guaranteed 4 GPUs whose one job holds 8
+gives that job up, as in Volcano and Kueue; it never gave back what it borrowed otherwise).
 A blocked job kept off a reservation's nodes may make room elsewhere, never on those nodes.
 Only preemptible jobs are victims, never one placed in this cycle nor one already terminating.
 Victims are ordered by the policy's victim selectors (lowest priority, least work lost since
@@ -422,7 +424,7 @@ class Reclaim:
 
             def eligible(p: PendingJob, r: RunningJob) -> bool:
                 outside = owner not in session.queue_path(r.job.queue)
-                return outside and borrowed(session, r.job.queue, r.usage, kept)
+                return outside and borrowed(session, r.job.queue, r.usage, kept, whole=True)
 
             return eligible, owner, 0.0
 
