@@ -46,7 +46,7 @@ class Statuses(MutableMapping[str, JobStatus]):
 
     # With `__weakref__`: the kept order lends it its members and watches it weakly.
     __slots__ = ("own", "_pending", "_members", "_by_shape", "_all", "_default", "_ids",
-                 "_jobs", "_named", "__weakref__")  # fmt: skip
+                 "_jobs", "_reasons", "_named", "__weakref__")  # fmt: skip
 
     def __init__(self, pending: tuple[PendingJob, ...]) -> None:
         self.own: dict[str, JobStatus] = {}
@@ -58,9 +58,13 @@ class Statuses(MutableMapping[str, JobStatus]):
         self._default: JobStatus | None = None
         self._ids: set[str] | None = None
         self._jobs: dict[str, Job] | None = None  # by id, before enqueue's members are known
-        # id of a status that names groups by place -> it, the places, and by the names there
-        # the status as the jobs of those names read it (one object for all of them).
-        self._named: dict[int, tuple[JobStatus, tuple[int, ...], dict[object, JobStatus]]] = {}
+        # A shared reason -> the places of the groups it names, and by the names there the
+        # reason as the jobs of those names read it. Keyed by the reason, not the status: the
+        # eta action gives each waiting job a status of its own (its start), of one reason.
+        self._reasons: dict[str, tuple[tuple[int, ...], dict[object, str]]] = {}
+        # (a status as stated, the names at its places) -> the status as those jobs read it:
+        # alike statuses (equal code, reason and start) are read as one object.
+        self._named: dict[tuple[JobStatus, object], JobStatus] = {}
 
     def know_members(self, members: Mapping[str, Admitted]) -> None:
         """Enqueue's word: `members` holds every pending job, by id, and is not changed while
@@ -98,19 +102,25 @@ class Statuses(MutableMapping[str, JobStatus]):
         return self._named_for(s, m.pj.job) if named and GROUP_MARK in s.reason else s
 
     def _named_for(self, s: JobStatus, job: Job) -> JobStatus:
-        """`s` as `job` reads it (see the module). Called for every waiting job a
-        shared reason covers: a lookup by the names at its places, worked out once per names."""
-        entry = self._named.get(id(s))
-        if entry is None:  # the entry holds `s`: its id is not reused while this is alive
-            entry = self._named[id(s)] = (s, group_refs(s.reason), {})
-        _, places, by_names = entry
+        """`s` as `job` reads it (see the module). Called for every waiting job a shared
+        reason covers: the reason is named once per names, the status built once per alike
+        status and names."""
+        reason = s.reason
+        entry = self._reasons.get(reason)
+        if entry is None:
+            entry = self._reasons[reason] = (group_refs(reason), {})
+        places, by_names = entry
         groups = job.groups
         names = (
             groups[places[0]].name if len(places) == 1 else tuple(groups[i].name for i in places)
         )
-        named = by_names.get(names)
+        key = (s, names)
+        named = self._named.get(key)
         if named is None:
-            named = by_names[names] = JobStatus(s.code, named_for(s.reason, job), s.eta_s)
+            named_reason = by_names.get(names)
+            if named_reason is None:
+                named_reason = by_names[names] = named_for(reason, job)
+            named = self._named[key] = JobStatus(s.code, named_reason, s.eta_s)
         return named
 
     def _job(self, job_id: str) -> Job:

@@ -4,9 +4,13 @@ has a status (not reached, by default) and nothing else has one."""
 
 from __future__ import annotations
 
+import pytest
+
+import aisched.core.statuses as statuses_module
 from aisched.core.admitted import Member
-from aisched.core.status import PLACED, JobStatus, StatusCode
+from aisched.core.status import PLACED, JobStatus, StatusCode, group_ref, named_for
 from aisched.core.statuses import Statuses
+from aisched.model.job import Job
 from aisched.testing import job, pending
 
 JOBS = pending(*(job(x) for x in "abcd"))
@@ -52,3 +56,36 @@ def test_after_the_cycle_every_pending_job_has_one_and_no_other_job_has_one() ->
         pass
     else:
         raise AssertionError("a job that is not pending has no status")
+
+
+def test_alike_statuses_naming_groups_by_place_are_named_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The eta action gives each waiting job a status object of its own: statuses alike in
+    code, reason and start are still read as one object, and a reason is named once per group
+    names, however many statuses carry it."""
+    jobs = pending(*(job(x).task(gpu=1, name="trainer" if x != "d" else "eval") for x in "abcd"))
+    calls: list[str] = []
+
+    def counted(reason: str, j: Job) -> str:
+        calls.append(j.id)
+        return named_for(reason, j)
+
+    monkeypatch.setattr(statuses_module, "named_for", counted)
+    reason = f"room for 0 of 1 '{group_ref(0)}' tasks"
+    s = Statuses(jobs)
+    # Equal, but separate objects, as the eta action writes them.
+    s["a"] = JobStatus(StatusCode.WAIT_RESOURCES, reason, 100.0)
+    s["b"] = JobStatus(StatusCode.WAIT_RESOURCES, reason, 100.0)
+    s["c"] = JobStatus(StatusCode.WAIT_RESOURCES, reason, 200.0)
+    s["d"] = JobStatus(StatusCode.WAIT_RESOURCES, reason, 100.0)
+    s.finish(NOT_REACHED)
+    trainer = "room for 0 of 1 'trainer' tasks"
+    assert dict(s) == {
+        "a": JobStatus(StatusCode.WAIT_RESOURCES, trainer, 100.0),
+        "b": JobStatus(StatusCode.WAIT_RESOURCES, trainer, 100.0),
+        "c": JobStatus(StatusCode.WAIT_RESOURCES, trainer, 200.0),
+        "d": JobStatus(StatusCode.WAIT_RESOURCES, "room for 0 of 1 'eval' tasks", 100.0),
+    }
+    assert s["a"] is s["b"]
+    assert calls == ["a", "d"]  # once per names: not again for b or c, nor when read again
