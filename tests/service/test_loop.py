@@ -338,6 +338,35 @@ def test_the_predictor_learns_runtimes_and_relearns_them_after_a_restart(pw: Wor
     assert w.state(later)["predicted_s"] == pytest.approx(200.0)
 
 
+def test_after_a_restart_the_predictor_is_fitted_by_the_first_step_not_on_the_start_path(
+    pw: World,
+) -> None:
+    """Recovery only feeds the predictor the finished jobs (the service is not ready until
+    recovery ends): the jobs recovered pending get the history's answer, and the loop's first
+    step fits once, on all of them, before its cycle."""
+    w = pw
+    for n in range(4):
+        jid = w.submit(job(f"sweep-{n}").task(gpu=1).name(f"sweep-{n}").build())
+        w.clock.t += 100.0 * (n + 1)
+        w.fx.exit(w.fx.keys(jid)[0], 0)
+        w.sched.step()
+    w.submit(job("hog").task(gpu=4).build())  # runs on, holding every GPU
+    held = w.submit(job("held").task(gpu=1).build())  # so this one waits
+    w.sched = make_scheduler(w.store, w.fx, w.clock, w.home)
+    predictor = w.sched.predictor = RuntimePredictor(PredictorConfig(min_fit=3, max_iter=5))
+    w.sched.recover()
+    assert predictor.stats.observed == 4
+    assert predictor.stats.fits == 0 and not predictor.fitted  # nothing fitted on the start path
+    # The jobs recovered (one running, one pending) got the history's answers.
+    assert predictor.stats.predicted == 2
+    assert all(source.startswith("history") for source in predictor.stats.by_source)
+    w.sched.step()
+    assert predictor.stats.fits == 1 and predictor.fitted
+    w.sched.step()
+    assert predictor.stats.fits == 1  # once
+    assert w.state(held)["state"] == "pending"
+
+
 def test_a_running_job_expects_to_end_by_its_predicted_upper_runtime_also_after_a_restart(
     pw: World,
 ) -> None:

@@ -202,8 +202,12 @@ class RuntimePredictor:
 
     # --- feeding ----------------------------------------------------------------------------
 
-    def observe(self, features: JobFeatures, runtime_s: float, finished_s: float) -> None:
-        """A job finished at `finished_s` after running `runtime_s` seconds in all."""
+    def observe(
+        self, features: JobFeatures, runtime_s: float, finished_s: float, *, fit: bool = True
+    ) -> None:
+        """A job finished at `finished_s` after running `runtime_s` seconds in all. With
+        `fit=False` the example is only learned: a fit that falls due waits for `fit_if_due`
+        (a caller feeding a backlog, as the service's warm-up, fits once, on all of it)."""
         if not (runtime_s > 0 and math.isfinite(runtime_s)):
             raise ValueError(f"job {features.job_id}: runtime_s must be positive, got {runtime_s}")
         row = self._rows.pop(features.job_id, None)
@@ -221,10 +225,19 @@ class RuntimePredictor:
         self._latest_finish_s = max(self._latest_finish_s, finished_s)
         self.stats.observed += 1
         self._since_fit += 1
+        if fit:
+            self.fit_if_due()
+
+    def fit_if_due(self) -> bool:
+        """Fit (see the module) if one is due: `min_fit` jobs observed, and no fit yet or
+        `refit_every` observed since the last; never while a background fit runs. True when
+        one was started (or, in line, done)."""
         c = self.config
         due = self._models is None or self._since_fit >= c.refit_every
         if self.stats.observed >= c.min_fit and due and not self.fitting:
             self._fit()
+            return True
+        return False
 
     def forget(self, job_id: str) -> None:
         """The job will never finish (cancelled, rejected): drop its kept row."""

@@ -119,6 +119,10 @@ class Scheduler(Recovery, BulkCancels):
 
     def step(self) -> float:
         """Run one step; returns how long the loop may sleep before the next one."""
+        if self.fit_after_warm_up and self.predictor is not None:
+            # Started here, once the service is up, not on the start path (`warm_up`).
+            self.fit_after_warm_up = False
+            self.predictor.fit_if_due()
         self._sync_nodes()
         now = self.clock()
         batch = self.batch

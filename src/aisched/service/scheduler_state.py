@@ -114,6 +114,8 @@ class SchedulerState:
         # Learned runtimes for pending jobs (qssf order, backfill, reservations, ETAs); fed
         # with every job that succeeds, warmed from the store's history at start.
         self.predictor = predictor
+        # The warm-up's fit is due, for the loop's first step to start (`warm_up`).
+        self.fit_after_warm_up = False
         self.offered_nodes = tuple(executor.nodes())
         self.nodes = self.offered_nodes
         # Free capacity, usage and running views: the lifecycle's ledger (see `lifecycle`).
@@ -516,25 +518,34 @@ class SchedulerState:
 
         batch.after.append(act)
 
-    def _observe(self, job: Job, started_s: float, finished_s: float) -> None:
+    def _observe(self, job: Job, started_s: float, finished_s: float, fit: bool = True) -> None:
         """Teach the predictor a runtime (of the attempt that succeeded: earlier attempts'
-        work was either lost or is what the checkpoint saved it)."""
+        work was either lost or is what the checkpoint saved it); `fit=False`: see `warm_up`."""
         if self.predictor is None or finished_s <= started_s:
             return
         finished_s = max(finished_s, self.last_observed_s)  # a clock step back is no leak
         self.predictor.observe(
-            JobFeatures.from_job(job, job.submit_time_s), finished_s - started_s, finished_s
+            JobFeatures.from_job(job, job.submit_time_s),
+            finished_s - started_s,
+            finished_s,
+            fit=fit and not self.fit_after_warm_up,  # until the first step: see `warm_up`
         )
         self.last_observed_s = finished_s
 
     def warm_up(self) -> int:
-        """Feed the predictor the store's finished jobs, oldest finish first; returns how many."""
+        """Feed the predictor the store's finished jobs, oldest finish first; returns how many.
+        Nothing is fitted here, on the start path: the loop's first step starts the one fit
+        due on all of them (`fit_after_warm_up`), and the jobs recovered meanwhile get the
+        history's answers."""
         if self.predictor is None:
             return 0
         with self.store.read() as tx:
             rows = tx.succeeded_jobs(self.predictor.config.window)
         for row in rows:
-            self._observe(job_from_dict(row["spec"]), row["attempt_started_at"], row["finished_at"])
+            self._observe(
+                job_from_dict(row["spec"]), row["attempt_started_at"], row["finished_at"], fit=False
+            )
+        self.fit_after_warm_up = True
         return len(rows)
 
     # Declared here, defined by the part that owns them (see the module docstring).

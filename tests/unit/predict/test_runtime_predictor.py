@@ -118,7 +118,7 @@ def test_bad_config_is_refused(kw: dict[str, float], fragment: str) -> None:
         PredictorConfig(**kw)  # type: ignore[arg-type]
 
 
-def _feed(p: RuntimePredictor, n: int) -> float:
+def _feed(p: RuntimePredictor, n: int, *, fit: bool = True) -> float:
     """Two users: alice's 1-GPU jobs run ~100 s, bob's 8-GPU jobs ~10,000 s."""
     t = 0.0
     rng = np.random.default_rng(1)
@@ -128,7 +128,7 @@ def _feed(p: RuntimePredictor, n: int) -> float:
         f = feats(f"j{i}", user="alice" if alice else "bob", gpus=1 if alice else 8, now=t)
         p.predict(f)
         base = 100.0 if alice else 10_000.0
-        p.observe(f, base * float(rng.uniform(0.8, 1.25)), finished_s=t)
+        p.observe(f, base * float(rng.uniform(0.8, 1.25)), finished_s=t, fit=fit)
     return t
 
 
@@ -204,3 +204,22 @@ def test_a_background_fit_leaves_the_caller_free_and_ends_with_the_same_model(
     assert bg.predict(feats("q2", user="bob", gpus=8, now=t)) == inline.predict(
         feats("q2", user="bob", gpus=8, now=t)
     )
+
+
+def test_a_backlog_learned_without_fitting_is_fitted_once_on_all_of_it() -> None:
+    """The service's warm-up: `observe(fit=False)` only learns; `fit_if_due` then fits once,
+    on every example, as a predictor that saw them all before its first fit would."""
+    config = PredictorConfig(min_fit=100, refit_every=100, window=400, max_iter=20)
+    backlog = RuntimePredictor(config)
+    t = _feed(backlog, 400, fit=False)
+    assert not backlog.fitted and backlog.stats.fits == 0
+    q = feats("q", user="bob", gpus=8, now=t)
+    assert backlog.predict(q).source.startswith("history")  # what a job gets meanwhile
+    assert backlog.fit_if_due() and backlog.stats.fits == 1
+    assert not backlog.fit_if_due()  # not due again until `refit_every` more finish
+    # The same examples, with the first fit only once all of them were seen.
+    at_once = RuntimePredictor(replace(config, min_fit=400))
+    _feed(at_once, 400)
+    assert at_once.stats.fits == 1
+    q2 = feats("q2", user="bob", gpus=8, now=t)
+    assert backlog.predict(q2) == at_once.predict(q2)
