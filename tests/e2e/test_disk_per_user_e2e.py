@@ -10,6 +10,7 @@ kept for her to read; her other jobs and other users' run on."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -112,3 +113,46 @@ def test_a_users_job_with_the_most_logs_is_stopped_past_the_bound_and_no_one_els
         assert service.job(job_id)["state"] == "running"
     metrics = service.api.get("/metrics").text
     assert "aisched_jobs_stopped_for_logs_total 1.0" in metrics
+
+
+# Tries to write into its own task folder (the executor's files, `tasks/JOB`), which the
+# running-log bound does not measure, then writes 50 KB of output.
+WRITE_THROUGH_TASK_FOLDER = """
+import glob, os, sys
+job = os.path.join(sys.argv[1], 'tasks', os.environ['AISCHED_JOB_ID'])
+for target in [job, *glob.glob(os.path.join(job, '*', os.environ['AISCHED_TASK']))]:
+    try:
+        with open(os.path.join(target, 'out'), 'w') as f:
+            f.write('z' * 50_000)
+        print('wrote', target)
+    except OSError as exc:
+        print('refused', type(exc).__name__)
+print('listed' if os.access(job, os.R_OK) else 'unlisted')
+sys.stdout.write('y' * 50_000)
+"""
+
+
+@pytest.mark.parametrize("service", [RUNNING_BOUND], indirect=True)
+def test_a_task_writes_only_to_its_log_never_through_its_task_folder(
+    service: Service, local_users: dict[str, User]
+) -> None:
+    """The running-log bound measures `logs/JOB` alone: a task's output goes there (its
+    supervisor copies it into the capped log), and its task folder (`tasks/JOB`: the request,
+    the lock, the exit record, the supervisor's own output) is out of its user's reach, so a
+    task cannot write past the bound through it."""
+    alice = local_users["alice"]
+    proc = alice.aisched(
+        "run", "--json", "--", alice.python, "-c", WRITE_THROUGH_TASK_FOLDER, str(service.home),
+        env={"AISCHED_SERVER": f"unix:{service.socket}"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    job_id = str(json.loads(proc.stdout)["id"])
+    service.wait_state(job_id, "succeeded")
+    logs = alice.aisched("logs", job_id, env={"AISCHED_SERVER": f"unix:{service.socket}"})
+    assert logs.stdout == "refused PermissionError\nunlisted\n" + "y" * 50_000, logs.stdout
+    task_files = sorted(p for p in (service.home / "tasks" / job_id).rglob("*") if p.is_file())
+    assert {p.name for p in task_files} <= {
+        "launch.json", "started.json", "exit.json", "supervisor.lock", "supervisor.log",
+        ".shm.lock",  # the attempt's, beside its tasks' folders
+    }  # fmt: skip
+    assert all(b"y" * 1000 not in p.read_bytes() for p in task_files)
