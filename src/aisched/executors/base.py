@@ -62,7 +62,9 @@ class TaskLaunch:
     `container`: the image and its settings when the task runs in a container.
     `user` is the account the job belongs to: a root executor runs the task as that user
     (uid, gid and groups), any other runs it as itself (the API admits only its own user's
-    jobs then); None means the executor's own user.
+    jobs then); None means the executor's own user. `uid` is the uid that submitted the job
+    (None: not known): a root executor refuses the task, for good, where `user` has no
+    account or names another uid (the name was given to another account since).
     """
 
     job_id: str
@@ -81,6 +83,7 @@ class TaskLaunch:
     gpu_mem_mib: int = 0
     gpu_milli: int = 1000
     user: str | None = None
+    uid: int | None = None
     # Run in this image instead of on the host (None: on the host).
     container: ContainerSpec | None = None
 

@@ -280,7 +280,7 @@ class LocalExecutor(ExitWatching):
                 f"task {_show(key)} was given up by a scheduler that recovered it before this "
                 "launch (another instance leads now); it must not start"
             )
-        acct = account(req.user)
+        acct = account(req.user, req.uid)
         env = dict(req.env) if acct is None else account_env(req.env, acct, spec is not None)
         if spec is None and self._bounds.gpu_walls:  # CUDA numbers what it can open from 0
             env = walled_env(env, req.gpus)

@@ -1094,6 +1094,7 @@ def _host_spec(req: TaskLaunch, gpu_check_s: float) -> dict[str, Any]:
         "gpu_mem_mib": req.gpu_mem_mib,
         "gpu_check_s": gpu_check_s,
         "user": req.user,
+        "uid": req.uid,  # checked on the node: the name must still be that account there
         "milli_cpu": req.milli_cpu,  # its agent pins it to that many cores
         "mem_limit_mib": req.mem_limit_mib,
     }

@@ -115,14 +115,15 @@ def _describe(code: int) -> str:
     return f"exited with code {code}"
 
 
-def _account_here(user: str | None) -> dict[str, Any] | None:
-    """The account to start a task of `user` as, on this node: switched to when this worker is
-    root; a worker that is not root runs only its own user's tasks and refuses the others
-    (never runs them as itself)."""
+def _account_here(user: str | None, uid: int | None = None) -> dict[str, Any] | None:
+    """The account to start a task of `user` (submitted by `uid`) as, on this node: switched
+    to when this worker is root, and only where the name is that uid here too; a worker that
+    is not root runs only its own user's tasks and refuses the others (never runs them as
+    itself)."""
     if user is None:
         return None
     if os.geteuid() == 0:
-        return account(user)
+        return account(user, uid)
     me = pwd.getpwuid(os.geteuid()).pw_name
     if user != me:
         raise LaunchError(
@@ -435,7 +436,7 @@ class TaskRunner:
             return
         env = {str(k): str(v) for k, v in spec["env"].items()}
         try:
-            acct = _account_here(spec.get("user"))
+            acct = _account_here(spec.get("user"), spec.get("uid"))
         except LaunchError as exc:
             self.start_error = {"kind": "exited", "exit_code": 126, "message": str(exc)}
             return

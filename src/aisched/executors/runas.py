@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aisched.executors.base import LaunchError
+from aisched.executors.base import LaunchRefused
 from aisched.executors.processes import user_bits
 
 # A task of another user does not inherit the service's PATH (root's may name directories the
@@ -30,17 +30,28 @@ from aisched.executors.processes import user_bits
 USER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-def account(user: str | None) -> dict[str, Any] | None:
+def account(user: str | None, uid: int | None = None) -> dict[str, Any] | None:
     """The account a task of `user` must switch to (name, uid, gid, groups, home, shell), or
-    None when it runs as this process (this process is not root, or the user is root)."""
+    None when it runs as this process (this process is not root, or the user is root).
+
+    `uid` is the uid that submitted the job (None: not known). The name is looked up at each
+    launch, and a name deleted and given to another account names someone else: the task runs
+    as `uid` or not at all. Both refusals are for good (`LaunchRefused`: the job fails without
+    its retries), since no retry mends them; an account made again with the same uid is the
+    same account, and runs it."""
     if user is None or os.geteuid() != 0:
         return None
     try:
         pw = pwd.getpwnam(user)
     except KeyError:
-        raise LaunchError(
+        raise LaunchRefused(
             f"user {user!r} has no account on this machine, so the task cannot run as it"
         ) from None
+    if uid is not None and pw.pw_uid != uid:
+        raise LaunchRefused(
+            f"user {user!r} is uid {pw.pw_uid} on this machine, not uid {uid}, which submitted "
+            "the job: the name now belongs to another account, so the task does not run as it"
+        )
     if pw.pw_uid == 0:
         return None
     return {

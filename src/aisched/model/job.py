@@ -217,6 +217,10 @@ class Job:
     # Runs with min_available..all tasks; the service restarts it larger (from its checkpoint)
     # when idle capacity could take more of its tasks and nothing else is waiting.
     elastic: bool = False
+    # The uid of the account that submitted it, on the service's machine (None: not known, a
+    # job stored before it was recorded). A task runs as `user` only while that name still
+    # names this uid: a name deleted and given to another account does not inherit its jobs.
+    uid: int | None = None
     # Derived once: read on every cycle the job waits.
     _total: Resources = field(init=False, repr=False, compare=False)
     _shape: _Shape = field(init=False, repr=False, compare=False)

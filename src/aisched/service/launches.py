@@ -127,6 +127,7 @@ class Launches(SchedulerState):
                     gpu_mem_mib=t.binding.gpu_mem_mib,
                     gpu_milli=t.binding.gpu_milli,
                     user=lj.job.user,
+                    uid=lj.job.uid,
                     container=group.container,
                 )
             )

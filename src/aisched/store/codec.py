@@ -99,6 +99,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "service": None if job.service is None else _service_to_dict(job.service),
         "replica_of": job.replica_of,
         "elastic": job.elastic,
+        "uid": job.uid,
         "groups": [
             {
                 "name": g.name,
@@ -157,6 +158,8 @@ def job_from_dict(d: dict[str, Any]) -> Job:
             service=None if d.get("service") is None else _service_from_dict(d["service"]),
             replica_of=d.get("replica_of"),
             elastic=bool(d.get("elastic", False)),
+            # Rows written before the submitter's uid was recorded have no key.
+            uid=None if d.get("uid") is None else int(d["uid"]),
             groups=tuple(
                 TaskGroup(
                     name=str(g["name"]),

@@ -336,7 +336,8 @@ def _read_submission(
         if (why := may_ask_priority(svc, who, p.job.queue, p.job.priority)) is not None:
             where = "spec.priorityClassName" if volcano else "priority"
             return problem(403, "job refused", [f"{src}: {where}: {why}"])
-    jobs = [_in_workdir(p.job, workdir) for p in parsed.jobs]
+    # Its submitter's uid goes with it: it runs as that account or not at all (runas.account).
+    jobs = [replace(_in_workdir(p.job, workdir), uid=who.uid) for p in parsed.jobs]
     missing = path_problems(jobs, src, who.user, [p.format for p in parsed.jobs])
     if missing:
         return problem(422, "invalid job", missing)

@@ -1,0 +1,126 @@
+"""A user name deleted and given to another account (another uid) does not hand the new
+account what the old one left: its waiting jobs do not run as the newcomer, its tokens do not
+act for it. Real local users (made and deleted here), the real CLI and a real service.
+"""
+
+from __future__ import annotations
+
+import json
+import pwd
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from harness import Service, machine_lock, users_service, wait_for
+from users import User, _python_for
+
+NAME = "aisfcreuse"
+
+
+def _make(uid: int | None = None) -> User:
+    subprocess.run(
+        [
+            "useradd",
+            "--create-home",
+            "--shell",
+            "/bin/sh",
+            *(["-u", str(uid)] if uid else []),
+            NAME,
+        ],
+        check=True,
+    )
+    pw = pwd.getpwnam(NAME)
+    draft = User(NAME, pw.pw_uid, pw.pw_gid, Path(pw.pw_dir), python="")
+    python = _python_for(draft)
+    if python is None:
+        pytest.skip(f"no Python that user {NAME} can run with this checkout's packages")
+    return User(NAME, pw.pw_uid, pw.pw_gid, Path(pw.pw_dir), python)
+
+
+def _delete() -> None:
+    subprocess.run(["userdel", "--remove", NAME], check=False, capture_output=True)
+
+
+def _free_uid(after: int) -> int:
+    uid = after + 100
+    while True:
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            return uid
+        uid += 1
+
+
+@pytest.fixture
+def reused_name(local_users: dict[str, User]) -> Iterator[User]:
+    """A fresh account of its own, deleted at the end whatever uid it has by then (the
+    `local_users` fixture only for its checks: root, useradd, a Python users can run)."""
+    with machine_lock("users"):
+        _delete()
+        user = _make()
+    try:
+        yield user
+    finally:
+        with machine_lock("users"):
+            _delete()
+
+
+def _pending_job_of(service: Service, user: User) -> tuple[str, str]:
+    """A job of root's holding every GPU, and one of `user`'s waiting behind it."""
+    blocker = service.run("--gpus", "4", "--", "sleep", "300")
+    service.wait_state(blocker, "running")
+    proc = user.aisched(
+        "run", "--json", "--gpus", "1", "--", "id", "-u",
+        env={"AISCHED_SERVER": f"unix:{service.socket}"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    job = str(json.loads(proc.stdout)["id"])
+    assert service.job(job)["state"] == "pending"
+    return blocker, job
+
+
+def _first_end(service: Service, job: str) -> dict[str, object]:
+    """The job once its first attempt is over (ended, or waiting for its retry)."""
+
+    def over() -> dict[str, object] | None:
+        j = service.job(job)
+        return j if j["state"] in ("succeeded", "failed") or j["failures"] else None
+
+    return wait_for(f"job {job}'s first attempt to end", over, 60)  # type: ignore[no-any-return]
+
+
+def test_a_waiting_job_does_not_run_as_a_new_account_of_its_users_name(
+    tmp_path: Path, reused_name: User
+) -> None:
+    with users_service(tmp_path) as service:
+        blocker, job = _pending_job_of(service, reused_name)
+        old_uid = reused_name.uid
+        with machine_lock("users"):
+            _delete()
+            newcomer = _make(_free_uid(old_uid))
+        service.cli("cancel", blocker)
+
+        ended = _first_end(service, job)
+        assert ended["state"] == "failed", service.cli("logs", job, check=False).stdout
+        assert ended["attempt"] == 1 and ended["failures"] == 1
+        assert (
+            f"user '{NAME}' is uid {newcomer.uid} on this machine, not uid {old_uid}, which "
+            "submitted the job" in str(ended["message"])
+        )
+        assert service.cli("logs", job).stdout.strip() == ""  # nothing ran
+
+
+def test_a_waiting_job_whose_user_is_deleted_fails_without_retries(
+    tmp_path: Path, reused_name: User
+) -> None:
+    with users_service(tmp_path) as service:
+        blocker, job = _pending_job_of(service, reused_name)
+        with machine_lock("users"):
+            _delete()
+        service.cli("cancel", blocker)
+
+        ended = _first_end(service, job)
+        assert ended["state"] == "failed"
+        assert ended["attempt"] == 1 and ended["failures"] == 1
+        assert f"user '{NAME}' has no account on this machine" in str(ended["message"])
