@@ -11,6 +11,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from harness import Service, machine_lock, users_service, wait_for
 from users import User, _python_for
@@ -124,3 +125,42 @@ def test_a_waiting_job_whose_user_is_deleted_fails_without_retries(
         assert ended["state"] == "failed"
         assert ended["attempt"] == 1 and ended["failures"] == 1
         assert f"user '{NAME}' has no account on this machine" in str(ended["message"])
+
+
+def test_a_token_made_for_a_user_does_not_act_for_a_new_account_of_that_name(
+    tmp_path: Path, reused_name: User
+) -> None:
+    with users_service(tmp_path) as service:
+        old_token = service.cli("token", "create", NAME).stdout.strip()
+        tcp = {"AISCHED_SERVER": service.url, "AISCHED_TOKEN": old_token}
+        listed = reused_name.aisched("token", "list", "--json", env=tcp)
+        assert listed.returncode == 0, listed.stderr
+        token_id = json.loads(listed.stdout)[0]["id"]
+        old_uid = reused_name.uid
+        with machine_lock("users"):
+            _delete()
+            newcomer = _make(_free_uid(old_uid))
+
+        refused = newcomer.aisched("token", "list", "--json", env=tcp)
+        assert refused.returncode != 0
+        assert (
+            f"token {token_id} was made for {NAME} as uid {old_uid}, and {NAME} is uid "
+            f"{newcomer.uid} now" in refused.stderr
+        )
+        # The dashboard's sign-in takes it no more than the API does.
+        login = httpx.post(
+            f"{service.url}/login",
+            data={"token": old_token},
+            headers={"Origin": service.url, "Sec-Fetch-Site": "same-origin"},
+        )
+        assert login.status_code == 401
+        # A token made for the new account is the new account's.
+        new_token = service.cli("token", "create", NAME).stdout.strip()
+        tcp["AISCHED_TOKEN"] = new_token
+        assert newcomer.aisched("token", "list", "--json", env=tcp).returncode == 0
+
+        with machine_lock("users"):
+            _delete()
+        gone = httpx.get(f"{service.url}/v1/info", headers={"Authorization": f"Bearer {new_token}"})
+        assert gone.status_code == 401
+        assert f"and {NAME} has no account here now" in gone.json()["error"]

@@ -87,9 +87,11 @@ def _identify(
         )
     try:
         info = verify(svc.store, secret, time.time())
-    except tokens.TokenRefused:
+    except tokens.TokenRefused as e:
         charge_unidentified(request)
-        raise Unauthorized("the token is not valid (unknown, revoked or expired)") from None
+        raise Unauthorized(
+            str(e) or "the token is not valid (unknown, revoked or expired)"
+        ) from None
     who = _charged(request, from_token(info.user, info.admin, svc.admins))
     if info.read_only and request.method not in READS:
         # Here, where every route learns who calls: no route can forget to check it.

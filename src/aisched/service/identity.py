@@ -92,6 +92,14 @@ def from_token(user: str, admin: bool, admins: Admins) -> Caller:
     )
 
 
+def local_uid(user: str) -> int | None:
+    """The uid of the account `user` names on this machine, or None where it names none."""
+    try:
+        return pwd.getpwnam(user).pw_uid
+    except KeyError:
+        return None
+
+
 def user_name(uid: int) -> str:
     """The account name of `uid`, or `uid:N` for a uid the user database does not know."""
     try:

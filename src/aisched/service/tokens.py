@@ -10,6 +10,12 @@ port of it, so to whatever page another local user serves there, who could then 
 token itself and act as its user. The cookie names the token and carries an HMAC keyed with
 its digest (`dashboard_cookie`): it is checked against the stored digest, stands only for the
 dashboard's reads (`service/auth.py`), and is no token anywhere else.
+
+A token names its user, and an account is a uid: the uid the name had when the token was made
+is kept with it (in the `meta` table, under `token_uid:ID`, so that the tokens table keeps its
+schema), and the token is refused once the name names another uid or none (the
+account deleted, its name given to someone else). A token made for a name with no account on
+this machine, or before uids were kept, has none and is not bound.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
-from aisched.store.db import Row, Store
+from aisched.service.identity import local_uid
+from aisched.store.db import Row, Store, Tx
 
 PREFIX = "ais_"
 COOKIE_PREFIX = "aisd_"
@@ -31,10 +38,16 @@ class TokenInfo:
     user: str
     admin: bool
     read_only: bool = False
+    uid: int | None = None  # its user's uid when it was made (None: not known, not bound)
 
 
 class TokenRefused(Exception):
-    """The bearer token is unknown, revoked or expired (the message does not say which)."""
+    """The bearer token is unknown, revoked or expired (the message does not say which), or
+    its user's name names another account now (the message says so: `TokenAccountGone`)."""
+
+
+class TokenAccountGone(TokenRefused):
+    """The token's user name names another uid than when the token was made, or none."""
 
 
 def digest(secret: str) -> str:
@@ -52,7 +65,8 @@ def create(
     note: str | None = None,
     read_only: bool = False,
 ) -> tuple[str, Row]:
-    """A new token for `user`: returns (the secret, shown once; its stored row)."""
+    """A new token for `user`, bound to the uid the name has here now (if any): returns (the
+    secret, shown once; its stored row)."""
     secret = PREFIX + secrets.token_urlsafe(32)
     row: Row = {
         "id": secrets.token_hex(4),
@@ -66,9 +80,21 @@ def create(
         "revoked_at": None,
         "note": note,
     }
+    uid = local_uid(user)
     with store.tx() as tx:
         tx.add_token(row)
+        if uid is not None:
+            tx.set_meta(_uid_key(row["id"]), uid)
     return secret, row
+
+
+def _uid_key(token_id: str) -> str:
+    return f"token_uid:{token_id}"
+
+
+def _uid_of(tx: Tx, row: Row | None) -> int | None:
+    got = None if row is None else tx.get_meta(_uid_key(row["id"]))
+    return None if got is None else int(got)
 
 
 def verify(store: Store, secret: str, now: float) -> TokenInfo:
@@ -76,7 +102,8 @@ def verify(store: Store, secret: str, now: float) -> TokenInfo:
         raise TokenRefused
     with store.read() as tx:
         row = tx.token_by_digest(digest(secret))
-    return _live(row, now)
+        uid = _uid_of(tx, row)
+    return _live(row, now, uid)
 
 
 def dashboard_cookie(secret: str, token_id: str) -> str:
@@ -91,23 +118,32 @@ def verify_cookie(store: Store, cookie: str, now: float) -> TokenInfo:
         raise TokenRefused
     with store.read() as tx:
         row = tx.token_by_id(token_id)
+        uid = _uid_of(tx, row)
     if row is None or not hmac.compare_digest(_cookie_mac(row["digest"]), mac):
         raise TokenRefused
-    return _live(row, now)
+    return _live(row, now, uid)
 
 
 def _cookie_mac(token_digest: str) -> str:
     return hmac.new(token_digest.encode(), b"aisched dashboard cookie", "sha256").hexdigest()
 
 
-def _live(row: Row | None, now: float) -> TokenInfo:
+def _live(row: Row | None, now: float, uid: int | None) -> TokenInfo:
     if row is None or row["revoked_at"] is not None:
         raise TokenRefused
     if row["expires_at"] is not None and row["expires_at"] <= now:
         raise TokenRefused
+    if uid is not None and (now_uid := local_uid(row["user"])) != uid:
+        now_is = "has no account here" if now_uid is None else f"is uid {now_uid}"
+        raise TokenAccountGone(
+            f"token {row['id']} was made for {row['user']} as uid {uid}, and {row['user']} "
+            f"{now_is} now (the account was deleted or its name given to another): it is "
+            "refused; an admin may make a new one"
+        )
     return TokenInfo(
         id=row["id"],
         user=row["user"],
         admin=bool(row["admin"]),
         read_only=bool(row.get("read_only")),
+        uid=uid,
     )
