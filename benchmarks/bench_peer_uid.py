@@ -66,8 +66,7 @@ def measure(sizes: list[int], port: int) -> list[str]:
         local, client = accepted.getsockname(), accepted.getpeername()
         assert owners.uid(local, client) == me and peer_uid(accepted) == me
         netlink_us = cpu_us_per_call(partial(owners.uid, local, client), 2000)
-        mine, theirs = accepted.getsockname()[1], accepted.getpeername()[1]
-        scan = partial(peer_uid_in_tables, mine, theirs)
+        scan = partial(peer_uid_in_tables, local, client)
         scan_us = cpu_us_per_call(scan, max(5, 20_000 // size))
         sockets = len(Path("/proc/net/tcp").read_text().splitlines()) - 1
         rows.append(

@@ -640,7 +640,7 @@ while True:
 """
 
 
-@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0", "[::ffff:127.0.0.1]"])
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0", "[::ffff:127.0.0.1]", "localhost"])
 def test_the_cli_sends_nothing_to_another_users_server_on_the_loopback(
     local_users: dict[str, User], host: str
 ) -> None:
@@ -669,6 +669,84 @@ def test_the_cli_sends_nothing_to_another_users_server_on_the_loopback(
         f"error: {url} is served by a process of {bob.name}, not by root's aisched or yours: "
         "nothing (no token, no job) is sent to it (--server or AISCHED_SERVER choose another)\n"
     )
+
+
+# Run as a user: a server on a free loopback port that resets every other connection it is
+# given (the first of each CLI run that makes two: one to check whose it is, then the request)
+# and answers the others as IMPOSTOR does; with argv[1] == "defer", its listener has
+# TCP_DEFER_ACCEPT: a connection stays unaccepted until its first data, and the kernel names
+# no owner (uid 0) for an unaccepted one.
+RESETTER = r"""
+import socket, struct, sys
+srv = socket.socket()
+if sys.argv[1] == "defer":
+    srv.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, 30)
+srv.bind(("127.0.0.1", 0))
+srv.listen()
+print(srv.getsockname()[1], flush=True)
+for n in range(1_000_000):
+    conn, _ = srv.accept()
+    if n % 2 == 0:
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()  # a reset: its socket is gone at once
+        continue
+    conn.settimeout(5)
+    try:
+        got = conn.recv(65536)
+        print(repr(got), flush=True)
+        if got:
+            conn.sendall(b'HTTP/1.1 200 OK\r\ncontent-length: 11\r\n\r\n{"jobs":[]}')
+    except OSError:
+        pass
+    conn.close()
+"""
+
+
+@pytest.mark.parametrize("listener", ["defer", "plain"])
+def test_the_cli_checks_the_connection_it_sends_on_and_refuses_an_unknown_owner(
+    local_users: dict[str, User], listener: str
+) -> None:
+    """The CLI checked whose process served a loopback port on a connection made for it, then
+    sent the request on another, and went on when the kernel named no owner. Another user's
+    listener that reset that first connection (gone before it was looked up: no owner) was
+    sent the token on the second in 3 runs out of 5; one with TCP_DEFER_ACCEPT was sent it
+    every time (the kernel names uid 0, root's, for a connection not yet accepted). Now the
+    connection the request goes on is the one checked, and an unknown owner is refused."""
+    alice, bob = local_users["alice"], local_users["bob"]
+    impostor = subprocess.Popen(
+        bob.cmd(bob.python, "-c", RESETTER, listener), stdout=subprocess.PIPE, text=True
+    )
+    assert impostor.stdout is not None
+    try:
+        url = f"http://127.0.0.1:{int(impostor.stdout.readline())}"
+        runs = [
+            alice.aisched("jobs", env={"AISCHED_SERVER": url, "AISCHED_TOKEN": "ais_alices"})
+            for _ in range(4)
+        ]
+    finally:
+        impostor.kill()
+        sent, _ = impostor.communicate(timeout=30)
+    assert "ais_alices" not in sent and "GET" not in sent
+    bobs = (
+        f"error: {url} is served by a process of {bob.name}, not by root's aisched or yours: "
+        "nothing (no token, no job) is sent to it (--server or AISCHED_SERVER choose another)\n"
+    )
+    unknown = (
+        f"error: {url}: cannot tell whose process serves it (the kernel names no owner for the "
+        "connection: it was closed at once, or is served from another network namespace): "
+        "nothing (no token, no job) is sent to it (--server or AISCHED_SERVER choose another)\n"
+    )
+    unreachable = (
+        f"error: cannot reach the aisched service at {url} (ConnectError); is `aisched up` "
+        "running? (--server or AISCHED_SERVER choose another)\n"
+    )
+    for proc in runs:
+        assert proc.returncode == 1, (proc.stdout, proc.stderr)
+        # Reset as it was connected (a connection that failed), or as it was looked up (no
+        # owner), or after (bob's). A deferred connection is bob's, reset or not.
+        assert proc.stderr in ((bobs,) if listener == "defer" else (bobs, unknown, unreachable))
+    if listener == "plain":  # every other run was given a connection that bob answers
+        assert [proc.stderr for proc in runs[1::2]] == [bobs, bobs]
 
 
 # Run as a user: IMPOSTOR on a Unix socket at argv[1] (a name in a shared directory).

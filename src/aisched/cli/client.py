@@ -5,10 +5,11 @@ Where the service is: `--server`, else `$AISCHED_SERVER` (either `unix:PATH` or
 `$AISCHED_HOME/server.json`, else the system service's socket (`/run/aisched/aisched.sock`),
 else the default loopback port. On a Unix socket the service knows who we are from the kernel;
 over TCP we send a token: `$AISCHED_TOKEN`, else the file `$AISCHED_TOKEN_FILE` or
-`$AISCHED_HOME/token`, which must be private (0600). A server on this machine's loopback is
-sent nothing unless root or this user runs it: any local user may listen on a free port (the
-default one too, while the system service is down), and would get the token, the commands
-and the `--env` values sent to it. Every failure becomes a `CLIError` with the
+`$AISCHED_HOME/token`, which must be private (0600). A server on this machine is sent nothing
+unless root or this user runs it, checked on each connection before it is used
+(`owned_connections`): any local user may listen on a free port (the default one too, while
+the system service is down), and would get the token, the commands and the `--env` values
+sent to it. Every failure becomes a `CLIError` with the
 service's own message (its `Problem` lines), never a traceback.
 
 Several instances (docs/ha.md): `--server` and `$AISCHED_SERVER` take a comma-separated list.
@@ -37,9 +38,8 @@ from typing import Any
 import httpx
 
 from aisched.cli.errors import EXIT_FAILURE, CLIError, NotSent, answered
+from aisched.cli.owned_connections import OwnerCheckedTransport
 from aisched.service.defaults import DEFAULT_PORT, SYSTEM_SOCKET, default_home
-from aisched.service.identity import user_name
-from aisched.service.listeners import accepting_uid, on_this_machine, serving_uid
 
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 UNIX = "unix:"
@@ -134,18 +134,23 @@ class Client:
         if url == UNIX:
             raise CLIError(f"--server {url}: give the socket's path after unix:")
         if url.startswith(UNIX):
-            _check_socket_owner(url, self.timeout_s)
             # The host is a placeholder: the transport goes to the socket.
-            transport = httpx.HTTPTransport(uds=url[len(UNIX) :])
+            transport = OwnerCheckedTransport(url, uds=url[len(UNIX) :])
             self.http = httpx.Client(
                 transport=transport, base_url="http://aisched", timeout=self.timeout_s
             )
         elif url.startswith(("http://", "https://")):
-            _check_loopback_owner(url, self.timeout_s)
             token = read_token()
             headers = {"Authorization": f"Bearer {token}"} if token else {}
             try:
-                self.http = httpx.Client(base_url=url, timeout=self.timeout_s, headers=headers)
+                # Given a transport, httpx takes no proxy from the environment: the
+                # connection checked is the one the request goes on.
+                self.http = httpx.Client(
+                    transport=OwnerCheckedTransport(url),
+                    base_url=url,
+                    timeout=self.timeout_s,
+                    headers=headers,
+                )
             except httpx.InvalidURL as e:
                 raise CLIError(f"--server {url}: not a valid URL: {e}") from None
         elif url.startswith("/"):
@@ -350,40 +355,6 @@ class Client:
                     raise _refused(r, self.url)
                 yield from r.iter_text()
                 return
-
-
-def _check_loopback_owner(url: str, timeout_s: float) -> None:
-    """CLIError when `url` is on this machine (its loopback, or any of its addresses or names)
-    and another user's process (neither root's nor ours) accepts its connections. Asked of a
-    connection made for it just before the client's own: a port's owner changes only when its
-    listener closes."""
-    try:
-        parsed = httpx.URL(url)
-    except httpx.InvalidURL:
-        return  # said by the client, which is made next
-    host = parsed.host
-    if not on_this_machine(host):
-        return
-    port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    _refuse_another_users(url, accepting_uid(host, port, min(timeout_s, 5.0)))
-
-
-def _check_socket_owner(url: str, timeout_s: float) -> None:
-    """CLIError when another user's process (neither root's nor ours) listens on the Unix
-    socket of `url`: a name in /tmp, say, that its owner's service left and another user took.
-    Asked of a connection made for it just before the client's own: in a sticky directory no
-    other user may replace our socket, and a socket of root's or ours is where it is."""
-    _refuse_another_users(url, serving_uid(url[len(UNIX) :], min(timeout_s, 5.0)))
-
-
-def _refuse_another_users(url: str, uid: int | None) -> None:
-    if uid is None or uid in (0, os.geteuid()):
-        return
-    raise CLIError(
-        f"{url} is served by a process of {user_name(uid)}, not by root's aisched or yours: "
-        "nothing (no token, no job) is sent to it (--server or AISCHED_SERVER choose another)",
-        EXIT_FAILURE,
-    )
 
 
 def _retry_after(r: httpx.Response) -> float | None:

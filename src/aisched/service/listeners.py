@@ -3,7 +3,10 @@ kernel made for it, read from the kernel's socket tables (`/proc/net/tcp`, `/pro
 which every process may read. The autoscaler asks before it takes a replica's port as the
 replica's: a port is free between the service choosing it and the replica binding it, and
 after a replica dies, so another local user could bind it first and answer its probes and
-scrapes.
+scrapes. The CLI asks of each connection it makes to this machine before it writes to it
+(`cli/owned_connections.py`). The kernel names no owner for a connection its listener has not
+accepted yet, nor for one in TIME_WAIT (it answers uid 0, root's): such an answer is not
+taken; the tables name a waiting connection's listener.
 
 `ClientOwners` asks the other way round, for the service's own listener: which local user
 owns the CLIENT socket of a loopback connection it accepted (`service/protocol.py` counts the
@@ -25,10 +28,9 @@ import socket
 import struct
 import threading
 
-from aisched.service.identity import peer_credentials
-
 TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
 LISTEN = "0A"  # the kernel's TCP_LISTEN, as the tables write states
+TIME_WAIT = "06"
 
 # linux/netlink.h, linux/sock_diag.h, linux/inet_diag.h
 NETLINK_SOCK_DIAG = 4
@@ -39,6 +41,11 @@ NLMSG_ERROR = 2
 NLMSG_DONE = 3
 INET_DIAG_NOCOOKIE = 0xFFFFFFFF
 TCP_LISTEN = 10
+# Sockets the kernel names no owner for (it answers uid 0, as for root's): a connection in
+# TIME_WAIT, and one the listener's side has not accepted yet, kept as a request, not a
+# socket (answered as SYN_RECV with no inode; with TCP_DEFER_ACCEPT, until its first data).
+TCP_SYN_RECV = 3
+TCP_TIME_WAIT = 6
 _HEADER = struct.Struct("=IHHII")  # nlmsghdr: length, type, flags, sequence, port id
 _REQUEST = struct.Struct("=BBBxI")  # inet_diag_req_v2: family, protocol, extensions, states
 _ID_ADDRESS = struct.Struct(">HH16s16s")  # inet_diag_sockid: ports and addresses, big-endian
@@ -61,29 +68,24 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def on_this_machine(host: str) -> bool:
-    """Whether a connection to `host` (a name or an address) reaches this machine: its name
-    resolves to the loopback, to an address of one of its interfaces, or to the unspecified
-    address (0.0.0.0 and :: connect here). Another local user may be listening there."""
-    if is_loopback(host):
-        return True
+def is_this_machines(address: str) -> bool:
+    """Whether a connection to `address` (an IP address, as a connected socket names its peer)
+    reaches this machine: its loopback, the unspecified address (0.0.0.0 and :: connect here),
+    or an address of one of its interfaces. Another local user may be listening there."""
     try:
-        found = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
-    except (OSError, UnicodeError):
-        return False  # unresolvable: the connection fails, and says so
-    import psutil  # here: a CLI command that names no server by address never needs it
+        peer = _plain(ipaddress.ip_address(address.split("%")[0]))
+    except ValueError:
+        return False
+    if peer.is_loopback or peer.is_unspecified:
+        return True
+    import psutil  # here: a connection to the loopback never needs it
 
-    mine = {
+    return peer in {
         _plain(ipaddress.ip_address(a.address.split("%")[0]))
         for addresses in psutil.net_if_addrs().values()
         for a in addresses
         if a.family in (socket.AF_INET, socket.AF_INET6)
     }
-    for *_, sockaddr in found:
-        address = _plain(ipaddress.ip_address(str(sockaddr[0]).split("%")[0]))
-        if address.is_loopback or address.is_unspecified or address in mine:
-            return True
-    return False
 
 
 def _plain(address: IPAddress) -> IPAddress:
@@ -106,34 +108,28 @@ def accepting_uid(host: str, port: int, timeout_s: float) -> int | None:
         return None
 
 
-def serving_uid(path: str, timeout_s: float) -> int | None:
-    """The uid of the process that listens on the Unix socket at `path` (the kernel's
-    SO_PEERCRED of a connection made and closed at once), or None when nothing accepts one."""
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(timeout_s)
-            sock.connect(path)
-            return peer_credentials(sock).uid
-    except OSError:
-        return None
-
-
 def peer_uid(sock: socket.socket, tables: tuple[str, ...] = TABLES) -> int | None:
     """The uid that owns the other end of a connected TCP socket to this machine: the socket
     the kernel made for it on the listening side (which has its listener's owner), or None
-    when it is not in this machine's tables (another network namespace, another machine).
-    Asked of the kernel for exactly that socket (`ClientOwners.owner`); where it cannot be
-    asked, or does not answer, looked for in the tables (a scan whose cost grows with every
-    socket open here, which one user could multiply)."""
-    mine, theirs = sock.getsockname()[:2], sock.getpeername()[:2]
+    when it is not in this machine's tables (another network namespace, another machine, or
+    closed already). Asked of the kernel for exactly that socket (`ClientOwners.owner`);
+    where it cannot be asked, or does not answer, looked for in the tables (a scan whose cost
+    grows with every socket open here, which one user could multiply)."""
+    mine, theirs = _address(sock.getsockname()), _address(sock.getpeername())
     with _PEERS_LOCK:  # one netlink socket for every thread that asks
         uid = _PEERS.owner(theirs, mine)
-    return uid if uid is not None else peer_uid_in_tables(mine[1], theirs[1], tables)
+    return uid if uid is not None else peer_uid_in_tables(mine, theirs, tables)
 
 
-def peer_uid_in_tables(mine: int, theirs: int, tables: tuple[str, ...] = TABLES) -> int | None:
-    """`peer_uid` from the tables alone: the owner of the socket from port `theirs` to port
-    `mine`."""
+def peer_uid_in_tables(
+    mine: tuple[str, int], theirs: tuple[str, int], tables: tuple[str, ...] = TABLES
+) -> int | None:
+    """`peer_uid` from the tables alone: the owner of the socket at `theirs` (address and
+    port) connected to `mine`. A connection not yet accepted is listed with its listener's
+    owner; one in TIME_WAIT with uid 0 (the kernel keeps no owner for it), so it is no
+    answer: its process closed it, and it takes nothing more."""
+    want = (_plain(ipaddress.ip_address(theirs[0])), theirs[1])
+    to = (_plain(ipaddress.ip_address(mine[0])), mine[1])
     for table in tables:
         try:
             with open(table, encoding="ascii") as f:
@@ -142,14 +138,28 @@ def peer_uid_in_tables(mine: int, theirs: int, tables: tuple[str, ...] = TABLES)
             continue
         for line in lines:
             fields = line.split()
-            if len(fields) > 7 and (_port(fields[1]), _port(fields[2])) == (theirs, mine):
+            if (
+                len(fields) > 7
+                and fields[3] != TIME_WAIT
+                and (_endpoint(fields[1]), _endpoint(fields[2])) == (want, to)
+            ):
                 return int(fields[7])
     return None
 
 
-def _port(address: str) -> int:
-    """The port of a table's `HEXADDR:HEXPORT`."""
-    return int(address.rpartition(":")[2], 16)
+def _address(sockname: tuple[str, int] | tuple[str, int, int, int]) -> tuple[str, int]:
+    """An AF_INET or AF_INET6 socket's address and port, without IPv6's flow and scope."""
+    return str(sockname[0]).partition("%")[0], int(sockname[1])
+
+
+def _endpoint(field: str) -> tuple[IPAddress, int]:
+    """A table's `HEXADDR:HEXPORT`: the address is written 32 bits at a time, each in this
+    machine's byte order."""
+    hex_address, _, hex_port = field.rpartition(":")
+    raw = bytes.fromhex(hex_address)
+    words = [raw[i : i + 4] for i in range(0, len(raw), 4)]
+    packed = b"".join(struct.pack("=I", int.from_bytes(w, "big")) for w in words)
+    return _plain(ipaddress.ip_address(packed)), int(hex_port, 16)
 
 
 def uid_of(user: str, default: int) -> int:
@@ -205,9 +215,11 @@ class ClientOwners:
             return None
         for kind, body in answer:
             if kind == SOCK_DIAG_BY_FAMILY and len(body) >= _MESSAGE.size:
-                _, state, _, _, sockid, _, _, _, uid, _ = _MESSAGE.unpack_from(body)
+                _, state, _, _, sockid, _, _, _, uid, inode = _MESSAGE.unpack_from(body)
                 sport, dport = _ID_ADDRESS.unpack_from(sockid)[:2]
-                if state != TCP_LISTEN and (sport, dport) == (source[1], destination[1]):
+                if state in (TCP_LISTEN, TCP_TIME_WAIT) or (state == TCP_SYN_RECV and not inode):
+                    continue  # no owner named: its uid 0 is not root's
+                if (sport, dport) == (source[1], destination[1]):
                     return int(uid)
         return None
 

@@ -138,3 +138,38 @@ def test_the_process_accepting_a_connection_is_named_by_the_kernel_not_a_table_s
     finally:
         proc.stdin.close()
         proc.wait(10)
+
+
+# Run as another user: listen on HOST with TCP_DEFER_ACCEPT (a connection stays a request,
+# unaccepted, until its first data), print the port, hold it until stdin closes.
+DEFERRING_SERVER = """
+import socket, sys
+s = socket.socket(socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET)
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, 30)
+s.bind((sys.argv[1], 0))
+s.listen()
+print(s.getsockname()[1], flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("runuser") is None, reason="needs root and runuser"
+)
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+def test_a_connection_not_yet_accepted_is_its_listeners_not_roots(host: str) -> None:
+    # The kernel answers uid 0 for a connection kept as a request (no socket yet): it was
+    # taken for root's, so the CLI sent its token to another user's listener that deferred
+    # accepting. The tables name the request's listener.
+    proc = subprocess.Popen(
+        ["runuser", "-u", "nobody", "--", "/usr/bin/python3", "-c", DEFERRING_SERVER, host],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        port = int(proc.stdout.readline())
+        with socket.create_connection((host, port)) as conn:
+            assert peer_uid(conn) == pwd.getpwnam("nobody").pw_uid
+    finally:
+        proc.stdin.close()
+        proc.wait(10)
