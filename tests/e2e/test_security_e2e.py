@@ -9,8 +9,10 @@ address needs TLS; oversized and over-deep bodies are refused without cost to th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import select
 import shutil
 import socket
 import ssl
@@ -28,7 +30,7 @@ import pytest
 from harness import Service, free_port, local_service, wait_for
 from users import GROUP, User
 
-from aisched.service.protocol import HEADER_TIMEOUT_S
+from aisched.service.protocol import HEADER_TIMEOUT_S, MAX_HEAD_BYTES
 
 CONFIG = f"""
 queues:
@@ -447,6 +449,50 @@ def test_a_client_that_never_finishes_its_headers_is_disconnected(service: Servi
         conn.settimeout(HEADER_TIMEOUT_S + 20)
         assert conn.recv(1) == b""  # closed by the service (a time-out would raise instead)
     assert service.api.get("/v1/healthz").json() == service.alive_leader()
+
+
+def _send_head(port: int, head: bytes, pad: int) -> bytes:
+    """Send `head`, then `pad` bytes of one header's value 64 KiB at a time, never the blank
+    line that ends the headers, stopping once the service answers; what it answered, read
+    until it closes the connection (its reset, once it has answered, ends it too)."""
+    with socket.create_connection(("127.0.0.1", port)) as conn:
+        conn.sendall(head)
+        conn.settimeout(HEADER_TIMEOUT_S + 20)
+        sent = 0
+        with contextlib.suppress(OSError):  # closed by the service as it sends
+            while sent < pad and not select.select([conn], [], [], 0)[0]:
+                conn.sendall(b"a" * (1 << 16))
+                sent += 1 << 16
+        answer = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := conn.recv(65536):
+                answer += chunk
+        return answer
+
+
+def test_a_request_head_over_64_kib_is_answered_431_and_closed(service: Service) -> None:
+    """The service read a request's head (its request line and headers) without a bound until
+    it ended: 64 connections each sending a header of 16 MB (never finished) took its memory
+    from 129 MB to 1.1 GB, before any token was asked for. A head over MAX_HEAD_BYTES is
+    answered 431 and its connection closed, as soon as it is over; the service goes on
+    answering, and a head under the bound is read as ever."""
+    start = b"GET /v1/healthz HTTP/1.1\r\nHost: localhost\r\nX-Pad: "
+    answer = _send_head(service.port, start, 1 << 20)
+    status, _, rest = answer.partition(b"\r\n")
+    assert status == b"HTTP/1.1 431 Request Header Fields Too Large", answer[:200]
+    assert json.loads(rest.partition(b"\r\n\r\n")[2]) == {
+        "error": f"request head too large: its request line and headers are over "
+        f"{MAX_HEAD_BYTES // 1024} KiB, the most this service reads before they end",
+        "problems": [],
+    }
+    assert service.api.get("/v1/healthz").json() == service.alive_leader()
+    # Just under the bound, and a body far over it (the bound is the head's): read as ever.
+    pad = b"a" * (MAX_HEAD_BYTES - len(start) - 200)
+    with socket.create_connection(("127.0.0.1", service.port)) as conn:
+        conn.sendall(start + pad + b"\r\nConnection: close\r\n\r\n")
+        assert conn.makefile("rb").readline() == b"HTTP/1.1 200 OK\r\n"
+    big = service.api.post("/v1/jobs", content=b"{" + b" " * (4 * MAX_HEAD_BYTES) + b"}")
+    assert big.status_code == 422, big.text
 
 
 # Run as a user: hold `n` connections to the service (its socket's path, or HOST:PORT with a
