@@ -30,6 +30,7 @@ import pytest
 from harness import Service, free_port, local_service, wait_for
 from users import GROUP, User
 
+from aisched.service.defaults import FOLLOW_STOPPED
 from aisched.service.protocol import HEADER_TIMEOUT_S, MAX_HEAD_BYTES
 
 CONFIG = f"""
@@ -977,3 +978,47 @@ def test_a_socket_another_user_left_is_named_as_theirs(
     finally:
         shutil.rmtree(shared, ignore_errors=True)
         shutil.rmtree(alice.home / f"svc-{mode}-{shared.name}", ignore_errors=True)
+
+
+def _follow_as(svc: Service, token: str, job_id: str) -> subprocess.Popen[str]:
+    """`aisched logs -f JOB` over TCP with `token`, once it has shown the job's first line."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aisched", "logs", "-f", job_id],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**svc.env(), "AISCHED_SERVER": svc.url, "AISCHED_TOKEN": token},
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "started\n"
+    return proc
+
+
+def test_a_followed_log_stops_when_its_token_is_revoked_or_expires(service: Service) -> None:
+    """A followed log used to stream until its job ended, whatever became of the token that
+    asked for it: checked once, at the start."""
+    job_id = service.run("--", "sh", "-c", "echo started; sleep 120")
+    service.wait_state(job_id, "running")
+    token = service.cli("token", "create", "root", "--note", "follow").stdout.strip()
+    token_id = json.loads(service.cli("token", "list", "--json").stdout)[-1]["id"]
+    follower = _follow_as(service, token, job_id)
+    try:
+        service.cli("token", "revoke", token_id)
+        out, err = follower.communicate(timeout=30)
+    finally:
+        follower.kill()
+    assert (follower.returncode, out) == (2, FOLLOW_STOPPED)  # refused, as any 401
+    assert "the token is not valid (unknown, revoked or expired)" in err
+
+    # Through the API itself, with a token that expires as the log streams.
+    expiring = service.cli("token", "create", "root", "--expires", "3s").stdout.strip()
+    with httpx.stream(
+        "GET",
+        f"{service.url}/v1/jobs/{job_id}/logs",
+        params={"follow": "true"},
+        headers={"Authorization": f"Bearer {expiring}"},
+        timeout=30,
+    ) as r:
+        assert r.status_code == 200
+        assert "".join(r.iter_text()) == "started\n" + FOLLOW_STOPPED
+    assert service.job(job_id)["state"] == "running"  # the job goes on; only the stream ended

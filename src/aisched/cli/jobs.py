@@ -32,7 +32,7 @@ from aisched.cli.eta import clock, eta_words, waiting_words
 from aisched.cli.options import whole
 from aisched.cli.printable import TerminalOutput, plain, printable
 from aisched.model.resources import describe_mib
-from aisched.service.defaults import MAX_LIST_LIMIT
+from aisched.service.defaults import FOLLOW_STOPPED, MAX_LIST_LIMIT
 from aisched.spec.errors import MAX_JOB_FILE, SpecError, read_text_file
 from aisched.spec.job_common import (
     MAX_REPLICAS,
@@ -641,11 +641,17 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if args.follow:
         params["follow"] = "true"
     # Streamed either way: a gang's log can be gigabytes, which one string held several times.
+    tail = ""  # the end of what came, for the service's last word on a followed log
     for chunk in client.stream(f"/v1/jobs/{args.id}/logs", params):
         sys.stdout.write(chunk if shown is None else shown.feed(chunk))
         sys.stdout.flush()
+        tail = (tail + chunk)[-len(FOLLOW_STOPPED) :]
     if shown is not None:
         sys.stdout.write(shown.close())
+    if args.follow and tail == FOLLOW_STOPPED:
+        # The service stopped following: the token went. Its refusal of this says so and
+        # fails; a job that merely printed that line last is shown as ended.
+        client.request("GET", f"/v1/jobs/{args.id}")
     return 0
 
 

@@ -10,7 +10,9 @@ cannot send across origins without the service's consent, which it never gives.
 `/v1/healthz` and `/v1/readyz` need none of these. Each identified caller's requests are
 charged here to their rate budget (`service/ratelimit.py`): past it, 429 with Retry-After. A
 missing or bad token is a 401; a caller without the right is a 403. Neither answer says
-whether the job asked about exists: identity is settled before any job is looked up.
+whether the job asked about exists: identity is settled before any job is looked up. An answer
+that goes on streaming (a followed log) asks `still_valid` as it goes: a token revoked or
+expired since the request began ends it, as it ends a dashboard session.
 
 Rules: a user acts on their own jobs; admins on all. Every job is listed for every caller
 (without its command, environment and logs, like `squeue`). A service that does not run as
@@ -92,6 +94,7 @@ def _identify(
         raise Unauthorized(
             str(e) or "the token is not valid (unknown, revoked or expired)"
         ) from None
+    request.state.credential = (verify, secret)  # asked again by `still_valid`
     who = _charged(request, from_token(info.user, info.admin, svc.admins))
     if info.read_only and request.method not in READS:
         # Here, where every route learns who calls: no route can forget to check it.
@@ -99,6 +102,22 @@ def _identify(
             403, f"token {info.id} is read-only: it may read (GET), not {request.method}"
         )
     return who
+
+
+def still_valid(request: Request) -> bool:
+    """Whether the token (or dashboard cookie) `request` was identified by is still live: not
+    revoked, not expired. One indexed read of the store; call it from a worker thread. A
+    caller on the socket is the kernel's word for as long as its connection lasts."""
+    credential = getattr(request.state, "credential", None)
+    if credential is None:  # identified by the socket's peer
+        return True
+    verify, secret = credential
+    svc: Service = request.app.state.service
+    try:
+        verify(svc.store, secret, time.time())
+    except tokens.TokenRefused:
+        return False
+    return True
 
 
 def _charged(request: Request, who: Caller) -> Caller:

@@ -27,3 +27,7 @@ def default_socket() -> Path:
 
 # The most rows one listing (`/v1/jobs`, `/v1/audit`) returns; the CLI's `--limit` checks it too.
 MAX_LIST_LIMIT = 100_000
+
+# The last line of a followed log whose caller's token was revoked or expired as it streamed
+# (`service/routes/logs.py`); the CLI, seeing it last, says why it stopped and fails.
+FOLLOW_STOPPED = "--- stopped following: the token is no longer valid (revoked or expired) ---\n"

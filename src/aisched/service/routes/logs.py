@@ -10,6 +10,10 @@ Logs are streamed, a chunk at a time, never read whole: a job may have thousands
 with a log of `limits.log_max_size`, and one request (or a few at once) for all of them must
 not make the service hold their sum several times over. A line longer than `MAX_LINE` is sent
 in pieces of that size, each a line of its own where lines are prefixed with their task.
+
+A followed log outlives the check of its caller at the request's start, by as long as the job
+runs: the caller's token is checked again every `RECHECK_S` while it streams (`auth.still_valid`),
+and one revoked or expired since ends the stream with the line `FOLLOW_STOPPED`.
 """
 
 from __future__ import annotations
@@ -18,21 +22,24 @@ import asyncio
 import codecs
 import io
 import os
-from collections.abc import AsyncIterator, Iterator
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 
 from aisched.service.app import Service
-from aisched.service.auth import CallerDep, require_owner
+from aisched.service.auth import CallerDep, require_owner, still_valid
+from aisched.service.defaults import FOLLOW_STOPPED
 from aisched.service.routes.common import LIVE_STATES, audit, job_or_404, problem
 from aisched.service.schemas import Problem
 
 CHUNK = 1 << 16  # read from a log file at a time
 MAX_LINE = 1 << 20  # the longest line kept whole; a longer one is sent in pieces
+RECHECK_S = 1.0  # how often a followed log asks again whether its caller's token is live
 
 
 def logs_router(svc: Service) -> APIRouter:
@@ -46,6 +53,7 @@ def logs_router(svc: Service) -> APIRouter:
     def logs(  # not async: the store and the files are read in a worker thread
         job_id: str,
         who: CallerDep,
+        request: Request,
         task: str | None = None,
         attempt: Annotated[int | None, Query(ge=1)] = None,
         follow: bool = False,
@@ -66,7 +74,8 @@ def logs_router(svc: Service) -> APIRouter:
                 return problem(404, f"job {job_id} has no task {task!r} (its tasks: {tasks})")
             return StreamingResponse(_read_logs(named), media_type="text/plain; charset=utf-8")
         return StreamingResponse(
-            _follow_logs(svc, job_id, task, attempt), media_type="text/plain; charset=utf-8"
+            _follow_logs(svc, job_id, task, attempt, lambda: still_valid(request)),
+            media_type="text/plain; charset=utf-8",
         )
 
     return router
@@ -144,14 +153,25 @@ def _ended(part: str) -> bool:
 
 
 async def _follow_logs(
-    svc: Service, job_id: str, task: str | None, attempt: int | None
+    svc: Service,
+    job_id: str,
+    task: str | None,
+    attempt: int | None,
+    caller_valid: Callable[[], bool],
 ) -> AsyncIterator[bytes]:
     """Stream the logs of the current attempt as they grow; on a restart, go on with the next
-    attempt's; end when the job has ended and everything is sent."""
+    attempt's; end when the job has ended and everything is sent, or (with `FOLLOW_STOPPED`)
+    once `caller_valid` says no, asked every `RECHECK_S`."""
     shown = 0  # the attempt whose logs are being streamed
     offsets: dict[str, int] = {}
     partial: dict[str, bytes] = {}
+    checked = time.monotonic()
     while True:
+        if time.monotonic() - checked >= RECHECK_S:
+            if not await run_in_threadpool(caller_valid):
+                yield FOLLOW_STOPPED.encode()
+                return
+            checked = time.monotonic()
         row = await run_in_threadpool(_job, svc, job_id)
         if row is None:
             return
