@@ -3,6 +3,7 @@ admins (403), what others see of a job, the audit log, and the dashboard's login
 
 from __future__ import annotations
 
+import hmac
 import time
 from collections.abc import Callable, Iterator
 
@@ -157,6 +158,28 @@ def test_the_dashboard_cookie_reads_the_dashboard_and_acts_on_nothing(
     assert browser.get("/v1/jobs").status_code == 401
     assert browser.post("/v1/tokens", json={"user": "ana"}).status_code == 401
     assert client.get(f"/v1/jobs/{mine}").json()["state"] != "cancelled"
+
+
+def test_no_cookie_the_service_takes_can_be_made_from_the_database(
+    svc: Service, client: TestClient
+) -> None:
+    """The cookie's MAC was keyed with the token's digest, which the database holds: anyone
+    who read the database made a working cookie for every token. Now each cookie is checked
+    against what only the secret makes."""
+    secret = token_for(svc, "ana")
+    browser = TestClient(client.app)
+    assert browser.post("/login", content=f"token={secret}").status_code == 200
+    assert browser.get("/v1/dashboard").status_code == 200
+    with svc.store.read() as tx:
+        (row,) = tx.list_tokens("ana")
+    name, real = next(iter(browser.cookies.items()))
+    assert TestClient(client.app, cookies={name: real}).get("/v1/dashboard").status_code == 200
+    # All that the database has of the token (the cookie's digest: from schema 7).
+    for key in [k for k in (row["digest"], row.get("cookie_digest")) if k]:
+        mac = hmac.new(key.encode(), b"aisched dashboard cookie", "sha256").hexdigest()
+        for value in (mac, key):
+            leaked = TestClient(client.app, cookies={name: f"aisd_{row['id']}.{value}"})
+            assert leaked.get("/v1/dashboard").status_code == 401, (key, value)
 
 
 def test_the_login_form_is_refused_from_another_page_and_the_cookie_is_secure_over_tls(

@@ -32,6 +32,7 @@ from harness import (
 )
 
 from aisched.store.db import Store
+from aisched.store.schema import SCHEMA_VERSION
 from aisched.testing.postgres import PostgresServer
 
 MIB = 1 << 20
@@ -690,11 +691,12 @@ def test_a_newer_database_is_one_line(tmp_path: Path) -> None:
     import sqlite3
 
     con = sqlite3.connect(tmp_path / "state.db")
-    con.execute("UPDATE meta SET value = '7' WHERE key = 'schema'")
+    newer = SCHEMA_VERSION + 1
+    con.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (str(newer),))
     con.commit()
     con.close()
     assert one_line(up(tmp_path)).startswith(
-        f"error: {tmp_path / 'state.db'} was written by a newer aisched (schema version 7;"
+        f"error: {tmp_path / 'state.db'} was written by a newer aisched (schema version {newer};"
     )
 
 

@@ -553,7 +553,7 @@ def _login(svc: Service, secret: str, request: Request) -> Response:
     out = RedirectResponse("/", status_code=303)
     secure = request.url.scheme == "https"
     # Not the token: the browser sends it to every port of the host (`service/tokens.py`).
-    cookie = tokens.dashboard_cookie(secret.strip(), info.id)
+    cookie = tokens.login_cookie(svc.store, secret.strip(), info.id)
     out.set_cookie(
         cookie_name(request), cookie, httponly=True, samesite="strict", path="/", secure=secure
     )

@@ -8,14 +8,17 @@ Lookups are by digest, so no secret is ever compared byte by byte in Python.
 The dashboard's cookie is not the token: a browser sends the cookies of 127.0.0.1 to every
 port of it, so to whatever page another local user serves there, who could then send the
 token itself and act as its user. The cookie names the token and carries an HMAC keyed with
-its digest (`dashboard_cookie`): it is checked against the stored digest, stands only for the
-dashboard's reads (`service/auth.py`), and is no token anywhere else.
+the secret (`dashboard_cookie`); the store keeps only that MAC's SHA-256 (`cookie_digest`,
+written when the token is made, or at a login for a token older than it), so a leaked
+database yields no usable cookie either. (Its MAC used to be keyed with the token's digest,
+which the database holds.) The cookie stands only for the dashboard's reads
+(`service/auth.py`) and is no token anywhere else.
 
 A token names its user, and an account is a uid: the uid the name had when the token was made
-is kept with it (in the `meta` table, under `token_uid:ID`, so that the tokens table keeps its
-schema), and the token is refused once the name names another uid or none (the
-account deleted, its name given to someone else). A token made for a name with no account on
-this machine, or before uids were kept, has none and is not bound.
+is kept with it (in the `meta` table, under `token_uid:ID`), and the token is refused once the
+name names another uid or none (the account deleted, its name given to someone else). A token
+made for a name with no account on this machine, or before uids were kept, has none and is not
+bound.
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ def create(
     row: Row = {
         "id": secrets.token_hex(4),
         "digest": digest(secret),
+        "cookie_digest": digest(_cookie_mac(secret)),
         "user": user,
         "admin": int(admin),
         "read_only": int(read_only),
@@ -108,7 +112,20 @@ def verify(store: Store, secret: str, now: float) -> TokenInfo:
 
 def dashboard_cookie(secret: str, token_id: str) -> str:
     """What the dashboard's cookie holds for the token `secret` (of id `token_id`)."""
-    return f"{COOKIE_PREFIX}{token_id}.{_cookie_mac(digest(secret))}"
+    return f"{COOKIE_PREFIX}{token_id}.{_cookie_mac(secret)}"
+
+
+def login_cookie(store: Store, secret: str, token_id: str) -> str:
+    """`dashboard_cookie`, for a login with the verified token `secret`: its digest is
+    recorded for a token made before the store kept one (until then its cookies are
+    refused)."""
+    mac = _cookie_mac(secret)
+    with store.read() as tx:
+        row = tx.token_by_id(token_id)
+    if row is not None and row.get("cookie_digest") is None:  # a write only where needed
+        with store.tx() as tx:
+            tx.set_cookie_digest(token_id, digest(mac))
+    return f"{COOKIE_PREFIX}{token_id}.{mac}"
 
 
 def verify_cookie(store: Store, cookie: str, now: float) -> TokenInfo:
@@ -119,13 +136,18 @@ def verify_cookie(store: Store, cookie: str, now: float) -> TokenInfo:
     with store.read() as tx:
         row = tx.token_by_id(token_id)
         uid = _uid_of(tx, row)
-    if row is None or not hmac.compare_digest(_cookie_mac(row["digest"]), mac):
+    if row is None or row.get("cookie_digest") is None:
+        raise TokenRefused
+    if not hmac.compare_digest(row["cookie_digest"], digest(mac)):
         raise TokenRefused
     return _live(row, now, uid)
 
 
-def _cookie_mac(token_digest: str) -> str:
-    return hmac.new(token_digest.encode(), b"aisched dashboard cookie", "sha256").hexdigest()
+def _cookie_mac(secret: str) -> str:
+    """Keyed with the secret, which the service sees only when a token is made or sent, never
+    with anything it stores."""
+    key = secret.encode("utf-8", "surrogateescape")
+    return hmac.new(key, b"aisched dashboard cookie", "sha256").hexdigest()
 
 
 def _live(row: Row | None, now: float, uid: int | None) -> TokenInfo:

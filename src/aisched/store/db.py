@@ -648,6 +648,15 @@ class Tx:
         r = self.conn.execute(select(tokens).where(tokens.c.id == token_id)).mappings().first()
         return dict(r) if r is not None else None
 
+    def set_cookie_digest(self, token_id: str, cookie_digest: str) -> None:
+        """Records the digest of the token's dashboard cookie where it has none (a token made
+        before schema 8: the secret, which makes it, is seen again only at a login)."""
+        self.conn.execute(
+            update(tokens)
+            .where(tokens.c.id == token_id, tokens.c.cookie_digest.is_(None))
+            .values(cookie_digest=cookie_digest)
+        )
+
     def list_tokens(self, user: str | None = None) -> list[Row]:
         q = select(tokens).order_by(tokens.c.created_at)
         if user is not None:

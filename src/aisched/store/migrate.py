@@ -82,6 +82,13 @@ def _v6_to_v7(conn: Connection) -> None:
     _add_column(conn, "jobs", "quick_exits", "INTEGER NOT NULL DEFAULT 0")
 
 
+def _v7_to_v8(conn: Connection) -> None:
+    """Dashboard cookies checked against a digest of their own: their MAC was keyed with the
+    token's digest, which the database holds, so a leaked database made working cookies. The
+    older tokens' cookies stop working until their next login (`service.tokens`)."""
+    _add_column(conn, "tokens", "cookie_digest", "VARCHAR(64)")
+
+
 # The leader row a new database starts with: term 0, held by nobody, long expired.
 LEASE_ROW = {"id": 1, "holder": "", "address": "", "term": 0, "expires_at": 0.0}
 
@@ -93,6 +100,7 @@ MIGRATIONS: dict[int, Callable[[Connection], None]] = {
     4: _v4_to_v5,
     5: _v5_to_v6,
     6: _v6_to_v7,
+    7: _v7_to_v8,
 }
 
 

@@ -12,7 +12,8 @@ through the same definitions).
 - `events`: the append-only log of every state change, in commit order.
 - `meta`: the schema version (`store.migrate` brings an older database up to it).
 - `tokens`: API bearer tokens, stored only as a SHA-256 of the secret (the secret is shown
-  once, at creation). Written by the API threads, never by the loop: no job state lives here.
+  once, at creation), and of the dashboard cookie made from it (`service.tokens`). Written by
+  the API threads, never by the loop: no job state lives here.
 - `audit`: who did what to whose job and when (cancellations, admin actions, token changes);
   append-only, written by the API threads; rows older than `limits.keep_audit` are deleted
   (`service.retention`).
@@ -24,7 +25,7 @@ Changing a table means: bump `SCHEMA_VERSION` and add the step from the previous
 `store.migrate.MIGRATIONS` (`tests/unit/store/test_schema_versions.py` holds each version's
 columns and indexes, and fails on a change made without a new version). Version 6 changed no
 table: it adds `tokens.read_only` to the databases of the first releases of version 5. Version
-7 adds `jobs.quick_exits`.
+7 adds `jobs.quick_exits`, version 8 `tokens.cookie_digest`.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from sqlalchemy import (
     Text,
 )
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 metadata = MetaData()
 
@@ -143,6 +144,9 @@ tokens = Table(
     # Schema 5: a token that may only read (GET); its requests that would change anything are
     # refused whoever it names.
     Column("read_only", Integer, nullable=False, server_default="0"),
+    # Schema 8: the SHA-256 of the dashboard cookie's MAC, which only the secret makes; null
+    # for a token of an older version until its next dashboard login.
+    Column("cookie_digest", String(64)),
     Column("created_at", Float, nullable=False),
     Column("created_by", String(128), nullable=False),
     Column("expires_at", Float),

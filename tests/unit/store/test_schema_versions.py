@@ -18,7 +18,6 @@ JOBS = [
     "attained_gpu_s", "attempt", "attempt_started_at", "checkpoint_dir", "eta", "exit_code",
     "failures", "finished_at", "format", "id", "idempotency_key", "kind", "message", "name",
     "not_before", "predicted_s", "predicted_upper_s", "preemptions", "priority", "queue",
-    "quick_exits",
     "reason", "reason_code", "seq", "spec", "started_at", "state", "stopping", "submitted_at",
     "user", "waiting_for", "warnings",
 ]  # fmt: skip
@@ -34,7 +33,7 @@ TOKENS = [
 
 # Columns (sorted) and indexes (name, columns, unique) of every table, by schema version.
 SCHEMAS: dict[int, Tables] = {
-    7: {
+    6: {
         "audit": (
             ["action", "actor", "detail", "owner", "seq", "target", "time", "via"],
             [],
@@ -57,6 +56,10 @@ SCHEMAS: dict[int, Tables] = {
         "tokens": (TOKENS, []),
     },
 }
+# 7: a job's quick exits under `restart: always`.
+SCHEMAS[7] = {**SCHEMAS[6], "jobs": (sorted([*JOBS, "quick_exits"]), SCHEMAS[6]["jobs"][1])}
+# 8: the digest of each token's dashboard cookie (its MAC is keyed with the secret).
+SCHEMAS[8] = {**SCHEMAS[7], "tokens": (sorted([*TOKENS, "cookie_digest"]), [])}
 
 
 def tables_of(path: Path) -> Tables:

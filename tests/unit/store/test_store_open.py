@@ -226,3 +226,30 @@ def test_a_first_release_schema_5_database_gets_its_tokens_read_only(tmp_path: P
 def tables_of_new(tmp_path: Path) -> object:
     Store(url(tmp_path / "new.db")).close()
     return tables_of(tmp_path / "new.db")
+
+
+def test_a_schema_7_database_gets_cookie_digests_and_its_tokens_a_new_login(
+    tmp_path: Path,
+) -> None:
+    """Version 8 keeps a digest of each dashboard cookie; a token made before it has none, so
+    its old cookies are refused until a login with the token records one."""
+    db = tmp_path / "state.db"
+    store = Store(url(db))
+    secret, row = tokens.create(store, "alice", admin=False, created_by="test", now=1.0)
+    store.close()
+    con = sqlite3.connect(db)
+    con.execute("ALTER TABLE tokens DROP COLUMN cookie_digest")
+    con.execute("UPDATE meta SET value = '7' WHERE key = 'schema'")
+    con.commit()
+    con.close()
+    store = Store(url(db))
+    assert store.migration_note == (
+        f"migrated the state database from schema version 7 to {SCHEMA_VERSION}"
+    )
+    cookie = tokens.dashboard_cookie(secret, row["id"])
+    with pytest.raises(tokens.TokenRefused):
+        tokens.verify_cookie(store, cookie, now=2.0)
+    assert tokens.login_cookie(store, secret, row["id"]) == cookie
+    assert tokens.verify_cookie(store, cookie, now=2.0).user == "alice"
+    store.close()
+    assert tables_of(db) == tables_of_new(tmp_path)

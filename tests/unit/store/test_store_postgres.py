@@ -57,7 +57,7 @@ def states(store: Store) -> list[tuple[str, str]]:
         return [(r["id"], r["state"]) for r in tx.list_jobs()]
 
 
-def test_a_version_3_database_gets_the_lease_row_the_finished_index_and_read_only_tokens(
+def test_a_version_3_database_gets_the_lease_row_the_finished_index_and_its_tokens_columns(
     pg_server: PostgresServer,
 ) -> None:
     url = pg_server.create_database()
@@ -66,6 +66,7 @@ def test_a_version_3_database_gets_the_lease_row_the_finished_index_and_read_onl
         conn.execute(text("DROP TABLE leader"))
         conn.execute(text("DROP INDEX ix_jobs_finished"))
         conn.execute(text("ALTER TABLE tokens DROP COLUMN read_only"))
+        conn.execute(text("ALTER TABLE tokens DROP COLUMN cookie_digest"))
         conn.execute(
             text(
                 'INSERT INTO tokens (id, digest, "user", admin, created_at, '
@@ -84,6 +85,11 @@ def test_a_version_3_database_gets_the_lease_row_the_finished_index_and_read_onl
     assert "ix_jobs_finished" in indexes
     with store.read() as tx:  # a token made before read-only ones existed may write
         assert [(t["id"], t["read_only"]) for t in tx.list_tokens()] == [("t1", 0)]
+    with store.tx() as tx:  # its first dashboard login records its cookie's digest
+        tx.set_cookie_digest("t1", "c1")
+        tx.set_cookie_digest("t1", "c2")  # once: the cookie of a token never changes
+    with store.read() as tx:
+        assert [t["cookie_digest"] for t in tx.list_tokens()] == ["c1"]
     store.close()
 
 
