@@ -1022,3 +1022,89 @@ def test_a_followed_log_stops_when_its_token_is_revoked_or_expires(service: Serv
         assert r.status_code == 200
         assert "".join(r.iter_text()) == "started\n" + FOLLOW_STOPPED
     assert service.job(job_id)["state"] == "running"  # the job goes on; only the stream ended
+
+
+def _https_service(tmp_path: Path, name: str, cert: Path, key: Path) -> Service:
+    svc = Service(tmp_path / name, free_port(), tmp_path, ["--host", "0.0.0.0",
+                  "--tls-cert", str(cert), "--tls-key", str(key), "--cpus", "1"])  # fmt: skip
+    svc.home.mkdir()
+    return svc
+
+
+def test_tls_files_are_checked_at_start_and_the_cli_says_why_it_distrusts_a_server(
+    tmp_path: Path,
+) -> None:
+    """An expired certificate used to start without a word, a key every user could read was
+    served, and the CLI said only `(ConnectError); is aisched up running?` of a certificate
+    it did not trust."""
+    cert, key, expired = tmp_path / "cert.pem", tmp_path / "key.pem", tmp_path / "old.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+         "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key),
+         "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    subprocess.run(
+        ["openssl", "x509", "-in", str(cert), "-signkey", str(key), "-days", "-1",
+         "-out", str(expired)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    key.chmod(0o644)
+    svc = _https_service(tmp_path, "refused", cert, key)
+    proc = svc.cli("up", *svc.args, "--port", str(svc.port), "--data-dir", str(svc.home),
+                   "--socket", "", check=False)  # fmt: skip
+    assert (proc.returncode, proc.stderr.strip().splitlines()) == (
+        2,
+        [
+            f"error: {key}: the TLS private key is readable by every user of this machine "
+            f"(mode 0644), who could pose as this service; make it private: chmod 600 {key}"
+        ],
+    )
+    key.chmod(0o600)
+
+    svc = _https_service(tmp_path, "expired", expired, key)
+    svc.start(https=True)
+    try:
+        assert (
+            f"WARNING aisched.service: {expired}: the TLS certificate expired on "
+            in svc.log.read_text()
+        )
+        trusting = {
+            "AISCHED_SERVER": f"https://127.0.0.1:{svc.port}",
+            "SSL_CERT_FILE": str(expired),
+        }
+        out = subprocess.run(
+            [sys.executable, "-m", "aisched", "jobs"],
+            capture_output=True, text=True, env={**svc.env(), **trusting}, timeout=60,
+        )  # fmt: skip
+        assert (out.returncode, out.stderr) == (
+            1,
+            f"error: cannot reach the aisched service at https://127.0.0.1:{svc.port}: its TLS "
+            "certificate was refused (certificate verify failed: certificate has expired); a "
+            "private CA is trusted with SSL_CERT_FILE=CA.pem (docs/security.md)\n",
+        )
+    finally:
+        svc.stop()
+
+    svc = _https_service(tmp_path, "valid", cert, key)
+    svc.start(https=True)
+    try:
+        assert "the TLS" not in svc.log.read_text()
+        tcp = {
+            "AISCHED_SERVER": f"https://127.0.0.1:{svc.port}",
+            "AISCHED_TOKEN": svc.admin_token(),
+        }
+        out = subprocess.run(
+            [sys.executable, "-m", "aisched", "jobs"],
+            capture_output=True, text=True, env={**svc.env(), **tcp}, timeout=60,
+        )  # fmt: skip
+        assert out.returncode == 1
+        assert "(certificate verify failed: self-signed certificate)" in out.stderr
+        out = subprocess.run(
+            [sys.executable, "-m", "aisched", "jobs"],
+            capture_output=True, text=True, timeout=60,
+            env={**svc.env(), **tcp, "SSL_CERT_FILE": str(cert)},
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+    finally:
+        svc.stop()

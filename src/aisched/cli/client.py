@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import ssl
 import stat
 import sys
 import time
@@ -262,6 +263,14 @@ class Client:
         return r
 
     def _unreachable(self, e: httpx.TransportError) -> CLIError:
+        tls = _tls_failure(e)
+        if tls is not None:  # up, but not trusted: "is it running?" would send the user astray
+            return CLIError(
+                f"cannot reach the aisched service at {self.url}: its TLS certificate was "
+                f"refused ({tls}); a private CA is trusted with SSL_CERT_FILE=CA.pem "
+                "(docs/security.md)",
+                EXIT_FAILURE,
+            )
         return CLIError(
             f"cannot reach the aisched service at {self.url} ({e.__class__.__name__}); "
             "is `aisched up` running? (--server or AISCHED_SERVER choose another)",
@@ -355,6 +364,19 @@ class Client:
                     raise _refused(r, self.url)
                 yield from r.iter_text()
                 return
+
+
+def _tls_failure(e: BaseException) -> str | None:
+    """Why the TLS handshake behind `e` failed (the certificate's verification above all), or
+    None when `e` is no TLS failure. httpx keeps the `ssl` error as the cause of its own."""
+    seen: BaseException | None = e
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return f"certificate verify failed: {seen.verify_message}"
+        if isinstance(seen, ssl.SSLError):
+            return seen.reason or str(seen)
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _retry_after(r: httpx.Response) -> float | None:

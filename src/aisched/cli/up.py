@@ -20,6 +20,7 @@ import signal
 import socket
 import ssl
 import sys
+import time
 from typing import Any
 
 from aisched import __version__
@@ -29,6 +30,7 @@ from aisched.service.defaults import DEFAULT_PORT
 from aisched.service.identity import service_user
 from aisched.service.listeners import is_loopback
 from aisched.service.serve import ListenError, check_exposure, listen_unix
+from aisched.service.tls_files import check_tls_files
 
 EXIT_DEPOSED = 3  # another instance took the lease over: this one stopped scheduling
 
@@ -303,4 +305,9 @@ def _tls_options(cert: str | None, key: str | None) -> dict[str, Any]:
         ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
     except (OSError, ssl.SSLError) as e:
         raise CLIError(f"cannot use the TLS certificate {cert} and key {key}: {e}") from None
+    checked = check_tls_files(cert, key, time.time())
+    if checked.refusal is not None:
+        raise CLIError(checked.refusal)
+    for warning in checked.warnings:  # the log is stderr
+        logging.getLogger("aisched.service").warning("%s", warning)
     return {"ssl_certfile": cert, "ssl_keyfile": key}
