@@ -15,8 +15,8 @@ which the database holds.) The cookie stands only for the dashboard's reads
 (`service/auth.py`) and is no token anywhere else.
 
 A token names its user, and an account is a uid: the uid the name had when the token was made
-is kept with it (in the `meta` table, under `token_uid:ID`), and the token is refused once the
-name names another uid or none (the account deleted, its name given to someone else). A token
+is kept in its row (`uid`), and the token is refused once the name names another uid or
+none (the account deleted, its name given to someone else). A token
 made for a name with no account on this machine, or before uids were kept, has none and is not
 bound.
 """
@@ -29,7 +29,7 @@ import secrets
 from dataclasses import dataclass
 
 from aisched.service.identity import local_uid
-from aisched.store.db import Row, Store, Tx
+from aisched.store.db import Row, Store
 
 PREFIX = "ais_"
 COOKIE_PREFIX = "aisd_"
@@ -83,22 +83,11 @@ def create(
         "expires_at": expires_at,
         "revoked_at": None,
         "note": note,
+        "uid": local_uid(user),
     }
-    uid = local_uid(user)
     with store.tx() as tx:
         tx.add_token(row)
-        if uid is not None:
-            tx.set_meta(_uid_key(row["id"]), uid)
     return secret, row
-
-
-def _uid_key(token_id: str) -> str:
-    return f"token_uid:{token_id}"
-
-
-def _uid_of(tx: Tx, row: Row | None) -> int | None:
-    got = None if row is None else tx.get_meta(_uid_key(row["id"]))
-    return None if got is None else int(got)
 
 
 def verify(store: Store, secret: str, now: float) -> TokenInfo:
@@ -106,8 +95,7 @@ def verify(store: Store, secret: str, now: float) -> TokenInfo:
         raise TokenRefused
     with store.read() as tx:
         row = tx.token_by_digest(digest(secret))
-        uid = _uid_of(tx, row)
-    return _live(row, now, uid)
+    return _live(row, now)
 
 
 def dashboard_cookie(secret: str, token_id: str) -> str:
@@ -135,12 +123,11 @@ def verify_cookie(store: Store, cookie: str, now: float) -> TokenInfo:
         raise TokenRefused
     with store.read() as tx:
         row = tx.token_by_id(token_id)
-        uid = _uid_of(tx, row)
     if row is None or row.get("cookie_digest") is None:
         raise TokenRefused
     if not hmac.compare_digest(row["cookie_digest"], digest(mac)):
         raise TokenRefused
-    return _live(row, now, uid)
+    return _live(row, now)
 
 
 def _cookie_mac(secret: str) -> str:
@@ -150,9 +137,10 @@ def _cookie_mac(secret: str) -> str:
     return hmac.new(key, b"aisched dashboard cookie", "sha256").hexdigest()
 
 
-def _live(row: Row | None, now: float, uid: int | None) -> TokenInfo:
+def _live(row: Row | None, now: float) -> TokenInfo:
     if row is None or row["revoked_at"] is not None:
         raise TokenRefused
+    uid = row.get("uid")
     if row["expires_at"] is not None and row["expires_at"] <= now:
         raise TokenRefused
     if uid is not None and (now_uid := local_uid(row["user"])) != uid:

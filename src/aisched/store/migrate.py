@@ -87,6 +87,8 @@ def _v7_to_v8(conn: Connection) -> None:
     token's digest, which the database holds, so a leaked database made working cookies. The
     older tokens' cookies stop working until their next login (`service.tokens`)."""
     _add_column(conn, "tokens", "cookie_digest", "VARCHAR(64)")
+    # A token's uid (`service.tokens`); the tokens made before have none and are not bound.
+    _add_column(conn, "tokens", "uid", "INTEGER")
 
 
 # The leader row a new database starts with: term 0, held by nobody, long expired.

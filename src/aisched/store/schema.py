@@ -25,7 +25,7 @@ Changing a table means: bump `SCHEMA_VERSION` and add the step from the previous
 `store.migrate.MIGRATIONS` (`tests/unit/store/test_schema_versions.py` holds each version's
 columns and indexes, and fails on a change made without a new version). Version 6 changed no
 table: it adds `tokens.read_only` to the databases of the first releases of version 5. Version
-7 adds `jobs.quick_exits`, version 8 `tokens.cookie_digest`.
+7 adds `jobs.quick_exits`, version 8 `tokens.cookie_digest` and `tokens.uid`.
 """
 
 from __future__ import annotations
@@ -147,6 +147,9 @@ tokens = Table(
     # Schema 8: the SHA-256 of the dashboard cookie's MAC, which only the secret makes; null
     # for a token of an older version until its next dashboard login.
     Column("cookie_digest", String(64)),
+    # Schema 8: the uid its user's name had when it was made, or null (no account here then,
+    # or made before): a token is refused once the name names another uid (`service.tokens`).
+    Column("uid", Integer),
     Column("created_at", Float, nullable=False),
     Column("created_by", String(128), nullable=False),
     Column("expires_at", Float),

@@ -58,8 +58,9 @@ SCHEMAS: dict[int, Tables] = {
 }
 # 7: a job's quick exits under `restart: always`.
 SCHEMAS[7] = {**SCHEMAS[6], "jobs": (sorted([*JOBS, "quick_exits"]), SCHEMAS[6]["jobs"][1])}
-# 8: the digest of each token's dashboard cookie (its MAC is keyed with the secret).
-SCHEMAS[8] = {**SCHEMAS[7], "tokens": (sorted([*TOKENS, "cookie_digest"]), [])}
+# 8: the digest of each token's dashboard cookie (its MAC is keyed with the secret), and the
+# uid its user had when it was made.
+SCHEMAS[8] = {**SCHEMAS[7], "tokens": (sorted([*TOKENS, "cookie_digest", "uid"]), [])}
 
 
 def tables_of(path: Path) -> Tables:

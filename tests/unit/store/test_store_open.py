@@ -239,6 +239,7 @@ def test_a_schema_7_database_gets_cookie_digests_and_its_tokens_a_new_login(
     store.close()
     con = sqlite3.connect(db)
     con.execute("ALTER TABLE tokens DROP COLUMN cookie_digest")
+    con.execute("ALTER TABLE tokens DROP COLUMN uid")
     con.execute("UPDATE meta SET value = '7' WHERE key = 'schema'")
     con.commit()
     con.close()

@@ -67,6 +67,7 @@ def test_a_version_3_database_gets_the_lease_row_the_finished_index_and_its_toke
         conn.execute(text("DROP INDEX ix_jobs_finished"))
         conn.execute(text("ALTER TABLE tokens DROP COLUMN read_only"))
         conn.execute(text("ALTER TABLE tokens DROP COLUMN cookie_digest"))
+        conn.execute(text("ALTER TABLE tokens DROP COLUMN uid"))
         conn.execute(
             text(
                 'INSERT INTO tokens (id, digest, "user", admin, created_at, '
