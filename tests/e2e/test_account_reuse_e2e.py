@@ -164,3 +164,62 @@ def test_a_token_made_for_a_user_does_not_act_for_a_new_account_of_that_name(
         gone = httpx.get(f"{service.url}/v1/info", headers={"Authorization": f"Bearer {new_token}"})
         assert gone.status_code == 401
         assert f"and {NAME} has no account here now" in gone.json()["error"]
+
+
+def _ran_job_of(service: Service, user: User) -> str:
+    """A job of `user`'s that has ended, having printed `old-output` with `SECRET` set."""
+    proc = user.aisched(
+        "run", "--json", "--env", "SECRET=old-secret", "--", "sh", "-c", "echo old-output",
+        env={"AISCHED_SERVER": f"unix:{service.socket}"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    job = str(json.loads(proc.stdout)["id"])
+    service.wait_state(job, "succeeded")
+    return job
+
+
+def test_a_new_account_of_a_users_name_cannot_read_or_cancel_the_old_accounts_jobs(
+    tmp_path: Path, reused_name: User
+) -> None:
+    with users_service(tmp_path) as service:
+        ran = _ran_job_of(service, reused_name)
+        blocker, waiting = _pending_job_of(service, reused_name)
+        old_uid = reused_name.uid
+        with machine_lock("users"):
+            _delete()
+            newcomer = _make(_free_uid(old_uid))
+        token = service.cli("token", "create", NAME).stdout.strip()
+        by_socket = {"AISCHED_SERVER": f"unix:{service.socket}"}
+        by_token = {"AISCHED_SERVER": service.url, "AISCHED_TOKEN": token}
+        refusal = (
+            f"was submitted by {NAME} as uid {old_uid}, and you are uid {newcomer.uid} (the "
+            "account was deleted or its name given to another)"
+        )
+        for env in (by_socket, by_token):
+            shown = newcomer.aisched("show", "--json", ran, env=env)
+            assert shown.returncode == 0, shown.stderr
+            job = json.loads(shown.stdout)
+            assert job["env"] is None and job["events"] == []
+            assert all(g["command"] == [] for g in job["groups"])
+
+            logs = newcomer.aisched("logs", ran, env=env)
+            assert logs.returncode != 0 and "old-output" not in logs.stdout
+            assert f"job {ran} {refusal}: only that account and admins may read its logs" in (
+                logs.stderr.replace("\n", " ")
+            )
+
+            cancel = newcomer.aisched("cancel", waiting, env=env)
+            assert cancel.returncode != 0
+            assert refusal in cancel.stderr.replace("\n", " ")
+            bulk = newcomer.aisched("cancel", "--all-mine", "--json", env=env)
+            assert bulk.returncode == 0, bulk.stderr
+            assert json.loads(bulk.stdout)["count"] == 0
+        assert service.job(waiting)["state"] == "pending"
+
+        # The old account's jobs are whole to admins.
+        job = service.job(ran)
+        assert job["env"] == {"main": {"SECRET": "old-secret"}}, job["env"]
+        assert job["groups"][0]["command"] == ["sh", "-c", "echo old-output"]
+        assert service.cli("logs", ran).stdout.strip() == "old-output"
+        service.cli("cancel", waiting, blocker)
+        assert service.job(waiting)["state"] == "cancelled"

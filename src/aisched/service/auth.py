@@ -14,7 +14,8 @@ whether the job asked about exists: identity is settled before any job is looked
 that goes on streaming (a followed log) asks `still_valid` as it goes: a token revoked or
 expired since the request began ends it, as it ends a dashboard session.
 
-Rules: a user acts on their own jobs; admins on all. Every job is listed for every caller
+Rules: a user acts on their own jobs (their name's, submitted as their uid: `own_job`); admins
+on all. Every job is listed for every caller
 (without its command, environment and logs, like `squeue`). A service that does not run as
 root can run jobs only as its own user, and says so to anyone else. Queues may name who may
 submit to them.
@@ -24,17 +25,25 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
-from typing import Annotated
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from starlette.exceptions import HTTPException
 
 from aisched.service import tokens
 from aisched.service.app import Service
-from aisched.service.identity import Caller, from_peer, from_token, group_name, service_user
+from aisched.service.identity import (
+    Caller,
+    from_peer,
+    from_token,
+    group_name,
+    same_account,
+    service_user,
+)
 from aisched.service.protocol import CLIENT_SCOPE_KEY, PEER_SCOPE_KEY, describe_key
 from aisched.service.ratelimit import RequestLimits
+from aisched.store.codec import submitter_uid
 from aisched.store.db import Store
 
 COOKIE = "aisched_token"  # the dashboard's cookie, named per port: `cookie_name`
@@ -171,15 +180,35 @@ def require_admin(who: Caller, what: str) -> None:
         raise HTTPException(403, f"only admins may {what}; {who.user} is not one")
 
 
-def owns(who: Caller, owner: str) -> bool:
-    return who.admin or who.user == owner
+def own_job(who: Caller, row: Mapping[str, Any]) -> bool:
+    """Whether the job stored as `row` is `who`'s own: their name and, where the job recorded
+    its submitter's uid, their uid (`identity.same_account`), whether or not they are an
+    admin. Every owner check goes through here (or `owns`), so that a name given to a new
+    account hands it none of the old account's jobs."""
+    return same_account(who.user, who.uid, row["user"], submitter_uid(row["spec"]))
 
 
-def require_owner(who: Caller, job_id: str, owner: str, what: str) -> None:
-    if not owns(who, owner):
+def owns(who: Caller, row: Mapping[str, Any]) -> bool:
+    """Whether `who` may see and act on all of the job stored as `row`: an admin, or its
+    owner (`own_job`)."""
+    return who.admin or own_job(who, row)
+
+
+def require_owner(who: Caller, job_id: str, row: Mapping[str, Any], what: str) -> None:
+    if owns(who, row):
+        return
+    owner = row["user"]
+    if owner != who.user:
         raise HTTPException(
             403, f"job {job_id} belongs to {owner}: only {owner} and admins may {what}"
         )
+    you = "have no account here" if who.uid is None else f"are uid {who.uid}"
+    raise HTTPException(
+        403,
+        f"job {job_id} was submitted by {owner} as uid {submitter_uid(row['spec'])}, and you "
+        f"{you} (the account was deleted or its name given to another): only that account "
+        f"and admins may {what}",
+    )
 
 
 def may_run_jobs(who: Caller) -> str | None:

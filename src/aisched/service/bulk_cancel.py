@@ -6,7 +6,8 @@ at once, a running one is stopped first), and answers once the batch is stored. 
 costs a constant amount of work (the reverse index of waiters, `SchedulerState.waiters`), so
 cancelling thousands is one pass over the live jobs, not one per job.
 
-Who may cancel what is the caller's business (`routes.bulk`): the selection says whose jobs.
+Who may cancel what is the caller's business (`routes.bulk`): the selection says whose jobs,
+the account's (its name and uid), not any account's that bore the name.
 A service's replicas are never selected on their own; cancelling the service stops them.
 """
 
@@ -16,6 +17,7 @@ from concurrent.futures import Future
 
 from aisched.model.states import JobState
 from aisched.service.commands import Commands
+from aisched.service.identity import same_account
 from aisched.service.live import Batch, LiveJob
 from aisched.service.loop_types import BulkCancelCommand, CancelSelection
 
@@ -44,7 +46,7 @@ def selected(sel: CancelSelection, lj: LiveJob) -> bool:
     job = lj.job
     if job.replica_of is not None:
         return False
-    if sel.user is not None and job.user != sel.user:
+    if sel.user is not None and not same_account(sel.user, sel.uid, job.user, job.uid):
         return False
     if sel.queue is not None and job.queue != sel.queue:
         return False

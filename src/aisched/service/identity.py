@@ -92,6 +92,16 @@ def from_token(user: str, admin: bool, admins: Admins) -> Caller:
     )
 
 
+def same_account(user: str, uid: int | None, owner: str, owner_uid: int | None) -> bool:
+    """Whether what was recorded for `owner` (a job, a token), with the uid `owner_uid` that
+    name had then, is the account `user` (uid `uid`)'s. A name is not an account: once an
+    account is deleted and its name given to another (another uid), the old account's jobs
+    and tokens are nobody's but the admins'. A caller of unknown uid (a token of a name with
+    no account here) is never that uid. Records kept before uids were (`owner_uid` None) go
+    by name, as they always did."""
+    return user == owner and (owner_uid is None or uid == owner_uid)
+
+
 def local_uid(user: str) -> int | None:
     """The uid of the account `user` names on this machine, or None where it names none."""
     try:

@@ -126,11 +126,13 @@ class CancelCommand:
 
 @dataclass(frozen=True, slots=True)
 class CancelSelection:
-    """Which live jobs a bulk cancel takes: those of `user` (None: every user's), in `queue`
-    (None: any), in `state` ("pending" or "running"; None: both). A service's replicas are
-    left to their service, which owns them."""
+    """Which live jobs a bulk cancel takes: those of `user` (None: every user's) as the
+    account of `uid` (`identity.same_account`), in `queue` (None: any), in `state` ("pending"
+    or "running"; None: both). A service's replicas are left to their service, which owns
+    them."""
 
     user: str | None = None
+    uid: int | None = None
     queue: str | None = None
     state: str | None = None
 

@@ -120,6 +120,12 @@ def job_to_dict(job: Job) -> dict[str, Any]:
 _JOB_KEYS = frozenset(job_to_dict(Job("x", (TaskGroup("g", 1, Resources()),))))
 
 
+def submitter_uid(d: dict[str, Any]) -> int | None:
+    """The uid that submitted the job stored as `d` (`job_to_dict`'s), or None for a job
+    stored before the submitter's uid was recorded (such rows have no key)."""
+    return None if d.get("uid") is None else int(d["uid"])
+
+
 def job_from_dict(d: dict[str, Any]) -> Job:
     unknown = set(d) - _JOB_KEYS
     if unknown:
@@ -158,8 +164,7 @@ def job_from_dict(d: dict[str, Any]) -> Job:
             service=None if d.get("service") is None else _service_from_dict(d["service"]),
             replica_of=d.get("replica_of"),
             elastic=bool(d.get("elastic", False)),
-            # Rows written before the submitter's uid was recorded have no key.
-            uid=None if d.get("uid") is None else int(d["uid"]),
+            uid=submitter_uid(d),
             groups=tuple(
                 TaskGroup(
                     name=str(g["name"]),

@@ -58,7 +58,7 @@ def bulk_router(svc: Service) -> APIRouter:
                 ).model_dump(),
             )
         user = who.user if body.mine or not who.admin else None
-        selection = CancelSelection(user=user, queue=body.queue, state=body.state)
+        selection = CancelSelection(user=user, uid=who.uid, queue=body.queue, state=body.state)
         failing = lambda: svc.health.errors.store_failing  # noqa: E731
         try:
             done = await until_stored(

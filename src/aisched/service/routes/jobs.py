@@ -208,7 +208,7 @@ def jobs_router(svc: Service) -> APIRouter:
             )
         if len(first) <= page or limit <= LIST_PAGE:
             shown = first[:limit]
-            outs = [_visible(job_out(r), owns(who, r["user"])) for r in shown]
+            outs = [_visible(job_out(r), owns(who, r)) for r in shown]
             cut = len(first) > limit
             listed = JobList(jobs=outs, more=cut, next_before=shown[-1]["id"] if cut else None)
             return JSONResponse(listed.model_dump())
@@ -235,7 +235,7 @@ def jobs_router(svc: Service) -> APIRouter:
                     )
 
         return StreamingResponse(
-            _job_list(pages(), lambda owner: owns(who, owner), next_before),
+            _job_list(pages(), lambda row: owns(who, row), next_before),
             media_type="application/json",
         )
 
@@ -247,7 +247,7 @@ def jobs_router(svc: Service) -> APIRouter:
                 return problem(404, no_job(job_id, tx.max_seq()))
             tasks = tx.tasks_of(job_id, row["attempt"]) if row["attempt"] else []
             events = tx.events_of(job_id)
-        mine = owns(who, row["user"])
+        mine = owns(who, row)
         base = _visible(job_out(row, tasks), mine)
         detail = JobDetail(
             **base.model_dump(),
@@ -270,7 +270,7 @@ def jobs_router(svc: Service) -> APIRouter:
     )
     async def cancel(job_id: str, who: CallerDep) -> Response:
         row = await run_in_threadpool(job_or_404, svc, job_id)
-        require_owner(who, job_id, row["user"], "cancel it")
+        require_owner(who, job_id, row, "cancel it")
         failing = lambda: svc.health.errors.store_failing  # noqa: E731
         try:
             state = await until_stored(
@@ -345,7 +345,9 @@ def _read_submission(
 
 
 def _job_list(
-    pages: Iterator[list[dict[str, Any]]], mine: Callable[[str], bool], next_before: list[str]
+    pages: Iterator[list[dict[str, Any]]],
+    mine: Callable[[dict[str, Any]], bool],
+    next_before: list[str],
 ) -> Iterator[bytes]:
     """`{"jobs": [...], "more": ..., "next_before": ...}` of the rows of `pages`, written a page
     at a time, as JSONResponse writes a JobList; `next_before` holds the last job shown once
@@ -355,7 +357,7 @@ def _job_list(
     for rows in pages:
         if not rows:  # the jobs left ended between two pages' reads (a live list)
             continue
-        outs = (_visible(job_out(r), mine(r["user"])).model_dump() for r in rows)
+        outs = (_visible(job_out(r), mine(r)).model_dump() for r in rows)
         text = ",".join(
             json.dumps(o, ensure_ascii=False, allow_nan=False, separators=(",", ":")) for o in outs
         )

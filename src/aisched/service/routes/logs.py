@@ -32,7 +32,7 @@ from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 
 from aisched.service.app import Service
-from aisched.service.auth import CallerDep, require_owner, still_valid
+from aisched.service.auth import CallerDep, own_job, require_owner, still_valid
 from aisched.service.defaults import FOLLOW_STOPPED
 from aisched.service.routes.common import LIVE_STATES, audit, job_or_404, problem
 from aisched.service.schemas import Problem
@@ -59,8 +59,8 @@ def logs_router(svc: Service) -> APIRouter:
         follow: bool = False,
     ) -> Response:
         row = job_or_404(svc, job_id)
-        require_owner(who, job_id, row["user"], "read its logs")
-        if row["user"] != who.user:
+        require_owner(who, job_id, row, "read its logs")
+        if not own_job(who, row):  # an admin reading another's
             audit(svc, who, "logs", f"job {job_id}", row["user"])
         if attempt is not None and attempt > row["attempt"]:
             return problem(404, f"job {job_id} has had {row['attempt']} attempt(s), not {attempt}")

@@ -34,7 +34,7 @@ def services_router(svc: Service) -> APIRouter:
         """Report load for a service (its total) or one replica (its own): a JSON object such
         as {"rps": 12.5} or {"latency_ms": 80}; the autoscaler follows the service's metric."""
         row = await run_in_threadpool(job_or_404, svc, job_id)
-        require_owner(who, job_id, row["user"], "report its load")
+        require_owner(who, job_id, row, "report its load")
         body = await request.body()
         if len(body) > MAX_BODY:
             return problem(413, f"the metrics document is larger than {MAX_BODY} bytes")
