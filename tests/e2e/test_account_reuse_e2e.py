@@ -223,3 +223,32 @@ def test_a_new_account_of_a_users_name_cannot_read_or_cancel_the_old_accounts_jo
         assert service.cli("logs", ran).stdout.strip() == "old-output"
         service.cli("cancel", waiting, blocker)
         assert service.job(waiting)["state"] == "cancelled"
+
+
+def test_a_new_account_of_a_users_name_cannot_list_or_revoke_the_old_accounts_tokens(
+    tmp_path: Path, reused_name: User
+) -> None:
+    with users_service(tmp_path) as service:
+        service.cli("token", "create", NAME, "--note", "old account's")
+        by_socket = {"AISCHED_SERVER": f"unix:{service.socket}"}
+        listed = reused_name.aisched("token", "list", "--json", env=by_socket)
+        assert listed.returncode == 0, listed.stderr
+        (old,) = json.loads(listed.stdout)
+        with machine_lock("users"):
+            _delete()
+            newcomer = _make(_free_uid(reused_name.uid))
+        token = service.cli("token", "create", NAME, "--note", "new account's").stdout.strip()
+        by_token = {"AISCHED_SERVER": service.url, "AISCHED_TOKEN": token}
+
+        for env in (by_socket, by_token):
+            listed = newcomer.aisched("token", "list", "--json", env=env)
+            assert listed.returncode == 0, listed.stderr
+            assert [t["note"] for t in json.loads(listed.stdout)] == ["new account's"]
+            revoke = newcomer.aisched("token", "revoke", old["id"], env=env)
+            assert revoke.returncode != 0
+            assert "only admins may revoke another account's token" in revoke.stderr
+
+        # To admins it is there, and not revoked.
+        every = json.loads(service.cli("token", "list", "--json").stdout)
+        (kept,) = [t for t in every if t["id"] == old["id"]]
+        assert kept["revoked_at"] is None

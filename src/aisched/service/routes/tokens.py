@@ -1,8 +1,9 @@
 """Tokens and the audit log (`/v1/tokens`, `/v1/audit`).
 
 Admins create tokens for anyone and read the audit log; a user lists and revokes their own
-tokens. A token's secret is in the answer that creates it and nowhere else, ever (the store
-keeps its hash: `service/tokens.py`). Every create and revoke goes to the audit log.
+tokens (their account's: made for their name and, where the token kept one, their uid). A
+token's secret is in the answer that creates it and nowhere else, ever (the store keeps its
+hash: `service/tokens.py`). Every create and revoke goes to the audit log.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from aisched.service import tokens
 from aisched.service.app import Service
 from aisched.service.auth import CallerDep, require_admin
 from aisched.service.defaults import MAX_LIST_LIMIT
+from aisched.service.identity import Caller, same_account
 from aisched.service.routes.common import audit, problem
 from aisched.service.schemas import AuditOut, TokenCreated, TokenIn, TokenOut
 
@@ -66,14 +68,16 @@ def tokens_router(svc: Service) -> APIRouter:
     def list_tokens(who: CallerDep) -> Response:
         with svc.store.read() as tx:
             rows = tx.list_tokens(None if who.admin else who.user)
+        if not who.admin:
+            rows = [r for r in rows if _of(who, r)]
         return JSONResponse([_token_out(r).model_dump() for r in rows])
 
     @router.post("/v1/tokens/{token_id}/revoke", response_model=TokenOut)
     def revoke_token(token_id: str, who: CallerDep) -> Response:
         with svc.store.read() as tx:
-            mine = [r for r in tx.list_tokens(who.user) if r["id"] == token_id]
+            mine = [r for r in tx.list_tokens(who.user) if r["id"] == token_id and _of(who, r)]
         if not who.admin and not mine:
-            raise HTTPException(403, "only admins may revoke another user's token")
+            raise HTTPException(403, "only admins may revoke another account's token")
         with svc.store.tx() as tx:
             row = tx.revoke_token(token_id, time.time())
         if row is None:
@@ -91,6 +95,13 @@ def tokens_router(svc: Service) -> APIRouter:
         return JSONResponse([AuditOut(**r).model_dump() for r in rows])
 
     return router
+
+
+def _of(who: Caller, row: dict[str, Any]) -> bool:
+    """Whether the token `row` is `who`'s: made for their name and, where it kept the uid the
+    name had then, for their uid (a name deleted and given to another account lists and
+    revokes none of the old account's tokens)."""
+    return same_account(who.user, who.uid, row["user"], row.get("uid"))
 
 
 def _token_out(row: dict[str, Any]) -> TokenOut:
