@@ -252,3 +252,29 @@ def test_a_new_account_of_a_users_name_cannot_list_or_revoke_the_old_accounts_to
         every = json.loads(service.cli("token", "list", "--json").stdout)
         (kept,) = [t for t in every if t["id"] == old["id"]]
         assert kept["revoked_at"] is None
+
+
+def test_a_running_job_of_a_deleted_account_runs_on_and_is_the_admins_alone_to_stop(
+    tmp_path: Path, reused_name: User
+) -> None:
+    with users_service(tmp_path) as service:
+        proc = reused_name.aisched(
+            "run", "--json", "--", "sleep", "300",
+            env={"AISCHED_SERVER": f"unix:{service.socket}"},
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        job = str(json.loads(proc.stdout)["id"])
+        service.wait_state(job, "running")
+        with machine_lock("users"):
+            # --force: userdel refuses an account whose processes run, as the job's do.
+            subprocess.run(
+                ["userdel", "--force", "--remove", NAME], check=True, capture_output=True
+            )
+            newcomer = _make(_free_uid(reused_name.uid))
+
+        cancel = newcomer.aisched("cancel", job, env={"AISCHED_SERVER": f"unix:{service.socket}"})
+        assert cancel.returncode != 0
+        assert f"was submitted by {NAME} as uid {reused_name.uid}" in cancel.stderr
+        assert service.job(job)["state"] == "running"
+        service.cli("cancel", job)
+        assert service.wait_state(job, "cancelled")["state"] == "cancelled"
