@@ -9,8 +9,9 @@ over TCP we send a token: `$AISCHED_TOKEN`, else the file `$AISCHED_TOKEN_FILE` 
 unless root or this user runs it, checked on each connection before it is used
 (`owned_connections`): any local user may listen on a free port (the default one too, while
 the system service is down), and would get the token, the commands and the `--env` values
-sent to it. Every failure becomes a `CLIError` with the
-service's own message (its `Problem` lines), never a traceback.
+sent to it. A server on another machine is reached through the proxy the environment names,
+if any, as httpx would (`owned_connections.environment_proxy`). Every failure becomes a
+`CLIError` with the service's own message (its `Problem` lines), never a traceback.
 
 Several instances (docs/ha.md): `--server` and `$AISCHED_SERVER` take a comma-separated list.
 A request goes to the first that answers (the next is tried when one cannot be reached), and
@@ -39,7 +40,7 @@ from typing import Any
 import httpx
 
 from aisched.cli.errors import EXIT_FAILURE, CLIError, NotSent, answered
-from aisched.cli.owned_connections import OwnerCheckedTransport
+from aisched.cli.owned_connections import OwnerCheckedTransport, environment_proxy
 from aisched.service.defaults import DEFAULT_PORT, SYSTEM_SOCKET, default_home
 
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
@@ -145,9 +146,9 @@ class Client:
             headers = {"Authorization": f"Bearer {token}"} if token else {}
             try:
                 # Given a transport, httpx takes no proxy from the environment: the
-                # connection checked is the one the request goes on.
+                # transport goes through the one httpx would have taken, if any.
                 self.http = httpx.Client(
-                    transport=OwnerCheckedTransport(url),
+                    transport=OwnerCheckedTransport(url, proxy=environment_proxy(url)),
                     base_url=url,
                     timeout=self.timeout_s,
                     headers=headers,
