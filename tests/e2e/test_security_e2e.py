@@ -1108,3 +1108,52 @@ def test_tls_files_are_checked_at_start_and_the_cli_says_why_it_distrusts_a_serv
         assert out.returncode == 0, out.stderr
     finally:
         svc.stop()
+
+
+def test_with_several_instances_the_cli_says_why_each_could_not_be_reached(
+    tmp_path: Path,
+) -> None:
+    """Given several instances (HA), the CLI said only why the last could not be reached,
+    by its exception's class (`... at http://127.0.0.1:PORT (ConnectError); is aisched up
+    running?`): a certificate it did not trust, from the first, went unsaid; and a stream that
+    went on from another instance said `lost the aisched service at URL (ConnectError)` of
+    one whose certificate it refused."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+         "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key),
+         "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    svc = _https_service(tmp_path, "distrusted", cert, key)
+    svc.start(https=True)
+    distrusted, gone = f"https://127.0.0.1:{svc.port}", f"http://127.0.0.1:{free_port()}"
+    env = {**svc.env(), "AISCHED_SERVER": f"{distrusted},{gone}", "AISCHED_TOKEN": "ais_t"}
+    refused = "its TLS certificate was refused: certificate verify failed: self-signed certificate"
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "aisched", "jobs"],
+            capture_output=True, text=True, env=env, timeout=60,
+        )  # fmt: skip
+        follow = subprocess.Popen(
+            [sys.executable, "-m", "aisched", "logs", "-f", "1"],
+            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env,
+        )  # fmt: skip
+        assert follow.stderr is not None
+        try:
+            lost = follow.stderr.readline()
+        finally:
+            follow.kill()
+            follow.wait(10)
+    finally:
+        svc.stop()
+    assert (out.returncode, out.stderr) == (
+        1,
+        f"error: cannot reach any instance of the aisched service: {distrusted} ({refused}); "
+        f"{gone} (ConnectError); a private CA is trusted with SSL_CERT_FILE=CA.pem "
+        "(docs/security.md)\n",
+    )
+    assert lost == (
+        f"aisched: lost the aisched service at {distrusted} ({refused}); going on with "
+        "another instance\n"
+    )

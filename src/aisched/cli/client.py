@@ -52,6 +52,7 @@ RATE_LIMIT_MAX_WAIT_S = 30.0
 # How long a request waits for a new leader while none can be reached: a standby takes over
 # once the dead leader's lease runs out (lease_ttl, 8 s by default, and a poll).
 TAKEOVER_WAIT_S = 60.0
+TRUST_HINT = "a private CA is trusted with SSL_CERT_FILE=CA.pem (docs/security.md)"
 
 
 def server_url(explicit: str | None) -> str:
@@ -129,6 +130,8 @@ class Client:
     def __init__(self, url: str, timeout_s: float = 30.0) -> None:
         self.servers = [u.strip().rstrip("/") for u in url.split(",") if u.strip()] or [url]
         self.timeout_s = timeout_s
+        # Why each server tried for the last request could not be reached, in turn.
+        self.unreached: dict[str, httpx.TransportError] = {}
         self._connect(self.servers[0])
 
     def _connect(self, url: str) -> None:
@@ -187,12 +190,14 @@ class Client:
         names; with it, why no leader could be reached (or None when one answered)."""
         first = self.servers.index(self.url) if self.url in self.servers else 0
         order = self.servers[first:] + self.servers[:first]
+        self.unreached = {}
         for k, url in enumerate(order):
             if url != self.url:
                 self._connect(url)
             try:
                 r = self.http.request(method, path, **kwargs)
-            except httpx.TransportError:
+            except httpx.TransportError as e:
+                self.unreached[url] = e
                 if k == len(order) - 1:
                     raise
                 continue
@@ -264,12 +269,20 @@ class Client:
         return r
 
     def _unreachable(self, e: httpx.TransportError) -> CLIError:
+        unreached = self.unreached if len(self.unreached) > 1 else {self.url: e}
+        if len(unreached) > 1:  # each instance, with its reason: the last's alone misleads
+            why = "; ".join(f"{url} ({_why_unreached(err)})" for url, err in unreached.items())
+            distrusted = any(_tls_failure(err) is not None for err in unreached.values())
+            return CLIError(
+                f"cannot reach any instance of the aisched service: {why}; "
+                + (TRUST_HINT if distrusted else "is `aisched up` running?"),
+                EXIT_FAILURE,
+            )
         tls = _tls_failure(e)
         if tls is not None:  # up, but not trusted: "is it running?" would send the user astray
             return CLIError(
                 f"cannot reach the aisched service at {self.url}: its TLS certificate was "
-                f"refused ({tls}); a private CA is trusted with SSL_CERT_FILE=CA.pem "
-                "(docs/security.md)",
+                f"refused ({tls}); {TRUST_HINT}",
                 EXIT_FAILURE,
             )
         return CLIError(
@@ -337,7 +350,7 @@ class Client:
                     yield chunk
                 return
             except httpx.TransportError as e:
-                lost = f"lost the aisched service at {self.url} ({e.__class__.__name__})"
+                lost = f"lost the aisched service at {self.url} ({_why_unreached(e)})"
                 if len(self.servers) < 2:
                     raise (
                         self._unreachable(e) if not given else CLIError(lost, EXIT_FAILURE)
@@ -365,6 +378,13 @@ class Client:
                     raise _refused(r, self.url)
                 yield from r.iter_text()
                 return
+
+
+def _why_unreached(e: httpx.TransportError) -> str:
+    """Why a server could not be reached, in a few words: its certificate's refusal and why,
+    else the kind of failure."""
+    tls = _tls_failure(e)
+    return e.__class__.__name__ if tls is None else f"its TLS certificate was refused: {tls}"
 
 
 def _tls_failure(e: BaseException) -> str | None:
