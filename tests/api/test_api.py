@@ -217,3 +217,54 @@ def test_a_nul_in_an_id_a_parameter_or_a_field_is_the_requests_fault(client: Tes
         [line] = r.json()["problems"]
         assert line.startswith(where) and line.endswith("contains a NUL character"), line
     assert client.get("/v1/readyz").status_code == 200
+
+
+def test_a_bad_request_body_or_parameter_is_said_in_the_words_job_files_get(
+    client: TestClient,
+) -> None:
+    """Request bodies and parameters the API's own models check were answered in pydantic's
+    words ("Extra inputs are not permitted", "Input should be a valid boolean, unable to
+    interpret input") where a job file's same mistake gets the project's."""
+    cases: list[tuple[str, str, dict[str, Any], list[str]]] = [
+        ("POST", "/v1/jobs/cancel", {"json": {"bogus": 1}}, ["body.bogus: unknown key"]),
+        (
+            "POST",
+            "/v1/jobs/cancel",
+            {"json": {"mine": "perhaps"}},
+            ["body.mine: expected true or false, got 'perhaps' (a string)"],
+        ),
+        (
+            "POST",
+            "/v1/jobs/cancel",
+            {"json": {"state": "done"}},
+            ["body.state: expected 'pending' or 'running', got 'done' (a string)"],
+        ),
+        (
+            "POST",
+            "/v1/jobs/cancel",
+            {"json": [1]},
+            ["body: Input should be a mapping (key: value pairs)"],
+        ),
+        (
+            "POST",
+            "/v1/tokens",
+            {"json": {"user": 5, "admin": "maybe"}},
+            [
+                "body.user: expected a string, got 5 (an integer)",
+                "body.admin: expected true or false, got 'maybe' (a string)",
+            ],
+        ),
+        (
+            "GET",
+            "/v1/jobs",
+            {"params": {"limit": "x"}},
+            ["query.limit: expected an integer, got 'x' (a string)"],
+        ),
+        ("GET", "/v1/jobs", {"params": {"limit": 0}}, ["query.limit: must be at least 1, got 0"]),
+    ]
+    for method, url, kw, want in cases:
+        r = client.request(method, url, **kw)
+        assert (r.status_code, r.json()) == (
+            422,
+            {"error": "invalid request", "problems": want},
+        ), (url, kw)

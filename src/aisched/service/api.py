@@ -47,6 +47,7 @@ from aisched.service.routes.logs import logs_router
 from aisched.service.routes.services import services_router
 from aisched.service.routes.system import system_router
 from aisched.service.routes.tokens import tokens_router
+from aisched.spec.errors import problem_lines
 from aisched.store.errors import StoreError
 
 log = logging.getLogger("aisched.api")
@@ -73,11 +74,9 @@ def create_app(svc: Service) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
-        lines = []
-        for e in exc.errors():
-            where = ".".join(str(p) for p in e["loc"])
-            lines.append(f"{where}: {e['msg']}")
-        return problem(422, "invalid request", lines)
+        # In the words job, cluster and config files get, each line led by its field's path
+        # (`body.state: expected 'pending' or 'running', got 'x' (a string)`).
+        return problem(422, "invalid request", problem_lines(exc.errors()))
 
     @app.exception_handler(HTTPException)
     async def _http(_req: Request, exc: HTTPException) -> JSONResponse:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 import stat
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -35,26 +35,34 @@ class SpecError(ValueError):
 
 def validation_problems(err: ValidationError, source: str) -> list[str]:
     """One `source: field.path: message` line per error pydantic found."""
+    return [f"{source}: {line}" for line in problem_lines(err.errors(include_url=False))]
+
+
+def problem_lines(errors: Iterable[Mapping[str, Any]]) -> list[str]:
+    """One `field.path: message` line (or `message`, for the document itself) per error of
+    pydantic's form (`ValidationError.errors()`, FastAPI's `RequestValidationError.errors()`),
+    in the project's words rather than pydantic's."""
     out: list[str] = []
-    for e in err.errors(include_url=False):
+    for e in errors:
         # A dict key's own error is located at the key, with a "[key]" marker we drop.
         path = ".".join(str(part) for part in e["loc"] if part != "[key]")
         msg = e["msg"]
-        if e["type"] == "extra_forbidden":
+        kind, given = e["type"], e.get("input")
+        if kind == "extra_forbidden":
             msg = "unknown key"
-        elif e["type"] in ("model_type", "model_attributes_type", "dict_type"):
+        elif kind in ("model_type", "model_attributes_type", "dict_type"):
             # Not "... or instance of LimitsModel": the reader writes YAML, not Python.
             msg = "Input should be a mapping (key: value pairs)"
-        elif e["type"] == "value_error":
+        elif kind == "value_error":
             # Our own validators raise ValueError; pydantic's "Value error, " prefix is noise.
             msg = msg.removeprefix("Value error, ")
-        elif e["type"] == "invalid_key":
+        elif kind == "invalid_key":
             msg = "keys should be strings"
-        elif e["type"] in ("int_type", "int_from_float"):
-            msg = f"expected an integer, got {describe(e['input'])}"
+        elif kind in ("int_type", "int_from_float", "int_parsing"):
+            msg = f"expected an integer, got {describe(given)}"
         else:
-            msg = _in_our_words(e["type"], e.get("ctx") or {}, e["input"]) or msg
-        out.append(f"{source}: {path}: {msg}" if path else f"{source}: {msg}")
+            msg = _in_our_words(kind, e.get("ctx") or {}, given) or msg
+        out.append(f"{path}: {msg}" if path else msg)
     return out
 
 

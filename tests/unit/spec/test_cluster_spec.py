@@ -346,8 +346,7 @@ def test_format_validation_error() -> None:
     with pytest.raises(ValidationError) as info:
         M.model_validate({"a": "x", "b": 1})
     assert format_validation_error(info.value, "f.yaml") == (
-        "f.yaml: a: Input should be a valid integer, unable to parse string as an integer\n"
-        "f.yaml: b: unknown key"
+        "f.yaml: a: expected an integer, got 'x' (a string)\nf.yaml: b: unknown key"
     )
 
 
