@@ -6,8 +6,9 @@ on a machine without NVML (so the whole flow runs on a CPU-only machine) or keep
 of the real ones. Each figure comes with a note saying where it came from.
 
 Invariants: NVML trouble never raises (discovery falls back and says so in the notes); a bad
-declaration raises `DiscoveryError` naming the argument. Nothing here starts processes or
-changes the machine.
+declaration raises `DiscoveryError` naming the argument, as the caller's `names` say it (the
+service: as the user gave it, `--gpu-model` or `node.gpu_model`). Nothing here starts processes
+or changes the machine.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import contextlib
 import os
 import socket
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from types import ModuleType
 from typing import Any
 
@@ -31,7 +32,12 @@ _JOINED_FAMILIES = ("RTX", "GTX", "TITAN")
 
 
 class DiscoveryError(ValueError):
-    """A declared figure is invalid or impossible on this machine; the message names it."""
+    """A declared figure is invalid or impossible on this machine; the message names it, and
+    `key` is the argument of `discover_node` it blames (the first, where it blames two)."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 def short_model(name: str) -> str:
@@ -46,15 +52,15 @@ def short_model(name: str) -> str:
     return words[0].split("-")[0]
 
 
-def _check(name: str, value: float | None, *, minimum: float, whole: bool) -> None:
+def _check(key: str, name: str, value: float | None, *, minimum: float, whole: bool) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise DiscoveryError(f"{name}: expected a number, got {value!r}")
+        raise DiscoveryError(key, f"{name}: expected a number, got {value!r}")
     if whole and int(value) != value:
-        raise DiscoveryError(f"{name}: expected a whole number, got {value!r}")
+        raise DiscoveryError(key, f"{name}: expected a whole number, got {value!r}")
     if value < minimum:
-        raise DiscoveryError(f"{name}: must be at least {minimum:g}, got {value!r}")
+        raise DiscoveryError(key, f"{name}: must be at least {minimum:g}, got {value!r}")
 
 
 def _pynvml() -> ModuleType | None:
@@ -135,6 +141,7 @@ def discover_node(
     gpu_mem_mib: int | None = None,
     cpus: float | None = None,
     mem_mib: int | None = None,
+    names: Mapping[str, str] | None = None,
 ) -> tuple[Node, list[str]]:
     """This machine as a `Node`, and notes saying where each figure came from.
 
@@ -144,15 +151,25 @@ def discover_node(
     GPUs where NVML finds none, or keeps the first N of those it finds (more is an error).
     `gpu_model` / `gpu_mem_mib` name and size declared GPUs, or relabel real ones; with no GPU
     to describe (`gpus=0`, or none found and none declared) they are an error, not ignored.
+    `names`: what errors call an argument (`{"gpu_model": "--gpu-model"}`), where that is not
+    its own name.
     """
-    _check("gpus", gpus, minimum=0, whole=True)
-    _check("gpu_mem_mib", gpu_mem_mib, minimum=0, whole=True)
-    _check("cpus", cpus, minimum=0.001, whole=False)
-    _check("mem_mib", mem_mib, minimum=1, whole=True)
+
+    def said(key: str) -> str:
+        return (names or {}).get(key, key)
+
+    _check("gpus", said("gpus"), gpus, minimum=0, whole=True)
+    _check("gpu_mem_mib", said("gpu_mem_mib"), gpu_mem_mib, minimum=0, whole=True)
+    _check("cpus", said("cpus"), cpus, minimum=0.001, whole=False)
+    _check("mem_mib", said("mem_mib"), mem_mib, minimum=1, whole=True)
     if gpu_model is not None and (not isinstance(gpu_model, str) or not gpu_model.strip()):
-        raise DiscoveryError(f"gpu_model: expected a non-empty name, got {gpu_model!r}")
+        raise DiscoveryError(
+            "gpu_model", f"{said('gpu_model')}: expected a non-empty name, got {gpu_model!r}"
+        )
     if name is not None and (not isinstance(name, str) or not name.strip()):
-        raise DiscoveryError(f"name: expected a non-empty node name, got {name!r}")
+        raise DiscoveryError(
+            "name", f"{said('name')}: expected a non-empty node name, got {name!r}"
+        )
     notes: list[str] = []
 
     cores = len(os.sched_getaffinity(0))
@@ -189,8 +206,9 @@ def discover_node(
         if gpus is not None:
             if gpus > len(found):
                 raise DiscoveryError(
-                    f"gpus: {gpus} declared, but this machine has only {len(found)} "
-                    f"GPU{'s' if len(found) != 1 else ''} (NVML)"
+                    "gpus",
+                    f"{said('gpus')}: {gpus} declared, but this machine has only {len(found)} "
+                    f"GPU{'s' if len(found) != 1 else ''} (NVML)",
                 )
             node_gpus = found[:gpus]
             notes.append(f"gpus: the first {gpus} of {len(found)} used, as declared")
@@ -212,7 +230,7 @@ def discover_node(
     else:
         node_gpus = []
     if not node_gpus and (gpu_model is not None or gpu_mem_mib is not None):
-        _refuse_without_gpus(gpus, gpu_model, gpu_mem_mib)
+        _refuse_without_gpus(gpus, gpu_model, gpu_mem_mib, said)
     node = Node(
         name=name or socket.gethostname(),
         milli_cpu=milli_cpu,
@@ -222,17 +240,31 @@ def discover_node(
     return node, notes
 
 
-def _refuse_without_gpus(gpus: int | None, gpu_model: str | None, gpu_mem_mib: int | None) -> None:
+def _refuse_without_gpus(
+    gpus: int | None,
+    gpu_model: str | None,
+    gpu_mem_mib: int | None,
+    said: Callable[[str], str],
+) -> None:
     """A GPU model or size declared for a node left without GPUs: a mistake (a forgotten
     `gpus`, GPUs NVML no longer finds), which ignored would start a service whose GPU jobs
     never fit."""
-    keys = " and ".join(
-        k for k, v in (("gpu_model", gpu_model), ("gpu_mem", gpu_mem_mib)) if v is not None
+    blamed = [
+        k for k, v in (("gpu_model", gpu_model), ("gpu_mem_mib", gpu_mem_mib)) if v is not None
+    ]
+    keys = " and ".join(said(k) for k in blamed)
+    count = said("gpus")
+    why = (
+        f"{count} is 0"
+        if gpus == 0
+        else f"NVML finds no GPU on this machine and {count} declares none"
     )
-    why = "gpus is 0" if gpus == 0 else "NVML finds no GPU on this machine and gpus declares none"
+    # A flag is given as `--gpus N`, a key as `gpus: N`.
+    declare = f"{count} N" if count.startswith("-") else f"{count}: N"
     raise DiscoveryError(
-        f"{keys}: describe{'s' if ' and ' not in keys else ''} the node's GPUs, but it has none "
-        f"({why}): declare them (gpus: N), or leave {keys} out"
+        blamed[0],
+        f"{keys}: describe{'s' if len(blamed) == 1 else ''} the node's GPUs, but it has none "
+        f"({why}): declare them ({declare}), or leave {keys} out",
     )
 
 

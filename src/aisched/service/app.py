@@ -413,6 +413,15 @@ def _local_executor(config: ServiceConfig, home: Path) -> tuple[Executor, list[s
     from aisched.executors.local import LocalExecutor
 
     n = config.node
+    # discover_node's arguments, by the `node` keys that give them.
+    keys = {
+        "name": "name",
+        "gpus": "gpus",
+        "gpu_model": "gpu_model",
+        "gpu_mem_mib": "gpu_mem",
+        "cpus": "cpus",
+        "mem_mib": "mem",
+    }
     try:
         node, notes = discover_node(
             n.name,
@@ -421,9 +430,11 @@ def _local_executor(config: ServiceConfig, home: Path) -> tuple[Executor, list[s
             gpu_mem_mib=None if n.gpu_mem is None else parse_mem_mib(n.gpu_mem, "node.gpu_mem"),
             cpus=n.cpus,
             mem_mib=None if n.mem is None else parse_mem_mib(n.mem, "node.mem"),
+            names={arg: config.node_key_named(key)[1] for arg, key in keys.items()},
         )
     except DiscoveryError as e:
-        raise ServiceError(str(e)) from None
+        # Led by where the key was given: `--gpu-model: ...`, `FILE: node.gpu_model: ...`.
+        raise ServiceError(config.node_key_named(keys[e.key])[0] + str(e)) from None
     watchdog = GpuMemoryWatchdog.with_nvml(OverAction(config.gpu_memory_over))
     try:
         executor = LocalExecutor(

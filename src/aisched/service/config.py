@@ -19,6 +19,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -552,6 +553,20 @@ class ServiceConfig(_Model):
             raise ValueError("must be a duration above 0, such as 1s")
         return v
 
+    # Where the `node` keys came from, set by `load_config`: the file read (None: none), and
+    # the keys `aisched up`'s flags gave (None: the overrides were not flags).
+    _file: str | None = PrivateAttr(None)
+    _node_flags: frozenset[str] | None = PrivateAttr(None)
+
+    def node_key_named(self, key: str) -> tuple[str, str]:
+        """How an error names `node.key`, as the user gave it (or would give it, for a key
+        not given): `("", "--gpus")` for a flag, `("FILE: ", "node.gpus")` for the file's key;
+        the first part leads the line, the second is the name in a sentence."""
+        flags = self._node_flags
+        if flags is not None and (key in flags or self._file is None) and key in _NODE_FLAGS:
+            return "", _flag(key)
+        return (f"{self._file}: " if self._file else ""), f"node.{key}"
+
     # --- conversions to what the service uses ---------------------------------------------
 
     def home(self) -> Path:
@@ -691,7 +706,14 @@ def load_config(
         raise SpecError(_blamed(e, source, named if flags else {})) from None
     cfg.queue_tree(source)
     cfg.build_policy(source, from_flag=(overrides or {}).get("policy") is not None)
+    cfg._file = None if path is None else source
+    if flags:
+        cfg._node_flags = frozenset(k for (part, *rest) in named if part == "node" for k in rest)
     return cfg
+
+
+# The `node` keys `aisched up` has a flag for.
+_NODE_FLAGS = frozenset({"gpus", "gpu_model", "cpus", "mem"})
 
 
 def _flag(key: str) -> str:

@@ -161,9 +161,10 @@ def test_a_gpu_model_or_size_for_a_node_without_gpus_is_an_error(nvml: Callable)
     with pytest.raises(DiscoveryError) as err:
         discover_node(gpus=0, gpu_model="A100", gpu_mem_mib=81_920)
     assert str(err.value) == (
-        "gpu_model and gpu_mem: describe the node's GPUs, but it has none (gpus is 0): declare "
-        "them (gpus: N), or leave gpu_model and gpu_mem out"
+        "gpu_model and gpu_mem_mib: describe the node's GPUs, but it has none (gpus is 0): "
+        "declare them (gpus: N), or leave gpu_model and gpu_mem_mib out"
     )
+    assert err.value.key == "gpu_model"
     assert discover_node(gpus=0)[0].gpus == ()  # no GPU, none described: as before
 
 
@@ -172,6 +173,11 @@ def test_declaring_more_gpus_than_present_is_an_error(nvml: Callable) -> None:
     with pytest.raises(DiscoveryError) as err:
         discover_node(gpus=2)
     assert str(err.value) == "gpus: 2 declared, but this machine has only 1 GPU (NVML)"
+    # Named as the caller says (the service: as the user gave it).
+    with pytest.raises(DiscoveryError) as err:
+        discover_node(gpus=2, names={"gpus": "node.gpus"})
+    assert str(err.value) == "node.gpus: 2 declared, but this machine has only 1 GPU (NVML)"
+    assert err.value.key == "gpus"
 
 
 @pytest.mark.parametrize(

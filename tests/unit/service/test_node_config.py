@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from aisched.executors import discovery
+from aisched.service.app import Service, ServiceError
 from aisched.service.config import load_config
 from aisched.spec.errors import SpecError
 
@@ -71,3 +73,50 @@ def test_gpus_named_and_sized_are_taken(tmp_path: Path) -> None:
     config.write_text("node: {gpus: 2, gpu_model: A100, gpu_mem: 80G}\n")
     node = load_config(config).node
     assert (node.gpus, node.gpu_model, node.gpu_mem) == (2, "A100", "80G")
+
+
+@pytest.mark.parametrize(
+    ("file", "flags", "want"),
+    [
+        (
+            None,
+            {"gpu_model": "A100"},
+            "--gpu-model: describes the node's GPUs, but it has none (NVML finds no GPU on this "
+            "machine and --gpus declares none): declare them (--gpus N), or leave --gpu-model "
+            "out",
+        ),
+        (
+            "node: {gpu_mem: 16G}\n",
+            {},
+            "{file}: node.gpu_mem: describes the node's GPUs, but it has none (NVML finds no GPU "
+            "on this machine and node.gpus declares none): declare them (node.gpus: N), or "
+            "leave node.gpu_mem out",
+        ),
+        (
+            "node: {gpu_mem: 16G}\n",
+            {"gpu_model": "A100"},
+            "--gpu-model and node.gpu_mem: describe the node's GPUs, but it has none (NVML "
+            "finds no GPU on this machine and node.gpus declares none): declare them "
+            "(node.gpus: N), or leave --gpu-model and node.gpu_mem out",
+        ),
+    ],
+)
+def test_what_discovery_refuses_is_named_as_the_user_gave_it(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    file: str | None,
+    flags: dict[str, Any],
+    want: str,
+) -> None:
+    """Discovery named them by its own arguments (`gpu_model: ...`, `gpu_mem: ...`), where
+    every other problem with the config says `--gpu-model: ...` or `FILE: node.gpu_model: ...`."""
+    monkeypatch.setattr(discovery, "_pynvml", lambda: None)  # a machine without NVML
+    path = None
+    if file is not None:
+        path = tmp_path / "config.yaml"
+        path.write_text(file)
+    overrides = {"data_dir": str(tmp_path / "home"), "node": flags}
+    cfg = load_config(path, overrides, flags=True)
+    with pytest.raises(ServiceError) as err:
+        Service.open(cfg).close()
+    assert str(err.value) == want.format(file=path)
