@@ -139,7 +139,7 @@ def test_under_disk_pressure_submissions_are_refused_and_readiness_says_why(
     assert (body["ready"], body["disk_pressure"]) == (False, True)
     assert body["problems"][0].startswith("disk pressure: ")
     assert body["problems"][0].endswith(
-        f"free for the data directory {tmp_path}, below the 1073741824.0 GiB it keeps free"
+        f"free for the data directory {tmp_path}, below the 1024 PiB it keeps free"
     )
     r = client.post("/v1/jobs", json={"command": ["true"]})
     assert r.status_code == 507

@@ -1,11 +1,11 @@
-"""The amounts of the queues table (`aisched queues`): memory as every other size is said
-(`model.resources.describe_mib`), not `0.488 GiB` or `1.5e+03 GiB`."""
+"""The amounts of the queues and nodes tables (`aisched queues`, `aisched nodes`): memory as
+every other size is said (`model.resources.describe_mib`), not `0.488 GiB` or `1.5e+03 GiB`."""
 
 from __future__ import annotations
 
 import pytest
 
-from aisched.cli.cluster import _amount
+from aisched.cli.cluster import _amount, _memory_free
 
 
 @pytest.mark.parametrize(
@@ -20,3 +20,15 @@ from aisched.cli.cluster import _amount
 )
 def test_memory_is_said_as_every_size_is(amount: dict[str, float], shown: str) -> None:
     assert _amount(amount) == shown
+
+
+@pytest.mark.parametrize(
+    ("free_mib", "mem_mib", "shown"),
+    [
+        (1500, 65536, "1500 MiB / 64 GiB"),  # was `1.5 / 64.0 GiB`
+        (0, 1024**3, "0 MiB / 1 PiB"),  # was `0.0 / 1048576.0 GiB`
+        (1536, 2048, "1.5 GiB / 2 GiB"),
+    ],
+)
+def test_a_nodes_memory_is_said_as_every_size_is(free_mib: int, mem_mib: int, shown: str) -> None:
+    assert _memory_free({"free_mem_mib": free_mib, "mem_mib": mem_mib}) == shown

@@ -221,6 +221,39 @@ def test_an_entry_of_the_wrong_kind_in_the_data_directory_is_named(
     )
 
 
+@pytest.mark.parametrize(
+    ("free", "keep", "said"),
+    [
+        # Each was said in a format of its own: `15.0 GiB`, `1024.0 GiB`.
+        (15 << 30, 1 << 40, "15 GiB free for the data directory D, below the 1 TiB it keeps"),
+        (5_123_456_789, 10 << 30, "4886 MiB free for the data directory D, below the 10 GiB"),
+        # A limit of part of a MiB: not `1 MiB free, below the 1 MiB`.
+        (1_200_000, 1_536_000, "1,200,000 bytes free for the data directory D, below the "),
+    ],
+)
+def test_disk_pressure_says_sizes_as_every_size_is_said(
+    tmp_path: Path, free: int, keep: int, said: str
+) -> None:
+    h = Health(
+        (("data", tmp_path),),
+        keep,
+        StepErrors(),
+        lambda: True,
+        refresh_s=0.0,
+        statvfs=lambda path: (free, None, ""),
+    )
+    (problem,) = h.check().problems
+    assert problem.replace(str(tmp_path), "D").startswith(f"disk pressure: {said}"), problem
+
+
+def test_a_full_data_directory_at_start_says_sizes_as_every_size_is_said(tmp_path: Path) -> None:
+    # It said `only 15360 MiB free, below the 1048576 MiB`.
+    assert str(datadir.full(tmp_path, 15 << 30, 1 << 40)) == (
+        f"the data directory {tmp_path} has only 15 GiB free, below the 1 TiB that aisched "
+        "keeps free (limits.disk_min_free); free some space, or lower the limit"
+    )
+
+
 def test_keeping_no_space_free_is_written_as_zero_without_a_unit(tmp_path: Path) -> None:
     path = tmp_path / "aisched.yaml"
     path.write_text("limits:\n  disk_min_free: 0\n  disk_min_free_inodes: 0\n")

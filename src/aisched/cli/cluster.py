@@ -41,7 +41,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
             Text.assemble(plain(n["name"]), ("" if n["healthy"] else (" (unhealthy)", "red"))),
             plain(n["rack"]),
             f"{n['free_milli_cpu'] / 1000:g} / {n['milli_cpu'] / 1000:g}",
-            f"{n['free_mem_mib'] / 1024:.1f} / {n['mem_mib'] / 1024:.1f} GiB",
+            _memory_free(n),
             f"{free_gpus:g} / {len(n['gpus'])}",
             plain(n["memory_limit"]),
             "cpu affinity" if n["cpu_affinity"] else "none",
@@ -104,6 +104,12 @@ def cmd_queues(args: argparse.Namespace) -> int:
         )
     Console(highlight=False).print(table)
     return 0
+
+
+def _memory_free(n: dict[str, Any]) -> str:
+    """A node's free memory and its total, as every size is said (`1500 MiB / 64 GiB`; it was
+    `1.5 / 64.0 GiB`, and `1048576.0 / 1048576.0 GiB` for a PiB)."""
+    return f"{describe_mib(n['free_mem_mib'])} / {describe_mib(n['mem_mib'])}"
 
 
 def _amount(a: dict[str, float]) -> str:

@@ -24,6 +24,12 @@ def describe_mib(mib: int) -> str:
     return f"{mib} MiB"
 
 
+def describe_bytes(n: int) -> str:
+    """A size in bytes for people, as `describe_mib` writes sizes (`80 GiB`, `4886 MiB`): in
+    whole MiB, rounded down, so that a measured free space is never overstated."""
+    return describe_mib(max(n, 0) >> 20)
+
+
 @dataclass(frozen=True, slots=True)
 class Resources:
     milli_cpu: int = 0

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO
 
 from aisched.executors.task_files import not_roots_alone, not_theirs_alone
+from aisched.model.resources import describe_bytes
 from aisched.service.identity import user_name
 
 # What an aisched data directory holds; any one of them marks a directory as aisched's.
@@ -164,9 +165,9 @@ def unwritable_file(path: Path, exc: OSError, what: str) -> DataDirError:
 def full(home: Path, free_bytes: int, min_free_bytes: int) -> DataDirError:
     if not min_free_bytes:  # a write failed for lack of space, whatever the limit
         return DataDirError(f"the data directory {home} has no space left; free some space")
-    have = f"only {free_bytes >> 20} MiB free" if free_bytes else "no space left"
+    have = f"only {describe_bytes(free_bytes)} free" if free_bytes else "no space left"
     return DataDirError(
-        f"the data directory {home} has {have}, below the {min_free_bytes >> 20} MiB that "
+        f"the data directory {home} has {have}, below the {describe_bytes(min_free_bytes)} that "
         "aisched keeps free (limits.disk_min_free); free some space, or lower the limit"
     )
 

@@ -39,9 +39,8 @@ from pathlib import Path
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from aisched.model.resources import describe_bytes
 from aisched.service.step_errors import StepErrors
-
-MIB = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,14 +131,13 @@ def _pressure(d: DiskState) -> str:
             f"disk pressure: {d.free_inodes} inodes free for the {d.name} directory {d.path}, "
             f"below the {d.min_free_inodes} it keeps free (no new file can be made)"
         )
+    free, keep = describe_bytes(d.free_bytes), describe_bytes(d.min_free_bytes)
+    if free == keep:  # a limit of part of a MiB: both round down to one figure
+        free, keep = f"{d.free_bytes:,} bytes", f"{d.min_free_bytes:,} bytes"
     return (
-        f"disk pressure: {_mib(d.free_bytes)} free for the {d.name} directory {d.path}, "
-        f"below the {_mib(d.min_free_bytes)} it keeps free"
+        f"disk pressure: {free} free for the {d.name} directory {d.path}, below the {keep} it "
+        "keeps free"
     )
-
-
-def _mib(n: int) -> str:
-    return f"{n / MIB:.0f} MiB" if n < 10 * 1024 * MIB else f"{n / (1024 * MIB):.1f} GiB"
 
 
 class Health:
