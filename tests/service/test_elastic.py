@@ -34,7 +34,11 @@ def test_an_elastic_job_shrinks_for_an_equal_priority_job_and_grows_back(w: Worl
     # 1. The cycle shrinks the elastic job: every task is stopped (SIGTERM: it checkpoints).
     assert sorted(w.fx.stops) == sorted((el, 1, f"g0-{i}") for i in range(4))
     assert w.state(el)["stopping"] == "shrink"
-    assert w.state(other)["reason_code"] == "preempting"
+    # It waits for a shrink, not a preemption: its reason said "preempted job(s)".
+    assert (w.state(other)["reason_code"], w.state(other)["reason"]) == (
+        "preempting",
+        f"waiting for shrinking job(s) {el} to stop",
+    )
     # 2. Its tasks have exited: it restarts at once on the two it keeps, still running; the
     #    other job starts on the two it gave up.
     w.sched.step()

@@ -523,6 +523,20 @@ def test_a_restart_keeps_a_preemptors_wait_and_preempts_no_one_more(w: World) ->
         assert (tx.get_job(high) or {})["waiting_for"] is None
 
 
+def test_a_preemptors_reason_says_its_victim_was_cancelled_meanwhile(w: World) -> None:
+    """Every job a wait was for was called preempted, whatever stopped it: a victim cancelled
+    while it stopped went on being "preempted"."""
+    low = w.submit(job("low").task(gpu=4).priority(0).build())
+    w.fx.stubborn.update(w.fx.keys(low))
+    high = w.submit(job("high").task(gpu=4).priority(10).build())
+    assert w.state(high)["reason"] == f"waiting for preempted job(s) {low} to stop"
+    assert w.sched.cancel(low) is not None
+    w.sched.step()
+    w.sched.step()
+    assert w.state(low)["stopping"] == "cancel"
+    assert w.state(high)["reason"] == f"waiting for cancelled job(s) {low} to stop"
+
+
 def test_a_preemptors_reason_names_only_the_victims_still_stopping(w: World) -> None:
     """A waiting preemptor's reason named every victim it waited for at first, also those
     that had stopped since: it said "waiting for preempted job(s) 1, 2" while only 2 held it."""

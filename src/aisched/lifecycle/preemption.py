@@ -57,6 +57,7 @@ from dataclasses import dataclass, replace
 
 from aisched.core.decisions import TaskBinding
 from aisched.core.snapshot import RunningJob
+from aisched.lifecycle.attempts import Stop
 from aisched.lifecycle.holdings import Holdings
 from aisched.model.job import Job
 
@@ -103,6 +104,33 @@ def blockers(
     if not short:
         return frozenset()
     return frozenset(j for j in held.holders_on(short) if still_stopping(j))
+
+
+# What a job that another waits for is doing, by why it stops: the wait is a preemption's, but
+# what it waits for may be any stop of a job whose resources the core placed it in (a shrink
+# gives up tasks; a cancelled or timed-out job still holds its own until its tasks exit).
+_STOPPING_AS = {
+    Stop.PREEMPT: "preempted",
+    Stop.SHRINK: "shrinking",
+    Stop.CANCEL: "cancelled",
+    Stop.TIMEOUT: "timed-out",
+    Stop.FAILED: "failed",
+    Stop.UNRUNNABLE: "failed",
+    Stop.LOGS: "failed",
+    Stop.REQUEUE: "requeued",
+}
+
+
+def waiting_reason(victims: Mapping[str, Stop | None]) -> str:
+    """A waiting job's reason, each job it waits for named by why it stops (None: it is no
+    longer stopping): `waiting for preempted job(s) 3, 4 and shrinking job(s) 7 to stop`."""
+    groups: dict[str, list[str]] = {}
+    for job_id in sorted(victims):
+        stop = victims[job_id]
+        what = "stopping" if stop is None else _STOPPING_AS.get(stop, "stopping")
+        groups.setdefault(what, []).append(job_id)
+    named = [f"{what} job(s) {', '.join(ids)}" for what, ids in groups.items()]
+    return f"waiting for {' and '.join(named)} to stop"
 
 
 def wait_limit_s(graces_s: Iterable[float], victim_wait_s: float) -> float:

@@ -39,10 +39,10 @@ from aisched.core.snapshot import (
 )
 from aisched.core.status import JobStatus, StatusCode
 from aisched.executors.base import Executor, TaskExited
-from aisched.lifecycle.attempts import time_limit_at
+from aisched.lifecycle.attempts import Stop, time_limit_at
 from aisched.lifecycle.elastic import grow_at
 from aisched.lifecycle.holdings import Holdings
-from aisched.lifecycle.preemption import VictimWait
+from aisched.lifecycle.preemption import VictimWait, waiting_reason
 from aisched.lifecycle.work import checkpoint_interval_s, core_interval
 from aisched.model.cluster import Cluster, Node
 from aisched.model.job import Job, JobKind
@@ -462,7 +462,8 @@ class SchedulerState:
         lj.waiting_since = None if wait is None else wait.since
         lj.waiting_tasks = () if wait is None else wait.tasks
         if victims:
-            why = f"waiting for preempted job(s) {', '.join(sorted(victims))} to stop"
+            # Named by why each stops: not every job a wait is for was preempted.
+            why = waiting_reason({v: _stop_of(self.jobs.get(v)) for v in victims})
             self._write_status(lj, JobStatus(StatusCode.PREEMPTING, why), batch)
 
     def _set_waiting(self, lj: LiveJob, victims: frozenset[str]) -> None:
@@ -601,3 +602,7 @@ def _smaller(now: Node, before: Node) -> bool:
     """Whether `now` lacks some of what the same node had `before` (CPUs, memory, GPUs, GPU
     memory, RDMA devices)."""
     return not before.capacity.fits_in(now.capacity)
+
+
+def _stop_of(lj: LiveJob | None) -> Stop | None:
+    return None if lj is None else lj.stopping

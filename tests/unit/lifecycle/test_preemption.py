@@ -6,6 +6,7 @@ import pytest
 
 from aisched.core.decisions import TaskBinding
 from aisched.core.snapshot import RunningJob, build_arrays
+from aisched.lifecycle.attempts import Stop
 from aisched.lifecycle.holdings import Holdings
 from aisched.lifecycle.preemption import (
     VictimWait,
@@ -20,6 +21,7 @@ from aisched.lifecycle.preemption import (
     resumed_tasks,
     wait_for,
     wait_limit_s,
+    waiting_reason,
 )
 from aisched.model.cluster import Cluster
 from aisched.testing import job, node
@@ -165,3 +167,23 @@ def test_waits_that_end_together_resume_longest_waiting_first() -> None:
         "2": VictimWait(frozenset({"a"}), 101.0),
     }
     assert resume_order(waits) == ["9", "10", "2"]
+
+
+@pytest.mark.parametrize(
+    ("victims", "reason"),
+    [
+        ({"3": Stop.PREEMPT, "4": Stop.PREEMPT}, "waiting for preempted job(s) 3, 4 to stop"),
+        # Each was called preempted, whatever stopped it.
+        ({"7": Stop.SHRINK}, "waiting for shrinking job(s) 7 to stop"),
+        (
+            {"3": Stop.PREEMPT, "5": Stop.CANCEL, "6": Stop.TIMEOUT, "7": Stop.SHRINK},
+            "waiting for preempted job(s) 3 and cancelled job(s) 5 and timed-out job(s) 6 and "
+            "shrinking job(s) 7 to stop",
+        ),
+        ({"8": None}, "waiting for stopping job(s) 8 to stop"),
+    ],
+)
+def test_a_waiting_jobs_reason_names_each_job_by_why_it_stops(
+    victims: dict[str, Stop | None], reason: str
+) -> None:
+    assert waiting_reason(victims) == reason
