@@ -122,6 +122,28 @@ def test_queues_show_guarantee_usage_and_borrowed(
     assert (p["guarantee_gpus"], p["used_gpus"], p["borrowed_gpus"]) == (3.0, 0.0, 0.0)
 
 
+def test_a_child_queue_inside_its_parents_guarantee_has_borrowed_nothing(
+    open_service: Callable[..., Service], fx: FakeExecutor
+) -> None:
+    """train has no guarantee of its own; org's 3 GPUs cover it. Its GPUs were all shown as
+    borrowed (usage minus its own guarantee, 0), though reclaim takes none of them back; the
+    dashboard and `/v1/queues` (`aisched queues`) now say what reclaim would take."""
+    queues = [
+        {"name": "org", "guarantee": {"gpus": 3}},
+        {"name": "train", "parent": "org"},
+        {"name": "scratch"},
+    ]
+    client = client_for(open_service(fx, queues=queues))
+    submit(client, 2, queue="train")
+    submit(client, 1, queue="train")
+    submit(client, 1, queue="scratch")
+    doc = wait_for(client, "all running", lambda d: d["summary"]["jobs"]["running"] == 3)
+    shown = {q["name"]: (q["used_gpus"], q["borrowed_gpus"]) for q in doc["queues"]}
+    assert shown == {"org": (3.0, 0.0), "train": (3.0, 0.0), "scratch": (1.0, 1.0)}
+    listed = client.get("/v1/queues").json()["queues"]
+    assert {q["name"]: (q["used"]["gpus"], q["borrowed"]["gpus"]) for q in listed} == shown
+
+
 def test_queues_show_each_users_holding_against_the_per_user_limit(
     open_service: Callable[..., Service], fx: FakeExecutor
 ) -> None:

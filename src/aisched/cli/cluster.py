@@ -87,7 +87,8 @@ def cmd_queues(args: argparse.Namespace) -> int:
     # room for a column of zeros.
     capped = any(q.get("max_priority") for q in out["queues"])
     columns = ("QUEUE", "PARENT", "WEIGHT", "GUARANTEE", "LIMIT", "PER USER")
-    for col in (*columns, *(("MAX PRI",) if capped else ()), "USED", "PENDING", "RUNNING"):
+    rest = ("USED", "BORROWED", "PENDING", "RUNNING")
+    for col in (*columns, *(("MAX PRI",) if capped else ()), *rest):
         table.add_column(col)
     for q in out["queues"]:
         table.add_row(
@@ -99,6 +100,8 @@ def cmd_queues(args: argparse.Namespace) -> int:
             "-" if q.get("user_limit") is None else _amount(q["user_limit"]),
             *((str(q.get("max_priority", 0)),) if capped else ()),
             _amount(q["used"]),
+            # What reclaim may take back (a server before it was given: not shown).
+            _amount(q.get("borrowed") or {}),
             str(q["pending"]),
             str(q["running"]),
         )

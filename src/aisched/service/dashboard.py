@@ -35,6 +35,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from aisched import __version__
+from aisched.core.queues import borrowed_usage, usage_along_paths
 from aisched.core.session import usage_vector
 from aisched.model.resources import Resources
 from aisched.model.states import JobState
@@ -194,27 +195,29 @@ def queues_section(
     sched: Scheduler, max_priority: Callable[[tuple[str, ...]], int]
 ) -> list[dict[str, Any]]:
     """Per queue: its guarantee, what it uses (its descendants included), the part of that
-    above its guarantee (borrowed from idle capacity), the highest priority its users may ask
-    for (`max_priority` of its path: `ServiceConfig.max_priority`), and its per-user limit
-    with what each user's running jobs hold against it (`_per_user`)."""
+    borrowed from idle capacity (what reclaim may take back: above its own guarantee and
+    every guarantee above it, `core.queues.borrowed_usage`), the highest priority its users
+    may ask for (`max_priority` of its path: `ServiceConfig.max_priority`), and its per-user
+    limit with what each user's running jobs hold against it (`_per_user`)."""
     _, per_queue = sched.live_summary()
     capacity_gpus = sched.allocation()["gpu"][1]
-    used: dict[str, list[float]] = {}
-    for (qname, _user), vec in list(sched.usage.items()):
-        path = sched.queues.path(qname) if sched.queues.has(qname) else (qname,)
-        for name in path:
-            acc = used.setdefault(name, [0.0, 0.0, 0.0])
-            for i, value in enumerate(vec):
-                acc[i] += in_unit(value, i, metric=False)
+    by_user = dict(list(sched.usage.items()))  # a copy: the loop thread replaces entries
+    raw = usage_along_paths(sched.queues, by_user)
+    borrowed = borrowed_usage(sched.queues, raw)
+    used = {
+        name: [in_unit(v, i, metric=False) for i, v in enumerate(vec)] for name, vec in raw.items()
+    }
     roots = [q for q in sched.queues.queues if q.parent is None]
-    holdings = user_holdings(sched.queues, dict(list(sched.usage.items())))
+    holdings = user_holdings(sched.queues, by_user)
     out = []
     for q in sched.queues.queues:
         cpus, mem_gib, gpus = used.get(q.name, [0.0, 0.0, 0.0])
         guarantee_gpus = q.guarantee.gpu + q.guarantee.gpu_milli / 1000
+        borrowed_gpus = in_unit(borrowed.get(q.name, (0.0, 0.0, 0.0))[2], 2, metric=False)
         if roots == [q]:
             # The only top-level queue owns the whole cluster: nothing it uses is borrowed.
             guarantee_gpus = max(guarantee_gpus, capacity_gpus)
+            borrowed_gpus = 0.0
         limit_gpus = None if q.limit is None else q.limit.gpu + q.limit.gpu_milli / 1000
         pending, running = per_queue.get(q.name, (0, 0))
         out.append(
@@ -228,7 +231,7 @@ def queues_section(
                 "used_gpus": gpus,
                 "used_cpus": cpus,
                 "used_mem_gib": mem_gib,
-                "borrowed_gpus": max(gpus - guarantee_gpus, 0.0),
+                "borrowed_gpus": borrowed_gpus,
                 "share": gpus / capacity_gpus if capacity_gpus > 0 else 0.0,
                 "pending": pending,
                 "running": running,

@@ -224,6 +224,9 @@ class QueueOut(BaseModel):
     # set on it or above it, else 0.
     max_priority: int = 0
     used: dict[str, float]
+    # The part of `used` that reclaim may take back: above its guarantee and every guarantee
+    # above it (a queue inside its parent's guarantee has borrowed nothing).
+    borrowed: dict[str, float] = {}
     pending: int
     running: int
 

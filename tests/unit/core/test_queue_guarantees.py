@@ -8,7 +8,13 @@ from __future__ import annotations
 from aisched.core.decisions import TaskBinding
 from aisched.core.eviction import Cut
 from aisched.core.policy import preset
-from aisched.core.queues import borrowed, guarantee_claim, keeping_guarantees
+from aisched.core.queues import (
+    borrowed,
+    borrowed_usage,
+    guarantee_claim,
+    keeping_guarantees,
+    usage_along_paths,
+)
 from aisched.core.session import Session
 from aisched.core.snapshot import ZERO, RunningJob, snapshot_of
 from aisched.model.job import Job
@@ -86,3 +92,34 @@ def test_one_whole_job_holding_what_its_queue_borrowed_may_take_it_below_its_gua
     assert not borrowed(at_guarantee, "train", (0.0, 0.0, 1000.0), whole=True)
     cuts = [Cut(r) for r in run]
     assert keeping_guarantees(s, cuts) == cuts[:1]
+
+
+def test_the_borrowed_amount_shown_per_queue_is_what_reclaim_may_take() -> None:
+    """The dashboard said a queue's borrowed GPUs were its usage above its own guarantee: train
+    (none of its own) showed all 5 it runs as borrowed, where reclaim may take 4 of them, org
+    (guaranteed 4, holding 8) keeping its 4."""
+    run = [
+        *(one_gpu(f"t{i}", "train", i) for i in range(5)),
+        one_gpu("m0", "team", 5),
+        *(one_gpu(f"s{i}", "scratch", 6 + i) for i in range(2)),
+    ]
+    s = session_of(run, job("b").task(gpu=1).build())
+    by_user = {(r.job.queue, r.job.user): ZERO for r in run}
+    for r in run:
+        key = (r.job.queue, r.job.user)
+        by_user[key] = (0.0, 0.0, by_user[key][2] + 1000.0)
+    used = usage_along_paths(TREE, by_user)
+    assert {q: u[2] / 1000 for q, u in used.items()} == {
+        "org": 6.0,
+        "train": 5.0,
+        "team": 1.0,
+        "scratch": 2.0,
+    }
+    shown = {q: b[2] / 1000 for q, b in borrowed_usage(TREE, used).items()}
+    # org holds 6 of its 4; team is within its own 2; scratch has no guarantee on its path.
+    assert shown == {"org": 2.0, "team": 0.0, "train": 2.0, "scratch": 2.0}
+    for q, gpus in shown.items():
+        # Reclaim may take that much and, short of all the queue runs, not one GPU more.
+        assert borrowed(s, q, (0.0, 0.0, gpus * 1000)) or gpus == 0
+        if gpus < used[q][2] / 1000:
+            assert not borrowed(s, q, (0.0, 0.0, (gpus + 1) * 1000))

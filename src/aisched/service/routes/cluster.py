@@ -8,6 +8,8 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 
+from aisched.core.queues import borrowed_usage, usage_along_paths
+from aisched.core.snapshot import ZERO, Usage
 from aisched.service.app import Service
 from aisched.service.auth import CallerDep
 from aisched.service.schemas import GPUOut, NodeList, NodeOut, QueueList, QueueOut
@@ -67,13 +69,9 @@ def cluster_router(svc: Service) -> APIRouter:
             return sched.queues.path(qname) if sched.queues.has(qname) else (qname,)
 
         # A parent queue counts what its children hold and run, as its usage counts theirs.
-        used: dict[str, list[float]] = {}
-        for (qname, _user), (cpu, mem, gpu) in list(sched.usage.items()):
-            for name in path(qname):
-                acc = used.setdefault(name, [0.0, 0.0, 0.0])
-                acc[0] += cpu
-                acc[1] += mem
-                acc[2] += gpu
+        used = usage_along_paths(sched.queues, dict(list(sched.usage.items())))
+        borrowed = borrowed_usage(sched.queues, used)
+        roots = [q for q in sched.queues.queues if q.parent is None]
         jobs: dict[str, tuple[int, int]] = {}
         for qname, (pending, running) in per_queue.items():
             for name in path(qname):
@@ -81,7 +79,10 @@ def cluster_router(svc: Service) -> APIRouter:
                 jobs[name] = (p0 + pending, r0 + running)
         out = []
         for q in sched.queues.queues:
-            u = used.get(q.name, [0.0, 0.0, 0.0])
+            u = used.get(q.name, ZERO)
+            # The only top-level queue owns the whole cluster: nothing it uses is borrowed
+            # (as the dashboard says).
+            b = ZERO if roots == [q] else borrowed.get(q.name, ZERO)
             p, r = jobs.get(q.name, (0, 0))
             out.append(
                 QueueOut(
@@ -93,7 +94,8 @@ def cluster_router(svc: Service) -> APIRouter:
                     borrowing=q.borrowing,
                     user_limit=None if q.user_limit is None else _amount(q.user_limit),
                     max_priority=svc.config.max_priority(sched.queues.path(q.name)),
-                    used={"cpus": u[0] / 1000, "mem_gib": u[1] / 1024, "gpus": u[2] / 1000},
+                    used=_usage(u),
+                    borrowed=_usage(b),
                     pending=p,
                     running=r,
                 )
@@ -101,6 +103,10 @@ def cluster_router(svc: Service) -> APIRouter:
         return JSONResponse(QueueList(queues=out).model_dump())
 
     return router
+
+
+def _usage(u: Usage) -> dict[str, float]:
+    return {"cpus": u[0] / 1000, "mem_gib": u[1] / 1024, "gpus": u[2] / 1000}
 
 
 def _amount(r: Any) -> dict[str, float]:

@@ -140,7 +140,8 @@ function queueBar(q) {
   // One scale for every queue: the larger of its limit, guarantee and use, at least one GPU.
   const top = Math.max(q.limit_gpus ?? 0, q.guarantee_gpus, q.used_gpus, 1);
   const pct = (v) => `${(100 * v) / top}%`;
-  const within = Math.min(q.used_gpus, q.guarantee_gpus);
+  // What is not borrowed is held within a guarantee: its own, or one above it.
+  const within = Math.max(q.used_gpus - q.borrowed_gpus, 0);
   const bar = el("div", { class: "qbar" });
   bar.append(el("span", { class: "used", style: `left:0;width:${pct(within)}` }));
   if (q.borrowed_gpus > 0) {
