@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from aisched.cli.cluster import _amount, _memory_free
+from aisched.cli.cluster import _amount, _memory_free, _shows_borrowed
 
 
 @pytest.mark.parametrize(
@@ -32,3 +32,13 @@ def test_memory_is_said_as_every_size_is(amount: dict[str, float], shown: str) -
 )
 def test_a_nodes_memory_is_said_as_every_size_is(free_mib: int, mem_mib: int, shown: str) -> None:
     assert _memory_free({"free_mem_mib": free_mib, "mem_mib": mem_mib}) == shown
+
+
+def test_the_borrowed_column_is_shown_only_while_reclaim_could_take_something_back() -> None:
+    borrowing = {"guarantee": {}, "borrowed": {"gpus": 3}}
+    guaranteed = {"guarantee": {"gpus": 4}, "borrowed": {}}
+    assert _shows_borrowed([borrowing, guaranteed])
+    # No queue has a guarantee (two plain queues): nothing can be reclaimed, so no column
+    # squeezes an 80-column table.
+    assert not _shows_borrowed([borrowing, {"guarantee": {}, "borrowed": {}}])
+    assert not _shows_borrowed([guaranteed, {"guarantee": {}}])  # nobody borrows; an old server

@@ -86,8 +86,9 @@ def cmd_queues(args: argparse.Namespace) -> int:
     # The cap on users' priorities only where a queue sets one: an 80-column terminal has no
     # room for a column of zeros.
     capped = any(q.get("max_priority") for q in out["queues"])
+    borrowing = _shows_borrowed(out["queues"])
     columns = ("QUEUE", "PARENT", "WEIGHT", "GUARANTEE", "LIMIT", "PER USER")
-    rest = ("USED", "BORROWED", "PENDING", "RUNNING")
+    rest = ("USED", *(("BORROWED",) if borrowing else ()), "PENDING", "RUNNING")
     for col in (*columns, *(("MAX PRI",) if capped else ()), *rest):
         table.add_column(col)
     for q in out["queues"]:
@@ -100,13 +101,20 @@ def cmd_queues(args: argparse.Namespace) -> int:
             "-" if q.get("user_limit") is None else _amount(q["user_limit"]),
             *((str(q.get("max_priority", 0)),) if capped else ()),
             _amount(q["used"]),
-            # What reclaim may take back (a server before it was given: not shown).
-            _amount(q.get("borrowed") or {}),
+            *((_amount(q.get("borrowed") or {}),) if borrowing else ()),
             str(q["pending"]),
             str(q["running"]),
         )
     Console(highlight=False).print(table)
     return 0
+
+
+def _shows_borrowed(queues: list[dict[str, Any]]) -> bool:
+    """Whether `aisched queues` has a BORROWED column: like MAX PRI, only where it says
+    something (an 80-column terminal has no room to spare), while some queue borrows and some
+    queue has a guarantee to take it back for (a server before it was given says nothing)."""
+    guaranteed = any(_amount(q["guarantee"]) != "-" for q in queues)
+    return guaranteed and any(_amount(q.get("borrowed") or {}) != "-" for q in queues)
 
 
 def _memory_free(n: dict[str, Any]) -> str:
