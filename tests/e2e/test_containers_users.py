@@ -18,7 +18,9 @@ from typing import Any
 
 import pytest
 from container_image import build_test_image, missing_tools
-from harness import Service, local_service
+from harness import Service, local_service, wait_for
+
+from aisched.executors.instance import instance_tag
 
 users = pytest.importorskip("users", reason="needs tests/e2e/users.py (run-as-user helpers)")
 
@@ -207,3 +209,87 @@ def test_a_checkpoint_directory_the_user_made_a_link_is_refused(
     finally:
         ckpt.unlink(missing_ok=True)
         subprocess.run(["rm", "-rf", "--", str(secret)], check=True)
+
+
+# Forks until refused (at most 60, short of the container's own pids limit of 64), says how
+# many it got, and keeps them while the test reads its user's pids cgroup.
+FORKS = """
+import os, time
+kids = []
+try:
+    for _ in range(60):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(120)
+            os._exit(0)
+        kids.append(pid)
+except OSError as e:
+    print("fork refused after", len(kids), flush=True)
+else:
+    print("forked", len(kids), flush=True)
+time.sleep(120)
+"""
+USER_PIDS = 37  # an odd bound: its user cgroup is this service's alone (`user_cgroup`)
+
+
+def _pids_cgroup(pid: int) -> str:
+    """The v1 pids cgroup of process `pid`, as a directory."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "pids" in controllers.split(","):
+            return os.path.join("/sys/fs/cgroup/pids", path.lstrip("/"))
+    raise AssertionError(f"process {pid} has no v1 pids cgroup")
+
+
+def _procs_below(cgroup: str) -> set[int]:
+    return {
+        int(p) for d, _, _ in os.walk(cgroup) for p in Path(d, "cgroup.procs").read_text().split()
+    }
+
+
+@pytest.mark.skipif(
+    not os.path.isdir("/sys/fs/cgroup/pids"), reason="needs a cgroup v1 pids hierarchy"
+)
+def test_a_users_container_processes_count_in_the_users_pids_cgroup(
+    tmp_path: Path, local_users: Any
+) -> None:
+    image = build_test_image()
+    alice = local_users["alice"]
+    tmp_path.chmod(0o755)  # the users' jobs run in their homes
+    config = f"container_pids_limit: 64\nuser_pids_limit: {USER_PIDS}\n"
+    with local_service(tmp_path, config) as svc:
+        proc = as_user(svc, alice, "run", "--json", "--image", image, "--", "python3", "-c", FORKS)
+        jid = str(json.loads(proc.stdout)["id"])
+        svc.wait_state(jid, "running", timeout_s=60)
+        out = wait_for("the task's fork count", lambda: svc.cli("logs", jid).stdout.strip())
+        instance = instance_tag((svc.home / "tasks").resolve())
+        names = subprocess.run(
+            ["podman", "ps", "--filter", f"label=io.aisched.job={jid}",
+             "--filter", f"label=io.aisched.instance={instance}", "--format", "{{.ID}}"],
+            capture_output=True, text=True, check=True,
+        ).stdout.split()  # fmt: skip
+        assert len(names) == 1
+        init = int(
+            subprocess.run(
+                ["podman", "inspect", "--format", "{{.State.Pid}}", names[0]],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout  # fmt: skip
+        )
+        # The container's cgroup is under the user's, which is under aisched's: the user's
+        # bound and the one of all tasks count its processes.
+        user = os.path.dirname(_pids_cgroup(init))
+        assert os.path.basename(user) == f"user-{alice.uid}.max-{USER_PIDS}"
+        assert os.path.basename(os.path.dirname(user)) == "aisched"
+        assert Path(user, "pids.max").read_text().strip() == str(USER_PIDS)
+        inside = _procs_below(_pids_cgroup(init))
+        assert init in inside and len(inside) > 20
+        assert inside <= _procs_below(user)
+        assert int(Path(user, "pids.current").read_text()) >= len(inside)
+        # So the user's bound stops the forks, not the container's 64.
+        words = out.split()
+        assert words[:3] == ["fork", "refused", "after"]
+        assert int(words[3]) < USER_PIDS
+        svc.cli("cancel", jid)
+        svc.wait_state(jid, "cancelled", timeout_s=60)

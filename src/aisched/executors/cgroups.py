@@ -531,14 +531,7 @@ def create_bounds(
             parent = user_cgroup(base, uid, user_pids_max) if ctrl == "pids" else base
 
             def make_parents(ctrl: str = ctrl, base: str = base, parent: str = parent) -> None:
-                # Every service of the machine shares the base, and one that stopped while
-                # none of its tasks ran removed it (`release_bounds`): a standby beside a
-                # leader. Completed even when it is there: another service may have made it
-                # and not yet filled it, and a task cannot join a cpuset without memory nodes.
-                _make_v1_base(ctrl, base)
-                if parent != base:
-                    os.makedirs(parent, exist_ok=True)
-                    _write(os.path.join(parent, "pids.max"), str(user_pids_max))
+                _make_parents(ctrl, base, parent, user_pids_max)
 
             path = os.path.join(parent, name)
             _mkdir_in_shared(path, make_parents)
@@ -555,6 +548,42 @@ def create_bounds(
         for path in made:
             remove_cgroup(path)
         raise
+
+
+def _make_parents(ctrl: str, base: str, parent: str, user_pids_max: int) -> None:
+    """Make (or complete) the v1 base of `ctrl` and, for pids, the user's cgroup `parent`
+    in it, bounded by `user_pids_max`. Every service of the machine shares the base, and one
+    that stopped while none of its tasks ran removed it (`release_bounds`): a standby beside a
+    leader. Completed even when it is there: another service may have made it and not yet
+    filled it, and a task cannot join a cpuset without memory nodes. Raises OSError."""
+    _make_v1_base(ctrl, base)
+    if parent != base:
+        os.makedirs(parent, exist_ok=True)
+        _write(os.path.join(parent, "pids.max"), str(user_pids_max))
+
+
+def container_cgroup_parent(bounds: TaskBounds, uid: int, user_pids_max: int) -> str | None:
+    """The `--cgroup-parent` of a container task run as `uid` by a rootful engine with the
+    cgroupfs manager: its user's v1 pids cgroup (`user_cgroup`), made and bounded here, as a
+    path from the root of the pids hierarchy. The engine makes that path in every v1
+    hierarchy and the container's cgroups below it (its own limits stay on those), so the
+    user's bound and the one of all tasks count the container's processes as a host task's.
+    None without a v1 pids base (cgroup v2: the per-task and all-tasks bounds are on the
+    memory base, which a container does not join). Raises OSError."""
+    base = next((b for ctrl, b in bounds.bases if ctrl == "pids"), None)
+    mount = next((m for m in _mounts() if m.fstype == "cgroup" and "pids" in m.options), None)
+    if base is None or mount is None or not base.startswith(mount.point.rstrip("/") + "/"):
+        return None
+    parent = user_cgroup(base, uid, user_pids_max)
+    for tries_left in reversed(range(SHARED_PARENT_TRIES)):
+        try:
+            _make_parents("pids", base, parent, user_pids_max)
+            break
+        except OSError as exc:  # a stopping service removed the base meanwhile
+            if not tries_left or exc.errno not in (errno.ENOENT, errno.ENODEV):
+                raise
+        time.sleep(0.001)
+    return "/" + os.path.relpath(parent, mount.point)
 
 
 def _mkdir_in_shared(path: str, make_parents: Callable[[], None]) -> None:
@@ -580,13 +609,33 @@ def _mkdir_in_shared(path: str, make_parents: Callable[[], None]) -> None:
 
 
 def release_bounds(bounds: TaskBounds) -> None:
-    """Removes the v1 parents of the bound cgroups when no task cgroup is left in them."""
+    """Removes the v1 parents of the bound cgroups when no task cgroup is left in them, and
+    what the container engine made for containers in a user's pids cgroup
+    (`container_cgroup_parent`) in every hierarchy, when empty."""
+    mounts = [m for m in _mounts() if m.fstype in ("cgroup", "cgroup2")]
     for ctrl, base in bounds.bases:
         if ctrl == "pids":  # its users' cgroups first, the empty ones
+            pids = next((m for m in mounts if m.fstype == "cgroup" and "pids" in m.options), None)
             with contextlib.suppress(OSError):
                 for entry in os.scandir(base):
                     if entry.name.startswith("user-") and entry.is_dir(follow_symlinks=False):
+                        if pids is not None and entry.path.startswith(pids.point + "/"):
+                            rel = os.path.relpath(entry.path, pids.point)
+                            _remove_engine_parents(mounts, rel)
                         with contextlib.suppress(OSError):
                             os.rmdir(entry.path)
         with contextlib.suppress(OSError):
             os.rmdir(base)
+
+
+def _remove_engine_parents(mounts: list[_Mount], rel: str) -> None:
+    """Removes the empty cgroups the engine made at `rel` in each hierarchy for the containers
+    placed there: the one its monitors (conmon) share, then `rel` and its parent, the pids
+    base's path (the pids ones are the caller's)."""
+    for m in mounts:
+        paths = [os.path.join(m.point, rel, "conmon")]
+        if not (m.fstype == "cgroup" and "pids" in m.options):
+            paths += [os.path.join(m.point, rel), os.path.join(m.point, os.path.dirname(rel))]
+        for path in paths:
+            with contextlib.suppress(OSError):
+                os.rmdir(path)

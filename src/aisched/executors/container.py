@@ -109,7 +109,16 @@ class Engine:
     # Whether the engine can put its containers in cgroups of their own with limits (not:
     # rootless on cgroup v1, which has no delegation).
     cgroup_limits: bool = True
+    # How the engine makes its containers' cgroups: "cgroupfs" (paths in the hierarchies,
+    # which `--cgroup-parent` names) or "systemd" (slices); "" when it did not say.
+    cgroup_manager: str = ""
     notes: tuple[str, ...] = ()
+
+    @property
+    def takes_cgroup_parent(self) -> bool:
+        """Whether a container may be placed under a cgroup path of ours (`--cgroup-parent`):
+        a rootful engine with the cgroupfs manager."""
+        return self.cgroup_limits and not self.rootless and self.cgroup_manager == "cgroupfs"
 
 
 Runner = Any  # subprocess.run's signature; a parameter so detection can be driven by a test
@@ -257,6 +266,7 @@ def _podman(binary: str, oci_runtime: str, pull: str, pids_limit: int) -> Engine
                         pids_limit=pids_limit,
                         bridge_gateway=_bridge_gateway(binary),
                         cgroup_limits=cgroup_limits,
+                        cgroup_manager=manager,
                         notes=tuple(notes),
                     )
                 refusals.append(
@@ -320,14 +330,23 @@ def _bridge_gateway(binary: str) -> str | None:
 
 
 def _docker(binary: str, oci_runtime: str, pull: str, pids_limit: int) -> Engine:
-    info = _run([binary, "info", "--format", "{{.CgroupVersion}} {{.DefaultRuntime}}"])
+    info = _run(
+        [
+            binary,
+            "info",
+            "--format",
+            "{{.CgroupVersion}} {{.DefaultRuntime}} {{.CgroupDriver}} {{.SecurityOptions}}",
+        ]
+    )
     if info.returncode != 0:
         raise EngineError(f"docker does not work here: {_last_line(info.stderr)}")
-    words = (info.stdout.split() + ["", ""])[:2]
+    words = (info.stdout.split(maxsplit=3) + ["", "", "", ""])[:4]
+    rootless = "name=rootless" in words[3]
     runtime = None if oci_runtime == "auto" else oci_runtime
     notes = (
         f"container engine: docker ({binary}), cgroup v{words[0] or '?'}; OCI runtime "
-        f"{runtime or words[1] or 'the default'}",
+        f"{runtime or words[1] or 'the default'}; cgroup driver {words[2] or 'unknown'}"
+        + (", rootless" if rootless else ""),
         "GPUs through NVIDIA_VISIBLE_DEVICES (docker: the nvidia runtime)",
     )
     return Engine(
@@ -338,6 +357,8 @@ def _docker(binary: str, oci_runtime: str, pull: str, pids_limit: int) -> Engine
         pull=pull,
         pids_limit=pids_limit,
         bridge_gateway="172.17.0.1",
+        rootless=rootless,
+        cgroup_manager=words[2],
         notes=notes,
     )
 
@@ -377,6 +398,9 @@ class ContainerTask:
     checkpoint_dir: str | None
     env_file: str
     user: Mapping[str, Any] | None = None
+    # The cgroup path the engine makes the container's cgroups under
+    # (`cgroups.container_cgroup_parent`); None: the engine's default place.
+    cgroup_parent: str | None = None
 
 
 def task_env(spec: ContainerSpec, t: ContainerTask, engine: Engine) -> dict[str, str]:
@@ -449,6 +473,10 @@ def create_args(spec: ContainerSpec, t: ContainerTask, engine: Engine) -> list[s
             a += ["--memory", f"{t.mem_limit_mib}m", "--memory-swap", f"{t.mem_limit_mib}m"]
         if engine.pids_limit > 0:
             a += ["--pids-limit", str(engine.pids_limit)]
+        if t.cgroup_parent and engine.takes_cgroup_parent:
+            # Under the user's pids cgroup: its bound and the one of all tasks count the
+            # container's processes as they count a host task's.
+            a += ["--cgroup-parent", t.cgroup_parent]
     a += ["--shm-size", f"{spec.shm_mib or DEFAULT_SHM_MIB}m"]
     # 3. Network: rank 0 of a bridged gang publishes its master port.
     a += ["--network", spec.network.value]

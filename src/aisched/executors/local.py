@@ -70,6 +70,7 @@ from aisched.executors.cgroups import (
     cgroup_name,
     choose_memory_control,
     choose_task_bounds,
+    container_cgroup_parent,
     create_bounds,
     create_task_cgroup,
     release_base,
@@ -645,6 +646,16 @@ class LocalExecutor(ExitWatching):
                         "(Debian: util-linux, iproute2)"
                     )
                 tools[tool] = found
+        parent = None
+        if engine.takes_cgroup_parent:
+            acct = doc.get("user")
+            uid = int(acct["uid"]) if acct is not None else os.geteuid()
+            try:
+                parent = container_cgroup_parent(self._bounds, uid, self._user_pids_limit)
+            except OSError as exc:
+                raise LaunchError(
+                    f"task {_show(key)}: cannot make its user's pids cgroup: {exc.strerror or exc}"
+                ) from None
         env_file = str(tdir / "container.env")
         t = ctr.ContainerTask(
             instance=self._instance,
@@ -661,6 +672,7 @@ class LocalExecutor(ExitWatching):
             checkpoint_dir=req.env.get("AISCHED_CHECKPOINT_DIR"),
             env_file=env_file,
             user=doc.get("user"),
+            cgroup_parent=parent,
         )
         try:
             text = ctr.env_file_text(ctr.task_env(spec, t, engine))

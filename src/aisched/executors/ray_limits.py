@@ -42,6 +42,7 @@ from aisched.executors.cgroups import (
     cgroup_name,
     choose_memory_control,
     choose_task_bounds,
+    container_cgroup_parent,
     create_bounds,
     create_task_cgroup,
     instance_prefix,
@@ -153,6 +154,15 @@ def make_task_cgroups(spec: dict[str, Any], uid: int, cores: tuple[int, ...]) ->
         if owner is not None:
             owner.release(())
         raise
+
+
+def container_parent(spec: dict[str, Any], uid: int) -> str | None:
+    """The `--cgroup-parent` of the container task of `spec` run as `uid` on this node: its
+    user's pids cgroup, as on one machine (`cgroups.container_cgroup_parent`). Raises OSError,
+    or MemoryControlError."""
+    controls = node_controls(str(spec.get("memory_limit") or "auto"))
+    user_pids_max = int(spec.get("user_pids_limit") or 4 * DEFAULT_PIDS_LIMIT)
+    return container_cgroup_parent(controls.bounds, uid, user_pids_max)
 
 
 def _make(

@@ -583,6 +583,17 @@ class TaskRunner:
             self._log(msg)
             self.start_error = {"kind": "exited", "exit_code": 125, "message": msg}
             return None
+        parent = None
+        if engine.takes_cgroup_parent:
+            try:
+                uid = int(user["uid"]) if user is not None else os.geteuid()
+                parent = ray_limits.container_parent(spec, uid)
+            except (OSError, MemoryControlError) as exc:
+                cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+                msg = f"image {image}: cannot make its user's pids cgroup on this node: {cause}"
+                self._log(msg)
+                self.start_error = {"kind": "exited", "exit_code": 126, "message": msg}
+                return None
         env_file = f"{spec['log_path']}.container.env"
         t = ctr.ContainerTask(
             instance=str(c["instance"]),
@@ -599,6 +610,7 @@ class TaskRunner:
             checkpoint_dir=env.get("AISCHED_CHECKPOINT_DIR"),
             env_file=env_file,
             user=user,
+            cgroup_parent=parent,
         )
         try:
             text = ctr.env_file_text(ctr.task_env(cspec, t, engine))

@@ -128,6 +128,21 @@ def test_the_whole_create_command_of_a_bridged_gpu_task_run_as_a_user(
     ]  # fmt: skip
 
 
+def test_the_users_pids_cgroup_is_the_cgroup_parent_only_where_the_engine_takes_one(
+    dirs: tuple[str, str],
+) -> None:
+    work, ckpt = dirs
+    t = replace(task(work, ckpt), cgroup_parent="/aisched/user-1001.max-16384")
+    cgroupfs = replace(ENGINE, cgroup_manager="cgroupfs")
+    args = create_args(ContainerSpec("img"), t, cgroupfs)
+    assert args[args.index("--cgroup-parent") + 1] == "/aisched/user-1001.max-16384"
+    for engine in (
+        replace(ENGINE, cgroup_manager="systemd"),  # takes slices, not paths
+        replace(cgroupfs, rootless=True, cgroup_limits=False),  # no cgroup of its own at all
+    ):
+        assert "--cgroup-parent" not in create_args(ContainerSpec("img"), t, engine)
+
+
 def test_rootless_on_cgroup_v1_passes_no_cgroup_limits_and_says_what_is_not_applied(
     dirs: tuple[str, str],
 ) -> None:
