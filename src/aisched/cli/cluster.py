@@ -44,7 +44,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
             _memory_free(n),
             f"{free_gpus:g} / {len(n['gpus'])}",
             plain(n["memory_limit"]),
-            "cpu affinity" if n["cpu_affinity"] else "none",
+            plain(n.get("pinning") or ("cpu affinity" if n["cpu_affinity"] else "none")),
         )
     con.print(table)
     for n in out["nodes"]:

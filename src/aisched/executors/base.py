@@ -136,12 +136,15 @@ class AdoptState(StrEnum):
 @dataclass(frozen=True, slots=True)
 class ExecutorInfo:
     """What an executor can enforce, for `aisched nodes`: e.g. memory_limit 'cgroup-v1',
-    'cgroup-v2', 'rlimit' or 'none'; cpu_affinity True where tasks are pinned to cores."""
+    'cgroup-v2', 'rlimit' or 'none'; cpu_affinity True where tasks are pinned to cores, and
+    `pinning` by what: 'cpuset cgroup' (a task cannot widen its cores) or 'cpu affinity' (it
+    may)."""
 
     name: str
     memory_limit: str
     cpu_affinity: bool
     notes: tuple[str, ...] = ()
+    pinning: str = "cpu affinity"
 
 
 class Executor(Protocol):

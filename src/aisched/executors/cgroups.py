@@ -350,6 +350,11 @@ class TaskBounds:
         return "devices" in self.in_task_cgroup or any(c == "devices" for c, _ in self.bases)
 
     @property
+    def pins_cores(self) -> bool:
+        """Whether each task's cores are those of a cpuset cgroup (not its affinity only)."""
+        return "cpuset" in self.in_task_cgroup or any(c == "cpuset" for c, _ in self.bases)
+
+    @property
     def gpu_note(self) -> str | None:
         """The note on the GPU walls (up, or why not); None when none were asked for."""
         return next((n for n in self.notes if n.startswith(GPU_WALLS)), None)

@@ -212,6 +212,7 @@ class LocalExecutor(ExitWatching):
             memory_limit=self._mem.mechanism,
             cpu_affinity=True,
             notes=(*self._notes, *self._engine.notes),
+            pinning="cpuset cgroup" if self._bounds.pins_cores else "cpu affinity",
         )
 
     def nodes(self) -> Sequence[Node]:

@@ -205,6 +205,8 @@ class NodeOut(BaseModel):
     gpus: list[GPUOut]
     memory_limit: str
     cpu_affinity: bool
+    # What holds a task to its cores: "cpuset cgroup" or "cpu affinity" (which it may widen).
+    pinning: str
     notes: list[str]
 
 

@@ -841,6 +841,19 @@ def _bounded(ex: LocalExecutor, ctrl: str) -> bool:
     return not any(n.startswith(unbounded) for n in ex.info().notes)
 
 
+def test_info_says_a_cpuset_pins_the_cores_where_one_bounds_them(harness: Harness) -> None:
+    ex = harness.new_executor()
+    if not _bounded(ex, "cpuset"):
+        pytest.skip("no cpuset cgroup here")
+    assert ex.info().pinning == "cpuset cgroup"
+
+
+def test_info_says_cpu_affinity_where_no_cpuset_bounds_the_cores(
+    harness: Harness, no_cgroups: None
+) -> None:
+    assert harness.new_executor().info().pinning == "cpu affinity"
+
+
 def test_a_task_holds_no_more_processes_and_threads_than_its_pids_limit(harness: Harness) -> None:
     ex = harness.new_executor(task_pids_limit=16)
     if not _bounded(ex, "pids"):

@@ -52,6 +52,7 @@ def cluster_router(svc: Service) -> APIRouter:
                     gpus=gpus,
                     memory_limit=info.memory_limit,
                     cpu_affinity=info.cpu_affinity,
+                    pinning=info.pinning if info.cpu_affinity else "none",
                     # The start-up lines hold the container engine's, which the executor
                     # also says: each line once.
                     notes=list(
