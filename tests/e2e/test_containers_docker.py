@@ -119,7 +119,7 @@ def test_the_startup_lines_say_docker_and_a_task_sees_the_image_on_its_core(
 ) -> None:
     lines = [ln.strip() for ln in svc.log.read_text().splitlines()]
     engine = next(ln for ln in lines if ln.startswith("container engine: docker"))
-    assert engine.endswith("OCI runtime runc")
+    assert engine.endswith("OCI runtime runc; cgroup driver cgroupfs")
     script = f"cat {MARKER}; grep Cpus_allowed_list /proc/self/status | cut -f2; exit 3"
     jid = svc.run("--image", image, "--cpus", "1", "--restart", "never", "--", "sh", "-c", script)
     job = svc.wait_state(jid, "failed", timeout_s=60)
