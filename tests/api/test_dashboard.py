@@ -4,6 +4,7 @@ fake executor standing in for processes (the browser test drives the real servic
 from __future__ import annotations
 
 import io
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -11,10 +12,17 @@ from typing import Any
 from clients import client_for
 from fastapi.testclient import TestClient
 from rich.console import Console
+from sqlalchemy import event
 
 from aisched.cli.top import frame
 from aisched.service.app import Service
-from aisched.service.dashboard import UtilisationRing, UtilisationSample, start_sampler
+from aisched.service.dashboard import (
+    JobGpus,
+    UtilisationRing,
+    UtilisationSample,
+    dashboard_document,
+    start_sampler,
+)
 from aisched.testing.fakes import FakeExecutor, fake_node
 
 QUEUES = {
@@ -95,6 +103,61 @@ def test_running_job_on_its_gpus_and_a_waiting_job_with_its_reason(client: TestC
     assert q["borrowed_gpus"] == 0.0  # the only queue owns the cluster
     assert doc["summary"]["gpus"] == {"used": 3.0, "total": 4.0}
     assert doc["errors"] == []
+
+
+def spec_reads(svc: Service, build: Callable[[], Any]) -> list[list[Any]]:
+    """What `build` asks the store for jobs' documents (`spec`) on this thread: the parameters
+    (job ids) of each statement that selects that column."""
+    me = threading.get_ident()
+    seen: list[list[Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, params: Any, *_: Any) -> None:
+        selected = statement.partition(" FROM ")[0]
+        if threading.get_ident() == me and "spec" in selected:
+            seen.append(list(params.values() if isinstance(params, dict) else params))
+
+    event.listen(svc.store.engine, "before_cursor_execute", record)
+    try:
+        build()
+    finally:
+        event.remove(svc.store.engine, "before_cursor_execute", record)
+    return seen
+
+
+def test_a_poll_reads_no_jobs_document_but_once_for_an_ended_job(
+    svc: Service, fx: FakeExecutor, client: TestClient
+) -> None:
+    # A user may make each job's document megabytes long: a poll must not read them to show
+    # each job's GPUs. Live jobs' GPUs are in the scheduler; an ended job's document is read
+    # once, then remembered.
+    ended = submit(client, 1, name="ended")
+    wait_for(client, "ended running", lambda d: d["summary"]["jobs"]["running"] == 1)
+    fx.exit(fx.keys(ended)[0], 0)
+    wait_for(client, "ended ended", lambda d: d["summary"]["jobs"].get("succeeded") == 1)
+    running = submit(client, 3, name="running")
+    waiting = submit(client, 2, name="waiting")
+    wait_for(
+        client,
+        "one running, one waiting",
+        lambda d: (d["summary"]["jobs"]["running"], d["summary"]["jobs"]["pending"]) == (1, 1),
+    )
+    assert ended not in svc.scheduler.jobs
+    gpus = JobGpus()
+    docs: list[dict[str, Any]] = []
+
+    def build() -> None:
+        docs.append(dashboard_document(svc, UtilisationRing(), time.time(), gpus=gpus))
+
+    assert spec_reads(svc, build) == [[ended]]
+    assert spec_reads(svc, build) == []
+    for doc in docs:
+        assert doc["errors"] == []
+        assert [(p["id"], p["gpus"]) for p in doc["pending"]] == [(waiting, 2.0)]
+        assert [(j["id"], j["gpus"]) for j in doc["timeline"]] == [
+            (ended, 1.0),
+            (running, 3.0),
+            (waiting, 2.0),
+        ]
 
 
 def test_shared_gpus_are_marked_shared(client: TestClient) -> None:

@@ -45,6 +45,7 @@ from aisched.service.auth import ReaderDep, charge_unidentified, cookie_name, re
 from aisched.service.loop import Scheduler
 from aisched.service.routes.common import problem
 from aisched.service.user_limits import OTHERS, UserHolding, governed, in_unit, user_holdings
+from aisched.store.db import Tx
 
 log = logging.getLogger("aisched.dashboard")
 
@@ -264,22 +265,75 @@ def _per_user(limit: Resources | None, held: list[UserHolding]) -> dict[str, Any
     }
 
 
-def _job_gpus(row: dict[str, Any]) -> float:
+# What the pending list and the timeline show of a job: never its document (`spec`), which a
+# user may make megabytes long (`limits.user_max_job_bytes`); its GPUs come from `JobGpus`.
+PENDING_COLUMNS = (
+    "id",
+    "name",
+    "queue",
+    "user",
+    "priority",
+    "submitted_at",
+    "reason_code",
+    "reason",
+    "eta",
+)
+TIMELINE_COLUMNS = ("id", "name", "queue", "state", "submitted_at", "started_at", "finished_at")
+GPUS_CACHED = 4096  # jobs whose GPUs are remembered: far more than one document shows
+
+
+def _spec_gpus(spec: dict[str, Any]) -> float:
     total = 0
-    for g in (row.get("spec") or {}).get("groups", []):
+    for g in spec.get("groups", []):
         req = g.get("request", {})
         total += (req.get("gpu", 0) * 1000 + req.get("gpu_milli", 0)) * g.get("replicas", 1)
     return total / 1000
 
 
-def pending_section(svc: Service, now: float) -> tuple[list[dict[str, Any]], int]:
+class JobGpus:
+    """The GPUs each job asks for, by id, so that a poll's cost does not grow with the size of
+    the jobs' documents: from the scheduler's live job when there is one, else from the job's
+    stored document, read once (a job's document never changes). Remembers the last
+    `size` jobs looked up; thread-safe (requests run on several threads)."""
+
+    def __init__(self, size: int = GPUS_CACHED) -> None:
+        self._size = size
+        self._gpus: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def of(self, sched: Scheduler, tx: Tx, job_ids: list[str]) -> dict[str, float]:
+        """GPUs of each of `job_ids` (0 for a job forgotten meanwhile); reads the documents
+        of only those jobs neither remembered nor live."""
+        with self._lock:
+            found = {i: self._gpus[i] for i in job_ids if i in self._gpus}
+        live = sched.jobs
+        for i in job_ids:
+            lj = live.get(i) if i not in found else None
+            if lj is not None:
+                found[i] = lj.job.num_gpus
+        missing = [i for i in job_ids if i not in found]
+        for i, spec in tx.job_specs(missing).items():
+            found[i] = _spec_gpus(spec or {})
+        with self._lock:
+            for i in job_ids:
+                if i in found and i not in self._gpus:
+                    self._gpus[i] = found[i]
+            while len(self._gpus) > self._size:  # the oldest remembered go first
+                del self._gpus[next(iter(self._gpus))]
+        return {i: found.get(i, 0.0) for i in job_ids}
+
+
+def pending_section(svc: Service, now: float, gpus: JobGpus) -> tuple[list[dict[str, Any]], int]:
     """The `PENDING_SHOWN` longest-waiting jobs, longest first, and how many more wait."""
     waiting = [JobState.PENDING.value]
     with svc.store.read() as tx:
         # Oldest first from the store: the newest ones, sorted, left out those that had waited
         # longest (the job holding the reservation among them).
-        rows = tx.list_jobs(states=waiting, limit=PENDING_SHOWN, newest_first=False)
+        rows = tx.list_jobs(
+            states=waiting, limit=PENDING_SHOWN, newest_first=False, columns=PENDING_COLUMNS
+        )
         total = tx.count_jobs(waiting) if len(rows) == PENDING_SHOWN else len(rows)
+        asked = gpus.of(svc.scheduler, tx, [r["id"] for r in rows])
     shown = [
         {
             "id": r["id"],
@@ -287,7 +341,7 @@ def pending_section(svc: Service, now: float) -> tuple[list[dict[str, Any]], int
             "queue": r["queue"],
             "user": r["user"],
             "priority": r["priority"],
-            "gpus": _job_gpus(r),
+            "gpus": asked[r["id"]],
             "submitted_at": r["submitted_at"],
             "waited_s": max(now - (r["submitted_at"] or now), 0.0),
             "reason_code": r["reason_code"],
@@ -299,20 +353,22 @@ def pending_section(svc: Service, now: float) -> tuple[list[dict[str, Any]], int
     return shown, max(total - len(shown), 0)
 
 
-def timeline_section(svc: Service) -> list[dict[str, Any]]:
+def timeline_section(svc: Service, gpus: JobGpus) -> list[dict[str, Any]]:
     """The last `TIMELINE_JOBS` jobs, oldest first, each with the spans its attempts ran
     (`runs`: [start, end or None while running]): a job preempted and requeued waits
     between them."""
     with svc.store.read() as tx:
-        rows = tx.list_jobs(limit=TIMELINE_JOBS)
-        runs = tx.attempt_spans([r["id"] for r in rows])
+        rows = tx.list_jobs(limit=TIMELINE_JOBS, columns=TIMELINE_COLUMNS)
+        ids = [r["id"] for r in rows]
+        runs = tx.attempt_spans(ids)
+        asked = gpus.of(svc.scheduler, tx, ids)
     return [
         {
             "id": r["id"],
             "name": r["name"],
             "queue": r["queue"],
             "state": r["state"],
-            "gpus": _job_gpus(r),
+            "gpus": asked[r["id"]],
             "submitted_at": r["submitted_at"],
             "started_at": r["started_at"],
             "finished_at": r["finished_at"],
@@ -340,10 +396,15 @@ def summary_section(sched: Scheduler) -> dict[str, Any]:
 
 
 def dashboard_document(
-    svc: Service, ring: UtilisationRing, now: float, since: float | None = None
+    svc: Service,
+    ring: UtilisationRing,
+    now: float,
+    since: float | None = None,
+    gpus: JobGpus | None = None,
 ) -> dict[str, Any]:
     """Every section of the page; a section that cannot be built is empty, with an error line."""
     sched = svc.scheduler
+    gpus = gpus if gpus is not None else JobGpus()
     errors: list[str] = []
 
     def section(name: str, build: Callable[[], Any], empty: Any) -> Any:
@@ -357,7 +418,7 @@ def dashboard_document(
     samples = ring.samples()
     if since is not None:
         samples = [s for s in samples if s.time > since]
-    pending, pending_more = section("pending", lambda: pending_section(svc, now), ([], 0))
+    pending, pending_more = section("pending", lambda: pending_section(svc, now, gpus), ([], 0))
     return {
         "time": now,
         "version": __version__,
@@ -367,7 +428,7 @@ def dashboard_document(
         "queues": section("queues", lambda: queues_section(sched, svc.config.max_priority), []),
         "pending": pending,
         "pending_more": pending_more,  # waiting jobs past those listed
-        "timeline": section("timeline", lambda: timeline_section(svc), []),
+        "timeline": section("timeline", lambda: timeline_section(svc, gpus), []),
         "utilisation": [asdict(s) for s in samples],
         "errors": errors,
     }
@@ -377,6 +438,7 @@ def dashboard_router(svc: Service, clock: Callable[[], float] = time.time) -> AP
     """The page, its static files and its JSON; starts the sampler of the utilisation ring."""
     router = APIRouter()
     ring = UtilisationRing()
+    gpus = JobGpus()
     start_sampler(svc.scheduler, ring, clock=clock)
 
     @router.get("/", include_in_schema=False)
@@ -435,7 +497,7 @@ def dashboard_router(svc: Service, clock: Callable[[], float] = time.time) -> AP
                 ring.add(take_sample(svc.scheduler, now))
             except Exception:
                 log.exception("utilisation sample failed")
-        return JSONResponse(_finite(dashboard_document(svc, ring, now, since)))
+        return JSONResponse(_finite(dashboard_document(svc, ring, now, since, gpus)))
 
     return router
 

@@ -421,10 +421,13 @@ class Tx:
         limit: int | None = None,
         newest_first: bool = True,
         before_seq: int | None = None,
+        columns: Sequence[str] | None = None,
     ) -> list[Row]:
         """Jobs, newest (or oldest) first; `before_seq`: only those submitted before the job
-        of that `seq` (a newest-first list read a page at a time)."""
-        q = select(jobs)
+        of that `seq` (a newest-first list read a page at a time); `columns`: only these (a
+        list that needs no job's document leaves out `spec`, which a user may make megabytes
+        long, and which is read and parsed whole when selected)."""
+        q = select(*(jobs.c[c] for c in columns)) if columns is not None else select(jobs)
         if before_seq is not None:
             q = q.where(jobs.c.seq < before_seq)
         if states is not None:
@@ -437,6 +440,13 @@ class Tx:
         if limit is not None:
             q = q.limit(limit)
         return [dict(r) for r in self.conn.execute(q).mappings()]
+
+    def job_specs(self, job_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The documents (`spec`) of these jobs, by id; forgotten ones left out."""
+        if not job_ids:
+            return {}
+        q = select(jobs.c.id, jobs.c.spec).where(jobs.c.id.in_(list(job_ids)))
+        return {str(i): spec for i, spec in self.conn.execute(q)}
 
     def live_jobs(self) -> list[Row]:
         """Jobs not yet in a terminal state, oldest first."""
