@@ -593,9 +593,15 @@ def doc_bytes(job: Job) -> int:
     return len(json.dumps(job_to_dict(job)))
 
 
-def clock(t: float) -> str:
-    """`t` (seconds since the epoch) as local HH:MM:SS, as statuses name a time today."""
-    return time.strftime("%H:%M:%S", time.localtime(t))
+def clock(t: float, now: float | None = None) -> str:
+    """`t` (seconds since the epoch) as stored reasons name a time: the server's local time
+    with its zone ("07:11:51 JST"), and the date when that is not the day of `now` (the
+    present by default) there ("2026-12-08 07:11:51 JST"). A reason is read later, and by
+    people in other zones (the dashboard shows its ETA in the browser's)."""
+    at = time.localtime(t)
+    today = time.localtime(time.time() if now is None else now)
+    same_day = (at.tm_year, at.tm_yday) == (today.tm_year, today.tm_yday)
+    return time.strftime("%H:%M:%S %Z" if same_day else "%Y-%m-%d %H:%M:%S %Z", at)
 
 
 def _smaller(now: Node, before: Node) -> bool:
