@@ -286,6 +286,7 @@ class Supervisor:
             return self.finish("exited", 126, f"cannot open the log {exc.filename}: {exc.strerror}")
         if self.sigs.stops:
             return self.finish("stopped", None, "stopped before it started")
+        self.pin_to_task_cores()
         if self.container is None:  # a container's processes are its engine's to hold
             become_subreaper()
         try:
@@ -294,6 +295,18 @@ class Supervisor:
             self.log(failed.message)
             return self.finish(failed.kind, failed.code, failed.message)
         return self.watch()
+
+    def pin_to_task_cores(self) -> None:
+        """Run on the task's cores, as its child will: copying the task's output costs this
+        process CPU in proportion to what the task writes, which must come out of the task's
+        cores, never another task's. Not by joining the task's cgroups: the memory one would
+        let the OOM killer take the supervisor, the pids one would count its forks against the
+        task, and it removes them when the task ends. The task cannot widen this affinity: the
+        supervisor is not its user's (or, run as the task's own user, it bounds nothing)."""
+        cores = self.launch.get("cores")
+        if cores:
+            with contextlib.suppress(OSError):  # the child's own pinning then says why
+                os.sched_setaffinity(0, [int(c) for c in cores])
 
     def spawn(self) -> None:
         launch = self.launch

@@ -99,6 +99,19 @@ def test_tasks_get_distinct_cores_while_there_are_enough(harness: Harness) -> No
     assert harness.launch("after-0", ["sleep", "30"]).data["cores"] == USABLE[:1]
 
 
+@pytest.mark.skipif(len(USABLE) < 2, reason="needs at least 2 usable cores")
+@pytest.mark.parametrize("milli_cpu", [1000, 0])
+def test_a_task_s_supervisor_runs_on_the_task_s_cores(any_watch: Harness, milli_cpu: int) -> None:
+    # The supervisor copies the task's output, at a cost in CPU that grows with what the task
+    # writes: it ran on every core, taking from other tasks' cores what its own task printed.
+    h = any_watch.launch("t-0", ["sleep", "30"], milli_cpu=milli_cpu)
+    started = any_watch.started(h.key)
+    want = set(h.data["cores"] or USABLE)  # a task asking no CPU is not pinned: nor is this
+    assert os.sched_getaffinity(started["child_pid"]) == want
+    assert os.sched_getaffinity(started["supervisor_pid"]) == want
+    assert len(want) == (1 if milli_cpu else len(USABLE))
+
+
 # --- how tasks end ---------------------------------------------------------------------------
 
 
