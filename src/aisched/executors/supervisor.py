@@ -113,9 +113,13 @@ ALLOCATION_FAILURES = (
 # A GPU's memory, which no rlimit bounds: a line saying it ran out is not about the limit
 # (PyTorch's `torch.OutOfMemoryError: CUDA out of memory`).
 GPU_OUT_OF_MEMORY = b"cuda out of memory"
-# How much output is copied per read of the pipe, and how often a write of exit.json that
-# failed (ENOSPC, EIO) is tried again.
-PIPE_READ = 1 << 16
+# How much output is copied per read of the pipe, and per pass of the watch loop at most (it
+# goes back to its stops and timers in between, however fast the task writes); the pipe's size
+# asked for (fewer, larger reads for a task that writes a lot); how often a write
+# of exit.json that failed (ENOSPC, EIO) is tried again.
+PIPE_READ = 1 << 20
+COPY_PER_PASS = 4 << 20
+PIPE_SIZE = 1 << 20
 EXIT_RETRY_S = 1.0
 
 
@@ -327,6 +331,11 @@ class Supervisor:
         os.close(err_w)
         os.close(out_w)  # only the task holds it now: EOF once all its processes are gone
         os.set_blocking(out_r, False)
+        if os.geteuid() == 0:
+            # Only as root, whom no pipe allowance binds: another user's larger pipes would
+            # count against the allowance that user's own pipes (its tasks') come out of.
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(out_r, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
         self.out_r = out_r
         self.child = pid
         # Also here, so the group exists whichever of the two runs first.
@@ -410,11 +419,18 @@ class Supervisor:
         oom: str | None = None
         check_memory = self.limit_mib > 0 or self.cgroup is not None
         next_check = time.monotonic() + MEMORY_CHECK_S
+        # Whether a process of ours may have ended: at first, then after each signal (the
+        # wakeup fd: every SIGCHLD, a stop) or timeout. A pass that only copied output skips
+        # the wait calls, which a task writing without pause would otherwise pay per read.
+        check_children = True
         while True:
             # 1. Exited? WNOWAIT keeps the zombie, so its pid (and group id) stay the task's
-            #    until the group has been killed.
-            if os.waitid(os.P_PID, self.child, os.WEXITED | os.WNOHANG | os.WNOWAIT):
-                break
+            #    until the group has been killed. Orphans given to us are reaped meanwhile.
+            if check_children:
+                if os.waitid(os.P_PID, self.child, os.WEXITED | os.WNOHANG | os.WNOWAIT):
+                    break
+                if self.container is None:
+                    self.reap_orphans()
             now = time.monotonic()
             # 2. Stop: SIGTERM to the group now, SIGKILL after the grace (a later stop may
             #    shorten it, never extend it).
@@ -443,13 +459,12 @@ class Supervisor:
             timeout = max(0.0, min(waits)) if waits else None
             fds = [self.wake_r] if self.out_r < 0 else [self.wake_r, self.out_r]
             ready, _, _ = select.select(fds, [], [], timeout)
+            check_children = not ready or self.wake_r in ready
             if self.wake_r in ready:
                 with contextlib.suppress(BlockingIOError):
                     os.read(self.wake_r, 512)
             if self.out_r in ready:
                 self.copy_output()
-            if self.container is None:
-                self.reap_orphans()
         return self.reap(seen_stops > 0, killed_after_grace, oom)
 
     def reap_orphans(self) -> None:
@@ -466,8 +481,10 @@ class Supervisor:
                 os.waitpid(info.si_pid, 0)
 
     def copy_output(self, *, drain: bool = False) -> None:
-        """Copy what the task wrote into its log: one read, or (`drain`) all there is now."""
-        while self.out_r >= 0:
+        """Copy what the task wrote into its log: what the pipe holds now, up to
+        `COPY_PER_PASS`, or (`drain`) all there is now."""
+        copied = 0
+        while self.out_r >= 0 and (drain or copied < COPY_PER_PASS):
             try:
                 data = os.read(self.out_r, PIPE_READ)
             except BlockingIOError:
@@ -480,8 +497,7 @@ class Supervisor:
                 return
             if self.out is not None:
                 self.out.write(data)
-            if not drain:
-                return
+            copied += len(data)
 
     def reap(self, stopped: bool, killed_after_grace: bool, oom: str | None) -> int:
         logged_oom = oom is not None

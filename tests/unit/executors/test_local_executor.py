@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import fcntl
 import glob
 import json
 import os
@@ -110,6 +111,39 @@ def test_a_task_s_supervisor_runs_on_the_task_s_cores(any_watch: Harness, milli_
     assert os.sched_getaffinity(started["child_pid"]) == want
     assert os.sched_getaffinity(started["supervisor_pid"]) == want
     assert len(want) == (1 if milli_cpu else len(USABLE))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the larger pipe is asked for by root only")
+def test_a_root_supervisor_gives_its_task_a_larger_output_pipe(harness: Harness) -> None:
+    # A task that writes without pause was copied 64 KiB at a time, each read with its own
+    # select and wait calls: a larger pipe lets the supervisor copy more per read.
+    h = harness.launch("t-0", ["sleep", "30"])
+    child = harness.started(h.key)["child_pid"]
+    fd = os.open(f"/proc/{child}/fd/1", os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        assert fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) == sup.PIPE_SIZE
+    finally:
+        os.close(fd)
+
+
+def test_a_task_writing_without_pause_is_stopped_and_its_log_stays_capped(
+    harness: Harness,
+) -> None:
+    harness.new_executor(log_max_bytes=64 << 10, log_max_files=2)
+    h = harness.launch("t-0", ["yes", "y" * 99])
+    log = harness.log_path("t-0")
+    rotated = Path(f"{log}.1")
+    wait_for(rotated.exists, what="the log's first rotation")
+    harness.ex.stop(h.key, grace_period_s=1)
+    assert harness.exit_of(h.key).kind == ExitKind.STOPPED
+    assert sorted(p.name for p in log.parent.iterdir()) == ["t-0.log", "t-0.log.1"]
+    assert all(p.stat().st_size <= 64 << 10 for p in (log, rotated))
+    assert log.read_text().startswith("aisched: log rotated (")
+    for path in (rotated, log):
+        # The task's lines, between the supervisor's own (a rotation cuts the lines at its
+        # ends, a kill the last one).
+        output = [ln for ln in path.read_text().splitlines() if not ln.startswith("aisched: ")]
+        assert set(output[1:-1]) == {"y" * 99}
 
 
 # --- how tasks end ---------------------------------------------------------------------------
