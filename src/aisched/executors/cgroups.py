@@ -2,7 +2,8 @@
 
 `choose_memory_control` decides once, at the executor's start: cgroup v2 where a cgroup with the
 memory controller can be delegated to us, else cgroup v1 where the memory hierarchy is writable,
-else a per-process rlimit (which the supervisor backs with a watch of the group's RSS), or none.
+else a per-process rlimit (which the supervisor backs with a watch of what the task's
+processes hold: their RSS and the memory files only they reach), or none.
 A forced mechanism that is not available is an error that says why.
 
 Task cgroups live under one parent (`<own cgroup>/aisched/` unless a parent is given) and are
@@ -208,7 +209,9 @@ def choose_memory_control(wanted: str = "auto", cgroup_parent: str | None = None
 
 _RLIMIT_NOTES = (
     "memory limits by RLIMIT_DATA per process, and the supervisor kills a task whose processes "
-    "together hold more than its limit (checked every 0.5 s)",
+    "together hold more than its limit, their resident memory and the memfds and deleted tmpfs "
+    "files they hold counted (checked every 0.5 s; files of a shared tmpfs that keep a name are "
+    "not)",
 )
 
 

@@ -257,9 +257,115 @@ def descendants(pid: int) -> list[ProcStat]:
     return out
 
 
-def tree_rss_bytes(pid: int) -> int:
-    """The resident memory of every process under `pid`."""
-    return sum(p.rss_pages for p in descendants(pid)) * os.sysconf("SC_PAGE_SIZE")
+# File systems whose files are memory: a file of theirs that no name reaches any more holds its
+# memory for as long as a process holds the file open or mapped.
+MEMORY_FS = frozenset({"tmpfs", "ramfs", "hugetlbfs"})
+DELETED = " (deleted)"
+
+
+def tree_memory_bytes(pid: int) -> int:
+    """The memory every process under `pid` holds: its resident memory, plus the files of
+    memory it holds that no name reaches (memfds, deleted files of a tmpfs: an rlimit does not
+    bound them and RSS shows only what of them is mapped), each file once (by device and
+    inode) however many processes hold it, and what of it they map not counted twice. A file
+    of a tmpfs that still has a name is not counted: it is not the task's alone."""
+    files: dict[tuple[int, int], int] = {}  # (device, inode) -> bytes it holds
+    total = 0
+    for p in descendants(pid):
+        total += p.rss_pages * os.sysconf("SC_PAGE_SIZE")
+        memory_devs = _memory_devices(p.pid)
+        _held_files(p.pid, memory_devs, files)
+        total -= _mapped_files(p.pid, memory_devs, files)
+    return max(0, total + sum(files.values()))
+
+
+def _memory_devices(pid: int) -> frozenset[int]:
+    """The devices of the memory file systems mounted where `pid` sees them (its own mount
+    namespace: a private /dev/shm is one)."""
+    devs = set()
+    try:
+        with open(f"/proc/{pid}/mountinfo", "rb") as f:
+            for line in f:
+                fields = line.split()
+                fstype = fields[fields.index(b"-") + 1].decode()
+                if fstype in MEMORY_FS:
+                    major, minor = fields[2].split(b":")
+                    devs.add(os.makedev(int(major), int(minor)))
+    except (OSError, ValueError, IndexError):
+        pass
+    return frozenset(devs)
+
+
+def _is_unnamed_memory(target: str, dev: int, memory_devs: frozenset[int]) -> bool:
+    """Whether a file that /proc names `target` is memory no name reaches."""
+    return target.startswith("/memfd:") or (target.endswith(DELETED) and dev in memory_devs)
+
+
+def _held_files(pid: int, memory_devs: frozenset[int], files: dict[tuple[int, int], int]) -> None:
+    """Add to `files` the unnamed memory files `pid` holds open."""
+    fd_dir = f"/proc/{pid}/fd"
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError:
+        return
+    for fd in fds:
+        path = os.path.join(fd_dir, fd)
+        try:
+            target = os.readlink(path)
+            if not (target.startswith("/memfd:") or target.endswith(DELETED)):
+                continue  # most of them: no stat
+            st = os.stat(path)
+        except OSError:
+            continue  # closed meanwhile
+        if _is_unnamed_memory(target, st.st_dev, memory_devs):
+            files[(st.st_dev, st.st_ino)] = st.st_blocks * 512  # what it holds, holes aside
+
+
+def _mapped_files(pid: int, memory_devs: frozenset[int], files: dict[tuple[int, int], int]) -> int:
+    """Add to `files` the unnamed memory files `pid` maps (kept after their fd is closed), and
+    return how much of its RSS their mappings are, counted already with the files. A mapped
+    file whose size cannot be read (map_files is root's) stays counted by its RSS alone."""
+    mapped: dict[tuple[int, int], list[str]] = {}  # file -> its mappings' address ranges
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="surrogateescape") as f:
+            for line in f:
+                fields = line.rstrip("\n").split(maxsplit=5)
+                if len(fields) < 6 or not (
+                    fields[5].startswith("/memfd:") or fields[5].endswith(DELETED)
+                ):
+                    continue
+                major, minor = fields[3].split(":")
+                dev = os.makedev(int(major, 16), int(minor, 16))
+                if _is_unnamed_memory(fields[5], dev, memory_devs):
+                    mapped.setdefault((dev, int(fields[4])), []).append(fields[0])
+    except (OSError, ValueError):
+        return 0
+    if not mapped:
+        return 0
+    for key, ranges in mapped.items():
+        if key not in files:
+            with contextlib.suppress(OSError):
+                st = os.stat(f"/proc/{pid}/map_files/{ranges[0]}")
+                files[key] = st.st_blocks * 512
+    counted = {r for key, ranges in mapped.items() if key in files for r in ranges}
+    return _rss_of(pid, counted)
+
+
+def _rss_of(pid: int, ranges: set[str]) -> int:
+    """The resident bytes of `pid`'s mappings at `ranges` (as /proc/PID/maps writes them)."""
+    total = 0
+    inside = False
+    try:
+        with open(f"/proc/{pid}/smaps", encoding="utf-8", errors="surrogateescape") as f:
+            for line in f:
+                head = line.split(maxsplit=1)[0] if line.strip() else ""
+                if "-" in head and not head.endswith(":"):  # a mapping's first line
+                    inside = head in ranges
+                elif inside and head == "Rss:":
+                    total += int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return 0
+    return total
 
 
 def signal_name(sig: int) -> str:

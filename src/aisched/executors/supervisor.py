@@ -69,7 +69,7 @@ from aisched.executors.processes import (  # noqa: E402
     remove_task_cgroups,
     signal_cgroup,
     start_time,
-    tree_rss_bytes,
+    tree_memory_bytes,
 )
 from aisched.executors.supervisor_container import Container  # noqa: E402
 from aisched.executors.supervisor_shm import (  # noqa: E402
@@ -397,11 +397,12 @@ class Supervisor:
         if self.container is not None:
             return self.oom_message() if self.container.oom_seen() else None
         if self.mechanism == "rlimit" and self.limit_mib:
-            rss = tree_rss_bytes(os.getpid())  # every process of the task, as it is ours
-            if rss > self.limit_mib * MIB:
+            # Every process of the task, as it is ours, and the memory files it holds.
+            held = tree_memory_bytes(os.getpid())
+            if held > self.limit_mib * MIB:
                 return (
                     f"killed: exceeded its memory limit of {self.limit_mib} MiB "
-                    f"(its processes held {rss // MIB} MiB)"
+                    f"(its processes held {held // MIB} MiB)"
                 )
         elif self.cgroup and oom_kills(self.cgroup):
             return self.oom_message()

@@ -346,6 +346,62 @@ def test_under_an_rlimit_the_processes_of_a_task_are_limited_together(harness: H
     assert ev.message.startswith("killed: exceeded its memory limit of 256 MiB (its processes held")
 
 
+# Memory a task holds in files no name reaches, beyond an rlimit's reach: 320 MiB written to a
+# memfd, to a deleted file of /dev/shm, or to a memfd kept only by a mapping of one page.
+FILL = "for _ in range(20): os.write(fd, b'x' * (16 << 20))\n"
+HELD_IN_FILES = {
+    "memfd": "fd = os.memfd_create('x')\n" + FILL,
+    "deleted-shm-file": "p = f'/dev/shm/aisched-test-{os.getpid()}'\n"
+    "fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o600)\nos.unlink(p)\n" + FILL,
+    "mapped-memfd": "fd = os.memfd_create('x')\n"
+    + FILL
+    + "m = mmap.mmap(fd, 4096)\nos.close(fd)\n",
+    "memfd-of-two-processes": "fd = os.memfd_create('x')\n" + FILL + "os.fork()\n",
+}
+
+
+@pytest.mark.skipif(MECHANISMS["rlimit"] is not None, reason=str(MECHANISMS["rlimit"]))
+@pytest.mark.parametrize(
+    "how",
+    [
+        pytest.param(
+            how,
+            marks=pytest.mark.skipif(
+                how == "mapped-memfd" and os.geteuid() != 0,
+                reason="a mapping's file is read through /proc/PID/map_files, root's",
+            ),
+        )
+        for how in HELD_IN_FILES
+    ],
+)
+def test_under_an_rlimit_memory_held_in_files_no_name_reaches_counts(
+    harness: Harness, how: str
+) -> None:
+    # A memfd's pages are no process's RSS (but for what is mapped): a task under `mem: 256M`
+    # held 1,500 MiB in one and ran on.
+    harness.new_executor(mem_mechanism="rlimit")
+    script = "import mmap, os, time\n" + HELD_IN_FILES[how] + "time.sleep(60)\n"
+    h = harness.launch("t-0", [PY, "-c", script], mem_limit_mib=256)
+    ev = harness.exit_of(h.key)
+    assert ev.kind == ExitKind.OOM, ev
+    assert ev.message.startswith("killed: exceeded its memory limit of 256 MiB (its processes held")
+    assert "failed to allocate" not in harness.log("t-0")
+
+
+@pytest.mark.skipif(MECHANISMS["rlimit"] is not None, reason=str(MECHANISMS["rlimit"]))
+def test_under_an_rlimit_a_memfd_the_task_maps_is_counted_once(harness: Harness) -> None:
+    # 160 MiB in a memfd, all of it mapped and touched: in its RSS and in the file, but held once.
+    harness.new_executor(mem_mechanism="rlimit")
+    script = (
+        "import mmap, os, time\nfd = os.memfd_create('x')\n"
+        "for _ in range(10): os.write(fd, b'x' * (16 << 20))\n"
+        "m = mmap.mmap(fd, 160 << 20)\nassert sum(m[i] for i in range(0, 160 << 20, 4096))\n"
+        "time.sleep(2)\n"  # the supervisor looks every half second
+    )
+    h = harness.launch("t-0", [PY, "-c", script], mem_limit_mib=256)
+    assert exited(h, ExitKind.EXITED, 0, "exited with code 0", harness.exit_of(h.key))
+
+
 @pytest.mark.skipif(MECHANISMS["rlimit"] is not None, reason=str(MECHANISMS["rlimit"]))
 def test_under_an_rlimit_processes_that_left_the_group_count_and_are_killed(
     harness: Harness, tmp_path: Path, no_cgroups: None
