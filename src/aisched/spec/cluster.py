@@ -22,7 +22,6 @@ types. Built-in clusters are YAML files shipped in `aisched/data/`.
 
 from __future__ import annotations
 
-import re
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -48,22 +47,16 @@ from aisched.model.cluster import (
     TopologyLevel,
 )
 from aisched.spec.errors import Number, SpecError, parse_yaml, read_text_file
+from aisched.spec.job_common import checked_name
 
 # A typo such as `nodes_per_rack: 80000` should be an error, not an out-of-memory crash.
 MAX_NODES = 100_000
 
 MAX_NAME_LEN = 128
-_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def _name(v: str) -> str:
-    if len(v) > MAX_NAME_LEN or not _NAME_RE.fullmatch(v):
-        shown = repr(v) if len(v) <= 2 * MAX_NAME_LEN else f"{v[:MAX_NAME_LEN]!r}..."
-        raise ValueError(
-            f"{shown} is not a valid name: 1 to {MAX_NAME_LEN} letters, digits, '.', '_' or "
-            "'-', starting with a letter or digit"
-        )
-    return v
+    return checked_name(v, MAX_NAME_LEN)
 
 
 Name = Annotated[StrictStr, AfterValidator(_name)]

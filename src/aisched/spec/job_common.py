@@ -188,14 +188,20 @@ _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _name(v: str) -> str:
-    if len(v) > MAX_NAME_LEN or not _NAME_RE.fullmatch(v):
-        shown = repr(v) if len(v) <= 2 * MAX_NAME_LEN else f"{v[:MAX_NAME_LEN]!r}..."
+def checked_name(v: str, max_len: int) -> str:
+    """`v` if it is a name of at most `max_len` characters (letters, digits, '.', '_', '-',
+    starting with a letter or digit), else ValueError saying so."""
+    if len(v) > max_len or not _NAME_RE.fullmatch(v):
+        shown = repr(v) if len(v) <= 2 * max_len else f"{v[:max_len]!r}..."
         raise ValueError(
-            f"{shown} is not a valid name: 1 to {MAX_NAME_LEN} letters, digits, '.', '_' or "
+            f"{shown} is not a valid name: 1 to {max_len} letters, digits, '.', '_' or "
             "'-', starting with a letter or digit"
         )
     return v
+
+
+def _name(v: str) -> str:
+    return checked_name(v, MAX_NAME_LEN)
 
 
 def gpu_model(v: Any) -> str:
