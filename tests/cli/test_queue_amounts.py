@@ -27,7 +27,8 @@ def test_memory_is_said_as_every_size_is(amount: dict[str, float], shown: str) -
     [
         (1500, 65536, "1500 MiB / 64 GiB"),  # was `1.5 / 64.0 GiB`
         (0, 1024**3, "0 MiB / 1 PiB"),  # was `0.0 / 1048576.0 GiB`
-        (1536, 2048, "1.5 GiB / 2 GiB"),
+        (1536, 2048, "1.5 / 2 GiB"),
+        (22057, 24105, "22057 / 24105 MiB"),  # a machine's memory: in two lines at 80 columns
     ],
 )
 def test_a_nodes_memory_is_said_as_every_size_is(free_mib: int, mem_mib: int, shown: str) -> None:

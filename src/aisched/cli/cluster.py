@@ -118,9 +118,13 @@ def _shows_borrowed(queues: list[dict[str, Any]]) -> bool:
 
 
 def _memory_free(n: dict[str, Any]) -> str:
-    """A node's free memory and its total, as every size is said (`1500 MiB / 64 GiB`; it was
-    `1.5 / 64.0 GiB`, and `1048576.0 / 1048576.0 GiB` for a PiB)."""
-    return f"{describe_mib(n['free_mem_mib'])} / {describe_mib(n['mem_mib'])}"
+    """A node's free memory and its total, as every size is said (`1500 MiB / 64 GiB`,
+    `22057 / 24105 MiB`; it was `1.5 / 64.0 GiB`, and `1048576.0 / 1048576.0 GiB` for a PiB)."""
+    free, total = describe_mib(n["free_mem_mib"]), describe_mib(n["mem_mib"])
+    free_n, _, free_unit = free.partition(" ")
+    if free_unit == total.partition(" ")[2]:  # one unit, said once: the column fits 80 wide
+        return f"{free_n} / {total}"
+    return f"{free} / {total}"
 
 
 def _amount(a: dict[str, float]) -> str:
