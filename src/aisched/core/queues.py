@@ -359,27 +359,21 @@ def borrowed(
     return _may_give(session, queue, set(spared), {}, minus, whole)
 
 
-def usage_along_paths(
-    queues: QueueTree, by_user: Mapping[tuple[str, str], Usage]
-) -> dict[str, Usage]:
-    """Per queue, what runs in it and under it, from the usage per (queue, user)."""
-    out: dict[str, Usage] = {}
-    for (queue, _user), vec in by_user.items():
-        for q in queue_path_of(queues, queue):
-            out[q] = add_usage(out.get(q, ZERO), vec)
-    return out
-
-
 def borrowed_usage(queues: QueueTree, usage: Mapping[str, Usage]) -> dict[str, Usage]:
     """Per queue of `queues`, how much of what it uses is borrowed, per resource: the most
     that could be taken from it with no queue on its path (itself, then those above it) going
     below its guarantee, as `borrowed` judges a victim. `usage`: per queue, the queues under
     it counted. A queue with no guarantee on its path has borrowed all it uses; one without a
     guarantee of its own, inside its parent's, has borrowed only what the parent uses above
-    its own. (`borrowed`'s leave for one whole job to take a queue below its guarantee is a
-    job's, not an amount's: not counted here.)"""
+    its own. The only top-level queue owns the whole cluster: nothing it uses is borrowed.
+    (`borrowed`'s leave for one whole job to take a queue below its guarantee is a job's, not
+    an amount's: not counted here.)"""
     out: dict[str, Usage] = {}
+    roots = [q for q in queues.queues if q.parent is None]
     for q in queues.queues:
+        if roots == [q]:
+            out[q.name] = ZERO
+            continue
         amount = list(usage.get(q.name, ZERO))
         for qname in queue_path_of(queues, q.name):
             g = usage_vector(queues.get(qname).guarantee)

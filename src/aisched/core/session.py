@@ -121,17 +121,24 @@ def _queue_usage(
             for q in queue_path_of(queues, view.job.queue):
                 qu[q] = add_usage(qu.get(q, ZERO), view.usage, sign)
         return qu
-    by_user = snapshot.user_usage()
-    # Per queue first, then once along each queue's path.
+    return usage_along_paths(queues, snapshot.user_usage())
+
+
+def usage_along_paths(
+    queues: QueueTree, by_user: Mapping[tuple[str, str], Usage]
+) -> dict[str, Usage]:
+    """Per queue, what runs in it and under it, from the usage per (queue, user): summed per
+    queue first, then once along each queue's path. Usage amounts are integers, so the sums
+    are exact in any order; a queue with nothing running has no entry (zero)."""
     leaves: dict[str, Usage] = {}
-    for (queue, _), vec in by_user.items():
+    for (queue, _user), vec in by_user.items():
         if vec != ZERO:
             leaves[queue] = add_usage(leaves.get(queue, ZERO), vec)
-    qu = {}
+    out: dict[str, Usage] = {}
     for queue, vec in leaves.items():
         for q in queue_path_of(queues, queue):
-            qu[q] = add_usage(qu.get(q, ZERO), vec)
-    return qu
+            out[q] = add_usage(out.get(q, ZERO), vec)
+    return out
 
 
 def limited_user_usage(

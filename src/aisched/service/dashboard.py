@@ -35,8 +35,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from aisched import __version__
-from aisched.core.queues import borrowed_usage, usage_along_paths
-from aisched.core.session import usage_vector
+from aisched.core.queues import borrowed_usage
+from aisched.core.session import usage_along_paths, usage_vector
 from aisched.model.resources import Resources
 from aisched.model.states import JobState
 from aisched.service import tokens
@@ -216,9 +216,9 @@ def queues_section(
         guarantee_gpus = q.guarantee.gpu + q.guarantee.gpu_milli / 1000
         borrowed_gpus = in_unit(borrowed.get(q.name, (0.0, 0.0, 0.0))[2], 2, metric=False)
         if roots == [q]:
-            # The only top-level queue owns the whole cluster: nothing it uses is borrowed.
+            # The only top-level queue owns the whole cluster (nothing it uses is borrowed,
+            # `borrowed_usage`): its guarantee mark stands at the cluster's GPUs.
             guarantee_gpus = max(guarantee_gpus, capacity_gpus)
-            borrowed_gpus = 0.0
         limit_gpus = None if q.limit is None else q.limit.gpu + q.limit.gpu_milli / 1000
         pending, running = per_queue.get(q.name, (0, 0))
         out.append(

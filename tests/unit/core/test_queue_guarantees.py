@@ -13,9 +13,8 @@ from aisched.core.queues import (
     borrowed_usage,
     guarantee_claim,
     keeping_guarantees,
-    usage_along_paths,
 )
-from aisched.core.session import Session
+from aisched.core.session import Session, usage_along_paths
 from aisched.core.snapshot import ZERO, RunningJob, snapshot_of
 from aisched.model.job import Job
 from aisched.model.queue import Queue, QueueTree

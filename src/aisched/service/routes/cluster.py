@@ -8,7 +8,8 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 
-from aisched.core.queues import borrowed_usage, usage_along_paths
+from aisched.core.queues import borrowed_usage
+from aisched.core.session import usage_along_paths
 from aisched.core.snapshot import ZERO, Usage
 from aisched.service.app import Service
 from aisched.service.auth import CallerDep
@@ -72,7 +73,6 @@ def cluster_router(svc: Service) -> APIRouter:
         # A parent queue counts what its children hold and run, as its usage counts theirs.
         used = usage_along_paths(sched.queues, dict(list(sched.usage.items())))
         borrowed = borrowed_usage(sched.queues, used)
-        roots = [q for q in sched.queues.queues if q.parent is None]
         jobs: dict[str, tuple[int, int]] = {}
         for qname, (pending, running) in per_queue.items():
             for name in path(qname):
@@ -81,9 +81,7 @@ def cluster_router(svc: Service) -> APIRouter:
         out = []
         for q in sched.queues.queues:
             u = used.get(q.name, ZERO)
-            # The only top-level queue owns the whole cluster: nothing it uses is borrowed
-            # (as the dashboard says).
-            b = ZERO if roots == [q] else borrowed.get(q.name, ZERO)
+            b = borrowed.get(q.name, ZERO)
             p, r = jobs.get(q.name, (0, 0))
             out.append(
                 QueueOut(
