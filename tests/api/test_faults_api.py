@@ -134,6 +134,9 @@ def test_under_disk_pressure_submissions_are_refused_and_readiness_says_why(
     svc.health.min_free_bytes = 1 << 60  # more than any disk has: pressure now
     svc.health.refresh_s = 0.0
     ready = client.get("/v1/readyz")
+    # That measurement serves the submission's refusal too: the free space, said to the MiB,
+    # moves between two readings while other tests write to the disk.
+    svc.health.refresh_s = 3600.0
     assert ready.status_code == 503
     body = ready.json()
     assert (body["ready"], body["disk_pressure"]) == (False, True)
@@ -155,6 +158,7 @@ def test_under_disk_pressure_submissions_are_refused_and_readiness_says_why(
     }
     assert "aisched_disk_pressure 1.0" in client.get("/metrics").text
     svc.health.min_free_bytes = 0  # space is back
+    svc.health.refresh_s = 0.0
     assert client.get("/v1/readyz").status_code == 200
     assert client.post("/v1/jobs", json={"command": ["true"]}).status_code == 201
     assert ids(client) == ["2", "1"]
