@@ -269,7 +269,7 @@ class Client:
         return r
 
     def _unreachable(self, e: httpx.TransportError) -> CLIError:
-        unreached = self.unreached if len(self.unreached) > 1 else {self.url: e}
+        unreached = self.unreached
         if len(unreached) > 1:  # each instance, with its reason: the last's alone misleads
             why = "; ".join(f"{url} ({_why_unreached(err)})" for url, err in unreached.items())
             distrusted = any(_tls_failure(err) is not None for err in unreached.values())
