@@ -583,14 +583,7 @@ def container_cgroup_parent(bounds: TaskBounds, uid: int, user_pids_max: int) ->
     if base is None or mount is None or not base.startswith(mount.point.rstrip("/") + "/"):
         return None
     parent = user_cgroup(base, uid, user_pids_max)
-    for tries_left in reversed(range(SHARED_PARENT_TRIES)):
-        try:
-            _make_parents("pids", base, parent, user_pids_max)
-            break
-        except OSError as exc:  # a stopping service removed the base meanwhile
-            if not tries_left or exc.errno not in (errno.ENOENT, errno.ENODEV):
-                raise
-        time.sleep(0.001)
+    _in_shared(lambda: _make_parents("pids", base, parent, user_pids_max))
     return "/" + os.path.relpath(parent, mount.point)
 
 
@@ -603,12 +596,23 @@ def _mkdir_in_shared(path: str, make_parents: Callable[[], None]) -> None:
     once more. Once the task cgroup is in, the parents are not empty and stay. Several services
     may stop in turn, and each completion of the parents reads their files (a window of its
     own), so a few tries are made, not one. Raises OSError."""
+
+    def make() -> None:
+        make_parents()
+        if os.path.isdir(path):
+            remove_cgroup(path)
+        os.mkdir(path)
+
+    _in_shared(make)
+
+
+def _in_shared(step: Callable[[], None]) -> None:
+    """`step`, which makes cgroups in parents every service of the machine shares, tried again
+    while it fails with ENOENT or ENODEV: another service stopping removed a parent meanwhile
+    (`_mkdir_in_shared`). Raises OSError."""
     for tries_left in reversed(range(SHARED_PARENT_TRIES)):
         try:
-            make_parents()
-            if os.path.isdir(path):
-                remove_cgroup(path)
-            os.mkdir(path)
+            step()
             return
         except OSError as exc:
             if not tries_left or exc.errno not in (errno.ENOENT, errno.ENODEV):
