@@ -16,8 +16,7 @@ bounded (`connect_timeout`, `lock_timeout`, `statement_timeout`, `store.answers`
 or unreachable server fails the step (retried) or the request (503) rather than hanging them.
 
 Who writes: only the service's loop thread writes jobs, tasks and events; API threads read
-them, and write only the `tokens` and `audit` tables (no
-scheduling state lives there). Rows
+them, and write only the `tokens` and `audit` tables (no scheduling state lives there). Rows
 come back as plain dicts (column name → value); the store knows tables, not scheduling.
 """
 
