@@ -296,6 +296,12 @@ def _memory_devices(pid: int) -> frozenset[int]:
     return frozenset(devs)
 
 
+def _may_be_unnamed(target: str) -> bool:
+    """Whether a file that /proc names `target` may be memory no name reaches (a memfd, or a
+    deleted file): read cheaply, before its device is known."""
+    return target.startswith("/memfd:") or target.endswith(DELETED)
+
+
 def _is_unnamed_memory(target: str, dev: int, memory_devs: frozenset[int]) -> bool:
     """Whether a file that /proc names `target` is memory no name reaches."""
     return target.startswith("/memfd:") or (target.endswith(DELETED) and dev in memory_devs)
@@ -312,7 +318,7 @@ def _held_files(pid: int, memory_devs: frozenset[int], files: dict[tuple[int, in
         path = os.path.join(fd_dir, fd)
         try:
             target = os.readlink(path)
-            if not (target.startswith("/memfd:") or target.endswith(DELETED)):
+            if not _may_be_unnamed(target):
                 continue  # most of them: no stat
             st = os.stat(path)
         except OSError:
@@ -330,9 +336,7 @@ def _mapped_files(pid: int, memory_devs: frozenset[int], files: dict[tuple[int, 
         with open(f"/proc/{pid}/maps", encoding="utf-8", errors="surrogateescape") as f:
             for line in f:
                 fields = line.rstrip("\n").split(maxsplit=5)
-                if len(fields) < 6 or not (
-                    fields[5].startswith("/memfd:") or fields[5].endswith(DELETED)
-                ):
+                if len(fields) < 6 or not _may_be_unnamed(fields[5]):
                     continue
                 major, minor = fields[3].split(":")
                 dev = os.makedev(int(major, 16), int(minor, 16))
