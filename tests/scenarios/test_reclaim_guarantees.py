@@ -220,3 +220,17 @@ def test_reclaim_takes_a_queue_below_its_guarantee_by_one_job_at_most() -> None:
     result = run_cycle(snap, pending, preset("priority"), 200.0, validate=True)
     assert [d.job_id for d in result.decisions if isinstance(d, Preempt)] == ["x"]
     assert [d.job_id for d in result.decisions if isinstance(d, Bind)] == ["b"]
+
+
+def test_the_placed_jobs_reason_names_its_victims_in_the_order_of_their_ids() -> None:
+    """Victim order takes job 10 first (the lowest priority); the reason names 2 before 10,
+    as every listing of ids does (it said `preempting 10, 2`)."""
+    run = [
+        running(job("10").task(gpu=4).priority(-10).build(), ("n1", (0, 1, 2, 3))),
+        running(job("2").task(gpu=4).priority(0).build(), ("n1", (4, 5, 6, 7))),
+    ]
+    snap = snapshot_of(cluster(node("n1").gpus(8)), run, QueueTree())
+    pending = [job("30").task(gpu=8).priority(100).pending()]
+    result = run_cycle(snap, pending, preset("priority"), 10.0, validate=True)
+    assert [d.job_id for d in result.decisions if isinstance(d, Preempt)] == ["10", "2"]
+    assert result.diagnostics["30"].reason == "placed after preempting 2, 10"

@@ -425,8 +425,10 @@ class Session:
             shrunk = {
                 d.job_id for d in self.decisions if isinstance(d, Shrink) and d.for_job == job.id
             }
-            evicted = [j for j in after if j not in shrunk]
-            shrinking = [j for j in after if j in shrunk]
+            # Named in the order of their ids (numbers written out), not the order chosen.
+            named = sorted(after, key=lambda j: (len(j), j))
+            evicted = [j for j in named if j not in shrunk]
+            shrinking = [j for j in named if j in shrunk]
             parts = []
             if evicted:
                 parts.append(f"preempting {', '.join(evicted)}")

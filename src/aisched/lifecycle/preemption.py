@@ -125,7 +125,8 @@ def waiting_reason(victims: Mapping[str, Stop | None]) -> str:
     """A waiting job's reason, each job it waits for named by why it stops (None: it is no
     longer stopping): `waiting for preempted job(s) 3, 4 and shrinking job(s) 7 to stop`."""
     groups: dict[str, list[str]] = {}
-    for job_id in sorted(victims):
+    # Ids are numbers written out: as text, job 10 came before job 2.
+    for job_id in sorted(victims, key=lambda j: (len(j), j)):
         stop = victims[job_id]
         what = "stopping" if stop is None else _STOPPING_AS.get(stop, "stopping")
         groups.setdefault(what, []).append(job_id)

@@ -181,6 +181,11 @@ def test_waits_that_end_together_resume_longest_waiting_first() -> None:
             "shrinking job(s) 7 to stop",
         ),
         ({"8": None}, "waiting for stopping job(s) 8 to stop"),
+        # In the order of their numbers: as text, 10 came before 2 and 9.
+        (
+            {"10": Stop.PREEMPT, "9": Stop.PREEMPT, "2": Stop.PREEMPT, "11": Stop.SHRINK},
+            "waiting for preempted job(s) 2, 9, 10 and shrinking job(s) 11 to stop",
+        ),
     ],
 )
 def test_a_waiting_jobs_reason_names_each_job_by_why_it_stops(
