@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from aisched.cli.cluster import _amount, _memory_free, _shows_borrowed
+from aisched.cli.cluster import _amount, _shows_borrowed
+from aisched.model.resources import describe_mib_of
 
 
 @pytest.mark.parametrize(
@@ -32,7 +33,7 @@ def test_memory_is_said_as_every_size_is(amount: dict[str, float], shown: str) -
     ],
 )
 def test_a_nodes_memory_is_said_as_every_size_is(free_mib: int, mem_mib: int, shown: str) -> None:
-    assert _memory_free({"free_mem_mib": free_mib, "mem_mib": mem_mib}) == shown
+    assert describe_mib_of(free_mib, mem_mib) == shown
 
 
 def test_the_borrowed_column_is_shown_only_while_reclaim_could_take_something_back() -> None:

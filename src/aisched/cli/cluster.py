@@ -12,7 +12,7 @@ from rich.text import Text
 
 from aisched.cli.client import Client, add_server_option
 from aisched.cli.printable import plain
-from aisched.model.resources import describe_mib
+from aisched.model.resources import describe_mib, describe_mib_of
 
 
 def register(sub: Any) -> None:
@@ -31,23 +31,28 @@ def cmd_nodes(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    con = Console(highlight=False)
+    print_nodes(out["nodes"], Console(highlight=False))
+    return 0
+
+
+def print_nodes(nodes: list[dict[str, Any]], con: Console) -> None:
+    """The nodes table, each node's GPUs, then the executor's notes."""
     table = Table(box=None, header_style="bold", pad_edge=False)
     for col in ("NODE", "RACK", "CPUS FREE", "MEM FREE", "GPUS FREE", "MEMORY LIMIT", "PINNING"):
         table.add_column(col)
-    for n in out["nodes"]:
+    for n in nodes:
         free_gpus = sum(g["free_milli"] for g in n["gpus"]) / 1000
         table.add_row(
             Text.assemble(plain(n["name"]), ("" if n["healthy"] else (" (unhealthy)", "red"))),
             plain(n["rack"]),
             f"{n['free_milli_cpu'] / 1000:g} / {n['milli_cpu'] / 1000:g}",
-            _memory_free(n),
+            describe_mib_of(n["free_mem_mib"], n["mem_mib"]),
             f"{free_gpus:g} / {len(n['gpus'])}",
             plain(n["memory_limit"]),
             plain(n.get("pinning") or ("cpu affinity" if n["cpu_affinity"] else "none")),
         )
     con.print(table)
-    for n in out["nodes"]:
+    for n in nodes:
         if n["gpus"]:
             gt = Table(
                 box=None,
@@ -72,9 +77,8 @@ def cmd_nodes(args: argparse.Namespace) -> int:
                 )
             con.print(gt)
     # Most notes are the executor's, alike on every node: each is said once.
-    for note in dict.fromkeys(note for n in out["nodes"] for note in n["notes"]):
+    for note in dict.fromkeys(note for n in nodes for note in n["notes"]):
         con.print(Text.assemble("  ", plain(note, "dim")))
-    return 0
 
 
 def cmd_queues(args: argparse.Namespace) -> int:
@@ -82,16 +86,21 @@ def cmd_queues(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
+    Console(highlight=False).print(queues_table(out["queues"]))
+    return 0
+
+
+def queues_table(queues: list[dict[str, Any]]) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False)
     # The cap on users' priorities only where a queue sets one: an 80-column terminal has no
     # room for a column of zeros.
-    capped = any(q.get("max_priority") for q in out["queues"])
-    borrowing = _shows_borrowed(out["queues"])
+    capped = any(q.get("max_priority") for q in queues)
+    borrowing = _shows_borrowed(queues)
     columns = ("QUEUE", "PARENT", "WEIGHT", "GUARANTEE", "LIMIT", "PER USER")
     rest = ("USED", *(("BORROWED",) if borrowing else ()), "PENDING", "RUNNING")
     for col in (*columns, *(("MAX PRI",) if capped else ()), *rest):
         table.add_column(col)
-    for q in out["queues"]:
+    for q in queues:
         table.add_row(
             plain(q["name"]),
             plain(q["parent"] or "-"),
@@ -105,8 +114,7 @@ def cmd_queues(args: argparse.Namespace) -> int:
             str(q["pending"]),
             str(q["running"]),
         )
-    Console(highlight=False).print(table)
-    return 0
+    return table
 
 
 def _shows_borrowed(queues: list[dict[str, Any]]) -> bool:
@@ -115,16 +123,6 @@ def _shows_borrowed(queues: list[dict[str, Any]]) -> bool:
     queue has a guarantee to take it back for (a server before it was given says nothing)."""
     guaranteed = any(_amount(q["guarantee"]) != "-" for q in queues)
     return guaranteed and any(_amount(q.get("borrowed") or {}) != "-" for q in queues)
-
-
-def _memory_free(n: dict[str, Any]) -> str:
-    """A node's free memory and its total, as every size is said (`1500 MiB / 64 GiB`,
-    `22057 / 24105 MiB`; it was `1.5 / 64.0 GiB`, and `1048576.0 / 1048576.0 GiB` for a PiB)."""
-    free, total = describe_mib(n["free_mem_mib"]), describe_mib(n["mem_mib"])
-    free_n, _, free_unit = free.partition(" ")
-    if free_unit == total.partition(" ")[2]:  # one unit, said once: the column fits 80 wide
-        return f"{free_n} / {total}"
-    return f"{free} / {total}"
 
 
 def _amount(a: dict[str, float]) -> str:

@@ -24,6 +24,17 @@ def describe_mib(mib: int) -> str:
     return f"{mib} MiB"
 
 
+def describe_mib_of(part: int, whole: int) -> str:
+    """A part of a size and the whole (free of total, used of total) as `describe_mib` says
+    each, the unit once where both take the same one: `22057 / 24105 MiB`, `1.5 / 2 GiB`,
+    `1500 MiB / 64 GiB` (a column of these fits an 80-column table)."""
+    first, second = describe_mib(part), describe_mib(whole)
+    number, _, unit = first.partition(" ")
+    if unit == second.partition(" ")[2]:
+        return f"{number} / {second}"
+    return f"{first} / {second}"
+
+
 def describe_bytes(n: int) -> str:
     """A size in bytes for people, as `describe_mib` writes sizes (`80 GiB`, `4886 MiB`): in
     whole MiB, rounded down, so that a measured free space is never overstated."""
