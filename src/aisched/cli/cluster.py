@@ -36,15 +36,20 @@ def cmd_nodes(args: argparse.Namespace) -> int:
 
 
 def print_nodes(nodes: list[dict[str, Any]], con: Console) -> None:
-    """The nodes table, each node's GPUs, then the executor's notes."""
+    """The nodes table, each node's GPUs, then the executor's notes. On one machine it fits
+    80 columns: RACK only where the nodes are in more than one rack (like the optional
+    columns of `aisched queues`), and the headings no wider than what they head."""
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("NODE", "RACK", "CPUS FREE", "MEM FREE", "GPUS FREE", "MEMORY LIMIT", "PINNING"):
+    racked = len({n["rack"] for n in nodes}) > 1
+    for col in ("NODE", *(("RACK",) if racked else ()), "CPUS FREE", "MEM FREE", "GPUS FREE"):
         table.add_column(col)
+    table.add_column("MEM LIMIT")
+    table.add_column("PINNING")
     for n in nodes:
         free_gpus = sum(g["free_milli"] for g in n["gpus"]) / 1000
         table.add_row(
             Text.assemble(plain(n["name"]), ("" if n["healthy"] else (" (unhealthy)", "red"))),
-            plain(n["rack"]),
+            *((plain(n["rack"]),) if racked else ()),
             f"{n['free_milli_cpu'] / 1000:g} / {n['milli_cpu'] / 1000:g}",
             describe_mib_of(n["free_mem_mib"], n["mem_mib"]),
             f"{free_gpus:g} / {len(n['gpus'])}",
@@ -91,20 +96,34 @@ def cmd_queues(args: argparse.Namespace) -> int:
 
 
 def queues_table(queues: list[dict[str, Any]]) -> Table:
+    """The queues table. An 80-column terminal has no room for a column that says nothing:
+    PARENT only where some queue has one, WEIGHT where some weight differs (equal weights
+    share alike), MAX PRI where some queue sets a cap, BORROWED per `_shows_borrowed`."""
     table = Table(box=None, header_style="bold", pad_edge=False)
-    # The cap on users' priorities only where a queue sets one: an 80-column terminal has no
-    # room for a column of zeros.
+    nested = any(q["parent"] for q in queues)
+    weighted = len({q["weight"] for q in queues}) > 1
     capped = any(q.get("max_priority") for q in queues)
     borrowing = _shows_borrowed(queues)
-    columns = ("QUEUE", "PARENT", "WEIGHT", "GUARANTEE", "LIMIT", "PER USER")
-    rest = ("USED", *(("BORROWED",) if borrowing else ()), "PENDING", "RUNNING")
-    for col in (*columns, *(("MAX PRI",) if capped else ()), *rest):
+    columns = (
+        "QUEUE",
+        *(("PARENT",) if nested else ()),
+        *(("WEIGHT",) if weighted else ()),
+        "GUARANTEE",
+        "LIMIT",
+        "PER USER",
+        *(("MAX PRI",) if capped else ()),
+        "USED",
+        *(("BORROWED",) if borrowing else ()),
+        "PENDING",
+        "RUNNING",
+    )
+    for col in columns:
         table.add_column(col)
     for q in queues:
         table.add_row(
             plain(q["name"]),
-            plain(q["parent"] or "-"),
-            f"{q['weight']:g}",
+            *((plain(q["parent"] or "-"),) if nested else ()),
+            *((f"{q['weight']:g}",) if weighted else ()),
             _amount(q["guarantee"]),
             "-" if q["limit"] is None else _amount(q["limit"]),
             "-" if q.get("user_limit") is None else _amount(q["user_limit"]),
