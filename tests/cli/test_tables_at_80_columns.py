@@ -1,4 +1,4 @@
-"""The tables of `aisched nodes` and `aisched queues` at 80 columns (a pipe,
+"""The tables of `aisched nodes`, `aisched queues` and `aisched top` at 80 columns (a pipe,
 or a terminal that wide), with the values of a real machine: no line is longer, and no cell
 is wrapped onto a second line (`22057 / 24105` with `MiB` on the next, as `nodes` printed
 once its PINNING column said `cpuset cgroup`)."""
@@ -9,9 +9,10 @@ import io
 from typing import Any
 
 import pytest
-from rich.console import Console
+from rich.console import Console, RenderableType
 
 from aisched.cli.cluster import print_nodes, queues_table
+from aisched.cli.top import frame
 
 WIDTH = 80
 
@@ -123,3 +124,56 @@ def test_the_queues_table_shows_parents_and_weights_where_they_say_something() -
     )
     header = lines_of(con)[0].split()
     assert header[:3] == ["QUEUE", "PARENT", "WEIGHT"]
+
+
+def dashboard(free_mem_gib: float) -> dict[str, Any]:
+    """A `/v1/dashboard` document of one machine with eight GPUs."""
+    node = {
+        "name": "gpu-box-01",
+        "zone": "zone-0",
+        "healthy": True,
+        "cpus": 128.0,
+        "free_cpus": 112.0,
+        "mem_gib": 515_890 / 1024,
+        "free_mem_gib": free_mem_gib,
+        "gpus": [
+            {"index": i, "state": "used", "users": [{"job": "1024", "gpu_milli": 1000}]}
+            for i in range(6)
+        ]
+        + [{"index": i, "state": "free", "users": []} for i in (6, 7)],
+    }
+    return {
+        "version": "0.1.0",
+        "policy": "default",
+        "time": 1000.0,
+        "summary": {
+            "jobs": {"running": 1, "pending": 0},
+            "gpus": {"used": 6, "total": 8},
+            "cpus": {"used": 16, "total": 128},
+            "mem_gib": {"used": 17_888 / 1024, "total": 515_890 / 1024},
+        },
+        "racks": [{"name": "rack-0", "nodes": [node]}],
+        "queues": [],
+        "pending": [],
+    }
+
+
+def print_frame(doc: dict[str, Any], width: int = WIDTH) -> list[str]:
+    con = console(width)
+    view: RenderableType = frame(doc)
+    con.print(view)
+    return lines_of(con)
+
+
+def test_top_says_memory_as_every_other_command_does() -> None:
+    """In MiB where GiB would need more than two decimals, like `aisched nodes`: it said
+    `17.5/503.8` and `486.3/503.8` (GiB, rounded to a tenth). At 80 columns (a terminal that
+    wide) the summary line and the row of GPUs wrap between their items, never inside a
+    figure; a pipe gets 160."""
+    lines = print_frame(dashboard(498_002 / 1024), width=160)
+    assert lines[0].endswith("GPUs 6/8  CPUs 16/128  memory 17888 / 515890 MiB")
+    assert lines[2].split()[:6] == ["RACK", "NODE", "CPUS", "FREE", "MEM", "FREE"]
+    assert lines[3].split()[:6] == ["rack-0", "gpu-box-01", "112/128", "498002", "/", "515890"]
+    assert_fits(print_frame(dashboard(498_002 / 1024)), ["498002 / 515890 MiB", "0:1024"])
+    # Whole sizes in their largest unit, as describe_mib says them.
+    assert "512 GiB / 515890 MiB" in "\n".join(print_frame(dashboard(512.0)))

@@ -22,6 +22,7 @@ from aisched.cli.client import Client, add_server_option
 from aisched.cli.errors import CLIError
 from aisched.cli.eta import eta_words
 from aisched.cli.printable import plain
+from aisched.model.resources import describe_mib_of
 
 GPU_STYLE = {"free": "green", "used": "bold blue", "shared": "bold yellow"}
 MIN_INTERVAL_S = 0.2  # each frame is a request: faster spends the caller's rate limit for nothing
@@ -93,9 +94,18 @@ def _summary(doc: dict[str, Any]) -> Text:
         _pair(s.get("gpus")),
         ("  CPUs ", "dim"),
         _pair(s.get("cpus")),
-        ("  memory GiB ", "dim"),
-        _pair({k: round(v, 1) for k, v in (s.get("mem_gib") or {}).items()}),
+        ("  memory ", "dim"),
+        _memory(s.get("mem_gib")),
     )
+
+
+def _memory(p: dict[str, float] | None) -> str:
+    """A part of the memory (used, or free) and the total, as `aisched nodes` and every
+    other size say them (`22057 / 24105 MiB`), not in tenths of a GiB (`21.5/23.5`). The
+    document's GiB are MiB / 1024: rounding gives the MiB back."""
+    if not p:
+        return "-"
+    return describe_mib_of(round(p["used"] * 1024), round(p["total"] * 1024))
 
 
 def _gpu_cell(gpu: dict[str, Any]) -> Text:
@@ -112,7 +122,7 @@ def _gpu_cell(gpu: dict[str, Any]) -> Text:
 
 def _gpus(doc: dict[str, Any]) -> Table:
     table = Table(title="nodes", title_justify="left", box=None, header_style="bold")
-    for col in ("RACK", "NODE", "CPUS FREE", "MEM FREE GiB", "GPUS (index:job)"):
+    for col in ("RACK", "NODE", "CPUS FREE", "MEM FREE", "GPUS (index:job)"):
         table.add_column(col)
     for rack in doc.get("racks") or []:
         for i, node in enumerate(rack["nodes"]):
@@ -122,7 +132,7 @@ def _gpus(doc: dict[str, Any]) -> Table:
                 plain(rack["name"] if i == 0 else ""),
                 plain(name),
                 f"{node['free_cpus']:g}/{node['cpus']:g}",
-                f"{node['free_mem_gib']:.1f}/{node['mem_gib']:.1f}",
+                _memory({"used": node["free_mem_gib"], "total": node["mem_gib"]}),
                 cells,
             )
     return table
