@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 from harness import Service, machine_lock, users_service, wait_for
+from prometheus_client.parser import text_string_to_metric_families
 from users import User, _python_for
 
 NAME = "aisfcreuse"
@@ -278,3 +279,165 @@ def test_a_running_job_of_a_deleted_account_runs_on_and_is_the_admins_alone_to_s
         assert service.job(job)["state"] == "running"
         service.cli("cancel", job)
         assert service.wait_state(job, "cancelled")["state"] == "cancelled"
+
+
+# Limits per user count per account: a deleted account's jobs and requests are not its name's
+# next holder's.
+
+MAX_ONE_JOB = """
+limits:
+  user_max_jobs: 1
+"""
+
+TEAM_ONE_GPU = """
+queues:
+  - name: default
+  - name: team
+    user_limit: {gpus: 1}
+"""
+
+# Nothing refills while the test runs: 3 requests, then 429s.
+THREE_REQUESTS = """
+limits:
+  request_rate: 0.001
+  request_burst: 3
+"""
+
+# Run as a local user: N requests of /v1/jobs over the socket; their statuses, as JSON.
+REQUESTS = """
+import json, sys, httpx
+c = httpx.Client(transport=httpx.HTTPTransport(uds=sys.argv[1]), base_url="http://x", timeout=30)
+print(json.dumps([c.get("/v1/jobs").status_code for _ in range(int(sys.argv[2]))]))
+"""
+
+
+def _replace_account(user: User, force: bool = False) -> User:
+    """Delete `user`'s account (`force`: while its processes run) and give its name to a new
+    account of another uid."""
+    with machine_lock("users"):
+        if force:
+            subprocess.run(
+                ["userdel", "--force", "--remove", NAME], check=True, capture_output=True
+            )
+        else:
+            _delete()
+        return _make(_free_uid(user.uid))
+
+
+def test_a_deleted_accounts_jobs_do_not_count_against_user_max_jobs_of_its_names_new_account(
+    tmp_path: Path, reused_name: User
+) -> None:
+    with users_service(tmp_path, MAX_ONE_JOB) as service:
+        _blocker, waiting = _pending_job_of(service, reused_name)
+        newcomer = _replace_account(reused_name)
+        by_socket = {"AISCHED_SERVER": f"unix:{service.socket}"}
+
+        first = newcomer.aisched("run", "--json", "--gpus", "1", "--", "true", env=by_socket)
+        assert first.returncode == 0, first.stderr
+        # The limit still holds for the new account's own jobs.
+        second = newcomer.aisched("run", "--json", "--gpus", "1", "--", "true", env=by_socket)
+        assert second.returncode != 0
+        assert f"{NAME} has 1 jobs not yet ended and may have at most 1" in (
+            second.stderr.replace("\n", " ")
+        )
+        assert service.job(waiting)["state"] == "pending"
+
+
+def test_a_deleted_accounts_running_jobs_do_not_count_against_its_names_new_account_in_a_queue(
+    tmp_path: Path, reused_name: User
+) -> None:
+    with users_service(tmp_path, TEAM_ONE_GPU) as service:
+        by_socket = {"AISCHED_SERVER": f"unix:{service.socket}"}
+        args = ("run", "--json", "--queue", "team", "--gpus", "1", "--", "sleep", "300")
+        old = reused_name.aisched(*args, env=by_socket)
+        assert old.returncode == 0, old.stderr
+        old_job = str(json.loads(old.stdout)["id"])
+        service.wait_state(old_job, "running")
+        newcomer = _replace_account(reused_name, force=True)
+
+        new = newcomer.aisched(*args, env=by_socket)
+        assert new.returncode == 0, new.stderr
+        new_job = str(json.loads(new.stdout)["id"])
+        service.wait_state(new_job, "running")
+        # The new account's next job waits on its own limit.
+        third = newcomer.aisched(*args, env=by_socket)
+        assert third.returncode == 0, third.stderr
+        waiting = service.job(str(json.loads(third.stdout)["id"]))
+        assert (waiting["state"], waiting["reason"]) == (
+            "pending",
+            f"user {NAME} would exceed queue team's per-user GPU limit",
+        )
+        # Two accounts of one name: the metrics tell them apart, and say which is the old one.
+        held = {
+            s.labels["user"]
+            for f in text_string_to_metric_families(service.api.get("/metrics").text)
+            if f.name == "aisched_queue_user_allocated"
+            for s in f.samples
+        }
+        assert held == {
+            f"{NAME} (uid {newcomer.uid})",
+            f"{NAME} (former account, uid {reused_name.uid})",
+        }
+
+
+def test_a_deleted_accounts_requests_do_not_spend_its_names_new_accounts_rate_budget(
+    tmp_path: Path, reused_name: User
+) -> None:
+    with users_service(tmp_path, THREE_REQUESTS) as service:
+
+        def statuses(user: User, n: int) -> list[int]:
+            proc = subprocess.run(
+                user.cmd(user.python, "-c", REQUESTS, str(service.socket), str(n)),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert proc.returncode == 0, proc.stderr
+            return list(json.loads(proc.stdout))
+
+        assert statuses(reused_name, 4) == [200, 200, 200, 429]
+        newcomer = _replace_account(reused_name)
+        assert statuses(newcomer, 4) == [200, 200, 200, 429]
+
+
+SERVICE_FILE = """
+name: web
+kind: service
+command: [sleep, "300"]
+resources: {gpus: 1}
+service:
+  min_replicas: 2
+  max_replicas: 3
+"""
+
+
+def test_a_service_of_a_deleted_account_fails_once_instead_of_crash_looping_its_replicas(
+    tmp_path: Path, reused_name: User
+) -> None:
+    with users_service(tmp_path) as service:
+        blocker = service.run("--gpus", "4", "--", "sleep", "300")
+        service.wait_state(blocker, "running")
+        (reused_name.home / "web.yaml").write_text(SERVICE_FILE)
+        proc = reused_name.aisched(
+            "submit", "--json", "web.yaml", env={"AISCHED_SERVER": f"unix:{service.socket}"}
+        )
+        assert proc.returncode == 0, proc.stderr
+        submitted = json.loads(proc.stdout)
+        sid = str((submitted[0] if isinstance(submitted, list) else submitted)["id"])
+        old_uid = reused_name.uid
+        newcomer = _replace_account(reused_name)
+        service.cli("cancel", blocker)
+
+        ended = service.wait_state(sid, "failed")
+        assert (
+            f"the account that submitted the service ({NAME}) no longer exists: user "
+            f"'{NAME}' is uid {newcomer.uid} on this machine now, not uid {old_uid}, another "
+            "account, so none of its replicas can start" in str(ended["message"])
+        ), ended["message"]
+        assert str(ended["message"]).endswith("; not retried")
+        # Its two replicas were all it ever made: none was made to replace a refused one.
+        replicas = [
+            j for j in service.cli_json("jobs", "--all")["jobs"] if j.get("replica_of") == sid
+        ]
+        assert len(replicas) == 2, replicas
+        assert {r["state"] for r in replicas} <= {"failed", "cancelled"}

@@ -159,19 +159,17 @@ def _queue_takes(session: Session, job: Job) -> Job | str:
     """`queue_takes` by the queues' limits alone."""
     if job.queue in session.queues.ungoverned:
         return job
-    reason = _blocks(session, job.queue, job.user, usage_vector(job.total_request))
+    reason = _blocks(session, job, usage_vector(job.total_request))
     if reason is None:
         return job
     if job.gang_min == job.num_tasks:
         return reason
     path = session.queue_path(job.queue)
-    rooms = _rooms_left(session.queues, path, session.usage_of, session.user_usage_of, job.user)
+    rooms = _rooms_left(session.queues, path, session.usage_of, session.user_usage_of, job)
     tasks = _tasks_fitting(job, rooms)
     if tasks >= job.gang_min:
         return cut_to(job, tasks)
-    least = _blocks(
-        session, job.queue, job.user, usage_vector(first_tasks_request(job, job.gang_min))
-    )
+    least = _blocks(session, job, usage_vector(first_tasks_request(job, job.gang_min)))
     return least or reason
 
 
@@ -188,10 +186,11 @@ def queue_blocks(session: Session, job: Job) -> str | None:
     return taken if isinstance(taken, str) else None
 
 
-def _blocks(session: Session, queue: str, user: str, req: Usage) -> str | None:
-    """Why `req` more of `user`'s in `queue` would go over a limit, a user limit (or a
-    guarantee that may not be borrowed above) on its path."""
-    for qname in session.queue_path(queue):
+def _blocks(session: Session, job: Job, req: Usage) -> str | None:
+    """Why `req` more of `job`'s user's in its queue would go over a limit, a user limit (or a
+    guarantee that may not be borrowed above) on its path. A user limit counts what the job's
+    account holds (`Job.counted_with`), not every account that ever had its user's name."""
+    for qname in session.queue_path(job.queue):
         q = session.queues.get(qname)
         after = add_usage(session.usage_of(qname), req)
         if q.limit is not None and (dim := _over(after, q.limit)) is not None:
@@ -199,9 +198,11 @@ def _blocks(session: Session, queue: str, user: str, req: Usage) -> str | None:
         if not q.borrowing and (dim := _over(after, q.guarantee)) is not None:
             return f"queue {qname} would exceed its {DIM_NAMES[dim]} guarantee and may not borrow"
         if q.user_limit is not None:
-            mine = add_usage(session.user_usage_of(qname, user), req)
+            mine = add_usage(_held_by(session.user_usage_of, qname, job), req)
             if (dim := _over(mine, q.user_limit)) is not None:
-                return f"user {user} would exceed queue {qname}'s per-user {DIM_NAMES[dim]} limit"
+                return (
+                    f"user {job.user} would exceed queue {qname}'s per-user {DIM_NAMES[dim]} limit"
+                )
     return None
 
 
@@ -243,21 +244,29 @@ def _rooms_left(
     path: tuple[str, ...],
     used: Callable[[str], Usage],
     user_used: Callable[[str, str], Usage],
-    user: str,
+    job: Job,
 ) -> list[list[float]]:
     """Per cap on `path`, what is left under it per dimension (inf where it governs none): a
-    queue's caps on what `used` says it holds, its user limit on what `user_used` says
-    `user` holds there."""
+    queue's caps on what `used` says it holds, its user limit on what `user_used` says the
+    job's account holds there (`_held_by`)."""
     rooms = []
     for qname in path:
         q = queues.get(qname)
         held = [(cap, used(qname)) for cap in _caps(q)]
         if q.user_limit is not None:
-            held.append((q.user_limit, user_used(qname, user)))
+            held.append((q.user_limit, _held_by(user_used, qname, job)))
         for cap, u in held:
             c = usage_vector(cap)
             rooms.append([c[i] - u[i] if c[i] > 0 else math.inf for i in range(3)])
     return rooms
+
+
+def _held_by(user_used: Callable[[str, str], Usage], qname: str, job: Job) -> Usage:
+    """What the job's account holds in `qname` and under it, by `user_used` per account key."""
+    total = ZERO
+    for key in job.counted_with:
+        total = add_usage(total, user_used(qname, key))
+    return total
 
 
 def _tasks_fitting(job: Job, rooms: list[list[float]]) -> int:
@@ -296,8 +305,10 @@ def tasks_to_regrow(snapshot: Snapshot, running: RunningJob) -> int:
         usage = snapshot.user_usage()
 
         def used(qname: str, user: str | None = None) -> Usage:
-            """What `qname` (`user`'s part of it, if named) will hold once the job gave back."""
-            total = add_usage(ZERO, held, -1.0)
+            """What `qname` (the account key `user`'s part of it, if named) will hold once the
+            job gave back (what it holds is its own account's)."""
+            mine = user is None or user == job.account
+            total = add_usage(ZERO, held, -1.0) if mine else ZERO
             for (leaf, owner), u in usage.items():
                 in_path = queues.has(leaf) and qname in queues.path(leaf)
                 if (user is None or owner == user) and in_path:
@@ -305,7 +316,7 @@ def tasks_to_regrow(snapshot: Snapshot, running: RunningJob) -> int:
             return total
 
         path = queues.path(job.queue)
-        tasks = _tasks_fitting(job, _rooms_left(queues, path, used, used, job.user))
+        tasks = _tasks_fitting(job, _rooms_left(queues, path, used, used, job))
     if tasks < job.gang_min:
         return 0
     if job.preemptible:
@@ -472,6 +483,6 @@ def fair_key(session: Session, job: Job) -> tuple[float, ...]:
     queues, usage, share = session.queues, session.queue_usage, session.dominant_share
     key = [share(usage.get(q, ZERO)) / queues.weight_of(q) for q in session.queue_path(job.queue)]
     if session.policy.fair_users:
-        u = session.user_usage.get((job.queue, job.user))
+        u = session.user_usage.get((job.queue, job.account))
         key.append(session.dominant_share(u) if u is not None else 0.0)
     return tuple(key)

@@ -339,7 +339,7 @@ class Session:
         self.guards.clear()
 
     def add_usage(self, job: Job, vec: Usage, sign: float = 1.0) -> None:
-        self._add(job.queue, job.user, vec, sign)
+        self._add(job.queue, job.account, vec, sign)
 
     def _add(self, queue: str, user: str, vec: Usage, sign: float) -> None:
         qu = self.queue_usage

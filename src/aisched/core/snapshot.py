@@ -453,10 +453,12 @@ class Snapshot:
 
 
 def usage_by_user(running: Iterable[RunningJob]) -> dict[tuple[str, str], Usage]:
-    """Running usage summed per (queue, user), the form `Snapshot.usage` takes."""
+    """Running usage summed per (queue, user's account), the form `Snapshot.usage` takes: the
+    user is the job's `account` key (`model.job.account_key`), so that two accounts that had
+    one name (one deleted, its name given to another) are counted apart."""
     out: dict[tuple[str, str], Usage] = {}
     for r in running:
-        key = (r.job.queue, r.job.user)
+        key = (r.job.queue, r.job.account)
         out[key] = add_usage(out.get(key, ZERO), r.usage)
     return out
 

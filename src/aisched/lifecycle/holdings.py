@@ -200,5 +200,5 @@ class Holdings:
         return out
 
     def _add_usage(self, view: RunningJob, sign: float) -> None:
-        key = (view.job.queue, view.job.user)
+        key = (view.job.queue, view.job.account)
         self.usage[key] = add_usage(self.usage.get(key, ZERO), view.usage, sign)

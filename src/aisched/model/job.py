@@ -181,6 +181,30 @@ class TaskGroup:
         return self.request.times(self.replicas)
 
 
+def account_key(user: str, uid: int | None) -> str:
+    """The key what one account holds is counted under (per-user limits and rates, fair shares):
+    `name#uid`, or the name alone where the uid is not known (a job or token stored before uids
+    were kept). A name is not an account: once an account is deleted and its name given to
+    another uid, the old account's jobs must not count against the new one. `#` is in no user
+    name (POSIX's portable names, and the names tokens are made for), so no name is a key of
+    another account. Shown to no one: tables, metrics and reasons name the user."""
+    return user if uid is None else f"{user}#{uid}"
+
+
+def accounts_counted(user: str, uid: int | None) -> tuple[str, ...]:
+    """The keys whose holdings count against the account `user` (uid `uid`): its own and,
+    where its uid is known, its name's alone, which holds the jobs stored before uids were
+    kept; those count for every account of their name, as their owner checks go by name
+    (`identity.same_account`)."""
+    return (user,) if uid is None else (f"{user}#{uid}", user)
+
+
+def split_account(key: str) -> tuple[str, int | None]:
+    """`account_key`'s inverse: the user name and uid (None where the key has none)."""
+    user, sep, uid = key.rpartition("#")
+    return (user, int(uid)) if sep and uid.isdigit() else (key, None)
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     id: str
@@ -221,6 +245,8 @@ class Job:
     # job stored before it was recorded). A task runs as `user` only while that name still
     # names this uid: a name deleted and given to another account does not inherit its jobs.
     uid: int | None = None
+    # Whose holdings it counts in (per-user limits, fair shares): `account_key(user, uid)`.
+    account: str = field(init=False, repr=False, compare=False)
     # Derived once: read on every cycle the job waits.
     _total: Resources = field(init=False, repr=False, compare=False)
     _shape: _Shape = field(init=False, repr=False, compare=False)
@@ -262,6 +288,12 @@ class Job:
         object.__setattr__(self, "shape_id", interned.serial)
         # The last word of every ordering: higher priority, then earlier, then by id.
         object.__setattr__(self, "tie_break", (-self.priority, self.submit_time_s, self.id))
+        object.__setattr__(self, "account", account_key(self.user, self.uid))
+
+    @property
+    def counted_with(self) -> tuple[str, ...]:
+        """The accounts whose holdings a per-user cap counts for this job (`accounts_counted`)."""
+        return accounts_counted(self.user, self.uid)
 
     @property
     def app(self) -> str:

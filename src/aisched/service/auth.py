@@ -31,6 +31,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from starlette.exceptions import HTTPException
 
+from aisched.model.job import account_key
 from aisched.service import tokens
 from aisched.service.app import Service
 from aisched.service.identity import (
@@ -136,7 +137,9 @@ def _charged(request: Request, who: Caller) -> Caller:
     no one from them, and their tools (monitoring, an operator's clean-up under load) must
     not be throttled when the service is busiest."""
     if not who.admin:
-        _charge(request, who.user)  # the user, whether by socket or by token: one budget
+        # The account, whether by socket or by token: one budget; by name and uid, so that an
+        # account given a deleted one's name does not inherit a budget that one spent.
+        _charge(request, account_key(who.user, who.uid), who.user)
     return who
 
 
@@ -144,7 +147,7 @@ def charge_unidentified(request: Request) -> None:
     """Charge a request without a valid identity to its connection's peer (429 past its
     budget), so that guessing tokens is slowed as much as any flood: the local user who owns
     a loopback client's socket, else the address (`service/protocol.py`, `peer_key`). A
-    separate budget from the user's own (their name's), which a token's requests take from."""
+    separate budget from the user's own (their account's), which a token's requests take from."""
     key = request.scope.get(CLIENT_SCOPE_KEY)
     if not key:  # not through the service's protocol (the app tested in process)
         key = f"address {request.client.host if request.client else 'unknown'}"

@@ -143,7 +143,7 @@ class Commands(Intents):
         if cmd.not_accepting is not None:
             cmd.future.set_exception(cmd.not_accepting)
             return
-        past = self._past_user_limit(cmd.job.user, [cmd.job])
+        past = self._past_user_limit([cmd.job])
         if past is not None:
             cmd.future.set_exception(Rejected(past, 429))
             return
@@ -171,7 +171,7 @@ class Commands(Intents):
         if cmd.not_accepting is not None:
             cmd.future.set_exception(cmd.not_accepting)
             return
-        if (past := self._past_user_limit(user, [job for job, _, _ in cmd.items])) is not None:
+        if (past := self._past_user_limit([job for job, _, _ in cmd.items])) is not None:
             cmd.future.set_exception(Rejected(past, 429))
             return
         for job, _fmt, _warnings in cmd.items:
@@ -207,11 +207,17 @@ class Commands(Intents):
         self._remember_key(user, cmd.idempotency_key, rows, batch)
         batch.after.append(lambda: cmd.future.set_result(rows))
 
-    def _past_user_limit(self, user: str, jobs: list[Job]) -> str | None:
-        """Why adding `jobs` would take `user` past `user_max_jobs` or `user_max_job_bytes`,
-        or None."""
+    def _past_user_limit(self, jobs: list[Job]) -> str | None:
+        """Why adding `jobs` (one submission's, of one account) would take their account past
+        `user_max_jobs` or `user_max_job_bytes`, or None. What counts is the account's own
+        (`Job.counted_with`): the jobs of a deleted account whose name another now holds are
+        not the new account's."""
+        if not jobs:
+            return None
+        user, counted = jobs[0].user, jobs[0].counted_with
         adding = sum(jobs_counted(job) for job in jobs)
-        most, has = self.config.user_max_jobs, self.live_per_user[user]
+        most = self.config.user_max_jobs
+        has = sum(self.live_per_user[key] for key in counted)
         if most > 0 and has + adding > most:
             more = "" if adding == 1 else f" (this submission counts {adding})"
             return (
@@ -222,7 +228,8 @@ class Commands(Intents):
         most = self.config.user_max_job_bytes
         if most <= 0:
             return None
-        adding, has = sum(bytes_counted(job) for job in jobs), self.live_bytes_per_user[user]
+        adding = sum(bytes_counted(job) for job in jobs)
+        has = sum(self.live_bytes_per_user[key] for key in counted)
         if has + adding <= most:
             return None
         return (

@@ -20,6 +20,7 @@ from aisched.lifecycle.preemption import release_kept
 from aisched.lifecycle.services import replica_failed
 from aisched.lifecycle.states import move
 from aisched.model.states import JobState
+from aisched.service.identity import account_gone
 from aisched.service.launches import Launches
 from aisched.service.live import Batch, LiveJob, Stop, TaskPhase
 from aisched.service.paths import remove_empty_checkpoint_dir
@@ -121,7 +122,8 @@ class Exits(Launches):
                 lj.exit_code = 0
                 batch.job(lj.id, exit_code=0)
                 self._observe(lj.job, (lj.attempt_started_at or now), now)
-            self._finish(lj, nxt.state, batch, now, nxt.why)
+            refused = reason == Stop.UNRUNNABLE
+            self._finish(lj, nxt.state, batch, now, nxt.why, launch_refused=refused)
 
     def _still_stopping(self, job_id: str) -> bool:
         """Whether a victim still holds what it was preempted for: running and stopping (a
@@ -136,19 +138,30 @@ class Exits(Launches):
         self._make_pending(lj, batch)
         self.dirty = True
 
-    def _finish(self, lj: LiveJob, state: JobState, batch: Batch, now: float, why: str) -> None:
+    def _finish(
+        self,
+        lj: LiveJob,
+        state: JobState,
+        batch: Batch,
+        now: float,
+        why: str,
+        launch_refused: bool = False,
+    ) -> None:
+        """End `lj` in `state` saying `why`; `launch_refused`: its last attempt could not start,
+        for good (`Stop.UNRUNNABLE`)."""
         if self.predictor is not None and state != JobState.SUCCEEDED:
             self.predictor.forget(lj.id)
         lj.state = move(lj.id, lj.state, state)
         self._unqueue(lj)
         release_kept(self.held, lj.id)  # it ended while waiting for victims
         del self.jobs[lj.id]
-        self.live_per_user[lj.job.user] -= jobs_counted(lj.job)
-        if not self.live_per_user[lj.job.user]:
-            del self.live_per_user[lj.job.user]
-        self.live_bytes_per_user[lj.job.user] -= lj.counted_bytes
-        if not self.live_bytes_per_user[lj.job.user]:
-            del self.live_bytes_per_user[lj.job.user]
+        account = lj.job.account
+        self.live_per_user[account] -= jobs_counted(lj.job)
+        if not self.live_per_user[account]:
+            del self.live_per_user[account]
+        self.live_bytes_per_user[account] -= lj.counted_bytes
+        if not self.live_bytes_per_user[account]:
+            del self.live_bytes_per_user[account]
         self.retention.ended_bytes.ended(lj.id, lj.job.user, lj.doc_bytes)
         self.terminal_counts[state.value] = self.terminal_counts.get(state.value, 0) + 1
         batch.job(
@@ -171,7 +184,7 @@ class Exits(Launches):
         if lj.waiting_for:  # it ended while waiting on victims
             self._wait_for_victims(lj, None, batch)
         if state == JobState.FAILED and lj.job.replica_of is not None:
-            self._replica_failed(lj, why, batch, now)
+            self._replica_failed(lj, why, batch, now, launch_refused)
         if lj.job.replica_of is not None:
             self._service_stopped(lj.job.replica_of, batch, now)
         self.pipelines.on_end(lj.id, state, lj.job.name)
@@ -186,17 +199,36 @@ class Exits(Launches):
         """End a cancelled service once the last of its replicas has ended; only then are
         the jobs that depend on it re-checked, as for any running job that is cancelled."""
         svc = self.jobs.get(service_id)
-        if svc is None or svc.stopping != Stop.CANCEL or self._replicas_left(service_id):
+        stop = None if svc is None else svc.stopping
+        if svc is None or stop not in (Stop.CANCEL, Stop.UNRUNNABLE):
             return
+        if self._replicas_left(service_id):
+            return
+        # A failing service's message is not stored: after a restart, it is worked out again.
+        why = svc.stop_message or _no_replica_can_start(svc, "")
         svc.stopping, svc.stop_message = None, ""
         batch.job(svc.id, stopping=None)
-        self._finish(svc, JobState.CANCELLED, batch, now, "cancelled; its replicas have stopped")
+        if stop == Stop.UNRUNNABLE:
+            self._finish(svc, JobState.FAILED, batch, now, why)
+        else:
+            self._finish(
+                svc, JobState.CANCELLED, batch, now, "cancelled; its replicas have stopped"
+            )
 
-    def _replica_failed(self, replica: LiveJob, why: str, batch: Batch, now: float) -> None:
+    def _replica_failed(
+        self, replica: LiveJob, why: str, batch: Batch, now: float, launch_refused: bool
+    ) -> None:
         """Count a replica that failed for good in its service's crash loop: the replicas
-        made for the service from now wait until the loop's backoff is over (`_scale_to`)."""
+        made for the service from now wait until the loop's backoff is over (`_scale_to`).
+        But a replica whose launch was refused because the account that submitted the service
+        is gone (deleted, its name perhaps given to another) ends the service, failed and not
+        retried, as such a refusal ends a batch job: no replica of it can ever start, and a
+        crash loop would only make and refuse replica after replica (`_fail_service`)."""
         svc = self.jobs.get(replica.job.replica_of or "")
-        if svc is None or svc.job.service is None:
+        if svc is None or svc.job.service is None or svc.stopping is not None:
+            return
+        if launch_refused and (gone := account_gone(svc.job.user, svc.job.uid)) is not None:
+            self._fail_service(svc, _no_replica_can_start(svc, gone, replica.id), batch, now)
             return
         run = replica_failed(
             svc.crash_loop, svc.job, replica.id, why, now, self.config.max_backoff_s
@@ -208,6 +240,15 @@ class Exits(Launches):
             "replica-failed",
             f"{run.waiting_note(clock)} (a backoff of {run.until - now:g}s)",
         )
+
+    def _fail_service(self, svc: LiveJob, why: str, batch: Batch, now: float) -> None:
+        """End the service `svc`, failed, saying `why`: its replicas are cancelled, and it ends
+        once they have stopped (`_service_stopped`), as a cancelled one does."""
+        self._scale_to(svc, 0, "the service fails", batch, now)
+        svc.stopping, svc.stop_message = Stop.UNRUNNABLE, why
+        batch.job(svc.id, stopping=Stop.UNRUNNABLE.value)
+        batch.event(now, svc.id, "failing", f"{why}: stopping its replicas")
+        self._service_stopped(svc.id, batch, now)
 
     def _recheck_dependents(self, batch: Batch, now: float) -> None:
         """Re-check the jobs that wait on jobs that ended (`pipelines.recheck`), and those that
@@ -240,6 +281,16 @@ class Exits(Launches):
                 todo.popleft()
         finally:
             self.rechecking = False
+
+
+def _no_replica_can_start(svc: LiveJob, gone: str, replica: str = "") -> str:
+    """Why a service whose account is gone fails (`gone`: `identity.account_gone`'s words)."""
+    refused = f" (replica {replica}'s launch was refused)" if replica else ""
+    was = f": {gone}" if gone else ""
+    return (
+        f"the account that submitted the service ({svc.job.user}) no longer exists{was}, so "
+        f"none of its replicas can start{refused}; not retried"
+    )
 
 
 def _describe_exit(ev: TaskExited) -> str:

@@ -102,6 +102,20 @@ def same_account(user: str, uid: int | None, owner: str, owner_uid: int | None) 
     return user == owner and (owner_uid is None or uid == owner_uid)
 
 
+def account_gone(user: str, uid: int | None) -> str | None:
+    """Why the account that submitted a job as `user`, uid `uid`, is not on this machine now
+    (the name names no account, or another uid: it was deleted, perhaps its name given to
+    another), or None while it is (for a job stored without its uid: while the name has an
+    account)."""
+    now = local_uid(user)
+    if now is None:
+        was = "" if uid is None else f" (it was uid {uid})"
+        return f"user {user!r} has no account on this machine now{was}"
+    if uid is not None and now != uid:
+        return f"user {user!r} is uid {now} on this machine now, not uid {uid}, another account"
+    return None
+
+
 def local_uid(user: str) -> int | None:
     """The uid of the account `user` names on this machine, or None where it names none."""
     try:

@@ -4,8 +4,9 @@ requests and the scheduling loop's CPU.
 
 A bucket holds at most `burst` tokens and refills at `rate_per_s`; each request takes one, and
 a request that finds less than one is refused with the seconds until one is there. Callers are
-keyed by user name (the socket's uid and a token's user share one bucket), or by peer address
-for requests without a valid identity. Admins are not limited (`service/auth.py` says why).
+keyed by account, its name and uid (`model.job.account_key`; the socket's uid and a token's
+user share one bucket), or by peer address for requests without a valid identity. Admins are
+not limited (`service/auth.py` says why).
 
 Memory is bounded: a bucket idle long enough to be full again is the same as none, so such
 buckets are forgotten from the least recently used end on every request, and past

@@ -121,8 +121,9 @@ class SchedulerState:
         # Free capacity, usage and running views: the lifecycle's ledger (see `lifecycle`).
         self.held = Holdings(build_arrays(Cluster(self.nodes)))
         self.jobs: dict[str, LiveJob] = {}
-        # How many jobs each user's live jobs may come to (`limits.user_max_jobs`,
-        # `jobs_counted`), kept by `_add_live` and `_finish`, where a live job comes and goes.
+        # How many jobs each account's live jobs may come to (`limits.user_max_jobs`,
+        # `jobs_counted`), kept by `_add_live` and `_finish`, where a live job comes and goes;
+        # by `Job.account`, so that a deleted account's jobs are not its name's next holder's.
         self.live_per_user: Counter[str] = Counter()
         # And the bytes of their documents (`limits.user_max_job_bytes`, `bytes_counted`).
         self.live_bytes_per_user: Counter[str] = Counter()
@@ -334,10 +335,10 @@ class SchedulerState:
     def _add_live(self, lj: LiveJob) -> None:
         self.jobs[lj.id] = lj
         counted = jobs_counted(lj.job)
-        self.live_per_user[lj.job.user] += counted
+        self.live_per_user[lj.job.account] += counted
         lj.doc_bytes = doc_bytes(lj.job)
         lj.counted_bytes = counted * lj.doc_bytes
-        self.live_bytes_per_user[lj.job.user] += lj.counted_bytes
+        self.live_bytes_per_user[lj.job.account] += lj.counted_bytes
 
     def _make_pending(self, lj: LiveJob, batch: Batch) -> None:
         lj.running_view = None
@@ -558,6 +559,17 @@ class SchedulerState:
         raise NotImplementedError  # intents.Intents
 
     def _check_dependencies(self, lj: LiveJob, batch: Batch, now: float) -> None:
+        raise NotImplementedError  # commands.Commands
+
+    def _scale_to(
+        self,
+        svc: LiveJob,
+        n: int,
+        reason: str,
+        batch: Batch,
+        now: float,
+        ready: frozenset[str] | None = None,
+    ) -> None:
         raise NotImplementedError  # commands.Commands
 
     def _hold_for_bug(self, lj: LiveJob, error: Exception, what: str, now: float) -> None:

@@ -136,7 +136,7 @@ def saturate(
             free.take_all(arrays.index, bind.tasks)
             view = RunningJob(job, bind.tasks, float(i))
             running.append(view)
-            key = (job.queue, job.user)
+            key = (job.queue, job.account)
             usage[key] = add_usage(usage.get(key, ZERO), view.usage)
             placed += 1
             allocated_milli += sum(len(t.gpus) * t.gpu_milli for t in bind.tasks)

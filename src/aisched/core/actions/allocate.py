@@ -36,7 +36,7 @@ from aisched.core.status import JobStatus, StatusCode
 if TYPE_CHECKING:
     from aisched.core.session import Session
 
-Bucket = tuple[str, str]  # (queue, user when drf interleaves users, else "")
+Bucket = tuple[str, str]  # (queue, user's account when drf interleaves users, else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +73,7 @@ class Allocate:
         per_user = session.policy.fair_users
         for pos, pj in enumerate(session.candidates[session.promoted :], session.promoted):
             job = pj.job
-            key = (job.queue, job.user if per_user else "")
+            key = (job.queue, job.account if per_user else "")
             bucket = buckets.get(key)
             if bucket is None:
                 bucket = buckets[key] = deque()
