@@ -42,3 +42,17 @@ def test_past_the_bound_the_users_holding_least_are_summed_as_others() -> None:
         UserHolding("u4", gpus(4)),
         UserHolding(OTHERS, gpus(1 + 2 + 3)),
     ]
+
+
+def test_two_accounts_of_one_name_are_two_rows_that_say_which_is_the_former() -> None:
+    usage = {
+        ("team", "ann#1105"): gpus(1),
+        ("team", "ann#1005"): gpus(2),
+        ("team", "bo#7"): gpus(3),
+    }
+    held = user_holdings(QUEUES, usage, uid_now={"ann": 1105, "bo": 7}.get)["org"]
+    assert held == [
+        UserHolding("bo", gpus(3)),
+        UserHolding("ann (former account, uid 1005)", gpus(2)),
+        UserHolding("ann (uid 1105)", gpus(1)),
+    ]
