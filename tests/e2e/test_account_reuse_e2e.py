@@ -441,3 +441,33 @@ def test_a_service_of_a_deleted_account_fails_once_instead_of_crash_looping_its_
         ]
         assert len(replicas) == 2, replicas
         assert {r["state"] for r in replicas} <= {"failed", "cancelled"}
+
+
+def test_an_idempotency_key_of_a_deleted_account_gives_its_names_new_account_nothing_of_it(
+    tmp_path: Path, reused_name: User
+) -> None:
+    """Keys are kept per user name: a newcomer sending the key an old account of its name
+    used was answered with the old account's job, as if it were its own submission."""
+    with users_service(tmp_path) as service:
+        by_socket = {"AISCHED_SERVER": f"unix:{service.socket}"}
+        blocker = service.run("--gpus", "4", "--", "sleep", "300")
+        service.wait_state(blocker, "running")
+        key = ("--idempotency-key", "train-1")
+        old = reused_name.aisched("run", "--json", *key, "--gpus", "1", "--", "id", env=by_socket)
+        assert old.returncode == 0, old.stderr
+        old_job = str(json.loads(old.stdout)["id"])
+        newcomer = _replace_account(reused_name)
+
+        again = newcomer.aisched("run", "--json", *key, "--gpus", "1", "--", "id", env=by_socket)
+        assert again.returncode != 0, again.stdout
+        said = again.stderr.replace("\n", " ")
+        assert "Idempotency-Key 'train-1' was used by another account named" in said
+        assert f"(uid {reused_name.uid}, deleted since)" in said
+        assert old_job not in again.stdout
+        # Another key is a submission of its own.
+        other = newcomer.aisched(
+            "run", "--json", "--idempotency-key", "train-2", "--gpus", "1", "--", "id",
+            env=by_socket,
+        )  # fmt: skip
+        assert other.returncode == 0, other.stderr
+        assert str(json.loads(other.stdout)["id"]) != old_job

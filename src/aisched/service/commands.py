@@ -26,6 +26,7 @@ from aisched.lifecycle.states import move
 from aisched.model.job import Job, JobKind
 from aisched.model.states import JobState
 from aisched.service import poison
+from aisched.service.identity import same_account
 from aisched.service.intents import Intents
 from aisched.service.launches import free_port
 from aisched.service.live import Batch, LiveJob, Stop
@@ -43,7 +44,7 @@ from aisched.service.replicas import replica_job
 from aisched.service.retention import no_job
 from aisched.service.scheduler_state import bytes_counted, clock, jobs_counted
 from aisched.service.step_errors import classify, one_line
-from aisched.store.codec import job_to_dict
+from aisched.store.codec import job_to_dict, submitter_uid
 from aisched.store.db import Row
 
 log = logging.getLogger("aisched.loop")
@@ -132,7 +133,7 @@ class Commands(Intents):
 
     def _on_submit(self, cmd: SubmitCommand, batch: Batch, now: float) -> None:
         try:
-            earlier = self._idempotent(cmd.job.user, cmd.idempotency_key, 1)
+            earlier = self._idempotent(cmd.job.user, cmd.job.uid, cmd.idempotency_key, 1)
         except Rejected as e:
             cmd.future.set_exception(e)
             return
@@ -159,8 +160,9 @@ class Commands(Intents):
         # 1. Answer a retry with the jobs it made; refuse the whole submission if any job of it
         #    can never run or depend as asked.
         user = cmd.items[0][0].user if cmd.items else ""
+        uid = cmd.items[0][0].uid if cmd.items else None
         try:
-            earlier = self._idempotent(user, cmd.idempotency_key, len(cmd.items))
+            earlier = self._idempotent(user, uid, cmd.idempotency_key, len(cmd.items))
         except Rejected as e:
             cmd.future.set_exception(e)
             return
@@ -239,20 +241,28 @@ class Commands(Intents):
             "cancel some, or send smaller documents"
         )
 
-    def _idempotent(self, user: str, key: str | None, n: int) -> list[Row] | None:
+    def _idempotent(self, user: str, uid: int | None, key: str | None, n: int) -> list[Row] | None:
         """The rows an earlier submission with this key made, if any (the first job holds the
         key, the others of a pipeline `KEY/1`, `KEY/2`...); they may not be stored yet (the
         batch holds them), so the caller answers once the batch has flushed. Raises
-        Rejected(503) when the store cannot be read: nothing has changed then."""
+        Rejected(503) when the store cannot be read: nothing has changed then; Rejected(409)
+        when the key was used by another account of `user`'s name (uid `uid`): one deleted
+        since, whose jobs are not the caller's to be given."""
         if key is None:
             return None
         rows = self.unstored_keys.get((user, key))
-        if rows is not None:
-            return rows
-        keys = [key] + [f"{key}/{i}" for i in range(1, n)]
-        with _reading("its Idempotency-Key", _SEND_AGAIN_WITH_KEY), self.store.read() as tx:
-            stored = tx.jobs_by_idempotency_key(user, keys)
-        return stored or None
+        if rows is None:
+            keys = [key] + [f"{key}/{i}" for i in range(1, n)]
+            with _reading("its Idempotency-Key", _SEND_AGAIN_WITH_KEY), self.store.read() as tx:
+                rows = tx.jobs_by_idempotency_key(user, keys)
+        if rows and not same_account(user, uid, rows[0]["user"], submitter_uid(rows[0]["spec"])):
+            raise Rejected(
+                f"Idempotency-Key {key!r} was used by another account named {user} (uid "
+                f"{submitter_uid(rows[0]['spec'])}, deleted since): send the submission with "
+                "another key",
+                409,
+            )
+        return rows or None
 
     def _remember_key(self, user: str, key: str | None, rows: list[Row], batch: Batch) -> None:
         if key is None:
