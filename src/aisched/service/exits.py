@@ -9,7 +9,9 @@ if its wait goes on once every exit of the step is in (`intents._timers`,
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from functools import partial
 
 from aisched.core.decisions import Bind
@@ -281,6 +283,24 @@ class Exits(Launches):
                 todo.popleft()
         finally:
             self.rechecking = False
+
+    @contextlib.contextmanager
+    def _ending_together(self, batch: Batch, now: float) -> Iterator[None]:
+        """Jobs ended in the block end as one act (a bulk cancel, a refused submission): the
+        jobs that wait on them are re-checked once the block is over, not as each ends.
+        Re-checked at once, a job the act has still to end could be ended first as a broken
+        dependent (and the act then ended it twice), or released (`condition: any`) and, a
+        service, started. A block that raises leaves its re-checks on the list, for the
+        step's own call (`loop.step`) to make."""
+        if self.rechecking:  # inside a re-check: that one takes the work list's new jobs
+            yield
+            return
+        self.rechecking = True
+        try:
+            yield
+        finally:
+            self.rechecking = False
+        self._recheck_dependents(batch, now)
 
 
 def _no_replica_can_start(svc: LiveJob, gone: str, replica: str = "") -> str:
