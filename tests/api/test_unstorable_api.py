@@ -6,12 +6,14 @@ this is the defence for a value that some day slips past validation, not a way i
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 from clients import client_for
 from test_faults_api import ids, until
 from test_store_stopped_api import answered
 
+from aisched.model.job import Dependency, DependencyCondition
 from aisched.service.app import Service
 from aisched.service.identity import service_user
 from aisched.service.loop import Rejected
@@ -67,3 +69,32 @@ def test_a_file_of_jobs_with_one_the_store_cannot_hold_is_refused_whole(
     assert after.status_code == 201
     assert ids(client) == [after.json()["id"]]  # neither of the file's jobs
     assert list(svc.scheduler.jobs) == [after.json()["id"]]
+
+
+def test_a_pipeline_with_a_step_the_store_cannot_hold_is_refused_whole(
+    open_service: OpenService, fx: FakeExecutor
+) -> None:
+    # Each step is ended as never stored, in no set order; each waits on the one before, so
+    # ending one must not end the steps after it first (as broken dependents: they would end
+    # twice) nor release the last (`condition: any`) to run. A chain of 8: a cascade is met
+    # in every order but one of the 40320.
+    svc = open_service(fx)
+    client = client_for(svc)
+    steps = [job("").name("s0").task(1, cpu=0.1).user(service_user()).build()]
+    for i in range(1, 8):
+        depends = Dependency(
+            f"s{i - 1}", DependencyCondition.ANY if i == 7 else DependencyCondition.SUCCESS
+        )
+        priority = PAST_64_BITS if i == 7 else 0
+        built = job("").name(f"s{i}").task(1, cpu=0.1).user(service_user()).priority(priority)
+        steps.append(replace(built.build(), depends_on=(depends,)))
+    together = svc.scheduler.submit_all(tuple((j, "native", ()) for j in steps))
+    with pytest.raises(Rejected) as why:
+        together.result(timeout=30)
+    assert why.value.status == 422
+    after = client.post("/v1/jobs", json={"name": "after", "command": ["true"]})
+    assert after.status_code == 201
+    assert ids(client) == [after.json()["id"]]  # none of the pipeline's jobs
+    assert list(svc.scheduler.jobs) == [after.json()["id"]]
+    assert svc.scheduler.step_errors.total == 0
+    assert svc.scheduler.terminal_counts.get("cancelled", 0) == 0  # counted nowhere

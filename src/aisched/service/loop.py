@@ -239,11 +239,16 @@ class Scheduler(Recovery, BulkCancels):
         for origin, why in refused:
             log.warning("a command was refused: the store cannot hold it: %s", why)
             # Each ends in memory as a cancelled job does (replicas before their service), and
-            # is counted nowhere: it never was.
+            # is counted nowhere: it never was. Their dependents are re-checked once all have
+            # ended: a later step of a refused pipeline is not ended first as a broken
+            # dependent, nor released to start.
             made = [self.jobs[i] for i in origin.job_ids if i in self.jobs]
-            for lj in sorted(made, key=lambda lj: lj.job.replica_of is None):
-                self._finish(lj, JobState.CANCELLED, batch, now, "not stored")
-                self.terminal_counts[JobState.CANCELLED.value] -= 1
+            with self._ending_together(batch, now):
+                for lj in sorted(made, key=lambda lj: lj.job.replica_of is None):
+                    if self.jobs.get(lj.id) is not lj:  # ended with one before it
+                        continue
+                    self._finish(lj, JobState.CANCELLED, batch, now, "not stored")
+                    self.terminal_counts[JobState.CANCELLED.value] -= 1
             batch.drop_jobs(origin.job_ids)
             self.retention.ended_bytes.forgotten(origin.job_ids)
             self.fresh = [j for j in self.fresh if j.id not in origin.job_ids]
