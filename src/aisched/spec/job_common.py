@@ -162,26 +162,6 @@ def duplicates(names: Iterable[str]) -> list[tuple[int, int]]:
     return out
 
 
-_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
-_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")  # a shell word that sets a variable
-
-
-def name_from_command(command: tuple[str, ...]) -> str:
-    """A job name from its command: the base name of the program (`python` for
-    `["python", "train.py"]`; `sh -c` strings are looked into, past the variables they set
-    first), made a valid name. Every user sees every job's name: `HF_TOKEN=x python` must
-    not name its job after the token."""
-    words = list(command)
-    if len(words) >= 3 and words[0] in ("/bin/sh", "sh", "/bin/bash", "bash") and words[1] == "-c":
-        words = words[2].split()
-        while words and _ASSIGNMENT.match(words[0]):
-            words.pop(0)
-    word = words[0] if words else ""
-    base = word.rstrip("/").rsplit("/", 1)[-1]
-    clean = _NAME_CHARS.sub("-", base).lstrip("._-")[:MAX_NAME_LEN]
-    return clean or "job"
-
-
 # --- field types ----------------------------------------------------------------------------
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")

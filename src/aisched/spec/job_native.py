@@ -43,6 +43,7 @@ from aisched.model.job import (
 )
 from aisched.model.resources import Resources
 from aisched.model.service import ScaleMetric, ServiceSpec
+from aisched.spec.command_name import name_from_command
 from aisched.spec.errors import Number, SpecError, describe
 from aisched.spec.job_common import (
     MAX_TASKS,
@@ -71,7 +72,6 @@ from aisched.spec.job_common import (
     at_least_one_task,
     container_spec,
     duplicates,
-    name_from_command,
     priority_of_class,
 )
 

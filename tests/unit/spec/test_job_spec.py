@@ -126,8 +126,17 @@ NATIVE_VALID = [
     ),
     Valid(
         "a program name made a valid job name",
-        {"command": ["./run me!.sh"]},
-        job(group(command=("./run me!.sh",)), name="run-me-.sh"),
+        {"command": ["./run!.sh"]},
+        job(group(command=("./run!.sh",)), name="run-.sh"),
+    ),
+    Valid(
+        # The value's second word is not taken for the program (`command_name`).
+        "a shell string's name skips a quoted value with a space",
+        {"command": 'HF_TOKEN="hf_abc hf_secretpart" python3 -c pass'},
+        job(
+            group(command=("/bin/sh", "-c", 'HF_TOKEN="hf_abc hf_secretpart" python3 -c pass')),
+            name="python3",
+        ),  # fmt: skip
     ),
     Valid(
         "integers in a command and env become strings",
