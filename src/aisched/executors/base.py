@@ -113,8 +113,8 @@ class ExitKind(StrEnum):
     STOPPED = "stopped"  # ended after `stop()` was asked for it
     OOM = "oom"  # killed for exceeding its memory limit
     LOST = "lost"  # the task cannot be found any more (process gone without a record, node gone)
-    # It can never start as asked (its image is not on the node and cannot be pulled): running
-    # it again unchanged cannot help, unlike a crash.
+    # It can never start as asked (its image is not on the node and cannot be pulled, its
+    # program is not found): running it again unchanged cannot help, unlike a crash.
     UNRUNNABLE = "unrunnable"
 
 
@@ -164,9 +164,10 @@ class Executor(Protocol):
         """Start one task. Returns once the task's process (or the supervisor that starts it)
         exists; it does not wait for the command itself. Raises LaunchError (with a message
         for the user) when the request is refused or nothing could be started; then nothing of
-        it is left running. A command that cannot be executed (not found: 127, not runnable or
-        bad working directory: 126) is not a LaunchError: it ends with an EXITED event with
-        that code and a message naming the command."""
+        it is left running. A command that cannot be executed is not a LaunchError: it ends
+        with an event with a message naming the command, UNRUNNABLE with code 127 when its
+        program is not found, EXITED with code 126 when it cannot be run (not executable, a bad
+        working directory)."""
         ...
 
     def stop(self, key: TaskKey, grace_period_s: float | None = None) -> None:

@@ -528,7 +528,7 @@ class TaskRunner:
                     code, msg = 126, f"cannot run {name}: working directory {workdir}: {why}"
                 else:
                     what = "no such file" if "/" in name else "command not found"
-                    code, msg = 127, f"{what}: {name}"
+                    code, msg = task_files.NOT_FOUND, f"{what}: {name}"
             except PermissionError:
                 code, msg = 126, f"cannot run {name}: permission denied"
             except OSError as exc:
@@ -538,7 +538,8 @@ class TaskRunner:
                 if self.proc is None:
                     os.close(out_r)
         self._log(msg)
-        self.start_error = {"kind": "exited", "exit_code": code, "message": msg}
+        kind = "unrunnable" if code == task_files.NOT_FOUND else "exited"  # as the supervisor
+        self.start_error = {"kind": kind, "exit_code": code, "message": msg}
 
     def _container_start(
         self, env: dict[str, str], user: dict[str, Any] | None

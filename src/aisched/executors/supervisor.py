@@ -85,6 +85,7 @@ from aisched.executors.task_files import (  # noqa: E402
     LAUNCH,
     LOCK,
     LOG,
+    NOT_FOUND,
     STARTED,
     STOP,
     ExecFailed,
@@ -145,7 +146,7 @@ def _exec_failure(stage: str, exc: BaseException, command: list[str], workdir: s
         return f"126\ncannot run {name}: working directory {workdir}: {why}"
     if stage == "exec" and isinstance(exc, FileNotFoundError):
         what = "no such file" if "/" in name else "command not found"
-        return f"127\n{what}: {name}"
+        return f"{NOT_FOUND}\n{what}: {name}"
     if stage == "exec" and isinstance(exc, PermissionError):
         return f"126\ncannot run {name}: permission denied"
     why = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
@@ -348,7 +349,10 @@ class Supervisor:
         if chunks:
             os.waitpid(pid, 0)
             code, _, message = b"".join(chunks).decode("utf-8", "replace").partition("\n")
-            raise ExecFailed(int(code), message)
+            # Only exec's own "not found" gives NOT_FOUND here (the checks before it give 126).
+            raise ExecFailed(
+                int(code), message, "unrunnable" if int(code) == NOT_FOUND else "exited"
+            )
         try:
             write_json_atomic(
                 self.path(STARTED),

@@ -67,10 +67,16 @@ def read_json(path: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+# The exit code of a task whose program exec could not find (as a shell's `command not
+# found`). Such a task ends unrunnable, not retried: started again unchanged on the same
+# nodes, it is not found again (docs/service.md, Retries).
+NOT_FOUND = 127
+
+
 class ExecFailed(Exception):
     """A task that could not start, or a container that could not be created or prepared
     (ray_task drives containers too). `kind` "unrunnable": the task can never start as asked
-    (its image is missing)."""
+    (its image or its program is missing)."""
 
     def __init__(self, code: int, message: str, kind: str = "exited") -> None:
         super().__init__(message)

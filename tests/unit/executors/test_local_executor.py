@@ -165,15 +165,30 @@ def test_exit_codes_and_signal_deaths(
     assert exited(h, ExitKind.EXITED, code, message, any_watch.exit_of(h.key))
 
 
+# A program that is not found is so for good (unrunnable: not retried); the others are
+# reported as exits, retried as any failure.
 @pytest.mark.parametrize(
-    ("command", "workdir", "code", "message"),
+    ("command", "workdir", "kind", "code", "message"),
     [
-        (["no-such-command-xyz"], None, 127, "command not found: no-such-command-xyz"),
-        (["/no/such/file"], None, 127, "no such file: /no/such/file"),
-        (["{tmp}/not-executable"], None, 126, "cannot run {tmp}/not-executable: permission denied"),
+        (
+            ["no-such-command-xyz"],
+            None,
+            ExitKind.UNRUNNABLE,
+            127,
+            "command not found: no-such-command-xyz",
+        ),
+        (["/no/such/file"], None, ExitKind.UNRUNNABLE, 127, "no such file: /no/such/file"),
+        (
+            ["{tmp}/not-executable"],
+            None,
+            ExitKind.EXITED,
+            126,
+            "cannot run {tmp}/not-executable: permission denied",
+        ),
         (
             ["true"],
             "/no/such/dir",
+            ExitKind.EXITED,
             126,
             "cannot run true: working directory /no/such/dir: No such file or directory",
         ),
@@ -185,6 +200,7 @@ def test_a_command_that_cannot_run_ends_with_127_or_126_and_says_why(
     tmp_path: Path,
     command: list[str],
     workdir: str | None,
+    kind: ExitKind,
     code: int,
     message: str,
 ) -> None:
@@ -192,7 +208,7 @@ def test_a_command_that_cannot_run_ends_with_127_or_126_and_says_why(
     command = [c.format(tmp=tmp_path) for c in command]
     message = message.format(tmp=tmp_path)
     h = harness.launch("t-0", command, workdir=workdir)
-    assert exited(h, ExitKind.EXITED, code, message, harness.exit_of(h.key))
+    assert exited(h, kind, code, message, harness.exit_of(h.key))
     assert harness.log("t-0") == f"aisched: {message}\n"
 
 
