@@ -5,10 +5,12 @@ README names for them. The real service on a loopback port, driven by the real C
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from harness import Service, cancel_all, free_port, wait_for
@@ -137,4 +139,40 @@ def test_a_refused_file_gives_one_error_line_then_one_line_per_problem(service: 
             "  bad.yaml: tasks.0.command: Field required",
             "  bad.yaml: tasks.0.resources.gpus: -1 is negative",
         ],
+    )
+
+
+def test_one_quoted_command_line_runs_with_a_shell_named_after_its_program(
+    service: Service,
+) -> None:
+    """`aisched run 'A=... prog ... | ...'`, one word as newcomers often write it. It was exec'd
+    as one program's name (`command not found: echo "x y" | tr a-z A-Z`, retried three times);
+    it runs with /bin/sh -c now. The name every user sees was the whole line, token included
+    (`HF_TOKEN-hf_secret123-python3-t.py`); it is the program's alone."""
+    piped = service.run("--max-retries", "0", 'echo "x y" | tr a-z A-Z')
+    script = 'import os; print(os.environ["HF_TOKEN"])'
+    line = f"HF_TOKEN='hf_secret123 p2secret' {shlex.quote(PY)} -c '{script}'"
+    token = service.run("--max-retries", "0", line)
+    for job_id in (piped, token):
+        job = service.wait_state(job_id, "succeeded", "failed")
+        assert job["state"] == "succeeded", job
+    assert service.cli("logs", piped).stdout == "X Y\n"
+    assert service.cli("logs", token).stdout == "hf_secret123 p2secret\n"
+    names = {j["id"]: j["name"] for j in service.cli_json("jobs", "--all")["jobs"]}
+    assert (names[piped], names[token]) == ("echo", Path(PY).name)
+
+
+def test_a_program_that_is_not_found_fails_at_once_not_retried(service: Service) -> None:
+    """With the default three retries, it was retried with back-off, failing the same way."""
+    job_id = service.run("--", "no-such-program-xyz")
+
+    def ended_or_retried() -> dict[str, Any] | None:
+        j = service.job(job_id)
+        return j if j["state"] in ("failed", "succeeded") or j["failures"] > 0 else None
+
+    job = wait_for("the job to fail or to be retried", ended_or_retried)
+    assert (job["state"], job["exit_code"], job["message"]) == (
+        "failed",
+        127,
+        "task main-0 command not found: no-such-program-xyz; not retried",
     )

@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import sys
 import time
 import uuid
@@ -119,7 +120,12 @@ def register(sub: Any) -> None:
         "-f", "--follow", action="store_true", help="stream its logs and wait until it ends"
     )
     _add_idempotency_key(p)
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+    p.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        help="-- COMMAND [ARGS...], run as given (no shell); one quoted word with spaces or "
+        "shell syntax, e.g. 'A=1 python t.py | tee log', is run with /bin/sh -c",
+    )
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("submit", help="submit job files (native YAML or Volcano Jobs)")
@@ -189,6 +195,20 @@ def register(sub: Any) -> None:
 # --- run / submit ---------------------------------------------------------------------------
 
 
+def shell_string_or_words(command: list[str], workdir: str) -> str | list[str]:
+    """The job's `command` for the words after `run`. One word that a shell would read as
+    more than itself (`aisched run 'A=1 python t.py | tee log'`: spaces, quotes, operators,
+    `$`, `~`...) is a command line meant for a shell: it is sent as a string, which a job
+    runs with /bin/sh -c, as a job file's string `command`. Exec'd as one program's name it
+    could only fail (command not found). A word that names a file in `workdir` (a path
+    with a space) stays a program; several words are run as they are, with no shell."""
+    if len(command) != 1 or shlex.quote(command[0]) == command[0]:
+        return command
+    if os.path.exists(os.path.join(workdir, command[0])):
+        return command
+    return command[0]
+
+
 def run_document(args: argparse.Namespace) -> dict[str, Any]:
     """The native job document `run` submits (checked here only as far as flags go; the
     service validates the whole)."""
@@ -251,11 +271,12 @@ def run_document(args: argparse.Namespace) -> dict[str, Any]:
                 raise CLIError(f"--env {key}: {key} is not set here; give --env {key}=VALUE")
             value = os.environ[key]
         env[key] = value
+    workdir = os.path.abspath(args.workdir or os.getcwd())
     doc: dict[str, Any] = {
-        "command": command,
+        "command": shell_string_or_words(command, workdir),
         "replicas": args.replicas,
         "resources": resources,
-        "workdir": os.path.abspath(args.workdir or os.getcwd()),
+        "workdir": workdir,
     }
     if env:
         doc["env"] = env
