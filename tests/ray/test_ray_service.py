@@ -404,6 +404,8 @@ def test_output_exit_codes_and_bad_commands_are_reported_as_on_one_machine(
     assert "to-stdout" in logs and "to-stderr" in logs
     job = svc.wait_state(missing, "failed", timeout_s=60)
     assert job["exit_code"] == 127 and "command not found: no-such-command-here" in job["message"]
+    # As on one machine, not found is for good (the restart policy aside): not retried.
+    assert job["message"].endswith("; not retried"), job["message"]
 
 
 REPLICA = Path(__file__).parents[2] / "examples" / "services" / "http_replica.py"
