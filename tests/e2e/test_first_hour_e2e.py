@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from harness import Service, cancel_all, free_port, wait_for
+from users import User
 
 PY = sys.executable
 REPO = Path(__file__).resolve().parents[2]
@@ -52,6 +53,21 @@ def test_every_example_job_file_is_accepted_by_the_service_the_examples_name(
     answers = examples_service.cli_json("submit", *map(str, JOB_FILES))
     assert [bool(a.get("id")) for a in answers] == [True] * len(JOB_FILES)
     assert [a.get("warnings") is not None for a in answers] == [True] * len(JOB_FILES)
+
+
+def test_every_example_job_file_is_accepted_from_a_user_who_is_no_admin(
+    examples_service: Service, local_users: dict[str, User]
+) -> None:
+    """As the README says: an ordinary user's submission of each example is taken, the
+    priority class `high` some of them ask for included (the queues' max_priority)."""
+    alice = local_users["alice"]
+    env = {"AISCHED_SERVER": f"unix:{examples_service.socket}"}
+    refused = {}
+    for path in JOB_FILES:
+        proc = alice.aisched("submit", str(path), env=env)
+        if proc.returncode != 0:
+            refused[path.name] = proc.stderr
+    assert refused == {}
 
 
 def test_the_pipeline_example_leaves_no_file_where_it_ran(examples_service: Service) -> None:
