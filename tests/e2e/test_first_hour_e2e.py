@@ -5,6 +5,7 @@ README names for them. The real service on a loopback port, driven by the real C
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import sys
@@ -68,6 +69,44 @@ def test_every_example_job_file_is_accepted_from_a_user_who_is_no_admin(
         if proc.returncode != 0:
             refused[path.name] = proc.stderr
     assert refused == {}
+
+
+def _submit_as(user: User, svc: Service, name: str, text: str) -> subprocess.CompletedProcess[str]:
+    """`aisched submit NAME` by `user`, of a file of `text` made in their home (where the
+    submission runs)."""
+    job = user.home / name
+    job.write_text(text)
+    os.chown(job, user.uid, user.gid)
+    try:
+        return user.aisched("submit", name, env={"AISCHED_SERVER": f"unix:{svc.socket}"})
+    finally:
+        job.unlink()
+
+
+def test_the_native_example_of_the_job_file_docs_is_accepted_as_written(
+    examples_service: Service, local_users: dict[str, User]
+) -> None:
+    """docs/jobs.md's native example, copied as it is, is taken from an ordinary user by the
+    service it names: it once needed six submissions to show six mistakes."""
+    text = (REPO / "docs" / "jobs.md").read_text()
+    after = text[text.index("## Native format") :]
+    example = after[after.index("```yaml\n") + len("```yaml\n") : after.index("```\n", 8)]
+    alice = local_users["alice"]
+    proc = _submit_as(alice, examples_service, "train.yaml", example)
+    assert (proc.returncode, proc.stderr) == (0, "")
+
+
+def test_the_service_says_every_mistake_it_finds_in_a_submission_at_once(
+    examples_service: Service, local_users: dict[str, User]
+) -> None:
+    """Another user, a priority above the queue's cap and a missing working directory: one
+    answer names all three, where it once named the first only."""
+    text = "user: aisbob\nqueue: research\npriority: 1000\ncommand: [ls]\nworkdir: /no/such\n"
+    proc = _submit_as(local_users["alice"], examples_service, "job.yaml", text)
+    assert proc.returncode == 2
+    lines = proc.stderr.splitlines()
+    assert lines[0] == "error: job refused"
+    assert [line.split(": ")[1] for line in lines[1:]] == ["user", "priority", "workdir"]
 
 
 def test_the_pipeline_example_leaves_no_file_where_it_ran(examples_service: Service) -> None:

@@ -316,31 +316,33 @@ def _read_submission(
         return problem(422, "invalid job", list(e.problems))
     except RecursionError:
         return problem(422, "invalid job", [f"{src}: nested too deep"])
+    # Every problem of the submission at once, in the order of the checks; one that the
+    # caller may not do (403) outranks an invalid field (422) in the answer's status.
+    lines: list[str] = []
+    refused = False
     for p in parsed.jobs:
         if p.job.user != who.user:
-            return problem(
-                403,
-                "job refused",
-                [
-                    f"{src}: user: jobs run as the user who submits them; this one names "
-                    f"{p.job.user!r} and you are {who.user!r}"
-                ],
+            refused = True
+            lines.append(
+                f"{src}: user: jobs run as the user who submits them; this one names "
+                f"{p.job.user!r} and you are {who.user!r}"
             )
         volcano = p.format == "volcano"
         if not svc.scheduler.queues.has(p.job.queue):  # the loop refuses it too, without a path
-            return problem(
-                422, "invalid job", [f"{src}: {p.queue_path}: unknown queue {p.job.queue!r}"]
-            )
+            lines.append(f"{src}: {p.queue_path}: unknown queue {p.job.queue!r}")
+            continue  # who may submit there, and at what priority, is moot
         if (why := may_submit_to(svc, who, p.job.queue)) is not None:
-            return problem(403, "job refused", [f"{src}: {p.queue_path}: {why}"])
+            refused = True
+            lines.append(f"{src}: {p.queue_path}: {why}")
         if (why := may_ask_priority(svc, who, p.job.queue, p.job.priority)) is not None:
             where = "spec.priorityClassName" if volcano else "priority"
-            return problem(403, "job refused", [f"{src}: {where}: {why}"])
+            refused = True
+            lines.append(f"{src}: {where}: {why}")
     # Its submitter's uid goes with it: it runs as that account or not at all (runas.account).
     jobs = [replace(_in_workdir(p.job, workdir), uid=who.uid) for p in parsed.jobs]
-    missing = path_problems(jobs, src, who.user, [p.format for p in parsed.jobs])
-    if missing:
-        return problem(422, "invalid job", missing)
+    lines += path_problems(jobs, src, who.user, [p.format for p in parsed.jobs])
+    if lines:
+        return problem(403, "job refused", lines) if refused else problem(422, "invalid job", lines)
     return parsed, jobs
 
 
