@@ -3,7 +3,10 @@ command quietly, and `aisched top` prints frame after frame where it cannot redr
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import pty
 import resource
 import subprocess
 import sys
@@ -100,3 +103,58 @@ def test_a_cut_job_list_says_how_to_see_the_rest(service: Service) -> None:
         False,
         None,
     )
+
+
+def test_show_into_a_pipe_writes_whole_lines(service: Service) -> None:
+    """`aisched show | ...` is read by grep, as `jobs` is: rich wrapped it at 80 columns (the
+    attempts line's `max retries` / `3)`) and cut the LOG path (`.../main-0.l…`)."""
+    job = service.run("--", "true")
+    service.wait_state(job, "succeeded")
+    log_path = service.job(job)["tasks"][0]["log_path"]
+    assert len(log_path) > 40  # with the columns before it, past 80
+    lines = service.cli("show", job).stdout.splitlines()
+    attempts = next(line for line in lines if line.lstrip().startswith("attempts"))
+    assert attempts.endswith("restart on-failure, max retries 3)")
+    assert lines[lines.index("attempt 1") + 2].split()[-1] == log_path
+
+
+def test_a_long_name_leaves_why_its_share_of_an_80_column_terminal(service: Service) -> None:
+    """On a terminal, NAME is cut so that WHY / ETA keeps room: one 35-character name left
+    every row's WHY a bare `…` at 80 columns. A pipe still gets the whole name."""
+    name = "a-rather-long-experiment-name-x-035"
+    job = service.run("--name", name, "--", "sleep", "60")
+    service.wait_state(job, "running")
+    main, sub = pty.openpty()
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "aisched", "jobs"],
+            stdout=sub,
+            env={**service.env(), "COLUMNS": "80", "TERM": "dumb"},
+            cwd=service.work,
+            timeout=60,
+            check=True,
+        )
+        os.close(sub)
+        shown = b""
+        with contextlib.suppress(OSError):  # EIO once all is read and the writer is gone
+            while chunk := os.read(main, 65536):
+                shown += chunk
+    finally:
+        os.close(main)
+    row = shown.decode().splitlines()[1]
+    assert len(row) <= 80 and row.endswith("attempt 1"), row
+    assert name in service.cli("jobs").stdout
+
+
+def test_a_message_on_stderr_into_a_file_is_one_line(service: Service) -> None:
+    """`aisched run -f 2>err.txt`: the job's last word was wrapped at rich's width (80 columns,
+    or $COLUMNS: 40 here), mid-sentence (`restart policy is` / `never`)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "aisched", "run", "-f", "--restart", "never", "--",
+         "sh", "-c", "exit 3"],
+        capture_output=True, text=True, env={**service.env(), "COLUMNS": "40"},
+        cwd=service.work, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 3
+    last = proc.stderr.splitlines()[-1]
+    assert last.endswith("failed: task main-0 exited with code 3; restart policy is never")

@@ -4,8 +4,9 @@ rich lays a `Table` out cell by cell (measuring, wrapping, cropping), about 2 ms
 listing of a thousand waiting jobs cost about a CPU-second; these lines cost microseconds.
 The layout is the one the rich tables of the other commands have (no box, two spaces between
 columns, a bold header). Colours (ANSI) only on a terminal that allows them (`NO_COLOR` unset,
-`TERM` not `dumb`); there the last column is cut to the terminal's width, and a pipe gets
-whole lines. Every cell is made printable (`printable.py`): its text may be another user's.
+`TERM` not `dumb`); there the last column is cut to the terminal's width (and a column given a
+most width, to it), and a pipe gets whole lines. Every cell is made printable (`printable.py`):
+its text may be another user's.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TextIO
+from typing import IO
 
 from aisched.cli.printable import printable
 
@@ -31,7 +32,7 @@ class Cell:
     style: str = ""
 
 
-def colour_allowed(out: TextIO) -> bool:
+def colour_allowed(out: IO[str]) -> bool:
     return out.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
 
 
@@ -39,17 +40,23 @@ def render(
     headers: Sequence[str],
     rows: Sequence[Sequence[str | Cell]],
     right: frozenset[str] = frozenset(),
-    out: TextIO | None = None,
+    out: IO[str] | None = None,
+    cut: Mapping[str, int] | None = None,
 ) -> None:
     """Write the header and the rows, each column as wide as its widest cell; the columns
-    named in `right` are right-aligned."""
+    named in `right` are right-aligned. On a terminal, a cell of a column named in `cut` is
+    cut to that many characters, so that one long cell (a name) leaves the last column its
+    share of the width."""
     out = sys.stdout if out is None else out
     colour = colour_allowed(out)
     width = shutil.get_terminal_size().columns if out.isatty() else None
+    most = [(cut or {}).get(h) if width is not None else None for h in headers]
     cells = [
         [
-            Cell(printable(c.text), c.style) if isinstance(c, Cell) else Cell(printable(c))
-            for c in row
+            Cell(_cut(printable(c.text), most[i]), c.style)
+            if isinstance(c, Cell)
+            else Cell(_cut(printable(c), most[i]))
+            for i, c in enumerate(row)
         ]
         for row in rows
     ]
@@ -61,6 +68,10 @@ def render(
     lines = [_line([Cell(h, "bold") for h in headers], widths, aligned, colour, width)]
     lines += [_line(row, widths, aligned, colour, width) for row in cells]
     out.write("\n".join(lines) + "\n")
+
+
+def _cut(text: str, most: int | None) -> str:
+    return text if most is None or len(text) <= most else text[: most - 1] + "…"
 
 
 def _line(

@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from aisched.cli import options
 from aisched.cli.client import Client, add_server_option
 from aisched.cli.columns import Cell, render
+from aisched.cli.consoles import console
 from aisched.cli.errors import EXIT_FAILURE, CLIError, NotSent
 from aisched.cli.eta import clock, eta_words, waiting_words
 from aisched.cli.options import whole
@@ -46,6 +46,8 @@ from aisched.spec.job_common import (
 _NOISE = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "PS1", "PS2", "PROMPT_COMMAND"})
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _JOBS_HEADER = ("ID", "NAME", "USER", "QUEUE", "PRI", "STATE", "GPUS", "AGE", "WHY / ETA")
+# On a terminal, NAME is cut to this: a long name left WHY / ETA a bare "…" at 80 columns.
+_NAME_MOST = 20
 _STATE_STYLE = {
     "pending": "yellow",
     "running": "green",
@@ -416,7 +418,7 @@ def _submitted(client: Client, args: argparse.Namespace, out: dict[str, Any]) ->
     if args.json and not args.follow:
         print(json.dumps(out, indent=2))
         return 0
-    err = Console(stderr=True, highlight=False)
+    err = console(stderr=True)
     for w in out.get("warnings") or []:
         err.print(Text.assemble(("warning:", "yellow"), " ", plain(w)))
     job_id = out["id"]
@@ -448,7 +450,7 @@ def _follow(client: Client, job_id: str) -> int:
     while job["state"] in ("pending", "running"):  # the stream ended with the job; settle
         time.sleep(0.2)
         job = client.request("GET", f"/v1/jobs/{job_id}")
-    Console(stderr=True, highlight=False).print(
+    console(stderr=True).print(
         plain(
             f"job {job_id} {job['state']}" + (f": {job['message']}" if job.get("message") else "")
         )
@@ -491,7 +493,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         )
         for j in out["jobs"]
     ]
-    render(_JOBS_HEADER, rows, right=frozenset({"ID", "PRI", "GPUS"}))
+    render(_JOBS_HEADER, rows, right=frozenset({"ID", "PRI", "GPUS"}), cut={"NAME": _NAME_MOST})
     if out.get("more"):
         # On stderr: stdout stays the table alone, for a pipe to count or grep.
         more = (
@@ -521,8 +523,12 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(j, indent=2))
         return 0
-    now = time.time()
-    con = Console(highlight=False)
+    print_job(j, console(), time.time())
+    return 0
+
+
+def print_job(j: dict[str, Any], con: Console, now: float) -> None:
+    """`aisched show` of the job `j` (as `GET /v1/jobs/ID` answers) on `con`."""
     con.print(Text.assemble(plain(f"job {j['id']}", "bold"), " ", plain(j["name"])))
     # Values are another user's text as often as not: printed as `Text`, never as markup.
     rows: list[tuple[str, str | Text]] = [
@@ -619,24 +625,26 @@ def cmd_show(args: argparse.Namespace) -> int:
         declared = sum(g["replicas"] for g in j["groups"])
         if len(j["tasks"]) < declared:  # started short of its tasks (min_available)
             title += f": {len(j['tasks'])} of its {declared} tasks started"
-        t = Table(box=None, header_style="bold", title=title, title_justify="left")
-        for col in ("TASK", "NODE", "GPUS", "STATE", "EXIT", "LOG"):
-            t.add_column(col)
+        con.print(plain(title))
+        rows_of_tasks = []
         for task in j["tasks"]:
             exit_text = ""
             if task["state"] == "exited":
                 exit_text = task["exit_kind"] or ""
                 if task["exit_code"] is not None:
                     exit_text += f" {task['exit_code']}"
-            t.add_row(
-                plain(task["name"]),
-                plain(task["node"]),
-                ",".join(map(str, task["gpus"])) or "-",
-                plain(task["state"]),
-                plain(exit_text),
-                plain(task["log_path"]),
+            rows_of_tasks.append(
+                (
+                    task["name"],
+                    task["node"],
+                    ",".join(map(str, task["gpus"])) or "-",
+                    task["state"],
+                    exit_text,
+                    task["log_path"],
+                )
             )
-        con.print(t)
+        # Plain columns, as `jobs`: a pipe gets whole lines, the LOG path never cut.
+        render(("TASK", "NODE", "GPUS", "STATE", "EXIT", "LOG"), rows_of_tasks, out=con.file)
     if j["events"]:
         con.print("[bold]events[/]")
         # Said first, wherever it falls among the events: the last 20 may not show it.
@@ -645,7 +653,6 @@ def cmd_show(args: argparse.Namespace) -> int:
             con.print(plain(f"  ({forgot[-1]['message']})"))
         for e in j["events"][-20:]:
             con.print(plain(f"  {clock(e['time'], now)}  {e['kind']:<12} {e['message']}"))
-    return 0
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
