@@ -158,3 +158,12 @@ def test_a_message_on_stderr_into_a_file_is_one_line(service: Service) -> None:
     assert proc.returncode == 3
     last = proc.stderr.splitlines()[-1]
     assert last.endswith("failed: task main-0 exited with code 3; restart policy is never")
+
+
+def test_show_quotes_a_command_as_a_shell_would_need_it(service: Service) -> None:
+    """`sh -c 'echo a b'` was shown as `sh -c echo a b`, which a shell reads as `sh -c echo`."""
+    job = service.run("--", "sh", "-c", "echo a b")
+    tasks = next(
+        line for line in service.cli("show", job).stdout.splitlines() if "tasks main" in line
+    )
+    assert tasks.endswith("): sh -c 'echo a b'")

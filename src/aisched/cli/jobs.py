@@ -612,7 +612,8 @@ def print_job(j: dict[str, Any], con: Console, now: float) -> None:
         rows.append(
             (
                 f"tasks {g['name']}",
-                f"{g['replicas']} x ({', '.join(req)}): {' '.join(g['command'])}",
+                # Quoted as a shell would need it: `sh -c python x.py` read as `sh -c python`.
+                f"{g['replicas']} x ({', '.join(req)}): {shlex.join(g['command'])}",
             )
         )
     for w in j.get("warnings") or []:
