@@ -44,3 +44,14 @@ def test_env_all_leaves_out_what_the_scheduler_sets(monkeypatch: pytest.MonkeyPa
         "VC_TASK_INDEX",
         "AISCHED_X",
     } & set(env)
+
+
+def test_run_help_says_only_the_variables_asked_for_are_sent(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # It said the job runs "with your environment", which it does not without --env-all.
+    with pytest.raises(SystemExit):
+        build_parser(["run", "--help"]).parse_args(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "with your environment" not in text
+    assert "only the variables named with --env, or all of them with --env-all" in text

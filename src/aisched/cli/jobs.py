@@ -61,9 +61,11 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "run",
         help="run a command as a job (queued until its resources are free)",
-        description="Queue COMMAND as a job. It runs in the current directory with your "
-        "environment once the resources are free: only its GPUs in CUDA_VISIBLE_DEVICES, "
-        "pinned to its CPU cores, its memory bounded, its output in `aisched logs ID`.",
+        description="Queue COMMAND as a job. It runs in the current directory once the "
+        "resources are free: only its GPUs in CUDA_VISIBLE_DEVICES, pinned to its CPU cores, "
+        "its memory bounded, its output in `aisched logs ID`. Of your environment it gets only "
+        "the variables named with --env, or all of them with --env-all; otherwise the "
+        "service's PATH, LANG and the like.",
     )
     add_server_option(p)
     # Counts are checked by the spec's own parsers (run_document), so `--cpus abc` says what is
