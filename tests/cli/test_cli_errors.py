@@ -101,13 +101,13 @@ def test_a_job_file_that_never_ends_or_is_too_large_is_refused_unread(
 @pytest.mark.parametrize(
     ("argv", "line"),
     [
-        (["show", "1/../2"], "error: argument id: '1/../2' is not a job ID: give the number "
+        (["show", "1/../2"], "error: argument ID: '1/../2' is not a job ID: give the number "
          "`aisched jobs` shows (see aisched show --help)"),
-        (["logs", "?x=1"], "error: argument id: '?x=1' is not a job ID: give the number "
+        (["logs", "?x=1"], "error: argument ID: '?x=1' is not a job ID: give the number "
          "`aisched jobs` shows (see aisched logs --help)"),
         (["cancel", "7", ""], "error: argument ID: '' is not a job ID: give the number "
          "`aisched jobs` shows (see aisched cancel --help)"),
-        (["token", "revoke", "a/b"], "error: argument id: 'a/b' is not a token id: give the id "
+        (["token", "revoke", "a/b"], "error: argument ID: 'a/b' is not a token id: give the id "
          "`aisched token list` shows (see aisched token revoke --help)"),
     ],
 )  # fmt: skip

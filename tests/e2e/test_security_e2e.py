@@ -155,7 +155,7 @@ def test_a_path_a_user_cannot_reach_is_answered_as_a_missing_one(
             for d in (private / "work", private / "none")
         ]
         assert answers == [
-            f"error: invalid job aisched run: workdir: no such directory: {d}"
+            f"error: invalid job aisched run: --workdir: no such directory: {d}"
             for d in (private / "work", private / "none")
         ]
         seen_by_bob = as_user(service, bob, "run", "--workdir", str(private / "work"), "true")

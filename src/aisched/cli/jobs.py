@@ -165,12 +165,12 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("show", help="one job in detail: why it waits, its tasks, its events")
     add_server_option(p)
-    p.add_argument("id", type=options.job_id)
+    p.add_argument("id", type=options.job_id, metavar="ID")
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("logs", help="print a job's output")
     add_server_option(p)
-    p.add_argument("id", type=options.job_id)
+    p.add_argument("id", type=options.job_id, metavar="ID")
     p.add_argument("-f", "--follow", action="store_true", help="keep streaming until it ends")
     p.add_argument("--task", help="only this task, e.g. worker-1")
     p.add_argument("--attempt", type=int, help="an earlier attempt (default: the latest)")
@@ -337,10 +337,65 @@ def _owned(name: str) -> bool:
     return name in SCHEDULER_ENV or name.startswith(SCHEDULER_ENV_PREFIX)
 
 
+# The job field each flag of `run` fills (run_document), for the service's errors to name
+# the flag that was given, not a field of a document the user never saw.
+_FLAG_OF_FIELD = {
+    "resources.gpus": "--gpus",
+    "resources.gpu_milli": "--gpus",
+    "resources.cpus": "--cpus",
+    "resources.mem": "--mem",
+    "resources.gpu_mem": "--gpu-mem",
+    "replicas": "--replicas",
+    "min_available": "--min-available",
+    "name": "--name",
+    "queue": "--queue",
+    "kind": "--kind",
+    "priority": "--priority",
+    "priority_class": "--priority",
+    "preemptible": "--not-preemptible",
+    "restart.policy": "--restart",
+    "restart.max_retries": "--max-retries",
+    "time_limit": "--time-limit",
+    "estimate": "--estimate",
+    "grace_period": "--grace-period",
+    "image": "--image",
+    "network": "--network",
+    "bandwidth": "--bandwidth",
+    "shm_size": "--shm-size",
+    "workdir": "--workdir",
+}
+_RUN_SOURCE = "aisched run"
+_RUN_PROBLEM = re.compile(rf"^{_RUN_SOURCE}: (?:tasks\.0\.)?([A-Za-z_][\w.]*): ")
+
+
+def _flag_named(line: str) -> str:
+    """A problem line of the service about `run`'s document, with the field it names put as
+    the flag (or the command) it came from: `--gpus: ...` for `resources.gpus: ...`."""
+    m = _RUN_PROBLEM.match(line)
+    if m is None:
+        return line
+    field = m.group(1)
+    if field in _FLAG_OF_FIELD:
+        flag = _FLAG_OF_FIELD[field]
+    elif field.startswith("env."):
+        flag = f"--env {field.removeprefix('env.')}"
+    elif field == "command" or field.startswith("command."):
+        flag = "the command (after --)"
+    else:
+        return line
+    return f"{_RUN_SOURCE}: {flag}: {line[m.end() :]}"
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     doc = run_document(args)
     client = Client.from_args(args)
-    out = _send_submission(client, args.idempotency_key, json=doc, params={"source": "aisched run"})
+    try:
+        out = _send_submission(
+            client, args.idempotency_key, json=doc, params={"source": _RUN_SOURCE}
+        )
+    except CLIError as e:
+        text = "\n".join(_flag_named(line) for line in str(e).split("\n"))
+        raise CLIError(text, e.status, e.kept_nothing) from None
     return _submitted(client, args, out)
 
 
@@ -460,6 +515,8 @@ def _follow(client: Client, job_id: str) -> int:
     if job["state"] == "succeeded":
         return 0
     code = job.get("exit_code")
+    if isinstance(code, int) and -128 < code < 0:  # killed by signal -code: 128+N, as a shell
+        return 128 - code
     return code if isinstance(code, int) and 0 < code < 256 else 1
 
 
@@ -473,7 +530,10 @@ def cmd_jobs(args: argparse.Namespace) -> int:
             params[key] = getattr(args, key)
     if args.all:
         params["all"] = "true"
-    out = Client.from_args(args).request("GET", "/v1/jobs", params=params)
+    client = Client.from_args(args)
+    if args.queue:
+        _known_queue(client, args.queue)
+    out = client.request("GET", "/v1/jobs", params=params)
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
@@ -508,6 +568,16 @@ def cmd_jobs(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _known_queue(client: Client, name: str) -> None:
+    """Refuse a `--queue` the service does not have, naming those it has: a misspelt queue
+    listed or cancelled nothing and said `0 job(s)`, as if it were empty."""
+    queues = [q["name"] for q in client.request("GET", "/v1/queues")["queues"]]
+    if name not in queues:
+        raise CLIError(
+            f"--queue: no queue {printable(name)!r} here; the queues: {', '.join(queues)}"
+        )
 
 
 def _why(j: dict[str, Any], now: float) -> str:
@@ -605,7 +675,7 @@ def print_job(j: dict[str, Any], con: Console, now: float) -> None:
         rows.append(("result", j["message"]))
     if j.get("exit_code") is not None:
         rows.append(("exit code", str(j["exit_code"])))
-    if not sv:
+    if not sv and j["checkpoint_dir"]:  # empty: another user's job, its directory not shown
         rows.append(("checkpoint dir", j["checkpoint_dir"]))
     for g in j["groups"]:
         req = [f"{g['milli_cpu'] / 1000:g} CPU", describe_mib(g["mem_mib"])]
@@ -615,7 +685,9 @@ def print_job(j: dict[str, Any], con: Console, now: float) -> None:
             (
                 f"tasks {g['name']}",
                 # Quoted as a shell would need it: `sh -c python x.py` read as `sh -c python`.
-                f"{g['replicas']} x ({', '.join(req)}): {shlex.join(g['command'])}",
+                # Another user's job comes without its command.
+                f"{g['replicas']} x ({', '.join(req)})"
+                + (f": {shlex.join(g['command'])}" if g["command"] else ""),
             )
         )
     for w in j.get("warnings") or []:
@@ -673,12 +745,24 @@ def cmd_logs(args: argparse.Namespace) -> int:
         params["follow"] = "true"
     # Streamed either way: a gang's log can be gigabytes, which one string held several times.
     tail = ""  # the end of what came, for the service's last word on a followed log
+    wrote = False
     for chunk in client.stream(f"/v1/jobs/{args.id}/logs", params):
         sys.stdout.write(chunk if shown is None else shown.feed(chunk))
         sys.stdout.flush()
         tail = (tail + chunk)[-len(FOLLOW_STOPPED) :]
+        wrote = wrote or bool(chunk)
     if shown is not None:
         sys.stdout.write(shown.close())
+    if not wrote and not args.follow and args.attempt is None:
+        # Nothing, and no word why: say so when it is that the job has not started.
+        job = client.request("GET", f"/v1/jobs/{args.id}")
+        if job["state"] == "pending":
+            console(stderr=True).print(
+                plain(
+                    f"job {args.id} has not started yet: `aisched show {args.id}` says why, "
+                    f"`aisched logs -f {args.id}` waits for its output"
+                )
+            )
     if args.follow and tail == FOLLOW_STOPPED:
         # The service stopped following: the token went. Its refusal of this says so and
         # fails; a job that merely printed that line last is shown as ended.
@@ -694,6 +778,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         raise CLIError("cancel: give job IDs, or --all-mine, --queue Q or --state S")
     client = Client.from_args(args)
     if many:
+        if args.queue is not None:
+            _known_queue(client, args.queue)
         body = {"mine": args.all_mine, "queue": args.queue, "state": args.state}
         out = client.request("POST", "/v1/jobs/cancel", json=body)
         if args.json:

@@ -44,7 +44,7 @@ def register(sub: Any) -> None:
     ls.set_defaults(func=cmd_list)
     r = tsub.add_parser("revoke", help="revoke a token by its id")
     add_server_option(r)
-    r.add_argument("id", type=token_id)
+    r.add_argument("id", type=token_id, metavar="ID")
     r.set_defaults(func=cmd_revoke)
 
     a = sub.add_parser("audit", help="the audit log: cancels and actions on others' jobs (admins)")
