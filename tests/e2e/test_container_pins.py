@@ -143,7 +143,7 @@ def test_the_container_keeps_what_was_pinned_and_the_pin_goes_at_its_start(home:
         ran = subprocess.run(
             launch["command"], env=c.env, cwd=c.cwd, capture_output=True, text=True, timeout=60
         )
-        code, _ = c.end(ran.returncode)
+        code, _, _ = c.end(ran.returncode)
     finally:
         c.remove()
     assert (code, ran.stdout) == (0, "mine\n"), ran.stderr
@@ -189,7 +189,7 @@ def test_a_nested_mount_is_made_in_its_outer_pin_on_a_mount_point_the_user_made(
         ran = subprocess.run(
             launch["command"], env=c.env, cwd=c.cwd, capture_output=True, text=True, timeout=60
         )
-        code, _ = c.end(ran.returncode)
+        code, _, _ = c.end(ran.returncode)
     finally:
         c.remove()
     assert (code, ran.stdout) == (0, "root's\nread-only\n"), ran.stderr
@@ -229,7 +229,7 @@ def test_a_working_directory_missing_in_a_volume_is_made_by_the_user_not_through
         ran = subprocess.run(
             launch["command"], env=c.env, cwd=c.cwd, capture_output=True, text=True, timeout=60
         )
-        code, _ = c.end(ran.returncode)
+        code, _, _ = c.end(ran.returncode)
     finally:
         c.remove()
     assert (code, ran.stdout) == (0, f"{data}/via/made\n"), ran.stderr

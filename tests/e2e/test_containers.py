@@ -684,6 +684,60 @@ def test_a_container_whose_supervisor_is_killed_is_reported_lost_and_removed(
         ex.close()
 
 
+def _attach_client_pid(svc: Service, jid: str, name: str) -> int:
+    """The pid of the task's `podman start --attach`: the supervisor's child."""
+    record = svc.home / "tasks" / jid / "1" / "main-0" / "started.json"
+    wait_for("its supervisor's record", record.exists)
+    return int(json.loads(record.read_text())["child_pid"])
+
+
+def _conmon_pid(svc: Service, jid: str, name: str) -> int:
+    out = subprocess.run(["podman", "inspect", "--format", "{{.State.ConmonPid}}", name],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    return int(out)
+
+
+@pytest.mark.parametrize(
+    ("victim", "pid_of", "client_ended"),
+    [
+        ("attach client", _attach_client_pid, "killed by signal 9 (SIGKILL)"),
+        # Without conmon the client cannot read the exit code and gives up.
+        ("conmon", _conmon_pid, "exited with code 127"),
+    ],
+)
+def test_a_container_that_outlives_its_attached_client_is_killed_and_never_succeeds(
+    svc: Service, image: str, victim: str, pid_of: Any, client_ended: str
+) -> None:
+    import signal
+
+    # A running container's ExitCode is 0: read without its state, the task had succeeded
+    # at the client's death, with the container removed while it ran.
+    jid = svc.run("--image", image, "--restart", "never", "--",
+                  "sh", "-c", "echo start; sleep 60; echo finished")  # fmt: skip
+    svc.wait_state(jid, "running")
+    wait_for("the task to start", lambda: logs(svc, jid) == "start\n")
+    (name,) = containers_of_job(svc, jid)
+    os.kill(pid_of(svc, jid, name), signal.SIGKILL)
+    done = svc.wait_state(jid, "failed", "succeeded", timeout_s=60)
+    binary = shutil.which("podman")
+    why = (
+        f"its container's attached client (`{binary} start --attach`) {client_ended} while the "
+        "container was still running: nothing could follow its output and exit any more, so "
+        "the container was killed"
+    )
+    assert (done["state"], done["message"]) == (
+        "failed",
+        f"task main-0 {why}; restart policy is never",
+    ), victim
+    assert [(t["exit_kind"], t["exit_code"]) for t in done["tasks"]] == [("lost", None)]
+    lines = logs(svc, jid).splitlines()
+    # Between them, what the client said as it gave up (without conmon: that it could not
+    # read the exit code, as the container was running).
+    assert (lines[0], lines[-1]) == ("start", f"aisched: {why}")
+    assert [ln for ln in lines[1:-1] if "no such exit code" not in ln] == []
+    assert containers_of_job(svc, jid) == []
+
+
 def test_a_restart_removes_a_container_whose_supervisor_died_with_the_scheduler(
     tmp_path: Path, image: str
 ) -> None:

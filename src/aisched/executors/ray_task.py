@@ -358,11 +358,12 @@ class TaskRunner:
                 target=self._watch_gpu_memory, args=(self.proc,), name="aisched-gpu", daemon=True
             ).start()
         code = self.proc.wait()
-        oom = False
+        oom, unknown = False, ""
         if self.container is not None:
             if self.copier is not None:  # the rest of its output (a leftover child may hold
                 self.copier.join(2.0)  # the pipe open: it does not hold up the task's end)
-            code, oom = self.container.end(code)
+            ended, oom, unknown = self.container.end(code)
+            code = code if ended is None else ended
             if self.reaper > 0:  # removed by its end: nothing left to reap
                 with contextlib.suppress(OSError):
                     os.kill(self.reaper, signal.SIGTERM)
@@ -375,7 +376,12 @@ class TaskRunner:
                 self.copier.join(2.0)
         with self.lock:
             stopped, after_grace = self.stop_requested, self.killed_after_grace
-        if oom and code != 0:
+        if unknown:
+            self._log(unknown)
+            kind = "stopped" if stopped else "lost"
+            msg = f"stopped: {unknown}" if stopped else unknown
+            self._finish({"kind": kind, "exit_code": None, "message": msg})
+        elif oom and code != 0:
             limit = int(
                 self.spec.get("mem_limit_mib")
                 or (self.spec.get("container") or {}).get("mem_limit_mib")

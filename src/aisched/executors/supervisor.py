@@ -512,8 +512,10 @@ class Supervisor:
             self.kill_task(signal.SIGKILL)
         _, status = os.waitpid(self.child, 0)
         code = os.waitstatus_to_exitcode(status)
+        unknown = ""  # why the task's end is unknown (see `Container.end`)
         if self.container is not None:
-            code, oom_killed = self.container.end(code)
+            ended, oom_killed, unknown = self.container.end(code)
+            code = code if ended is None else ended
             if oom_killed and oom is None and code != 0:
                 oom = self.oom_message()
         kill_leftovers(
@@ -527,6 +529,11 @@ class Supervisor:
         if self.out_r >= 0:  # a process that escaped the kill still holds the pipe
             os.close(self.out_r)
             self.out_r = -1
+        if unknown:
+            self.log(unknown)
+            if stopped:  # asked for, and done: how it ended matters no more than a kill's
+                return self.finish("stopped", None, f"stopped: {unknown}")
+            return self.finish("lost", None, unknown)
         if oom is None and self.cgroup and oom_kills(self.cgroup) and code != 0:
             oom = self.oom_message()
         remove_task_cgroups(self.launch)

@@ -21,7 +21,7 @@ import resource
 import signal
 import stat
 
-from aisched.executors.processes import oom_kills, signal_name
+from aisched.executors.processes import describe_code, oom_kills, signal_name
 from aisched.executors.supervisor_pins import Pins
 from aisched.executors.task_files import ExecFailed, as_user, own_dir
 from aisched.model.numerals import is_decimal
@@ -730,13 +730,31 @@ class Container:
         self.killed = self.killed or sig == signal.SIGKILL
         self.engine("kill", "--signal", signal_name(sig).removeprefix("SIG"), self.name)
 
-    def end(self, client_code: int) -> tuple[int, bool]:
-        """The container's own exit code (a signal's death as -N, like a host task's) and
-        whether it was OOM-killed; then it is removed."""
+    def end(self, client_code: int) -> tuple[int | None, bool, str]:
+        """How the container ended, once its attached client has: its own exit code (a
+        signal's death as -N, like a host task's), whether it was OOM-killed, and "" or why
+        its end is unknown; then it is removed.
+
+        The client ends with the container, unless it (or conmon, which it reads the exit
+        from) died first: the container is then still running, and its `ExitCode` (0 until
+        it ends) says nothing. Such a container is killed, not waited for: nothing would copy
+        its output into the log any more, and without conmon nothing would record its exit
+        (podman makes one up). Its task is then reported lost (the code None, the reason
+        said), never succeeded, and it is gone before that report: a retry cannot run beside
+        it."""
+        if self.stopper is not None:  # a stop under way ends first: then the state is final
+            with contextlib.suppress(Exception):
+                self.stopper.wait(timeout=5)
         code, out, _ = self.engine(
-            "inspect", "--format", "{{.State.ExitCode}} {{.State.OOMKilled}}", self.name
+            "inspect",
+            "--format",
+            "{{.State.Status}} {{.State.ExitCode}} {{.State.OOMKilled}}",
+            self.name,
         )
         words = out.split() if code == 0 else []
+        if words and words[0] not in _ENDED:
+            return None, False, self.outlived(client_code, words[0])
+        words = words[1:]
         # One sign at most: "--5" passed `lstrip("-")`, and `int` refuses it.
         exit_code = (
             int(words[0]) if words and is_decimal(words[0].removeprefix("-")) else client_code
@@ -749,13 +767,24 @@ class Container:
             or self.oom_seen()
             or (unexplained_kill and not self.killed and self.oom_signalled())
         )
-        if self.stopper is not None:
-            with contextlib.suppress(Exception):
-                self.stopper.wait(timeout=5)
         self.remove()
         if 128 < exit_code < 128 + 65:
             exit_code = -(exit_code - 128)
-        return exit_code, oom
+        return exit_code, oom, ""
+
+    def outlived(self, client_code: int, status: str) -> str:
+        """Kills and removes a container that outlived its attached client; why its task's
+        end is unknown."""
+        self.killed = True
+        self.remove()
+        why = (
+            f"its container's attached client (`{self.binary} start --attach`) "
+            f"{describe_code(client_code)} while the container was still {status}: nothing "
+            "could follow its output and exit any more, so the container was killed"
+        )
+        if self.engine("container", "inspect", "--format", "{{.State.Status}}", self.name)[0]:
+            return why  # gone, as it must be before its task is reported
+        return f"{why}, but it could not be removed: remove {self.name} by hand"
 
     def remove(self) -> None:
         # Podman's `rm --force` would first wait out the stop timeout; docker's kills at once.
@@ -771,6 +800,9 @@ def self_launch_defaults() -> dict[str, Any]:
     return {"cgroup": None, "cores": [], "mechanism": "none", "mem_limit_mib": 0, "workdir": None}
 
 
+# The states of a container whose process has ended (podman's, docker's): only then is its
+# `ExitCode` its own.
+_ENDED = frozenset({"exited", "stopped", "dead"})
 _NO_PULL = "image_pull: never forbids a pull"  # said of a missing image, in the log and the end
 
 
