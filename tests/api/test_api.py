@@ -198,6 +198,17 @@ def test_logs_of_an_attempt(client: TestClient, fx: FakeExecutor) -> None:
     assert client.get(f"/v1/jobs/{jid}/logs", params={"attempt": 5}).status_code == 404
 
 
+def test_a_rate_too_long_for_a_float_is_refused_naming_its_field(client: TestClient) -> None:
+    """Read through a float, 1 and 400 zeros was infinity: `int` of it raised, and the job
+    was answered 500, "internal error"."""
+    huge = "1" + "0" * 400
+    r = client.post("/v1/jobs", json={"command": ["x"], "image": "a", "bandwidth": huge})
+    assert r.status_code == 422, r.text
+    assert r.json()["problems"] == [
+        f"request: bandwidth: '1{'0' * 34}...' is more than the limit of 10Tbit"
+    ]
+
+
 def test_a_nul_in_an_id_a_parameter_or_a_field_is_the_requests_fault(client: TestClient) -> None:
     """PostgreSQL takes no text with a NUL: each of these failed in the store and was answered
     503, "the state database cannot answer now", for a request that was wrong."""

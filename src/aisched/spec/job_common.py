@@ -430,18 +430,37 @@ def _image(v: str) -> str:
 
 
 def to_bandwidth_bit_s(v: Any) -> int:
-    """`1Gbit`, `10Mbit`, `500kbit`, `100Mbps` (bits, as tc and the CNI bandwidth plugin
-    count) or a bare number of bits per second."""
+    """`1Gbit`, `10Mbit`, `500kbit` (`bit/s` too) or a bare number of bits per second.
+
+    `bps` is refused: tc reads `mbps` as megabytes per second, where most people mean
+    megabits; either reading would surprise someone eightfold. The number is read exactly,
+    in integers (a float made a long one infinite)."""
     if isinstance(v, bool) or not isinstance(v, str | int):
         raise ValueError(f"expected a rate such as 10Mbit or 1Gbit, got {describe(v)}")
     m = _BANDWIDTH_RE.fullmatch(str(v))
     if m is None:
         raise ValueError(f"{v!r} is not a rate such as 10Mbit or 1Gbit")
-    rate = int(float(m.group(1)) * _BANDWIDTH_SCALE[m.group(2).lower()])
+    number, prefix = m.group(1), m.group(2).lower()
+    shown = repr(v) if len(repr(v)) <= 40 else f"{repr(v)[:36]}...'"
+    if (m.group(3) or "").lower() == "bps":
+        bits = f"{number}{prefix if prefix == 'k' else prefix.upper()}bit"
+        raise ValueError(
+            f"{shown}: bps is ambiguous (tc reads it as bytes per second, most people as "
+            f"bits): write bits per second, such as {bits}"
+        )
+    whole, _, part = number.partition(".")
+    whole = whole.lstrip("0") or "0"
+    # More digits than 10Tbit has as a bare number is over the limit whatever the prefix
+    # (and would be a slow int to make).
+    if len(whole) > len(str(MAX_BANDWIDTH_BIT_S)):
+        raise ValueError(f"{shown} is more than the limit of 10Tbit")
+    # Digits finer than a bit per second at the largest prefix (10^12) change nothing.
+    scale = _BANDWIDTH_SCALE[prefix]
+    rate = int(whole) * scale + int(part[:12].ljust(12, "0")) * scale // 10**12
     if rate < MIN_BANDWIDTH_BIT_S:
-        raise ValueError(f"{v!r} is below the least shapeable rate of 8kbit")
+        raise ValueError(f"{shown} is below the least shapeable rate of 8kbit")
     if rate > MAX_BANDWIDTH_BIT_S:
-        raise ValueError(f"{v!r} is more than the limit of 10Tbit")
+        raise ValueError(f"{shown} is more than the limit of 10Tbit")
     return rate
 
 

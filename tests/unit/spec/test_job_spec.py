@@ -1431,6 +1431,9 @@ CONTAINER_VALID = [
     Valid("rates in tc's words", {**CMD, "image": "a", "bandwidth": "1.5Gbit"},
           job(group(container=ContainerSpec("a", network=NetworkMode.BRIDGE,
                                             bandwidth_bit_s=1_500_000_000)))),
+    Valid("the largest rate, in bits per second", {**CMD, "image": "a", "bandwidth": "10Tbit/s"},
+          job(group(container=ContainerSpec("a", network=NetworkMode.BRIDGE,
+                                            bandwidth_bit_s=10**13)))),
 ]  # fmt: skip
 
 
@@ -1459,6 +1462,15 @@ CONTAINER_INVALID = [
              "j.yaml: volumes.0.host_path: 'data' must be an absolute path"]),
     Invalid("a rate too small", {**CMD, "image": "a", "bandwidth": "1kbit"},
             ["j.yaml: bandwidth: '1kbit' is below the least shapeable rate of 8kbit"]),
+    # tc reads `mbps` as megabytes per second: 10mbps had been 10 Mbit/s, a surprise either way.
+    Invalid("a rate in bps", {**CMD, "image": "a", "bandwidth": "10mbps"},
+            ["j.yaml: bandwidth: '10mbps': bps is ambiguous (tc reads it as bytes per second, "
+             "most people as bits): write bits per second, such as 10Mbit"]),
+    Invalid("a rate past the limit", {**CMD, "image": "a", "bandwidth": "10.5Tbit"},
+            ["j.yaml: bandwidth: '10.5Tbit' is more than the limit of 10Tbit"]),
+    # Read through a float it was infinity, and `int` of it raised OverflowError.
+    Invalid("a rate of 401 digits", {**CMD, "image": "a", "bandwidth": "1" + "0" * 400},
+            [f"j.yaml: bandwidth: '1{'0' * 34}...' is more than the limit of 10Tbit"]),
     Invalid("two volumes on one path", {**CMD, "image": "a", "volumes": [
                 {"host_path": "/a", "path": "/d"}, {"host_path": "/b", "path": "/d"}]},
             ["j.yaml: volumes.1: mounts on /d, as volumes.0"]),
