@@ -285,6 +285,44 @@ def test_a_10Mbit_task_sends_no_faster_than_10Mbit_and_an_unlimited_one_is_faste
     assert rates["free"] > 3 * rates["shaped"]
 
 
+@pytest.mark.parametrize(
+    ("rate", "bit_s"),
+    [
+        # 10 ms of it as the burst was 12.5 GB, which tc refused (a 32-bit size): every
+        # launch failed, and was retried.
+        ("10Tbit", 10**13),
+        # 50 ms of it as the queue, worked out by tc from `latency 50ms`, wrapped to 5 bytes.
+        ("572662307kbit", 572_662_307_000),
+    ],
+)
+def test_the_largest_rates_are_shaped_with_a_burst_and_queue_tc_takes(
+    svc: Service, image: str, rate: str, bit_s: int
+) -> None:
+    jid = svc.run("--image", image, "--bandwidth", rate, "--grace-period", "1s", "--",
+                  "sh", "-c", "echo up; sleep 60")  # fmt: skip
+    svc.wait_state(jid, "running")
+    wait_for("the task to start", lambda: logs(svc, jid).endswith("up\n"))
+    (name,) = containers_of_job(svc, jid)
+    pid = subprocess.run(["podman", "inspect", "--format", "{{.State.Pid}}", name],
+                         capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    shown = subprocess.run(["nsenter", "-t", pid, "-n", "tc", "-j", "qdisc", "show", "dev", "eth0"],
+                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    [qdisc] = json.loads(shown)
+    options = qdisc["options"]
+    # As tc shows them: the rate in bytes per second; the burst as the kernel keeps it (in
+    # time at the rate: read back a little short); `lat`, the time the queue holds beyond
+    # the burst (in µs), where that is positive, else the queue's `limit` in bytes (5 when
+    # it had wrapped).
+    assert (qdisc["kind"], options["rate"]) == ("tbf", bit_s // 8)
+    burst = min(bit_s // 800, 2**31 - 1)
+    assert 0.99 * burst <= options["burst"] <= burst
+    assert "limit" not in options and options["lat"] > 1000, options
+    assert logs(svc, jid) == f"aisched: egress shaped to {bit_s} bit/s (tc tbf on eth0)\nup\n"
+    svc.cli("cancel", jid)
+    svc.wait_state(jid, "cancelled")
+    assert containers_of_job(svc, jid) == []
+
+
 VOLCANO = """\
 apiVersion: batch.volcano.sh/v1alpha1
 kind: Job

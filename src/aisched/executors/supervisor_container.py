@@ -689,21 +689,31 @@ class Container:
         plugin sets): what the container sends is held to the rate; what it receives is not."""
         import subprocess
 
-        burst = max(rate_bit_s // 8 // 100, 16 * 1024)  # 10 ms at the rate, at least 16 KiB
+        # A burst of 10 ms at the rate, at least 16 KiB; a queue (`limit`) of that and 50 ms
+        # at the rate (what tc's `latency 50ms` makes). tc takes no size above 2^32-1 bytes:
+        # it refused the burst from 3.4 Tbit on, and wrapped the limit it worked out from a
+        # latency (572.7 Gbit had a queue of 5 bytes: nearly all was dropped). So the limit
+        # is given in bytes, at most 2^32-1, and the burst at most half that, so the queue
+        # still holds more than the burst. At 10 Tbit that is 1.7 ms of burst and 1.7 ms of
+        # queue beyond it; the rate itself is exact.
+        burst = min(max(rate_bit_s // 8 // 100, 16 * 1024), _TC_MAX_BYTES // 2)
+        limit = min(rate_bit_s // 8 * 50 // 1000 + burst, _TC_MAX_BYTES)
         nsenter = str(self.spec.get("nsenter") or "nsenter")
         tc = str(self.spec.get("tc") or "tc")
         # Written once: the same words a CNI bandwidth plugin would give tc.
-        qdisc = f"tbf rate {rate_bit_s}bit burst {burst} latency 50ms".split()
+        qdisc = f"tbf rate {rate_bit_s}bit burst {burst} limit {limit}".split()
         argv = [nsenter, "-t", str(pid), "-n", tc, "qdisc", "replace", "dev", "eth0", "root"]
         argv += qdisc
         try:
             r = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
-            ok, why = r.returncode == 0, _last(r.stderr)
+            ok, why, refused = r.returncode == 0, _last(r.stderr), True
         except (OSError, subprocess.TimeoutExpired) as exc:
-            ok, why = False, str(exc)
+            ok, why, refused = False, str(exc), False
         if not ok:
             self.remove()
-            raise ExecFailed(125, f"cannot limit the bandwidth of {self.name}: {why}")
+            # tc's refusal of the qdisc is that of the rate: it would refuse every retry.
+            kind = "unrunnable" if refused else "exited"
+            raise ExecFailed(125, f"cannot limit the bandwidth of {self.name}: {why}", kind)
         log(f"egress shaped to {rate_bit_s} bit/s (tc tbf on eth0)")
 
     def signal(self, sig: int, grace_s: float) -> None:
@@ -800,6 +810,8 @@ def self_launch_defaults() -> dict[str, Any]:
     return {"cgroup": None, "cores": [], "mechanism": "none", "mem_limit_mib": 0, "workdir": None}
 
 
+# The largest size tc takes for a tbf's burst or limit (bytes): it reads them as 32 bits.
+_TC_MAX_BYTES = 2**32 - 1
 # The states of a container whose process has ended (podman's, docker's): only then is its
 # `ExitCode` its own.
 _ENDED = frozenset({"exited", "stopped", "dead"})
