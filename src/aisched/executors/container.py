@@ -478,10 +478,18 @@ def create_args(spec: ContainerSpec, t: ContainerTask, engine: Engine) -> list[s
             # container's processes as they count a host task's.
             a += ["--cgroup-parent", t.cgroup_parent]
     a += ["--shm-size", f"{spec.shm_mib or DEFAULT_SHM_MIB}m"]
-    # 3. Network: rank 0 of a bridged gang publishes its master port.
+    # 3. Network: rank 0 of a bridged gang publishes its master port, for the others to reach
+    #    through the bridge's gateway. A task alone has no one to reach it: published, its
+    #    port was open on all the host's addresses for nothing.
     a += ["--network", spec.network.value]
     env = task_env(spec, t, engine)
-    if spec.network == NetworkMode.BRIDGE and env.get("RANK") == "0" and env.get("MASTER_PORT"):
+    gang = env.get("WORLD_SIZE", "1") != "1"
+    if (
+        spec.network == NetworkMode.BRIDGE
+        and gang
+        and env.get("RANK") == "0"
+        and env.get("MASTER_PORT")
+    ):
         a += ["--publish", f"{env['MASTER_PORT']}:{env['MASTER_PORT']}"]
     # 4. GPUs.
     if t.gpus and engine.gpu_cdi:

@@ -128,6 +128,20 @@ def test_the_whole_create_command_of_a_bridged_gpu_task_run_as_a_user(
     ]  # fmt: skip
 
 
+def test_a_bridged_task_alone_publishes_no_port(dirs: tuple[str, str]) -> None:
+    """Rank 0 publishes MASTER_PORT for the others of its gang; a task alone published it too,
+    on all the host's addresses, where anyone could reach it."""
+    work, ckpt = dirs
+    spec = ContainerSpec("a:1", network=NetworkMode.BRIDGE)
+    alone = replace(task(work, ckpt), env={**CONTRACT, "WORLD_SIZE": "1"})
+    published = [a for a in create_args(spec, alone, ENGINE) if a.startswith("--publish")]
+    assert published == []
+    gang = create_args(spec, task(work, ckpt), ENGINE)
+    assert gang[gang.index("--publish") : gang.index("--publish") + 2] == [
+        "--publish", "29500:29500"
+    ]  # fmt: skip
+
+
 def test_the_users_pids_cgroup_is_the_cgroup_parent_only_where_the_engine_takes_one(
     dirs: tuple[str, str],
 ) -> None:
