@@ -510,3 +510,29 @@ def test_a_standby_whose_database_went_away_says_so_in_its_readiness(
         relay.close()
         for svc in (a, b):
             svc.stop()
+
+
+def test_the_cli_moves_on_from_a_paused_leader_that_a_standby_named(
+    pair: tuple[Service, Service, str], tmp_path: Path
+) -> None:
+    """Sent to a standby, a cancel was sent on to the leader it named, which was paused
+    (SIGSTOP): its read time-out ended the command with "is `aisched up` running?" though the
+    standby had taken over meanwhile. It now waits for the takeover and is done there."""
+    a, b, _ = pair
+    a.start()
+    b.start()
+    token = a.admin_token()
+    job = a.api.post("/v1/jobs", json={"command": ["sleep", "600"]}).json()
+    assert a.proc is not None
+    os.kill(a.proc.pid, signal.SIGSTOP)
+    try:
+        done = cli(tmp_path, f"{b.url},{a.url}", token, "cancel", job["id"])
+    finally:
+        os.kill(a.proc.pid, signal.SIGCONT)
+    assert done.returncode == 0, done.stderr
+    assert f"the leader {a.url} does not answer (ReadTimeout)" in done.stderr
+    assert "waiting for a standby to take over" in done.stderr
+    assert b.api.get(f"/v1/jobs/{job['id']}").json()["state"] == "cancelled"
+    assert a.wait_exit(30) == 3  # resumed, it finds its term taken
+    # Or its watch, waking late, deposes it first: not for a database that did not answer.
+    assert "the database does not answer" not in a.log.read_text()

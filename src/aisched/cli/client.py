@@ -219,7 +219,21 @@ class Client:
             try:
                 return self.http.request(method, path, **kwargs), None
             except httpx.ConnectError:  # never sent: the leader is gone
+                self._connect(url)  # the next try asks the instances again, from this one
                 return r, f"the leader {leader} cannot be reached"
+            except httpx.TimeoutException as e:
+                # Sent, and no answer: a leader paused (SIGSTOP, a frozen VM) or cut off, whose
+                # lease a standby takes once it runs out. Asked again, from the instance that
+                # named it, only if sending it twice does no harm.
+                if not _safe_to_resend(method, path, kwargs):
+                    raise CLIError(
+                        f"the leader {leader} took the request and did not answer "
+                        f"({e.__class__.__name__}): it may be paused or cut off, and the "
+                        "change may or may not be made; see what it is now, then try again",
+                        EXIT_FAILURE,
+                    ) from None
+                self._connect(url)
+                return r, f"the leader {leader} does not answer ({e.__class__.__name__})"
         raise AssertionError("unreachable")  # pragma: no cover
 
     @classmethod
@@ -378,6 +392,20 @@ class Client:
                     raise _refused(r, self.url)
                 yield from r.iter_text()
                 return
+
+
+# Changes that leave the same state when made twice: a second cancel of a job finds it
+# cancelled (or ending) and changes nothing.
+_IDEMPOTENT_CHANGES = ("/cancel",)
+
+
+def _safe_to_resend(method: str, path: str, kwargs: dict[str, Any]) -> bool:
+    """Whether a request whose answer never came may be sent again: a read, a change that is
+    the same made twice, or one that carries an Idempotency-Key (a submission)."""
+    if method in ("GET", "HEAD", "PUT", "DELETE"):
+        return True
+    headers = {k.lower() for k in (kwargs.get("headers") or {})}
+    return "idempotency-key" in headers or path.endswith(_IDEMPOTENT_CHANGES)
 
 
 def _why_unreached(e: httpx.TransportError) -> str:
