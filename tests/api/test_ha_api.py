@@ -14,12 +14,16 @@ from typing import Any
 import pytest
 from clients import client_for
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.pool import NullPool
 
 from aisched.model.cluster import Node
 from aisched.service.app import Service, ServiceError
 from aisched.service.config import load_config
-from aisched.store.db import Store
+from aisched.service.leader import Role
+from aisched.store.db import Store, normalize_url
 from aisched.store.lease import try_acquire
+from aisched.store.schema import SCHEMA_VERSION
 from aisched.testing.fakes import FakeExecutor, fake_node
 from aisched.testing.postgres import PostgresServer
 
@@ -136,7 +140,7 @@ def test_the_standby_reads_the_leaders_jobs_and_names_it_for_changes(instance: O
 
 
 def test_the_standby_takes_over_when_the_leader_stops_and_adopts_its_task(
-    instance: Open, fx: FakeExecutor
+    instance: Open, fx: FakeExecutor, caplog: pytest.LogCaptureFixture
 ) -> None:
     a = instance("http://a.test:1")
     b = instance("http://b.test:2")
@@ -148,6 +152,10 @@ def test_the_standby_takes_over_when_the_leader_stops_and_adopts_its_task(
     launched = list(fx.launched)
     a.close()  # resigns: the standby need not wait for the lease
     until("the takeover", lambda: b.leadership.leading)
+    # Its lease was given back, not let expire: the log said "had expired" of both.
+    assert "took over as leader in term 2 (http://a.test:1 gave the lease back)" in [
+        r.getMessage() for r in caplog.records
+    ]
     assert cb.get("/v1/healthz").json() == {
         "ok": True,
         "role": "leader",
@@ -260,3 +268,99 @@ def test_a_data_directory_is_shared_only_by_instances_of_one_database(
     b.close()
     alone = open_on(other)  # once they are gone, the directory may move to another database
     alone.close()
+
+
+def _open(tmp_path: Path, url: str, address: str) -> tuple[Service, list[str]]:
+    """An instance on its own data directory, standing by behind a lease the test holds for a
+    minute; with the lines it was deposed with."""
+    with Store(url) as store, store.lease_tx() as conn:
+        try_acquire(conn, "other", "http://other.test:9", 60.0, force=True)
+    config = {"data_dir": str(tmp_path / "b"), "cycle_interval": "0.2s", "database": url}
+    svc = Service.open(load_config(None, {**config, **FAST}), executor=FakeExecutor([fake_node()]))
+    why: list[str] = []
+    svc.on_deposed = why.append
+    svc.start(address=address)
+    assert svc.leadership.role == Role.STANDBY
+    return svc, why
+
+
+def _engine(url: str) -> Engine:
+    return create_engine(normalize_url(url), poolclass=NullPool)
+
+
+def _give_back(url: str) -> None:
+    """The test's lease given back, as by a leader that stopped."""
+    with _engine(url).begin() as conn:
+        conn.execute(text("UPDATE leader SET expires_at = 0 WHERE holder = 'other'"))
+
+
+def test_a_standby_stops_rather_than_take_over_a_database_a_newer_aisched_migrated(
+    tmp_path: Path, pg_server: PostgresServer
+) -> None:
+    """An older standby stood by on after a newer aisched migrated the database, then took
+    over and failed on the first row it could not read, telling to delete it. It reads the
+    schema's version before each try for the lease: past its own, it stops, leading never."""
+    url = pg_server.create_database()
+    b, why = _open(tmp_path, url, "http://b.test:2")
+    try:
+        with _engine(url).begin() as conn:  # a newer aisched migrated it
+            conn.execute(
+                text("UPDATE meta SET value = :v WHERE key = 'schema'"),
+                {"v": str(SCHEMA_VERSION + 1)},
+            )
+        _give_back(url)
+        until("the refusal", lambda: why)
+        assert why == [
+            f"the state database was migrated to schema version {SCHEMA_VERSION + 1} by a "
+            f"newer aisched (this one reads up to {SCHEMA_VERSION}), and this instance could "
+            "not lead it"
+        ]
+        assert b.leadership.then == (
+            "stopped; upgrade this instance's aisched, then start it again (docs/ha.md)"
+        )
+        assert b.leadership.role == Role.DEPOSED
+        with _engine(url).connect() as conn:
+            assert conn.execute(text("SELECT holder, term FROM leader")).one() == ("other", 1)
+    finally:
+        b.close()
+
+
+def test_a_takeover_whose_recovery_loses_its_connection_stands_by_and_takes_over_again(
+    tmp_path: Path, pg_server: PostgresServer
+) -> None:
+    """A connection terminated while the new leader recovered ended that instance (deposed,
+    `aisched up` exit 3), and then no instance led. A failure of the connection now gives the
+    lease up to lapse; the instance stands by and, once it is free, takes it and leads."""
+    url = pg_server.create_database()
+    b, why = _open(tmp_path, url, "http://b.test:2")
+    engine = _engine(url)
+    try:
+        with engine.connect() as holder:
+            # Recovery's first read of the jobs waits on this lock: there, its connection is
+            # terminated, as by a server restarting or an administrator.
+            holder.execute(text("BEGIN"))
+            holder.execute(text("LOCK TABLE jobs, tasks, events IN ACCESS EXCLUSIVE MODE"))
+            _give_back(url)
+
+            def waiting() -> list[int]:
+                with engine.connect() as conn:
+                    return list(
+                        conn.execute(
+                            text(
+                                "SELECT pid FROM pg_stat_activity WHERE datname = "
+                                "current_database() AND wait_event_type = 'Lock'"
+                            )
+                        ).scalars()
+                    )
+
+            for pid in until("the recovery to wait on the lock", waiting):
+                holder.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+            holder.execute(text("ROLLBACK"))
+        until("the new leader's loop", lambda: b.leadership.leading and b.scheduler.thread)
+        assert why == []
+        assert b.leadership.term == 3  # term 2 was given up, lapsed, and taken again
+        cb = client_for(b)
+        assert cb.post("/v1/jobs", json={"command": ["true"]}).status_code == 201
+    finally:
+        engine.dispose()
+        b.close()

@@ -469,8 +469,8 @@ def test_a_leader_whose_database_went_away_says_why_in_one_line(
         last = a.log.read_text().splitlines()[-1]
         assert re.fullmatch(
             r"aisched: no renewal of the lease came back for \d+ s \(\(psycopg\.OperationalError\)"
-            r" [^()]+\): a standby may lead now; stopped \(tasks go on under the new leader\); "
-            r"start it again to stand by",
+            r" [^()]+\): a standby may lead now; stopped \(tasks go on, for the next leader to "
+            r"adopt: a standby, if one can take over\); start it again to stand by",
             last,
         ), last
     finally:

@@ -32,7 +32,9 @@ from aisched.service.listeners import is_loopback
 from aisched.service.serve import ListenError, check_exposure, listen_unix
 from aisched.service.tls_files import check_tls_files
 
-EXIT_DEPOSED = 3  # another instance took the lease over: this one stopped scheduling
+# This instance stopped leading or standing by (another took the lease over, starting as
+# leader failed, a newer aisched migrated the database): the last line says why.
+EXIT_DEPOSED = 3
 
 
 def register(sub: Any) -> None:
@@ -271,11 +273,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         forget_addresses()
         stopper.stopped.set()
     if deposed:
-        print(
-            f"aisched: {deposed[0]}; stopped (tasks go on under the new leader); start it "
-            "again to stand by",
-            file=sys.stderr,
-        )
+        # What became of it, as this instance knows it: a new leader only if it saw one.
+        print(f"aisched: {deposed[0]}; {service.leadership.then}", file=sys.stderr)
         return EXIT_DEPOSED
     return 0
 

@@ -46,6 +46,7 @@ from aisched.service.loop import LoopConfig, Scheduler
 from aisched.service.metrics import Metrics
 from aisched.spec.units import parse_mem_mib
 from aisched.store.db import Store, open_failure, shown
+from aisched.store.lease import read_lease
 
 log = logging.getLogger("aisched.service")
 
@@ -81,6 +82,7 @@ class Service:
             self.store,
             on_elected=self._lead,
             on_deposed=self._deposed,
+            on_given_back=self.scheduler.forget_recovery,
             times=self.config.lease_times(),
         )
         self.scheduler.on_deposed = self.leadership.deposed_by_write
@@ -138,6 +140,8 @@ class Service:
             )
             if store.migration_note:
                 log.info("%s", store.migration_note)
+                if store.shared:
+                    _warn_older_instances(store)
             database_lock = (
                 datadir.claim_for_database(home, store.instance_id())
                 if store.shared
@@ -265,6 +269,21 @@ _BASE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "TZ",
 
 def base_env() -> tuple[tuple[str, str], ...]:
     return tuple((k, os.environ[k]) for k in _BASE_ENV if k in os.environ)
+
+
+def _warn_older_instances(store: Store) -> None:
+    """After a migration of a shared database: the other instances of it run an older aisched,
+    which cannot read what this one writes. A standby of them stops at its next look at the
+    lease (`service.leader`); the leader goes on until it stops (docs/ha.md, Upgrading)."""
+    with store.lease_tx() as conn:
+        lease = read_lease(conn)
+    holder = f"; the leader at {lease.address or lease.holder} among them" if lease.live else ""
+    log.warning(
+        "every other instance of this database must now run this aisched or a newer one%s: "
+        "an older standby stops, and an older leader should be stopped once this instance "
+        "stands by, so that it takes over (docs/ha.md, Upgrading)",
+        holder,
+    )
 
 
 def _private(home: Path) -> None:

@@ -16,7 +16,13 @@ Several `aisched up` instances may share one PostgreSQL database; the lease row
    than the lease minus a margin (the database unreachable: a standby may be taking over),
    marks the store deposed (no write of this instance is tried again) and calls `on_deposed`
    once. A deposed instance never leads again in this process: it stops scheduling, and is
-   restarted to stand by (`aisched up` exits with a line saying so).
+   restarted to stand by (`aisched up` exits with a line saying so, `then`).
+   Starting as leader (recovery) that fails is a deposition too, unless the failure is the
+   database's connection (lost, terminated, not answering: `step_errors.transient`): then
+   nothing was scheduled yet, `on_given_back` forgets what the recovery had rebuilt, and the
+   instance stands by again, letting its lease lapse, to try again once it is free.
+   A standby that finds the database migrated past what this version reads (a newer aisched
+   started beside it) never takes the lease: it stops, saying to upgrade it.
 4. Stop: a leader that stops cleanly resigns (expires its lease) so a standby takes over at
    its next poll instead of after the lease.
 
@@ -39,11 +45,22 @@ from enum import Enum
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from aisched.service.step_errors import one_line
+from aisched.service.step_errors import one_line, transient
 from aisched.store.db import Store
 from aisched.store.lease import Fence, Lease, read_lease, renew, resign, try_acquire
+from aisched.store.migrate import newer_than_readable
 
 log = logging.getLogger("aisched.leader")
+
+
+# What a deposed instance's `aisched up` says became of it (`Leadership.then`): only a
+# renewal or write that found the term moved on knows that another instance leads.
+NEW_LEADER = "stopped (tasks go on under the new leader); start it again to stand by"
+ADOPTED_LATER = (
+    "stopped (tasks go on, for the next leader to adopt: a standby, if one can take over); "
+    "start it again to stand by"
+)
+UPGRADE = "stopped; upgrade this instance's aisched, then start it again (docs/ha.md)"
 
 
 class Role(Enum):
@@ -73,11 +90,13 @@ class Leadership:
         *,
         on_elected: Callable[[], None],
         on_deposed: Callable[[str], None],
+        on_given_back: Callable[[], None] = lambda: None,
         times: LeaseTimes = LeaseTimes(),
     ) -> None:
         self.store = store
         self.on_elected = on_elected
         self.on_deposed = on_deposed
+        self.on_given_back = on_given_back
         self.times = times
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.address = ""
@@ -90,6 +109,8 @@ class Leadership:
         self._renewed_at = 0.0  # monotonic, the start of the last renewal that succeeded
         self._renew_error = ""  # why the last renewal or poll failed, in one line
         self._deposing = threading.Lock()
+        # What became of this instance's work once deposed, said after why (`aisched up`).
+        self.then = NEW_LEADER
 
     # --- what readers see ----------------------------------------------------------------
 
@@ -185,15 +206,25 @@ class Leadership:
         # From its own start too: a recovery at start holds up the first renewal, and `_run`
         # renews (or finds the lease taken) as soon as it runs.
         began = time.monotonic()
+        ticked = began
         while not self._stop.wait(self.times.renew_s / 2):
             if self.role == Role.DEPOSED:
                 return
-            late = time.monotonic() - max(self._renewed_at, began)
+            now = time.monotonic()
+            # This thread wakes every renew_s / 2: a wake far later than that means the whole
+            # process stood still (SIGSTOP, a suspended VM), not only the database.
+            stood_still = now - ticked
+            ticked = now
+            late = now - max(self._renewed_at, began)
             if self.leading and late > self._deadline_s():
-                why = self._renew_error or "the database does not answer"
+                if stood_still > self._deadline_s():
+                    why = f"this process itself did not run for {stood_still:.0f} s: paused?"
+                else:
+                    why = self._renew_error or "the database does not answer"
                 self._depose(
                     f"no renewal of the lease came back for {late:.0f} s ({why}): a standby "
-                    "may lead now"
+                    "may lead now",
+                    then=ADOPTED_LATER,
                 )
                 return
 
@@ -204,9 +235,14 @@ class Leadership:
 
     def _try_lead(self, *, force: bool, in_thread: bool) -> None:
         with self.store.lease_tx() as conn:
-            before, got, began = try_acquire(
-                conn, self.holder, self.address, self.times.ttl_s, force=force
-            )
+            newer = newer_than_readable(conn) if self.store.shared else None
+            if newer is None:
+                before, got, began = try_acquire(
+                    conn, self.holder, self.address, self.times.ttl_s, force=force
+                )
+        if newer is not None:
+            self._depose(newer, then=UPGRADE)
+            return
         # The lease was read: an earlier poll's failure is past (a standby's readiness line),
         # and no reason of the leader's if this one takes it.
         self._renew_error = ""
@@ -219,9 +255,11 @@ class Leadership:
         if before.holder and before.holder != self.holder and self.store.shared:
             self.takeovers += 1
             log.warning(
-                "took over as leader in term %d (the lease of %s had expired)",
+                "took over as leader in term %d (%s %s)",
                 got.term,
                 before.address or before.holder,
+                # A leader that stopped cleanly resigned: its lease was expired at 0.
+                "gave the lease back" if before.expires_at == 0.0 else "let its lease expire",
             )
         elif self.store.shared:  # alone on SQLite, leading is no news
             log.info("leading in term %d", got.term)
@@ -237,8 +275,29 @@ class Leadership:
         try:
             self.on_elected()
         except Exception as exc:
+            if transient(exc):
+                self._give_back(one_line(exc))
+                return
             log.exception("starting as leader failed")
-            self._depose(f"starting as leader failed: {exc}")
+            self._depose(f"starting as leader failed: {exc}", then=ADOPTED_LATER)
+
+    def _give_back(self, why: str) -> None:
+        """Recovery met a failure of the database's connection: stand by again, to try again
+        once the lease is free. It lapses (no renewal), rather than being resigned: the
+        database may not answer now, and whoever takes it next (this instance too) waits that
+        long, not a poll, before recovering anew."""
+        self.on_given_back()  # while still leading: nothing can elect this instance meanwhile
+        with self._deposing:
+            if self.role != Role.LEADER:
+                return
+            self.store.fence = None
+            self.role = Role.STANDBY
+        log.warning(
+            "starting as leader in term %d failed on the database (%s); standing by, to try "
+            "again once the lease of that term has lapsed",
+            self.term,
+            why,
+        )
 
     def _renew(self) -> None:
         started = time.monotonic()
@@ -261,11 +320,12 @@ class Leadership:
             f"(this instance led term {self.term})"
         )
 
-    def _depose(self, why: str) -> None:
+    def _depose(self, why: str, *, then: str = NEW_LEADER) -> None:
         with self._deposing:  # the renewal's thread and the watch may both come here
             if self.role == Role.DEPOSED:
                 return
             self.role = Role.DEPOSED
+            self.then = then
         self.store.deposed = why
         log.error("%s; this instance stops scheduling", why)
         self.on_deposed(why)

@@ -101,6 +101,18 @@ class SchedulerState:
         on_cycle: Callable[[float, CycleResult], None] | None = None,
         predictor: RuntimePredictor | None = None,
     ) -> None:
+        # How to make this state again, as new (`forget_recovery`).
+        self._remake: Callable[[], None] = lambda: SchedulerState.__init__(
+            self,
+            store,
+            executor,
+            policy,
+            queues,
+            config,
+            clock=clock,
+            on_cycle=on_cycle,
+            predictor=predictor,
+        )
         self.store = store
         self.executor = executor
         self.policy = policy
@@ -207,6 +219,20 @@ class SchedulerState:
         self.unstored_keys: dict[tuple[str, str], list[Row]] = {}
         self._empty_snapshot = Snapshot(self.arrays, FreeState.empty(self.arrays), (), queues)
         executor.set_wakeup(self.wake.set)
+
+    def forget_recovery(self) -> None:
+        """Back to the state of a scheduler just made, before `recover`: a recovery that the
+        database's connection cut short is run again, whole, at the next election (adopting a
+        task again is harmless: the executor keeps watching it once). What others hold on to
+        stays: the queue of commands the API threads wait on, the loop's events and lock, its
+        failures (readiness reads them)."""
+        kept = {
+            name: getattr(self, name)
+            for name in ("commands", "wake", "stopping", "lock", "step_errors")
+        }
+        self._remake()
+        self.__dict__.update(kept)
+        self.executor.set_wakeup(self.wake.set)
 
     @property
     def arrays(self) -> ClusterArrays:

@@ -15,7 +15,7 @@ import sqlite3
 import sqlalchemy.exc
 from sqlalchemy.exc import SQLAlchemyError
 
-from aisched.store.errors import StoreError
+from aisched.store.errors import StoreError, StoreUnanswered
 
 # Error numbers that mean "the disk cannot take more", whatever layer raised them.
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -56,6 +56,31 @@ def classify(exc: BaseException) -> str:
             return "store"
         seen = seen.__cause__ or seen.__context__
     return "bug"
+
+
+# A failure of the way to the database rather than of what it holds or was asked: a connection
+# refused, lost or terminated (psycopg's OperationalError, AdminShutdown among them), a
+# timeout, no connection free in the pool, a server that took a request and never answered.
+_TRANSIENT = (
+    sqlalchemy.exc.OperationalError,
+    sqlalchemy.exc.InterfaceError,
+    sqlalchemy.exc.TimeoutError,
+    StoreUnanswered,
+)
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether `exc` (or what it was raised from) is the database's connection failing, which
+    a later try may not meet; not an unreadable row, a refused value or a refused write of a
+    deposed leader, which fail the same way every time."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, _TRANSIENT):
+            return True
+        if isinstance(seen, sqlalchemy.exc.DBAPIError) and seen.connection_invalidated:
+            return True
+        seen = seen.__cause__
+    return False
 
 
 def one_line(exc: BaseException) -> str:

@@ -106,6 +106,24 @@ MIGRATIONS: dict[int, Callable[[Connection], None]] = {
 }
 
 
+def newer_than_readable(conn: Connection) -> str | None:
+    """Why this aisched must not lead the database any more, or None: a newer aisched has
+    migrated it since this instance opened it (`check_and_migrate` ran only then). Read
+    before each try for the lease, so that an older standby never takes over a database whose
+    rows it cannot read."""
+    got = conn.execute(select(meta.c.value).where(meta.c.key == "schema")).scalar()
+    try:
+        version = int(str(got))
+    except ValueError:
+        return None  # not ours to judge here: the next start refuses it, saying why
+    if version <= SCHEMA_VERSION:
+        return None
+    return (
+        f"the state database was migrated to schema version {version} by a newer aisched "
+        f"(this one reads up to {SCHEMA_VERSION}), and this instance could not lead it"
+    )
+
+
 def check_and_migrate(conn: Connection, where: str) -> str | None:
     """Make the database at `where` current (inside the caller's transaction); returns a note
     when it was migrated. Raises SchemaError when it cannot be used."""
