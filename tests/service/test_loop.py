@@ -338,6 +338,30 @@ def test_the_predictor_learns_runtimes_and_relearns_them_after_a_restart(pw: Wor
     assert w.state(later)["predicted_s"] == pytest.approx(200.0)
 
 
+def test_a_jobs_own_estimate_outweighs_its_users_unrelated_short_jobs(pw: World) -> None:
+    """The README's ETA demo after the user has run `aisched run -- true` five times: `big`
+    (`--estimate 30s`) is predicted its own 30 s, not the median of five jobs of another name
+    (a second), so `waits` is reserved from 30 s on, not overdue after one."""
+    w = pw
+    for _ in range(5):
+        jid = w.submit(job("t").task(cpu=1).name("true").build())
+        w.clock.t += 0.1
+        w.fx.exit(w.fx.keys(jid)[0], 0)
+        w.sched.step()
+    start = w.clock.t
+    big = w.submit(job("big").task(gpu=4).name("big").estimate(30.0).build())
+    waits = w.submit(job("waits").task(gpu=1).name("waits").build())
+    assert (w.state(big)["predicted_s"], w.state(big)["predicted_upper_s"]) == (
+        pytest.approx(30.0),
+        pytest.approx(30.0),
+    )
+    w.clock.t += 5
+    w.sched.step()  # the periodic cycle works the estimated starts out
+    row = w.state(waits)
+    assert (row["state"], row["reason_code"]) == ("pending", "reserved")
+    assert row["eta"] == pytest.approx(start + 30.0)
+
+
 def test_after_a_restart_the_predictor_is_fitted_by_the_first_step_not_on_the_start_path(
     pw: World,
 ) -> None:

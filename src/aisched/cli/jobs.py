@@ -91,7 +91,8 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--time-limit", help="stop the job after this long, e.g. 2h")
     p.add_argument(
-        "--estimate", help="how long it will run, e.g. 30s (used until similar jobs have run)"
+        "--estimate",
+        help="how long it will run, e.g. 30s (used until 5 jobs of this name have run)",
     )
     p.add_argument("--grace-period", help="SIGTERM to SIGKILL delay when stopped, e.g. 30s")
     p.add_argument("--not-preemptible", action="store_true", help="never preempt this job")

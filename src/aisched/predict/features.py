@@ -40,7 +40,7 @@ class JobFeatures:
     submit_s: float
     now_s: float
     # The user's own estimate of the runtime, if the job gave one: what the predictor answers
-    # instead of a guess from too few similar jobs.
+    # instead of a guess, until enough jobs of its name have finished.
     estimate_s: float | None = None
 
     @classmethod

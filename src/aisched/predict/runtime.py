@@ -15,9 +15,10 @@ How it answers:
    else the same user and GPU count, else the user, the queue and GPU count, the queue, all
    jobs, and finally `prior_s`. The upper bound is the same group's `upper_quantile`, or the
    median times `upper_factor` when the group is small. A job that gives its own estimate gets
-   that instead (both median and upper, source `own`) when the history answer rests on fewer
-   than `min_similar` similar jobs, or on the prior: three 1-second jobs say little about a
-   `sleep 30` whose user said 30 s.
+   that instead (both median and upper, source `own`) while fewer than `min_similar` jobs
+   similar to it have finished: jobs of its name, or, for a job without one, of its user and
+   GPU count. The coarser groups (user, queue, all) never outweigh it: a user's five 1-second
+   `true` runs say nothing about her `sleep 30` of another name, which she said takes 30 s.
 3. From then on two gradient-boosted models on log runtime, one for the median and one for the
    `upper_quantile`, are refitted every `refit_every` finished jobs on the last `window` of them,
    and every prediction uses the latest fit. With `background=True` (the live service) a fit
@@ -74,8 +75,8 @@ class PredictorConfig:
     """`refit_every`: finished jobs between fits; `window`: finished jobs a fit learns from;
     `min_fit`: finished jobs before the first fit; `per_key`: recent runtimes kept per group;
     `max_names`: job names with a group of their own;
-    `min_similar`: similar finished jobs a history answer needs to be preferred to the job's
-    own estimate;
+    `min_similar`: finished jobs of a job's name (of its user and GPU count, for a job without
+    a name) before their history is preferred to the job's own estimate;
     `burst_window_s`: how far back submissions count as one burst; `max_iter`, `max_depth`:
     trees per model and their depth."""
 
@@ -150,7 +151,7 @@ class PredictorConfig:
 class Prediction:
     """Median and upper-bound runtime in seconds (upper >= median), and what gave them:
     `model`, `history:<group>`, `prior`, or `own` (the job's own estimate, preferred to a
-    history of too few similar jobs)."""
+    history of too few jobs of its name)."""
 
     median_s: float
     upper_s: float
@@ -259,11 +260,12 @@ class RuntimePredictor:
             up = max(models[1].predict_one(row), mid)
             source = "model"
         else:
-            mid, up, source, similar = self._fallback(features)
-            own = features.estimate_s
-            if own is not None and own > 0 and similar < self.config.min_similar:
+            own = self._own_estimate(features)
+            if own is not None:
                 mid = up = math.log(max(own, _MIN_S))
                 source = "own"
+            else:
+                mid, up, source = self._fallback(features)
         if source == "own":
             self._given[features.job_id] = None
         else:
@@ -334,8 +336,20 @@ class RuntimePredictor:
         self.stats.calibrated[by] = self.stats.calibrated.get(by, 0) + 1
         return mid + margin
 
-    def _fallback(self, f: JobFeatures) -> tuple[float, float, str, int]:
-        """(log median, log upper, source, how many similar jobs it rests on)."""
+    def _own_estimate(self, f: JobFeatures) -> float | None:
+        """The job's own estimate, while fewer than `min_similar` jobs like it have finished:
+        jobs of its name, or, for a job without one, of its user and GPU count. The coarser
+        groups never count: five 0.1-second `true` runs of a user say nothing about her
+        30-second job of another name. None when it gave none, or once they have."""
+        own = f.estimate_s
+        if own is None or not own > 0:
+            return None
+        similar = ("name", f.name) if f.name else ("user-gpus", f.user, f.gpus)
+        return own if self._history.count(similar) < self.config.min_similar else None
+
+    def _fallback(self, f: JobFeatures) -> tuple[float, float, str]:
+        """(log median, log upper, source) from the history of the most specific group with
+        enough jobs, else the prior."""
         c = self.config
         for key, label in _fallback_keys(f):
             vals = self._history.values(key)
@@ -345,9 +359,9 @@ class RuntimePredictor:
                     up = max(quantile(vals, c.upper_quantile), mid)
                 else:
                     up = mid + math.log(c.upper_factor)
-                return mid, up, f"history:{label}", len(vals)
+                return mid, up, f"history:{label}"
         mid = math.log(c.prior_s)
-        return mid, mid + math.log(c.upper_factor), "prior", 0
+        return mid, mid + math.log(c.upper_factor), "prior"
 
     def _row(self, f: JobFeatures, cut_s: float) -> FloatArray:
         h = self._history

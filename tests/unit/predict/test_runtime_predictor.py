@@ -91,6 +91,33 @@ def test_the_users_estimate_beats_a_history_of_too_few_similar_jobs() -> None:
     assert p.predict(again).source == "history:user-gpus"
 
 
+def test_only_jobs_of_the_same_name_outweigh_the_users_estimate() -> None:
+    """The README's demo after five `aisched run -- true`: the user's five 1-second jobs of
+    another name are not similar to `big` (2 GPUs, `--estimate 30s`), however many there are,
+    nor are jobs of her GPU count: its own estimate stands until five runs of `big` have
+    finished, and then their history answers."""
+    p = RuntimePredictor(PredictorConfig(min_similar=5))
+    for i in range(5):
+        p.observe(feats(f"t{i}", user="alice", name="true"), 0.1, finished_s=float(i))
+    for i in range(5):
+        p.observe(feats(f"o{i}", user="alice", gpus=2, name="other"), 2.0, finished_s=10.0 + i)
+    big = replace(feats("big", user="alice", gpus=2, now=20.0, name="big"), estimate_s=30.0)
+    got = p.predict(big)
+    assert (got.median_s, got.upper_s, got.source) == (
+        pytest.approx(30.0),
+        pytest.approx(30.0),
+        "own",
+    )
+    # Without its estimate, the thin history of her GPU count answers.
+    assert p.predict(replace(big, job_id="b2", estimate_s=None)).source == "history:user-gpus"
+    for i in range(4):
+        p.observe(feats(f"big{i}", user="alice", gpus=2, name="big"), 40.0, finished_s=30.0 + i)
+    assert p.predict(replace(big, job_id="b3", now_s=40.0)).source == "own"  # four: too few
+    p.observe(feats("big4", user="alice", gpus=2, name="big"), 40.0, finished_s=40.0)
+    got = p.predict(replace(big, job_id="b4", now_s=50.0))
+    assert (got.median_s, got.source) == (pytest.approx(40.0), "history:name")
+
+
 def test_a_prediction_before_a_seen_finish_is_refused() -> None:
     p = RuntimePredictor()
     p.observe(feats("a"), 100.0, finished_s=500.0)
