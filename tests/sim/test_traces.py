@@ -192,6 +192,26 @@ def test_philly_small_file_and_folder(tmp_path: Path) -> None:
     ]
 
 
+def test_philly_stamps_with_an_offset_are_converted_to_utc(tmp_path: Path) -> None:
+    """A stamp with an offset or a trailing Z was a TypeError (aware minus naive), a traceback
+    even with --skip-invalid. It is converted to UTC; a naive stamp is read as it is."""
+    f = tmp_path / "philly.csv"
+    f.write_text(
+        _PHILLY_HEADER
+        + "2020-01-01 00:00:00Z,10.0,1,10.0,aa\n"
+        + "2020-01-01 01:00:00+02:00,20.0,1,20.0,bb\n"  # 2019-12-31 23:00 UTC: the first
+        + "2020-01-01 00:00:30,30.0,1,30.0,cc\n"
+        + "2020-01-01T00:01:00-00:30,40.0,1,40.0,dd\n"
+    )
+    got = [(tj.job.id, tj.job.submit_time_s, tj.job.queue) for tj in load_philly(f).jobs]
+    assert got == [
+        ("philly-00000", 0.0, "vc-bb"),
+        ("philly-00001", 3600.0, "vc-aa"),
+        ("philly-00002", 3630.0, "vc-cc"),
+        ("philly-00003", 3600.0 + 31 * 60, "vc-dd"),
+    ]
+
+
 def test_philly_skip_invalid_leaves_out_unusable_rows_and_counts_them(tmp_path: Path) -> None:
     f = tmp_path / "philly.csv"
     f.write_text(

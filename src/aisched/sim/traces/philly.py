@@ -4,8 +4,9 @@ Each row becomes one training `Job` in the queue of its virtual cluster. The fil
 sorted; the loader sorts them by submission time, ties kept in file order, and numbers the jobs
 `philly-00000`, ... in that order over the whole file, so an id names the same job whatever
 `limit` or `min_duration_s` keep. Arrival times are wall-clock differences from the first kept
-job (no time zone, so no daylight-saving jumps). The trace records no user estimate, so
-`estimate_s` is None.
+job. The trace's stamps carry no time zone (so no daylight-saving jumps) and are taken as they
+are; a stamp with an offset (`+02:00`, `Z`) is converted to UTC first, so a file that mixes the
+two reads its naive stamps as UTC. The trace records no user estimate, so `estimate_s` is None.
 
 The trace gives only a GPU count; `gpu_train_job` turns it into a gang (Philly servers held 8
 GPUs, so more than 8 GPUs is a gang of several replicas).
@@ -13,7 +14,7 @@ GPUs, so more than 8 GPUs is a gang of several replicas).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from aisched.sim.traces.base import (
@@ -114,7 +115,7 @@ def _row(
     t = stamps.get(ts)
     if t is None:
         try:
-            t = (datetime.fromisoformat(ts) - _EPOCH).total_seconds()
+            t = _seconds_since_epoch(datetime.fromisoformat(ts))
         except ValueError:
             raise TraceError(
                 file, line, "timestamp", f"expected YYYY-MM-DD HH:MM:SS, got {ts!r}"
@@ -146,6 +147,15 @@ def _row(
     if not vc:
         raise TraceError(file, line, "cluster", "empty virtual-cluster id")
     return t, duration, gpus, vc
+
+
+def _seconds_since_epoch(stamp: datetime) -> float:
+    """Seconds from 1970-01-01 00:00 UTC; a naive stamp is read as UTC. (Subtracting a naive
+    epoch from an aware stamp raised TypeError, a traceback past --skip-invalid.)"""
+    offset = stamp.utcoffset()
+    naive = stamp.replace(tzinfo=None)
+    # Timedelta arithmetic, not astimezone: that overflows on stamps near year 1 or 9999.
+    return (naive - _EPOCH - (offset or timedelta(0))).total_seconds()
 
 
 def _column_indices(file: Path, header: list[str]) -> dict[str, int]:
