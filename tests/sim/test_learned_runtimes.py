@@ -386,3 +386,30 @@ def test_a_job_past_its_estimate_is_preempted_and_requeued_as_long(
     # Requeued, it is seen by the cycle that follows its stop at 9,000 s and by the one that
     # places it at 9,100 s.
     assert seen["long"] == [3600.0, 60.0 + 7200.0, 60.0 + 7200.0]
+
+
+def test_preempting_by_order_with_learned_estimates_does_not_evict_back_and_forth() -> None:
+    """srtf-oracle with the learned predictor on one GPU: a runs with 1 h to its upper bound;
+    b arrives, judged by its median (less than that), and evicted a; a, requeued, was judged
+    by its median too and evicted b, and so on at one instant until the run aborted. Both
+    sides are judged by the upper bound now: b waits for a, and both finish."""
+    trace = Trace(
+        "t5",
+        (
+            TraceJob(job("a").task(gpu=1).build(), 1000.0),
+            TraceJob(job("b").task(gpu=1).submitted(1.0).build(), 500.0),
+        ),
+    )
+    result = simulate(
+        trace,
+        cluster(node("n1").gpus(1)),
+        preset("srtf-oracle"),
+        SimConfig(validate=True),
+        estimator=PredictedRuntime(),
+    )
+    assert [e[:3] for e in result.log] == [
+        (0.0, "bind", "a"),
+        (1000.0, "finish", "a"),
+        (1000.0, "bind", "b"),
+        (1500.0, "finish", "b"),
+    ]

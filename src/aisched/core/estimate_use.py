@@ -26,12 +26,7 @@ from aisched.core.policy import Policy
 # Allocate reserves only for jobs enqueue promoted (counted with enqueue). Preempt reads an
 # estimate only through the policy's first order key, which is checked as an order.
 _BLIND_ACTIONS: tuple[type, ...] = (Allocate, Preempt, Reclaim)
-_BLIND_ORDERS: tuple[type, ...] = (
-    order.Fifo,
-    order.Priority,
-    order.Las,
-    order.DominantResourceFairness,
-)
+_BLIND_ORDERS: tuple[type, ...] = order.BLIND_TO_ESTIMATES
 _BLIND_VICTIMS: tuple[type, ...] = (victims.LowestPriority, victims.LeastWorkLost, victims.Newest)
 _BLIND_SCORES: tuple[type, ...] = (
     score.BinPack,

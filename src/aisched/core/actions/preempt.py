@@ -29,13 +29,16 @@ elastic jobs of queues that borrow, of the tasks their queue borrowed (down to i
 Never below `min_available`, never a job placed this cycle or already terminating; surplus
 tasks are taken in victim order, each job's last ranks first.
 
+Under `by: order` the blocked job is judged by its runtime bound (upper estimate), as running
+jobs are (their expected end is their runtime bound): `bound: upper`, the default. Judging the
+two sides alike is what keeps two jobs from evicting each other in turn at one instant: with the
+median on one side and the upper bound on the other, A (median 1 h, bound 3 h) evicts B (2 h
+left to its bound), and B, requeued with a 1.5 h median, evicts A back, for ever. `bound:
+estimate` (the median) is refused unless `min_run_s` keeps a job that has just started from
+being evicted at once.
+
 With estimates that may be wrong (learned runtimes), `by: order` takes guards against evicting
 for too little gain (all off by default, as the oracle bounds need none):
-- `bound: upper`: the blocked job is judged by its runtime bound (upper estimate), as running
-  jobs are (their expected end is their runtime bound), not by its median. Judging the two
-  sides alike is what keeps two jobs from evicting each other in turn: with the median on one
-  side and the upper bound on the other, A (median 1 h, bound 3 h) evicts B (2 h left to its
-  bound), and B, requeued with a 1.5 h median, evicts A back.
 - `factor`: a victim's key must exceed the blocked job's by this factor, not just be larger
   (on the size part of the key, when the order says how its key follows from a size).
 - `min_run_s`: a victim must have run this long in its current attempt, so a restarted job
@@ -61,7 +64,7 @@ from aisched.core.eviction import Cut
 from aisched.core.framework import JobOrder
 from aisched.core.kept_ranks import KeptBars, KeptRanking, KeptRanks, moves_of
 from aisched.core.pending import PendingQueue
-from aisched.core.plugins.order import INFINITE
+from aisched.core.plugins.order import BLIND_TO_ESTIMATES, INFINITE
 from aisched.core.plugins.victims import LeastWorkLost, time_left_s
 from aisched.core.queues import borrowed, guarantee_claim, keeping_guarantees
 from aisched.core.snapshot import ZERO, PendingJob, RunningJob, Snapshot
@@ -97,7 +100,7 @@ class Preempt:
     factor: float = 1.0
     min_run_s: float = 0.0
     count_lost_work: bool = False
-    bound: str = "estimate"
+    bound: str = "upper"
     restart_cost_s: float = 0.0
     min_run_checkpoints: float = 0.0
     name: str = "preempt"
@@ -113,6 +116,14 @@ class Preempt:
             raise ValueError(f"min_run_s must be 0 or more, got {self.min_run_s}")
         if self.bound not in ("estimate", "upper"):
             raise ValueError(f"bound must be 'estimate' or 'upper', not {self.bound!r}")
+        if self.by == "order" and self.bound == "estimate" and not self.min_run_s > 0:
+            # The median against running jobs' upper bounds: two jobs evict each other in
+            # turn at one instant, and nothing stops them but a minimum run.
+            raise ValueError(
+                "bound: estimate judges a waiting job by its median and running ones by their "
+                "upper bound, so two jobs can evict each other for ever; give min_run_s "
+                "(seconds a job runs before it may be evicted) with it, or leave bound at upper"
+            )
         if not 0.0 <= self.restart_cost_s < INFINITE:
             raise ValueError(f"restart_cost_s must be 0 or more, got {self.restart_cost_s}")
         if not 0.0 <= self.min_run_checkpoints < INFINITE:
@@ -214,11 +225,14 @@ class Preempt:
     def _bar_follows_order(self, first: JobOrder | None) -> bool:
         """Whether the bars of the blocked jobs rise with their first order key, as the walk's
         early stop over shapes needs: not when the bar is taken from another estimate than the
-        order's (`bound: upper`), nor when `factor` scales the size under a linear aging term
-        (the age is then a shift the factor does not scale; the log form of halving turns the
-        factor into a shift too, which keeps the order), nor under qssf's bands (ordered by
-        submission within a band, where the bar follows the size)."""
-        if self.bound != "estimate" or getattr(first, "bucket", False):
+        order's (`bound: upper`, unless the order reads no estimate: las, fifo, ...), nor
+        when `factor` scales the size under a linear aging term (the age is then a shift the
+        factor does not scale; the log form of halving turns the factor into a shift too, which
+        keeps the order), nor under qssf's bands (ordered by submission within a band, where
+        the bar follows the size)."""
+        if self.bound != "estimate" and type(first) not in BLIND_TO_ESTIMATES:
+            return False
+        if getattr(first, "bucket", False):
             return False
         return self.factor == 1.0 or not getattr(first, "aging", 0.0)
 

@@ -172,5 +172,9 @@ class DominantResourceFairness:
         return 0.0
 
 
+# The orders whose key reads no runtime estimate (attached or the job's own).
+BLIND_TO_ESTIMATES: tuple[type, ...] = (Fifo, Priority, Las, DominantResourceFairness)
+
+
 def thresholds(values: Sequence[float]) -> tuple[float, ...]:
     return tuple(float(v) for v in values)
