@@ -38,6 +38,27 @@ def test_a_policy_named_like_markup_is_printed_as_named(
         assert out.count(name) >= 2, out  # a column of the figures, rows of the queues
 
 
+def test_control_characters_in_names_are_shown_as_escapes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Philly VC and a policy file's `name` are the user's text: an ESC in either reached
+    the terminal as it was (the tables wrapped names in Text, not in the escaping of
+    cli.printable), where it could recolour, clear or retitle the reader's terminal."""
+    trace = tmp_path / "philly.csv"
+    trace.write_text(
+        "timestamp,duration,num_gpus,gpu_time,cluster\n"
+        "2017-10-09 07:00:00,20.0,1,20.0,b\x1b]0;owned\x07b\n"
+    )
+    policy = tmp_path / "p.yaml"
+    policy.write_text('name: "p\\e[2Jq"\nactions: [enqueue, allocate]\n')
+    argv = ["simulate", "--trace", str(trace), "--cluster", "small", "--no-progress"]
+    assert main([*argv, "--policy", f"fifo,{policy}"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "vc-b\\x1b]0;owned\\x07b" in out
+    assert out.count("p\\x1b[2Jq") >= 2  # a column of the figures, a row of the queues
+
+
 def test_a_skipped_row_is_quoted_as_the_trace_wrote_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -22,7 +22,7 @@ from rich.text import Text
 
 from aisched.cli.errors import EXIT_FAILURE, CLIError
 from aisched.cli.options import whole
-from aisched.cli.printable import plain
+from aisched.cli.printable import plain, printable
 from aisched.core.policy import PLACEMENT_SCORES, PRESETS, Policy, with_eta
 from aisched.model.cluster import Cluster
 from aisched.model.gpu_speed import GpuSpeeds
@@ -271,7 +271,7 @@ def run(args: argparse.Namespace) -> int:
         if show_progress:
             bar = stack.enter_context(
                 Progress(
-                    TextColumn("{task.description}"),
+                    TextColumn("{task.description}", markup=False),
                     BarColumn(),
                     MofNCompleteColumn(),
                     TimeElapsedColumn(),
@@ -312,8 +312,8 @@ def run(args: argparse.Namespace) -> int:
         )
     for line in describe_pools(cluster):
         out.print(plain(line), soft_wrap=True)
-    out.print(metrics_table(results))
-    out.print(queue_table(results, title="per queue"))
+    out.print(metrics_table(results, plain))
+    out.print(queue_table(results, plain, title="per queue"))
     meta = {
         "trace": trace.name,
         "jobs": len(trace),
@@ -492,7 +492,7 @@ def _load_one_policy(spec: str) -> Policy:
 def _progress_callback(bar: Progress | None, name: str) -> Callable[[int, int], None] | None:
     if bar is None:
         return None
-    task = bar.add_task(name, total=None)
+    task = bar.add_task(printable(name), total=None)  # a policy file's name: user text
 
     def update(done: int, total: int) -> None:
         bar.update(task, completed=done, total=total)

@@ -3,6 +3,9 @@
 Tables only format; every figure comes from `aisched.sim.metrics`. Units are chosen for reading:
 times in hours with two decimals (queueing delay too, since Philly waits run to hours),
 utilisation as a percentage. A figure that does not exist (no finished job) shows as "-".
+Names come from the input (a trace's VCs, a policy file's `name`) and may hold control
+characters: the caller says how one becomes a cell (`label`; the CLI's escapes them), so that
+they never reach a terminal as they are.
 """
 
 from __future__ import annotations
@@ -73,14 +76,16 @@ METRIC_ROWS: tuple[tuple[str, Callable[[PolicyMetrics], str]], ...] = (
 MACHINE_DEPENDENT_ROWS = frozenset({"wall time (s)"})
 
 
-def metrics_table(results: Sequence[PolicyMetrics], title: str | None = None) -> Table:
-    """Policies as columns, figures as rows."""
+def metrics_table(
+    results: Sequence[PolicyMetrics], label: Callable[[str], Text], title: str | None = None
+) -> Table:
+    """Policies as columns, figures as rows; `label` makes a policy's name a header."""
     table = Table(title=title)
     table.add_column("metric", style="bold", no_wrap=True)
     for m in results:
-        table.add_column(Text(m.policy), justify="right", no_wrap=True)  # never markup
-    for label, fmt in METRIC_ROWS:
-        table.add_row(label, *(fmt(m) for m in results))
+        table.add_column(label(m.policy), justify="right", no_wrap=True)
+    for row, fmt in METRIC_ROWS:
+        table.add_row(row, *(fmt(m) for m in results))
     return table
 
 
@@ -95,8 +100,10 @@ _QUEUE_COLUMNS: tuple[tuple[str, JustifyMethod], ...] = (
 )
 
 
-def queue_table(results: Sequence[PolicyMetrics], title: str | None = None) -> Table:
-    """One section per queue, one row per policy in it."""
+def queue_table(
+    results: Sequence[PolicyMetrics], label: Callable[[str], Text], title: str | None = None
+) -> Table:
+    """One section per queue, one row per policy in it; `label` makes a name a cell."""
     table = Table(title=title)
     for name, justify in _QUEUE_COLUMNS:
         table.add_column(name, justify=justify)
@@ -106,8 +113,8 @@ def queue_table(results: Sequence[PolicyMetrics], title: str | None = None) -> T
         for pi, (m, qs) in enumerate(zip(results, per_policy, strict=True)):
             q = qs.get(name, QueueMetrics(name, 0, 0, None, None, 0.0))
             table.add_row(
-                Text(name if pi == 0 else ""),  # a trace's own names: never markup
-                Text(m.policy),
+                label(name if pi == 0 else ""),
+                label(m.policy),
                 _int(q.jobs),
                 _int(q.finished),
                 _hours(q.avg_jct_s),
