@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -374,6 +375,75 @@ def test_an_unknown_cluster_lists_every_built_in_and_a_queue_file_hint_fits_the_
         f"error: --queues {queues}: the trace's jobs use queues it does not name: default "
         "(add them)\n"
     )
+
+
+@pytest.fixture
+def read_only_dir(tmp_path: Path) -> Iterator[Path]:
+    """A folder nobody may write in: mode 0555, and for root (whom modes do not stop) the
+    immutable attribute, where the filesystem has it."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    if os.geteuid() == 0:
+        if subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0:
+            pytest.skip("chattr +i is refused here (a filesystem without it)")
+        try:
+            yield folder
+        finally:
+            subprocess.run(["chattr", "-i", str(folder)], check=True)
+    else:
+        folder.chmod(0o555)
+        try:
+            yield folder
+        finally:
+            folder.chmod(0o755)
+
+
+@pytest.mark.parametrize(
+    ("flag", "target", "said"),
+    [
+        ("--json", "run.json", "--json: cannot write {ro}/run.json: "),
+        ("--report", "", "--report: cannot write {ro}/index.html: "),
+        ("--report", "rep", "--report: cannot make the folder {ro}/rep: "),
+    ],
+)
+def test_an_unwritable_output_is_refused_before_the_run(
+    read_only_dir: Path, capsys: pytest.CaptureFixture[str], flag: str, target: str, said: str
+) -> None:
+    """A read-only folder for --json or --report was found only after every simulation had
+    run (18 s of them in the report), and their results were lost."""
+    path = read_only_dir / target if target else read_only_dir
+    assert main([*SMALL, "--policy", "fifo,las", flag, str(path)]) == 2
+    out = capsys.readouterr()
+    assert out.err.startswith("error: " + said.format(ro=read_only_dir))
+    assert out.out == ""  # no table: nothing ran
+
+
+def test_an_existing_json_file_is_checked_without_being_cut(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The check opens an existing file to append: a run refused after it (a bad policy)
+    leaves the file as it was."""
+    old = tmp_path / "run.json"
+    old.write_text("kept\n")
+    assert main([*SMALL, "--policy", "nonsense", "--json", str(old)]) == 2
+    assert old.read_text() == "kept\n"
+    assert list(tmp_path.iterdir()) == [old]  # nor a probe file left behind
+
+
+@pytest.mark.parametrize("flag", ["--json", "--report"])
+def test_an_empty_output_path_is_refused(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    flag: str,
+) -> None:
+    """`--report ''` wrote ./index.html without a word (an empty path is the current folder)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as info:
+        main([*SMALL, flag, ""])
+    assert info.value.code == 2
+    assert "expected a path, got an empty string" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_report_path_that_is_a_file_is_refused_before_the_run(

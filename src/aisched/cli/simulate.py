@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
+import tempfile
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
@@ -166,10 +168,12 @@ def register(sub: Any) -> None:
         "comparing node-hours and JCT with the autoscaled run",
     )
     p.add_argument("--max-time", type=float, metavar="S", help="stop at this virtual time")
-    p.add_argument("--json", type=Path, metavar="FILE", help="also write the figures as JSON")
+    p.add_argument(
+        "--json", type=_path_given, metavar="FILE", help="also write the figures as JSON"
+    )
     p.add_argument(
         "--report",
-        type=Path,
+        type=_path_given,
         metavar="DIR",
         help="also write DIR/index.html: the figures with plots (needs the report extra)",
     )
@@ -257,6 +261,7 @@ def run(args: argparse.Namespace) -> int:
             require_matplotlib()
         except ReportUnavailable as e:
             raise CLIError(str(e)) from None
+        _check_writable("--report", args.report / "index.html")
         series = []
 
     out = Console()
@@ -545,14 +550,40 @@ _FLAGS_OF_FIELDS = (
 
 def _prepare_json_file(path: Path) -> None:
     """Make `--json`'s folder, as --report makes its own (`--json out/run.json`, as the docs
-    write it, failed in a checkout without out/), and refuse a folder for the file: both
-    before the run, not after it."""
+    write it, failed in a checkout without out/), and refuse a folder for the file or one
+    that cannot be written: all before the run, not after it."""
     if path.is_dir():
         raise CLIError(f"--json: {path} is a folder; give a file name, e.g. {path / 'run.json'}")
+    _check_writable("--json", path)
+
+
+def _check_writable(flag: str, path: Path) -> None:
+    """Make `path`'s folder and check that `path` can be written, before the run: a read-only
+    folder was found only once every simulation had finished, and their results were lost.
+    An existing file is opened to append (nothing is cut nor written); else a file is made
+    in the folder and removed."""
+    folder = path.parent
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise CLIError(f"--json: cannot make the folder {path.parent}: {e.strerror or e}") from None
+        raise CLIError(f"{flag}: cannot make the folder {folder}: {e.strerror or e}") from None
+    try:
+        if path.exists():
+            with path.open("a", encoding="utf-8"):
+                pass
+        else:
+            fd, probe = tempfile.mkstemp(prefix=".aisched-write-check-", dir=folder)
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as e:
+        raise CLIError(f"{flag}: cannot write {path}: {e.strerror or e}") from None
+
+
+def _path_given(text: str) -> Path:
+    """A path argument that is not empty: `--report ''` wrote ./index.html without a word."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a path, got an empty string")
+    return Path(text)
 
 
 def run_saturation(args: argparse.Namespace, trace: Trace, cluster: Cluster) -> int:
