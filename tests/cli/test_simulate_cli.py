@@ -89,6 +89,29 @@ def test_json_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert data["results"][0]["jobs_submitted"] == 40
 
 
+def test_a_policy_whose_run_aborts_loses_not_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One policy's run ending in a SimulationError took every other policy's figures with
+    it: the run stopped there, with no table and no JSON. The others are shown and written,
+    and the error says which policy failed, why, and which figures are there."""
+    import aisched.sim.engine as engine_mod
+
+    # las preempts: a cycle that evicts is followed by another at the same instant, which
+    # this guard, lowered to one, reads as a policy undoing its own decisions.
+    monkeypatch.setattr(engine_mod, "_MAX_CYCLES_AT_ONE_INSTANT", 1)
+    path = tmp_path / "run.json"
+    assert main([*SMALL, "--policy", "fifo,las,sjf", "--json", str(path)]) == 1
+    out = capsys.readouterr()
+    assert out.err.startswith("error: policy las: t=")
+    assert out.err.endswith("; the figures above are of fifo, sjf\n")
+    header = next(line for line in out.out.splitlines() if "metric" in line)
+    assert "fifo" in header and "sjf" in header and "las" not in header
+    data = json.loads(path.read_text())
+    assert [r["policy"] for r in data["results"]] == ["fifo", "sjf"]
+    assert [f["policy"] for f in data["failed"]] == ["las"]
+
+
 def test_bad_policy_exits_2_with_one_error_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*SMALL, "--policy", "fifo,nonsense"]) == 2
     err = capsys.readouterr().err

@@ -271,6 +271,9 @@ def run(args: argparse.Namespace) -> int:
         out = Console(width=max(100, 36 + 14 * len(policies)))
     show_progress = not args.no_progress and sys.stderr.isatty()
     results: list[PolicyMetrics] = []
+    # A policy whose run aborts (a SimulationError) is said at the end; the others still run
+    # and are shown, rather than lost with it.
+    failed: list[tuple[str, str]] = []
     with ExitStack() as stack:
         bar: Progress | None = None
         if show_progress:
@@ -297,10 +300,13 @@ def run(args: argparse.Namespace) -> int:
                     queues=queues,
                 )
             except SimulationError as e:
-                raise CLIError(f"policy {policy.name}: {e}", EXIT_FAILURE) from None
+                failed.append((policy.name, str(e)))
+                continue
             results.append(compute_metrics(result))
             if series is not None:
                 series.append(compute_series(result))
+    if not results:
+        raise CLIError(_failures(failed), EXIT_FAILURE)
 
     gpus = cluster.total_gpus
     out.print(
@@ -330,6 +336,8 @@ def run(args: argparse.Namespace) -> int:
         "config": dataclasses.asdict(config),
         "estimator": args.estimator,
     }
+    if failed:
+        meta["failed"] = [{"policy": name, "error": said} for name, said in failed]
     if args.json is not None:
         try:
             write_json(args.json, results, meta)
@@ -341,7 +349,14 @@ def run(args: argparse.Namespace) -> int:
         except OSError as e:
             raise CLIError(f"--report: cannot write {args.report}: {e.strerror or e}") from None
         out.print(plain(f"report: {page}"), soft_wrap=True)  # a path to copy, never broken
+    if failed:
+        done = ", ".join(m.policy for m in results)
+        raise CLIError(f"{_failures(failed)}; the figures above are of {done}", EXIT_FAILURE)
     return 0
+
+
+def _failures(failed: list[tuple[str, str]]) -> str:
+    return "; ".join(f"policy {name}: {said}" for name, said in failed)
 
 
 def load_trace(
