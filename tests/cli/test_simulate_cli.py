@@ -364,7 +364,19 @@ def test_json_makes_its_folder_and_refuses_a_folder_for_its_file(
 
 @pytest.mark.parametrize(
     "flag",
-    [["--report", "r"], ["--eta"], ["--one-queue"], ["--max-time", "5"], ["--policy", "las"]],
+    [
+        ["--report", "r"],
+        ["--eta"],
+        ["--one-queue"],
+        ["--max-time", "5"],
+        ["--policy", "las"],
+        # Ignored without a word too: fifo was taken for "not given".
+        ["--policy", "fifo"],
+        ["--estimator", "oracle"],
+        ["--interval", "5"],
+        ["--checkpoint-interval", "3600"],
+        ["--restart-cost", "60"],
+    ],
 )
 def test_saturate_refuses_the_flags_of_a_replay_in_time(
     flag: list[str], capsys: pytest.CaptureFixture[str]
@@ -372,6 +384,75 @@ def test_saturate_refuses_the_flags_of_a_replay_in_time(
     # Each was ignored without a word.
     assert main(["simulate", "--jobs", "20", "--saturate", "--no-progress", *flag]) == 2
     assert capsys.readouterr().err.startswith(f"error: {flag[0]} goes with replaying time")
+
+
+@pytest.mark.parametrize(
+    ("flag", "said"),
+    [
+        (["--jobs", "5"], "--jobs goes with --trace synthetic; to replay the first N jobs of"),
+        (["--seed", "5"], "--seed goes with --trace synthetic; a trace is replayed as it is"),
+    ],
+)
+def test_the_synthetic_traces_flags_are_refused_with_a_trace_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: list[str], said: str
+) -> None:
+    """--jobs and --seed were ignored without a word for any trace but the synthetic one."""
+    trace = tmp_path / "philly.csv"
+    trace.write_text(
+        "timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:00:00,20.0,1,20.0,bb\n"
+    )
+    argv = ["simulate", "--trace", str(trace), "--cluster", "small", "--no-progress", *flag]
+    assert main(argv) == 2
+    out = capsys.readouterr()
+    assert out.err.startswith(f"error: {said}") and out.out == ""
+
+
+@pytest.mark.parametrize(
+    ("rows", "extra", "why"),
+    [
+        ("", [], "the trace holds none"),
+        ("2017-10-09 07:00:00,20.0,0,0.0,bb\n", ["--skip-invalid"], "--skip-invalid left out"),
+    ],
+)
+def test_a_trace_of_no_job_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], rows: str, extra: list[str], why: str
+) -> None:
+    """A header and no rows ran a replay of nothing and printed its empty tables."""
+    trace = tmp_path / "philly.csv"
+    trace.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n" + rows)
+    argv = ["simulate", "--trace", str(trace), "--cluster", "small", "--no-progress", *extra]
+    assert main(argv) == 2
+    out = capsys.readouterr()
+    assert f"error: --trace {trace}: no job to replay ({why}" in out.err
+    assert out.out == ""
+
+
+def test_no_synthetic_job_is_refused_by_its_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["simulate", "--jobs", "0", "--no-progress"])
+    assert done.value.code == 2
+    assert "argument --jobs: 0: from 1 to 1,000,000,000" in capsys.readouterr().err
+
+
+def test_gpu_speeds_of_a_model_given_twice_are_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """T4=0.5,T4=2 ran with 2 without a word."""
+    assert main([*SMALL, "--gpu-speeds", "T4=0.5,T4=2"]) == 2
+    assert capsys.readouterr().err == "error: --gpu-speeds: T4 is given twice (0.5 and 2)\n"
+
+
+def test_gpu_speeds_of_a_model_the_cluster_lacks_are_warned_about(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Models match exactly: t4=0.5 (wrong case) changed nothing, without a word."""
+    assert main([*SMALL, "--cluster", "small", "--gpu-speeds", "t4=0.5,A100=2"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "warning: --gpu-speeds: no node of the cluster has a GPU of model 't4', so its speed "
+        "is not used (the cluster's models: "
+    )
+    assert len(err.splitlines()) == 1  # A100 is the small cluster's model
 
 
 def test_a_limit_of_no_job_is_refused_by_its_flag(capsys: pytest.CaptureFixture[str]) -> None:

@@ -50,6 +50,7 @@ from aisched.spec.errors import SpecError
 from aisched.spec.policy import load_policy
 
 TRACE_CHOICES = ("philly", "openb", "openb:VARIANT", "synthetic", "PATH")
+SYNTHETIC_JOBS = 500  # --jobs' default
 # The built-in cluster each built-in trace is replayed on when it brings none of its own.
 DEFAULT_CLUSTER = {"philly": "philly", "synthetic": "small"}
 _DEFAULTS = SimConfig()
@@ -75,8 +76,8 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--policy",
-        default="fifo",
-        help=f"comma-separated presets or policy YAML files; presets: {', '.join(PRESETS)}",
+        help="comma-separated presets or policy YAML files (default: fifo); presets: "
+        f"{', '.join(PRESETS)}",
     )
     p.add_argument("--limit", type=whole(1, 10**9), help="replay only the first N jobs by arrival")
     p.add_argument(
@@ -99,37 +100,39 @@ def register(sub: Any) -> None:
         "as aisched up reads it: guarantee, limit, borrowing, user_limit); every queue the "
         "trace's jobs name must be in it (default: one flat queue per Philly VC; openb: one queue)",
     )
-    p.add_argument("--jobs", type=int, default=500, help="synthetic trace: number of jobs")
-    p.add_argument("--seed", type=int, default=0, help="synthetic trace: random seed")
+    p.add_argument(
+        "--jobs",
+        type=whole(1, 10**9),
+        help=f"synthetic trace: number of jobs (default: {SYNTHETIC_JOBS})",
+    )
+    p.add_argument("--seed", type=int, help="synthetic trace: random seed (default: 0)")
     p.add_argument(
         "--checkpoint-interval",
         type=float,
-        default=_DEFAULTS.checkpoint_interval_s,
         metavar="S",
-        help="seconds between checkpoints of a job that sets none (default: %(default)s)",
+        help="seconds between checkpoints of a job that sets none "
+        f"(default: {_DEFAULTS.checkpoint_interval_s:g})",
     )
     p.add_argument(
         "--restart-cost",
         type=float,
-        default=_DEFAULTS.restart_cost_s,
         metavar="S",
-        help="seconds a restarted job spends restoring (default: %(default)s)",
+        help=f"seconds a restarted job spends restoring (default: {_DEFAULTS.restart_cost_s:g})",
     )
     p.add_argument(
         "--interval",
         type=float,
-        default=_DEFAULTS.cycle_interval_s,
         metavar="S",
-        help="scheduling period; 0 runs a cycle at every event (default: %(default)s)",
+        help="scheduling period; 0 runs a cycle at every event "
+        f"(default: {_DEFAULTS.cycle_interval_s:g})",
     )
     p.add_argument(
         "--estimator",
         choices=ESTIMATORS,
-        default="auto",
         help="runtime estimates given to the scheduler: the learned predictor (predict), the "
         "true durations (oracle), the jobs' own (own); auto: oracle for *-oracle policies, "
         "own for policies that read no estimate (fifo, las, ...), predict for the rest "
-        "(default: %(default)s)",
+        "(default: auto)",
     )
     p.add_argument(
         "--eta",
@@ -185,8 +188,21 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.trace != "synthetic":
+        # Each was ignored without a word: a trace is replayed as it is.
+        if args.jobs is not None:
+            raise CLIError(
+                "--jobs goes with --trace synthetic; to replay the first N jobs of a trace, "
+                "use --limit N"
+            )
+        if args.seed is not None:
+            raise CLIError("--seed goes with --trace synthetic; a trace is replayed as it is")
     trace, kind = load_trace(
-        args.trace, limit=args.limit, jobs=args.jobs, seed=args.seed, skip=args.skip_invalid
+        args.trace,
+        limit=args.limit,
+        jobs=SYNTHETIC_JOBS if args.jobs is None else args.jobs,
+        seed=args.seed or 0,
+        skip=args.skip_invalid,
     )
     if trace.skipped:
         # On stderr, before any simulation: what was left out, and the first reason why.
@@ -197,6 +213,10 @@ def run(args: argparse.Namespace) -> int:
             ),
             soft_wrap=True,
         )
+    if not trace.jobs:
+        # A header and no rows (or none usable) ran, and printed a table of nothing.
+        why = "--skip-invalid left out every row" if trace.skipped else "the trace holds none"
+        raise CLIError(f"--trace {args.trace}: no job to replay ({why})")
     cluster = choose_cluster(args.cluster, trace, kind)
     if args.pools_at_max:
         if not cluster.node_pools:
@@ -220,7 +240,11 @@ def run(args: argparse.Namespace) -> int:
             ("--one-queue", args.one_queue),
             ("--max-time", args.max_time is not None),
             ("--gpu-speeds", args.gpu_speeds is not None),
-            ("--policy", args.policy != "fifo"),
+            ("--policy", args.policy is not None),
+            ("--estimator", args.estimator is not None),
+            ("--interval", args.interval is not None),
+            ("--checkpoint-interval", args.checkpoint_interval is not None),
+            ("--restart-cost", args.restart_cost is not None),
         ):
             if given:
                 raise CLIError(
@@ -238,23 +262,24 @@ def run(args: argparse.Namespace) -> int:
     if args.one_queue:
         trace = one_queue(trace)
     queues = load_queues(args.queues, trace)
-    policies = load_policies(args.policy)
+    policies = load_policies(args.policy or "fifo")
     if args.eta:
         policies = [with_eta(p) for p in policies]
     try:
         config = SimConfig(
-            checkpoint_interval_s=args.checkpoint_interval,
-            restart_cost_s=args.restart_cost,
-            cycle_interval_s=args.interval,
+            checkpoint_interval_s=_or(args.checkpoint_interval, _DEFAULTS.checkpoint_interval_s),
+            restart_cost_s=_or(args.restart_cost, _DEFAULTS.restart_cost_s),
+            cycle_interval_s=_or(args.interval, _DEFAULTS.cycle_interval_s),
             validate=args.validate,
             max_time_s=args.max_time,
-            gpu_speeds=parse_gpu_speeds(args.gpu_speeds),
+            gpu_speeds=parse_gpu_speeds(args.gpu_speeds, cluster),
         )
     except ValueError as e:
         said = str(e)
         for field, flag in _FLAGS_OF_FIELDS:  # the flag the user gave, not the field's name
             said = said.replace(field, flag)
         raise CLIError(said) from None
+    estimator = args.estimator or "auto"
     series: list[PolicySeries] | None = None
     if args.report is not None:
         try:
@@ -296,7 +321,7 @@ def run(args: argparse.Namespace) -> int:
                     policy,
                     config,
                     callback,
-                    estimator=estimator_for(policy, args.estimator),
+                    estimator=estimator_for(policy, estimator),
                     queues=queues,
                 )
             except SimulationError as e:
@@ -334,7 +359,7 @@ def run(args: argparse.Namespace) -> int:
             "node_pools": [dataclasses.asdict(p) for p in cluster.node_pools],
         },
         "config": dataclasses.asdict(config),
-        "estimator": args.estimator,
+        "estimator": estimator,
     }
     if failed:
         meta["failed"] = [{"policy": name, "error": said} for name, said in failed]
@@ -520,8 +545,11 @@ def _progress_callback(bar: Progress | None, name: str) -> Callable[[int, int], 
     return update
 
 
-def parse_gpu_speeds(text: str | None) -> GpuSpeeds | None:
-    """`--gpu-speeds`: None, 'default', or MODEL=SPEED pairs separated by commas."""
+def parse_gpu_speeds(text: str | None, cluster: Cluster | None = None) -> GpuSpeeds | None:
+    """`--gpu-speeds`: None, 'default', or MODEL=SPEED pairs separated by commas. A model
+    given twice is refused (the last one won without a word); with `cluster`, a model none of
+    its nodes (nor an autoscaling pool's template) has is warned about on stderr: models are
+    matched exactly, so `t4=0.5` changed nothing on T4 nodes, silently."""
     if text is None:
         return None
     if text.strip() == "default":
@@ -538,8 +566,34 @@ def parse_gpu_speeds(text: str | None) -> GpuSpeeds | None:
                 f"--gpu-speeds: {part!r} is not MODEL=SPEED with a positive speed "
                 "(e.g. V100=1,T4=0.4), nor 'default'"
             )
-        speeds[model.strip()] = speed
+        name = model.strip()
+        if name in speeds:
+            raise CLIError(f"--gpu-speeds: {name} is given twice ({speeds[name]:g} and {speed:g})")
+        speeds[name] = speed
+    if cluster is not None:
+        have = {n.gpu_model for n in cluster.nodes} | {
+            p.template.gpu_model for p in cluster.node_pools
+        }
+        models = sorted(m for m in have if m is not None)
+        for name in speeds:
+            if name not in have:
+                _warn(
+                    f"--gpu-speeds: no node of the cluster has a GPU of model {name!r}, so its "
+                    f"speed is not used (the cluster's models: {', '.join(models) or 'none'})"
+                )
     return GpuSpeeds.of_mapping(speeds)
+
+
+def _warn(message: str) -> None:
+    Console(stderr=True, highlight=False).print(
+        Text.assemble(("warning:", "yellow"), " ", plain(message)), soft_wrap=True
+    )
+
+
+def _or(given: float | None, default: float) -> float:
+    """A flag's value, or its default where it was not given (None: told apart from a value
+    equal to the default, so that --saturate can refuse a flag that was given)."""
+    return default if given is None else given
 
 
 def parse_targets(text: str) -> list[float]:
