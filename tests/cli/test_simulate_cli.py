@@ -230,7 +230,7 @@ def test_saturate_compares_placements(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "GPU unallocated" in out
-    rows = [line for line in out.splitlines() if "100 %" in line]
+    rows = [line for line in out.splitlines() if "100.00 %" in line]  # the demand arrived
     assert "fgd" in rows[0] and "0.00 %" in rows[0] and "-100 %" in rows[0]
     assert "bestfit" in rows[1] and "35.00 %" in rows[1]
     data = json.loads(out_json.read_text())

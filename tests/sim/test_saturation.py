@@ -38,9 +38,18 @@ def test_the_list_is_replayed_until_every_target_is_reached() -> None:
 def test_table_compares_with_bestfit() -> None:
     results = [saturate(SHARES, TWO, preset(p), targets=[1.0]) for p in ("bestfit", "fgd")]
     assert table_rows(results) == [
-        ["bestfit", "100 %", "65.00 %", "35.00 %", "0.7", "—", "0 (0 cores)"],
-        ["fgd", "100 %", "100.00 %", "0.00 %", "0.0", "-100 %", "0 (0 cores)"],
+        ["bestfit", "100.00 %", "65.00 %", "35.00 %", "0.7", "—", "0 (0 cores)"],
+        ["fgd", "100.00 %", "100.00 %", "0.00 %", "0.0", "-100 %", "0 (0 cores)"],
     ]
+
+
+def test_the_table_gives_the_demand_that_arrived_not_the_target() -> None:
+    """Tasks arrive whole, so a target is reached at or past it: 0.5 + 0.3 + 0.5 is 65 % of
+    the two GPUs, and the 0.7 that follows takes the demand to 100 %, past the 90 % target.
+    The column said "90 %" (the target) where the JSON's arrived_gpus said 2.0."""
+    r = saturate(SHARES, TWO, preset("bestfit"), targets=[0.9])
+    assert r.points[0].arrived_gpus == 2.0
+    assert table_rows([r])[0][1] == "100.00 %"
 
 
 def test_failed_cpu_only_tasks_are_counted_beside_the_gpus() -> None:
