@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from aisched.cli.cluster import _amount, _shows_borrowed
+from aisched.cli.cluster import _amount, _cap, _shows_borrowed
 from aisched.model.resources import describe_mib_of
 
 
@@ -21,6 +21,22 @@ from aisched.model.resources import describe_mib_of
 )
 def test_memory_is_said_as_every_size_is(amount: dict[str, float], shown: str) -> None:
     assert _amount(amount) == shown
+
+
+@pytest.mark.parametrize(
+    ("cap", "shown"),
+    [
+        ({"gpus": 0}, "0 GPU"),  # the queue may use no GPU: not "-", which is no limit
+        ({"gpus": 2, "cpus": 0, "mem_gib": 0}, "2 GPU, 0 CPU, 0 MiB"),
+        ({"mem_gib": 64}, "64 GiB"),
+        ({}, "-"),
+        (None, "-"),
+    ],
+)
+def test_a_limit_shows_each_resource_it_caps_a_0_too(
+    cap: dict[str, float] | None, shown: str
+) -> None:
+    assert _cap(cap) == shown
 
 
 @pytest.mark.parametrize(

@@ -125,8 +125,8 @@ def queues_table(queues: list[dict[str, Any]]) -> Table:
             *((plain(q["parent"] or "-"),) if nested else ()),
             *((f"{q['weight']:g}",) if weighted else ()),
             _amount(q["guarantee"]),
-            "-" if q["limit"] is None else _amount(q["limit"]),
-            "-" if q.get("user_limit") is None else _amount(q["user_limit"]),
+            _cap(q["limit"]),
+            _cap(q.get("user_limit")),
             *((str(q.get("max_priority", 0)),) if capped else ()),
             _amount(q["used"]),
             *((_amount(q.get("borrowed") or {}),) if borrowing else ()),
@@ -142,6 +142,19 @@ def _shows_borrowed(queues: list[dict[str, Any]]) -> bool:
     queue has a guarantee to take it back for (a server before it was given says nothing)."""
     guaranteed = any(_amount(q["guarantee"]) != "-" for q in queues)
     return guaranteed and any(_amount(q.get("borrowed") or {}) != "-" for q in queues)
+
+
+def _cap(a: dict[str, float] | None) -> str:
+    """A limit: each resource it caps, a 0 too (the queue may use none of it); "-" where it
+    caps none."""
+    if not a:
+        return "-"
+    parts = [f"{a['gpus']:g} GPU"] if "gpus" in a else []
+    if "cpus" in a:
+        parts.append(f"{a['cpus']:g} CPU")
+    if "mem_gib" in a:
+        parts.append(describe_mib(round(a["mem_gib"] * 1024)))
+    return ", ".join(parts)
 
 
 def _amount(a: dict[str, float]) -> str:

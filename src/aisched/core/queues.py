@@ -1,7 +1,11 @@
 """Queue arithmetic for one cycle: limits, guarantees, borrowing and fair-share keys.
 
-A zero in a queue's `limit` or `guarantee` means that resource is not governed there, so a
-queue can cap GPUs without also naming CPUs and memory.
+A queue's `limit` (and `user_limit`) caps the resources it names (`Queue.limit_caps`), a 0
+among them included: `{gpus: 0}` lets the queue use no GPU. A resource it does not name is not
+governed there, so a queue can cap GPUs without also naming CPUs and memory. A zero in a
+`guarantee` guarantees nothing, so with `borrowing: false` only what the guarantee holds some
+of is capped (`_caps`). A cap is a usage vector with `inf` where it governs nothing
+(`cap_vector`).
 
 A queue is charged for the tasks a job runs, never for more. A job that may start with fewer
 tasks than it asks for (`min_available`, elastic jobs among them) is let in with as many of
@@ -39,7 +43,7 @@ from aisched.core.snapshot import (
 )
 from aisched.model.job import Job
 from aisched.model.queue import Queue, QueueTree
-from aisched.model.resources import Resources
+from aisched.model.resources import Dim, Resources
 
 if TYPE_CHECKING:
     from aisched.core.decisions import TaskBinding
@@ -49,11 +53,33 @@ if TYPE_CHECKING:
 DIM_NAMES = ("CPU", "memory", "GPU")
 
 
-def _over(usage: Usage, cap: Resources) -> int | None:
-    """The first governed dimension where `usage` exceeds `cap`, or None."""
-    capv = usage_vector(cap)
+def cap_vector(cap: Resources, governs: frozenset[Dim]) -> Usage:
+    """`cap` as a usage vector, `inf` on each resource not in `governs`."""
+    amounts = usage_vector(cap)
+    return (
+        amounts[0] if Dim.CPU in governs else math.inf,
+        amounts[1] if Dim.MEMORY in governs else math.inf,
+        amounts[2] if Dim.GPU in governs else math.inf,
+    )
+
+
+def _limit(q: Queue) -> Usage | None:
+    return None if q.limit is None else cap_vector(q.limit, q.limit_caps())
+
+
+def _user_limit(q: Queue) -> Usage | None:
+    return None if q.user_limit is None else cap_vector(q.user_limit, q.user_limit_caps())
+
+
+def _guarantee_cap(q: Queue) -> Usage | None:
+    """What `borrowing: false` keeps the queue within (None when it may borrow)."""
+    return None if q.borrowing else cap_vector(q.guarantee, q.guarantees())
+
+
+def _over(usage: Usage, cap: Usage) -> int | None:
+    """The first dimension where `usage` exceeds `cap` (a `cap_vector`), or None."""
     for i in range(3):
-        if capv[i] > 0 and usage[i] > capv[i]:
+        if usage[i] > cap[i]:
             return i
     return None
 
@@ -64,11 +90,14 @@ def exceeds_limit_alone(session: Session, job: Job) -> str | None:
     req = usage_vector(first_tasks_request(job, job.gang_min))
     for qname in session.queue_path(job.queue):
         q = session.queues.get(qname)
-        if q.limit is not None and (dim := _over(req, q.limit)) is not None:
-            return f"needs more {DIM_NAMES[dim]} than queue {qname}'s limit"
-        if q.user_limit is not None and (dim := _over(req, q.user_limit)) is not None:
-            return f"needs more {DIM_NAMES[dim]} than queue {qname}'s per-user limit"
-        if not q.borrowing and (dim := _over(req, q.guarantee)) is not None:
+        if (cap := _limit(q)) is not None and (dim := _over(req, cap)) is not None:
+            return f"needs more {DIM_NAMES[dim]} than queue {qname}'s limit{_of_none(cap, dim)}"
+        if (cap := _user_limit(q)) is not None and (dim := _over(req, cap)) is not None:
+            return (
+                f"needs more {DIM_NAMES[dim]} than queue {qname}'s per-user limit"
+                f"{_of_none(cap, dim)}"
+            )
+        if (cap := _guarantee_cap(q)) is not None and (dim := _over(req, cap)) is not None:
             return f"needs more {DIM_NAMES[dim]} than queue {qname}'s guarantee (no borrowing)"
     return None
 
@@ -193,17 +222,24 @@ def _blocks(session: Session, job: Job, req: Usage) -> str | None:
     for qname in session.queue_path(job.queue):
         q = session.queues.get(qname)
         after = add_usage(session.usage_of(qname), req)
-        if q.limit is not None and (dim := _over(after, q.limit)) is not None:
-            return f"queue {qname} would exceed its {DIM_NAMES[dim]} limit"
-        if not q.borrowing and (dim := _over(after, q.guarantee)) is not None:
+        if (cap := _limit(q)) is not None and (dim := _over(after, cap)) is not None:
+            return f"queue {qname} would exceed its {DIM_NAMES[dim]} limit{_of_none(cap, dim)}"
+        if (cap := _guarantee_cap(q)) is not None and (dim := _over(after, cap)) is not None:
             return f"queue {qname} would exceed its {DIM_NAMES[dim]} guarantee and may not borrow"
-        if q.user_limit is not None:
+        if (cap := _user_limit(q)) is not None:
             mine = add_usage(_held_by(session.user_usage_of, qname, job), req)
-            if (dim := _over(mine, q.user_limit)) is not None:
+            if (dim := _over(mine, cap)) is not None:
                 return (
                     f"user {job.user} would exceed queue {qname}'s per-user {DIM_NAMES[dim]} limit"
+                    f"{_of_none(cap, dim)}"
                 )
     return None
+
+
+def _of_none(cap: Usage, dim: int) -> str:
+    """What a reason adds where the cap is 0: that the queue may use none of it at all (a
+    limit of 0 is no oversight of ours)."""
+    return f" (0: it may use no {DIM_NAMES[dim]})" if cap[dim] == 0 else ""
 
 
 def first_tasks_request(job: Job, tasks: int) -> Resources:
@@ -230,13 +266,10 @@ def cut_to(job: Job, tasks: int) -> Job:
     return replace(job, groups=tuple(groups), min_available=min(job.gang_min, tasks))
 
 
-def _caps(q: Queue) -> list[Resources]:
-    """What a queue's usage may not go above: its limit, and its guarantee when it may not
-    borrow."""
-    caps = [q.limit] if q.limit is not None else []
-    if not q.borrowing:
-        caps.append(q.guarantee)
-    return caps
+def _caps(q: Queue) -> list[Usage]:
+    """What a queue's usage may not go above (`cap_vector`s): its limit, and its guarantee
+    when it may not borrow."""
+    return [cap for cap in (_limit(q), _guarantee_cap(q)) if cap is not None]
 
 
 def _rooms_left(
@@ -253,11 +286,10 @@ def _rooms_left(
     for qname in path:
         q = queues.get(qname)
         held = [(cap, used(qname)) for cap in _caps(q)]
-        if q.user_limit is not None:
-            held.append((q.user_limit, _held_by(user_used, qname, job)))
-        for cap, u in held:
-            c = usage_vector(cap)
-            rooms.append([c[i] - u[i] if c[i] > 0 else math.inf for i in range(3)])
+        if (cap := _user_limit(q)) is not None:
+            held.append((cap, _held_by(user_used, qname, job)))
+        for c, u in held:
+            rooms.append([c[i] - u[i] for i in range(3)])  # inf where c governs nothing
     return rooms
 
 

@@ -6,13 +6,17 @@ guarantee a queue may borrow idle capacity if `borrowing` is on, and what it bor
 reclaimed. `limit` is a hard ceiling (None: no ceiling).
 `user_limit` is a ceiling per user: what the running jobs of one user in the queue (and the
 queues under it) may hold together, as Slurm's QOS MaxTRESPerUser (None: no ceiling).
+
+A limit caps the resources it names and no other: `{gpus: 0}` keeps a queue off GPUs and
+leaves its CPUs and memory free. `Resources` cannot tell a 0 named from one left out, so the
+resources named are kept beside it (`limit_named`); a guarantee guarantees what is above 0 in it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from aisched.model.resources import Resources
+from aisched.model.resources import Dim, Resources
 
 ROOT_QUEUE = "root"
 TOPS = (None, ROOT_QUEUE)  # the parent of a top-level queue, unnamed or named
@@ -28,6 +32,22 @@ class Queue:
     limit: Resources | None = None
     borrowing: bool = True
     user_limit: Resources | None = None
+    # The resources `limit` and `user_limit` name, a 0 among them (none of it may be used).
+    # None: those above 0 in it, for a queue built in code (`Resources` has no "not named").
+    limit_named: frozenset[Dim] | None = None
+    user_limit_named: frozenset[Dim] | None = None
+
+    def limit_caps(self) -> frozenset[Dim]:
+        """The resources `limit` caps (none without one)."""
+        return _named(self.limit, self.limit_named)
+
+    def user_limit_caps(self) -> frozenset[Dim]:
+        """The resources `user_limit` caps (none without one)."""
+        return _named(self.user_limit, self.user_limit_named)
+
+    def guarantees(self) -> frozenset[Dim]:
+        """The resources `guarantee` holds some of (with `borrowing: false`, its caps)."""
+        return _named(self.guarantee, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +128,15 @@ class QueueTree:
     def children(self, name: str | None) -> tuple[Queue, ...]:
         parent = name or ROOT_QUEUE
         return tuple(q for q in self.queues if (q.parent or ROOT_QUEUE) == parent)
+
+
+def _named(cap: Resources | None, named: frozenset[Dim] | None) -> frozenset[Dim]:
+    """The resources `cap` governs: those `named`, else those above 0 in it."""
+    if cap is None:
+        return frozenset()
+    if named is not None:
+        return named
+    return frozenset(d for d in Dim if cap.per_dim()[d] > 0)
 
 
 def _unlimited(q: Queue) -> bool:

@@ -8,6 +8,7 @@ of one device (1000 = whole) and is only meaningful on a task that asks for at m
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import IntEnum
 
 GPU_MILLI_WHOLE = 1000
 _LARGER_UNITS = ((1024**3, "PiB"), (1024**2, "TiB"), (1024, "GiB"))  # in MiB, largest first
@@ -39,6 +40,16 @@ def describe_bytes(n: int) -> str:
     """A size in bytes for people, as `describe_mib` writes sizes (`80 GiB`, `4886 MiB`): in
     whole MiB, rounded down, so that a measured free space is never overstated."""
     return describe_mib(max(n, 0) >> 20)
+
+
+class Dim(IntEnum):
+    """The resources a queue's caps and usage are counted in, each by its index in
+    `Resources.per_dim` (and in the core's usage vectors): CPU in milli-CPU, memory in MiB,
+    GPU in milli-GPU (whole devices and shares together)."""
+
+    CPU = 0
+    MEMORY = 1
+    GPU = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +113,10 @@ class Resources:
     def gpu_equivalent_milli(self) -> int:
         """GPU demand in milli-GPUs, whole devices and shares together (for accounting)."""
         return self.gpu * GPU_MILLI_WHOLE + self.gpu_milli
+
+    def per_dim(self) -> tuple[int, int, int]:
+        """The quantities counted per `Dim`, in its order."""
+        return (self.milli_cpu, self.mem_mib, self.gpu_equivalent_milli)
 
     def describe(self) -> str:
         """Short human form, e.g. `8 GPU, 24 CPU, 96 GiB memory`."""

@@ -30,7 +30,7 @@ from sqlalchemy.exc import ArgumentError
 
 from aisched.core.policy import Policy, PolicyError, build_policy
 from aisched.model.queue import DEFAULT_QUEUE, Queue, QueueTree
-from aisched.model.resources import Resources
+from aisched.model.resources import Dim, Resources
 from aisched.service.defaults import DEFAULT_PORT, default_home, default_socket
 from aisched.service.ratelimit import Budget
 from aisched.spec.errors import (
@@ -119,6 +119,12 @@ class AmountModel(_Model):
         if v is not None:
             to_mem_mib(v)  # its own words: the key is named by the caller
         return v
+
+    def named(self) -> frozenset[Dim]:
+        """The resources written in it, a 0 among them: those a limit caps."""
+        keys = {"cpus": Dim.CPU, "mem": Dim.MEMORY, "gpus": Dim.GPU}
+        given = self.model_fields_set - ({"mem"} if self.mem is None else set())
+        return frozenset(keys[k] for k in given if k in keys)
 
 
 class QueueModel(_Model):
@@ -587,6 +593,8 @@ class ServiceConfig(_Model):
                         limit=None if q.limit is None else q.limit.to_resources(),
                         borrowing=q.borrowing,
                         user_limit=None if q.user_limit is None else q.user_limit.to_resources(),
+                        limit_named=None if q.limit is None else q.limit.named(),
+                        user_limit_named=None if q.user_limit is None else q.user_limit.named(),
                     )
                     for q in self.queues
                 )

@@ -37,7 +37,8 @@ from starlette.exceptions import HTTPException
 from aisched import __version__
 from aisched.core.queues import borrowed_usage
 from aisched.core.session import usage_along_paths, usage_vector
-from aisched.model.resources import Resources
+from aisched.model.queue import Queue
+from aisched.model.resources import Dim
 from aisched.model.states import JobState
 from aisched.service import tokens
 from aisched.service.app import Service
@@ -219,7 +220,12 @@ def queues_section(
             # The only top-level queue owns the whole cluster (nothing it uses is borrowed,
             # `borrowed_usage`): its guarantee mark stands at the cluster's GPUs.
             guarantee_gpus = max(guarantee_gpus, capacity_gpus)
-        limit_gpus = None if q.limit is None else q.limit.gpu + q.limit.gpu_milli / 1000
+        # None where the limit does not cap GPUs; 0 where it keeps the queue off them.
+        limit_gpus = (
+            None
+            if q.limit is None or Dim.GPU not in q.limit_caps()
+            else (q.limit.gpu + q.limit.gpu_milli / 1000)
+        )
         pending, running = per_queue.get(q.name, (0, 0))
         out.append(
             {
@@ -237,27 +243,31 @@ def queues_section(
                 "pending": pending,
                 "running": running,
                 "max_priority": max_priority(sched.queues.path(q.name)),
-                **_per_user(q.user_limit, holdings.get(q.name, [])),
+                **_per_user(q, holdings.get(q.name, [])),
             }
         )
     return out
 
 
-def _per_user(limit: Resources | None, held: list[UserHolding]) -> dict[str, Any]:
+def _per_user(q: Queue, held: list[UserHolding]) -> dict[str, Any]:
     """A queue's `user_limit` (the resources it caps, in GPUs, CPUs and GiB; None without one)
     and, per user with running jobs under it (bounded, `user_limits.USERS_SHOWN`), what they
     hold of each of those resources and whether they are at the limit on one of them (their
     next job there waits)."""
+    limit = q.user_limit
     if limit is None:
         return {"user_limit": None, "users": []}
-    resources = governed(limit)
+    resources = governed(q.user_limit_caps())
     cap = usage_vector(limit)
     users = []
     for h in held:
         row: dict[str, Any] = {"user": h.user, "others": h.user == OTHERS}
         for _, key, i in resources:
             row[key] = in_unit(h.usage[i], i, metric=False)
-        row["at_limit"] = not row["others"] and any(h.usage[i] >= cap[i] for _, _, i in resources)
+        # A cap of 0 is a ban, refused at submission, not a share a user's jobs fill up.
+        row["at_limit"] = not row["others"] and any(
+            0 < cap[i] <= h.usage[i] for _, _, i in resources
+        )
         users.append(row)
     return {
         "user_limit": {key: in_unit(cap[i], i, metric=False) for _, key, i in resources},

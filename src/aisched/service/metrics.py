@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector
 from aisched import __version__
 from aisched.core.cycle import CycleResult
 from aisched.core.session import usage_vector
+from aisched.model.resources import Dim
 from aisched.service.loop import Scheduler
 from aisched.service.user_limits import (
     OTHERS,
@@ -163,7 +164,7 @@ class _SchedulerCollector(Collector):
         for q in s.queues.queues:
             allocated.add_metric([q.name], used.get(q.name, 0.0))
             guaranteed.add_metric([q.name], q.guarantee.gpu + q.guarantee.gpu_milli / 1000)
-            if q.limit is not None:
+            if q.limit is not None and Dim.GPU in q.limit_caps():  # 0: it may use no GPU
                 limit.add_metric([q.name], q.limit.gpu + q.limit.gpu_milli / 1000)
         yield allocated
         yield guaranteed
@@ -194,7 +195,7 @@ class _SchedulerCollector(Collector):
         for q in s.queues.queues:
             if q.user_limit is None:
                 continue
-            resources = governed(q.user_limit)
+            resources = governed(q.user_limit_caps())
             cap = usage_vector(q.user_limit)
             for name, _, i in resources:
                 limit.add_metric([q.name, name], in_unit(cap[i], i, metric=True))

@@ -219,9 +219,11 @@ class QueueOut(BaseModel):
     parent: str | None
     weight: float
     guarantee: dict[str, float]
+    # A limit lists only the resources it caps (`{"gpus": 0}`: the queue may use no GPU); a
+    # resource left out is not capped. None: no limit.
     limit: dict[str, float] | None
     borrowing: bool
-    user_limit: dict[str, float] | None = None
+    user_limit: dict[str, float] | None = None  # as `limit`, per user
     # The highest priority a user who is no admin may ask for here: the nearest `max_priority`
     # set on it or above it, else 0.
     max_priority: int = 0

@@ -3,8 +3,8 @@ the metrics (the read side of the cap that `core/queues.py` enforces).
 
 A user limit counts the user's jobs in the queue and in every queue under it, as the core
 does (`limited_user_usage`), so the figures here are the ones a waiting job is judged by. Only
-the resources a limit governs (non-zero in it) are reported: a resource it does not name is
-not capped, and a ratio to it would mean nothing.
+the resources a limit governs (those it names, `Queue.user_limit_caps`, a 0 among them) are
+reported: a resource it does not name is not capped, and a ratio to it would mean nothing.
 
 The users shown per queue are bounded (`USERS_SHOWN`, those holding the most), the rest summed
 under `OTHERS`, which is no user's name: a queue shared by thousands of users gives a page
@@ -23,11 +23,11 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from aisched.core.session import limited_user_usage, usage_vector
+from aisched.core.session import limited_user_usage
 from aisched.core.snapshot import ZERO, Usage, add_usage
 from aisched.model.job import split_account
 from aisched.model.queue import QueueTree
-from aisched.model.resources import Resources
+from aisched.model.resources import Dim
 from aisched.service.identity import local_uid
 
 # Per queue: the users holding the most; at most (queues with a user limit) x (this + 1)
@@ -51,10 +51,9 @@ class UserHolding:
     usage: Usage
 
 
-def governed(limit: Resources) -> list[tuple[str, str, int]]:
-    """The entries of `RESOURCES` that `limit` caps (non-zero), in that order."""
-    capped = usage_vector(limit)
-    return [r for r in RESOURCES if capped[r[2]] > 0]
+def governed(caps: frozenset[Dim]) -> list[tuple[str, str, int]]:
+    """The entries of `RESOURCES` among `caps` (what a limit names), in that order."""
+    return [r for r in RESOURCES if Dim(r[2]) in caps]
 
 
 def in_unit(value: float, index: int, metric: bool) -> float:

@@ -4,7 +4,8 @@ the dashboard and the metrics show it, bounded per queue."""
 from __future__ import annotations
 
 from aisched.model.queue import Queue, QueueTree
-from aisched.model.resources import Resources
+from aisched.model.resources import Dim, Resources
+from aisched.service.dashboard import _per_user
 from aisched.service.user_limits import OTHERS, UserHolding, user_holdings
 
 QUEUES = QueueTree(
@@ -56,3 +57,17 @@ def test_two_accounts_of_one_name_are_two_rows_that_say_which_is_the_former() ->
         UserHolding("ann (former account, uid 1005)", gpus(2)),
         UserHolding("ann (uid 1105)", gpus(1)),
     ]
+
+
+def test_a_per_user_limit_of_0_is_shown_as_0_and_is_no_share_to_fill() -> None:
+    # `user_limit: {gpus: 0, cpus: 8}`: its GPUs shown at 0 (not left out, which is no cap),
+    # and a user with CPU jobs there is not at the limit for holding no GPU.
+    q = Queue(
+        "team", user_limit=Resources(milli_cpu=8000), user_limit_named=frozenset({Dim.GPU, Dim.CPU})
+    )
+    shown = _per_user(q, [UserHolding("ann", (2000.0, 1024.0, 0.0))])
+    assert shown == {
+        "user_limit": {"gpus": 0.0, "cpus": 8.0},
+        "users": [{"user": "ann", "others": False, "gpus": 0.0, "cpus": 2.0, "at_limit": False}],
+    }
+    assert _per_user(q, [UserHolding("bo", (8000.0, 0.0, 0.0))])["users"][0]["at_limit"]

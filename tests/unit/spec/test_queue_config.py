@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from aisched.model.resources import Resources
+from aisched.model.resources import Dim, Resources
 from aisched.service.config import load_config
 from aisched.spec import SpecError
 
@@ -40,3 +40,15 @@ def test_a_bad_user_limit_is_refused_naming_the_field(
     with pytest.raises(SpecError) as err:
         load_config(path)
     assert message in str(err.value)
+
+
+def test_a_limit_caps_the_resources_it_names_a_0_among_them(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        "queues:\n  - name: cpu-only\n    limit: {gpus: 0}\n"
+        "  - name: team\n    limit: {gpus: 4, mem: 64G}\n    user_limit: {cpus: 0}\n"
+    )
+    tree = load_config(path).queue_tree()
+    assert tree.get("cpu-only").limit_caps() == frozenset({Dim.GPU})
+    assert tree.get("team").limit_caps() == frozenset({Dim.GPU, Dim.MEMORY})
+    assert tree.get("team").user_limit_caps() == frozenset({Dim.CPU})

@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from aisched.core.queues import borrowed_usage
 from aisched.core.session import usage_along_paths
 from aisched.core.snapshot import ZERO, Usage
+from aisched.model.resources import Dim, Resources
 from aisched.service.app import Service
 from aisched.service.auth import CallerDep
 from aisched.service.schemas import GPUOut, NodeList, NodeOut, QueueList, QueueOut
@@ -89,9 +90,11 @@ def cluster_router(svc: Service) -> APIRouter:
                     parent=q.parent,
                     weight=q.weight,
                     guarantee=_amount(q.guarantee),
-                    limit=None if q.limit is None else _amount(q.limit),
+                    limit=None if q.limit is None else _cap(q.limit, q.limit_caps()),
                     borrowing=q.borrowing,
-                    user_limit=None if q.user_limit is None else _amount(q.user_limit),
+                    user_limit=(
+                        None if q.user_limit is None else _cap(q.user_limit, q.user_limit_caps())
+                    ),
                     max_priority=svc.config.max_priority(sched.queues.path(q.name)),
                     used=_usage(u),
                     borrowed=_usage(b),
@@ -106,6 +109,13 @@ def cluster_router(svc: Service) -> APIRouter:
 
 def _usage(u: Usage) -> dict[str, float]:
     return {"cpus": u[0] / 1000, "mem_gib": u[1] / 1024, "gpus": u[2] / 1000}
+
+
+def _cap(r: Resources, caps: frozenset[Dim]) -> dict[str, float]:
+    """A limit as `_amount` writes it, with only the resources it caps (a 0 among them: none
+    of that may be used); those it leaves out are not capped."""
+    keys = {Dim.CPU: "cpus", Dim.MEMORY: "mem_gib", Dim.GPU: "gpus"}
+    return {k: v for k, v in _amount(r).items() if any(keys[d] == k for d in caps)}
 
 
 def _amount(r: Any) -> dict[str, float]:

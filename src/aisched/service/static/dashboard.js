@@ -162,8 +162,9 @@ function userLimitText(limit) {
 }
 
 function userBar(u, limit) {
-  // The user's share of the limit on its tightest resource; full at the limit.
-  const share = Math.min(Math.max(...USER_UNITS.filter(([k]) => k in limit).map(([k]) => u[k] / limit[k]), 0), 1);
+  // The user's share of the limit on its tightest resource; full at the limit. A limit of 0
+  // bans the resource (such jobs are refused at submission): no share of it is held.
+  const share = Math.min(Math.max(...USER_UNITS.filter(([k]) => k in limit).map(([k]) => (limit[k] > 0 ? u[k] / limit[k] : 0)), 0), 1);
   const bar = el("div", { class: "qbar" });
   bar.append(el("span", { class: u.at_limit ? "borrowed" : "used", style: `left:0;width:${100 * share}%` }));
   return bar;
