@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import Service, local_service
+from harness import Service, local_service, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 CONFIG = """
@@ -48,3 +48,14 @@ def test_a_queue_limited_to_0_gpus_runs_cpu_jobs_and_refuses_gpu_jobs(service: S
         if f.name == "aisched_queue_limit_gpus"
     }
     assert limits == {"cpu-only": 0}
+
+
+def test_guarantees_beyond_the_cluster_start_with_a_warning(tmp_path: Path) -> None:
+    config = "queues:\n  - {name: a, guarantee: {gpus: 3}}\n  - {name: b, guarantee: {gpus: 2}}\n"
+    with local_service(tmp_path, config=config) as svc:
+        said = (
+            "WARNING aisched.service: queues: the top-level queues' guarantees add up to 5 GPU, "
+            "more than the cluster's 4 now: reclaim cannot give every queue its guarantee at once"
+        )
+        wait_for("the warning in the service's log", lambda: said in svc.log.read_text())
+        assert svc.cli_json("queues")["queues"][0]["guarantee"]["gpus"] == 3  # it runs

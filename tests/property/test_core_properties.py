@@ -57,7 +57,7 @@ from aisched.core.status import StatusCode
 from aisched.model.cluster import Cluster, TopologyLevel
 from aisched.model.job import Job, TopologyMode
 from aisched.model.queue import Queue, QueueTree
-from aisched.model.resources import GPU_MILLI_WHOLE, Resources
+from aisched.model.resources import GPU_MILLI_WHOLE, Dim, Resources
 from aisched.testing import cluster, job, node
 
 POLICIES = (
@@ -127,7 +127,10 @@ _CLUSTER = st.tuples(st.integers(1, 2), st.integers(1, 3), st.sampled_from(tuple
 
 _QUEUE = packed(
     guarantee=(Resources(), Resources(gpu=2), Resources(gpu=8), Resources(milli_cpu=16_000)),
-    limit=(None, None, None, Resources(gpu=4), Resources(gpu=16)),
+    limit=(None, None, None, Resources(gpu=4), Resources(gpu=16), Resources()),
+    # The resources a limit names: None, those above 0 in it; GPU, a limit of `{gpus: 0}`
+    # keeps the queue off GPUs (with `Resources()`).
+    limit_named=(None, None, frozenset({Dim.GPU})),
     borrowing=(True, True, True, False),
 )
 _QUEUES = st.tuples(st.lists(_QUEUE, min_size=1, max_size=3), st.booleans())
@@ -196,13 +199,23 @@ def clusters(draw: st.DrawFn) -> Cluster:
     return cluster(*nodes)
 
 
+def accepted(f: dict[str, Any]) -> dict[str, Any]:
+    """A queue's fields as a tree accepts them: one that may not borrow without a guarantee
+    borrows, and a limit below the guarantee on GPUs is raised to it."""
+    guarantee, limit = f["guarantee"], f["limit"]
+    borrowing = f["borrowing"] or guarantee.is_zero()
+    if limit is not None and limit.gpu < guarantee.gpu:
+        limit = replace(limit, gpu=guarantee.gpu)
+    return {**f, "borrowing": borrowing, "limit": limit}
+
+
 @st.composite
 def queue_trees(draw: st.DrawFn) -> QueueTree:
     specs, nested = draw(_QUEUES)
     return QueueTree(
         tuple(
             # The third queue may sit below the second, to exercise hierarchical usage.
-            Queue(f"q{i}", parent="q1" if i == 2 and nested else "root", **f)
+            Queue(f"q{i}", parent="q1" if i == 2 and nested else "root", **accepted(f))
             for i, f in enumerate(specs)
         )
     )
@@ -358,6 +371,19 @@ def governed(r: Resources) -> np.ndarray:
     return np.array([r.milli_cpu, r.mem_mib, r.gpu_equivalent_milli], dtype=np.int64)
 
 
+def caps_of(q: Queue) -> list[np.ndarray]:
+    """What `q`'s usage may not go above, as `governed` vectors with -1 where nothing is
+    capped: its limit on the resources it names (a 0 among them), and its guarantee on those
+    it guarantees some of when it may not borrow."""
+    caps = [(q.limit, q.limit_caps())] if q.limit is not None else []
+    if not q.borrowing:
+        caps.append((q.guarantee, q.guarantees()))
+    return [
+        np.array([v if Dim(i) in dims else -1 for i, v in enumerate(cap.per_dim())])
+        for cap, dims in caps
+    ]
+
+
 # --------------------------------------------------------------------------------------------
 # Properties
 # --------------------------------------------------------------------------------------------
@@ -390,12 +416,8 @@ def check_never_over_allocates(scn: Scenario, result: CycleResult) -> None:
             per_queue[q] = per_queue.get(q, np.zeros(3, dtype=np.int64)) + usage(r.tasks)
     for q in scn.queues.queues:
         used = per_queue.get(q.name, np.zeros(3, dtype=np.int64))
-        caps = [q.limit] if q.limit is not None else []
-        if not q.borrowing:
-            caps.append(q.guarantee)
-        for cap in caps:
-            c = governed(cap)
-            assert np.all((c == 0) | (used <= c)), (q.name, used, cap)
+        for c in caps_of(q):
+            assert np.all((c < 0) | (used <= c)), (q.name, used, c)
 
 
 def check_gangs_get_all_their_tasks_or_none(scn: Scenario, result: CycleResult) -> None:
@@ -728,14 +750,11 @@ def fits_alone(scn: Scenario, pj: PendingJob, policy: str) -> bool:
     j, tree = pj.job, scn.queues
     if not tree.has(j.queue):
         return False
-    caps = []
-    for name in tree.path(j.queue):
-        q = tree.get(name)
-        caps += ([q.limit] if q.limit is not None else []) + ([] if q.borrowing else [q.guarantee])
+    caps = [c for name in tree.path(j.queue) for c in caps_of(tree.get(name))]
     for tasks in range(j.num_tasks, j.gang_min - 1, -1):
         first = first_tasks(j, tasks)
         need = governed(first.total_request)
-        if not any(np.any((governed(c) > 0) & (need > governed(c))) for c in caps):
+        if not any(np.any((c >= 0) & (need > c)) for c in caps):
             session = Session(snapshot_of(scn.cluster, (), tree), policy_of(policy), scn.now, (pj,))
             return not isinstance(place_job(session, Statement(session), first), str)
     return False

@@ -230,13 +230,15 @@ def regrowths(draw: st.DrawFn) -> tuple[QueueTree, Holdings, Job]:
     gpus = 10
     limit = draw(st.sampled_from([None, 3, 6, 10]))
     user_limit = draw(st.sampled_from([None, 2, 4]))
+    b_guarantee = draw(st.sampled_from([0, 2, 4]))
     tree = QueueTree(
         (
             Queue("a", guarantee=Resources(gpu=draw(st.sampled_from([0, 2, 4, 6])))),
             Queue(
                 "b",
-                guarantee=Resources(gpu=draw(st.sampled_from([0, 2, 4]))),
-                limit=None if limit is None else Resources(gpu=limit),
+                guarantee=Resources(gpu=b_guarantee),
+                # Not below the guarantee, which a tree refuses.
+                limit=None if limit is None else Resources(gpu=max(limit, b_guarantee)),
             ),
             Queue(
                 "b1",

@@ -26,7 +26,7 @@ from aisched.cli.errors import EXIT_FAILURE, CLIError
 from aisched.cli.options import whole
 from aisched.cli.printable import plain, printable
 from aisched.core.policy import PLACEMENT_SCORES, PRESETS, Policy, with_eta
-from aisched.model.cluster import Cluster
+from aisched.model.cluster import Cluster, capacity_of
 from aisched.model.gpu_speed import GpuSpeeds
 from aisched.model.queue import QueueTree
 from aisched.service.config import load_config
@@ -348,6 +348,8 @@ def run(args: argparse.Namespace) -> int:
         )
     for line in describe_pools(cluster):
         out.print(plain(line), soft_wrap=True)
+    for note in [] if queues is None else queues.guarantees_beyond(capacity_of(cluster.nodes)):
+        out.print(plain(f"queues: {note}"), soft_wrap=True)
     out.print(metrics_table(results, plain))
     out.print(queue_table(results, plain, title="per queue"))
     meta = {

@@ -25,6 +25,7 @@ from typing import Any
 
 from aisched import __version__
 from aisched.cli.errors import CLIError
+from aisched.model.cluster import capacity_of
 from aisched.model.resources import describe_mib
 from aisched.service.defaults import DEFAULT_PORT
 from aisched.service.identity import service_user
@@ -262,6 +263,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             )
         for note in service.node_notes:
             print(f"  {note}", file=sys.stderr)
+        for note in service.scheduler.queues.guarantees_beyond(capacity_of(nodes)):
+            logging.getLogger("aisched.service").warning("queues: %s", note)
         for note in service.recovery_notes:
             print(f"  recovered: {note}", file=sys.stderr)
         service.announce(f"unix:{socket_path}" if socket_path is not None else url)

@@ -12,6 +12,7 @@ start, each pool's `min_nodes` included; nodes added later are the pool's `node(
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
@@ -93,6 +94,14 @@ class Node:
             if k == key:
                 return v
         return None
+
+
+def capacity_of(nodes: Iterable[Node]) -> Resources:
+    """What `nodes` have together: CPUs, memory and whole GPUs."""
+    total = Resources()
+    for n in nodes:
+        total = total.plus(Resources(milli_cpu=n.milli_cpu, mem_mib=n.mem_mib, gpu=len(n.gpus)))
+    return total
 
 
 @dataclass(frozen=True, slots=True)

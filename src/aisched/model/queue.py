@@ -10,13 +10,17 @@ queues under it) may hold together, as Slurm's QOS MaxTRESPerUser (None: no ceil
 A limit caps the resources it names and no other: `{gpus: 0}` keeps a queue off GPUs and
 leaves its CPUs and memory free. `Resources` cannot tell a 0 named from one left out, so the
 resources named are kept beside it (`limit_named`); a guarantee guarantees what is above 0 in it.
+
+Invariants, refused by `QueueTree` with the queue and the field named: no limit below its
+queue's guarantee (the queue could never get what it is guaranteed), and no `borrowing: false`
+without a guarantee (such a queue could run nothing).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from aisched.model.resources import Dim, Resources
+from aisched.model.resources import Dim, Resources, describe_mib
 
 ROOT_QUEUE = "root"
 TOPS = (None, ROOT_QUEUE)  # the parent of a top-level queue, unnamed or named
@@ -74,6 +78,7 @@ class QueueTree:
                 raise ValueError(f"queue {q.name}: parent {q.parent!r} is not a queue")
             if q.weight <= 0:
                 raise ValueError(f"queue {q.name}: weight must be positive")
+            _check_caps(q)
         for q in self.queues:  # reject cycles
             seen = {q.name}
             p = q.parent
@@ -129,6 +134,28 @@ class QueueTree:
         parent = name or ROOT_QUEUE
         return tuple(q for q in self.queues if (q.parent or ROOT_QUEUE) == parent)
 
+    def guarantees_beyond(self, capacity: Resources) -> list[str]:
+        """Per resource, a warning where the top-level queues' guarantees add up to more than
+        `capacity` (the cluster's now): reclaim cannot give every queue its guarantee at
+        once. Not refused: a cluster that autoscales, or is overcommitted on purpose, may be
+        configured so."""
+        total = Resources()
+        for q in self.children(None):
+            total = total.plus(q.guarantee)
+        have = capacity.per_dim()
+        return [
+            f"the top-level queues' guarantees add up to {_written(d, total.per_dim()[d])} "
+            f"{_NAMES[d]}, more than the cluster's {_written(d, have[d])} now: reclaim cannot "
+            "give every queue its guarantee at once"
+            for d in Dim
+            if total.per_dim()[d] > have[d]
+        ]
+
+
+# How a config file names each resource, and writes an amount of it.
+_KEYS = {Dim.CPU: "cpus", Dim.MEMORY: "mem", Dim.GPU: "gpus"}
+_NAMES = {Dim.CPU: "CPU", Dim.MEMORY: "memory", Dim.GPU: "GPU"}
+
 
 def _named(cap: Resources | None, named: frozenset[Dim] | None) -> frozenset[Dim]:
     """The resources `cap` governs: those `named`, else those above 0 in it."""
@@ -137,6 +164,33 @@ def _named(cap: Resources | None, named: frozenset[Dim] | None) -> frozenset[Dim
     if named is not None:
         return named
     return frozenset(d for d in Dim if cap.per_dim()[d] > 0)
+
+
+def _written(dim: Dim, amount: int) -> str:
+    """`amount` of `dim` as a config file writes it (`2`, `0.5`, `64 GiB`)."""
+    return describe_mib(amount) if dim == Dim.MEMORY else f"{amount / 1000:g}"
+
+
+def _check_caps(q: Queue) -> None:
+    """Refuse caps that contradict the guarantee: a limit below it, or `borrowing: false`
+    (capped at the guarantee) with none, which would let the queue run nothing at all."""
+    if not q.borrowing and not q.guarantees():
+        raise ValueError(
+            f"queue {q.name}: borrowing: false keeps it within its guarantee, and it has none, "
+            "so it could run nothing; give it a guarantee, or cap it with a limit instead "
+            "(limit: {gpus: 0} keeps it off GPUs)"
+        )
+    if q.limit is None:
+        return
+    guarantee, limit = q.guarantee.per_dim(), q.limit.per_dim()
+    for d in sorted(q.limit_caps()):
+        if limit[d] < guarantee[d]:
+            key = _KEYS[d]
+            raise ValueError(
+                f"queue {q.name}: limit.{key} ({_written(d, limit[d])}) is below "
+                f"guarantee.{key} ({_written(d, guarantee[d])}): the queue could never hold "
+                "what it is guaranteed"
+            )
 
 
 def _unlimited(q: Queue) -> bool:
