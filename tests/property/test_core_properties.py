@@ -501,10 +501,12 @@ def check_victims_rank_below_the_job_they_make_room_for(
         elif policy == "srtf-oracle":
             # Cluster-wide, by remaining GPU-time: a running job's is the time to its end, or
             # once past it, as long again as it has run.
+            # The blocked job is judged by its runtime bound, as running ones are (`bound:
+            # upper`, the default): its upper estimate, else its estimate, else its time limit.
             left = time_left_s(v, scn.now)
             theirs = first_order.key(v.job, v.attained_at(scn.now), left)
-            mine = first_order.key(pj.job, pj.attained_gpu_s, pj.estimate_s)
-            assert theirs > mine, (p, left, pj.estimate_s)
+            mine = first_order.key(pj.job, pj.attained_gpu_s, pj.runtime_bound_s)
+            assert theirs > mine, (p, left, pj.runtime_bound_s)
         elif policy == "qssf":
             # Cluster-wide, by predicted remaining GPU-time (to the victim's bound) less the work
             # it loses and its restart's cost, above `factor` times the job's own GPU-time by
