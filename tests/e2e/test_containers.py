@@ -479,7 +479,7 @@ def test_a_variable_with_a_line_break_is_refused_and_one_line_reaches_the_task(
         "run", "--image", image, "--env", "NOTE=two\nlines", "--", "true", check=False
     )
     assert refused.returncode != 0
-    assert "env.NOTE: a container task's variable cannot hold a line break" in refused.stderr
+    assert "--env NOTE: a container task's variable cannot hold a line break" in refused.stderr
     jid = svc.run("--image", image, "--env", "PLAIN=one line", "--", "sh", "-c", 'echo "[$PLAIN]"')
     svc.wait_state(jid, "succeeded")
     assert logs(svc, jid) == "[one line]\n"

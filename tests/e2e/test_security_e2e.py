@@ -187,16 +187,16 @@ def test_a_link_leads_no_user_past_a_directory_it_may_not_search(
 
         invalid = "error: invalid job aisched run:"
         assert [refusal("--workdir", f"{d}/.", "--", "true") for d in (there, gone)] == [
-            f"{invalid} workdir: no such directory: {d}" for d in (there, gone)
+            f"{invalid} --workdir: no such directory: {d}" for d in (there, gone)
         ]
         assert [refusal("--", f"{d}/secret.txt") for d in (there, gone)] == [
-            f"{invalid} command.0: no such file: {d}/secret.txt" for d in (there, gone)
+            f"{invalid} the command (after --): no such file: {d}/secret.txt" for d in (there, gone)
         ]
         # A container's workdir is mounted from here when it is a directory here.
         assert [
             refusal("--image", "img", "--workdir", str(d), "--", "true") for d in (there, gone)
         ] == [
-            f"{invalid} workdir: user {alice.name} may not read {d}, so its container may "
+            f"{invalid} --workdir: user {alice.name} may not read {d}, so its container may "
             "not mount it"
             for d in (there, gone)
         ]
