@@ -43,14 +43,12 @@ from aisched.core.snapshot import (
 )
 from aisched.model.job import Job
 from aisched.model.queue import Queue, QueueTree
-from aisched.model.resources import Dim, Resources
+from aisched.model.resources import DIM_NAMES, Dim, Resources
 
 if TYPE_CHECKING:
     from aisched.core.decisions import TaskBinding
     from aisched.core.eviction import Cut
     from aisched.core.session import Session
-
-DIM_NAMES = ("CPU", "memory", "GPU")
 
 
 def cap_vector(cap: Resources, governs: frozenset[Dim]) -> Usage:

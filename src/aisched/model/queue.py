@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from aisched.model.resources import Dim, Resources, describe_mib
+from aisched.model.resources import DIM_NAMES, Dim, Resources, describe_mib
 
 ROOT_QUEUE = "root"
 TOPS = (None, ROOT_QUEUE)  # the parent of a top-level queue, unnamed or named
@@ -145,16 +145,15 @@ class QueueTree:
         have = capacity.per_dim()
         return [
             f"the top-level queues' guarantees add up to {_written(d, total.per_dim()[d])} "
-            f"{_NAMES[d]}, more than the cluster's {_written(d, have[d])} now: reclaim cannot "
+            f"{DIM_NAMES[d]}, more than the cluster's {_written(d, have[d])} now: reclaim cannot "
             "give every queue its guarantee at once"
             for d in Dim
             if total.per_dim()[d] > have[d]
         ]
 
 
-# How a config file names each resource, and writes an amount of it.
+# How a config file names each resource (its amounts: `_written`).
 _KEYS = {Dim.CPU: "cpus", Dim.MEMORY: "mem", Dim.GPU: "gpus"}
-_NAMES = {Dim.CPU: "CPU", Dim.MEMORY: "memory", Dim.GPU: "GPU"}
 
 
 def _named(cap: Resources | None, named: frozenset[Dim] | None) -> frozenset[Dim]:

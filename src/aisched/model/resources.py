@@ -52,6 +52,10 @@ class Dim(IntEnum):
     GPU = 2
 
 
+# Each `Dim` in words, by its index, as reasons and warnings name it.
+DIM_NAMES = ("CPU", "memory", "GPU")
+
+
 @dataclass(frozen=True, slots=True)
 class Resources:
     milli_cpu: int = 0
