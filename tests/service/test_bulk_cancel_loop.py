@@ -6,42 +6,22 @@ A real SQLite (or PostgreSQL) store, the fake executor and a fake clock."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from functools import partial
 
 import pytest
-from world import World
+from world import World, pipeline_job, submit_all
 
-from aisched.model.job import Dependency, DependencyCondition, Job, RestartPolicy
+from aisched.model.job import DependencyCondition
 from aisched.service.live import Batch, LiveJob
 from aisched.service.loop_types import CancelSelection
 from aisched.service.scheduler_state import SchedulerState
-from aisched.testing import job
 
 ANY = DependencyCondition.ANY
 SUCCESS = DependencyCondition.SUCCESS
 
 
-def step(
-    name: str,
-    *deps: str,
-    gpus: int = 1,
-    user: str = "alice",
-    condition: DependencyCondition = SUCCESS,
-) -> Job:
-    j = job(name).task(gpu=gpus).build()
-    return replace(
-        j,
-        name=name,
-        user=user,
-        restart_policy=RestartPolicy.NEVER,
-        depends_on=tuple(Dependency(d, condition) for d in deps),
-    )
-
-
-def submit_all(w: World, *jobs: Job) -> list[str]:
-    fut = w.sched.submit_all(tuple((j, "native", ()) for j in jobs))
-    w.sched.step()
-    return [str(r["id"]) for r in fut.result(0)]
+# The pipelines here are alice's, unless a step says whose.
+step = partial(pipeline_job, user="alice")
 
 
 def test_cancelling_all_of_a_users_pipeline_cancels_every_step_and_starts_none(

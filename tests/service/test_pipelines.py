@@ -10,33 +10,15 @@ from dataclasses import replace
 
 import pytest
 from sqlalchemy.exc import OperationalError
-from world import World
+from world import World, submit_all
+from world import pipeline_job as step
 
 from aisched.core.dependencies import NAMED_WAITING, DependencyCheck
 from aisched.executors.base import ExitKind
-from aisched.model.job import Dependency, DependencyCondition, Job, RestartPolicy
+from aisched.model.job import Dependency, DependencyCondition
 from aisched.model.states import JobState
 from aisched.service.live import LiveJob
 from aisched.service.loop import Rejected
-from aisched.testing import job
-
-
-def step(
-    name: str, *deps: str, condition: DependencyCondition = DependencyCondition.SUCCESS
-) -> Job:
-    j = job(name).task(gpu=1).build()
-    return replace(
-        j,
-        name=name,
-        restart_policy=RestartPolicy.NEVER,
-        depends_on=tuple(Dependency(d, condition) for d in deps),
-    )
-
-
-def submit_all(w: World, *jobs: Job) -> list[str]:
-    fut = w.sched.submit_all(tuple((j, "native", ()) for j in jobs))
-    w.sched.step()
-    return [str(r["id"]) for r in fut.result(0)]
 
 
 def finish(w: World, job_id: str, code: int = 0) -> None:

@@ -4,15 +4,16 @@ the whole outcome. The `w` and `pw` fixtures (conftest.py) make one, on each sto
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from aisched.core.policy import preset
-from aisched.model.job import Job
+from aisched.model.job import Dependency, DependencyCondition, Job, RestartPolicy
 from aisched.model.queue import QueueTree
 from aisched.predict.runtime import RuntimePredictor
 from aisched.service.loop import LoopConfig, Scheduler
 from aisched.store.db import Store
+from aisched.testing import job
 from aisched.testing.fakes import FakeExecutor, fake_node
 
 
@@ -93,3 +94,29 @@ def new_world(
     sched = make_scheduler(store, fx, clock, home, predicting, queues)
     sched.recover()
     return World(store, fx, clock, sched, home, predicting, queues)
+
+
+def pipeline_job(
+    name: str,
+    *deps: str,
+    gpus: int = 1,
+    user: str = "default",
+    condition: DependencyCondition = DependencyCondition.SUCCESS,
+) -> Job:
+    """A one-task job of `gpus` GPUs named `name`, never restarted, depending on the jobs
+    named `deps` (in its file) under `condition`."""
+    j = job(name).task(gpu=gpus).build()
+    return replace(
+        j,
+        name=name,
+        user=user,
+        restart_policy=RestartPolicy.NEVER,
+        depends_on=tuple(Dependency(d, condition) for d in deps),
+    )
+
+
+def submit_all(w: World, *jobs: Job) -> list[str]:
+    """Submit `jobs` as one file (a pipeline) and step once; their ids, in order."""
+    fut = w.sched.submit_all(tuple((j, "native", ()) for j in jobs))
+    w.sched.step()
+    return [str(r["id"]) for r in fut.result(0)]
