@@ -131,7 +131,12 @@ def test_a_poll_reads_no_jobs_document_but_once_for_an_ended_job(
     # each job's GPUs. Live jobs' GPUs are in the scheduler; an ended job's document is read
     # once, then remembered.
     ended = submit(client, 1, name="ended")
-    wait_for(client, "ended running", lambda d: d["summary"]["jobs"]["running"] == 1)
+    # The job reads running once its intent is committed; its task is launched right after.
+    wait_for(
+        client,
+        "ended running and launched",
+        lambda d: d["summary"]["jobs"]["running"] == 1 and bool(fx.keys(ended)),
+    )
     fx.exit(fx.keys(ended)[0], 0)
     wait_for(client, "ended ended", lambda d: d["summary"]["jobs"].get("succeeded") == 1)
     running = submit(client, 3, name="running")
